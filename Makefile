@@ -1,0 +1,27 @@
+# Set-up and entry points. Both targets create .venv on first use (fresh-clone safe).
+# On a CPU machine TORCH_SPEC pins the CPU build; on a GPU machine pass your CUDA build, e.g.
+#   make test TORCH_SPEC="torch==2.11.0"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: demo test install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/loopwise demo
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

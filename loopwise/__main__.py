@@ -1,0 +1,3 @@
+from loopwise.cli import main
+
+main()

@@ -1,0 +1,74 @@
+"""Typed settings of the kernel engine (pure pydantic: importing this is cheap)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TOLERANCES: dict[str, float] = {"strict": 1e-4, "legacy": 1e-2}
+
+
+class EvalConfig(BaseModel):
+    """How the judge evaluates a candidate.
+
+    Attributes:
+        tolerance: ``strict`` (atol = rtol = 1e-4 for fp32) or ``legacy`` (1e-2, KernelBench v0/v0.1).
+        precision: ``fp32`` forbids reduced-precision math (TF32 / fp16 / bf16) unless an
+            fp32-accurate emulation such as tf32x3; ``relaxed`` allows anything within tolerance.
+        correct_trials: trials on the problem's own input distribution, each with a fresh seed.
+        stress_trials: trials on mixed-sign inputs judged against a float64 reference.
+        perf_trials: timed calls (after warm-up), each after an L2 flush.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tolerance: Literal["strict", "legacy"] = "strict"
+    precision: Literal["fp32", "relaxed"] = "fp32"
+    correct_trials: int = Field(5, ge=1, le=1000)
+    stress_trials: int = Field(2, ge=0, le=100)
+    perf_trials: int = Field(100, ge=1, le=100000)
+    warmup: int = Field(3, ge=0, le=1000)
+    fresh_inputs: bool = False
+    statistic: Literal["median", "mean"] = "median"
+    seed: int | None = None
+    compile_timeout_s: float = Field(600.0, gt=0)
+    run_timeout_s: float = Field(180.0, gt=0)
+    gpu_memory_fraction: float = Field(0.9, gt=0, le=1.0)
+    host_memory_gb: float = Field(32.0, gt=0)
+    energy: bool = True
+    energy_min_s: float = Field(0.2, ge=0.05)
+    static_check: bool = True
+    excessive_speedup: float = Field(10.0, gt=1)
+    # A candidate's error on stress inputs may be at most this multiple of the fp32 reference's
+    # own error against float64 (TF32 is ~260x, fp16 more; tf32x3 is ~0.2x).
+    stress_error_ratio: float = Field(20.0, gt=1)
+    stress_error_floor: float = Field(2e-5, gt=0)
+
+    @property
+    def atol(self) -> float:
+        return TOLERANCES[self.tolerance]
+
+    @property
+    def rtol(self) -> float:
+        return TOLERANCES[self.tolerance]
+
+
+class BaselineConfig(BaseModel):
+    """Which reference variants ``kernels baseline`` times."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compile: bool = True
+    max_autotune: bool = False
+    perf_trials: int = Field(100, ge=1)
+    cache: bool = True
+
+
+class KernelsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    baseline: BaselineConfig = Field(default_factory=BaselineConfig)
+    kernelbench: str | None = None
+    device: Literal["auto", "cuda", "cpu"] = "auto"

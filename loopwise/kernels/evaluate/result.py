@@ -1,0 +1,126 @@
+"""The Evaluation record: what the judge says about one candidate.
+
+Failure is a value here: compile errors, wrong output, hangs, crashes, out-of-memory and exploits
+are statuses with reasons and logs, never exceptions that stop a caller.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(str, Enum):
+    """Outcome of one evaluation. Only ``CORRECT`` carries a speedup."""
+
+    CORRECT = "correct"
+    COMPILE_ERROR = "compile_error"
+    WRONG_OUTPUT = "wrong_output"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    OOM = "oom"
+    EXPLOIT = "exploit"
+
+
+Severity = Literal["reject", "flag", "info"]
+
+
+class Reason(BaseModel):
+    """One named reason behind a verdict.
+
+    Attributes:
+        code: stable machine-readable name, e.g. ``side_stream`` or ``precision_downgrade``.
+        message: one sentence for a person.
+        severity: ``reject`` decides the status, ``flag`` asks for review, ``info`` is context.
+        evidence: the numbers the reason is based on.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+    severity: Severity = "reject"
+    evidence: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+
+
+class TimingStats(BaseModel):
+    """Per-call times of one model in milliseconds (CUDA events, or the host clock on CPU)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trials: int
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    host_median_ms: float | None = None
+    method: str = "cuda_event"
+
+
+class TrialRecord(BaseModel):
+    """What one correctness trial found (kept short: the first failures are what matter)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    norm_err: float | None = None
+    ref_norm_err: float | None = None
+    message: str = ""
+
+
+class Evaluation(BaseModel):
+    """The judge's verdict on one candidate for one problem."""
+
+    status: Status
+    problem: str
+    candidate: str
+    candidate_key: str = ""
+    backend: str = ""
+    device: str = ""
+    policy: str = "fp32"
+    tolerance: str = "strict"
+    reasons: list[Reason] = Field(default_factory=list)
+    trials: list[TrialRecord] = Field(default_factory=list)
+    timing: TimingStats | None = None
+    reference_timing: TimingStats | None = None
+    statistic: str = "median"
+    speedup: float | None = None
+    floor_ms: float | None = None
+    energy_j_per_call: float | None = None
+    reference_energy_j_per_call: float | None = None
+    compile_s: float | None = None
+    eval_s: float | None = None
+    log: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    @property
+    def rejections(self) -> list[Reason]:
+        return [r for r in self.reasons if r.severity == "reject"]
+
+    @property
+    def flags(self) -> list[Reason]:
+        return [r for r in self.reasons if r.severity == "flag"]
+
+    def summary(self) -> str:
+        """One line a person can read: status, speedup and the first reason."""
+        head = self.status.value
+        if self.speedup is not None:
+            head += f" {self.speedup:.2f}x"
+        first = self.rejections[:1] or self.flags[:1]
+        return head + (f" ({first[0].code}: {first[0].message})" if first else "")
+
+    def to_json_dict(self) -> dict:
+        data = self.model_dump(mode="json")
+        data["correct"] = self.correct
+        return data
