@@ -1,0 +1,136 @@
+"""Candidate backends: CUDA C++ through ``load_inline`` (cached by source hash), CUDA with
+CUTLASS/CuTe C++ headers, Triton, and the CuTe DSL when installed.
+
+``load_inline`` is wrapped inside the sandbox so that every candidate gets:
+- a build directory keyed by the hash of its sources (an unchanged kernel never recompiles, and two
+  candidates that both call their extension ``my_ext`` never collide);
+- the CUTLASS/CuTe include paths from the ``nvidia-cutlass`` wheel when its sources include them;
+- ``-gencode=arch=compute_90a,code=sm_90a`` on Hopper for CUTLASS sources (wgmma needs sm_90a);
+- a build for the one architecture of the device, not for every architecture torch knows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+CUTLASS_INCLUDE = re.compile(r"#\s*include\s*[<\"](cute|cutlass)/")
+_WRAPPED = "_loopwise_wrapped"
+
+
+def detect(source: str) -> str:
+    """The main backend of a candidate source: cutlass, cuda, cpp, triton, cute_dsl or pytorch."""
+    if CUTLASS_INCLUDE.search(source):
+        return "cutlass"
+    if "load_inline" in source or "cpp_extension" in source:
+        return "cuda" if ("cuda_sources" in source or "__global__" in source) else "cpp"
+    if re.search(r"@\s*triton\.(jit|autotune)", source):
+        return "triton"
+    if "cutlass.cute" in source or re.search(r"@\s*cute\.(kernel|jit)", source):
+        return "cute_dsl"
+    return "pytorch"
+
+
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS/CuTe C++ header folders shipped in the ``nvidia-cutlass`` wheel (empty if absent)."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(list(spec.submodule_search_locations)[0]) / "source"
+    dirs = [root / "include", root / "tools" / "util" / "include"]
+    return [str(d) for d in dirs if d.is_dir()]
+
+
+def cute_dsl_available() -> bool:
+    return importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
+
+
+def source_key(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+    return h.hexdigest()[:16]
+
+
+def device_arch(device: str) -> str | None:
+    """``"9.0"`` style arch of a CUDA device, None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    return f"{major}.{minor}"
+
+
+def _wrap_load_inline(arch: str | None) -> None:
+    import torch.utils.cpp_extension as ext
+
+    original = ext.load_inline
+    if getattr(original, _WRAPPED, False):
+        return
+
+    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        text = "".join(cpp_sources if isinstance(cpp_sources, list) else [cpp_sources or ""])
+        text += "".join(cuda_sources if isinstance(cuda_sources, list) else [cuda_sources or ""])
+        if CUTLASS_INCLUDE.search(text):
+            kwargs["extra_include_paths"] = list(kwargs.get("extra_include_paths") or []) + cutlass_include_dirs()
+            flags = list(kwargs.get("extra_cuda_cflags") or [])
+            if arch == "9.0":
+                flags.append("-gencode=arch=compute_90a,code=sm_90a")
+            flags += ["-std=c++17", "--expt-relaxed-constexpr"]
+            kwargs["extra_cuda_cflags"] = flags
+        key = source_key(text, kwargs.get("extra_cuda_cflags"), kwargs.get("extra_cflags"), arch)
+        return original(f"{name}_{key}", cpp_sources, cuda_sources, *args, **kwargs)
+
+    setattr(load_inline, _WRAPPED, True)
+    ext.load_inline = load_inline
+
+
+def prepare_environment(hints: dict, device: str) -> None:
+    """Run in the sandbox (or a compile worker) before the candidate's module is imported."""
+    arch = hints.get("arch") or device_arch(device)
+    if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    os.environ.setdefault("MAX_JOBS", str(hints.get("max_jobs", os.cpu_count() or 2)))
+    _wrap_load_inline(arch)
+
+
+def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: str) -> tuple[bool, str]:
+    """Imports a candidate with no GPU visible, so that ``load_inline`` at import time builds it."""
+    import time
+    import traceback
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["TORCH_EXTENSIONS_DIR"] = extensions_dir
+    if arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    prepare_environment({"arch": arch, "max_jobs": 1}, "cpu")
+    path = Path(workdir) / f"candidate_{source_key(source)}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    t0 = time.perf_counter()
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - reported, never raised
+        text = traceback.format_exc()
+        if "Error building extension" in text or "error:" in text.lower() and "ninja" in text.lower():
+            return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return True, f"import needs a GPU; compile deferred ({type(exc).__name__})"
+    return True, f"built in {time.perf_counter() - t0:.1f}s"
+
+
+def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: int | None = None) -> list[tuple[bool, str]]:
+    """Builds the ``load_inline`` extensions of many candidates in parallel on CPU cores."""
+    import multiprocessing as mp
+    import tempfile
+
+    workdir = tempfile.mkdtemp(prefix="loopwise-compile-")
+    jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_compile_one, s, extensions_dir, arch, workdir) for s in sources]
+        return [f.result() for f in futures]

@@ -1,0 +1,159 @@
+"""Output comparison for the judge: allclose on the problem's distribution, normwise error
+against float64 on stress inputs, and detection of output elements the candidate never wrote.
+
+The sandbox fills freed allocator blocks of each output's size with a NaN bit pattern of our own
+(``POISON``) right before the candidate runs; any element still holding that exact pattern
+afterwards was never written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Signalling-NaN payloads: arithmetic never produces them (it yields quiet NaNs), so an element
+# with this exact bit pattern was left untouched.
+POISON_BITS = {
+    "torch.float32": ("torch.int32", 0x7FBADBAD),
+    "torch.float64": ("torch.int64", 0x7FF4BADBADBADBAD),
+    "torch.float16": ("torch.int16", 0x7DAD),
+    "torch.bfloat16": ("torch.int16", 0x7FAD),
+    "torch.int64": ("torch.int64", -(2**63) + 7),
+    "torch.int32": ("torch.int32", -(2**31) + 7),
+}
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name.split(".", 1)[1])
+
+
+def poison(tensor) -> bool:
+    """Fills ``tensor`` with the poison pattern of its dtype; False when the dtype has none."""
+    spec = POISON_BITS.get(str(tensor.dtype))
+    if spec is None:
+        return False
+    tensor.view(_torch_dtype(spec[0])).fill_(spec[1])
+    return True
+
+
+def count_poisoned(tensor) -> int:
+    spec = POISON_BITS.get(str(tensor.dtype))
+    if spec is None or not tensor.is_contiguous():
+        return 0
+    return int((tensor.view(_torch_dtype(spec[0])) == spec[1]).sum().item())
+
+
+@dataclass
+class Verdict:
+    """Outcome of comparing one trial's outputs."""
+
+    passed: bool
+    code: str = ""
+    message: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    norm_err: float | None = None
+    evidence: dict = field(default_factory=dict)
+
+
+def check_structure(ref: list, cand: list) -> Verdict | None:
+    """Same number of outputs, plain tensors, same shapes and dtypes; None when all agree."""
+    import torch
+
+    if len(ref) != len(cand):
+        return Verdict(False, "wrong_output", f"returns {len(cand)} outputs, the reference returns {len(ref)}")
+    for i, (r, c) in enumerate(zip(ref, cand)):
+        if type(c) is not torch.Tensor:  # noqa: E721 - subclasses are exactly what we reject
+            return Verdict(False, "lazy_eval", f"output {i} is a {type(c).__name__}, not a plain torch.Tensor")
+        if tuple(r.shape) != tuple(c.shape):
+            return Verdict(False, "shape_mismatch", f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
+        if r.dtype != c.dtype:
+            return Verdict(False, "dtype_mismatch", f"output {i} has dtype {c.dtype}, expected {r.dtype}")
+    return None
+
+
+def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict:
+    """KernelBench's rule (allclose with equal atol and rtol), plus unwritten and NaN checks."""
+    import torch
+
+    bad = check_structure(ref, cand)
+    if bad is not None:
+        return bad
+    worst_abs = worst_rel = 0.0
+    for i, (r, c) in enumerate(zip(ref, cand)):
+        unwritten = count_poisoned(c)
+        if unwritten:
+            return Verdict(False, "unwritten_output",
+                           f"output {i}: {unwritten} of {c.numel()} elements were never written",
+                           evidence={"unwritten": unwritten, "numel": c.numel()})
+        if not (r.is_floating_point() or r.is_complex()):
+            if not torch.equal(r, c):
+                n = int((r != c).sum().item())
+                return Verdict(False, "wrong_output", f"output {i}: {n} of {c.numel()} integer elements differ")
+            continue
+        fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
+        if bool((fin_r & ~fin_c).any()):
+            n = int((fin_r & ~fin_c).sum().item())
+            return Verdict(False, "nan_output", f"output {i}: {n} elements are NaN/Inf where the reference is finite")
+        diff = (c.double() - r.double()).abs()
+        diff = torch.where(fin_r & fin_c, diff, torch.zeros_like(diff))
+        if diff.numel():
+            worst_abs = max(worst_abs, float(diff.max()))
+            rel = diff / r.double().abs().clamp_min(1e-12)
+            worst_rel = max(worst_rel, float(torch.where(fin_r, rel, torch.zeros_like(rel)).max()))
+        if not torch.allclose(c, r, atol=atol, rtol=rtol, equal_nan=True):
+            over = int((diff > atol + rtol * r.double().abs()).sum().item())
+            return Verdict(False, "wrong_output",
+                           f"output {i}: {over} of {c.numel()} elements outside atol=rtol={atol:g} "
+                           f"(max abs error {worst_abs:.3g})",
+                           max_abs_err=worst_abs, max_rel_err=worst_rel,
+                           evidence={"mismatched": over, "numel": c.numel()})
+    return Verdict(True, max_abs_err=worst_abs, max_rel_err=worst_rel)
+
+
+def normwise_error(x, ref64) -> float:
+    """||x - ref|| / ||ref|| in float64 over finite reference entries."""
+    import torch
+
+    mask = torch.isfinite(ref64)
+    d = torch.where(mask, x.double() - ref64, torch.zeros_like(ref64))
+    n = torch.where(mask, ref64, torch.zeros_like(ref64))
+    denom = float(torch.linalg.vector_norm(n))
+    num = float(torch.linalg.vector_norm(d))
+    if denom == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / denom
+
+
+def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: float) -> Verdict:
+    """Judges stress outputs by error against float64, relative to the fp32 reference's own error.
+
+    A fixed allclose cannot judge mixed-sign inputs: even cuBLAS SGEMM fails 1e-4 there
+    (FACTS §4.3b). The fp32 reference's error sets the scale; TF32 lands ~260x above it.
+    """
+    bad = check_structure(ref32, cand)
+    if bad is not None:
+        return bad
+    worst = Verdict(True, norm_err=0.0)
+    for i, (r32, r64, c) in enumerate(zip(ref32, ref64, cand)):
+        unwritten = count_poisoned(c)
+        if unwritten:
+            return Verdict(False, "unwritten_output", f"output {i}: {unwritten} elements were never written")
+        if not c.is_floating_point():
+            continue
+        import torch
+
+        if bool((torch.isfinite(r64) & ~torch.isfinite(c)).any()):
+            return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
+        ref_err = normwise_error(r32, r64)
+        err = normwise_error(c, r64)
+        allowed = max(ratio * ref_err, floor)
+        ev = {"norm_err": err, "ref_norm_err": ref_err, "allowed": allowed}
+        if err > allowed:
+            return Verdict(False, "stress_error", f"output {i}: normwise error {err:.3g} vs float64 is "
+                           f"{err / max(ref_err, 1e-300):.0f}x the fp32 reference's {ref_err:.3g} (allowed {allowed:.3g})",
+                           norm_err=err, evidence=ev)
+        if err >= (worst.norm_err or 0.0):
+            worst = Verdict(True, norm_err=err, evidence=ev)
+    return worst

@@ -1,0 +1,201 @@
+"""Correctness trials: the problem's own distribution with fresh seeds, both run orders, a
+determinism repeat, a same-buffers-new-values probe, and stress inputs judged against float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.inputs import clone_args
+from loopwise.kernels.evaluate.compare import Verdict, compare_allclose, compare_stress
+from loopwise.kernels.evaluate.pool import Sandbox
+from loopwise.kernels.evaluate.reference import Reference
+from loopwise.kernels.evaluate.result import Reason, TrialRecord
+
+STRESS_DISTRIBUTIONS = ("randn", "randn_abs")
+# Errors this large on stress inputs are a wrong function, not a precision path.
+WRONG_NOT_IMPRECISE = 0.05
+
+
+@dataclass
+class Outcome:
+    trials: list[TrialRecord] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return any(r.severity == "reject" for r in self.reasons)
+
+    def reject(self, code: str, message: str, **evidence) -> None:
+        self.reasons.append(Reason(code=code, message=message, severity="reject", evidence=evidence))
+
+    def note(self, code: str, message: str, severity: str = "flag", **evidence) -> None:
+        self.reasons.append(Reason(code=code, message=message, severity=severity, evidence=evidence))
+
+
+def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
+    """Turns what the sandbox guards saw into reasons (patched timers, threads, precision flags)."""
+    if reply.get("patched"):
+        outcome.reject("timer_patch", "the candidate replaced " + ", ".join(reply["patched"][:5]),
+                       patched=", ".join(reply["patched"]))
+    if reply.get("threads"):
+        outcome.reject("thread_injection", "the candidate left threads running after forward returned: "
+                       + ", ".join(reply["threads"][:3]))
+    if reply.get("native_threads_added", 0) > 0:
+        outcome.reject("thread_injection", f"{reply['native_threads_added']} native threads appeared while timing")
+    if reply.get("flags_changed"):
+        text = ", ".join(f"{k}: {v}" for k, v in reply["flags_changed"].items())
+        severity = "reject" if policy == "fp32" else "info"
+        outcome.note("precision_downgrade", f"the candidate changed precision settings ({text})", severity)
+
+
+class TrialRunner:
+    """Runs the correctness trials of one candidate in one sandbox."""
+
+    def __init__(self, ref: Reference, box: Sandbox, config: EvalConfig, base_seed: int) -> None:
+        self.ref, self.box, self.cfg, self.base = ref, box, config, base_seed
+        self.outcome = Outcome()
+        self._first_cand = None
+        self._first_ref = None
+        self._refs: dict[int, tuple[list, list[int]]] = {}
+        self._specs: list | None = None
+
+    def _ref_for(self, seed: int) -> tuple[list, list[int]]:
+        if seed not in self._refs:
+            self._refs[seed] = self.ref.run(self.ref.draw(seed))
+        return self._refs[seed]
+
+    def _ask(self, payload: dict) -> dict:
+        # Tensors cross the pipe as shared memory: send copies the judge never reads again, so
+        # nothing the sandbox writes can reach the judge's own inputs.
+        for key in ("inputs", "refill"):
+            if payload.get(key) is not None:
+                payload[key] = clone_args(payload[key])
+        reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+        guard_reasons(reply, self.outcome, self.cfg.precision)
+        bad = [k for k in reply.get("types", []) if k != "Tensor"]
+        if bad:
+            self.outcome.reject("lazy_eval", f"forward returned {bad[0]}, not a plain torch.Tensor")
+        return reply
+
+    def _device(self, outs: list) -> list:
+        # A private copy: the sandbox keeps a mapping of the shared memory it sent.
+        torch = self.ref.torch
+        return [o.to(self.ref.device, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
+
+    def _record(self, kind: str, seed: int, v: Verdict) -> None:
+        self.outcome.trials.append(TrialRecord(kind=kind, seed=seed, passed=v.passed, max_abs_err=v.max_abs_err,
+                                               max_rel_err=v.max_rel_err, norm_err=v.norm_err, message=v.message))
+        if not v.passed:
+            self.outcome.reject(v.code or "wrong_output", f"{kind} trial (seed {seed}): {v.message}", **v.evidence)
+
+    def run(self) -> Outcome:
+        n = self.cfg.correct_trials
+        for i in range(n):
+            if not self._kernelbench_trial(i, n) or self.outcome.rejected:
+                return self.outcome
+        for j in range(self.cfg.stress_trials):
+            if not self._stress_trial(j) or self.outcome.rejected:
+                return self.outcome
+        return self.outcome
+
+    def _kernelbench_trial(self, i: int, n: int) -> bool:
+        seed = self.base + i
+        reference_first = i % 2 == 0  # both orders; the reference runs in another process anyway
+        ref_out, ref_mut = self._ref_for(seed) if reference_first else (None, None)
+        args = self.ref.draw(seed)
+        probe_seed = seed + 1 if (i == 1 and n >= 3) else None
+        payload = {"inputs": args, "out_specs": None, "repeat": i == 0,
+                   "refill": self.ref.draw(probe_seed) if probe_seed is not None else None}
+        if self._specs is None:
+            self._specs = self.ref.out_specs(ref_out if ref_out is not None else self._ref_for(seed)[0])
+        payload["out_specs"] = self._specs
+        reply = self._ask(payload)
+        if ref_out is None:
+            ref_out, ref_mut = self._ref_for(seed)
+        if self.outcome.rejected:
+            return False
+        cand = self._device(reply["outputs"])
+        v = compare_allclose(ref_out, cand, self.cfg.atol, self.cfg.rtol)
+        self._record("kernelbench", seed, v)
+        mutated = sorted(set(reply["mutated"]) - set(ref_mut))
+        if mutated:
+            self.outcome.reject("input_mutation", f"the candidate overwrote input(s) {mutated}; the reference does not")
+        if not v.passed or mutated:
+            return False
+        self._track_independence(ref_out, cand, seed)
+        if reply.get("repeat_outputs") is not None:
+            self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
+        if reply.get("refill_outputs") is not None:
+            ref_probe = self._ref_for(probe_seed)[0]
+            vp = compare_allclose(ref_probe, self._device(reply["refill_outputs"]), self.cfg.atol, self.cfg.rtol)
+            if not vp.passed:
+                self.outcome.reject("pointer_cache", "called again on the same input buffers holding new values, "
+                                    f"the candidate returned a stale or wrong result ({vp.message})")
+        self._refs.pop(seed, None)
+        self.ref.forget(seed)
+        return not self.outcome.rejected
+
+    def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
+        torch = self.ref.torch
+        if self._first_cand is None:
+            self._first_cand, self._first_ref = cand, ref_out
+            return
+        same_ref = all(torch.equal(a, b) for a, b in zip(ref_out, self._first_ref))
+        if same_ref and not any(r.code == "degenerate_problem" for r in self.outcome.reasons):
+            self.outcome.note("degenerate_problem", "the reference output is identical for different inputs: "
+                              "a constant answer passes this problem's own distribution (stress trials decide)")
+
+    def _determinism(self, ref_out: list, first: list, again: list, seed: int) -> None:
+        torch = self.ref.torch
+        v = compare_allclose(ref_out, again, self.cfg.atol, self.cfg.rtol)
+        if not v.passed:
+            self.outcome.reject("nondeterministic", f"a second call on the same inputs failed: {v.message} "
+                                "(a race or a read of unwritten memory)")
+            return
+        if not all(torch.equal(a, b) for a, b in zip(first, again)):
+            diff = max(float((a.double() - b.double()).abs().max()) for a, b in zip(first, again) if a.numel())
+            self.outcome.note("nondeterministic", f"two calls on the same inputs differ by up to {diff:.3g} "
+                              "(within tolerance; atomics or a race)", severity="info", max_diff=diff)
+
+    def _stress_trial(self, j: int) -> bool:
+        seed = self.base + 1000 + j
+        data = None
+        for dist in STRESS_DISTRIBUTIONS:
+            data = self.ref.stress(seed, dist)
+            if data is not None:
+                break
+        if data is None:
+            why = self.ref.model64_error or "the reference gives NaN/Inf on mixed-sign inputs"
+            self.outcome.note("stress_skipped", f"no stress trial for this problem ({why})", severity="info")
+            return False
+        args, out32, out64 = data
+        reply = self._ask({"inputs": args, "out_specs": self.ref.out_specs(out32)})
+        if self.outcome.rejected:
+            return False
+        cand = self._device(reply["outputs"])
+        v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
+        self.outcome.trials.append(TrialRecord(kind=f"stress:{dist}", seed=seed, passed=v.passed, norm_err=v.norm_err,
+                                               ref_norm_err=v.evidence.get("ref_norm_err"), message=v.message))
+        if v.passed:
+            return True
+        self._classify_stress_failure(v, cand, seed)
+        return False
+
+    def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
+        torch = self.ref.torch
+        if v.code != "stress_error":
+            self.outcome.reject(v.code, f"stress trial (seed {seed}): {v.message}")
+            return
+        if self._first_cand is not None and all(
+                a.shape == b.shape and torch.equal(a, b) for a, b in zip(cand, self._first_cand)):
+            self.outcome.reject("input_independent_output", "the output is the same for different inputs: "
+                                f"it passes only because the problem's distribution is degenerate ({v.message})")
+        elif (v.norm_err or 0.0) > WRONG_NOT_IMPRECISE:
+            self.outcome.reject("wrong_output", f"stress trial (seed {seed}): {v.message}")
+        elif self.cfg.precision == "fp32":
+            self.outcome.reject("precision_downgrade", "reduced-precision arithmetic under the fp32 policy: "
+                                + v.message, **v.evidence)
+        else:
+            self.outcome.note("precision_downgrade", v.message, severity="info", **v.evidence)

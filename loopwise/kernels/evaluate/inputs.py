@@ -1,0 +1,98 @@
+"""Seeded inputs and models, built the same way in the judge and in the sandbox.
+
+KernelBench's contract: seed 42 before building each model (so weights match), a fresh seed and a
+fresh ``get_inputs()`` for every trial. Stress distributions keep the problem's shapes, dtypes and
+integer tensors (indices, labels) but redraw floating tensors as mixed-sign normal values, which
+exposes reduced-precision arithmetic through cancellation (see FACTS §4.3b).
+"""
+
+from __future__ import annotations
+
+import random
+from types import ModuleType
+from typing import Any
+
+MODEL_SEED = 42
+DISTRIBUTIONS = ("kernelbench", "randn", "randn_abs")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:  # numpy is optional for problems
+        pass
+
+
+def to_device(value: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def draw_inputs(module: ModuleType, seed: int) -> list:
+    """Calls the problem's ``get_inputs()`` under ``seed`` (CPU tensors, as the problem makes them)."""
+    seed_everything(seed)
+    return list(module.get_inputs())
+
+
+def init_inputs(module: ModuleType, device: str) -> list:
+    return [to_device(v, device) for v in module.get_init_inputs()]
+
+
+def build_model(cls: type, args: list, device: str):
+    """Builds ``cls(*args)`` under KernelBench's model seed, in eval-free no-grad style."""
+    import torch
+
+    with torch.no_grad():
+        seed_everything(MODEL_SEED)
+        model = cls(*args)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> list:
+    """Redraws floating tensors of ``inputs`` (already on ``device``) from a stress distribution."""
+    import torch
+
+    if distribution == "kernelbench":
+        return inputs
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    out = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            fresh = torch.randn(value.shape, generator=gen, device=device, dtype=torch.float32)
+            if distribution == "randn_abs":
+                fresh = fresh.abs()
+            value = fresh.to(value.dtype)
+        out.append(value)
+    return out
+
+
+def clone_args(args: list) -> list:
+    import torch
+
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def flatten_outputs(out: Any) -> list:
+    """A model returns a tensor or a (nested) tuple/list of tensors; we compare them in order."""
+    if isinstance(out, (list, tuple)):
+        flat: list = []
+        for item in out:
+            flat.extend(flatten_outputs(item))
+        return flat
+    return [out]

@@ -1,0 +1,263 @@
+"""The judge: one problem, many candidates, one verdict each.
+
+Order of a verdict: static scan -> load in a fresh sandbox -> correctness trials -> timing with the
+host-clock cross-check -> launched kernels -> speed-of-light check -> energy. The first rejection
+ends the evaluation; everything measured so far stays in the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from pathlib import Path
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
+from loopwise.kernels.evaluate.inputs import clone_args
+from loopwise.kernels.evaluate.measure import (ReferenceTimes, energy_in, is_library_kernel, time_in, timing_from,
+                                               versions)
+from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
+from loopwise.kernels.evaluate.reference import Reference
+from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
+
+log = logging.getLogger(__name__)
+
+COMPILE_CODES = {"syntax_error", "missing_modelnew", "compile_error"}
+EXPLOIT_CODES = {
+    "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
+    "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
+    "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor", "unwritten_output",
+    "side_stream",
+}
+# Host time above event time that is more than this fraction of the event time (plus a fixed
+# allowance for clock jitter) means work ran outside the timed stream.
+ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
+
+
+def status_for(reasons: list[Reason]) -> Status:
+    rejects = [r for r in reasons if r.severity == "reject"]
+    if not rejects:
+        return Status.CORRECT
+    codes = {r.code for r in rejects}
+    if codes & EXPLOIT_CODES:
+        return Status.EXPLOIT
+    if codes & COMPILE_CODES:
+        return Status.COMPILE_ERROR
+    return Status.WRONG_OUTPUT
+
+
+def resolve_device(requested: str = "auto") -> str:
+    import torch
+
+    if requested == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda:0" if requested in ("auto", "cuda") else requested
+    if requested == "cuda":
+        from loopwise.errors import UserError
+
+        raise UserError("no CUDA GPU is visible (torch.cuda.is_available() is False); use --device cpu")
+    return "cpu"
+
+
+class Judge:
+    """Evaluates candidates for one problem on one device."""
+
+    def __init__(self, problem, config: EvalConfig | None = None, device: str = "auto",
+                 pool: SandboxPool | None = None, log_dir: str | Path | None = None, spares: int = 1) -> None:
+        self.problem = problem
+        self.cfg = config or EvalConfig()
+        self.device = resolve_device(device)
+        settings = {"gpu_memory_fraction": self.cfg.gpu_memory_fraction, "host_memory_gb": self.cfg.host_memory_gb}
+        self.pool = pool or SandboxPool(self.device, settings, log_dir, spares=spares)
+        self._own_pool = pool is None
+        self._reference: Reference | None = None
+        self._floor = None
+        self.device_name = self._device_name()
+        self.ref_times = ReferenceTimes(self.pool, self.cfg, self.device_name)
+
+    def _device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(self.device) if self.device.startswith("cuda") else "cpu"
+
+    @property
+    def reference(self) -> Reference:
+        if self._reference is None:
+            from loopwise.kernels.evaluate.guards import pin_fp32_flags
+
+            pin_fp32_flags()
+            self._reference = Reference(self.problem.load_module(), self.device)
+        return self._reference
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------
+    def evaluate(self, source: str, name: str = "<candidate>") -> Evaluation:
+        """The verdict on one candidate source. Never raises for anything the candidate does."""
+        from loopwise.kernels import backends
+
+        t0 = time.perf_counter()
+        ev = Evaluation(status=Status.CORRECT, problem=self.problem.name, candidate=name,
+                        candidate_key=self._key(source), backend=backends.detect(source),
+                        device=self.device_name, policy=self.cfg.precision, tolerance=self.cfg.tolerance,
+                        statistic=self.cfg.statistic, versions=versions())
+        outcome = Outcome()
+        if self.cfg.static_check and self._static(source, outcome):
+            return self._finish(ev, outcome, t0)
+        box = self.pool.acquire()
+        try:
+            self._dynamic(source, box, ev, outcome)
+        except SandboxFailure as fail:
+            outcome.reject(fail.code, fail.message)
+            ev.status = Status(fail.status)
+        finally:
+            ev.log = box.log_tail()
+            box.kill()
+        return self._finish(ev, outcome, t0)
+
+    def _key(self, source: str) -> str:
+        h = hashlib.sha256(source.encode())
+        h.update(self.problem.sha256.encode())
+        h.update(self.cfg.model_dump_json().encode())
+        h.update(self.device_name.encode())
+        return h.hexdigest()
+
+    def _static(self, source: str, outcome: Outcome) -> bool:
+        from loopwise.kernels.check import scan
+
+        for reason in scan(source, policy=self.cfg.precision):
+            outcome.reasons.append(reason)
+        return outcome.rejected
+
+    def _finish(self, ev: Evaluation, outcome: Outcome, t0: float) -> Evaluation:
+        ev.reasons = list(outcome.reasons)
+        ev.trials = ev.trials or list(outcome.trials)
+        status = status_for(ev.reasons)
+        if ev.status in (Status.TIMEOUT, Status.CRASH, Status.OOM) and status is not Status.EXPLOIT:
+            status = ev.status
+        elif ev.status is Status.COMPILE_ERROR and status is not Status.EXPLOIT:
+            status = Status.COMPILE_ERROR
+        ev.status = status
+        if status is not Status.CORRECT:
+            ev.speedup = None
+        ev.eval_s = time.perf_counter() - t0
+        return ev
+
+    def _dynamic(self, source: str, box: Sandbox, ev: Evaluation, outcome: Outcome) -> None:
+        from loopwise.kernels.backends import device_arch
+
+        t_load = time.perf_counter()
+        try:
+            loaded = box.request("load", {"kind": "candidate", "problem_source": self.problem.source,
+                                          "candidate_source": source, "extensions_dir": self._extensions_dir(),
+                                          "backend_hints": {"arch": device_arch(self.device)}},
+                                 self.cfg.compile_timeout_s)
+        except SandboxFailure as fail:
+            if fail.status == "crash" and fail.code == "runtime_error":
+                fail = SandboxFailure("compile_error", "compile_error", fail.message)
+            ev.status = Status(fail.status)
+            outcome.reject(fail.code, fail.message)
+            return
+        ev.compile_s = time.perf_counter() - t_load
+        guard_reasons(loaded, outcome, self.cfg.precision)
+        if outcome.rejected:
+            return
+        base = self.cfg.seed if self.cfg.seed is not None else secrets.randbits(30)
+        runner = TrialRunner(self.reference, box, self.cfg, base)
+        runner.outcome = outcome
+        runner.run()
+        ev.trials = list(outcome.trials)
+        if outcome.rejected:
+            return
+        self._performance(box, ev, outcome, base)
+
+    def _extensions_dir(self) -> str:
+        from loopwise.kernels.evaluate.measure import cache_dir
+
+        path = cache_dir() / "extensions"
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def _timing_inputs(self, base: int) -> tuple[list, list | None]:
+        args = self.reference.draw(base + 500)
+        fresh = [self.reference.draw(base + 600 + k) for k in range(4)] if self.cfg.fresh_inputs else None
+        return args, fresh
+
+    def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int) -> None:
+        args, fresh = self._timing_inputs(base)
+        reply = time_in(box, args, self.cfg, fresh)
+        guard_reasons(reply, outcome, self.cfg.precision)
+        ev.timing = timing_from(reply)
+        event = ev.timing.median_ms
+        escaped = reply["escaped_ms"]
+        if self.device.startswith("cuda") and escaped > ESCAPE_FRACTION * event + ESCAPE_FIXED_MS:
+            outcome.reject("unsynchronized_work", f"the host waited {escaped:.3f} ms longer than the timed "
+                           f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
+                           escaped_ms=escaped, event_ms=event)
+        if outcome.rejected:
+            return
+        if self.device.startswith("cuda"):
+            self._launched_kernels(box, args, outcome)
+        ref = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, fresh)
+        ev.reference_timing = ref.timing
+        ev.reference_energy_j_per_call = ref.energy_j
+        if ref.timing is not None:
+            pick = (lambda t: t.median_ms) if self.cfg.statistic == "median" else (lambda t: t.mean_ms)
+            ev.speedup = pick(ref.timing) / max(pick(ev.timing), 1e-9)
+        self._speed_of_light(ev, outcome)
+        if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):
+            ev.energy_j_per_call = energy_in(box, args, self.cfg)
+
+    def _launched_kernels(self, box: Sandbox, args: list, outcome: Outcome) -> None:
+        try:
+            kernels = box.request("kernels", {"inputs": clone_args(args)}, self.cfg.run_timeout_s)["kernels"]
+        except SandboxFailure as fail:
+            outcome.note("profiler_failed", f"could not list launched kernels ({fail.message})", severity="info")
+            return
+        custom = [k for k in kernels if not is_library_kernel(k)]
+        if kernels and not custom:
+            names = ", ".join(sorted(kernels)[:3])
+            outcome.reject("pytorch_only", f"every kernel it launches comes from PyTorch or its libraries ({names})",
+                           kernels=len(kernels))
+        elif not kernels:
+            outcome.note("no_kernels", "one call launched no GPU kernel at all", severity="flag")
+
+    def _speed_of_light(self, ev: Evaluation, outcome: Outcome) -> None:
+        floor = self._floor_for()
+        if floor is None or ev.timing is None:
+            return
+        ev.floor_ms = floor.floor_ms
+        t = ev.timing.median_ms
+        if self.device.startswith("cuda") and t < 0.9 * floor.memory_ms:
+            outcome.reject("faster_than_floor", f"{t:.4f} ms is below the memory floor of {floor.memory_ms:.4f} ms "
+                           "(the bytes it must read at peak bandwidth)", time_ms=t, floor_ms=floor.memory_ms)
+        elif self.device.startswith("cuda") and t < floor.compute_ms:
+            outcome.note("below_compute_floor", f"{t:.4f} ms is below the compute floor of {floor.compute_ms:.4f} ms: "
+                         "an algebraic rewrite or an exploit; review it", time_ms=t, floor_ms=floor.compute_ms)
+        if ev.speedup is not None and ev.speedup > self.cfg.excessive_speedup:
+            outcome.note("excessive_speedup", f"{ev.speedup:.1f}x over eager exceeds {self.cfg.excessive_speedup:g}x: "
+                         "review it (honest speedups this large exist)", speedup=ev.speedup)
+
+    def _floor_for(self):
+        if self._floor is None:
+            try:
+                from loopwise.kernels.roofline.ceilings import load_or_measure
+                from loopwise.kernels.roofline.floor import count_work, speed_of_light
+
+                work = count_work(self.problem)
+                self._floor = speed_of_light(work, load_or_measure(self.device), self.cfg.precision)
+            except Exception as exc:  # noqa: BLE001 - the floor is advisory when it cannot be computed
+                log.info("no speed-of-light floor for %s: %s", self.problem.name, exc)
+                self._floor = False
+        return self._floor or None

@@ -1,0 +1,135 @@
+"""Timing, energy and launched kernels of a model loaded in a sandbox; reference variants
+(eager, torch.compile, max-autotune) measured the same way and cached per problem + GPU + versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.inputs import clone_args
+from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
+from loopwise.kernels.evaluate.result import TimingStats
+
+# Kernels that come from PyTorch, its libraries or its compiler rather than from the candidate.
+LIBRARY_KERNEL = re.compile(
+    r"(^|\s|::)(at::|at_cuda_detail|c10::|cub::|thrust::|cutlass::Kernel|cublas|cudnn|cask_|xmma|nvjet|"
+    r"sm\d+_xmma|ampere_|volta_|turing_|hopper_|gemv2|gemmk1|gemmSN|splitKreduce|implicit_convolve|"
+    r"cunn_|elementwise_kernel|vectorized_elementwise|unrolled_elementwise|reduce_kernel|Memcpy|Memset|"
+    r"triton_(poi|red|per|tem)_fused|fft|dot_kernel|scal_kernel|cutlass_\d+_|"
+    r"\(anonymous namespace\)::(softmax|cunn|upsample|im2col|max_pool|avg_pool))",
+    re.IGNORECASE,
+)
+
+
+def is_library_kernel(name: str) -> bool:
+    return bool(LIBRARY_KERNEL.search(name))
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LOOPWISE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "loopwise")
+    return Path(root)
+
+
+def versions() -> dict[str, str]:
+    import torch
+
+    out = {"torch": torch.__version__, "cuda": str(torch.version.cuda)}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = "none"
+    from loopwise import __version__
+
+    out["loopwise"] = __version__
+    return out
+
+
+def timing_from(reply: dict) -> TimingStats:
+    ev = reply["event"]
+    return TimingStats(trials=ev["trials"], median_ms=ev["median_ms"], mean_ms=ev["mean_ms"], std_ms=ev["std_ms"],
+                       min_ms=ev["min_ms"], max_ms=ev["max_ms"], host_median_ms=reply["host"]["median_ms"],
+                       method=reply["method"])
+
+
+def time_in(box: Sandbox, args: list, cfg: EvalConfig, fresh: list | None) -> dict:
+    payload = {"inputs": clone_args(args), "trials": cfg.perf_trials, "warmup": cfg.warmup, "fresh": [clone_args(f) for f in fresh] if fresh else None}
+    return box.request("time", payload, cfg.run_timeout_s + cfg.perf_trials * 5.0)
+
+
+def energy_in(box: Sandbox, args: list, cfg: EvalConfig) -> float | None:
+    reply = box.request("energy", {"inputs": clone_args(args), "min_seconds": cfg.energy_min_s}, cfg.run_timeout_s)
+    energy = reply.get("energy")
+    if not energy:
+        return None
+    return energy.get("joules_per_call")
+
+
+@dataclass
+class VariantResult:
+    kind: str
+    timing: TimingStats | None
+    energy_j: float | None
+    status: str
+    message: str = ""
+    load_s: float | None = None
+
+
+class ReferenceTimes:
+    """Eager (and compiled) reference timings, cached in memory and on disk."""
+
+    def __init__(self, pool: SandboxPool, cfg: EvalConfig, device_name: str, use_disk: bool = True) -> None:
+        self.pool, self.cfg, self.device_name = pool, cfg, device_name
+        self.use_disk = use_disk
+        self._memory: dict[str, VariantResult] = {}
+
+    def _key(self, problem_sha: str, kind: str) -> str:
+        v = versions()
+        parts = [problem_sha[:16], kind, self.device_name, v["torch"], v["triton"], str(self.cfg.perf_trials),
+                 str(self.cfg.warmup), str(self.cfg.fresh_inputs), str(self.cfg.energy)]
+        return re.sub(r"[^A-Za-z0-9_.+-]", "_", "-".join(parts))
+
+    def _path(self, key: str) -> Path:
+        return cache_dir() / "baselines" / f"{key}.json"
+
+    def get(self, problem_sha: str, problem_source: str, kind: str, args: list, fresh: list | None) -> VariantResult:
+        key = self._key(problem_sha, kind)
+        if key in self._memory:
+            return self._memory[key]
+        path = self._path(key)
+        if self.use_disk and path.is_file():
+            data = json.loads(path.read_text())
+            timing = TimingStats(**data["timing"]) if data.get("timing") else None
+            result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""))
+        else:
+            result = measure_variant(self.pool, problem_source, kind, self.cfg, args, fresh)
+            if self.use_disk and result.status == "ok":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                payload = {"timing": result.timing.model_dump() if result.timing else None,
+                           "energy_j": result.energy_j, "status": result.status, "message": result.message}
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(payload))
+                os.replace(tmp, path)
+        self._memory[key] = result
+        return result
+
+
+def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: EvalConfig, args: list,
+                    fresh: list | None) -> VariantResult:
+    """Times the reference as ``kind`` (eager / compile / max-autotune) in a fresh sandbox."""
+    box = pool.acquire()
+    try:
+        loaded = box.request("load", {"kind": kind, "problem_source": problem_source}, cfg.compile_timeout_s)
+        reply = time_in(box, args, cfg, fresh)
+        energy = energy_in(box, args, cfg) if cfg.energy and pool.device.startswith("cuda") else None
+        return VariantResult(kind, timing_from(reply), energy, "ok", load_s=loaded.get("load_s"))
+    except SandboxFailure as fail:
+        return VariantResult(kind, None, None, fail.status, f"{fail.code}: {fail.message}")
+    finally:
+        box.kill()

@@ -1,0 +1,176 @@
+"""Sandbox processes: spawned ahead of time, one per candidate, killed after use or on a fault.
+
+The judge talks to a sandbox through ``request``, which enforces the timeout of each phase and a
+host-memory limit, and turns every way a process can fail (exception, hang, signal, CUDA fault,
+out-of-memory) into a ``SandboxFailure`` carrying an evaluation status.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+_POLL_S = 0.05
+
+
+class SandboxFailure(Exception):
+    """A request that ended without an answer: status is one of the Evaluation statuses."""
+
+    def __init__(self, status: str, code: str, message: str) -> None:
+        super().__init__(f"{status}/{code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _death_reason(exitcode: int | None, log_tail: str) -> SandboxFailure:
+    text = log_tail.lower()
+    if "out of memory" in text:
+        return SandboxFailure("oom", "out_of_memory", "the sandbox ran out of memory")
+    if "illegal memory access" in text or "cuda error" in text:
+        return SandboxFailure("crash", "cuda_fault", "CUDA fault: " + _last_line(log_tail, "cuda"))
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return SandboxFailure("crash", "killed_by_signal", f"the sandbox process died of {name}")
+    return SandboxFailure("crash", "process_exit", f"the sandbox process exited with status {exitcode}")
+
+
+def _last_line(text: str, needle: str) -> str:
+    for line in reversed(text.splitlines()):
+        if needle in line.lower():
+            return line.strip()[:300]
+    return ""
+
+
+class Sandbox:
+    """One sandbox process and the pipe to it."""
+
+    def __init__(self, device: str, settings: dict, log_path: Path) -> None:
+        from loopwise.kernels.evaluate.sandbox import sandbox_main
+
+        ctx = mp.get_context("spawn")
+        self.log_path = log_path
+        self.settings = settings
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=sandbox_main, args=(child, device, str(log_path), settings),
+                                daemon=True, name="loopwise-sandbox")
+        self.started = time.perf_counter()
+        self.proc.start()
+        child.close()
+        self.info: dict | None = None
+        self.ready_s: float | None = None
+
+    def wait_ready(self, timeout: float) -> dict:
+        if self.info is None:
+            kind, info = self._receive(timeout, "start")
+            self.info = info
+            self.ready_s = time.perf_counter() - self.started
+        return self.info
+
+    def request(self, op: str, payload: dict, timeout: float) -> dict:
+        """Sends one request and waits for its answer; raises SandboxFailure on any failure."""
+        self.wait_ready(timeout=max(timeout, 300.0))
+        try:
+            self.conn.send((op, payload))
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        kind, body = self._receive(timeout, op)
+        if kind == "error":
+            raise SandboxFailure(body["status"], body["code"], body["message"])
+        return body
+
+    def _receive(self, timeout: float, phase: str):
+        limit = float(self.settings.get("host_memory_gb", 32.0)) * 2**30
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.conn.poll(_POLL_S):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                raise self._died() from None
+            if not self.proc.is_alive():
+                raise self._died()
+            if _rss_bytes(self.proc.pid) > limit:
+                self.kill()
+                raise SandboxFailure("oom", "host_memory_limit",
+                                     f"the sandbox used more than {limit / 2**30:.0f} GiB of host memory")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise SandboxFailure("timeout", f"{phase}_timeout", f"no answer after {timeout:.0f}s during {phase}")
+
+    def _died(self) -> SandboxFailure:
+        self.proc.join(timeout=5)
+        return _death_reason(self.proc.exitcode, self.log_tail())
+
+    def log_tail(self, limit: int = 20000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode("utf-8", errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(("exit", {}))
+            except (OSError, ValueError):
+                pass
+            self.proc.join(timeout=0.5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
+
+class SandboxPool:
+    """Keeps ``spares`` sandboxes started so an evaluation does not wait for torch and CUDA to load."""
+
+    def __init__(self, device: str, settings: dict, log_dir: str | Path | None = None, spares: int = 1) -> None:
+        self.device = device
+        self.settings = dict(settings)
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="loopwise-logs-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.spares = spares
+        self._ready: list[Sandbox] = []
+        self._count = 0
+        self._fill()
+
+    def _start(self) -> Sandbox:
+        self._count += 1
+        return Sandbox(self.device, self.settings, self.log_dir / f"sandbox-{os.getpid()}-{self._count}.log")
+
+    def _fill(self) -> None:
+        while len(self._ready) < self.spares:
+            self._ready.append(self._start())
+
+    def acquire(self) -> Sandbox:
+        """A fresh sandbox (never one that ran other candidate code); starts its replacement."""
+        box = self._ready.pop(0) if self._ready else self._start()
+        self._fill()
+        return box
+
+    def close(self) -> None:
+        for box in self._ready:
+            box.kill()
+        self._ready.clear()
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

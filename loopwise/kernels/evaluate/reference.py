@@ -1,0 +1,86 @@
+"""The trusted side of correctness: the reference model, its inputs and outputs, in the judge.
+
+The reference never runs in the candidate's process, so a candidate cannot reuse its freed output,
+find it through the garbage collector, or read it from another module's globals.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import ModuleType
+
+from loopwise.kernels.evaluate import inputs as inp
+
+
+class Reference:
+    """Reference outputs on demand for (seed, distribution), on the judge's device."""
+
+    def __init__(self, module: ModuleType, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.module = module
+        self.device = device
+        self.model = inp.build_model(module.Model, inp.init_inputs(module, device), device)
+        self._model64 = None
+        self._model64_error: str | None = None
+        self._draws: dict[int, list] = {}
+
+    def draw(self, seed: int) -> list:
+        """CPU inputs of the problem's own distribution for ``seed`` (memoized for one reuse)."""
+        if seed not in self._draws:
+            self._draws[seed] = inp.draw_inputs(self.module, seed)
+        return self._draws[seed]
+
+    def forget(self, seed: int) -> None:
+        self._draws.pop(seed, None)
+
+    def run(self, args_cpu: list) -> tuple[list, list[int]]:
+        """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
+        torch = self.torch
+        args = inp.to_device(args_cpu, self.device)
+        pristine = inp.clone_args(args)
+        with torch.no_grad():
+            out = inp.flatten_outputs(self.model(*args))
+        mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
+                   if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
+        return [o.detach() if isinstance(o, torch.Tensor) else o for o in out], mutated
+
+    def model64(self):
+        """A float64 copy of the reference model, or None when the model cannot run in float64."""
+        if self._model64 is None and self._model64_error is None:
+            try:
+                self._model64 = copy.deepcopy(self.model).double()
+            except Exception as exc:  # noqa: BLE001 - some modules refuse float64; stress is skipped
+                self._model64_error = f"{type(exc).__name__}: {exc}"
+        return self._model64
+
+    def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
+        """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
+        torch = self.torch
+        base = inp.to_device(inp.draw_inputs(self.module, seed), self.device)
+        args = inp.stress_variant(base, seed, distribution, self.device)
+        with torch.no_grad():
+            out32 = inp.flatten_outputs(self.model(*inp.clone_args(args)))
+        if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
+            return None
+        model64 = self.model64()
+        if model64 is None:
+            return None
+        args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        try:
+            with torch.no_grad():
+                out64 = inp.flatten_outputs(model64(*args64))
+        except Exception as exc:  # noqa: BLE001
+            self._model64_error = f"{type(exc).__name__}: {exc}"
+            return None
+        args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+        return args_cpu, out32, out64
+
+    @property
+    def model64_error(self) -> str | None:
+        return self._model64_error
+
+    def out_specs(self, outputs: list) -> list[tuple[list[int], str]]:
+        torch = self.torch
+        return [(list(o.shape), str(o.dtype)) for o in outputs if isinstance(o, torch.Tensor)]

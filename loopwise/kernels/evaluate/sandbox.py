@@ -1,0 +1,309 @@
+"""The sandbox: the only process where candidate code runs.
+
+One fresh process per candidate (spawned, never forked, so CUDA starts clean), started ahead of
+time by the pool. It never sees reference outputs: the judge sends inputs and output shapes, the
+sandbox sends back what the candidate computed, plus what its guards saw. A crash, hang or CUDA
+fault here costs one evaluation; the judge kills the process and the pool starts another.
+
+Protocol: the judge sends ``(op, payload)``; the sandbox answers ``("ok", dict)`` or
+``("error", {"status", "code", "message"})``. Tensors travel as CPU tensors in shared memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+import traceback
+from types import ModuleType
+
+from loopwise.kernels.evaluate import guards, inputs, timing
+
+_type = type  # captured before candidate code can touch builtins
+
+
+class CandidateFailure(Exception):
+    def __init__(self, status: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _redirect_output(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _exec_problem(source: str, strip_models: bool) -> ModuleType:
+    """The problem's inputs without its reference: nn.Module classes are removed when asked."""
+    import torch
+
+    module = ModuleType("loopwise_problem")
+    module.__file__ = "<problem>"
+    exec(compile(source, "<problem>", "exec"), module.__dict__)
+    if strip_models:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, type) and issubclass(value, torch.nn.Module):
+                delattr(module, name)
+    return module
+
+
+def _import_candidate(source: str, workdir: str) -> ModuleType:
+    # A real file, because Triton reads kernel source through inspect.
+    path = os.path.join(workdir, "candidate_module.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(source)
+    spec = importlib.util.spec_from_file_location("candidate_module", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate_module"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def classify_exception(exc: BaseException, phase: str) -> CandidateFailure:
+    """Maps an exception raised by candidate code to an evaluation status."""
+    import torch
+
+    text = f"{_type(exc).__name__}: {exc}"
+    first = text.strip().splitlines()[0][:500] if text.strip() else _type(exc).__name__
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
+        return CandidateFailure("oom", "out_of_memory", first)
+    lowered = text.lower()
+    if "illegal memory access" in lowered or "cuda error" in lowered or "misaligned address" in lowered \
+            or "device-side assert" in lowered or "unspecified launch failure" in lowered:
+        return CandidateFailure("crash", "cuda_fault", first)
+    mod = _type(exc).__module__ or ""
+    if phase == "load" or "CompilationError" in _type(exc).__name__ or mod.startswith("triton.compiler") \
+            or "Error building extension" in text or "ninja" in lowered:
+        return CandidateFailure("compile_error", "compile_error", first)
+    return CandidateFailure("crash", "runtime_error", first)
+
+
+class Session:
+    """State of one sandbox: the problem inputs, the loaded model, the guards."""
+
+    def __init__(self, device: str, settings: dict) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.settings = settings
+        self.workdir = tempfile.mkdtemp(prefix="loopwise-sandbox-")
+        self.clock = timing.Clock(device)
+        self.watch = guards.ThreadWatch()
+        self.guard: guards.IdentityGuard | None = None
+        self.flags_before: dict = {}
+        self.model = None
+        self.problem: ModuleType | None = None
+
+    # -- load -------------------------------------------------------------------------------
+    def load(self, req: dict) -> dict:
+        torch = self.torch
+        kind = req["kind"]
+        guards.pin_fp32_flags()
+        self.flags_before = guards.precision_flags()
+        self.guard = guards.IdentityGuard(sys.modules[__name__], timing, guards, inputs)
+        t0 = time.perf_counter()
+        try:
+            self.problem = _exec_problem(req["problem_source"], strip_models=(kind == "candidate"))
+            if kind == "candidate":
+                ext_dir = req.get("extensions_dir")
+                if ext_dir:
+                    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+                from loopwise.kernels import backends
+
+                backends.prepare_environment(req.get("backend_hints", {}), self.device)
+                module = _import_candidate(req["candidate_source"], self.workdir)
+                cls = getattr(module, "ModelNew", None)
+                if cls is None:
+                    raise CandidateFailure("compile_error", "missing_modelnew", "the candidate defines no ModelNew")
+            else:
+                ref = _exec_problem(req["problem_source"], strip_models=False)
+                cls = ref.Model
+            model = inputs.build_model(cls, inputs.init_inputs(self.problem, self.device), self.device)
+            if kind in ("compile", "max-autotune"):
+                mode = None if kind == "compile" else "max-autotune-no-cudagraphs"
+                model = torch.compile(model, mode=mode)
+        except CandidateFailure:
+            raise
+        except BaseException as exc:  # candidate code may raise anything, SystemExit included
+            traceback.print_exc()
+            raise classify_exception(exc, "load") from None
+        self.model = model
+        return {"load_s": time.perf_counter() - t0, **self._violations()}
+
+    def _violations(self) -> dict:
+        flags = guards.precision_flags()
+        changed = {k: (self.flags_before[k], v) for k, v in flags.items() if self.flags_before.get(k) != v}
+        return {"patched": self.guard.changed() if self.guard else [],
+                "flags_changed": {k: f"{a} -> {b}" for k, (a, b) in changed.items()}}
+
+    # -- one correctness trial -------------------------------------------------------------
+    def _poison_allocator(self, out_specs: list) -> None:
+        """Leaves freed blocks of each output's size filled with the poison pattern."""
+        from loopwise.kernels.evaluate.compare import poison
+
+        torch = self.torch
+        blocks = []
+        for shape, dtype in out_specs:
+            t = torch.empty(shape, dtype=getattr(torch, dtype.split(".", 1)[1]), device=self.device)
+            poison(t)
+            blocks.append(t)
+        del blocks
+
+    def _call(self, args: list) -> tuple[list, list[str]]:
+        torch = self.torch
+        before = self.watch.snapshot()
+        try:
+            with torch.no_grad():
+                out = self.model(*args)
+            self.clock.sync()
+        except BaseException as exc:
+            traceback.print_exc()
+            raise classify_exception(exc, "run") from None
+        return inputs.flatten_outputs(out), self.watch.new_since(before)
+
+    def _export(self, outs: list) -> tuple[list, list[str]]:
+        torch = self.torch
+        kinds = [_type(o).__name__ for o in outs]
+        exported = []
+        for o in outs:
+            if _type(o) is torch.Tensor:
+                exported.append(torch.Tensor.cpu(o.detach()))
+            else:
+                exported.append(None)
+        return exported, kinds
+
+    def trial(self, req: dict) -> dict:
+        torch = self.torch
+        args = inputs.to_device(req["inputs"], self.device)
+        pristine = inputs.clone_args(args)
+        self._poison_allocator(req["out_specs"])
+        outs, threads = self._call(args)
+        mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
+                   if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
+        reply = {"threads": threads, "mutated": mutated}
+        reply["outputs"], reply["types"] = self._export(outs)
+        del outs
+        if req.get("repeat"):
+            self._poison_allocator(req["out_specs"])
+            outs, more = self._call(inputs.clone_args(pristine))
+            reply["repeat_outputs"], _ = self._export(outs)
+            reply["threads"] += more
+        if req.get("refill") is not None:
+            # Same buffers, new values: a cache keyed on pointers or shapes returns stale results.
+            fresh = inputs.to_device(req["refill"], self.device)
+            for a, f in zip(args, fresh):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(f)
+            self._poison_allocator(req["out_specs"])
+            outs, more = self._call(args)
+            reply["refill_outputs"], _ = self._export(outs)
+            reply["threads"] += more
+        reply.update(self._violations())
+        return reply
+
+    # -- timing ----------------------------------------------------------------------------
+    def time(self, req: dict) -> dict:
+        args = inputs.to_device(req["inputs"], self.device)
+        fresh = [inputs.to_device(s, self.device) for s in req.get("fresh") or []]
+        current = {"args": args}
+
+        def before(i: int) -> None:
+            if fresh:
+                current["args"] = fresh[i % len(fresh)]
+
+        model, torch = self.model, self.torch
+
+        def call() -> None:
+            with torch.no_grad():
+                model(*current["args"])
+
+        threads_before, native_before = self.watch.snapshot(), guards.native_thread_count()
+        try:
+            samples = self.clock.run(call, req["trials"], req["warmup"], before if fresh else None)
+        except BaseException as exc:
+            traceback.print_exc()
+            raise classify_exception(exc, "run") from None
+        noop = self.clock.run(lambda: None, min(req["trials"], 50), 3)
+        reply = {
+            "event": timing.stats(samples.event_ms), "host": timing.stats(samples.host_ms),
+            "noop_host": timing.stats(noop.host_ms), "method": samples.method,
+            "escaped_ms": timing.escaped_work_ms(samples, noop),
+            "threads": self.watch.new_since(threads_before),
+            "native_threads_added": guards.native_thread_count() - native_before,
+        }
+        reply.update(self._violations())
+        return reply
+
+    # -- energy and launched kernels -------------------------------------------------------
+    def energy(self, req: dict) -> dict:
+        from loopwise.kernels.evaluate.energy import measure_energy
+
+        args = inputs.to_device(req["inputs"], self.device)
+        model, torch = self.model, self.torch
+
+        def call() -> None:
+            with torch.no_grad():
+                model(*args)
+
+        index = torch.cuda.current_device() if self.device.startswith("cuda") else 0
+        result = measure_energy(call, device_index=index, min_seconds=req.get("min_seconds", 0.2),
+                                sync=self.clock.sync)
+        return {"energy": None if result is None else result.__dict__ if hasattr(result, "__dict__")
+                else dict(result)}
+
+    def kernels(self, req: dict) -> dict:
+        """Names and device time of the kernels one call launches (torch.profiler)."""
+        torch = self.torch
+        args = inputs.to_device(req["inputs"], self.device)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with torch.no_grad():
+                self.model(*args)
+            self.clock.sync()
+        launched: dict[str, float] = {}
+        for evt in prof.events():
+            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+                launched[evt.name] = launched.get(evt.name, 0.0) + float(getattr(evt, "device_time", 0.0) or 0.0)
+        return {"kernels": launched}
+
+
+OPS = {"load", "trial", "time", "energy", "kernels"}
+
+
+def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
+    """Entry point of the sandbox process."""
+    _redirect_output(log_path)
+    import torch
+    import torch.multiprocessing  # noqa: F401 - registers tensor reductions for the pipe
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        frac = settings.get("gpu_memory_fraction")
+        if frac:
+            torch.cuda.set_per_process_memory_fraction(float(frac))
+    session = Session(device, settings)
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    conn.send(("ready", {"pid": os.getpid(), "device_name": name, "torch": torch.__version__}))
+    while True:
+        try:
+            op, payload = conn.recv()
+        except EOFError:
+            return
+        if op == "exit":
+            return
+        try:
+            if op not in OPS:
+                raise CandidateFailure("crash", "protocol", f"unknown request {op!r}")
+            conn.send(("ok", getattr(session, op)(payload)))
+        except CandidateFailure as fail:
+            conn.send(("error", {"status": fail.status, "code": fail.code, "message": fail.message}))
+            if fail.code == "cuda_fault":
+                sys.stdout.flush()
+                os._exit(3)  # the CUDA context is dead; the pool starts a fresh process

@@ -1,0 +1,100 @@
+"""Timing inside the sandbox: CUDA events like KernelBench, with a host-clock cross-check.
+
+Per trial: synchronize the device (all streams), flush L2 by overwriting a buffer larger than it,
+record the start event, call, record the end event, synchronize the device. The host clock runs
+around the same region; a calibrated no-op gives its fixed overhead, so host time far above event
+time means work escaped the timed stream (a side stream or a thread).
+
+The functions used here are captured at import, before any candidate code runs, so a candidate
+that patches ``torch.cuda.Event`` or ``time.perf_counter`` cannot change our clock (and the guards
+report the patch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+_perf_counter = time.perf_counter
+FLUSH_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class Samples:
+    event_ms: list[float]
+    host_ms: list[float]
+    method: str
+
+
+class Clock:
+    """Device clock with captured torch functions (CUDA) or the host clock (CPU)."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = device.startswith("cuda")
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        if self.cuda:
+            self._event_cls = torch.cuda.Event
+            self._record = torch.cuda.Event.record
+            self._elapsed = torch.cuda.Event.elapsed_time
+            self._flush = torch.empty(FLUSH_BYTES // 8, dtype=torch.int64, device=device)
+        else:
+            self._flush = torch.empty(64 * 1024 * 1024 // 8, dtype=torch.int64)
+
+    def sync(self) -> None:
+        self._sync()
+
+    def flush(self) -> None:
+        self._flush.fill_(42)
+
+    def run(self, fn: Callable[[], object], trials: int, warmup: int,
+            before: Callable[[int], None] | None = None) -> Samples:
+        """Times ``fn`` ``trials`` times after ``warmup`` calls; ``before(i)`` runs untimed."""
+        for _ in range(warmup):
+            fn()
+            self._sync()
+        event_ms: list[float] = []
+        host_ms: list[float] = []
+        for i in range(trials):
+            if before is not None:
+                before(i)
+            self._sync()
+            self.flush()
+            self._sync()
+            if self.cuda:
+                start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
+                t0 = _perf_counter()
+                self._record(start)
+                fn()
+                self._record(end)
+                self._sync()
+                t1 = _perf_counter()
+                event_ms.append(self._elapsed(start, end))
+            else:
+                t0 = _perf_counter()
+                fn()
+                t1 = _perf_counter()
+                event_ms.append((t1 - t0) * 1e3)
+            host_ms.append((t1 - t0) * 1e3)
+        return Samples(event_ms, host_ms, "cuda_event" if self.cuda else "host_clock")
+
+
+def stats(values: list[float]) -> dict:
+    return {
+        "trials": len(values),
+        "median_ms": statistics.median(values),
+        "mean_ms": statistics.fmean(values),
+        "std_ms": statistics.pstdev(values) if len(values) > 1 else 0.0,
+        "min_ms": min(values),
+        "max_ms": max(values),
+    }
+
+
+def escaped_work_ms(samples: Samples, noop: Samples) -> float:
+    """Host time not explained by event time plus the fixed cost of an empty call."""
+    return (statistics.median(samples.host_ms) - statistics.median(noop.host_ms)
+            - statistics.median(samples.event_ms))
