@@ -34,6 +34,9 @@ EXPLOIT_CODES = {
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.
 ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
+# The memory floor uses the measured copy bandwidth (~4.3 TB/s on an H200); a pure read stream
+# can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
+FLOOR_MARGIN = 0.8
 
 
 def status_for(reasons: list[Reason]) -> Status:
@@ -109,7 +112,7 @@ class Judge:
 
         t0 = time.perf_counter()
         ev = Evaluation(status=Status.CORRECT, problem=self.problem.name, candidate=name,
-                        candidate_key=self._key(source), backend=backends.detect(source),
+                        candidate_key=self.key(source), backend=backends.detect(source),
                         device=self.device_name, policy=self.cfg.precision, tolerance=self.cfg.tolerance,
                         statistic=self.cfg.statistic, versions=versions())
         outcome = Outcome()
@@ -126,7 +129,7 @@ class Judge:
             box.kill()
         return self._finish(ev, outcome, t0)
 
-    def _key(self, source: str) -> str:
+    def key(self, source: str) -> str:
         h = hashlib.sha256(source.encode())
         h.update(self.problem.sha256.encode())
         h.update(self.cfg.model_dump_json().encode())
@@ -239,10 +242,11 @@ class Judge:
             return
         ev.floor_ms = floor.floor_ms
         t = ev.timing.median_ms
-        if self.device.startswith("cuda") and t < 0.9 * floor.memory_ms:
+        on_gpu = self.device.startswith("cuda")
+        if on_gpu and floor.memory_ms and t < FLOOR_MARGIN * floor.memory_ms:
             outcome.reject("faster_than_floor", f"{t:.4f} ms is below the memory floor of {floor.memory_ms:.4f} ms "
                            "(the bytes it must read at peak bandwidth)", time_ms=t, floor_ms=floor.memory_ms)
-        elif self.device.startswith("cuda") and t < floor.compute_ms:
+        elif on_gpu and floor.compute_ms and t < floor.compute_ms:
             outcome.note("below_compute_floor", f"{t:.4f} ms is below the compute floor of {floor.compute_ms:.4f} ms: "
                          "an algebraic rewrite or an exploit; review it", time_ms=t, floor_ms=floor.compute_ms)
         if ev.speedup is not None and ev.speedup > self.cfg.excessive_speedup:

@@ -1,0 +1,75 @@
+"""The ``loopwise`` command line. Heavy modules load inside commands, so ``--help`` is instant."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from loopwise import __version__
+from loopwise.errors import UserError
+
+app = typer.Typer(
+    name="loopwise",
+    help="Optimizes ML systems the way an expert does: diagnose, propose, measure, search.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loopwise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """loopwise: kernels, training schedules and memory plans, searched and measured."""
+
+
+def _register() -> None:
+    from loopwise.demo import demo
+    from loopwise.kernels.cli import app as kernels_app
+    from loopwise.runs_cli import app as runs_app
+
+    app.add_typer(kernels_app, name="kernels", help="GPU kernels for PyTorch modules: evaluate, check, baseline.")
+    app.add_typer(runs_app, name="runs", help="Runs recorded in the run store.")
+    app.command("demo", help="The main job on the embedded defaults (no API key needed).")(demo)
+
+
+_register()
+
+
+def main() -> None:
+    """Console entry point: user mistakes are one line on stderr and exit status 2."""
+    try:
+        app(standalone_mode=False)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors come here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        if os.environ.get("LOOPWISE_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set LOOPWISE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

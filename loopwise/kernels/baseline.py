@@ -1,0 +1,80 @@
+"""Reference variants of a problem side by side: eager, torch.compile, max-autotune, and the
+speed-of-light floor; each variant timed in its own sandbox exactly like a candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loopwise.core.config import Config
+from loopwise.kernels.evaluate.measure import ReferenceTimes, VariantResult
+from loopwise.kernels.evaluate.pool import SandboxPool
+
+
+@dataclass
+class BaselineRow:
+    problem: str
+    device: str
+    eager: VariantResult
+    compile: VariantResult | None
+    max_autotune: VariantResult | None
+    floor_ms: float | None
+    floor_bound: str | None
+    floor_note: str = ""
+
+    def speedup(self, variant: VariantResult | None, statistic: str = "median") -> float | None:
+        if variant is None or variant.timing is None or self.eager.timing is None:
+            return None
+        pick = (lambda t: t.median_ms) if statistic == "median" else (lambda t: t.mean_ms)
+        return pick(self.eager.timing) / max(pick(variant.timing), 1e-9)
+
+    def to_json_dict(self, statistic: str = "median") -> dict:
+        def one(v: VariantResult | None) -> dict | None:
+            if v is None:
+                return None
+            return {"status": v.status, "message": v.message, "load_s": v.load_s, "energy_j_per_call": v.energy_j,
+                    "timing": v.timing.model_dump() if v.timing else None,
+                    "speedup_vs_eager": self.speedup(v, statistic)}
+
+        return {"problem": self.problem, "device": self.device, "eager": one(self.eager),
+                "compile": one(self.compile), "max_autotune": one(self.max_autotune),
+                "floor_ms": self.floor_ms, "floor_bound": self.floor_bound, "floor_note": self.floor_note}
+
+
+def _floor(problem, device: str, policy: str) -> tuple[float | None, str | None, str]:
+    try:
+        from loopwise.kernels.roofline.ceilings import load_or_measure
+        from loopwise.kernels.roofline.floor import count_work, speed_of_light
+
+        floor = speed_of_light(count_work(problem), load_or_measure(device), policy)
+        return floor.floor_ms, floor.bound, ""
+    except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
+        return None, None, f"{type(exc).__name__}: {exc}"
+
+
+def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPool | None = None) -> BaselineRow:
+    """Times eager (and the configured compiled variants) of one problem, and its floor."""
+    from loopwise.kernels.evaluate.inputs import draw_inputs
+    from loopwise.kernels.evaluate.judge import resolve_device
+
+    cfg = config.kernels.eval.model_copy(update={"perf_trials": config.kernels.baseline.perf_trials})
+    device = resolve_device(device)
+    own = pool is None
+    settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}
+    pool = pool or SandboxPool(device, settings, spares=0)
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+        times = ReferenceTimes(pool, cfg, name, use_disk=config.kernels.baseline.cache)
+        args = draw_inputs(problem.load_module(), cfg.seed if cfg.seed is not None else 0)
+        eager = times.get(problem.sha256, problem.source, "eager", args, None)
+        compiled = times.get(problem.sha256, problem.source, "compile", args, None) \
+            if config.kernels.baseline.compile else None
+        tuned = times.get(problem.sha256, problem.source, "max-autotune", args, None) \
+            if config.kernels.baseline.max_autotune else None
+        floor_ms, bound, note = _floor(problem, device, cfg.precision)
+        return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note)
+    finally:
+        if own:
+            pool.close()

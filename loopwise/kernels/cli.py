@@ -1,0 +1,123 @@
+"""``loopwise kernels ...``: eval, check, baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from loopwise.errors import CandidateError, UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
+CONFIG = typer.Option(None, "--config", "-c", help="YAML config file.")
+SET = typer.Option(None, "--set", help="Override a config value, e.g. --set kernels.eval.perf_trials=50.")
+KERNELBENCH = typer.Option(None, "--kernelbench", help="KernelBench checkout for kernelbench:LEVEL/ID "
+                           "(default: $LOOPWISE_KERNELBENCH or ./third_party/KernelBench).")
+DEVICE = typer.Option(None, "--device", help="auto, cuda, cuda:N or cpu.")
+
+
+def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[str]):
+    from loopwise.core.config import load_config
+
+    return load_config(config, list(overrides or []) + extra)
+
+
+def _read_candidate(path: Path) -> str:
+    if not path.is_file():
+        raise CandidateError(f"{path}: candidate file not found")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CandidateError(f"{path}: not a UTF-8 text file") from None
+
+
+@app.command("eval")
+def eval_cmd(
+    problem: str = typer.Argument(..., help="Problem file or kernelbench:LEVEL/ID."),
+    candidates: List[Path] = typer.Argument(..., help="Candidate source file(s) defining ModelNew."),
+    tolerance: Optional[str] = typer.Option(None, help="strict (1e-4, default) or legacy (1e-2)."),
+    precision: Optional[str] = typer.Option(None, help="fp32 (default: no TF32/fp16/bf16 math) or relaxed."),
+    trials: Optional[int] = typer.Option(None, help="Correctness trials (default 5)."),
+    perf_trials: Optional[int] = typer.Option(None, help="Timed calls (default 100)."),
+    no_static: bool = typer.Option(False, "--no-static", help="Skip the static scan (dynamic checks only)."),
+    resume: Optional[str] = typer.Option(None, help="Resume run ID: candidates already judged are not re-run."),
+    kernelbench: Optional[str] = KERNELBENCH,
+    device: Optional[str] = DEVICE,
+    config: Optional[Path] = CONFIG,
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = JSON,
+) -> None:
+    """Judge candidates: correct?, speedup, energy, and the reasons behind the verdict."""
+    from loopwise.kernels.run_eval import evaluate_candidates
+
+    extra = []
+    for key, value in (("tolerance", tolerance), ("precision", precision), ("correct_trials", trials),
+                       ("perf_trials", perf_trials)):
+        if value is not None:
+            extra.append(f"kernels.eval.{key}={value}")
+    if no_static:
+        extra.append("kernels.eval.static_check=false")
+    if device:
+        extra.append(f"kernels.device={device}")
+    if kernelbench:
+        extra.append(f"kernels.kernelbench={kernelbench}")
+    cfg = _config(config, overrides, extra)
+    sources = [(str(p), _read_candidate(p)) for p in candidates]
+    code = evaluate_candidates(problem, sources, cfg, as_json=as_json, resume=resume)
+    raise typer.Exit(code)
+
+
+@app.command("check")
+def check_cmd(
+    candidates: List[Path] = typer.Argument(..., help="Candidate source file(s)."),
+    policy: str = typer.Option("fp32", help="Precision policy: fp32 or relaxed."),
+    as_json: bool = JSON,
+) -> None:
+    """Static exploit and precision scan (no GPU needed). Exit status 1 if any candidate is rejected."""
+    from loopwise.kernels.check import scan
+    from loopwise.kernels.report import print_check
+
+    if policy not in ("fp32", "relaxed"):
+        raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")
+    results = [(str(p), scan(_read_candidate(p), policy=policy, filename=str(p))) for p in candidates]
+    rejected = any(any(r.severity == "reject" for r in reasons) for _, reasons in results)
+    if as_json:
+        typer.echo(json.dumps([{"candidate": name, "rejected": any(r.severity == "reject" for r in reasons),
+                                "reasons": [r.model_dump() for r in reasons]} for name, reasons in results],
+                              indent=2))
+    else:
+        print_check(results, policy)
+    raise typer.Exit(1 if rejected else 0)
+
+
+@app.command("baseline")
+def baseline_cmd(
+    problems: List[str] = typer.Argument(..., help="Problem files or kernelbench:LEVEL/ID."),
+    max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile max-autotune."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Skip torch.compile (default mode)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Measure again even if cached."),
+    kernelbench: Optional[str] = KERNELBENCH,
+    device: Optional[str] = DEVICE,
+    config: Optional[Path] = CONFIG,
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = JSON,
+) -> None:
+    """Eager vs torch.compile (vs max-autotune) vs the speed-of-light floor, per problem."""
+    from loopwise.kernels.run_eval import baseline_problems
+
+    extra = []
+    if max_autotune:
+        extra.append("kernels.baseline.max_autotune=true")
+    if no_compile:
+        extra.append("kernels.baseline.compile=false")
+    if no_cache:
+        extra.append("kernels.baseline.cache=false")
+    if device:
+        extra.append(f"kernels.device={device}")
+    if kernelbench:
+        extra.append(f"kernels.kernelbench={kernelbench}")
+    baseline_problems(problems, _config(config, overrides, extra), as_json=as_json)

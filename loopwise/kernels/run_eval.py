@@ -1,0 +1,127 @@
+"""The jobs behind ``kernels eval`` and ``kernels baseline``: load, judge, record, report.
+
+Every verdict is appended to the run store as soon as it exists (one SQLite file per run), with
+the candidate source and the sandbox log as content-addressed artifacts, so a crash or Ctrl-C
+loses nothing already judged and ``--resume RUN`` picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from contextlib import nullcontext
+
+from loopwise.core.config import Config, dump_config
+
+
+def finite(obj):
+    """JSON-safe copy: NaN and infinities become None (the store keeps strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def _console(as_json: bool):
+    from rich.console import Console
+
+    # With --json, stdout carries only JSON; people-facing lines go to stderr.
+    return Console(stderr=True) if as_json else Console()
+
+
+def _open_store(cfg: Config, resume: str | None, kind: str):
+    from loopwise.core.store import SqliteRunStore
+
+    if resume:
+        return SqliteRunStore.open(cfg.store.runs_dir, resume)
+    return SqliteRunStore.create(cfg.store.runs_dir, kind, dump_config(cfg))
+
+
+def _precompile(sources: list[tuple[str, str]], device: str, console) -> None:
+    """Builds the load_inline extensions of several CUDA/C++ candidates in parallel first."""
+    from loopwise.kernels import backends
+    from loopwise.kernels.evaluate.measure import cache_dir
+
+    native = [src for _, src in sources if backends.detect(src) in ("cuda", "cpp", "cutlass")]
+    if len(native) < 2:
+        return
+    console.print(f"compiling {len(native)} native candidates in parallel")
+    ext = cache_dir() / "extensions"
+    ext.mkdir(parents=True, exist_ok=True)
+    backends.precompile(native, str(ext), backends.device_arch(device))
+
+
+def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: Config, *, as_json: bool = False,
+                        resume: str | None = None) -> int:
+    """Judges each candidate, records it, prints a table (or JSON). Returns the exit status."""
+    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.result import Evaluation
+    from loopwise.kernels.problem import load_problem
+    from loopwise.kernels.report import print_evaluations, progress
+
+    console = _console(as_json)
+    problem = load_problem(problem_spec, cfg.kernels.kernelbench)
+    store = _open_store(cfg, resume, "kernels.eval")
+    results: list[Evaluation] = []
+    with store, Judge(problem, cfg.kernels.eval, device=cfg.kernels.device,
+                      log_dir=store.run_dir / "logs", spares=1 if len(sources) > 1 else 0) as judge:
+        done = store.latest_by_key("evaluation")
+        store.append("problem", {"name": problem.name, "sha256": problem.sha256, "device": judge.device_name})
+        console.print(f"run [bold]{store.meta.run_id}[/] · {problem.name} on {judge.device_name} · "
+                      f"policy {cfg.kernels.eval.precision}, tolerance {cfg.kernels.eval.tolerance}")
+        _precompile([s for s in sources if judge.key(s[1]) not in done], judge.device, console)
+        bar = progress(console) if len(sources) > 1 else nullcontext()
+        with bar as prog:
+            task = prog.add_task("judging", total=len(sources)) if prog else None
+            for name, source in sources:
+                key = judge.key(source)
+                if key in done:
+                    results.append(Evaluation.model_validate(done[key].payload["evaluation"]))
+                else:
+                    results.append(_judge_one(judge, store, name, source, key))
+                if prog:
+                    prog.advance(task)
+    if as_json:
+        sys.stdout.write(json.dumps([finite(e.to_json_dict()) for e in results], indent=2) + "\n")
+    else:
+        print_evaluations(console, results, store.meta.run_id)
+    return 0 if all(e.correct for e in results) else 1
+
+
+def _judge_one(judge, store, name: str, source: str, key: str):
+    ev = judge.evaluate(source, name)
+    src_sha = store.put_artifact(source, name=name, media_type="text/x-python")
+    log_sha = store.put_artifact(ev.log or "", name=f"{name}.log", media_type="text/plain")
+    data = finite(ev.model_dump(mode="json"))
+    data["log"] = ""  # the log lives in its artifact
+    store.append("evaluation", {"evaluation": data, "source_sha256": src_sha, "log_sha256": log_sha}, key=key)
+    return ev
+
+
+def baseline_problems(specs: list[str], cfg: Config, *, as_json: bool = False) -> None:
+    from loopwise.kernels.baseline import run_baseline
+    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.evaluate.pool import SandboxPool
+    from loopwise.kernels.problem import load_problem
+    from loopwise.kernels.report import print_baselines, progress
+
+    console = _console(as_json)
+    problems = [load_problem(s, cfg.kernels.kernelbench) for s in specs]
+    device = resolve_device(cfg.kernels.device)
+    ev = cfg.kernels.eval
+    rows = []
+    with SandboxPool(device, {"gpu_memory_fraction": ev.gpu_memory_fraction, "host_memory_gb": ev.host_memory_gb},
+                     spares=1) as pool, progress(console) as prog:
+        task = prog.add_task("baselines", total=len(problems))
+        for problem in problems:
+            prog.update(task, description=problem.name)
+            rows.append(run_baseline(problem, cfg, device, pool))
+            prog.advance(task)
+    if as_json:
+        sys.stdout.write(json.dumps([finite(r.to_json_dict(ev.statistic)) for r in rows], indent=2) + "\n")
+    else:
+        print_baselines(console, rows, ev.statistic)

@@ -1,0 +1,46 @@
+"""``loopwise runs ...``: what the run store holds."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command("list")
+def list_cmd(runs_dir: str = typer.Option("runs", help="Folder of runs."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Runs in the store, oldest first."""
+    from loopwise.core.store import list_runs
+
+    runs = list_runs(runs_dir)
+    if as_json:
+        typer.echo(json.dumps([{"run_id": r.run_id, "kind": r.kind, "created": r.created} for r in runs], indent=2))
+        return
+    from datetime import datetime, timezone
+
+    for r in runs:
+        when = datetime.fromtimestamp(r.created, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        typer.echo(f"{r.run_id}  {r.kind:<16} {when}")
+
+
+@app.command("show")
+def show_cmd(run_id: str, runs_dir: str = typer.Option("runs", help="Folder of runs."),
+             kind: Optional[str] = typer.Option(None, help="Only events of this kind."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """The events of one run."""
+    from loopwise.core.store import SqliteRunStore
+
+    with SqliteRunStore.open(runs_dir, run_id) as store:
+        events = list(store.events(kind=kind))
+        if as_json:
+            typer.echo(json.dumps([{"seq": e.seq, "ts": e.ts, "kind": e.kind, "key": e.key, "payload": e.payload}
+                                   for e in events], indent=2))
+            return
+        typer.echo(f"run {run_id} ({store.meta.kind}), {len(events)} events")
+        for e in events:
+            summary = e.payload.get("evaluation", {}).get("status") if e.kind == "evaluation" else ""
+            typer.echo(f"{e.seq:>5} {e.kind:<12} {(e.key or '')[:12]:<12} {summary}")

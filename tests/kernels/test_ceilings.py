@@ -1,0 +1,58 @@
+"""Measured ceilings: the CPU path at tiny sizes, the JSON cache, and (on a GPU) plausible numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from loopwise.kernels.roofline import ceilings as ceilings_module
+from loopwise.kernels.roofline.ceilings import CACHE_ENV, Ceilings, cache_path, load_or_measure, measure_ceilings
+
+TINY = {"copy_bytes": 1 << 20, "gemm_n": 64, "bf16_n": 64, "trials": 3, "warmup": 1}
+
+
+def test_cpu_measurement_is_positive_and_restores_tf32() -> None:
+    before = torch.backends.cuda.matmul.allow_tf32
+    measured = measure_ceilings("cpu", **TINY)
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert min(measured.bandwidth_gbs, measured.fp32_tflops, measured.tf32_tflops, measured.bf16_tflops) > 0
+    assert measured.method == "host_clock"
+    assert measured.sizes == {"copy_bytes": 1 << 20, "gemm_n": 64, "bf16_n": 64}
+    assert measured.versions["torch"] == torch.__version__
+
+
+def test_cache_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    first = load_or_measure("cpu", **TINY)
+    path = cache_path("cpu")
+    assert path.parent == tmp_path / "ceilings" and path.exists()
+    assert torch.__version__.split("+")[0] in path.name
+
+    def must_not_measure(*args: object, **kwargs: object) -> Ceilings:
+        raise AssertionError("measured despite a cache hit")
+
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", must_not_measure)
+    assert load_or_measure("cpu") == first
+
+
+def test_unreadable_cache_is_measured_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    path = cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json", encoding="utf-8")
+    measured = load_or_measure("cpu", **TINY)
+    assert Ceilings.model_validate_json(path.read_text(encoding="utf-8")) == measured
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_ceilings_are_plausible() -> None:
+    before = torch.backends.cuda.matmul.allow_tf32
+    measured = measure_ceilings("cuda", copy_bytes=256 << 20, gemm_n=2048, bf16_n=4096, trials=5)
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert measured.method == "cuda_event" and measured.l2_bytes > 0
+    assert measured.bandwidth_gbs > 100
+    assert measured.tf32_tflops > measured.fp32_tflops
+    assert measured.bf16_tflops > measured.fp32_tflops

@@ -1,0 +1,92 @@
+"""Energy per call: the arithmetic against a fake NVML, the ways it gives up, and a real GPU."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+from loopwise.kernels.evaluate import energy
+from loopwise.kernels.evaluate.energy import measure_energy
+
+FAKE_WATTS = 100.0
+FAKE_REFRESH_S = 0.01
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def _fake_pynvml(counter: object = None) -> types.ModuleType:
+    """A pynvml whose energy counter is a 100 W device that refreshes every 10 ms."""
+    start = time.perf_counter()
+    state = {"open": 0}
+
+    def total_energy_mj(handle: object) -> int:
+        ticks = (time.perf_counter() - start) // FAKE_REFRESH_S
+        return 5_000_000 + int(ticks * FAKE_REFRESH_S * FAKE_WATTS * 1e3)
+
+    def by_bus_id(bus_id: str) -> object:
+        raise FakeNVMLError("not found")
+
+    module = types.ModuleType("pynvml")
+    module.state = state
+    module.nvmlInit = lambda: state.update(open=state["open"] + 1)
+    module.nvmlShutdown = lambda: state.update(open=state["open"] - 1)
+    module.nvmlDeviceGetHandleByIndex = lambda index: f"gpu{index}"
+    module.nvmlDeviceGetHandleByPciBusId = by_bus_id
+    module.nvmlDeviceGetTotalEnergyConsumption = counter or total_energy_mj
+    return module
+
+
+def test_energy_arithmetic_with_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    result = measure_energy(lambda: time.sleep(0.001), min_seconds=0.1)
+    assert result is not None
+    assert result.seconds >= 0.1
+    assert result.calls >= 20
+    assert result.watts == pytest.approx(FAKE_WATTS, rel=0.2)
+    assert result.joules_per_call * result.calls == pytest.approx(result.watts * result.seconds)
+    assert fake.state["open"] == 0
+
+
+def test_no_pynvml_returns_none(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    with caplog.at_level(logging.INFO, logger=energy.__name__):
+        assert measure_energy(lambda: None) is None
+    assert "nvidia-ml-py" in caplog.text
+
+
+def test_unsupported_counter_returns_none(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def unsupported(handle: object) -> int:
+        raise FakeNVMLError("Not Supported")
+
+    fake = _fake_pynvml(unsupported)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert measure_energy(lambda: None) is None
+    assert "Not Supported" in caplog.text
+    assert fake.state["open"] == 0
+
+
+def test_frozen_counter_returns_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(lambda handle: 42))
+    monkeypatch.setattr(energy, "_EDGE_TIMEOUT_S", 0.02)
+    assert measure_energy(lambda: None, min_seconds=0.05) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_energy_is_plausible() -> None:
+    pytest.importorskip("pynvml")
+    a = torch.rand(4096, 4096, device="cuda")
+    result = measure_energy(lambda: torch.mm(a, a), sync=torch.cuda.synchronize)
+    if result is None:
+        pytest.skip("this GPU exposes no NVML energy counter")
+    assert result.seconds >= 0.2
+    assert 10 < result.watts < 2000
+    assert result.joules_per_call > 0
