@@ -47,7 +47,7 @@ _register()
 def main() -> None:
     """Console entry point: user mistakes are one line on stderr and exit status 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -69,6 +69,7 @@ def main() -> None:
         print(f"internal error: {type(exc).__name__}: {exc} (set LOOPWISE_DEBUG=1 for the traceback)",
               file=sys.stderr)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

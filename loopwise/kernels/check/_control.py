@@ -108,7 +108,7 @@ def _is_pointer(index: SourceIndex, node: ast.AST) -> bool:
         return isinstance(node, ast.Attribute) and node.attr == "_cdata"
     if isinstance(node.func, ast.Attribute) and node.func.attr == "data_ptr":
         return True
-    return index.call_name(node) in ("id", "hash", "builtins.id", "builtins.hash")
+    return index.call_name(node) in ("id", "builtins.id")
 
 
 def _pointer_exprs(index: SourceIndex, root: ast.AST) -> list[ast.AST]:
@@ -124,18 +124,34 @@ def _pointer_exprs(index: SourceIndex, root: ast.AST) -> list[ast.AST]:
 
 
 def _tainted_names(index: SourceIndex, root: ast.AST, pointers: list[ast.AST]) -> set[str]:
+    """Names that hold a pointer or a key built from one (``key = (x.data_ptr(), x.shape)``)."""
     marked = {id(p) for p in pointers}
     names: set[str] = set()
     for _ in range(3):
         for node in ast.walk(root):
-            if isinstance(node, ast.Assign) and _mentions(node.value, marked, names):
+            if isinstance(node, ast.Assign) and _mentions(index, node.value, marked, names):
                 for target in node.targets:
-                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                    elements = target.elts if isinstance(target, ast.Tuple) else [target]
+                    names.update(e.id for e in elements if isinstance(e, ast.Name))
     return names
 
 
-def _mentions(node: ast.AST, marked: set[int], names: set[str]) -> bool:
-    return any(id(n) in marked or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(node))
+def _mentions(index: SourceIndex, node: ast.AST, marked: set[int], names: set[str]) -> bool:
+    # ``cache.get(key)`` or ``cache[key]`` is a lookup: its result is a value, not a key.
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in marked or (isinstance(current, ast.Name) and current.id in names):
+            return True
+        if isinstance(current, ast.Subscript) or _is_lookup_call(current):
+            continue
+        stack.extend(ast.iter_child_nodes(current))
+    return False
+
+
+def _is_lookup_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr in ("get", "setdefault", "pop", "__contains__", "__getitem__")
 
 
 def _used_as_key(index: SourceIndex, node: ast.AST) -> bool:
@@ -144,10 +160,10 @@ def _used_as_key(index: SourceIndex, node: ast.AST) -> bool:
     while parent is not None and not isinstance(parent, ast.stmt):
         if isinstance(parent, ast.Subscript) and child is parent.slice:
             return True
-        if isinstance(parent, (ast.Compare, ast.Dict)):
-            return True
-        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and \
-                parent.func.attr in ("get", "setdefault", "pop", "__contains__", "__getitem__"):
+        if isinstance(parent, ast.Compare):
+            # ``key is not None`` tests a value; ``ptr == self._last_ptr`` or ``key in cache`` is a lookup.
+            return not any(isinstance(side, ast.Constant) for side in [parent.left, *parent.comparators])
+        if isinstance(parent, ast.Dict) or _is_lookup_call(parent):
             return True
         child, parent = parent, index.parents.get(parent)
     if isinstance(parent, ast.Assign):

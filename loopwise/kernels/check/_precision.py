@@ -35,7 +35,7 @@ _C_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for label, pattern in (
         ("half-precision type", r"\b__half2?\b|\bhalf2\b|\b__nv_bfloat162?\b|\b__nv_fp8\w*"),
         ("half-precision conversion", r"\b__float2half\w*|\b__float22half2\w*|\b__floats2half2\w*|"
-                                      r"\b__float2bfloat16\w*|\b__floats2bfloat162\w*"),
+                                      r"\b__float2bfloat16\w*|\b__floats2bfloat162\w*|\b__half2float\b|\b__bfloat162float\b"),
         ("WMMA tensor-core API", r"\bnvcuda::wmma\b|\bwmma::"),
         ("reduced-precision MMA instruction", r"\b(?:wgmma|mma)\.[\w.]*?\.(?:f16|bf16|tf32|e4m3|e5m2)\b"),
         ("TF32 conversion", r"\bcvt\.\w+\.tf32\.f32\b|\b__float_to_tf32\b|\bwmma::precision::tf32\b"),
@@ -45,6 +45,7 @@ _C_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("reduced-precision ATen dtype", r"\b(?:at|torch|c10)::(?:kHalf|kBFloat16|kFloat16|Half|BFloat16)\b"),
     )
 )
+_C_COMPARISON = re.compile(r"\s*[!=]=\s*")
 _CUTLASS_LOW = re.compile(r"\bcutlass::(?:half_t|bfloat16_t|tfloat32_t)\b")
 _CUTLASS_3XTF32 = "OpMultiplyAddFastF32"
 
@@ -180,6 +181,9 @@ def _dots(index: SourceIndex) -> Iterator[Finding]:
 def _c_precision(text: CText) -> Iterator[Finding]:
     for label, pattern in _C_PATTERNS:
         for match in pattern.finditer(text.text):
+            if _C_COMPARISON.search(text.text[max(0, match.start() - 4):match.start()]) or \
+                    _C_COMPARISON.match(text.text, match.end()):
+                continue  # ``x.scalar_type() == at::kHalf`` checks a dtype, it does not convert
             yield Finding("precision_downgrade", text.line_of(match.start()),
                           f"CUDA/C++ {label} `{match.group(0)}`")
     if _CUTLASS_3XTF32 not in text.text:

@@ -26,6 +26,7 @@ _TIMER_OWNERS = {
 }
 _TIMER_ATTRS = {"elapsed_time", "perf_counter", "perf_counter_ns", "synchronize", "record", "do_bench",
                 "monotonic", "time"}
+_HIDDEN_TIMER_ATTRS = {"elapsed_time", "perf_counter", "perf_counter_ns", "do_bench", "synchronize"}
 _PATCHABLE_ROOTS = {"torch", "triton", "numpy", "builtins", "math", "operator", "functools"}
 # Settings meant to be written; precision-relevant ones are judged by the precision rule.
 _SETTINGS = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.", "triton.knobs.")
@@ -90,6 +91,12 @@ def _assigned_targets(stmt: ast.AST) -> list[ast.AST]:
     return []
 
 
+def _hidden_timer_target(target: ast.AST) -> bool:
+    """``getattr(torch, "cuda").synchronize = f``: a timer name on an object we cannot resolve."""
+    return isinstance(target, ast.Attribute) and target.attr in _HIDDEN_TIMER_ATTRS and \
+        not (isinstance(target.value, ast.Name) and target.value.id == "self")
+
+
 def _dict_owner(index: SourceIndex, target: ast.AST) -> str | None:
     """``time.__dict__[k]`` or ``vars(time)[k]`` as an assignment target: the patched object."""
     if not isinstance(target, ast.Subscript):
@@ -113,6 +120,8 @@ def find_patches(index: SourceIndex) -> Iterator[Finding]:
             how = "Deleting" if isinstance(node, ast.Delete) else "Assigning to"
             if name and (finding := _patch_finding(index, node, name, how)):
                 yield finding
+            elif name is None and _hidden_timer_target(target):
+                yield Finding("timer_patch", line_of(node), f"{how} `{ast.unparse(target)}`")
     for call, name in index.calls():
         if name in _SETATTR or (name and _MOCK.search(name)):
             yield from _setattr_patch(index, call, name)
@@ -204,9 +213,8 @@ def find_lazy(index: SourceIndex) -> Iterator[Finding]:
             label = f"Use of `{node.id}`"
         if label:
             yield Finding("lazy_eval", line_of(node), label)
-    for node, name in index.names():
-        if _in_modules(name, _LAZY_MODULES):
-            yield Finding("lazy_eval", line_of(node), f"Use of `{name}`")
+    for node, name in _module_uses(index, _LAZY_MODULES):
+        yield Finding("lazy_eval", line_of(node), f"Use of `{name}`")
     yield from _wrapper_returns(index)
 
 

@@ -1,0 +1,6 @@
+import torch
+import torch.nn as nn
+
+
+class Something(nn.Module):
+    pass

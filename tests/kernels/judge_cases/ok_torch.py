@@ -1,0 +1,11 @@
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x, y):
+        return torch.clamp_min(torch.mm(x, y), 0) * self.scale

@@ -1,0 +1,78 @@
+"""The judge from a user's point of view, on CPU: every way a candidate can fail is a status
+with a named reason, and a bad candidate never takes the judge down."""
+
+from pathlib import Path
+
+import pytest
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.result import Status
+from loopwise.kernels.problem import load_problem
+
+CASES = Path(__file__).parent / "judge_cases"
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    cfg = EvalConfig(static_check=False, perf_trials=5, warmup=1, run_timeout_s=8, compile_timeout_s=60,
+                     host_memory_gb=3, seed=7, energy=False)
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=1) as j:
+        yield j
+
+
+def verdict(judge, name):
+    return judge.evaluate((CASES / f"{name}.py").read_text(), name)
+
+
+def codes(ev):
+    return {r.code for r in ev.reasons if r.severity == "reject"}
+
+
+@pytest.mark.parametrize("name,status,code", [
+    ("wrong_scale", Status.WRONG_OUTPUT, "wrong_output"),
+    ("wrong_shape", Status.WRONG_OUTPUT, "shape_mismatch"),
+    ("wrong_dtype", Status.WRONG_OUTPUT, "dtype_mismatch"),
+    ("nan_output", Status.WRONG_OUTPUT, "nan_output"),
+    ("hang", Status.TIMEOUT, "trial_timeout"),
+    ("segfault", Status.CRASH, "killed_by_signal"),
+    ("raises", Status.CRASH, "runtime_error"),
+    ("syntax_error", Status.COMPILE_ERROR, "compile_error"),
+    ("no_modelnew", Status.COMPILE_ERROR, "missing_modelnew"),
+    ("exits_on_import", Status.COMPILE_ERROR, "compile_error"),
+    ("host_memory_hog", Status.OOM, "host_memory_limit"),
+    ("mutates_input", Status.EXPLOIT, "input_mutation"),
+])
+def test_failures_are_statuses_with_named_reasons(judge, name, status, code):
+    ev = verdict(judge, name)
+    assert ev.status is status, ev.summary()
+    assert code in codes(ev), ev.reasons
+    assert ev.speedup is None
+    assert all(r.message for r in ev.reasons)
+
+
+def test_correct_candidate_after_failures_gets_a_speedup(judge):
+    verdict(judge, "segfault")  # a crashed sandbox is replaced, not reused
+    ev = verdict(judge, "ok_torch")
+    assert ev.status is Status.CORRECT, ev.summary()
+    assert ev.speedup is not None and ev.speedup > 0
+    assert ev.timing.trials == 5 and ev.reference_timing is not None
+    kinds = [t.kind for t in ev.trials]
+    assert kinds.count("kernelbench") == 5 and any(k.startswith("stress") for k in kinds)
+    assert len({t.seed for t in ev.trials}) == len(ev.trials)
+
+
+def test_error_message_names_the_exception(judge):
+    ev = verdict(judge, "raises")
+    assert "kernel launch failed" in ev.reasons[0].message
+    assert "ValueError" in ev.log
+
+
+def test_static_scan_rejects_plain_pytorch_before_running(tmp_path):
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    with Judge(problem, EvalConfig(seed=1), device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
+    assert ev.status is Status.EXPLOIT
+    assert "no_custom_kernel" in codes(ev)
+    assert ev.timing is None  # nothing ran

@@ -1,0 +1,78 @@
+"""The command line as a user meets it: one-line errors, --json everywhere, resume."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CASES = Path(__file__).parent / "kernels" / "judge_cases"
+EXAMPLES = Path(__file__).parents[1] / "loopwise" / "kernels" / "examples"
+
+
+def run(*args, cwd=None, env_extra=None):
+    env = dict(os.environ, COLUMNS="200", TRITON_INTERPRET="1", **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "loopwise", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def test_help_is_fast_and_lists_commands():
+    out = run("--help")
+    assert out.returncode == 0
+    assert "kernels" in out.stdout and "demo" in out.stdout
+
+
+def test_malformed_problem_is_one_line_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad_problem.py"
+    bad.write_text("import torch\ndef get_inputs(:\n")
+    out = run("kernels", "eval", str(bad), str(CASES / "ok_torch.py"), "--device", "cpu")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and "syntax" in lines[0].lower()
+
+
+def test_missing_candidate_and_bad_override_are_one_line(tmp_path):
+    out = run("kernels", "eval", str(CASES / "problem_matmul_relu.py"), str(tmp_path / "nope.py"))
+    assert out.returncode == 2 and "not found" in out.stderr and "Traceback" not in out.stderr
+    out = run("kernels", "eval", str(CASES / "problem_matmul_relu.py"), str(CASES / "ok_torch.py"),
+              "--set", "kernels.eval.perf_trials=lots")
+    assert out.returncode == 2 and "perf_trials" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unknown_kernelbench_checkout_says_how_to_give_one(tmp_path):
+    out = run("kernels", "eval", "kernelbench:1/19", str(CASES / "ok_torch.py"), cwd=tmp_path,
+              env_extra={"LOOPWISE_KERNELBENCH": ""})
+    assert out.returncode == 2
+    assert "--kernelbench" in out.stderr
+
+
+def test_check_exit_status_and_json():
+    cheat, honest = EXAMPLES / "scaled_gelu_cheat.py", EXAMPLES / "scaled_gelu_triton.py"
+    out = run("kernels", "check", str(cheat), str(honest), "--json")
+    assert out.returncode == 1
+    data = json.loads(out.stdout)
+    assert [d["rejected"] for d in data] == [True, False]
+    assert any(r["code"] == "thread_injection" for r in data[0]["reasons"])
+    assert run("kernels", "check", str(honest)).returncode == 0
+
+
+def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
+    args = ["kernels", "eval", str(EXAMPLES / "scaled_gelu_problem.py"), str(EXAMPLES / "scaled_gelu_triton.py"),
+            str(EXAMPLES / "scaled_gelu_wrong.py"), "--device", "cpu", "--json",
+            "--set", f"store.runs_dir={tmp_path / 'runs'}", "--set", "kernels.eval.perf_trials=3",
+            "--set", "kernels.eval.seed=5"]
+    out = run(*args, env_extra={"LOOPWISE_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 1, out.stderr  # one candidate is wrong
+    data = json.loads(out.stdout)
+    assert [d["status"] for d in data] == ["correct", "wrong_output"]
+    assert data[0]["correct"] is True and data[0]["speedup"] > 0
+    assert data[0]["policy"] == "fp32" and data[0]["tolerance"] == "strict"
+    run_id = out.stderr.split("run ", 1)[1].split()[0]
+    listed = json.loads(run("runs", "list", "--runs-dir", str(tmp_path / "runs"), "--json").stdout)
+    assert [r["run_id"] for r in listed] == [run_id]
+    again = run(*args, "--resume", run_id, env_extra={"LOOPWISE_CACHE_DIR": str(tmp_path / "cache")})
+    assert json.loads(again.stdout) == data  # read back from the store, not re-judged
+    shown = json.loads(run("runs", "show", run_id, "--runs-dir", str(tmp_path / "runs"), "--json",
+                           "--kind", "evaluation").stdout)
+    assert len(shown) == 2
