@@ -13,8 +13,8 @@ BACKENDS = ("cuda", "cpp", "cutlass", "triton", "cute_dsl")
 _TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 _CUTE_DECORATORS = {"cutlass.cute.kernel", "cutlass.cute.jit"}
 _CPP_EXTENSION = {"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"}
-_CUTLASS_INCLUDE = re.compile(r"#include\s*[<\"](?:cute|cutlass)/")
-_CUDA_TEXT = re.compile(r"__global__|<<<|#include\s*[<\"]cuda")
+_CUTLASS_INCLUDE = re.compile(r"#\s*include\s*[<\"](?:cute|cutlass)/")
+_CUDA_TEXT = re.compile(r"__global__|<<<|#\s*include\s*[<\"]cuda")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
 
 STRESS_DISTRIBUTIONS = ("randn", "randn_abs")
+TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.current_stream",
+                  "Stream.", "loopwise.kernels.evaluate.timing")
 # Errors this large on stress inputs are a wrong function, not a precision path.
 WRONG_NOT_IMPRECISE = 0.05
 
@@ -36,9 +38,14 @@ class Outcome:
 
 def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
     """Turns what the sandbox guards saw into reasons (patched timers, threads, precision flags)."""
-    if reply.get("patched"):
-        outcome.reject("timer_patch", "the candidate replaced " + ", ".join(reply["patched"][:5]),
-                       patched=", ".join(reply["patched"]))
+    patched = reply.get("patched") or []
+    timers = [p for p in patched if p.startswith(TIMER_PREFIXES)]
+    others = [p for p in patched if p not in timers]
+    if timers:
+        outcome.reject("timer_patch", "the candidate replaced timing functions: " + ", ".join(timers[:5]))
+    if others:
+        outcome.reject("library_patch", "the candidate replaced functions the judge relies on: "
+                       + ", ".join(others[:5]))
     if reply.get("threads"):
         outcome.reject("thread_injection", "the candidate left threads running after forward returned: "
                        + ", ".join(reply["threads"][:3]))

@@ -29,7 +29,7 @@ EXPLOIT_CODES = {
     "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
     "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
     "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor", "unwritten_output",
-    "side_stream",
+    "side_stream", "library_patch",
 }
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.
