@@ -76,3 +76,17 @@ def test_static_scan_rejects_plain_pytorch_before_running(tmp_path):
     assert ev.status is Status.EXPLOIT
     assert "no_custom_kernel" in codes(ev)
     assert ev.timing is None  # nothing ran
+
+
+@pytest.mark.gpu
+def test_bundled_example_on_gpu(tmp_path):
+    """On a GPU: the fused example is correct and faster, with energy and a floor; the cheat is caught."""
+    root = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
+    problem = load_problem(str(root / "scaled_gelu_problem.py"))
+    with Judge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
+        ev = j.evaluate((root / "scaled_gelu_triton.py").read_text(), "triton")
+        cheat = j.evaluate((root / "scaled_gelu_cheat.py").read_text(), "cheat")
+    assert ev.status is Status.CORRECT, ev.summary()
+    assert ev.speedup > 1.0 and ev.floor_ms > 0 and ev.energy_j_per_call > 0
+    assert ev.timing.method == "cuda_event"
+    assert cheat.status is Status.EXPLOIT

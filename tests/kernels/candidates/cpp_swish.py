@@ -9,6 +9,7 @@ cpp_source = r"""
 
 // Plain fp32 loop: no __half, no threads. Comments like this one are ignored by the check.
 torch::Tensor swish_forward(torch::Tensor x) {
+    TORCH_CHECK(x.device().is_cpu(), "swish_forward is a CPU kernel");
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "swish_forward expects float32");
     auto xc = x.contiguous();
     auto out = torch::empty_like(xc);
