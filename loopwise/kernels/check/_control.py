@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from loopwise.kernels.check._backends import kernel_sites
+from loopwise.kernels.check._backends import KernelSite, kernel_sites
 from loopwise.kernels.check._codes import Finding
 from loopwise.kernels.check._source import SourceIndex, line_of
 
@@ -31,7 +31,7 @@ def find_no_custom_kernel(index: SourceIndex) -> Iterator[Finding]:
                   evidence={"kernels": ",".join(s.name for s in sites)})
 
 
-def _uses_registered_ops(index: SourceIndex, sites: list) -> bool:
+def _uses_registered_ops(index: SourceIndex, sites: list[KernelSite]) -> bool:
     # load_inline(..., is_python_module=False) registers ``torch.ops.<ns>.<fn>``.
     if not any(site.kind == "extension" for site in sites):
         return False

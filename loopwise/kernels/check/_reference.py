@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 
 from loopwise.kernels.check._codes import Finding
-from loopwise.kernels.check._source import SourceIndex, constant_str, line_of
+from loopwise.kernels.check._source import SourceIndex, line_of
 
 _REFERENCE_NAMES = re.compile(
     r"^(gc\.(get_objects|get_referrers|get_referents|garbage)|"

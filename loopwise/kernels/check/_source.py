@@ -66,9 +66,12 @@ class SourceIndex:
         self.module_defs: dict[str, list[ast.AST]] = {}
         self._collect_module_defs(tree.body)
         self._collect_assignment_aliases()
-        self.classes: dict[str, ast.ClassDef] = {
-            n.name: n for n in tree.body if isinstance(n, ast.ClassDef)
-        }
+        # Module-level classes, also those inside module-level if/try blocks (first definition wins).
+        self.classes: dict[str, ast.ClassDef] = {}
+        for name, nodes in self.module_defs.items():
+            found = [n for n in nodes if isinstance(n, ast.ClassDef)]
+            if found:
+                self.classes[name] = found[0]
         self.modelnew: ast.ClassDef | None = self.classes.get("ModelNew") or self._aliased_class("ModelNew")
         self.reached_roots: list[ast.AST] = self._reach()
         self.reached: set[int] = {id(n) for root in self.reached_roots for n in ast.walk(root)}

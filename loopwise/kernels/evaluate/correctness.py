@@ -46,6 +46,9 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
     if others:
         outcome.reject("library_patch", "the candidate replaced functions the judge relies on: "
                        + ", ".join(others[:5]))
+    if reply.get("not_ready"):
+        outcome.reject("unsynchronized_work", "an output was still changing after forward returned: work runs on "
+                       "a side stream or thread that the current stream does not wait for")
     if reply.get("threads"):
         outcome.reject("thread_injection", "the candidate left threads running after forward returned: "
                        + ", ".join(reply["threads"][:3]))

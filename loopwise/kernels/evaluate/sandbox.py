@@ -24,6 +24,18 @@ from loopwise.kernels.evaluate import guards, inputs, timing
 _type = type  # captured before candidate code can touch builtins
 
 
+def _same_bits(a, b) -> bool:
+    """Bitwise equality (NaN payloads included), so poison left in an output is seen."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() and a.element_size() in (2, 4, 8):
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
+    return bool(torch.equal(a, b))
+
+
 class CandidateFailure(Exception):
     def __init__(self, status: str, code: str, message: str) -> None:
         super().__init__(message)
@@ -99,6 +111,7 @@ class Session:
         self.flags_before: dict = {}
         self.model = None
         self.problem: ModuleType | None = None
+        self.not_ready = 0
 
     # -- load -------------------------------------------------------------------------------
     def load(self, req: dict) -> dict:
@@ -160,12 +173,16 @@ class Session:
         before = self.watch.snapshot()
         try:
             with torch.no_grad():
-                out = self.model(*args)
+                outs = inputs.flatten_outputs(self.model(*args))
+                # Copies queued on the current stream the moment forward returns: an output still
+                # being written by a side stream or a thread differs from its final value.
+                ready = [o.clone() if _type(o) is torch.Tensor else None for o in outs]
             self.clock.sync()
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
-        return inputs.flatten_outputs(out), self.watch.new_since(before)
+        self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(o, r))
+        return outs, self.watch.new_since(before)
 
     def _export(self, outs: list) -> tuple[list, list[str]]:
         torch = self.torch
@@ -204,6 +221,7 @@ class Session:
             outs, more = self._call(args)
             reply["refill_outputs"], _ = self._export(outs)
             reply["threads"] += more
+        reply["not_ready"], self.not_ready = self.not_ready, 0
         reply.update(self._violations())
         return reply
 

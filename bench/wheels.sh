@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Downloads into .whl/ the wheels the H200 image lacks (cp312, manylinux x86_64), for carrying to
+# the device machine; bench/remote_prelude.sh installs them there. Run from anywhere in the repo.
+#
+#   bash bench/wheels.sh          # fetch (skips what is already there)
+#   bash bench/wheels.sh --clean  # empty .whl/ first
+set -euo pipefail
+cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+
+# pydantic pins pydantic-core exactly (Requires-Dist: pydantic-core==2.46.4); keep the two in step.
+# pydantic 2.13.4 also needs annotated-types>=0.6, typing-inspection>=0.4.2, typing-extensions>=4.14.1.
+# These match the wheels already in .whl/ (fetched by the lead); two versions of one package would
+# stop the remote install, which the check at the end refuses.
+PACKAGES=(
+  "pydantic==2.13.4"
+  "pydantic-core==2.46.4"
+  "annotated-types==0.7.0"
+  "typing-inspection==0.4.2"
+  "typing-extensions==4.16.0"
+  "nvidia-cutlass==4.2.0.0"
+)
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
+
+[ "${1:-}" = "--clean" ] && rm -rf .whl
+mkdir -p .whl
+for spec in "${PACKAGES[@]}"; do
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "$spec"
+done
+
+# Two versions of one package stop the remote install, so refuse them here.
+dupes=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
+if [ -n "$dupes" ]; then
+  echo "error: more than one wheel of: $dupes (run with --clean)" >&2
+  exit 1
+fi
+core_pin=$(unzip -p .whl/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
+case " $(ls .whl) " in
+  *"pydantic_core-${core_pin}-"*) ;;
+  *) echo "error: pydantic needs pydantic-core==${core_pin}; update PACKAGES" >&2; exit 1 ;;
+esac
+ls -l .whl
+du -ch .whl/*.whl | tail -1
