@@ -11,6 +11,7 @@ import hashlib
 import logging
 import secrets
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
@@ -28,7 +29,7 @@ COMPILE_CODES = {"syntax_error", "missing_modelnew", "compile_error"}
 EXPLOIT_CODES = {
     "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
     "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
-    "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor", "unwritten_output",
+    "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor",
     "side_stream", "library_patch",
 }
 # Host time above event time that is more than this fraction of the event time (plus a fixed
@@ -37,6 +38,16 @@ ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
 # The memory floor uses the measured copy bandwidth (~4.3 TB/s on an H200); a pure read stream
 # can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
 FLOOR_MARGIN = 0.8
+
+
+@contextmanager
+def phase(ev: Evaluation, name: str):
+    """Adds the seconds spent in ``name`` to ``ev.phases`` (where an evaluation's time goes)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        ev.phases[name] = ev.phases.get(name, 0.0) + time.perf_counter() - t0
 
 
 def status_for(reasons: list[Reason]) -> Status:
@@ -116,9 +127,13 @@ class Judge:
                         device=self.device_name, policy=self.cfg.precision, tolerance=self.cfg.tolerance,
                         statistic=self.cfg.statistic, versions=versions())
         outcome = Outcome()
-        if self.cfg.static_check and self._static(source, outcome):
+        with phase(ev, "static"):
+            rejected = self.cfg.static_check and self._static(source, outcome)
+        if rejected:
             return self._finish(ev, outcome, t0)
-        box = self.pool.acquire()
+        with phase(ev, "sandbox_wait"):
+            box = self.pool.acquire()
+            box.wait_ready(timeout=300.0)
         try:
             self._dynamic(source, box, ev, outcome)
         except SandboxFailure as fail:
@@ -162,10 +177,11 @@ class Judge:
 
         t_load = time.perf_counter()
         try:
-            loaded = box.request("load", {"kind": "candidate", "problem_source": self.problem.source,
+            with phase(ev, "load"):
+                loaded = box.request("load", {"kind": "candidate", "problem_source": self.problem.source,
                                           "candidate_source": source, "extensions_dir": self._extensions_dir(),
                                           "backend_hints": {"arch": device_arch(self.device)}},
-                                 self.cfg.compile_timeout_s)
+                                     self.cfg.compile_timeout_s)
         except SandboxFailure as fail:
             if fail.status == "crash" and fail.code == "runtime_error":
                 fail = SandboxFailure("compile_error", "compile_error", fail.message)
@@ -179,7 +195,8 @@ class Judge:
         base = self.cfg.seed if self.cfg.seed is not None else secrets.randbits(30)
         runner = TrialRunner(self.reference, box, self.cfg, base)
         runner.outcome = outcome
-        runner.run()
+        with phase(ev, "correctness"):
+            runner.run()
         ev.trials = list(outcome.trials)
         if outcome.rejected:
             return
@@ -199,7 +216,8 @@ class Judge:
 
     def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int) -> None:
         args, fresh = self._timing_inputs(base)
-        reply = time_in(box, args, self.cfg, fresh)
+        with phase(ev, "timing"):
+            reply = time_in(box, args, self.cfg, fresh)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
         event = ev.timing.median_ms
@@ -211,16 +229,21 @@ class Judge:
         if outcome.rejected:
             return
         if self.device.startswith("cuda"):
-            self._launched_kernels(box, args, outcome)
-        ref = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, fresh)
+            with phase(ev, "kernels"):
+                self._launched_kernels(box, args, outcome)
+        with phase(ev, "reference"):
+            ref = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, fresh,
+                                     model=self.reference.model)
         ev.reference_timing = ref.timing
         ev.reference_energy_j_per_call = ref.energy_j
         if ref.timing is not None:
             pick = (lambda t: t.median_ms) if self.cfg.statistic == "median" else (lambda t: t.mean_ms)
             ev.speedup = pick(ref.timing) / max(pick(ev.timing), 1e-9)
-        self._speed_of_light(ev, outcome)
+        with phase(ev, "floor"):
+            self._speed_of_light(ev, outcome)
         if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):
-            ev.energy_j_per_call = energy_in(box, args, self.cfg)
+            with phase(ev, "energy"):
+                ev.energy_j_per_call = energy_in(box, args, self.cfg)
 
     def _launched_kernels(self, box: Sandbox, args: list, outcome: Outcome) -> None:
         try:

@@ -98,7 +98,10 @@ class ReferenceTimes:
     def _path(self, key: str) -> Path:
         return cache_dir() / "baselines" / f"{key}.json"
 
-    def get(self, problem_sha: str, problem_source: str, kind: str, args: list, fresh: list | None) -> VariantResult:
+    def get(self, problem_sha: str, problem_source: str, kind: str, args: list, fresh: list | None,
+            model=None) -> VariantResult:
+        """The variant's timing; ``model`` (eager only) times the judge's own reference in-process,
+        as KernelBench does, instead of starting a sandbox for trusted code."""
         key = self._key(problem_sha, kind)
         if key in self._memory:
             return self._memory[key]
@@ -107,6 +110,8 @@ class ReferenceTimes:
             data = json.loads(path.read_text())
             timing = TimingStats(**data["timing"]) if data.get("timing") else None
             result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""))
+        elif model is not None:
+            result = measure_in_process(model, self.pool.device, self.cfg, args, fresh)
         else:
             result = measure_variant(self.pool, problem_source, kind, self.cfg, args, fresh)
             if self.use_disk and result.status == "ok":
@@ -133,3 +138,38 @@ def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: Eval
         return VariantResult(kind, None, None, fail.status, f"{fail.code}: {fail.message}")
     finally:
         box.kill()
+
+
+def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: list | None) -> VariantResult:
+    """Times a trusted model (the reference) in this process with the sandbox's clock."""
+    import time as _time
+
+    import torch
+
+    from loopwise.kernels.evaluate import timing
+    from loopwise.kernels.evaluate.inputs import to_device
+
+    t0 = _time.perf_counter()
+    clock = timing.Clock(device)
+    current = {"args": to_device(args, device)}
+    sets = [to_device(f, device) for f in fresh or []]
+
+    def call() -> None:
+        with torch.no_grad():
+            model(*current["args"])
+
+    def before(i: int) -> None:
+        current["args"] = sets[i % len(sets)]
+
+    samples = clock.run(call, cfg.perf_trials, cfg.warmup, before if sets else None)
+    noop = clock.run(lambda: None, min(cfg.perf_trials, 50), 3)
+    reply = {"event": timing.stats(samples.event_ms), "host": timing.stats(samples.host_ms),
+             "method": samples.method, "noop_host": timing.stats(noop.host_ms)}
+    energy = None
+    if cfg.energy and device.startswith("cuda"):
+        from loopwise.kernels.evaluate.energy import measure_energy
+
+        result = measure_energy(call, device_index=torch.device(device).index or 0,
+                                min_seconds=cfg.energy_min_s, sync=clock.sync)
+        energy = result.joules_per_call if result else None
+    return VariantResult("eager", timing_from(reply), energy, "ok", load_s=_time.perf_counter() - t0)

@@ -125,15 +125,11 @@ class Sandbox:
         return data[-limit:].decode("utf-8", errors="replace")
 
     def kill(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.conn.send(("exit", {}))
-            except (OSError, ValueError):
-                pass
-            self.proc.join(timeout=0.5)
+        # A used sandbox holds nothing worth a clean exit (its log is written as it goes), and an
+        # orderly interpreter shutdown with torch loaded costs about half a second.
         if self.proc.is_alive():
             self.proc.kill()
-            self.proc.join(timeout=5)
+        self.proc.join(timeout=5)
         self.conn.close()
 
 

@@ -97,6 +97,7 @@ class Evaluation(BaseModel):
     reference_energy_j_per_call: float | None = None
     compile_s: float | None = None
     eval_s: float | None = None
+    phases: dict[str, float] = Field(default_factory=dict)
     log: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
 

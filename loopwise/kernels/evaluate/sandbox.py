@@ -24,6 +24,11 @@ from loopwise.kernels.evaluate import guards, inputs, timing
 _type = type  # captured before candidate code can touch builtins
 
 
+def _reversed_copy(t):
+    flat = t.reshape(-1)
+    return flat.flip(0) if flat.numel() > 1 else flat.clone()
+
+
 def _same_bits(a, b) -> bool:
     """Bitwise equality (NaN payloads included), so poison left in an output is seen."""
     import torch
@@ -175,13 +180,14 @@ class Session:
             with torch.no_grad():
                 outs = inputs.flatten_outputs(self.model(*args))
                 # Copies queued on the current stream the moment forward returns: an output still
-                # being written by a side stream or a thread differs from its final value.
-                ready = [o.clone() if _type(o) is torch.Tensor else None for o in outs]
+                # being written by a side stream or a thread differs from its final value. The copy
+                # reads back to front, so it reaches the elements a kernel writes last first.
+                ready = [_reversed_copy(o) if _type(o) is torch.Tensor else None for o in outs]
             self.clock.sync()
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
-        self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(o, r))
+        self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(_reversed_copy(o), r))
         return outs, self.watch.new_since(before)
 
     def _export(self, outs: list) -> tuple[list, list[str]]:
