@@ -18,6 +18,8 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from loopwise.kernels.evaluate import launches
+
 CUTLASS_INCLUDE = re.compile(r"#\s*include\s*[<\"](cute|cutlass)/")
 _WRAPPED = "_loopwise_wrapped"
 
@@ -84,10 +86,16 @@ def _wrap_load_inline(arch: str | None) -> None:
             flags += ["-std=c++17", "--expt-relaxed-constexpr"]
             kwargs["extra_cuda_cflags"] = flags
         key = source_key(text, kwargs.get("extra_cuda_cflags"), kwargs.get("extra_cflags"), arch)
-        return original(f"{name}_{key}", cpp_sources, cuda_sources, *args, **kwargs)
+        module = original(f"{name}_{key}", cpp_sources, cuda_sources, *args, **kwargs)
+        return launches.count_extension(module, name)
 
+    def load(name, sources, *args, **kwargs):
+        return launches.count_extension(original_load(name, sources, *args, **kwargs), name)
+
+    original_load = ext.load
     setattr(load_inline, _WRAPPED, True)
     ext.load_inline = load_inline
+    ext.load = load
 
 
 def prepare_environment(hints: dict, device: str) -> None:

@@ -39,6 +39,9 @@ class EvalConfig(BaseModel):
     energy: bool = True
     energy_min_s: float = Field(0.2, ge=0.05)
     static_check: bool = True
+    # A candidate must launch kernels of its own (Triton, a compiled extension); turn off to judge
+    # PyTorch-level rewrites of a model.
+    require_custom_kernel: bool = True
     excessive_speedup: float = Field(10.0, gt=1)
     # A candidate's error on stress inputs may be at most this multiple of the fp32 reference's
     # own error against float64 (TF32 is ~260x, fp16 more; tf32x3 is ~0.2x).

@@ -15,8 +15,8 @@ CASES = Path(__file__).parent / "judge_cases"
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    cfg = EvalConfig(static_check=False, perf_trials=5, warmup=1, run_timeout_s=8, compile_timeout_s=60,
-                     host_memory_gb=3, seed=7, energy=False)
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=5, warmup=1, run_timeout_s=8,
+                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=1) as j:
         yield j
@@ -67,6 +67,14 @@ def test_error_message_names_the_exception(judge):
     ev = verdict(judge, "raises")
     assert "kernel launch failed" in ev.reasons[0].message
     assert "ValueError" in ev.log
+
+
+def test_plain_pytorch_is_rejected_when_it_runs(tmp_path):
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    cfg = EvalConfig(static_check=False, perf_trials=3, seed=2, energy=False)
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
+    assert ev.status is Status.EXPLOIT and "pytorch_only" in codes(ev)
 
 
 def test_static_scan_rejects_plain_pytorch_before_running(tmp_path):

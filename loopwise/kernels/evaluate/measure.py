@@ -15,21 +15,6 @@ from loopwise.kernels.evaluate.inputs import clone_args
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.result import TimingStats
 
-# Kernels that come from PyTorch, its libraries or its compiler rather than from the candidate.
-LIBRARY_KERNEL = re.compile(
-    r"(^|\s|::)(at::|at_cuda_detail|c10::|cub::|thrust::|cutlass::Kernel|cublas|cudnn|cask_|xmma|nvjet|"
-    r"sm\d+_xmma|ampere_|volta_|turing_|hopper_|gemv2|gemmk1|gemmSN|splitKreduce|implicit_convolve|"
-    r"cunn_|elementwise_kernel|vectorized_elementwise|unrolled_elementwise|reduce_kernel|Memcpy|Memset|"
-    r"triton_(poi|red|per|tem)_fused|fft|dot_kernel|scal_kernel|cutlass_\d+_|"
-    r"\(anonymous namespace\)::(softmax|cunn|upsample|im2col|max_pool|avg_pool))",
-    re.IGNORECASE,
-)
-
-
-def is_library_kernel(name: str) -> bool:
-    return bool(LIBRARY_KERNEL.search(name))
-
-
 def cache_dir() -> Path:
     root = os.environ.get("LOOPWISE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "loopwise")
     return Path(root)

@@ -133,8 +133,10 @@ class Session:
                 if ext_dir:
                     os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
                 from loopwise.kernels import backends
+                from loopwise.kernels.evaluate import launches
 
                 backends.prepare_environment(req.get("backend_hints", {}), self.device)
+                launches.install()
                 module = _import_candidate(req["candidate_source"], self.workdir)
                 cls = getattr(module, "ModelNew", None)
                 if cls is None:
@@ -281,24 +283,17 @@ class Session:
         return {"energy": None if result is None else result.__dict__ if hasattr(result, "__dict__")
                 else dict(result)}
 
-    def kernels(self, req: dict) -> dict:
-        """Names and device time of the kernels one call launches (torch.profiler)."""
-        torch = self.torch
+    def launches(self, req: dict) -> dict:
+        """How many of its own kernels (Triton launches, extension calls) one forward call makes."""
+        from loopwise.kernels.evaluate import launches
+
         args = inputs.to_device(req["inputs"], self.device)
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            with torch.no_grad():
-                self.model(*args)
-            self.clock.sync()
-        launched: dict[str, float] = {}
-        for evt in prof.events():
-            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
-                launched[evt.name] = launched.get(evt.name, 0.0) + float(getattr(evt, "device_time", 0.0) or 0.0)
-        return {"kernels": launched}
+        launches.reset()
+        self._call(args)
+        return {"launches": launches.snapshot()}
 
 
-OPS = {"load", "trial", "time", "energy", "kernels"}
+OPS = {"load", "trial", "time", "energy", "launches"}
 
 
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:

@@ -1,0 +1,82 @@
+"""Counts the candidate's own kernel launches inside the sandbox.
+
+A candidate that launches no kernel of its own (no Triton launch, no call into an extension it
+compiled) is plain PyTorch, whatever its source defines: a decoy kernel that is never launched, a
+reference model called in ``forward``, a ``try``/``except`` that falls back to torch. Counting
+happens at the launch paths themselves (Triton's ``JITFunction.run`` and its interpreter twin,
+functions of modules built by ``load_inline`` / ``load``), so it works on CPU and GPU alike and
+costs nothing, unlike a CUDA profiler session. A launch counts only when it returns normally.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+COUNTS: Counter = Counter()
+_INSTALLED = "_loopwise_counted"
+
+
+def _counted(fn, label: str):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        if not kwargs.get("warmup", False):
+            COUNTS[label] += 1
+        return result
+
+    setattr(wrapper, _INSTALLED, True)
+    return wrapper
+
+
+def _patch_method(cls, name: str, label: str) -> None:
+    original = cls.__dict__.get(name)
+    if original is None or getattr(original, _INSTALLED, False):
+        return
+    setattr(cls, name, _counted(original, label))
+
+
+class _CountedExtension:
+    """Stands in for a compiled extension module; every function called through it is counted."""
+
+    def __init__(self, module, label: str) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_label", label)
+
+    def __getattr__(self, name: str):
+        value = getattr(self._module, name)
+        if callable(value) and not isinstance(value, type):
+            return _counted(value, f"{self._label}.{name}")
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._module, name, value)
+
+    def __dir__(self):
+        return dir(self._module)
+
+
+def count_extension(module, name: str):
+    return _CountedExtension(module, f"extension:{name}")
+
+
+def install() -> None:
+    """Hooks Triton's launch paths (compiled and interpreted) when Triton is importable."""
+    try:
+        from triton.runtime import jit
+    except ImportError:
+        return
+    _patch_method(jit.JITFunction, "run", "triton")
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    _patch_method(interpreter.InterpretedFunction, "run", "triton")
+
+
+def reset() -> None:
+    COUNTS.clear()
+
+
+def snapshot() -> dict[str, int]:
+    return dict(COUNTS)

@@ -1,0 +1,39 @@
+"""No false alarms: honest candidates (Triton kernels, a C++ extension through load_inline) are
+judged correct by the full judge, static scan and dynamic checks together, on CPU."""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.result import Status
+from loopwise.kernels.problem import load_problem
+
+HONEST = Path(__file__).parent / "candidates"
+ENTRIES = [e for e in yaml.safe_load((HONEST / "manifest.yaml").read_text()) if e["cpu"]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpret_triton(tmp_path_factory):
+    saved = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "LOOPWISE_CACHE_DIR")}
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["LOOPWISE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["candidate"] for e in ENTRIES])
+def test_honest_candidate_is_correct(entry, tmp_path):
+    cfg = EvalConfig(perf_trials=3, warmup=1, seed=3, energy=False, compile_timeout_s=300)
+    with Judge(load_problem(str(HONEST / entry["problem"])), cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((HONEST / entry["candidate"]).read_text(), entry["candidate"])
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-2000:])
+    assert not ev.rejections
+    assert ev.speedup is not None
