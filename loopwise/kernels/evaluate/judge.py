@@ -209,7 +209,7 @@ class Judge:
         return str(path)
 
     def _timing_inputs(self, base: int) -> tuple[list, list | None]:
-        args = self.reference.draw(base + 500)
+        args = self.reference.draw(base)  # trial 0's inputs, still held: no second draw
         fresh = [self.reference.draw(base + 600 + k) for k in range(4)] if self.cfg.fresh_inputs else None
         return args, fresh
 

@@ -58,8 +58,7 @@ class Reference:
     def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
         torch = self.torch
-        base = inp.to_device(inp.draw_inputs(self.module, seed), self.device)
-        args = inp.stress_variant(base, seed, distribution, self.device)
+        args = inp.stress_variant(self._placeholders(seed), seed, distribution, self.device)
         with torch.no_grad():
             out32 = inp.flatten_outputs(self.model(*inp.clone_args(args)))
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
@@ -76,6 +75,20 @@ class Reference:
             return None
         args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
         return args_cpu, out32, out64
+
+    def _placeholders(self, seed: int) -> list:
+        """Inputs whose floating tensors are about to be redrawn: shapes come from a meta-device
+        draw (free), real values only when the problem has integer tensors (indices, labels)."""
+        torch = self.torch
+        try:
+            with torch.device("meta"):
+                meta = inp.draw_inputs(self.module, seed)
+        except Exception:  # noqa: BLE001 - a get_inputs that needs real tensors
+            meta = None
+        if meta is None or any(isinstance(t, torch.Tensor) and not t.is_floating_point() for t in meta):
+            return inp.to_device(inp.draw_inputs(self.module, seed), self.device)
+        return [torch.empty(t.shape, dtype=t.dtype, device=self.device) if isinstance(t, torch.Tensor) else t
+                for t in meta]
 
     @property
     def model64_error(self) -> str | None:
