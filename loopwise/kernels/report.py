@@ -19,6 +19,12 @@ def _ms(value: float | None) -> str:
     return f"{value:.4f}" if value < 0.1 else f"{value:.3f}"
 
 
+def _time(ev, timing):
+    if timing is None:
+        return None
+    return timing.median_ms if ev.statistic == "median" else timing.mean_ms
+
+
 def print_evaluations(console, evaluations, run_id: str) -> None:
     from rich.table import Table
 
@@ -27,18 +33,21 @@ def print_evaluations(console, evaluations, run_id: str) -> None:
     first = evaluations[0]
     table = Table(title=f"{first.problem} on {first.device} · policy {first.policy} · tolerance {first.tolerance} "
                         f"· {first.statistic} of timed calls")
-    for col in ("candidate", "status", "speedup", "ms", "eager ms", "floor ms", "J/call", "reasons"):
-        table.add_column(col, overflow="fold")
+    columns = [("candidate", lambda e: e.candidate),
+               ("status", lambda e: f"[{STATUS_STYLE.get(e.status.value, '')}]{e.status.value}[/]"),
+               ("speedup", lambda e: f"{e.speedup:.2f}x" if e.speedup is not None else "-"),
+               ("ms", lambda e: _ms(_time(e, e.timing))),
+               ("eager ms", lambda e: _ms(_time(e, e.reference_timing)))]
+    if any(e.floor_ms for e in evaluations):
+        columns.append(("floor ms", lambda e: _ms(e.floor_ms)))
+    if any(e.energy_j_per_call for e in evaluations):
+        columns.append(("J/call", lambda e: f"{e.energy_j_per_call:.3g}" if e.energy_j_per_call else "-"))
+    columns.append(("reasons", lambda e: ", ".join(dict.fromkeys(
+        x.code for x in e.reasons if x.severity in ("reject", "flag"))) or "-"))
+    for name, _ in columns:
+        table.add_column(name, overflow="fold", no_wrap=name in ("candidate", "status", "speedup"))
     for ev in evaluations:
-        style = STATUS_STYLE.get(ev.status.value, "")
-        t = ev.timing.median_ms if ev.timing and ev.statistic == "median" else (ev.timing.mean_ms if ev.timing else None)
-        r = ev.reference_timing
-        rt = (r.median_ms if ev.statistic == "median" else r.mean_ms) if r else None
-        reasons = [x for x in ev.reasons if x.severity in ("reject", "flag")]
-        text = ", ".join(dict.fromkeys(x.code for x in reasons)) or "-"
-        table.add_row(ev.candidate, f"[{style}]{ev.status.value}[/]",
-                      f"{ev.speedup:.2f}x" if ev.speedup is not None else "-", _ms(t), _ms(rt), _ms(ev.floor_ms),
-                      f"{ev.energy_j_per_call:.3g}" if ev.energy_j_per_call else "-", text)
+        table.add_row(*(cell(ev) for _, cell in columns))
     console.print(table)
     for ev in evaluations:
         shown = [x for x in ev.reasons if x.severity == "reject"][:1] or [x for x in ev.reasons if x.severity == "flag"][:1]

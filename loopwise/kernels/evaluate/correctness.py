@@ -55,7 +55,8 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
     if reply.get("native_threads_added", 0) > 0:
         # Runtimes start worker threads lazily (OpenMP, Triton's interpreter), so a new native
         # thread alone is a flag; work that escapes timing is caught by the host-clock check.
-        outcome.note("native_threads", f"{reply['native_threads_added']} native threads appeared while timing")
+        outcome.note("native_threads", f"{reply['native_threads_added']} native threads appeared while timing",
+                     severity="info")
     if reply.get("flags_changed"):
         text = ", ".join(f"{k}: {v}" for k, v in reply["flags_changed"].items())
         severity = "reject" if policy == "fp32" else "info"
