@@ -44,7 +44,7 @@ def demo(
     console.rule("[bold]loopwise demo: the kernel judge")
     console.print("Judging three candidates for a bias + GELU + scale problem: a fused Triton kernel, "
                   "a subtly wrong one, and a cheat that computes in a background thread.")
-    sources = [(os.path.basename(c), open(c, encoding="utf-8").read()) for c in cands]
+    sources = [(os.path.basename(c).replace("scaled_gelu_", ""), open(c, encoding="utf-8").read()) for c in cands]
     evaluate_candidates(problem, sources, cfg)
     console.rule("[bold]reference variants")
     baseline_problems([problem], cfg)
