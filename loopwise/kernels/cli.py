@@ -26,6 +26,11 @@ def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[
     return load_config(config, list(overrides or []) + extra)
 
 
+def _where(device: Optional[str], kernelbench: Optional[str]) -> list[str]:
+    out = [f"kernels.device={device}"] if device else []
+    return out + ([f"kernels.kernelbench={kernelbench}"] if kernelbench else [])
+
+
 def _read_candidate(path: Path) -> str:
     if not path.is_file():
         raise CandidateError(f"{path}: candidate file not found")
@@ -61,11 +66,7 @@ def eval_cmd(
             extra.append(f"kernels.eval.{key}={value}")
     if no_static:
         extra.append("kernels.eval.static_check=false")
-    if device:
-        extra.append(f"kernels.device={device}")
-    if kernelbench:
-        extra.append(f"kernels.kernelbench={kernelbench}")
-    cfg = _config(config, overrides, extra)
+    cfg = _config(config, overrides, extra + _where(device, kernelbench))
     sources = [(str(p), _read_candidate(p)) for p in candidates]
     code = evaluate_candidates(problem, sources, cfg, as_json=as_json, resume=resume)
     raise typer.Exit(code)
@@ -116,8 +117,4 @@ def baseline_cmd(
         extra.append("kernels.baseline.compile=false")
     if no_cache:
         extra.append("kernels.baseline.cache=false")
-    if device:
-        extra.append(f"kernels.device={device}")
-    if kernelbench:
-        extra.append(f"kernels.kernelbench={kernelbench}")
-    baseline_problems(problems, _config(config, overrides, extra), as_json=as_json)
+    baseline_problems(problems, _config(config, overrides, extra + _where(device, kernelbench)), as_json=as_json)
