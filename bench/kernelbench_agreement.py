@@ -201,7 +201,17 @@ def open_judge(problem_path: Path, device: str):
     # Timeouts shortened from the defaults (600 s / 180 s) so a hanging candidate cannot eat a device call.
     cfg = EvalConfig(correct_trials=5, perf_trials=100, statistic="mean", energy=False,
                      compile_timeout_s=120, run_timeout_s=60)
-    return Judge(load_problem(str(problem_path)), cfg, device=device, spares=1)
+    # One pool for the whole run, as a search would keep it: a sandbox is always started ahead.
+    if device not in _POOLS:
+        from loopwise.kernels.evaluate.judge import resolve_device
+        from loopwise.kernels.evaluate.pool import SandboxPool
+
+        settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}
+        _POOLS[device] = SandboxPool(resolve_device(device), settings, spares=1)
+    return Judge(load_problem(str(problem_path)), cfg, device=device, pool=_POOLS[device])
+
+
+_POOLS: dict = {}
 
 
 def our_fields(judge, source: str, name: str, evals_dir: Path) -> dict:
@@ -337,6 +347,8 @@ def run(args: argparse.Namespace) -> int:
                 break
     finally:
         state.close_judge()
+        for pool in _POOLS.values():
+            pool.close()
         state.table.save()  # $OUT starts empty on the device: always leave the full table there
         report.write_markdown(state.out / "agreement.md", state.table.rows(), args, stopped)
     left_kb = sum(needs(state.table.get(s, k), "kb", args.skip_kb) for s in stems for k in kinds)
