@@ -34,7 +34,7 @@ class EvalConfig(BaseModel):
     seed: int | None = None
     compile_timeout_s: float = Field(600.0, gt=0)
     run_timeout_s: float = Field(180.0, gt=0)
-    gpu_memory_fraction: float = Field(0.9, gt=0, le=1.0)
+    gpu_memory_fraction: float = Field(0.75, gt=0, le=1.0)
     host_memory_gb: float = Field(32.0, gt=0)
     energy: bool = True
     energy_min_s: float = Field(0.2, ge=0.05)
@@ -46,7 +46,7 @@ class EvalConfig(BaseModel):
     # A candidate's error on stress inputs may be at most this multiple of the fp32 reference's
     # own error against float64 (TF32 is ~260x, fp16 more; tf32x3 is ~0.2x).
     stress_error_ratio: float = Field(20.0, gt=1)
-    stress_error_floor: float = Field(2e-5, gt=0)
+    stress_error_floor: float = Field(2e-6, gt=0)
 
     @property
     def atol(self) -> float:

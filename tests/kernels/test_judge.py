@@ -60,7 +60,9 @@ def test_correct_candidate_after_failures_gets_a_speedup(judge):
     assert ev.timing.trials == 5 and ev.reference_timing is not None
     kinds = [t.kind for t in ev.trials]
     assert kinds.count("kernelbench") == 5 and any(k.startswith("stress") for k in kinds)
-    assert len({t.seed for t in ev.trials}) == len(ev.trials)
+    kb_seeds = [t.seed for t in ev.trials if t.kind == "kernelbench"]
+    assert len(set(kb_seeds)) == len(kb_seeds)  # a fresh seed for every trial
+    assert any(t.kind == "stress:centered" for t in ev.trials)
 
 
 def test_error_message_names_the_exception(judge):
@@ -98,3 +100,14 @@ def test_bundled_example_on_gpu(tmp_path):
     assert ev.speedup > 1.0 and ev.floor_ms > 0 and ev.energy_j_per_call > 0
     assert ev.timing.method == "cuda_event"
     assert cheat.status is Status.EXPLOIT
+
+
+def test_stress_inputs_keep_the_problems_structure(tmp_path):
+    """A candidate may rely on structure the problem's inputs always have (triangular matrices):
+    the stress inputs keep exact zeros, so it is judged correct."""
+    problem = load_problem(str(CASES / "problem_triu_matmul.py"))
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False)
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((CASES / "triu_structure.py").read_text(), "triu")
+    assert ev.status is Status.CORRECT, ev.summary()
+    assert any(t.kind == "stress:centered" and t.passed for t in ev.trials)

@@ -13,7 +13,7 @@ from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
 
-STRESS_DISTRIBUTIONS = ("randn", "randn_abs")
+STRESS_DISTRIBUTIONS = ("centered", "randn", "randn_abs")
 TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.current_stream",
                   "Stream.", "loopwise.kernels.evaluate.timing")
 # Errors this large on stress inputs are a wrong function, not a precision path.
@@ -138,6 +138,8 @@ class TrialRunner:
         if not v.passed or mutated:
             return False
         self._track_independence(ref_out, cand, seed)
+        if i == 0 and not self._against_float64(args, ref_out, cand, seed):
+            return False
         if reply.get("repeat_outputs") is not None:
             self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
         if reply.get("refill_outputs") is not None:
@@ -147,9 +149,23 @@ class TrialRunner:
                 self.outcome.reject("pointer_cache", "called again on the same input buffers holding new values, "
                                     f"the candidate returned a stale or wrong result ({vp.message})")
         self._refs.pop(seed, None)
-        if i > 0:  # the first draw is kept: timing reuses it instead of drawing again
+        if i >= max(1, self.cfg.stress_trials):  # kept: stress trials and timing reuse these draws
             self.ref.forget(seed)
         return not self.outcome.rejected
+
+    def _against_float64(self, args: list, ref_out: list, cand: list, seed: int) -> bool:
+        """The stress rule on the problem's own inputs too: a candidate that changes its arithmetic
+        only when inputs look unusual (mixed signs) is still measured against float64 here."""
+        if not any(getattr(o, "is_floating_point", lambda: False)() for o in ref_out):
+            return True
+        ref64 = self.ref.run64(args)
+        if ref64 is None:
+            return True
+        v = compare_stress(ref_out, ref64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
+        if v.passed:
+            return True
+        self._classify_stress_failure(v, cand, seed)
+        return False
 
     def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
         torch = self.ref.torch
@@ -174,9 +190,12 @@ class TrialRunner:
                               "(within tolerance; atomics or a race)", severity="info", max_diff=diff)
 
     def _stress_trial(self, j: int) -> bool:
-        seed = self.base + 1000 + j
+        seed = self.base + j % max(1, self.cfg.correct_trials)
         data = None
-        for dist in STRESS_DISTRIBUTIONS:
+        order = STRESS_DISTRIBUTIONS
+        if j == self.cfg.stress_trials - 1 and any(r.code == "degenerate_problem" for r in self.outcome.reasons):
+            order = ("randn",) + STRESS_DISTRIBUTIONS  # fresh values break a degenerate distribution
+        for dist in order:
             data = self.ref.stress(seed, dist)
             if data is not None:
                 break

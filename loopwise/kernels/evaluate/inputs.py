@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 MODEL_SEED = 42
-DISTRIBUTIONS = ("kernelbench", "randn", "randn_abs")
+DISTRIBUTIONS = ("kernelbench", "centered", "randn", "randn_abs")
 
 
 def seed_everything(seed: int) -> None:
@@ -32,10 +32,11 @@ def seed_everything(seed: int) -> None:
 
 
 def to_device(value: Any, device: str) -> Any:
+    """A private copy on ``device`` (a copy even when already there, so no caller shares memory)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, copy=True)
     if isinstance(value, (list, tuple)):
         return type(value)(to_device(v, device) for v in value)
     return value
@@ -64,7 +65,13 @@ def build_model(cls: type, args: list, device: str):
 
 
 def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> list:
-    """Redraws floating tensors of ``inputs`` (already on ``device``) from a stress distribution."""
+    """Stress inputs derived from a draw of the problem's own inputs (already on ``device``).
+
+    ``centered``: each floating tensor shifted to zero mean and scaled to four times its own range
+    (at least [-4, 4]), with exact zeros
+    kept, so mixed signs and cancellation appear while structure survives (triangular and diagonal
+    zeros, symmetry). ``randn`` / ``randn_abs``: fresh normal values of the same shape.
+    """
     import torch
 
     if distribution == "kernelbench":
@@ -73,19 +80,32 @@ def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> l
     gen.manual_seed(seed)
     out = []
     for value in inputs:
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            fresh = torch.randn(value.shape, generator=gen, device=device, dtype=torch.float32)
-            if distribution == "randn_abs":
-                fresh = fresh.abs()
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            if distribution == "centered":
+                x = value.double()
+                centered = x - x.mean()
+                # Wider than the problem's own range, so thresholds it never crosses are crossed.
+                span = 4.0 * max(float(x.abs().max()), 1.0)
+                scale = centered.abs().max().clamp_min(1e-30)
+                fresh = torch.where(x == 0, torch.zeros_like(x), centered / scale * span)
+            else:
+                fresh = torch.randn(value.shape, generator=gen, device=device, dtype=torch.float32)
+                if distribution == "randn_abs":
+                    fresh = fresh.abs()
             value = fresh.to(value.dtype)
         out.append(value)
     return out
 
 
-def clone_args(args: list) -> list:
+def clone_args(args: Any) -> Any:
+    """Deep copy of tensors, also inside nested lists and tuples."""
     import torch
 
-    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    if isinstance(args, torch.Tensor):
+        return args.clone()
+    if isinstance(args, (list, tuple)):
+        return type(args)(clone_args(a) for a in args)
+    return args
 
 
 def flatten_outputs(out: Any) -> list:

@@ -102,7 +102,7 @@ class Judge:
             from loopwise.kernels.evaluate.guards import pin_fp32_flags
 
             pin_fp32_flags()
-            self._reference = Reference(self.problem.load_module(), self.device)
+            self._reference = Reference(self.problem.load_module(), self.device, self.problem.source)
         return self._reference
 
     def close(self) -> None:

@@ -15,11 +15,12 @@ from loopwise.kernels.evaluate import inputs as inp
 class Reference:
     """Reference outputs on demand for (seed, distribution), on the judge's device."""
 
-    def __init__(self, module: ModuleType, device: str) -> None:
+    def __init__(self, module: ModuleType, device: str, source: str = "") -> None:
         import torch
 
         self.torch = torch
         self.module = module
+        self.source = source
         self.device = device
         self.model = inp.build_model(module.Model, inp.init_inputs(module, device), device)
         self._model64 = None
@@ -58,23 +59,46 @@ class Reference:
     def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
         torch = self.torch
-        args = inp.stress_variant(self._placeholders(seed), seed, distribution, self.device)
-        with torch.no_grad():
-            out32 = inp.flatten_outputs(self.model(*inp.clone_args(args)))
-        if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
+        if distribution == "centered":
+            base = inp.to_device(self.draw(seed), self.device)
+        else:
+            base = self._placeholders(seed)
+        args = inp.stress_variant(base, seed, distribution, self.device)
+        if self._outside_domain():
             return None
-        model64 = self.model64()
-        if model64 is None:
-            return None
-        args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
         try:
             with torch.no_grad():
-                out64 = inp.flatten_outputs(model64(*args64))
-        except Exception as exc:  # noqa: BLE001
-            self._model64_error = f"{type(exc).__name__}: {exc}"
+                out32 = inp.flatten_outputs(self.model(*inp.clone_args(args)))
+        except Exception:  # noqa: BLE001 - the reference rejects these inputs: no stress trial
+            return None
+        if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
+            return None
+        out64 = self.run64(args)
+        if out64 is None:
             return None
         args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
         return args_cpu, out32, out64
+
+    def run64(self, args: list) -> list | None:
+        """Float64 reference outputs for inputs on the device (floating tensors upcast)."""
+        torch = self.torch
+        model64 = self.model64()
+        if model64 is None:
+            return None
+        args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                  for a in inp.to_device(args, self.device)]
+        try:
+            with torch.no_grad():
+                return inp.flatten_outputs(model64(*args64))
+        except Exception as exc:  # noqa: BLE001
+            self._model64_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _outside_domain(self) -> bool:
+        # Inputs that must be probabilities: a CUDA device-side assert would kill the judge's own
+        # context, so mixed-sign inputs are never sent to these losses.
+        src = self.source
+        return "binary_cross_entropy" in src or "BCELoss" in src
 
     def _placeholders(self, seed: int) -> list:
         """Inputs whose floating tensors are about to be redrawn: shapes come from a meta-device
