@@ -111,3 +111,16 @@ def test_stress_inputs_keep_the_problems_structure(tmp_path):
         ev = j.evaluate((CASES / "triu_structure.py").read_text(), "triu")
     assert ev.status is Status.CORRECT, ev.summary()
     assert any(t.kind == "stress:centered" and t.passed for t in ev.trials)
+
+
+@pytest.mark.parametrize("name,code", [
+    ("switch_when_timed", "timed_output_wrong"),
+    ("patch_clock", "timing_mismatch"),
+])
+def test_cheats_on_the_timing_itself_are_caught(tmp_path, name, code):
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=100, seed=4, energy=False)
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((CASES / f"{name}.py").read_text(), name)
+    assert ev.status is Status.EXPLOIT, ev.summary()
+    assert code in codes(ev)

@@ -17,7 +17,7 @@ from pathlib import Path
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
 from loopwise.kernels.evaluate.inputs import clone_args
-from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, time_in, timing_from, versions
+from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
@@ -29,7 +29,7 @@ EXPLOIT_CODES = {
     "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
     "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
     "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor",
-    "side_stream", "library_patch",
+    "side_stream", "library_patch", "timing_mismatch", "timed_output_wrong",
 }
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.
@@ -37,6 +37,7 @@ ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
 # The memory floor uses the measured copy bandwidth (~4.3 TB/s on an H200); a pure read stream
 # can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
 FLOOR_MARGIN = 0.8
+REFERENCE_TIMING_SEED = 0
 
 
 @contextmanager
@@ -88,6 +89,7 @@ class Judge:
         self._own_pool = pool is None
         self._reference: Reference | None = None
         self._floor = None
+        self._ref_timing = None
         self.device_name = self._device_name()
         self.ref_times = ReferenceTimes(self.pool, self.cfg, self.device_name)
 
@@ -130,17 +132,26 @@ class Judge:
             rejected = self.cfg.static_check and self._static(source, outcome)
         if rejected:
             return self._finish(ev, outcome, t0)
-        with phase(ev, "sandbox_wait"):
-            box = self.pool.acquire()
-            box.wait_ready(timeout=300.0)
+        box = None
         try:
+            with phase(ev, "reference"):
+                self.reference_timing()
+            with phase(ev, "sandbox_wait"):
+                box = self.pool.acquire()
+                box.wait_ready(timeout=300.0)
             self._dynamic(source, box, ev, outcome)
         except SandboxFailure as fail:
             outcome.reject(fail.code, fail.message)
             ev.status = Status(fail.status)
+        except Exception as exc:  # noqa: BLE001 - the judge's side failed, not the candidate's code
+            log.exception("judge failure on %s", name)
+            outcome.reject("judge_error", f"the judge itself failed ({type(exc).__name__}: {exc}); "
+                           "the candidate was not judged")
+            ev.status = Status.CRASH
         finally:
-            ev.log = box.log_tail()
-            box.kill()
+            if box is not None:
+                ev.log = box.log_tail()
+                box.kill()
         return self._finish(ev, outcome, t0)
 
     def key(self, source: str) -> str:
@@ -208,33 +219,43 @@ class Judge:
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def _timing_inputs(self, base: int) -> tuple[list, list | None]:
-        args = self.reference.draw(base)  # trial 0's inputs, still held: no second draw
-        fresh = [self.reference.draw(base + 600 + k) for k in range(4)] if self.cfg.fresh_inputs else None
-        return args, fresh
+    def _timing_sets(self, base: int) -> list[list]:
+        """Input sets the timed calls rotate through (refilled into the same buffers): the first two
+        trials' draws, still held, and with ``fresh_inputs`` four more."""
+        sets = [self.reference.draw(base), self.reference.draw(base + 1)]
+        if self.cfg.fresh_inputs:
+            sets += [self.reference.draw(base + 600 + k) for k in range(4)]
+        return sets
+
+    def reference_timing(self):
+        """The eager reference, timed in this process before any candidate code is loaded (so no
+        candidate's process can be running beside it), once per judge."""
+        if self._ref_timing is None:
+            self.pool.wait_spares()  # an idle, candidate-free sandbox is all that may run beside it
+            args = self.reference.draw(REFERENCE_TIMING_SEED)
+            self._ref_timing = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, None,
+                                                  model=self.reference.model)
+            self.reference.forget(REFERENCE_TIMING_SEED)
+        return self._ref_timing
 
     def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int) -> None:
-        args, fresh = self._timing_inputs(base)
+        import random
+
+        sets = self._timing_sets(base)
+        keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
         with phase(ev, "timing"):
-            reply = time_in(box, args, self.cfg, fresh)
+            reply, wall = timed(box, sets, self.cfg, keep)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
-        event = ev.timing.median_ms
-        escaped = reply["escaped_ms"]
-        if self.device.startswith("cuda") and escaped > ESCAPE_FRACTION * event + ESCAPE_FIXED_MS:
-            outcome.reject("unsynchronized_work", f"the host waited {escaped:.3f} ms longer than the timed "
-                           f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
-                           escaped_ms=escaped, event_ms=event)
-        if outcome.rejected:
-            return
-        if self.cfg.require_custom_kernel:
+        self._audit_timing(reply, wall, ev, outcome)
+        if not outcome.rejected:
+            self._check_timed_outputs(reply, sets, outcome)
+        if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
-                self._own_launches(box, args, outcome)
+                self._own_launches(box, sets[0], outcome)
         if outcome.rejected:
             return
-        with phase(ev, "reference"):
-            ref = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, fresh,
-                                     model=self.reference.model)
+        ref = self.reference_timing()
         ev.reference_timing = ref.timing
         ev.reference_energy_j_per_call = ref.energy_j
         if ref.timing is not None:
@@ -244,7 +265,36 @@ class Judge:
             self._speed_of_light(ev, outcome)
         if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):
             with phase(ev, "energy"):
-                ev.energy_j_per_call = energy_in(box, args, self.cfg)
+                ev.energy_j_per_call = energy_in(box, self.cfg)
+
+    def _audit_timing(self, reply: dict, wall: float, ev: Evaluation, outcome: Outcome) -> None:
+        from loopwise.kernels.evaluate.measure import audit_claims
+        from loopwise.kernels.evaluate.timing import escaped_work_ms
+
+        for problem in audit_claims(reply, wall):
+            outcome.reject("timing_mismatch", f"the timing report contradicts the judge's clock: {problem}")
+        event = ev.timing.median_ms
+        escaped = escaped_work_ms(reply["host_ms"], reply["noop_host_ms"], reply["event_ms"])
+        if self.device.startswith("cuda") and escaped > ESCAPE_FRACTION * event + ESCAPE_FIXED_MS:
+            outcome.reject("unsynchronized_work", f"the host waited {escaped:.3f} ms longer than the timed "
+                           f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
+                           escaped_ms=escaped, event_ms=event)
+
+    def _check_timed_outputs(self, reply: dict, sets: list[list], outcome: Outcome) -> None:
+        """A few timed calls, picked at random, must have returned the right answer for their inputs."""
+        from loopwise.kernels.evaluate.compare import compare_allclose
+
+        refs: dict[int, list] = {}
+        for i, outs in sorted(reply.get("kept", {}).items()):
+            k = int(i) % len(sets)
+            if k not in refs:
+                refs[k] = self.reference.run(sets[k])[0]
+            cand = [o.to(self.device, copy=True) if o is not None else None for o in outs]
+            v = compare_allclose(refs[k], cand, self.cfg.atol, self.cfg.rtol)
+            if not v.passed:
+                outcome.reject("timed_output_wrong", f"timed call {i} returned a wrong result for its inputs "
+                               f"({v.message}): the candidate behaves differently while it is timed")
+                return
 
     def _own_launches(self, box: Sandbox, args: list, outcome: Outcome) -> None:
         counts = box.request("launches", {"inputs": clone_args(args)}, self.cfg.run_timeout_s)["launches"]

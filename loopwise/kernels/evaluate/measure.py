@@ -37,19 +37,48 @@ def versions() -> dict[str, str]:
 
 
 def timing_from(reply: dict) -> TimingStats:
-    ev = reply["event"]
+    """Statistics computed here, in the judge, from the raw per-call samples the sandbox sent."""
+    from loopwise.kernels.evaluate import timing
+
+    ev, host = timing.stats(reply["event_ms"]), timing.stats(reply["host_ms"])
     return TimingStats(trials=ev["trials"], median_ms=ev["median_ms"], mean_ms=ev["mean_ms"], std_ms=ev["std_ms"],
-                       min_ms=ev["min_ms"], max_ms=ev["max_ms"], host_median_ms=reply["host"]["median_ms"],
+                       min_ms=ev["min_ms"], max_ms=ev["max_ms"], host_median_ms=host["median_ms"],
                        method=reply["method"])
 
 
-def time_in(box: Sandbox, args: list, cfg: EvalConfig, fresh: list | None) -> dict:
-    payload = {"inputs": clone_args(args), "trials": cfg.perf_trials, "warmup": cfg.warmup, "fresh": [clone_args(f) for f in fresh] if fresh else None}
-    return box.request("time", payload, cfg.run_timeout_s + cfg.perf_trials * 5.0)
+def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None) -> tuple[dict, float]:
+    """Stages the input sets, then times the calls; returns the reply and the judge's own wall time
+    of the timed request (which no code in the sandbox can touch)."""
+    import time as _time
+
+    box.request("stage", {"sets": [clone_args(s) for s in sets]}, cfg.run_timeout_s)
+    t0 = _time.perf_counter()
+    reply = box.request("time", {"trials": cfg.perf_trials, "warmup": cfg.warmup, "keep": keep or []},
+                        cfg.run_timeout_s + cfg.perf_trials * 5.0)
+    return reply, _time.perf_counter() - t0
 
 
-def energy_in(box: Sandbox, args: list, cfg: EvalConfig) -> float | None:
-    reply = box.request("energy", {"inputs": clone_args(args), "min_seconds": cfg.energy_min_s}, cfg.run_timeout_s)
+# The sandbox's own numbers are claims: the calls it says it timed must account for at least this
+# share of the judge's wall time of the request (the rest is warm-up, flushes and loop overhead).
+CLAIM_SHARE = 0.5
+CLAIM_SLACK_S = 0.05
+
+
+def audit_claims(reply: dict, wall_s: float) -> list[str]:
+    """Contradictions between the sandbox's timing report and physics or the judge's clock."""
+    problems = []
+    worst = max((e - h for e, h in zip(reply["event_ms"], reply["host_ms"])), default=0.0)
+    if worst > 0.05:
+        problems.append(f"a call's device time exceeds its host time by {worst:.3f} ms")
+    claimed = (sum(reply["host_ms"]) + sum(reply["noop_host_ms"])) / 1e3
+    if claimed < CLAIM_SHARE * wall_s - CLAIM_SLACK_S:
+        problems.append(f"the timed calls account for {claimed:.3f} s of the {wall_s:.3f} s the request took")
+    return problems
+
+
+def energy_in(box: Sandbox, cfg: EvalConfig) -> float | None:
+    """Joules per call on the staged inputs (None where NVML cannot tell)."""
+    reply = box.request("energy", {"min_seconds": cfg.energy_min_s}, cfg.run_timeout_s)
     energy = reply.get("energy")
     if not energy:
         return None
@@ -91,12 +120,16 @@ class ReferenceTimes:
         if key in self._memory:
             return self._memory[key]
         path = self._path(key)
+        if model is not None:
+            # The judge's own measurement stays in memory: a file on disk could have been written
+            # by a candidate's sandbox.
+            result = measure_in_process(model, self.pool.device, self.cfg, args, fresh)
+            self._memory[key] = result
+            return result
         if self.use_disk and path.is_file():
             data = json.loads(path.read_text())
             timing = TimingStats(**data["timing"]) if data.get("timing") else None
             result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""))
-        elif model is not None:
-            result = measure_in_process(model, self.pool.device, self.cfg, args, fresh)
         else:
             result = measure_variant(self.pool, problem_source, kind, self.cfg, args, fresh)
             if self.use_disk and result.status == "ok":
@@ -116,8 +149,8 @@ def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: Eval
     box = pool.acquire()
     try:
         loaded = box.request("load", {"kind": kind, "problem_source": problem_source}, cfg.compile_timeout_s)
-        reply = time_in(box, args, cfg, fresh)
-        energy = energy_in(box, args, cfg) if cfg.energy and pool.device.startswith("cuda") else None
+        reply, _ = timed(box, [args] + list(fresh or []), cfg)
+        energy = energy_in(box, cfg) if cfg.energy and pool.device.startswith("cuda") else None
         return VariantResult(kind, timing_from(reply), energy, "ok", load_s=loaded.get("load_s"))
     except SandboxFailure as fail:
         return VariantResult(kind, None, None, fail.status, f"{fail.code}: {fail.message}")
@@ -148,8 +181,8 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
 
     samples = clock.run(call, cfg.perf_trials, cfg.warmup, before if sets else None)
     noop = clock.run(lambda: None, min(cfg.perf_trials, 50), 3)
-    reply = {"event": timing.stats(samples.event_ms), "host": timing.stats(samples.host_ms),
-             "method": samples.method, "noop_host": timing.stats(noop.host_ms)}
+    reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "method": samples.method,
+             "noop_host_ms": noop.host_ms}
     energy = None
     if cfg.energy and device.startswith("cuda"):
         from loopwise.kernels.evaluate.energy import measure_energy

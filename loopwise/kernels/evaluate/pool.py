@@ -160,6 +160,14 @@ class SandboxPool:
         self._fill()
         return box
 
+    def wait_spares(self, timeout: float = 300.0) -> None:
+        """Blocks until the started spares have loaded torch (so none is starting up beside a timing)."""
+        for box in self._ready:
+            try:
+                box.wait_ready(timeout)
+            except SandboxFailure:
+                pass
+
     def close(self) -> None:
         for box in self._ready:
             box.kill()

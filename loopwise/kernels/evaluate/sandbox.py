@@ -117,6 +117,7 @@ class Session:
         self.model = None
         self.problem: ModuleType | None = None
         self.not_ready = 0
+        self.staged: dict = {}
 
     # -- load -------------------------------------------------------------------------------
     def load(self, req: dict) -> dict:
@@ -234,35 +235,46 @@ class Session:
         return reply
 
     # -- timing ----------------------------------------------------------------------------
+    def stage(self, req: dict) -> dict:
+        """Puts the timing input sets on the device, so the timed request carries no data."""
+        sets = [inputs.to_device(s, self.device) for s in req["sets"]]
+        self.staged = {"sets": sets, "bufs": inputs.clone_args(sets[0])}
+        return {"sets": len(sets)}
+
+    def _refill(self, i: int) -> None:
+        # The same buffers every call, refilled with another set's values (untimed): a cache keyed
+        # on pointers, shapes or tensor versions returns stale results, which the judge checks.
+        source = self.staged["sets"][i % len(self.staged["sets"])]
+        for buf, value in zip(self.staged["bufs"], source):
+            if isinstance(buf, self.torch.Tensor):
+                buf.copy_(value)
+
     def time(self, req: dict) -> dict:
-        args = inputs.to_device(req["inputs"], self.device)
-        fresh = [inputs.to_device(s, self.device) for s in req.get("fresh") or []]
-        current = {"args": args}
-
-        def before(i: int) -> None:
-            if fresh:
-                current["args"] = fresh[i % len(fresh)]
-
         model, torch = self.model, self.torch
+        bufs, keep, kept = self.staged["bufs"], set(req.get("keep", [])), {}
 
-        def call() -> None:
+        def call():
             with torch.no_grad():
-                model(*current["args"])
+                return model(*bufs)
+
+        def after(i: int, result) -> None:
+            if i in keep:
+                outs = inputs.flatten_outputs(result)
+                kept[i] = [torch.Tensor.to(o.detach(), "cpu", copy=True) if _type(o) is torch.Tensor else None
+                           for o in outs]
 
         threads_before, native_before = self.watch.snapshot(), guards.native_thread_count()
         try:
-            samples = self.clock.run(call, req["trials"], req["warmup"], before if fresh else None)
+            self._refill(0)
+            samples = self.clock.run(call, req["trials"], req["warmup"], self._refill, after)
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
         noop = self.clock.run(lambda: None, min(req["trials"], 50), 3)
-        reply = {
-            "event": timing.stats(samples.event_ms), "host": timing.stats(samples.host_ms),
-            "noop_host": timing.stats(noop.host_ms), "method": samples.method,
-            "escaped_ms": timing.escaped_work_ms(samples, noop),
-            "threads": self.watch.new_since(threads_before),
-            "native_threads_added": guards.native_thread_count() - native_before,
-        }
+        reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
+                 "method": samples.method, "kept": kept, "sets": len(self.staged["sets"]),
+                 "threads": self.watch.new_since(threads_before),
+                 "native_threads_added": guards.native_thread_count() - native_before}
         reply.update(self._violations())
         return reply
 
@@ -270,7 +282,7 @@ class Session:
     def energy(self, req: dict) -> dict:
         from loopwise.kernels.evaluate.energy import measure_energy
 
-        args = inputs.to_device(req["inputs"], self.device)
+        args = self.staged["bufs"]
         model, torch = self.model, self.torch
 
         def call() -> None:
@@ -293,7 +305,7 @@ class Session:
         return {"launches": launches.snapshot()}
 
 
-OPS = {"load", "trial", "time", "energy", "launches"}
+OPS = {"load", "trial", "stage", "time", "energy", "launches"}
 
 
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:

@@ -52,8 +52,10 @@ class Clock:
         self._flush.fill_(42)
 
     def run(self, fn: Callable[[], object], trials: int, warmup: int,
-            before: Callable[[int], None] | None = None) -> Samples:
-        """Times ``fn`` ``trials`` times after ``warmup`` calls; ``before(i)`` runs untimed."""
+            before: Callable[[int], None] | None = None,
+            after: Callable[[int, object], None] | None = None) -> Samples:
+        """Times ``fn`` ``trials`` times after ``warmup`` calls; ``before(i)`` and
+        ``after(i, result)`` run untimed around each timed call."""
         for _ in range(warmup):
             fn()
             self._sync()
@@ -63,6 +65,7 @@ class Clock:
             if before is not None:
                 before(i)
             self._sync()
+            t_flush = _perf_counter()
             # As KernelBench and do_bench: the flush is queued just ahead of the start event, so
             # the launch of the timed call overlaps the flush and is not counted as GPU time.
             self.flush()
@@ -70,18 +73,21 @@ class Clock:
                 start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
                 t0 = _perf_counter()
                 self._record(start)
-                fn()
+                result = fn()
                 self._record(end)
                 self._sync()
                 t1 = _perf_counter()
                 event_ms.append(self._elapsed(start, end))
+                host_ms.append((t1 - t0) * 1e3)
             else:
-                self._sync()
                 t0 = _perf_counter()
-                fn()
+                result = fn()
                 t1 = _perf_counter()
                 event_ms.append((t1 - t0) * 1e3)
-            host_ms.append((t1 - t0) * 1e3)
+                # On the GPU the host window contains the flush (the sync waits for it); the same here.
+                host_ms.append((t1 - t_flush) * 1e3)
+            if after is not None:
+                after(i, result)
         return Samples(event_ms, host_ms, "cuda_event" if self.cuda else "host_clock")
 
 
@@ -96,7 +102,6 @@ def stats(values: list[float]) -> dict:
     }
 
 
-def escaped_work_ms(samples: Samples, noop: Samples) -> float:
+def escaped_work_ms(host_ms: list[float], noop_host_ms: list[float], event_ms: list[float]) -> float:
     """Host time not explained by event time plus the fixed cost of an empty call."""
-    return (statistics.median(samples.host_ms) - statistics.median(noop.host_ms)
-            - statistics.median(samples.event_ms))
+    return statistics.median(host_ms) - statistics.median(noop_host_ms) - statistics.median(event_ms)
