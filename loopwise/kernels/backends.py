@@ -86,7 +86,11 @@ def _wrap_load_inline(arch: str | None) -> None:
             flags += ["-std=c++17", "--expt-relaxed-constexpr"]
             kwargs["extra_cuda_cflags"] = flags
         key = source_key(text, kwargs.get("extra_cuda_cflags"), kwargs.get("extra_cflags"), arch)
-        module = original(f"{name}_{key}", cpp_sources, cuda_sources, *args, **kwargs)
+        if not kwargs.get("build_directory"):
+            # The module keeps its name (a literal PYBIND11_MODULE(name, m) must still match); the
+            # build folder carries the source hash, which is what makes the cache safe to share.
+            kwargs["build_directory"] = _build_dir(f"{name}_{key}")
+        module = original(name, cpp_sources, cuda_sources, *args, **kwargs)
         return launches.count_extension(module, name)
 
     def load(name, sources, *args, **kwargs):
@@ -96,6 +100,30 @@ def _wrap_load_inline(arch: str | None) -> None:
     setattr(load_inline, _WRAPPED, True)
     ext.load_inline = load_inline
     ext.load = load
+
+
+def _build_dir(folder: str) -> str:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not root:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        return _get_build_directory(folder, verbose=False)
+    path = os.path.join(root, folder)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def clear_stale_locks(extensions_dir: str, since: float) -> int:
+    """Removes build locks left by a sandbox killed mid-compile (created after ``since``)."""
+    removed = 0
+    for lock in Path(extensions_dir).glob("*/lock"):
+        try:
+            if lock.stat().st_mtime >= since:
+                lock.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def prepare_environment(hints: dict, device: str) -> None:
@@ -132,13 +160,33 @@ def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: st
     return True, f"built in {time.perf_counter() - t0:.1f}s"
 
 
-def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: int | None = None) -> list[tuple[bool, str]]:
-    """Builds the ``load_inline`` extensions of many candidates in parallel on CPU cores."""
+def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: int | None = None,
+               timeout_s: float = 600.0) -> list[tuple[bool, str]]:
+    """Builds the ``load_inline`` extensions of many candidates in parallel on CPU cores.
+
+    Each candidate is imported in a fresh worker process with no GPU visible; a build that fails,
+    hangs or kills its worker is reported for that candidate alone (its sandbox then builds it
+    again and judges the failure), never raised.
+    """
     import multiprocessing as mp
     import tempfile
+    from concurrent.futures import TimeoutError as FutureTimeout
 
     workdir = tempfile.mkdtemp(prefix="loopwise-compile-")
     jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_compile_one, s, extensions_dir, arch, workdir) for s in sources]
-        return [f.result() for f in futures]
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+    futures = [pool.submit(_compile_one, s, extensions_dir, arch, workdir) for s in sources]
+    results: list[tuple[bool, str]] = []
+    try:
+        for future in futures:
+            try:
+                results.append(future.result(timeout=timeout_s))
+            except FutureTimeout:
+                results.append((False, f"no build after {timeout_s:.0f}s; left to the sandbox"))
+            except Exception as exc:  # noqa: BLE001 - a worker died: that candidate's problem
+                results.append((False, f"build worker failed ({type(exc).__name__}); left to the sandbox"))
+    finally:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()  # a hung build must not outlive the command
+        pool.shutdown(wait=False, cancel_futures=True)
+    return results

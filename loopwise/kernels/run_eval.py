@@ -41,7 +41,7 @@ def _open_store(cfg: Config, resume: str | None, kind: str):
     return SqliteRunStore.create(cfg.store.runs_dir, kind, dump_config(cfg))
 
 
-def _precompile(sources: list[tuple[str, str]], device: str, console) -> None:
+def _precompile(sources: list[tuple[str, str]], device: str, console, timeout_s: float) -> None:
     """Builds the load_inline extensions of several CUDA/C++ candidates in parallel first."""
     from loopwise.kernels import backends
     from loopwise.kernels.evaluate.measure import cache_dir
@@ -52,7 +52,7 @@ def _precompile(sources: list[tuple[str, str]], device: str, console) -> None:
     console.print(f"compiling {len(native)} native candidates in parallel")
     ext = cache_dir() / "extensions"
     ext.mkdir(parents=True, exist_ok=True)
-    backends.precompile(native, str(ext), backends.device_arch(device))
+    backends.precompile(native, str(ext), backends.device_arch(device), timeout_s=timeout_s)
 
 
 def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: Config, *, as_json: bool = False,
@@ -73,7 +73,8 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
         store.append("problem", {"name": problem.name, "sha256": problem.sha256, "device": judge.device_name})
         console.print(f"run [bold]{store.meta.run_id}[/] · {problem.name} on {judge.device_name} · "
                       f"policy {cfg.kernels.eval.precision}, tolerance {cfg.kernels.eval.tolerance}")
-        _precompile([s for s in sources if judge.key(s[1]) not in done], judge.device, console)
+        _precompile([s for s in sources if judge.key(s[1]) not in done and judge.passes_static(s[1])],
+                    judge.device, console, cfg.kernels.eval.compile_timeout_s)
         bar = progress(console) if len(sources) > 1 else nullcontext()
         with bar as prog:
             task = prog.add_task("judging", total=len(sources)) if prog else None

@@ -58,17 +58,27 @@ class IdentityGuard:
 
 
 def precision_flags() -> dict[str, object]:
+    """Every precision switch torch has; one that cannot be read is recorded as such (newer torch
+    raises on the legacy flags once the ``fp32_precision`` API has been used)."""
     import torch
 
-    flags: dict[str, object] = {
-        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    readers = {
+        "matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
         "matmul.allow_fp16_reduced_precision_reduction":
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+            lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
         "matmul.allow_bf16_reduced_precision_reduction":
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+            lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "matmul.fp32_precision": lambda: getattr(torch.backends.cuda.matmul, "fp32_precision", None),
+        "cudnn.fp32_precision": lambda: getattr(torch.backends.cudnn, "fp32_precision", None),
     }
+    flags: dict[str, object] = {}
+    for name, read in readers.items():
+        try:
+            flags[name] = read()
+        except Exception as exc:  # noqa: BLE001
+            flags[name] = f"unreadable ({type(exc).__name__})"
     return flags
 
 

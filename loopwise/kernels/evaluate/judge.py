@@ -161,6 +161,10 @@ class Judge:
         h.update(self.device_name.encode())
         return h.hexdigest()
 
+    def passes_static(self, source: str) -> bool:
+        """True when the static scan rejects nothing (or is switched off)."""
+        return not self.cfg.static_check or not self._static(source, Outcome())
+
     def _static(self, source: str, outcome: Outcome) -> bool:
         from loopwise.kernels.check import scan
 
@@ -193,6 +197,11 @@ class Judge:
                                           "backend_hints": {"arch": device_arch(self.device)}},
                                      self.cfg.compile_timeout_s)
         except SandboxFailure as fail:
+            if fail.status == "timeout":
+                from loopwise.kernels.backends import clear_stale_locks
+
+                box.kill()
+                clear_stale_locks(self._extensions_dir(), box.started_wall)
             if fail.status == "crash" and fail.code == "runtime_error":
                 fail = SandboxFailure("compile_error", "compile_error", fail.message)
             ev.status = Status(fail.status)

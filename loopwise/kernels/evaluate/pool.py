@@ -70,6 +70,7 @@ class Sandbox:
         self.proc = ctx.Process(target=sandbox_main, args=(child, device, str(log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
         self.started = time.perf_counter()
+        self.started_wall = time.time()
         self.proc.start()
         child.close()
         self.info: dict | None = None
@@ -126,7 +127,13 @@ class Sandbox:
 
     def kill(self) -> None:
         # A used sandbox holds nothing worth a clean exit (its log is written as it goes), and an
-        # orderly interpreter shutdown with torch loaded costs about half a second.
+        # orderly interpreter shutdown with torch loaded costs about half a second. The whole
+        # process group goes: compilers it started must not keep build locks.
+        if self.proc.pid is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(timeout=5)

@@ -310,6 +310,10 @@ OPS = {"load", "trial", "stage", "time", "energy", "launches"}
 
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     """Entry point of the sandbox process."""
+    # Its own session, so a kill takes compilers it started (nvcc, ninja) down with it; and a cache
+    # folder of its own, so nothing it writes is read by the judge or by another candidate.
+    os.setsid()
+    os.environ["LOOPWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="loopwise-sandbox-cache-")
     _redirect_output(log_path)
     import torch
     import torch.multiprocessing  # noqa: F401 - registers tensor reductions for the pipe

@@ -1,0 +1,58 @@
+"""C++ extensions through load_inline, on CPU: compile cache keyed by source, literal module
+names, parallel builds that report failures per candidate, compile errors as a status."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from loopwise.kernels import backends
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.result import Status
+from loopwise.kernels.problem import load_problem
+
+HERE = Path(__file__).parent
+SWISH = HERE / "candidates" / "problems" / "swish.py"
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_detect_backend():
+    assert backends.detect((HERE / "candidates" / "cpp_swish.py").read_text()) == "cpp"
+    assert backends.detect((HERE / "candidates" / "triton_relu.py").read_text()) == "triton"
+    assert backends.detect('#include <cute/tensor.hpp>\nload_inline(name="x", cpp_sources="")') == "cutlass"
+
+
+def test_parallel_precompile_then_judge_uses_the_cache(cache):
+    good = (HERE / "backend_cases" / "literal_module_name.py").read_text()
+    bad = (HERE / "backend_cases" / "does_not_compile.py").read_text()
+    ext_dir = cache / "extensions"
+    ext_dir.mkdir(parents=True)
+    results = backends.precompile([good, bad], str(ext_dir), None, jobs=2, timeout_s=300)
+    assert results[0][0] is True, results
+    assert results[1][0] is False and "Error" in results[1][1]
+    built = [p.name for p in ext_dir.iterdir()]
+    assert any(name.startswith("literal_swish_ext_") for name in built)  # one folder per source hash
+
+    cfg = EvalConfig(perf_trials=3, seed=1, energy=False)
+    with Judge(load_problem(str(SWISH)), cfg, device="cpu", spares=0) as judge:
+        ev = judge.evaluate(good, "literal")
+        broken = judge.evaluate(bad, "broken")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    assert ev.compile_s < 20  # loaded from the cache the parallel build filled, not rebuilt
+    assert broken.status is Status.COMPILE_ERROR
+    assert "Error building extension" in broken.reasons[0].message or "error" in broken.log.lower()
+
+
+def test_clear_stale_locks(tmp_path):
+    (tmp_path / "ext_abc").mkdir()
+    lock = tmp_path / "ext_abc" / "lock"
+    lock.write_text("")
+    os.utime(lock, (10, 10))
+    assert backends.clear_stale_locks(str(tmp_path), since=100) == 0 and lock.exists()
+    assert backends.clear_stale_locks(str(tmp_path), since=5) == 1 and not lock.exists()
