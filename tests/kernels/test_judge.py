@@ -124,3 +124,9 @@ def test_cheats_on_the_timing_itself_are_caught(tmp_path, name, code):
         ev = j.evaluate((CASES / f"{name}.py").read_text(), name)
     assert ev.status is Status.EXPLOIT, ev.summary()
     assert code in codes(ev)
+
+
+def test_library_threads_are_flagged_not_rejected(judge):
+    ev = verdict(judge, "compiled_in_forward")
+    assert ev.status is Status.CORRECT, ev.summary()
+    assert any(r.code == "library_threads" and r.severity == "flag" for r in ev.reasons)

@@ -20,6 +20,14 @@ TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event
 WRONG_NOT_IMPRECISE = 0.05
 
 
+def _same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    return type(a) is type(b) and a == b
+
+
 @dataclass
 class Outcome:
     trials: list[TrialRecord] = field(default_factory=list)
@@ -52,6 +60,9 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
     if reply.get("threads"):
         outcome.reject("thread_injection", "the candidate left threads running after forward returned: "
                        + ", ".join(reply["threads"][:3]))
+    if reply.get("library_threads"):
+        outcome.note("library_threads", "library threads stayed alive after forward (e.g. torch.compile's "
+                     "workers): " + ", ".join(reply["library_threads"][:3]))
     if reply.get("native_threads_added", 0) > 0:
         # Runtimes start worker threads lazily (OpenMP, Triton's interpreter), so a new native
         # thread alone is a flag; work that escapes timing is caught by the host-clock check.
@@ -87,7 +98,7 @@ class TrialRunner:
                 payload[key] = clone_args(payload[key])
         reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
         guard_reasons(reply, self.outcome, self.cfg.precision)
-        bad = [k for k in reply.get("types", []) if k != "Tensor"]
+        bad = [k for k in reply.get("types", []) if k not in ("Tensor", "int", "float", "bool")]
         if bad:
             self.outcome.reject("lazy_eval", f"forward returned {bad[0]}, not a plain torch.Tensor")
         return reply
@@ -168,11 +179,10 @@ class TrialRunner:
         return False
 
     def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
-        torch = self.ref.torch
         if self._first_cand is None:
             self._first_cand, self._first_ref = cand, ref_out
             return
-        same_ref = all(torch.equal(a, b) for a, b in zip(ref_out, self._first_ref))
+        same_ref = all(_same(a, b) for a, b in zip(ref_out, self._first_ref))
         if same_ref and not any(r.code == "degenerate_problem" for r in self.outcome.reasons):
             self.outcome.note("degenerate_problem", "the reference output is identical for different inputs: "
                               "a constant answer passes this problem's own distribution (stress trials decide)")
@@ -184,8 +194,9 @@ class TrialRunner:
             self.outcome.reject("nondeterministic", f"a second call on the same inputs failed: {v.message} "
                                 "(a race or a read of unwritten memory)")
             return
-        if not all(torch.equal(a, b) for a, b in zip(first, again)):
-            diff = max(float((a.double() - b.double()).abs().max()) for a, b in zip(first, again) if a.numel())
+        if not all(_same(a, b) for a, b in zip(first, again)):
+            diff = max((float((a.double() - b.double()).abs().max()) for a, b in zip(first, again)
+                        if isinstance(a, torch.Tensor) and a.numel()), default=0.0)
             self.outcome.note("nondeterministic", f"two calls on the same inputs differ by up to {diff:.3g} "
                               "(within tolerance; atomics or a race)", severity="info", max_diff=diff)
 
@@ -217,12 +228,10 @@ class TrialRunner:
         return False
 
     def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
-        torch = self.ref.torch
         if v.code != "stress_error":
             self.outcome.reject(v.code, f"stress trial (seed {seed}): {v.message}")
             return
-        if self._first_cand is not None and all(
-                a.shape == b.shape and torch.equal(a, b) for a, b in zip(cand, self._first_cand)):
+        if self._first_cand is not None and all(_same(a, b) for a, b in zip(cand, self._first_cand)):
             self.outcome.reject("input_independent_output", "the output is the same for different inputs: "
                                 f"it passes only because the problem's distribution is degenerate ({v.message})")
         elif (v.norm_err or 0.0) > WRONG_NOT_IMPRECISE:

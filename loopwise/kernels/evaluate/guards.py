@@ -109,3 +109,25 @@ class ThreadWatch:
 
     def new_since(self, before: set[int]) -> list[str]:
         return [t.name for t in self._enumerate() if id(t) not in before and t.is_alive()]
+
+    def split_by_origin(self, names: list[str]) -> tuple[list[str], list[str]]:
+        """(threads running candidate code, threads of libraries such as torch.compile's pools)."""
+        by_name = {t.name: t for t in self._enumerate()}
+        own, library = [], []
+        for name in names:
+            (own if _runs_candidate_code(by_name.get(name)) else library).append(name)
+        return own, library
+
+
+CANDIDATE_MODULE = "candidate_module"
+
+
+def _runs_candidate_code(thread) -> bool:
+    if thread is None:
+        return True  # gone already: count it against the candidate
+    if type(thread).__module__ == CANDIDATE_MODULE:
+        return True  # a Thread subclass written by the candidate
+    target = getattr(thread, "_target", None)
+    owner = getattr(target, "__self__", None)
+    modules = {getattr(target, "__module__", None), type(owner).__module__ if owner is not None else None}
+    return CANDIDATE_MODULE in modules

@@ -11,6 +11,7 @@ costs nothing, unlike a CUDA profiler session. A launch counts only when it retu
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 
 COUNTS: Counter = Counter()
@@ -80,3 +81,19 @@ def reset() -> None:
 
 def snapshot() -> dict[str, int]:
     return dict(COUNTS)
+
+
+# Kernels that come from PyTorch, its libraries or its compiler rather than from the candidate;
+# used only when no counted launch happened (CuTe DSL, cupy or torch.ops kernels are not counted).
+LIBRARY_KERNEL = re.compile(
+    r"(^|\s|::)(at::|at_cuda_detail|c10::|cub::|thrust::|cutlass::Kernel|cublas|cudnn|cask_|xmma|nvjet|"
+    r"sm\d+_xmma|ampere_|volta_|turing_|hopper_|gemv2|gemmk1|gemmSN|splitKreduce|implicit_convolve|"
+    r"cunn_|elementwise_kernel|vectorized_elementwise|unrolled_elementwise|reduce_kernel|Memcpy|Memset|"
+    r"triton_(poi|red|per|tem)_fused|fft|dot_kernel|scal_kernel|cutlass_\d+_|"
+    r"\(anonymous namespace\)::(softmax|cunn|upsample|im2col|max_pool|avg_pool))",
+    re.IGNORECASE,
+)
+
+
+def is_library_kernel(name: str) -> bool:
+    return bool(LIBRARY_KERNEL.search(name))

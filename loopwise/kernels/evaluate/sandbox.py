@@ -199,7 +199,9 @@ class Session:
         exported = []
         for o in outs:
             if _type(o) is torch.Tensor:
-                exported.append(torch.Tensor.cpu(o.detach()))
+                exported.append(torch.Tensor.to(o.detach(), "cpu", copy=True))
+            elif _type(o) in (int, float, bool):
+                exported.append(o)  # plain numbers cannot defer work
             else:
                 exported.append(None)
         return exported, kinds
@@ -231,6 +233,7 @@ class Session:
             reply["refill_outputs"], _ = self._export(outs)
             reply["threads"] += more
         reply["not_ready"], self.not_ready = self.not_ready, 0
+        reply["threads"], reply["library_threads"] = self.watch.split_by_origin(reply["threads"])
         reply.update(self._violations())
         return reply
 
@@ -273,8 +276,9 @@ class Session:
         noop = self.clock.run(lambda: None, min(req["trials"], 50), 3)
         reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
                  "method": samples.method, "kept": kept, "sets": len(self.staged["sets"]),
-                 "threads": self.watch.new_since(threads_before),
                  "native_threads_added": guards.native_thread_count() - native_before}
+        reply["threads"], reply["library_threads"] = self.watch.split_by_origin(
+            self.watch.new_since(threads_before))
         reply.update(self._violations())
         return reply
 
@@ -302,7 +306,28 @@ class Session:
         args = inputs.to_device(req["inputs"], self.device)
         launches.reset()
         self._call(args)
-        return {"launches": launches.snapshot()}
+        counted = launches.snapshot()
+        kernels = self._profiled_kernels(args) if not counted and self.device.startswith("cuda") else {}
+        return {"launches": counted, "kernels": kernels}
+
+    def _profiled_kernels(self, args: list) -> dict[str, float]:
+        """GPU kernels of one call by name, from the CUDA profiler (only when nothing was counted)."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                with torch.no_grad():
+                    self.model(*args)
+                self.clock.sync()
+        except Exception:  # noqa: BLE001 - no profiler (e.g. no counter access): nothing to add
+            traceback.print_exc()
+            return {}
+        found: dict[str, float] = {}
+        for evt in prof.events():
+            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+                found[evt.name] = found.get(evt.name, 0.0) + float(getattr(evt, "device_time", 0.0) or 0.0)
+        return found
 
 
 OPS = {"load", "trial", "stage", "time", "energy", "launches"}

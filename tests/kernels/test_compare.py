@@ -1,0 +1,48 @@
+"""Output comparison rules, from the judge's point of view."""
+
+import torch
+
+from loopwise.kernels.evaluate.compare import (compare_allclose, compare_stress, count_poisoned, normwise_error,
+                                               poison)
+
+
+def test_poisoned_elements_are_counted_exactly():
+    t = torch.empty(10, 7)
+    assert poison(t)
+    t[:3] = 1.0
+    assert count_poisoned(t) == 49
+    v = compare_allclose([torch.ones(10, 7)], [t], 1e-4, 1e-4)
+    assert not v.passed and v.code == "unwritten_output" and "49 of 70" in v.message
+
+
+def test_half_precision_outputs_get_kernelbench_half_tolerance():
+    ref = torch.linspace(-1, 1, 101).half()
+    cand = (ref.float() + 5e-3).half()
+    assert compare_allclose([ref], [cand], 1e-4, 1e-4).passed
+    assert not compare_allclose([ref.float()], [cand.float()], 1e-4, 1e-4).passed
+
+
+def test_plain_number_outputs_are_compared_by_value():
+    assert compare_allclose([1.0, torch.ones(3)], [1.00001, torch.ones(3)], 1e-4, 1e-4).passed
+    bad = compare_allclose([1.0], [1.5], 1e-4, 1e-4)
+    assert not bad.passed and bad.code == "wrong_output"
+    assert compare_allclose([1.0], [torch.tensor(1.0)], 1e-4, 1e-4).code == "wrong_output"
+
+
+def test_structure_mismatches_have_their_own_codes():
+    r = torch.zeros(4, 4)
+    assert compare_allclose([r], [torch.zeros(4, 3)], 1e-4, 1e-4).code == "shape_mismatch"
+    assert compare_allclose([r], [torch.zeros(4, 4, dtype=torch.float64)], 1e-4, 1e-4).code == "dtype_mismatch"
+    assert compare_allclose([r], [r, r], 1e-4, 1e-4).code == "wrong_output"
+
+
+def test_stress_rule_scales_with_the_fp32_references_own_error():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 512, generator=g), torch.randn(512, 128, generator=g)
+    ref64 = a.double() @ b.double()
+    ref32 = a @ b
+    fp16 = (a.half().float() @ b.half().float())
+    assert compare_stress([ref32], [ref64], [ref32.clone()], 20.0, 2e-6).passed
+    v = compare_stress([ref32], [ref64], [fp16], 20.0, 2e-6)
+    assert not v.passed and v.code == "stress_error"
+    assert normwise_error(fp16, ref64) > 20 * normwise_error(ref32, ref64)
