@@ -42,6 +42,8 @@ class EvalConfig(BaseModel):
     # A candidate must launch kernels of its own (Triton, a compiled extension); turn off to judge
     # PyTorch-level rewrites of a model.
     require_custom_kernel: bool = True
+    # GPU only: replay forward as a CUDA graph with poisoned outputs (catches side-stream work).
+    capture_probe: bool = True
     excessive_speedup: float = Field(10.0, gt=1)
     # A candidate's error on stress inputs may be at most this multiple of the fp32 reference's
     # own error against float64 (TF32 is ~260x, fp16 more; tf32x3 is ~0.2x).

@@ -275,6 +275,26 @@ class Judge:
         if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):
             with phase(ev, "energy"):
                 ev.energy_j_per_call = energy_in(box, self.cfg)
+        if not outcome.rejected and self.cfg.capture_probe and self.device.startswith("cuda"):
+            with phase(ev, "capture"):
+                self._capture_probe(box, outcome)
+
+    def _capture_probe(self, box: Sandbox, outcome: Outcome) -> None:
+        try:
+            reply = box.request("capture", {}, self.cfg.run_timeout_s)
+        except SandboxFailure as fail:
+            outcome.note("capture_probe", f"the CUDA-graph probe could not run ({fail.message})", severity="info")
+            return
+        if reply.get("unjoined"):
+            outcome.reject("unsynchronized_work", "captured into a CUDA graph, forward forks work to a side "
+                           "stream and never joins it back to the current stream")
+        elif reply.get("captured") and reply.get("left_unwritten"):
+            outcome.reject("unsynchronized_work", f"replaying forward as a CUDA graph left "
+                           f"{reply['left_unwritten']} output elements unwritten: the output is produced by work "
+                           "outside the current stream (a side stream or a thread)")
+        elif not reply.get("captured"):
+            outcome.note("capture_probe", "forward cannot be captured as a CUDA graph, so the side-stream "
+                         f"probe proved nothing ({reply.get('message', '')})", severity="info")
 
     def _audit_timing(self, reply: dict, wall: float, ev: Evaluation, outcome: Outcome) -> None:
         from loopwise.kernels.evaluate.measure import audit_claims

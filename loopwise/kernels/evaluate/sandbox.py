@@ -310,6 +310,37 @@ class Session:
         kernels = self._profiled_kernels(args) if not counted and self.device.startswith("cuda") else {}
         return {"launches": counted, "kernels": kernels}
 
+    def capture(self, req: dict) -> dict:
+        """Captures one forward call into a CUDA graph on a capture stream, then replays it with the
+        outputs poisoned. Work forked to a side stream and never joined fails the capture
+        ("unjoined"); work on a stream that never joined (or from a thread) is not in the graph,
+        so the replay leaves the poison in place. Any other capture failure proves nothing."""
+        from loopwise.kernels.evaluate.compare import count_poisoned, poison
+
+        torch = self.torch
+        bufs = self.staged["bufs"]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.no_grad(), torch.cuda.graph(graph):
+                outs = inputs.flatten_outputs(self.model(*bufs))
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - most capture failures are benign (host syncs, ...)
+            text = f"{_type(exc).__name__}: {exc}"
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001
+                pass
+            return {"captured": False, "unjoined": "unjoined" in text.lower(), "message": text[:300]}
+        input_storages = {b.untyped_storage().data_ptr() for b in bufs if isinstance(b, torch.Tensor)}
+        checked = [o for o in outs if _type(o) is torch.Tensor and o.is_contiguous()
+                   and o.untyped_storage().data_ptr() not in input_storages]
+        for o in checked:
+            poison(o)
+        graph.replay()
+        torch.cuda.synchronize()
+        return {"captured": True, "unjoined": False,
+                "left_unwritten": sum(count_poisoned(o) for o in checked), "checked": len(checked)}
+
     def _profiled_kernels(self, args: list) -> dict[str, float]:
         """GPU kernels of one call by name, from the CUDA profiler (only when nothing was counted)."""
         torch = self.torch
@@ -330,7 +361,7 @@ class Session:
         return found
 
 
-OPS = {"load", "trial", "stage", "time", "energy", "launches"}
+OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture"}
 
 
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
