@@ -56,3 +56,30 @@ def test_clear_stale_locks(tmp_path):
     os.utime(lock, (10, 10))
     assert backends.clear_stale_locks(str(tmp_path), since=100) == 0 and lock.exists()
     assert backends.clear_stale_locks(str(tmp_path), since=5) == 1 and not lock.exists()
+
+
+def test_cutlass_sources_get_headers_and_hopper_flags(monkeypatch, tmp_path):
+    """A CUDA source that includes CuTe/CUTLASS headers is built with the wheel's include path and
+    the sm_90a target on Hopper; the extension keeps its name and is counted when called."""
+    import torch.utils.cpp_extension as ext
+
+    seen = {}
+
+    def fake_load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        seen.update(name=name, **kwargs)
+        return type("Module", (), {"run": staticmethod(lambda: 7)})()
+
+    monkeypatch.setattr(ext, "load_inline", fake_load_inline)
+    monkeypatch.setattr(ext, "load", ext.load)  # restored after the test, like load_inline
+    monkeypatch.setattr(backends, "cutlass_include_dirs", lambda: ["/wheel/cutlass/include"])
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    backends._wrap_load_inline("9.0")
+    module = ext.load_inline("gemm_ext", "", "#include <cute/tensor.hpp>\n__global__ void k() {}")
+    assert seen["name"] == "gemm_ext"
+    assert "/wheel/cutlass/include" in seen["extra_include_paths"]
+    assert "-gencode=arch=compute_90a,code=sm_90a" in seen["extra_cuda_cflags"]
+    assert seen["build_directory"].startswith(str(tmp_path / "gemm_ext_"))
+    from loopwise.kernels.evaluate import launches
+
+    launches.reset()
+    assert module.run() == 7 and launches.snapshot() == {"extension:gemm_ext.run": 1}
