@@ -130,3 +130,8 @@ def test_library_threads_are_flagged_not_rejected(judge):
     ev = verdict(judge, "compiled_in_forward")
     assert ev.status is Status.CORRECT, ev.summary()
     assert any(r.code == "library_threads" and r.severity == "flag" for r in ev.reasons)
+
+
+def test_judge_holds_no_inputs_between_evaluations(judge):
+    verdict(judge, "ok_torch")
+    assert judge.reference._draws == {}

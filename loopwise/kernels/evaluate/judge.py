@@ -152,6 +152,8 @@ class Judge:
             if box is not None:
                 ev.log = box.log_tail()
                 box.kill()
+            if self._reference is not None:
+                self._reference.forget_all()
         return self._finish(ev, outcome, t0)
 
     def key(self, source: str) -> str:

@@ -36,6 +36,10 @@ class Reference:
     def forget(self, seed: int) -> None:
         self._draws.pop(seed, None)
 
+    def forget_all(self) -> None:
+        """Drops every held draw (called after each evaluation: seeds are never reused)."""
+        self._draws.clear()
+
     def run(self, args_cpu: list) -> tuple[list, list[int]]:
         """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
         torch = self.torch
