@@ -1,0 +1,153 @@
+"""Local executor: one long-lived worker process per device, pinned with CUDA_VISIBLE_DEVICES.
+
+Each worker handles one job at a time, so two timings never share a GPU. A worker that dies (or
+whose job exceeds its timeout) is replaced; its job comes back as an error, never a lost job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import time
+import traceback
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from loopwise.core.execute._base import Executor, Job, JobResult
+
+_POLL_S = 0.05
+
+
+def _resolve(handler: str):
+    module, _, name = handler.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_main(conn, env: dict[str, str]) -> None:
+    """Worker loop: environment first (before torch can see the GPUs), then jobs until told to stop."""
+    os.environ.update(env)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        job: Job = message
+        t0 = time.perf_counter()
+        try:
+            result = _resolve(job.handler)(job.payload)
+            conn.send(JobResult(job.job_id, True, result, seconds=time.perf_counter() - t0))
+        except Exception as exc:  # noqa: BLE001 - a handler error is the job's result
+            text = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+            conn.send(JobResult(job.job_id, False, error=text, seconds=time.perf_counter() - t0))
+
+
+@dataclass
+class _Worker:
+    name: str
+    env: dict[str, str]
+    proc: mp.Process | None = None
+    conn: object = None
+    job: Job | None = None
+    started: float = 0.0
+
+
+class LocalExecutor(Executor):
+    """Workers named by device: ``LocalExecutor(["0", "1"])`` pins one worker to each GPU;
+    ``LocalExecutor(["cpu", "cpu"])`` runs two CPU workers (tests, CPU-only work)."""
+
+    def __init__(self, devices: list[str], job_timeout_s: float | None = None) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._queue: deque[Job] = deque()
+        self._timeout = job_timeout_s
+        self._workers = [_Worker(f"worker-{i}:{d}", self._env_for(d)) for i, d in enumerate(devices)]
+        for w in self._workers:
+            self._start(w)
+
+    @staticmethod
+    def _env_for(device: str) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": "" if device == "cpu" else device}
+
+    def _start(self, w: _Worker) -> None:
+        parent, child = self._ctx.Pipe()
+        # Not a daemon: a worker starts processes of its own (sandboxes). It ends when the pipe
+        # closes, so it does not outlive the driver.
+        w.proc = self._ctx.Process(target=_worker_main, args=(child, w.env), daemon=False, name=w.name)
+        w.proc.start()
+        child.close()
+        w.conn, w.job = parent, None
+
+    def _restart(self, w: _Worker) -> None:
+        if w.proc is not None and w.proc.is_alive():
+            w.proc.kill()
+        if w.proc is not None:
+            w.proc.join(timeout=5)
+        self._start(w)
+
+    def submit(self, job: Job) -> None:
+        self._queue.append(job)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        for w in self._workers:
+            if w.job is None and self._queue:
+                w.job, w.started = self._queue.popleft(), time.monotonic()
+                w.conn.send(w.job)
+
+    def _poll(self, w: _Worker) -> JobResult | None:
+        if w.job is None:
+            return None
+        try:
+            if w.conn.poll():
+                result = w.conn.recv()
+                w.job = None
+                return JobResult(result.job_id, result.ok, result.result, result.error, w.name, result.seconds)
+        except (EOFError, OSError):
+            pass
+        expired = self._timeout is not None and time.monotonic() - w.started > self._timeout
+        if w.proc.is_alive() and not expired:
+            return None
+        why = f"job exceeded {self._timeout:.0f}s" if expired else f"worker died (exit code {w.proc.exitcode})"
+        lost = JobResult(w.job.job_id, False, error=why, worker=w.name, seconds=time.monotonic() - w.started)
+        self._restart(w)
+        return lost
+
+    def results(self, timeout: float | None = None) -> Iterator[JobResult]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue or any(w.job is not None for w in self._workers):
+            got = False
+            for w in self._workers:
+                result = self._poll(w)
+                if result is not None:
+                    got = True
+                    self._dispatch()
+                    yield result
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            if not got:
+                time.sleep(_POLL_S)
+
+    def cancel_pending(self) -> int:
+        n = len(self._queue)
+        self._queue.clear()
+        return n
+
+    def close(self) -> None:
+        self._queue.clear()
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+            if w.proc is not None:
+                w.proc.join(timeout=2)
+                if w.proc.is_alive():
+                    w.proc.kill()
+                    w.proc.join(timeout=5)
+
+    @property
+    def workers(self) -> list[str]:
+        return [w.name for w in self._workers]

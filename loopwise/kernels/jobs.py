@@ -1,0 +1,36 @@
+"""Job handlers of the kernel engine, run by an executor's worker (one per GPU).
+
+A worker keeps one judge per problem and config, so the reference is built and timed once per
+problem on that worker's GPU; every candidate still runs in its own fresh sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+_JUDGES: dict[tuple[str, str, str], object] = {}
+
+
+def _judge(payload: dict):
+    from loopwise.kernels.config import EvalConfig
+    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.problem import Problem
+
+    cfg = EvalConfig.model_validate(payload.get("config") or {})
+    source = payload["problem_source"]
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    key = (sha, cfg.model_dump_json(), payload.get("device", "auto"))
+    if key not in _JUDGES:
+        name = payload.get("problem_name", "problem")
+        problem = Problem(name=name, path=Path(f"<{name}>"), source=source, sha256=sha, level=None, problem_id=None)
+        _JUDGES[key] = Judge(problem, cfg, device=payload.get("device", "auto"), spares=1)
+    return _JUDGES[key]
+
+
+def evaluate(payload: dict) -> dict:
+    """Judges one candidate: ``payload`` holds problem_source, candidate_source, candidate_name,
+    and optionally problem_name, config (EvalConfig fields) and device."""
+    judge = _judge(payload)
+    ev = judge.evaluate(payload["candidate_source"], payload.get("candidate_name", "<candidate>"))
+    return ev.model_dump(mode="json")

@@ -1,0 +1,74 @@
+"""The local executor from a driver's point of view: jobs spread over workers, one at a time each,
+a dead or hung worker costs its job (reported) and is replaced, and kernel evaluations run there."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from loopwise.core.execute import Job, LocalExecutor
+
+H = "executor_handlers"
+CASES = Path(__file__).parents[1] / "kernels" / "judge_cases"
+
+
+@pytest.fixture()
+def executor():
+    ex = LocalExecutor(["cpu", "cpu"], job_timeout_s=20)
+    yield ex
+    ex.close()
+
+
+def test_jobs_spread_over_workers_one_at_a_time(executor):
+    t0 = time.monotonic()
+    for i in range(4):
+        executor.submit(Job(f"j{i}", f"{H}:sleep", {"seconds": 0.6}))
+    results = list(executor.results(timeout=60))
+    elapsed = time.monotonic() - t0
+    assert sorted(r.job_id for r in results) == ["j0", "j1", "j2", "j3"]
+    assert all(r.ok for r in results)
+    assert len({r.worker for r in results}) == 2
+    assert len({r.result["pid"] for r in results}) == 2  # long-lived: two processes for four jobs
+    assert elapsed >= 1.2  # two workers, four jobs of 0.6 s: never more than one job per worker
+
+
+def test_workers_are_pinned_to_their_device(executor):
+    executor.submit(Job("a", f"{H}:echo", {"value": 1}))
+    (r,) = list(executor.results(timeout=30))
+    assert r.result["cuda_visible"] == ""
+
+
+def test_dead_worker_costs_its_job_and_is_replaced(executor):
+    executor.submit(Job("boom", f"{H}:die", {}))
+    executor.submit(Job("after", f"{H}:echo", {"value": 2}))
+    executor.submit(Job("raises", f"{H}:fail", {}))
+    by_id = {r.job_id: r for r in executor.results(timeout=60)}
+    assert not by_id["boom"].ok and "worker died" in by_id["boom"].error
+    assert by_id["after"].ok and by_id["after"].result["value"] == 2
+    assert not by_id["raises"].ok and "ValueError: bad payload" in by_id["raises"].error
+    executor.submit(Job("again", f"{H}:echo", {"value": 3}))
+    assert [r.ok for r in executor.results(timeout=30)] == [True]
+
+
+def test_hung_job_times_out_and_cancel_drops_queued_jobs():
+    with LocalExecutor(["cpu"], job_timeout_s=1.0) as ex:
+        ex.submit(Job("hang", f"{H}:sleep", {"seconds": 30}))
+        ex.submit(Job("next", f"{H}:echo", {"value": 1}))
+        ex.submit(Job("queued", f"{H}:echo", {"value": 2}))
+        stream = ex.results(timeout=20)
+        first = next(stream)
+        assert first.job_id == "hang" and not first.ok and "exceeded" in first.error
+        assert ex.cancel_pending() == 1  # "next" started on the replacement worker; "queued" is dropped
+        assert [r.job_id for r in stream] == ["next"]
+
+
+def test_kernel_evaluations_run_on_workers():
+    problem = (CASES / "problem_matmul_relu.py").read_text()
+    cfg = {"static_check": False, "require_custom_kernel": False, "perf_trials": 3, "seed": 1, "energy": False}
+    with LocalExecutor(["cpu", "cpu"], job_timeout_s=120) as ex:
+        for name in ("ok_torch", "wrong_scale", "segfault"):
+            ex.submit(Job(name, "loopwise.kernels.jobs:evaluate",
+                          {"problem_source": problem, "problem_name": "matmul_relu", "device": "cpu", "config": cfg,
+                           "candidate_source": (CASES / f"{name}.py").read_text(), "candidate_name": name}))
+        status = {r.job_id: r.result["status"] for r in ex.results(timeout=240)}
+    assert status == {"ok_torch": "correct", "wrong_scale": "wrong_output", "segfault": "crash"}
