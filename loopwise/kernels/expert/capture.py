@@ -1,0 +1,147 @@
+"""Captures a problem's forward with torch.fx and recognizes what the first templates handle:
+a chain of elementwise operations over same-shape inputs, or a softmax over the last dimension.
+Anything else is reported as unsupported, with the reason, and left to PyTorch."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from loopwise.kernels.expert import elementwise as ew
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """What the expert recognized in a problem."""
+
+    kind: str  # "elementwise" | "row_softmax" | "unsupported"
+    inputs: int = 0
+    expr: str = ""
+    ops: tuple[str, ...] = ()
+    body: tuple[str, ...] = ()  # one Triton statement per captured operation
+    reason: str = ""
+
+
+def _trace(problem):
+    import torch
+    import torch.fx as fx
+
+    module = problem.load_module()
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+        args = list(module.get_inputs())
+    if any(isinstance(p, torch.Tensor) for p in list(model.parameters()) + list(model.buffers())):
+        raise ew.Unsupported("the model has parameters or buffers")
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if len(tensors) != len(args) or not tensors:
+        raise ew.Unsupported("inputs other than tensors")
+    if len({tuple(t.shape) for t in tensors}) != 1 or any(t.dtype != torch.float32 for t in tensors):
+        raise ew.Unsupported("inputs of different shapes or not float32")
+    return fx.symbolic_trace(model), tensors
+
+
+def capture(problem) -> Pattern:
+    """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
+    try:
+        gm, tensors = _trace(problem)
+        return _classify(gm, tensors)
+    except ew.Unsupported as exc:
+        return Pattern("unsupported", reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.
+        return Pattern("unsupported", reason=f"cannot trace forward ({type(exc).__name__}: {exc})")
+
+
+def _classify(gm, tensors) -> Pattern:
+    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(nodes) == 1 and _softmax_dim(gm, nodes[0]) is not None:
+        dim = _softmax_dim(gm, nodes[0])
+        if dim in (-1, tensors[0].dim() - 1):
+            return Pattern("row_softmax", inputs=1, ops=("softmax",))
+        raise ew.Unsupported(f"softmax over dim {dim}, not the last")
+    exprs = {p.name: f"x{i}" for i, p in enumerate(placeholders)}
+    ops, body = [], []
+    for k, node in enumerate(nodes):
+        expr, op = _expr(gm, node, exprs)
+        body.append(f"t{k} = {expr}  # {op}")
+        exprs[node.name] = f"t{k}"  # one statement per operation: no repeated subexpressions
+        ops.append(op)
+    (out,) = [n for n in gm.graph.nodes if n.op == "output"]
+    result = out.args[0]
+    if not hasattr(result, "name"):
+        raise ew.Unsupported("forward returns more than one tensor")
+    return Pattern("elementwise", inputs=len(placeholders), expr=exprs[result.name], ops=tuple(ops),
+                   body=tuple(body))
+
+
+def _softmax_dim(gm, node):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if node.op == "call_function" and node.target in (torch.softmax, F.softmax):
+        return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    if node.op == "call_method" and node.target == "softmax":
+        return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    if node.op == "call_module" and isinstance(gm.get_submodule(node.target), nn.Softmax):
+        return gm.get_submodule(node.target).dim
+    return None
+
+
+def _arg(value, exprs) -> str:
+    return exprs[value.name] if hasattr(value, "name") else ew.literal(value)
+
+
+def _expr(gm, node, exprs) -> tuple[str, str]:
+    if node.op == "call_module":
+        return _module_expr(gm.get_submodule(node.target), _arg(node.args[0], exprs))
+    if node.op not in ("call_function", "call_method"):
+        raise ew.Unsupported(f"{node.op} {node.target}")
+    target, args, kw = node.target, node.args, node.kwargs
+    if target in ew.BINARY and len(args) == 2 and not kw:
+        op = getattr(target, "__name__", str(target))
+        return ew.BINARY[target].format(a=_arg(args[0], exprs), b=_arg(args[1], exprs)), op
+    a = _arg(args[0], exprs)
+    name = ew.FUNCTIONS.get(target) if node.op == "call_function" else target
+    if name == "gelu" and kw.get("approximate", "none") == "tanh":
+        return _gelu_tanh(a), "gelu_tanh"
+    if name in ew.UNARY:
+        return ew.UNARY[name].format(a=a), name
+    return _special(target, args, kw, a)
+
+
+def _special(target, args, kw, a) -> tuple[str, str]:
+    import torch
+    import torch.nn.functional as F
+
+    if target in (F.leaky_relu, "leaky_relu"):
+        return ew.leaky_relu(a, kw.get("negative_slope", args[1] if len(args) > 1 else 0.01)), "leaky_relu"
+    if target in (torch.clamp, "clamp", torch.clip, "clip"):
+        lo = kw.get("min", args[1] if len(args) > 1 else None)
+        hi = kw.get("max", args[2] if len(args) > 2 else None)
+        return ew.clamp(a, lo, hi), "clamp"
+    if target in (F.hardtanh,):
+        return ew.clamp(a, kw.get("min_val", -1.0), kw.get("max_val", 1.0)), "hardtanh"
+    if target in (operator.pow, torch.pow, "pow") and len(args) == 2 and args[1] == 2:
+        return f"({a} * {a})", "square"
+    raise ew.Unsupported(f"operation {getattr(target, '__name__', target)}")
+
+
+def _module_expr(sub, a: str) -> tuple[str, str]:
+    import torch.nn as nn
+
+    if isinstance(sub, nn.LeakyReLU):
+        return ew.leaky_relu(a, sub.negative_slope), "leaky_relu"
+    if isinstance(sub, nn.Hardtanh):
+        return ew.clamp(a, sub.min_val, sub.max_val), "hardtanh"
+    if isinstance(sub, nn.GELU) and sub.approximate == "tanh":
+        return _gelu_tanh(a), "gelu_tanh"
+    name = ew.MODULES.get(type(sub))
+    if name is None:
+        raise ew.Unsupported(f"module {type(sub).__name__}")
+    return ew.UNARY[name].format(a=a), name
+
+
+def _gelu_tanh(a: str) -> str:
+    inner = f"(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a}))"
+    return f"(0.5 * {a} * (1.0 + {ew.UNARY['tanh'].format(a=inner)}))"

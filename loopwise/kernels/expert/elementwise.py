@@ -1,0 +1,65 @@
+"""Elementwise PyTorch operations as Triton expressions (fp32 arithmetic throughout)."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BINARY = {operator.add: "({a} + {b})", operator.sub: "({a} - {b})", operator.mul: "({a} * {b})",
+          operator.truediv: "({a} / {b})", torch.add: "({a} + {b})", torch.sub: "({a} - {b})",
+          torch.mul: "({a} * {b})", torch.div: "({a} / {b})", "add": "({a} + {b})", "sub": "({a} - {b})",
+          "mul": "({a} * {b})", "div": "({a} / {b})", torch.maximum: "tl.maximum({a}, {b})",
+          torch.minimum: "tl.minimum({a}, {b})"}
+
+SIGMOID = "(1.0 / (1.0 + tl.exp(-{a})))"
+UNARY = {
+    "relu": "tl.maximum({a}, 0.0)",
+    "sigmoid": SIGMOID,
+    "tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {a})) - 1.0)",
+    "exp": "tl.exp({a})", "log": "tl.log({a})", "sqrt": "tl.sqrt({a})", "abs": "tl.abs({a})", "neg": "(-{a})",
+    "gelu": "(0.5 * {a} * (1.0 + tl.math.erf({a} * 0.7071067811865476)))",
+    "silu": "({a} * " + SIGMOID + ")",
+    "softsign": "({a} / (1.0 + tl.abs({a})))",
+    "softplus": "tl.where({a} > 20.0, {a}, tl.log(1.0 + tl.exp(tl.minimum({a}, 20.0))))",
+    "elu": "tl.where({a} > 0.0, {a}, tl.exp(tl.minimum({a}, 0.0)) - 1.0)",
+    "selu": "(1.0507009873554805 * tl.where({a} > 0.0, {a}, 1.6732632423543772 * "
+            "(tl.exp(tl.minimum({a}, 0.0)) - 1.0)))",
+    "hardsigmoid": "tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
+}
+FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
+             torch.tanh: "tanh", F.tanh: "tanh", torch.exp: "exp", torch.log: "log", torch.sqrt: "sqrt",
+             torch.abs: "abs", torch.neg: "neg", operator.neg: "neg", F.gelu: "gelu", F.silu: "silu",
+             F.softsign: "softsign", F.softplus: "softplus", F.elu: "elu", F.selu: "selu",
+             torch.selu: "selu", F.hardsigmoid: "hardsigmoid"}
+MODULES = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.GELU: "gelu", nn.SiLU: "silu",
+           nn.Softsign: "softsign", nn.Softplus: "softplus", nn.ELU: "elu", nn.SELU: "selu",
+           nn.Hardsigmoid: "hardsigmoid"}
+
+
+class Unsupported(Exception):
+    """An operation the elementwise template cannot express."""
+
+
+def literal(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Unsupported(f"non-numeric constant {value!r}")
+    if math.isinf(value) or math.isnan(value):
+        raise Unsupported("infinite constant")
+    return repr(float(value))
+
+
+def leaky_relu(a: str, slope: float) -> str:
+    return f"tl.where({a} >= 0.0, {a}, {a} * {literal(slope)})"
+
+
+def clamp(a: str, lo, hi) -> str:
+    out = a
+    if lo is not None:
+        out = f"tl.maximum({out}, {literal(lo)})"
+    if hi is not None:
+        out = f"tl.minimum({out}, {literal(hi)})"
+    return out

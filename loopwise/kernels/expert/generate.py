@@ -1,0 +1,30 @@
+"""Emits a standalone ``ModelNew`` source from a captured pattern and a set of moves."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from loopwise.kernels.expert.capture import Pattern, capture
+
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8}}
+TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.j2"}
+
+
+def render(pattern: Pattern, moves: dict | None = None) -> str:
+    """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults."""
+    import jinja2
+
+    params = {**DEFAULT_MOVES[pattern.kind], **(moves or {})}
+    text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[pattern.kind]).read_text()
+    note = f"{pattern.kind}: block {params['block']}, {params['warps']} warps"
+    template = jinja2.Template(text, keep_trailing_newline=True)
+    return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
+                           note=note, **params)
+
+
+def generate(problem, moves: dict | None = None) -> tuple[str | None, Pattern]:
+    """(source or None, the captured pattern); None when no template covers the problem."""
+    pattern = capture(problem)
+    if pattern.kind not in TEMPLATES:
+        return None, pattern
+    return render(pattern, moves), pattern
