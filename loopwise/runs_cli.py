@@ -27,6 +27,21 @@ def list_cmd(runs_dir: str = typer.Option("runs", help="Folder of runs."),
         typer.echo(f"{r.run_id}  {r.kind:<16} {when}")
 
 
+def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs list)."),
+           runs_dir: str = typer.Option("runs", help="Folder of runs."),
+           out: Optional[str] = typer.Option(None, help="Where to write the HTML (default: RUN/report.html)."),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """One self-contained HTML report of a run (opens offline)."""
+    from pathlib import Path
+
+    from loopwise.core.store import SqliteRunStore
+    from loopwise.kernels.report_html import build_report
+
+    with SqliteRunStore.open(runs_dir, run_id) as store:
+        path = build_report(store, Path(out) if out else None)
+    typer.echo(json.dumps({"run_id": run_id, "report": str(path)}) if as_json else f"report written to {path}")
+
+
 @app.command("show")
 def show_cmd(run_id: str, runs_dir: str = typer.Option("runs", help="Folder of runs."),
              kind: Optional[str] = typer.Option(None, help="Only events of this kind."),

@@ -118,3 +118,33 @@ def baseline_cmd(
     if no_cache:
         extra.append("kernels.baseline.cache=false")
     baseline_problems(problems, _config(config, overrides, extra + _where(device, kernelbench)), as_json=as_json)
+
+
+@app.command("optimize")
+def optimize_cmd(
+    problem: Optional[str] = typer.Argument(None, help="Problem file or kernelbench:LEVEL/ID (not with --resume)."),
+    proposer: str = typer.Option("expert", help="expert (no LLM), llm or exchange."),
+    search: str = typer.Option("mcts", help="mcts, greedy, beam, random or best-of-n."),
+    budget: int = typer.Option(20, help="Candidates to judge."),
+    objective: str = typer.Option("speed", help="speed, or energy (fewest joules within 3% of the best time)."),
+    seed: int = typer.Option(0, help="Seed of the search and the proposer."),
+    per_step: int = typer.Option(2, help="Proposals asked for at each expansion."),
+    exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
+    out: Optional[Path] = typer.Option(None, help="Where to write the best ModelNew (default: in the run folder)."),
+    resume: Optional[str] = typer.Option(None, help="Resume run ID: replays its events, judges nothing twice."),
+    kernelbench: Optional[str] = KERNELBENCH,
+    device: Optional[str] = DEVICE,
+    config: Optional[Path] = CONFIG,
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = JSON,
+) -> None:
+    """Search for faster kernels: propose, judge, keep the best, write it as a standalone ModelNew."""
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_cli import run_optimize
+
+    if resume is None and problem is None:
+        raise UserError("give a PROBLEM, or --resume RUN_ID")
+    settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
+                        seed=seed, per_step=per_step, exchange_dir=exchange_dir or "")
+    cfg = _config(config, overrides, _where(device, kernelbench))
+    raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))

@@ -1,0 +1,42 @@
+"""Proposers: one interface for every engine, from an LLM, a person or a coding agent.
+
+``Proposer.propose(ProposalRequest) -> list[Proposal | ProposalFailure]``. A bad reply, a
+network fault, a timeout or a spent budget is a ``ProposalFailure`` value, never an exception.
+``LLMProposer`` (in ``loopwise.core.propose.llm``) talks to OpenAI-compatible servers and to
+Anthropic; ``ExchangeProposer`` writes prompts to a folder and waits for answer files.
+"""
+
+from loopwise.core.propose._base import (
+    BudgetExhausted,
+    FailureReason,
+    FindingNote,
+    Proposal,
+    ProposalFailure,
+    ProposalRequest,
+    ProposalResult,
+    Proposer,
+    Snippet,
+    Usage,
+)
+from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_python
+from loopwise.core.propose._prompt import Prompt, render_prompt
+from loopwise.core.propose.exchange import ExchangeProposer
+
+__all__ = [
+    "BudgetExhausted",
+    "ExchangeProposer",
+    "ExtractFailure",
+    "Extracted",
+    "FailureReason",
+    "FindingNote",
+    "Prompt",
+    "Proposal",
+    "ProposalFailure",
+    "ProposalRequest",
+    "ProposalResult",
+    "Proposer",
+    "Snippet",
+    "Usage",
+    "extract_python",
+    "render_prompt",
+]

@@ -1,0 +1,184 @@
+"""The proposer role: frozen requests in, proposals (or typed failures) out, for every engine."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+class FailureReason(enum.StrEnum):
+    """Why a proposal attempt gave no usable content; recorded as is, never raised."""
+
+    NO_CODE = "no_code"
+    TRUNCATED = "truncated"
+    SYNTAX_ERROR = "syntax_error"
+    API_ERROR = "api_error"
+    TIMEOUT = "timeout"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindingNote:
+    """One diagnosis finding as the proposer sees it.
+
+    Attributes:
+        text: the finding in plain words, e.g. "memory-bound: 38% of DRAM peak".
+        evidence: the numbers behind it (JSON-like values), shown to the proposer.
+    """
+
+    text: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evidence", MappingProxyType(dict(self.evidence)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snippet:
+    """A piece of reference code offered to the proposer (an example, a known-good kernel).
+
+    Attributes:
+        title: what the snippet is, in a few words.
+        code: the source text.
+        language: the fence language, e.g. ``python``.
+    """
+
+    title: str
+    code: str
+    language: str = "python"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalRequest:
+    """Everything a proposer is told about one step of a search.
+
+    Attributes:
+        task: the problem statement (for kernels, the reference ``Model`` source and what to beat).
+        candidate: the current candidate's source (or content) to improve on; may be empty.
+        candidate_summary: a one-paragraph description of the current candidate.
+        evaluation: a summary of how the current candidate was judged (correctness, times).
+        findings: what diagnosis found about the current candidate.
+        memory: a summary of the search so far (what was tried, what worked).
+        snippets: optional reference code.
+        n: how many proposals are wanted.
+        kind: the engine, which selects the prompt templates, e.g. ``kernels``.
+    """
+
+    task: str
+    candidate: str = ""
+    candidate_summary: str = ""
+    evaluation: str = ""
+    findings: tuple[FindingNote, ...] = ()
+    memory: str = ""
+    snippets: tuple[Snippet, ...] = ()
+    n: int = 1
+    kind: str = "kernels"
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        object.__setattr__(self, "findings", tuple(self.findings))
+        object.__setattr__(self, "snippets", tuple(self.snippets))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Tokens and money spent by one model call.
+
+    Attributes:
+        model: the model name as configured.
+        input_tokens: prompt tokens reported by the server.
+        output_tokens: completion tokens reported by the server.
+        cost_usd: dollars, from the configured price; None when the model has no price.
+    """
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposal:
+    """One usable proposal.
+
+    Attributes:
+        content: the proposed code or content (for kernels, a complete Python file).
+        note: the move that was made, in one line, as the proposer described it.
+        origin: who proposed it, e.g. ``openai:gpt-5`` or ``exchange:/tmp/x/answer-0001.md``.
+        usage: what it cost; None where nothing was metered.
+    """
+
+    content: str
+    note: str = ""
+    origin: str = ""
+    usage: Usage | None = None
+
+    ok = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalFailure:
+    """A proposal attempt that gave no usable content: a value to record, never an exception.
+
+    Attributes:
+        reason: the kind of failure.
+        detail: one line a person can act on (an HTTP status, a parse error, an instruction).
+        origin: who was asked.
+        raw: the reply as received, for the record; empty when there was none.
+        usage: what the attempt cost; None where nothing was metered.
+    """
+
+    reason: FailureReason
+    detail: str = ""
+    origin: str = ""
+    raw: str = ""
+    usage: Usage | None = None
+
+    ok = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetExhausted(ProposalFailure):
+    """The token or dollar budget is spent; no call was made for this proposal.
+
+    Attributes:
+        spent_tokens: tokens spent so far against the budget.
+        spent_usd: dollars spent so far against the budget.
+    """
+
+    reason: FailureReason = FailureReason.BUDGET_EXHAUSTED
+    spent_tokens: int = 0
+    spent_usd: float = 0.0
+
+
+ProposalResult = Proposal | ProposalFailure
+"""What a proposer returns for each wanted proposal: either a proposal or a typed failure."""
+
+
+class Proposer(abc.ABC):
+    """Turns a request into ``request.n`` results, one per wanted proposal.
+
+    Implementations never raise for a bad reply, a network fault or a spent budget: each of
+    those is a ``ProposalFailure`` in the returned list, so a search can record it and go on.
+    """
+
+    @abc.abstractmethod
+    def propose(self, request: ProposalRequest) -> list[ProposalResult]:
+        """Asks for ``request.n`` proposals.
+
+        Args:
+            request: what to improve and what is known about it.
+
+        Returns:
+            Exactly ``request.n`` results, each a ``Proposal`` or a ``ProposalFailure``.
+        """

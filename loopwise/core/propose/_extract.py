@@ -1,0 +1,105 @@
+"""Pulls one Python file out of a free-text reply, or says exactly why it cannot."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from loopwise.core.propose._base import FailureReason
+
+_FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\s`]*)[^`]*$")
+_PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
+_NOTE_PREFIX = re.compile(r"^\s*(?:[*_#>\-]\s*)*(?:move|note|change)\s*[*_]*\s*:[*_\s]*", re.I)
+_NOTE_MAX = 240
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: its language tag, its body, and whether a closing fence was found."""
+
+    lang: str
+    body: str
+    closed: bool
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The code and the one-line note found in a reply."""
+
+    code: str
+    note: str
+
+
+@dataclass(frozen=True)
+class ExtractFailure:
+    """Why no code could be taken from a reply."""
+
+    reason: FailureReason
+    detail: str
+
+
+def fenced_blocks(text: str) -> tuple[list[Block], list[str]]:
+    """Splits markdown into fenced blocks and the prose lines outside them."""
+    blocks: list[Block] = []
+    prose: list[str] = []
+    opening: re.Match[str] | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        if opening is None:
+            match = _FENCE.match(line)
+            if match:
+                opening, body = match, []
+            else:
+                prose.append(line)
+            continue
+        fence = opening["fence"]
+        stripped = line.strip()
+        if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+            blocks.append(Block(opening["lang"].lower(), "\n".join(body), True))
+            opening = None
+        else:
+            body.append(line)
+    if opening is not None:
+        blocks.append(Block(opening["lang"].lower(), "\n".join(body), False))
+    return blocks, prose
+
+
+def _note(prose: list[str]) -> str:
+    """The line that names the move: one starting with ``Move:``, else the first prose line."""
+    lines = [line.strip() for line in prose if line.strip()]
+    for line in lines:
+        if _NOTE_PREFIX.match(line):
+            return _NOTE_PREFIX.sub("", line)[:_NOTE_MAX].strip()
+    return lines[0][:_NOTE_MAX] if lines else ""
+
+
+def extract_python(text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
+    """Takes the largest fenced Python block (the last one on a tie) that parses.
+
+    Args:
+        text: the reply.
+        truncated: the server said the reply stopped at its token limit.
+
+    Returns:
+        The code and note, or why there is none: an unterminated block is ``TRUNCATED``,
+        no block ``NO_CODE``, code that ``ast.parse`` rejects ``SYNTAX_ERROR``.
+    """
+    blocks, prose = fenced_blocks(text)
+    if blocks and not blocks[-1].closed:
+        cause = "the reply hit its token limit" if truncated else "the reply ends inside it"
+        return ExtractFailure(FailureReason.TRUNCATED, f"unterminated code block ({cause})")
+    tagged = [b for b in blocks if b.lang in _PYTHON_TAGS]
+    candidates = tagged or [b for b in blocks if not b.lang]
+    if not candidates:
+        detail = "no ```python block in the reply"
+        if truncated:
+            return ExtractFailure(FailureReason.TRUNCATED, detail + " (it hit its token limit)")
+        return ExtractFailure(FailureReason.NO_CODE, detail)
+    best = max(reversed(candidates), key=lambda b: len(b.body.strip()))
+    code = best.body.strip("\n") + "\n"
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        return ExtractFailure(FailureReason.SYNTAX_ERROR, f"line {exc.lineno}: {exc.msg}")
+    return Extracted(code, _note(prose))

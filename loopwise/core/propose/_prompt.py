@@ -1,0 +1,60 @@
+"""Renders a request into a system and a user message from the package's jinja2 templates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from loopwise.core.propose._base import ProposalRequest
+from loopwise.errors import UserError
+
+if TYPE_CHECKING:
+    import jinja2
+
+_TEMPLATES = "loopwise.core.propose"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The two messages sent to a model (or written for a person or agent to answer)."""
+
+    system: str
+    user: str
+
+    def as_markdown(self) -> str:
+        """Both messages as one document, for the exchange folder."""
+        return f"{self.system.rstrip()}\n\n---\n\n{self.user.rstrip()}\n"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    import jinja2  # lazily: only proposing needs it
+
+    root = resources.files(_TEMPLATES) / "templates"
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # prompts are markdown for a model, not HTML
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_prompt(request: ProposalRequest) -> Prompt:
+    """Renders ``<kind>_system.md.j2`` and ``<kind>_user.md.j2`` for the request.
+
+    Raises:
+        UserError: there are no templates for ``request.kind``.
+    """
+    import jinja2
+
+    env = _environment()
+    try:
+        system = env.get_template(f"{request.kind}_system.md.j2")
+        user = env.get_template(f"{request.kind}_user.md.j2")
+    except jinja2.TemplateNotFound as exc:
+        raise UserError(f"no prompt templates for kind {request.kind!r} ({exc.name})") from exc
+    return Prompt(system=system.render(request=request), user=user.render(request=request))

@@ -1,0 +1,160 @@
+"""The exchange proposer: a person or any coding agent answers prompts written to a folder.
+
+How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by hand:
+
+1. Run the search with ``ExchangeProposer(folder)`` as its proposer.
+2. For each wanted proposal it writes ``<folder>/prompt-<id>.md`` (the same prompt an LLM
+   proposer would send) and prints one line:
+   ``answer by writing <folder>/answer-<id>.md containing one ```python block``.
+3. Tell the agent: "read <folder>/prompt-<id>.md and write your answer to
+   <folder>/answer-<id>.md". The answer is a ``Move:`` line and one ```python block
+   with the complete file, as the prompt asks.
+4. The proposer picks the answer up once it is complete: when ``answer-<id>.md.done`` exists,
+   or when the file is non-empty, ends in a closed code block, and has not changed between two
+   polls. Writing to a temporary name and renaming it is always safe.
+
+If no complete answer arrives within ``timeout_s``, the result is a ``ProposalFailure`` with
+reason ``TIMEOUT`` whose detail is the instruction line, so the run can record it and go on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from loopwise.core.propose._base import (
+    FailureReason,
+    Proposal,
+    ProposalFailure,
+    ProposalRequest,
+    ProposalResult,
+    Proposer,
+)
+from loopwise.core.propose._extract import ExtractFailure, extract_python, fenced_blocks
+from loopwise.core.propose._prompt import render_prompt
+
+_PROMPT_NAME = re.compile(r"^prompt-(\d+)\.md$")
+
+
+def _print_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _complete(text: str) -> bool:
+    """Whether an answer has a fenced block and does not end inside one."""
+    blocks, _ = fenced_blocks(text)
+    return bool(blocks) and blocks[-1].closed
+
+
+class ExchangeProposer(Proposer):
+    """Writes each prompt to a folder and waits for an answer file.
+
+    Args:
+        folder: where ``prompt-<id>.md`` and ``answer-<id>.md`` live; created if missing.
+        timeout_s: how long to wait for all answers of one ``propose`` call.
+        poll_s: seconds between looks at the folder.
+        announce: shows the instruction line; defaults to printing it on stderr.
+        sleep: how polls wait (tests may pass a faster one).
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        timeout_s: float = 3600.0,
+        poll_s: float = 2.0,
+        *,
+        announce: Callable[[str], None] = _print_line,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.folder = Path(folder)
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._announce = announce
+        self._sleep = sleep
+
+    def instruction(self, answer_id: str) -> str:
+        """The one line that tells the user what to do for ``answer_id``."""
+        return (f"answer by writing {self.answer_path(answer_id)} containing one ```python block "
+                f"(the prompt is {self.prompt_path(answer_id)})")
+
+    def prompt_path(self, answer_id: str) -> Path:
+        """Where the prompt of ``answer_id`` is written."""
+        return self.folder / f"prompt-{answer_id}.md"
+
+    def answer_path(self, answer_id: str) -> Path:
+        """Where the answer of ``answer_id`` is expected."""
+        return self.folder / f"answer-{answer_id}.md"
+
+    def propose(self, request: ProposalRequest) -> list[ProposalResult]:
+        """Writes ``request.n`` prompts, announces them, and waits for the answers."""
+        text = render_prompt(request).as_markdown()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        ids = self._new_ids(request.n)
+        for answer_id in ids:
+            tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
+            self._announce(self.instruction(answer_id))
+        answers = self._wait(ids)
+        return [self._result(answer_id, answers.get(answer_id)) for answer_id in ids]
+
+    def _new_ids(self, n: int) -> list[str]:
+        numbers = [int(m[1]) for p in self.folder.iterdir() if (m := _PROMPT_NAME.match(p.name))]
+        first = max(numbers, default=0) + 1
+        return [f"{number:04d}" for number in range(first, first + n)]
+
+    def _wait(self, ids: list[str]) -> dict[str, str]:
+        """Polls until every answer is complete or the time is up; returns those that are."""
+        deadline = time.monotonic() + self.timeout_s
+        seen: dict[str, tuple[int, int]] = {}
+        answers: dict[str, str] = {}
+        while True:
+            for answer_id in ids:
+                if answer_id not in answers:
+                    text = self._read_if_ready(answer_id, seen)
+                    if text is not None:
+                        answers[answer_id] = text
+            left = deadline - time.monotonic()
+            if len(answers) == len(ids) or left <= 0:
+                return answers
+            self._sleep(min(self.poll_s, left))
+
+    def _read_if_ready(self, answer_id: str, seen: dict[str, tuple[int, int]]) -> str | None:
+        path = self.answer_path(answer_id)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        marker = path.with_name(path.name + ".done").exists()
+        signature = (stat.st_size, stat.st_mtime_ns)
+        stable = stat.st_size > 0 and seen.get(answer_id) == signature
+        seen[answer_id] = signature
+        if not (marker or stable):
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return text if marker or _complete(text) else None
+
+    def _result(self, answer_id: str, text: str | None) -> ProposalResult:
+        origin = f"exchange:{self.answer_path(answer_id)}"
+        if text is None:
+            text = self._late_text(answer_id)
+            if not text:
+                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id)}"
+                return ProposalFailure(reason=FailureReason.TIMEOUT, detail=detail, origin=origin)
+        found = extract_python(text)
+        if isinstance(found, ExtractFailure):
+            return ProposalFailure(
+                reason=found.reason, detail=found.detail, origin=origin, raw=text
+            )
+        return Proposal(content=found.code, note=found.note, origin=origin)
+
+    def _late_text(self, answer_id: str) -> str:
+        """What an unfinished answer holds at the deadline, so its fault can be named."""
+        try:
+            return self.answer_path(answer_id).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""

@@ -1,0 +1,41 @@
+"""A self-contained HTML page: the plotly library inlined once, figures as JSON, sections of
+tables and code. Nothing is fetched when the file is opened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+
+@dataclass
+class Figure:
+    """One plotly figure (``plotly.graph_objects.Figure``) with a title for the page."""
+
+    title: str
+    figure: object
+
+
+@dataclass
+class Section:
+    """A block of the page: a heading, key/value facts, an optional table and preformatted blocks."""
+
+    heading: str
+    facts: dict = field(default_factory=dict)
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    blocks: list[tuple[str, str]] = field(default_factory=list)  # (label, text) shown as <pre>
+    anchor: str = ""
+    status: str = ""
+
+
+def render_html(title: str, subtitle: str, figures: list[Figure], sections: list[Section]) -> str:
+    """The whole page as one string."""
+    import jinja2
+    from plotly.offline import get_plotlyjs
+
+    text = (resources.files("loopwise.core.report") / "templates" / "run.html.j2").read_text(encoding="utf-8")
+    env = jinja2.Environment(autoescape=True)
+    template = env.from_string(text)
+    plots = [{"title": f.title, "id": f"fig{i}", "json": f.figure.to_json()} for i, f in enumerate(figures)]
+    return template.render(title=title, subtitle=subtitle, plots=plots, sections=sections,
+                           plotlyjs=get_plotlyjs())

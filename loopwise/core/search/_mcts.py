@@ -1,0 +1,102 @@
+"""Monte Carlo tree search with progressive widening, asymmetric branching and dead-end pruning.
+
+Selection walks down from the root. At each node it either expands that node (when the node is
+open and has fewer children than its widening budget) or descends into the child with the best
+UCT score among children whose subtree still holds an open node. A node's widening budget is
+``ceil(k * visits**alpha * m)``, where ``m`` is ``strong`` when the node beats its parent,
+``weak`` otherwise (1 for the root): promising nodes get wider, weak ones narrower.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loopwise.core.search._base import Search
+from loopwise.core.search._records import NodeState
+from loopwise.core.search._tree import Pruning, _Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Widening:
+    """How many children a node may have: ``ceil(k * visits**alpha * multiplier)``.
+
+    Attributes:
+        k: children allowed at one visit.
+        alpha: growth with visits; 0 fixes the width at ``k``, 1 grows it linearly.
+        strong: multiplier for nodes that beat their parent (> 1 branches them wider).
+        weak: multiplier for nodes that do not (< 1 branches them narrower).
+    """
+
+    k: float = 2.0
+    alpha: float = 0.5
+    strong: float = 1.5
+    weak: float = 0.5
+
+    def limit(self, visits: int, multiplier: float) -> int:
+        """Returns the widening budget of a node with ``visits`` and ``multiplier``."""
+        return max(1, math.ceil(self.k * max(visits, 1) ** self.alpha * multiplier))
+
+
+class MCTS(Search):
+    """UCT tree search over calibrated log-speedup rewards.
+
+    Args:
+        seed: seeds the search's own random generator.
+        max_evals: ``ask`` answers None once this many children were told.
+        pruning: when nodes become dead ends; None for ``Pruning()``.
+        penalties: reward per failure status, overriding ``DEFAULT_PENALTIES``.
+        exploration: the UCT constant ``c`` in ``Q + c * sqrt(ln N_parent / N_child)``.
+        widening: the progressive-widening rule; None for ``Widening()``.
+    """
+
+    def __init__(self, *, seed: int = 0, max_evals: int | None = None,
+                 pruning: Pruning | None = None, penalties: Mapping[str, float] | None = None,
+                 exploration: float = 1.0, widening: Widening | Mapping[str, float] | None = None,
+                 ) -> None:
+        super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
+        self.exploration = exploration
+        if isinstance(widening, Mapping):
+            widening = Widening(**widening)
+        self.widening = widening if widening is not None else Widening()
+
+    def widening_limit(self, node_id: int) -> int:
+        """Returns how many children the node may have now."""
+        return self._limit(self._entry(node_id))
+
+    def _limit(self, entry: _Entry) -> int:
+        parent = entry.parent
+        if parent is None:
+            multiplier = 1.0
+        elif entry.value is not None and entry.value > (parent.value or 0.0):
+            multiplier = self.widening.strong
+        else:
+            multiplier = self.widening.weak
+        return self.widening.limit(entry.visits, multiplier)
+
+    def _select(self) -> int | None:
+        entry = self._tree.entries[0]
+        while True:
+            if entry.state is NodeState.OPEN and len(entry.children) < self._limit(entry):
+                return entry.id
+            child = self._best_child(entry)
+            if child is None:
+                return entry.id if entry.state is NodeState.OPEN else None
+            entry = child
+
+    def _best_child(self, entry: _Entry) -> _Entry | None:
+        log_n = math.log(max(entry.visits, 1))
+        best, best_score = None, -math.inf
+        for child in entry.children:
+            if child.open_below == 0:
+                continue
+            score = self._mean_reward(child) + self.exploration * math.sqrt(log_n / child.visits)
+            if score > best_score:
+                best, best_score = child, score
+        return best
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "exploration": self.exploration,
+                "widening": asdict(self.widening)}

@@ -1,0 +1,82 @@
+"""The LLM-free expert proposer: templates plus moves, in the vocabulary an LLM is asked to use.
+
+Every proposal is a complete ``ModelNew`` file. From the reference it proposes the template with
+its default moves and with neighbours of them; from a candidate it made, it changes one move at a
+time (tile size, warps), with a little seeded randomness so the search has siblings to compare.
+Problems no template covers give a typed failure with the reason, never wrong code.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from loopwise.core.propose import FailureReason, Proposal, ProposalFailure, ProposalRequest, Proposer
+from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.generate import DEFAULT_MOVES, render
+
+SPACE = {
+    "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
+    "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
+}
+
+
+class ExpertProposer(Proposer):
+    """Template-and-moves proposer for one problem."""
+
+    def __init__(self, problem, seed: int = 0) -> None:
+        self.problem = problem
+        self._rng = random.Random(seed)
+        self._pattern: Pattern | None = None
+        self._moves_of: dict[str, dict] = {}
+
+    @property
+    def pattern(self) -> Pattern:
+        if self._pattern is None:
+            self._pattern = capture(self.problem)
+        return self._pattern
+
+    def propose(self, request: ProposalRequest) -> list:
+        pattern = self.pattern
+        if pattern.kind not in SPACE:
+            fail = ProposalFailure(reason=FailureReason.NO_CODE, origin="expert",
+                                   detail=f"no template covers this problem yet: {pattern.reason}")
+            return [fail] * request.n
+        current = self._moves_of.get(request.candidate) or self._parse_moves(request.candidate)
+        wanted = self._next_moves(pattern.kind, current, request.n)
+        out = []
+        for moves in wanted:
+            source = render(pattern, moves)
+            self._moves_of[source] = moves
+            out.append(Proposal(content=source, origin="expert", note=self._note(pattern.kind, current, moves)))
+        return out
+
+    def _next_moves(self, kind: str, current: dict | None, n: int) -> list[dict]:
+        base = dict(current or DEFAULT_MOVES[kind])
+        seen = {tuple(sorted(m.items())) for m in self._moves_of.values()}
+        options = []
+        if current is None and tuple(sorted(base.items())) not in seen:
+            options.append(base)
+        for name, values in SPACE[kind].items():
+            i = values.index(base[name]) if base[name] in values else 0
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(values):
+                    options.append({**base, name: values[j]})
+        self._rng.shuffle(options[1 if current is None else 0:])
+        fresh = [m for m in options if tuple(sorted(m.items())) not in seen]
+        while len(fresh) < n:  # exploration: a random point of the space
+            fresh.append({name: self._rng.choice(values) for name, values in SPACE[kind].items()})
+        return fresh[:n]
+
+    @staticmethod
+    def _parse_moves(source: str) -> dict | None:
+        """Moves of a source this proposer wrote in an earlier process (a resumed run)."""
+        found = re.search(r"block (\d+), (\d+) warps", source or "")
+        return {"block": int(found.group(1)), "warps": int(found.group(2))} if found else None
+
+    @staticmethod
+    def _note(kind: str, current: dict | None, moves: dict) -> str:
+        if current is None:
+            return f"{kind} template, " + ", ".join(f"{k} {v}" for k, v in sorted(moves.items()))
+        changed = [f"{k} {current[k]}->{v}" for k, v in sorted(moves.items()) if current.get(k) != v]
+        return f"{kind}: " + (", ".join(changed) or "same moves")

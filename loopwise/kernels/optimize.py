@@ -1,0 +1,96 @@
+"""``loopwise kernels optimize``: baseline, then ask -> propose -> judge -> tell until the budget.
+
+Every step is an event in the run store, appended before the next step starts: the ask (which
+node), each proposal (parent, key, note; the source as an artifact), each verdict. Resuming replays
+those events into a fresh search of the same kind and seed, which is deterministic, so the tree
+comes back exactly; children proposed but not judged when the run died are judged first. No
+verdict is ever computed twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from loopwise.errors import UserError
+
+SEARCHES = ("mcts", "greedy", "beam", "random", "best-of-n")
+PROPOSERS = ("expert", "llm", "exchange")
+ENERGY_SLACK = 1.03  # --objective energy: fewest joules among candidates within 3% of the best time
+
+
+@dataclass
+class Settings:
+    """What a run was started with (stored, so a resume continues the same way)."""
+
+    problem: str
+    proposer: str = "expert"
+    search: str = "mcts"
+    budget: int = 20
+    objective: str = "speed"
+    seed: int = 0
+    per_step: int = 2
+    exchange_dir: str = ""
+    llm: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.search not in SEARCHES:
+            raise UserError(f"--search {self.search!r}: expected one of {', '.join(SEARCHES)}")
+        if self.proposer not in PROPOSERS:
+            raise UserError(f"--proposer {self.proposer!r}: expected one of {', '.join(PROPOSERS)}")
+        if self.objective not in ("speed", "energy"):
+            raise UserError(f"--objective {self.objective!r}: expected speed or energy")
+        if self.budget < 1:
+            raise UserError("--budget must be at least 1")
+        if self.proposer == "exchange" and not self.exchange_dir:
+            raise UserError("--proposer exchange needs --exchange-dir FOLDER")
+
+
+def make_search(settings: Settings):
+    from loopwise.core import search as s
+
+    kinds = {"mcts": s.MCTS, "greedy": s.Greedy, "beam": s.Beam, "random": s.RandomSearch, "best-of-n": s.BestOfN}
+    return kinds[settings.search](seed=settings.seed, max_evals=settings.budget)
+
+
+def make_proposer(settings: Settings, problem):
+    if settings.proposer == "expert":
+        from loopwise.kernels.expert.proposer import ExpertProposer
+
+        return ExpertProposer(problem, seed=settings.seed)
+    if settings.proposer == "exchange":
+        from loopwise.core.propose import ExchangeProposer
+
+        return ExchangeProposer(settings.exchange_dir)
+    from loopwise.core.propose.llm import LLMProposer
+
+    try:
+        return LLMProposer.from_config(settings.llm)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise UserError(f"--proposer llm: {exc}") from None
+
+
+def source_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+@dataclass
+class Tally:
+    """Live numbers for the progress line and the summary."""
+
+    evaluations: int = 0
+    best: float | None = None
+    failures: Counter = field(default_factory=Counter)
+
+    def add(self, status: str, speedup: float | None) -> None:
+        self.evaluations += 1
+        if status == "correct" and speedup is not None:
+            self.best = speedup if self.best is None else max(self.best, speedup)
+        else:
+            self.failures[status] += 1
+
+    def line(self, budget: int) -> str:
+        best = f"{self.best:.2f}x" if self.best is not None else "-"
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
+        return f"{self.evaluations}/{budget} judged · best {best} · failures: {fails}"

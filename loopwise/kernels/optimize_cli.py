@@ -1,0 +1,67 @@
+"""Console side of ``kernels optimize``: progress while it runs, a table when it ends."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None = None, as_json: bool = False) -> int:
+    from rich.console import Console
+
+    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    console = Console(stderr=True) if as_json else Console()
+
+    def judge_for(problem):
+        return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=1)
+
+    def load(spec):
+        return load_problem(spec, cfg.kernels.kernelbench)
+
+    if resume:
+        run = OptimizeRun.resume(resume, cfg, cfg.store.runs_dir, judge_for, load)
+        console.print(f"resuming run [bold]{resume}[/]: {run.tally.evaluations} verdicts replayed from the store")
+    else:
+        settings.check()
+        problem = load(settings.problem)
+        run = OptimizeRun.start(settings, cfg, cfg.store.runs_dir, judge_for(problem), problem)
+    s = run.s
+    console.print(f"run [bold]{run.store.meta.run_id}[/] · {run.problem.name} on {run.judge.device_name} · "
+                  f"{s.proposer} proposer, {s.search}, budget {s.budget}, objective {s.objective}")
+    try:
+        with console.status("searching") as status:
+            run.run(progress=lambda line: status.update(line))
+    finally:
+        run.judge.close()
+    path = run.write_best(out)
+    summary = run.summary()
+    summary["best_path"] = str(path) if path else None
+    run.store.close()
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        _print_summary(console, run, path)
+    return 0 if path else 1
+
+
+def _print_summary(console, run, path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{run.problem.name}: {run.tally.line(run.s.budget)}")
+    for col in ("node", "parent", "move", "status", "speedup"):
+        table.add_column(col)
+    best = run.best()
+    for node in run.search.nodes()[1:]:
+        e = run.evaluations.get(node.node_id, {})
+        speed = f"{e['speedup']:.3f}x" if e.get("speedup") and e.get("status") == "correct" else "-"
+        mark = " *" if node.node_id == best else ""
+        table.add_row(f"{node.node_id}{mark}", str(node.parent_id), node.note, e.get("status", "pending"), speed)
+    console.print(table)
+    if path:
+        console.print(f"best candidate (node {best}) written to {path}")
+    else:
+        console.print("[yellow]no correct candidate found[/]")

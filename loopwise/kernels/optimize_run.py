@@ -1,0 +1,170 @@
+"""The optimize loop itself, recording every step in the run store (see ``optimize.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loopwise.core.config import Config, dump_config
+from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
+
+
+class OptimizeRun:
+    """One optimization run: a search, a proposer, a judge and a store."""
+
+    def __init__(self, settings: Settings, cfg: Config, store, judge, problem) -> None:
+        self.s, self.cfg, self.store, self.judge, self.problem = settings, cfg, store, judge, problem
+        self.search = make_search(settings)
+        self.proposer = make_proposer(settings, problem)
+        self.sources: dict[int, str] = {0: ""}
+        self.evaluations: dict[int, dict] = {}
+        self.tally = Tally()
+
+    # -- starting and resuming ----------------------------------------------------------------
+    @classmethod
+    def start(cls, settings: Settings, cfg: Config, runs_dir: str, judge, problem):
+        from loopwise.core.store import SqliteRunStore
+
+        store = SqliteRunStore.create(runs_dir, "kernels.optimize", dump_config(cfg))
+        store.append("settings", settings.__dict__)
+        run = cls(settings, cfg, store, judge, problem)
+        run.search.add_root("reference", payload={"node": "reference"})
+        return run
+
+    @classmethod
+    def resume(cls, run_id: str, cfg: Config, runs_dir: str, judge_factory, problem_loader):
+        from loopwise.core.store import SqliteRunStore
+
+        store = SqliteRunStore.open(runs_dir, run_id)
+        (first,) = list(store.events(kind="settings"))[:1] or [None]
+        if first is None:
+            from loopwise.errors import UserError
+
+            raise UserError(f"run {run_id} is not an optimize run (no settings recorded)")
+        settings = Settings(**first.payload)
+        problem = problem_loader(settings.problem)
+        run = cls(settings, cfg, store, judge_factory(problem), problem)
+        run.search.add_root("reference", payload={"node": "reference"})
+        run._replay()
+        return run
+
+    def _replay(self) -> None:
+        for event in self.store.events():
+            p = event.payload
+            if event.kind == "ask":
+                got = self.search.ask()
+                if (got.node_id if got else None) != p["node"]:
+                    raise RuntimeError("the search did not replay as recorded (changed loopwise version?)")
+            elif event.kind == "proposal":
+                source = self.store.get_artifact(p["source_sha256"]).decode()
+                node = self.search.add_child(p["parent"], p["key"], payload={"node": p["key"][:12]}, note=p["note"])
+                self.sources[node] = source
+            elif event.kind == "evaluation":
+                self._tell(p["node"], p["evaluation"])
+            elif event.kind == "close":
+                self.search.close(p["node"])
+
+    # -- the loop -----------------------------------------------------------------------------
+    def pending(self) -> list[int]:
+        return [n.node_id for n in self.search.nodes() if n.node_id and n.outcome is None]
+
+    def run(self, progress=None) -> None:
+        for node in self.pending():  # proposed before a crash, never judged
+            self._judge(node, progress)
+        while not self.search.budget_spent:
+            exp = self.search.ask()
+            self.store.append("ask", {"node": exp.node_id if exp else None})
+            if exp is None:
+                break
+            children = self._propose(exp.node_id)
+            if not children:
+                self.search.close(exp.node_id)
+                self.store.append("close", {"node": exp.node_id})
+            for child in children:
+                if self.search.budget_spent:
+                    break
+                self._judge(child, progress)
+
+    def _request(self, node_id: int):
+        from loopwise.core.propose import ProposalRequest
+
+        ev = self.evaluations.get(node_id)
+        summary = "the PyTorch reference" if node_id == 0 else (
+            f"{ev['status']}, {ev.get('speedup') or 0:.3f}x over eager" if ev else "not judged")
+        return ProposalRequest(task=self.problem.source, candidate=self.sources.get(node_id, ""),
+                               evaluation=summary, memory=self.search.memory.summary(),
+                               n=self.s.per_step, kind="kernels")
+
+    def _propose(self, parent: int) -> list[int]:
+        children = []
+        for result in self.proposer.propose(self._request(parent)):
+            if not result.ok:
+                self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
+                                                      "detail": result.detail, "origin": result.origin})
+                continue
+            key = source_key(result.content)
+            if self.search.find(key) is not None:
+                continue  # the same code again: already in the tree
+            sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
+            self.store.append("proposal", {"parent": parent, "key": key, "note": result.note,
+                                           "origin": result.origin, "source_sha256": sha})
+            node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=result.note)
+            self.sources[node] = result.content
+            children.append(node)
+        return children
+
+    def _judge(self, node: int, progress=None) -> None:
+        from loopwise.kernels.run_eval import finite
+
+        ev = self.judge.evaluate(self.sources[node], f"node-{node}")
+        data = finite(ev.model_dump(mode="json"))
+        log_sha = self.store.put_artifact(ev.log or "", name=f"node-{node}.log", media_type="text/plain")
+        data["log"] = ""
+        self.store.append("evaluation", {"node": node, "evaluation": data, "log_sha256": log_sha},
+                          key=ev.candidate_key)
+        self._tell(node, data)
+        if progress is not None:
+            progress(self.tally.line(self.s.budget))
+
+    def _tell(self, node: int, data: dict) -> None:
+        from loopwise.core.search import Outcome
+
+        speedup = data.get("speedup") if data["status"] == "correct" else None
+        if data["status"] == "correct" and not speedup:
+            speedup = 1e-6  # correct but untimed (should not happen): worst possible speed
+        self.evaluations[node] = {"status": data["status"], "speedup": speedup,
+                                  "energy": data.get("energy_j_per_call"), "data": data}
+        self.search.tell(node, Outcome(data["status"], speedup))
+        self.tally.add(data["status"], speedup)
+
+    # -- the result ---------------------------------------------------------------------------
+    def best(self) -> int | None:
+        correct = {n: e for n, e in self.evaluations.items() if e["status"] == "correct" and e["speedup"]}
+        if not correct:
+            return None
+        fastest = max(correct, key=lambda n: correct[n]["speedup"])
+        if self.s.objective == "speed":
+            return fastest
+        limit = correct[fastest]["speedup"] / ENERGY_SLACK
+        near = {n: e for n, e in correct.items() if e["speedup"] >= limit and e["energy"]}
+        return min(near, key=lambda n: near[n]["energy"]) if near else fastest
+
+    def write_best(self, path: Path | None = None) -> Path | None:
+        node = self.best()
+        if node is None:
+            return None
+        path = path or (self.store.run_dir / "best_modelnew.py")
+        e = self.evaluations[node]
+        header = (f"# Best candidate of loopwise run {self.store.meta.run_id} for {self.problem.name}: "
+                  f"{e['speedup']:.3f}x over eager ({self.cfg.kernels.eval.precision} policy, "
+                  f"{self.cfg.kernels.eval.tolerance} tolerance).\n")
+        path.write_text(header + self.sources[node], encoding="utf-8")
+        self.store.append("best", {"node": node, "path": str(path), "speedup": e["speedup"]})
+        return path
+
+    def summary(self) -> dict:
+        node = self.best()
+        return {"run_id": self.store.meta.run_id, "problem": self.problem.name, "settings": self.s.__dict__,
+                "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
+                "best_node": node, "failures": dict(self.tally.failures),
+                "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}

@@ -1,0 +1,130 @@
+"""HTML report of a kernel run (``loopwise report RUN``): best speedup over evaluations, the search
+tree, and per candidate its code diff against its parent, its verdict and its reasons."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from loopwise.core.report import Figure, Section, render_html
+
+STATUS_COLORS = {"correct": "#1a7f37", "wrong_output": "#cf222e", "compile_error": "#fa4549", "crash": "#a40e26",
+                 "timeout": "#9a6700", "oom": "#bf8700", "exploit": "#8250df", "pending": "#8c959f"}
+
+
+def _load(store) -> dict:
+    data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": ""}}, "evals": {}}
+    order = 0
+    for e in store.events():
+        p = e.payload
+        if e.kind == "settings":
+            data["settings"] = p
+        elif e.kind == "proposal":
+            order += 1
+            data["nodes"][order] = {"parent": p["parent"], "note": p.get("note", ""), "key": p["key"],
+                                    "source": store.get_artifact(p["source_sha256"]).decode()}
+        elif e.kind == "evaluation" and "node" in p:
+            data["evals"][p["node"]] = p["evaluation"]
+        elif e.kind == "evaluation":  # a `kernels eval` run: one flat list
+            order += 1
+            data["nodes"][order] = {"parent": 0, "note": p["evaluation"].get("candidate", ""),
+                                    "source": store.get_artifact(p["source_sha256"]).decode()}
+            data["evals"][order] = p["evaluation"]
+    return data
+
+
+def _curve(data) -> Figure:
+    import plotly.graph_objects as go
+
+    xs, best, ys, colors, text = [], [], [], [], []
+    top = None
+    for i, (node, ev) in enumerate(sorted(data["evals"].items()), start=1):
+        s = ev.get("speedup") if ev["status"] == "correct" else None
+        top = s if s is not None and (top is None or s > top) else top
+        xs.append(i)
+        best.append(top)
+        ys.append(s if s is not None else 0.0)
+        colors.append(STATUS_COLORS.get(ev["status"], "#57606a"))
+        text.append(f"node {node}: {ev['status']}" + (f", {s:.3f}x" if s else ""))
+    fig = go.Figure([go.Scatter(x=xs, y=best, mode="lines", name="best so far", line={"shape": "hv"}),
+                     go.Scatter(x=xs, y=ys, mode="markers", name="each candidate (0 = failed)",
+                                marker={"color": colors, "size": 9}, text=text, hoverinfo="text")])
+    fig.update_layout(xaxis_title="evaluations", yaxis_title="speedup over eager", margin={"t": 20})
+    return Figure("Best speedup over evaluations", fig)
+
+
+def _depths(nodes: dict) -> dict[int, int]:
+    depth = {0: 0}
+    for n in sorted(nodes):
+        if n:
+            depth[n] = depth.get(nodes[n]["parent"], 0) + 1
+    return depth
+
+
+def _tree(data) -> Figure:
+    import plotly.graph_objects as go
+
+    nodes, evals, depth = data["nodes"], data["evals"], _depths(data["nodes"])
+    ex, ey = [], []
+    for n, info in nodes.items():
+        if info["parent"] is not None:
+            ex += [info["parent"], n, None]
+            ey += [depth[info["parent"]], depth[n], None]
+    status = {n: (evals[n]["status"] if n in evals else ("correct" if n == 0 else "pending")) for n in nodes}
+    label = {n: f"node {n}: {nodes[n]['note']}<br>{status[n]}"
+             + (f", {evals[n]['speedup']:.3f}x" if n in evals and evals[n].get("speedup") else "") for n in nodes}
+    fig = go.Figure([go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#d0d7de"}, hoverinfo="skip",
+                                showlegend=False),
+                     go.Scatter(x=list(nodes), y=[depth[n] for n in nodes], mode="markers",
+                                marker={"size": 12, "color": [STATUS_COLORS.get(status[n], "#57606a") for n in nodes]},
+                                text=[label[n] for n in nodes], hoverinfo="text", showlegend=False)])
+    fig.update_layout(xaxis_title="node (order of proposal)", yaxis_title="depth", yaxis_autorange="reversed",
+                      margin={"t": 20})
+    return Figure("Search tree (colour = status)", fig)
+
+
+def _fmt(v, unit="") -> str:
+    return "-" if v is None else (f"{v:.4g}{unit}" if isinstance(v, float) else f"{v}{unit}")
+
+
+def _candidate_sections(data) -> list[Section]:
+    out = []
+    for n, info in sorted(data["nodes"].items()):
+        if n == 0:
+            continue
+        ev = data["evals"].get(n, {})
+        timing = ev.get("timing") or {}
+        reasons = [[r["severity"], r["code"], r["message"]] for r in ev.get("reasons", [])]
+        parent = data["nodes"].get(info["parent"], {}).get("source", "")
+        diff = "".join(difflib.unified_diff(parent.splitlines(True), info["source"].splitlines(True),
+                                            f"node {info['parent']}", f"node {n}")) or "(no parent source)"
+        out.append(Section(f"Node {n}: {info['note']}", anchor=f"node{n}", status=ev.get("status", "pending"),
+                           facts={"parent": info["parent"], "speedup": _fmt(ev.get("speedup"), "x"),
+                                  "time (median)": _fmt(timing.get("median_ms"), " ms"),
+                                  "floor": _fmt(ev.get("floor_ms"), " ms"),
+                                  "energy": _fmt(ev.get("energy_j_per_call"), " J/call")},
+                           columns=["severity", "reason", "message"], rows=reasons,
+                           blocks=[("diff against its parent", diff), ("source", info["source"])]))
+    return out
+
+
+def build_report(store, out: Path | None = None) -> Path:
+    """Writes ``report.html`` for a kernel run and returns its path."""
+    data = _load(store)
+    meta, s = store.meta, data["settings"]
+    rows = [[str(n), str(info["parent"]), info["note"], data["evals"].get(n, {}).get("status", "pending"),
+             _fmt(data["evals"].get(n, {}).get("speedup"), "x")] for n, info in sorted(data["nodes"].items()) if n]
+    first = next(iter(data["evals"].values()), {})
+    summary = Section("Candidates", facts={"run": meta.run_id, "kind": meta.kind,
+                                           "device": first.get("device", "-"),
+                                           "policy / tolerance": f"{first.get('policy', '-')} / "
+                                                                 f"{first.get('tolerance', '-')}",
+                                           **{k: v for k, v in s.items() if k in ("proposer", "search", "budget",
+                                                                                 "objective", "seed")}},
+                      columns=["node", "parent", "move", "status", "speedup"], rows=rows)
+    figures = [_curve(data)] + ([_tree(data)] if meta.kind == "kernels.optimize" else [])
+    html = render_html(f"loopwise run {meta.run_id}", f"{first.get('problem', s.get('problem', ''))} · {meta.kind}",
+                       figures, [summary] + _candidate_sections(data))
+    path = out or (store.run_dir / "report.html")
+    path.write_text(html, encoding="utf-8")
+    return path

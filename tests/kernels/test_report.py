@@ -1,0 +1,61 @@
+"""`loopwise report RUN`: one self-contained HTML file, rendered in a real headless browser."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loopwise.core.store import SqliteRunStore
+from loopwise.kernels.report_html import build_report
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _evaluation(status, speedup, candidate):
+    return {"status": status, "speedup": speedup, "candidate": candidate, "device": "NVIDIA H200", "policy": "fp32",
+            "tolerance": "strict", "problem": "level1/19_ReLU", "timing": {"median_ms": 0.07} if speedup else None,
+            "reasons": [] if status == "correct" else [{"severity": "reject", "code": "wrong_output",
+                                                        "message": "3 of 9 elements differ", "evidence": {}}]}
+
+
+@pytest.fixture()
+def run(tmp_path):
+    store = SqliteRunStore.create(tmp_path / "runs", "kernels.optimize", "kernels: {}\n")
+    store.append("settings", {"problem": "kernelbench:1/19", "proposer": "expert", "search": "mcts", "budget": 3,
+                              "objective": "speed", "seed": 0})
+    sources = ["def forward(x):\n    return x.relu()\n", "def forward(x):\n    return x.clamp_min(0)\n",
+               "def forward(x):\n    return x * 2  # <script>alert(1)</script>\n"]
+    for i, (src, status, speedup) in enumerate(zip(sources, ["correct", "correct", "wrong_output"], [1.2, 1.5, None]),
+                                                start=1):
+        sha = store.put_artifact(src, name=f"c{i}.py")
+        store.append("proposal", {"parent": 0 if i == 1 else 1, "key": f"k{i}", "note": f"move {i}",
+                                  "source_sha256": sha})
+        store.append("evaluation", {"node": i, "evaluation": _evaluation(status, speedup, f"node-{i}")}, key=f"k{i}")
+    yield store
+    store.close()
+
+
+def test_report_is_one_self_contained_file(run):
+    path = build_report(run)
+    html = path.read_text()
+    assert path.name == "report.html" and "<script src=" not in html  # nothing fetched when opened
+    assert "Best speedup over evaluations" in html and "Search tree" in html
+    assert "move 2" in html and "wrong_output" in html and "3 of 9 elements differ" in html
+    assert "+    return x.clamp_min(0)" in html  # the diff against the parent
+    assert "<script>alert(1)</script>" not in html  # candidate code is escaped
+
+
+@pytest.mark.skipif(BROWSER is None, reason="needs Debian's chromium (installed by .ci/run)")
+def test_report_renders_in_headless_chromium_without_console_errors(run, tmp_path):
+    path = build_report(run)
+    out = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+                          "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    dom = out.stdout
+    assert "plot-container" in dom, out.stderr[-2000:]  # plotly drew both figures offline
+    assert dom.count("plot-container") >= 2
+    console = [line for line in out.stderr.splitlines() if "CONSOLE" in line.upper() or "Uncaught" in line]
+    assert not console, console
