@@ -130,6 +130,10 @@ def optimize_cmd(
     seed: int = typer.Option(0, help="Seed of the search and the proposer."),
     per_step: int = typer.Option(2, help="Proposals asked for at each expansion."),
     exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
+    llm_api: str = typer.Option("openai", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic."),
+    llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
+    llm_base_url: Optional[str] = typer.Option(None, help="--proposer llm: server URL, e.g. http://localhost:8000/v1."),
+    llm_key_env: Optional[str] = typer.Option(None, help="--proposer llm: NAME of the variable holding the API key."),
     out: Optional[Path] = typer.Option(None, help="Where to write the best ModelNew (default: in the run folder)."),
     resume: Optional[str] = typer.Option(None, help="Resume run ID: replays its events, judges nothing twice."),
     kernelbench: Optional[str] = KERNELBENCH,
@@ -144,7 +148,11 @@ def optimize_cmd(
 
     if resume is None and problem is None:
         raise UserError("give a PROBLEM, or --resume RUN_ID")
+    llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
+                              "api_key_env": llm_key_env}.items() if v}
+    if proposer == "llm" and not llm_model:
+        raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
-                        seed=seed, per_step=per_step, exchange_dir=exchange_dir or "")
+                        seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))

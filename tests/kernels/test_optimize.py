@@ -72,3 +72,29 @@ def test_killed_run_resumes_and_judges_nothing_twice(tmp_path):
     assert after[:len(before)] == before  # nothing lost
     assert len(after) == 6 and len(set(after)) == 6  # the budget, and no candidate judged twice
     assert json.loads(out.stdout)["evaluations"] == 6
+
+
+def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
+    """The LLM proposer against a local OpenAI-compatible server: a good reply is judged, bad replies
+    are recorded as failed proposals, nothing stops the run."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+    from fake_llm_server import FakeLLMServer, good, malformed, no_code
+
+    here = Path(__file__).parent / "candidates"
+    server = FakeLLMServer().start()
+    try:
+        server.queue(good((here / "triton_relu.py").read_text()), malformed(), no_code(), no_code())
+        out = subprocess.run(_cmd(tmp_path, str(here / "problems" / "relu.py"), "--proposer", "llm", "--llm-model",
+                                  "test-model", "--llm-base-url", server.base_url + "/v1", "--budget", "1", "--json"),
+                             capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout)
+    assert summary["evaluations"] == 1 and summary["best"]["status"] == "correct"
+    run_dir = tmp_path / "runs" / summary["run_id"]
+    db = sqlite3.connect(run_dir / "run.sqlite")
+    failed = [json.loads(row[0])["reason"] for row in
+              db.execute("SELECT payload FROM events WHERE kind = 'proposal_failed'")]
+    db.close()
+    assert "syntax_error" in failed or "no_code" in failed

@@ -48,16 +48,22 @@ class MCTS(Search):
         max_evals: ``ask`` answers None once this many children were told.
         pruning: when nodes become dead ends; None for ``Pruning()``.
         penalties: reward per failure status, overriding ``DEFAULT_PENALTIES``.
-        exploration: the UCT constant ``c`` in ``Q + c * sqrt(ln N_parent / N_child)``.
+        exploration: the UCT constant ``c`` in ``Q + c * sqrt(ln N_parent / N_child)``; Q is in
+            z units (standard deviations of observed log speedups).
+        greed: Q blends the subtree's mean reward (weight ``1 - greed``) with the z-score of its
+            best speedup (weight ``greed``); 0 is textbook UCT.
         widening: the progressive-widening rule; None for ``Widening()``.
     """
 
     def __init__(self, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None, penalties: Mapping[str, float] | None = None,
-                 exploration: float = 1.0, widening: Widening | Mapping[str, float] | None = None,
+                 exploration: float = 0.5, greed: float = 0.5, widening: Widening | Mapping[str, float] | None = None,
                  ) -> None:
         super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
+        if not 0.0 <= greed <= 1.0:
+            raise ValueError(f"greed must be in [0, 1], got {greed}")
         self.exploration = exploration
+        self.greed = greed
         if isinstance(widening, Mapping):
             widening = Widening(**widening)
         self.widening = widening if widening is not None else Widening()
@@ -92,11 +98,21 @@ class MCTS(Search):
         for child in entry.children:
             if child.open_below == 0:
                 continue
-            score = self._mean_reward(child) + self.exploration * math.sqrt(log_n / child.visits)
+            score = self._value(child) + self.exploration * math.sqrt(log_n / child.visits)
             if score > best_score:
                 best, best_score = child, score
         return best
 
+    def _value(self, entry: _Entry) -> float:
+        # Mean reward says how reliable a subtree is, its best speedup what it can reach; we
+        # optimise for the best kernel, so the blend leans on the max as ``greed`` grows.
+        mean = self._mean_reward(entry)
+        if entry.n_correct == 0 or self.greed == 0.0:
+            return mean
+        best = self.calibrator.normalize(entry.max_log)
+        return (1.0 - self.greed) * mean + self.greed * best
+
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "exploration": self.exploration,
+                "greed": self.greed,
                 "widening": asdict(self.widening)}
