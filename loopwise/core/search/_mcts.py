@@ -57,8 +57,8 @@ class MCTS(Search):
 
     def __init__(self, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None, penalties: Mapping[str, float] | None = None,
-                 exploration: float = 0.5, greed: float = 0.5, widening: Widening | Mapping[str, float] | None = None,
-                 ) -> None:
+                 exploration: float = 0.7, greed: float = 0.5,
+                 widening: Widening | Mapping[str, float] | None = None) -> None:
         super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
         if not 0.0 <= greed <= 1.0:
             raise ValueError(f"greed must be in [0, 1], got {greed}")

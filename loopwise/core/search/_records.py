@@ -51,7 +51,7 @@ class Outcome:
         object.__setattr__(self, "status", status)
         if status is Status.CORRECT:
             if self.value is None or not math.isfinite(self.value) or self.value <= 0:
-                raise ValueError(f"a correct outcome needs a finite speedup > 0, got {self.value!r}")
+                raise ValueError(f"a correct outcome needs a speedup > 0, got {self.value!r}")
             object.__setattr__(self, "value", float(self.value))
         elif self.value is not None:
             raise ValueError(f"a {status.value} outcome has no speedup, got {self.value!r}")
