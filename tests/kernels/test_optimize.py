@@ -96,5 +96,7 @@ def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
     db = sqlite3.connect(run_dir / "run.sqlite")
     failed = [json.loads(row[0])["reason"] for row in
               db.execute("SELECT payload FROM events WHERE kind = 'proposal_failed'")]
+    calls = [json.loads(row[0]) for row in db.execute("SELECT payload FROM events WHERE kind = 'llm_call'")]
     db.close()
     assert "syntax_error" in failed or "no_code" in failed
+    assert len(calls) >= 2 and calls[0]["origin"].endswith("test-model") and calls[0]["input_tokens"] > 0
