@@ -1,7 +1,6 @@
 """The expert's first templates: what they recognize, and that what they emit is judged correct
 (static scan, float64 stress trials and all) with Triton's CPU interpreter."""
 
-import os
 from pathlib import Path
 
 import pytest
