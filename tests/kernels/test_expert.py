@@ -19,12 +19,15 @@ def test_capture_recognizes_patterns_and_says_why_not():
     assert chain.kind == "elementwise" and chain.inputs == 2
     assert {"gelu", "sigmoid", "leaky_relu", "clamp"} <= set(chain.ops)
     assert capture(load_problem(str(HERE / "softmax_rows.py"))).kind == "row_softmax"
+    ln = capture(load_problem(str(HERE / "layernorm.py")))
+    assert ln.kind == "layernorm" and dict(ln.params)["n_cols"] == 350
     conv = capture(load_problem(str(HERE / "unsupported_conv.py")))
     assert conv.kind == "unsupported" and "parameters" in conv.reason
 
 
 @pytest.mark.parametrize("name,moves", [("chain.py", {"block": 64}), ("activations.py", {"block": 512}), ("softmax_rows.py", {"block": 256}),
-                                        ("softmax_rows.py", {"block": 2048, "warps": 4})])
+                                        ("softmax_rows.py", {"block": 2048, "warps": 4}),
+                                        ("layernorm.py", {"block": 64, "chunk": 128})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the sandbox
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))

@@ -19,6 +19,7 @@ class Pattern:
     expr: str = ""
     ops: tuple[str, ...] = ()
     body: tuple[str, ...] = ()  # one Triton statement per captured operation
+    params: tuple[tuple[str, object], ...] = ()  # template parameters (e.g. LayerNorm's shape and eps)
     reason: str = ""
 
 
@@ -30,6 +31,9 @@ def _trace(problem):
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         args = list(module.get_inputs())
+    layernorm = _only_layernorm(model, args)
+    if layernorm is not None:
+        raise _Found(layernorm)
     if any(isinstance(p, torch.Tensor) for p in list(model.parameters()) + list(model.buffers())):
         raise ew.Unsupported("the model has parameters or buffers")
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -40,11 +44,43 @@ def _trace(problem):
     return fx.symbolic_trace(model), tensors
 
 
+class _Found(Exception):
+    def __init__(self, pattern: Pattern) -> None:
+        super().__init__(pattern.kind)
+        self.pattern = pattern
+
+
+def _only_layernorm(model, args) -> Pattern | None:
+    """A model whose forward is one nn.LayerNorm over trailing dimensions of one float32 input."""
+    import torch
+    import torch.fx as fx
+    import torch.nn as nn
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
+        return None
+    gm = fx.symbolic_trace(model)
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != 1 or calls[0].op != "call_module":
+        return None
+    ln = gm.get_submodule(calls[0].target)
+    shape = tuple(ln.normalized_shape) if isinstance(ln, nn.LayerNorm) else None
+    if shape is None or tuple(args[0].shape[-len(shape):]) != shape or getattr(ln, "bias", 1) is None:
+        return None
+    n_cols = 1
+    for d in shape:
+        n_cols *= d
+    return Pattern("layernorm", inputs=1, ops=("layer_norm",),
+                   params=(("shape", shape), ("eps", float(ln.eps)), ("affine", bool(ln.elementwise_affine)),
+                           ("n_cols", n_cols), ("ndims", len(shape))))
+
+
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
     try:
         gm, tensors = _trace(problem)
         return _classify(gm, tensors)
+    except _Found as found:
+        return found.pattern
     except ew.Unsupported as exc:
         return Pattern("unsupported", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.

@@ -6,8 +6,9 @@ from importlib import resources
 
 from loopwise.kernels.expert.capture import Pattern, capture
 
-DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8}}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.j2"}
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
+                 "layernorm": {"block": 1024, "warps": 4, "chunk": 16384}}
+TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2"}
 
 
 def render(pattern: Pattern, moves: dict | None = None) -> str:
@@ -15,11 +16,15 @@ def render(pattern: Pattern, moves: dict | None = None) -> str:
     import jinja2
 
     params = {**DEFAULT_MOVES[pattern.kind], **(moves or {})}
+    if pattern.kind == "layernorm":
+        # A chunk is a whole number of blocks.
+        params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[pattern.kind]).read_text()
-    note = f"{pattern.kind}: block {params['block']}, {params['warps']} warps"
+    note = f"{pattern.kind}: block {params['block']}, {params['warps']} warps" + (
+        f", chunk {params['chunk']}" if "chunk" in params else "")
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
-                           note=note, **params)
+                           note=note, **dict(pattern.params), **params)
 
 
 def generate(problem, moves: dict | None = None) -> tuple[str | None, Pattern]:

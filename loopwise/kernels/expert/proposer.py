@@ -18,6 +18,7 @@ from loopwise.kernels.expert.generate import DEFAULT_MOVES, render
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
+    "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
 }
 
 
@@ -71,8 +72,11 @@ class ExpertProposer(Proposer):
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
         """Moves of a source this proposer wrote in an earlier process (a resumed run)."""
-        found = re.search(r"block (\d+), (\d+) warps", source or "")
-        return {"block": int(found.group(1)), "warps": int(found.group(2))} if found else None
+        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?", source or "")
+        if not found:
+            return None
+        moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
+        return moves | ({"chunk": int(found.group(3))} if found.group(3) else {})
 
     @staticmethod
     def _note(kind: str, current: dict | None, moves: dict) -> str:
