@@ -40,3 +40,50 @@ def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, mo
         ev = judge.evaluate(source, f"expert-{name}")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     assert not ev.rejections
+
+
+def _load(source, tmp_path, name):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SM90_SIGNATURES = {
+    "chain.py": {"fused_elementwise_kernel": (
+        {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 1024})},
+    "softmax_rows.py": {"softmax_rows_kernel": (
+        {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"}, {"BLOCK": 2048})},
+    "layernorm.py": {
+        "partial_sums_kernel": ({"x_ptr": "*fp32", "part_ptr": "*fp32", "n_cols": "i32", "splits": "i32",
+                                 "CHUNK": "constexpr", "BLOCK": "constexpr"}, {"CHUNK": 16384, "BLOCK": 1024}),
+        "partial_squares_kernel": ({"x_ptr": "*fp32", "part_ptr": "*fp32", "sq_ptr": "*fp32", "n_cols": "i32",
+                                    "splits": "i32", "SPLITS_P2": "constexpr", "CHUNK": "constexpr",
+                                    "BLOCK": "constexpr"}, {"SPLITS_P2": 256, "CHUNK": 16384, "BLOCK": 1024}),
+        "finalize_kernel": ({"part_ptr": "*fp32", "sq_ptr": "*fp32", "stats_ptr": "*fp32", "n_cols": "i32",
+                             "splits": "i32", "eps": "fp32", "SPLITS_P2": "constexpr"}, {"SPLITS_P2": 256}),
+        "normalize_kernel": ({"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "stats_ptr": "*fp32",
+                              "out_ptr": "*fp32", "n_cols": "i32", "n_elements": "i64", "HAS_AFFINE": "constexpr",
+                              "BLOCK": "constexpr"}, {"HAS_AFFINE": True, "BLOCK": 1024})},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SM90_SIGNATURES))
+def test_templates_compile_for_hopper_without_a_gpu(tmp_path, name):
+    """Ahead-of-time compile of every emitted kernel to sm_90 cubin: a template that only runs in the
+    interpreter would fail here, in CI, before it reaches a GPU."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source, _ = generate(load_problem(str(HERE / name)))
+    module = _load(source, tmp_path, name.removesuffix(".py") + "_aot")
+    for kernel, (signature, constants) in SM90_SIGNATURES[name].items():
+        compiled = triton.compile(ASTSource(getattr(module, kernel), signature, constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert len(compiled.asm["cubin"]) > 1000
