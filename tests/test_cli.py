@@ -76,3 +76,10 @@ def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
     shown = json.loads(run("runs", "show", run_id, "--runs-dir", str(tmp_path / "runs"), "--json",
                            "--kind", "evaluation").stdout)
     assert len(shown) == 2
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    code = ("import sys, loopwise.cli; heavy = [m for m in ('torch', 'triton', 'plotly', 'openai', 'anthropic') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
