@@ -1,8 +1,9 @@
 """``loopwise demo``: the main job on the embedded defaults, with no API key and no download.
 
 It judges the bundled example problem's candidates (a fused Triton kernel, a subtly wrong one and
-a cheat) with the full harness, then times the reference variants. With an NVIDIA GPU the numbers
-are real; without one, Triton runs in its CPU interpreter and the demo says so.
+a cheat) with the full harness, times the reference variants, then runs a short search with the
+expert proposer on a bundled softmax and writes its HTML report. With an NVIDIA GPU the numbers are
+real; without one, Triton runs in its CPU interpreter and the demo says so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,25 @@ def _examples() -> tuple[str, list[str]]:
     problem = str(root / "scaled_gelu_problem.py")
     cands = [str(root / f"scaled_gelu_{n}.py") for n in ("triton", "wrong", "cheat")]
     return problem, cands
+
+
+def _optimize(console, cfg, on_gpu: bool) -> None:
+    """A short search with the expert proposer on the bundled softmax, then its HTML report."""
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_cli import run_optimize
+
+    problem = str(resources.files("loopwise.kernels") / "examples" / "softmax_problem.py")
+    console.rule("[bold]search: expert proposer + MCTS")
+    settings = Settings(problem=problem, proposer="expert", search="mcts", budget=8 if on_gpu else 3)
+    run_optimize(settings, cfg)
+    from loopwise.core.store import list_runs
+
+    run_id = list_runs(cfg.store.runs_dir)[-1].run_id
+    from loopwise.core.store import SqliteRunStore
+    from loopwise.kernels.report_html import build_report
+
+    with SqliteRunStore.open(cfg.store.runs_dir, run_id) as store:
+        console.print(f"report: {build_report(store)} (open it in a browser; it works offline)")
 
 
 def demo(
@@ -48,6 +68,7 @@ def demo(
     evaluate_candidates(problem, sources, cfg)
     console.rule("[bold]reference variants")
     baseline_problems([problem], cfg)
+    _optimize(console, cfg, on_gpu)
     if not on_gpu:
         console.print("[yellow]No NVIDIA GPU here: Triton ran in its CPU interpreter, so the times above say "
                       "nothing about kernel speed. The verdicts (correct / wrong / exploit) are real. The kernel "
