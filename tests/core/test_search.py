@@ -24,6 +24,7 @@ from loopwise.core.search import (
     RewardCalibrator,
     Search,
     SearchMemory,
+    Stagnation,
     Status,
     Widening,
 )
@@ -282,13 +283,74 @@ def test_mcts_finds_the_optimum_in_fewer_evaluations_than_random() -> None:
     assert results["MCTS"][0] < 0.5 * results["RandomSearch"][0]
 
 
+class TrapPath(NeedlePath):
+    """A deceptive landscape: one trap move worth 1.5x and four combo moves that only pay off
+    together, and not at all next to the trap.
+
+    Alone or in part, the combo moves change nothing (x1.0); all four together give the
+    optimum, 4.9x, unless the trap is in the state too. The other five moves cost 0.80-0.95.
+    Roles come from the seeded generator over the ordered move tuple, so the landscape does not
+    depend on set iteration order. Failures follow ``NeedlePath``.
+    """
+
+    def __init__(self, seed: int) -> None:
+        rng = random.Random(seed)
+        self.seed = seed
+        order = rng.sample(self.MOVES, len(self.MOVES))
+        self.trap, self.combo = order[0], tuple(sorted(order[1:5]))
+        self.gain = {m: rng.uniform(0.8, 0.95) for m in self.MOVES}
+        self.gain.update({self.trap: 1.5, **dict.fromkeys(self.combo, 1.0)})
+        self.optimum = 4.9
+
+    def outcome(self, key: str) -> Outcome:
+        moves = self.moves(key)
+        if self.trap not in moves and all(m in moves for m in self.combo):
+            return Outcome("correct", self.optimum * math.prod(
+                self.gain[m] for m in sorted(moves - set(self.combo))))
+        return super().outcome(key)
+
+
+def test_mcts_escapes_a_deceptive_trap_at_least_as_often_as_random() -> None:
+    budget, seeds = 300, range(20)
+    strategies = {"MCTS": MCTS, "RandomSearch": RandomSearch, "Greedy": Greedy,
+                  "Beam(4)": lambda seed: Beam(4, seed=seed)}
+    hits = {}
+    for name, make in strategies.items():
+        make = (lambda seed, cls=make: cls(seed=seed)) if isinstance(make, type) else make
+        runs = [evals_to_optimum(make(seed), TrapPath(seed), budget, seed) for seed in seeds]
+        hits[name] = sum(r <= budget for r in runs)
+        print(f"  TrapPath {name:13s} mean evals {statistics.mean(runs):6.1f}, "
+              f"reached {hits[name]}/20")
+    assert hits["MCTS"] >= hits["RandomSearch"]
+
+
+def test_stagnation_penalises_a_subtree_until_it_improves() -> None:
+    rule = Stagnation(patience=2, penalty=1.0)
+    assert [rule.decay(n, 0) for n in (1, 2, 3, 6)] == [0.0, 0.0, 0.5, 2.0]
+    search = MCTS(stagnation=rule, pruning=Pruning(None, None))
+    search.add_root("root")
+    (a,) = _star(search, [1.5])
+    for i, value in enumerate([1.2, 1.1, None, 1.3]):
+        child = search.add_child(a, f"a{i}")
+        search.tell(child, Outcome("correct", value) if value else Outcome("crash"))
+    entry = search._entry(a)
+    assert (entry.visits, entry.best_at) == (5, 1)
+    assert rule.decay(entry.visits, entry.best_at) == 1.0
+    child = search.add_child(a, "a9")
+    search.tell(child, Outcome("correct", 2.0))
+    assert (entry.best_at, rule.decay(entry.visits, entry.best_at)) == (6, 0.0)
+    with pytest.raises(ValueError):
+        Stagnation(patience=0)
+
+
 def test_non_default_settings_survive_the_state_dict() -> None:
     search = MCTS(seed=9, exploration=1.2, greed=0.2, widening=Widening(k=3.0, alpha=0.3),
-                  pruning=Pruning(max_failed=2, max_stale=None), penalties={"oom": -2.0})
+                  stagnation=Stagnation(patience=7, penalty=0.25), pruning=Pruning(max_failed=2, max_stale=None), penalties={"oom": -2.0})
     search.add_root("root")
     restored = Search.from_state_dict(json.loads(json.dumps(search.state_dict())))
     assert restored.state_dict() == search.state_dict()
     assert (restored.widening, restored.pruning) == (Widening(3.0, 0.3), Pruning(2, None))
+    assert restored.stagnation == Stagnation(7, 0.25)
     assert restored.calibrator.penalty("oom") == -2.0
     with pytest.raises(ValueError):
         MCTS(greed=1.5)

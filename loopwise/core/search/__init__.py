@@ -9,7 +9,7 @@ and ``BestOfN`` are baselines on the same interface. Every strategy passes
 
 from loopwise.core.search._base import STATE_VERSION, Search
 from loopwise.core.search._baselines import Beam, BestOfN, Greedy, RandomSearch
-from loopwise.core.search._mcts import MCTS, Widening
+from loopwise.core.search._mcts import MCTS, Stagnation, Widening
 from loopwise.core.search._memory import NoteRecord, SearchMemory
 from loopwise.core.search._records import Expansion, Node, NodeState, Outcome, Status
 from loopwise.core.search._reward import DEFAULT_PENALTIES, REWARD_CLIP, RewardCalibrator
@@ -33,6 +33,7 @@ __all__ = [
     "RewardCalibrator",
     "Search",
     "SearchMemory",
+    "Stagnation",
     "Status",
     "Widening",
 ]

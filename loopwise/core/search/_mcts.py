@@ -4,7 +4,9 @@ Selection walks down from the root. At each node it either expands that node (wh
 open and has fewer children than its widening budget) or descends into the child with the best
 UCT score among children whose subtree still holds an open node. A node's widening budget is
 ``ceil(k * visits**alpha * m)``, where ``m`` is ``strong`` when the node beats its parent,
-``weak`` otherwise (1 for the root): promising nodes get wider, weak ones narrower.
+``weak`` otherwise (1 for the root): promising nodes get wider, weak ones narrower. A subtree
+whose best speedup has not risen for more than ``Stagnation.patience`` evaluations loses score
+in proportion to how long it has stagnated, so a deceptive trap cannot hold the budget.
 """
 
 from __future__ import annotations
@@ -40,6 +42,35 @@ class Widening:
         return max(1, math.ceil(self.k * max(visits, 1) ** self.alpha * multiplier))
 
 
+@dataclass(frozen=True, slots=True)
+class Stagnation:
+    """How a subtree that stopped improving loses priority.
+
+    A subtree's stagnation ``s`` is the evaluations (failures included) told inside it since its
+    best speedup last rose. Once ``s`` exceeds ``patience``, UCT scores the subtree with
+    ``Q - penalty * (s - patience) / patience``: a subtree that keeps failing to improve sinks
+    steadily below its siblings, so a trap (one good move whose descendants never beat it) stops
+    absorbing the budget and under-visited siblings get tried. An improvement resets ``s``.
+
+    Attributes:
+        patience: evaluations a subtree may go without improving before it is penalised.
+        penalty: z units subtracted from Q per ``patience`` further stagnant evaluations;
+            0 turns the rule off.
+    """
+
+    patience: int = 20
+    penalty: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.patience < 1 or self.penalty < 0:
+            raise ValueError(f"need patience >= 1 and penalty >= 0, got {self}")
+
+    def decay(self, visits: int, best_at: int) -> float:
+        """Returns the score penalty of a subtree with ``visits``, best found at ``best_at``."""
+        excess = visits - best_at - self.patience
+        return self.penalty * excess / self.patience if excess > 0 else 0.0
+
+
 class MCTS(Search):
     """UCT tree search over calibrated log-speedup rewards.
 
@@ -53,12 +84,15 @@ class MCTS(Search):
         greed: Q blends the subtree's mean reward (weight ``1 - greed``) with the z-score of its
             best speedup (weight ``greed``); 0 is textbook UCT.
         widening: the progressive-widening rule; None for ``Widening()``.
+        stagnation: how subtrees that stopped improving are deprioritised; None for
+            ``Stagnation()``.
     """
 
     def __init__(self, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None, penalties: Mapping[str, float] | None = None,
                  exploration: float = 0.7, greed: float = 0.5,
-                 widening: Widening | Mapping[str, float] | None = None) -> None:
+                 widening: Widening | Mapping[str, float] | None = None,
+                 stagnation: Stagnation | Mapping[str, float] | None = None) -> None:
         super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
         if not 0.0 <= greed <= 1.0:
             raise ValueError(f"greed must be in [0, 1], got {greed}")
@@ -67,6 +101,9 @@ class MCTS(Search):
         if isinstance(widening, Mapping):
             widening = Widening(**widening)
         self.widening = widening if widening is not None else Widening()
+        if isinstance(stagnation, Mapping):
+            stagnation = Stagnation(**stagnation)
+        self.stagnation = stagnation if stagnation is not None else Stagnation()
 
     def widening_limit(self, node_id: int) -> int:
         """Returns how many children the node may have now."""
@@ -98,7 +135,8 @@ class MCTS(Search):
         for child in entry.children:
             if child.open_below == 0:
                 continue
-            score = self._value(child) + self.exploration * math.sqrt(log_n / child.visits)
+            score = (self._value(child) + self.exploration * math.sqrt(log_n / child.visits)
+                     - self.stagnation.decay(child.visits, child.best_at))
             if score > best_score:
                 best, best_score = child, score
         return best
@@ -115,4 +153,4 @@ class MCTS(Search):
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "exploration": self.exploration,
                 "greed": self.greed,
-                "widening": asdict(self.widening)}
+                "widening": asdict(self.widening), "stagnation": asdict(self.stagnation)}

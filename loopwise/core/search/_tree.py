@@ -31,7 +31,7 @@ class Pruning:
 class _Entry:
     __slots__ = ("id", "key", "parent", "depth", "payload", "note", "outcome", "state",
                  "children", "visits", "log_sum", "n_correct", "penalty_sum", "failed_children",
-                 "stale", "open_below", "max_log")
+                 "stale", "open_below", "max_log", "best_at")
 
     def __init__(self, node_id: int, key: str, parent: _Entry | None, payload: Any,
                  note: str) -> None:
@@ -52,6 +52,7 @@ class _Entry:
         self.stale = 0
         self.open_below = 0  # open nodes in the subtree, itself included
         self.max_log = -math.inf  # best log speedup in the subtree
+        self.best_at = 0  # subtree visits when max_log last rose; visits - best_at = stagnation
 
     @property
     def value(self) -> float | None:
@@ -92,7 +93,8 @@ class _Tree:
             if outcome.ok:
                 node.log_sum += log_speedup
                 node.n_correct += 1
-                node.max_log = max(node.max_log, log_speedup)
+                if log_speedup > node.max_log:
+                    node.max_log, node.best_at = log_speedup, node.visits
             else:
                 node.penalty_sum += penalty
             node = node.parent
