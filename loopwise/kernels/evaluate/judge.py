@@ -1,8 +1,10 @@
 """The judge: one problem, many candidates, one verdict each.
 
-Order of a verdict: static scan -> load in a fresh sandbox -> correctness trials -> timing with the
-host-clock cross-check -> launched kernels -> speed-of-light check -> energy. The first rejection
-ends the evaluation; everything measured so far stays in the record.
+Order of a verdict: static scan -> the reference timed in this process (once per judge, before any
+candidate loads) -> load in a fresh sandbox -> correctness trials -> timing, audited against this
+process's clock, with timed outputs checked -> the candidate's own launches -> speed-of-light check
+-> energy -> CUDA-graph probe. The first rejection ends the evaluation; everything measured so far
+stays in the record.
 """
 
 from __future__ import annotations
