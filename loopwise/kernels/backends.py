@@ -25,16 +25,12 @@ _WRAPPED = "_loopwise_wrapped"
 
 
 def detect(source: str) -> str:
-    """The main backend of a candidate source: cutlass, cuda, cpp, triton, cute_dsl or pytorch."""
-    if CUTLASS_INCLUDE.search(source):
-        return "cutlass"
-    if "load_inline" in source or "cpp_extension" in source:
-        return "cuda" if ("cuda_sources" in source or "__global__" in source) else "cpp"
-    if re.search(r"@\s*triton\.(jit|autotune)", source):
-        return "triton"
-    if "cutlass.cute" in source or re.search(r"@\s*cute\.(kernel|jit)", source):
-        return "cute_dsl"
-    return "pytorch"
+    """The main backend of a candidate source: cutlass, cuda, cpp, triton, cute_dsl or pytorch
+    (the static scan's detection, reduced to one name)."""
+    from loopwise.kernels.check import detect_backends
+
+    found = detect_backends(source)
+    return next((name for name in ("cutlass", "cuda", "cpp", "triton", "cute_dsl") if name in found), "pytorch")
 
 
 def cutlass_include_dirs() -> list[str]:

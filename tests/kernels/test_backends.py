@@ -25,7 +25,11 @@ def cache(tmp_path, monkeypatch):
 def test_detect_backend():
     assert backends.detect((HERE / "candidates" / "cpp_swish.py").read_text()) == "cpp"
     assert backends.detect((HERE / "candidates" / "triton_relu.py").read_text()) == "triton"
-    assert backends.detect('#include <cute/tensor.hpp>\nload_inline(name="x", cpp_sources="")') == "cutlass"
+    cute = ('from torch.utils.cpp_extension import load_inline\n'
+            'src = """#include <cute/tensor.hpp>\n__global__ void k() {}"""\n'
+            'ext = load_inline(name="x", cpp_sources="", cuda_sources=src)\n')
+    assert backends.detect(cute) == "cutlass"
+    assert backends.detect("import torch\n# load_inline in a comment does not count\n") == "pytorch"
 
 
 def test_parallel_precompile_then_judge_uses_the_cache(cache):
