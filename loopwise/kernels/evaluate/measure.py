@@ -16,8 +16,9 @@ from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.result import TimingStats
 
 def cache_dir() -> Path:
-    root = os.environ.get("LOOPWISE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "loopwise")
-    return Path(root)
+    from loopwise.core.cache import cache_root
+
+    return cache_root()
 
 
 def versions() -> dict[str, str]:

@@ -20,9 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loopwise.core.cache import CACHE_ENV, cache_root
+
+__all__ = ["CACHE_ENV", "Ceilings", "cache_path", "device_name", "load_or_measure", "measure_ceilings"]
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "LOOPWISE_CACHE_DIR"
 SCHEMA_VERSION = 1
 # (copy bytes, fp32/tf32 GEMM n, bf16 GEMM n): big enough on a GPU to reach steady state; small
 # on a CPU, where these numbers only exercise the code path.
@@ -145,7 +147,7 @@ def cache_path(device: str = "cuda") -> Path:
     """Where :func:`load_or_measure` keeps the ceilings of ``device``."""
     import torch
 
-    base = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "loopwise")
+    base = cache_root()
     stem = _sanitize(f"{device_name(device)}-torch{torch.__version__}")
     return base / "ceilings" / f"{stem}.json"
 
