@@ -114,15 +114,10 @@ class OptimizeRun:
         return children
 
     def _judge(self, node: int, progress=None) -> None:
-        from loopwise.kernels.run_eval import finite
+        from loopwise.kernels.run_eval import record_evaluation
 
         ev = self.judge.evaluate(self.sources[node], f"node-{node}")
-        data = finite(ev.model_dump(mode="json"))
-        log_sha = self.store.put_artifact(ev.log or "", name=f"node-{node}.log", media_type="text/plain")
-        data["log"] = ""
-        self.store.append("evaluation", {"node": node, "evaluation": data, "log_sha256": log_sha},
-                          key=ev.candidate_key)
-        self._tell(node, data)
+        self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
         if progress is not None:
             progress(self.tally.line(self.s.budget))
 

@@ -93,13 +93,19 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
     return 0 if all(e.correct for e in results) else 1
 
 
+def record_evaluation(store, ev, key: str, **fields) -> dict:
+    """Appends one verdict to the run store (its sandbox log as an artifact); returns the JSON data."""
+    log_sha = store.put_artifact(ev.log or "", name=f"{ev.candidate}.log", media_type="text/plain")
+    data = finite(ev.model_dump(mode="json"))
+    data["log"] = ""  # the log lives in its artifact
+    store.append("evaluation", {**fields, "evaluation": data, "log_sha256": log_sha}, key=key)
+    return data
+
+
 def _judge_one(judge, store, name: str, source: str, key: str):
     ev = judge.evaluate(source, name)
     src_sha = store.put_artifact(source, name=name, media_type="text/x-python")
-    log_sha = store.put_artifact(ev.log or "", name=f"{name}.log", media_type="text/plain")
-    data = finite(ev.model_dump(mode="json"))
-    data["log"] = ""  # the log lives in its artifact
-    store.append("evaluation", {"evaluation": data, "source_sha256": src_sha, "log_sha256": log_sha}, key=key)
+    record_evaluation(store, ev, key, source_sha256=src_sha)
     return ev
 
 
