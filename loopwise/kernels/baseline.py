@@ -25,8 +25,7 @@ class BaselineRow:
     def speedup(self, variant: VariantResult | None, statistic: str = "median") -> float | None:
         if variant is None or variant.timing is None or self.eager.timing is None:
             return None
-        pick = (lambda t: t.median_ms) if statistic == "median" else (lambda t: t.mean_ms)
-        return pick(self.eager.timing) / max(pick(variant.timing), 1e-9)
+        return self.eager.timing.pick(statistic) / max(variant.timing.pick(statistic), 1e-9)
 
     def to_json_dict(self, statistic: str = "median") -> dict:
         def one(v: VariantResult | None) -> dict | None:

@@ -22,7 +22,7 @@ def _ms(value: float | None) -> str:
 def _time(ev, timing):
     if timing is None:
         return None
-    return timing.median_ms if ev.statistic == "median" else timing.mean_ms
+    return timing.pick(ev.statistic)
 
 
 def print_evaluations(console, evaluations, run_id: str) -> None:
@@ -83,7 +83,7 @@ def print_baselines(console, rows, statistic: str) -> None:
                 return "-"
             if v.timing is None:
                 return f"[red]{v.status}[/]"
-            t = v.timing.median_ms if statistic == "median" else v.timing.mean_ms
+            t = v.timing.pick(statistic)
             s = row.speedup(v, statistic)
             return _ms(t) + (f" ({s:.2f}x)" if s is not None and v is not row.eager else "")
 

@@ -272,8 +272,8 @@ class Judge:
         ev.reference_timing = ref.timing
         ev.reference_energy_j_per_call = ref.energy_j
         if ref.timing is not None:
-            pick = (lambda t: t.median_ms) if self.cfg.statistic == "median" else (lambda t: t.mean_ms)
-            ev.speedup = pick(ref.timing) / max(pick(ev.timing), 1e-9)
+            stat = self.cfg.statistic
+            ev.speedup = ref.timing.pick(stat) / max(ev.timing.pick(stat), 1e-9)
         with phase(ev, "floor"):
             self._speed_of_light(ev, outcome)
         if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):

@@ -59,6 +59,10 @@ class TimingStats(BaseModel):
     host_median_ms: float | None = None
     method: str = "cuda_event"
 
+    def pick(self, statistic: str) -> float:
+        """The time a speedup is computed from: ``median`` or ``mean``."""
+        return self.median_ms if statistic == "median" else self.mean_ms
+
 
 class TrialRecord(BaseModel):
     """What one correctness trial found (kept short: the first failures are what matter)."""
