@@ -223,7 +223,7 @@ class Judge:
         ev.trials = list(outcome.trials)
         if outcome.rejected:
             return
-        self._performance(box, ev, outcome, base)
+        self._performance(box, ev, outcome, base, runner)
 
     def _extensions_dir(self) -> str:
         from loopwise.kernels.evaluate.measure import cache_dir
@@ -251,7 +251,8 @@ class Judge:
             self.reference.forget(REFERENCE_TIMING_SEED)
         return self._ref_timing
 
-    def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int) -> None:
+    def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int,
+                     runner: TrialRunner) -> None:
         import random
 
         sets = self._timing_sets(base)
@@ -262,7 +263,8 @@ class Judge:
         ev.timing = timing_from(reply)
         self._audit_timing(reply, wall, ev, outcome)
         if not outcome.rejected:
-            self._check_timed_outputs(reply, sets, outcome)
+            known = {k: runner.reference_outputs(base + k) for k in range(2)}
+            self._check_timed_outputs(reply, sets, outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
                 self._own_launches(box, sets[0], outcome)
@@ -313,11 +315,13 @@ class Judge:
                            f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
                            escaped_ms=escaped, event_ms=event)
 
-    def _check_timed_outputs(self, reply: dict, sets: list[list], outcome: Outcome) -> None:
-        """A few timed calls, picked at random, must have returned the right answer for their inputs."""
+    def _check_timed_outputs(self, reply: dict, sets: list[list], outcome: Outcome,
+                             known: dict[int, list | None]) -> None:
+        """A few timed calls, picked at random, must have returned the right answer for their inputs.
+        ``known`` holds reference outputs the correctness trials already computed for some sets."""
         from loopwise.kernels.evaluate.compare import compare_allclose
 
-        refs: dict[int, list] = {}
+        refs: dict[int, list] = {k: v for k, v in known.items() if v is not None}
         for i, outs in sorted(reply.get("kept", {}).items()):
             k = int(i) % len(sets)
             if k not in refs:
