@@ -43,10 +43,6 @@ def cutlass_include_dirs() -> list[str]:
     return [str(d) for d in dirs if d.is_dir()]
 
 
-def cute_dsl_available() -> bool:
-    return importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
-
-
 def source_key(*parts: object) -> str:
     h = hashlib.sha256()
     for part in parts:

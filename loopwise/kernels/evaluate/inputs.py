@@ -13,7 +13,6 @@ from types import ModuleType
 from typing import Any
 
 MODEL_SEED = 42
-DISTRIBUTIONS = ("kernelbench", "centered", "randn", "randn_abs")
 
 
 def seed_everything(seed: int) -> None:

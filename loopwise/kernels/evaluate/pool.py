@@ -69,18 +69,15 @@ class Sandbox:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=sandbox_main, args=(child, device, str(log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
-        self.started = time.perf_counter()
         self.started_wall = time.time()
         self.proc.start()
         child.close()
         self.info: dict | None = None
-        self.ready_s: float | None = None
 
     def wait_ready(self, timeout: float) -> dict:
         if self.info is None:
             kind, info = self._receive(timeout, "start")
             self.info = info
-            self.ready_s = time.perf_counter() - self.started
         return self.info
 
     def request(self, op: str, payload: dict, timeout: float) -> dict:
