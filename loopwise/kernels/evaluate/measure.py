@@ -180,10 +180,7 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
     def before(i: int) -> None:
         current["args"] = sets[i % len(sets)]
 
-    samples = clock.run(call, cfg.perf_trials, cfg.warmup, before if sets else None)
-    noop = clock.run(lambda: None, min(cfg.perf_trials, 50), 3)
-    reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "method": samples.method,
-             "noop_host_ms": noop.host_ms}
+    reply = timing.measure(clock, call, cfg.perf_trials, cfg.warmup, before if sets else None)
     energy = None
     if cfg.energy and device.startswith("cuda"):
         from loopwise.kernels.evaluate.energy import measure_energy

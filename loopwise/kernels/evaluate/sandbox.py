@@ -269,14 +269,12 @@ class Session:
         threads_before, native_before = self.watch.snapshot(), guards.native_thread_count()
         try:
             self._refill(0)
-            samples = self.clock.run(call, req["trials"], req["warmup"], self._refill, after)
+            reply = timing.measure(self.clock, call, req["trials"], req["warmup"], self._refill, after)
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
-        noop = self.clock.run(lambda: None, min(req["trials"], 50), 3)
-        reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
-                 "method": samples.method, "kept": kept, "sets": len(self.staged["sets"]),
-                 "native_threads_added": guards.native_thread_count() - native_before}
+        reply.update(kept=kept, sets=len(self.staged["sets"]),
+                     native_threads_added=guards.native_thread_count() - native_before)
         reply["threads"], reply["library_threads"] = self.watch.split_by_origin(
             self.watch.new_since(threads_before))
         reply.update(self._violations())

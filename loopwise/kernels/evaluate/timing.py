@@ -91,6 +91,17 @@ class Clock:
         return Samples(event_ms, host_ms, "cuda_event" if self.cuda else "host_clock")
 
 
+def measure(clock: Clock, fn: Callable[[], object], trials: int, warmup: int,
+            before: Callable[[int], None] | None = None,
+            after: Callable[[int, object], None] | None = None) -> dict:
+    """The raw samples the judge audits: per-call event and host times, and the host time of the
+    same loop around an empty call (its fixed overhead)."""
+    samples = clock.run(fn, trials, warmup, before, after)
+    noop = clock.run(lambda: None, min(trials, 50), 3)
+    return {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
+            "method": samples.method}
+
+
 def stats(values: list[float]) -> dict:
     return {
         "trials": len(values),
