@@ -2,7 +2,12 @@
 
 For each problem and each strategy, runs `loopwise kernels optimize` logic in-process with the same
 budget and seed, and records the best speedup and the number of evaluations needed to reach 95% of
-it. Writes $OUT/search.csv and $OUT/search.md (rows as they finish).
+it. Writes $OUT/search.csv and $OUT/search.md (rows as they finish) and a mirror under
+$LOOPWISE_CACHE_DIR/bench/, so a later call on a warm machine skips rows already done.
+
+Each distinct candidate source is judged once per problem and its verdict shared by the strategies
+(``--no-memo`` judges every proposal afresh): the strategies are then compared on the same measured
+values, so the comparison is about the search, not about timing noise between repeated runs.
 
     source bench/remote_prelude.sh; python3 bench/search_gpu.py --budget 20 \
         --problems kernelbench:1/19,kernelbench:1/23,kernelbench:1/26,kernelbench:1/29,kernelbench:1/40
@@ -18,26 +23,35 @@ import time
 from pathlib import Path
 
 
-def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str) -> dict:
-    from loopwise.kernels.evaluate.judge import Judge
+class MemoJudge:
+    """A judge that measures each distinct source once and hands out the same verdict after."""
+
+    def __init__(self, judge) -> None:
+        self.judge, self.verdicts, self.judged = judge, {}, 0
+
+    def evaluate(self, source: str, name: str = "<candidate>"):
+        if source not in self.verdicts:
+            self.verdicts[source] = self.judge.evaluate(source, name)
+            self.judged += 1
+        return self.verdicts[source]
+
+    def close(self) -> None:
+        self.judge.close()
+
+
+def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem) -> dict:
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun
-    from loopwise.kernels.problem import load_problem
 
-    problem = load_problem(spec, cfg.kernels.kernelbench)
     settings = Settings(problem=spec, proposer="expert", search=strategy, budget=budget, seed=seed)
-    judge = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=1)
     t0 = time.perf_counter()
-    try:
-        run = OptimizeRun.start(settings, cfg, runs_dir, judge, problem)
-        run.run()
-    finally:
-        judge.close()
+    run = OptimizeRun.start(settings, cfg, runs_dir, judge, problem)
+    run.run()
     speeds = [e["speedup"] if e["status"] == "correct" else None for _, e in sorted(run.evaluations.items())]
     best = max((s for s in speeds if s), default=None)
     reach = next((i + 1 for i, s in enumerate(speeds) if best and s and s >= 0.95 * best), None)
     run.store.close()
-    return {"problem": problem.name, "strategy": strategy, "budget": budget, "seed": seed,
+    return {"spec": spec, "problem": problem.name, "strategy": strategy, "budget": budget, "seed": seed,
             "evaluations": len(speeds), "correct": sum(1 for s in speeds if s), "best_speedup": best,
             "evals_to_95pct": reach, "seconds": round(time.perf_counter() - t0, 1), "run_id": run.store.meta.run_id}
 
@@ -53,36 +67,86 @@ def main() -> int:
     ap.add_argument("--kernelbench", default="third_party/KernelBench")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new run after this many seconds")
+    ap.add_argument("--no-memo", action="store_true", help="judge every proposal afresh, also repeats")
+    ap.add_argument("--fresh", action="store_true", help="ignore rows of earlier calls")
     ap.add_argument("--set", action="append", default=[], help="config overrides, as for the CLI")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", "bench_out"))
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(None, [f"kernels.kernelbench={args.kernelbench}", f"kernels.device={args.device}",
                              f"store.runs_dir={out / 'runs'}"] + args.set)
-    rows, t0 = [], time.monotonic()
+    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.problem import load_problem
+
+    mirror = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
+    mirror.mkdir(parents=True, exist_ok=True)
+    rows = [] if args.fresh else _read(mirror / "search.csv")
+    done = {(r["spec"], r["strategy"], int(r["budget"]), int(r["seed"])) for r in rows}
+    t0, stopped = time.monotonic(), False
     for spec in args.problems.split(","):
-        for strategy in args.strategies.split(","):
-            if time.monotonic() - t0 > args.budget_s:
-                print(f"--budget-s {args.budget_s} reached; stopping", flush=True)
-                break
-            rows.append(run_one(spec, strategy, args.budget, args.seed, cfg, str(out / "runs")))
-            print(rows[-1], flush=True)
-            _write(out, rows)
+        todo = [s for s in args.strategies.split(",") if (spec, s, args.budget, args.seed) not in done]
+        if not todo:
+            continue
+        if time.monotonic() - t0 > args.budget_s:
+            stopped = True
+            break
+        problem = load_problem(spec, cfg.kernels.kernelbench)
+        inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=1)
+        judge = inner if args.no_memo else MemoJudge(inner)
+        try:
+            for strategy in todo:
+                if time.monotonic() - t0 > args.budget_s:
+                    stopped = True
+                    break
+                row = run_one(spec, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem)
+                row["distinct_judged"] = getattr(judge, "judged", "")
+                rows.append(row)
+                print(row, flush=True)
+                _write([out, mirror], rows)
+        finally:
+            judge.close()
+        if stopped:
+            break
+    if rows:
+        _write([out, mirror], rows)
+    if stopped:
+        print(f"--budget-s {args.budget_s} reached; run again on the warm machine to resume", flush=True)
     return 0
 
 
-def _write(out: Path, rows: list[dict]) -> None:
-    with open(out / "search.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return [{k: _value(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+
+
+def _value(text: str):
+    if text == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _write(dirs: list[Path], rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    for folder in dirs:
+        with open(folder / "search.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
     lines = ["| problem | strategy | best speedup | evaluations to 95% of it | correct / judged | s |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] else "-"
         lines.append(f"| {r['problem']} | {r['strategy']} | {best} | {r['evals_to_95pct'] or '-'} | "
                      f"{r['correct']} / {r['evaluations']} | {r['seconds']} |")
-    (out / "search.md").write_text("\n".join(lines) + "\n")
+    for folder in dirs:
+        (folder / "search.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
