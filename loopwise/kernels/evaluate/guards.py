@@ -47,6 +47,12 @@ class IdentityGuard:
             for name, value in list(vars(mod).items()):
                 if callable(value) and not name.startswith("__"):
                     self._snap[f"{mod.__name__}.{name}"] = (mod, name, value)
+                if isinstance(value, type) and value.__module__ == mod.__name__:
+                    # Methods of our classes too (Clock.run): replacing a class attribute leaves the
+                    # module-level names untouched.
+                    for attr, member in list(vars(value).items()):
+                        if not attr.startswith("__") or attr in ("__init__", "__call__"):
+                            self._snap[f"{mod.__name__}.{name}.{attr}"] = (value, attr, member)
 
     def changed(self) -> list[str]:
         out = []

@@ -59,9 +59,11 @@ def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = No
     return reply, _time.perf_counter() - t0
 
 
-# The sandbox's own numbers are claims: the calls it says it timed must account for at least this
-# share of the judge's wall time of the request (the rest is warm-up, flushes and loop overhead).
-CLAIM_SHARE = 0.5
+# The sandbox's own numbers are claims, checked against physics and the judge's clock: no call's
+# device time can exceed its host time, and the timed calls cannot take longer than the request.
+# (A lower bound from the judge's clock is not possible: flushes, refills and the transfer of the
+# kept outputs take a share of the request that ranges from a few percent to over 95 percent.
+# Patching the timing code itself is caught by the identity guard in the sandbox.)
 CLAIM_SLACK_S = 0.05
 
 
@@ -72,8 +74,8 @@ def audit_claims(reply: dict, wall_s: float) -> list[str]:
     if worst > 0.05:
         problems.append(f"a call's device time exceeds its host time by {worst:.3f} ms")
     claimed = (sum(reply["host_ms"]) + sum(reply["noop_host_ms"])) / 1e3
-    if claimed < CLAIM_SHARE * wall_s - CLAIM_SLACK_S:
-        problems.append(f"the timed calls account for {claimed:.3f} s of the {wall_s:.3f} s the request took")
+    if claimed > wall_s + CLAIM_SLACK_S:
+        problems.append(f"the timed calls claim {claimed:.3f} s, more than the {wall_s:.3f} s the request took")
     return problems
 
 

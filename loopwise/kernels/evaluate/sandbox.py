@@ -328,7 +328,7 @@ class Session:
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001
                 pass
-            return {"captured": False, "unjoined": "unjoined" in text.lower(), "message": text[:300]}
+            return {"captured": False, "unjoined": capture_unjoined(text), "message": text[:300]}
         input_storages = {b.untyped_storage().data_ptr() for b in bufs if isinstance(b, torch.Tensor)}
         checked = [o for o in outs if _type(o) is torch.Tensor and o.is_contiguous()
                    and o.untyped_storage().data_ptr() not in input_storages]
@@ -357,6 +357,13 @@ class Session:
             if str(getattr(evt, "device_type", "")).endswith("CUDA"):
                 found[evt.name] = found.get(evt.name, 0.0) + float(getattr(evt, "device_time", 0.0) or 0.0)
         return found
+
+
+def capture_unjoined(text: str) -> bool:
+    """Whether a capture error is cudaErrorStreamCaptureUnjoined (904): "the capture sequence
+    contains a fork that was not joined to the primary stream"."""
+    low = text.lower()
+    return "unjoined" in low or "not joined" in low or "fork that was not" in low
 
 
 OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture"}
