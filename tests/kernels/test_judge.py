@@ -155,3 +155,13 @@ def test_capture_error_for_an_unjoined_fork_is_recognized():
                             "joined to the primary stream")
     assert capture_unjoined("cudaErrorStreamCaptureUnjoined")
     assert not capture_unjoined("RuntimeError: CUDA error: operation not permitted when stream is capturing")
+
+
+def test_phases_say_where_the_correctness_time_went(judge):
+    """The correctness phase is split into draws, reference runs, sandbox round trips, receiving
+    outputs and comparisons; the parts never add up to more than the whole."""
+    ev = verdict(judge, "ok_torch")
+    parts = {k: v for k, v in ev.phases.items() if k.startswith("correctness.")}
+    assert {"correctness.sandbox", "correctness.compare", "correctness.reference"} <= set(parts), ev.phases
+    assert all(v >= 0 for v in parts.values())
+    assert sum(parts.values()) <= ev.phases["correctness"] + 1e-3

@@ -84,6 +84,7 @@ class TrialRunner:
         self._first_ref = None
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
+        self.spent = ref.spent  # the judge's accounting for this evaluation
 
     def reference_outputs(self, seed: int) -> list | None:
         """Reference outputs already computed for ``seed`` (the first two trials'), else None."""
@@ -101,7 +102,8 @@ class TrialRunner:
         for key in ("inputs", "refill"):
             if payload.get(key) is not None:
                 payload[key] = clone_args(payload[key])
-        reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+        with self.spent("sandbox"):
+            reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
         guard_reasons(reply, self.outcome, self.cfg.precision)
         bad = [k for k in reply.get("types", []) if k not in ("Tensor", "int", "float", "bool")]
         if bad:
@@ -111,7 +113,8 @@ class TrialRunner:
     def _device(self, outs: list) -> list:
         # A private copy: the sandbox keeps a mapping of the shared memory it sent.
         torch = self.ref.torch
-        return [o.to(self.ref.device, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
+        with self.spent("receive"):
+            return [o.to(self.ref.device, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
 
     def _record(self, kind: str, seed: int, v: Verdict) -> None:
         self.outcome.trials.append(TrialRecord(kind=kind, seed=seed, passed=v.passed, max_abs_err=v.max_abs_err,
@@ -146,7 +149,8 @@ class TrialRunner:
         if self.outcome.rejected:
             return False
         cand = self._device(reply["outputs"])
-        v = compare_allclose(ref_out, cand, self.cfg.atol, self.cfg.rtol)
+        with self.spent("compare"):
+            v = compare_allclose(ref_out, cand, self.cfg.atol, self.cfg.rtol)
         self._record("kernelbench", seed, v)
         mutated = sorted(set(reply["mutated"]) - set(ref_mut))
         if mutated:
@@ -160,7 +164,8 @@ class TrialRunner:
             self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
         if reply.get("refill_outputs") is not None:
             ref_probe = self._ref_for(probe_seed)[0]
-            vp = compare_allclose(ref_probe, self._device(reply["refill_outputs"]), self.cfg.atol, self.cfg.rtol)
+            with self.spent("compare"):
+                vp = compare_allclose(ref_probe, self._device(reply["refill_outputs"]), self.cfg.atol, self.cfg.rtol)
             if not vp.passed:
                 self.outcome.reject("pointer_cache", "called again on the same input buffers holding new values, "
                                     f"the candidate returned a stale or wrong result ({vp.message})")
@@ -178,7 +183,8 @@ class TrialRunner:
         ref64 = self.ref.run64(args)
         if ref64 is None:
             return True
-        v = compare_stress(ref_out, ref64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
+        with self.spent("compare"):
+            v = compare_stress(ref_out, ref64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
         if v.passed:
             return True
         self._classify_stress_failure(v, cand, seed)
@@ -195,7 +201,8 @@ class TrialRunner:
 
     def _determinism(self, ref_out: list, first: list, again: list, seed: int) -> None:
         torch = self.ref.torch
-        v = compare_allclose(ref_out, again, self.cfg.atol, self.cfg.rtol)
+        with self.spent("compare"):
+            v = compare_allclose(ref_out, again, self.cfg.atol, self.cfg.rtol)
         if not v.passed:
             self.outcome.reject("nondeterministic", f"a second call on the same inputs failed: {v.message} "
                                 "(a race or a read of unwritten memory)")
@@ -225,7 +232,8 @@ class TrialRunner:
         if self.outcome.rejected:
             return False
         cand = self._device(reply["outputs"])
-        v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
+        with self.spent("compare"):
+            v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
         self.outcome.trials.append(TrialRecord(kind=f"stress:{dist}", seed=seed, passed=v.passed, norm_err=v.norm_err,
                                                ref_norm_err=v.evidence.get("ref_norm_err"), message=v.message))
         if v.passed:

@@ -216,10 +216,14 @@ class Judge:
         if outcome.rejected:
             return
         base = self.cfg.seed if self.cfg.seed is not None else secrets.randbits(30)
+        from loopwise.kernels.evaluate.spent import for_device
+
+        self.reference.spent = for_device(self.device)
         runner = TrialRunner(self.reference, box, self.cfg, base)
         runner.outcome = outcome
         with phase(ev, "correctness"):
             runner.run()
+        ev.phases.update(self.reference.spent.as_phases("correctness"))
         ev.trials = list(outcome.trials)
         if outcome.rejected:
             return

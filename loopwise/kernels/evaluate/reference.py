@@ -10,6 +10,7 @@ import copy
 from types import ModuleType
 
 from loopwise.kernels.evaluate import inputs as inp
+from loopwise.kernels.evaluate.spent import Spent
 
 
 class Reference:
@@ -26,11 +27,13 @@ class Reference:
         self._model64 = None
         self._model64_error: str | None = None
         self._draws: dict[int, list] = {}
+        self.spent = Spent()  # replaced per evaluation by the judge
 
     def draw(self, seed: int) -> list:
         """CPU inputs of the problem's own distribution for ``seed`` (memoized for one reuse)."""
         if seed not in self._draws:
-            self._draws[seed] = inp.draw_inputs(self.module, seed)
+            with self.spent("draw"):
+                self._draws[seed] = inp.draw_inputs(self.module, seed)
         return self._draws[seed]
 
     def forget(self, seed: int) -> None:
@@ -43,12 +46,13 @@ class Reference:
     def run(self, args_cpu: list) -> tuple[list, list[int]]:
         """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
         torch = self.torch
-        args = inp.to_device(args_cpu, self.device)
-        pristine = inp.clone_args(args)
-        with torch.no_grad():
-            out = inp.flatten_outputs(self.model(*args))
-        mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
-                   if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
+        with self.spent("reference"):
+            args = inp.to_device(args_cpu, self.device)
+            pristine = inp.clone_args(args)
+            with torch.no_grad():
+                out = inp.flatten_outputs(self.model(*args))
+            mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
+                       if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
@@ -62,6 +66,10 @@ class Reference:
 
     def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
+        with self.spent("reference"):
+            return self._stress(seed, distribution)
+
+    def _stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         torch = self.torch
         if distribution == "centered":
             base = inp.to_device(self.draw(seed), self.device)
@@ -85,6 +93,10 @@ class Reference:
 
     def run64(self, args: list) -> list | None:
         """Float64 reference outputs for inputs on the device (floating tensors upcast)."""
+        with self.spent("reference"):
+            return self._run64(args)
+
+    def _run64(self, args: list) -> list | None:
         torch = self.torch
         model64 = self.model64()
         if model64 is None:

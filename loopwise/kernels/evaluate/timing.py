@@ -102,6 +102,16 @@ def measure(clock: Clock, fn: Callable[[], object], trials: int, warmup: int,
             "method": samples.method}
 
 
+def refill(bufs: list, source: list) -> None:
+    """Copies one input set's values into the timed buffers (untimed, before each timed call): the
+    candidate in its sandbox and the reference in the judge pay the same copy before the flush."""
+    import torch
+
+    for buf, value in zip(bufs, source):
+        if isinstance(buf, torch.Tensor):
+            buf.copy_(value)
+
+
 def stats(values: list[float]) -> dict:
     return {
         "trials": len(values),
