@@ -1,13 +1,16 @@
 """Captures a problem's forward with torch.fx and recognizes what the first templates handle:
-a chain of elementwise operations over same-shape inputs, or a softmax over the last dimension.
+a chain of elementwise operations over same-shape inputs (and over the model's float32 tensors that
+broadcast against them), or a softmax over the last dimension.
 Anything else is reported as unsupported, with the reason, and left to PyTorch."""
 
 from __future__ import annotations
 
+import functools
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.reference_init import reference_init
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,9 @@ class Pattern:
     ops: tuple[str, ...] = ()
     body: tuple[str, ...] = ()  # one Triton statement per captured operation
     params: tuple[tuple[str, object], ...] = ()  # template parameters (e.g. LayerNorm's shape and eps)
+    operands: tuple[str, ...] = ()  # attribute paths of the model's tensors the kernel reads (p0, p1, ...)
+    init: str = ""  # ModelNew.__init__ when it must hold those tensors: the reference's own, copied
+    constants: tuple[tuple[str, str], ...] = ()  # module-level literals that init reads, as (name, source)
     reason: str = ""
 
 
@@ -34,14 +40,12 @@ def _trace(problem):
     layernorm = _only_layernorm(model, args)
     if layernorm is not None:
         raise _Found(layernorm)
-    if any(isinstance(p, torch.Tensor) for p in list(model.parameters()) + list(model.buffers())):
-        raise ew.Unsupported("the model has parameters or buffers")
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
     if len({tuple(t.shape) for t in tensors}) != 1 or any(t.dtype != torch.float32 for t in tensors):
         raise ew.Unsupported("inputs of different shapes or not float32")
-    return fx.symbolic_trace(model), tensors
+    return module, model, fx.symbolic_trace(model), tensors
 
 
 class _Found(Exception):
@@ -77,8 +81,12 @@ def _only_layernorm(model, args) -> Pattern | None:
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
     try:
-        gm, tensors = _trace(problem)
-        return _classify(gm, tensors)
+        module, model, gm, tensors = _trace(problem)
+        pattern = _classify(gm, tensors, model)
+        if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
+            init = reference_init(problem.source, module)
+            pattern = replace(pattern, init=init.text, constants=init.constants)
+        return pattern
     except _Found as found:
         return found.pattern
     except ew.Unsupported as exc:
@@ -87,7 +95,7 @@ def capture(problem) -> Pattern:
         return Pattern("unsupported", reason=f"cannot trace forward ({type(exc).__name__}: {exc})")
 
 
-def _classify(gm, tensors) -> Pattern:
+def _classify(gm, tensors, model) -> Pattern:
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(nodes) == 1 and _softmax_dim(gm, nodes[0]) is not None:
@@ -96,18 +104,60 @@ def _classify(gm, tensors) -> Pattern:
             return Pattern("row_softmax", inputs=1, ops=("softmax",))
         raise ew.Unsupported(f"softmax over dim {dim}, not the last")
     exprs = {p.name: f"x{i}" for i, p in enumerate(placeholders)}
-    ops, body = [], []
-    for k, node in enumerate(nodes):
+    ops, body, operands = [], [], []
+    for node in nodes:
+        if node.op == "get_attr":  # a tensor of the model: loaded through its broadcast index, no statement
+            if node.target not in operands:
+                operands.append(node.target)
+            exprs[node.name] = f"p{operands.index(node.target)}"
+            continue
         expr, op = _expr(gm, node, exprs)
-        body.append(f"t{k} = {expr}  # {op}")
-        exprs[node.name] = f"t{k}"  # one statement per operation: no repeated subexpressions
+        exprs[node.name] = f"t{len(body)}"  # one statement per operation: no repeated subexpressions
+        body.append(f"{exprs[node.name]} = {expr}  # {op}")
         ops.append(op)
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
     result = out.args[0]
     if not hasattr(result, "name"):
         raise ew.Unsupported("forward returns more than one tensor")
+    if operands and not _reaches_input(result):
+        raise ew.Unsupported("the output does not depend on the inputs (its shape would be the parameters')")
+    for target in operands:  # after the operations, so an unsupported one is the reason given first
+        _check_operand(model, target, tuple(tensors[0].shape))
     return Pattern("elementwise", inputs=len(placeholders), expr=exprs[result.name], ops=tuple(ops),
-                   body=tuple(body))
+                   body=tuple(body), operands=tuple(operands))
+
+
+def _check_operand(model, target: str, shape: tuple[int, ...]) -> None:
+    """The model's tensor at attribute path ``target`` (a parameter, buffer or plain tensor attribute,
+    which ModelNew will hold under the same path) is float32 and broadcasts against ``shape`` the one
+    way the kernel indexes it."""
+    import torch
+
+    try:
+        value = functools.reduce(getattr, target.split("."), model)
+    except AttributeError:
+        raise ew.Unsupported(f"a tensor made in forward ({target}), not an attribute of the model") from None
+    if not isinstance(value, torch.Tensor):
+        raise ew.Unsupported(f"model attribute {target!r} is a {type(value).__name__} after tracing, not a tensor "
+                             "(does forward reassign it?)")
+    if value.dtype != torch.float32:
+        raise ew.Unsupported(f"model tensor {target!r} is {value.dtype}, not float32")
+    if ew.broadcast_run(shape, tuple(value.shape)) is None:
+        raise ew.Unsupported(f"model tensor {target!r} of shape {tuple(value.shape)} does not broadcast against "
+                             f"the input shape {shape} as one contiguous run of dimensions")
+
+
+def _reaches_input(node) -> bool:
+    """Whether ``node`` is computed from a forward input (so the output has the inputs' shape)."""
+    seen, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current.op == "placeholder":
+            return True
+        if current not in seen:
+            seen.add(current)
+            stack.extend(current.all_input_nodes)
+    return False
 
 
 def _softmax_dim(gm, node):
@@ -174,7 +224,8 @@ def _module_expr(sub, a: str) -> tuple[str, str]:
         return _gelu_tanh(a), "gelu_tanh"
     name = ew.MODULES.get(type(sub))
     if name is None:
-        raise ew.Unsupported(f"module {type(sub).__name__}")
+        weights = " with parameters" if any(True for _ in sub.parameters()) else ""
+        raise ew.Unsupported(f"module {type(sub).__name__}{weights}")
     return ew.UNARY[name].format(a=a), name
 
 

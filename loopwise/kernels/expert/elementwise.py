@@ -63,3 +63,25 @@ def clamp(a: str, lo, hi) -> str:
     if hi is not None:
         out = f"tl.minimum({out}, {literal(hi)})"
     return out
+
+
+def broadcast_run(shape: tuple[int, ...], pshape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(div, mod) such that a tensor of ``pshape``, broadcast against ``shape`` (numpy's right-aligned
+    rule), holds element ``(o // div) % mod`` at flat output offset ``o``; None when that one formula
+    cannot express the broadcast.
+
+    One formula covers the common cases (a per-channel bias (C,) or (C, 1, 1), an (H, W) map, a
+    full-shape tensor, a single element): the dimensions where the tensor is not 1 form one run of
+    ``shape``'s dimensions, and over that run the two shapes agree. The generated forward recomputes
+    this from the actual shapes (the same rule), so the code is not tied to the problem's sizes.
+    """
+    lead = len(shape) - len(pshape)
+    if lead < 0 or any(p not in (1, s) for p, s in zip(pshape, shape[lead:])):
+        return None  # the broadcast would change the output's shape
+    run = [lead + i for i, p in enumerate(pshape) if p != 1]
+    if not run:
+        return 1, 1
+    lo, hi = run[0], run[-1] + 1
+    if tuple(pshape[lo - lead:hi - lead]) != tuple(shape[lo:hi]):
+        return None
+    return math.prod(shape[hi:]), math.prod(shape[lo:hi])

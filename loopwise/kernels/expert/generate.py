@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 from importlib import resources
 
 from loopwise.kernels.expert.capture import Pattern, capture
@@ -24,7 +25,17 @@ def render(pattern: Pattern, moves: dict | None = None) -> str:
         f", chunk {params['chunk']}" if "chunk" in params else "")
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
-                           note=note, **dict(pattern.params), **params)
+                           note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
+                           attribute=attribute, **dict(pattern.params), **params)
+
+
+def attribute(path: str) -> str:
+    """``self.<path>`` as Python source; parts that are not identifiers (``layers.0.weight`` from an
+    nn.ModuleList) go through getattr, which nn.Module resolves the same way fx named them."""
+    expr = "self"
+    for part in path.split("."):
+        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
+    return expr
 
 
 def generate(problem, moves: dict | None = None) -> tuple[str | None, Pattern]:

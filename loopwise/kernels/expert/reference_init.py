@@ -1,0 +1,173 @@
+"""ModelNew's ``__init__`` for templates that read the model's own tensors: the reference's, copied.
+
+The judge builds ``Model`` and ``ModelNew`` each right after ``torch.manual_seed(42)`` (KernelBench's
+convention), so running the very statements of ``Model.__init__`` draws the very same random values:
+the candidate holds the reference's parameters without touching the reference object, which the
+static check rightly rejects. The copy must stand alone, so every module-level name it reads is
+torch / nn / F / math, a builtin, or a literal written down again in the generated file; anything
+else makes the problem unsupported, with the name in the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import re
+from dataclasses import dataclass
+from types import ModuleType
+
+from loopwise.kernels.expert.elementwise import Unsupported
+
+_SUPER = re.compile(r"super\(\s*Model\s*,\s*self\s*\)")
+# Names the generated file binds itself; a copied constant must not rebind them.
+RESERVED = frozenset({"torch", "nn", "F", "math", "triton", "tl", "ModelNew", "fused_elementwise_kernel",
+                      "broadcast_index"})
+# Expression nodes of a module-level assignment whose value cannot depend on where the problem is loaded.
+_LITERAL_NODES = (ast.Constant, ast.Tuple, ast.List, ast.UnaryOp, ast.BinOp, ast.expr_context, ast.unaryop,
+                  ast.operator)
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The reference's ``__init__`` as ModelNew's, and the module-level literals it reads."""
+
+    text: str  # the method, indented for a class body, ending in a newline
+    constants: tuple[tuple[str, str], ...]  # (name, Python source of its value)
+
+
+def reference_init(source: str, module: ModuleType) -> InitSource:
+    """``Model.__init__`` of the problem ``source`` (already loaded as ``module``), made standalone.
+
+    Raises:
+        Unsupported: the method cannot be copied faithfully (it reaches Model itself, Model's other
+            members, or module-level names that are neither allowed modules nor literals).
+    """
+    tree = ast.parse(source)
+    fn = _init_def(tree, module)
+    text = _SUPER.sub("super()", _reindent(source, fn))
+    try:
+        copied = ast.parse("class ModelNew:\n" + text).body[0].body[0]
+    except SyntaxError as exc:
+        raise Unsupported(f"Model.__init__ does not survive re-indentation ({exc.msg})") from None
+    _check_self_contained(copied, module)
+    constants = tuple((name, _constant(tree, module, name)) for name in sorted(_free_names(copied)))
+    return InitSource(text, tuple(c for c in constants if c[1] is not None))
+
+
+def _init_def(tree: ast.Module, module: ModuleType) -> ast.FunctionDef:
+    import torch
+
+    cls = getattr(module, "Model", None)
+    if not isinstance(cls, type) or cls.__bases__ != (torch.nn.Module,):
+        raise Unsupported("Model does not derive from nn.Module alone, so its __init__ cannot be copied")
+    classes = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "Model"]
+    defs = [s for s in (classes[-1].body if classes else []) if isinstance(s, ast.FunctionDef) and s.name == "__init__"]
+    if not defs:
+        raise Unsupported("Model has no __init__ of its own in the problem file to copy")
+    return defs[-1]
+
+
+def _reindent(source: str, fn: ast.FunctionDef) -> str:
+    """The method's lines moved to a 4-space class body; lines indented less than the method (only
+    possible inside a multi-line string) are kept as they are, so string contents do not change."""
+    first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    indent = fn.col_offset
+    out = []
+    for line in source.splitlines()[first - 1:fn.end_lineno]:
+        if not line.strip():
+            out.append("")
+        elif line[:indent].strip() == "" and len(line) > indent:
+            out.append("    " + line[indent:])
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _check_self_contained(fn: ast.FunctionDef, module: ModuleType) -> None:
+    """Rejects what a copy in another class would get wrong: Model itself, Model's other members,
+    and statements that rebind module globals."""
+    members = {k for k in vars(module.Model) if not (k.startswith("__") and k.endswith("__"))}
+    for node in ast.walk(fn):
+        if getattr(node, "id", None) == "Model" or getattr(node, "attr", None) == "Model":  # a Name or an Attribute
+            raise Unsupported("Model.__init__ refers to Model itself (other than super(Model, self))")
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            raise Unsupported("Model.__init__ rebinds module-level names")
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and node.attr in members):
+            raise Unsupported(f"Model.__init__ uses Model.{node.attr}, which ModelNew would not have")
+
+
+def _free_names(fn: ast.FunctionDef) -> set[str]:
+    """Names the method reads that it does not bind itself (module globals and builtins)."""
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not fn:
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return loaded - bound
+
+
+def _constant(tree: ast.Module, module: ModuleType, name: str) -> str | None:
+    """The source to bind ``name`` in the generated file, or None when its imports already do
+    (torch, nn, F, math) or it is a builtin."""
+    import torch
+
+    allowed = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "math": math}
+    if name not in vars(module):
+        if hasattr(builtins, name):
+            return None
+        raise Unsupported(f"Model.__init__ reads {name!r}, which the problem does not define")
+    value = vars(module)[name]
+    if allowed.get(name, allowed) is value:
+        return None
+    if name in RESERVED:
+        raise Unsupported(f"Model.__init__ reads the global {name!r}, a name the generated file binds otherwise")
+    if not _plain_literal(value):
+        raise Unsupported(f"Model.__init__ reads the global {name!r} ({type(value).__name__}), which a "
+                          "standalone file cannot copy: only int, float, bool, str, None and tuples or lists "
+                          "of them can be")
+    if not _written_as_literal(tree, name):
+        raise Unsupported(f"Model.__init__ reads the global {name!r}, which the problem computes when loaded "
+                          "rather than writes as a literal (its value may differ where the judge runs)")
+    return repr(value)
+
+
+def _plain_literal(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain_literal(v) for v in value)
+    if value is not None and not isinstance(value, (int, float, str)):
+        return False
+    try:
+        return ast.literal_eval(repr(value)) == value  # false for inf and nan, which repr cannot restore
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _written_as_literal(tree: ast.Module, name: str) -> bool:
+    """Every top-level statement binding ``name`` assigns it an expression of literals only."""
+    found = False
+    for stmt in tree.body:
+        if not _binds(stmt, name):
+            continue
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+        if value is None or not all(isinstance(n, _LITERAL_NODES) for n in ast.walk(value)):
+            return False
+        found = True
+    return found
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return stmt.name == name
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in stmt.names)
+    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt))
