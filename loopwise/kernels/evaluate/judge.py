@@ -31,7 +31,7 @@ EXPLOIT_CODES = {
     "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
     "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
     "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor",
-    "side_stream", "library_patch", "timing_mismatch", "timed_output_wrong",
+    "side_stream", "library_patch", "timing_mismatch", "timed_output_wrong", "decoy_kernel",
 }
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.
@@ -342,6 +342,10 @@ class Judge:
 
         reply = box.request("launches", {"inputs": clone_args(args)}, self.cfg.run_timeout_s)
         if sum(reply["launches"].values()):
+            if reply.get("contributes") is False:
+                outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "
+                               "launches) but no output depends on anything they read or wrote: PyTorch "
+                               "computes the result and the kernels are decoys")
             return
         own = sorted(k for k in reply.get("kernels", {}) if not is_library_kernel(k))
         if own:

@@ -16,6 +16,8 @@ from collections import Counter
 
 COUNTS: Counter = Counter()
 _INSTALLED = "_loopwise_counted"
+# Called as hook(args, kwargs, result) after every counted launch (the data-flow check listens).
+LISTENERS: list = []
 
 
 def _counted(fn, label: str):
@@ -24,6 +26,8 @@ def _counted(fn, label: str):
         result = fn(*args, **kwargs)
         if not kwargs.get("warmup", False):
             COUNTS[label] += 1
+            for listener in list(LISTENERS):
+                listener(args, kwargs, result)
         return result
 
     setattr(wrapper, _INSTALLED, True)

@@ -303,7 +303,21 @@ class Session:
         self._call(args)
         counted = launches.snapshot()
         kernels = self._profiled_kernels(args) if not counted and self.device.startswith("cuda") else {}
-        return {"launches": counted, "kernels": kernels}
+        return {"launches": counted, "kernels": kernels, **self._contribution(args)}
+
+    def _contribution(self, args: list) -> dict:
+        """One more forward call with the data flow followed (see dataflow.py)."""
+        from loopwise.kernels.evaluate import dataflow
+
+        torch = self.torch
+        try:
+            with torch.no_grad():
+                result, flow = dataflow.trace(lambda: self.model(*args))
+            self.clock.sync()
+            verdict = dataflow.contributes(inputs.flatten_outputs(result), flow)
+        except Exception as exc:  # noqa: BLE001 - a forward the dispatch mode cannot follow proves nothing
+            return {"contributes": None, "flow_error": f"{_type(exc).__name__}: {exc}"[:300]}
+        return {"contributes": verdict, "flow_launches": flow.launches}
 
     def capture(self, req: dict) -> dict:
         """Captures one forward call into a CUDA graph on a capture stream, then replays it with the
