@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loopwise.kernels.config import EvalConfig
-from loopwise.kernels.evaluate.inputs import clone_args
+from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import Verdict, compare_allclose, compare_stress
 from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
@@ -85,6 +85,7 @@ class TrialRunner:
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
         self.spent = ref.spent  # the judge's accounting for this evaluation
+        self.transfer: str | None = None  # device the tensors cross on (Judge.transfer_device)
 
     def reference_outputs(self, seed: int) -> list | None:
         """Reference outputs already computed for ``seed`` (the first two trials'), else None."""
@@ -101,7 +102,8 @@ class TrialRunner:
         # nothing the sandbox writes can reach the judge's own inputs.
         for key in ("inputs", "refill"):
             if payload.get(key) is not None:
-                payload[key] = clone_args(payload[key])
+                payload[key] = for_sandbox(payload[key], self.transfer)
+        payload["device_outputs"] = self.transfer is not None
         with self.spent("sandbox"):
             reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
         guard_reasons(reply, self.outcome, self.cfg.precision)

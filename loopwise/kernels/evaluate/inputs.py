@@ -107,6 +107,13 @@ def clone_args(args: Any) -> Any:
     return args
 
 
+def for_sandbox(args: Any, device: str | None) -> Any:
+    """A private copy of ``args`` to send to a sandbox: on ``device`` when given (CUDA tensors cross
+    the pipe as IPC handles, with no trip through host memory), else a host clone (shared memory).
+    Either way the judge never reads the copy again, so nothing the sandbox writes reaches it."""
+    return to_device(args, device) if device else clone_args(args)
+
+
 def flatten_outputs(out: Any) -> list:
     """A model returns a tensor or a (nested) tuple/list of tensors; we compare them in order."""
     if isinstance(out, (list, tuple)):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
-from loopwise.kernels.evaluate.inputs import clone_args
+from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.reference import Reference
@@ -92,6 +92,8 @@ class Judge:
         self._reference: Reference | None = None
         self._floor = None
         self._ref_timing = None
+        self.transfer_device: str | None = None  # set by the first sandbox's probe (CUDA IPC works)
+        self._transfer_probed = False
         self.device_name = self._device_name()
         self.ref_times = ReferenceTimes(self.pool, self.cfg, self.device_name)
 
@@ -193,6 +195,7 @@ class Judge:
     def _dynamic(self, source: str, box: Sandbox, ev: Evaluation, outcome: Outcome) -> None:
         from loopwise.kernels.backends import device_arch
 
+        self._probe_transfer(box)
         t_load = time.perf_counter()
         try:
             with phase(ev, "load"):
@@ -221,6 +224,7 @@ class Judge:
         self.reference.spent = for_device(self.device)
         runner = TrialRunner(self.reference, box, self.cfg, base)
         runner.outcome = outcome
+        runner.transfer = self.transfer_device
         with phase(ev, "correctness"):
             runner.run()
         ev.phases.update(self.reference.spent.as_phases("correctness"))
@@ -228,6 +232,24 @@ class Judge:
         if outcome.rejected:
             return
         self._performance(box, ev, outcome, base, runner)
+
+    def _probe_transfer(self, box: Sandbox) -> None:
+        """Once per judge, on a sandbox that has run no candidate code: do CUDA tensors cross the pipe
+        intact? Then inputs and outputs stay on the device (no host copies); otherwise host memory."""
+        if self._transfer_probed or not self.device.startswith("cuda"):
+            return
+        self._transfer_probed = True
+        import torch
+
+        probe = torch.arange(1, 1025, dtype=torch.float32, device=self.device)
+        try:
+            reply = box.request("probe_transfer", {"t": probe.clone()}, self.cfg.run_timeout_s)
+            back = reply["back"].to(self.device, copy=True)
+            ok = reply["sum"] == float(probe.double().sum()) and bool(torch.equal(back, probe * 2))
+        except Exception as exc:  # noqa: BLE001 - any failure means: use host memory
+            log.info("device tensors do not cross to the sandbox (%s): host memory it is", exc)
+            ok = False
+        self.transfer_device = self.device if ok else None
 
     def _extensions_dir(self) -> str:
         from loopwise.kernels.evaluate.measure import cache_dir
@@ -262,7 +284,7 @@ class Judge:
         sets = self._timing_sets(base)
         keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
         with phase(ev, "timing"):
-            reply, wall = timed(box, sets, self.cfg, keep)
+            reply, wall = timed(box, sets, self.cfg, keep, self.transfer_device)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
         self._audit_timing(reply, wall, ev, outcome)
@@ -340,7 +362,7 @@ class Judge:
     def _own_launches(self, box: Sandbox, args: list, outcome: Outcome) -> None:
         from loopwise.kernels.evaluate.launches import is_library_kernel
 
-        reply = box.request("launches", {"inputs": clone_args(args)}, self.cfg.run_timeout_s)
+        reply = box.request("launches", {"inputs": for_sandbox(args, self.transfer_device)}, self.cfg.run_timeout_s)
         if sum(reply["launches"].values()):
             if reply.get("contributes") is False:
                 outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "

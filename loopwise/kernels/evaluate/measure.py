@@ -47,14 +47,19 @@ def timing_from(reply: dict) -> TimingStats:
                        method=reply["method"])
 
 
-def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None) -> tuple[dict, float]:
+def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None,
+          transfer: str | None = None) -> tuple[dict, float]:
     """Stages the input sets, then times the calls; returns the reply and the judge's own wall time
-    of the timed request (which no code in the sandbox can touch)."""
+    of the timed request (which no code in the sandbox can touch). ``transfer``: the device tensors
+    cross on (see ``Judge.transfer_device``), or None for host memory."""
     import time as _time
 
-    box.request("stage", {"sets": [clone_args(s) for s in sets]}, cfg.run_timeout_s)
+    from loopwise.kernels.evaluate.inputs import for_sandbox
+
+    box.request("stage", {"sets": [for_sandbox(s, transfer) for s in sets]}, cfg.run_timeout_s)
     t0 = _time.perf_counter()
-    reply = box.request("time", {"trials": cfg.perf_trials, "warmup": cfg.warmup, "keep": keep or []},
+    reply = box.request("time", {"trials": cfg.perf_trials, "warmup": cfg.warmup, "keep": keep or [],
+                                 "device_outputs": transfer is not None},
                         cfg.run_timeout_s + cfg.perf_trials * 5.0)
     return reply, _time.perf_counter() - t0
 

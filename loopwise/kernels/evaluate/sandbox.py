@@ -193,13 +193,16 @@ class Session:
         self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(_reversed_copy(o), r))
         return outs, self.watch.new_since(before)
 
-    def _export(self, outs: list) -> tuple[list, list[str]]:
+    def _export(self, outs: list, on_device: bool = False) -> tuple[list, list[str]]:
+        """Private copies of the outputs for the judge: on the device (sent as CUDA IPC handles)
+        when the judge asked for it, else in host memory."""
         torch = self.torch
         kinds = [_type(o).__name__ for o in outs]
         exported = []
         for o in outs:
             if _type(o) is torch.Tensor:
-                exported.append(torch.Tensor.to(o.detach(), "cpu", copy=True))
+                exported.append(torch.Tensor.clone(o.detach()) if on_device
+                                else torch.Tensor.to(o.detach(), "cpu", copy=True))
             elif _type(o) in (int, float, bool):
                 exported.append(o)  # plain numbers cannot defer work
             else:
@@ -215,12 +218,13 @@ class Session:
         mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
                    if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
         reply = {"threads": threads, "mutated": mutated}
-        reply["outputs"], reply["types"] = self._export(outs)
+        on_device = bool(req.get("device_outputs")) and self.device.startswith("cuda")
+        reply["outputs"], reply["types"] = self._export(outs, on_device)
         del outs
         if req.get("repeat"):
             self._poison_allocator(req["out_specs"])
             outs, more = self._call(inputs.clone_args(pristine))
-            reply["repeat_outputs"], _ = self._export(outs)
+            reply["repeat_outputs"], _ = self._export(outs, on_device)
             reply["threads"] += more
         if req.get("refill") is not None:
             # Same buffers, new values: a cache keyed on pointers or shapes returns stale results.
@@ -230,7 +234,7 @@ class Session:
                     a.copy_(f)
             self._poison_allocator(req["out_specs"])
             outs, more = self._call(args)
-            reply["refill_outputs"], _ = self._export(outs)
+            reply["refill_outputs"], _ = self._export(outs, on_device)
             reply["threads"] += more
         reply["not_ready"], self.not_ready = self.not_ready, 0
         reply["threads"], reply["library_threads"] = self.watch.split_by_origin(reply["threads"])
@@ -257,11 +261,13 @@ class Session:
             with torch.no_grad():
                 return model(*bufs)
 
+        on_device = bool(req.get("device_outputs")) and self.device.startswith("cuda")
+
         def after(i: int, result) -> None:
             if i in keep:
                 outs = inputs.flatten_outputs(result)
-                kept[i] = [torch.Tensor.to(o.detach(), "cpu", copy=True) if _type(o) is torch.Tensor else None
-                           for o in outs]
+                kept[i] = [(torch.Tensor.clone(o.detach()) if on_device else torch.Tensor.to(o.detach(), "cpu", copy=True))
+                           if _type(o) is torch.Tensor else None for o in outs]
 
         threads_before, native_before = self.watch.snapshot(), guards.native_thread_count()
         try:
@@ -318,6 +324,12 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - a forward the dispatch mode cannot follow proves nothing
             return {"contributes": None, "flow_error": f"{_type(exc).__name__}: {exc}"[:300]}
         return {"contributes": verdict, "flow_launches": flow.launches}
+
+    def probe_transfer(self, req: dict) -> dict:
+        """Runs before any candidate code: a CUDA tensor in, its sum and a doubled copy back, so the
+        judge can tell whether device tensors cross the pipe intact (CUDA IPC) on this machine."""
+        t = req["t"]
+        return {"device": str(t.device), "sum": float(t.double().sum()), "back": t * 2}
 
     def capture(self, req: dict) -> dict:
         """Captures one forward call into a CUDA graph on a capture stream, then replays it with the
@@ -377,7 +389,7 @@ def capture_unjoined(text: str) -> bool:
     return "unjoined" in low or "not joined" in low or "fork that was not" in low
 
 
-OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture"}
+OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture", "probe_transfer"}
 
 
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
