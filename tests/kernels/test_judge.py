@@ -96,7 +96,7 @@ def test_bundled_example_on_gpu(tmp_path):
     with Judge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
         ev = j.evaluate((root / "scaled_gelu_triton.py").read_text(), "triton")
         cheat = j.evaluate((root / "scaled_gelu_cheat.py").read_text(), "cheat")
-        transfer = j.transfer_device
+        transfer = j.transfer
     assert ev.status is Status.CORRECT, ev.summary()
     assert transfer is not None  # CUDA IPC works here: tensors never cross through host memory
     assert ev.speedup > 1.0 and ev.floor_ms > 0 and ev.energy_j_per_call > 0

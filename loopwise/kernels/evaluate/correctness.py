@@ -85,7 +85,7 @@ class TrialRunner:
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
         self.spent = ref.spent  # the judge's accounting for this evaluation
-        self.transfer: str | None = None  # device the tensors cross on (Judge.transfer_device)
+        self.transfer = None  # a DeviceSend when tensors cross on the device (Judge._probe_transfer)
 
     def reference_outputs(self, seed: int) -> list | None:
         """Reference outputs already computed for ``seed`` (the first two trials'), else None."""

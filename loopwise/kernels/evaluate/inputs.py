@@ -107,11 +107,33 @@ def clone_args(args: Any) -> Any:
     return args
 
 
-def for_sandbox(args: Any, device: str | None) -> Any:
-    """A private copy of ``args`` to send to a sandbox: on ``device`` when given (CUDA tensors cross
-    the pipe as IPC handles, with no trip through host memory), else a host clone (shared memory).
-    Either way the judge never reads the copy again, so nothing the sandbox writes reaches it."""
-    return to_device(args, device) if device else clone_args(args)
+class DeviceSend:
+    """Copies of tensors for a sandbox, made on the device from a memory pool of their own.
+
+    A CUDA IPC handle opens the whole allocator segment a tensor lives in, so a judge tensor that
+    shared a segment with a sent copy (a reference output) would be readable from the sandbox.
+    Sent copies therefore come from a private pool, whose segments hold nothing but other sent
+    copies, which the sandbox has seen anyway.
+    """
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.device = device
+        self.pool = torch.cuda.MemPool()
+
+    def __call__(self, args: Any) -> Any:
+        import torch
+
+        with torch.cuda.use_mem_pool(self.pool):
+            return to_device(args, self.device)
+
+
+def for_sandbox(args: Any, send: DeviceSend | None) -> Any:
+    """A private copy of ``args`` to send to a sandbox: on the device when ``send`` is given (CUDA
+    tensors cross the pipe as IPC handles, with no trip through host memory), else a host clone
+    (shared memory). Either way the judge never reads the copy again."""
+    return send(args) if send is not None else clone_args(args)
 
 
 def flatten_outputs(out: Any) -> list:

@@ -92,7 +92,7 @@ class Judge:
         self._reference: Reference | None = None
         self._floor = None
         self._ref_timing = None
-        self.transfer_device: str | None = None  # set by the first sandbox's probe (CUDA IPC works)
+        self.transfer = None  # a DeviceSend once the first sandbox's probe shows CUDA IPC works
         self._transfer_probed = False
         self.device_name = self._device_name()
         self.ref_times = ReferenceTimes(self.pool, self.cfg, self.device_name)
@@ -143,6 +143,7 @@ class Judge:
             with phase(ev, "sandbox_wait"):
                 box = self.pool.acquire()
                 box.wait_ready(timeout=300.0)
+                box = self._probe_transfer(box)
             self._dynamic(source, box, ev, outcome)
         except SandboxFailure as fail:
             outcome.reject(fail.code, fail.message)
@@ -195,7 +196,6 @@ class Judge:
     def _dynamic(self, source: str, box: Sandbox, ev: Evaluation, outcome: Outcome) -> None:
         from loopwise.kernels.backends import device_arch
 
-        self._probe_transfer(box)
         t_load = time.perf_counter()
         try:
             with phase(ev, "load"):
@@ -224,7 +224,7 @@ class Judge:
         self.reference.spent = for_device(self.device)
         runner = TrialRunner(self.reference, box, self.cfg, base)
         runner.outcome = outcome
-        runner.transfer = self.transfer_device
+        runner.transfer = self.transfer
         with phase(ev, "correctness"):
             runner.run()
         ev.phases.update(self.reference.spent.as_phases("correctness"))
@@ -233,23 +233,33 @@ class Judge:
             return
         self._performance(box, ev, outcome, base, runner)
 
-    def _probe_transfer(self, box: Sandbox) -> None:
+    def _probe_transfer(self, box: Sandbox) -> Sandbox:
         """Once per judge, on a sandbox that has run no candidate code: do CUDA tensors cross the pipe
-        intact? Then inputs and outputs stay on the device (no host copies); otherwise host memory."""
+        intact? Then inputs and outputs stay on the device (no host copies); otherwise host memory.
+        Returns a usable sandbox: a fresh one when the probe took this one down."""
         if self._transfer_probed or not self.device.startswith("cuda"):
-            return
+            return box
         self._transfer_probed = True
         import torch
 
+        from loopwise.kernels.evaluate.inputs import DeviceSend
+
         probe = torch.arange(1, 1025, dtype=torch.float32, device=self.device)
+        send, ok = None, False
         try:
-            reply = box.request("probe_transfer", {"t": probe.clone()}, self.cfg.run_timeout_s)
+            send = DeviceSend(self.device)
+            reply = box.request("probe_transfer", {"t": send(probe)}, self.cfg.run_timeout_s)
             back = reply["back"].to(self.device, copy=True)
             ok = reply["sum"] == float(probe.double().sum()) and bool(torch.equal(back, probe * 2))
-        except Exception as exc:  # noqa: BLE001 - any failure means: use host memory
+        except SandboxFailure as fail:
+            log.info("device tensors do not cross to the sandbox (%s): host memory it is", fail.message)
+            box.kill()
+            box = self.pool.acquire()
+            box.wait_ready(timeout=300.0)
+        except Exception as exc:  # noqa: BLE001 - any other failure also means: use host memory
             log.info("device tensors do not cross to the sandbox (%s): host memory it is", exc)
-            ok = False
-        self.transfer_device = self.device if ok else None
+        self.transfer = send if ok else None
+        return box
 
     def _extensions_dir(self) -> str:
         from loopwise.kernels.evaluate.measure import cache_dir
@@ -284,7 +294,7 @@ class Judge:
         sets = self._timing_sets(base)
         keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
         with phase(ev, "timing"):
-            reply, wall = timed(box, sets, self.cfg, keep, self.transfer_device)
+            reply, wall = timed(box, sets, self.cfg, keep, self.transfer)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
         self._audit_timing(reply, wall, ev, outcome)
@@ -362,7 +372,7 @@ class Judge:
     def _own_launches(self, box: Sandbox, args: list, outcome: Outcome) -> None:
         from loopwise.kernels.evaluate.launches import is_library_kernel
 
-        reply = box.request("launches", {"inputs": for_sandbox(args, self.transfer_device)}, self.cfg.run_timeout_s)
+        reply = box.request("launches", {"inputs": for_sandbox(args, self.transfer)}, self.cfg.run_timeout_s)
         if sum(reply["launches"].values()):
             if reply.get("contributes") is False:
                 outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "

@@ -48,10 +48,10 @@ def timing_from(reply: dict) -> TimingStats:
 
 
 def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None,
-          transfer: str | None = None) -> tuple[dict, float]:
+          transfer=None) -> tuple[dict, float]:
     """Stages the input sets, then times the calls; returns the reply and the judge's own wall time
-    of the timed request (which no code in the sandbox can touch). ``transfer``: the device tensors
-    cross on (see ``Judge.transfer_device``), or None for host memory."""
+    of the timed request (which no code in the sandbox can touch). ``transfer``: a DeviceSend when
+    tensors cross on the device (see ``Judge._probe_transfer``), None for host memory."""
     import time as _time
 
     from loopwise.kernels.evaluate.inputs import for_sandbox
