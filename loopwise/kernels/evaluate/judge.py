@@ -294,6 +294,7 @@ class Judge:
         sets = self._timing_sets(base)
         keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
         with phase(ev, "timing"):
+            self.pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
             reply, wall = timed(box, sets, self.cfg, keep, self.transfer)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)

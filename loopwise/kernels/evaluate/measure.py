@@ -157,6 +157,7 @@ def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: Eval
     box = pool.acquire()
     try:
         loaded = box.request("load", {"kind": kind, "problem_source": problem_source}, cfg.compile_timeout_s)
+        pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
         reply, _ = timed(box, [args] + list(fresh or []), cfg)
         energy = energy_in(box, cfg) if cfg.energy and pool.device.startswith("cuda") else None
         return VariantResult(kind, timing_from(reply), energy, "ok", load_s=loaded.get("load_s"))
