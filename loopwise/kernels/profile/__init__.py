@@ -1,0 +1,1 @@
+"""Profiling of compiled kernels: ``sass`` (instructions, no GPU needed), ``ncu`` and ``classify``."""
