@@ -159,6 +159,10 @@ class Judge:
                 box.kill()
             if self._reference is not None:
                 self._reference.forget_all()
+            if self.transfer is not None:
+                import torch
+
+                torch.cuda.ipc_collect()  # frees sent copies the (now dead) sandbox let go of
         return self._finish(ev, outcome, t0)
 
     def key(self, source: str) -> str:

@@ -420,8 +420,14 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
         try:
             if op not in OPS:
                 raise CandidateFailure("crash", "protocol", f"unknown request {op!r}")
-            conn.send(("ok", getattr(session, op)(payload)))
+            reply = getattr(session, op)(payload)
+            # Let go of the request's tensors before waiting for the next one: device tensors sent
+            # by the judge (CUDA IPC) stay allocated in the judge until every receiver drops them.
+            payload = None
+            conn.send(("ok", reply))
+            reply = None
         except CandidateFailure as fail:
+            payload = None
             conn.send(("error", {"status": fail.status, "code": fail.code, "message": fail.message}))
             if fail.code == "cuda_fault":
                 sys.stdout.flush()
