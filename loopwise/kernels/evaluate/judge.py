@@ -297,8 +297,9 @@ class Judge:
 
         sets = self._timing_sets(base)
         keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
-        with phase(ev, "timing"):
+        with phase(ev, "spare_wait"):
             self.pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
+        with phase(ev, "timing"):
             reply, wall = timed(box, sets, self.cfg, keep, self.transfer)
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
