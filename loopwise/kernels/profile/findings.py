@@ -1,0 +1,267 @@
+"""Findings of the micro-profiling tools, what the tools may read, and the moves they may suggest.
+
+A tool looks at one kernel through what was measured or disassembled (a SASS record, ncu metrics,
+the roofline class, the launch configuration) and says what it saw as a :class:`Finding`: one
+sentence a person can act on, with the numbers behind it, a severity, a score to rank findings of
+different tools against each other, and moves in the vocabulary the expert proposer speaks. The
+moves are the bridge to the search: a finding that cannot be turned into a proposal is a report,
+not guidance.
+
+Moves come in two kinds, both listed here and nowhere else:
+
+* parameter moves, ``{"warps": 8}``, ``{"block": 512}``: the knobs of the expert proposer's
+  templates (``loopwise.kernels.expert.proposer.SPACE``): ``block`` is the elements (or tile) one
+  program handles, ``warps`` the warps per program, ``chunk`` the elements a program walks in one
+  pass. A value is the concrete setting to try, not a delta.
+* structural moves, short names of rewrites no single knob expresses (:data:`STRUCTURAL_MOVES`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loopwise.kernels.profile.classify import Classification, KernelClass
+from loopwise.kernels.profile.ncu import KernelMetrics
+from loopwise.kernels.profile.sass import KernelSass
+
+__all__ = [
+    "H200",
+    "INPUTS",
+    "KERNEL_CLASSES",
+    "PARAMETER_MOVES",
+    "SEVERITIES",
+    "STRUCTURAL_MOVES",
+    "DeviceFacts",
+    "Finding",
+    "LaunchConfig",
+    "Move",
+    "ProblemHints",
+    "Severity",
+    "ToolInput",
+    "severity_for",
+]
+
+Severity = Literal["info", "low", "medium", "high"]
+SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high")
+KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "latency_bound", "underutilized")
+InputName = Literal["sass", "ncu", "classification", "launch"]
+INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch")
+
+# The expert proposer's knobs (keys of ``proposer.SPACE``); a test keeps the two in step. Not
+# imported from there: the proposer pulls in the capture machinery (torch.fx), tools need none of it.
+PARAMETER_MOVES: tuple[str, ...] = ("block", "warps", "chunk")
+
+STRUCTURAL_MOVES: dict[str, str] = {
+    "vectorize_loads": "load and store 16 bytes per thread (contiguous, 16-byte aligned pointers, "
+                       "divisibility hints such as tl.multiple_of, vector types in CUDA)",
+    "coalesce_accesses": "make neighbouring threads touch neighbouring addresses (transpose through "
+                         "shared memory, change the layout, or gather whole rows)",
+    "use_tensor_cores": "run the matmul on tensor cores (tl.dot with tf32/bf16/fp16 inputs, wgmma)",
+    "use_tf32x3": "keep fp32 accuracy on tensor cores by splitting each fp32 operand into a tf32 "
+                  "high part and a tf32 remainder and summing three tf32 products (3xTF32)",
+    "use_bf16x3": "the same split into three bf16 parts (bf16x3), for more tensor-core throughput",
+    "use_ieee_fp32": "compute the product in full fp32 (input_precision='ieee', no tf32/fp16 "
+                     "tensor-core path) when the precision policy demands fp32",
+    "match_input_precision": "feed the tensor cores the inputs' own type (fp16 as fp16, bf16 as "
+                             "bf16) instead of converting to another format",
+    "reduce_registers": "hold fewer live values per thread (smaller tile, fewer pipeline stages, "
+                        "recompute instead of keep, or lift a register cap such as maxnreg)",
+    "reduce_shared_memory": "use less shared memory per block (smaller tile, fewer stages)",
+    "persistent_kernel": "launch one resident program per slot and loop over the work inside it, so "
+                         "no partial last wave is left",
+    "split_k": "split the reduction dimension of a matmul over more programs when its output has "
+               "too few tiles to fill the GPU",
+    "fuse_kernels": "fuse this kernel with its neighbours so small launches and their memory round "
+                    "trips disappear",
+}
+
+Move = dict[str, int] | str
+
+
+def severity_for(score: float) -> Severity:
+    """Severity band of a score: the score is the estimated fraction of the kernel's time (or of
+    its correctness budget) at stake, and the bands are where a person should start reading."""
+    if score >= 0.6:
+        return "high"
+    if score >= 0.3:
+        return "medium"
+    if score >= 0.1:
+        return "low"
+    return "info"
+
+
+class Finding(BaseModel):
+    """What one tool saw in one kernel.
+
+    Attributes:
+        tool: the tool's registered name.
+        guidance: one sentence in plain language, with the numbers that justify it.
+        evidence: those numbers (and a few flags), by name.
+        severity: ``info`` < ``low`` < ``medium`` < ``high``; follows ``score`` (:func:`severity_for`).
+        score: 0..1, the estimated fraction of the kernel's time recoverable by acting on it (1.0
+            for a precision violation, which no speed-up excuses); ranks findings across tools.
+        moves: what to try, in the proposer's vocabulary (see the module docstring).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    guidance: str
+    evidence: dict[str, float | int | str | bool]
+    severity: Severity
+    score: float = Field(ge=0.0, le=1.0)
+    moves: tuple[Move, ...] = ()
+
+    @field_validator("guidance")
+    @classmethod
+    def _guidance_present(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a finding needs a sentence of guidance")
+        return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _evidence_present(cls, value: dict) -> dict:
+        if not value:
+            raise ValueError("a finding needs the numbers it is based on")
+        return value
+
+    @field_validator("moves")
+    @classmethod
+    def _moves_in_vocabulary(cls, value: tuple[Move, ...]) -> tuple[Move, ...]:
+        for move in value:
+            if isinstance(move, str):
+                if move not in STRUCTURAL_MOVES:
+                    raise ValueError(f"unknown structural move {move!r}; known: {sorted(STRUCTURAL_MOVES)}")
+            elif set(move) - set(PARAMETER_MOVES) or not all(isinstance(v, int) and v > 0 for v in move.values()):
+                raise ValueError(f"parameter move {move!r} must set {PARAMETER_MOVES} to positive integers")
+        return value
+
+    @classmethod
+    def make(cls, tool: str, guidance: str, evidence: dict[str, float | int | str | bool], score: float,
+             moves: list[Move] | tuple[Move, ...] = ()) -> Finding:
+        """A finding whose severity follows its score (clamped to 0..1)."""
+        score = min(1.0, max(0.0, score))
+        return cls(tool=tool, guidance=guidance, evidence=evidence, severity=severity_for(score),
+                   score=round(score, 4), moves=tuple(moves))
+
+
+class DeviceFacts(BaseModel):
+    """Per-SM limits that decide how many blocks are resident at once.
+
+    Defaults are the H100 / H200 (sm_90) values: 132 SMs on the SXM parts; 64 Ki 32-bit registers,
+    228 KB shared memory (227 KB usable by one block), 64 resident warps, 32 resident blocks and
+    at most 255 registers per thread, from the NVIDIA Hopper tuning guide and the compute-capability
+    9.0 column of the CUDA C++ Programming Guide's table of technical specifications. Allocation
+    granularities are those of the CUDA occupancy calculator for 9.0: registers per warp in units
+    of 256, shared memory in units of 128 bytes, plus 1 KB per block that the runtime reserves.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "NVIDIA H200"
+    sm_count: int = 132
+    registers_per_sm: int = 65_536
+    max_registers_per_thread: int = 255
+    register_allocation_unit: int = 256
+    shared_bytes_per_sm: int = 228 * 1024
+    max_shared_bytes_per_block: int = 227 * 1024
+    shared_allocation_unit: int = 128
+    reserved_shared_bytes_per_block: int = 1024
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+
+
+H200 = DeviceFacts()
+
+
+class LaunchConfig(BaseModel):
+    """How the kernel is launched.
+
+    Attributes:
+        grid_blocks: programs (thread blocks) in the grid, all dimensions multiplied.
+        num_warps: warps per block; ``block_threads`` is derived from it when not given.
+        block_threads: threads per block.
+        block: the proposer's ``block`` move in effect (elements or tile per program), if known;
+            tools suggest concrete neighbours of it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    grid_blocks: int | None = Field(default=None, ge=1)
+    num_warps: int | None = Field(default=None, ge=1)
+    block_threads: int | None = Field(default=None, ge=1)
+    block: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LaunchConfig:
+        if self.num_warps is not None and self.block_threads is not None:
+            if self.num_warps != -(-self.block_threads // 32):
+                raise ValueError(f"{self.block_threads} threads per block are not {self.num_warps} warps")
+        return self
+
+    @property
+    def threads(self) -> int | None:
+        """Threads per block, from either field."""
+        if self.block_threads is not None:
+            return self.block_threads
+        return None if self.num_warps is None else self.num_warps * 32
+
+    @property
+    def warps(self) -> int | None:
+        """Warps per block, from either field."""
+        if self.num_warps is not None:
+            return self.num_warps
+        return None if self.block_threads is None else -(-self.block_threads // 32)
+
+
+class ProblemHints(BaseModel):
+    """What the problem says about the kernel that its binary does not.
+
+    Attributes:
+        matmul_shaped: the kernel computes a matrix product (or a convolution lowered to one), so a
+            tensor-core path exists for it.
+        precision: ``fp32``: results must keep fp32 accuracy (no tf32/fp16/bf16 operands without
+            compensation); ``relaxed``: tf32, bf16 and fp16 tensor-core inputs are acceptable.
+        input_dtype: element type of the kernel's matmul inputs (``fp32``, ``fp16``, ``bf16``), if known.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    matmul_shaped: bool = False
+    precision: Literal["fp32", "relaxed"] = "fp32"
+    input_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+
+
+class ToolInput(BaseModel):
+    """Everything a tool may read about one kernel; every part is optional.
+
+    Attributes:
+        sass: the kernel's static SASS record (``SassProfile.kernel(...)``).
+        ncu: measured metrics of one launch.
+        classification: its roofline verdict.
+        launch: its launch configuration.
+        hints: what the problem says (matmul-shaped, precision policy).
+        device: per-SM limits (H200 by default).
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    sass: KernelSass | None = None
+    ncu: KernelMetrics | None = None
+    classification: Classification | None = None
+    launch: LaunchConfig | None = None
+    hints: ProblemHints = Field(default_factory=ProblemHints)
+    device: DeviceFacts = H200
+
+    def has(self, name: InputName) -> bool:
+        """Whether the input ``name`` (one of :data:`INPUTS`) is present."""
+        return getattr(self, name) is not None
+
+    def has_all(self, names: frozenset[str] | set[str] | tuple[str, ...]) -> bool:
+        """Whether every input of ``names`` is present."""
+        return all(getattr(self, n) is not None for n in names)
