@@ -68,7 +68,7 @@ class TensorCorePrecisionTool(Tool):
                     f"rate ({TF32_TFLOPS} against {BF16_TFLOPS} TFLOP/s), so feed them as {dtype}",
                     ["match_input_precision"])
         if policy == "fp32":
-            return (VIOLATION, "which rounds fp32 inputs to fewer mantissa bits than fp32 keeps (a precision "
+            return (VIOLATION, "which rounds the inputs to fewer mantissa bits than fp32 keeps (a precision "
                     "violation unless the kernel compensates), so use 3xTF32 emulation or an fp32 product",
                     ["use_tf32x3", "use_ieee_fp32"])
         if operand not in _RELAXED_OK:
