@@ -39,6 +39,7 @@ __all__ = [
     "Move",
     "ProblemHints",
     "Severity",
+    "KernelSummary",
     "ToolInput",
     "severity_for",
 ]
@@ -46,8 +47,8 @@ __all__ = [
 Severity = Literal["info", "low", "medium", "high"]
 SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high")
 KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "latency_bound", "underutilized")
-InputName = Literal["sass", "ncu", "classification", "launch"]
-INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch")
+InputName = Literal["sass", "ncu", "classification", "launch", "kernels"]
+INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch", "kernels")
 
 # The expert proposer's knobs (keys of ``proposer.SPACE``); a test keeps the two in step. Not
 # imported from there: the proposer pulls in the capture machinery (torch.fx), tools need none of it.
@@ -75,6 +76,14 @@ STRUCTURAL_MOVES: dict[str, str] = {
                "too few tiles to fill the GPU",
     "fuse_kernels": "fuse this kernel with its neighbours so small launches and their memory round "
                     "trips disappear",
+    "use_cuda_graphs": "capture the forward call's launches in a CUDA graph (torch.cuda.graphs, "
+                       "mode='reduce-overhead') so the host launches them once, without per-kernel gaps",
+    "swizzle_shared_memory": "pad or swizzle the shared-memory tile layout so the threads of a warp hit "
+                             "distinct banks",
+    "uniform_branches": "make branches uniform per warp: regroup work so a warp's threads take one path, "
+                        "replace short branches with selects (tl.where), blocks a multiple of 32 threads",
+    "reorder_blocks": "order the programs so those sharing inputs run together while the inputs are in "
+                      "L2 (grouped / swizzled program ids, larger tiles that reuse what they load)",
 }
 
 Move = dict[str, int] | str
@@ -174,6 +183,7 @@ class DeviceFacts(BaseModel):
     max_blocks_per_sm: int = 32
     max_threads_per_block: int = 1024
     warp_size: int = 32
+    l2_bytes: int = 62_914_560  # 60 MiB, as measured on the H200 (cudaDevAttrL2CacheSize)
 
 
 H200 = DeviceFacts()
@@ -228,6 +238,8 @@ class ProblemHints(BaseModel):
         precision: ``fp32``: results must keep fp32 accuracy (no tf32/fp16/bf16 operands without
             compensation); ``relaxed``: tf32, bf16 and fp16 tensor-core inputs are acceptable.
         input_dtype: element type of the kernel's matmul inputs (``fp32``, ``fp16``, ``bf16``), if known.
+        min_dram_bytes: the fewest DRAM bytes the work can move (each input read once, each output
+            written once), if known: the byte budget a kernel (or one forward call) is held to.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -235,6 +247,30 @@ class ProblemHints(BaseModel):
     matmul_shaped: bool = False
     precision: Literal["fp32", "relaxed"] = "fp32"
     input_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    min_dram_bytes: float | None = Field(default=None, gt=0)
+
+
+class KernelSummary(BaseModel):
+    """One kernel launch of a forward call, as the cross-kernel tools see it.
+
+    Attributes:
+        name: kernel name.
+        duration_s: its GPU time, seconds.
+        dram_bytes: DRAM bytes read plus written, if measured.
+        grid_blocks: blocks launched, if known.
+        kernel_class: its roofline class, if classified.
+        gap_before_s: host-side idle time between the end of the previous kernel and the start of this
+            one (launch overhead, Python), if known; ``None`` for the first kernel or when unknown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    duration_s: float = Field(gt=0)
+    dram_bytes: float | None = Field(default=None, ge=0)
+    grid_blocks: int | None = Field(default=None, ge=1)
+    kernel_class: KernelClass | None = None
+    gap_before_s: float | None = Field(default=None, ge=0)
 
 
 class ToolInput(BaseModel):
@@ -245,8 +281,9 @@ class ToolInput(BaseModel):
         ncu: measured metrics of one launch.
         classification: its roofline verdict.
         launch: its launch configuration.
-        hints: what the problem says (matmul-shaped, precision policy).
+        hints: what the problem says (matmul-shaped, precision policy, byte budget).
         device: per-SM limits (H200 by default).
+        kernels: every kernel launch of one forward call, in launch order, for the cross-kernel tools.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -257,6 +294,7 @@ class ToolInput(BaseModel):
     launch: LaunchConfig | None = None
     hints: ProblemHints = Field(default_factory=ProblemHints)
     device: DeviceFacts = H200
+    kernels: tuple[KernelSummary, ...] | None = None
 
     def has(self, name: InputName) -> bool:
         """Whether the input ``name`` (one of :data:`INPUTS`) is present."""

@@ -146,6 +146,8 @@ class KernelMetrics:
         sm_throughput_pct / memory_throughput_pct: the SM and memory-hierarchy speed of light %.
         grid_blocks / block_threads / registers_per_thread: launch configuration.
         occupancy_limits: ``launch__occupancy_limit_<what>`` -> blocks per SM that resource allows.
+        raw: every numeric metric of the launch, by ncu name, in base units, for the tools that read
+            counters no field above summarizes (sectors per request, bank conflicts, stall reasons).
     """
 
     name: str
@@ -164,6 +166,11 @@ class KernelMetrics:
     block_threads: int | None
     registers_per_thread: int | None
     occupancy_limits: Mapping[str, float] = field(default_factory=dict)
+    raw: Mapping[str, float] = field(default_factory=dict)
+
+    def metric(self, name: str) -> float | None:
+        """A raw metric's value, ``None`` when it was not collected or was ``n/a``."""
+        return self.raw.get(name)
 
 
 def ncu_command(
@@ -280,6 +287,7 @@ def derive(launch: KernelLaunch) -> KernelMetrics:
         occupancy_pct=value(OCCUPANCY_PCT), sm_throughput_pct=value(SM_PCT),
         memory_throughput_pct=value(MEMORY_PCT), grid_blocks=_int(grid), block_threads=_int(block),
         registers_per_thread=_int(value(REGISTERS)), occupancy_limits=limits,
+        raw={name: m.value for name, m in launch.metrics.items() if m.value is not None},
     )
 
 
