@@ -1,7 +1,8 @@
 """Conformance suite every registered micro-profiling tool passes, and the registry's contract.
 
 Each tool runs on an empty input and on a spread of hand-written SASS records (spills, narrow
-accesses, FFMA-only matmul, tf32 / fp16 / fp8 tensor-core paths, launch configurations), so a tool
+accesses, FFMA-only matmul, tf32 / fp16 / fp8 tensor-core paths, launch configurations), plus
+synthetic ncu metrics, roofline verdicts and per-call kernel lists (``ncu_synthetic``), so a tool
 is held to the Finding contract in the cases where it fires, not only where it stays silent.
 """
 
@@ -29,6 +30,8 @@ from loopwise.kernels.profile.findings import (
 )
 from loopwise.kernels.profile.sass import KernelSass, Resources, TensorCoreOp
 from loopwise.kernels.profile.tool import Tool
+
+import ncu_synthetic as syn
 
 TOOLS = registry.load_tools()
 
@@ -75,6 +78,18 @@ def _classification(kernel_class: str) -> Classification:
 
 INPUT_CASES = [ToolInput(sass=s, launch=lc, hints=h) for s, lc, h in itertools.product(RECORDS, LAUNCHES, HINTS)]
 INPUT_CASES += [ToolInput(sass=RECORDS[2], classification=_classification(c)) for c in KERNEL_CLASSES]
+
+# ncu-based and cross-kernel cases: every metric set under every class, with and without a byte budget.
+_RAW = [{}, syn.UNCOALESCED, syn.COALESCED, syn.BANK_CONFLICTS, syn.NO_CONFLICTS, syn.DIVERGENT, syn.UNIFORM,
+        syn.L2_MISSING, syn.L2_HITTING, syn.STALLS_MEMORY, syn.STALLS_BUSY,
+        {**syn.UNCOALESCED, **syn.BANK_CONFLICTS, **syn.DIVERGENT, **syn.L2_MISSING, **syn.STALLS_MEMORY}]
+_VERDICTS = [None] + [syn.classification(c) for c in KERNEL_CLASSES] + [syn.classification(fraction=0.9)]
+_BUDGETS = [ProblemHints(), ProblemHints(min_dram_bytes=100e6), ProblemHints(min_dram_bytes=40e6), ProblemHints(matmul_shaped=True, min_dram_bytes=300e6)]
+INPUT_CASES += [ToolInput(ncu=syn.metrics(raw), classification=v, hints=h, launch=lc, sass=sass)
+                for raw, v, h, (lc, sass) in itertools.product(
+                    _RAW, _VERDICTS, _BUDGETS, [(None, None), (LAUNCHES[1], RECORDS[2]), (LAUNCHES[2], RECORDS[0])])]
+INPUT_CASES += [ToolInput(kernels=k, hints=h) for k, h in itertools.product(
+    [(), syn.short_kernels(), syn.short_kernels(gap_s=None), syn.short_kernels(2), syn.unfused_kernels()], _BUDGETS)]
 
 _SENTENCE_BREAK = re.compile(r"[.!?;]\s+\S")
 

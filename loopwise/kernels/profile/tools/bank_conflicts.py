@@ -64,7 +64,7 @@ class BankConflictsTool(Tool):
         ways = wavefronts / max(wavefronts - conflicts, 1.0)
         evidence.update({"conflict_share": round(share, 4), "wavefronts_per_access": round(ways, 3)})
         moves: list[Move] = ["swizzle_shared_memory"]
-        guidance = (f"{share:.0%} of the {wavefronts:.3g} shared-memory wavefronts are bank-conflict replays "
+        guidance = (f"{share:.0%} of the {wavefronts:,.0f} shared-memory wavefronts are bank-conflict replays "
                     f"({ways:.1f} wavefronts per access instead of 1), so pad or swizzle the shared tile "
                     f"so a warp's threads fall in distinct banks.")
         return [Finding.make(self.name, guidance, evidence, WEIGHT * share, moves)]

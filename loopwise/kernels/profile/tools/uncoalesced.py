@@ -68,9 +68,9 @@ class UncoalescedTool(Tool):
         if width < 16:
             moves.append("vectorize_loads")
         kind = "load" if op == "ld" else "store"
-        assumption = " (assuming 4-byte accesses)" if assumed else ""
+        assumption = "if the accesses are" if assumed else "for"
         guidance = (f"Each warp {kind} request fetches {per_request:.1f} sectors of 32 bytes where {ideal:.0f} "
-                    f"would do for {width}-byte accesses{assumption}, so {1 - 1 / excess:.0%} of the fetched "
+                    f"would do {assumption} {width} bytes wide, so {1 - 1 / excess:.0%} of the fetched "
                     f"bytes are wasted and neighbouring threads should touch neighbouring addresses.")
         return [Finding.make(self.name, guidance, evidence, score, moves)]
 
