@@ -83,3 +83,34 @@ def test_importing_the_cli_loads_no_heavy_library():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+FIXTURES = Path(__file__).parent / "kernels" / "profile_fixtures"
+
+
+def test_tools_lists_every_registered_tool():
+    out = run("kernels", "tools", "--json")
+    assert out.returncode == 0, out.stderr
+    names = {t["name"] for t in json.loads(out.stdout)}
+    assert {"register_spills", "narrow_accesses", "tensor_cores_unused", "stall_reasons"} <= names
+    assert len(names) >= 14
+
+
+def test_sass_profiles_a_cubin_and_ranks_findings():
+    out = run("kernels", "sass", str(FIXTURES / "matmul_spill.cubin"), "--matmul", "--json")
+    assert out.returncode == 0, out.stderr
+    (item,) = json.loads(out.stdout)
+    assert item["kernel"]["local_loads"] > 0
+    assert item["findings"][0]["tool"] in ("register_spills", "tensor_cores_unused")
+    assert {"register_spills", "tensor_cores_unused"} <= {f["tool"] for f in item["findings"]}
+    table = run("kernels", "sass", str(FIXTURES / "vector_add.cubin"))
+    assert table.returncode == 0 and "vector_add" in table.stdout
+
+
+def test_sass_on_a_file_without_device_code_is_one_line(tmp_path):
+    text = tmp_path / "not_a_cubin.txt"
+    text.write_text("hello\n")
+    for path in (text, tmp_path / "missing.cubin"):
+        out = run("kernels", "sass", str(path))
+        assert out.returncode == 2
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,4 +1,4 @@
-"""``loopwise kernels ...``: eval, check, baseline."""
+"""``loopwise kernels ...``: eval, check, baseline, optimize, tools, sass."""
 
 from __future__ import annotations
 
@@ -156,3 +156,102 @@ def optimize_cmd(
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))
+
+
+@app.command("tools")
+def tools_cmd(as_json: bool = JSON) -> None:
+    """The installed micro-profiling tools: what each reads and for which roofline classes it runs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loopwise.kernels.profile.registry import load_tools
+
+    tools = load_tools()
+    rows = [{"name": t.name, "needs": sorted(t.needs), "runs_for": sorted(t.applies_to), "summary": t.summary,
+             "module": type(t).__module__} for t in tools]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} micro-profiling tools (entry-point group loopwise.kernels.tools)")
+    for col in ("tool", "reads", "runs for (proactive mode)", "looks for"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["runs_for"]), r["summary"])
+    Console().print(table)
+
+
+@app.command("sass")
+def sass_cmd(
+    binaries: List[Path] = typer.Argument(..., help="cubin (or a fatbin / .so holding one) built for the GPU."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="Only kernels whose name contains this."),
+    policy: str = typer.Option("fp32", help="Precision policy: fp32 or relaxed."),
+    matmul: bool = typer.Option(False, "--matmul", help="The kernel computes a matrix product."),
+    grid: Optional[int] = typer.Option(None, "--grid", help="Thread blocks in the launch grid, if known."),
+    warps: Optional[int] = typer.Option(None, "--warps", help="Warps per block, if known."),
+    shared: Optional[int] = typer.Option(None, "--shared", help="Dynamic shared memory per block in bytes, "
+                                         "if known (Triton sets it at launch: the compiled kernel's metadata.shared)."),
+    as_json: bool = JSON,
+) -> None:
+    """Static SASS profile of compiled kernels (no GPU needed) and the findings of the tools that
+    read SASS alone: instruction mix, tensor-core path, access widths, spills, occupancy."""
+    from loopwise.kernels.profile.findings import LaunchConfig, ProblemHints, ToolInput
+    from loopwise.kernels.profile.registry import load_tools
+    from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, profile_cubin
+
+    if policy not in ("fp32", "relaxed"):
+        raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")
+    static = [t for t in load_tools() if set(t.needs) <= {"sass", "launch"}]
+    launch = LaunchConfig(grid_blocks=grid, num_warps=warps) if (grid or warps) else None
+    out = []
+    for path in binaries:
+        if not path.is_file():
+            raise UserError(f"{path}: file not found")
+        try:
+            prof = profile_cubin(path)
+        except ToolNotFoundError as exc:
+            raise UserError(str(exc)) from None
+        except DisassemblyError as exc:
+            raise UserError(f"{path}: {exc}") from None
+        for k in prof.kernels:
+            if kernel and kernel not in k.name:
+                continue
+            if shared is not None and k.resources is not None:
+                k = k.model_copy(update={"resources": k.resources.model_copy(update={"dynamic_shared_bytes": shared})})
+            inp = ToolInput(sass=k, launch=launch, hints=ProblemHints(matmul_shaped=matmul, precision=policy))
+            findings = sorted((f for t in static for f in t.run(inp)), key=lambda f: (-f.score, f.tool))
+            out.append({"binary": str(path), "arch": prof.arch, "kernel": k.model_dump(mode="json"),
+                        "shared_bytes": k.resources.shared_bytes if k.resources else None,
+                        "findings": [f.model_dump(mode="json") for f in findings]})
+    if not out:
+        raise UserError("no kernel found" + (f" whose name contains {kernel!r}" if kernel else ""))
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    _print_sass(out)
+
+
+def _print_sass(out: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for item in out:
+        k = item["kernel"]
+        res = k.get("resources") or {}
+        console.print(f"[bold]{k['name']}[/bold]  ({item['binary']}, {item['arch'] or 'arch unknown'}): "
+                      f"{k['instructions']} instructions, {res.get('registers', '?')} registers, "
+                      + (f"{item['shared_bytes']} B shared per block" if item["shared_bytes"] is not None
+                         else "shared memory per block unknown (pass --shared)"))
+        mix = sorted(k["families"].items(), key=lambda kv: -kv[1])[:8]
+        console.print("  mix: " + ", ".join(f"{name} {n}" for name, n in mix))
+        if k.get("tensor_core"):
+            console.print("  tensor core: " + ", ".join(f"{op['opcode']} x{op['count']}" for op in k["tensor_core"]))
+        table = Table(show_header=True)
+        for col in ("tool", "severity", "guidance"):
+            table.add_column(col)
+        for f in item["findings"]:
+            table.add_row(f["tool"], f["severity"], f["guidance"])
+        if item["findings"]:
+            console.print(table)
+        else:
+            console.print("  no finding from the SASS tools")
