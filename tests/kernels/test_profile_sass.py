@@ -3,17 +3,13 @@ hand-written SASS, the resource parsers, the missing-tool error and the cost bud
 
 from __future__ import annotations
 
-import functools
-import json
 import time
-from pathlib import Path
 
 import pytest
 
 from loopwise.kernels.profile import sass
 from loopwise.kernels.profile.sass import (
     Resources,
-    SassProfile,
     ToolNotFoundError,
     access_bytes,
     family_of,
@@ -23,26 +19,8 @@ from loopwise.kernels.profile.sass import (
     profile_cubin,
 )
 
-FIXTURES = Path(__file__).parent / "profile_fixtures"
-EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
-
-
-def _have_disassembler() -> bool:
-    try:
-        sass.find_tool("cuobjdump")
-    except ToolNotFoundError:
-        return False
-    return True
-
-
-needs_tools = pytest.mark.skipif(not _have_disassembler(), reason="no cuobjdump / nvdisasm (CUDA or Triton)")
-
-
-@functools.lru_cache(maxsize=None)
-def _profile(name: str) -> SassProfile:
-    """Profile of a committed cubin, with what Triton and ptxas reported when it was built."""
-    extra = {EXPECTED[name]["function"]: Resources(**EXPECTED[name]["resources"])}
-    return profile_cubin(FIXTURES / f"{name}.cubin", extra_resources=extra)
+from sass_fixtures import FIXTURES, have_disassembler, needs_tools  # noqa: E402 - tests/kernels on sys.path
+from sass_fixtures import fixture_profile as _profile  # noqa: E402
 
 
 @needs_tools
@@ -123,7 +101,7 @@ def test_disassemble_accepts_bytes_and_names_the_arch():
 def test_live_triton_compile_for_sm90_without_a_gpu(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     triton = pytest.importorskip("triton")
-    if not _have_disassembler():
+    if not have_disassembler():
         pytest.skip("no disassembler")
     tl = pytest.importorskip("triton.language")
 

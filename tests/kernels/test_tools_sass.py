@@ -4,16 +4,14 @@ at least 90% of the cases."""
 
 from __future__ import annotations
 
-import functools
 import json
-from pathlib import Path
 
 import pytest
 
-from loopwise.kernels.profile import registry, sass
+from loopwise.kernels.profile import registry
 from loopwise.kernels.profile.findings import H200, DeviceFacts, LaunchConfig, ProblemHints, ToolInput
 from loopwise.kernels.profile.occupancy import theoretical_occupancy, waves
-from loopwise.kernels.profile.sass import KernelSass, Resources, ToolNotFoundError, profile_cubin
+from loopwise.kernels.profile.sass import KernelSass
 from loopwise.kernels.profile.tools.narrow_accesses import TOOL as NARROW
 from loopwise.kernels.profile.tools.occupancy import TOOL as OCCUPANCY
 from loopwise.kernels.profile.tools.spills import TOOL as SPILLS
@@ -21,27 +19,14 @@ from loopwise.kernels.profile.tools.tail_effect import TOOL as TAIL
 from loopwise.kernels.profile.tools.tensor_core_precision import TOOL as PRECISION
 from loopwise.kernels.profile.tools.tensor_cores_unused import TOOL as UNUSED
 
-FIXTURES = Path(__file__).parent / "profile_fixtures"
-EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+from sass_fixtures import EXPECTED, FIXTURES, fixture_profile, needs_tools  # noqa: E402 - tests/kernels on sys.path
+
 LABELS = json.loads((FIXTURES / "findings_labels.json").read_text())["cases"]
 
 
-def _have_disassembler() -> bool:
-    try:
-        sass.find_tool("cuobjdump")
-    except ToolNotFoundError:
-        return False
-    return True
-
-
-needs_tools = pytest.mark.skipif(not _have_disassembler(), reason="no cuobjdump / nvdisasm (CUDA or Triton)")
-
-
-@functools.lru_cache(maxsize=None)
 def _kernel(name: str) -> KernelSass:
-    """SASS record of a committed cubin, with what Triton and ptxas reported when it was built."""
-    extra = {EXPECTED[name]["function"]: Resources(**EXPECTED[name]["resources"])}
-    return profile_cubin(FIXTURES / f"{name}.cubin", extra_resources=extra).kernel()
+    """SASS record of a committed cubin (the only kernel in it)."""
+    return fixture_profile(name).kernel()
 
 
 def _input(name: str, *, grid: int | None = None, matmul: bool = False, precision: str = "fp32",
