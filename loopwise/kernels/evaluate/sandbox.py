@@ -193,6 +193,15 @@ class Session:
         self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(_reversed_copy(o), r))
         return outs, self.watch.new_since(before)
 
+    def _copy_out(self, t, on_device: bool):
+        """A private copy of one output tensor for the judge, on the device or in host memory."""
+        torch = self.torch
+        return torch.Tensor.clone(t.detach()) if on_device else torch.Tensor.to(t.detach(), "cpu", copy=True)
+
+    def _on_device(self, req: dict) -> bool:
+        """Whether the judge asked for device tensors back (see Judge._probe_transfer)."""
+        return bool(req.get("device_outputs")) and self.device.startswith("cuda")
+
     def _export(self, outs: list, on_device: bool = False) -> tuple[list, list[str]]:
         """Private copies of the outputs for the judge: on the device (sent as CUDA IPC handles)
         when the judge asked for it, else in host memory."""
@@ -201,8 +210,7 @@ class Session:
         exported = []
         for o in outs:
             if _type(o) is torch.Tensor:
-                exported.append(torch.Tensor.clone(o.detach()) if on_device
-                                else torch.Tensor.to(o.detach(), "cpu", copy=True))
+                exported.append(self._copy_out(o, on_device))
             elif _type(o) in (int, float, bool):
                 exported.append(o)  # plain numbers cannot defer work
             else:
@@ -218,7 +226,7 @@ class Session:
         mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
                    if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
         reply = {"threads": threads, "mutated": mutated}
-        on_device = bool(req.get("device_outputs")) and self.device.startswith("cuda")
+        on_device = self._on_device(req)
         reply["outputs"], reply["types"] = self._export(outs, on_device)
         del outs
         if req.get("repeat"):
@@ -261,13 +269,12 @@ class Session:
             with torch.no_grad():
                 return model(*bufs)
 
-        on_device = bool(req.get("device_outputs")) and self.device.startswith("cuda")
+        on_device = self._on_device(req)
 
         def after(i: int, result) -> None:
             if i in keep:
                 outs = inputs.flatten_outputs(result)
-                kept[i] = [(torch.Tensor.clone(o.detach()) if on_device else torch.Tensor.to(o.detach(), "cpu", copy=True))
-                           if _type(o) is torch.Tensor else None for o in outs]
+                kept[i] = [self._copy_out(o, on_device) if _type(o) is torch.Tensor else None for o in outs]
 
         threads_before, native_before = self.watch.snapshot(), guards.native_thread_count()
         try:
@@ -329,7 +336,7 @@ class Session:
         """Runs before any candidate code: a CUDA tensor in, its sum and a doubled copy back, so the
         judge can tell whether device tensors cross the pipe intact (CUDA IPC) on this machine."""
         t = req["t"]
-        return {"device": str(t.device), "sum": float(t.double().sum()), "back": t * 2}
+        return {"sum": float(t.double().sum()), "back": t * 2}
 
     def capture(self, req: dict) -> dict:
         """Captures one forward call into a CUDA graph on a capture stream, then replays it with the
