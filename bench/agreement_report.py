@@ -15,11 +15,11 @@ COLUMNS = [
     "problem", "kind", "sizes", "kb_correct", "our_status", "our_correct", "kb_speedup", "our_speedup",
     "speedup_ratio", "kb_s", "our_s", "our_reasons", "our_flags", "kb_status", "kb_compiled", "kb_ms",
     "kb_ref_ms", "kb_excessive", "kb_first_s", "kb_runs", "kb_runs_agree", "kb_note", "kb_shims", "our_ms",
-    "our_ref_ms", "our_compile_s", "our_eval_s", "finished_at",
+    "our_ref_ms", "our_compile_s", "our_eval_s", "our_warm_s", "finished_at",
 ]
 _BOOLS = {"kb_correct", "our_correct", "kb_compiled", "kb_excessive", "kb_runs_agree"}
 _FLOATS = {"kb_speedup", "our_speedup", "speedup_ratio", "kb_s", "our_s", "kb_ms", "kb_ref_ms", "kb_first_s",
-           "our_ms", "our_ref_ms", "our_compile_s", "our_eval_s"}
+           "our_ms", "our_ref_ms", "our_compile_s", "our_eval_s", "our_warm_s"}
 
 
 def _parse(column: str, text: str):
@@ -126,6 +126,8 @@ def summary_numbers(rows: list[dict]) -> dict:
     both_correct = [r for r in rows if r.get("speedup_ratio")]
     times = [r["our_s"] / r["kb_s"] for r in rows if (r.get("our_s") or 0) > 0 and (r.get("kb_s") or 0) > 0]
     full = [r["our_s"] / r["kb_s"] for r in both_correct if (r.get("our_s") or 0) > 0 and (r.get("kb_s") or 0) > 0]
+    warm = [r["our_warm_s"] / r["kb_s"] for r in both_correct
+            if (r.get("our_warm_s") or 0) > 0 and (r.get("kb_s") or 0) > 0]
     return {
         "agree": sum(1 for r in graded if bool(r.get("kb_correct")) == bool(r.get("our_correct"))),
         "graded": len(graded),
@@ -137,6 +139,7 @@ def summary_numbers(rows: list[dict]) -> dict:
         "n_both_correct": len(both_correct),
         "time_geomean": _geomean(times), "n_times": len(times),
         "time_geomean_full": _geomean(full), "n_full": len(full),
+        "time_geomean_warm": _geomean(warm), "n_warm": len(warm),
     }
 
 
@@ -238,6 +241,9 @@ def write_markdown(path: Path, rows: list[dict], args, stopped: str) -> None:
         f"**{val(n['median_dev'], '{:.3f}')}** (n = {n['n_both_correct']})",
         f"- geomean of our s / KB s: **{val(n['time_geomean'], '{:.2f}')}** (n = {n['n_times']}); over pairs "
         f"both accept (both ran every phase): {val(n['time_geomean_full'], '{:.2f}')} (n = {n['n_full']})",
+        f"- per candidate in a warm judge (the correct candidate judged again: reference timing, ceilings and "
+        f"reference model already in hand, as in a search), our s / KB s geomean: "
+        f"**{val(n['time_geomean_warm'], '{:.2f}')}** (n = {n['n_warm']})",
         *_unavailable_note(rows), *_shim_note(rows), "",
         *_kind_table(rows), "", "## Pairs", "", *_pair_table(rows), "",
     ]

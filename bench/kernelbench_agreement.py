@@ -207,7 +207,7 @@ def open_judge(problem_path: Path, device: str):
         from loopwise.kernels.evaluate.pool import SandboxPool
 
         settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}
-        _POOLS[device] = SandboxPool(resolve_device(device), settings, spares=1)
+        _POOLS[device] = SandboxPool(resolve_device(device), settings, spares=2)
     return Judge(load_problem(str(problem_path)), cfg, device=device, pool=_POOLS[device])
 
 
@@ -309,8 +309,11 @@ class Run:
         elif not row.get("kb_status"):
             row["kb_status"] = "skipped"
         if do_ours:
-            row.update(our_fields(self.judge_for(stem, problem), cand.read_text(encoding="utf-8"), name,
-                                  self.out / "evals"))
+            judge = self.judge_for(stem, problem)
+            row.update(our_fields(judge, cand.read_text(encoding="utf-8"), name, self.out / "evals"))
+            if kind == "correct":  # again, warm: what each further candidate of a search costs
+                again = our_fields(judge, cand.read_text(encoding="utf-8"), name + "__again", self.out / "evals")
+                row["our_warm_s"] = again["our_s"]
         elif not row.get("our_status"):
             row["our_status"] = "skipped"
         row.update(report.derived(row))

@@ -91,7 +91,7 @@ def main() -> int:
             stopped = True
             break
         problem = load_problem(spec, cfg.kernels.kernelbench)
-        inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=1)
+        inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
         judge = inner if args.no_memo else MemoJudge(inner)
         try:
             for strategy in todo:

@@ -24,7 +24,7 @@ def _judge(payload: dict):
     if key not in _JUDGES:
         name = payload.get("problem_name", "problem")
         problem = Problem(name=name, path=Path(f"<{name}>"), source=source, sha256=sha, level=None, problem_id=None)
-        _JUDGES[key] = Judge(problem, cfg, device=payload.get("device", "auto"), spares=1)
+        _JUDGES[key] = Judge(problem, cfg, device=payload.get("device", "auto"), spares=2)
     return _JUDGES[key]
 
 

@@ -17,7 +17,7 @@ def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None =
     console = Console(stderr=True) if as_json else Console()
 
     def judge_for(problem):
-        return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=1)
+        return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
 
     def load(spec):
         return load_problem(spec, cfg.kernels.kernelbench)

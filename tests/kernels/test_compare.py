@@ -46,3 +46,32 @@ def test_stress_rule_scales_with_the_fp32_references_own_error():
     v = compare_stress([ref32], [ref64], [fp16], 20.0, 2e-6)
     assert not v.passed and v.code == "stress_error"
     assert normwise_error(fp16, ref64) > 20 * normwise_error(ref32, ref64)
+
+
+def test_chunked_comparison_matches_whole_tensor(monkeypatch):
+    """Outputs larger than one comparison slice (multi-GiB on the GPU) get the same verdict, counts
+    and errors as when compared whole: errors, NaNs and unwritten elements in a late slice count."""
+    import loopwise.kernels.evaluate.compare as cmp
+
+    torch.manual_seed(0)
+    ref = torch.randn(3, 1000)
+    whole_norm = cmp.normwise_error(ref + 1e-3, ref.double())
+    monkeypatch.setattr(cmp, "CHUNK", 128)
+    assert cmp.compare_allclose([ref], [ref.clone()], 1e-4, 1e-4).passed
+    bad = ref.clone()
+    bad[2, 990:995] += 1.0
+    v = cmp.compare_allclose([ref], [bad], 1e-4, 1e-4)
+    assert not v.passed and v.evidence["mismatched"] == 5 and abs(v.max_abs_err - 1.0) < 1e-5
+    nan = ref.clone()
+    nan[2, 999] = float("nan")
+    assert cmp.compare_allclose([ref], [nan], 1e-4, 1e-4).code == "nan_output"
+    inf_ref = ref.clone()
+    inf_ref[1, 500] = float("inf")
+    flipped = inf_ref.clone()
+    flipped[1, 500] = float("-inf")
+    assert cmp.compare_allclose([inf_ref], [flipped], 1e-4, 1e-4).code == "nan_output" or \
+        not cmp.compare_allclose([inf_ref], [flipped], 1e-4, 1e-4).passed
+    unwritten = ref.clone()
+    cmp.poison(unwritten[2, 900:])
+    assert cmp.count_poisoned(unwritten) == 100
+    assert abs(cmp.normwise_error(ref + 1e-3, ref.double()) - whole_norm) < 1e-12

@@ -41,7 +41,19 @@ def count_poisoned(tensor) -> int:
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None or not tensor.is_contiguous():
         return 0
-    return int((tensor.view(_torch_dtype(spec[0])) == spec[1]).sum().item())
+    bits = tensor.view(_torch_dtype(spec[0])).reshape(-1)
+    return sum(int((part == spec[1]).sum().item()) for part in bits.split(CHUNK))
+
+
+# Elements per slice when comparing: float64 temporaries of a whole multi-GiB output would need
+# several times its size in device memory (KernelBench's level-1 tensors reach 6 GiB).
+CHUNK = 1 << 24
+
+
+def _slices(*tensors):
+    """Matching flat slices of same-shaped tensors, CHUNK elements at a time (views when contiguous)."""
+    flat = [t.reshape(-1) for t in tensors]
+    return zip(*(f.split(CHUNK) for f in flat))
 
 
 HALF_TOLERANCE = 1e-2
@@ -106,18 +118,26 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
                 n = int((r != c).sum().item())
                 return Verdict(False, "wrong_output", f"output {i}: {n} of {c.numel()} integer elements differ")
             continue
-        fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
-        if bool((fin_r & ~fin_c).any()):
-            n = int((fin_r & ~fin_c).sum().item())
-            return Verdict(False, "nan_output", f"output {i}: {n} elements are NaN/Inf where the reference is finite")
-        diff = (c.double() - r.double()).abs()
-        diff = torch.where(fin_r & fin_c, diff, torch.zeros_like(diff))
-        if diff.numel():
-            worst_abs = max(worst_abs, float(diff.max()))
-            rel = diff / r.double().abs().clamp_min(1e-12)
-            worst_rel = max(worst_rel, float(torch.where(fin_r, rel, torch.zeros_like(rel)).max()))
-        if not torch.allclose(c, r, atol=atol_i, rtol=rtol_i, equal_nan=True):
-            over = int((diff > atol_i + rtol_i * r.double().abs()).sum().item())
+        nonfinite = over = 0
+        failed = False
+        for rs, cs in _slices(r, c):
+            fin_r, fin_c = torch.isfinite(rs), torch.isfinite(cs)
+            nonfinite += int((fin_r & ~fin_c).sum().item())
+            if nonfinite:
+                continue
+            diff = (cs.double() - rs.double()).abs()
+            diff = torch.where(fin_r & fin_c, diff, torch.zeros_like(diff))
+            if diff.numel():
+                worst_abs = max(worst_abs, float(diff.max()))
+                rel = diff / rs.double().abs().clamp_min(1e-12)
+                worst_rel = max(worst_rel, float(torch.where(fin_r, rel, torch.zeros_like(rel)).max()))
+            if not torch.allclose(cs, rs, atol=atol_i, rtol=rtol_i, equal_nan=True):
+                failed = True  # also for NaN against a number, or an infinity of the other sign
+                over += int((diff > atol_i + rtol_i * rs.double().abs()).sum().item())
+        if nonfinite:
+            return Verdict(False, "nan_output",
+                           f"output {i}: {nonfinite} elements are NaN/Inf where the reference is finite")
+        if failed:
             return Verdict(False, "wrong_output",
                            f"output {i}: {over} of {c.numel()} elements outside atol=rtol={atol_i:g} "
                            f"(max abs error {worst_abs:.3g})",
@@ -130,11 +150,14 @@ def normwise_error(x, ref64) -> float:
     """||x - ref|| / ||ref|| in float64 over finite reference entries."""
     import torch
 
-    mask = torch.isfinite(ref64)
-    d = torch.where(mask, x.double() - ref64, torch.zeros_like(ref64))
-    n = torch.where(mask, ref64, torch.zeros_like(ref64))
-    denom = float(torch.linalg.vector_norm(n))
-    num = float(torch.linalg.vector_norm(d))
+    num2 = denom2 = 0.0
+    for xs, rs in _slices(x, ref64):
+        mask = torch.isfinite(rs)
+        d = torch.where(mask, xs.double() - rs, torch.zeros_like(rs))
+        n = torch.where(mask, rs, torch.zeros_like(rs))
+        num2 += float(torch.linalg.vector_norm(d)) ** 2
+        denom2 += float(torch.linalg.vector_norm(n)) ** 2
+    denom, num = denom2 ** 0.5, num2 ** 0.5
     if denom == 0.0:
         return 0.0 if num == 0.0 else float("inf")
     return num / denom
@@ -160,7 +183,7 @@ def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: fl
             return Verdict(False, "unwritten_output", f"output {i}: {unwritten} elements were never written")
         if not c.is_floating_point():
             continue
-        if bool((torch.isfinite(r64) & ~torch.isfinite(c)).any()):
+        if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
             return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
         ref_err = normwise_error(r32, r64)
         err = normwise_error(c, r64)

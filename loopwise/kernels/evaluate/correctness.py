@@ -106,6 +106,9 @@ class TrialRunner:
         payload["device_outputs"] = self.transfer is not None
         with self.spent("sandbox"):
             reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+        if self.transfer is not None:
+            payload.clear()
+            self.ref.torch.cuda.ipc_collect()  # the sent copies the sandbox has let go of
         guard_reasons(reply, self.outcome, self.cfg.precision)
         bad = [k for k in reply.get("types", []) if k not in ("Tensor", "int", "float", "bool")]
         if bad:

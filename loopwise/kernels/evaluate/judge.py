@@ -40,6 +40,8 @@ ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
 # can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
 FLOOR_MARGIN = 0.8
 REFERENCE_TIMING_SEED = 0
+# Device bytes all timing input sets together may take (beyond the two held draws' own).
+TIMING_SET_BYTES = 4 << 30
 
 
 @contextmanager
@@ -50,6 +52,21 @@ def phase(ev: Evaluation, name: str):
         yield
     finally:
         ev.phases[name] = ev.phases.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _nbytes(args: list) -> int:
+    return sum(a.numel() * a.element_size() for a in args if hasattr(a, "element_size"))
+
+
+def _release_device_memory(device: str) -> None:
+    """After a failure on the judge's side (often out of memory): give cached blocks back."""
+    if device.startswith("cuda"):
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def status_for(reasons: list[Reason]) -> Status:
@@ -141,7 +158,7 @@ class Judge:
             with phase(ev, "reference"):
                 self.reference_timing()
             with phase(ev, "sandbox_wait"):
-                box = self.pool.acquire()
+                box = self.pool.acquire(replace=False)  # replaced after its timed calls
                 box.wait_ready(timeout=300.0)
                 box = self._probe_transfer(box)
             self._dynamic(source, box, ev, outcome)
@@ -150,6 +167,7 @@ class Judge:
             ev.status = Status(fail.status)
         except Exception as exc:  # noqa: BLE001 - the judge's side failed, not the candidate's code
             log.exception("judge failure on %s", name)
+            _release_device_memory(self.device)
             outcome.reject("judge_error", f"the judge itself failed ({type(exc).__name__}: {exc}); "
                            "the candidate was not judged")
             ev.status = Status.CRASH
@@ -157,6 +175,7 @@ class Judge:
             if box is not None:
                 ev.log = box.log_tail()
                 box.kill()
+            self.pool.replenish()
             if self._reference is not None:
                 self._reference.forget_all()
             if self.transfer is not None:
@@ -277,7 +296,10 @@ class Judge:
         trials' draws, still held, and with ``fresh_inputs`` four more."""
         sets = [self.reference.draw(base), self.reference.draw(base + 1)]
         if self.cfg.fresh_inputs:
-            sets += [self.reference.draw(base + 600 + k) for k in range(4)]
+            # Every set is resident on the device while timing: large inputs get fewer fresh sets
+            # (the two held draws still rotate, which is what defeats a pointer cache).
+            extra = min(4, max(0, TIMING_SET_BYTES // max(_nbytes(sets[0]), 1) - 2))
+            sets += [self.reference.draw(base + 600 + k) for k in range(extra)]
         return sets
 
     def reference_timing(self):
@@ -301,6 +323,7 @@ class Judge:
             self.pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
         with phase(ev, "timing"):
             reply, wall = timed(box, sets, self.cfg, keep, self.transfer)
+        self.pool.replenish()  # the next candidate's sandbox starts while this one's checks finish
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
         self._audit_timing(reply, wall, ev, outcome)

@@ -158,11 +158,18 @@ class SandboxPool:
         while len(self._ready) < self.spares:
             self._ready.append(self._start())
 
-    def acquire(self) -> Sandbox:
-        """A fresh sandbox (never one that ran other candidate code); starts its replacement."""
+    def acquire(self, replace: bool = True) -> Sandbox:
+        """A fresh sandbox (never one that ran other candidate code). Its replacement starts now, or
+        with ``replace=False`` at the caller's :meth:`replenish` (after its timed calls, so no process
+        is loading CUDA beside them and the timing need not wait for one)."""
         box = self._ready.pop(0) if self._ready else self._start()
-        self._fill()
+        if replace:
+            self._fill()
         return box
+
+    def replenish(self) -> None:
+        """Starts spares up to the pool's count."""
+        self._fill()
 
     def wait_spares(self, timeout: float = 300.0) -> None:
         """Blocks until the started spares have loaded torch (so none is starting up beside a timing)."""
