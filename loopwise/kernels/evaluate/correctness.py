@@ -119,7 +119,7 @@ class TrialRunner:
         # A private copy: the sandbox keeps a mapping of the shared memory it sent.
         torch = self.ref.torch
         with self.spent("receive"):
-            return [o.to(self.ref.device, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
+            return [o.to(self.ref.hold, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
 
     def _record(self, kind: str, seed: int, v: Verdict) -> None:
         self.outcome.trials.append(TrialRecord(kind=kind, seed=seed, passed=v.passed, max_abs_err=v.max_abs_err,

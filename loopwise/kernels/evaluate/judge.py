@@ -391,7 +391,7 @@ class Judge:
             k = int(i) % len(sets)
             if k not in refs:
                 refs[k] = self.reference.run(sets[k])[0]
-            cand = [o.to(self.device, copy=True) if o is not None else None for o in outs]
+            cand = [o.to(self.reference.hold, copy=True) if o is not None else None for o in outs]
             v = compare_allclose(refs[k], cand, self.cfg.atol, self.cfg.rtol)
             if not v.passed:
                 outcome.reject("timed_output_wrong", f"timed call {i} returned a wrong result for its inputs "

@@ -12,6 +12,12 @@ from types import ModuleType
 from loopwise.kernels.evaluate import inputs as inp
 from loopwise.kernels.evaluate.spent import Spent
 
+# A judgement holds about this many output-sized tensors at once (reference outputs of two trials,
+# candidate outputs and repeats, float64 inputs and outputs) ...
+HOLD_COPIES = 12
+# ... and they may take this share of the device's memory; beyond it they are kept on the host.
+HOLD_SHARE = 0.4
+
 
 class Reference:
     """Reference outputs on demand for (seed, distribution), on the judge's device."""
@@ -27,7 +33,33 @@ class Reference:
         self._model64 = None
         self._model64_error: str | None = None
         self._draws: dict[int, list] = {}
+        self._hold: str | None = None
         self.spent = Spent()  # replaced per evaluation by the judge
+
+    @property
+    def hold(self) -> str:
+        """Where the judge keeps reference and candidate outputs and computes float64 references:
+        the device, or the host when one call's tensors are so large that the dozen copies a
+        judgement holds (plus float64 versions) would not fit beside the sandbox's own. KernelBench's
+        level-1 problems reach 6 GiB per tensor."""
+        if self._hold is None:
+            self._hold = self.device
+            if self.device.startswith("cuda"):
+                total = self.torch.cuda.get_device_properties(self.device).total_memory
+                if HOLD_COPIES * self._call_bytes() > HOLD_SHARE * total:
+                    self._hold = "cpu"
+        return self._hold
+
+    def _call_bytes(self) -> int:
+        """Bytes of the largest tensor among one call's inputs (a meta-device draw: free)."""
+        torch = self.torch
+        try:
+            with torch.device("meta"):
+                args = inp.draw_inputs(self.module, 0)
+        except Exception:  # noqa: BLE001 - a get_inputs that needs real tensors
+            args = self.draw(0)
+        sizes = [a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)]
+        return max(sizes, default=0)
 
     def draw(self, seed: int) -> list:
         """CPU inputs of the problem's own distribution for ``seed`` (memoized for one reuse)."""
@@ -53,13 +85,14 @@ class Reference:
                 out = inp.flatten_outputs(self.model(*args))
             mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
                        if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
-        return [o.detach() if isinstance(o, torch.Tensor) else o for o in out], mutated
+        hold = self.hold
+        return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
         """A float64 copy of the reference model, or None when the model cannot run in float64."""
         if self._model64 is None and self._model64_error is None:
             try:
-                self._model64 = copy.deepcopy(self.model).double()
+                self._model64 = copy.deepcopy(self.model).to(self.hold).double()
             except Exception as exc:  # noqa: BLE001 - some modules refuse float64; stress is skipped
                 self._model64_error = f"{type(exc).__name__}: {exc}"
         return self._model64
@@ -71,18 +104,20 @@ class Reference:
 
     def _stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         torch = self.torch
+        hold = self.hold
         if distribution == "centered":
-            base = inp.to_device(self.draw(seed), self.device)
+            base = inp.to_device(self.draw(seed), hold)
         else:
-            base = self._placeholders(seed)
-        args = inp.stress_variant(base, seed, distribution, self.device)
+            base = self._placeholders(seed, hold)
+        args = inp.stress_variant(base, seed, distribution, hold)
         if self._outside_domain():
             return None
         try:
             with torch.no_grad():
-                out32 = inp.flatten_outputs(self.model(*inp.clone_args(args)))
+                out32 = inp.flatten_outputs(self.model(*inp.to_device(args, self.device)))
         except Exception:  # noqa: BLE001 - the reference rejects these inputs: no stress trial
             return None
+        out32 = [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out32]
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
             return None
         out64 = self.run64(args)
@@ -102,7 +137,7 @@ class Reference:
         if model64 is None:
             return None
         args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                  for a in inp.to_device(args, self.device)]
+                  for a in inp.to_device(args, self.hold)]
         try:
             with torch.no_grad():
                 return inp.flatten_outputs(model64(*args64))
@@ -116,7 +151,7 @@ class Reference:
         src = self.source
         return "binary_cross_entropy" in src or "BCELoss" in src
 
-    def _placeholders(self, seed: int) -> list:
+    def _placeholders(self, seed: int, device: str) -> list:
         """Inputs whose floating tensors are about to be redrawn: shapes come from a meta-device
         draw (free), real values only when the problem has integer tensors (indices, labels)."""
         torch = self.torch
@@ -126,8 +161,8 @@ class Reference:
         except Exception:  # noqa: BLE001 - a get_inputs that needs real tensors
             meta = None
         if meta is None or any(isinstance(t, torch.Tensor) and not t.is_floating_point() for t in meta):
-            return inp.to_device(inp.draw_inputs(self.module, seed), self.device)
-        return [torch.empty(t.shape, dtype=t.dtype, device=self.device) if isinstance(t, torch.Tensor) else t
+            return inp.to_device(inp.draw_inputs(self.module, seed), device)
+        return [torch.empty(t.shape, dtype=t.dtype, device=device) if isinstance(t, torch.Tensor) else t
                 for t in meta]
 
     @property

@@ -399,6 +399,20 @@ def capture_unjoined(text: str) -> bool:
 OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture", "probe_transfer"}
 
 
+def _preload() -> None:
+    """Imports every candidate needs, before the sandbox says it is ready (spares start in the
+    background, so this costs the evaluation nothing): Triton, the C++ extension loader, and the
+    dispatch-mode machinery the data-flow check uses, whose first use imports torch._dynamo (2-5 s)."""
+    import importlib
+
+    for name in ("torch.utils._python_dispatch", "torch._dynamo", "torch.utils.cpp_extension", "triton",
+                 "triton.language"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional backend that is not installed
+            pass
+
+
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     """Entry point of the sandbox process."""
     # Its own session, so a kill takes compilers it started (nvcc, ninja) down with it; and a cache
@@ -414,6 +428,7 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
         frac = settings.get("gpu_memory_fraction")
         if frac:
             torch.cuda.set_per_process_memory_fraction(float(frac))
+    _preload()
     session = Session(device, settings)
     name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
     conn.send(("ready", {"pid": os.getpid(), "device_name": name, "torch": torch.__version__}))
