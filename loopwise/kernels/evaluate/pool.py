@@ -18,6 +18,47 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 _POLL_S = 0.05
 
+# How sandboxes start. "forkserver": forked from a server process that imported torch, Triton and
+# the sandbox code once and never touched CUDA or candidate code, so a start costs a fork and a
+# CUDA context instead of those imports (seconds); the children inherit nothing from the judge.
+# "spawn": a fresh interpreter each time. LOOPWISE_SANDBOX_START picks one; a forkserver sandbox
+# that dies before it is ready switches this process to spawn for good.
+START_ENV = "LOOPWISE_SANDBOX_START"
+PRELOAD = ["torch", "torch.multiprocessing", "torch.utils._python_dispatch", "torch._dynamo",
+           "torch.utils.cpp_extension", "triton", "triton.language", "loopwise.kernels.evaluate.sandbox"]
+# Variables these libraries read when imported (TRITON_INTERPRET, ...): a child forked from the
+# server got the server's values, so when the judge's differ, that sandbox is spawned instead.
+_IMPORT_TIME_ENV = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_")
+_method: str | None = None
+_server_env: dict | None = None
+
+
+def _import_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENV)}
+
+
+def start_method() -> str:
+    global _method, _server_env
+    if _method is None:
+        wanted = os.environ.get(START_ENV, "forkserver")
+        _method = wanted if wanted in mp.get_all_start_methods() else "spawn"
+        if _method == "forkserver":
+            # The server must never initialize CUDA (a forked child could not use it): torch asks
+            # NVML, not the CUDA runtime, whether a GPU is there.
+            os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+            mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+            _server_env = _import_env()
+    if _method == "forkserver" and _import_env() != _server_env:
+        return "spawn"
+    return _method
+
+
+def _fall_back_to_spawn(why: str) -> None:
+    global _method
+    if _method != "spawn":
+        log.warning("a forked sandbox failed to start (%s); starting sandboxes with spawn from now on", why)
+        _method = "spawn"
+
 
 class SandboxFailure(Exception):
     """A request that ended without an answer: status is one of the Evaluation statuses."""
@@ -61,13 +102,20 @@ class Sandbox:
     """One sandbox process and the pipe to it."""
 
     def __init__(self, device: str, settings: dict, log_path: Path) -> None:
-        from loopwise.kernels.evaluate.sandbox import sandbox_main
-
-        ctx = mp.get_context("spawn")
+        self.device = device
         self.log_path = log_path
         self.settings = settings
+        self._start()
+
+    def _start(self) -> None:
+        from loopwise.kernels.evaluate.sandbox import sandbox_main
+
+        self.method = start_method()
+        ctx = mp.get_context(self.method)
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=sandbox_main, args=(child, device, str(log_path), settings),
+        # The judge's environment as it is now (a forked child would otherwise get the server's).
+        settings = {**self.settings, "environ": dict(os.environ)}
+        self.proc = ctx.Process(target=sandbox_main, args=(child, self.device, str(self.log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
         self.started_wall = time.time()
         self.proc.start()
@@ -76,7 +124,15 @@ class Sandbox:
 
     def wait_ready(self, timeout: float) -> dict:
         if self.info is None:
-            kind, info = self._receive(timeout, "start")
+            try:
+                kind, info = self._receive(timeout, "start")
+            except SandboxFailure as fail:
+                if self.method == "spawn":
+                    raise
+                _fall_back_to_spawn(fail.message)
+                self.kill()
+                self._start()
+                kind, info = self._receive(timeout, "start")
             self.info = info
         return self.info
 

@@ -418,6 +418,9 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     # Its own session, so a kill takes compilers it started (nvcc, ninja) down with it; and a cache
     # folder of its own, so nothing it writes is read by the judge or by another candidate.
     os.setsid()
+    if settings.get("environ") is not None:
+        os.environ.clear()
+        os.environ.update(settings["environ"])
     os.environ["LOOPWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="loopwise-sandbox-cache-")
     _redirect_output(log_path)
     import torch

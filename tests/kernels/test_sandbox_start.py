@@ -1,0 +1,72 @@
+"""How sandboxes start: forked from a preloaded server (fast), with the judge's environment of the
+moment, and spawned when the server cannot serve (import-time settings differ, or a forked child
+dies before it is ready)."""
+
+import time
+
+import pytest
+
+from loopwise.kernels.evaluate import pool as pool_mod
+from loopwise.kernels.evaluate.pool import Sandbox, SandboxPool
+
+pytestmark = pytest.mark.skipif("forkserver" not in pool_mod.mp.get_all_start_methods(),
+                                reason="no forkserver start method on this platform")
+
+
+def _started(tmp_path, name="box") -> Sandbox:
+    box = Sandbox("cpu", {"host_memory_gb": 16}, tmp_path / f"{name}.log")
+    box.wait_ready(timeout=120)
+    return box
+
+
+def test_forked_sandboxes_start_fast_and_answer(tmp_path):
+    with SandboxPool("cpu", {"host_memory_gb": 16}, tmp_path, spares=0) as pool:
+        pool.acquire().wait_ready(120)  # the first start brings the server up
+        t0 = time.perf_counter()
+        box = pool.acquire()
+        box.wait_ready(120)
+        elapsed = time.perf_counter() - t0
+        try:
+            assert box.method == "forkserver"
+            assert elapsed < 1.5, f"a forked sandbox took {elapsed:.2f}s to start"
+            import torch
+
+            reply = box.request("probe_transfer", {"t": torch.arange(4.0)}, 60)
+            assert reply["sum"] == 6.0
+        finally:
+            box.kill()
+
+
+def test_import_time_settings_that_changed_mean_spawn(tmp_path, monkeypatch):
+    _started(tmp_path, "first").kill()
+    assert pool_mod.start_method() == "forkserver"
+    monkeypatch.setenv("TRITON_INTERPRET", "0" if pool_mod._server_env.get("TRITON_INTERPRET") == "1" else "1")
+    assert pool_mod.start_method() == "spawn"
+    box = _started(tmp_path, "second")
+    try:
+        assert box.method == "spawn"
+    finally:
+        box.kill()
+
+
+def test_a_forked_child_that_dies_at_start_switches_to_spawn(tmp_path, monkeypatch):
+    _started(tmp_path, "first").kill()
+    real_start = Sandbox._start
+    calls = []
+
+    def start_then_die(self):
+        real_start(self)
+        calls.append(self.method)
+        if len(calls) == 1:
+            self.proc.kill()  # as a child that cannot bring CUDA up would die
+
+    monkeypatch.setattr(Sandbox, "_start", start_then_die)
+    monkeypatch.setattr(pool_mod, "_method", "forkserver")
+    box = Sandbox("cpu", {"host_memory_gb": 16}, tmp_path / "dies.log")
+    try:
+        box.wait_ready(timeout=120)
+        assert calls == ["forkserver", "spawn"] and box.method == "spawn"
+        assert pool_mod.start_method() == "spawn"
+    finally:
+        box.kill()
+        monkeypatch.setattr(pool_mod, "_method", "forkserver")
