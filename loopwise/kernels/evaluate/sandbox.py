@@ -1,12 +1,14 @@
 """The sandbox: the only process where candidate code runs.
 
-One fresh process per candidate (spawned, never forked, so CUDA starts clean), started ahead of
-time by the pool. It never sees reference outputs: the judge sends inputs and output shapes, the
+One fresh process per candidate, started ahead of time by the pool: forked from a server process
+that imported torch once and never initialized CUDA (so CUDA starts clean here), or spawned (see
+pool.py). It never sees reference outputs: the judge sends inputs and output shapes, the
 sandbox sends back what the candidate computed, plus what its guards saw. A crash, hang or CUDA
 fault here costs one evaluation; the judge kills the process and the pool starts another.
 
 Protocol: the judge sends ``(op, payload)``; the sandbox answers ``("ok", dict)`` or
-``("error", {"status", "code", "message"})``. Tensors travel as CPU tensors in shared memory.
+``("error", {"status", "code", "message"})``. Tensors travel as CPU tensors in shared memory, or as
+CUDA tensors (IPC handles) once the judge's transfer probe has shown that works.
 """
 
 from __future__ import annotations
