@@ -19,6 +19,10 @@ class EvalConfig(BaseModel):
         correct_trials: trials on the problem's own input distribution, each with a fresh seed.
         stress_trials: trials on mixed-sign inputs judged against a float64 reference.
         perf_trials: timed calls (after warm-up), each after an L2 flush.
+        reuse_inputs: one judge draws its trial inputs once, from a secret seed of its own, and
+            judges every candidate on them, keeping the draws and the reference outputs (within
+            memory budgets) instead of redrawing and recomputing them per candidate; off: every
+            evaluation draws from fresh seeds.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -30,6 +34,7 @@ class EvalConfig(BaseModel):
     perf_trials: int = Field(100, ge=1, le=100000)
     warmup: int = Field(3, ge=0, le=1000)
     fresh_inputs: bool = False
+    reuse_inputs: bool = True
     statistic: Literal["median", "mean"] = "median"
     seed: int | None = None
     compile_timeout_s: float = Field(600.0, gt=0)

@@ -134,9 +134,22 @@ def test_library_threads_are_flagged_not_rejected(judge):
     assert any(r.code == "library_threads" and r.severity == "flag" for r in ev.reasons)
 
 
-def test_judge_holds_no_inputs_between_evaluations(judge):
+def test_judge_holds_between_evaluations_only_the_draws_it_keeps_for_reuse(judge, monkeypatch):
     verdict(judge, "ok_torch")
-    assert judge.reference._draws == {}
+    ref = judge.reference
+    assert ref._kept_draws and set(ref._draws) == ref._kept_draws
+    # over the memory budget nothing more is kept: a fresh judge state holds no inputs afterwards
+    import loopwise.kernels.evaluate.reference as reference_mod
+
+    monkeypatch.setattr(reference_mod, "REUSE_HOST_BYTES", 0)
+    monkeypatch.setattr(ref, "_kept_draws", set())
+    monkeypatch.setattr(ref, "_draws", {})
+    monkeypatch.setattr(ref, "_outputs", {})
+    monkeypatch.setattr(ref, "_stress_kept", {})
+    monkeypatch.setattr(ref, "_float64_kept", {})
+    monkeypatch.setattr(ref, "_kept_bytes", {"host": 0, "device": 0})
+    assert verdict(judge, "ok_torch").status is Status.CORRECT
+    assert ref._draws == {} and ref._outputs == {} and ref._float64_kept == {}
 
 
 def test_timing_audit_allows_overhead_but_not_impossible_claims():
@@ -164,6 +177,28 @@ def test_phases_say_where_the_correctness_time_went(judge):
     outputs and comparisons; the parts never add up to more than the whole."""
     ev = verdict(judge, "ok_torch")
     parts = {k: v for k, v in ev.phases.items() if k.startswith("correctness.")}
-    assert {"correctness.sandbox", "correctness.compare", "correctness.reference"} <= set(parts), ev.phases
+    # (the reference's part is absent when this judge already holds the reference outputs)
+    assert {"correctness.sandbox", "correctness.compare"} <= set(parts), ev.phases
     assert all(v >= 0 for v in parts.values())
     assert sum(parts.values()) <= ev.phases["correctness"] + 1e-3
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_one_judge_draws_once_and_judges_every_candidate_on_the_same_inputs(tmp_path, reuse):
+    """With reuse_inputs (the default) the second candidate of a judge costs no draws and no
+    reference runs, and gets the same verdict; without it, every evaluation draws afresh."""
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=5, warmup=1, run_timeout_s=8,
+                     compile_timeout_s=60, host_memory_gb=3, energy=False, reuse_inputs=reuse)
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    source = (CASES / "ok_torch.py").read_text()
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=1) as j:
+        first, second = j.evaluate(source, "a"), j.evaluate(source, "b")
+        wrong = j.evaluate((CASES / "wrong_scale.py").read_text(), "wrong")
+    assert first.status is second.status is Status.CORRECT and wrong.status is Status.WRONG_OUTPUT
+    assert [t.seed for t in first.trials] == [t.seed for t in second.trials] or not reuse
+    if reuse:
+        assert "correctness.draw" not in second.phases and "correctness.reference" not in second.phases, \
+            second.phases
+    else:
+        assert [t.seed for t in first.trials] != [t.seed for t in second.trials]
+        assert second.phases.get("correctness.draw", 0) > 0

@@ -13,6 +13,22 @@ pytestmark = pytest.mark.skipif("forkserver" not in pool_mod.mp.get_all_start_me
                                 reason="no forkserver start method on this platform")
 
 
+def _fresh_server_state():
+    import multiprocessing.forkserver as fs
+
+    fs._forkserver._stop()
+    pool_mod._method = None
+    pool_mod._server_env = None
+
+
+@pytest.fixture(autouse=True)
+def fresh_server():
+    """Each test starts its own server under the environment of the moment, and leaves none."""
+    _fresh_server_state()
+    yield
+    _fresh_server_state()
+
+
 def _started(tmp_path, name="box") -> Sandbox:
     box = Sandbox("cpu", {"host_memory_gb": 16}, tmp_path / f"{name}.log")
     box.wait_ready(timeout=120)
@@ -69,4 +85,3 @@ def test_a_forked_child_that_dies_at_start_switches_to_spawn(tmp_path, monkeypat
         assert pool_mod.start_method() == "spawn"
     finally:
         box.kill()
-        monkeypatch.setattr(pool_mod, "_method", "forkserver")

@@ -109,6 +109,7 @@ class Judge:
         self._reference: Reference | None = None
         self._floor = None
         self._ref_timing = None
+        self._base: int | None = None
         self.transfer = None  # a DeviceSend once the first sandbox's probe shows CUDA IPC works
         self._transfer_probed = False
         self.device_name = self._device_name()
@@ -126,6 +127,7 @@ class Judge:
 
             pin_fp32_flags()
             self._reference = Reference(self.problem.load_module(), self.device, self.problem.source)
+            self._reference.reuse = self.cfg.reuse_inputs
         return self._reference
 
     def close(self) -> None:
@@ -241,7 +243,7 @@ class Judge:
         guard_reasons(loaded, outcome, self.cfg.precision)
         if outcome.rejected:
             return
-        base = self.cfg.seed if self.cfg.seed is not None else secrets.randbits(30)
+        base = self._base_seed()
         from loopwise.kernels.evaluate.spent import for_device
 
         self.reference.spent = for_device(self.device)
@@ -255,6 +257,18 @@ class Judge:
         if outcome.rejected:
             return
         self._performance(box, ev, outcome, base, runner)
+
+    def _base_seed(self) -> int:
+        """The first trial's seed: the configured one; else, with reuse_inputs, one secret seed per
+        judge (every candidate meets the same draws, kept with their reference outputs); else a
+        fresh secret seed per evaluation."""
+        if self.cfg.seed is not None:
+            return self.cfg.seed
+        if not self.cfg.reuse_inputs:
+            return secrets.randbits(30)
+        if self._base is None:
+            self._base = secrets.randbits(30)
+        return self._base
 
     def _probe_transfer(self, box: Sandbox) -> Sandbox:
         """Once per judge, on a sandbox that has run no candidate code: do CUDA tensors cross the pipe
@@ -294,13 +308,17 @@ class Judge:
     def _timing_sets(self, base: int) -> list[list]:
         """Input sets the timed calls rotate through (refilled into the same buffers): the first two
         trials' draws, still held, and with ``fresh_inputs`` four more."""
-        sets = [self.reference.draw(base), self.reference.draw(base + 1)]
+        seeds = self._timing_seeds(base)
+        return [self.reference.draw(s) for s in seeds]
+
+    def _timing_seeds(self, base: int) -> list[int]:
+        seeds = [base, base + 1]
         if self.cfg.fresh_inputs:
             # Every set is resident on the device while timing: large inputs get fewer fresh sets
             # (the two held draws still rotate, which is what defeats a pointer cache).
-            extra = min(4, max(0, TIMING_SET_BYTES // max(_nbytes(sets[0]), 1) - 2))
-            sets += [self.reference.draw(base + 600 + k) for k in range(extra)]
-        return sets
+            extra = min(4, max(0, TIMING_SET_BYTES // max(_nbytes(self.reference.draw(base)), 1) - 2))
+            seeds += [base + 600 + k for k in range(extra)]
+        return seeds
 
     def reference_timing(self):
         """The eager reference, timed in this process before any candidate code is loaded (so no
@@ -329,7 +347,7 @@ class Judge:
         self._audit_timing(reply, wall, ev, outcome)
         if not outcome.rejected:
             known = {k: runner.reference_outputs(base + k) for k in range(2)}
-            self._check_timed_outputs(reply, sets, outcome, known)
+            self._check_timed_outputs(reply, self._timing_seeds(base), outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
                 self._own_launches(box, sets[0], outcome)
@@ -380,7 +398,7 @@ class Judge:
                            f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
                            escaped_ms=escaped, event_ms=event)
 
-    def _check_timed_outputs(self, reply: dict, sets: list[list], outcome: Outcome,
+    def _check_timed_outputs(self, reply: dict, seeds: list[int], outcome: Outcome,
                              known: dict[int, list | None]) -> None:
         """A few timed calls, picked at random, must have returned the right answer for their inputs.
         ``known`` holds reference outputs the correctness trials already computed for some sets."""
@@ -388,9 +406,9 @@ class Judge:
 
         refs: dict[int, list] = {k: v for k, v in known.items() if v is not None}
         for i, outs in sorted(reply.get("kept", {}).items()):
-            k = int(i) % len(sets)
+            k = int(i) % len(seeds)
             if k not in refs:
-                refs[k] = self.reference.run(sets[k])[0]
+                refs[k] = self.reference.outputs(seeds[k])[0]
             cand = [o.to(self.reference.hold, copy=True) if o is not None else None for o in outs]
             v = compare_allclose(refs[k], cand, self.cfg.atol, self.cfg.rtol)
             if not v.passed:

@@ -17,6 +17,20 @@ from loopwise.kernels.evaluate.spent import Spent
 HOLD_COPIES = 12
 # ... and they may take this share of the device's memory; beyond it they are kept on the host.
 HOLD_SHARE = 0.4
+# With reuse on, what a judge keeps between candidates: draws and host-held results up to this many
+# bytes of host memory, device-held reference outputs up to this share of the device's memory.
+REUSE_HOST_BYTES = 8 << 30
+REUSE_DEVICE_SHARE = 0.1
+
+
+def _flat_tensors(values) -> list:
+    out = []
+    for v in values or ():
+        if isinstance(v, (list, tuple)):
+            out += _flat_tensors(v)
+        elif hasattr(v, "element_size") and hasattr(v, "device"):
+            out.append(v)
+    return out
 
 
 class Reference:
@@ -35,6 +49,35 @@ class Reference:
         self._draws: dict[int, list] = {}
         self._hold: str | None = None
         self.spent = Spent()  # replaced per evaluation by the judge
+        # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
+        self.reuse = False
+        self._kept_draws: set[int] = set()
+        self._outputs: dict[int, tuple[list, list[int]]] = {}
+        self._stress_kept: dict[tuple[int, str], tuple | None] = {}
+        self._float64_kept: dict[int, list | None] = {}
+        self._kept_bytes = {"host": 0, "device": 0}
+
+    def _keep(self, values) -> bool:
+        """Whether results this large may stay for later evaluations (and books them if so)."""
+        if not self.reuse:
+            return False
+        host, device = 0, 0
+        for v in _flat_tensors(values):
+            size = v.numel() * v.element_size()
+            if v.device.type == "cpu":
+                host += size
+            else:
+                device += size
+        device_cap = 0
+        if device:
+            device_cap = REUSE_DEVICE_SHARE * self.torch.cuda.get_device_properties(self.device).total_memory
+        if self._kept_bytes["host"] + host > REUSE_HOST_BYTES:
+            return False
+        if device and self._kept_bytes["device"] + device > device_cap:
+            return False
+        self._kept_bytes["host"] += host
+        self._kept_bytes["device"] += device
+        return True
 
     @property
     def hold(self) -> str:
@@ -62,18 +105,41 @@ class Reference:
         return max(sizes, default=0)
 
     def draw(self, seed: int) -> list:
-        """CPU inputs of the problem's own distribution for ``seed`` (memoized for one reuse)."""
+        """CPU inputs of the problem's own distribution for ``seed`` (memoized for one evaluation,
+        and kept for later ones when ``reuse`` is on and they fit)."""
         if seed not in self._draws:
             with self.spent("draw"):
                 self._draws[seed] = inp.draw_inputs(self.module, seed)
+            if self._keep(self._draws[seed]):
+                self._kept_draws.add(seed)
         return self._draws[seed]
 
     def forget(self, seed: int) -> None:
-        self._draws.pop(seed, None)
+        if seed not in self._kept_draws:
+            self._draws.pop(seed, None)
 
     def forget_all(self) -> None:
-        """Drops every held draw (called after each evaluation: seeds are never reused)."""
-        self._draws.clear()
+        """Drops the held draws (after each evaluation), except those kept for reuse."""
+        for seed in list(self._draws):
+            self.forget(seed)
+
+    def outputs(self, seed: int) -> tuple[list, list[int]]:
+        """``run(draw(seed))``, kept for later evaluations when ``reuse`` is on and it fits."""
+        if seed in self._outputs:
+            return self._outputs[seed]
+        result = self.run(self.draw(seed))
+        if self._keep(result[0]):
+            self._outputs[seed] = result
+        return result
+
+    def float64(self, seed: int, args: list) -> list | None:
+        """``run64(args)`` for the draw of ``seed``, kept like :meth:`outputs`."""
+        if seed in self._float64_kept:
+            return self._float64_kept[seed]
+        out = self.run64(args)
+        if out is not None and self._keep(out):
+            self._float64_kept[seed] = out
+        return out
 
     def run(self, args_cpu: list) -> tuple[list, list[int]]:
         """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
@@ -99,8 +165,14 @@ class Reference:
 
     def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
+        key = (seed, distribution)
+        if key in self._stress_kept:
+            return self._stress_kept[key]
         with self.spent("reference"):
-            return self._stress(seed, distribution)
+            data = self._stress(seed, distribution)
+        if (data is None and self.reuse) or (data is not None and self._keep(data)):
+            self._stress_kept[key] = data
+        return data
 
     def _stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
         torch = self.torch
