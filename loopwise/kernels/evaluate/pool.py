@@ -26,15 +26,17 @@ _POLL_S = 0.05
 START_ENV = "LOOPWISE_SANDBOX_START"
 PRELOAD = ["torch", "torch.multiprocessing", "torch.utils._python_dispatch", "torch._dynamo",
            "torch.utils.cpp_extension", "triton", "triton.language", "loopwise.kernels.evaluate.sandbox"]
-# Variables these libraries read when imported (TRITON_INTERPRET, ...): a child forked from the
-# server got the server's values, so when the judge's differ, that sandbox is spawned instead.
-_IMPORT_TIME_ENV = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_")
+# Variables that shape what these libraries build when imported: with TRITON_INTERPRET, Triton's
+# own @jit helpers (tl.cdiv, reductions) are made for the interpreter. A child forked from the
+# server has the server's modules, so when the judge's value differs, that sandbox is spawned.
+# (Not every TORCH* variable: torch sets TORCHINDUCTOR_CACHE_DIR itself at run time.)
+_IMPORT_TIME_ENV = ("TRITON_INTERPRET", "PYTORCH_NVML_BASED_CUDA_CHECK")
 _method: str | None = None
 _server_env: dict | None = None
 
 
 def _import_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENV)}
+    return {k: os.environ.get(k) for k in _IMPORT_TIME_ENV}
 
 
 def start_method() -> str:
