@@ -142,6 +142,7 @@ def test_judge_holds_between_evaluations_only_the_draws_it_keeps_for_reuse(judge
     import loopwise.kernels.evaluate.reference as reference_mod
 
     monkeypatch.setattr(reference_mod, "REUSE_HOST_BYTES", 0)
+    assert reference_mod.host_budget() == 0
     monkeypatch.setattr(ref, "_kept_draws", set())
     monkeypatch.setattr(ref, "_draws", {})
     monkeypatch.setattr(ref, "_outputs", {})

@@ -7,6 +7,7 @@ find it through the garbage collector, or read it from another module's globals.
 from __future__ import annotations
 
 import copy
+import os
 from types import ModuleType
 
 from loopwise.kernels.evaluate import inputs as inp
@@ -17,10 +18,20 @@ from loopwise.kernels.evaluate.spent import Spent
 HOLD_COPIES = 12
 # ... and they may take this share of the device's memory; beyond it they are kept on the host.
 HOLD_SHARE = 0.4
-# With reuse on, what a judge keeps between candidates: draws and host-held results up to this many
-# bytes of host memory, device-held reference outputs up to this share of the device's memory.
-REUSE_HOST_BYTES = 8 << 30
+# With reuse on, what a judge keeps between candidates: draws and host-held results up to this
+# share of the machine's memory (at most REUSE_HOST_BYTES), device-held reference outputs up to
+# this share of the device's memory.
+REUSE_HOST_SHARE = 0.2
+REUSE_HOST_BYTES = 48 << 30
 REUSE_DEVICE_SHARE = 0.1
+
+
+def host_budget() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf: a conservative 8 GiB machine
+        total = 8 << 30
+    return int(min(REUSE_HOST_SHARE * total, REUSE_HOST_BYTES))
 
 
 def _flat_tensors(values) -> list:
@@ -71,7 +82,7 @@ class Reference:
         device_cap = 0
         if device:
             device_cap = REUSE_DEVICE_SHARE * self.torch.cuda.get_device_properties(self.device).total_memory
-        if self._kept_bytes["host"] + host > REUSE_HOST_BYTES:
+        if self._kept_bytes["host"] + host > host_budget():
             return False
         if device and self._kept_bytes["device"] + device > device_cap:
             return False
