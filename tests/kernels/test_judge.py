@@ -138,6 +138,9 @@ def test_judge_holds_between_evaluations_only_the_draws_it_keeps_for_reuse(judge
     verdict(judge, "ok_torch")
     ref = judge.reference
     assert ref._kept_draws and set(ref._draws) == ref._kept_draws
+    from loopwise.kernels.evaluate.judge import REFERENCE_TIMING_SEED
+
+    assert REFERENCE_TIMING_SEED not in ref._draws  # drawn once, for the reference's timing
     # over the memory budget nothing more is kept: a fresh judge state holds no inputs afterwards
     import loopwise.kernels.evaluate.reference as reference_mod
 

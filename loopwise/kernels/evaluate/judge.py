@@ -328,7 +328,7 @@ class Judge:
             args = self.reference.draw(REFERENCE_TIMING_SEED)
             self._ref_timing = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, None,
                                                   model=self.reference.model)
-            self.reference.forget(REFERENCE_TIMING_SEED)
+            self.reference.drop(REFERENCE_TIMING_SEED)
         return self._ref_timing
 
     def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int,

@@ -129,6 +129,13 @@ class Reference:
         if seed not in self._kept_draws:
             self._draws.pop(seed, None)
 
+    def drop(self, seed: int) -> None:
+        """Drops the draw of ``seed`` even when it was kept (a draw used once, e.g. for timing)."""
+        args = self._draws.pop(seed, None)
+        if seed in self._kept_draws:
+            self._kept_draws.discard(seed)
+            self._kept_bytes["host"] -= sum(t.numel() * t.element_size() for t in _flat_tensors(args))
+
     def forget_all(self) -> None:
         """Drops the held draws (after each evaluation), except those kept for reuse."""
         for seed in list(self._draws):
