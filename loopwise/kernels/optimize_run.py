@@ -89,10 +89,14 @@ class OptimizeRun:
         from loopwise.core.propose import ProposalRequest
 
         ev = self.evaluations.get(node_id)
-        summary = "the PyTorch reference" if node_id == 0 else (
-            f"{ev['status']}, {ev.get('speedup') or 0:.3f}x over eager" if ev else "not judged")
+        if node_id == 0:
+            summary, findings = "the PyTorch reference", ()
+        elif ev is None:
+            summary, findings = "not judged", ()
+        else:
+            summary, findings = judged_context(ev.get("data") or {"status": ev["status"]})
         return ProposalRequest(task=self.problem.source, candidate=self.sources.get(node_id, ""),
-                               evaluation=summary, memory=self.search.memory.summary(),
+                               evaluation=summary, findings=findings, memory=self.search.memory.summary(),
                                n=self.s.per_step, kind="kernels")
 
     def _propose(self, parent: int) -> list[int]:
@@ -163,3 +167,30 @@ class OptimizeRun:
                 "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
                 "best_node": node, "failures": dict(self.tally.failures),
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
+
+
+def judged_context(data: dict) -> tuple[str, tuple]:
+    """What a proposer is told about a judged candidate: one line (status, speedup, times against
+    eager and the speed-of-light floor) and the judge's reasons as findings (rejections, flags and
+    notes, each with its scalar evidence), so a model can fix what failed rather than guess."""
+    from loopwise.core.propose import FindingNote
+
+    status = data.get("status", "?")
+    parts = [status]
+    if data.get("speedup"):
+        parts.append(f"{data['speedup']:.3f}x over eager")
+    timing, ref = data.get("timing") or {}, data.get("reference_timing") or {}
+    if timing.get("median_ms") is not None:
+        times = f"median {timing['median_ms']:.4f} ms"
+        if ref.get("median_ms") is not None:
+            times += f" vs eager {ref['median_ms']:.4f} ms"
+        if data.get("floor_ms"):
+            times += f"; speed-of-light floor {data['floor_ms']:.4f} ms"
+        parts.append(times)
+    notes = []
+    for reason in data.get("reasons") or ():
+        evidence = {k: v for k, v in (reason.get("evidence") or {}).items() if isinstance(v, (int, float, str, bool))}
+        notes.append(FindingNote(text=f"{reason.get('severity', 'reject')} {reason.get('code', '?')}: "
+                                      f"{reason.get('message', '')}", evidence=evidence))
+    return ", ".join(parts), tuple(notes)
+

@@ -156,6 +156,16 @@ class Finding(BaseModel):
         return cls(tool=tool, guidance=guidance, evidence=evidence, severity=severity_for(score),
                    score=round(score, 4), moves=tuple(moves))
 
+    def as_note(self):
+        """The finding as a proposer reads it (an LLM prompt, the exchange folder): severity, tool
+        and guidance as text; the evidence and the suggested moves as evidence."""
+        from loopwise.core.propose import FindingNote
+
+        moves = "; ".join(m if isinstance(m, str) else ", ".join(f"{k}={v}" for k, v in m.items())
+                          for m in self.moves)
+        evidence = dict(self.evidence) | ({"moves": moves} if moves else {})
+        return FindingNote(text=f"[{self.severity}] {self.tool}: {self.guidance}", evidence=evidence)
+
 
 class DeviceFacts(BaseModel):
     """Per-SM limits that decide how many blocks are resident at once.
