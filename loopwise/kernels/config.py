@@ -23,6 +23,9 @@ class EvalConfig(BaseModel):
             judges every candidate on them, keeping the draws and the reference outputs (within
             memory budgets) instead of redrawing and recomputing them per candidate; off: every
             evaluation draws from fresh seeds.
+        draw_device: ``auto`` draws trial inputs on the judge's device (``get_inputs()`` with it as
+            the default device: the problem's distribution, fast; values differ from a CPU draw);
+            ``cpu`` draws them on the CPU, bit for bit as KernelBench's harness does.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +38,7 @@ class EvalConfig(BaseModel):
     warmup: int = Field(3, ge=0, le=1000)
     fresh_inputs: bool = False
     reuse_inputs: bool = True
+    draw_device: Literal["auto", "cpu"] = "auto"
     statistic: Literal["median", "mean"] = "median"
     seed: int | None = None
     compile_timeout_s: float = Field(600.0, gt=0)

@@ -96,8 +96,12 @@ def test_bundled_example_on_gpu(tmp_path):
     with Judge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
         ev = j.evaluate((root / "scaled_gelu_triton.py").read_text(), "triton")
         cheat = j.evaluate((root / "scaled_gelu_cheat.py").read_text(), "cheat")
+        again = j.evaluate((root / "scaled_gelu_triton.py").read_text() + "\n# again\n", "again")
         transfer = j.transfer
+        drawn = j.reference.draw(0)
     assert ev.status is Status.CORRECT, ev.summary()
+    assert again.status is Status.CORRECT and "correctness.draw" not in again.phases  # inputs reused
+    assert drawn[0].is_cuda  # draw_device auto: get_inputs() drew on the GPU
     assert transfer is not None  # CUDA IPC works here: tensors never cross through host memory
     assert ev.speedup > 1.0 and ev.floor_ms > 0 and ev.energy_j_per_call > 0
     assert ev.timing.method == "cuda_event"

@@ -128,6 +128,8 @@ class Judge:
             pin_fp32_flags()
             self._reference = Reference(self.problem.load_module(), self.device, self.problem.source)
             self._reference.reuse = self.cfg.reuse_inputs
+            if self.cfg.draw_device == "auto" and self.device.startswith("cuda"):
+                self._reference.draw_device = self.device
         return self._reference
 
     def close(self) -> None:

@@ -62,6 +62,7 @@ class Reference:
         self.spent = Spent()  # replaced per evaluation by the judge
         # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
         self.reuse = False
+        self.draw_device: str | None = None  # None: draws on the CPU; else on this device
         self._kept_draws: set[int] = set()
         self._outputs: dict[int, tuple[list, list[int]]] = {}
         self._stress_kept: dict[tuple[int, str], tuple | None] = {}
@@ -116,11 +117,12 @@ class Reference:
         return max(sizes, default=0)
 
     def draw(self, seed: int) -> list:
-        """CPU inputs of the problem's own distribution for ``seed`` (memoized for one evaluation,
+        """Inputs of the problem's own distribution for ``seed`` (on the CPU, or on
+        ``draw_device``) (memoized for one evaluation,
         and kept for later ones when ``reuse`` is on and they fit)."""
         if seed not in self._draws:
             with self.spent("draw"):
-                self._draws[seed] = inp.draw_inputs(self.module, seed)
+                self._draws[seed] = inp.draw_inputs(self.module, seed, self.draw_device)
             if self._keep(self._draws[seed]):
                 self._kept_draws.add(seed)
         return self._draws[seed]
