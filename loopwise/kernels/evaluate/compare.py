@@ -50,10 +50,33 @@ def count_poisoned(tensor) -> int:
 CHUNK = 1 << 24
 
 
+# Comparisons of host-held tensors at least this large run slice by slice on the GPU when there is
+# one (the judge keeps huge outputs on the host: a 1.6e9-element float64 comparison there takes
+# seconds per pass, the copies of its slices to the GPU a fraction of that).
+GPU_SLICES_MIN_NUMEL = 1 << 26
+
+
+def _slice_device(tensors):
+    """Where slices are compared: the device of a CUDA tensor among them; for large host tensors
+    the current GPU when there is one; else where they are (None: leave them)."""
+    for t in tensors:
+        if t.is_cuda:
+            return t.device
+    if tensors and tensors[0].numel() >= GPU_SLICES_MIN_NUMEL:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
 def _slices(*tensors):
-    """Matching flat slices of same-shaped tensors, CHUNK elements at a time (views when contiguous)."""
+    """Matching flat slices of same-shaped tensors, CHUNK elements at a time (views when contiguous),
+    moved to one device (see _slice_device)."""
+    device = _slice_device(tensors)
     flat = [t.reshape(-1) for t in tensors]
-    return zip(*(f.split(CHUNK) for f in flat))
+    for parts in zip(*(f.split(CHUNK) for f in flat)):
+        yield parts if device is None else tuple(p.to(device) for p in parts)
 
 
 HALF_TOLERANCE = 1e-2
