@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -246,5 +247,31 @@ def write_markdown(path: Path, rows: list[dict], args, stopped: str) -> None:
         f"**{val(n['time_geomean_warm'], '{:.2f}')}** (n = {n['n_warm']})",
         *_unavailable_note(rows), *_shim_note(rows), "",
         *_kind_table(rows), "", "## Pairs", "", *_pair_table(rows), "",
+        *_phase_table(path.parent / "evals"),
     ]
     path.write_text("\n".join(lines))
+
+
+def _phase_table(evals_dir: Path) -> list[str]:
+    """Where our evaluator's seconds go: the median of each phase over the saved evaluations,
+    first candidates of a judge and warm ones (``__again``) apart."""
+    groups: dict[str, list[dict]] = {"first": [], "warm": []}
+    for f in sorted(evals_dir.glob("*.json")) if evals_dir.is_dir() else ():
+        try:
+            phases = json.loads(f.read_text()).get("phases") or {}
+        except (OSError, ValueError):
+            continue
+        groups["warm" if f.stem.endswith("__again") else "first"].append(phases)
+    names = sorted({k for g in groups.values() for p in g for k in p})
+    if not names:
+        return []
+    lines = ["## Where our time goes (median seconds per phase)", "",
+             "| phase | " + " | ".join(f"{g} (n = {len(groups[g])})" for g in groups) + " |",
+             "|---|" + "---|" * len(groups)]
+    for name in names:
+        cells = []
+        for g in groups.values():
+            values = [p.get(name, 0.0) for p in g]
+            cells.append(f"{statistics.median(values):.3f}" if values else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
