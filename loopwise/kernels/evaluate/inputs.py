@@ -148,6 +148,24 @@ def for_sandbox(args: Any, send: DeviceSend | None) -> Any:
     return send(args) if send is not None else to_device(args, "cpu")
 
 
+def tensors_in(value: Any) -> list:
+    """Every tensor in ``value``: a tensor, or (nested) lists, tuples and dict values of them."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in tensors_in(item)]
+    return []
+
+
+def nbytes(value: Any) -> int:
+    """Bytes of every tensor in ``value`` (see :func:`tensors_in`)."""
+    return sum(t.numel() * t.element_size() for t in tensors_in(value))
+
+
 def flatten_outputs(out: Any) -> list:
     """A model returns a tensor or a (nested) tuple/list of tensors; we compare them in order."""
     if isinstance(out, (list, tuple)):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
-from loopwise.kernels.evaluate.inputs import for_sandbox
+from loopwise.kernels.evaluate.inputs import for_sandbox, nbytes
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.reference import Reference
@@ -52,10 +52,6 @@ def phase(ev: Evaluation, name: str):
         yield
     finally:
         ev.phases[name] = ev.phases.get(name, 0.0) + time.perf_counter() - t0
-
-
-def _nbytes(args: list) -> int:
-    return sum(a.numel() * a.element_size() for a in args if hasattr(a, "element_size"))
 
 
 def _release_device_memory(device: str) -> None:
@@ -307,18 +303,14 @@ class Judge:
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def _timing_sets(self, base: int) -> list[list]:
-        """Input sets the timed calls rotate through (refilled into the same buffers): the first two
-        trials' draws, still held, and with ``fresh_inputs`` four more."""
-        seeds = self._timing_seeds(base)
-        return [self.reference.draw(s) for s in seeds]
-
     def _timing_seeds(self, base: int) -> list[int]:
+        """Seeds of the input sets the timed calls rotate through (refilled into the same buffers):
+        the first two trials' draws, still held, and with ``fresh_inputs`` up to four more."""
         seeds = [base, base + 1]
         if self.cfg.fresh_inputs:
             # Every set is resident on the device while timing: large inputs get fewer fresh sets
             # (the two held draws still rotate, which is what defeats a pointer cache).
-            extra = min(4, max(0, TIMING_SET_BYTES // max(_nbytes(self.reference.draw(base)), 1) - 2))
+            extra = min(4, max(0, TIMING_SET_BYTES // max(nbytes(self.reference.draw(base)), 1) - 2))
             seeds += [base + 600 + k for k in range(extra)]
         return seeds
 
@@ -337,7 +329,8 @@ class Judge:
                      runner: TrialRunner) -> None:
         import random
 
-        sets = self._timing_sets(base)
+        seeds = self._timing_seeds(base)
+        sets = [self.reference.draw(s) for s in seeds]
         keep = sorted(random.Random(base).sample(range(self.cfg.perf_trials), min(3, self.cfg.perf_trials)))
         with phase(ev, "spare_wait"):
             self.pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
@@ -349,7 +342,7 @@ class Judge:
         self._audit_timing(reply, wall, ev, outcome)
         if not outcome.rejected:
             known = {k: runner.reference_outputs(base + k) for k in range(2)}
-            self._check_timed_outputs(reply, self._timing_seeds(base), outcome, known)
+            self._check_timed_outputs(reply, seeds, outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
                 self._own_launches(box, sets[0], outcome)

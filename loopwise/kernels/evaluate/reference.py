@@ -34,16 +34,6 @@ def host_budget() -> int:
     return int(min(REUSE_HOST_SHARE * total, REUSE_HOST_BYTES))
 
 
-def _flat_tensors(values) -> list:
-    out = []
-    for v in values or ():
-        if isinstance(v, (list, tuple)):
-            out += _flat_tensors(v)
-        elif hasattr(v, "element_size") and hasattr(v, "device"):
-            out.append(v)
-    return out
-
-
 class Reference:
     """Reference outputs on demand for (seed, distribution), on the judge's device."""
 
@@ -73,13 +63,9 @@ class Reference:
         """Whether results this large may stay for later evaluations (and books them if so)."""
         if not self.reuse:
             return False
-        host, device = 0, 0
-        for v in _flat_tensors(values):
-            size = v.numel() * v.element_size()
-            if v.device.type == "cpu":
-                host += size
-            else:
-                device += size
+        tensors = inp.tensors_in(values)
+        host = inp.nbytes([t for t in tensors if t.device.type == "cpu"])
+        device = inp.nbytes(tensors) - host
         device_cap = 0
         if device:
             device_cap = REUSE_DEVICE_SHARE * self.torch.cuda.get_device_properties(self.device).total_memory
@@ -136,7 +122,7 @@ class Reference:
         args = self._draws.pop(seed, None)
         if seed in self._kept_draws:
             self._kept_draws.discard(seed)
-            self._kept_bytes["host"] -= sum(t.numel() * t.element_size() for t in _flat_tensors(args))
+            self._kept_bytes["host"] -= inp.nbytes(args)
 
     def forget_all(self) -> None:
         """Drops the held draws (after each evaluation), except those kept for reuse."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from loopwise.kernels.evaluate.inputs import nbytes
+
 if TYPE_CHECKING:
     from loopwise.kernels.problem import Problem
     from loopwise.kernels.roofline.ceilings import Ceilings
@@ -139,7 +141,7 @@ def count_work(problem: Problem, cpu_fallback_numel: int = CPU_FALLBACK_NUMEL) -
     except Exception as error:  # noqa: BLE001 - counting is best effort, never fatal
         return Work(None, None, None, None, None, (f"inputs could not be built on meta: {_brief(error)}",))
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    input_bytes = sum(_nbytes(x) for x in tensors)
+    input_bytes = nbytes(tensors)
     dtype = str(max(tensors, key=lambda x: x.numel()).dtype).removeprefix("torch.") if tensors else None
     flops, output_bytes, param_bytes = _run_counted(module, init_args, inputs, "meta", notes)
     if flops is None:
@@ -170,24 +172,8 @@ def _run_counted(
         notes.append(f"build or forward failed on {device}: {_brief(error)}")
         return None, None, None
     notes.append(f"counted on {device}")
-    param_bytes = sum(_nbytes(t) for t in (*model.parameters(), *model.buffers()))
-    return counter.get_total_flops(), sum(_nbytes(t) for t in _tensors_in(output)), param_bytes
-
-
-def _tensors_in(value: Any) -> list[Any]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors_in(item)]
-    return []
-
-
-def _nbytes(tensor: Any) -> int:
-    return tensor.numel() * tensor.element_size()
+    param_bytes = nbytes([*model.parameters(), *model.buffers()])
+    return counter.get_total_flops(), nbytes(output), param_bytes
 
 
 def _brief(error: BaseException) -> str:
