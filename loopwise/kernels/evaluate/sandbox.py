@@ -402,13 +402,15 @@ OPS = {"load", "trial", "stage", "time", "energy", "launches", "capture", "probe
 
 
 def _preload() -> None:
-    """Imports every candidate needs, before the sandbox says it is ready (spares start in the
-    background, so this costs the evaluation nothing): Triton, the C++ extension loader, and the
-    dispatch-mode machinery the data-flow check uses, whose first use imports torch._dynamo (2-5 s)."""
+    """Imports every candidate needs (pool.PRELOAD), before the sandbox says it is ready (spares
+    start in the background, so this costs the evaluation nothing): Triton, the C++ extension
+    loader, and the dispatch-mode machinery the data-flow check uses, whose first use imports
+    torch._dynamo (2-5 s). A sandbox forked from the preloaded server finds them imported."""
     import importlib
 
-    for name in ("torch.utils._python_dispatch", "torch._dynamo", "torch.utils.cpp_extension", "triton",
-                 "triton.language"):
+    from loopwise.kernels.evaluate.pool import PRELOAD
+
+    for name in PRELOAD:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional backend that is not installed

@@ -17,6 +17,7 @@ and ``gpu_memset`` (``args.bytes``), ``cuda_runtime`` and ``cuda_driver`` (host 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,11 +110,9 @@ def _events(data) -> list[dict]:
 
 
 def _product(value) -> int | None:
+    """Blocks (or threads) of a launch dimension such as ``[64, 2, 1]``; None when not one."""
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and v > 0 for v in value):
-        out = 1
-        for v in value:
-            out *= v
-        return out
+        return math.prod(value)
     return None
 
 
