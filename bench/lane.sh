@@ -5,20 +5,34 @@
 #   lane 0 g0 'python3 bench/a.py --budget-s $(( $(left) - 60 ))' &
 #   lane 1 g1 'python3 bench/b.py' & wait
 #
-# A lane sees only its GPU (CUDA_VISIBLE_DEVICES) and works in .lanes/NAME/ (cache folder and
+# A lane sees only its GPU (CUDA_VISIBLE_DEVICES) and its share of the CPU cores (taskset: the
+# cores split evenly over LANES lanes, default one per GPU, so a compile-heavy lane cannot slow the
+# host side of a timing lane), and works in .lanes/NAME/ (cache folder and
 # output folder; resumable scripts keep their rows in the cache folder's bench/). It is stopped
 # at LANE_END, then leaves one file, $OUT/NAME.tgz, holding its output folder, its log and its
 # rows (state/), because the device returns at most 8 files. Rows carried back in
 # .devstate/NAME/ (ignored; copy state/ there here) seed a lane on a fresh machine.
 left() { echo $(( ${LANE_END:-540} - SECONDS )); }
 export -f left
+# The cores of lane GPU (first-last), or nothing when taskset is missing.
+lane_cores() {
+  command -v taskset >/dev/null 2>&1 || return 0
+  local lanes=${LANES:-$(nvidia-smi -L 2>/dev/null | wc -l)} n
+  n=$(nproc); [ "${lanes:-0}" -ge 1 ] || lanes=1
+  local per=$(( n / lanes )); [ "$per" -ge 1 ] || per=1
+  local first=$(( ($1 % lanes) * per ))
+  echo "$first-$(( first + per - 1 ))"
+}
 lane() {
   local gpu=$1 name=$2 cmd=$3 base=${OUT:-./bench_out} work=$PWD/.lanes/$2
   mkdir -p "$work/cache" "$work/out" "$base"
   if [ -d ".devstate/$name" ] && [ ! -e "$work/cache/bench" ]; then cp -r ".devstate/$name" "$work/cache/bench"; fi
   (
     export CUDA_VISIBLE_DEVICES=$gpu LOOPWISE_CACHE_DIR=$work/cache OUT=$work/out LANE_END
-    timeout --kill-after=5 "$(left)" bash -c "$cmd" >>"$work/out/log.txt" 2>&1
+    local cores pin=()
+    cores=$(lane_cores "$gpu"); [ -n "$cores" ] && pin=(taskset -c "$cores")
+    echo "lane $name: GPU $gpu, cores ${cores:-all}" >>"$work/out/log.txt"
+    timeout --kill-after=5 "$(left)" "${pin[@]}" bash -c "$cmd" >>"$work/out/log.txt" 2>&1
     echo "lane $name rc=$? at ${SECONDS}s" >>"$work/out/log.txt"
   )
   rm -rf "$work/out/state" && cp -r "$work/cache/bench" "$work/out/state" 2>/dev/null

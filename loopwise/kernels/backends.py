@@ -118,12 +118,20 @@ def clear_stale_locks(extensions_dir: str, since: float) -> int:
     return removed
 
 
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset), not the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 2
+
+
 def prepare_environment(hints: dict, device: str) -> None:
     """Run in the sandbox (or a compile worker) before the candidate's module is imported."""
     arch = hints.get("arch") or device_arch(device)
     if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    os.environ.setdefault("MAX_JOBS", str(hints.get("max_jobs", os.cpu_count() or 2)))
+    os.environ.setdefault("MAX_JOBS", str(hints.get("max_jobs", usable_cpus())))
     _wrap_load_inline(arch)
 
 
@@ -165,7 +173,7 @@ def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: 
     from concurrent.futures import TimeoutError as FutureTimeout
 
     workdir = tempfile.mkdtemp(prefix="loopwise-compile-")
-    jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
+    jobs = jobs or max(1, usable_cpus() - 1)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
     futures = [pool.submit(_compile_one, s, extensions_dir, arch, workdir) for s in sources]
     results: list[tuple[bool, str]] = []
