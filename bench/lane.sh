@@ -14,14 +14,21 @@
 # .devstate/NAME/ (ignored; copy state/ there here) seed a lane on a fresh machine.
 left() { echo $(( ${LANE_END:-540} - SECONDS )); }
 export -f left
-# The cores of lane GPU (first-last), or nothing when taskset is missing.
+# The logical CPUs of lane GPU (a comma list), or nothing when taskset is missing. Whole physical
+# cores are dealt out (SMT siblings stay in one lane), cores of one socket together.
 lane_cores() {
   command -v taskset >/dev/null 2>&1 || return 0
-  local lanes=${LANES:-$(nvidia-smi -L 2>/dev/null | wc -l)} n
-  n=$(nproc); [ "${lanes:-0}" -ge 1 ] || lanes=1
-  local per=$(( n / lanes )); [ "$per" -ge 1 ] || per=1
-  local first=$(( ($1 % lanes) * per ))
-  echo "$first-$(( first + per - 1 ))"
+  local lanes=${LANES:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+  [ "${lanes:-0}" -ge 1 ] || lanes=1
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ -r "$c/topology/core_id" ] || continue
+    echo "$(cat "$c/topology/physical_package_id") $(cat "$c/topology/core_id") ${c##*cpu}"
+  done | sort -k1,1n -k2,2n -k3,3n | awk -v lanes="$lanes" -v lane="$(( $1 % lanes ))" '
+    { key = $1 " " $2; if (!(key in idx)) { idx[key] = n++; } cpu[NR] = $3; core[NR] = idx[key] }
+    END { per = int(n / lanes); if (per < 1) per = 1; out = ""
+          for (i = 1; i <= NR; i++) if (int(core[i] / per) == lane || (lane == lanes - 1 && int(core[i] / per) >= lanes))
+            out = out (out == "" ? "" : ",") cpu[i]
+          print out }'
 }
 lane() {
   local gpu=$1 name=$2 cmd=$3 base=${OUT:-./bench_out} work=$PWD/.lanes/$2

@@ -11,6 +11,9 @@ values, so the comparison is about the search, not about timing noise between re
 
     source bench/remote_prelude.sh; python3 bench/search_gpu.py --budget 20 \
         --problems kernelbench:1/19,kernelbench:1/23,kernelbench:1/26,kernelbench:1/29,kernelbench:1/40
+
+``--sizes reduced`` runs the level-1 problems of bench/agreement_set.py at its reduced sizes (the
+official activation tensors are 6 GiB each; see that file) and the others as published.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ def main() -> int:
     ap.add_argument("--kernelbench", default="third_party/KernelBench")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new run after this many seconds")
+    ap.add_argument("--sizes", choices=("official", "reduced"), default="official",
+                    help="reduced: bench/agreement_set.py sizes for the problems it lists")
     ap.add_argument("--no-memo", action="store_true", help="judge every proposal afresh, also repeats")
     ap.add_argument("--fresh", action="store_true", help="ignore rows of earlier calls")
     ap.add_argument("--set", action="append", default=[], help="config overrides, as for the CLI")
@@ -81,16 +86,17 @@ def main() -> int:
     mirror = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
     mirror.mkdir(parents=True, exist_ok=True)
     rows = [] if args.fresh else _read(mirror / "search.csv")
-    done = {(r["spec"], r["strategy"], int(r["budget"]), int(r["seed"])) for r in rows}
+    done = {(r["spec"], r["strategy"], int(r["budget"]), int(r["seed"]), r.get("sizes") or "official") for r in rows}
     t0, stopped = time.monotonic(), False
     for spec in args.problems.split(","):
-        todo = [s for s in args.strategies.split(",") if (spec, s, args.budget, args.seed) not in done]
+        todo = [s for s in args.strategies.split(",") if (spec, s, args.budget, args.seed, args.sizes) not in done]
         if not todo:
             continue
         if time.monotonic() - t0 > args.budget_s:
             stopped = True
             break
-        problem = load_problem(spec, cfg.kernels.kernelbench)
+        target = sized(spec, args.sizes, cfg.kernels.kernelbench, out / "problems")
+        problem = load_problem(target, cfg.kernels.kernelbench)
         inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
         judge = inner if args.no_memo else MemoJudge(inner)
         try:
@@ -98,7 +104,8 @@ def main() -> int:
                 if time.monotonic() - t0 > args.budget_s:
                     stopped = True
                     break
-                row = run_one(spec, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem)
+                row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem)
+                row.update(spec=spec, sizes=args.sizes)
                 row["distinct_judged"] = getattr(judge, "judged", "")
                 rows.append(row)
                 print(row, flush=True)
@@ -112,6 +119,21 @@ def main() -> int:
     if stopped:
         print(f"--budget-s {args.budget_s} reached; run again on the warm machine to resume", flush=True)
     return 0
+
+
+def sized(spec: str, sizes: str, kernelbench: str, folder: Path) -> str:
+    """The problem to search: ``spec`` itself, or a copy at bench/agreement_set.py's reduced sizes."""
+    if sizes == "official" or not spec.startswith("kernelbench:1/"):
+        return spec
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import agreement_set as aset
+
+    from loopwise.kernels.problem import load_problem
+
+    stem = Path(load_problem(spec, kernelbench).path).stem
+    if stem not in aset.SIZES["reduced"]:
+        return spec
+    return str(aset.write_problem(stem, "reduced", folder))
 
 
 def _read(path: Path) -> list[dict]:

@@ -12,6 +12,8 @@ report the patch).
 
 from __future__ import annotations
 
+import gc
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -55,7 +57,23 @@ class Clock:
             before: Callable[[int], None] | None = None,
             after: Callable[[int, object], None] | None = None) -> Samples:
         """Times ``fn`` ``trials`` times after ``warmup`` calls; ``before(i)`` and
-        ``after(i, result)`` run untimed around each timed call."""
+        ``after(i, result)`` run untimed around each timed call.
+
+        Python's cyclic garbage collector is off during the trials (collected once before): a
+        collection inside a timed window delays the next launch, and when the host falls behind
+        the GPU the event time grows by the delay. ``LOOPWISE_TIMING_GC=on`` keeps it on.
+        """
+        keep_gc = os.environ.get("LOOPWISE_TIMING_GC", "off") == "on" or not gc.isenabled()
+        if not keep_gc:
+            gc.collect()
+            gc.disable()
+        try:
+            return self._run(fn, trials, warmup, before, after)
+        finally:
+            if not keep_gc:
+                gc.enable()
+
+    def _run(self, fn, trials, warmup, before, after) -> Samples:
         for _ in range(warmup):
             fn()
             self._sync()
