@@ -106,7 +106,10 @@ def make_config(args: argparse.Namespace):
     baseline = {"compile": not args.no_compile, "max_autotune": args.max_autotune, "cache": False}
     if args.perf_trials:
         baseline["perf_trials"] = args.perf_trials
-    return Config.model_validate({"kernels": {"baseline": baseline, "eval": {"energy": False}}})
+    evaluation: dict = {"energy": False}
+    if args.compile_timeout_s:
+        evaluation["compile_timeout_s"] = args.compile_timeout_s
+    return Config.model_validate({"kernels": {"baseline": baseline, "eval": evaluation}})
 
 
 def variant_fields(prefix: str, variant, eager) -> dict:
@@ -306,6 +309,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-autotune", action="store_true", help="also time torch.compile max-autotune (slow)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile default mode")
     p.add_argument("--perf-trials", type=int, default=0, help="timed calls per variant (0: config default)")
+    p.add_argument("--compile-timeout-s", type=float, default=0.0,
+                   help="per variant load + compile (0: config default, 600 s); a variant over it is "
+                        "recorded as timeout")
     p.add_argument("--budget-s", type=float, default=480.0, help="start no new problem after this many seconds (0: none)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--fresh", action="store_true", help="ignore rows of earlier runs")

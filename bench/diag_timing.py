@@ -1,7 +1,7 @@
 """Where a candidate's timed milliseconds come from: the same candidate timed by KernelBench's loop,
 by our clock in this process, and by the judge (its sandbox), in turns, several rounds.
 
-    python3 bench/diag_timing.py [--stems 22_Tanh,30_Softsign] [--rounds 3] [--judge-only]
+    python3 bench/diag_timing.py [--stems 22_Tanh,30_Softsign] [--rounds 3] [--ways kb,clock,judge,...]
 
 Written after the 2026-11-30 agreement run, where our candidate times (mean of 100 CUDA-event
 trials) were up to 40% above KernelBench's on memory-bound Triton kernels while the reference
@@ -12,7 +12,6 @@ Prints one row per (stem, round, way) with min / median / mean / max ms and the 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -42,13 +41,37 @@ def kb_times(model, args, trials: int) -> list[float]:
                                               device=torch.device("cuda:0"))
 
 
+def load_candidate(path: Path, problem_path: Path):
+    """ModelNew and inputs in this process (Triton needs the kernel's source in a file)."""
+    import importlib.util
+
+    import torch
+
+    from loopwise.kernels.problem import load_problem
+
+    spec = importlib.util.spec_from_file_location(f"diag_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    prob = load_problem(str(problem_path)).load_module()
+    torch.manual_seed(0)
+    model = module.ModelNew(*prob.get_init_inputs()).cuda()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
+    return model, inputs
+
+
+WAYS = ("kb", "clock", "judge", "judge0", "kb_beside_pool", "session")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stems", default="22_Tanh,30_Softsign")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--judge-only", action="store_true")
+    ap.add_argument("--ways", default="kb,clock,judge,judge0,kb_beside_pool",
+                    help=f"comma list of {', '.join(WAYS)} (session: the sandbox's code in this process; "
+                         "it patches Triton's launcher here, so give it its own run)")
     args = ap.parse_args(argv)
+    ways = args.ways.split(",")
 
     import torch
 
@@ -59,54 +82,70 @@ def main(argv: list[str] | None = None) -> int:
     from loopwise.kernels.evaluate.pool import SandboxPool, start_method
     from loopwise.kernels.problem import load_problem
 
-    print(f"sandbox start: {start_method()}  affinity: {len(os.sched_getaffinity(0))} cores", flush=True)
+    print(f"sandbox start: {start_method()}  affinity: {len(os.sched_getaffinity(0))} cores  ways: {ways}", flush=True)
     print(f"{'stem':14s} rd {'way':16s} {'min':>8s} {'median':>8s} {'mean':>8s} {'max':>8s} {'host med':>8s}")
     cfg = EvalConfig(correct_trials=5, perf_trials=args.trials, statistic="mean", energy=False,
                      compile_timeout_s=120, run_timeout_s=60)
     settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}
-    pool = SandboxPool("cuda:0", settings, spares=2)
+    pools = {"judge": SandboxPool("cuda:0", settings, spares=2) if {"judge", "kb_beside_pool"} & set(ways) else None,
+             "judge0": SandboxPool("cuda:0", settings, spares=0) if "judge0" in ways else None}
     work = Path(tempfile.mkdtemp(prefix="diag-timing-"))
     try:
         for stem in args.stems.split(","):
             problem_path = aset.write_problem(stem, "reduced", work)
-            source = aset.candidate_path(stem, "correct").read_text()
-            judge = Judge(load_problem(str(problem_path)), cfg, device="cuda:0", pool=pool)
-            model = inputs = None
-            if not args.judge_only:
-                ns: dict = {"__name__": "diag_candidate"}
-                exec(compile(source, f"{stem}__correct.py", "exec"), ns)
-                prob = load_problem(str(problem_path)).load_module()
-                torch.manual_seed(0)
-                model = ns["ModelNew"](*prob.get_init_inputs()).cuda()
-                inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
+            cand_path = aset.candidate_path(stem, "correct")
+            source = cand_path.read_text()
+            judges = {k: Judge(load_problem(str(problem_path)), cfg, device="cuda:0", pool=p)
+                      for k, p in pools.items() if p is not None and k in ways}
+            model = inputs = clock = session = None
+            if {"kb", "clock", "kb_beside_pool"} & set(ways):
+                model, inputs = load_candidate(cand_path, problem_path)
                 clock = timing.Clock("cuda:0")
+            if "session" in ways:
+                from loopwise.kernels.evaluate.sandbox import Session
+
+                session = Session("cuda:0", settings)
+                session.load({"kind": "candidate", "problem_source": problem_path.read_text(),
+                              "candidate_source": source, "extensions_dir": str(work / "ext"), "backend_hints": {}})
+                prob = load_problem(str(problem_path)).load_module()
+                sets = []
+                for seed in (1, 2):
+                    torch.manual_seed(seed)
+                    sets.append([x.cuda() if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()])
+                session.stage({"sets": sets})
             for rnd in range(args.rounds):
-                if model is not None:
-                    t = kb_times(model, inputs, args.trials)
-                    print(row(stem, rnd, "kb_loop", t), flush=True)
+                for way in ways:
+                    if way in ("kb", "kb_beside_pool"):
+                        if way == "kb_beside_pool":
+                            pools["judge"].wait_spares()
+                        t = kb_times(model, inputs, args.trials)
+                        print(row(stem, rnd, way, t), flush=True)
+                    elif way == "clock":
+                        def call():
+                            with torch.no_grad():
+                                return model(*inputs)
 
-                    def call():
-                        with torch.no_grad():
-                            return model(*inputs)
-
-                    s = clock.run(call, args.trials, 3)
-                    print(row(stem, rnd, "our_clock", s.event_ms, s.host_ms), flush=True)
-                    gc.collect()
-                    gc.disable()
-                    s = clock.run(call, args.trials, 3)
-                    gc.enable()
-                    print(row(stem, rnd, "our_clock_nogc", s.event_ms, s.host_ms), flush=True)
-                t0 = time.perf_counter()
-                ev = judge.evaluate(source + f"\n# round {rnd}\n", f"{stem}-{rnd}")
-                tm = ev.timing
-                if tm is None:
-                    print(f"{stem} {rnd} judge: {ev.status.value} {[r.code for r in ev.reasons]}")
-                    continue
-                print(f"{stem:14s} {rnd:2d} {'judge_' + start_method():16s} {tm.min_ms:8.4f} {tm.median_ms:8.4f} "
-                      f"{tm.mean_ms:8.4f} {tm.max_ms:8.4f} {tm.host_median_ms:8.4f}  "
-                      f"ref mean {ev.reference_timing.mean_ms:.4f}  ({time.perf_counter() - t0:.1f} s)", flush=True)
+                        s = clock.run(call, args.trials, 3)
+                        print(row(stem, rnd, "our_clock", s.event_ms, s.host_ms), flush=True)
+                    elif way == "session":
+                        r = session.time({"trials": args.trials, "warmup": cfg.warmup, "keep": [],
+                                          "device_outputs": True})
+                        print(row(stem, rnd, "session", r["event_ms"], r["host_ms"]), flush=True)
+                    else:
+                        t0 = time.perf_counter()
+                        ev = judges[way].evaluate(source + f"\n# round {rnd}\n", f"{stem}-{way}-{rnd}")
+                        tm = ev.timing
+                        if tm is None:
+                            print(f"{stem} {rnd} {way}: {ev.status.value} {[r.code for r in ev.reasons]}", flush=True)
+                            continue
+                        print(f"{stem:14s} {rnd:2d} {way + '_' + start_method()[:4]:16s} {tm.min_ms:8.4f} "
+                              f"{tm.median_ms:8.4f} {tm.mean_ms:8.4f} {tm.max_ms:8.4f} {tm.host_median_ms:8.4f}  "
+                              f"ref mean {ev.reference_timing.mean_ms:.4f}  ({time.perf_counter() - t0:.1f} s)",
+                              flush=True)
     finally:
-        pool.close()
+        for p in pools.values():
+            if p is not None:
+                p.close()
     return 0
 
 
