@@ -31,6 +31,9 @@ def row(stem: str, rnd: int, way: str, event_ms: list[float], host_ms: list[floa
 
 
 def kb_times(model, args, trials: int) -> list[float]:
+    from kernelbench_agreement import install_llm_client_shims
+
+    install_llm_client_shims()  # kernelbench/__init__ imports its LLM helpers' clients
     sys.path.insert(0, str(ROOT / "third_party" / "KernelBench" / "src"))
     from kernelbench.timing import time_execution_with_cuda_event  # type: ignore[import-not-found]
 

@@ -196,19 +196,20 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
     sets = [to_device(s, device) for s in [args] + list(fresh or [])]
     bufs = clone_args(sets[0])
 
-    def call() -> None:
-        with torch.no_grad():
-            model(*bufs)
+    def call() -> None:  # under no_grad, set around the loop as in the sandbox
+        model(*bufs)
 
     def before(i: int) -> None:
         timing.refill(bufs, sets[i % len(sets)])
 
-    reply = timing.measure(clock, call, cfg.perf_trials, cfg.warmup, before)
+    with torch.no_grad():
+        reply = timing.measure(clock, call, cfg.perf_trials, cfg.warmup, before)
     energy = None
     if cfg.energy and device.startswith("cuda"):
         from loopwise.kernels.evaluate.energy import measure_energy
 
-        result = measure_energy(call, device_index=torch.device(device).index or 0,
-                                min_seconds=cfg.energy_min_s, sync=clock.sync)
+        with torch.no_grad():
+            result = measure_energy(call, device_index=torch.device(device).index or 0,
+                                    min_seconds=cfg.energy_min_s, sync=clock.sync)
         energy = result.joules_per_call if result else None
     return VariantResult("eager", timing_from(reply), energy, "ok", load_s=_time.perf_counter() - t0)

@@ -83,12 +83,16 @@ class Clock:
             if before is not None:
                 before(i)
             self._sync()
+            if self.cuda:
+                # Made before the flush, as KernelBench does: between the flush and the call the
+                # host does nothing but record the start event.
+                start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
             t_flush = _perf_counter()
             # As KernelBench and do_bench: the flush is queued just ahead of the start event, so
-            # the launch of the timed call overlaps the flush and is not counted as GPU time.
+            # the launch of the timed call overlaps the flush and is not counted as GPU time
+            # (unless the host needs longer to launch it than the GPU needs for the flush).
             self.flush()
             if self.cuda:
-                start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
                 t0 = _perf_counter()
                 self._record(start)
                 result = fn()
