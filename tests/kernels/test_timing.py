@@ -1,0 +1,36 @@
+"""The timing loop's protocol, on the CPU clock: what is called, in which order, and what is kept."""
+
+from __future__ import annotations
+
+import gc
+
+from loopwise.kernels.evaluate import timing
+
+
+def test_first_pass_is_run_and_dropped_and_hooks_see_kept_trials_only():
+    calls, befores, afters = [], [], []
+
+    def fn():
+        calls.append(len(calls))
+        return len(calls)
+
+    samples = timing.Clock("cpu").run(fn, trials=5, warmup=2, before=befores.append,
+                                      after=lambda i, r: afters.append((i, r)))
+    assert len(samples.event_ms) == len(samples.host_ms) == 5
+    assert len(calls) == 2 + timing.DISCARD_FIRST + 5
+    # The dropped pass refills like the first kept trial; every kept trial gets its own index.
+    assert befores == [0] * timing.DISCARD_FIRST + [0, 1, 2, 3, 4]
+    # after() sees the kept trials' results, not the warm-up's nor the dropped pass's.
+    assert [i for i, _ in afters] == [0, 1, 2, 3, 4]
+    assert [r for _, r in afters] == list(range(3 + timing.DISCARD_FIRST, 8 + timing.DISCARD_FIRST))
+
+
+def test_gc_is_off_during_trials_and_restored(monkeypatch):
+    seen = []
+    timing.Clock("cpu").run(lambda: seen.append(gc.isenabled()), trials=3, warmup=1)
+    assert seen and not any(seen)
+    assert gc.isenabled()
+    monkeypatch.setenv("LOOPWISE_TIMING_GC", "on")
+    seen.clear()
+    timing.Clock("cpu").run(lambda: seen.append(gc.isenabled()), trials=3, warmup=1)
+    assert all(seen)
