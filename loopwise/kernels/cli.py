@@ -1,4 +1,4 @@
-"""``loopwise kernels ...``: eval, check, baseline, optimize, tools, sass."""
+"""``loopwise kernels ...``: eval, check, baseline, optimize, profile, tools, sass."""
 
 from __future__ import annotations
 
@@ -156,6 +156,79 @@ def optimize_cmd(
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))
+
+
+@app.command("profile")
+def profile_cmd(
+    problem: str = typer.Argument(..., help="Problem file or kernelbench:LEVEL/ID."),
+    candidate: Optional[Path] = typer.Argument(None, help="Candidate defining ModelNew (default: the reference Model)."),
+    mode: str = typer.Option("proactive", help="Which tools run: proactive (chosen by the roofline class), "
+                             "all, or raw (measurements only)."),
+    ncu: str = typer.Option("auto", help="Nsight Compute: auto (when found), on (required) or off."),
+    ncu_set: str = typer.Option("full", "--ncu-set", help="ncu section set (full, detailed, basic)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the trace, ncu CSV, roofline PNG and "
+                                       "profile.json (default: ./loopwise-profile/<problem>)."),
+    kernelbench: Optional[str] = KERNELBENCH,
+    device: Optional[str] = DEVICE,
+    config: Optional[Path] = CONFIG,
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = JSON,
+) -> None:
+    """Profile a candidate: system trace, SASS, Nsight Compute metrics, each kernel's roofline class,
+    and the guidance of the micro-profiling tools that class selects."""
+    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.problem import load_problem
+    from loopwise.kernels.profile.registry import MODES
+    from loopwise.kernels.profile.run import profile
+
+    if mode not in MODES:
+        raise UserError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if ncu not in ("auto", "on", "off"):
+        raise UserError(f"--ncu {ncu!r}: expected auto, on or off")
+    if candidate is not None:
+        _read_candidate(candidate)
+    cfg = _config(config, overrides, _where(device, kernelbench))
+    prob = load_problem(problem, cfg.kernels.kernelbench)
+    target = resolve_device(cfg.kernels.device)
+    folder = out or Path("loopwise-profile") / Path(prob.name).name
+    report = profile(prob, candidate.resolve() if candidate else None, folder, device=target, mode=mode, ncu=ncu,
+                     ncu_set=ncu_set, precision=cfg.kernels.eval.precision)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    _print_profile(report)
+
+
+def _print_profile(report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{report.problem}[/] · {report.candidate} on {report.device} · tools: {report.mode}")
+    if report.trace_headline:
+        console.print(f"system: {report.trace_headline}")
+    table = Table(show_lines=False)
+    for col in ("kernel", "us", "class", "% of SOL", "DRAM MB", "GFLOP", "regs", "tensor core"):
+        table.add_column(col, overflow="fold")
+    for k in report.kernels:
+        table.add_row(k.name[:60], f"{k.duration_us:.1f}" if k.duration_us else "-",
+                      (k.kernel_class or "-").replace("_", " ") + (" (at roofline)" if k.at_roofline else ""),
+                      f"{100 * k.fraction_of_sol:.0f}" if k.fraction_of_sol is not None else "-",
+                      f"{k.dram_mb:.1f}" if k.dram_mb is not None else "-",
+                      f"{k.gflop:.2f}" if k.gflop is not None else "-",
+                      str(k.registers or "-"), k.tensor_core or "-")
+    console.print(table)
+    if report.findings:
+        console.print("[bold]findings[/] (highest first):")
+        for f in report.findings[:12]:
+            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in f.moves)
+            console.print(f"  [{f.severity}] {f.tool}: {f.guidance}" + (f"  → try: {moves}" if moves else ""))
+    else:
+        console.print("no findings" + (" (raw mode)" if report.mode == "raw" else ""))
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/]")
+    costs = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in report.costs_s.items())
+    console.print(f"[dim]cost: {costs}; files: {', '.join(report.artifacts.values())}[/]")
 
 
 @app.command("tools")

@@ -188,6 +188,7 @@ def ncu_command(
     replay_mode: Literal["kernel", "application", "range", "app-range"] = "kernel",
     cache_control: Literal["all", "none"] = "all",
     print_units: Literal["base", "auto"] = "base",
+    nvtx_range: str | None = None,
 ) -> list[str]:
     """Builds the argv that profiles the candidate's kernels and writes the raw page as CSV.
 
@@ -210,6 +211,8 @@ def ncu_command(
         replay_mode: how ncu replays a launch to collect metrics needing several passes.
         cache_control: ``all`` flushes caches before each pass; ``none`` keeps them warm.
         print_units: ``base`` asks for unscaled units (byte, nsecond); the parser converts either.
+        nvtx_range: profile only launches inside this NVTX push/pop range (``--nvtx
+            --nvtx-include NAME/``; the trailing slash marks a push/pop range).
 
     Returns:
         The argv, never a shell string.
@@ -230,6 +233,8 @@ def ncu_command(
         argv += ["--launch-skip", str(launch_skip)]
     if launch_count is not None:
         argv += ["--launch-count", str(launch_count)]
+    if nvtx_range:
+        argv += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
     if section_set:
         argv += ["--set", section_set]
     for section in sections:
