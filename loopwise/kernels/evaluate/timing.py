@@ -5,8 +5,8 @@ record the start event, call, record the end event, synchronize the device (Kern
 like KernelBench, the first trial is run and dropped). Between the flush and the call the host only
 records the start event: the events are made once, before the trials, and grad mode is set by the
 caller around the whole loop (a Triton launch that starts after the flush has ended is timed late).
-The host clock runs around the same region; a calibrated no-op gives its fixed overhead, so host time far above event
-time means work escaped the timed stream (a side stream or a thread).
+The host clock runs around the same region; a calibrated no-op gives its fixed overhead, so host
+time far above event time means work escaped the timed stream (a side stream or a thread).
 
 The functions used here are captured at import, before any candidate code runs, so a candidate
 that patches ``torch.cuda.Event`` or ``time.perf_counter`` cannot change our clock (and the guards
