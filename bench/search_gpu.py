@@ -42,19 +42,25 @@ class MemoJudge:
         self.judge.close()
 
 
-def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem) -> dict:
+def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem,
+            profiling: str = "none") -> dict:
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun
 
-    settings = Settings(problem=spec, proposer="expert", search=strategy, budget=budget, seed=seed)
+    settings = Settings(problem=spec, proposer="expert", search=strategy, budget=budget, seed=seed,
+                        profiling=profiling)
     t0 = time.perf_counter()
     run = OptimizeRun.start(settings, cfg, runs_dir, judge, problem)
     run.run()
     speeds = [e["speedup"] if e["status"] == "correct" else None for _, e in sorted(run.evaluations.items())]
     best = max((s for s in speeds if s), default=None)
     reach = next((i + 1 for i, s in enumerate(speeds) if best and s and s >= 0.95 * best), None)
+    profiled = list(run.store.events(kind="profile"))
     run.store.close()
-    return {"spec": spec, "problem": problem.name, "strategy": strategy, "budget": budget, "seed": seed,
+    return {"spec": spec, "problem": problem.name, "strategy": strategy, "profiling": profiling,
+            "profiles": len(profiled),
+            "profile_s": round(sum(sum((e.payload.get("costs") or {}).values()) for e in profiled), 1),
+            "budget": budget, "seed": seed,
             "evaluations": len(speeds), "correct": sum(1 for s in speeds if s), "best_speedup": best,
             "evals_to_95pct": reach, "seconds": round(time.perf_counter() - t0, 1), "run_id": run.store.meta.run_id}
 
@@ -70,6 +76,9 @@ def main() -> int:
     ap.add_argument("--kernelbench", default="third_party/KernelBench")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new run after this many seconds")
+    ap.add_argument("--profiling", default="none",
+                    help="comma list of proactive, all, raw, none: what the expert learns from profiling "
+                         "(each mode is one more run per strategy; the ablation of issue 4)")
     ap.add_argument("--sizes", choices=("official", "reduced"), default="official",
                     help="reduced: bench/agreement_set.py sizes for the problems it lists")
     ap.add_argument("--no-memo", action="store_true", help="judge every proposal afresh, also repeats")
@@ -86,10 +95,13 @@ def main() -> int:
     mirror = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
     mirror.mkdir(parents=True, exist_ok=True)
     rows = [] if args.fresh else _read(mirror / "search.csv")
-    done = {(r["spec"], r["strategy"], int(r["budget"]), int(r["seed"]), r.get("sizes") or "official") for r in rows}
+    done = {(r["spec"], r["strategy"], int(r["budget"]), int(r["seed"]), r.get("sizes") or "official",
+             r.get("profiling") or "none") for r in rows}
+    modes = [m for m in args.profiling.split(",") if m]
     t0, stopped = time.monotonic(), False
     for spec in args.problems.split(","):
-        todo = [s for s in args.strategies.split(",") if (spec, s, args.budget, args.seed, args.sizes) not in done]
+        todo = [(s, m) for m in modes for s in args.strategies.split(",")
+                if (spec, s, args.budget, args.seed, args.sizes, m) not in done]
         if not todo:
             continue
         if time.monotonic() - t0 > args.budget_s:
@@ -100,11 +112,11 @@ def main() -> int:
         inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
         judge = inner if args.no_memo else MemoJudge(inner)
         try:
-            for strategy in todo:
+            for strategy, mode in todo:
                 if time.monotonic() - t0 > args.budget_s:
                     stopped = True
                     break
-                row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem)
+                row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem, mode)
                 row.update(spec=spec, sizes=args.sizes)
                 row["distinct_judged"] = getattr(judge, "judged", "")
                 rows.append(row)
@@ -161,12 +173,13 @@ def _write(dirs: list[Path], rows: list[dict]) -> None:
             writer = csv.DictWriter(fh, fieldnames=fields)
             writer.writeheader()
             writer.writerows(rows)
-    lines = ["| problem | strategy | best speedup | evaluations to 95% of it | correct / judged | s |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| problem | strategy | profiling | best speedup | evaluations to 95% of it | correct / judged | "
+             "profiles (s) | s |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] else "-"
-        lines.append(f"| {r['problem']} | {r['strategy']} | {best} | {r['evals_to_95pct'] or '-'} | "
-                     f"{r['correct']} / {r['evaluations']} | {r['seconds']} |")
+        lines.append(f"| {r['problem']} | {r['strategy']} | {r.get('profiling') or 'none'} | {best} | "
+                     f"{r['evals_to_95pct'] or '-'} | {r['correct']} / {r['evaluations']} | "
+                     f"{r.get('profiles', 0)} ({r.get('profile_s', 0)}) | {r['seconds']} |")
     for folder in dirs:
         (folder / "search.md").write_text("\n".join(lines) + "\n")
 

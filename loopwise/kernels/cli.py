@@ -129,6 +129,9 @@ def optimize_cmd(
     objective: str = typer.Option("speed", help="speed, or energy (fewest joules within 3% of the best time)."),
     seed: int = typer.Option(0, help="Seed of the search and the proposer."),
     per_step: int = typer.Option(2, help="Proposals asked for at each expansion."),
+    profiling: str = typer.Option("proactive", help="What the proposer learns from profiling each expanded "
+                                  "candidate (CUDA only): proactive (tools chosen by the roofline class), all, "
+                                  "raw (measurements only) or none."),
     exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
     llm_api: str = typer.Option("openai", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic."),
     llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
@@ -153,7 +156,8 @@ def optimize_cmd(
     if proposer == "llm" and not llm_model:
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
-                        seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm)
+                        seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
+                        profiling=profiling)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))
 

@@ -17,6 +17,10 @@ from loopwise.errors import UserError
 
 SEARCHES = ("mcts", "greedy", "beam", "random", "best-of-n")
 PROPOSERS = ("expert", "llm", "exchange")
+# What the proposer is told about a candidate besides the judge's verdict (KernelPro's ablation arms):
+# the findings of the tools its kernels' roofline classes select, of every tool, the measurements
+# alone, or nothing. Profiling needs a CUDA device; on the CPU no profile is taken.
+PROFILING = ("proactive", "all", "raw", "none")
 ENERGY_SLACK = 1.03  # --objective energy: fewest joules among candidates within 3% of the best time
 
 
@@ -33,12 +37,15 @@ class Settings:
     per_step: int = 2
     exchange_dir: str = ""
     llm: dict = field(default_factory=dict)
+    profiling: str = "proactive"
 
     def check(self) -> None:
         if self.search not in SEARCHES:
             raise UserError(f"--search {self.search!r}: expected one of {', '.join(SEARCHES)}")
         if self.proposer not in PROPOSERS:
             raise UserError(f"--proposer {self.proposer!r}: expected one of {', '.join(PROPOSERS)}")
+        if self.profiling not in PROFILING:
+            raise UserError(f"--profiling {self.profiling!r}: expected one of {', '.join(PROFILING)}")
         if self.objective not in ("speed", "energy"):
             raise UserError(f"--objective {self.objective!r}: expected speed or energy")
         if self.budget < 1:

@@ -19,6 +19,8 @@ class OptimizeRun:
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.tally = Tally()
+        self.profiles: dict[int, tuple] = {}  # node -> FindingNotes of its profile (recorded, replayed)
+        self.profiler = None  # profile(problem, candidate, out_dir, **kw) -> ProfileReport; None: the real one
 
     # -- starting and resuming ----------------------------------------------------------------
     @classmethod
@@ -63,6 +65,8 @@ class OptimizeRun:
                 self._tell(p["node"], p["evaluation"])
             elif event.kind == "close":
                 self.search.close(p["node"])
+            elif event.kind == "profile":
+                self.profiles[p["node"]] = _notes_from(p.get("notes") or [])
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -95,9 +99,51 @@ class OptimizeRun:
             summary, findings = "not judged", ()
         else:
             summary, findings = judged_context(ev.get("data") or {"status": ev["status"]})
+        findings = tuple(findings) + self._profile_notes(node_id)
         return ProposalRequest(task=self.problem.source, candidate=self.sources.get(node_id, ""),
                                evaluation=summary, findings=findings, memory=self.search.memory.summary(),
                                n=self.s.per_step, kind="kernels")
+
+    def _device(self) -> str:
+        judge = self.judge
+        return getattr(judge, "device", None) or getattr(getattr(judge, "judge", None), "device", None) or "cpu"
+
+    def _profile_notes(self, node: int) -> tuple:
+        """Findings of a profile of ``node`` (the reference for node 0), taken once when the search
+        first expands it, recorded in the store and replayed on resume. Nothing on the CPU, for
+        ``--profiling none``, or for a candidate that was not judged correct."""
+        if node in self.profiles:
+            return self.profiles[node]
+        mode, device = self.s.profiling, self._device()
+        if mode == "none" or not device.startswith("cuda"):
+            return ()
+        if node != 0 and (self.evaluations.get(node) or {}).get("status") != "correct":
+            return ()
+        from loopwise.errors import UserError
+
+        folder = self.store.run_dir / "profiles" / f"node-{node}"
+        folder.mkdir(parents=True, exist_ok=True)
+        candidate = None
+        if node != 0:
+            candidate = folder / "candidate.py"
+            candidate.write_text(self.sources[node], encoding="utf-8")
+        profiler = self.profiler
+        if profiler is None:
+            from loopwise.kernels.profile.run import profile as profiler
+        event: dict = {"node": node, "mode": mode}
+        try:
+            report = profiler(self.problem, candidate, folder, device=device, mode=mode, ncu="auto",
+                              precision=self.cfg.kernels.eval.precision)
+        except UserError as exc:
+            event["error"] = str(exc)
+            notes: tuple = ()
+        else:
+            notes = profile_notes(report)
+            event.update(costs=report.costs_s, kernels=len(report.kernels), notes_skipped=report.notes)
+        event["notes"] = [{"text": n.text, "evidence": dict(n.evidence)} for n in notes]
+        self.store.append("profile", event)
+        self.profiles[node] = notes
+        return notes
 
     def _propose(self, parent: int) -> list[int]:
         children = []
@@ -167,6 +213,37 @@ class OptimizeRun:
                 "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
                 "best_node": node, "failures": dict(self.tally.failures),
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
+
+
+PROFILE_NOTES = 8  # findings passed on per profile, highest score first
+
+
+def profile_notes(report) -> tuple:
+    """A profile as proposer findings: one line per kernel with its roofline class and numbers
+    (every mode, raw included: they are the measurements), then the tools' findings with their
+    suggested moves (none in raw mode)."""
+    from loopwise.core.propose import FindingNote
+
+    notes = []
+    for k in report.kernels[:6]:
+        parts = [k.kernel_class.replace("_", "-") if k.kernel_class else "not classified"]
+        if k.fraction_of_sol is not None:
+            parts.append(f"{100 * k.fraction_of_sol:.0f}% of its speed of light")
+        if k.duration_us is not None:
+            parts.append(f"{k.duration_us:.1f} us")
+        evidence = {key: round(v, 4) if isinstance(v, float) else v for key, v in
+                    (("duration_us", k.duration_us), ("dram_mb", k.dram_mb), ("gflop", k.gflop),
+                     ("achieved_gbs", k.achieved_gbs), ("registers", k.registers), ("launches", k.launches))
+                    if v is not None}
+        notes.append(FindingNote(text=f"kernel {k.name[:80]}: " + ", ".join(parts), evidence=evidence))
+    notes += [f.as_note() for f in report.findings[:PROFILE_NOTES]]
+    return tuple(notes)
+
+
+def _notes_from(items: list[dict]) -> tuple:
+    from loopwise.core.propose import FindingNote
+
+    return tuple(FindingNote(text=i["text"], evidence=i.get("evidence") or {}) for i in items)
 
 
 def judged_context(data: dict) -> tuple[str, tuple]:

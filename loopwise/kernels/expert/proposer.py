@@ -1,8 +1,10 @@
 """The LLM-free expert proposer: templates plus moves, in the vocabulary an LLM is asked to use.
 
 Every proposal is a complete ``ModelNew`` file. From the reference it proposes the template with
-its default moves and with neighbours of them; from a candidate it made, it changes one move at a
-time (tile size, warps), with a little seeded randomness so the search has siblings to compare.
+its default moves and with neighbours of them; from a candidate it made, it first tries the moves
+the profiling tools suggest for it (a finding's ``moves`` evidence, highest-ranked finding first),
+then changes one move at a time (tile size, warps), with a little seeded randomness so the search
+has siblings to compare.
 Problems no template covers give a typed failure with the reason, never wrong code.
 """
 
@@ -44,7 +46,7 @@ class ExpertProposer(Proposer):
                                    detail=f"no template covers this problem yet: {pattern.reason}")
             return [fail] * request.n
         current = self._moves_of.get(request.candidate) or self._parse_moves(request.candidate)
-        wanted = self._next_moves(pattern.kind, current, request.n)
+        wanted = self._next_moves(pattern.kind, current, request.n, suggested_moves(request.findings))
         out = []
         for moves in wanted:
             source = render(pattern, moves)
@@ -52,18 +54,28 @@ class ExpertProposer(Proposer):
             out.append(Proposal(content=source, origin="expert", note=self._note(pattern.kind, current, moves)))
         return out
 
-    def _next_moves(self, kind: str, current: dict | None, n: int) -> list[dict]:
+    def _next_moves(self, kind: str, current: dict | None, n: int, suggested: list[dict] = ()) -> list[dict]:
         base = dict(current or DEFAULT_MOVES[kind])
         seen = {tuple(sorted(m.items())) for m in self._moves_of.values()}
         options = []
         if current is None and tuple(sorted(base.items())) not in seen:
             options.append(base)
+        # The tools' suggestions come first, in their rank order, where the template has the knob
+        # and the value is one it can take.
+        for move in suggested:
+            if move and all(k in SPACE[kind] and v in SPACE[kind][k] for k, v in move.items()):
+                candidate = {**base, **move}
+                if candidate != base and tuple(sorted(candidate.items())) not in seen and candidate not in options:
+                    options.append(candidate)
+        first_shuffled = len(options)
         for name, values in SPACE[kind].items():
             i = values.index(base[name]) if base[name] in values else 0
             for j in (i - 1, i + 1):
                 if 0 <= j < len(values):
                     options.append({**base, name: values[j]})
-        self._rng.shuffle(options[1 if current is None else 0:])
+        tail = options[first_shuffled:]
+        self._rng.shuffle(tail)
+        options[first_shuffled:] = tail
         fresh = [m for m in options if tuple(sorted(m.items())) not in seen]
         while len(fresh) < n:  # exploration: a random point of the space
             fresh.append({name: self._rng.choice(values) for name, values in SPACE[kind].items()})
@@ -84,3 +96,23 @@ class ExpertProposer(Proposer):
             return f"{kind} template, " + ", ".join(f"{k} {v}" for k, v in sorted(moves.items()))
         changed = [f"{k} {current[k]}->{v}" for k, v in sorted(moves.items()) if current.get(k) != v]
         return f"{kind}: " + (", ".join(changed) or "same moves")
+
+
+def suggested_moves(findings) -> list[dict]:
+    """Parameter moves the findings suggest, in their order: each finding's ``moves`` evidence
+    (``"warps=8; block=512, warps=4; fuse_kernels"``, see ``Finding.as_note``) gives one move per
+    ``;``-separated part; structural moves (a bare name) are not template knobs and are skipped."""
+    out: list[dict] = []
+    for note in findings or ():
+        text = (getattr(note, "evidence", None) or {}).get("moves")
+        if not isinstance(text, str):
+            continue
+        for part in text.split(";"):
+            move = {}
+            for item in part.split(","):
+                key, sep, value = item.strip().partition("=")
+                if sep and value.strip().lstrip("-").isdigit():
+                    move[key.strip()] = int(value)
+            if move and move not in out:
+                out.append(move)
+    return out

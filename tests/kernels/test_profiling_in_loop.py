@@ -1,0 +1,125 @@
+"""Profiling findings flow into the search: each expanded candidate is profiled once (recorded in
+the run store, replayed on resume), its findings reach the proposer, and the expert proposer tries
+the moves the tools suggest before its own neighbours. A stand-in judge (on a pretend CUDA device)
+and a stand-in profiler keep this on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopwise.core.config import load_config
+from loopwise.core.propose import FindingNote, ProposalRequest
+from loopwise.kernels.evaluate.result import Evaluation, Status
+from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
+from loopwise.kernels.optimize import Settings
+from loopwise.kernels.optimize_run import OptimizeRun
+from loopwise.kernels.problem import load_problem
+from loopwise.kernels.profile.findings import Finding
+from loopwise.kernels.profile.run import KernelReport, ProfileReport
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "loopwise" / "kernels" / "examples"
+
+
+class FakeJudge:
+    """Judges by the warps the expert wrote: 16 warps is fastest."""
+
+    device = "cuda:0"
+
+    def __init__(self):
+        self.judged = []
+
+    def evaluate(self, source: str, name: str):
+        self.judged.append(source)
+        warps = int(source.split(" warps")[0].rsplit(" ", 1)[-1]) if " warps" in source else 4
+        return Evaluation(status=Status.CORRECT, problem="p", candidate=name, candidate_key=name,
+                          speedup=1.0 + warps / 10)
+
+
+def fake_report(mode: str) -> ProfileReport:
+    finding = Finding.make("low_occupancy", "Occupancy is 20%, limited by warps per block; use 16 warps.",
+                           {"occupancy": 0.2}, 0.5, [{"warps": 16}, "fuse_kernels"])
+    kernel = KernelReport(name="fused_kernel", duration_us=80.0, kernel_class="memory_bound",
+                          fraction_of_sol=0.55, dram_mb=268.4)
+    return ProfileReport(problem="p", candidate="c", device="cuda:0", mode=mode, kernels=[kernel],
+                         findings=[] if mode == "raw" else [finding], costs_s={"ncu_s": 1.0}, notes=[],
+                         artifacts={})
+
+
+def _run(tmp_path, profiling: str):
+    problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
+    settings = Settings(problem=str(EXAMPLES / "scaled_gelu_problem.py"), search="greedy", budget=4,
+                        profiling=profiling)
+    cfg = load_config(None, [])
+    run = OptimizeRun.start(settings, cfg, str(tmp_path / "runs"), FakeJudge(), problem)
+    calls = []
+
+    def profiler(problem, candidate, out_dir, **kw):
+        calls.append((candidate, kw["mode"]))
+        return fake_report(kw["mode"])
+
+    run.profiler = profiler
+    return run, calls
+
+
+def test_suggested_moves_are_read_from_finding_evidence():
+    notes = (FindingNote(text="a", evidence={"moves": "warps=16; fuse_kernels"}),
+             FindingNote(text="b", evidence={"moves": "block=512, warps=8"}), FindingNote(text="c"))
+    assert suggested_moves(notes) == [{"warps": 16}, {"block": 512, "warps": 8}]
+
+
+def test_expert_tries_the_tools_moves_first():
+    problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
+    expert = ExpertProposer(problem, seed=0)
+    (first,) = expert.propose(ProposalRequest(task=problem.source, n=1))
+    assert "block 1024, 4 warps" in first.content
+    hint = FindingNote(text="[medium] low_occupancy: ...", evidence={"moves": "warps=16; block=256"})
+    proposals = expert.propose(ProposalRequest(task=problem.source, candidate=first.content, findings=(hint,), n=2))
+    assert "block 1024, 16 warps" in proposals[0].content and "block 256, 4 warps" in proposals[1].content
+    # without findings the first neighbour is not the tool's move
+    plain = ExpertProposer(problem, seed=0)
+    (base,) = plain.propose(ProposalRequest(task=problem.source, n=1))
+    assert "16 warps" not in plain.propose(ProposalRequest(task=problem.source, candidate=base.content, n=1))[0].content
+
+
+def test_each_expanded_candidate_is_profiled_once_and_its_findings_reach_the_proposer(tmp_path):
+    run, calls = _run(tmp_path, "proactive")
+    seen = []
+    propose = run.proposer.propose
+    run.proposer.propose = lambda request: seen.append(request) or propose(request)
+    run.run()
+    assert calls and calls[0][0] is None  # the reference first
+    assert len({c for c, _ in calls}) == len(calls)  # never the same candidate twice
+    texts = [f.text for r in seen[1:] for f in r.findings]
+    assert any(t.startswith("[medium] low_occupancy") for t in texts)
+    assert any(t.startswith("kernel fused_kernel: memory-bound, 55% of its speed of light") for t in texts)
+    assert any("16 warps" in s for s in run.judge.judged)  # the tool's move was tried
+    events = list(run.store.events(kind="profile"))
+    assert len(events) == len(calls) and events[0].payload["mode"] == "proactive"
+    assert events[0].payload["notes"][1]["evidence"]["moves"] == "warps=16; fuse_kernels"
+
+
+def test_raw_mode_passes_measurements_without_guidance_and_none_profiles_nothing(tmp_path):
+    run, calls = _run(tmp_path / "raw", "raw")
+    run.run()
+    notes = [n for e in run.store.events(kind="profile") for n in e.payload["notes"]]
+    assert notes and all(n["text"].startswith("kernel ") for n in notes)
+    run, calls = _run(tmp_path / "none", "none")
+    run.run()
+    assert calls == [] and not list(run.store.events(kind="profile"))
+
+
+def test_resume_replays_profiles_instead_of_profiling_again(tmp_path):
+    run, calls = _run(tmp_path, "all")
+    run.s.budget = 2
+    run.search.max_evals = 2
+    run.run()
+    run_id, before = run.store.meta.run_id, len(calls)
+    run.store.close()
+    problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
+    again = OptimizeRun.resume(run_id, load_config(None, []), str(tmp_path / "runs"), lambda p: FakeJudge(),
+                               lambda spec: problem)
+    assert again.profiles and set(again.profiles) <= {0, *again.evaluations}
+    again.profiler = lambda *a, **k: (_ for _ in ()).throw(AssertionError("profiled again"))
+    for node in again.profiles:
+        again._profile_notes(node)  # served from the replayed events
+    assert before == len(calls)
