@@ -1,5 +1,6 @@
 """HTML report of a kernel run (``loopwise report RUN``): best speedup over evaluations, the search
-tree, and per candidate its code diff against its parent, its verdict and its reasons."""
+tree, and per candidate its code diff against its parent, its verdict and its reasons, and when it
+was profiled, its kernels' roofline classes, the tools' findings and the roofline plot."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ STATUS_COLORS = {"correct": "#1a7f37", "wrong_output": "#cf222e", "compile_error
 
 
 def _load(store) -> dict:
-    data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": ""}}, "evals": {}}
+    data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": ""}}, "evals": {},
+            "profiles": {}}
     order = 0
     for e in store.events():
         p = e.payload
@@ -23,6 +25,8 @@ def _load(store) -> dict:
             order += 1
             data["nodes"][order] = {"parent": p["parent"], "note": p.get("note", ""), "key": p["key"],
                                     "source": store.get_artifact(p["source_sha256"]).decode()}
+        elif e.kind == "profile":
+            data["profiles"][p["node"]] = p
         elif e.kind == "evaluation" and "node" in p:
             data["evals"][p["node"]] = p["evaluation"]
         elif e.kind == "evaluation":  # a `kernels eval` run: one flat list
@@ -87,14 +91,40 @@ def _fmt(v, unit="") -> str:
     return "-" if v is None else (f"{v:.4g}{unit}" if isinstance(v, float) else f"{v}{unit}")
 
 
-def _candidate_sections(data) -> list[Section]:
+def _profile_rows(profile: dict | None) -> list[list[str]]:
+    """A profile's notes as rows of the candidate's table (kernel lines and the tools' findings)."""
+    if not profile:
+        return []
+    if profile.get("error"):
+        return [["profile", "failed", profile["error"]]]
+    rows = []
+    for note in profile.get("notes") or ():
+        text = note["text"]
+        moves = (note.get("evidence") or {}).get("moves")
+        rows.append(["profile", profile.get("mode", ""), text + (f"  (try: {moves})" if moves else "")])
+    return rows
+
+
+def _roofline_png(store, node: int) -> list[tuple[str, bytes]]:
+    path = store.run_dir / "profiles" / f"node-{node}" / "roofline.png"
+    try:
+        return [(f"roofline of node {node}'s kernels", path.read_bytes())]
+    except OSError:
+        return []
+
+
+def _candidate_sections(data, store=None) -> list[Section]:
     out = []
     for n, info in sorted(data["nodes"].items()):
         if n == 0:
+            if n in data["profiles"] and store is not None:
+                out.append(Section("Node 0: the PyTorch reference", anchor="node0", columns=["source", "kind", "finding"],
+                                   rows=_profile_rows(data["profiles"][0]), images=_roofline_png(store, 0)))
             continue
         ev = data["evals"].get(n, {})
         timing = ev.get("timing") or {}
         reasons = [[r["severity"], r["code"], r["message"]] for r in ev.get("reasons", [])]
+        reasons += _profile_rows(data["profiles"].get(n))
         parent = data["nodes"].get(info["parent"], {}).get("source", "")
         diff = "".join(difflib.unified_diff(parent.splitlines(True), info["source"].splitlines(True),
                                             f"node {info['parent']}", f"node {n}")) or "(no parent source)"
@@ -104,6 +134,7 @@ def _candidate_sections(data) -> list[Section]:
                                   "floor": _fmt(ev.get("floor_ms"), " ms"),
                                   "energy": _fmt(ev.get("energy_j_per_call"), " J/call")},
                            columns=["severity", "reason", "message"], rows=reasons,
+                           images=_roofline_png(store, n) if store is not None and n in data["profiles"] else [],
                            blocks=[("diff against its parent", diff), ("source", info["source"])]))
     return out
 
@@ -124,7 +155,7 @@ def build_report(store, out: Path | None = None) -> Path:
                       columns=["node", "parent", "move", "status", "speedup"], rows=rows)
     figures = [_curve(data)] + ([_tree(data)] if meta.kind == "kernels.optimize" else [])
     html = render_html(f"loopwise run {meta.run_id}", f"{first.get('problem', s.get('problem', ''))} · {meta.kind}",
-                       figures, [summary] + _candidate_sections(data))
+                       figures, [summary] + _candidate_sections(data, store))
     path = out or (store.run_dir / "report.html")
     path.write_text(html, encoding="utf-8")
     return path

@@ -18,6 +18,9 @@ from loopwise.kernels.profile.findings import Finding
 from loopwise.kernels.profile.run import KernelReport, ProfileReport
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "loopwise" / "kernels" / "examples"
+# A 1x1 PNG: what the stand-in profiler leaves as its roofline plot.
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
 
 
 class FakeJudge:
@@ -55,6 +58,7 @@ def _run(tmp_path, profiling: str):
 
     def profiler(problem, candidate, out_dir, **kw):
         calls.append((candidate, kw["mode"]))
+        (Path(out_dir) / "roofline.png").write_bytes(PNG)
         return fake_report(kw["mode"])
 
     run.profiler = profiler
@@ -123,3 +127,16 @@ def test_resume_replays_profiles_instead_of_profiling_again(tmp_path):
     for node in again.profiles:
         again._profile_notes(node)  # served from the replayed events
     assert before == len(calls)
+
+
+def test_the_run_report_shows_each_profile_with_its_plot(tmp_path):
+    import base64
+
+    from loopwise.kernels.report_html import build_report
+
+    run, calls = _run(tmp_path, "proactive")
+    run.run()
+    html = build_report(run.store).read_text()
+    assert "[medium] low_occupancy: Occupancy is 20%" in html and "(try: warps=16; fuse_kernels)" in html
+    assert "Node 0: the PyTorch reference" in html
+    assert html.count("data:image/png;base64," + base64.b64encode(PNG).decode()) == len(calls)

@@ -26,6 +26,14 @@ class Section:
     blocks: list[tuple[str, str]] = field(default_factory=list)  # (label, text) shown as <pre>
     anchor: str = ""
     status: str = ""
+    images: list[tuple[str, bytes]] = field(default_factory=list)  # (caption, PNG bytes), inlined
+
+
+def data_uri(png: bytes) -> str:
+    """A PNG as a ``data:`` URI, so the page keeps opening offline."""
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def render_html(title: str, subtitle: str, figures: list[Figure], sections: list[Section]) -> str:
@@ -35,7 +43,8 @@ def render_html(title: str, subtitle: str, figures: list[Figure], sections: list
 
     text = (resources.files("loopwise.core.report") / "templates" / "run.html.j2").read_text(encoding="utf-8")
     env = jinja2.Environment(autoescape=True)
-    template = env.from_string(text)
     plots = [{"title": f.title, "id": f"fig{i}", "json": f.figure.to_json()} for i, f in enumerate(figures)]
+    env.filters["data_uri"] = data_uri
+    template = env.from_string(text)
     return template.render(title=title, subtitle=subtitle, plots=plots, sections=sections,
                            plotlyjs=get_plotlyjs())
