@@ -38,6 +38,11 @@ def keep(report, work: Path, dest: Path) -> list[str]:
         if key in report.artifacts and Path(report.artifacts[key]).is_file():
             shutil.copy(report.artifacts[key], dest / name)
             kept.append(name)
+    for source, name in ((work / "ceilings.json", "ceilings.json"), (work / "run" / "manifest.json", "manifest.json"),
+                         (work / "hints.json", "hints.json")):
+        if source.is_file():  # the device's roof and SM count: analyze() needs no GPU with them
+            shutil.copy(source, dest / name)
+            kept.append(name)
     for cubin in sorted((work / "triton").rglob("*.cubin")):
         shutil.copy(cubin, dest / cubin.name)
         kept.append(cubin.name)

@@ -164,7 +164,7 @@ def optimize_cmd(
 
 @app.command("profile")
 def profile_cmd(
-    problem: str = typer.Argument(..., help="Problem file or kernelbench:LEVEL/ID."),
+    problem: Optional[str] = typer.Argument(None, help="Problem file or kernelbench:LEVEL/ID (not with --from)."),
     candidate: Optional[Path] = typer.Argument(None, help="Candidate defining ModelNew (default: the reference Model)."),
     mode: str = typer.Option("proactive", help="Which tools run: proactive (chosen by the roofline class), "
                              "all, or raw (measurements only)."),
@@ -172,6 +172,9 @@ def profile_cmd(
     ncu_set: str = typer.Option("full", "--ncu-set", help="ncu section set (full, detailed, basic)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the trace, ncu CSV, roofline PNG and "
                                        "profile.json (default: ./loopwise-profile/<problem>)."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="Analyze a profile folder again (written by "
+                                            "an earlier profile, on any machine; no GPU needed), e.g. in "
+                                            "another --mode."),
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
     config: Optional[Path] = CONFIG,
@@ -183,10 +186,20 @@ def profile_cmd(
     from loopwise.kernels.evaluate.judge import resolve_device
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.profile.registry import MODES
-    from loopwise.kernels.profile.run import profile
+    from loopwise.kernels.profile.run import analyze, profile
 
     if mode not in MODES:
         raise UserError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if from_dir is not None:
+        if problem is not None or candidate is not None:
+            raise UserError("--from re-reads a profile folder: give no PROBLEM or CANDIDATE with it")
+        if not from_dir.is_dir():
+            raise UserError(f"--from {from_dir}: not a folder")
+        report = analyze(from_dir, mode=mode)
+        typer.echo(report.model_dump_json(indent=2)) if as_json else _print_profile(report)
+        return
+    if problem is None:
+        raise UserError("give a PROBLEM (and optionally a CANDIDATE), or --from FOLDER")
     if ncu not in ("auto", "on", "off"):
         raise UserError(f"--ncu {ncu!r}: expected auto, on or off")
     if candidate is not None:

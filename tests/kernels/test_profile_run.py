@@ -99,3 +99,32 @@ def test_ncu_on_without_ncu_is_a_user_error(tmp_path, monkeypatch):
     problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
     with pytest.raises(UserError, match="ncu .*not found"):
         profile_run.profile(problem, None, tmp_path / "out", device="cpu", ncu="on")
+
+
+def test_a_profile_folder_is_analyzed_again_without_a_gpu(fake_ncu, tmp_path, monkeypatch):
+    """What `kernels profile` left (or a recorded fixture) is read again on a machine with no GPU,
+    in another mode, with the ceilings and hints recorded next to the measurements."""
+    from typer.testing import CliRunner
+
+    from loopwise.cli import app
+
+    problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
+    first = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "out", device="cpu",
+                                mode="raw", ncu="on")
+    assert first.findings == []
+    live_all = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "live", device="cpu",
+                                   mode="all", ncu="on")
+    monkeypatch.setattr("loopwise.kernels.roofline.ceilings.load_or_measure",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured instead of read")))
+    again = profile_run.analyze(tmp_path / "out", mode="all", write=False)
+    assert [k.kernel_class for k in again.kernels] == ["memory_bound", "latency_bound"]
+    assert [(f.tool, f.guidance) for f in again.findings] == [(f.tool, f.guidance) for f in live_all.findings]
+    assert [k.model_dump() for k in again.kernels] == [k.model_dump() for k in live_all.kernels]
+    result = CliRunner().invoke(app, ["kernels", "profile", "--from", str(tmp_path / "out"), "--mode", "all", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["kernels"][0]["kernel_class"] == "memory_bound"
+    import subprocess
+
+    bad = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "profile", "--from", str(tmp_path / "nothing")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a folder" in bad.stderr and "Traceback" not in bad.stderr

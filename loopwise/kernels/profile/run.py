@@ -126,10 +126,11 @@ def _last_line(log: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _cubins(triton_dir: Path) -> list[tuple[Path, dict]]:
-    """Triton's cubins in the run's cache folder, each with its metadata (num_warps, shared)."""
+def _cubins(folder: Path) -> list[tuple[Path, dict]]:
+    """Triton's cubins under ``folder`` (its private cache, or a fixture), each with its metadata
+    (num_warps, shared)."""
     found = []
-    for cubin in sorted(triton_dir.rglob("*.cubin")):
+    for cubin in sorted(folder.rglob("*.cubin")):
         meta = {}
         for candidate in (cubin.with_suffix(".json"),):
             if candidate.is_file():
@@ -154,7 +155,8 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
             ncu: NcuChoice = "auto", ncu_set: str = "full", precision: str = "fp32",
             timeout_s: float = 600.0) -> ProfileReport:
     """Profiles ``candidate`` (a file defining ``ModelNew``; ``None``: the reference ``Model``) on
-    ``problem`` (a loaded :class:`~loopwise.kernels.problem.Problem`). Artifacts go to ``out_dir``.
+    ``problem`` (a loaded :class:`~loopwise.kernels.problem.Problem`). Artifacts go to ``out_dir``,
+    which :func:`analyze` can read again later, on any machine.
 
     Raises:
         UserError: the candidate failed to run, or ncu was required and is missing.
@@ -167,89 +169,100 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     env["TRITON_CACHE_DIR"] = str(out_dir / "triton")
     costs: dict[str, float] = {}
     notes: list[str] = []
-    artifacts: dict[str, str] = {}
     cuda = device.startswith("cuda")
 
-    # 1. system level
+    # 1. system level (the trace), which also compiles every kernel into out_dir/triton
     t0 = time.perf_counter()
     manifest = _run(_target_argv(problem_file, candidate, device, out_dir / "run", trace=True), env, timeout_s,
                     out_dir / "run", "the candidate" if candidate else "the reference")
     costs["run_s"] = time.perf_counter() - t0
-    traced = None
-    if (out_dir / "run" / "trace.json").is_file():
-        from loopwise.kernels.profile.trace import TraceError, read_trace
 
-        try:
-            traced = read_trace(out_dir / "run" / "trace.json")
-            artifacts["trace"] = str(out_dir / "run" / "trace.json")
-        except TraceError as exc:
-            notes.append(f"trace unreadable: {exc}")
-
-    # 2. instruction level
-    sass_kernels: list[tuple[object, LaunchConfig | None]] = []
-    binaries = [(p, m) for p, m in _cubins(out_dir / "triton")] + [(Path(p), {}) for p in manifest.get("extensions", [])]
-    if binaries:
-        from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, profile_cubin
-
-        t0 = time.perf_counter()
-        for path, meta in binaries:
-            try:
-                prof = profile_cubin(path)
-            except ToolNotFoundError as exc:
-                notes.append(f"SASS skipped: {exc}")
-                break
-            except DisassemblyError as exc:
-                notes.append(f"SASS of {path.name} skipped: {exc}")
-                continue
-            warps = meta.get("num_warps")
-            for k in prof.kernels:
-                shared = meta.get("shared")
-                if shared is not None and k.resources is not None:
-                    k = k.model_copy(update={"resources": k.resources.model_copy(update={"dynamic_shared_bytes": shared})})
-                sass_kernels.append((k, LaunchConfig(num_warps=warps) if warps else None))
-        costs["sass_s"] = time.perf_counter() - t0
-    elif not cuda:
-        notes.append("no compiled kernels on this device (Triton interprets on the CPU): no SASS")
-
-    # 3. kernel level
-    measured = []
+    # 3. kernel level (2, the SASS, is read from the files by analyze)
     ncu_path = find_ncu() if ncu != "off" else None
     if ncu == "on" and ncu_path is None:
         raise UserError("ncu (Nsight Compute) not found on PATH or under /usr/local/cuda/bin; "
                         "install it or pass --ncu off")
     if ncu_path and (cuda or ncu == "on"):
-        from loopwise.kernels.profile.ncu import NcuParseError, derive, ncu_command, parse_raw_csv
+        from loopwise.kernels.profile.ncu import ncu_command
 
-        csv_path = out_dir / "ncu.csv"
         argv = ncu_command(_target_argv(problem_file, candidate, device, out_dir / "ncu_run", trace=False), ".*",
-                           csv_path, section_set=ncu_set, ncu=ncu_path, nvtx_range=NVTX_RANGE)
+                           out_dir / "ncu.csv", section_set=ncu_set, ncu=ncu_path, nvtx_range=NVTX_RANGE)
         t0 = time.perf_counter()
         _run(argv, env, timeout_s, out_dir / "ncu_run", "the candidate under ncu")
         costs["ncu_s"] = time.perf_counter() - t0
+    elif ncu != "off":
+        notes.append("ncu skipped: " + ("no CUDA device" if not cuda else "Nsight Compute not found"))
+    if cuda or "ncu_s" in costs:  # the roof the kernels are held to travels with the profile
+        from loopwise.kernels.roofline.ceilings import load_or_measure
+
+        (out_dir / "ceilings.json").write_text(load_or_measure(device).model_dump_json(indent=1))
+    if not cuda and not list((out_dir / "triton").rglob("*.cubin")):
+        notes.append("no compiled kernels on this device (Triton interprets on the CPU): no SASS")
+    hints = _hints(problem, precision)
+    (out_dir / "hints.json").write_text(hints.model_dump_json(indent=1))
+    return analyze(out_dir, mode=mode, hints=hints, problem_name=problem.name,
+                   candidate=str(candidate) if candidate else "reference",
+                   device=manifest.get("device_name") or device, costs=costs, notes=notes)
+
+
+def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | None = None, problem_name: str = "",
+            candidate: str = "", device: str = "", costs: dict | None = None, notes: list | None = None,
+            write: bool = True) -> ProfileReport:
+    """The report of a profile folder: what :func:`profile` left there, or a recorded fixture
+    (``ncu.csv``, ``trace.json``, ``*.cubin`` with Triton's ``*.json``, ``*.sass.txt``,
+    ``ceilings.json``, ``manifest.json``, ``hints.json``). Needs no GPU: the device's ceilings and SM count are read
+    from the folder. Writes ``roofline.png`` and ``profile.json`` there unless ``write`` is false."""
+    folder = Path(folder)
+    costs, notes, artifacts = dict(costs or {}), list(notes or []), {}
+    manifest = _manifest(folder)
+    if hints is None and (folder / "hints.json").is_file():
+        try:
+            hints = ProblemHints.model_validate_json((folder / "hints.json").read_text())
+        except ValueError:
+            notes.append("hints.json unreadable: the problem's hints are not used")
+    hints = hints or ProblemHints()
+
+    traced = None
+    trace_path = next((p for p in (folder / "run" / "trace.json", folder / "trace.json") if p.is_file()), None)
+    if trace_path is not None:
+        from loopwise.kernels.profile.trace import TraceError, read_trace
+
+        try:
+            traced = read_trace(trace_path)
+            artifacts["trace"] = str(trace_path)
+        except TraceError as exc:
+            notes.append(f"trace unreadable: {exc}")
+
+    t0 = time.perf_counter()
+    sass_kernels = _sass(folder, manifest, notes)
+    if sass_kernels:
+        costs.setdefault("sass_s", time.perf_counter() - t0)
+
+    measured = []
+    csv_path = folder / "ncu.csv"
+    if csv_path.is_file():
+        from loopwise.kernels.profile.ncu import NcuParseError, derive, parse_raw_csv
+
         try:
             measured = [derive(launch) for launch in parse_raw_csv(csv_path.read_text(errors="replace"))]
             artifacts["ncu_csv"] = str(csv_path)
-        except (OSError, NcuParseError) as exc:
+        except NcuParseError as exc:
             notes.append(f"ncu output unreadable: {exc}")
         if not measured:
             notes.append("ncu profiled no kernel inside the call (is the work done on the host?)")
-    elif ncu != "off":
-        notes.append("ncu skipped: " + ("no CUDA device" if not cuda else "Nsight Compute not found"))
 
-    # 4. classes, tools, plot
     classifications = {}
     if measured:
-        from loopwise.kernels.profile.classify import classify, sample_from_ncu
-        from loopwise.kernels.roofline.ceilings import load_or_measure
+        ceilings = _ceilings(folder, device)
+        if ceilings is None:
+            notes.append("no ceilings.json and no CUDA device to measure them: kernels not classified")
+        else:
+            from loopwise.kernels.profile.classify import classify, sample_from_ncu
 
-        import torch
-
-        ceilings = load_or_measure(device)
-        sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count if cuda else None
-        for m in measured:
-            if m.duration_s:
-                classifications.setdefault(m.name, classify(sample_from_ncu(m), ceilings, sms))
-    hints = _hints(problem, precision, measured)
+            sms = manifest.get("sms")
+            for m in measured:
+                if m.duration_s:
+                    classifications.setdefault(m.name, classify(sample_from_ncu(m), ceilings, sms))
     summaries = None
     if traced is not None:
         summaries = tuple(s.model_copy(update={"kernel_class": getattr(classifications.get(
@@ -263,21 +276,84 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
                 seen.add((f.tool, f.guidance))
                 findings.append(f)
     findings.sort(key=lambda f: (-f.score, f.tool))
-    report = ProfileReport(problem=problem.name, candidate=str(candidate) if candidate else "reference",
-                           device=manifest.get("device_name") or device, mode=mode, kernels=kernels,
-                           findings=findings, trace_headline=traced.headline() if traced else None,
+    report = ProfileReport(problem=problem_name or manifest.get("problem", ""), candidate=candidate or
+                           (manifest.get("candidate") or "reference"), device=device or manifest.get("device_name", ""),
+                           mode=mode, kernels=kernels, findings=findings,
+                           trace_headline=traced.headline() if traced else None,
                            gpu_busy_us=traced.gpu_busy_us if traced else None,
                            gpu_span_us=traced.gpu_span_us if traced else None,
                            costs_s={k: round(v, 3) for k, v in costs.items()}, notes=notes, artifacts=artifacts)
-    png = roofline_png(report, out_dir / "roofline.png")
-    if png:
-        report.artifacts["roofline_png"] = str(png)
-    (out_dir / "profile.json").write_text(report.model_dump_json(indent=1))
-    report.artifacts["json"] = str(out_dir / "profile.json")
+    if write:
+        png = roofline_png(report, folder / "roofline.png", _ceilings(folder, report.device))
+        if png:
+            report.artifacts["roofline_png"] = str(png)
+        (folder / "profile.json").write_text(report.model_dump_json(indent=1))
+        report.artifacts["json"] = str(folder / "profile.json")
     return report
 
 
-def _hints(problem, precision: str, measured: list) -> ProblemHints:
+def _manifest(folder: Path) -> dict:
+    for path in (folder / "run" / "manifest.json", folder / "manifest.json"):
+        if path.is_file():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                return {}
+    return {}
+
+
+def _ceilings(folder: Path, device: str):
+    """The ceilings recorded with the profile, else measured (cached) on this machine's GPU."""
+    from loopwise.kernels.roofline.ceilings import Ceilings
+
+    path = folder / "ceilings.json"
+    if path.is_file():
+        try:
+            return Ceilings.model_validate_json(path.read_text())
+        except ValueError:
+            pass
+    from loopwise.kernels.roofline import ceilings as ceilings_module
+
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return ceilings_module.load_or_measure(device if device.startswith("cuda") else "cuda")
+    except Exception:  # noqa: BLE001 - no classification rather than no report
+        return None
+
+
+def _sass(folder: Path, manifest: dict, notes: list[str]) -> list[tuple[object, LaunchConfig | None]]:
+    """Per kernel function: its SASS record and launch configuration from Triton's metadata."""
+    out: list[tuple[object, LaunchConfig | None]] = []
+    binaries = _cubins(folder) + [(Path(p), {}) for p in manifest.get("extensions", []) if Path(p).is_file()]
+    texts = sorted(folder.glob("*.sass.txt"))
+    if not binaries and not texts:
+        return out
+    from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, parse_sass, profile_cubin
+
+    for path, meta in binaries:
+        try:
+            prof = profile_cubin(path)
+        except ToolNotFoundError as exc:
+            notes.append(f"SASS skipped: {exc}")
+            break
+        except DisassemblyError as exc:
+            notes.append(f"SASS of {path.name} skipped: {exc}")
+            continue
+        warps, shared = meta.get("num_warps"), meta.get("shared")
+        for k in prof.kernels:
+            if shared is not None and k.resources is not None:
+                k = k.model_copy(update={"resources": k.resources.model_copy(update={"dynamic_shared_bytes": shared})})
+            out.append((k, LaunchConfig(num_warps=warps) if warps else None))
+    for path in texts:
+        _, kernels = parse_sass(path.read_text(errors="replace"))
+        out += [(k, None) for k in kernels]
+    return out
+
+
+def _hints(problem, precision: str) -> ProblemHints:
     """What the problem tells the tools: its byte budget, and whether it is a matrix product."""
     try:
         from loopwise.kernels.roofline.floor import count_work
@@ -345,7 +421,7 @@ CLASS_COLOURS = {"memory_bound": "#1f77b4", "compute_bound": "#d62728", "latency
                  "underutilized": "#ff7f0e", None: "#7f7f7f"}
 
 
-def roofline_png(report: ProfileReport, path: Path) -> Path | None:
+def roofline_png(report: ProfileReport, path: Path, ceilings=None) -> Path | None:
     """Two panels: the kernels on the roofline (FLOP/byte vs TFLOP/s, where both are known) and
     each kernel's fraction of its speed of light, coloured by class. ``None`` when nothing was
     measured or matplotlib is missing."""
@@ -363,15 +439,10 @@ def roofline_png(report: ProfileReport, path: Path) -> Path | None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     roof = [k for k in placed if k.arithmetic_intensity and k.achieved_tflops]
     if roof:
-        from loopwise.kernels.roofline.ceilings import load_or_measure
-
-        try:
-            ceilings = load_or_measure(report.device if report.device.startswith("cuda") else "cuda")
+        if ceilings is not None:
             bw, peak = ceilings.bandwidth_gbs * 1e9, ceilings.fp32_tflops * 1e12
             xs = [10 ** (e / 10) for e in range(-30, 41)]
             ax1.plot(xs, [min(peak, bw * x) / 1e12 for x in xs], color="black", lw=1.5, label="measured fp32 roof")
-        except Exception:  # noqa: BLE001 - the points still say something without the roof
-            pass
         for k in roof:
             ax1.scatter(k.arithmetic_intensity, k.achieved_tflops, color=CLASS_COLOURS.get(k.kernel_class), s=40)
             ax1.annotate(_short(k.name)[:28], (k.arithmetic_intensity, k.achieved_tflops), fontsize=7)

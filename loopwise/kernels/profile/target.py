@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         if cuda:
             torch.cuda.nvtx.range_pop()
             manifest["device_name"] = torch.cuda.get_device_name()
+            manifest["sms"] = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
         manifest["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - the caller reports it in one line
         if isinstance(exc, KeyboardInterrupt):
