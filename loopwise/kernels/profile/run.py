@@ -131,13 +131,12 @@ def _cubins(folder: Path) -> list[tuple[Path, dict]]:
     (num_warps, shared)."""
     found = []
     for cubin in sorted(folder.rglob("*.cubin")):
-        meta = {}
-        for candidate in (cubin.with_suffix(".json"),):
-            if candidate.is_file():
-                try:
-                    meta = json.loads(candidate.read_text())
-                except ValueError:
-                    meta = {}
+        meta, side = {}, cubin.with_suffix(".json")
+        if side.is_file():
+            try:
+                meta = json.loads(side.read_text())
+            except ValueError:
+                meta = {}
         found.append((cubin, meta))
     return found
 
