@@ -12,6 +12,14 @@ from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.problem import load_problem
 
+try:
+    # Imported now, before any test sets TRITON_INTERPRET for its sandboxes: Triton's standard
+    # library (and gluon's copy of it, which the ahead-of-time compiles below import) is then built
+    # for compilation, whatever order the tests run in.
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:
+    pass
+
 HERE = Path(__file__).parent / "expert_problems"
 EXAMPLE = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
 
@@ -30,7 +38,9 @@ def test_capture_recognizes_patterns_and_says_why_not():
 @pytest.mark.parametrize("name,moves", [("chain.py", {"block": 64}), ("activations.py", {"block": 512}), ("softmax_rows.py", {"block": 256}),
                                         ("softmax_rows.py", {"block": 2048, "warps": 4}),
                                         ("layernorm.py", {"block": 64, "chunk": 128}),
-                                        ("bias_nchw.py", {"block": 64})])
+                                        ("bias_nchw.py", {"block": 64}),
+                                        ("matmul_bt.py", {"block": 64, "chunk": 16}),
+                                        ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
@@ -183,6 +193,11 @@ SM90_SIGNATURES = {
         "normalize_kernel": ({"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "stats_ptr": "*fp32",
                               "out_ptr": "*fp32", "n_cols": "i32", "n_elements": "i64", "HAS_AFFINE": "constexpr",
                               "BLOCK": "constexpr"}, {"HAS_AFFINE": True, "BLOCK": 1024})},
+    "matmul_plain.py": {"matmul_kernel": (
+        {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "s_am": "i32",
+         "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32", "BM": "constexpr",
+         "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
+        {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8})},
     "bias_nchw.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "p1_ptr": "*fp32", "p2_ptr": "*fp32", "out_ptr": "*fp32",
          "n_elements": "i32", "p0_div": "i32", "p0_mod": "i32", "p1_div": "i32", "p1_mod": "i32", "p2_div": "i32",
