@@ -1,0 +1,41 @@
+"""The micro-profiling tools against profiles recorded on the H200 (ncu raw page, SASS, trace) of
+kernels built to show one thing each (tests/kernels/profile_cases/): the top finding in "all" mode
+matches the designed label for >= 90% of them, with no GPU.
+
+The recordings live in tests/kernels/profile_fixtures/recorded/<case>/, written by
+`python3 bench/profile_fixtures.py` on the GPU machine ($OUT/profile_fixtures/<case>/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopwise.kernels.profile.findings import ProblemHints
+from loopwise.kernels.profile.run import analyze
+
+HERE = Path(__file__).parent
+RECORDED = HERE / "profile_fixtures" / "recorded"
+LABELS = json.loads((HERE / "profile_cases" / "cases.json").read_text())["cases"]
+CASES = sorted(p.name for p in RECORDED.iterdir() if p.is_dir() and p.name in LABELS) if RECORDED.is_dir() else []
+
+pytestmark = pytest.mark.skipif(not CASES, reason="no recorded profiles yet (bench/profile_fixtures.py on a GPU)")
+
+
+def _top(case: str) -> str | None:
+    hints = ProblemHints(**LABELS[case]["hints"])
+    report = analyze(RECORDED / case, mode="all", hints=hints, write=False)
+    return report.findings[0].tool if report.findings else None
+
+
+def test_top_finding_matches_the_designed_label_for_90_percent():
+    results = {case: (_top(case), LABELS[case]["expected"]) for case in CASES}
+    hits = [case for case, (got, want) in results.items() if got == want]
+    assert len(hits) >= 0.9 * len(results), {c: r for c, r in results.items() if c not in hits}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_recorded_profile_is_classified(case):
+    report = analyze(RECORDED / case, mode="raw", hints=ProblemHints(**LABELS[case]["hints"]), write=False)
+    assert report.kernels and all(k.kernel_class for k in report.kernels if k.duration_us)
