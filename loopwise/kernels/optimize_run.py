@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from loopwise.core.config import Config, dump_config
 from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
+
+log = logging.getLogger(__name__)
 
 
 class OptimizeRun:
@@ -134,9 +137,13 @@ class OptimizeRun:
         try:
             report = profiler(self.problem, candidate, folder, device=device, mode=mode, ncu="auto",
                               precision=self.cfg.kernels.eval.precision)
-        except UserError as exc:
+        except UserError as exc:  # the candidate would not run under the profiler
             event["error"] = str(exc)
             notes: tuple = ()
+        except Exception as exc:  # noqa: BLE001 - profiling only informs the proposer: never stop the search
+            log.exception("profiling node %s failed", node)
+            event["error"] = f"profiling failed ({type(exc).__name__}: {exc})"
+            notes = ()
         else:
             notes = profile_notes(report)
             event.update(costs=report.costs_s, kernels=len(report.kernels), notes_skipped=report.notes)

@@ -140,3 +140,12 @@ def test_the_run_report_shows_each_profile_with_its_plot(tmp_path):
     assert "[medium] low_occupancy: Occupancy is 20%" in html and "(try: warps=16; fuse_kernels)" in html
     assert "Node 0: the PyTorch reference" in html
     assert html.count("data:image/png;base64," + base64.b64encode(PNG).decode()) == len(calls)
+
+
+def test_a_profiler_that_breaks_does_not_stop_the_search(tmp_path):
+    run, calls = _run(tmp_path, "proactive")
+    run.profiler = lambda *a, **k: (_ for _ in ()).throw(KeyError("a bug in the analysis"))
+    run.run()
+    assert run.tally.evaluations == 4
+    errors = [e.payload["error"] for e in run.store.events(kind="profile")]
+    assert errors and all("KeyError" in e for e in errors)
