@@ -40,7 +40,8 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("layernorm.py", {"block": 64, "chunk": 128}),
                                         ("bias_nchw.py", {"block": 64}),
                                         ("matmul_bt.py", {"block": 64, "chunk": 16}),
-                                        ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4})])
+                                        ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4}),
+                                        ("linear_epilogue.py", {"block": 64, "chunk": 16})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
@@ -197,6 +198,11 @@ SM90_SIGNATURES = {
         {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "s_am": "i32",
          "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32", "BM": "constexpr",
          "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
+        {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8})},
+    "linear_epilogue.py": {"linear_kernel": (
+        {"x_ptr": "*fp32", "w_ptr": "*fp32", "p1_ptr": "*fp32", "p2_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32",
+         "N": "i32", "K": "i32", "s_xm": "i32", "s_xk": "i32", "s_wn": "i32", "s_wk": "i32", "s_om": "i32",
+         "s_on": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
         {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8})},
     "bias_nchw.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "p1_ptr": "*fp32", "p2_ptr": "*fp32", "out_ptr": "*fp32",

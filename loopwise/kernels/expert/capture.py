@@ -43,6 +43,9 @@ def _trace(problem):
     matmul = _only_matmul(model, args)
     if matmul is not None:
         raise _Found(matmul)
+    linear = _linear_epilogue(model, args)
+    if linear is not None:
+        raise _Found(linear)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -109,6 +112,56 @@ def _only_matmul(model, args) -> Pattern | None:
                            ("m", int(m)), ("n", int(n)), ("k", int(k))))
 
 
+def _linear_epilogue(model, args) -> Pattern | None:
+    """A model whose forward is one nn.Linear on its 2-D float32 input followed by elementwise
+    operations on the product (constants, and model tensors of one value per output column): a GEMM
+    with its epilogue fused. None when the forward is anything else."""
+    import torch
+    import torch.fx as fx
+    import torch.nn as nn
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dim() != 2 \
+            or args[0].dtype != torch.float32:
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if not calls or calls[0].op != "call_module" or calls[0].args[:1] != (x,):
+        return None
+    linear = gm.get_submodule(calls[0].target)
+    if not isinstance(linear, nn.Linear) or linear.in_features != args[0].shape[1]:
+        return None
+    n = linear.out_features
+    operands = [f"{calls[0].target}.weight"] + ([f"{calls[0].target}.bias"] if linear.bias is not None else [])
+    exprs = {calls[0].name: "acc"}
+    ops, body = ["linear"], []
+    for node in calls[1:]:
+        if node.op == "get_attr":
+            value = functools.reduce(getattr, node.target.split("."), model)
+            if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.numel() != n \
+                    or tuple(value.shape)[-1:] != (n,):
+                raise ew.Unsupported(f"model tensor {node.target!r} is not one float32 value per output column")
+            if node.target not in operands:
+                operands.append(node.target)
+            exprs[node.name] = f"p{operands.index(node.target)}"
+            continue
+        if any(hasattr(a, "name") and a.name not in exprs for a in node.args):
+            raise ew.Unsupported("an operation after the linear layer reads something other than its result")
+        expr, op = _expr(gm, node, exprs)
+        exprs[node.name] = f"t{len(body)}"
+        body.append(f"{exprs[node.name]} = {expr}  # {op}")
+        ops.append(op)
+    (out,) = [nd for nd in gm.graph.nodes if nd.op == "output"]
+    if not hasattr(out.args[0], "name") or out.args[0].name not in exprs:
+        return None
+    return Pattern("linear", inputs=1, expr=exprs[out.args[0].name], ops=tuple(ops), body=tuple(body),
+                   operands=tuple(operands), params=(("n", n), ("k", linear.in_features),
+                                                     ("has_bias", linear.bias is not None)))
+
+
 class _Found(Exception):
     def __init__(self, pattern: Pattern) -> None:
         super().__init__(pattern.kind)
@@ -149,7 +202,11 @@ def capture(problem) -> Pattern:
             pattern = replace(pattern, init=init.text, constants=init.constants)
         return pattern
     except _Found as found:
-        return found.pattern
+        pattern = found.pattern
+        if pattern.operands:  # ModelNew holds the same weights: it runs the reference's __init__
+            init = reference_init(problem.source, problem.load_module())
+            pattern = replace(pattern, init=init.text, constants=init.constants)
+        return pattern
     except ew.Unsupported as exc:
         return Pattern("unsupported", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.

@@ -23,6 +23,7 @@ SPACE = {
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
+    "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
 }
 
 
