@@ -196,20 +196,19 @@ def profile_cmd(
         if not from_dir.is_dir():
             raise UserError(f"--from {from_dir}: not a folder")
         report = analyze(from_dir, mode=mode)
-        typer.echo(report.model_dump_json(indent=2)) if as_json else _print_profile(report)
-        return
-    if problem is None:
-        raise UserError("give a PROBLEM (and optionally a CANDIDATE), or --from FOLDER")
-    if ncu not in ("auto", "on", "off"):
-        raise UserError(f"--ncu {ncu!r}: expected auto, on or off")
-    if candidate is not None:
-        _read_candidate(candidate)
-    cfg = _config(config, overrides, _where(device, kernelbench))
-    prob = load_problem(problem, cfg.kernels.kernelbench)
-    target = resolve_device(cfg.kernels.device)
-    folder = out or Path("loopwise-profile") / Path(prob.name).name
-    report = profile(prob, candidate.resolve() if candidate else None, folder, device=target, mode=mode, ncu=ncu,
-                     ncu_set=ncu_set, precision=cfg.kernels.eval.precision)
+    else:
+        if problem is None:
+            raise UserError("give a PROBLEM (and optionally a CANDIDATE), or --from FOLDER")
+        if ncu not in ("auto", "on", "off"):
+            raise UserError(f"--ncu {ncu!r}: expected auto, on or off")
+        if candidate is not None:
+            _read_candidate(candidate)
+        cfg = _config(config, overrides, _where(device, kernelbench))
+        prob = load_problem(problem, cfg.kernels.kernelbench)
+        folder = out or Path("loopwise-profile") / Path(prob.name).name
+        report = profile(prob, candidate.resolve() if candidate else None, folder,
+                         device=resolve_device(cfg.kernels.device), mode=mode, ncu=ncu, ncu_set=ncu_set,
+                         precision=cfg.kernels.eval.precision)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return

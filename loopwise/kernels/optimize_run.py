@@ -124,7 +124,7 @@ class OptimizeRun:
             return ()
         from loopwise.errors import UserError
 
-        folder = self.store.run_dir / "profiles" / f"node-{node}"
+        folder = profile_dir(self.store.run_dir, node)
         folder.mkdir(parents=True, exist_ok=True)
         candidate = None
         if node != 0:
@@ -223,6 +223,11 @@ class OptimizeRun:
 
 
 PROFILE_NOTES = 8  # findings passed on per profile, highest score first
+
+
+def profile_dir(run_dir: Path, node: int) -> Path:
+    """Where a run keeps the profile of one node (its trace, ncu CSV, roofline.png)."""
+    return Path(run_dir) / "profiles" / f"node-{node}"
 
 
 def profile_notes(report) -> tuple:

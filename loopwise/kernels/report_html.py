@@ -106,18 +106,20 @@ def _profile_rows(profile: dict | None) -> list[list[str]]:
 
 
 def _roofline_png(store, node: int) -> list[tuple[str, bytes]]:
-    path = store.run_dir / "profiles" / f"node-{node}" / "roofline.png"
+    from loopwise.kernels.optimize_run import profile_dir
+
+    path = profile_dir(store.run_dir, node) / "roofline.png"
     try:
         return [(f"roofline of node {node}'s kernels", path.read_bytes())]
     except OSError:
         return []
 
 
-def _candidate_sections(data, store=None) -> list[Section]:
+def _candidate_sections(data, store) -> list[Section]:
     out = []
     for n, info in sorted(data["nodes"].items()):
         if n == 0:
-            if n in data["profiles"] and store is not None:
+            if n in data["profiles"]:
                 out.append(Section("Node 0: the PyTorch reference", anchor="node0", columns=["source", "kind", "finding"],
                                    rows=_profile_rows(data["profiles"][0]), images=_roofline_png(store, 0)))
             continue
@@ -134,7 +136,7 @@ def _candidate_sections(data, store=None) -> list[Section]:
                                   "floor": _fmt(ev.get("floor_ms"), " ms"),
                                   "energy": _fmt(ev.get("energy_j_per_call"), " J/call")},
                            columns=["severity", "reason", "message"], rows=reasons,
-                           images=_roofline_png(store, n) if store is not None and n in data["profiles"] else [],
+                           images=_roofline_png(store, n) if n in data["profiles"] else [],
                            blocks=[("diff against its parent", diff), ("source", info["source"])]))
     return out
 

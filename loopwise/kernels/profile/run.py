@@ -250,7 +250,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
         if not measured:
             notes.append("ncu profiled no kernel inside the call (is the work done on the host?)")
 
-    classifications = {}
+    classifications, ceilings = {}, None
     if measured:
         ceilings = _ceilings(folder, device)
         if ceilings is None:
@@ -283,7 +283,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
                            gpu_span_us=traced.gpu_span_us if traced else None,
                            costs_s={k: round(v, 3) for k, v in costs.items()}, notes=notes, artifacts=artifacts)
     if write:
-        png = roofline_png(report, folder / "roofline.png", _ceilings(folder, report.device))
+        png = roofline_png(report, folder / "roofline.png", ceilings)  # placed kernels imply ceilings
         if png:
             report.artifacts["roofline_png"] = str(png)
         (folder / "profile.json").write_text(report.model_dump_json(indent=1))
