@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     work_root = Path(os.environ.get("LOOPWISE_CACHE_DIR", ".loopwise-cache")) / "profile_work"
     labels = json.loads((CASES / "cases.json").read_text())["cases"]
     wanted = [c for c in args.cases.split(",") if c] or list(labels)
-    jobs = [(name, str(CASES / name / "problem.py"),
+    jobs = [(name, str(CASES / labels[name].get("problem", name) / "problem.py"),
              CASES / name / "candidate.py" if (CASES / name / "candidate.py").is_file() else None, labels[name])
             for name in wanted]
     if not args.no_levels:

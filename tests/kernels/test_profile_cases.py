@@ -18,6 +18,11 @@ from loopwise.kernels.profile.registry import load_tools
 CASES = Path(__file__).parent / "profile_cases"
 ROOT = Path(__file__).resolve().parents[2]
 LABELS = json.loads((CASES / "cases.json").read_text())["cases"]
+
+
+def problem_file(case: str) -> Path:
+    """The case's problem: its own, or the one it shares (``problem`` in cases.json)."""
+    return CASES / LABELS[case].get("problem", case) / "problem.py"
 SMALL = {"N": 160, "M": 96, "ROWS": 5, "COLS": 3000}
 
 
@@ -35,7 +40,7 @@ def test_every_case_folder_is_labelled_with_a_registered_tool():
     names = {t.name for t in load_tools()}
     for case, label in LABELS.items():
         assert label["expected"] is None or label["expected"] in names, case
-        assert (CASES / case / "problem.py").is_file()
+        assert problem_file(case).is_file()
 
 
 CHECK = r"""
@@ -63,7 +68,7 @@ def test_candidate_matches_its_problem(case, tmp_path):
     source = (CASES / case / "candidate.py").read_text()
     if "load_inline" in source and not torch.cuda.is_available():
         pytest.skip("CUDA extension: needs nvcc and a GPU")
-    (tmp_path / "problem.py").write_text(small((CASES / case / "problem.py").read_text()))
+    (tmp_path / "problem.py").write_text(small(problem_file(case).read_text()))
     (tmp_path / "candidate.py").write_text(source)
     # A process of its own: Triton must be imported with TRITON_INTERPRET set for its standard
     # library (tl.sum, tl.max) to be interpretable, and this test process may have imported it.
