@@ -34,3 +34,16 @@ def test_gc_is_off_during_trials_and_restored(monkeypatch):
     seen.clear()
     timing.Clock("cpu").run(lambda: seen.append(gc.isenabled()), trials=3, warmup=1)
     assert all(seen)
+
+
+def test_kept_output_buffers_are_made_only_for_dense_layouts():
+    """Kept outputs are copied into buffers made before the timed loop (so no trial allocates);
+    a layout a plain buffer cannot mirror exactly falls back to a fresh copy."""
+    import torch
+
+    from loopwise.kernels.evaluate.sandbox import _dense
+
+    x = torch.zeros(4, 6)
+    assert _dense(x) and _dense(x.t()) and _dense(x.unsqueeze(1))
+    assert _dense(torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last))
+    assert not _dense(x[:, ::2]) and not _dense(x.expand(3, 4, 6)) and not _dense(x[:, :5])
