@@ -61,7 +61,7 @@ def keep(report, work: Path, dest: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--cases", default="", help="comma-separated case names or kernelbench_L_ID (default: all)")
     ap.add_argument("--no-levels", action="store_true", help="skip the KernelBench problem per level")
     ap.add_argument("--kernelbench", default="third_party/KernelBench")
     ap.add_argument("--ncu-set", default="full")
@@ -77,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.environ.get("OUT", "bench_out")) / "profile_fixtures"
     work_root = Path(os.environ.get("LOOPWISE_CACHE_DIR", ".loopwise-cache")) / "profile_work"
     labels = json.loads((CASES / "cases.json").read_text())["cases"]
-    wanted = [c for c in args.cases.split(",") if c] or list(labels)
     jobs = [(name, str(CASES / labels[name].get("problem", name) / "problem.py"),
              CASES / name / "candidate.py" if (CASES / name / "candidate.py").is_file() else None, labels[name])
-            for name in wanted]
+            for name in labels]
     if not args.no_levels:
         jobs += [(spec.replace(":", "_").replace("/", "_"), spec, cand, None) for spec, cand in LEVELS]
+    wanted = [c for c in args.cases.split(",") if c]  # case names, or kernelbench_L_ID for a level's problem
+    if wanted:
+        unknown = sorted(set(wanted) - {job[0] for job in jobs})
+        if unknown:
+            ap.error(f"unknown case(s): {', '.join(unknown)}")
+        jobs = [job for job in jobs if job[0] in wanted]
     rows, t_start = [], time.monotonic()
     for name, spec, candidate, label in jobs:
         if time.monotonic() - t_start > args.budget_s:
