@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             row["kept"] = " ".join(keep(report, work, out / name))
             row["kernels"] = len(report.kernels)
             row["classes"] = " ".join(sorted({k.kernel_class or "-" for k in report.kernels}))
-            row["top"] = report.findings[0].tool if report.findings else None
-            row["top_score"] = round(report.findings[0].score, 3) if report.findings else None
+            top = report.top_finding()  # None: nothing at severity low or above (nothing worth fixing)
+            row["top"] = top.tool if top is not None else None
+            row["top_score"] = round(top.score, 3) if top is not None else None
             row["match"] = (row["top"] == row["expected"]) if label else "-"
             row.update({k: v for k, v in report.costs_s.items()})
             row["notes"] = "; ".join(report.notes)[:300]

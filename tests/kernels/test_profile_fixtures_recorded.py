@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(not CASES, reason="no recorded profiles yet (ben
 
 def _top(case: str) -> str | None:
     hints = ProblemHints(**LABELS[case]["hints"])
-    report = analyze(RECORDED / case, mode="all", hints=hints, write=False)
-    return report.findings[0].tool if report.findings else None
+    top = analyze(RECORDED / case, mode="all", hints=hints, write=False).top_finding()
+    return top.tool if top is not None else None
 
 
 def test_top_finding_matches_the_designed_label_for_90_percent():

@@ -196,3 +196,40 @@ def test_stalls_other_families_and_quiet_cases():
 def test_kernel_summary_validates():
     with pytest.raises(ValueError):
         KernelSummary(name="k", duration_s=0.0)
+
+
+# ---- ranking: specific causes before generic symptoms ------------------------------------------
+
+def test_stalls_on_a_kernel_at_its_roofline_are_not_worth_fixing():
+    """A streaming kernel at the DRAM roofline stalls on memory by design: the stall finding keeps
+    only the headroom to the speed of light."""
+    far = STALLS.run(ToolInput(ncu=syn.metrics(syn.STALLS_MEMORY), classification=syn.classification(fraction=0.3)))
+    near = STALLS.run(ToolInput(ncu=syn.metrics(syn.STALLS_MEMORY), classification=syn.classification(fraction=0.98)))
+    assert far[0].score == pytest.approx(0.5 * 6.0 / 8.6 * 0.7, abs=1e-3)
+    assert near[0].severity == "info" and near[0].evidence["headroom_to_sol"] == pytest.approx(0.02)
+
+
+def test_generic_symptoms_keep_only_what_the_specific_cause_leaves_unexplained():
+    from loopwise.kernels.profile.registry import diagnose
+
+    raw = dict(syn.STALLS_MEMORY) | {"memory_l2_theoretical_sectors_global": 7.5e7,
+                                     "memory_l2_theoretical_sectors_global_ideal": 1.68e7}
+    inp = ToolInput(ncu=syn.metrics(raw), classification=syn.classification(fraction=0.3))
+    found = diagnose(inp, mode="all", tools=(STALLS, MEMORY_SOL, UNCOALESCED))
+    assert [f.tool for f in found][0] == "uncoalesced_access" and len(found) == 3
+    specific = found[0].score
+    alone = {f.tool: f.score for f in diagnose(inp, mode="all", tools=(STALLS, MEMORY_SOL))}
+    for f in found[1:]:
+        assert f.score == pytest.approx(alone[f.tool] * (1 - specific), abs=2e-4)
+        assert f.evidence["unexplained_share"] == pytest.approx(1 - specific, abs=1e-4)
+
+
+def test_uncoalesced_reads_ncus_ideal_sector_count_when_present():
+    # 4.5x the ideal sectors (a naive transpose's strided stores) fires whatever the access width ...
+    strided = {"memory_l2_theoretical_sectors_global": 7.5e7, "memory_l2_theoretical_sectors_global_ideal": 1.68e7}
+    [f] = UNCOALESCED.run(ToolInput(ncu=syn.metrics(strided), classification=syn.classification()))
+    assert f.evidence["excess"] == pytest.approx(4.464, abs=1e-3) and f.score == pytest.approx(0.8 * (1 - 1 / 4.464), abs=1e-3)
+    # ... and PyTorch's vectorized kernels, 16 sectors per 4-byte-looking request, are not flagged
+    vectorized = dict(syn.UNCOALESCED) | {"memory_l2_theoretical_sectors_global": 3.6e7,
+                                          "memory_l2_theoretical_sectors_global_ideal": 3.6e7}
+    assert UNCOALESCED.run(_ncu(vectorized)) == []

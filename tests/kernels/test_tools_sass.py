@@ -84,6 +84,21 @@ def test_spills_fire_on_the_capped_matmul_only():
 
 
 @needs_tools
+def test_spills_weigh_the_local_traffic_ncu_counted():
+    """With ncu, the score follows the share of the L1 sectors that were spill traffic."""
+    from ncu_synthetic import metrics
+
+    static = SPILLS.run(_input("matmul_spill"))[0]
+    heavy = {"l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum": 2.3e9, "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum": 2.2e9,
+             "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 1.3e8, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": 1e7}
+    inp = _input("matmul_spill").model_copy(update={"ncu": metrics(heavy)})
+    [finding] = SPILLS.run(inp)
+    assert finding.evidence["local_sector_share"] == pytest.approx(4.5e9 / 4.64e9, abs=1e-4)
+    assert finding.score == 0.95 >= static.score  # 97% of the traffic, at the cap
+    assert "97% of the sectors" in finding.guidance
+
+
+@needs_tools
 def test_narrow_accesses_fire_on_the_gather_not_on_vector_add():
     [finding] = NARROW.run(_input("strided_gather"))
     assert finding.evidence["narrow_fraction"] == 1.0 and finding.evidence["accesses_4_bytes"] == 16

@@ -92,6 +92,23 @@ def select(classification: Classification | KernelClass | None, mode: Mode = "pr
 
 
 def diagnose(inp: ToolInput, mode: Mode = "proactive", tools: tuple[Tool, ...] | None = None) -> list[Finding]:
-    """Findings of the selected tools on one kernel, highest score first (ties: tool name)."""
-    findings = [f for tool in select(inp.classification, mode, tools) for f in tool.run(inp)]
+    """Findings of the selected tools on one kernel, highest score first (ties: tool name).
+
+    A score is the share of the kernel's time at stake. A generic tool's symptom (warps stalled on
+    memory, a memory-bound kernel below its ceiling) is the same lost time that a specific tool
+    names the cause of (uncoalesced accesses, spills, a partial wave), so a generic finding keeps
+    only the share the strongest specific finding leaves unexplained: ``score x (1 - specific)``.
+    Precision findings (score 1.0 for a correctness matter, not time) do not discount.
+    """
+    chosen = select(inp.classification, mode, tools)
+    generic = {t.name for t in chosen if t.generic}
+    findings = [f for tool in chosen for f in tool.run(inp)]
+    explained = max((f.score for f in findings if f.tool not in generic and f.score < 1.0), default=0.0)
+    if explained > 0:
+        findings = [_discounted(f, 1.0 - explained) if f.tool in generic else f for f in findings]
     return sorted(findings, key=lambda f: (-f.score, f.tool))
+
+
+def _discounted(finding: Finding, share: float) -> Finding:
+    evidence = {**finding.evidence, "unexplained_share": round(share, 4)}
+    return Finding.make(finding.tool, finding.guidance, evidence, finding.score * share, finding.moves)

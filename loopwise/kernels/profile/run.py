@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,11 @@ class ProfileReport(BaseModel):
     costs_s: dict[str, float]
     notes: list[str]
     artifacts: dict[str, str]
+
+    def top_finding(self) -> Finding | None:
+        """The highest-ranked finding worth acting on (severity ``low`` or above): ``None`` when
+        only informational ones remain, i.e. nothing worth fixing was found."""
+        return next((f for f in self.findings if f.severity != "info"), None)
 
 
 def find_ncu() -> str | None:
@@ -150,6 +156,43 @@ def _matches(a: str, b: str) -> bool:
     return a == b or (len(a) > 3 and a in b) or (len(b) > 3 and b in a)
 
 
+def _base_name(name: str) -> str:
+    """A kernel's function name without return type, namespaces, template or parameter lists: what
+    ncu's demangling (``elementwise_kernel<128, 2, ...>``) and the trace's (``void
+    at::native::elementwise_kernel<128, 2, ...>``) have in common."""
+    head = re.split(r"[<(]", name.strip().removeprefix("void ").strip(), maxsplit=1)[0]
+    return head.rsplit("::", 1)[-1].strip()
+
+
+def _pair_launches(summaries, measured) -> list:
+    """For each traced launch, the ncu launch that measured it (or None): in order when both saw the
+    same sequence of kernels (ncu and the trace cover the same call), else by a function name that
+    is unique on both sides."""
+    bases_t, bases_m = [_base_name(s.name) for s in summaries], [_base_name(m.name) for m in measured]
+    if bases_t == bases_m:
+        return list(measured)
+    unique = {b for b in bases_m if bases_m.count(b) == 1 and bases_t.count(b) == 1}
+    by_base = {b: m for b, m in zip(bases_m, measured) if b in unique}
+    return [by_base.get(b) for b in bases_t]
+
+
+def _summaries(traced, measured, classifications) -> tuple | None:
+    """The trace's launches for the cross-kernel tools, with ncu's DRAM bytes and roofline class
+    filled in where a measured launch pairs with them."""
+    if traced is None:
+        return None
+    summaries = traced.summaries()
+    out = []
+    for s, m in zip(summaries, _pair_launches(summaries, measured)):
+        name = m.name if m is not None else next((n for n in classifications if _matches(n, s.name)), "")
+        cls = classifications.get(name)
+        update = {"kernel_class": cls.kernel_class if cls else None}
+        if m is not None and m.dram_bytes is not None:
+            update["dram_bytes"] = m.dram_bytes
+        out.append(s.model_copy(update=update))
+    return tuple(out)
+
+
 def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cuda", mode: Mode = "proactive",
             ncu: NcuChoice = "auto", ncu_set: str = "full", precision: str = "fp32",
             timeout_s: float = 600.0) -> ProfileReport:
@@ -214,12 +257,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
     folder = Path(folder)
     costs, notes, artifacts = dict(costs or {}), list(notes or []), {}
     manifest = _manifest(folder)
-    if hints is None and (folder / "hints.json").is_file():
-        try:
-            hints = ProblemHints.model_validate_json((folder / "hints.json").read_text())
-        except ValueError:
-            notes.append("hints.json unreadable: the problem's hints are not used")
-    hints = hints or ProblemHints()
+    hints = _folder_hints(folder, hints, notes)
 
     traced = None
     trace_path = next((p for p in (folder / "run" / "trace.json", folder / "trace.json") if p.is_file()), None)
@@ -262,11 +300,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
             for m in measured:
                 if m.duration_s:
                     classifications.setdefault(m.name, classify(sample_from_ncu(m), ceilings, sms))
-    summaries = None
-    if traced is not None:
-        summaries = tuple(s.model_copy(update={"kernel_class": getattr(classifications.get(
-            next((n for n in classifications if _matches(n, s.name)), ""), None), "kernel_class", None)})
-            for s in traced.summaries())
+    summaries = _summaries(traced, measured, classifications)
     kernels = _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode)
     seen, findings = set(), []
     for k in kernels:
@@ -289,6 +323,20 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
         (folder / "profile.json").write_text(report.model_dump_json(indent=1))
         report.artifacts["json"] = str(folder / "profile.json")
     return report
+
+
+def _folder_hints(folder: Path, given: ProblemHints | None, notes: list[str]) -> ProblemHints:
+    """The problem's hints recorded with the profile (``hints.json``), with the fields the caller
+    set explicitly taking precedence (e.g. another precision policy for the same recording)."""
+    recorded = ProblemHints()
+    if (folder / "hints.json").is_file():
+        try:
+            recorded = ProblemHints.model_validate_json((folder / "hints.json").read_text())
+        except ValueError:
+            notes.append("hints.json unreadable: the problem's hints are not used")
+    if given is None:
+        return recorded
+    return recorded.model_copy(update=given.model_dump(exclude_unset=True))
 
 
 def _manifest(folder: Path) -> dict:

@@ -24,12 +24,16 @@ class Tool(ABC):
         needs: inputs that must be present for the tool to say anything.
         applies_to: roofline classes for which the proactive mode runs it.
         summary: one line on what it looks for.
+        generic: the tool reports a symptom (stalls, distance from the roofline) that the specific
+            tools explain by its causes; its score counts only the time they leave unexplained
+            (see :func:`~loopwise.kernels.profile.registry.diagnose`).
     """
 
     name: ClassVar[str]
     needs: ClassVar[frozenset[str]]
     applies_to: ClassVar[frozenset[KernelClass]]
     summary: ClassVar[str]
+    generic: ClassVar[bool] = False
 
     def run(self, inp: ToolInput) -> list[Finding]:
         """Findings on ``inp``; ``[]`` when an input in ``needs`` is missing."""

@@ -26,6 +26,7 @@ EXCESS_BYTES = 1.1  # moving 10% more than the budget is within what caches and 
 
 class MemorySolTool(Tool):
     name = "memory_far_from_roofline"
+    generic = True
     needs = frozenset({"classification"})
     applies_to = frozenset({"memory_bound"})
     summary = "memory-bound kernel below 80% of the bandwidth ceiling, with bytes moved against the budget"

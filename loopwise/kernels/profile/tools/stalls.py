@@ -20,7 +20,8 @@ Evidence (ncu), the first family present of:
 ``selected`` (the warp issued) is not a stall and is left out. Shares are of the sum over reasons.
 Fires when the top reason holds 30% or more and is not ``not_selected`` (ready warps passed over
 because another issued: the scheduler is busy, which is not a stall to fix). Score: 0.5 times the
-top reason's share (stalls overlap with useful issue, so not all of it is time).
+top reason's share (stalls overlap with useful issue, so not all of it is time), times the
+kernel's headroom to its speed of light (``1 - fraction_of_sol``) when it is classified.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ MEANING = {
 
 class StallsTool(Tool):
     name = "stall_reasons"
+    generic = True
     needs = frozenset({"ncu"})
     applies_to = frozenset({"compute_bound", "latency_bound", "underutilized"})
     summary = "top two warp stall reasons with their shares and plain-language meaning"
@@ -85,7 +87,13 @@ class StallsTool(Tool):
             text += f" and {second[0]} ({second_share:.0%}, {MEANING.get(second[0], 'see the Nsight Compute stall reference')})"
         evidence.update({f"stall_{reason}": round(value / total, 4) for reason, value in ranked[:6]})
         guidance = f"Warps stall mostly on {text}, so {self._advice(top)}."
-        return [Finding.make(self.name, guidance, evidence, WEIGHT * share, self._moves(top, inp))]
+        # Stalls cost time only up to the kernel's distance from its speed of light: a streaming
+        # kernel at the DRAM roofline stalls on memory by design, and no fewer stalls make it faster.
+        headroom = 1.0
+        if inp.classification is not None:
+            headroom = min(1.0, max(0.0, 1.0 - inp.classification.fraction_of_sol))
+            evidence["headroom_to_sol"] = round(headroom, 4)
+        return [Finding.make(self.name, guidance, evidence, WEIGHT * share * headroom, self._moves(top, inp))]
 
     @staticmethod
     def _stalls(raw) -> dict[str, float]:

@@ -5,7 +5,12 @@ sectors its 32 threads touch. Threads reading neighbouring 4-byte words touch 4 
 a strided or scattered pattern touches up to 32, so most of each fetched sector is thrown away and
 DRAM / L2 bandwidth is spent on bytes nobody uses.
 
-Evidence (ncu): ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` /
+Evidence (ncu), first choice: ``memory_l2_theoretical_sectors_global`` against
+``memory_l2_theoretical_sectors_global_ideal`` (both in the recorded H200 full-set fixtures): the
+sectors the accesses touched and the fewest that hold those bytes, whatever the access width. Fires
+at 2x the ideal or more; score: ``1 - ideal / touched`` times the weights below.
+
+Otherwise: ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` /
 ``l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum`` (sectors per load request) and the ``_op_st``
 pair for stores. The ideal is the access width in bytes (32 threads x W bytes / 32-byte sectors): 4
 for 4-byte accesses, 16 for 16-byte vector accesses. The width comes from the SASS record when one is
@@ -29,6 +34,10 @@ from loopwise.kernels.profile.tools._common import metric
 
 SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum"
 REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum"
+# ncu's theoretical sector counts (full set, MemoryWorkloadAnalysis tables on an H200): the sectors
+# the global accesses' addresses touch, and the fewest that hold the same bytes.
+THEORETICAL = "memory_l2_theoretical_sectors_global"
+THEORETICAL_IDEAL = "memory_l2_theoretical_sectors_global_ideal"
 SECTOR_BYTES = 32
 DEFAULT_WIDTH = 4
 MIN_EXCESS = 2.0
@@ -43,6 +52,9 @@ class UncoalescedTool(Tool):
     summary = "global sectors per request against the ideal for the access width"
 
     def inspect(self, inp: ToolInput) -> list[Finding]:
+        total, ideal = metric(inp, THEORETICAL), metric(inp, THEORETICAL_IDEAL)
+        if total and ideal:
+            return self._from_ideal(inp, total, ideal)
         width, assumed = self._width(inp)
         ideal = max(1.0, width * 32 / SECTOR_BYTES)
         worst: tuple[float, str, float, float] | None = None
@@ -73,6 +85,28 @@ class UncoalescedTool(Tool):
                     f"would do {assumption} {width} bytes wide, so {1 - 1 / excess:.0%} of the fetched "
                     f"bytes are wasted and neighbouring threads should touch neighbouring addresses.")
         return [Finding.make(self.name, guidance, evidence, score, moves)]
+
+    def _from_ideal(self, inp: ToolInput, total: float, ideal: float) -> list[Finding]:
+        """ncu's own count of the sectors the addresses touched against the fewest that hold them:
+        exact whatever the access width, so no width needs assuming."""
+        excess = total / ideal
+        if excess < MIN_EXCESS:
+            return []
+        per_request = {op: metric(inp, SECTORS.format(op=op)) / r for op in ("ld", "st")
+                       if (r := metric(inp, REQUESTS.format(op=op))) and metric(inp, SECTORS.format(op=op))}
+        evidence: dict[str, float | int | str | bool] = {
+            "global_sectors": total, "ideal_global_sectors": ideal, "excess": round(excess, 3)}
+        evidence.update({f"sectors_per_request_{op}": round(v, 3) for op, v in per_request.items()})
+        memory = inp.classification is not None and inp.classification.kernel_class == "memory_bound"
+        score = (1 - 1 / excess) * (WEIGHT_MEMORY if memory else WEIGHT_OTHER)
+        worse = max(per_request, key=per_request.get) if per_request else None
+        kind = {"ld": "loads", "st": "stores", None: "accesses"}[worse]
+        guidance = (f"The kernel's global accesses touch {excess:.1f}x the 32-byte sectors their addresses need "
+                    f"({total / 1e6:.3g}M against ncu's ideal {ideal / 1e6:.3g}M; worst: {kind}"
+                    + (f", {per_request[worse]:.1f} sectors per request" if worse else "")
+                    + f"), so {1 - 1 / excess:.0%} of the fetched bytes are wasted: neighbouring threads "
+                    "should touch neighbouring addresses.")
+        return [Finding.make(self.name, guidance, evidence, score, ["coalesce_accesses", "vectorize_loads"])]
 
     @staticmethod
     def _width(inp: ToolInput) -> tuple[int, bool]:
