@@ -43,9 +43,11 @@ def timing_from(reply: dict) -> TimingStats:
     from loopwise.kernels.evaluate import timing
 
     ev, host = timing.stats(reply["event_ms"]), timing.stats(reply["host_ms"])
+    slowest = max(range(len(reply["event_ms"])), key=reply["event_ms"].__getitem__)
     return TimingStats(trials=ev["trials"], median_ms=ev["median_ms"], mean_ms=ev["mean_ms"], std_ms=ev["std_ms"],
                        min_ms=ev["min_ms"], max_ms=ev["max_ms"], host_median_ms=host["median_ms"],
-                       method=reply["method"])
+                       method=reply["method"], slowest_trial=slowest,
+                       slowest_host_ms=reply["host_ms"][slowest] if slowest < len(reply["host_ms"]) else None)
 
 
 def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None,

@@ -58,6 +58,8 @@ class TimingStats(BaseModel):
     max_ms: float
     host_median_ms: float | None = None
     method: str = "cuda_event"
+    slowest_trial: int | None = None  # index of the max_ms trial (is an outlier early, late, periodic?)
+    slowest_host_ms: float | None = None  # the host clock's time of that trial
 
     def pick(self, statistic: str) -> float:
         """The time a speedup is computed from: ``median`` or ``mean``."""
