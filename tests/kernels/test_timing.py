@@ -25,6 +25,27 @@ def test_first_pass_is_run_and_dropped_and_hooks_see_kept_trials_only():
     assert [r for _, r in afters] == list(range(3 + timing.DISCARD_FIRST, 8 + timing.DISCARD_FIRST))
 
 
+def test_every_timed_call_runs_while_the_previous_result_is_held():
+    """The loop holds one result while the next call runs; the warm-up holds it the same way, so the
+    first timed call does not meet a new allocator state (one more live output block)."""
+    import weakref
+
+    live, seen = weakref.WeakSet(), []
+
+    class Out:
+        pass
+
+    def fn():
+        seen.append(len(live))
+        out = Out()
+        live.add(out)
+        return out
+
+    timing.Clock("cpu").run(fn, trials=4, warmup=1)
+    assert seen[0] == 0 and set(seen[1:]) == {1}  # from the second warm-up call on
+    assert len(seen) == 2 + timing.DISCARD_FIRST + 4  # one warm-up call asked for: two made
+
+
 def test_gc_is_off_during_trials_and_restored(monkeypatch):
     seen = []
     timing.Clock("cpu").run(lambda: seen.append(gc.isenabled()), trials=3, warmup=1)
