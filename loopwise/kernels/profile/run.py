@@ -380,14 +380,24 @@ def _sass(folder: Path, manifest: dict, notes: list[str]) -> list[tuple[object, 
         return out
     from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, parse_sass, profile_cubin
 
-    for path, meta in binaries:
+    def disassembled(path):
         try:
-            prof = profile_cubin(path)
-        except ToolNotFoundError as exc:
-            notes.append(f"SASS skipped: {exc}")
+            return profile_cubin(path)
+        except (ToolNotFoundError, DisassemblyError) as exc:
+            return exc
+
+    # Each binary is a few disassembler processes: run them side by side (a multi-kernel candidate
+    # has one cubin per Triton kernel).
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(binaries)))) as pool:
+        results = list(pool.map(disassembled, [path for path, _ in binaries]))
+    for (path, meta), prof in zip(binaries, results):
+        if isinstance(prof, ToolNotFoundError):
+            notes.append(f"SASS skipped: {prof}")
             break
-        except DisassemblyError as exc:
-            notes.append(f"SASS of {path.name} skipped: {exc}")
+        if isinstance(prof, DisassemblyError):
+            notes.append(f"SASS of {path.name} skipped: {prof}")
             continue
         warps, shared = meta.get("num_warps"), meta.get("shared")
         for k in prof.kernels:
