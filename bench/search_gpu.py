@@ -43,22 +43,22 @@ class MemoJudge:
 
 
 def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem,
-            profiling: str = "none") -> dict:
+            profiling: str = "none", profile_within: float = 0.9) -> dict:
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun
 
     settings = Settings(problem=spec, proposer="expert", search=strategy, budget=budget, seed=seed,
-                        profiling=profiling)
+                        profiling=profiling, profile_within=profile_within)
     t0 = time.perf_counter()
     run = OptimizeRun.start(settings, cfg, runs_dir, judge, problem)
     run.run()
     speeds = [e["speedup"] if e["status"] == "correct" else None for _, e in sorted(run.evaluations.items())]
     best = max((s for s in speeds if s), default=None)
     reach = next((i + 1 for i, s in enumerate(speeds) if best and s and s >= 0.95 * best), None)
-    profiled = list(run.store.events(kind="profile"))
+    profiled = [e for e in run.store.events(kind="profile") if not e.payload.get("skipped")]
     run.store.close()
     return {"spec": spec, "problem": problem.name, "strategy": strategy, "profiling": profiling,
-            "profiles": len(profiled),
+            "profile_within": profile_within, "profiles": len(profiled),
             "profile_s": round(sum(sum((e.payload.get("costs") or {}).values()) for e in profiled), 1),
             "budget": budget, "seed": seed,
             "evaluations": len(speeds), "correct": sum(1 for s in speeds if s), "best_speedup": best,
@@ -79,6 +79,8 @@ def main() -> int:
     ap.add_argument("--profiling", default="none",
                     help="comma list of proactive, all, raw, none: what the expert learns from profiling "
                          "(each mode is one more run per strategy; the ablation of issue 4)")
+    ap.add_argument("--profile-within", type=float, default=0.9,
+                    help="profile a candidate only within this share of the best speedup (0: every one)")
     ap.add_argument("--sizes", choices=("official", "reduced"), default="official",
                     help="reduced: bench/agreement_set.py sizes for the problems it lists")
     ap.add_argument("--no-memo", action="store_true", help="judge every proposal afresh, also repeats")
@@ -116,7 +118,8 @@ def main() -> int:
                 if time.monotonic() - t0 > args.budget_s:
                     stopped = True
                     break
-                row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem, mode)
+                row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem, mode,
+                              args.profile_within)
                 row.update(spec=spec, sizes=args.sizes)
                 row["distinct_judged"] = getattr(judge, "judged", "")
                 rows.append(row)

@@ -132,6 +132,8 @@ def optimize_cmd(
     profiling: str = typer.Option("proactive", help="What the proposer learns from profiling each expanded "
                                   "candidate (CUDA only): proactive (tools chosen by the roofline class), all, "
                                   "raw (measurements only) or none."),
+    profile_within: float = typer.Option(0.9, help="Profile a candidate only when its speedup is at least this "
+                                         "share of the best so far (0: every expanded candidate)."),
     exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
     llm_api: str = typer.Option("openai", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic."),
     llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
@@ -157,7 +159,7 @@ def optimize_cmd(
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
-                        profiling=profiling)
+                        profiling=profiling, profile_within=profile_within)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))
 

@@ -122,6 +122,11 @@ class OptimizeRun:
             return ()
         if node != 0 and (self.evaluations.get(node) or {}).get("status") != "correct":
             return ()
+        behind = self._behind_the_best(node)
+        if behind:
+            self.store.append("profile", {"node": node, "mode": mode, "skipped": behind, "notes": []})
+            self.profiles[node] = ()
+            return ()
         from loopwise.errors import UserError
 
         folder = profile_dir(self.store.run_dir, node)
@@ -151,6 +156,19 @@ class OptimizeRun:
         self.store.append("profile", event)
         self.profiles[node] = notes
         return notes
+
+    def _behind_the_best(self, node: int) -> str:
+        """Why ``node`` is not worth a profile (its speedup is below ``profile_within`` of the best
+        so far), or "" when it is (the reference always is)."""
+        if node == 0 or self.s.profile_within <= 0:
+            return ""
+        speedups = [e["speedup"] for e in self.evaluations.values() if e["status"] == "correct" and e["speedup"]]
+        mine = (self.evaluations.get(node) or {}).get("speedup") or 0.0
+        best = max(speedups, default=mine)
+        if mine >= self.s.profile_within * best:
+            return ""
+        return (f"not profiled: {mine:.3g}x is below {self.s.profile_within:g} x the best so far "
+                f"({best:.3g}x)")
 
     def _propose(self, parent: int) -> list[int]:
         children = []

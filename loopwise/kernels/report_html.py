@@ -97,6 +97,8 @@ def _profile_rows(profile: dict | None) -> list[list[str]]:
         return []
     if profile.get("error"):
         return [["profile", "failed", profile["error"]]]
+    if profile.get("skipped"):
+        return [["profile", "skipped", profile["skipped"]]]
     rows = []
     for note in profile.get("notes") or ():
         text = note["text"]

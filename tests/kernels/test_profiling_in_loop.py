@@ -48,10 +48,10 @@ def fake_report(mode: str) -> ProfileReport:
                          artifacts={})
 
 
-def _run(tmp_path, profiling: str):
+def _run(tmp_path, profiling: str, search: str = "greedy", budget: int = 4, within: float = 0.9):
     problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
-    settings = Settings(problem=str(EXAMPLES / "scaled_gelu_problem.py"), search="greedy", budget=4,
-                        profiling=profiling)
+    settings = Settings(problem=str(EXAMPLES / "scaled_gelu_problem.py"), search=search, budget=budget,
+                        profiling=profiling, profile_within=within)
     cfg = load_config(None, [])
     run = OptimizeRun.start(settings, cfg, str(tmp_path / "runs"), FakeJudge(), problem)
     calls = []
@@ -149,3 +149,32 @@ def test_a_profiler_that_breaks_does_not_stop_the_search(tmp_path):
     assert run.tally.evaluations == 4
     errors = [e.payload["error"] for e in run.store.events(kind="profile")]
     assert errors and all("KeyError" in e for e in errors)
+
+
+def test_only_contenders_are_profiled_and_the_skips_are_recorded(tmp_path):
+    """A profile costs several judgements: a candidate well behind the best so far is expanded
+    without one (the reason is in the store and the report); --profile-within 0 profiles all."""
+    run, calls = _run(tmp_path / "some", "proactive", search="random", budget=10, within=0.95)
+    run.run()
+    events = [e.payload for e in run.store.events(kind="profile")]
+    skipped = [e for e in events if e.get("skipped")]
+    assert skipped and len(calls) == len(events) - len(skipped)
+    for e in skipped:
+        mine = run.evaluations[e["node"]]["speedup"]
+        assert "below 0.95 x the best so far" in e["skipped"] and mine < 0.95 * max(
+            v["speedup"] for v in run.evaluations.values() if v["speedup"])
+    run_all, calls_all = _run(tmp_path / "all", "proactive", search="random", budget=10, within=0.0)
+    run_all.run()
+    assert not any(e.payload.get("skipped") for e in run_all.store.events(kind="profile"))
+    assert len(calls_all) > len(calls)
+    from loopwise.kernels.report_html import _profile_rows
+    assert _profile_rows(skipped[0])[0][:2] == ["profile", "skipped"]
+
+
+def test_profile_within_must_be_a_share():
+    import pytest
+
+    from loopwise.errors import UserError
+
+    with pytest.raises(UserError, match="--profile-within 1.5"):
+        Settings(problem="p.py", profile_within=1.5).check()
