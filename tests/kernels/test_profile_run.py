@@ -157,3 +157,19 @@ def test_recorded_hints_stay_unless_the_caller_overrides_them(tmp_path):
     notes: list[str] = []
     (tmp_path / "hints.json").write_text("{not json")
     assert _folder_hints(tmp_path, None, notes) == ProblemHints() and "unreadable" in notes[0]
+
+
+def test_extensions_are_found_in_the_process_memory_map():
+    """torch loads a load_inline extension without entering it in sys.modules: the profiler finds
+    its shared object through the memory map (here: torch's own libraries under its lib folder)."""
+    from pathlib import Path
+
+    import torch
+
+    from loopwise.kernels.profile.target import loaded_shared_objects
+
+    lib = Path(torch.__file__).parent / "lib"
+    found = loaded_shared_objects([str(lib)])
+    assert any(Path(p).name.startswith("libtorch") for p in found)
+    assert all(p.startswith(str(lib.resolve())) for p in found)
+    assert loaded_shared_objects([str(lib)], maps=Path("/nonexistent/maps")) == []

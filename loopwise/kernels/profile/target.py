@@ -35,23 +35,36 @@ def _write(out: Path, manifest: dict) -> None:
 
 def _extensions(before: set[str]) -> list[str]:
     """Shared objects of C++/CUDA extensions the candidate built and loaded (load_inline / load):
-    modules loaded since ``before`` whose file lies under torch's extension build folder."""
+    those under torch's extension build folder. torch imports an extension without entering it in
+    ``sys.modules``, so the process's memory map is read first; modules loaded since ``before``
+    are the fallback where there is no ``/proc``."""
     try:
         from torch.utils.cpp_extension import get_default_build_root
 
         roots = [os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()]
     except ImportError:
         return []
-    roots = [str(Path(r).resolve()) for r in roots if r]
-    found = []
+    found = loaded_shared_objects(roots)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
-        if name in before or not path.endswith(".so"):
-            continue
-        resolved = str(Path(path).resolve())
-        if any(resolved.startswith(root + os.sep) for root in roots):
-            found.append(resolved)
+        if name not in before and path.endswith(".so") and _under(path, roots):
+            found.append(str(Path(path).resolve()))
     return sorted(set(found))
+
+
+def loaded_shared_objects(roots: list[str], maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """Shared objects mapped into this process whose file lies under one of ``roots``."""
+    try:
+        lines = maps.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    paths = {line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6}
+    return sorted(str(Path(p).resolve()) for p in paths if ".so" in Path(p).name and _under(p, roots))
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    resolved = str(Path(path).resolve())
+    return any(resolved.startswith(str(Path(r).resolve()) + os.sep) for r in roots if r)
 
 
 def run(args: argparse.Namespace) -> int:
