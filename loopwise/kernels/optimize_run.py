@@ -140,8 +140,10 @@ class OptimizeRun:
             from loopwise.kernels.profile.run import profile as profiler
         event: dict = {"node": node, "mode": mode}
         try:
+            # No system trace in the loop: one child under ncu instead of two (a profile costs
+            # several judgements); the kernels come from ncu, without their host gaps.
             report = profiler(self.problem, candidate, folder, device=device, mode=mode, ncu="auto",
-                              precision=self.cfg.kernels.eval.precision)
+                              precision=self.cfg.kernels.eval.precision, trace=False)
         except UserError as exc:  # the candidate would not run under the profiler
             event["error"] = str(exc)
             notes: tuple = ()

@@ -39,3 +39,16 @@ def test_top_finding_matches_the_designed_label_for_90_percent():
 def test_recorded_profile_is_classified(case):
     report = analyze(RECORDED / case, mode="raw", hints=ProblemHints(**LABELS[case]["hints"]), write=False)
     assert report.kernels and all(k.kernel_class for k in report.kernels if k.duration_us)
+
+
+@pytest.mark.skipif("unfused_chain" not in CASES, reason="unfused_chain not recorded")
+def test_cross_kernel_tools_work_from_ncu_alone(tmp_path):
+    """The search loop profiles without a system trace: the kernel list for the cross-kernel tools
+    then comes from ncu's launches (with their DRAM bytes), and the unfused chain is still found."""
+    import shutil
+
+    folder = tmp_path / "unfused_chain"
+    shutil.copytree(RECORDED / "unfused_chain", folder)
+    (folder / "trace.json").unlink()
+    top = analyze(folder, mode="all", hints=ProblemHints(**LABELS["unfused_chain"]["hints"]), write=False).top_finding()
+    assert top is not None and top.tool == "redundant_passes"

@@ -69,6 +69,24 @@ def test_profile_runs_every_level_and_classifies_what_ncu_measured(fake_ncu, tmp
     assert manifest["ok"] and manifest["nvtx_range"] == "loopwise_profile"
 
 
+def test_without_trace_one_child_runs_under_ncu_and_the_kernels_come_from_it(fake_ncu, tmp_path):
+    """The search loop's profile: no system-level run (one process instead of two); the manifest,
+    the cubins and the kernel list come from the run under ncu."""
+    problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
+    report = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "out", device="cpu",
+                                 mode="all", ncu="on", trace=False)
+    assert "run_s" not in report.costs_s and report.costs_s["ncu_s"] > 0
+    assert not (tmp_path / "out" / "run").exists() and "trace" not in report.artifacts
+    assert [k.name for k in report.kernels] == ["copy_kernel", "tiny_bias_kernel"]
+    assert report.kernels[0].kernel_class == "memory_bound" and report.trace_headline is None
+    again = profile_run.analyze(tmp_path / "out", mode="all", write=False)  # the manifest is found there too
+    assert [k.kernel_class for k in again.kernels] == ["memory_bound", "latency_bound"]
+    # without ncu there is nothing but the traced run to learn from: it runs whatever trace says
+    plain = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "plain", device="cpu",
+                                mode="all", ncu="off", trace=False)
+    assert plain.costs_s["run_s"] > 0 and "trace" in plain.artifacts
+
+
 def test_modes_gate_the_tools(fake_ncu, tmp_path):
     problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
     raw = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "raw", device="cpu",
