@@ -32,7 +32,12 @@ def test_capture_recognizes_patterns_and_says_why_not():
     ln = capture(load_problem(str(HERE / "layernorm.py")))
     assert ln.kind == "layernorm" and dict(ln.params)["n_cols"] == 350
     conv = capture(load_problem(str(HERE / "unsupported_conv.py")))
-    assert conv.kind == "unsupported" and "parameters" in conv.reason
+    assert conv.kind == "unsupported" and "parameters" in conv.reason  # a lone conv: nothing to fuse
+    epilogue = capture(load_problem(str(HERE / "conv_epilogue.py")))
+    assert epilogue.kind == "elementwise" and epilogue.prologue == "conv" and epilogue.operands == ("bias",)
+    assert epilogue.ops == ("conv2d", "relu", "add", "mish", "clamp")
+    added = capture(load_problem(str(HERE / "convtranspose_add.py")))
+    assert added.prologue == "conv_transpose" and added.inputs == 2 and "hardswish" in added.ops
 
 
 @pytest.mark.parametrize("name,moves", [("chain.py", {"block": 64}), ("activations.py", {"block": 512}), ("softmax_rows.py", {"block": 256}),
@@ -41,7 +46,9 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("bias_nchw.py", {"block": 64}),
                                         ("matmul_bt.py", {"block": 64, "chunk": 16}),
                                         ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4}),
-                                        ("linear_epilogue.py", {"block": 64, "chunk": 16})])
+                                        ("linear_epilogue.py", {"block": 64, "chunk": 16}),
+                                        ("conv_epilogue.py", {"block": 128}),
+                                        ("convtranspose_add.py", {"block": 256, "warps": 2})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
@@ -204,6 +211,9 @@ SM90_SIGNATURES = {
          "N": "i32", "K": "i32", "s_xm": "i32", "s_xk": "i32", "s_wn": "i32", "s_wk": "i32", "s_om": "i32",
          "s_on": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
         {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8})},
+    "conv_epilogue.py": {"fused_elementwise_kernel": (
+        {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
+         "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},
     "bias_nchw.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "p1_ptr": "*fp32", "p2_ptr": "*fp32", "out_ptr": "*fp32",
          "n_elements": "i32", "p0_div": "i32", "p0_mod": "i32", "p1_div": "i32", "p1_mod": "i32", "p2_div": "i32",

@@ -26,6 +26,7 @@ class Pattern:
     operands: tuple[str, ...] = ()  # attribute paths of the model's tensors the kernel reads (p0, p1, ...)
     init: str = ""  # ModelNew.__init__ when it must hold those tensors: the reference's own, copied
     constants: tuple[tuple[str, str], ...] = ()  # module-level literals that init reads, as (name, source)
+    prologue: str = ""  # attribute path of a module ModelNew calls on input 0 first (a conv in PyTorch / cuDNN)
     reason: str = ""
 
 
@@ -46,6 +47,9 @@ def _trace(problem):
     linear = _linear_epilogue(model, args)
     if linear is not None:
         raise _Found(linear)
+    conv = _conv_epilogue(model, args)
+    if conv is not None:
+        raise _Found(conv)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -203,7 +207,7 @@ def capture(problem) -> Pattern:
         return pattern
     except _Found as found:
         pattern = found.pattern
-        if pattern.operands:  # ModelNew holds the same weights: it runs the reference's __init__
+        if pattern.operands or pattern.prologue:  # ModelNew holds the same weights: the reference's __init__
             init = reference_init(problem.source, problem.load_module())
             pattern = replace(pattern, init=init.text, constants=init.constants)
         return pattern
@@ -221,7 +225,47 @@ def _classify(gm, tensors, model) -> Pattern:
         if dim in (-1, tensors[0].dim() - 1):
             return Pattern("row_softmax", inputs=1, ops=("softmax",))
         raise ew.Unsupported(f"softmax over dim {dim}, not the last")
-    exprs = {p.name: f"x{i}" for i, p in enumerate(placeholders)}
+    return _chain(gm, model, nodes, {p.name: f"x{i}" for i, p in enumerate(placeholders)},
+                  len(placeholders), tuple(tensors[0].shape))
+
+
+def _conv_epilogue(model, args) -> Pattern | None:
+    """A forward that runs one convolution module on its first input and then only elementwise
+    operations on the result (with the model's tensors that broadcast against it, and further
+    inputs of the result's shape): the convolution stays in PyTorch (cuDNN), the operations after
+    it become one fused pass. None when the forward is anything else."""
+    import torch
+    import torch.fx as fx
+    import torch.nn as nn
+
+    if not args or not all(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args):
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) < 2 or calls[0].op != "call_module" or calls[0].args != (placeholders[0],) or calls[0].kwargs:
+        return None
+    conv = gm.get_submodule(calls[0].target)
+    if not isinstance(conv, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                             nn.ConvTranspose3d)):
+        return None
+    if any(placeholders[0] in n.all_input_nodes for n in calls[1:]):
+        raise ew.Unsupported("the input is read again after the convolution")
+    with torch.no_grad():
+        shape = tuple(conv(args[0]).shape)
+    if any(tuple(a.shape) != shape for a in args[1:]):
+        raise ew.Unsupported("inputs after the first do not have the convolution's output shape")
+    exprs = {calls[0].name: "x0"} | {p.name: f"x{i}" for i, p in enumerate(placeholders) if i}
+    chain = _chain(gm, model, calls[1:], exprs, len(placeholders), shape)
+    return replace(chain, ops=(type(conv).__name__.lower(),) + chain.ops, prologue=calls[0].target)
+
+
+def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:
+    """The elementwise pattern of ``nodes`` over the inputs named in ``exprs`` (of ``shape``)."""
+    exprs = dict(exprs)
     ops, body, operands = [], [], []
     for node in nodes:
         if node.op == "get_attr":  # a tensor of the model: loaded through its broadcast index, no statement
@@ -237,11 +281,13 @@ def _classify(gm, tensors, model) -> Pattern:
     result = out.args[0]
     if not hasattr(result, "name"):
         raise ew.Unsupported("forward returns more than one tensor")
+    if result.name not in exprs:
+        raise ew.Unsupported("forward returns something other than the fused result")
     if operands and not _reaches_input(result):
         raise ew.Unsupported("the output does not depend on the inputs (its shape would be the parameters')")
     for target in operands:  # after the operations, so an unsupported one is the reason given first
-        _check_operand(model, target, tuple(tensors[0].shape))
-    return Pattern("elementwise", inputs=len(placeholders), expr=exprs[result.name], ops=tuple(ops),
+        _check_operand(model, target, shape)
+    return Pattern("elementwise", inputs=count, expr=exprs[result.name], ops=tuple(ops),
                    body=tuple(body), operands=tuple(operands))
 
 

@@ -29,15 +29,20 @@ UNARY = {
     "selu": "(1.0507009873554805 * tl.where({a} > 0.0, {a}, 1.6732632423543772 * "
             "(tl.exp(tl.minimum({a}, 0.0)) - 1.0)))",
     "hardsigmoid": "tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
+    "hardswish": "({a} * tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0))",
+    "relu6": "tl.minimum(tl.maximum({a}, 0.0), 6.0)",
 }
+# mish(x) = x * tanh(softplus(x)); softplus >= 0, where this tanh form is stable.
+UNARY["mish"] = "({a} * " + UNARY["tanh"].replace("{a}", UNARY["softplus"]) + ")"
 FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
              torch.tanh: "tanh", F.tanh: "tanh", torch.exp: "exp", torch.log: "log", torch.sqrt: "sqrt",
              torch.abs: "abs", torch.neg: "neg", operator.neg: "neg", F.gelu: "gelu", F.silu: "silu",
              F.softsign: "softsign", F.softplus: "softplus", F.elu: "elu", F.selu: "selu",
-             torch.selu: "selu", F.hardsigmoid: "hardsigmoid"}
+             torch.selu: "selu", F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish", F.mish: "mish",
+             F.relu6: "relu6"}
 MODULES = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.GELU: "gelu", nn.SiLU: "silu",
            nn.Softsign: "softsign", nn.Softplus: "softplus", nn.ELU: "elu", nn.SELU: "selu",
-           nn.Hardsigmoid: "hardsigmoid"}
+           nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish", nn.Mish: "mish"}
 
 
 class Unsupported(Exception):

@@ -28,6 +28,7 @@ def render(pattern: Pattern, moves: dict | None = None) -> str:
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
+                           prologue=pattern.prologue,
                            attribute=attribute, **dict(pattern.params), **params)
 
 
