@@ -1,6 +1,7 @@
 """Captures a problem's forward with torch.fx and recognizes what the first templates handle:
 a chain of elementwise operations over same-shape inputs (and over the model's float32 tensors that
-broadcast against them), or a softmax over the last dimension.
+broadcast against them), such a chain after one convolution (which stays in PyTorch), a softmax over
+the last dimension, a LayerNorm, a matrix product, or an nn.Linear with an elementwise epilogue.
 Anything else is reported as unsupported, with the reason, and left to PyTorch."""
 
 from __future__ import annotations
