@@ -29,6 +29,8 @@ def test_capture_recognizes_patterns_and_says_why_not():
     assert chain.kind == "elementwise" and chain.inputs == 2
     assert {"gelu", "sigmoid", "leaky_relu", "clamp"} <= set(chain.ops)
     assert capture(load_problem(str(HERE / "softmax_rows.py"))).kind == "row_softmax"
+    log = capture(load_problem(str(HERE / "log_softmax_rows.py")))
+    assert log.kind == "row_softmax" and log.ops == ("log_softmax",) and dict(log.params)["log"] is True
     ln = capture(load_problem(str(HERE / "layernorm.py")))
     assert ln.kind == "layernorm" and dict(ln.params)["n_cols"] == 350
     conv = capture(load_problem(str(HERE / "unsupported_conv.py")))
@@ -48,6 +50,8 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4}),
                                         ("linear_epilogue.py", {"block": 64, "chunk": 16}),
                                         ("conv_epilogue.py", {"block": 128}),
+                                        ("log_softmax_rows.py", {"block": 1024}),  # online path (3001 columns)
+                                        ("log_softmax_rows.py", {"block": 4096, "warps": 4}),  # one block per row
                                         ("convtranspose_add.py", {"block": 256, "warps": 2})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
@@ -188,6 +192,9 @@ SM90_SIGNATURES = {
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
         {"BLOCK": 1024})},
     "softmax_rows.py": {"softmax_rows_kernel": (
+        {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr", "SINGLE": "constexpr"},
+        {"BLOCK": 2048, "SINGLE": False})},
+    "log_softmax_rows.py": {"softmax_rows_kernel": (
         {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr", "SINGLE": "constexpr"},
         {"BLOCK": 2048, "SINGLE": False})},
     "layernorm.py": {

@@ -222,10 +222,11 @@ def _classify(gm, tensors, model) -> Pattern:
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(nodes) == 1 and _softmax_dim(gm, nodes[0]) is not None:
-        dim = _softmax_dim(gm, nodes[0])
+        dim, log = _softmax_dim(gm, nodes[0]), _is_log_softmax(gm, nodes[0])
+        name = "log_softmax" if log else "softmax"
         if dim in (-1, tensors[0].dim() - 1):
-            return Pattern("row_softmax", inputs=1, ops=("softmax",))
-        raise ew.Unsupported(f"softmax over dim {dim}, not the last")
+            return Pattern("row_softmax", inputs=1, ops=(name,), params=(("log", log),))
+        raise ew.Unsupported(f"{name} over dim {dim}, not the last")
     return _chain(gm, model, nodes, {p.name: f"x{i}" for i, p in enumerate(placeholders)},
                   len(placeholders), tuple(tensors[0].shape))
 
@@ -326,17 +327,28 @@ def _reaches_input(node) -> bool:
 
 
 def _softmax_dim(gm, node):
+    """The dim of a softmax or log-softmax node (function, method or module), else None."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    if node.op == "call_function" and node.target in (torch.softmax, F.softmax):
+    if node.op == "call_function" and node.target in (torch.softmax, F.softmax, torch.log_softmax, F.log_softmax):
         return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
-    if node.op == "call_method" and node.target == "softmax":
+    if node.op == "call_method" and node.target in ("softmax", "log_softmax"):
         return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
-    if node.op == "call_module" and isinstance(gm.get_submodule(node.target), nn.Softmax):
+    if node.op == "call_module" and isinstance(gm.get_submodule(node.target), (nn.Softmax, nn.LogSoftmax)):
         return gm.get_submodule(node.target).dim
     return None
+
+
+def _is_log_softmax(gm, node) -> bool:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if node.op == "call_module":
+        return isinstance(gm.get_submodule(node.target), nn.LogSoftmax)
+    return node.target in (torch.log_softmax, F.log_softmax, "log_softmax")
 
 
 def _arg(value, exprs) -> str:
