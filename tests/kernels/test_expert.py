@@ -57,6 +57,41 @@ def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, mo
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("expr,dim,moves", [
+    ("torch.sum(x, dim=self.dim, keepdim=True)", 1, {"block": 16, "chunk": 8}),  # inner strips, ragged edges
+    ("torch.mean(x, dim=self.dim)", 2, {"chunk": 8}),  # the last dimension: one row per program
+    ("torch.max(x, dim=self.dim)[0]", 0, {"block": 32, "chunk": 16}),
+    ("torch.min(x, dim=self.dim).values", -1, {}),
+    ("torch.argmax(x, dim=self.dim)", 1, {"block": 16, "chunk": 8}),  # first index across chunks
+    ("torch.argmin(x, dim=self.dim, keepdim=True)", 2, {"chunk": 8}),
+    ("x.amax(dim=self.dim)", 1, {}),
+])
+def test_reductions_over_one_dimension_are_judged_correct(tmp_path, monkeypatch, expr, dim, moves):
+    source = (HERE / "reduce_dim.py").read_text()
+    source = source.replace("torch.sum(x, dim=self.dim, keepdim=True)", expr).replace("return [1]", f"return [{dim}]")
+    path = tmp_path / "reduce_variant.py"
+    path.write_text(source)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "reduce" and dict(pattern.params)["dim"] == dim, pattern
+    _judged_correct(path, moves, tmp_path, monkeypatch)
+
+
+def test_reductions_the_template_does_not_cover_say_why():
+    def pattern_of(expr, tmp_dir):
+        source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
+        path = Path(tmp_dir) / "variant.py"
+        path.write_text(source)
+        return capture(load_problem(str(path)))
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        several = pattern_of("torch.sum(x, dim=(1, 2))", tmp)
+        assert several.kind == "unsupported" and "one dimension" in several.reason
+        assert pattern_of("torch.sum(x)", tmp).kind == "unsupported"  # everything: not this template
+        assert pattern_of("torch.max(x, dim=1)", tmp).kind == "unsupported"  # a tuple out
+
+
 def _judged_correct(path, moves, tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the sandbox
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
@@ -218,6 +253,16 @@ SM90_SIGNATURES = {
          "N": "i32", "K": "i32", "s_xm": "i32", "s_xk": "i32", "s_wn": "i32", "s_wk": "i32", "s_om": "i32",
          "s_on": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
         {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8})},
+    "reduce_dim.py": {
+        "reduce_inner_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "INNER": "i32",
+                                 "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
+        "reduce_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "BLOCK_R": "constexpr"},
+                               {"BLOCK_R": 512})},
+    "argmax_dim.py": {
+        "reduce_inner_kernel": ({"x_ptr": "*fp32", "out_ptr": "*i64", "R": "i32", "INNER": "i32",
+                                 "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
+        "reduce_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*i64", "R": "i32", "BLOCK_R": "constexpr"},
+                               {"BLOCK_R": 512})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

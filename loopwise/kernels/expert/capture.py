@@ -51,6 +51,9 @@ def _trace(problem):
     conv = _conv_epilogue(model, args)
     if conv is not None:
         raise _Found(conv)
+    reduction = _dim_reduce(model, args)
+    if reduction is not None:
+        raise _Found(reduction)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -263,6 +266,61 @@ def _conv_epilogue(model, args) -> Pattern | None:
     exprs = {calls[0].name: "x0"} | {p.name: f"x{i}" for i, p in enumerate(placeholders) if i}
     chain = _chain(gm, model, calls[1:], exprs, len(placeholders), shape)
     return replace(chain, ops=(type(conv).__name__.lower(),) + chain.ops, prologue=calls[0].target)
+
+
+# torch's reductions over one dimension, by the name the template knows them under; max / min with
+# a dim return (values, indices), picked by [0] / [1] or .values / .indices.
+_REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "argmax": "argmax", "argmin": "argmin",
+               "max": "max", "min": "min"}
+_NEUTRAL = {"sum": "0.0", "mean": "0.0", "max": '-float("inf")', "argmax": '-float("inf")',
+            "min": 'float("inf")', "argmin": 'float("inf")'}
+
+
+def _dim_reduce(model, args) -> Pattern | None:
+    """A forward that is one reduction (sum, mean, max, min, amax, amin, argmax, argmin) of its one
+    float32 input over one dimension. None when the forward is anything else."""
+    import operator
+
+    import torch
+    import torch.fx as fx
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if not calls or len(calls) > 2 or calls[0].op not in ("call_function", "call_method") or calls[0].args[:1] != (x,):
+        return None
+    node = calls[0]
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if name not in _REDUCTIONS or any(k not in ("dim", "keepdim") for k in node.kwargs):
+        return None
+    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    keepdim = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not isinstance(keepdim, bool) or len(node.args) > 3:
+        raise ew.Unsupported(f"{name} over {dim!r}: one dimension, given as an int, is what the template reduces")
+    if not -args[0].dim() <= dim < args[0].dim():
+        return None
+    op = _REDUCTIONS[name]
+    if name in ("max", "min"):  # (values, indices): which one is returned
+        if len(calls) != 2:
+            return None
+        pick = calls[1]
+        if pick.op == "call_function" and pick.target is operator.getitem and pick.args[1:] in ((0,), (1,)):
+            op = op if pick.args[1] == 0 else "arg" + op
+        elif pick.op == "call_function" and pick.target is getattr and pick.args[1:] in (("values",), ("indices",)):
+            op = op if pick.args[1] == "values" else "arg" + op
+        else:
+            return None
+    elif len(calls) != 1:
+        return None
+    return Pattern("reduce", inputs=1, ops=(op,),
+                   params=(("op", op), ("dim", dim), ("keepdim", keepdim), ("neutral", _NEUTRAL[op])))
 
 
 def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:

@@ -24,6 +24,8 @@ SPACE = {
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
     "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
+    # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
+    "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
 }
 
 
