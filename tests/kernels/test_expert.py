@@ -76,6 +76,25 @@ def test_reductions_over_one_dimension_are_judged_correct(tmp_path, monkeypatch,
     _judged_correct(path, moves, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("forward,inputs,moves", [
+    ("torch.cumsum(x, dim=self.dim)", None, {"block": 1024}),  # three chunks, a ragged last one
+    ("torch.cumprod(x, dim=self.dim)", None, {"block": 256}),
+    ("torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)", None, {"block": 512}),  # reversed
+    ("torch.cumsum(x * mask, dim=self.dim)", "[torch.rand(5, 2999), torch.rand(5, 2999) > 0.5]", {"block": 1024}),
+    ("x.cumsum(-1)", None, {"block": 4096, "warps": 8}),  # one chunk
+])
+def test_row_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
+    source = (HERE / "scan_rows.py").read_text().replace("torch.cumsum(x, dim=self.dim)", forward)
+    if inputs:
+        source = source.replace("def forward(self, x):", "def forward(self, x, mask):")
+        source = source.replace("return [torch.rand(5, 2999)]", f"return {inputs}")
+    path = tmp_path / "scan_variant.py"
+    path.write_text(source)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "scan", pattern
+    _judged_correct(path, moves, tmp_path, monkeypatch)
+
+
 def test_reductions_the_template_does_not_cover_say_why():
     def pattern_of(expr, tmp_dir):
         source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
@@ -263,6 +282,9 @@ SM90_SIGNATURES = {
                                  "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
         "reduce_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*i64", "R": "i32", "BLOCK_R": "constexpr"},
                                {"BLOCK_R": 512})},
+    "scan_rows.py": {"scan_rows_kernel": (
+        {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr",
+         "REVERSE": "constexpr", "MASKED": "constexpr"}, {"BLOCK": 1024, "REVERSE": True, "MASKED": False})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

@@ -54,6 +54,9 @@ def _trace(problem):
     reduction = _dim_reduce(model, args)
     if reduction is not None:
         raise _Found(reduction)
+    scan = _row_scan(model, args)
+    if scan is not None:
+        raise _Found(scan)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -321,6 +324,58 @@ def _dim_reduce(model, args) -> Pattern | None:
         return None
     return Pattern("reduce", inputs=1, ops=(op,),
                    params=(("op", op), ("dim", dim), ("keepdim", keepdim), ("neutral", _NEUTRAL[op])))
+
+
+def _row_scan(model, args) -> Pattern | None:
+    """A forward that is a cumulative sum or product along the last dimension of its float32 input,
+    possibly reversed (``x.flip(d).cumsum(d).flip(d)``) or of ``x * mask`` with a second input of
+    x's shape (bool or float). None when the forward is anything else."""
+    import operator
+
+    import torch
+    import torch.fx as fx
+
+    if not 1 <= len(args) <= 2 or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    x = args[0]
+    if x.dtype != torch.float32 or x.dim() < 1 or any(tuple(a.shape) != tuple(x.shape) for a in args[1:]):
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    last = {-1, x.dim() - 1}
+
+    def name(node):
+        return node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+
+    def flips(node, source) -> bool:
+        dims = node.kwargs.get("dims", node.args[1] if len(node.args) > 1 else None)
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        return name(node) == "flip" and node.args[:1] == (source,) and len(dims) == 1 and dims[0] in last
+
+    scans = [n for n in calls if name(n) in ("cumsum", "cumprod")]
+    if len(scans) != 1:
+        return None
+    (scan,) = scans
+    dim = scan.kwargs.get("dim", scan.args[1] if len(scan.args) > 1 else None)
+    if dim not in last:
+        raise ew.Unsupported(f"{name(scan)} over dim {dim!r}: the template scans the last dimension")
+    source, rest = scan.args[0], [n for n in calls if n is not scan]
+    reverse = masked = False
+    if rest and len(rest) == 2 and flips(rest[0], placeholders[0]) and source is rest[0] and flips(rest[1], scan):
+        reverse, source, rest = True, placeholders[0], []
+    if (len(rest) == 1 and len(args) == 2 and rest[0] is source and rest[0].op == "call_function"
+            and rest[0].target in (operator.mul, torch.mul) and set(rest[0].args) == set(placeholders)):
+        masked, source, rest = True, placeholders[0], []
+    if rest or source is not placeholders[0] or len(args) != 1 + masked:
+        return None
+    op = name(scan)
+    return Pattern("scan", inputs=len(args), ops=(op,),
+                   params=(("op", op), ("reverse", reverse), ("masked", masked),
+                           ("neutral", "0.0" if op == "cumsum" else "1.0")))
 
 
 def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:
