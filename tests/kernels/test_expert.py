@@ -95,6 +95,24 @@ def test_row_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, mo
     _judged_correct(path, moves, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("forward,dim,moves", [
+    (None, 1, {"block": 16, "chunk": 4}),  # RMSNorm over channels: strips of inner columns, ragged
+    ("return x / torch.mean(torch.abs(x), dim=1, keepdim=True)", 3, {"chunk": 8}),  # L1 over the last dim
+    ("return x / torch.norm(x, p=2, dim=1, keepdim=True)", 3, {}),  # L2 over the last dim
+    ("return x / x.pow(2).sum(dim=2, keepdim=True).sqrt()", 2, {"block": 32, "chunk": 8}),
+])
+def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypatch, forward, dim, moves):
+    source = (HERE / "rms_norm.py").read_text()
+    if forward:
+        source = source.replace("rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)\n"
+                                "        return x / rms", forward.replace("dim=1", f"dim={dim}"))
+    path = tmp_path / "norm_variant.py"
+    path.write_text(source)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "norm" and dict(pattern.params)["dim"] == dim, pattern
+    _judged_correct(path, moves, tmp_path, monkeypatch)
+
+
 def test_reductions_the_template_does_not_cover_say_why():
     def pattern_of(expr, tmp_dir):
         source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
@@ -285,6 +303,11 @@ SM90_SIGNATURES = {
     "scan_rows.py": {"scan_rows_kernel": (
         {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr",
          "REVERSE": "constexpr", "MASKED": "constexpr"}, {"BLOCK": 1024, "REVERSE": True, "MASKED": False})},
+    "rms_norm.py": {
+        "norm_inner_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "INNER": "i32",
+                               "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
+        "norm_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "BLOCK_R": "constexpr"},
+                             {"BLOCK_R": 2048})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

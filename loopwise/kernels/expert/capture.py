@@ -57,6 +57,9 @@ def _trace(problem):
     scan = _row_scan(model, args)
     if scan is not None:
         raise _Found(scan)
+    norm = _normalize(model, args)
+    if norm is not None:
+        raise _Found(norm)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -376,6 +379,87 @@ def _row_scan(model, args) -> Pattern | None:
     return Pattern("scan", inputs=len(args), ops=(op,),
                    params=(("op", op), ("reverse", reverse), ("masked", masked),
                            ("neutral", "0.0" if op == "cumsum" else "1.0")))
+
+
+def _normalize(model, args) -> Pattern | None:
+    """``x / s`` where ``s`` is a statistic of x over one dimension, kept for broadcasting: the sum or
+    mean of x, |x| or x**2 (or ``torch.norm(x, p=2, dim, keepdim=True)``), then constants added and
+    square roots taken (RMSNorm, L1 and L2 normalization). None when the forward is anything else."""
+    import operator
+
+    import torch
+    import torch.fx as fx
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (out,) = [n for n in gm.graph.nodes if n.op == "output"]
+    div = out.args[0]
+    if not (hasattr(div, "op") and div.op == "call_function" and div.target in (operator.truediv, torch.div)
+            and len(div.args) == 2 and div.args[0] is x and hasattr(div.args[1], "op") and not div.kwargs):
+        return None
+    chain, node = [], div.args[1]  # from the statistic back to x
+    while node is not x:
+        inputs = node.all_input_nodes
+        if len(inputs) != 1 or node.op not in ("call_function", "call_method"):
+            return None
+        chain.append(node)
+        node = inputs[0]
+    chain.reverse()
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != len(chain) + 1:
+        return None  # something else is computed beside the statistic
+
+    def name(n):
+        return n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
+
+    pre, ops = "x", []
+    first = chain[0] if chain else None
+    if first is not None and (name(first) in ("pow", "square") and first.args[1:] in ((2,), ()) or
+                              first.target is operator.mul and first.args == (x, x)):
+        pre, ops, chain = "x * x", ["square"], chain[1:]
+    elif first is not None and name(first) == "abs":
+        pre, ops, chain = "tl.abs(x)", ["abs"], chain[1:]
+    if not chain:
+        return None
+    reduce = chain[0]
+    dim = reduce.kwargs.get("dim", reduce.args[1] if len(reduce.args) > 1 else None)
+    keepdim = reduce.kwargs.get("keepdim", reduce.args[2] if len(reduce.args) > 2 else False)
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    post, mean = "stat", False
+    if name(reduce) in ("sum", "mean"):
+        mean = name(reduce) == "mean"
+        ops.append(name(reduce))
+    elif name(reduce) == "norm" and pre == "x" and reduce.kwargs.get("p", 2) == 2 and len(reduce.args) == 1:
+        pre, post = "x * x", "tl.sqrt(stat)"
+        ops.append("norm2")
+    else:
+        return None
+    if not isinstance(dim, int) or isinstance(dim, bool) or keepdim is not True:
+        raise ew.Unsupported("a statistic over one dimension, kept (keepdim=True), is what the template divides by")
+    if not -args[0].dim() <= dim < args[0].dim():
+        return None
+    for step in chain[1:]:
+        if step.target in (operator.add, torch.add) and len(step.args) == 2 and step.args[0] is not None \
+                and not hasattr(step.args[1], "op"):
+            post, op = f"({post} + {ew.literal(step.args[1])})", "add"
+        elif name(step) in ("sqrt",):
+            post, op = f"tl.sqrt({post})", "sqrt"
+        else:
+            return None
+        ops.append(op)
+    text = {("x * x", True): "the mean of x**2", ("x * x", False): "the sum of x**2",
+            ("tl.abs(x)", True): "the mean of |x|", ("tl.abs(x)", False): "the sum of |x|",
+            ("x", True): "the mean of x", ("x", False): "the sum of x"}[(pre, mean)]
+    if post != "stat":
+        text += f", s, then {post.replace('stat', 's').replace('tl.', '')}"
+    return Pattern("norm", inputs=1, ops=tuple(ops + ["div"]),
+                   params=(("dim", dim), ("pre", pre), ("mean", mean), ("post", post), ("stat_text", text)))
 
 
 def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:
