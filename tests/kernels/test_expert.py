@@ -113,6 +113,27 @@ def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypa
     _judged_correct(path, moves, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("module,shape,moves", [
+    (None, None, {"block": 128}),  # MaxPool2d(3, stride 2, padding 1, dilation 2)
+    ("nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "(2, 3, 101)", {}),
+    ("nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "(2, 2, 11, 13, 9)", {"block": 512}),
+    ("nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "(2, 3, 101)", {}),
+    ("nn.AvgPool2d(kernel_size=5)", "(2, 3, 23, 29)", {}),  # stride defaults to the kernel
+    ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "(2, 2, 9, 11, 13)", {"warps": 2}),
+    ("nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 17, 23)", {}),
+])
+def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
+    source = (HERE / "pool.py").read_text()
+    if module:
+        source = source.replace("nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)", module)
+        source = source.replace("torch.randn(2, 3, 17, 23)", f"torch.randn{shape}")
+    path = tmp_path / "pool_variant.py"
+    path.write_text(source)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "pool", pattern
+    _judged_correct(path, moves, tmp_path, monkeypatch)
+
+
 def test_reductions_the_template_does_not_cover_say_why():
     def pattern_of(expr, tmp_dir):
         source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
@@ -308,6 +329,12 @@ SM90_SIGNATURES = {
                                "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
         "norm_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "BLOCK_R": "constexpr"},
                              {"BLOCK_R": 2048})},
+    "pool.py": {"pool_kernel": (
+        {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_out": "i32", "D": "i32", "H": "i32", "W": "i32", "OD": "i32",
+         "OH": "i32", "OW": "i32", **{k: "constexpr" for k in ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW",
+                                                                "DD", "DH", "DW", "IS_MAX", "INCLUDE_PAD", "BLOCK")}},
+        {"KD": 1, "KH": 3, "KW": 3, "SD": 1, "SH": 2, "SW": 2, "PD": 0, "PH": 1, "PW": 1, "DD": 1, "DH": 2, "DW": 2,
+         "IS_MAX": True, "INCLUDE_PAD": True, "BLOCK": 256})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

@@ -60,6 +60,9 @@ def _trace(problem):
     norm = _normalize(model, args)
     if norm is not None:
         raise _Found(norm)
+    pool = _pooling(model, args)
+    if pool is not None:
+        raise _Found(pool)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors")
@@ -460,6 +463,50 @@ def _normalize(model, args) -> Pattern | None:
         text += f", s, then {post.replace('stat', 's').replace('tl.', '')}"
     return Pattern("norm", inputs=1, ops=tuple(ops + ["div"]),
                    params=(("dim", dim), ("pre", pre), ("mean", mean), ("post", post), ("stat_text", text)))
+
+
+def _pooling(model, args) -> Pattern | None:
+    """A forward that is one nn.MaxPool{1,2,3}d or nn.AvgPool{1,2,3}d module on its float32 input
+    (no ceil mode, no indices returned, no divisor override). None when it is anything else."""
+    import torch
+    import torch.fx as fx
+    import torch.nn as nn
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,):
+        return None
+    pool = gm.get_submodule(calls[0].target)
+    kinds = {nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3, nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3}
+    ndim = kinds.get(type(pool))
+    if ndim is None:
+        return None
+    is_max = isinstance(pool, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d))
+    if pool.ceil_mode or (is_max and pool.return_indices) or getattr(pool, "divisor_override", None):
+        raise ew.Unsupported(f"{type(pool).__name__} with ceil_mode, return_indices or divisor_override")
+    if args[0].dim() not in (ndim + 1, ndim + 2):
+        return None
+
+    def triple(value, fill):
+        value = tuple(value) if isinstance(value, (tuple, list)) else (value,) * ndim
+        return (fill,) * (3 - ndim) + tuple(int(v) for v in value)
+
+    kernel = triple(pool.kernel_size, 1)
+    stride = triple(pool.stride if pool.stride not in (None, (), []) else pool.kernel_size, 1)
+    padding, dilation = triple(pool.padding, 0), triple(pool.dilation if is_max else 1, 1)
+    name = type(pool).__name__
+    return Pattern("pool", inputs=1, ops=(name.lower(),),
+                   params=(("module", name), ("ndim", ndim), ("is_max", is_max),
+                           ("include_pad", bool(getattr(pool, "count_include_pad", True))),
+                           ("kernel", kernel[3 - ndim:]), ("stride", stride[3 - ndim:]),
+                           ("padding", padding[3 - ndim:]), ("dilation", dilation[3 - ndim:]),
+                           ("kernel3", kernel), ("stride3", stride), ("padding3", padding), ("dilation3", dilation)))
 
 
 def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:

@@ -29,6 +29,7 @@ SPACE = {
     "scan": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8, 16]},
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
     "norm": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
+    "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
 }
 
 
