@@ -50,6 +50,7 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4}),
                                         ("linear_epilogue.py", {"block": 64, "chunk": 16}),
                                         ("conv_epilogue.py", {"block": 128}),
+                                        ("new_gelu.py", {"block": 256}),
                                         ("log_softmax_rows.py", {"block": 1024}),  # online path (3001 columns)
                                         ("log_softmax_rows.py", {"block": 4096, "warps": 4}),  # one block per row
                                         ("convtranspose_add.py", {"block": 256, "warps": 2})])

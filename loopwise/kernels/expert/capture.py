@@ -629,8 +629,13 @@ def _special(target, args, kw, a) -> tuple[str, str]:
         return ew.clamp(a, lo, hi), "clamp"
     if target in (F.hardtanh,):
         return ew.clamp(a, kw.get("min_val", -1.0), kw.get("max_val", 1.0)), "hardtanh"
-    if target in (operator.pow, torch.pow, "pow") and len(args) == 2 and args[1] == 2:
-        return f"({a} * {a})", "square"
+    if target in (operator.pow, torch.pow, "pow") and len(args) == 2 and not hasattr(args[1], "name"):
+        power = args[1]
+        if isinstance(power, (int, float)) and not isinstance(power, bool) and float(power) in (2.0, 3.0, 4.0):
+            return "(" + " * ".join([a] * int(power)) + ")", "square" if power == 2 else f"pow{int(power)}"
+        if power == 0.5:
+            return f"tl.sqrt({a})", "sqrt"
+        raise ew.Unsupported(f"pow with exponent {power!r} (2, 3, 4 and 0.5 are expressed)")
     raise ew.Unsupported(f"operation {getattr(target, '__name__', target)}")
 
 
