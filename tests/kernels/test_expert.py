@@ -51,6 +51,7 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("linear_epilogue.py", {"block": 64, "chunk": 16}),
                                         ("conv_epilogue.py", {"block": 128}),
                                         ("new_gelu.py", {"block": 256}),
+                                        ("scalar_input.py", {"block": 512}),
                                         ("log_softmax_rows.py", {"block": 1024}),  # online path (3001 columns)
                                         ("log_softmax_rows.py", {"block": 4096, "warps": 4}),  # one block per row
                                         ("convtranspose_add.py", {"block": 256, "warps": 2})])
@@ -336,6 +337,9 @@ SM90_SIGNATURES = {
                                                                 "DD", "DH", "DW", "IS_MAX", "INCLUDE_PAD", "BLOCK")}},
         {"KD": 1, "KH": 3, "KW": 3, "SD": 1, "SH": 2, "SW": 2, "PD": 0, "PH": 1, "PW": 1, "DD": 1, "DH": 2, "DW": 2,
          "IS_MAX": True, "INCLUDE_PAD": True, "BLOCK": 256})},
+    "scalar_input.py": {"fused_elementwise_kernel": (
+        {"x0_ptr": "*fp32", "x1": "fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 1024})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

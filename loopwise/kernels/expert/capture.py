@@ -28,6 +28,7 @@ class Pattern:
     init: str = ""  # ModelNew.__init__ when it must hold those tensors: the reference's own, copied
     constants: tuple[tuple[str, str], ...] = ()  # module-level literals that init reads, as (name, source)
     prologue: str = ""  # attribute path of a module ModelNew calls on input 0 first (a conv in PyTorch / cuDNN)
+    scalars: tuple[int, ...] = ()  # positions of inputs that are plain numbers (kernel arguments, not tensors)
     reason: str = ""
 
 
@@ -64,11 +65,12 @@ def _trace(problem):
     if pool is not None:
         raise _Found(pool)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if len(tensors) != len(args) or not tensors:
-        raise ew.Unsupported("inputs other than tensors")
+    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if len(tensors) + len(numbers) != len(args) or not tensors:
+        raise ew.Unsupported("inputs other than tensors and plain numbers")
     if len({tuple(t.shape) for t in tensors}) != 1 or any(t.dtype != torch.float32 for t in tensors):
         raise ew.Unsupported("inputs of different shapes or not float32")
-    return module, model, fx.symbolic_trace(model), tensors
+    return module, model, fx.symbolic_trace(model), args
 
 
 _MATMULS = {"matmul", "mm"}
@@ -212,8 +214,8 @@ def _only_layernorm(model, args) -> Pattern | None:
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
     try:
-        module, model, gm, tensors = _trace(problem)
-        pattern = _classify(gm, tensors, model)
+        module, model, gm, args = _trace(problem)
+        pattern = _classify(gm, args, model)
         if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
             init = reference_init(problem.source, module)
             pattern = replace(pattern, init=init.text, constants=init.constants)
@@ -230,7 +232,10 @@ def capture(problem) -> Pattern:
         return Pattern("unsupported", reason=f"cannot trace forward ({type(exc).__name__}: {exc})")
 
 
-def _classify(gm, tensors, model) -> Pattern:
+def _classify(gm, args, model) -> Pattern:
+    import torch
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(nodes) == 1 and _softmax_dim(gm, nodes[0]) is not None:
@@ -239,8 +244,10 @@ def _classify(gm, tensors, model) -> Pattern:
         if dim in (-1, tensors[0].dim() - 1):
             return Pattern("row_softmax", inputs=1, ops=(name,), params=(("log", log),))
         raise ew.Unsupported(f"{name} over dim {dim}, not the last")
-    return _chain(gm, model, nodes, {p.name: f"x{i}" for i, p in enumerate(placeholders)},
-                  len(placeholders), tuple(tensors[0].shape))
+    chain = _chain(gm, model, nodes, {p.name: f"x{i}" for i, p in enumerate(placeholders)},
+                   len(placeholders), tuple(tensors[0].shape))
+    # plain-number inputs (a scale passed to forward) are kernel arguments: tensors keep their order
+    return replace(chain, scalars=tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)))
 
 
 def _conv_epilogue(model, args) -> Pattern | None:

@@ -32,7 +32,8 @@ def render(pattern: Pattern, moves: dict | None = None) -> str:
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
-                           prologue=pattern.prologue,
+                           prologue=pattern.prologue, scalars=pattern.scalars,
+                           first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
                            attribute=attribute, **dict(pattern.params), **params)
 
 
