@@ -40,7 +40,8 @@ COLUMNS = [
     "level", "id", "problem", "input_mb", "eager_ms", "compile_ms", "max_autotune_ms", "floor_ms", "floor_bound",
     "compile_speedup", "max_autotune_speedup", "floor_speedup", "eager_mean_ms", "compile_mean_ms",
     "max_autotune_mean_ms", "eager_status", "compile_status", "max_autotune_status", "compile_load_s",
-    "max_autotune_load_s", "wall_s", "message", "finished_at",
+    "max_autotune_load_s", "eager_tf32_ms", "eager_tf32_speedup", "eager_tf32_mean_ms", "eager_tf32_status",
+    "eager_tf32_load_s", "wall_s", "message", "finished_at",
 ]
 
 
@@ -103,7 +104,7 @@ def problem_paths(levels: list[int], only: list[str]) -> list[tuple[int, int, Pa
 def make_config(args: argparse.Namespace):
     from loopwise.core.config import Config
 
-    baseline = {"compile": not args.no_compile, "max_autotune": args.max_autotune, "cache": False}
+    baseline = {"compile": not args.no_compile, "max_autotune": args.max_autotune, "tf32": args.tf32, "cache": False}
     if args.perf_trials:
         baseline["perf_trials"] = args.perf_trials
     evaluation: dict = {"energy": False}
@@ -142,6 +143,7 @@ def baseline_row(level: int, pid: int, path: Path, config, device: str, pool) ->
     row.update(variant_fields("eager", result.eager, None))
     row.update(variant_fields("compile", result.compile, result.eager))
     row.update(variant_fields("max_autotune", result.max_autotune, result.eager))
+    row.update(variant_fields("eager_tf32", result.eager_tf32, result.eager))
     row.update(floor_ms=result.floor_ms, floor_bound=result.floor_bound)
     if result.floor_ms and row.get("eager_ms"):
         row["floor_speedup"] = row["eager_ms"] / result.floor_ms  # the most any kernel could gain
@@ -189,6 +191,8 @@ def done(row: dict | None, args: argparse.Namespace) -> bool:
     if row is None or row.get("eager_status") not in ("ok",):
         return False
     if args.max_autotune and row.get("max_autotune_status") in (None, "not run"):
+        return False
+    if args.tf32 and row.get("eager_tf32_status") in (None, "not run"):
         return False
     return args.no_compile or row.get("compile_status") not in (None, "not run")
 
@@ -308,6 +312,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--problems", default="", help="subset of the selection as LEVEL/ID, e.g. 1/40,3/9")
     p.add_argument("--max-autotune", action="store_true", help="also time torch.compile max-autotune (slow)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile default mode")
+    p.add_argument("--tf32", action="store_true", help="also time eager with TF32 allowed (the relaxed yardstick)")
     p.add_argument("--perf-trials", type=int, default=0, help="timed calls per variant (0: config default)")
     p.add_argument("--compile-timeout-s", type=float, default=0.0,
                    help="per variant load + compile (0: config default, 600 s); a variant over it is "

@@ -1,5 +1,6 @@
-"""Reference variants of a problem side by side: eager, torch.compile, max-autotune, and the
-speed-of-light floor; each variant timed in its own sandbox exactly like a candidate.
+"""Reference variants of a problem side by side: eager, torch.compile, max-autotune, optionally
+eager with TF32 allowed, and the speed-of-light floor; each variant timed in its own sandbox
+exactly like a candidate.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class BaselineRow:
     floor_ms: float | None
     floor_bound: str | None
     floor_note: str = ""
+    eager_tf32: VariantResult | None = None
 
     def speedup(self, variant: VariantResult | None, statistic: str = "median") -> float | None:
         if variant is None or variant.timing is None or self.eager.timing is None:
@@ -37,6 +39,7 @@ class BaselineRow:
 
         return {"problem": self.problem, "device": self.device, "eager": one(self.eager),
                 "compile": one(self.compile), "max_autotune": one(self.max_autotune),
+                "eager_tf32": one(self.eager_tf32),
                 "floor_ms": self.floor_ms, "floor_bound": self.floor_bound, "floor_note": self.floor_note}
 
 
@@ -72,8 +75,10 @@ def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPoo
             if config.kernels.baseline.compile else None
         tuned = times.get(problem.sha256, problem.source, "max-autotune", args, None) \
             if config.kernels.baseline.max_autotune else None
+        tf32 = times.get(problem.sha256, problem.source, "eager-tf32", args, None) \
+            if config.kernels.baseline.tf32 else None
         floor_ms, bound, note = _floor(problem, device, cfg.precision)
-        return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note)
+        return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note, eager_tf32=tf32)
     finally:
         if own:
             pool.close()

@@ -100,6 +100,7 @@ def baseline_cmd(
     problems: List[str] = typer.Argument(..., help="Problem files or kernelbench:LEVEL/ID."),
     max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile max-autotune."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip torch.compile (default mode)."),
+    tf32: bool = typer.Option(False, "--tf32", help="Also time eager with TF32 allowed (not fp32 math)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Measure again even if cached."),
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
@@ -107,7 +108,7 @@ def baseline_cmd(
     overrides: Optional[List[str]] = SET,
     as_json: bool = JSON,
 ) -> None:
-    """Eager vs torch.compile (vs max-autotune) vs the speed-of-light floor, per problem."""
+    """Eager vs torch.compile (vs max-autotune, vs eager with TF32) vs the speed-of-light floor, per problem."""
     from loopwise.kernels.run_eval import baseline_problems
 
     extra = []
@@ -115,6 +116,8 @@ def baseline_cmd(
         extra.append("kernels.baseline.max_autotune=true")
     if no_compile:
         extra.append("kernels.baseline.compile=false")
+    if tf32:
+        extra.append("kernels.baseline.tf32=true")
     if no_cache:
         extra.append("kernels.baseline.cache=false")
     baseline_problems(problems, _config(config, overrides, extra + _where(device, kernelbench)), as_json=as_json)

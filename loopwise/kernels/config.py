@@ -75,6 +75,7 @@ class BaselineConfig(BaseModel):
 
     compile: bool = True
     max_autotune: bool = False
+    tf32: bool = False  # also eager with TF32 allowed (the relaxed track's yardstick; not fp32 math)
     perf_trials: int = Field(100, ge=1)
     cache: bool = True
 

@@ -75,7 +75,9 @@ def print_baselines(console, rows, statistic: str) -> None:
     from rich.table import Table
 
     table = Table(title=f"baselines · {statistic} ms per call · device {rows[0].device if rows else ''}")
-    for col in ("problem", "eager", "compile", "max-autotune", "floor", "bound", "notes"):
+    tf32 = any(row.eager_tf32 is not None for row in rows)
+    for col in ("problem", "eager", "compile", "max-autotune") + (("eager+TF32",) if tf32 else ()) + (
+            "floor", "bound", "notes"):
         table.add_column(col, overflow="fold")
     for row in rows:
         def cell(v):
@@ -87,7 +89,8 @@ def print_baselines(console, rows, statistic: str) -> None:
             s = row.speedup(v, statistic)
             return _ms(t) + (f" ({s:.2f}x)" if s is not None and v is not row.eager else "")
 
-        notes = "; ".join(v.message for v in (row.eager, row.compile, row.max_autotune) if v and v.message)
-        table.add_row(row.problem, cell(row.eager), cell(row.compile), cell(row.max_autotune), _ms(row.floor_ms),
+        variants = (row.eager, row.compile, row.max_autotune) + ((row.eager_tf32,) if tf32 else ())
+        notes = "; ".join(v.message for v in variants if v and v.message)
+        table.add_row(row.problem, *(cell(v) for v in variants), _ms(row.floor_ms),
                       row.floor_bound or "-", notes or row.floor_note or "-")
     console.print(table)

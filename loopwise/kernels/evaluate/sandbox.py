@@ -136,6 +136,9 @@ class Session:
         torch = self.torch
         kind = req["kind"]
         guards.pin_fp32_flags()
+        if kind == "eager-tf32":  # the reference with TF32 allowed: what "just allow TF32" buys (not fp32 math)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+            torch.set_float32_matmul_precision("high")
         self.flags_before = guards.precision_flags()
         self.guard = guards.IdentityGuard(sys.modules[__name__], timing, guards, inputs)
         t0 = time.perf_counter()
