@@ -67,11 +67,11 @@ def make_search(settings: Settings):
     return kinds[settings.search](seed=settings.seed, max_evals=settings.budget)
 
 
-def make_proposer(settings: Settings, problem, store=None):
+def make_proposer(settings: Settings, problem, store=None, precision: str = "fp32"):
     if settings.proposer == "expert":
         from loopwise.kernels.expert.proposer import ExpertProposer
 
-        return ExpertProposer(problem, seed=settings.seed)
+        return ExpertProposer(problem, seed=settings.seed, precision=precision)
     if settings.proposer == "exchange":
         from loopwise.core.propose import ExchangeProposer
 

@@ -18,7 +18,7 @@ class OptimizeRun:
     def __init__(self, settings: Settings, cfg: Config, store, judge, problem) -> None:
         self.s, self.cfg, self.store, self.judge, self.problem = settings, cfg, store, judge, problem
         self.search = make_search(settings)
-        self.proposer = make_proposer(settings, problem, store)
+        self.proposer = make_proposer(settings, problem, store, precision=cfg.kernels.eval.precision)
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.tally = Tally()

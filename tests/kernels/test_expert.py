@@ -152,6 +152,25 @@ def test_reductions_the_template_does_not_cover_say_why():
         assert pattern_of("torch.max(x, dim=1)", tmp).kind == "unsupported"  # a tuple out
 
 
+def test_matrix_products_follow_the_precision_policy(tmp_path, monkeypatch):
+    """tf32x3 under fp32 (fp32-accurate); plain TF32 only under relaxed, where the judge accepts it,
+    while the fp32 judge rejects that same source as a precision downgrade."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    problem = load_problem(str(HERE / "matmul_plain.py"))
+    strict, _ = generate(problem, {"block": 64, "chunk": 32, "warps": 4})
+    relaxed, _ = generate(problem, {"block": 64, "chunk": 32, "warps": 4}, precision="relaxed")
+    assert 'input_precision="tf32x3"' in strict and 'input_precision="tf32")' in relaxed
+    verdicts = {}
+    for policy, tolerance in (("fp32", "strict"), ("relaxed", "legacy")):
+        cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision=policy, tolerance=tolerance)
+        with Judge(problem, cfg, device="cpu", log_dir=tmp_path / policy, spares=0) as judge:
+            verdicts[policy] = judge.evaluate(relaxed, f"relaxed-under-{policy}")
+    assert verdicts["relaxed"].status is Status.CORRECT, verdicts["relaxed"].summary()
+    assert verdicts["fp32"].status is not Status.CORRECT
+    assert any(r.code == "precision_downgrade" for r in verdicts["fp32"].reasons), verdicts["fp32"].summary()
+
+
 def _judged_correct(path, moves, tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the sandbox
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))

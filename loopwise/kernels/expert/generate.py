@@ -18,8 +18,10 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.
              "pool": "pool.py.j2"}
 
 
-def render(pattern: Pattern, moves: dict | None = None) -> str:
-    """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults."""
+def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32") -> str:
+    """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults. Matrix
+    products run on the tensor cores through tf32x3 under the ``fp32`` policy (fp32-accurate) and
+    as plain TF32 under ``relaxed``."""
     import jinja2
 
     params = {**DEFAULT_MOVES[pattern.kind], **(moves or {})}
@@ -33,6 +35,7 @@ def render(pattern: Pattern, moves: dict | None = None) -> str:
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
+                           dot_precision="tf32x3" if precision == "fp32" else "tf32",
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
                            attribute=attribute, **dict(pattern.params), **params)
 
@@ -46,9 +49,9 @@ def attribute(path: str) -> str:
     return expr
 
 
-def generate(problem, moves: dict | None = None) -> tuple[str | None, Pattern]:
+def generate(problem, moves: dict | None = None, precision: str = "fp32") -> tuple[str | None, Pattern]:
     """(source or None, the captured pattern); None when no template covers the problem."""
     pattern = capture(problem)
     if pattern.kind not in TEMPLATES:
         return None, pattern
-    return render(pattern, moves), pattern
+    return render(pattern, moves, precision), pattern

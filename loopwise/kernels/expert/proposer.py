@@ -36,8 +36,8 @@ SPACE = {
 class ExpertProposer(Proposer):
     """Template-and-moves proposer for one problem."""
 
-    def __init__(self, problem, seed: int = 0) -> None:
-        self.problem = problem
+    def __init__(self, problem, seed: int = 0, precision: str = "fp32") -> None:
+        self.problem, self.precision = problem, precision
         self._rng = random.Random(seed)
         self._pattern: Pattern | None = None
         self._moves_of: dict[str, dict] = {}
@@ -58,7 +58,7 @@ class ExpertProposer(Proposer):
         wanted = self._next_moves(pattern.kind, current, request.n, suggested_moves(request.findings))
         out = []
         for moves in wanted:
-            source = render(pattern, moves)
+            source = render(pattern, moves, precision=self.precision)
             self._moves_of[source] = moves
             out.append(Proposal(content=source, origin="expert", note=self._note(pattern.kind, current, moves)))
         return out
