@@ -84,10 +84,10 @@ def compute_selection() -> dict[int, tuple[int, ...]]:
     return chosen
 
 
-def problem_paths(levels: list[int], only: list[str]) -> list[tuple[int, int, Path]]:
+def problem_paths(levels: list[int], only: list[str], selection: dict | None = None) -> list[tuple[int, int, Path]]:
     out = []
     for level in levels:
-        for pid in SELECTION[level]:
+        for pid in (selection or SELECTION)[level]:
             if only and f"{level}/{pid}" not in only:
                 continue
             match = sorted((LEVELS / f"level{level}").glob(f"{pid}_*.py"))
@@ -273,7 +273,10 @@ def run(args: argparse.Namespace) -> int:
     paths = [out / "baselines.csv", mirror / "baselines.csv"]
     rows = {} if args.fresh else load_rows(paths)
     levels = [int(x) for x in args.levels.split(",") if x]
-    todo = problem_paths(levels, [p for p in args.problems.split(",") if p])
+    selection = None
+    if args.selection == "expert":  # issue 5's subset: the same rule with stride 5 (bench/expert_subset.py)
+        from expert_subset import SUBSET as selection
+    todo = problem_paths(levels, [p for p in args.problems.split(",") if p], selection)
     config, device = make_config(args), resolve_device(args.device)
     ev = config.kernels.eval
     print(f"{len(todo)} problems, device {device}, compile {not args.no_compile}, max-autotune {args.max_autotune}, "
@@ -309,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--levels", default="1,2,3")
+    p.add_argument("--selection", choices=("baseline", "expert"), default="baseline",
+                   help="baseline: every 8th id (this file); expert: every 5th (bench/expert_subset.py)")
     p.add_argument("--problems", default="", help="subset of the selection as LEVEL/ID, e.g. 1/40,3/9")
     p.add_argument("--max-autotune", action="store_true", help="also time torch.compile max-autotune (slow)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile default mode")
