@@ -136,6 +136,20 @@ def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
     _judged_correct(path, moves, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("init,moves", [
+    (None, {"block": 32, "chunk": 16}),  # 3x2 kernel, stride (2, 1), padding (1, 2), dilation (2, 1), bias
+    ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
+])
+def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, moves):
+    source = (HERE / "conv2d.py").read_text()
+    if init:
+        source = source.replace("[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]", init)
+    path = tmp_path / "conv2d_variant.py"
+    path.write_text(source)
+    assert capture(load_problem(str(path))).kind == "conv2d"
+    _judged_correct(path, moves, tmp_path, monkeypatch)
+
+
 def test_reductions_the_template_does_not_cover_say_why():
     def pattern_of(expr, tmp_dir):
         source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
@@ -359,6 +373,12 @@ SM90_SIGNATURES = {
     "scalar_input.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "x1": "fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
         {"BLOCK": 1024})},
+    "conv2d.py": {"conv2d_kernel": (
+        {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "out_ptr": "*fp32", "C": "i32", "H": "i32",
+         "W": "i32", "CO": "i32", "OH": "i32", "OW": "i32", "M": "i32",
+         **{k: "constexpr" for k in ("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "HAS_BIAS", "BM", "BN", "BK")}},
+        {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True, "BM": 64, "BN": 64,
+         "BK": 32})},
     "conv_epilogue.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "p0_div": "i32",
          "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},

@@ -49,6 +49,9 @@ def _trace(problem):
     linear = _linear_epilogue(model, args)
     if linear is not None:
         raise _Found(linear)
+    conv2d = _only_conv2d(model, args)
+    if conv2d is not None:
+        raise _Found(conv2d)
     conv = _conv_epilogue(model, args)
     if conv is not None:
         raise _Found(conv)
@@ -248,6 +251,38 @@ def _classify(gm, args, model) -> Pattern:
                    len(placeholders), tuple(tensors[0].shape))
     # plain-number inputs (a scale passed to forward) are kernel arguments: tensors keep their order
     return replace(chain, scalars=tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)))
+
+
+def _only_conv2d(model, args) -> Pattern | None:
+    """A forward that is one nn.Conv2d (groups 1, zero padding given as numbers) on its one float32
+    NCHW input: an implicit GEMM. None when the forward is anything else."""
+    import torch
+    import torch.fx as fx
+    import torch.nn as nn
+
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() != 4:
+        return None
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: not this pattern
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
+        return None
+    conv = gm.get_submodule(calls[0].target)
+    if type(conv) is not nn.Conv2d:
+        return None
+    if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+        raise ew.Unsupported(f"Conv2d with groups={conv.groups}, padding {conv.padding!r}, "
+                             f"padding_mode {conv.padding_mode!r} (the implicit GEMM takes groups 1, zero padding)")
+    path = calls[0].target
+    operands = (f"{path}.weight",) + ((f"{path}.bias",) if conv.bias is not None else ())
+    kh, kw = conv.kernel_size
+    return Pattern("conv2d", inputs=1, ops=("conv2d",), operands=operands,
+                   params=(("conv", path), ("kh", kh), ("kw", kw), ("stride", tuple(conv.stride)),
+                           ("padding", tuple(conv.padding)), ("dilation", tuple(conv.dilation)),
+                           ("has_bias", conv.bias is not None)))
 
 
 def _conv_epilogue(model, args) -> Pattern | None:

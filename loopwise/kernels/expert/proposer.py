@@ -30,6 +30,8 @@ SPACE = {
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
     "norm": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
+    # block: output pixels = output channels per tile; chunk: (input channel, window) step
+    "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
 }
 
 
