@@ -34,7 +34,7 @@ def test_capture_recognizes_patterns_and_says_why_not():
     ln = capture(load_problem(str(HERE / "layernorm.py")))
     assert ln.kind == "layernorm" and dict(ln.params)["n_cols"] == 350
     conv = capture(load_problem(str(HERE / "unsupported_conv.py")))
-    assert conv.kind == "unsupported" and "parameters" in conv.reason  # a lone conv: nothing to fuse
+    assert conv.kind == "unsupported" and "groups=2" in conv.reason  # the implicit GEMM takes groups 1
     epilogue = capture(load_problem(str(HERE / "conv_epilogue.py")))
     assert epilogue.kind == "elementwise" and epilogue.prologue == "conv" and epilogue.operands == ("bias",)
     assert epilogue.ops == ("conv2d", "relu", "add", "mish", "clamp")

@@ -40,60 +40,38 @@ def _trace(problem):
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         args = list(module.get_inputs())
-    layernorm = _only_layernorm(model, args)
-    if layernorm is not None:
-        raise _Found(layernorm)
-    matmul = _only_matmul(model, args)
-    if matmul is not None:
-        raise _Found(matmul)
-    linear = _linear_epilogue(model, args)
-    if linear is not None:
-        raise _Found(linear)
-    conv2d = _only_conv2d(model, args)
-    if conv2d is not None:
-        raise _Found(conv2d)
-    conv = _conv_epilogue(model, args)
-    if conv is not None:
-        raise _Found(conv)
-    reduction = _dim_reduce(model, args)
-    if reduction is not None:
-        raise _Found(reduction)
-    scan = _row_scan(model, args)
-    if scan is not None:
-        raise _Found(scan)
-    norm = _normalize(model, args)
-    if norm is not None:
-        raise _Found(norm)
-    pool = _pooling(model, args)
-    if pool is not None:
-        raise _Found(pool)
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
+        gm = None
+    if gm is not None:  # the whole-forward patterns, most specific first
+        for detect in (_only_layernorm, _only_matmul, _linear_epilogue, _only_conv2d, _conv_epilogue, _dim_reduce,
+                       _row_scan, _normalize, _pooling):
+            found = detect(gm, model, args)
+            if found is not None:
+                raise _Found(found)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     if len(tensors) + len(numbers) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors and plain numbers")
     if len({tuple(t.shape) for t in tensors}) != 1 or any(t.dtype != torch.float32 for t in tensors):
         raise ew.Unsupported("inputs of different shapes or not float32")
-    return module, model, fx.symbolic_trace(model), args
+    return module, model, gm if gm is not None else fx.symbolic_trace(model), args
 
 
 _MATMULS = {"matmul", "mm"}
 _TRANSPOSES = {"t", "T"}
 
 
-def _only_matmul(model, args) -> Pattern | None:
+def _only_matmul(gm, model, args) -> Pattern | None:
     """A model whose forward is one matrix product of its two 2-D float32 inputs, either of them
     possibly transposed (``A @ B``, ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``)."""
     import operator
 
     import torch
-    import torch.fx as fx
 
     if len(args) != 2 or not all(isinstance(a, torch.Tensor) and a.dim() == 2 and a.dtype == torch.float32
                                  for a in args):
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -134,20 +112,15 @@ def _only_matmul(model, args) -> Pattern | None:
                            ("m", int(m)), ("n", int(n)), ("k", int(k))))
 
 
-def _linear_epilogue(model, args) -> Pattern | None:
+def _linear_epilogue(gm, model, args) -> Pattern | None:
     """A model whose forward is one nn.Linear on its 2-D float32 input followed by elementwise
     operations on the product (constants, and model tensors of one value per output column): a GEMM
     with its epilogue fused. None when the forward is anything else."""
     import torch
-    import torch.fx as fx
     import torch.nn as nn
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dim() != 2 \
             or args[0].dtype != torch.float32:
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -190,15 +163,13 @@ class _Found(Exception):
         self.pattern = pattern
 
 
-def _only_layernorm(model, args) -> Pattern | None:
+def _only_layernorm(gm, model, args) -> Pattern | None:
     """A model whose forward is one nn.LayerNorm over trailing dimensions of one float32 input."""
     import torch
-    import torch.fx as fx
     import torch.nn as nn
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
         return None
-    gm = fx.symbolic_trace(model)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module":
         return None
@@ -253,18 +224,13 @@ def _classify(gm, args, model) -> Pattern:
     return replace(chain, scalars=tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)))
 
 
-def _only_conv2d(model, args) -> Pattern | None:
+def _only_conv2d(gm, model, args) -> Pattern | None:
     """A forward that is one nn.Conv2d (groups 1, zero padding given as numbers) on its one float32
     NCHW input: an implicit GEMM. None when the forward is anything else."""
     import torch
-    import torch.fx as fx
     import torch.nn as nn
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() != 4:
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -285,20 +251,15 @@ def _only_conv2d(model, args) -> Pattern | None:
                            ("has_bias", conv.bias is not None)))
 
 
-def _conv_epilogue(model, args) -> Pattern | None:
+def _conv_epilogue(gm, model, args) -> Pattern | None:
     """A forward that runs one convolution module on its first input and then only elementwise
     operations on the result (with the model's tensors that broadcast against it, and further
     inputs of the result's shape): the convolution stays in PyTorch (cuDNN), the operations after
     it become one fused pass. None when the forward is anything else."""
     import torch
-    import torch.fx as fx
     import torch.nn as nn
 
     if not args or not all(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args):
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -327,19 +288,14 @@ _NEUTRAL = {"sum": "0.0", "mean": "0.0", "max": '-float("inf")', "argmax": '-flo
             "min": 'float("inf")', "argmin": 'float("inf")'}
 
 
-def _dim_reduce(model, args) -> Pattern | None:
+def _dim_reduce(gm, model, args) -> Pattern | None:
     """A forward that is one reduction (sum, mean, max, min, amax, amin, argmax, argmin) of its one
     float32 input over one dimension. None when the forward is anything else."""
     import operator
 
     import torch
-    import torch.fx as fx
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -374,23 +330,18 @@ def _dim_reduce(model, args) -> Pattern | None:
                    params=(("op", op), ("dim", dim), ("keepdim", keepdim), ("neutral", _NEUTRAL[op])))
 
 
-def _row_scan(model, args) -> Pattern | None:
+def _row_scan(gm, model, args) -> Pattern | None:
     """A forward that is a cumulative sum or product along the last dimension of its float32 input,
     possibly reversed (``x.flip(d).cumsum(d).flip(d)``) or of ``x * mask`` with a second input of
     x's shape (bool or float). None when the forward is anything else."""
     import operator
 
     import torch
-    import torch.fx as fx
 
     if not 1 <= len(args) <= 2 or not all(isinstance(a, torch.Tensor) for a in args):
         return None
     x = args[0]
     if x.dtype != torch.float32 or x.dim() < 1 or any(tuple(a.shape) != tuple(x.shape) for a in args[1:]):
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -426,20 +377,15 @@ def _row_scan(model, args) -> Pattern | None:
                            ("neutral", "0.0" if op == "cumsum" else "1.0")))
 
 
-def _normalize(model, args) -> Pattern | None:
+def _normalize(gm, model, args) -> Pattern | None:
     """``x / s`` where ``s`` is a statistic of x over one dimension, kept for broadcasting: the sum or
     mean of x, |x| or x**2 (or ``torch.norm(x, p=2, dim, keepdim=True)``), then constants added and
     square roots taken (RMSNorm, L1 and L2 normalization). None when the forward is anything else."""
     import operator
 
     import torch
-    import torch.fx as fx
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
@@ -507,18 +453,13 @@ def _normalize(model, args) -> Pattern | None:
                    params=(("dim", dim), ("pre", pre), ("mean", mean), ("post", post), ("stat_text", text)))
 
 
-def _pooling(model, args) -> Pattern | None:
+def _pooling(gm, model, args) -> Pattern | None:
     """A forward that is one nn.MaxPool{1,2,3}d or nn.AvgPool{1,2,3}d module on its float32 input
     (no ceil mode, no indices returned, no divisor override). None when it is anything else."""
     import torch
-    import torch.fx as fx
     import torch.nn as nn
 
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
-        return None
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception:  # noqa: BLE001 - not traceable: not this pattern
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
