@@ -1,0 +1,96 @@
+"""Operators as loop nests with affine accesses (einsum-style): what the polyhedral analysis reads.
+
+An :class:`Operator` has named loop dimensions with extents, and accesses to tensors whose index
+expressions are affine in those dimensions, written in ISL's syntax (``"2*p + r - 1"``). Strides,
+dilations, padding (an index that can leave the tensor: the analysis clips it to the tensor) and
+groups are all index expressions, so one representation covers convolutions, matrix products,
+pooling and elementwise operators alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor: its name, shape and element size in bytes (bf16 by default)."""
+
+    name: str
+    shape: tuple[int, ...]
+    elem_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"tensor name {self.name!r}: letters, digits and _ only")
+        if any(int(d) < 1 for d in self.shape):
+            raise ValueError(f"tensor {self.name} has a dimension below 1: {self.shape}")
+
+
+@dataclass(frozen=True)
+class Access:
+    """One read or write of ``tensor`` at ``index`` (one affine expression per tensor dimension)."""
+
+    tensor: str
+    index: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A loop nest: ``dims`` (name -> extent, outermost first) over which ``reads`` and ``writes``
+    touch ``tensors``."""
+
+    name: str
+    dims: dict[str, int]
+    tensors: tuple[Tensor, ...]
+    reads: tuple[Access, ...]
+    writes: tuple[Access, ...]
+    macs: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        for dim, extent in self.dims.items():
+            if not _NAME.match(dim) or int(extent) < 1:
+                raise ValueError(f"{self.name}: loop dimension {dim!r} with extent {extent}")
+        shapes = {t.name: t.shape for t in self.tensors}
+        for access in self.reads + self.writes:
+            if access.tensor not in shapes:
+                raise ValueError(f"{self.name}: an access to {access.tensor}, which is not one of its tensors")
+            if len(access.index) != len(shapes[access.tensor]):
+                raise ValueError(f"{self.name}: {access.tensor} has {len(shapes[access.tensor])} dimensions, "
+                                 f"the access gives {len(access.index)}")
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise ValueError(f"{self.name}: no tensor {name!r} (it has {', '.join(t.name for t in self.tensors)})")
+
+    def accesses(self, name: str) -> tuple[Access, ...]:
+        self.tensor(name)
+        return tuple(a for a in self.reads + self.writes if a.tensor == name)
+
+
+def matmul(name: str, m: int, n: int, k: int, elem_bytes: int = 2) -> Operator:
+    """C[m, n] += A[m, k] * B[k, n]."""
+    return Operator(name, {"m": m, "n": n, "k": k},
+                    (Tensor("A", (m, k), elem_bytes), Tensor("B", (k, n), elem_bytes), Tensor("C", (m, n), elem_bytes)),
+                    reads=(Access("A", ("m", "k")), Access("B", ("k", "n"))), writes=(Access("C", ("m", "n")),),
+                    macs=m * n * k)
+
+
+def conv2d(name: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int, stride: int = 1, pad: int = 0,
+           dilation: int = 1, elem_bytes: int = 2) -> Operator:
+    """Y[n, k, p, q] += X[n, c, stride*p + dilation*r - pad, stride*q + dilation*s - pad] * W[k, c, r, s]
+    (groups 1); output size as PyTorch computes it."""
+    p = (h + 2 * pad - dilation * (r - 1) - 1) // stride + 1
+    q = (w + 2 * pad - dilation * (s - 1) - 1) // stride + 1
+    row = f"{stride}*p + {dilation}*r - {pad}"
+    col = f"{stride}*q + {dilation}*s - {pad}"
+    return Operator(name, {"n": n, "k": k, "c": c, "p": p, "q": q, "r": r, "s": s},
+                    (Tensor("X", (n, c, h, w), elem_bytes), Tensor("W", (k, c, r, s), elem_bytes),
+                     Tensor("Y", (n, k, p, q), elem_bytes)),
+                    reads=(Access("X", ("n", "c", row, col)), Access("W", ("k", "c", "r", "s"))),
+                    writes=(Access("Y", ("n", "k", "p", "q")),), macs=n * k * c * p * q * r * s)

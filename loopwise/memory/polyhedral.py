@@ -1,0 +1,71 @@
+"""Exact footprints with the polyhedral model (islpy): the elements of a tensor that a tile of an
+operator's iteration space touches, counted point by point (``count_val``), never as a bounding box
+(a stride-2 read of 7x7 outputs touches 49 points where its box holds 169).
+
+A tile is a box of the loop space, ``{dim: (start, size)}``; dimensions left out span their whole
+extent, and the box is clipped to the loop bounds. Padding needs no special case: an index outside
+the tensor is not an element, so the image is intersected with the tensor's own domain.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from loopwise.memory.ir import Operator
+
+Tile = dict[str, tuple[int, int]]
+
+
+def _isl():
+    import islpy
+
+    return islpy
+
+
+def _domain(op: Operator, tile: Tile) -> str:
+    for dim in tile:
+        if dim not in op.dims:
+            raise ValueError(f"{op.name}: unknown loop dimension {dim!r} (it has {', '.join(op.dims)})")
+    bounds = []
+    for dim, extent in op.dims.items():
+        bounds.append(f"0 <= {dim} < {extent}")
+        if dim in tile:
+            start, size = tile[dim]
+            bounds.append(f"{int(start)} <= {dim} < {int(start) + int(size)}")
+    return f"[{', '.join(op.dims)}] : {' and '.join(bounds)}"
+
+
+@lru_cache(maxsize=4096)
+def _touched(op_key: tuple, domain: str, tensor: str, shape: tuple[int, ...], maps: tuple[str, ...]):
+    isl = _isl()
+    dims = op_key
+    points = isl.Set(f"{{ {domain} }}")
+    space = ", ".join(f"i{j}" for j in range(len(shape)))
+    inside = isl.Set(f"{{ {tensor}[{space}] : " + " and ".join(f"0 <= i{j} < {d}" for j, d in enumerate(shape)) + " }")
+    image = None
+    for index in maps:
+        relation = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{index}] }}")
+        part = points.apply(relation).intersect(inside)
+        image = part if image is None else image.union(part)
+    return image
+
+
+def _image(op: Operator, tensor: str, tile: Tile):
+    t = op.tensor(tensor)
+    maps = tuple(", ".join(a.index) for a in op.accesses(tensor))
+    return _touched(tuple(op.dims), _domain(op, tile), t.name, t.shape, maps)
+
+
+def footprint(op: Operator, tensor: str, tile: Tile) -> int:
+    """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
+    return int(_image(op, tensor, tile).count_val().to_python())
+
+
+def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
+    return footprint(op, tensor, tile) * op.tensor(tensor).elem_bytes
+
+
+def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:
+    """Elements of ``tensor`` both tiles touch: what a scratchpad keeping the first tile's data saves
+    the second (reuse between consecutive tiles)."""
+    return int(_image(op, tensor, first).intersect(_image(op, tensor, second)).count_val().to_python())

@@ -1,0 +1,58 @@
+"""Exact tile footprints with the polyhedral model (islpy): the numbers an accelerator compiler
+engineer checks by hand, including the cases where a bounding box would be wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwise.memory.ir import Access, Operator, Tensor, conv2d, matmul
+from loopwise.memory.polyhedral import footprint, footprint_bytes, overlap
+
+
+def test_matmul_tile_reads_one_block_of_each_operand():
+    op = matmul("mm", m=256, n=256, k=512)
+    tile = {"m": (0, 32), "n": (0, 64), "k": (0, 128)}
+    assert footprint(op, "A", tile) == 32 * 128 == 4096
+    assert footprint(op, "B", tile) == 128 * 64
+    assert footprint(op, "C", tile) == 32 * 64
+    assert footprint_bytes(op, "A", tile) == 4096 * 2  # bf16 elements by default
+
+
+def test_conv_window_reads_the_halo_once():
+    # a 3x3 convolution over an 8x8 output tile (one channel) reads a 10x10 input patch
+    op = conv2d("c", n=1, c=1, h=32, w=32, k=1, r=3, s=3)
+    tile = {"n": (0, 1), "k": (0, 1), "c": (0, 1), "p": (0, 8), "q": (0, 8), "r": (0, 3), "s": (0, 3)}
+    assert footprint(op, "X", tile) == 100
+    assert footprint(op, "W", tile) == 9
+
+
+def test_strided_reads_are_counted_point_by_point_not_as_a_box():
+    # stride 2, 1x1 window over 7x7 outputs: 49 input points, where the bounding box holds 169
+    op = conv2d("c", n=1, c=1, h=32, w=32, k=1, r=1, s=1, stride=2)
+    tile = {"n": (0, 1), "k": (0, 1), "c": (0, 1), "p": (0, 7), "q": (0, 7), "r": (0, 1), "s": (0, 1)}
+    assert footprint(op, "X", tile) == 49
+
+
+def test_padding_clips_the_footprint_to_the_tensor():
+    # 3x3, padding 1: the corner tile's window hangs over the edge, only real elements are moved
+    op = conv2d("c", n=1, c=1, h=16, w=16, k=1, r=3, s=3, pad=1)
+    corner = {"n": (0, 1), "k": (0, 1), "c": (0, 1), "p": (0, 4), "q": (0, 4), "r": (0, 3), "s": (0, 3)}
+    assert footprint(op, "X", corner) == 5 * 5  # rows/cols -1..4 of which 0..4 exist
+
+
+def test_consecutive_tiles_share_their_halo():
+    op = conv2d("c", n=1, c=1, h=32, w=32, k=1, r=3, s=3)
+    first = {"n": (0, 1), "k": (0, 1), "c": (0, 1), "p": (0, 8), "q": (0, 8), "r": (0, 3), "s": (0, 3)}
+    second = dict(first, q=(8, 8))
+    assert overlap(op, "X", first, second) == 10 * 2  # two shared input columns of ten rows
+
+
+def test_a_tile_outside_the_loop_bounds_is_clipped_and_bad_input_is_a_clear_error():
+    op = matmul("mm", m=40, n=40, k=40)
+    assert footprint(op, "A", {"m": (32, 32), "n": (0, 8), "k": (0, 40)}) == 8 * 40
+    with pytest.raises(ValueError, match="no tensor 'Z'"):
+        footprint(op, "Z", {"m": (0, 1)})
+    with pytest.raises(ValueError, match="unknown loop dimension 'x'"):
+        footprint(op, "A", {"x": (0, 1)})
+    with pytest.raises(ValueError, match="A has 2 dimensions, the access gives 1"):
+        Operator("bad", {"i": 4}, (Tensor("A", (4, 4)),), reads=(Access("A", ("i",)),), writes=())
