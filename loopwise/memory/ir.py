@@ -82,15 +82,29 @@ def matmul(name: str, m: int, n: int, k: int, elem_bytes: int = 2) -> Operator:
 
 
 def conv2d(name: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int, stride: int = 1, pad: int = 0,
-           dilation: int = 1, elem_bytes: int = 2) -> Operator:
-    """Y[n, k, p, q] += X[n, c, stride*p + dilation*r - pad, stride*q + dilation*s - pad] * W[k, c, r, s]
-    (groups 1); output size as PyTorch computes it."""
+           dilation: int = 1, groups: int = 1, elem_bytes: int = 2,
+           tensors: tuple[str, str, str] = ("X", "W", "Y")) -> Operator:
+    """Y[n, g*K/G + k, p, q] += X[n, g*C/G + c, stride*p + dilation*r - pad, ...] * W[g*K/G + k, c, r, s]
+    over groups g (depthwise: groups = c = k); ``c`` and ``k`` are the layer's channel counts, the
+    loops run over the channels of one group. Output size as PyTorch computes it."""
+    if c % groups or k % groups:
+        raise ValueError(f"{name}: {c} input and {k} output channels do not split into {groups} groups")
+    cg, kg = c // groups, k // groups
     p = (h + 2 * pad - dilation * (r - 1) - 1) // stride + 1
     q = (w + 2 * pad - dilation * (s - 1) - 1) // stride + 1
-    row = f"{stride}*p + {dilation}*r - {pad}"
-    col = f"{stride}*q + {dilation}*s - {pad}"
-    return Operator(name, {"n": n, "k": k, "c": c, "p": p, "q": q, "r": r, "s": s},
-                    (Tensor("X", (n, c, h, w), elem_bytes), Tensor("W", (k, c, r, s), elem_bytes),
-                     Tensor("Y", (n, k, p, q), elem_bytes)),
-                    reads=(Access("X", ("n", "c", row, col)), Access("W", ("k", "c", "r", "s"))),
-                    writes=(Access("Y", ("n", "k", "p", "q")),), macs=n * k * c * p * q * r * s)
+    row, col = f"{stride}*p + {dilation}*r - {pad}", f"{stride}*q + {dilation}*s - {pad}"
+    x, wt, y = tensors
+    return Operator(name, {"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s},
+                    (Tensor(x, (n, c, h, w), elem_bytes), Tensor(wt, (k, cg, r, s), elem_bytes),
+                     Tensor(y, (n, k, p, q), elem_bytes)),
+                    reads=(Access(x, ("n", f"{cg}*g + c", row, col)), Access(wt, (f"{kg}*g + k", "c", "r", "s"))),
+                    writes=(Access(y, ("n", f"{kg}*g + k", "p", "q")),), macs=n * kg * cg * groups * p * q * r * s)
+
+
+def elementwise(name: str, shape: tuple[int, ...], inputs: tuple[str, ...], output: str,
+                elem_bytes: int = 2) -> Operator:
+    """out[i...] = f(in_1[i...], ...): every tensor of ``shape``, each element read and written once."""
+    dims = {f"d{j}": extent for j, extent in enumerate(shape)}
+    index = tuple(dims)
+    return Operator(name, dims, tuple(Tensor(t, tuple(shape), elem_bytes) for t in (*inputs, output)),
+                    reads=tuple(Access(t, index) for t in inputs), writes=(Access(output, index),))

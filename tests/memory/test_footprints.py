@@ -56,3 +56,13 @@ def test_a_tile_outside_the_loop_bounds_is_clipped_and_bad_input_is_a_clear_erro
         footprint(op, "A", {"x": (0, 1)})
     with pytest.raises(ValueError, match="A has 2 dimensions, the access gives 1"):
         Operator("bad", {"i": 4}, (Tensor("A", (4, 4)),), reads=(Access("A", ("i",)),), writes=())
+
+
+def test_a_depthwise_group_reads_only_its_own_channel():
+    op = conv2d("dw", n=1, c=32, h=16, w=16, k=32, r=3, s=3, pad=1, groups=32)
+    one_group = {"g": (5, 1), "p": (0, 16), "q": (0, 16)}
+    assert footprint(op, "X", one_group) == 16 * 16  # channel 5, all of it (padding clipped)
+    assert footprint(op, "W", one_group) == 9
+    assert footprint(op, "W", {}) == 32 * 9 and op.macs == 32 * 16 * 16 * 9
+    with pytest.raises(ValueError, match="do not split into 3 groups"):
+        conv2d("bad", n=1, c=32, h=8, w=8, k=32, r=3, s=3, groups=3)
