@@ -9,6 +9,7 @@ the tensor is not an element, so the image is intersected with the tensor's own 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from loopwise.memory.ir import Operator
@@ -69,3 +70,16 @@ def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:
     """Elements of ``tensor`` both tiles touch: what a scratchpad keeping the first tile's data saves
     the second (reuse between consecutive tiles)."""
     return int(_image(op, tensor, first).intersect(_image(op, tensor, second)).count_val().to_python())
+
+
+def contiguous_runs(op: Operator, tensor: str, tile: Tile) -> int:
+    """Maximal runs of consecutive addresses in ``tensor``'s footprint (row-major layout): the DMA
+    descriptors a transfer of it needs at least (a footprint that spans whole rows is one run)."""
+    isl = _isl()
+    t = op.tensor(tensor)
+    strides = [math.prod(t.shape[j + 1:]) for j in range(len(t.shape))]
+    space = ", ".join(f"i{j}" for j in range(len(t.shape)))
+    linear = " + ".join(f"{s}*i{j}" for j, s in enumerate(strides))
+    addresses = _image(op, tensor, tile).apply(isl.Map(f"{{ {t.name}[{space}] -> L[{linear}] }}"))
+    after = addresses.apply(isl.Map("{ L[a] -> L[a + 1] }"))
+    return int(addresses.subtract(after).count_val().to_python())

@@ -66,3 +66,14 @@ def test_a_depthwise_group_reads_only_its_own_channel():
     assert footprint(op, "W", {}) == 32 * 9 and op.macs == 32 * 16 * 16 * 9
     with pytest.raises(ValueError, match="do not split into 3 groups"):
         conv2d("bad", n=1, c=32, h=8, w=8, k=32, r=3, s=3, groups=3)
+
+
+def test_contiguous_runs_count_the_descriptors_a_transfer_needs():
+    from loopwise.memory.polyhedral import contiguous_runs
+
+    op = matmul("mm", m=256, n=256, k=512)
+    assert contiguous_runs(op, "A", {"m": (0, 32), "k": (0, 128)}) == 32  # one run per row of the tile
+    assert contiguous_runs(op, "A", {"m": (0, 32)}) == 1  # whole rows: one block of memory
+    conv = conv2d("c", n=1, c=1, h=32, w=32, k=1, r=1, s=1, stride=2)
+    tile = {"p": (0, 4), "q": (0, 4)}
+    assert contiguous_runs(conv, "X", tile) == footprint(conv, "X", tile) == 16  # stride 2: every point alone

@@ -1,0 +1,34 @@
+"""Scratchpad targets: the two built in, a user's own file, and one-line errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwise.errors import UserError
+from loopwise.memory.targets import builtin_targets, load_target
+
+
+def test_builtin_targets_load_with_the_documented_capacities():
+    assert builtin_targets() == ["gpu-sm-shared", "neuroncore-v2"]
+    neuron = load_target("neuroncore-v2")
+    assert neuron.scratchpad.bytes == 24 * 2**20 and neuron.scratchpad.partitions == 128
+    assert neuron.accumulator.bytes == 2 * 2**20 and neuron.dma.descriptor_per_partition
+    assert load_target("gpu-sm-shared").scratchpad.bytes == 227 * 1024
+
+
+def test_a_users_yaml_file_is_validated(tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text("name: mine\nscratchpad: {bytes: 1048576}\ndram: {bandwidth_gbs: 100}\n")
+    assert load_target(str(good)).scratchpad.partitions == 1
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("name: t\nscratchpad: {bytes: 1024, partition: 4}\ndram: {bandwidth_gbs: 1}\n")
+    with pytest.raises(UserError, match=r"typo.yaml: scratchpad.partition: Extra inputs"):
+        load_target(str(typo))
+    negative = tmp_path / "neg.yaml"
+    negative.write_text("name: n\nscratchpad: {bytes: -1}\ndram: {bandwidth_gbs: 1}\n")
+    with pytest.raises(UserError, match="scratchpad.bytes: Input should be greater than 0"):
+        load_target(str(negative))
+    with pytest.raises(UserError, match="unknown target 'tpu'"):
+        load_target("tpu")
+    with pytest.raises(UserError, match="no such file"):
+        load_target(str(tmp_path / "missing.yaml"))
