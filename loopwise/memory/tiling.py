@@ -1,0 +1,110 @@
+"""DRAM traffic of one operator under a tiling, counted exactly with islpy.
+
+A tiling is a tile size per loop dimension and an order of the tile loops (outermost first). The
+scratchpad holds each tensor's data for the current tile; moving to the next tile loads only what
+the previous tile did not already hold (halo reuse between consecutive tiles, and a stationary
+tensor is not reloaded at all). An output tile is stored when the next tile no longer covers it,
+and read back when a later tile returns to it (partial sums, when a reduction loop runs outside an
+output loop). Every count is a polyhedral set count: the pairs (tile, element) of "loaded at this
+tile", never a per-tile estimate, so boundary tiles, padding and strides are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from loopwise.memory.ir import Operator
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Elements moved for one tensor (multiply by its element size for bytes)."""
+
+    loads: int
+    stores: int
+
+    @property
+    def total(self) -> int:
+        return self.loads + self.stores
+
+
+def _isl():
+    import islpy
+
+    return islpy
+
+
+def tile_counts(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+    for dim, size in tiles.items():
+        if dim not in op.dims:
+            raise ValueError(f"{op.name}: unknown loop dimension {dim!r}")
+        if int(size) < 1:
+            raise ValueError(f"{op.name}: tile size {size} for {dim}")
+    return {d: math.ceil(e / min(int(tiles.get(d, e)), e)) for d, e in op.dims.items()}
+
+
+def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
+    """(tile grid, tile -> elements of each tensor, prev and next tile maps, earlier-tiles map)."""
+    isl = _isl()
+    if sorted(order) != sorted(op.dims):
+        raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
+    counts = tile_counts(op, tiles)
+    t_vars = [f"t_{d}" for d in order]
+    grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in order) + " }")
+    size = {d: min(int(tiles.get(d, e)), e) for d, e in op.dims.items()}
+    cover = isl.Map(
+        f"{{ [{', '.join(t_vars)}] -> [{', '.join(op.dims)}] : "
+        + " and ".join(f"{size[d]}*t_{d} <= {d} < {size[d]}*t_{d} + {size[d]} and 0 <= {d} < {e}"
+                       for d, e in op.dims.items()) + " }")
+    elements = {}
+    for t in op.tensors:
+        space = ", ".join(f"i{j}" for j in range(len(t.shape)))
+        inside = isl.Set(f"{{ {t.name}[{space}] : " + " and ".join(
+            f"0 <= i{j} < {n}" for j, n in enumerate(t.shape)) + " }")
+        touched = None
+        for access in op.accesses(t.name):
+            relation = isl.Map(f"{{ [{', '.join(op.dims)}] -> {t.name}[{', '.join(access.index)}] }}")
+            part = cover.apply_range(relation).intersect_range(inside)
+            touched = part if touched is None else touched.union(part)
+        elements[t.name] = touched.intersect_domain(grid)
+    earlier = grid.lex_gt_set(grid)  # t -> every tile before t
+    prev = earlier.lexmax()
+    return elements, prev, prev.reverse(), earlier
+
+
+def traffic(op: Operator, tiles: dict[str, int], order: list[str]) -> dict[str, Traffic]:
+    """Per tensor, the elements loaded and stored when ``op`` runs tile by tile in ``order``."""
+    elements, prev, nxt, earlier = _maps(op, tiles, order)
+    written = {a.tensor for a in op.writes}
+    out = {}
+    for name, touched in elements.items():
+        fresh = touched.subtract(prev.apply_range(touched))  # not held from the previous tile
+        if name in written:
+            # read back only what an earlier tile already wrote (a partial sum); stored when the next
+            # tile does not hold it any more (and everything the last tile holds)
+            loads = fresh.intersect(earlier.apply_range(touched))
+            stores = touched.subtract(nxt.apply_range(touched))
+            out[name] = Traffic(_count(loads), _count(stores))
+        else:
+            out[name] = Traffic(_count(fresh), 0)
+    return out
+
+
+def traffic_bytes(op: Operator, tiles: dict[str, int], order: list[str]) -> int:
+    sizes = {t.name: t.elem_bytes for t in op.tensors}
+    return sum(v.total * sizes[k] for k, v in traffic(op, tiles, order).items())
+
+
+def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
+    """Scratchpad bytes one full tile holds (every tensor's footprint of a tile away from the edges)."""
+    from loopwise.memory.polyhedral import footprint
+
+    counts = tile_counts(op, tiles)
+    size = {d: min(int(tiles.get(d, e)), e) for d, e in op.dims.items()}
+    inner = {d: (size[d] * min(1, counts[d] - 1), size[d]) for d in op.dims}
+    return sum(footprint(op, t.name, inner) * t.elem_bytes for t in op.tensors)
+
+
+def _count(relation) -> int:
+    return int(relation.wrap().count_val().to_python())

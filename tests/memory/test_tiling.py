@@ -1,0 +1,42 @@
+"""Exact DRAM traffic of one operator under a tiling: the textbook counts for a tiled matmul, partial
+sums when the reduction runs outside, and the halo a convolution's next tile does not reload."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwise.memory.ir import conv2d, matmul
+from loopwise.memory.tiling import Traffic, buffer_bytes, traffic, traffic_bytes
+
+
+def test_output_stationary_matmul_moves_the_textbook_amounts():
+    op = matmul("mm", 64, 64, 64)
+    t = traffic(op, {"m": 32, "n": 32, "k": 32}, ["m", "n", "k"])
+    # A: M*K per N-tile column, B: K*N per M-tile row, C: written once
+    assert t == {"A": Traffic(2 * 64 * 64, 0), "B": Traffic(2 * 64 * 64, 0), "C": Traffic(0, 64 * 64)}
+    assert traffic_bytes(op, {"m": 32, "n": 32, "k": 32}, ["m", "n", "k"]) == (8192 + 8192 + 4096) * 2
+
+
+def test_reduction_outside_spills_partial_sums_and_keeps_a_stationary():
+    op = matmul("mm", 64, 64, 64)
+    t = traffic(op, {"m": 32, "n": 32, "k": 32}, ["k", "m", "n"])
+    assert t["C"] == Traffic(loads=64 * 64, stores=2 * 64 * 64)  # each C tile visited twice
+    assert t["A"].loads == 64 * 64  # A[m, k] stays while n runs innermost
+    assert t["B"].loads == 2 * 64 * 64
+
+
+def test_the_next_tile_reuses_the_halo_of_the_previous_one():
+    op = conv2d("c", n=1, c=1, h=34, w=34, k=1, r=3, s=3)  # 32x32 outputs
+    t = traffic(op, {"p": 8, "q": 8}, ["n", "g", "k", "c", "p", "q", "r", "s"])
+    # per row of tiles: 10x10 for the first, 10x8 new columns for the next three; no overlap between rows
+    assert t["X"].loads == 4 * (100 + 3 * 80)
+    assert t["W"].loads == 9 and t["Y"] == Traffic(0, 32 * 32)
+    assert buffer_bytes(op, {"p": 8, "q": 8}) == (100 + 9 + 64) * 2
+
+
+def test_bad_tilings_are_clear_errors():
+    op = matmul("mm", 8, 8, 8)
+    with pytest.raises(ValueError, match="every loop dimension once"):
+        traffic(op, {"m": 4}, ["m", "n"])
+    with pytest.raises(ValueError, match="unknown loop dimension 'z'"):
+        traffic(op, {"z": 4}, ["m", "n", "k"])
