@@ -34,10 +34,12 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
 def _register() -> None:
     from loopwise.demo import demo
     from loopwise.kernels.cli import app as kernels_app
+    from loopwise.memory.cli import app as memory_app
     from loopwise.runs_cli import app as runs_app
     from loopwise.runs_cli import report
 
     app.add_typer(kernels_app, name="kernels", help="GPU kernels for PyTorch modules: evaluate, check, baseline.")
+    app.add_typer(memory_app, name="memory", help="DRAM traffic of whole models on scratchpad accelerators.")
     app.add_typer(runs_app, name="runs", help="Runs recorded in the run store.")
     app.command("demo", help="The main job on the embedded defaults (no API key needed).")(demo)
     app.command("report", help="One self-contained HTML report of a run.")(report)

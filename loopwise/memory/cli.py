@@ -1,0 +1,97 @@
+"""``loopwise memory ...``: a model's DRAM traffic bounds and its layer-by-layer baseline on a
+scratchpad target (the whole-model planner is still to come)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from loopwise.errors import UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+MODEL = typer.Argument(..., help="An ONNX model file (weights not needed: shapes are inferred).")
+TARGET = typer.Option("neuroncore-v2", "--target", help="A built-in target (neuroncore-v2, gpu-sm-shared) or a YAML file.")
+ELEM = typer.Option(2, "--elem-bytes", help="Bytes per element (2: bf16).")
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
+
+
+def _load(model: Path, elem_bytes: int):
+    from loopwise.memory.onnx_import import load_onnx
+
+    if model.suffix.lower() != ".onnx":
+        raise UserError(f"{model}: give an ONNX model (.onnx); torch.export models are not imported yet")
+    return load_onnx(model, elem_bytes)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.2f}"
+
+
+@app.command("bounds")
+def bounds_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+    """The whole-model compulsory traffic, the layer-by-layer floor and the per-operator bounds."""
+    from loopwise.memory.targets import load_target
+
+    tgt = load_target(target)
+    imported = _load(model, elem_bytes)
+    g = imported.graph
+    data = {"model": str(model), "target": tgt.name, "operators": len(g.operators),
+            "compulsory_bytes": g.compulsory_bytes(), "layer_by_layer_floor_bytes": g.layer_by_layer_floor_bytes(),
+            "operator_bounds_bytes": g.operator_bound_bytes(tgt.scratchpad.bytes),
+            "folded": imported.folded, "unsupported": imported.unsupported}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    from rich.console import Console
+
+    c = Console()
+    c.print(f"[bold]{model.name}[/] on {tgt.name}: {len(g.operators)} operators "
+            f"({len(imported.folded)} copies folded{', unsupported: ' + str(imported.unsupported) if imported.unsupported else ''})")
+    c.print(f"  compulsory (weights, inputs, outputs once): {_mb(data['compulsory_bytes'])} MB")
+    c.print(f"  sum of per-operator bounds at {tgt.scratchpad.bytes / 2**20:g} MiB: {_mb(data['operator_bounds_bytes'])} MB")
+    c.print(f"  layer-by-layer floor (every tensor through DRAM): {_mb(data['layer_by_layer_floor_bytes'])} MB")
+
+
+@app.command("baseline")
+def baseline_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+    """The layer-by-layer baseline: each operator alone with its own best tiling (exact traffic)."""
+    from loopwise.memory.layerwise import best_tiling
+    from loopwise.memory.targets import load_target
+
+    tgt = load_target(target)
+    g = _load(model, elem_bytes).graph
+    t0, rows = time.perf_counter(), []
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True, disable=as_json) as bar:
+        task = bar.add_task("tiling", total=len(g.operators))
+        for op in g.operators:
+            choice = best_tiling(op, tgt.scratchpad.bytes)
+            rows.append({"operator": op.name, "traffic_bytes": choice.traffic_bytes, "buffer_bytes": choice.buffer_bytes,
+                         "tiles": choice.tiles, "order": list(choice.order)})
+            bar.advance(task)
+    total = sum(r["traffic_bytes"] for r in rows)
+    data = {"model": str(model), "target": tgt.name, "total_bytes": total, "compulsory_bytes": g.compulsory_bytes(),
+            "ratio_to_compulsory": total / g.compulsory_bytes(), "seconds": round(time.perf_counter() - t0, 2),
+            "operators": rows}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{model.name} layer by layer on {tgt.name}")
+    for col in ("operator", "traffic MB", "buffer KB", "tiles", "order"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        tiles = " ".join(f"{k}={v}" for k, v in r["tiles"].items() if v != 1)
+        table.add_row(r["operator"], _mb(r["traffic_bytes"]), f"{r['buffer_bytes'] / 1024:,.0f}", tiles, " ".join(r["order"]))
+    c = Console()
+    c.print(table)
+    c.print(f"total {_mb(total)} MB = {data['ratio_to_compulsory']:.2f}x the compulsory {_mb(data['compulsory_bytes'])} MB "
+            f"({data['seconds']} s)")

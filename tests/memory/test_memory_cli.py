@@ -1,0 +1,36 @@
+"""`loopwise memory bounds / baseline` on ZigZag's resnet18 workload, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loopwise.cli import app
+
+zigzag = pytest.importorskip("zigzag")
+RESNET18 = Path(zigzag.__file__).parent / "inputs" / "workload" / "resnet18.onnx"
+
+
+def test_bounds_and_the_layer_by_layer_baseline_of_resnet18():
+    bounds = CliRunner().invoke(app, ["memory", "bounds", str(RESNET18), "--json"])
+    assert bounds.exit_code == 0, bounds.output
+    b = json.loads(bounds.output)
+    assert b["operators"] == 48 and b["folded"] == ["Flatten"] and b["unsupported"] == {}
+    assert b["compulsory_bytes"] == (11_684_712 + 3 * 224 * 224 + 1000) * 2
+    base = CliRunner().invoke(app, ["memory", "baseline", str(RESNET18), "--json"])
+    assert base.exit_code == 0, base.output
+    data = json.loads(base.output)
+    # with 24 MiB every resnet18 layer fits whole: layer by layer moves exactly the layer floor,
+    # about twice the whole-model compulsory traffic (every intermediate out and back in)
+    assert data["total_bytes"] == b["layer_by_layer_floor_bytes"]
+    assert 1.9 < data["ratio_to_compulsory"] < 2.2 and len(data["operators"]) == 48
+
+
+def test_bad_models_and_targets_are_one_line_errors(tmp_path):
+    result = CliRunner().invoke(app, ["memory", "bounds", str(tmp_path / "none.onnx")])
+    assert result.exit_code != 0 and "no such file" in str(result.exception)
+    result = CliRunner().invoke(app, ["memory", "bounds", str(RESNET18), "--target", "tpu"])
+    assert result.exit_code != 0 and "unknown target 'tpu'" in str(result.exception)
