@@ -1,5 +1,5 @@
-"""``loopwise memory ...``: a model's DRAM traffic bounds and its layer-by-layer baseline on a
-scratchpad target (the whole-model planner is still to come)."""
+"""``loopwise memory ...``: a model's DRAM traffic bounds, its layer-by-layer baseline and a
+whole-model plan on a scratchpad target."""
 
 from __future__ import annotations
 
@@ -95,3 +95,42 @@ def baseline_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = EL
     c.print(table)
     c.print(f"total {_mb(total)} MB = {data['ratio_to_compulsory']:.2f}x the compulsory {_mb(data['compulsory_bytes'])} MB "
             f"({data['seconds']} s)")
+
+
+@app.command("plan")
+def plan_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+    """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
+    scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
+    the layer-by-layer baseline."""
+    from loopwise.memory.planner import plan
+    from loopwise.memory.targets import load_target
+
+    tgt = load_target(target)
+    g = _load(model, elem_bytes).graph
+    t0 = time.perf_counter()
+    p = plan(g, tgt.scratchpad.bytes)
+    seconds = round(time.perf_counter() - t0, 2)
+    data = {"model": str(model), "target": tgt.name, "total_bytes": p.total_bytes, "compulsory_bytes": p.compulsory_bytes,
+            "layer_by_layer_bytes": p.layer_by_layer_bytes, "ratio_to_compulsory": p.total_bytes / p.compulsory_bytes,
+            "ratio_to_layer_by_layer": p.total_bytes / p.layer_by_layer_bytes, "pairs_removed": p.pairs_removed,
+            "seconds": seconds,
+            "groups": [{"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,
+                        "resident": list(grp.resident), "tiled": grp.tiled} for grp in p.groups]}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{model.name} on {tgt.name}: {len(p.groups)} groups")
+    for col in ("group", "operators", "traffic MB", "peak KB", "kept on chip"):
+        table.add_column(col, overflow="fold")
+    for i, grp in enumerate(p.groups):
+        names = grp.operators[0] + (f" .. {grp.operators[-1]} ({len(grp.operators)})" if len(grp.operators) > 1 else "")
+        table.add_row(str(i), names + (" [tiled]" if grp.tiled else ""), _mb(grp.traffic_bytes),
+                      f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
+    c = Console()
+    c.print(table)
+    c.print(f"total {_mb(p.total_bytes)} MB: {data['ratio_to_compulsory']:.3f}x the compulsory {_mb(p.compulsory_bytes)} MB, "
+            f"{data['ratio_to_layer_by_layer']:.3f}x layer by layer ({_mb(p.layer_by_layer_bytes)} MB); "
+            f"{p.pairs_removed} store/load pairs removed ({seconds} s)")

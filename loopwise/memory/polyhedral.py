@@ -57,6 +57,11 @@ def _image(op: Operator, tensor: str, tile: Tile):
     return _touched(tuple(op.dims), _domain(op, tile), t.name, t.shape, maps)
 
 
+def touched(op: Operator, tensor: str, tile: Tile):
+    """The islpy set of ``tensor``'s elements the ``tile`` touches (for unions across operators)."""
+    return _image(op, tensor, tile)
+
+
 def footprint(op: Operator, tensor: str, tile: Tile) -> int:
     """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
     return int(_image(op, tensor, tile).count_val().to_python())

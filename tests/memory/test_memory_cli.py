@@ -34,3 +34,11 @@ def test_bad_models_and_targets_are_one_line_errors(tmp_path):
     assert result.exit_code != 0 and "no such file" in str(result.exception)
     result = CliRunner().invoke(app, ["memory", "bounds", str(RESNET18), "--target", "tpu"])
     assert result.exit_code != 0 and "unknown target 'tpu'" in str(result.exception)
+
+
+def test_plan_keeps_resnet18_intermediates_on_chip_at_24_mib():
+    result = CliRunner().invoke(app, ["memory", "plan", str(RESNET18), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["ratio_to_compulsory"] <= 1.05 and data["ratio_to_layer_by_layer"] < 0.6
+    assert data["pairs_removed"] > 40 and sum(len(g["operators"]) for g in data["groups"]) == 48
