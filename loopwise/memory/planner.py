@@ -94,10 +94,15 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 64) -> Plan:
                 traffic += facts[produced[t]][t][0]
             else:  # loaded once: everything the group's readers touch
                 traffic += read_union(t, [k for k in members if t in facts[k] and facts[k][t][1]])
+        # tensors loaded from outside and read again later in the group stay between their readers
+        kept_in = {t: [k for k in members if t in facts[k]] for k in members for t in facts[k] if t not in produced}
+        kept_in = {t: (ks[0], ks[-1]) for t, ks in kept_in.items() if len(ks) > 1}
         peak = 0
-        for k in members:  # this operator's tensors, plus what the group made earlier and uses later
+        for k in members:  # this operator's tensors, plus what the group holds across it
             alive = sum(facts[produced[t]][t][0] for t in produced
                         if t not in facts[k] and produced[t] < k and any(k < u < j for u in uses[t]))
+            alive += sum(max(facts[r][t][0] for r in span) for t, span in kept_in.items()
+                         if t not in facts[k] and span[0] < k < span[1])
             peak = max(peak, alive + sum(b for b, _, _ in facts[k].values()))
         if peak > capacity_bytes:
             return None
