@@ -64,10 +64,7 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 64) -> Plan:
     ops = graph.operators
     n = len(ops)
     facts, uses = _tensor_facts(graph)
-    outputs, size = set(graph.outputs()), {}
-    for mine in facts:
-        for name, (nbytes, _, _) in mine.items():
-            size[name] = max(size.get(name, 0), nbytes)
+    outputs = set(graph.outputs())
     singles: dict[int, Group] = {}
     unions: dict[tuple, int] = {}
     evaluated = 0

@@ -37,34 +37,37 @@ def _domain(op: Operator, tile: Tile) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _touched(op_key: tuple, domain: str, tensor: str, shape: tuple[int, ...], maps: tuple[str, ...]):
+def _relation(dims: tuple[str, ...], tensor: str, shape: tuple[int, ...], maps: tuple[str, ...]):
     isl = _isl()
-    dims = op_key
-    points = isl.Set(f"{{ {domain} }}")
     space = ", ".join(f"i{j}" for j in range(len(shape)))
     inside = isl.Set(f"{{ {tensor}[{space}] : " + " and ".join(f"0 <= i{j} < {d}" for j, d in enumerate(shape)) + " }")
-    image = None
+    relation = None
     for index in maps:
-        relation = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{index}] }}")
-        part = points.apply(relation).intersect(inside)
-        image = part if image is None else image.union(part)
-    return image
+        part = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{index}] }}")
+        relation = part if relation is None else relation.union(part)
+    return relation.intersect_range(inside)
 
 
-def _image(op: Operator, tensor: str, tile: Tile):
+def access_relation(op: Operator, tensor: str):
+    """The islpy map from ``op``'s iteration points to the elements of ``tensor`` they touch (every
+    access of it, clipped to the tensor: an index in the padding is no element)."""
     t = op.tensor(tensor)
-    maps = tuple(", ".join(a.index) for a in op.accesses(tensor))
-    return _touched(tuple(op.dims), _domain(op, tile), t.name, t.shape, maps)
+    return _relation(tuple(op.dims), t.name, t.shape, tuple(", ".join(a.index) for a in op.accesses(tensor)))
+
+
+@lru_cache(maxsize=4096)
+def _touched(domain: str, relation):
+    return _isl().Set(f"{{ {domain} }}").apply(relation)
 
 
 def touched(op: Operator, tensor: str, tile: Tile):
     """The islpy set of ``tensor``'s elements the ``tile`` touches (for unions across operators)."""
-    return _image(op, tensor, tile)
+    return _touched(_domain(op, tile), access_relation(op, tensor))
 
 
 def footprint(op: Operator, tensor: str, tile: Tile) -> int:
     """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
-    return int(_image(op, tensor, tile).count_val().to_python())
+    return int(touched(op, tensor, tile).count_val().to_python())
 
 
 def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
@@ -74,7 +77,7 @@ def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
 def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:
     """Elements of ``tensor`` both tiles touch: what a scratchpad keeping the first tile's data saves
     the second (reuse between consecutive tiles)."""
-    return int(_image(op, tensor, first).intersect(_image(op, tensor, second)).count_val().to_python())
+    return int(touched(op, tensor, first).intersect(touched(op, tensor, second)).count_val().to_python())
 
 
 def contiguous_runs(op: Operator, tensor: str, tile: Tile) -> int:
@@ -85,6 +88,6 @@ def contiguous_runs(op: Operator, tensor: str, tile: Tile) -> int:
     strides = [math.prod(t.shape[j + 1:]) for j in range(len(t.shape))]
     space = ", ".join(f"i{j}" for j in range(len(t.shape)))
     linear = " + ".join(f"{s}*i{j}" for j, s in enumerate(strides))
-    addresses = _image(op, tensor, tile).apply(isl.Map(f"{{ {t.name}[{space}] -> L[{linear}] }}"))
+    addresses = touched(op, tensor, tile).apply(isl.Map(f"{{ {t.name}[{space}] -> L[{linear}] }}"))
     after = addresses.apply(isl.Map("{ L[a] -> L[a + 1] }"))
     return int(addresses.subtract(after).count_val().to_python())

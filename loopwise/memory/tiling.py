@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from loopwise.memory.ir import Operator
+from loopwise.memory.polyhedral import access_relation
 
 
 @dataclass(frozen=True)
@@ -29,45 +30,34 @@ class Traffic:
         return self.loads + self.stores
 
 
-def _isl():
-    import islpy
-
-    return islpy
-
-
-def tile_counts(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+def tile_sizes(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+    """Every loop dimension's tile size (a dimension left out, or a size past its extent, is whole)."""
     for dim, size in tiles.items():
         if dim not in op.dims:
             raise ValueError(f"{op.name}: unknown loop dimension {dim!r}")
         if int(size) < 1:
             raise ValueError(f"{op.name}: tile size {size} for {dim}")
-    return {d: math.ceil(e / min(int(tiles.get(d, e)), e)) for d, e in op.dims.items()}
+    return {d: min(int(tiles.get(d, e)), e) for d, e in op.dims.items()}
+
+
+def tile_counts(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+    return {d: math.ceil(op.dims[d] / s) for d, s in tile_sizes(op, tiles).items()}
 
 
 def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     """(tile grid, tile -> elements of each tensor, prev and next tile maps, earlier-tiles map)."""
-    isl = _isl()
+    import islpy as isl
+
     if sorted(order) != sorted(op.dims):
         raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
-    counts = tile_counts(op, tiles)
+    size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
     t_vars = [f"t_{d}" for d in order]
     grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in order) + " }")
-    size = {d: min(int(tiles.get(d, e)), e) for d, e in op.dims.items()}
     cover = isl.Map(
         f"{{ [{', '.join(t_vars)}] -> [{', '.join(op.dims)}] : "
         + " and ".join(f"{size[d]}*t_{d} <= {d} < {size[d]}*t_{d} + {size[d]} and 0 <= {d} < {e}"
                        for d, e in op.dims.items()) + " }")
-    elements = {}
-    for t in op.tensors:
-        space = ", ".join(f"i{j}" for j in range(len(t.shape)))
-        inside = isl.Set(f"{{ {t.name}[{space}] : " + " and ".join(
-            f"0 <= i{j} < {n}" for j, n in enumerate(t.shape)) + " }")
-        touched = None
-        for access in op.accesses(t.name):
-            relation = isl.Map(f"{{ [{', '.join(op.dims)}] -> {t.name}[{', '.join(access.index)}] }}")
-            part = cover.apply_range(relation).intersect_range(inside)
-            touched = part if touched is None else touched.union(part)
-        elements[t.name] = touched.intersect_domain(grid)
+    elements = {t.name: cover.apply_range(access_relation(op, t.name)).intersect_domain(grid) for t in op.tensors}
     earlier = grid.lex_gt_set(grid)  # t -> every tile before t
     prev = earlier.lexmax()
     return elements, prev, prev.reverse(), earlier
@@ -100,8 +90,7 @@ def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
     """Scratchpad bytes one full tile holds (every tensor's footprint of a tile away from the edges)."""
     from loopwise.memory.polyhedral import footprint
 
-    counts = tile_counts(op, tiles)
-    size = {d: min(int(tiles.get(d, e)), e) for d, e in op.dims.items()}
+    size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
     inner = {d: (size[d] * min(1, counts[d] - 1), size[d]) for d in op.dims}
     return sum(footprint(op, t.name, inner) * t.elem_bytes for t in op.tensors)
 
