@@ -60,7 +60,9 @@ class _Builder:
             self.shapes[t.name] = tuple(int(d) for d in t.dims)
         self.constants: set[str] = set()
         self.alias: dict[str, tuple[str, tuple[int, ...]]] = {}  # reshaped name -> (original name, its shape)
-        self.out = Imported(graph=None)  # type: ignore[arg-type]
+        self.names: dict[str, str] = {}
+        self.folded: list[str] = []
+        self.unsupported: dict[str, int] = {}
 
     def build(self) -> Imported:
         ops: list[Operator] = []
@@ -85,14 +87,13 @@ class _Builder:
                 elif kind in ELEMENTWISE:
                     ops.append(self._pass(name, node))
                 else:
-                    self.out.unsupported[kind] = self.out.unsupported.get(kind, 0) + 1
+                    self.unsupported[kind] = self.unsupported.get(kind, 0) + 1
                     ops.append(self._pass(name, node))
             except (KeyError, ValueError) as exc:
                 raise UserError(f"{self.where}: {kind} node {node.name!r}: {exc}") from None
         used = {t.name for op in ops for t in op.tensors}
         weights = frozenset(_safe(w) for w in self.weights if _safe(w) in used)
-        self.out.graph = Graph(self.where, tuple(ops), weights)
-        return self.out
+        return Imported(Graph(self.where, tuple(ops), weights), self.names, self.folded, self.unsupported)
 
     # -- helpers ----------------------------------------------------------------------------
     def _shape(self, name: str) -> tuple[int, ...]:
@@ -104,8 +105,8 @@ class _Builder:
 
     def _name(self, name: str) -> str:
         safe = _safe(name)
-        if self.out.names.setdefault(safe, name) != name:
-            raise ValueError(f"tensors {self.out.names[safe]!r} and {name!r} map to one identifier")
+        if self.names.setdefault(safe, name) != name:
+            raise ValueError(f"tensors {self.names[safe]!r} and {name!r} map to one identifier")
         return safe
 
     def _read(self, name: str, index: tuple[str, ...]) -> tuple[Tensor, Access]:
@@ -130,7 +131,7 @@ class _Builder:
         if math.prod(self._shape(target)) != math.prod(shape):
             raise UserError(f"{self.where}: {node.op_type} {node.name!r} changes the element count")
         self.alias[target] = (original, shape)
-        self.out.folded.append(node.op_type)
+        self.folded.append(node.op_type)
 
     @staticmethod
     def _attrs(node) -> dict:
