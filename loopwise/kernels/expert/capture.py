@@ -59,6 +59,29 @@ def _trace(problem):
     return module, model, gm if gm is not None else fx.symbolic_trace(model), args
 
 
+def _one_float_input(args, ndim: int | None = None) -> bool:
+    """The forward takes one float32 tensor (of ``ndim`` dimensions when given, at least one)."""
+    import torch
+
+    return (len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.float32
+            and args[0].dim() >= 1 and (ndim is None or args[0].dim() == ndim))
+
+
+def _op_name(node) -> str:
+    """A call's name, whether a function (``torch.sum``) or a method (``x.sum``)."""
+    return node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+
+
+def _param(node, name: str, position: int, default=None):
+    """A call's argument given by keyword or by position."""
+    return node.kwargs.get(name, node.args[position] if len(node.args) > position else default)
+
+
+def _single(value):
+    """``dim=(1,)`` as ``1``; anything else as given."""
+    return value[0] if isinstance(value, (tuple, list)) and len(value) == 1 else value
+
+
 _MATMULS = {"matmul", "mm"}
 _TRANSPOSES = {"t", "T"}
 
@@ -119,8 +142,7 @@ def _linear_epilogue(gm, model, args) -> Pattern | None:
     import torch
     import torch.nn as nn
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dim() != 2 \
-            or args[0].dtype != torch.float32:
+    if not _one_float_input(args, ndim=2):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -165,10 +187,9 @@ class _Found(Exception):
 
 def _only_layernorm(gm, model, args) -> Pattern | None:
     """A model whose forward is one nn.LayerNorm over trailing dimensions of one float32 input."""
-    import torch
     import torch.nn as nn
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
+    if not _one_float_input(args):
         return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module":
@@ -227,10 +248,9 @@ def _classify(gm, args, model) -> Pattern:
 def _only_conv2d(gm, model, args) -> Pattern | None:
     """A forward that is one nn.Conv2d (groups 1, zero padding given as numbers) on its one float32
     NCHW input: an implicit GEMM. None when the forward is anything else."""
-    import torch
     import torch.nn as nn
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() != 4:
+    if not _one_float_input(args, ndim=4):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -293,22 +313,18 @@ def _dim_reduce(gm, model, args) -> Pattern | None:
     float32 input over one dimension. None when the forward is anything else."""
     import operator
 
-    import torch
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
+    if not _one_float_input(args):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or len(calls) > 2 or calls[0].op not in ("call_function", "call_method") or calls[0].args[:1] != (x,):
         return None
     node = calls[0]
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    name = _op_name(node)
     if name not in _REDUCTIONS or any(k not in ("dim", "keepdim") for k in node.kwargs):
         return None
-    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
-    keepdim = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
-    if isinstance(dim, (tuple, list)) and len(dim) == 1:
-        dim = dim[0]
+    dim, keepdim = _single(_param(node, "dim", 1)), _param(node, "keepdim", 2, False)
     if not isinstance(dim, int) or isinstance(dim, bool) or not isinstance(keepdim, bool) or len(node.args) > 3:
         raise ew.Unsupported(f"{name} over {dim!r}: one dimension, given as an int, is what the template reduces")
     if not -args[0].dim() <= dim < args[0].dim():
@@ -347,21 +363,17 @@ def _row_scan(gm, model, args) -> Pattern | None:
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     last = {-1, x.dim() - 1}
 
-    def name(node):
-        return node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-
     def flips(node, source) -> bool:
-        dims = node.kwargs.get("dims", node.args[1] if len(node.args) > 1 else None)
-        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
-        return name(node) == "flip" and node.args[:1] == (source,) and len(dims) == 1 and dims[0] in last
+        return (_op_name(node) == "flip" and node.args[:1] == (source,)
+                and _single(_param(node, "dims", 1)) in last)
 
-    scans = [n for n in calls if name(n) in ("cumsum", "cumprod")]
+    scans = [n for n in calls if _op_name(n) in ("cumsum", "cumprod")]
     if len(scans) != 1:
         return None
     (scan,) = scans
-    dim = scan.kwargs.get("dim", scan.args[1] if len(scan.args) > 1 else None)
+    dim = _param(scan, "dim", 1)
     if dim not in last:
-        raise ew.Unsupported(f"{name(scan)} over dim {dim!r}: the template scans the last dimension")
+        raise ew.Unsupported(f"{_op_name(scan)} over dim {dim!r}: the template scans the last dimension")
     source, rest = scan.args[0], [n for n in calls if n is not scan]
     reverse = masked = False
     if rest and len(rest) == 2 and flips(rest[0], placeholders[0]) and source is rest[0] and flips(rest[1], scan):
@@ -371,7 +383,7 @@ def _row_scan(gm, model, args) -> Pattern | None:
         masked, source, rest = True, placeholders[0], []
     if rest or source is not placeholders[0] or len(args) != 1 + masked:
         return None
-    op = name(scan)
+    op = _op_name(scan)
     return Pattern("scan", inputs=len(args), ops=(op,),
                    params=(("op", op), ("reverse", reverse), ("masked", masked),
                            ("neutral", "0.0" if op == "cumsum" else "1.0")))
@@ -385,7 +397,7 @@ def _normalize(gm, model, args) -> Pattern | None:
 
     import torch
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32 or args[0].dim() < 1:
+    if not _one_float_input(args):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
@@ -405,28 +417,22 @@ def _normalize(gm, model, args) -> Pattern | None:
     if len(calls) != len(chain) + 1:
         return None  # something else is computed beside the statistic
 
-    def name(n):
-        return n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
-
     pre, ops = "x", []
     first = chain[0] if chain else None
-    if first is not None and (name(first) in ("pow", "square") and first.args[1:] in ((2,), ()) or
+    if first is not None and (_op_name(first) in ("pow", "square") and first.args[1:] in ((2,), ()) or
                               first.target is operator.mul and first.args == (x, x)):
         pre, ops, chain = "x * x", ["square"], chain[1:]
-    elif first is not None and name(first) == "abs":
+    elif first is not None and _op_name(first) == "abs":
         pre, ops, chain = "tl.abs(x)", ["abs"], chain[1:]
     if not chain:
         return None
     reduce = chain[0]
-    dim = reduce.kwargs.get("dim", reduce.args[1] if len(reduce.args) > 1 else None)
-    keepdim = reduce.kwargs.get("keepdim", reduce.args[2] if len(reduce.args) > 2 else False)
-    if isinstance(dim, (tuple, list)) and len(dim) == 1:
-        dim = dim[0]
+    dim, keepdim = _single(_param(reduce, "dim", 1)), _param(reduce, "keepdim", 2, False)
     post, mean = "stat", False
-    if name(reduce) in ("sum", "mean"):
-        mean = name(reduce) == "mean"
-        ops.append(name(reduce))
-    elif name(reduce) == "norm" and pre == "x" and reduce.kwargs.get("p", 2) == 2 and len(reduce.args) == 1:
+    if _op_name(reduce) in ("sum", "mean"):
+        mean = _op_name(reduce) == "mean"
+        ops.append(_op_name(reduce))
+    elif _op_name(reduce) == "norm" and pre == "x" and reduce.kwargs.get("p", 2) == 2 and len(reduce.args) == 1:
         pre, post = "x * x", "tl.sqrt(stat)"
         ops.append("norm2")
     else:
@@ -439,7 +445,7 @@ def _normalize(gm, model, args) -> Pattern | None:
         if step.target in (operator.add, torch.add) and len(step.args) == 2 and step.args[0] is not None \
                 and not hasattr(step.args[1], "op"):
             post, op = f"({post} + {ew.literal(step.args[1])})", "add"
-        elif name(step) in ("sqrt",):
+        elif _op_name(step) in ("sqrt",):
             post, op = f"tl.sqrt({post})", "sqrt"
         else:
             return None
@@ -456,10 +462,9 @@ def _normalize(gm, model, args) -> Pattern | None:
 def _pooling(gm, model, args) -> Pattern | None:
     """A forward that is one nn.MaxPool{1,2,3}d or nn.AvgPool{1,2,3}d module on its float32 input
     (no ceil mode, no indices returned, no divisor override). None when it is anything else."""
-    import torch
     import torch.nn as nn
 
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.float32:
+    if not _one_float_input(args):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -560,9 +565,9 @@ def _softmax_dim(gm, node):
     import torch.nn.functional as F
 
     if node.op == "call_function" and node.target in (torch.softmax, F.softmax, torch.log_softmax, F.log_softmax):
-        return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+        return _param(node, "dim", 1)
     if node.op == "call_method" and node.target in ("softmax", "log_softmax"):
-        return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+        return _param(node, "dim", 1)
     if node.op == "call_module" and isinstance(gm.get_submodule(node.target), (nn.Softmax, nn.LogSoftmax)):
         return gm.get_submodule(node.target).dim
     return None
