@@ -69,13 +69,9 @@ def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, mo
     ("x.amax(dim=self.dim)", 1, {}),
 ])
 def test_reductions_over_one_dimension_are_judged_correct(tmp_path, monkeypatch, expr, dim, moves):
-    source = (HERE / "reduce_dim.py").read_text()
-    source = source.replace("torch.sum(x, dim=self.dim, keepdim=True)", expr).replace("return [1]", f"return [{dim}]")
-    path = tmp_path / "reduce_variant.py"
-    path.write_text(source)
-    pattern = capture(load_problem(str(path)))
-    assert pattern.kind == "reduce" and dict(pattern.params)["dim"] == dim, pattern
-    _judged_correct(path, moves, tmp_path, monkeypatch)
+    pattern = _judged_variant(tmp_path, monkeypatch, "reduce_dim.py", "reduce", moves, {
+        "torch.sum(x, dim=self.dim, keepdim=True)": expr, "return [1]": f"return [{dim}]"})
+    assert dict(pattern.params)["dim"] == dim, pattern
 
 
 @pytest.mark.parametrize("forward,inputs,moves", [
@@ -86,15 +82,10 @@ def test_reductions_over_one_dimension_are_judged_correct(tmp_path, monkeypatch,
     ("x.cumsum(-1)", None, {"block": 4096, "warps": 8}),  # one chunk
 ])
 def test_row_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
-    source = (HERE / "scan_rows.py").read_text().replace("torch.cumsum(x, dim=self.dim)", forward)
-    if inputs:
-        source = source.replace("def forward(self, x):", "def forward(self, x, mask):")
-        source = source.replace("return [torch.rand(5, 2999)]", f"return {inputs}")
-    path = tmp_path / "scan_variant.py"
-    path.write_text(source)
-    pattern = capture(load_problem(str(path)))
-    assert pattern.kind == "scan", pattern
-    _judged_correct(path, moves, tmp_path, monkeypatch)
+    masked = {"def forward(self, x):": "def forward(self, x, mask):",
+              "return [torch.rand(5, 2999)]": f"return {inputs}"} if inputs else {}
+    _judged_variant(tmp_path, monkeypatch, "scan_rows.py", "scan", moves,
+                    {"torch.cumsum(x, dim=self.dim)": forward, **masked})
 
 
 @pytest.mark.parametrize("forward,dim,moves", [
@@ -104,15 +95,10 @@ def test_row_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, mo
     ("return x / x.pow(2).sum(dim=2, keepdim=True).sqrt()", 2, {"block": 32, "chunk": 8}),
 ])
 def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypatch, forward, dim, moves):
-    source = (HERE / "rms_norm.py").read_text()
-    if forward:
-        source = source.replace("rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)\n"
-                                "        return x / rms", forward.replace("dim=1", f"dim={dim}"))
-    path = tmp_path / "norm_variant.py"
-    path.write_text(source)
-    pattern = capture(load_problem(str(path)))
-    assert pattern.kind == "norm" and dict(pattern.params)["dim"] == dim, pattern
-    _judged_correct(path, moves, tmp_path, monkeypatch)
+    rms = "rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)\n        return x / rms"
+    pattern = _judged_variant(tmp_path, monkeypatch, "rms_norm.py", "norm", moves,
+                              {rms: forward.replace("dim=1", f"dim={dim}")} if forward else {})
+    assert dict(pattern.params)["dim"] == dim, pattern
 
 
 @pytest.mark.parametrize("module,shape,moves", [
@@ -125,15 +111,9 @@ def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypa
     ("nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 17, 23)", {}),
 ])
 def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
-    source = (HERE / "pool.py").read_text()
-    if module:
-        source = source.replace("nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)", module)
-        source = source.replace("torch.randn(2, 3, 17, 23)", f"torch.randn{shape}")
-    path = tmp_path / "pool_variant.py"
-    path.write_text(source)
-    pattern = capture(load_problem(str(path)))
-    assert pattern.kind == "pool", pattern
-    _judged_correct(path, moves, tmp_path, monkeypatch)
+    other = {"nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)": module,
+             "torch.randn(2, 3, 17, 23)": f"torch.randn{shape}"} if module else {}
+    _judged_variant(tmp_path, monkeypatch, "pool.py", "pool", moves, other)
 
 
 @pytest.mark.parametrize("init,moves", [
@@ -141,29 +121,39 @@ def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
     ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
 ])
 def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, moves):
-    source = (HERE / "conv2d.py").read_text()
-    if init:
-        source = source.replace("[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]", init)
-    path = tmp_path / "conv2d_variant.py"
+    _judged_variant(tmp_path, monkeypatch, "conv2d.py", "conv2d", moves,
+                    {"[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": init} if init else {})
+
+
+def test_reductions_the_template_does_not_cover_say_why(tmp_path):
+    def pattern_of(expr):
+        return capture(load_problem(str(_variant(tmp_path, "reduce_dim.py",
+                                                 {"torch.sum(x, dim=self.dim, keepdim=True)": expr}))))
+
+    several = pattern_of("torch.sum(x, dim=(1, 2))")
+    assert several.kind == "unsupported" and "one dimension" in several.reason
+    assert pattern_of("torch.sum(x)").kind == "unsupported"  # everything: not this template
+    assert pattern_of("torch.max(x, dim=1)").kind == "unsupported"  # a tuple out
+
+
+def _variant(tmp_path: Path, fixture: str, replacements: dict[str, str]) -> Path:
+    """A copy of an expert_problems fixture with parts of its source replaced (each must be there)."""
+    source = (HERE / fixture).read_text()
+    for old, new in replacements.items():
+        assert old in source, (fixture, old)
+        source = source.replace(old, new)
+    path = tmp_path / f"variant_{fixture}"
     path.write_text(source)
-    assert capture(load_problem(str(path))).kind == "conv2d"
+    return path
+
+
+def _judged_variant(tmp_path, monkeypatch, fixture: str, kind: str, moves: dict, replacements: dict[str, str]):
+    """The variant is captured as ``kind`` and its generated candidate judged correct; its pattern."""
+    path = _variant(tmp_path, fixture, replacements)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == kind, pattern
     _judged_correct(path, moves, tmp_path, monkeypatch)
-
-
-def test_reductions_the_template_does_not_cover_say_why():
-    def pattern_of(expr, tmp_dir):
-        source = (HERE / "reduce_dim.py").read_text().replace("torch.sum(x, dim=self.dim, keepdim=True)", expr)
-        path = Path(tmp_dir) / "variant.py"
-        path.write_text(source)
-        return capture(load_problem(str(path)))
-
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        several = pattern_of("torch.sum(x, dim=(1, 2))", tmp)
-        assert several.kind == "unsupported" and "one dimension" in several.reason
-        assert pattern_of("torch.sum(x)", tmp).kind == "unsupported"  # everything: not this template
-        assert pattern_of("torch.max(x, dim=1)", tmp).kind == "unsupported"  # a tuple out
+    return pattern
 
 
 def test_matrix_products_follow_the_precision_policy(tmp_path, monkeypatch):

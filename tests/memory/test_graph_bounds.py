@@ -7,29 +7,20 @@ import math
 import pytest
 
 from loopwise.memory.graph import Graph, operator_bound_bytes
-from loopwise.memory.ir import conv2d, elementwise, matmul
+from loopwise.memory.ir import elementwise, matmul
 
 
-def _chain() -> Graph:
-    conv1 = conv2d("conv1", n=1, c=3, h=32, w=32, k=16, r=3, s=3, pad=1, tensors=("x", "w1", "y1"))
-    relu = elementwise("relu", (1, 16, 32, 32), ("y1",), "z1")
-    conv2 = conv2d("conv2", n=1, c=16, h=32, w=32, k=8, r=3, s=3, pad=1, tensors=("z1", "w2", "y2"))
-    return Graph("chain", (conv1, relu, conv2), frozenset({"w1", "w2"}))
+def test_roles_of_the_tensors(chain):
+    assert chain.inputs() == ["x"] and chain.outputs() == ["y2"] and chain.intermediates() == ["y1", "z1"]
 
 
-def test_roles_of_the_tensors():
-    g = _chain()
-    assert g.inputs() == ["x"] and g.outputs() == ["y2"] and g.intermediates() == ["y1", "z1"]
-
-
-def test_compulsory_bound_counts_weights_inputs_and_outputs_once():
-    g = _chain()
+def test_compulsory_bound_counts_weights_inputs_and_outputs_once(chain):
     x, y1, y2 = 3 * 32 * 32 * 2, 16 * 32 * 32 * 2, 8 * 32 * 32 * 2
     w1, w2 = 16 * 3 * 9 * 2, 8 * 16 * 9 * 2
-    assert g.compulsory_bytes() == w1 + w2 + x + y2
+    assert chain.compulsory_bytes() == w1 + w2 + x + y2
     # layer by layer, each intermediate is written and read back: y1 and z1 twice each
-    assert g.layer_by_layer_floor_bytes() == (x + w1 + y1) + (y1 + y1) + (y1 + w2 + y2)
-    assert g.layer_by_layer_floor_bytes() - g.compulsory_bytes() == 4 * y1
+    assert chain.layer_by_layer_floor_bytes() == (x + w1 + y1) + (y1 + y1) + (y1 + w2 + y2)
+    assert chain.layer_by_layer_floor_bytes() - chain.compulsory_bytes() == 4 * y1
 
 
 def test_operator_bound_is_hong_kung_for_a_big_matmul_and_compulsory_for_a_small_one():
