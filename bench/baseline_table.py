@@ -163,27 +163,29 @@ def _cell(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def load_rows(paths: list[Path]) -> dict[str, dict]:
+def load_rows(paths: list[Path], key: tuple[str, ...] = ("level", "id")) -> dict[str, dict]:
+    """Rows of the CSV files by "level/id[/...]" (the ``key`` fields); the latest finished wins."""
     rows: dict[str, dict] = {}
     for path in paths:
         if path.is_file():
             with path.open(newline="") as fh:
                 for raw in csv.DictReader(fh):
-                    key = f"{raw['level']}/{raw['id']}"
-                    if key not in rows or raw.get("finished_at", "") > rows[key].get("finished_at", ""):
-                        rows[key] = {k: (v if v != "" else None) for k, v in raw.items()}
+                    name = "/".join(raw[k] for k in key)
+                    if name not in rows or raw.get("finished_at", "") > rows[name].get("finished_at", ""):
+                        rows[name] = {k: (v if v != "" else None) for k, v in raw.items()}
     return rows
 
 
-def save_rows(paths: list[Path], rows: dict[str, dict]) -> None:
-    ordered = sorted(rows.values(), key=lambda r: (int(r["level"]), int(r["id"])))
+def save_rows(paths: list[Path], rows: dict[str, dict], columns: list[str] = COLUMNS) -> None:
+    """Every row to every path (atomically), ordered by level, id and the rest of its key."""
+    ordered = sorted(rows.items(), key=lambda kv: (int(kv[1]["level"]), int(kv[1]["id"]), kv[0]))
     for path in paths:
         tmp = path.with_suffix(".tmp")
         with tmp.open("w", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(COLUMNS)
-            for row in ordered:
-                writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+            writer.writerow(columns)
+            for _, row in ordered:
+                writer.writerow([_cell(row.get(c)) for c in columns])
         os.replace(tmp, path)
 
 

@@ -32,7 +32,6 @@ of problems with a correct candidate faster than eager) and the candidates' stat
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import math
 import os
@@ -50,6 +49,7 @@ SUBSET: dict[int, tuple[int, ...]] = {
     3: (1, 6, 11, 16, 21, 26, 31, 36, 41, 46),
 }
 TRACKS = {"fp32": ("fp32", "strict"), "relaxed": ("relaxed", "legacy")}
+KEY = ("level", "id", "track")  # a row per problem and track (bench/baseline_table.py's row store)
 COLUMNS = ["level", "id", "problem", "track", "covered", "template", "reason", "budget", "evaluations", "correct",
            "statuses", "best_speedup", "best_ms", "eager_ms", "compile_ms", "max_autotune_ms", "eager_tf32_ms",
            "over_compile", "over_max_autotune", "over_best_tf32_or_compile", "run_id", "seconds", "finished_at"]
@@ -131,29 +131,7 @@ def _geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def read_rows(path: Path) -> dict[tuple, dict]:
-    rows: dict[tuple, dict] = {}
-    if path.is_file():
-        with path.open(newline="") as fh:
-            for raw in csv.DictReader(fh):
-                rows[(raw["level"], raw["id"], raw["track"])] = {k: (v if v != "" else None) for k, v in raw.items()}
-    return rows
-
-
-def write_rows(paths: list[Path], rows: dict[tuple, dict]) -> None:
-    ordered = sorted(rows.values(), key=lambda r: (int(r["level"]), int(r["id"]), r["track"]))
-    for path in paths:
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(COLUMNS)
-            for r in ordered:
-                writer.writerow(["" if r.get(c) is None else (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c])
-                                 for c in COLUMNS])
-        os.replace(tmp, path)
-
-
-def summary(rows: dict[tuple, dict], command: str) -> str:
+def summary(rows: dict[str, dict], command: str) -> str:
     def f(v, fmt="{:.2f}"):
         return fmt.format(v) if v is not None else "-"
 
@@ -229,14 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench_out")
     ap.add_argument("--set", action="append", default=[], help="config overrides, as for the CLI")
     args = ap.parse_args(argv)
-    from baseline_table import load_rows
+    from baseline_table import load_rows, save_rows
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mirror = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
     mirror.mkdir(parents=True, exist_ok=True)
     paths = [out / "expert_subset.csv", mirror / "expert_subset.csv"]
-    rows = {} if args.fresh else read_rows(paths[1]) | read_rows(paths[0])
+    rows = {} if args.fresh else load_rows(paths, key=KEY)
     baselines = load_rows([Path(args.baselines)]) if args.baselines else {}
     tracks = [t for t in args.tracks.split(",") if t]
     unknown = [t for t in tracks if t not in TRACKS]
@@ -246,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for level, pid, path in problem_list(args):
             for track in tracks:
-                key = (str(level), str(pid), track)
+                key = f"{level}/{pid}/{track}"
                 if key in rows:
                     continue
                 if time.monotonic() - t0 > args.budget_s:
@@ -260,14 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                 row = join_baselines(row, baselines)
                 row["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
                 rows[key] = {k: (str(v) if isinstance(v, bool) else v) for k, v in row.items()}
-                write_rows(paths, rows)
+                save_rows(paths, rows, COLUMNS)
                 print({k: row.get(k) for k in ("level", "id", "track", "template", "correct", "evaluations",
                                                "best_speedup", "over_compile", "seconds")}, flush=True)
             if stopped:
                 break
     finally:
         if rows:
-            write_rows(paths, rows)
+            save_rows(paths, rows, COLUMNS)
             (out / "expert_subset.md").write_text(summary(rows, " ".join(["python3", *sys.argv])))
     print(f"{len(rows)} row(s){'; ' + stopped + ', run again to resume' if stopped else ''}; wrote "
           f"{paths[0]} and expert_subset.md", flush=True)
