@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -189,4 +190,5 @@ def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: 
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()  # a hung build must not outlive the command
         pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(workdir, ignore_errors=True)  # the candidates' module copies; builds stay in extensions_dir
     return results

@@ -210,3 +210,29 @@ def test_one_judge_draws_once_and_judges_every_candidate_on_the_same_inputs(tmp_
     else:
         assert [t.seed for t in first.trials] != [t.seed for t in second.trials]
         assert second.phases.get("correctness.draw", 0) > 0
+
+
+def test_judging_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
+    """Every sandbox's scratch (its copy of the candidate, its private cache) and the pool's own log
+    folder are removed when the judge closes, for candidates that passed, crashed or were killed."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, warmup=1, run_timeout_s=8,
+                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    with Judge(problem, cfg, device="cpu", spares=1) as j:
+        for name in ("ok_torch", "segfault", "hang"):
+            j.evaluate((CASES / f"{name}.py").read_text(), name)
+        assert any(scratch.iterdir())  # the judge does use the temp folder while it runs
+    # allowed to stay: torch's own compile cache (one folder, shared by every run) and the socket
+    # folder of multiprocessing's fork server, which lives (and is removed) with this process
+    def kept(p):
+        return p.name.startswith("torchinductor_") or (
+            p.name.startswith("pymp-") and all(q.name.startswith("listener-") for q in p.iterdir()))
+
+    left = sorted(p.name for p in scratch.iterdir() if not kept(p))
+    assert left == []

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,13 @@ class Sandbox:
         self.method = start_method()
         ctx = mp.get_context(self.method)
         self.conn, child = ctx.Pipe()
+        # Its scratch folder (the candidate's module, a private cache) is made and removed here: the
+        # sandbox itself is killed, never given the chance to clean up. The finalizer covers a
+        # sandbox never killed (a spare still waiting when the program ends).
+        self.scratch = tempfile.mkdtemp(prefix="loopwise-sandbox-")
+        self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
         # The judge's environment as it is now (a forked child would otherwise get the server's).
-        settings = {**self.settings, "environ": dict(os.environ)}
+        settings = {**self.settings, "environ": dict(os.environ), "scratch": self.scratch}
         self.proc = ctx.Process(target=sandbox_main, args=(child, self.device, str(self.log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
         self.started_wall = time.time()
@@ -193,6 +200,7 @@ class Sandbox:
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
+        self._remove_scratch()
 
 
 class SandboxPool:
@@ -201,6 +209,9 @@ class SandboxPool:
     def __init__(self, device: str, settings: dict, log_dir: str | Path | None = None, spares: int = 1) -> None:
         self.device = device
         self.settings = dict(settings)
+        # Logs go to the caller's folder (a run keeps them); without one, to a temporary folder
+        # removed at close, when no sandbox of this pool is left to read a log tail from.
+        self._own_logs = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="loopwise-logs-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.spares = spares
@@ -241,6 +252,8 @@ class SandboxPool:
         for box in self._ready:
             box.kill()
         self._ready.clear()
+        if self._own_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> "SandboxPool":
         return self

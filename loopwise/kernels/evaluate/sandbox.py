@@ -121,7 +121,7 @@ class Session:
         self.torch = torch
         self.device = device
         self.settings = settings
-        self.workdir = tempfile.mkdtemp(prefix="loopwise-sandbox-")
+        self.workdir = tempfile.mkdtemp(prefix="work-", dir=settings.get("scratch"))
         self.clock = timing.Clock(device)
         self.watch = guards.ThreadWatch()
         self.guard: guards.IdentityGuard | None = None
@@ -462,7 +462,7 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     if settings.get("environ") is not None:
         os.environ.clear()
         os.environ.update(settings["environ"])
-    os.environ["LOOPWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="loopwise-sandbox-cache-")
+    os.environ["LOOPWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=settings.get("scratch"))
     _redirect_output(log_path)
     import torch
     import torch.multiprocessing  # noqa: F401 - registers tensor reductions for the pipe
