@@ -24,6 +24,8 @@ class Graph:
     name: str
     operators: tuple[Operator, ...]
     weights: frozenset[str] = field(default_factory=frozenset)
+    # the model's outputs where the model says (a returned tensor may also be read by a later operator)
+    declared_outputs: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         seen: dict[str, Tensor] = {}
@@ -55,8 +57,8 @@ class Graph:
         return sorted(self._read() - self._written() - set(self.weights))
 
     def outputs(self) -> list[str]:
-        """Tensors produced and read by no later operator."""
-        return sorted(self._written() - self._read())
+        """Tensors the model returns: those declared, and those produced and read by no operator."""
+        return sorted((self._written() - self._read()) | (set(self.declared_outputs) & self._written()))
 
     def intermediates(self) -> list[str]:
         return sorted(self._written() & self._read())
@@ -65,8 +67,21 @@ class Graph:
         t = self.tensors()[name]
         return math.prod(t.shape) * t.elem_bytes
 
+    def touched_bytes(self, name: str) -> int:
+        """Bytes of ``name`` that any operator touches (a gather reads only some rows of its table)."""
+        from loopwise.memory.polyhedral import count, touched
+
+        union = None
+        for op in self.operators:
+            if any(t.name == name for t in op.tensors):
+                part = touched(op, name, {})
+                union = part if union is None else union.union(part)
+        return 0 if union is None else count(union) * self.tensors()[name].elem_bytes
+
     def compulsory_bytes(self) -> int:
-        return sum(self.nbytes(t) for t in (*self.weights, *self.inputs(), *self.outputs()))
+        """Weights and inputs as far as operators touch them, and outputs, each moved once."""
+        return sum(self.touched_bytes(t) for t in (*self.weights, *self.inputs())) + \
+            sum(self.nbytes(t) for t in self.outputs())
 
     def layer_by_layer_floor_bytes(self) -> int:
         return sum(operator_compulsory_bytes(op) for op in self.operators)

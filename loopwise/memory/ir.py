@@ -49,11 +49,16 @@ class Operator:
     reads: tuple[Access, ...]
     writes: tuple[Access, ...]
     macs: int = field(default=0)
+    # dimensions a tile must span whole: an output element depends on the whole extent (the row of
+    # a softmax or a layer norm), which the access maps alone do not say
+    coupled: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         for dim, extent in self.dims.items():
             if not _NAME.match(dim) or int(extent) < 1:
                 raise ValueError(f"{self.name}: loop dimension {dim!r} with extent {extent}")
+        if not set(self.coupled) <= set(self.dims):
+            raise ValueError(f"{self.name}: coupled dimensions {sorted(set(self.coupled) - set(self.dims))} are not loops")
         shapes = {t.name: t.shape for t in self.tensors}
         for access in self.reads + self.writes:
             if access.tensor not in shapes:

@@ -64,7 +64,7 @@ def best_tiling(op: Operator, capacity_bytes: int, max_evaluations: int = 150) -
     while score(tiles, order)[1] > capacity_bytes:  # shrink until one tile fits
         options = []
         for d, size in tiles.items():
-            if size == 1:
+            if size == 1 or d in op.coupled:
                 continue
             trial = dict(tiles, **{d: max(1, size // 2)})
             options.append((buffer_bytes(op, trial), d, trial))
@@ -83,6 +83,8 @@ def best_tiling(op: Operator, capacity_bytes: int, max_evaluations: int = 150) -
     while improved and len(seen) < max_evaluations:
         improved = False
         for d in op.dims:
+            if d in op.coupled:
+                continue
             sizes = _sizes(op.dims[d])
             at = sizes.index(tiles[d]) if tiles[d] in sizes else 0
             for size in sizes[max(0, at - 1):at + 2]:  # the neighbouring sizes: halve or double

@@ -31,6 +31,7 @@ class Imported:
     names: dict[str, str] = field(default_factory=dict)  # the graph's tensor names -> the model's own
     folded: list[str] = field(default_factory=list)  # copy operators folded away, by op type
     unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (kept at compulsory traffic)
+    generated: list[str] = field(default_factory=list)  # operators computed from no stored tensor (recomputed)
 
 
 def load_onnx(path: str | Path, elem_bytes: int = 2) -> Imported:

@@ -1,29 +1,63 @@
 """A whole-model plan: consecutive operators grouped so that the tensors passed between them stay
-in the scratchpad instead of going out to DRAM and back.
+in the scratchpad instead of going out to DRAM and back, run whole or slab by slab.
 
 Model. Operators run in the graph's execution order. A *group* is a run of consecutive operators
-executed whole (one tile each) while their intermediates stay resident: a tensor produced and
-consumed inside the group never touches DRAM; a tensor the group reads from outside is loaded once
-(its exact footprint over the group); a tensor it produces that a later group or the model's
-output needs is stored once. A group fits when, at every operator, that operator's tensors plus
-the group's intermediates still alive across it fit the scratchpad (weights and inputs are loaded
-just in time, so they count only at the operators that use them). An operator alone that does not
-fit whole runs with its best tiling (:mod:`loopwise.memory.layerwise`).
+whose intermediates never touch DRAM. It runs in one of two ways:
 
-Search. Over this model the best grouping is a shortest path over the operator sequence (dynamic
-programming over group boundaries, groups of up to ``max_group`` operators): exact for contiguous
-groups, at a cost quadratic in the number of operators, which a whole ResNet-50 keeps small. Fusion
-across non-consecutive operators and tiled fusion (a group whose intermediates are kept tile by
-tile) are not modelled yet.
+- *whole*: each operator once, on its whole tensors;
+- *in slabs*: the group's loop nests are cut along one dimension they share (the batch, the
+  tokens, the query rows of an attention), and the whole chain of operators runs on slab 1, then
+  slab 2, ... A tensor *sliced* by that dimension (it is indexed by the slab dimension alone, in one
+  of its own dimensions, by every operator of the group that touches it) is moved once, however
+  many slabs there are; a tensor the slab dimension does not index (a weight, the keys of an
+  attention) is *invariant*: either kept resident for all slabs (loaded once) or streamed (loaded
+  again by every slab). A dimension an operator reduces over, or that one output element depends on
+  whole (a softmax row: ``Operator.coupled``), or that reaches a tensor through anything but the
+  plain index (a convolution's halo), cannot carry slabs. An intermediate must be sliced the same
+  way by its producer and every consumer, or the group cannot run in slabs.
+
+A tensor the group reads from outside is loaded once per pass (its exact footprint over the group's
+readers); one it produces that a later group or the model's output needs is stored once. A group
+fits when, at every operator, what is alive there (the operator's tensors, the intermediates and
+inputs held between their first and last use in the group, and the resident invariants) fits the
+scratchpad, with sliced tensors counted at the slab's size. An operator that fits no group runs
+alone with its best tiling (:mod:`loopwise.memory.layerwise`).
+
+Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
+programming over group boundaries (exact for contiguous groups), where each candidate group takes
+its best way to run: whole, or the largest slab that fits for each slab dimension the chain admits
+(found by propagating the first operator's dimension through the tensors it shares with the next),
+with the largest invariants made resident first while they fit. Groups are extended only while
+they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from loopwise.memory.graph import Graph
+from loopwise.memory.ir import Operator
 from loopwise.memory.layerwise import best_tiling
-from loopwise.memory.polyhedral import footprint, touched
+from loopwise.memory.polyhedral import count, footprint, touched
+
+
+@dataclass(frozen=True)
+class Slab:
+    """How a group runs in slabs: ``size`` units of a dimension of extent ``extent`` per slab."""
+
+    dims: tuple[str, ...]  # the loop dimension that carries slabs, per operator of the group
+    extent: int
+    size: int
+    resident: tuple[str, ...]  # invariants kept for every slab
+    streamed: tuple[str, ...]  # invariants loaded again by every slab
+
+    @property
+    def count(self) -> int:
+        return math.ceil(self.extent / self.size)
 
 
 @dataclass(frozen=True)
@@ -33,6 +67,7 @@ class Group:
     peak_bytes: int  # the scratchpad it needs (for a tiled singleton: its tile's buffers)
     resident: tuple[str, ...]  # intermediates that never touch DRAM
     tiled: bool = False
+    slab: Slab | None = None
 
 
 @dataclass(frozen=True)
@@ -45,87 +80,270 @@ class Plan:
     evaluated: int = field(default=0, compare=False)
 
 
-def _tensor_facts(graph: Graph):
-    """Per operator: {tensor: (bytes touched, read?, written?)}; and where each tensor is used."""
-    facts, uses = [], {}
-    for i, op in enumerate(graph.operators):
-        reads = {a.tensor for a in op.reads}
-        writes = {a.tensor for a in op.writes}
-        mine = {}
+def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
+    """The loop dimensions of ``op`` that can carry slabs: for each, every tensor's sliced dimension
+    (``None``: invariant, the dimension does not index it). A dimension is left out when it is
+    coupled, when it indexes a tensor in any way but alone in one position, or when a tensor the
+    operator writes does not depend on it (a reduction)."""
+    out: dict[str, dict[str, int | None]] = {}
+    written = {a.tensor for a in op.writes}
+    for d in op.dims:
+        if d in op.coupled:
+            continue
+        word = re.compile(rf"\b{re.escape(d)}\b")
+        sig: dict[str, int | None] = {}
+        ok = True
         for t in op.tensors:
-            mine[t.name] = (footprint(op, t.name, {}) * t.elem_bytes, t.name in reads, t.name in writes)
-            uses.setdefault(t.name, []).append(i)
-        facts.append(mine)
-    return facts, uses
+            positions = set()
+            for access in op.accesses(t.name):
+                for j, expr in enumerate(access.index):
+                    if word.search(expr):
+                        if expr.strip() != d:
+                            ok = False
+                        positions.add(j)
+            if len(positions) > 1 or (not positions and t.name in written):
+                ok = False
+            if not ok:
+                break
+            sig[t.name] = positions.pop() if positions else None
+        if ok:
+            out[d] = sig
+    return out
 
 
-def plan(graph: Graph, capacity_bytes: int, max_group: int = 64) -> Plan:
+@dataclass
+class _Unit:
+    """A tensor as a group holds it: alive from ``first`` to ``last`` (operator positions)."""
+
+    first: int
+    last: int
+    whole: int  # bytes held when the group runs whole (the largest footprint among its users)
+    sliced: bool
+    produced: bool
+
+
+def plan(graph: Graph, capacity_bytes: int, max_group: int = 512) -> Plan:
     """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``."""
-    ops = graph.operators
-    n = len(ops)
-    facts, uses = _tensor_facts(graph)
-    outputs = set(graph.outputs())
-    singles: dict[int, Group] = {}
-    unions: dict[tuple, int] = {}
-    evaluated = 0
+    return _Planner(graph, capacity_bytes, max_group).run()
 
-    def single(i: int) -> Group:
-        nonlocal evaluated
-        if i not in singles:
-            choice = best_tiling(ops[i], capacity_bytes)
-            evaluated += choice.evaluated
-            singles[i] = Group((ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
-                               tiled=choice.buffer_bytes < sum(b for b, _, _ in facts[i].values()))
-        return singles[i]
 
-    def group(i: int, j: int) -> Group | None:
-        """Operators i..j-1 run whole with their intermediates resident; None if it does not fit."""
-        members = range(i, j)
-        produced = {t: k for k in members for t, (_, _, w) in facts[k].items() if w}
-        resident = sorted(t for t in produced if t not in outputs and all(i <= u < j for u in uses[t]))
-        traffic = 0
-        for t in sorted({t for k in members for t in facts[k]}):
-            if t in resident:
-                continue
-            if t in produced:  # stored once, for a later group or the model's output
-                traffic += facts[produced[t]][t][0]
-            else:  # loaded once: everything the group's readers touch
-                traffic += read_union(t, [k for k in members if t in facts[k] and facts[k][t][1]])
-        # tensors loaded from outside and read again later in the group stay between their readers
-        kept_in = {t: [k for k in members if t in facts[k]] for k in members for t in facts[k] if t not in produced}
-        kept_in = {t: (ks[0], ks[-1]) for t, ks in kept_in.items() if len(ks) > 1}
-        peak = 0
-        for k in members:  # this operator's tensors, plus what the group holds across it
-            alive = sum(facts[produced[t]][t][0] for t in produced
-                        if t not in facts[k] and produced[t] < k and any(k < u < j for u in uses[t]))
-            alive += sum(max(facts[r][t][0] for r in span) for t, span in kept_in.items()
-                         if t not in facts[k] and span[0] < k < span[1])
-            peak = max(peak, alive + sum(b for b, _, _ in facts[k].values()))
-        if peak > capacity_bytes:
-            return None
-        return Group(tuple(ops[k].name for k in members), traffic, peak, tuple(resident))
+class _Planner:
+    def __init__(self, graph: Graph, capacity: int, max_group: int) -> None:
+        self.g, self.cap, self.max_group = graph, capacity, max_group
+        self.ops = graph.operators
+        self.outputs = set(graph.outputs())
+        self.facts, self.uses = [], {}
+        for i, op in enumerate(self.ops):
+            reads = {a.tensor for a in op.reads}
+            writes = {a.tensor for a in op.writes}
+            self.facts.append({t.name: (footprint(op, t.name, {}) * t.elem_bytes, t.name in reads, t.name in writes)
+                               for t in op.tensors})
+            for t in op.tensors:
+                self.uses.setdefault(t.name, []).append(i)
+        self.sigs = [slab_signatures(op) for op in self.ops]
+        self.unions: dict[tuple, int] = {}
+        self.singles: dict[int, Group] = {}
+        self.evaluated = 0
 
-    def read_union(t: str, readers: list[int]) -> int:
+    # -- the pieces -------------------------------------------------------------------------
+    def single(self, i: int) -> Group:
+        if i not in self.singles:
+            choice = best_tiling(self.ops[i], self.cap)
+            self.evaluated += choice.evaluated
+            whole = sum(b for b, _, _ in self.facts[i].values())
+            self.singles[i] = Group((self.ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
+                                    tiled=choice.buffer_bytes < whole)
+        return self.singles[i]
+
+    def read_union(self, t: str, readers: list[int]) -> int:
         if len(readers) == 1:
-            return facts[readers[0]][t][0]
+            return self.facts[readers[0]][t][0]
         key = (t, tuple(readers))
-        if key not in unions:
+        if key not in self.unions:
             union = None
             for k in readers:
-                part = touched(ops[k], t, {})
+                part = touched(self.ops[k], t, {})
                 union = part if union is None else union.union(part)
-            unions[key] = int(union.count_val().to_python()) * graph.tensors()[t].elem_bytes
-        return unions[key]
+            self.unions[key] = count(union) * self.g.tensors()[t].elem_bytes
+        return self.unions[key]
 
-    best: list[tuple[int, list[Group]]] = [(0, [])] + [(0, [])] * n
-    for j in range(1, n + 1):
-        options = [(best[j - 1][0] + single(j - 1).traffic_bytes, best[j - 1][1] + [single(j - 1)])]
-        for i in range(max(0, j - max_group), j - 1):
-            g = group(i, j)
-            if g is not None:
-                options.append((best[i][0] + g.traffic_bytes, best[i][1] + [g]))
-        best[j] = min(options, key=lambda o: o[0])
-    total, groups = best[n]
-    layer = sum(single(i).traffic_bytes for i in range(n))
-    removed = sum(len(g.resident) for g in groups)
-    return Plan(tuple(groups), total, graph.compulsory_bytes(), layer, removed, evaluated)
+    def _units(self, i: int, j: int, slab_dims: list[str] | None):
+        """The group's tensors (as :class:`_Unit`) for operators i..j-1; None when the slab
+        choice makes an intermediate change how it is sliced."""
+        units: dict[str, _Unit] = {}
+        for k in range(i, j):
+            sig = self.sigs[k][slab_dims[k - i]] if slab_dims is not None else None
+            for t, (nbytes, _, w) in self.facts[k].items():
+                sliced = sig is not None and sig[t] is not None
+                u = units.get(t)
+                if u is None:
+                    units[t] = _Unit(k, k, nbytes, sliced, w)
+                else:
+                    if u.produced and u.sliced != sliced:
+                        return None  # an intermediate read whole by a later operator: no slabs
+                    u.last, u.whole, u.sliced = k, max(u.whole, nbytes), u.sliced and sliced
+                    u.produced = u.produced or w
+        return units
+
+    def evaluate(self, i: int, j: int, slab_dims: list[str] | None, extent: int) -> Group | None:
+        """Operators i..j-1 as one group, whole (``slab_dims`` None) or in slabs; None if it cannot fit."""
+        units = self._units(i, j, slab_dims)
+        if units is None:
+            return None
+        length = j - i
+        stored, resident_t, moved = [], [], 0
+        sliced_cover = np.zeros(length + 1)
+        whole_cover = np.zeros(length + 1)
+        invariants = []  # (bytes held, bytes loaded, first, last, name)
+        for t, u in units.items():
+            needed_later = t in self.outputs or self.uses[t][-1] >= j
+            if u.produced:
+                if needed_later:
+                    stored.append(t)
+                    moved += self.facts[u.first][t][0]  # stored once, as its producer wrote it
+                else:
+                    resident_t.append(t)
+            else:
+                readers = [k for k in range(u.first, u.last + 1) if t in self.facts[k] and self.facts[k][t][1]]
+                loaded = self.read_union(t, readers) if readers else u.whole
+                if slab_dims is not None and not u.sliced:
+                    invariants.append((u.whole, loaded, u.first - i, u.last - i, t))
+                    continue
+                moved += loaded
+            cover = sliced_cover if (slab_dims is not None and u.sliced) else whole_cover
+            cover[u.first - i] += u.whole
+            cover[u.last - i + 1] -= u.whole
+        base = np.cumsum(whole_cover)[:length]
+        per_unit = np.cumsum(sliced_cover)[:length] / extent if slab_dims is not None else np.zeros(length)
+        names = tuple(self.ops[k].name for k in range(i, j))
+        if slab_dims is None:
+            peak = int(base.max())
+            return Group(names, moved, peak, tuple(sorted(resident_t))) if peak <= self.cap else None
+        return self._best_slab(names, moved, base, per_unit, invariants, slab_dims, extent, tuple(sorted(resident_t)))
+
+    def _best_slab(self, names, moved, base, per_unit, invariants, slab_dims, extent, resident_t) -> Group | None:
+        length = len(base)
+        invariants.sort(key=lambda v: -v[0])
+        # cover[p][k]: bytes of the p largest invariants alive at operator k if streamed
+        streamed_cover = np.zeros((len(invariants) + 1, length))
+        held = np.zeros(len(invariants) + 1)
+        for p, (whole, _, a, z, _) in enumerate(invariants):
+            row = np.zeros(length)
+            row[a:z + 1] = whole
+            streamed_cover[p + 1] = streamed_cover[p] + row
+            held[p + 1] = held[p] + whole
+        total_cover = streamed_cover[-1]
+        loaded = np.array([v[1] for v in invariants], dtype=float)
+        loaded_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
+        best = None
+        size = 1
+        while size < extent:
+            count = math.ceil(extent / size)
+            work = base + per_unit * size
+            # the p largest invariants resident: they are held everywhere, the others where used
+            peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + held
+            fits = np.nonzero(peaks <= self.cap)[0]
+            if len(fits):
+                p = int(fits.max())
+                traffic = moved + loaded_prefix[p] + count * (loaded_prefix[-1] - loaded_prefix[p])
+                if best is None or traffic < best[0]:
+                    best = (traffic, size, p, int(peaks[p]))
+            else:
+                break  # a larger slab holds more
+            size *= 2
+        if best is None:
+            return None
+        traffic, size, p, peak = best
+        slab = Slab(tuple(slab_dims), extent, size, tuple(v[4] for v in invariants[:p]), tuple(v[4] for v in invariants[p:]))
+        return Group(names, int(traffic), peak, resident_t, slab=slab)
+
+    # -- search -------------------------------------------------------------------------------
+    def _seeds(self, i: int) -> list[tuple[str, int]]:
+        return [(d, self.ops[i].dims[d]) for d in self.sigs[i] if self.ops[i].dims[d] > 1]
+
+    def _propagate(self, state: dict[str, int], k: int, extent: int, produced: set[str]) -> str | None:
+        """The slab dimension of operator k consistent with the tensors sliced so far, or None."""
+        best, score = None, -1
+        for d, sig in self.sigs[k].items():
+            if self.ops[k].dims[d] != extent:
+                continue
+            ok, agree = True, 0
+            for t, pos in sig.items():
+                if t in state:
+                    if pos is not None and pos != state[t]:
+                        ok = False
+                    elif pos is None and t in produced:
+                        ok = False
+                    elif pos is not None:
+                        agree += 1
+            if ok and agree > score:
+                best, score = d, agree
+        return best
+
+    def candidates(self, i: int) -> dict[int, Group]:
+        """The best group starting at operator i for every end j (whole or in slabs)."""
+        n = len(self.ops)
+        found: dict[int, Group] = {}
+
+        def keep(j: int, grp: Group | None) -> None:
+            if grp is not None and (j not in found or grp.traffic_bytes < found[j].traffic_bytes):
+                found[j] = grp
+
+        for j in range(i + 2, min(n, i + self.max_group) + 1):  # whole
+            grp = self.evaluate(i, j, None, 1)
+            if grp is None:
+                break
+            keep(j, grp)
+        for d, extent in self._seeds(i):
+            dims = [d]
+            state = {t: pos for t, pos in self.sigs[i][d].items() if pos is not None}
+            produced = {t for t, (_, _, w) in self.facts[i].items() if w}
+            for j in range(i + 1, min(n, i + self.max_group) + 1):
+                if j > i + 1:
+                    k = j - 1
+                    nxt = self._propagate(state, k, extent, produced)
+                    if nxt is None:
+                        break
+                    dims.append(nxt)
+                    for t, pos in self.sigs[k][nxt].items():
+                        if pos is not None:
+                            state.setdefault(t, pos)
+                    produced |= {t for t, (_, _, w) in self.facts[k].items() if w}
+                grp = self.evaluate(i, j, dims, extent)
+                if grp is None:
+                    if self._hopeless(i, j, dims, extent):
+                        break
+                    continue
+                keep(j, grp)
+        return found
+
+    def _hopeless(self, i: int, j: int, dims: list[str], extent: int) -> bool:
+        """True when even one unit per slab with every invariant streamed does not fit (then no
+        longer group of this chain fits either)."""
+        units = self._units(i, j, dims)
+        if units is None:
+            return True
+        length = j - i
+        cover = np.zeros(length + 1)
+        for u in units.values():
+            held = u.whole / extent if u.sliced else u.whole
+            cover[u.first - i] += held
+            cover[u.last - i + 1] -= held
+        return bool(np.cumsum(cover)[:length].max() > self.cap)
+
+    def run(self) -> Plan:
+        n = len(self.ops)
+        best: list[tuple[int, list[Group]]] = [(0, [])] + [(0, [])] * n
+        ends: dict[int, dict[int, Group]] = {i: self.candidates(i) for i in range(n)}
+        for j in range(1, n + 1):
+            single = self.single(j - 1)
+            options = [(best[j - 1][0] + single.traffic_bytes, best[j - 1][1] + [single])]
+            for i in range(max(0, j - self.max_group), j):
+                grp = ends[i].get(j)
+                if grp is not None:
+                    options.append((best[i][0] + grp.traffic_bytes, best[i][1] + [grp]))
+            best[j] = min(options, key=lambda o: o[0])
+        total, groups = best[n]
+        layer = sum(self.single(i).traffic_bytes for i in range(n))
+        removed = sum(len(g.resident) for g in groups)
+        return Plan(tuple(groups), total, self.g.compulsory_bytes(), layer, removed, self.evaluated)

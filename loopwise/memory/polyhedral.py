@@ -1,5 +1,5 @@
 """Exact footprints with the polyhedral model (islpy): the elements of a tensor that a tile of an
-operator's iteration space touches, counted point by point (``count_val``), never as a bounding box
+operator's iteration space touches, counted exactly (:func:`count`), never as a bounding box
 (a stride-2 read of 7x7 outputs touches 49 points where its box holds 169).
 
 A tile is a box of the loop space, ``{dim: (start, size)}``; dimensions left out span their whole
@@ -48,6 +48,53 @@ def _relation(dims: tuple[str, ...], tensor: str, shape: tuple[int, ...], maps: 
     return relation.intersect_range(inside)
 
 
+def count(points) -> int:
+    """The number of points of an islpy set, exactly. ``count_val`` walks the points row by row,
+    which for a batch of 32 feature maps takes a tenth of a second per count; a basic set whose
+    variables split into independent groups (no constraint joins two groups, no existential
+    variables) is the product of those groups, each counted alone and small. The set is first made
+    a disjoint union, so the pieces add up; any piece that does not split is counted by isl."""
+    isl = _isl()
+    total = 0
+    for piece in points.coalesce().make_disjoint().get_basic_sets():
+        total += _count_basic(isl, piece)
+    return total
+
+
+def _count_basic(isl, piece) -> int:
+    kind = isl.dim_type.set
+    n = piece.dim(kind)
+    if n == 0 or piece.dim(isl.dim_type.div):
+        return int(isl.Set.from_basic_set(piece).count_val().to_python())
+    parent = list(range(n))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for c in piece.get_constraints():
+        used = [j for j in range(n) if not c.get_coefficient_val(kind, j).is_zero()]
+        for j in used[1:]:
+            parent[root(j)] = root(used[0])
+    groups: dict[int, list[int]] = {}
+    for j in range(n):
+        groups.setdefault(root(j), []).append(j)
+    if len(groups) == 1:
+        return int(isl.Set.from_basic_set(piece).count_val().to_python())
+    total = 1
+    for members in groups.values():
+        part = piece
+        for j in reversed(range(n)):
+            if j not in members:
+                part = part.project_out(kind, j, 1)
+        total *= int(isl.Set.from_basic_set(part).count_val().to_python())
+        if total == 0:
+            return 0
+    return total
+
+
 def access_relation(op: Operator, tensor: str):
     """The islpy map from ``op``'s iteration points to the elements of ``tensor`` they touch (every
     access of it, clipped to the tensor: an index in the padding is no element)."""
@@ -67,7 +114,7 @@ def touched(op: Operator, tensor: str, tile: Tile):
 
 def footprint(op: Operator, tensor: str, tile: Tile) -> int:
     """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
-    return int(touched(op, tensor, tile).count_val().to_python())
+    return count(touched(op, tensor, tile))
 
 
 def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
@@ -77,7 +124,7 @@ def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
 def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:
     """Elements of ``tensor`` both tiles touch: what a scratchpad keeping the first tile's data saves
     the second (reuse between consecutive tiles)."""
-    return int(touched(op, tensor, first).intersect(touched(op, tensor, second)).count_val().to_python())
+    return count(touched(op, tensor, first).intersect(touched(op, tensor, second)))
 
 
 def contiguous_runs(op: Operator, tensor: str, tile: Tile) -> int:
@@ -90,4 +137,4 @@ def contiguous_runs(op: Operator, tensor: str, tile: Tile) -> int:
     linear = " + ".join(f"{s}*i{j}" for j, s in enumerate(strides))
     addresses = touched(op, tensor, tile).apply(isl.Map(f"{{ {t.name}[{space}] -> L[{linear}] }}"))
     after = addresses.apply(isl.Map("{ L[a] -> L[a + 1] }"))
-    return int(addresses.subtract(after).count_val().to_python())
+    return count(addresses.subtract(after))

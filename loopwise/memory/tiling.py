@@ -51,12 +51,18 @@ def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     if sorted(order) != sorted(op.dims):
         raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
     size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
-    t_vars = [f"t_{d}" for d in order]
-    grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in order) + " }")
-    cover = isl.Map(
-        f"{{ [{', '.join(t_vars)}] -> [{', '.join(op.dims)}] : "
-        + " and ".join(f"{size[d]}*t_{d} <= {d} < {size[d]}*t_{d} + {size[d]} and 0 <= {d} < {e}"
-                       for d, e in op.dims.items()) + " }")
+    # the tile grid spans only the dimensions cut into more than one tile: a dimension held whole
+    # adds nothing to the order between tiles, and every grid dimension makes the counting dearer
+    cut = [d for d in order if counts[d] > 1] or [order[0]]
+    t_vars = [f"t_{d}" for d in cut]
+    grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in cut) + " }")
+    bounds = []
+    for d, e in op.dims.items():
+        if d in cut:
+            bounds.append(f"{size[d]}*t_{d} <= {d} < {size[d]}*t_{d} + {size[d]} and 0 <= {d} < {e}")
+        else:
+            bounds.append(f"0 <= {d} < {e}")
+    cover = isl.Map(f"{{ [{', '.join(t_vars)}] -> [{', '.join(op.dims)}] : " + " and ".join(bounds) + " }")
     elements = {t.name: cover.apply_range(access_relation(op, t.name)).intersect_domain(grid) for t in op.tensors}
     earlier = grid.lex_gt_set(grid)  # t -> every tile before t
     prev = earlier.lexmax()
@@ -96,4 +102,6 @@ def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
 
 
 def _count(relation) -> int:
-    return int(relation.wrap().count_val().to_python())
+    from loopwise.memory.polyhedral import count
+
+    return count(relation.wrap())

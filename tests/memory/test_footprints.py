@@ -77,3 +77,28 @@ def test_contiguous_runs_count_the_descriptors_a_transfer_needs():
     conv = conv2d("c", n=1, c=1, h=32, w=32, k=1, r=1, s=1, stride=2)
     tile = {"p": (0, 4), "q": (0, 4)}
     assert contiguous_runs(conv, "X", tile) == footprint(conv, "X", tile) == 16  # stride 2: every point alone
+
+
+def test_the_fast_count_agrees_with_isl_on_every_kind_of_set():
+    """polyhedral.count splits a set into independent groups of variables; it must give isl's own
+    count_val on boxes, strided images (existential variables), halos, unions and tile relations."""
+    import islpy as isl
+
+    from loopwise.memory.polyhedral import count, touched
+    from loopwise.memory.tiling import _maps
+
+    sets = [
+        isl.Set("{ [a, b, c] : 0 <= a < 7 and 0 <= b < 5 and 0 <= c < 3 }"),
+        isl.Set("{ [a, b] : 0 <= a < 10 and a <= b < a + 4 }"),
+        isl.Set("{ [a, b] : 0 <= a < 9 and 0 <= b < 6 and exists e : a = 2e }"),
+        isl.Set("{ [a, b] : 0 <= a < 4 and 0 <= b < 4; [a, b] : 2 <= a < 6 and 1 <= b < 3 }"),
+        isl.Set("{ [a, b] : 0 <= a < 4 and 0 <= b < 4 and a + b > 100 }"),
+    ]
+    conv = conv2d("c", n=4, c=8, h=17, w=17, k=6, r=3, s=3, stride=2, pad=1)
+    sets += [touched(conv, t, {"n": (1, 2), "p": (2, 5), "q": (0, 3)}) for t in ("X", "W", "Y")]
+    for tiles in ({"n": 2, "p": 4}, {"k": 4, "c": 4, "q": 2}):
+        elements, prev, _, _ = _maps(conv, tiles, list(conv.dims))
+        for rel in elements.values():
+            sets += [rel.wrap(), rel.subtract(prev.apply_range(rel)).wrap()]
+    for s in sets:
+        assert count(s) == s.count_val().to_python(), s

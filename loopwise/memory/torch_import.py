@@ -1,0 +1,621 @@
+"""PyTorch models into the memory IR through ``torch.export`` (on the meta device: no weights are
+made, so BERT or GPT-2 import in about a second).
+
+The exported graph's ATen operators become loop nests (:mod:`loopwise.memory.ir`):
+
+- convolutions (grouped, strided, dilated, padded; transposed ones with an affine write), linear,
+  addmm / mm / bmm / matmul (batch dimensions broadcast), pooling (max, average, adaptive), mean;
+- elementwise operators with numpy broadcasting; softmax, log-softmax and layer norm, whose row is a
+  *coupled* dimension (a tile spans it whole);
+- embedding, a gather: modelled as reading distinct rows of the table, the most it can touch;
+- copy operators folded into their consumers' access maps, so they move no bytes: view, reshape,
+  flatten, transpose, permute, unsqueeze, squeeze, expand, slice, select, split, contiguous,
+  clone, dtype casts, eval-mode dropout; a batch norm (eval) after a convolution folds into it
+  (its scale into the weights, its shift into a bias, as inference compilers do);
+- operators computed from no tensor at all (the attention masks built from ``arange``) are
+  *generated*: recomputed where they are read, with no DRAM traffic;
+- any other operator is reported by name and counted as one pass over its inputs and outputs (its
+  compulsory traffic), never dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from loopwise.errors import UserError
+from loopwise.memory.graph import Graph
+from loopwise.memory.ir import Access, Operator, Tensor
+from loopwise.memory.onnx_import import Imported
+
+Index = tuple[str, ...]
+IDENTITY = {"aten.contiguous.default", "aten.clone.default", "aten.dropout.default", "aten.alias.default",
+            "aten.detach.default", "aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default",
+            "aten.lift_fresh_copy.default", "aten.feature_dropout.default", "aten.type_as.default"}
+VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints"}
+ELEMENTWISE = {"add", "sub", "rsub", "mul", "div", "relu", "gelu", "tanh", "sigmoid", "silu", "hardtanh", "hardswish",
+               "hardsigmoid", "pow", "clamp", "clamp_min", "clamp_max", "where", "rsqrt", "sqrt", "exp", "log", "neg",
+               "abs", "erf", "leaky_relu", "elu", "mish", "maximum", "minimum", "reciprocal", "square", "sin", "cos",
+               "masked_fill", "relu6", "_native_batch_norm_legit_no_training", "batch_norm"}
+IGNORED = {"aten._assert_tensor_metadata.default", "aten.sym_size.int", "aten._assert_scalar.default",
+           "aten.sym_constrain_range_for_size.default"}
+
+
+@dataclass
+class Ref:
+    """A tensor as an operator sees it: ``shape`` in its own coordinates, ``base`` the tensor in
+    memory, and ``to_base`` the index map from the former to the latter (folded copies)."""
+
+    shape: tuple[int, ...]
+    base: str | None  # None: generated (no DRAM traffic)
+    base_shape: tuple[int, ...]
+    to_base: Callable[[Index], Index]
+    elem: int = 2
+
+    def read(self, index: Index) -> Index:
+        return tuple(_tidy(e) for e in self.to_base(tuple(index)))
+
+
+def load_torch(spec: str, batch: int = 1, seq: int | None = None, elem_bytes: int = 2) -> Imported:
+    """A model of the zoo (``zoo:resnet50``) or torchvision (``torchvision:resnet50``) as a :class:`Graph`."""
+    from loopwise.memory.zoo import build
+
+    module, args, kwargs = build(spec, batch, seq)
+    name = spec.partition(":")[2] + f"-b{batch}" + (f"-s{args[0].shape[1]}" if args[0].dim() == 2 else "")
+    return import_module(module, args, kwargs, name=name, elem_bytes=elem_bytes)
+
+
+def import_module(module, args: tuple, kwargs: dict | None = None, name: str = "model", elem_bytes: int = 2) -> Imported:
+    """Exports ``module`` (meta-device parameters and example inputs) and builds its graph."""
+    import torch
+
+    try:
+        ep = torch.export.export(module, args, kwargs=kwargs or {}, strict=False)
+    except Exception as exc:  # noqa: BLE001 - a user's model: one line on why it does not export
+        raise UserError(f"{name}: torch.export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    return _Builder(ep, name, elem_bytes).build()
+
+
+def _tidy(expr: str) -> str:
+    expr = expr.strip()
+    while expr.startswith("(") and expr.endswith(")") and _balanced(expr[1:-1]):
+        expr = expr[1:-1].strip()
+    return expr
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for ch in s:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _strides(shape) -> list[int]:
+    return [math.prod(shape[j + 1:]) for j in range(len(shape))]
+
+
+def reshape_map(src: tuple[int, ...], view: tuple[int, ...]) -> Callable[[Index], Index]:
+    """Index map from a row-major ``view`` of a tensor to the tensor of shape ``src``. Dimensions are
+    matched in blocks of equal products, so a split or merge gives plain affine expressions (a
+    ``[b, s, 768]`` read as ``[b, s, 12, 64]`` is ``64*h + d`` in its last dimension) and only a
+    block that does both needs floor / mod."""
+    blocks, i, j = [], 0, 0
+    while i < len(src) or j < len(view):
+        si, vj = [i], [j]
+        ps = src[i] if i < len(src) else 1
+        pv = view[j] if j < len(view) else 1
+        i, j = i + 1, j + 1
+        while ps != pv:
+            if ps < pv:
+                ps *= src[i]
+                si.append(i)
+                i += 1
+            else:
+                pv *= view[j]
+                vj.append(j)
+                j += 1
+        blocks.append(([a for a in si if a < len(src)], [b for b in vj if b < len(view)]))
+
+    def to_src(index: Index) -> Index:
+        out = ["0"] * len(src)
+        for s_dims, v_dims in blocks:
+            v_dims = [b for b in v_dims if view[b] != 1]
+            s_dims_real = [a for a in s_dims if src[a] != 1]
+            if not s_dims_real:
+                continue
+            v_str = _strides([view[b] for b in v_dims])
+            linear = " + ".join(f"{st}*({index[b]})" if st != 1 else f"({index[b]})" for st, b in zip(v_str, v_dims)) or "0"
+            s_str = _strides([src[a] for a in s_dims_real])
+            for k, (a, st) in enumerate(zip(s_dims_real, s_str)):
+                if len(s_dims_real) == 1:
+                    out[a] = linear
+                elif len(v_dims) == 1 and k == 0:
+                    out[a] = f"floor(({linear})/{st})"
+                elif st == 1:
+                    out[a] = f"({linear}) mod {src[a]}"
+                else:
+                    out[a] = f"floor(({linear})/{st}) mod {src[a]}"
+        return tuple(out)
+
+    return to_src
+
+
+class _Builder:
+    def __init__(self, ep, name: str, elem_bytes: int) -> None:
+        self.ep, self.name, self.elem = ep, name, elem_bytes
+        self.env: dict[str, object] = {}
+        self.ops: list[Operator] = []
+        self.weights: set[str] = set()
+        self.folded: list[str] = []
+        self.unsupported: dict[str, int] = {}
+        self.generated: list[str] = []
+        self.users: dict[str, int] = {}
+        self.bn_folds: dict[str, str] = {}  # a batch norm's output -> the convolution output it aliases
+
+    # -- values -----------------------------------------------------------------------------
+    def _elem(self, val) -> int:
+        import torch
+
+        return self.elem if val.dtype.is_floating_point else val.element_size()
+
+    def _real(self, name: str, val) -> Ref:
+        shape = tuple(int(d) for d in val.shape)
+        return Ref(shape, name, shape, lambda ix: ix, self._elem(val))
+
+    def ref(self, arg) -> Ref | None:
+        """The Ref of a node argument (None for a scalar or None)."""
+        from torch.fx import Node
+
+        if isinstance(arg, Node):
+            value = self.env.get(arg.name)
+            return value if isinstance(value, Ref) else None
+        return None
+
+    def _derive(self, ref: Ref, shape, fn) -> Ref:
+        return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem)
+
+    # -- building -----------------------------------------------------------------------------
+    def build(self) -> Imported:
+        from torch.export.graph_signature import InputKind
+
+        graph = self.ep.graph
+        for node in graph.nodes:
+            for user in node.users:
+                self.users[node.name] = self.users.get(node.name, 0) + 1
+        kinds = {spec.arg.name: spec.kind for spec in self.ep.graph_signature.input_specs if hasattr(spec.arg, "name")}
+        outputs: list[str] = []
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                if val is None or not hasattr(val, "shape"):
+                    continue
+                self.env[node.name] = self._real(node.name, val)
+                if kinds.get(node.name) in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                    self.weights.add(node.name)
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                for arg in _flat(node.args):
+                    r = self.ref(arg)
+                    if r is not None and r.base is not None:
+                        outputs.append(r.base)
+        used = {t.name for op in self.ops for t in op.tensors}
+        g = Graph(self.name, tuple(self.ops), frozenset(w for w in self.weights if w in used),
+                  declared_outputs=frozenset(o for o in outputs if o in used))
+        return Imported(g, {}, self.folded, self.unsupported, generated=self.generated)
+
+    def _call(self, node) -> None:
+        target = str(node.target)
+        val = node.meta.get("val")
+        if target in IGNORED:
+            return
+        if target == "<built-in function getitem>" or target.endswith("getitem"):
+            seq = self.env.get(node.args[0].name)
+            if isinstance(seq, list):
+                self.env[node.name] = seq[node.args[1]]
+            return
+        tensor_args = [a for a in _flat((node.args, node.kwargs)) if self.ref(a) is not None]
+        if tensor_args and all(self.ref(a).base is None for a in tensor_args) or (not tensor_args and hasattr(val, "shape")):
+            self._generate(node, val)  # computed from nothing in memory: recomputed where it is read
+            return
+        short = target.split(".")[1] if target.startswith("aten.") else target
+        if short.endswith("_") and not short.endswith("__"):
+            short = short[:-1]  # an in-place variant (relu_) moves what the functional one does
+        handler = getattr(self, f"_op_{short}", None)
+        try:
+            if target in IDENTITY:
+                self.env[node.name] = self.ref(node.args[0])
+                self.folded.append(short)
+            elif target in VIEWS:
+                src = self.ref(node.args[0])
+                self.env[node.name] = self._derive(src, val.shape, reshape_map(src.shape, tuple(val.shape)))
+                self.folded.append(short)
+            elif handler is not None:
+                handler(node, val)
+            elif short in ELEMENTWISE:
+                self._elementwise(node, val)
+            else:
+                self._unsupported(node, val, short)
+        except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
+            raise UserError(f"{self.name}: {target} node {node.name!r}: {exc}") from None
+
+    def _generate(self, node, val) -> None:
+        if isinstance(val, (list, tuple)):
+            self.env[node.name] = [Ref(tuple(v.shape), None, (), lambda ix: ix) for v in val if hasattr(v, "shape")]
+        elif hasattr(val, "shape"):
+            self.env[node.name] = Ref(tuple(int(d) for d in val.shape), None, (), lambda ix: ix)
+        self.generated.append(str(node.target).split(".")[1] if str(node.target).startswith("aten.") else str(node.target))
+
+    def _unsupported(self, node, val, short: str) -> None:
+        self.unsupported[short] = self.unsupported.get(short, 0) + 1
+        outs = val if isinstance(val, (list, tuple)) else [val]
+        outs = [v for v in outs if hasattr(v, "shape")]
+        if not outs:
+            return
+        shape = tuple(int(d) for d in outs[0].shape)
+        dims = {f"d{j}": d for j, d in enumerate(shape)} or {"d0": 1}
+        reads = []
+        for arg in _flat((node.args, node.kwargs)):
+            r = self.ref(arg)
+            if r is None or r.base is None:
+                continue
+            reads.append(self._access(r, _linear_walk(r.shape, dims)))
+        names = [f"{node.name}_{i}" if len(outs) > 1 else node.name for i in range(len(outs))]
+        writes = []
+        values = []
+        for nm, v in zip(names, outs):
+            out = self._real(nm, v)
+            writes.append(self._access(out, _linear_walk(out.shape, dims)))
+            values.append(out)
+        self.env[node.name] = values if isinstance(val, (list, tuple)) else values[0]
+        self._emit(f"{short}:{node.name}", dims, reads, writes)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _access(self, ref: Ref, index: Index) -> tuple[Tensor, Access] | None:
+        if ref.base is None:
+            return None
+        return Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index))
+
+    def _out(self, node, val) -> Ref:
+        out = self._real(node.name, val)
+        self.env[node.name] = out
+        return out
+
+    def _emit(self, name, dims, reads, writes, macs=0, coupled=()) -> None:
+        reads = [r for r in reads if r is not None]
+        tensors: dict[str, Tensor] = {}
+        for t, _ in (*reads, *writes):
+            tensors.setdefault(t.name, t)
+        dims = {k: int(v) for k, v in dims.items()}
+        self.ops.append(Operator(name, dims, tuple(tensors.values()), reads=tuple(a for _, a in reads),
+                                 writes=tuple(a for _, a in writes), macs=int(macs), coupled=frozenset(coupled)))
+
+    def _broadcast_read(self, ref: Ref, out_shape, dims: list[str]):
+        lead = len(out_shape) - len(ref.shape)
+        if lead < 0:
+            raise ValueError(f"an input of shape {ref.shape} does not broadcast to {tuple(out_shape)}")
+        index = tuple("0" if s == 1 and out_shape[lead + j] != 1 else dims[lead + j] for j, s in enumerate(ref.shape))
+        return self._access(ref, index)
+
+    # -- copy operators -----------------------------------------------------------------------
+    def _op_transpose(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        n = len(src.shape)
+        a, b = node.args[1] % n, node.args[2] % n
+        perm = list(range(n))
+        perm[a], perm[b] = perm[b], perm[a]
+        self._permuted(node, val, src, perm, "transpose")
+
+    def _op_t(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        self._permuted(node, val, src, list(reversed(range(len(src.shape)))), "t")
+
+    def _op_permute(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        self._permuted(node, val, src, [d % len(src.shape) for d in node.args[1]], "permute")
+
+    def _permuted(self, node, val, src, perm, kind) -> None:
+        inverse = [perm.index(j) for j in range(len(perm))]  # source dim j is view dim inverse[j]
+        self.env[node.name] = self._derive(src, val.shape, lambda ix, inv=inverse: tuple(ix[inv[j]] for j in range(len(inv))))
+        self.folded.append(kind)
+
+    def _op_unsqueeze(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        d = node.args[1] % (len(src.shape) + 1)
+        self.env[node.name] = self._derive(src, val.shape, lambda ix, d=d: ix[:d] + ix[d + 1:])
+        self.folded.append("unsqueeze")
+
+    def _op_squeeze(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        self.env[node.name] = self._derive(src, val.shape, reshape_map(src.shape, tuple(val.shape)))
+        self.folded.append("squeeze")
+
+    def _op_expand(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        lead = len(val.shape) - len(src.shape)
+        self.env[node.name] = self._derive(
+            src, val.shape, lambda ix, lead=lead, s=src.shape: tuple("0" if s[j] == 1 else ix[lead + j] for j in range(len(s))))
+        self.folded.append("expand")
+
+    def _op_slice(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        n = len(src.shape)
+        dim = (node.args[1] if len(node.args) > 1 else 0) % n
+        start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+        start = max(0, start + src.shape[dim]) if start < 0 else min(start, src.shape[dim])
+        step = node.args[4] if len(node.args) > 4 else 1
+        self.env[node.name] = self._derive(
+            src, val.shape, lambda ix, d=dim, a=start, s=step: ix[:d] + (f"{a} + {s}*({ix[d]})" if a else
+                                                                            (f"{s}*({ix[d]})" if s != 1 else ix[d]),) + ix[d + 1:])
+        self.folded.append("slice")
+
+    def _op_select(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        dim = node.args[1] % len(src.shape)
+        i = node.args[2] % src.shape[dim]
+        self.env[node.name] = self._derive(src, val.shape, lambda ix, d=dim, i=i: ix[:d] + (str(i),) + ix[d:])
+        self.folded.append("select")
+
+    def _op_split(self, node, val) -> None:
+        src = self.ref(node.args[0])
+        size = node.args[1]
+        dim = (node.args[2] if len(node.args) > 2 else 0) % len(src.shape)
+        parts, start = [], 0
+        for v in val:
+            parts.append(self._derive(src, v.shape, lambda ix, d=dim, a=start: ix[:d] + (f"{a} + {ix[d]}" if a else ix[d],)
+                                      + ix[d + 1:]))
+            start += int(v.shape[dim])
+        self.env[node.name] = parts
+        self.folded.append("split")
+
+    _op_split_with_sizes = _op_split
+
+    def _op_chunk(self, node, val) -> None:
+        self._op_split(node, val)
+
+    # -- compute operators --------------------------------------------------------------------
+    def _elementwise(self, node, val) -> None:
+        short = str(node.target).split(".")[1].rstrip("_") or "op"
+        outs = val if isinstance(val, (list, tuple)) else [val]
+        shape = tuple(int(d) for d in outs[0].shape)
+        dims = [f"d{j}" for j in range(len(shape))]
+        x = self.ref(node.args[0])
+        if short in ("_native_batch_norm_legit_no_training", "batch_norm"):
+            if self._fold_batch_norm(node, outs[0], x):
+                return
+            reads = [self._access(x, tuple(dims))]
+            for arg in node.args[1:5]:
+                r = self.ref(arg)
+                if r is not None:
+                    reads.append(self._access(r, (dims[1],)))
+        else:
+            reads = [self._broadcast_read(r, shape, dims) for r in (self.ref(a) for a in _flat((node.args, node.kwargs)))
+                     if r is not None]
+        out = self._real(node.name, outs[0])
+        self.env[node.name] = [out] + [None] * (len(outs) - 1) if isinstance(val, (list, tuple)) else out
+        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [self._access(out, tuple(dims))])
+
+    def _fold_batch_norm(self, node, val, x: Ref) -> bool:
+        """A batch norm whose input is a convolution's output read by nothing else: folded into that
+        convolution (scale into the weights, shift into a per-channel bias)."""
+        producer = node.args[0]
+        if x.base is None or x.base != producer.name or self.users.get(producer.name, 0) != 1 or not self.ops:
+            return False
+        conv = self.ops[-1]
+        if not conv.name.startswith("convolution:") or conv.writes[0].tensor != x.base:
+            return False
+        k_index = conv.writes[0].index[1]
+        bias = f"{conv.name.split(':', 1)[1]}_folded_bias"
+        has_bias = any(len(t.shape) == 1 for t in conv.tensors)  # the shift joins the bias it has
+        if not has_bias:
+            t = Tensor(bias, (x.shape[1],), self.elem)
+            self.weights.add(bias)
+            self.ops[-1] = Operator(conv.name, conv.dims, conv.tensors + (t,), reads=conv.reads + (Access(bias, (k_index,)),),
+                                    writes=conv.writes, macs=conv.macs, coupled=conv.coupled)
+        out = Ref(x.shape, x.base, x.base_shape, x.to_base, x.elem)
+        self.env[node.name] = [out, None, None] if isinstance(node.meta.get("val"), (list, tuple)) else out
+        self.folded.append("batch_norm")
+        return True
+
+    def _op_convolution(self, node, val) -> None:
+        x, w = self.ref(node.args[0]), self.ref(node.args[1])
+        b = self.ref(node.args[2]) if len(node.args) > 2 else None
+        stride, padding, dilation = node.args[3], node.args[4], node.args[5]
+        transposed, groups = bool(node.args[6]), int(node.args[8])
+        self._conv(node, val, x, w, b, stride, padding, dilation, groups, transposed)
+
+    def _op_conv2d(self, node, val) -> None:
+        a = list(node.args) + [None, [1, 1], [0, 0], [1, 1], 1][len(node.args) - 2:]
+        self._conv(node, val, self.ref(a[0]), self.ref(a[1]), self.ref(a[2]), a[3], a[4], a[5], int(a[6]), False)
+
+    def _conv(self, node, val, x, w, b, stride, padding, dilation, groups, transposed) -> None:
+        if len(x.shape) != 4:
+            raise ValueError(f"a {len(x.shape) - 2}-d convolution: 2-d ones are imported")
+        if isinstance(padding, str):
+            raise ValueError(f"padding={padding!r}: give explicit padding")
+        n, c, h, wd = x.shape
+        (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+        out = self._real(node.name, val)
+        _, k, p, q = out.shape
+        if not transposed:
+            kout, cg, r, s = w.shape
+            kg = k // groups
+            dims = {"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s}
+            reads = [self._access(x, ("n", f"{cg}*g + c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}")),
+                     self._access(w, (f"{kg}*g + k", "c", "r", "s"))]
+            writes = [self._access(out, ("n", f"{kg}*g + k", "p", "q"))]
+            macs = n * k * cg * p * q * r * s
+        else:  # y[n, k, sh*i + dh*r - ph, ...] += x[n, c, i, j] * w[c, k, r, s]
+            cin, kg, r, s = w.shape
+            cg = c // groups
+            dims = {"n": n, "g": groups, "k": kg, "c": cg, "i": h, "j": wd, "r": r, "s": s}
+            reads = [self._access(x, ("n", f"{cg}*g + c", "i", "j")), self._access(w, (f"{cg}*g + c", "k", "r", "s"))]
+            writes = [self._access(out, ("n", f"{kg}*g + k", f"{sh}*i + {dh}*r - {ph}", f"{sw}*j + {dw}*s - {pw}"))]
+            macs = n * c * kg * h * wd * r * s
+        if b is not None:
+            reads.append(self._access(b, (f"{kg}*g + k",)))
+        self.env[node.name] = out
+        self._emit(f"convolution:{node.name}", dims, reads, writes, macs)
+
+    def _op_linear(self, node, val) -> None:
+        x, w = self.ref(node.args[0]), self.ref(node.args[1])
+        b = self.ref(node.args[2]) if len(node.args) > 2 else None
+        lead = [f"l{j}" for j in range(len(x.shape) - 1)]
+        n, k = w.shape
+        out = self._out(node, val)
+        dims = dict(zip(lead, x.shape[:-1])) | {"n": n, "k": k}
+        reads = [self._access(x, (*lead, "k")), self._access(w, ("n", "k"))]
+        if b is not None:
+            reads.append(self._access(b, ("n",)))
+        self._emit(f"linear:{node.name}", dims, reads, [self._access(out, (*lead, "n"))], math.prod(x.shape[:-1]) * n * k)
+
+    def _op_addmm(self, node, val) -> None:
+        bias, x, w = (self.ref(a) for a in node.args[:3])
+        m, k = x.shape
+        n = w.shape[1]
+        out = self._out(node, val)
+        reads = [self._access(x, ("m", "k")), self._access(w, ("k", "n")),
+                 self._broadcast_read(bias, (m, n), ["m", "n"]) if bias is not None else None]
+        self._emit(f"addmm:{node.name}", {"m": m, "n": n, "k": k}, reads, [self._access(out, ("m", "n"))], m * n * k)
+
+    def _matmul(self, node, val, a: Ref, b: Ref) -> None:
+        out = self._out(node, val)
+        oshape = out.shape
+        if len(a.shape) == 1 or len(b.shape) == 1:
+            raise ValueError("a matrix-vector product: 2-d or batched operands are imported")
+        batch = oshape[:-2]
+        lead = [f"l{j}" for j in range(len(batch))]
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+
+        def idx(ref, last2):
+            off = len(batch) - (len(ref.shape) - 2)
+            return tuple("0" if ref.shape[j] == 1 and batch[off + j] != 1 else lead[off + j]
+                         for j in range(len(ref.shape) - 2)) + last2
+
+        dims = dict(zip(lead, batch)) | {"m": m, "n": n, "k": k}
+        self._emit(f"matmul:{node.name}", dims, [self._access(a, idx(a, ("m", "k"))), self._access(b, idx(b, ("k", "n")))],
+                   [self._access(out, (*lead, "m", "n"))], math.prod(batch) * m * n * k)
+
+    def _op_matmul(self, node, val) -> None:
+        self._matmul(node, val, self.ref(node.args[0]), self.ref(node.args[1]))
+
+    _op_mm = _op_bmm = _op_matmul
+
+    def _rowwise(self, node, val, dims_whole: int, params=()) -> None:
+        x = self.ref(node.args[0])
+        shape = tuple(int(d) for d in (val[0] if isinstance(val, (list, tuple)) else val).shape)
+        dims = [f"d{j}" for j in range(len(shape))]
+        reads = [self._access(x, tuple(dims))]
+        for p in params:
+            r = self.ref(p)
+            if r is not None:
+                reads.append(self._access(r, tuple(dims[len(dims) - len(r.shape):])))
+        out = self._real(node.name, val[0] if isinstance(val, (list, tuple)) else val)
+        self.env[node.name] = [out, None, None] if isinstance(val, (list, tuple)) else out
+        short = str(node.target).split(".")[1]
+        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [self._access(out, tuple(dims))],
+                   coupled=dims[len(dims) - dims_whole:])
+
+    def _op_softmax(self, node, val) -> None:
+        x = self.ref(node.args[0])
+        dim = node.args[1] % len(x.shape)
+        if dim != len(x.shape) - 1:
+            raise ValueError(f"softmax over dimension {dim} of {len(x.shape)}: the last dimension is imported")
+        self._rowwise(node, val, 1)
+
+    _op__softmax = _op_log_softmax = _op__log_softmax = _op_softmax
+
+    def _op_layer_norm(self, node, val) -> None:
+        self._rowwise(node, val, len(node.args[1]), params=node.args[2:4])
+
+    _op_native_layer_norm = _op_layer_norm
+
+    def _op_embedding(self, node, val) -> None:
+        weight, ids = self.ref(node.args[0]), self.ref(node.args[1])
+        out = self._out(node, val)
+        dims = [f"d{j}" for j in range(len(out.shape))]
+        rows, width = weight.shape
+        positions = math.prod(out.shape[:-1])
+        # distinct rows in the order of the positions: the most rows a gather of this size can touch
+        linear = " + ".join(f"{st}*{d}" for st, d in zip(_strides(out.shape[:-1]), dims[:-1])) or "0"
+        row = linear if positions <= rows else f"({linear}) mod {rows}"
+        reads = [self._access(weight, (row, dims[-1])),
+                 self._broadcast_read(ids, out.shape[:-1], dims[:-1]) if ids.base is not None else None]
+        self._emit(f"embedding:{node.name}", dict(zip(dims, out.shape)), reads, [self._access(out, tuple(dims))])
+
+    def _pool(self, node, val, kernel, stride, padding, dilation=(1, 1), kind="pool") -> None:
+        x = self.ref(node.args[0])
+        out_val = val[0] if isinstance(val, (list, tuple)) else val
+        out = self._real(node.name, out_val)
+        self.env[node.name] = [out, None] if isinstance(val, (list, tuple)) else out
+        n, c, p, q = out.shape
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pair(kernel), _pair(stride or kernel), _pair(padding), _pair(dilation)
+        dims = {"n": n, "c": c, "p": p, "q": q, "r": kh, "s": kw}
+        reads = [self._access(x, ("n", "c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}"))]
+        self._emit(f"{kind}:{node.name}", dims, reads, [self._access(out, ("n", "c", "p", "q"))])
+
+    def _op_max_pool2d(self, node, val) -> None:
+        a = list(node.args) + [None, 0, 1][len(node.args) - 2:]
+        self._pool(node, val, a[1], a[2], a[3], a[4], "max_pool2d")
+
+    _op_max_pool2d_with_indices = _op_max_pool2d
+
+    def _op_avg_pool2d(self, node, val) -> None:
+        a = list(node.args) + [None, 0][len(node.args) - 2:]
+        self._pool(node, val, a[1], a[2], a[3], (1, 1), "avg_pool2d")
+
+    def _op_adaptive_avg_pool2d(self, node, val) -> None:
+        x = self.ref(node.args[0])
+        h, w = x.shape[-2:]
+        oh, ow = val.shape[-2:]
+        if h % oh or w % ow:
+            raise ValueError(f"adaptive pooling {h}x{w} -> {oh}x{ow} with uneven windows")
+        self._pool(node, val, (h // oh, w // ow), (h // oh, w // ow), (0, 0), (1, 1), "adaptive_avg_pool2d")
+
+    _op__adaptive_avg_pool2d = _op_adaptive_avg_pool2d
+
+    def _op_mean(self, node, val) -> None:
+        x = self.ref(node.args[0])
+        reduce = sorted(d % len(x.shape) for d in node.args[1])
+        keep = len(node.args) > 2 and node.args[2]
+        dims = {f"d{j}": d for j, d in enumerate(x.shape)}
+        names = list(dims)
+        out = self._out(node, val)
+        index = tuple(("0" if keep else None) if j in reduce else names[j] for j in range(len(x.shape)))
+        self._emit(f"mean:{node.name}", dims, [self._access(x, tuple(names))],
+                   [self._access(out, tuple(i for i in index if i is not None))])
+
+
+def _pair(v) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = list(v)
+    return (int(v[0]), int(v[-1]))
+
+
+def _flat(obj):
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from _flat(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _flat(x)
+    else:
+        yield obj
+
+
+def _linear_walk(shape, dims: dict[str, int]) -> Index:
+    """An index into ``shape`` that walks it once, in row-major order, as the loops ``dims`` run."""
+    extent = math.prod(dims.values())
+    size = math.prod(shape)
+    strides = _strides(list(dims.values()))
+    linear = " + ".join(f"{st}*{d}" for st, d in zip(strides, dims)) or "0"
+    if size != extent:
+        linear = f"floor(({linear}) * {size} / {extent})"
+    return tuple(f"floor(({linear})/{st}) mod {n}" if st != 1 else f"({linear}) mod {n}"
+                 for st, n in zip(_strides(shape), shape)) if shape else ()
+

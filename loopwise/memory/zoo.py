@@ -1,0 +1,143 @@
+"""The models of the memory engine's benchmark, built on the meta device (no weights are made):
+
+- ``resnet50`` and ``mobilenet_v2``: the ImageNet networks with torchvision's layer shapes
+  (25,557,032 and 3,504,872 parameters), written here in plain torch so they build without
+  torchvision (whose PyPI build does not import beside the CPU torch build loopwise tests with);
+  ``torchvision:NAME`` takes torchvision's own definition where it is installed.
+- ``bert-base`` and ``gpt2``: ``transformers``' BertModel and GPT2Model (no task head) from their
+  default configurations (BERT-base, GPT-2 small), eager attention so that the attention's matrix
+  products and softmax are operators of their own.
+
+``build(spec, batch, seq)`` returns the module and its example inputs, both on the meta device.
+"""
+
+from __future__ import annotations
+
+from loopwise.errors import UserError
+
+VISION = ("resnet50", "mobilenet_v2")
+TEXT = {"bert-base": 128, "gpt2": 1024}  # default sequence lengths (the issue's measurement)
+ZOO = (*VISION, *TEXT)
+
+
+def _resnet50():
+    import torch.nn as nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin: int, width: int, stride: int) -> None:
+            super().__init__()
+            cout = width * 4
+            self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+            self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+            self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = self.relu(self.bn1(self.conv1(x)))
+            y = self.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            return self.relu(y + (x if self.down is None else self.down(x)))
+
+    class ResNet50(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                      nn.MaxPool2d(3, 2, 1))
+            blocks, cin = [], 64
+            for width, count, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+                for i in range(count):
+                    blocks.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                    cin = width * 4
+            self.blocks = nn.Sequential(*blocks)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(2048, 1000)
+
+        def forward(self, x):
+            return self.fc(self.pool(self.blocks(self.stem(x))).flatten(1))
+
+    return ResNet50()
+
+
+def _mobilenet_v2():
+    import torch.nn as nn
+
+    def conv_bn(cin, cout, k, stride, groups=1, act=True):
+        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return layers + ([nn.ReLU6(inplace=True)] if act else [])
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+            super().__init__()
+            hidden = cin * expand
+            layers = conv_bn(cin, hidden, 1, 1) if expand != 1 else []
+            layers += conv_bn(hidden, hidden, 3, stride, groups=hidden) + conv_bn(hidden, cout, 1, 1, act=False)
+            self.body = nn.Sequential(*layers)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layers, cin = conv_bn(3, 32, 3, 2), 32
+            for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                               (6, 160, 3, 2), (6, 320, 1, 1)):
+                for i in range(n):
+                    layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                    cin = c
+            layers += conv_bn(cin, 1280, 1, 1)
+            self.features = nn.Sequential(*layers)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
+
+        def forward(self, x):
+            return self.classifier(self.pool(self.features(x)).flatten(1))
+
+    return MobileNetV2()
+
+
+def _transformers(name: str):
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(f"zoo:{name} needs the transformers package: pip install 'loopwise[models]'") from None
+    if name == "bert-base":
+        return transformers.BertModel(transformers.BertConfig(attn_implementation="eager"))
+    return transformers.GPT2Model(transformers.GPT2Config(attn_implementation="eager", use_cache=False))
+
+
+def build(spec: str, batch: int = 1, seq: int | None = None):
+    """``(module, args, kwargs)`` for ``zoo:NAME`` or ``torchvision:NAME``, on the meta device, in eval mode."""
+    import torch
+
+    if batch < 1 or (seq is not None and seq < 1):
+        raise UserError(f"batch and sequence length must be at least 1 (got {batch}, {seq})")
+    source, _, name = spec.partition(":")
+    with torch.device("meta"):
+        if source == "torchvision":
+            try:
+                import torchvision
+            except Exception as exc:  # noqa: BLE001 - a torchvision that does not match this torch fails on import
+                raise UserError(f"{spec}: torchvision does not import here ({type(exc).__name__}); "
+                                f"zoo:{name} is the same network without it") from None
+            if not hasattr(torchvision.models, name):
+                raise UserError(f"{spec}: torchvision.models has no {name!r}")
+            module = getattr(torchvision.models, name)()
+            return module.eval(), (torch.zeros(batch, 3, 224, 224),), {}
+        if source != "zoo" or name not in ZOO:
+            raise UserError(f"unknown model {spec!r}: give an .onnx file, torchvision:NAME, or zoo:NAME with NAME one of "
+                            f"{', '.join(ZOO)}")
+        if name in VISION:
+            module = _resnet50() if name == "resnet50" else _mobilenet_v2()
+            return module.eval(), (torch.zeros(batch, 3, 224, 224),), {}
+        module = _transformers(name).eval()
+        length = seq or TEXT[name]
+        limit = module.config.max_position_embeddings if name == "bert-base" else module.config.n_positions
+        if length > limit:
+            raise UserError(f"zoo:{name}: sequence length {length} is past the model's {limit} positions")
+        ids = torch.zeros(batch, length, dtype=torch.long)
+        return module, (ids,), ({"use_cache": False} if name == "gpt2" else {})
