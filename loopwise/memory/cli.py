@@ -13,18 +13,25 @@ from loopwise.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-MODEL = typer.Argument(..., help="An ONNX model file (weights not needed: shapes are inferred).")
+MODEL = typer.Argument(..., help="An ONNX model file (weights not needed: shapes are inferred), zoo:NAME "
+                                  "(resnet50, mobilenet_v2, bert-base, gpt2) or torchvision:NAME.")
 TARGET = typer.Option("neuroncore-v2", "--target", help="A built-in target (neuroncore-v2, gpu-sm-shared) or a YAML file.")
 ELEM = typer.Option(2, "--elem-bytes", help="Bytes per element (2: bf16).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
+BATCH = typer.Option(1, "--batch", min=1, help="Batch size of a zoo or torchvision model (an ONNX file has its own).")
+SEQ = typer.Option(None, "--seq", min=1, help="Sequence length of a text model (default: bert-base 128, gpt2 1024).")
 
 
-def _load(model: Path, elem_bytes: int):
+def _load(model: str, elem_bytes: int, batch: int = 1, seq: int | None = None):
+    if model.startswith(("zoo:", "torchvision:")):
+        from loopwise.memory.torch_import import load_torch
+
+        return load_torch(model, batch=batch, seq=seq, elem_bytes=elem_bytes)
     from loopwise.memory.onnx_import import load_onnx
 
-    if model.suffix.lower() != ".onnx":
-        raise UserError(f"{model}: give an ONNX model (.onnx); torch.export models are not imported yet")
-    return load_onnx(model, elem_bytes)
+    if Path(model).suffix.lower() != ".onnx":
+        raise UserError(f"{model}: give an ONNX model (.onnx), zoo:NAME or torchvision:NAME")
+    return load_onnx(Path(model), elem_bytes)
 
 
 def _mb(n: float) -> str:
@@ -32,24 +39,25 @@ def _mb(n: float) -> str:
 
 
 @app.command("bounds")
-def bounds_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
+               seq: int = SEQ, as_json: bool = JSON) -> None:
     """The whole-model compulsory traffic, the layer-by-layer floor and the per-operator bounds."""
     from loopwise.memory.targets import load_target
 
     tgt = load_target(target)
-    imported = _load(model, elem_bytes)
+    imported = _load(model, elem_bytes, batch, seq)
     g = imported.graph
     data = {"model": str(model), "target": tgt.name, "operators": len(g.operators),
             "compulsory_bytes": g.compulsory_bytes(), "layer_by_layer_floor_bytes": g.layer_by_layer_floor_bytes(),
             "operator_bounds_bytes": g.operator_bound_bytes(tgt.scratchpad.bytes),
-            "folded": imported.folded, "unsupported": imported.unsupported}
+            "folded": imported.folded, "unsupported": imported.unsupported, "generated": len(imported.generated)}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     from rich.console import Console
 
     c = Console()
-    c.print(f"[bold]{model.name}[/] on {tgt.name}: {len(g.operators)} operators "
+    c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators "
             f"({len(imported.folded)} copies folded{', unsupported: ' + str(imported.unsupported) if imported.unsupported else ''})")
     c.print(f"  compulsory (weights, inputs, outputs once): {_mb(data['compulsory_bytes'])} MB")
     c.print(f"  sum of per-operator bounds at {tgt.scratchpad.bytes / 2**20:g} MiB: {_mb(data['operator_bounds_bytes'])} MB")
@@ -57,13 +65,14 @@ def bounds_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM
 
 
 @app.command("baseline")
-def baseline_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
+                 seq: int = SEQ, as_json: bool = JSON) -> None:
     """The layer-by-layer baseline: each operator alone with its own best tiling (exact traffic)."""
     from loopwise.memory.layerwise import best_tiling
     from loopwise.memory.targets import load_target
 
     tgt = load_target(target)
-    g = _load(model, elem_bytes).graph
+    g = _load(model, elem_bytes, batch, seq).graph
     t0, rows = time.perf_counter(), []
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -85,7 +94,7 @@ def baseline_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = EL
         return
     from rich.table import Table
 
-    table = Table(title=f"{model.name} layer by layer on {tgt.name}")
+    table = Table(title=f"{g.name} layer by layer on {tgt.name}")
     for col in ("operator", "traffic MB", "buffer KB", "tiles", "order"):
         table.add_column(col, overflow="fold")
     for r in rows:
@@ -98,7 +107,8 @@ def baseline_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = EL
 
 
 @app.command("plan")
-def plan_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, as_json: bool = JSON) -> None:
+def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
+             seq: int = SEQ, as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
     the layer-by-layer baseline."""
@@ -106,28 +116,40 @@ def plan_cmd(model: Path = MODEL, target: str = TARGET, elem_bytes: int = ELEM, 
     from loopwise.memory.targets import load_target
 
     tgt = load_target(target)
-    g = _load(model, elem_bytes).graph
+    g = _load(model, elem_bytes, batch, seq).graph
     t0 = time.perf_counter()
-    p = plan(g, tgt.scratchpad.bytes)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True, disable=as_json) as bar:
+        task = bar.add_task("plan", total=len(g.operators))
+        p = plan(g, tgt.scratchpad.bytes, progress=lambda done, total: bar.update(task, completed=done))
     seconds = round(time.perf_counter() - t0, 2)
     data = {"model": str(model), "target": tgt.name, "total_bytes": p.total_bytes, "compulsory_bytes": p.compulsory_bytes,
             "layer_by_layer_bytes": p.layer_by_layer_bytes, "ratio_to_compulsory": p.total_bytes / p.compulsory_bytes,
             "ratio_to_layer_by_layer": p.total_bytes / p.layer_by_layer_bytes, "pairs_removed": p.pairs_removed,
             "seconds": seconds,
             "groups": [{"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,
-                        "resident": list(grp.resident), "tiled": grp.tiled} for grp in p.groups]}
+                        "resident": list(grp.resident), "tiled": grp.tiled,
+                        "slab": None if grp.slab is None else {
+                            "size": grp.slab.size, "extent": grp.slab.extent, "count": grp.slab.count,
+                            "dims": list(grp.slab.dims), "resident": list(grp.slab.resident),
+                            "streamed": list(grp.slab.streamed)}} for grp in p.groups]}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{model.name} on {tgt.name}: {len(p.groups)} groups")
-    for col in ("group", "operators", "traffic MB", "peak KB", "kept on chip"):
+    table = Table(title=f"{g.name} on {tgt.name}: {len(p.groups)} groups")
+    for col in ("group", "operators", "runs", "traffic MB", "peak KB", "kept on chip"):
         table.add_column(col, overflow="fold")
     for i, grp in enumerate(p.groups):
         names = grp.operators[0] + (f" .. {grp.operators[-1]} ({len(grp.operators)})" if len(grp.operators) > 1 else "")
-        table.add_row(str(i), names + (" [tiled]" if grp.tiled else ""), _mb(grp.traffic_bytes),
+        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else \
+            f"{grp.slab.count} slabs of {grp.slab.size}/{grp.slab.extent} ({grp.slab.dims[0]})"
+        table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
     c = Console()
     c.print(table)

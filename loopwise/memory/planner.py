@@ -87,6 +87,7 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
     operator writes does not depend on it (a reduction)."""
     out: dict[str, dict[str, int | None]] = {}
     written = {a.tensor for a in op.writes}
+    units = {d for d, e in op.dims.items() if e == 1}  # always 0: a term "8*g" with one group is no term
     for d in op.dims:
         if d in op.coupled:
             continue
@@ -98,7 +99,7 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
             for access in op.accesses(t.name):
                 for j, expr in enumerate(access.index):
                     if word.search(expr):
-                        if expr.strip() != d:
+                        if _plain(expr, units) != d:
                             ok = False
                         positions.add(j)
             if len(positions) > 1 or (not positions and t.name in written):
@@ -109,6 +110,14 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
         if ok:
             out[d] = sig
     return out
+
+
+def _plain(expr: str, units: set[str]) -> str:
+    """``expr`` without its terms in loop dimensions of extent 1 (``8*g + k`` is ``k`` when g is 0)."""
+    terms = [t.strip() for t in expr.split(" + ")]
+    kept = [t for t in terms if not (re.fullmatch(r"(\d+\*)?([A-Za-z_]\w*)", t) and
+                                    re.fullmatch(r"(\d+\*)?([A-Za-z_]\w*)", t).group(2) in units)]
+    return " + ".join(kept) if kept else "0"
 
 
 @dataclass
@@ -122,9 +131,10 @@ class _Unit:
     produced: bool
 
 
-def plan(graph: Graph, capacity_bytes: int, max_group: int = 512) -> Plan:
-    """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``."""
-    return _Planner(graph, capacity_bytes, max_group).run()
+def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> Plan:
+    """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``;
+    ``progress(done, total)`` is called as operators are searched."""
+    return _Planner(graph, capacity_bytes, max_group).run(progress)
 
 
 class _Planner:
@@ -331,10 +341,15 @@ class _Planner:
             cover[u.last - i + 1] -= held
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
-    def run(self) -> Plan:
+    def run(self, progress=None) -> Plan:
         n = len(self.ops)
         best: list[tuple[int, list[Group]]] = [(0, [])] + [(0, [])] * n
-        ends: dict[int, dict[int, Group]] = {i: self.candidates(i) for i in range(n)}
+        ends: dict[int, dict[int, Group]] = {}
+        for i in range(n):
+            ends[i] = self.candidates(i)
+            self.single(i)
+            if progress is not None:
+                progress(i + 1, n)
         for j in range(1, n + 1):
             single = self.single(j - 1)
             options = [(best[j - 1][0] + single.traffic_bytes, best[j - 1][1] + [single])]

@@ -52,6 +52,7 @@ class Ref:
     base_shape: tuple[int, ...]
     to_base: Callable[[Index], Index]
     elem: int = 2
+    pure: bool = True  # only reshapes away from its base (a further reshape maps to the base directly)
 
     def read(self, index: Index) -> Index:
         return tuple(_tidy(e) for e in self.to_base(tuple(index)))
@@ -176,7 +177,16 @@ class _Builder:
         return None
 
     def _derive(self, ref: Ref, shape, fn) -> Ref:
-        return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem)
+        return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem,
+                   pure=False)
+
+    def _reshaped(self, ref: Ref, shape) -> Ref:
+        """``ref`` viewed as ``shape``: straight from the base when ``ref`` is itself only reshapes of it
+        (a flatten and the view that undoes it give back the plain index)."""
+        shape = tuple(int(d) for d in shape)
+        if ref.pure and ref.base is not None:
+            return Ref(shape, ref.base, ref.base_shape, reshape_map(ref.base_shape, shape), ref.elem)
+        return self._derive(ref, shape, reshape_map(ref.shape, shape))
 
     # -- building -----------------------------------------------------------------------------
     def build(self) -> Imported:
@@ -231,8 +241,7 @@ class _Builder:
                 self.env[node.name] = self.ref(node.args[0])
                 self.folded.append(short)
             elif target in VIEWS:
-                src = self.ref(node.args[0])
-                self.env[node.name] = self._derive(src, val.shape, reshape_map(src.shape, tuple(val.shape)))
+                self.env[node.name] = self._reshaped(self.ref(node.args[0]), val.shape)
                 self.folded.append(short)
             elif handler is not None:
                 handler(node, val)
@@ -331,7 +340,7 @@ class _Builder:
 
     def _op_squeeze(self, node, val) -> None:
         src = self.ref(node.args[0])
-        self.env[node.name] = self._derive(src, val.shape, reshape_map(src.shape, tuple(val.shape)))
+        self.env[node.name] = self._reshaped(src, val.shape)
         self.folded.append("squeeze")
 
     def _op_expand(self, node, val) -> None:
@@ -477,10 +486,27 @@ class _Builder:
         bias, x, w = (self.ref(a) for a in node.args[:3])
         m, k = x.shape
         n = w.shape[1]
-        out = self._out(node, val)
-        reads = [self._access(x, ("m", "k")), self._access(w, ("k", "n")),
-                 self._broadcast_read(bias, (m, n), ["m", "n"]) if bias is not None else None]
-        self._emit(f"addmm:{node.name}", {"m": m, "n": n, "k": k}, reads, [self._access(out, ("m", "n"))], m * n * k)
+        # a product of a flattened tensor ([b*s, k], as GPT-2's Conv1D and most 2-D matmuls see their
+        # input) is the same product over the unflattened rows: its loops keep the batch and token
+        # dimensions, so a slab over the batch reaches it, and its output is stored unflattened
+        lead_dims, x_ref = ("m",), x
+        source = node.args[1]
+        if str(getattr(source, "target", "")) in VIEWS:
+            unflat = self.ref(source.args[0])
+            if unflat is not None and len(unflat.shape) > 2 and unflat.shape[-1] == k and math.prod(unflat.shape[:-1]) == m:
+                lead_dims, x_ref = tuple(f"l{j}" for j in range(len(unflat.shape) - 1)), unflat
+        lead_shape = x_ref.shape[:-1] if x_ref is not x else (m,)
+        out_shape = (*lead_shape, n)
+        out = Ref(out_shape, node.name, out_shape, lambda ix: ix, self._elem(val))
+        self.env[node.name] = self._reshaped(out, (m, n)) if x_ref is not x else out
+        rows = [f"{st}*{d}" for st, d in zip(_strides(lead_shape), lead_dims)]
+        row = " + ".join(rows) if len(rows) > 1 else lead_dims[0]
+        reads = [self._access(x_ref, (*lead_dims, "k")), self._access(w, ("k", "n"))]
+        if bias is not None:
+            reads.append(self._access(bias, ("n",)) if bias.shape in ((n,), (1, n)) and len(bias.shape) == 1 else
+                         self._broadcast_read(bias, (m, n), [row, "n"]))
+        self._emit(f"addmm:{node.name}", dict(zip(lead_dims, lead_shape)) | {"n": n, "k": k}, reads,
+                   [self._access(out, (*lead_dims, "n"))], m * n * k)
 
     def _matmul(self, node, val, a: Ref, b: Ref) -> None:
         out = self._out(node, val)

@@ -38,3 +38,70 @@ def test_resnet18_at_24_mib_reaches_the_compulsory_bound():
     g = load_onnx(Path(zigzag.__file__).parent / "inputs" / "workload" / "resnet18.onnx").graph
     p = plan(g, capacity_bytes=24 * 2**20)
     assert p.total_bytes <= 1.05 * p.compulsory_bytes and p.total_bytes < 0.6 * p.layer_by_layer_bytes
+
+
+def _batched_chain(batch: int):
+    """conv(3->32) -> relu -> conv(32->32) on 64x64 maps: 256 KiB of intermediate per image."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import conv2d, elementwise
+
+    conv1 = conv2d("conv1", n=batch, c=3, h=64, w=64, k=32, r=3, s=3, pad=1, tensors=("x", "w1", "y1"))
+    relu = elementwise("relu", (batch, 32, 64, 64), ("y1",), "z1")
+    conv2 = conv2d("conv2", n=batch, c=32, h=64, w=64, k=32, r=3, s=3, pad=1, tensors=("z1", "w2", "y2"))
+    return Graph("batched", (conv1, relu, conv2), frozenset({"w1", "w2"}))
+
+
+def test_slab_dimensions_exclude_halos_reductions_and_coupled_rows():
+    from loopwise.memory.ir import Access, Operator, Tensor, conv2d
+    from loopwise.memory.planner import slab_signatures
+
+    conv = conv2d("c", n=4, c=8, h=16, w=16, k=8, r=3, s=3, pad=1)
+    sig = slab_signatures(conv)
+    assert set(sig) == {"n", "k"}  # p, q reach the input through a halo; c, r, s are reductions (g is 1)
+    assert sig["n"] == {"X": 0, "W": None, "Y": 0} and sig["k"] == {"X": None, "W": 0, "Y": 1}
+    rows = Operator("softmax", {"r": 8, "j": 16}, (Tensor("a", (8, 16)), Tensor("b", (8, 16))),
+                    reads=(Access("a", ("r", "j")),), writes=(Access("b", ("r", "j")),), coupled=frozenset({"j"}))
+    assert set(slab_signatures(rows)) == {"r"}
+
+
+def test_a_batch_too_big_to_run_whole_runs_image_by_image_at_the_compulsory_traffic():
+    g = _batched_chain(batch=16)
+    capacity = 3 * 2**20  # one image's chain fits (~0.8 MiB), the whole batch (~13 MiB) does not
+    p = plan(g, capacity_bytes=capacity)
+    (grp,) = p.groups
+    assert grp.slab is not None and grp.slab.dims == ("n", "d0", "n") and grp.slab.count > 1
+    assert set(grp.slab.resident) == {"w1", "w2"} and grp.peak_bytes <= capacity
+    assert p.total_bytes == p.compulsory_bytes == g.compulsory_bytes()
+    assert p.total_bytes < p.layer_by_layer_bytes
+
+
+def test_weights_that_do_not_stay_are_loaded_again_by_every_slab():
+    g = _batched_chain(batch=16)
+    w2 = 32 * 32 * 9 * 2
+    # room for one image's working set but not for the weights of both convolutions besides it
+    p = plan(g, capacity_bytes=2 * 2**20 // 3)
+    assert p.compulsory_bytes <= p.total_bytes <= p.layer_by_layer_bytes
+    for grp in p.groups:
+        if grp.slab is not None and grp.slab.streamed:
+            assert grp.traffic_bytes >= grp.slab.count * w2 // 2
+
+
+def test_an_intermediate_read_whole_by_a_later_operator_stops_the_slabs():
+    """Attention's keys: produced row by row, but every query row reads all of them, so the product
+    that makes them and the one that reads them cannot share a slab over rows."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import matmul
+    from loopwise.memory.planner import _Planner
+
+    keys = matmul("keys", m=64, n=32, k=32)  # C = keys[64 rows, 32]
+    keys = type(keys)("keys", keys.dims, keys.tensors[:2] + (type(keys.tensors[2])("K", (64, 32)),),
+                      reads=keys.reads, writes=(type(keys.writes[0])("K", ("m", "n")),), macs=keys.macs)
+    from loopwise.memory.ir import Access, Operator, Tensor
+
+    scores = Operator("scores", {"i": 64, "j": 64, "d": 32}, (Tensor("Q", (64, 32)), Tensor("K", (64, 32)),
+                                                              Tensor("S", (64, 64))),
+                      reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),))
+    g = Graph("attn", (keys, scores), frozenset({"B"}))
+    planner = _Planner(g, 1 << 20, 16)
+    assert planner.evaluate(0, 2, ["m", "i"], 64) is None  # K sliced by its producer, read whole by scores
+    assert planner.evaluate(0, 2, None, 1) is not None  # whole, it fits

@@ -1,0 +1,72 @@
+"""PyTorch models into the memory IR through torch.export on the meta device: the zoo's networks
+with the parameter counts their authors publish, copies folded, nothing dropped silently."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import pytest
+
+from loopwise.errors import UserError
+from loopwise.memory.torch_import import load_torch, reshape_map
+
+
+def _index(exprs, env):
+    out = []
+    for e in exprs:
+        # ISL's floor(a/b) is Python's a // b
+        py = re.sub(r"floor\(\((.*)\)/(\d+)\)", r"((\1)//\2)", e).replace(" mod ", " % ")
+        py = re.sub(r"floor\((.*)/(\d+)\)", r"((\1)//\2)", py)
+        out.append(eval(py, {}, env))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("src,view", [((2, 3, 12), (2, 3, 3, 4)), ((6, 4), (2, 3, 4)), ((2, 3, 4), (6, 4)),
+                                      ((4, 6), (6, 4)), ((2, 1, 6), (2, 6)), ((12,), (3, 1, 4))])
+def test_reshape_maps_every_view_index_to_the_same_element(src, view):
+    to_src = reshape_map(src, view)
+    names = [f"v{j}" for j in range(len(view))]
+    for point in itertools.product(*(range(n) for n in view)):
+        linear = sum(i * math.prod(view[j + 1:]) for j, i in enumerate(point))
+        expected = tuple(linear // math.prod(src[j + 1:]) % src[j] for j in range(len(src)))
+        assert _index(to_src(tuple(names)), dict(zip(names, point))) == expected
+
+
+def test_a_split_of_the_last_dimension_is_a_plain_affine_index():
+    to_src = reshape_map((2, 128, 768), (2, 128, 12, 64))
+    assert [e.replace("(", "").replace(")", "") for e in to_src(("b", "s", "h", "d"))] == ["b", "s", "64*h + d"]
+
+
+def test_resnet50_imports_with_batch_norms_folded_into_its_convolutions():
+    imported = load_torch("zoo:resnet50", batch=1)
+    g = imported.graph
+    kinds = [op.name.split(":")[0] for op in g.operators]
+    assert kinds.count("convolution") == 53 and kinds.count("linear") == 1 and kinds.count("add") == 16
+    assert imported.folded.count("batch_norm") == 53 and imported.unsupported == {}
+    params = sum(math.prod(g.tensors()[w].shape) for w in g.weights)
+    # torchvision's 25,557,032 parameters, less each BatchNorm's 2 per channel, plus the folded bias (1)
+    channels = sum(g.tensors()[w].shape[0] for w in g.weights if w.endswith("_folded_bias"))
+    assert params == 25_557_032 - channels
+    assert g.compulsory_bytes() == (params + 3 * 224 * 224 + 1000) * 2
+
+
+def test_bert_attention_keeps_its_products_and_a_softmax_whose_row_is_coupled():
+    pytest.importorskip("transformers")
+    imported = load_torch("zoo:bert-base", batch=2, seq=32)
+    g = imported.graph
+    matmuls = [op for op in g.operators if op.name.startswith("matmul:")]
+    softmax = [op for op in g.operators if op.name.startswith("softmax:")]
+    assert len(matmuls) == 24 and len(softmax) == 12
+    assert all(op.coupled == {"d3"} and op.dims["d3"] == 32 for op in softmax)
+    # the attention mask is built from arange alone: recomputed where read, never stored
+    assert imported.generated and not any(op.name.startswith(("where:", "arange:")) for op in g.operators)
+    assert set(imported.folded) >= {"view", "transpose", "dropout"}
+
+
+def test_unknown_models_and_impossible_sizes_are_one_line_errors():
+    with pytest.raises(UserError, match="unknown model"):
+        load_torch("zoo:alexnet")
+    with pytest.raises(UserError, match="at least 1"):
+        load_torch("zoo:resnet50", batch=0)
