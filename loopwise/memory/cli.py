@@ -108,7 +108,8 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
 
 @app.command("plan")
 def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
-             seq: int = SEQ, as_json: bool = JSON) -> None:
+             seq: int = SEQ, html: Path = typer.Option(None, "--html", help="Also write an HTML report here."),
+             as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
     the layer-by-layer baseline."""
@@ -116,7 +117,8 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
     from loopwise.memory.targets import load_target
 
     tgt = load_target(target)
-    g = _load(model, elem_bytes, batch, seq).graph
+    imported = _load(model, elem_bytes, batch, seq)
+    g = imported.graph
     t0 = time.perf_counter()
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -126,6 +128,13 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         task = bar.add_task("plan", total=len(g.operators))
         p = plan(g, tgt.scratchpad.bytes, progress=lambda done, total: bar.update(task, completed=done))
     seconds = round(time.perf_counter() - t0, 2)
+    if html is not None:
+        from loopwise.memory.report import render_plan_report
+
+        try:
+            html.write_text(render_plan_report(g, p, tgt, imported), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write the report to {html}: {exc.strerror}") from None
     data = {"model": str(model), "target": tgt.name, "total_bytes": p.total_bytes, "compulsory_bytes": p.compulsory_bytes,
             "layer_by_layer_bytes": p.layer_by_layer_bytes, "ratio_to_compulsory": p.total_bytes / p.compulsory_bytes,
             "ratio_to_layer_by_layer": p.total_bytes / p.layer_by_layer_bytes, "pairs_removed": p.pairs_removed,
@@ -156,3 +165,5 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
     c.print(f"total {_mb(p.total_bytes)} MB: {data['ratio_to_compulsory']:.3f}x the compulsory {_mb(p.compulsory_bytes)} MB, "
             f"{data['ratio_to_layer_by_layer']:.3f}x layer by layer ({_mb(p.layer_by_layer_bytes)} MB); "
             f"{p.pairs_removed} store/load pairs removed ({seconds} s)")
+    if html is not None:
+        c.print(f"report: {html}")

@@ -68,6 +68,7 @@ class Group:
     resident: tuple[str, ...]  # intermediates that never touch DRAM
     tiled: bool = False
     slab: Slab | None = None
+    occupancy: tuple[int, ...] = ()  # scratchpad bytes held at each of its operators
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Plan:
     layer_by_layer_bytes: int
     pairs_removed: int  # store -> load pairs through DRAM the grouping removes
     evaluated: int = field(default=0, compare=False)
+    layer_by_layer: tuple[int, ...] = field(default=(), compare=False)  # each operator alone, its best tiling
 
 
 def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
@@ -162,7 +164,7 @@ class _Planner:
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
             self.singles[i] = Group((self.ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
-                                    tiled=choice.buffer_bytes < whole)
+                                    tiled=choice.buffer_bytes < whole, occupancy=(choice.buffer_bytes,))
         return self.singles[i]
 
     def read_union(self, t: str, readers: list[int]) -> int:
@@ -228,7 +230,9 @@ class _Planner:
         names = tuple(self.ops[k].name for k in range(i, j))
         if slab_dims is None:
             peak = int(base.max())
-            return Group(names, moved, peak, tuple(sorted(resident_t))) if peak <= self.cap else None
+            if peak > self.cap:
+                return None
+            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in base))
         return self._best_slab(names, moved, base, per_unit, invariants, slab_dims, extent, tuple(sorted(resident_t)))
 
     def _best_slab(self, names, moved, base, per_unit, invariants, slab_dims, extent, resident_t) -> Group | None:
@@ -257,15 +261,16 @@ class _Planner:
                 p = int(fits.max())
                 traffic = moved + loaded_prefix[p] + count * (loaded_prefix[-1] - loaded_prefix[p])
                 if best is None or traffic < best[0]:
-                    best = (traffic, size, p, int(peaks[p]))
+                    held_at = work + total_cover - streamed_cover[p] + held[p]
+                    best = (traffic, size, p, int(peaks[p]), tuple(int(v) for v in held_at))
             else:
                 break  # a larger slab holds more
             size *= 2
         if best is None:
             return None
-        traffic, size, p, peak = best
+        traffic, size, p, peak, occupancy = best
         slab = Slab(tuple(slab_dims), extent, size, tuple(v[4] for v in invariants[:p]), tuple(v[4] for v in invariants[p:]))
-        return Group(names, int(traffic), peak, resident_t, slab=slab)
+        return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy)
 
     # -- search -------------------------------------------------------------------------------
     def _seeds(self, i: int) -> list[tuple[str, int]]:
@@ -359,6 +364,6 @@ class _Planner:
                     options.append((best[i][0] + grp.traffic_bytes, best[i][1] + [grp]))
             best[j] = min(options, key=lambda o: o[0])
         total, groups = best[n]
-        layer = sum(self.single(i).traffic_bytes for i in range(n))
+        per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
-        return Plan(tuple(groups), total, self.g.compulsory_bytes(), layer, removed, self.evaluated)
+        return Plan(tuple(groups), total, self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op)

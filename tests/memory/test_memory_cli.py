@@ -42,3 +42,19 @@ def test_plan_keeps_resnet18_intermediates_on_chip_at_24_mib():
     data = json.loads(result.output)
     assert data["ratio_to_compulsory"] <= 1.05 and data["ratio_to_layer_by_layer"] < 0.6
     assert data["pairs_removed"] > 40 and sum(len(g["operators"]) for g in data["groups"]) == 48
+
+
+def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
+    report = tmp_path / "plan.html"
+    # 2 images of MobileNetV2 on a 2 MiB scratchpad: the batch does not run whole, one image does
+    target = tmp_path / "small.yaml"
+    target.write_text("name: small\nscratchpad: {bytes: 2097152}\ndram: {bandwidth_gbs: 100}\n")
+    result = CliRunner().invoke(app, ["memory", "plan", "zoo:mobilenet_v2", "--batch", "2", "--target", str(target),
+                                      "--html", str(report), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert any(g["slab"] and g["slab"]["extent"] == 2 for g in data["groups"])
+    assert data["ratio_to_layer_by_layer"] < 0.5 and all(g["peak_bytes"] <= 2097152 for g in data["groups"])
+    page = report.read_text()
+    assert "Residency timeline" in page and "DRAM traffic per operator" in page and "slabs of 1/2" in page
+    assert "<script src=" not in page  # self-contained: opens offline
