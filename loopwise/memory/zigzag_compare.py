@@ -1,0 +1,149 @@
+"""Side by side with ZigZag (``zigzag-dse``), the layer-at-a-time design-space explorer: the same
+ONNX model on the same memory hierarchy, layer by layer, DRAM traffic per layer from both.
+
+The hierarchy given to ZigZag is built from a loopwise target: a register file for outputs, the
+target's scratchpad shared by inputs, weights and outputs, and DRAM above it, sized so that both
+tools hold the same number of elements (ZigZag's ONNX parser gives every element 8 bits; loopwise's
+elements are ``elem_bytes`` wide). ZigZag searches its own spatial and temporal mappings (LOMA);
+loopwise takes each operator's best tiling (:mod:`loopwise.memory.layerwise`). ZigZag models
+convolutions and matrix products, so those are the layers compared; a bias, which ZigZag does not
+model, is left out of loopwise's side.
+
+Where every layer fits the scratchpad, both must report each operand moved exactly once, so this
+checks the two readings of the model (shapes, strides, padding, groups) against each other. Where
+layers must be tiled, the numbers differ by design: ZigZag loads a convolution's input window again
+for each output tile, loopwise counts the overlap between consecutive tiles as reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopwise.errors import UserError
+from loopwise.memory.targets import Target
+
+ZIGZAG_BITS = 8  # the element width ZigZag's ONNX parser assigns
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    layer: str
+    zigzag_elements: dict[str, int]  # operand (I, W, O) -> elements moved to or from DRAM
+    loopwise_elements: dict[str, int]
+
+    @property
+    def zigzag_total(self) -> int:
+        return sum(self.zigzag_elements.values())
+
+    @property
+    def loopwise_total(self) -> int:
+        return sum(self.loopwise_elements.values())
+
+    @property
+    def ratio(self) -> float:
+        return self.loopwise_total / self.zigzag_total if self.zigzag_total else float("nan")
+
+
+def _port(name: str, kind: str, bw_min: int, bw_max: int, allocation: list[str]) -> dict:
+    return {"name": name, "type": kind, "bandwidth_min": bw_min, "bandwidth_max": bw_max, "allocation": allocation}
+
+
+def hardware(target: Target, elem_bytes: int = 2) -> dict:
+    """ZigZag's accelerator description for ``target`` (as a dict to dump to YAML)."""
+    all_ops = ["I1, tl", "I2, tl", "O, tl", "O, fl", "I1, fh", "I2, fh", "O, fh", "O, th"]
+    scratch_bits = target.scratchpad.bytes // elem_bytes * ZIGZAG_BITS
+    return {
+        "name": f"loopwise-{target.name}",
+        "memories": {
+            "rf_O": {"size": 256, "r_cost": 1, "w_cost": 1, "area": 0, "latency": 1, "auto_cost_extraction": False,
+                     "operands": ["O"], "served_dimensions": ["D2"],
+                     "ports": [_port("r_port_1", "read", 16, 16, ["O, tl"]), _port("r_port_2", "read", 16, 16, ["O, th"]),
+                               _port("w_port_1", "write", 16, 16, ["O, fh"]), _port("w_port_2", "write", 16, 16, ["O, fl"])]},
+            "scratchpad": {"size": scratch_bits, "r_cost": 10, "w_cost": 10, "area": 0, "latency": 1,
+                           "operands": ["I1", "I2", "O"], "served_dimensions": ["D1", "D2"],
+                           "ports": [_port("rw_port_1", "read_write", 16, 4096, all_ops)]},
+            "dram": {"size": 10**13, "r_cost": 1000, "w_cost": 1000, "area": 0, "latency": 1,
+                     "operands": ["I1", "I2", "O"], "served_dimensions": ["D1", "D2"],
+                     "ports": [_port("rw_port_1", "read_write", 16, 4096, all_ops)]},
+        },
+        "operational_array": {"input_precision": [ZIGZAG_BITS, ZIGZAG_BITS], "unit_energy": 0.04, "unit_area": 1,
+                              "dimensions": ["D1", "D2"], "sizes": [16, 16]},
+    }
+
+
+MAPPING = [{"name": "default", "spatial_mapping": {"D1": ["K, 16"], "D2": ["C, 16"]},
+            "memory_operand_links": {"O": "O", "W": "I2", "I": "I1"}}]
+
+
+def run_zigzag(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int = 1) -> dict[str, dict[str, int]]:
+    """ZigZag's best mapping per layer (least energy): DRAM elements moved per operand, by layer name."""
+    try:
+        from zigzag.api import get_hardware_performance_zigzag
+        from zigzag.mapping.data_movement import DataDirection, DataMoveAttr
+    except ImportError as exc:
+        raise UserError(f"the ZigZag comparison needs zigzag-dse (pip install 'loopwise[compare]'): {exc}") from None
+    import yaml
+
+    work = Path(tempfile.mkdtemp(prefix="loopwise-zigzag-"))
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        (work / "hw.yaml").write_text(yaml.safe_dump(hardware(target, elem_bytes), sort_keys=False))
+        (work / "mapping.yaml").write_text(yaml.safe_dump(MAPPING, sort_keys=False))
+        logging.disable(logging.WARNING)  # ZigZag configures the root logger at INFO and reports every layer
+        result = get_hardware_performance_zigzag(str(model), str(work / "hw.yaml"), str(work / "mapping.yaml"),
+                                                 opt="energy", dump_folder=str(work / "out"), lpf_limit=lpf_limit,
+                                                 nb_spatial_mappings_generated=1, loma_show_progress_bar=False)
+    finally:
+        logging.disable(logging.NOTSET)
+        root.setLevel(level)
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+        shutil.rmtree(work, ignore_errors=True)
+    _, layers = result[-1][0]
+    out: dict[str, dict[str, int]] = {}
+    for cme, _ in layers:
+        moved = {}
+        for operand, levels in cme.mapping.unit_mem_data_movement.items():
+            top = levels[-1]  # the DRAM level: what it hands down and what it takes back
+            amount = top.get_attribute(DataMoveAttr.DATA_TRANS_AMOUNT_PER_PERIOD)
+            periods = top.get_attribute(DataMoveAttr.DATA_TRANS_PERIOD_COUNT)
+            moved[str(operand)] = sum(amount.get(d) * periods.get(d)
+                                      for d in (DataDirection.RD_OUT_TO_LOW, DataDirection.WR_IN_BY_LOW))
+        out[cme.layer.name] = moved
+    return out
+
+
+def loopwise_layers(model: Path, target: Target, elem_bytes: int = 2, names=None) -> dict[str, dict[str, int]]:
+    """loopwise's layer-by-layer traffic (best tiling per operator) in elements, by ONNX node name,
+    per operand as ZigZag names them (I the input, W the weights, O the output)."""
+    from loopwise.memory.layerwise import best_tiling
+    from loopwise.memory.onnx_import import load_onnx
+    from loopwise.memory.tiling import traffic
+
+    g = load_onnx(model, elem_bytes).graph
+    out: dict[str, dict[str, int]] = {}
+    for op in g.operators:
+        kind, _, node = op.name.partition(":")
+        if kind not in ("Conv", "Gemm", "MatMul") or (names is not None and node not in names):
+            continue
+        choice = best_tiling(op, target.scratchpad.bytes)
+        moved = traffic(op, choice.tiles, list(choice.order))
+        roles = {"I": op.reads[0].tensor, "W": op.reads[1].tensor, "O": op.writes[0].tensor}
+        out[node] = {role: moved[t].total for role, t in roles.items()}
+    return out
+
+
+def compare(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int = 1) -> list[LayerRow]:
+    """One row per layer both tools model, in ZigZag's order."""
+    zz = run_zigzag(model, target, elem_bytes, lpf_limit)
+    ours = loopwise_layers(model, target, elem_bytes, set(zz))
+    missing = [name for name in zz if name not in ours]
+    if missing:
+        raise UserError(f"{model}: ZigZag layers loopwise did not import: {', '.join(missing[:5])}")
+    return [LayerRow(name, zz[name], ours[name]) for name in zz]
