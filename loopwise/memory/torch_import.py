@@ -53,6 +53,9 @@ class Ref:
     to_base: Callable[[Index], Index]
     elem: int = 2
     pure: bool = True  # only reshapes away from its base (a further reshape maps to the base directly)
+    # a concatenation: its base is no tensor; an index of it reads each part (tensor, dim, offset),
+    # shifted by the part's offset and clipped to the part, so only one part yields elements
+    parts: tuple = ()
 
     def read(self, index: Index) -> Index:
         return tuple(_tidy(e) for e in self.to_base(tuple(index)))
@@ -178,14 +181,14 @@ class _Builder:
 
     def _derive(self, ref: Ref, shape, fn) -> Ref:
         return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem,
-                   pure=False)
+                   pure=False, parts=ref.parts)
 
     def _reshaped(self, ref: Ref, shape) -> Ref:
         """``ref`` viewed as ``shape``: straight from the base when ``ref`` is itself only reshapes of it
         (a flatten and the view that undoes it give back the plain index)."""
         shape = tuple(int(d) for d in shape)
         if ref.pure and ref.base is not None:
-            return Ref(shape, ref.base, ref.base_shape, reshape_map(ref.base_shape, shape), ref.elem)
+            return Ref(shape, ref.base, ref.base_shape, reshape_map(ref.base_shape, shape), ref.elem, parts=ref.parts)
         return self._derive(ref, shape, reshape_map(ref.shape, shape))
 
     # -- building -----------------------------------------------------------------------------
@@ -212,7 +215,7 @@ class _Builder:
                 for arg in _flat(node.args):
                     r = self.ref(arg)
                     if r is not None and r.base is not None:
-                        outputs.append(r.base)
+                        outputs += [p.base for p, _, _ in r.parts] if r.parts else [r.base]
         used = {t.name for op in self.ops for t in op.tensors}
         g = Graph(self.name, tuple(self.ops), frozenset(w for w in self.weights if w in used),
                   declared_outputs=frozenset(o for o in outputs if o in used))
@@ -284,10 +287,19 @@ class _Builder:
         self._emit(f"{short}:{node.name}", dims, reads, writes)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _access(self, ref: Ref, index: Index) -> tuple[Tensor, Access] | None:
+    def _access(self, ref: Ref, index: Index) -> list[tuple[Tensor, Access]]:
+        """The reads (or the write) of ``ref`` at ``index``: none for a generated tensor, one per part
+        of a concatenation."""
         if ref.base is None:
-            return None
-        return Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index))
+            return []
+        if ref.parts:
+            at = ref.read(index)
+            out = []
+            for part, dim, offset in ref.parts:
+                shifted = tuple(f"{e} - {offset}" if j == dim and offset else e for j, e in enumerate(at))
+                out += self._access(part, shifted)
+            return out
+        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index)))]
 
     def _out(self, node, val) -> Ref:
         out = self._real(node.name, val)
@@ -295,7 +307,7 @@ class _Builder:
         return out
 
     def _emit(self, name, dims, reads, writes, macs=0, coupled=()) -> None:
-        reads = [r for r in reads if r is not None]
+        reads, writes = _pairs(reads), _pairs(writes)
         tensors: dict[str, Tensor] = {}
         for t, _ in (*reads, *writes):
             tensors.setdefault(t.name, t)
@@ -385,6 +397,45 @@ class _Builder:
 
     def _op_chunk(self, node, val) -> None:
         self._op_split(node, val)
+
+    def _op_cat(self, node, val) -> None:
+        """A concatenation folded into its readers: each reads the part its index falls in. Only parts
+        read as they are stored qualify (a reshaped part would wrap around instead of clipping)."""
+        inputs = [self.ref(a) for a in node.args[0]]
+        dim = (node.args[1] if len(node.args) > 1 else 0) % len(val.shape)
+        if any(r is None or r.parts or not r.pure or r.shape != r.base_shape for r in inputs):
+            return self._unsupported(node, val, "cat")
+        parts, offset = [], 0
+        for r in inputs:
+            if r.base is not None:
+                parts.append((r, dim, offset))
+            offset += r.shape[dim]
+        shape = tuple(int(d) for d in val.shape)
+        self.env[node.name] = Ref(shape, "concat", shape, lambda ix: ix, inputs[0].elem, parts=tuple(parts))
+        self.folded.append("cat")
+
+    _op_concat = _op_concatenate = _op_cat
+
+    def _op_constant_pad_nd(self, node, val) -> None:
+        """Zero padding folded into the readers: a read in the padding touches no element."""
+        src = self.ref(node.args[0])
+        pads = list(node.args[1])
+        value = node.args[2] if len(node.args) > 2 else 0
+        if not src.pure or src.shape != src.base_shape or value not in (0, 0.0):
+            return self._unsupported(node, val, "constant_pad_nd")
+        before = [0] * len(src.shape)
+        for j in range(len(pads) // 2):
+            before[len(src.shape) - 1 - j] = pads[2 * j]
+        self.env[node.name] = self._derive(
+            src, val.shape, lambda ix, b=tuple(before): tuple(e if not o else f"{e} - {o}" if o > 0 else f"{e} + {-o}"
+                                                              for e, o in zip(ix, b)))
+        self.folded.append("pad")
+
+    def _op_pad(self, node, val) -> None:
+        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+        if mode != "constant":
+            return self._unsupported(node, val, f"pad({mode})")
+        self._op_constant_pad_nd(node, val)
 
     # -- compute operators --------------------------------------------------------------------
     def _elementwise(self, node, val) -> None:
@@ -614,6 +665,19 @@ class _Builder:
         index = tuple(("0" if keep else None) if j in reduce else names[j] for j in range(len(x.shape)))
         self._emit(f"mean:{node.name}", dims, [self._access(x, tuple(names))],
                    [self._access(out, tuple(i for i in index if i is not None))])
+
+
+def _pairs(items) -> list:
+    """(Tensor, Access) pairs from a list that may hold lists of them and Nones."""
+    out = []
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, list):
+            out += _pairs(item)
+        else:
+            out.append(item)
+    return out
 
 
 def _pair(v) -> tuple[int, int]:

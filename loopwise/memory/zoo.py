@@ -1,7 +1,7 @@
 """The models of the memory engine's benchmark, built on the meta device (no weights are made):
 
-- ``resnet50`` and ``mobilenet_v2``: the ImageNet networks with torchvision's layer shapes
-  (25,557,032 and 3,504,872 parameters), written here in plain torch so they build without
+- ``resnet50``, ``mobilenet_v2`` and ``efficientnet_b0``: the ImageNet networks with torchvision's
+  layer shapes (25,557,032, 3,504,872 and 5,288,548 parameters), written here in plain torch so they build without
   torchvision (whose PyPI build does not import beside the CPU torch build loopwise tests with);
   ``torchvision:NAME`` takes torchvision's own definition where it is installed.
 - ``bert-base`` and ``gpt2``: ``transformers``' BertModel and GPT2Model (no task head) from their
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from loopwise.errors import UserError
 
-VISION = ("resnet50", "mobilenet_v2")
+VISION = ("resnet50", "mobilenet_v2", "efficientnet_b0")
 TEXT = {"bert-base": 128, "gpt2": 1024}  # default sequence lengths (the issue's measurement)
 ZOO = (*VISION, *TEXT)
 
@@ -100,6 +100,56 @@ def _mobilenet_v2():
     return MobileNetV2()
 
 
+def _efficientnet_b0():
+    import torch.nn as nn
+
+    def conv_bn_act(cin, cout, k, stride=1, groups=1, act=True):
+        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return layers + ([nn.SiLU(inplace=True)] if act else [])
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, channels: int, squeeze: int) -> None:
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc1, self.fc2 = nn.Conv2d(channels, squeeze, 1), nn.Conv2d(squeeze, channels, 1)
+            self.act, self.gate = nn.SiLU(inplace=True), nn.Sigmoid()
+
+        def forward(self, x):
+            return x * self.gate(self.fc2(self.act(self.fc1(self.pool(x)))))
+
+    class MBConv(nn.Module):
+        def __init__(self, cin: int, cout: int, k: int, stride: int, expand: int) -> None:
+            super().__init__()
+            hidden = cin * expand
+            layers = conv_bn_act(cin, hidden, 1) if expand != 1 else []
+            layers += conv_bn_act(hidden, hidden, k, stride, groups=hidden)
+            layers += [SqueezeExcite(hidden, max(1, cin // 4))] + conv_bn_act(hidden, cout, 1, act=False)
+            self.body = nn.Sequential(*layers)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)  # eval: stochastic depth is identity
+
+    class EfficientNetB0(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layers, cin = conv_bn_act(3, 32, 3, 2), 32
+            for expand, k, stride, cout, repeats in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+                                                     (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
+                for i in range(repeats):
+                    layers.append(MBConv(cin, cout, k, stride if i == 0 else 1, expand))
+                    cin = cout
+            layers += conv_bn_act(cin, 1280, 1)
+            self.features = nn.Sequential(*layers)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
+
+        def forward(self, x):
+            return self.classifier(self.pool(self.features(x)).flatten(1))
+
+    return EfficientNetB0()
+
+
 def _transformers(name: str):
     try:
         import transformers
@@ -132,7 +182,7 @@ def build(spec: str, batch: int = 1, seq: int | None = None):
             raise UserError(f"unknown model {spec!r}: give an .onnx file, torchvision:NAME, or zoo:NAME with NAME one of "
                             f"{', '.join(ZOO)}")
         if name in VISION:
-            module = _resnet50() if name == "resnet50" else _mobilenet_v2()
+            module = {"resnet50": _resnet50, "mobilenet_v2": _mobilenet_v2, "efficientnet_b0": _efficientnet_b0}[name]()
             return module.eval(), (torch.zeros(batch, 3, 224, 224),), {}
         module = _transformers(name).eval()
         length = seq or TEXT[name]

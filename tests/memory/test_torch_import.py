@@ -70,3 +70,34 @@ def test_unknown_models_and_impossible_sizes_are_one_line_errors():
         load_torch("zoo:alexnet")
     with pytest.raises(UserError, match="at least 1"):
         load_torch("zoo:resnet50", batch=0)
+
+
+def test_concatenation_and_padding_are_folded_into_their_readers():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from loopwise.memory.polyhedral import footprint
+    from loopwise.memory.torch_import import import_module
+
+    class Branches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 8, 1, bias=False), nn.Conv2d(3, 4, 3, padding=1, bias=False)
+            self.c = nn.Conv2d(12, 5, 1, bias=False)
+
+        def forward(self, x):
+            y = torch.cat([self.a(x), self.b(x)], dim=1)  # 12 channels, from two producers
+            return self.c(F.pad(y, (2, 2, 1, 1)))  # zero rows and columns around it
+
+    with torch.device("meta"):
+        imported = import_module(Branches().eval(), (torch.zeros(1, 3, 10, 10),), name="branches")
+    g = imported.graph
+    assert imported.unsupported == {} and {"cat", "pad"} <= set(imported.folded)
+    (c,) = [op for op in g.operators if op.writes[0].tensor in g.outputs()]
+    assert c.dims["p"] == 12 and c.dims["q"] == 14  # the padded map
+    reads = {a.tensor for a in c.reads if a.tensor not in g.weights}
+    assert len(reads) == 2  # both producers' outputs, no concatenated copy
+    # every element of both parts is read once; the padding is no element
+    assert sum(footprint(c, t, {}) for t in reads) == 12 * 10 * 10
+    assert g.compulsory_bytes() == (3 * 100 + 8 * 3 + 4 * 3 * 9 + 5 * 12 + 5 * 12 * 14) * 2
