@@ -32,10 +32,13 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Access:
-    """One read or write of ``tensor`` at ``index`` (one affine expression per tensor dimension)."""
+    """One read or write of ``tensor`` at ``index`` (one affine expression per tensor dimension),
+    at the iteration points where ``guard`` holds (an ISL constraint on the loop dimensions; empty:
+    everywhere). A read of a concatenation reads each part only where the index falls in it."""
 
     tensor: str
     index: tuple[str, ...]
+    guard: str = ""
 
 
 @dataclass(frozen=True)

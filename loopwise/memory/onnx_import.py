@@ -1,13 +1,17 @@
 """ONNX models into the memory IR (``onnx`` with shape inference; weights are not needed, so the
 weight-stripped workloads ZigZag ships load as they are).
 
-Operators become loop nests (:mod:`loopwise.memory.ir`): Conv (groups, strides, pads, dilations,
-bias), Gemm / MatMul, MaxPool / AveragePool, GlobalAveragePool, and elementwise operators (Relu,
-Clip, Add, Mul, Sigmoid, ...). Copy operators that only reinterpret a tensor (Flatten, Reshape,
-Squeeze, Unsqueeze) are folded into their consumers' access maps (an index of the reshaped tensor
-becomes floor/mod expressions on the original), so they move no bytes. Constant produces no tensor
-traffic. Any other operator is reported by name and counted at its compulsory traffic (an
-elementwise-like pass over its inputs and outputs), never dropped silently.
+Operators become loop nests (:mod:`loopwise.memory.ir`): Conv and ConvTranspose (groups, strides,
+pads, dilations, bias), Gemm / MatMul (batched MatMul with broadcast batch dimensions), MaxPool /
+AveragePool, GlobalAveragePool, Softmax / LogSoftmax / LayerNormalization (the row a result depends
+on is a coupled dimension), and elementwise operators (Relu, Clip, Add, Mul, Sigmoid, ...). Copy
+operators are folded into their consumers' access maps, so they move no bytes: Flatten, Reshape,
+Squeeze, Unsqueeze (floor / mod of the linear index where a block of dimensions both splits and
+merges), Transpose (a permutation), Slice and Split (offsets and steps), Pad (zeros: a read there is
+no element), Concat (a read reaches each part, shifted and clipped to it), Identity, Dropout, Cast.
+Constant produces no tensor traffic. Any other operator, or a copy that cannot be folded, is
+reported by name and counted at its compulsory traffic (an elementwise-like pass over its inputs
+and outputs), never dropped silently.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor
 
 ELEMENTWISE = {"Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Erf",
-               "Sqrt", "Pow", "Exp", "LeakyRelu", "Identity", "BatchNormalization", "Softplus", "Gelu"}
-FOLDED = {"Flatten", "Reshape", "Squeeze", "Unsqueeze"}
+               "Sqrt", "Pow", "Exp", "LeakyRelu", "BatchNormalization", "Softplus", "Gelu", "Where", "Neg",
+               "Reciprocal", "Max", "Min", "Abs", "Log", "Mish", "Elu", "Selu", "PRelu"}
+FOLDED = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Slice", "Pad", "Split", "Identity",
+          "Dropout", "Cast"}
 
 
 @dataclass
@@ -60,7 +66,16 @@ class _Builder:
         for t in model.graph.initializer:
             self.shapes[t.name] = tuple(int(d) for d in t.dims)
         self.constants: set[str] = set()
-        self.alias: dict[str, tuple[str, tuple[int, ...]]] = {}  # reshaped name -> (original name, its shape)
+        self.values: dict[str, object] = {}  # constant tensors' values (Slice bounds, Pad amounts), where known
+        for t in model.graph.initializer:
+            if t.data_type in (6, 7) and math.prod(t.dims) <= 64:  # small int32 / int64 initializers
+                from onnx import numpy_helper
+
+                try:
+                    self.values[t.name] = numpy_helper.to_array(t).tolist()
+                except Exception:  # noqa: BLE001 - a stripped initializer has no data
+                    pass
+        self.alias: dict[str, object] = {}  # a folded copy's output -> its Ref (loopwise.memory.torch_import)
         self.names: dict[str, str] = {}
         self.folded: list[str] = []
         self.unsupported: dict[str, int] = {}
@@ -71,16 +86,27 @@ class _Builder:
             kind = node.op_type
             if kind == "Constant":
                 self.constants.update(node.output)
-                continue
-            if kind in FOLDED:
-                self._fold(node)
+                self._constant_value(node)
                 continue
             name = f"{kind}:{node.name or i}"
+            if kind in FOLDED:
+                try:
+                    self._fold(node)
+                    continue
+                except (KeyError, ValueError):  # a copy this importer cannot fold: one pass over it
+                    kind = f"{kind}(not folded)"
             try:
                 if kind == "Conv":
                     ops.append(self._conv(name, node))
-                elif kind in ("Gemm", "MatMul"):
+                elif kind == "ConvTranspose":
+                    ops.append(self._conv_transpose(name, node))
+                elif kind == "Gemm" or (kind == "MatMul" and len(self._shape(node.input[0])) == 2
+                                        and len(self._shape(node.input[1])) == 2):
                     ops.append(self._gemm(name, node))
+                elif kind == "MatMul":
+                    ops.append(self._batched_matmul(name, node))
+                elif kind in ("Softmax", "LogSoftmax", "LayerNormalization"):
+                    ops.append(self._rowwise(name, node))
                 elif kind in ("MaxPool", "AveragePool"):
                     ops.append(self._pool(name, node))
                 elif kind in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -110,29 +136,116 @@ class _Builder:
             raise ValueError(f"tensors {self.names[safe]!r} and {name!r} map to one identifier")
         return safe
 
-    def _read(self, name: str, index: tuple[str, ...]) -> tuple[Tensor, Access]:
-        """A read of ``name`` at ``index``; a folded reshape reads the original tensor through the
-        same element order (row-major), as floor / mod expressions of the linear index."""
+    def _ref(self, name: str):
+        """``name`` as a Ref: a folded copy's, or the tensor itself."""
+        from loopwise.memory.torch_import import Ref
+
         if name in self.alias:
-            original, shape = self.alias[name]
-            view = self.shapes[name]
-            strides = [math.prod(view[j + 1:]) for j in range(len(view))]
-            linear = " + ".join(f"{s}*({e})" for s, e in zip(strides, index)) or "0"
-            dims = [math.prod(shape[j + 1:]) for j in range(len(shape))]
-            index = tuple(f"floor(({linear})/{d}) mod {n}" for d, n in zip(dims, shape))
-            return Tensor(self._name(original), shape, self.elem), Access(self._name(original), index)
-        return Tensor(self._name(name), self._shape(name), self.elem), Access(self._name(name), index)
+            return self.alias[name]
+        shape = self._shape(name)
+        return Ref(shape, self._name(name), shape, lambda ix: ix, self.elem)
+
+    def _read(self, name: str, index: tuple[str, ...]) -> list[tuple[Tensor, Access]]:
+        """The reads of ``name`` at ``index``: through a folded copy (a reshape's floor / mod of the
+        linear index, a transpose's permutation, a slice's offset, a concatenation's parts)."""
+        return self._pairs_of(self._ref(name), index)
+
+    def _pairs_of(self, ref, index, guard: str = "") -> list[tuple[Tensor, Access]]:
+        from loopwise.memory.torch_import import split_parts
+
+        if ref.parts:
+            return [pair for part, at, g in split_parts(ref, index, guard) for pair in self._pairs_of(part, at, g)]
+        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index), guard))]
 
     def _write(self, name: str, index: tuple[str, ...]) -> tuple[Tensor, Access]:
         return Tensor(self._name(name), self._shape(name), self.elem), Access(self._name(name), index)
 
+    def _constant_value(self, node) -> None:
+        from onnx import helper, numpy_helper
+
+        for a in node.attribute:
+            if a.name == "value":
+                try:
+                    array = numpy_helper.to_array(helper.get_attribute_value(a))
+                except Exception:  # noqa: BLE001
+                    return
+                if array.size <= 64:
+                    self.values[node.output[0]] = array.tolist()
+
     def _fold(self, node) -> None:
-        source, target = node.input[0], node.output[0]
-        original, shape = self.alias.get(source, (source, self._shape(source)))  # a reshape of a reshape: the first
-        if math.prod(self._shape(target)) != math.prod(shape):
-            raise UserError(f"{self.where}: {node.op_type} {node.name!r} changes the element count")
-        self.alias[target] = (original, shape)
-        self.folded.append(node.op_type)
+        """A copy operator folded into its readers' access maps."""
+        from loopwise.memory.torch_import import Ref, reshape_map
+
+        kind, source, target = node.op_type, node.input[0], node.output[0]
+        src = self._ref(source)
+        a = self._attrs(node)
+        if kind in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
+            shape = self._shape(target)
+            if math.prod(shape) != math.prod(src.shape):
+                raise UserError(f"{self.where}: {kind} {node.name!r} changes the element count")
+            if src.pure and not src.parts:
+                self.alias[target] = Ref(shape, src.base, src.base_shape, reshape_map(src.base_shape, shape), self.elem)
+            else:
+                self.alias[target] = _derived(src, shape, reshape_map(src.shape, shape))
+        elif kind in ("Identity", "Dropout", "Cast"):
+            self.alias[target] = src
+        elif kind == "Transpose":
+            perm = list(a.get("perm", list(reversed(range(len(src.shape))))))
+            inverse = [perm.index(j) for j in range(len(perm))]
+            self.alias[target] = _derived(src, self._shape(target), lambda ix, inv=inverse: tuple(ix[i] for i in inv))
+        elif kind == "Slice":
+            starts, ends = self._const(node, 1, "starts"), self._const(node, 2, "ends")
+            axes = self._const(node, 3, "axes", list(range(len(starts))))
+            steps = self._const(node, 4, "steps", [1] * len(starts))
+            offset, stride = [0] * len(src.shape), [1] * len(src.shape)
+            for st, ax, sp in zip(starts, axes, steps):
+                ax %= len(src.shape)
+                n = src.shape[ax]
+                offset[ax] = min(max(st + n if st < 0 else st, 0), n - (1 if sp < 0 else 0))
+                stride[ax] = sp
+            self.alias[target] = _derived(src, self._shape(target), lambda ix, o=tuple(offset), t=tuple(stride): tuple(
+                (f"{oo} + {tt}*({e})" if oo else f"{tt}*({e})") if tt != 1 else (f"{oo} + {e}" if oo else e)
+                for e, oo, tt in zip(ix, o, t)))
+        elif kind == "Split":
+            axis = int(a.get("axis", 0)) % len(src.shape)
+            start = 0
+            for out in node.output:
+                length = self._shape(out)[axis]
+                self.alias[out] = _derived(src, self._shape(out), lambda ix, s0=start, ax=axis: tuple(
+                    f"{s0} + {e}" if j == ax and s0 else e for j, e in enumerate(ix)))
+                start += length
+        elif kind == "Concat":
+            axis = int(a["axis"]) % len(self._shape(target))
+            parts, offset = [], 0
+            for name in node.input:
+                r = self._ref(name)
+                parts.append((r, tuple(offset if j == axis else 0 for j in range(len(r.shape)))))
+                offset += r.shape[axis]
+            shape = self._shape(target)
+            self.alias[target] = Ref(shape, "concat", shape, lambda ix: ix, self.elem, parts=tuple(parts))
+        elif kind == "Pad":
+            mode = a.get("mode", b"constant")
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            pads = self._const(node, 1, "pads")
+            if mode != "constant":
+                raise ValueError(f"a {mode} pad")
+            shape = self._shape(target)
+            self.alias[target] = Ref(shape, "pad", shape, lambda ix: ix, self.elem, parts=((src, tuple(pads[:len(src.shape)])),))
+        self.folded.append(kind)
+
+    def _const(self, node, position: int, attribute: str, default=None) -> list[int]:
+        """A Slice / Pad parameter: the attribute (old opsets) or a constant input."""
+        a = self._attrs(node)
+        if attribute in a:
+            return [int(v) for v in a[attribute]]
+        if len(node.input) > position and node.input[position]:
+            value = self.values.get(node.input[position])
+            if value is None:
+                raise ValueError(f"its {attribute} are not constants of the model")
+            return [int(v) for v in (value if isinstance(value, list) else [value])]
+        if default is None:
+            raise ValueError(f"no {attribute}")
+        return default
 
     @staticmethod
     def _attrs(node) -> dict:
@@ -140,12 +253,15 @@ class _Builder:
 
         return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
-    def _op(self, name, dims, parts_read, parts_written, macs=0) -> Operator:
+    def _op(self, name, dims, parts_read, parts_written, macs=0, coupled=()) -> Operator:
+        from loopwise.memory.torch_import import _pairs
+
+        parts_read, parts_written = _pairs(parts_read), _pairs(parts_written)
         tensors: dict[str, Tensor] = {}
         for t, _ in (*parts_read, *parts_written):
             tensors.setdefault(t.name, t)
         return Operator(name, dims, tuple(tensors.values()), reads=tuple(a for _, a in parts_read),
-                        writes=tuple(a for _, a in parts_written), macs=macs)
+                        writes=tuple(a for _, a in parts_written), macs=macs, coupled=frozenset(coupled))
 
     # -- operators --------------------------------------------------------------------------
     def _conv(self, name: str, node) -> Operator:
@@ -181,6 +297,57 @@ class _Builder:
             reads.append(self._read(node.input[2], ("n",) if len(bias) == 1 else ("m", "n")))
         return self._op(name, {"m": m, "n": n, "k": k}, reads, [self._write(node.output[0], ("m", "n"))],
                         macs=m * n * k)
+
+    def _conv_transpose(self, name: str, node) -> Operator:
+        """y[n, k, s*i + d*r - pad, ...] += x[n, c, i, j] * w[c, k, r, s]: the write is the affine map."""
+        a = self._attrs(node)
+        x, w = node.input[0], node.input[1]
+        n, c, h, wd = self._shape(x)
+        cin, kg, r, s = self._shape(w)
+        groups = int(a.get("group", 1))
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        (sh, sw), (dh, dw) = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
+        cg = c // groups
+        dims = {"n": n, "g": groups, "k": kg, "c": cg, "i": h, "j": wd, "r": r, "s": s}
+        reads = [self._read(x, ("n", f"{cg}*g + c", "i", "j")), self._read(w, (f"{cg}*g + c", "k", "r", "s"))]
+        if len(node.input) > 2 and node.input[2]:
+            reads.append(self._read(node.input[2], (f"{kg}*g + k",)))
+        out = [self._write(node.output[0], ("n", f"{kg}*g + k", f"{sh}*i + {dh}*r - {pads[0]}", f"{sw}*j + {dw}*s - {pads[1]}"))]
+        return self._op(name, dims, reads, out, macs=n * c * kg * h * wd * r * s)
+
+    def _batched_matmul(self, name: str, node) -> Operator:
+        """MatMul of N-d operands: batch dimensions broadcast, as numpy does."""
+        sa, sb = self._shape(node.input[0]), self._shape(node.input[1])
+        out = self._shape(node.output[0])
+        if len(sa) < 2 or len(sb) < 2:
+            raise ValueError(f"a MatMul of shapes {sa} and {sb}: matrix-vector products are not imported")
+        batch = out[:-2]
+        lead = [f"l{j}" for j in range(len(batch))]
+
+        def index(shape, last2):
+            off = len(batch) - (len(shape) - 2)
+            return tuple("0" if shape[j] == 1 and batch[off + j] != 1 else lead[off + j]
+                         for j in range(len(shape) - 2)) + last2
+
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        dims = dict(zip(lead, batch)) | {"m": m, "n": n, "k": k}
+        reads = [self._read(node.input[0], index(sa, ("m", "k"))), self._read(node.input[1], index(sb, ("k", "n")))]
+        return self._op(name, dims, reads, [self._write(node.output[0], (*lead, "m", "n"))], macs=math.prod(batch) * m * n * k)
+
+    def _rowwise(self, name: str, node) -> Operator:
+        """Softmax / LogSoftmax / LayerNormalization: elementwise in its access maps, but an output
+        element depends on the whole row from ``axis`` on, so those dimensions are coupled."""
+        shape = self._shape(node.output[0])
+        a = self._attrs(node)
+        axis = int(a.get("axis", -1)) % len(shape)
+        dims = [f"d{j}" for j in range(len(shape))]
+        reads = [self._read(node.input[0], tuple(dims))]
+        for extra in node.input[1:]:
+            if extra:
+                p = self._shape(extra)
+                reads.append(self._read(extra, tuple(dims[len(dims) - len(p):])))
+        return self._op(name, dict(zip(dims, shape)), reads, [self._write(node.output[0], tuple(dims))],
+                        coupled=dims[axis:])
 
     def _pool(self, name: str, node) -> Operator:
         a = self._attrs(node)
@@ -230,6 +397,14 @@ class _Builder:
         sub = [math.prod(shape[j + 1:]) for j in range(len(shape))]
         scale = f"floor(({linear}) * {size} / {extent})" if size != extent else f"({linear})"
         return tuple(f"floor({scale}/{d}) mod {n}" for d, n in zip(sub, shape))
+
+
+def _derived(ref, shape, fn):
+    """``ref`` seen through the index map ``fn`` (a copy of it, folded)."""
+    from loopwise.memory.torch_import import Ref
+
+    return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem,
+               pure=False, parts=ref.parts)
 
 
 def _safe(name: str) -> str:

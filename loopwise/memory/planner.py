@@ -99,6 +99,8 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
         for t in op.tensors:
             positions = set()
             for access in op.accesses(t.name):
+                if word.search(access.guard):
+                    ok = False  # read only where a guard on this dimension holds: slabs would not be even
                 for j, expr in enumerate(access.index):
                     if word.search(expr):
                         if _plain(expr, units) != d:

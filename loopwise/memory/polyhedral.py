@@ -42,8 +42,8 @@ def _relation(dims: tuple[str, ...], tensor: str, shape: tuple[int, ...], maps: 
     space = ", ".join(f"i{j}" for j in range(len(shape)))
     inside = isl.Set(f"{{ {tensor}[{space}] : " + " and ".join(f"0 <= i{j} < {d}" for j, d in enumerate(shape)) + " }")
     relation = None
-    for index in maps:
-        part = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{index}] }}")
+    for index, guard in maps:
+        part = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{index}]" + (f" : {guard}" if guard else "") + " }")
         relation = part if relation is None else relation.union(part)
     return relation.intersect_range(inside)
 
@@ -99,7 +99,7 @@ def access_relation(op: Operator, tensor: str):
     """The islpy map from ``op``'s iteration points to the elements of ``tensor`` they touch (every
     access of it, clipped to the tensor: an index in the padding is no element)."""
     t = op.tensor(tensor)
-    return _relation(tuple(op.dims), t.name, t.shape, tuple(", ".join(a.index) for a in op.accesses(tensor)))
+    return _relation(tuple(op.dims), t.name, t.shape, tuple((", ".join(a.index), a.guard) for a in op.accesses(tensor)))
 
 
 @lru_cache(maxsize=4096)

@@ -53,8 +53,8 @@ class Ref:
     to_base: Callable[[Index], Index]
     elem: int = 2
     pure: bool = True  # only reshapes away from its base (a further reshape maps to the base directly)
-    # a concatenation: its base is no tensor; an index of it reads each part (tensor, dim, offset),
-    # shifted by the part's offset and clipped to the part, so only one part yields elements
+    # a concatenation or a padded tensor: its base is no tensor; an index of it reads each part
+    # (Ref, offset per dimension), shifted by the offsets and guarded to the part's extent
     parts: tuple = ()
 
     def read(self, index: Index) -> Index:
@@ -215,7 +215,7 @@ class _Builder:
                 for arg in _flat(node.args):
                     r = self.ref(arg)
                     if r is not None and r.base is not None:
-                        outputs += [p.base for p, _, _ in r.parts] if r.parts else [r.base]
+                        outputs += [p.base for p, _ in r.parts] if r.parts else [r.base]
         used = {t.name for op in self.ops for t in op.tensors}
         g = Graph(self.name, tuple(self.ops), frozenset(w for w in self.weights if w in used),
                   declared_outputs=frozenset(o for o in outputs if o in used))
@@ -287,19 +287,14 @@ class _Builder:
         self._emit(f"{short}:{node.name}", dims, reads, writes)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _access(self, ref: Ref, index: Index) -> list[tuple[Tensor, Access]]:
+    def _access(self, ref: Ref, index: Index, guard: str = "") -> list[tuple[Tensor, Access]]:
         """The reads (or the write) of ``ref`` at ``index``: none for a generated tensor, one per part
-        of a concatenation."""
+        of a concatenation (each where the index falls in it)."""
         if ref.base is None:
             return []
         if ref.parts:
-            at = ref.read(index)
-            out = []
-            for part, dim, offset in ref.parts:
-                shifted = tuple(f"{e} - {offset}" if j == dim and offset else e for j, e in enumerate(at))
-                out += self._access(part, shifted)
-            return out
-        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index)))]
+            return [pair for part, at, g in split_parts(ref, index, guard) for pair in self._access(part, at, g)]
+        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index), guard))]
 
     def _out(self, node, val) -> Ref:
         out = self._real(node.name, val)
@@ -399,16 +394,15 @@ class _Builder:
         self._op_split(node, val)
 
     def _op_cat(self, node, val) -> None:
-        """A concatenation folded into its readers: each reads the part its index falls in. Only parts
-        read as they are stored qualify (a reshaped part would wrap around instead of clipping)."""
+        """A concatenation folded into its readers: each reads the part its index falls in."""
         inputs = [self.ref(a) for a in node.args[0]]
         dim = (node.args[1] if len(node.args) > 1 else 0) % len(val.shape)
-        if any(r is None or r.parts or not r.pure or r.shape != r.base_shape for r in inputs):
+        if any(r is None for r in inputs):
             return self._unsupported(node, val, "cat")
         parts, offset = [], 0
         for r in inputs:
             if r.base is not None:
-                parts.append((r, dim, offset))
+                parts.append((r, tuple(offset if j == dim else 0 for j in range(len(val.shape)))))
             offset += r.shape[dim]
         shape = tuple(int(d) for d in val.shape)
         self.env[node.name] = Ref(shape, "concat", shape, lambda ix: ix, inputs[0].elem, parts=tuple(parts))
@@ -421,14 +415,13 @@ class _Builder:
         src = self.ref(node.args[0])
         pads = list(node.args[1])
         value = node.args[2] if len(node.args) > 2 else 0
-        if not src.pure or src.shape != src.base_shape or value not in (0, 0.0):
+        if value not in (0, 0.0):
             return self._unsupported(node, val, "constant_pad_nd")
         before = [0] * len(src.shape)
         for j in range(len(pads) // 2):
             before[len(src.shape) - 1 - j] = pads[2 * j]
-        self.env[node.name] = self._derive(
-            src, val.shape, lambda ix, b=tuple(before): tuple(e if not o else f"{e} - {o}" if o > 0 else f"{e} + {-o}"
-                                                              for e, o in zip(ix, b)))
+        shape = tuple(int(d) for d in val.shape)
+        self.env[node.name] = Ref(shape, "pad", shape, lambda ix: ix, src.elem, parts=((src, tuple(before)),))
         self.folded.append("pad")
 
     def _op_pad(self, node, val) -> None:
@@ -665,6 +658,24 @@ class _Builder:
         index = tuple(("0" if keep else None) if j in reduce else names[j] for j in range(len(x.shape)))
         self._emit(f"mean:{node.name}", dims, [self._access(x, tuple(names))],
                    [self._access(out, tuple(i for i in index if i is not None))])
+
+
+def split_parts(ref: Ref, index: Index, guard: str = ""):
+    """A read of ``ref`` (a concatenation, or a padded tensor) at ``index`` as reads of its parts:
+    ``(part, index in the part, guard)``. Each part sits at an offset per dimension; the guard keeps
+    its read to the points whose index falls inside it, so a part seen through a reshape or a slice
+    cannot wrap around into elements it does not hold (and a read of the padding reads nothing)."""
+    at = ref.read(index)
+    out = []
+    for part, offsets in ref.parts:
+        shifted, conditions = [], []
+        for j, (x, off) in enumerate(zip(at, offsets)):
+            shifted.append(x if not off else f"{x} - {off}" if off > 0 else f"{x} + {-off}")
+            if off or part.shape[j] != ref.shape[j]:
+                conditions.append(f"{off} <= {x} < {off + part.shape[j]}")
+        extra = " and ".join(conditions)
+        out.append((part, tuple(shifted), " and ".join(c for c in (guard, extra) if c)))
+    return out
 
 
 def _pairs(items) -> list:

@@ -56,3 +56,48 @@ def test_a_file_that_is_not_onnx_is_a_one_line_error(tmp_path):
         load_onnx(bad)
     with pytest.raises(UserError, match="no such file"):
         load_onnx(tmp_path / "missing.onnx")
+
+
+def _model(tmp_path, nodes, inputs, outputs, inits=()):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                              initializer=list(inits))
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_copies_attention_and_transposed_convolutions_import_without_unsupported_operators(tmp_path):
+    from onnx import TensorProto, helper
+
+    ints = lambda name, vals: helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)  # noqa: E731
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),  # [1, 8, 4] -> [1, 4, 8]
+        helper.make_node("Slice", ["xt", "st", "en", "ax"], ["xs"]),  # columns 2..5 of xt: [1, 4, 4]
+        helper.make_node("Concat", ["xs", "y"], ["xc"], axis=1),  # [1, 4 + 2, 4]
+        helper.make_node("Pad", ["xc", "pads"], ["xp"], mode="constant"),  # [1, 6, 6]: a column of zeros each side
+        helper.make_node("MatMul", ["xp", "xp"], ["s"]),  # batched [1, 6, 6] x [1, 6, 6]
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("LayerNormalization", ["p", "gamma", "beta"], ["ln"], axis=-1),
+        helper.make_node("ConvTranspose", ["img", "w"], ["up"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    inits = [ints("st", [2]), ints("en", [6]), ints("ax", [2]), ints("pads", [0, 0, 1, 0, 0, 1]),
+             helper.make_tensor("gamma", TensorProto.FLOAT, [6], [1.0] * 6),
+             helper.make_tensor("beta", TensorProto.FLOAT, [6], [0.0] * 6),
+             helper.make_tensor("w", TensorProto.FLOAT, [3, 2, 4, 4], [0.0] * 96)]
+    path = _model(tmp_path, nodes, [("x", [1, 8, 4]), ("y", [1, 2, 4]), ("img", [1, 3, 5, 5])],
+                  [("ln", [1, 6, 6]), ("up", [1, 2, 10, 10])], inits)
+    imported = load_onnx(path)
+    g = imported.graph
+    assert imported.unsupported == {}
+    assert {"Transpose", "Slice", "Concat", "Pad"} <= set(imported.folded)
+    mm = next(op for op in g.operators if op.name.startswith("MatMul"))
+    # the product reads x's columns 2..5 (4 rows each) and all of y; the padding is no element
+    assert footprint(mm, "x", {}) == 4 * 4 and footprint(mm, "y", {}) == 2 * 4
+    softmax = next(op for op in g.operators if op.name.startswith("Softmax"))
+    assert softmax.coupled == {"d2"}
+    up = next(op for op in g.operators if op.name.startswith("ConvTranspose"))
+    assert footprint(up, "up", {}) == 2 * 10 * 10 and up.macs == 3 * 2 * 25 * 16
