@@ -143,6 +143,8 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                         "resident": list(grp.resident), "tiled": grp.tiled,
                         "slab": None if grp.slab is None else {
                             "size": grp.slab.size, "extent": grp.slab.extent, "count": grp.slab.count,
+                            "outer_size": grp.slab.outer_size, "outer_extent": grp.slab.outer_extent,
+                            "outer_dims": list(grp.slab.outer_dims) if grp.slab.outer_dims else None,
                             "dims": list(grp.slab.dims), "resident": list(grp.slab.resident),
                             "streamed": list(grp.slab.streamed)}} for grp in p.groups]}
     if as_json:
@@ -156,8 +158,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         table.add_column(col, overflow="fold")
     for i, grp in enumerate(p.groups):
         names = grp.operators[0] + (f" .. {grp.operators[-1]} ({len(grp.operators)})" if len(grp.operators) > 1 else "")
-        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else \
-            f"{grp.slab.count} slabs of {grp.slab.size}/{grp.slab.extent} ({grp.slab.dims[0]})"
+        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else _slab_text(grp.slab)
         table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
     c = Console()
@@ -219,6 +220,13 @@ def compare_cmd(model: Path = typer.Argument(..., help="An ONNX model file."),
             f"worst layer {data['worst_layer_deviation'] * 100:.2f}% apart (ZigZag took {seconds} s).")
     c.print(f"loopwise's whole-model plan, every operator: {_mb(whole.total_bytes)} MB "
             f"({whole.total_bytes / whole.compulsory_bytes:.3f}x the compulsory {_mb(whole.compulsory_bytes)} MB).")
+
+
+def _slab_text(slab) -> str:
+    inner = f"{slab.size}/{slab.extent} of {slab.dims[0]}"
+    if slab.outer_dims:
+        return f"{slab.count} slabs: {inner} within {slab.outer_size}/{slab.outer_extent} of {slab.outer_dims[0]}"
+    return f"{slab.count} slabs of {inner}"
 
 
 class _nothing:

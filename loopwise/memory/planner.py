@@ -14,7 +14,10 @@ whose intermediates never touch DRAM. It runs in one of two ways:
   again by every slab). A dimension an operator reduces over, or that one output element depends on
   whole (a softmax row: ``Operator.coupled``), or that reaches a tensor through anything but the
   plain index (a convolution's halo), cannot carry slabs. An intermediate must be sliced the same
-  way by its producer and every consumer, or the group cannot run in slabs.
+  way by its producer and every consumer, or the group cannot run in slabs;
+- in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
+  its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
+  an invariant of the inner slabs, kept for them or loaded again by each.
 
 A tensor the group reads from outside is loaded once per pass (its exact footprint over the group's
 readers); one it produces that a later group or the model's output needs is stored once. A group
@@ -26,7 +29,8 @@ alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
 programming over group boundaries (exact for contiguous groups), where each candidate group takes
 its best way to run: whole, or the largest slab that fits for each slab dimension the chain admits
-(found by propagating the first operator's dimension through the tensors it shares with the next),
+(found by propagating the first operator's dimension, or pair of dimensions, through the tensors it
+shares with the next),
 with the largest invariants made resident first while they fit. Groups are extended only while
 they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
 """
@@ -47,17 +51,22 @@ from loopwise.memory.polyhedral import count, footprint, touched
 
 @dataclass(frozen=True)
 class Slab:
-    """How a group runs in slabs: ``size`` units of a dimension of extent ``extent`` per slab."""
+    """How a group runs in slabs: ``size`` units of a dimension of extent ``extent`` per slab, and,
+    when ``outer_dims`` is set, those slabs inside slabs of ``outer_size`` units of a second
+    dimension (one sequence at a time, then a block of its query rows)."""
 
     dims: tuple[str, ...]  # the loop dimension that carries slabs, per operator of the group
     extent: int
     size: int
     resident: tuple[str, ...]  # invariants kept for every slab
     streamed: tuple[str, ...]  # invariants loaded again by every slab
+    outer_dims: tuple[str, ...] | None = None
+    outer_extent: int = 1
+    outer_size: int = 1
 
     @property
     def count(self) -> int:
-        return math.ceil(self.extent / self.size)
+        return math.ceil(self.extent / self.size) * math.ceil(self.outer_extent / self.outer_size)
 
 
 @dataclass(frozen=True)
@@ -131,8 +140,18 @@ class _Unit:
     first: int
     last: int
     whole: int  # bytes held when the group runs whole (the largest footprint among its users)
-    sliced: bool
+    sliced: bool  # by the inner slab dimension, at every operator of the group that touches it
     produced: bool
+    outer: bool = True  # by the outer slab dimension (True when there is none)
+
+
+def _sizes_below(extent: int) -> list[int]:
+    """Slab sizes tried: powers of two below the extent."""
+    out, size = [], 1
+    while size < extent:
+        out.append(size)
+        size *= 2
+    return out
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> Plan:
@@ -181,108 +200,134 @@ class _Planner:
             self.unions[key] = count(union) * self.g.tensors()[t].elem_bytes
         return self.unions[key]
 
-    def _units(self, i: int, j: int, slab_dims: list[str] | None):
-        """The group's tensors (as :class:`_Unit`) for operators i..j-1; None when the slab
-        choice makes an intermediate change how it is sliced."""
+    def _units(self, i: int, j: int, spec: list[tuple[str | None, str]] | None):
+        """The group's tensors (as :class:`_Unit`) for operators i..j-1 under the slab choice
+        ``spec`` (per operator: outer dimension or None, inner dimension); None when an
+        intermediate would be sliced one way by its producer and another by a consumer."""
         units: dict[str, _Unit] = {}
         for k in range(i, j):
-            sig = self.sigs[k][slab_dims[k - i]] if slab_dims is not None else None
+            if spec is None:
+                sig_o = sig_i = None
+            else:
+                outer, inner = spec[k - i]
+                sig_o = self.sigs[k][outer] if outer is not None else None
+                sig_i = self.sigs[k][inner]
             for t, (nbytes, _, w) in self.facts[k].items():
-                sliced = sig is not None and sig[t] is not None
+                so = spec is not None and (sig_o is None or sig_o[t] is not None)  # no outer level: as sliced
+                si = spec is not None and sig_i[t] is not None
                 u = units.get(t)
                 if u is None:
-                    units[t] = _Unit(k, k, nbytes, sliced, w)
+                    units[t] = _Unit(k, k, nbytes, si, w, so)
                 else:
-                    if u.produced and u.sliced != sliced:
+                    if u.produced and (u.sliced != si or u.outer != so):
                         return None  # an intermediate read whole by a later operator: no slabs
-                    u.last, u.whole, u.sliced = k, max(u.whole, nbytes), u.sliced and sliced
-                    u.produced = u.produced or w
+                    u.last, u.whole = k, max(u.whole, nbytes)
+                    u.sliced, u.outer, u.produced = u.sliced and si, u.outer and so, u.produced or w
         return units
 
-    def evaluate(self, i: int, j: int, slab_dims: list[str] | None, extent: int) -> Group | None:
-        """Operators i..j-1 as one group, whole (``slab_dims`` None) or in slabs; None if it cannot fit."""
-        units = self._units(i, j, slab_dims)
+    def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
+                 outer_extent: int = 1) -> Group | None:
+        """Operators i..j-1 as one group: whole (``spec`` None), or in slabs over the inner
+        dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit."""
+        units = self._units(i, j, spec)
         if units is None:
             return None
         length = j - i
-        stored, resident_t, moved = [], [], 0
-        sliced_cover = np.zeros(length + 1)
-        whole_cover = np.zeros(length + 1)
-        invariants = []  # (bytes held, bytes loaded, first, last, name)
+        resident_t, moved = [], 0
+        covers = {kind: np.zeros(length + 1) for kind in ("whole", "both", "inner")}
+        outer_moved = 0  # loaded again by every outer slab (sliced by the inner dimension only)
+        invariants = []  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
         for t, u in units.items():
             needed_later = t in self.outputs or self.uses[t][-1] >= j
+            kind = "whole" if spec is None else "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
             if u.produced:
                 if needed_later:
-                    stored.append(t)
                     moved += self.facts[u.first][t][0]  # stored once, as its producer wrote it
                 else:
                     resident_t.append(t)
             else:
                 readers = [k for k in range(u.first, u.last + 1) if t in self.facts[k] and self.facts[k][t][1]]
                 loaded = self.read_union(t, readers) if readers else u.whole
-                if slab_dims is not None and not u.sliced:
-                    invariants.append((u.whole, loaded, u.first - i, u.last - i, t))
+                if kind is None:
+                    invariants.append((u.whole, loaded, u.first - i, u.last - i, t, u.outer))
                     continue
-                moved += loaded
-            cover = sliced_cover if (slab_dims is not None and u.sliced) else whole_cover
-            cover[u.first - i] += u.whole
-            cover[u.last - i + 1] -= u.whole
-        base = np.cumsum(whole_cover)[:length]
-        per_unit = np.cumsum(sliced_cover)[:length] / extent if slab_dims is not None else np.zeros(length)
+                if kind == "inner":
+                    outer_moved += loaded
+                else:
+                    moved += loaded
+            covers[kind][u.first - i] += u.whole
+            covers[kind][u.last - i + 1] -= u.whole
+        held = {kind: np.cumsum(c)[:length] for kind, c in covers.items()}
         names = tuple(self.ops[k].name for k in range(i, j))
-        if slab_dims is None:
-            peak = int(base.max())
+        if spec is None:
+            peak = int(held["whole"].max())
             if peak > self.cap:
                 return None
-            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in base))
-        return self._best_slab(names, moved, base, per_unit, invariants, slab_dims, extent, tuple(sorted(resident_t)))
+            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]))
+        return self._best_slab(names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+                               tuple(sorted(resident_t)))
 
-    def _best_slab(self, names, moved, base, per_unit, invariants, slab_dims, extent, resident_t) -> Group | None:
-        length = len(base)
-        invariants.sort(key=lambda v: -v[0])
-        # cover[p][k]: bytes of the p largest invariants alive at operator k if streamed
-        streamed_cover = np.zeros((len(invariants) + 1, length))
-        held = np.zeros(len(invariants) + 1)
-        for p, (whole, _, a, z, _) in enumerate(invariants):
-            row = np.zeros(length)
-            row[a:z + 1] = whole
-            streamed_cover[p + 1] = streamed_cover[p] + row
-            held[p + 1] = held[p] + whole
-        total_cover = streamed_cover[-1]
-        loaded = np.array([v[1] for v in invariants], dtype=float)
-        loaded_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
+    def _best_slab(self, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+                   resident_t) -> Group | None:
+        length = len(held["both"])
         best = None
-        size = 1
-        while size < extent:
-            count = math.ceil(extent / size)
-            work = base + per_unit * size
-            # the p largest invariants resident: they are held everywhere, the others where used
-            peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + held
-            fits = np.nonzero(peaks <= self.cap)[0]
-            if len(fits):
+        for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
+            outer_count = math.ceil(outer_extent / outer_size)
+            fo = outer_size / outer_extent
+            # an invariant of the inner slabs held at its size for one outer slab; the largest first
+            items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer)
+                            for whole, loaded, a, z, name, by_outer in invariants), key=lambda v: -v[0])
+            streamed_cover = np.zeros((len(items) + 1, length))
+            kept = np.zeros(len(items) + 1)
+            for p, (size, _, a, z, _, _) in enumerate(items):
+                row = np.zeros(length)
+                row[a:z + 1] = size
+                streamed_cover[p + 1] = streamed_cover[p] + row
+                kept[p + 1] = kept[p] + size
+            total_cover = streamed_cover[-1]
+            for size in _sizes_below(extent):
+                count = math.ceil(extent / size)
+                work = held["both"] * fo * size / extent + held["inner"] * size / extent
+                peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + kept
+                fits = np.nonzero(peaks <= self.cap)[0]
+                if not len(fits):
+                    break  # a larger slab holds more
                 p = int(fits.max())
-                traffic = moved + loaded_prefix[p] + count * (loaded_prefix[-1] - loaded_prefix[p])
+                # resident: loaded once; streamed: by every inner slab (of every outer slab, for an
+                # invariant of both levels)
+                traffic = moved + outer_count * outer_moved + sum(v[1] for v in items[:p]) + sum(
+                    v[1] * count * (1 if v[5] else outer_count) for v in items[p:])
                 if best is None or traffic < best[0]:
-                    held_at = work + total_cover - streamed_cover[p] + held[p]
-                    best = (traffic, size, p, int(peaks[p]), tuple(int(v) for v in held_at))
-            else:
-                break  # a larger slab holds more
-            size *= 2
+                    occupancy = work + total_cover - streamed_cover[p] + kept[p]
+                    best = (traffic, size, outer_size, p, int(peaks[p]), tuple(int(v) for v in occupancy), items)
         if best is None:
             return None
-        traffic, size, p, peak, occupancy = best
-        slab = Slab(tuple(slab_dims), extent, size, tuple(v[4] for v in invariants[:p]), tuple(v[4] for v in invariants[p:]))
+        traffic, size, outer_size, p, peak, occupancy, items = best
+        outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
+        slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
+                    tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
         return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy)
 
     # -- search -------------------------------------------------------------------------------
-    def _seeds(self, i: int) -> list[tuple[str, int]]:
-        return [(d, self.ops[i].dims[d]) for d in self.sigs[i] if self.ops[i].dims[d] > 1]
+    def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
+        """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
+        every dimension alone, and every pair whose outer dimension indexes the written tensor in an
+        earlier position (the batch outside the rows)."""
+        op, sigs = self.ops[i], self.sigs[i]
+        written = op.writes[0].tensor
+        dims = [d for d in sigs if op.dims[d] > 1]
+        seeds = [(None, d, op.dims[d], 1) for d in dims]
+        for outer in dims:
+            for inner in dims:
+                if outer != inner and sigs[outer][written] < sigs[inner][written]:
+                    seeds.append((outer, inner, op.dims[inner], op.dims[outer]))
+        return seeds
 
-    def _propagate(self, state: dict[str, int], k: int, extent: int, produced: set[str]) -> str | None:
-        """The slab dimension of operator k consistent with the tensors sliced so far, or None."""
-        best, score = None, -1
+    def _consistent(self, state: dict[str, int], k: int, extent: int, produced: set[str], exclude=None) -> list:
+        """Dimensions of operator k that slice the tensors sliced so far the same way, best first."""
+        options = []
         for d, sig in self.sigs[k].items():
-            if self.ops[k].dims[d] != extent:
+            if self.ops[k].dims[d] != extent or d == exclude:
                 continue
             ok, agree = True, 0
             for t, pos in sig.items():
@@ -293,9 +338,9 @@ class _Planner:
                         ok = False
                     elif pos is not None:
                         agree += 1
-            if ok and agree > score:
-                best, score = d, agree
-        return best
+            if ok:
+                options.append((agree, d))
+        return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
     def candidates(self, i: int) -> dict[int, Group]:
         """The best group starting at operator i for every end j (whole or in slabs)."""
@@ -311,41 +356,49 @@ class _Planner:
             if grp is None:
                 break
             keep(j, grp)
-        for d, extent in self._seeds(i):
-            dims = [d]
-            state = {t: pos for t, pos in self.sigs[i][d].items() if pos is not None}
+        for outer, inner, extent, outer_extent in self._seeds(i):
+            spec = [(outer, inner)]
+            inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
+            outer_state = {t: pos for t, pos in self.sigs[i][outer].items() if pos is not None} if outer else {}
             produced = {t for t, (_, _, w) in self.facts[i].items() if w}
             for j in range(i + 1, min(n, i + self.max_group) + 1):
                 if j > i + 1:
                     k = j - 1
-                    nxt = self._propagate(state, k, extent, produced)
-                    if nxt is None:
+                    inner_k = self._consistent(inner_state, k, extent, produced)
+                    if outer is not None:
+                        outer_k = self._consistent(outer_state, k, outer_extent, produced)
+                        pair = next(((o, d) for o in outer_k for d in inner_k if o != d), None)
+                    else:
+                        pair = (None, inner_k[0]) if inner_k else None
+                    if pair is None:
                         break
-                    dims.append(nxt)
-                    for t, pos in self.sigs[k][nxt].items():
-                        if pos is not None:
-                            state.setdefault(t, pos)
+                    spec.append(pair)
+                    for state, dim in ((inner_state, pair[1]), (outer_state, pair[0])):
+                        if dim is not None:
+                            for t, pos in self.sigs[k][dim].items():
+                                if pos is not None:
+                                    state.setdefault(t, pos)
                     produced |= {t for t, (_, _, w) in self.facts[k].items() if w}
-                grp = self.evaluate(i, j, dims, extent)
+                grp = self.evaluate(i, j, spec, extent, outer_extent)
                 if grp is None:
-                    if self._hopeless(i, j, dims, extent):
+                    if self._hopeless(i, j, spec, extent, outer_extent):
                         break
                     continue
                 keep(j, grp)
         return found
 
-    def _hopeless(self, i: int, j: int, dims: list[str], extent: int) -> bool:
-        """True when even one unit per slab with every invariant streamed does not fit (then no
+    def _hopeless(self, i: int, j: int, spec, extent: int, outer_extent: int) -> bool:
+        """True when even the smallest slabs with every invariant streamed do not fit (then no
         longer group of this chain fits either)."""
-        units = self._units(i, j, dims)
+        units = self._units(i, j, spec)
         if units is None:
             return True
         length = j - i
         cover = np.zeros(length + 1)
         for u in units.values():
-            held = u.whole / extent if u.sliced else u.whole
-            cover[u.first - i] += held
-            cover[u.last - i + 1] -= held
+            size = u.whole / (extent if u.sliced else 1) / (outer_extent if u.outer else 1)
+            cover[u.first - i] += size
+            cover[u.last - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
     def run(self, progress=None) -> Plan:

@@ -103,5 +103,31 @@ def test_an_intermediate_read_whole_by_a_later_operator_stops_the_slabs():
                       reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),))
     g = Graph("attn", (keys, scores), frozenset({"B"}))
     planner = _Planner(g, 1 << 20, 16)
-    assert planner.evaluate(0, 2, ["m", "i"], 64) is None  # K sliced by its producer, read whole by scores
+    assert planner.evaluate(0, 2, [(None, "m"), (None, "i")], 64) is None  # K sliced by its producer, read whole by scores
     assert planner.evaluate(0, 2, None, 1) is not None  # whole, it fits
+
+
+def test_attention_runs_one_sequence_at_a_time_then_row_by_row_when_neither_alone_fits():
+    """Scores of a whole sequence do not fit, nor do every sequence's keys and values; a sequence's
+    keys and values kept for its rows, one block of query rows at a time, do: two slab levels."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import Access, Operator, Tensor
+
+    b, m, d = 4, 64, 32
+    act = lambda name, *shape: Tensor(name, shape)  # noqa: E731
+    scores = Operator("scores", {"b": b, "i": m, "j": m, "d": d}, (act("Q", b, m, d), act("K", b, m, d), act("S", b, m, m)),
+                      reads=(Access("Q", ("b", "i", "d")), Access("K", ("b", "j", "d"))),
+                      writes=(Access("S", ("b", "i", "j")),), macs=b * m * m * d)
+    softmax = Operator("softmax", {"b": b, "i": m, "j": m}, (act("S", b, m, m), act("P", b, m, m)),
+                       reads=(Access("S", ("b", "i", "j")),), writes=(Access("P", ("b", "i", "j")),),
+                       coupled=frozenset({"j"}))
+    mix = Operator("mix", {"b": b, "i": m, "e": d, "j": m}, (act("P", b, m, m), act("V", b, m, d), act("O", b, m, d)),
+                   reads=(Access("P", ("b", "i", "j")), Access("V", ("b", "j", "e"))),
+                   writes=(Access("O", ("b", "i", "e")),), macs=b * m * m * d)
+    g = Graph("attention", (scores, softmax, mix))
+    capacity = 12 * 1024  # one sequence's scores and probabilities: 16 KiB; all keys: 16 KiB
+    p = plan(g, capacity_bytes=capacity)
+    (grp,) = p.groups
+    assert grp.slab is not None and grp.slab.outer_dims == ("b", "b", "b") and grp.slab.dims == ("i", "i", "i")
+    assert grp.slab.outer_size < b and grp.peak_bytes <= capacity
+    assert p.total_bytes == p.compulsory_bytes  # Q, K, V read once, O written once; S and P never leave
