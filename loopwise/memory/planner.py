@@ -125,12 +125,29 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
     return out
 
 
+_TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)$|^(\d+)$")
+
+
 def _plain(expr: str, units: set[str]) -> str:
-    """``expr`` without its terms in loop dimensions of extent 1 (``8*g + k`` is ``k`` when g is 0)."""
-    terms = [t.strip() for t in expr.split(" + ")]
-    kept = [t for t in terms if not (re.fullmatch(r"(\d+\*)?([A-Za-z_]\w*)", t) and
-                                    re.fullmatch(r"(\d+\*)?([A-Za-z_]\w*)", t).group(2) in units)]
-    return " + ".join(kept) if kept else "0"
+    """``expr`` reduced to one loop dimension when it is that dimension alone, once terms in loop
+    dimensions of extent 1 and zero constants are dropped (``1*p + 1*r - 0`` is ``p`` when r is 0;
+    ``8*g + k`` is ``k`` with one group); anything else comes back as it is."""
+    text = expr.replace(" ", "").replace("-", "+-")
+    coefficients: dict[str, int] = {}
+    constant = 0
+    for term in filter(None, text.split("+")):
+        sign = -1 if term.startswith("-") else 1
+        match = _TERM.match(term.lstrip("-"))
+        if match is None:
+            return expr  # not a plain sum of terms (floor, mod, parentheses)
+        if match.group(3) is not None:
+            constant += sign * int(match.group(3))
+        elif match.group(2) not in units:
+            coefficients[match.group(2)] = coefficients.get(match.group(2), 0) + sign * int(match.group(1) or 1)
+    coefficients = {k: v for k, v in coefficients.items() if v}
+    if constant == 0 and len(coefficients) == 1 and next(iter(coefficients.values())) == 1:
+        return next(iter(coefficients))
+    return expr
 
 
 @dataclass
