@@ -57,8 +57,8 @@ def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM,
     from rich.console import Console
 
     c = Console()
-    c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators "
-            f"({len(imported.folded)} copies folded{', unsupported: ' + str(imported.unsupported) if imported.unsupported else ''})")
+    unsupported = f", unsupported: {imported.unsupported}" if imported.unsupported else ""
+    c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators ({len(imported.folded)} copies folded{unsupported})")
     c.print(f"  compulsory (weights, inputs, outputs once): {_mb(data['compulsory_bytes'])} MB")
     c.print(f"  sum of per-operator bounds at {tgt.scratchpad.bytes / 2**20:g} MiB: {_mb(data['operator_bounds_bytes'])} MB")
     c.print(f"  layer-by-layer floor (every tensor through DRAM): {_mb(data['layer_by_layer_floor_bytes'])} MB")

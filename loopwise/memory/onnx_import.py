@@ -194,7 +194,7 @@ class _Builder:
             inverse = [perm.index(j) for j in range(len(perm))]
             self.alias[target] = _derived(src, self._shape(target), lambda ix, inv=inverse: tuple(ix[i] for i in inv))
         elif kind == "Slice":
-            starts, ends = self._const(node, 1, "starts"), self._const(node, 2, "ends")
+            starts = self._const(node, 1, "starts")  # the extent comes from the inferred output shape
             axes = self._const(node, 3, "axes", list(range(len(starts))))
             steps = self._const(node, 4, "steps", [1] * len(starts))
             offset, stride = [0] * len(src.shape), [1] * len(src.shape)

@@ -162,8 +162,6 @@ class _Builder:
 
     # -- values -----------------------------------------------------------------------------
     def _elem(self, val) -> int:
-        import torch
-
         return self.elem if val.dtype.is_floating_point else val.element_size()
 
     def _real(self, name: str, val) -> Ref:
@@ -364,9 +362,11 @@ class _Builder:
         start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
         start = max(0, start + src.shape[dim]) if start < 0 else min(start, src.shape[dim])
         step = node.args[4] if len(node.args) > 4 else 1
-        self.env[node.name] = self._derive(
-            src, val.shape, lambda ix, d=dim, a=start, s=step: ix[:d] + (f"{a} + {s}*({ix[d]})" if a else
-                                                                            (f"{s}*({ix[d]})" if s != 1 else ix[d]),) + ix[d + 1:])
+        def shift(ix, d=dim, a=start, s=step):
+            e = ix[d] if s == 1 else f"{s}*({ix[d]})"
+            return ix[:d] + (f"{a} + {e}" if a else e,) + ix[d + 1:]
+
+        self.env[node.name] = self._derive(src, val.shape, shift)
         self.folded.append("slice")
 
     def _op_select(self, node, val) -> None:
@@ -378,7 +378,6 @@ class _Builder:
 
     def _op_split(self, node, val) -> None:
         src = self.ref(node.args[0])
-        size = node.args[1]
         dim = (node.args[2] if len(node.args) > 2 else 0) % len(src.shape)
         parts, start = [], 0
         for v in val:
