@@ -109,6 +109,7 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
 @app.command("plan")
 def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
              seq: int = SEQ, html: Path = typer.Option(None, "--html", help="Also write an HTML report here."),
+             per_operator: bool = typer.Option(False, "--per-operator", help="Print a row per operator too."),
              as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
@@ -135,7 +136,18 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
             html.write_text(render_plan_report(g, p, tgt, imported), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot write the report to {html}: {exc.strerror}") from None
+    from loopwise.memory.graph import operator_bound_bytes
+
+    rows, k = [], 0
+    for gi, grp in enumerate(p.groups):
+        for name, moved in zip(grp.operators, grp.per_operator):
+            bound = operator_bound_bytes(g.operators[k], tgt.scratchpad.bytes)
+            rows.append({"operator": name, "group": gi, "plan_bytes": moved, "layer_by_layer_bytes": p.layer_by_layer[k],
+                         "bound_bytes": bound})
+            k += 1
     data = {"model": str(model), "target": tgt.name, "total_bytes": p.total_bytes, "compulsory_bytes": p.compulsory_bytes,
+            "operator_bounds_bytes": sum(r["bound_bytes"] for r in rows), "copies_folded": len(imported.folded),
+            "unsupported": imported.unsupported,
             "layer_by_layer_bytes": p.layer_by_layer_bytes, "ratio_to_compulsory": p.total_bytes / p.compulsory_bytes,
             "ratio_to_layer_by_layer": p.total_bytes / p.layer_by_layer_bytes, "pairs_removed": p.pairs_removed,
             "seconds": seconds,
@@ -146,7 +158,8 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                             "outer_size": grp.slab.outer_size, "outer_extent": grp.slab.outer_extent,
                             "outer_dims": list(grp.slab.outer_dims) if grp.slab.outer_dims else None,
                             "dims": list(grp.slab.dims), "resident": list(grp.slab.resident),
-                            "streamed": list(grp.slab.streamed)}} for grp in p.groups]}
+                            "streamed": list(grp.slab.streamed)}} for grp in p.groups],
+            "operators": rows}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -163,6 +176,15 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
     c = Console()
     c.print(table)
+    if per_operator:
+        ops = Table(title="per operator (a group's loads charged to the first reader, its stores to the producer)")
+        for col in ("operator", "group", "plan MB", "layer by layer MB", "bound MB"):
+            ops.add_column(col, overflow="fold")
+        for r in rows:
+            ops.add_row(r["operator"], str(r["group"]), _mb(r["plan_bytes"]), _mb(r["layer_by_layer_bytes"]), _mb(r["bound_bytes"]))
+        c.print(ops)
+    c.print(f"{len(imported.folded)} copy operators folded into access maps"
+            + (f"; unsupported (counted at their compulsory traffic): {imported.unsupported}" if imported.unsupported else ""))
     c.print(f"total {_mb(p.total_bytes)} MB: {data['ratio_to_compulsory']:.3f}x the compulsory {_mb(p.compulsory_bytes)} MB, "
             f"{data['ratio_to_layer_by_layer']:.3f}x layer by layer ({_mb(p.layer_by_layer_bytes)} MB); "
             f"{p.pairs_removed} store/load pairs removed ({seconds} s)")

@@ -78,6 +78,7 @@ class Group:
     tiled: bool = False
     slab: Slab | None = None
     occupancy: tuple[int, ...] = ()  # scratchpad bytes held at each of its operators
+    per_operator: tuple[int, ...] = ()  # its traffic by operator (a load at the first reader, a store at the producer)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,8 @@ class _Planner:
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
             self.singles[i] = Group((self.ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
-                                    tiled=choice.buffer_bytes < whole, occupancy=(choice.buffer_bytes,))
+                                    tiled=choice.buffer_bytes < whole, occupancy=(choice.buffer_bytes,),
+                                    per_operator=(choice.traffic_bytes,))
         return self.singles[i]
 
     def read_union(self, t: str, readers: list[int]) -> int:
@@ -251,6 +253,8 @@ class _Planner:
             return None
         length = j - i
         resident_t, moved = [], 0
+        charged = np.zeros(length)  # traffic by the operator that moves it (loads at the first reader)
+        outer_charged = np.zeros(length)  # moved again by every outer slab
         covers = {kind: np.zeros(length + 1) for kind in ("whole", "both", "inner")}
         outer_moved = 0  # loaded again by every outer slab (sliced by the inner dimension only)
         invariants = []  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
@@ -260,6 +264,7 @@ class _Planner:
             if u.produced:
                 if needed_later:
                     moved += self.facts[u.first][t][0]  # stored once, as its producer wrote it
+                    charged[u.first - i] += self.facts[u.first][t][0]
                 else:
                     resident_t.append(t)
             else:
@@ -270,8 +275,10 @@ class _Planner:
                     continue
                 if kind == "inner":
                     outer_moved += loaded
+                    outer_charged[u.first - i] += loaded
                 else:
                     moved += loaded
+                    charged[u.first - i] += loaded
             covers[kind][u.first - i] += u.whole
             covers[kind][u.last - i + 1] -= u.whole
         held = {kind: np.cumsum(c)[:length] for kind, c in covers.items()}
@@ -280,12 +287,13 @@ class _Planner:
             peak = int(held["whole"].max())
             if peak > self.cap:
                 return None
-            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]))
+            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]),
+                         per_operator=tuple(int(v) for v in charged))
         return self._best_slab(names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-                               tuple(sorted(resident_t)))
+                               tuple(sorted(resident_t)), charged, outer_charged)
 
     def _best_slab(self, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-                   resident_t) -> Group | None:
+                   resident_t, charged, outer_charged) -> Group | None:
         length = len(held["both"])
         best = None
         for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
@@ -316,14 +324,20 @@ class _Planner:
                     v[1] * count * (1 if v[5] else outer_count) for v in items[p:])
                 if best is None or traffic < best[0]:
                     occupancy = work + total_cover - streamed_cover[p] + kept[p]
-                    best = (traffic, size, outer_size, p, int(peaks[p]), tuple(int(v) for v in occupancy), items)
+                    per_op = charged + outer_count * outer_charged
+                    for v in items[:p]:
+                        per_op[v[2]] += v[1]
+                    for v in items[p:]:
+                        per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
+                    best = (traffic, size, outer_size, p, int(peaks[p]), tuple(int(v) for v in occupancy), items,
+                            tuple(int(round(v)) for v in per_op))
         if best is None:
             return None
-        traffic, size, outer_size, p, peak, occupancy, items = best
+        traffic, size, outer_size, p, peak, occupancy, items, per_op = best
         outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
         slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
                     tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
-        return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy)
+        return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy, per_operator=per_op)
 
     # -- search -------------------------------------------------------------------------------
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:

@@ -55,6 +55,12 @@ def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
     data = json.loads(result.output)
     assert any(g["slab"] and g["slab"]["extent"] == 2 for g in data["groups"])
     assert data["ratio_to_layer_by_layer"] < 0.5 and all(g["peak_bytes"] <= 2097152 for g in data["groups"])
+    # per operator: the plan's traffic adds up to the total, each operator at or above its own bound
+    # when run alone (layer by layer), and the copies folded are counted
+    ops = data["operators"]
+    assert len(ops) == sum(len(g["operators"]) for g in data["groups"]) and data["copies_folded"] > 0
+    assert abs(sum(o["plan_bytes"] for o in ops) - data["total_bytes"]) <= len(ops)
+    assert all(o["layer_by_layer_bytes"] >= o["bound_bytes"] * 0.999 for o in ops)
     page = report.read_text()
     assert "Residency timeline" in page and "DRAM traffic per operator" in page and "slabs of 1/2" in page
     assert "<script src=" not in page  # self-contained: opens offline

@@ -131,3 +131,11 @@ def test_attention_runs_one_sequence_at_a_time_then_row_by_row_when_neither_alon
     assert grp.slab is not None and grp.slab.outer_dims == ("b", "b", "b") and grp.slab.dims == ("i", "i", "i")
     assert grp.slab.outer_size < b and grp.peak_bytes <= capacity
     assert p.total_bytes == p.compulsory_bytes  # Q, K, V read once, O written once; S and P never leave
+
+
+def test_each_group_traffic_is_attributed_to_its_operators():
+    for g, capacity in ((_batched_chain(16), 3 * 2**20), (_batched_chain(16), 2 * 2**20 // 3), (_batched_chain(2), 1 << 30)):
+        p = plan(g, capacity_bytes=capacity)
+        for grp in p.groups:
+            assert len(grp.per_operator) == len(grp.operators)
+            assert abs(sum(grp.per_operator) - grp.traffic_bytes) <= len(grp.operators)  # rounding only
