@@ -153,6 +153,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
             "seconds": seconds,
             "groups": [{"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,
                         "resident": list(grp.resident), "tiled": grp.tiled,
+                        "carried_in": list(grp.carried_in), "carried_out": list(grp.carried_out),
                         "slab": None if grp.slab is None else {
                             "size": grp.slab.size, "extent": grp.slab.extent, "count": grp.slab.count,
                             "outer_size": grp.slab.outer_size, "outer_extent": grp.slab.outer_extent,

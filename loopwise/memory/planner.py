@@ -26,8 +26,12 @@ inputs held between their first and last use in the group, and the resident inva
 scratchpad, with sliced tensors counted at the slab's size. An operator that fits no group runs
 alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 
+Between groups, the tensors crossing a boundary can stay on chip (held whole) instead of being
+stored and loaded again, when the group after uses them up and the group before made them all.
+
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
-programming over group boundaries (exact for contiguous groups), where each candidate group takes
+programming over group boundaries, each boundary with or without its crossing tensors kept on chip
+(exact for contiguous groups), where each candidate group takes
 its best way to run: whole, or the largest slab that fits for each slab dimension the chain admits
 (found by propagating the first operator's dimension, or pair of dimensions, through the tensors it
 shares with the next),
@@ -37,9 +41,10 @@ they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -79,6 +84,8 @@ class Group:
     slab: Slab | None = None
     occupancy: tuple[int, ...] = ()  # scratchpad bytes held at each of its operators
     per_operator: tuple[int, ...] = ()  # its traffic by operator (a load at the first reader, a store at the producer)
+    carried_in: tuple[str, ...] = ()  # kept on chip by the group before, not loaded
+    carried_out: tuple[str, ...] = ()  # kept on chip for the group after, not stored
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,21 @@ class _Planner:
             for t in op.tensors:
                 self.uses.setdefault(t.name, []).append(i)
         self.sigs = [slab_signatures(op) for op in self.ops]
+        self.readers: dict[str, tuple[int, ...]] = {}
+        for k, fact in enumerate(self.facts):
+            for t, (_, r, _) in fact.items():
+                if r:
+                    self.readers[t] = self.readers.get(t, ()) + (k,)
+        # crossing[b]: tensors made by an operator before b and used at or after b (what a group
+        # boundary at b sends through DRAM, or keeps on chip)
+        producer: dict[str, int] = {}
+        for k, fact in enumerate(self.facts):
+            for t, (_, _, w) in fact.items():
+                if w:
+                    producer.setdefault(t, k)
+        self.producer = producer
+        n = len(self.ops)
+        self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.singles: dict[int, Group] = {}
         self.evaluated = 0
@@ -207,7 +229,12 @@ class _Planner:
                                     per_operator=(choice.traffic_bytes,))
         return self.singles[i]
 
-    def read_union(self, t: str, readers: list[int]) -> int:
+    def _readers_in(self, t: str, first: int, last: int) -> tuple[int, ...]:
+        """The operators in first..last that read ``t``."""
+        readers = self.readers[t]
+        return readers[bisect.bisect_left(readers, first):bisect.bisect_right(readers, last)]
+
+    def read_union(self, t: str, readers) -> int:
         if len(readers) == 1:
             return self.facts[readers[0]][t][0]
         key = (t, tuple(readers))
@@ -245,12 +272,18 @@ class _Planner:
         return units
 
     def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
-                 outer_extent: int = 1) -> Group | None:
+                 outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None) -> Group | None:
         """Operators i..j-1 as one group: whole (``spec`` None), or in slabs over the inner
-        dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit."""
-        units = self._units(i, j, spec)
+        dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit.
+        ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
+        them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
+        group instead of being stored. A carried tensor is held whole. ``units``: the group's
+        tensors when the caller has them already (:meth:`_units`)."""
+        units = units if units is not None else self._units(i, j, spec)
         if units is None:
             return None
+        carried_in = set(self.crossing[i]) if carry_in else set()
+        carried_out = set(self.crossing[j]) if carry_out else set()
         length = j - i
         resident_t, moved = [], 0
         charged = np.zeros(length)  # traffic by the operator that moves it (loads at the first reader)
@@ -260,6 +293,16 @@ class _Planner:
         invariants = []  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
         for t, u in units.items():
             needed_later = t in self.outputs or self.uses[t][-1] >= j
+            if t in carried_in or t in carried_out:
+                first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
+                covers["whole"][first] += u.whole
+                covers["whole"][last + 1] -= u.whole
+                if t in carried_out and t in self.outputs:
+                    moved += self.facts[u.first][t][0]  # a model output is stored all the same
+                    charged[u.first - i] += self.facts[u.first][t][0]
+                elif t in carried_out:
+                    resident_t.append(t)
+                continue
             kind = "whole" if spec is None else "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
             if u.produced:
                 if needed_later:
@@ -268,7 +311,7 @@ class _Planner:
                 else:
                     resident_t.append(t)
             else:
-                readers = [k for k in range(u.first, u.last + 1) if t in self.facts[k] and self.facts[k][t][1]]
+                readers = self._readers_in(t, u.first, u.last)
                 loaded = self.read_union(t, readers) if readers else u.whole
                 if kind is None:
                     invariants.append((u.whole, loaded, u.first - i, u.last - i, t, u.outer))
@@ -288,9 +331,13 @@ class _Planner:
             if peak > self.cap:
                 return None
             return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]),
-                         per_operator=tuple(int(v) for v in charged))
-        return self._best_slab(names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-                               tuple(sorted(resident_t)), charged, outer_charged)
+                         per_operator=tuple(int(v) for v in charged), carried_in=tuple(sorted(carried_in)),
+                         carried_out=tuple(sorted(carried_out)))
+        grp = self._best_slab(names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+                              tuple(sorted(resident_t)), charged, outer_charged)
+        if grp is None or not (carried_in or carried_out):
+            return grp
+        return replace(grp, carried_in=tuple(sorted(carried_in)), carried_out=tuple(sorted(carried_out)))
 
     def _best_slab(self, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
                    resident_t, charged, outer_charged) -> Group | None:
@@ -302,17 +349,27 @@ class _Planner:
             # an invariant of the inner slabs held at its size for one outer slab; the largest first
             items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer)
                             for whole, loaded, a, z, name, by_outer in invariants), key=lambda v: -v[0])
-            streamed_cover = np.zeros((len(items) + 1, length))
-            kept = np.zeros(len(items) + 1)
-            for p, (size, _, a, z, _, _) in enumerate(items):
-                row = np.zeros(length)
-                row[a:z + 1] = size
-                streamed_cover[p + 1] = streamed_cover[p] + row
-                kept[p + 1] = kept[p] + size
+            # streamed_cover[p]: bytes the p largest invariants hold at each operator, if streamed
+            sizes_held = np.array([v[0] for v in items], dtype=float)
+            steps = np.zeros((len(items), length + 1))
+            if items:
+                rows = np.arange(len(items))
+                np.add.at(steps, (rows, [v[2] for v in items]), sizes_held)
+                np.add.at(steps, (rows, [v[3] + 1 for v in items]), -sizes_held)
+            streamed_cover = np.vstack([np.zeros(length), np.cumsum(np.cumsum(steps, axis=1)[:, :length], axis=0)])
+            kept = np.concatenate([[0.0], np.cumsum(sizes_held)])
             total_cover = streamed_cover[-1]
+            # what the invariants beyond the p largest move when streamed: per inner slab, or per
+            # inner slab of every outer slab (an invariant of both levels)
+            loaded = np.array([v[1] for v in items], dtype=float)
+            per_inner = np.array([v[1] if v[5] else 0.0 for v in items])
+            per_both = loaded - per_inner
+            resident_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
+            inner_suffix = np.concatenate([np.cumsum(per_inner[::-1])[::-1], [0.0]])
+            both_suffix = np.concatenate([np.cumsum(per_both[::-1])[::-1], [0.0]])
             for size in _sizes_below(extent):
                 count = math.ceil(extent / size)
-                work = held["both"] * fo * size / extent + held["inner"] * size / extent
+                work = held["both"] * fo * size / extent + held["inner"] * size / extent + held["whole"]
                 peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + kept
                 fits = np.nonzero(peaks <= self.cap)[0]
                 if not len(fits):
@@ -320,20 +377,21 @@ class _Planner:
                 p = int(fits.max())
                 # resident: loaded once; streamed: by every inner slab (of every outer slab, for an
                 # invariant of both levels)
-                traffic = moved + outer_count * outer_moved + sum(v[1] for v in items[:p]) + sum(
-                    v[1] * count * (1 if v[5] else outer_count) for v in items[p:])
+                traffic = moved + outer_count * outer_moved + resident_prefix[p] + count * (
+                    inner_suffix[p] + outer_count * both_suffix[p])
                 if best is None or traffic < best[0]:
-                    occupancy = work + total_cover - streamed_cover[p] + kept[p]
-                    per_op = charged + outer_count * outer_charged
-                    for v in items[:p]:
-                        per_op[v[2]] += v[1]
-                    for v in items[p:]:
-                        per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
-                    best = (traffic, size, outer_size, p, int(peaks[p]), tuple(int(v) for v in occupancy), items,
-                            tuple(int(round(v)) for v in per_op))
+                    held_at = work + total_cover - streamed_cover[p] + kept[p]
+                    best = (traffic, size, outer_size, p, int(peaks[p]), held_at, items, count, outer_count)
         if best is None:
             return None
-        traffic, size, outer_size, p, peak, occupancy, items, per_op = best
+        traffic, size, outer_size, p, peak, held_at, items, count, outer_count = best
+        occupancy = tuple(int(v) for v in held_at)
+        per_op = charged + outer_count * outer_charged
+        for v in items[:p]:
+            per_op[v[2]] += v[1]
+        for v in items[p:]:
+            per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
+        per_op = tuple(int(round(v)) for v in per_op)
         outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
         slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
                     tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
@@ -373,20 +431,35 @@ class _Planner:
                 options.append((agree, d))
         return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
-    def candidates(self, i: int) -> dict[int, Group]:
-        """The best group starting at operator i for every end j (whole or in slabs)."""
+    def _carries(self, i: int, j: int) -> list[tuple[bool, bool]]:
+        """The ways group i..j-1 can meet its neighbours: carrying in is possible when every tensor
+        crossing into it is used up inside it; carrying out when it made every tensor crossing out."""
         n = len(self.ops)
-        found: dict[int, Group] = {}
+        cin = [False] + ([True] if i > 0 and self.crossing[i] and all(self.uses[t][-1] < j for t in self.crossing[i])
+                         else [])
+        cout = [False] + ([True] if j < n and self.crossing[j] and all(i <= self.producer[t] for t in self.crossing[j])
+                          else [])
+        return [(a, b) for a in cin for b in cout]
 
-        def keep(j: int, grp: Group | None) -> None:
-            if grp is not None and (j not in found or grp.traffic_bytes < found[j].traffic_bytes):
-                found[j] = grp
+    def candidates(self, i: int) -> dict[tuple[int, bool, bool], Group]:
+        """The best group starting at operator i for every end j and way of meeting its neighbours
+        (carrying tensors in, out), whole or in slabs."""
+        n = len(self.ops)
+        found: dict[tuple[int, bool, bool], Group] = {}
 
-        for j in range(i + 2, min(n, i + self.max_group) + 1):  # whole
+        def keep(j: int, grp: Group | None, carry=(False, False)) -> None:
+            key = (j, *carry)
+            if grp is not None and (key not in found or grp.traffic_bytes < found[key].traffic_bytes):
+                found[key] = grp
+
+        for j in range(i + 1, min(n, i + self.max_group) + 1):  # whole
             grp = self.evaluate(i, j, None, 1)
             if grp is None:
                 break
-            keep(j, grp)
+            if j > i + 1:
+                keep(j, grp)
+            for carry in self._carries(i, j)[1:]:
+                keep(j, self.evaluate(i, j, None, 1, carry_in=carry[0], carry_out=carry[1]), carry)
         for outer, inner, extent, outer_extent in self._seeds(i):
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
@@ -410,20 +483,22 @@ class _Planner:
                                 if pos is not None:
                                     state.setdefault(t, pos)
                     produced |= {t for t, (_, _, w) in self.facts[k].items() if w}
-                grp = self.evaluate(i, j, spec, extent, outer_extent)
+                units = self._units(i, j, spec)
+                if units is None:
+                    break
+                grp = self.evaluate(i, j, spec, extent, outer_extent, units=units)
                 if grp is None:
-                    if self._hopeless(i, j, spec, extent, outer_extent):
+                    if self._hopeless(i, j, units, extent, outer_extent):
                         break
                     continue
                 keep(j, grp)
+                for carry in self._carries(i, j)[1:]:
+                    keep(j, self.evaluate(i, j, spec, extent, outer_extent, *carry, units=units), carry)
         return found
 
-    def _hopeless(self, i: int, j: int, spec, extent: int, outer_extent: int) -> bool:
+    def _hopeless(self, i: int, j: int, units, extent: int, outer_extent: int) -> bool:
         """True when even the smallest slabs with every invariant streamed do not fit (then no
         longer group of this chain fits either)."""
-        units = self._units(i, j, spec)
-        if units is None:
-            return True
         length = j - i
         cover = np.zeros(length + 1)
         for u in units.values():
@@ -434,22 +509,36 @@ class _Planner:
 
     def run(self, progress=None) -> Plan:
         n = len(self.ops)
-        best: list[tuple[int, list[Group]]] = [(0, [])] + [(0, [])] * n
-        ends: dict[int, dict[int, Group]] = {}
+        ends: dict[int, dict[tuple[int, bool, bool], Group]] = {}
         for i in range(n):
             ends[i] = self.candidates(i)
             self.single(i)
             if progress is not None:
                 progress(i + 1, n)
+        # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
+        # boundary j kept on chip for the next group
+        inf = (float("inf"), [])
+        best: list[list[tuple[float, list[Group]]]] = [[(0, []), inf]] + [[inf, inf] for _ in range(n)]
+        by_end: dict[int, list[tuple[int, bool, bool, Group]]] = {}
+        for i, found in ends.items():
+            for (j, cin, cout), grp in found.items():
+                by_end.setdefault(j, []).append((i, cin, cout, grp))
         for j in range(1, n + 1):
             single = self.single(j - 1)
-            options = [(best[j - 1][0] + single.traffic_bytes, best[j - 1][1] + [single])]
-            for i in range(max(0, j - self.max_group), j):
-                grp = ends[i].get(j)
-                if grp is not None:
-                    options.append((best[i][0] + grp.traffic_bytes, best[i][1] + [grp]))
-            best[j] = min(options, key=lambda o: o[0])
-        total, groups = best[n]
+            options = {False: [best[j - 1][0][0] + single.traffic_bytes], True: []}
+            choices = {False: [(best[j - 1][0], single)], True: []}
+            for i, cin, cout, grp in by_end.get(j, []):
+                before = best[i][1 if cin else 0]
+                if before[0] == float("inf"):
+                    continue
+                options[cout].append(before[0] + grp.traffic_bytes)
+                choices[cout].append((before, grp))
+            for c in (False, True):
+                if options[c]:
+                    k = min(range(len(options[c])), key=options[c].__getitem__)
+                    before, grp = choices[c][k]
+                    best[j][1 if c else 0] = (options[c][k], before[1] + [grp])
+        total, groups = best[n][0]
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
-        return Plan(tuple(groups), total, self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op)
+        return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op)

@@ -139,3 +139,27 @@ def test_each_group_traffic_is_attributed_to_its_operators():
         for grp in p.groups:
             assert len(grp.per_operator) == len(grp.operators)
             assert abs(sum(grp.per_operator) - grp.traffic_bytes) <= len(grp.operators)  # rounding only
+
+
+def test_a_tensor_kept_on_chip_between_two_groups_is_neither_stored_nor_loaded():
+    """Keys made by one group (whole) and read by every row slab of the next: the two cannot be one
+    group (the scores of all rows do not fit beside the keys), but the keys can stay on chip across
+    the boundary, so the plan moves only the compulsory traffic."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import Access, Operator, Tensor
+
+    keys = Operator("keys", {"m": 64, "n": 32, "k": 32}, (Tensor("A", (64, 32)), Tensor("B", (32, 32)), Tensor("K", (64, 32))),
+                    reads=(Access("A", ("m", "k")), Access("B", ("k", "n"))), writes=(Access("K", ("m", "n")),))
+    # the scores with their softmax fused: a row of S needs every key (j is coupled)
+    scores = Operator("scores", {"i": 64, "j": 64, "d": 32}, (Tensor("Q", (64, 32)), Tensor("K", (64, 32)), Tensor("S", (64, 64))),
+                      reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),),
+                      coupled=frozenset({"j"}))
+    g = Graph("keys-then-scores", (keys, scores), frozenset({"B"}))
+    capacity = 12 * 1024  # keys whole: 10 KiB; scores whole: 16 KiB; a row of scores beside all keys: ~4.2 KiB
+    p = plan(g, capacity_bytes=capacity)
+    assert [grp.operators for grp in p.groups] == [("keys",), ("scores",)]
+    assert p.groups[0].carried_out == ("K",) and p.groups[1].carried_in == ("K",)
+    assert p.total_bytes == p.compulsory_bytes and all(grp.peak_bytes <= capacity for grp in p.groups)
+    # with no room to keep the keys beside a row of scores, they go out and come back
+    tight = plan(g, capacity_bytes=4 * 1024 + 300)
+    assert tight.total_bytes > tight.compulsory_bytes
