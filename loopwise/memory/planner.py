@@ -231,7 +231,7 @@ class _Planner:
 
     def _readers_in(self, t: str, first: int, last: int) -> tuple[int, ...]:
         """The operators in first..last that read ``t``."""
-        readers = self.readers[t]
+        readers = self.readers.get(t, ())
         return readers[bisect.bisect_left(readers, first):bisect.bisect_right(readers, last)]
 
     def read_union(self, t: str, readers) -> int:
