@@ -214,6 +214,8 @@ class SandboxPool:
         self._own_logs = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="loopwise-logs-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # a pool never closed (its program ended first) removes its own log folder at exit
+        self._remove_logs = weakref.finalize(self, shutil.rmtree, str(self.log_dir), True) if self._own_logs else None
         self.spares = spares
         self._ready: list[Sandbox] = []
         self._count = 0
@@ -252,8 +254,8 @@ class SandboxPool:
         for box in self._ready:
             box.kill()
         self._ready.clear()
-        if self._own_logs:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self._remove_logs is not None:
+            self._remove_logs()
 
     def __enter__(self) -> "SandboxPool":
         return self
