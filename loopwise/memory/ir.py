@@ -9,6 +9,7 @@ pooling and elementwise operators alike.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -89,24 +90,75 @@ def matmul(name: str, m: int, n: int, k: int, elem_bytes: int = 2) -> Operator:
                     macs=m * n * k)
 
 
+@dataclass(frozen=True)
+class Nest:
+    """A loop nest's dimensions and index maps, before its tensors are named: what an importer
+    needs to turn a convolution or a matrix product into an :class:`Operator`."""
+
+    dims: dict[str, int]
+    reads: tuple[tuple[str, ...], ...]  # per operand, in the operator's argument order
+    write: tuple[str, ...]
+    bias: tuple[str, ...]  # the index of a bias, where the operator has one
+    macs: int
+
+
+def conv2d_nest(n: int, c: int, k: int, r: int, s: int, groups: int, out_hw: tuple[int, int], in_hw: tuple[int, int],
+                stride=(1, 1), pad=(0, 0), dilation=(1, 1), transposed: bool = False) -> Nest:
+    """A grouped, strided, dilated, padded 2-d convolution of x [n, c, H, W] with weights w, writing
+    y [n, k, P, Q]; ``c`` and ``k`` are the layer's channel counts, the loops run over one group's.
+    Direct: y[n, g*K/G + k, p, q] += x[n, g*C/G + c, stride*p + dilation*r - pad, ...] * w[g*K/G + k, c, r, s].
+    Transposed: the write is the affine map, y[n, g*K/G + k, stride*i + dilation*r - pad, ...] +=
+    x[n, g*C/G + c, i, j] * w[g*C/G + c, k, r, s]."""
+    if c % groups or k % groups:
+        raise ValueError(f"{c} input and {k} output channels do not split into {groups} groups")
+    cg, kg = c // groups, k // groups
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dilation
+    out_channel = f"{kg}*g + k"
+    if not transposed:
+        p, q = out_hw
+        return Nest({"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s},
+                    (("n", f"{cg}*g + c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}"), (out_channel, "c", "r", "s")),
+                    ("n", out_channel, "p", "q"), (out_channel,), n * k * cg * p * q * r * s)
+    h, w = in_hw
+    return Nest({"n": n, "g": groups, "k": kg, "c": cg, "i": h, "j": w, "r": r, "s": s},
+                (("n", f"{cg}*g + c", "i", "j"), (f"{cg}*g + c", "k", "r", "s")),
+                ("n", out_channel, f"{sh}*i + {dh}*r - {ph}", f"{sw}*j + {dw}*s - {pw}"), (out_channel,),
+                n * c * kg * h * w * r * s)
+
+
+def matmul_nest(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Nest:
+    """out[..., m, n] += a[..., m, k] * b[..., k, n] with the batch dimensions broadcast, as numpy does
+    (an operand's batch dimension of 1 against a larger one is read at 0)."""
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ValueError(f"a product of shapes {a_shape} and {b_shape}: matrix-vector products are not imported")
+    batch = out_shape[:-2]
+    lead = [f"l{j}" for j in range(len(batch))]
+
+    def index(shape, last2):
+        off = len(batch) - (len(shape) - 2)
+        return tuple("0" if shape[j] == 1 and batch[off + j] != 1 else lead[off + j] for j in range(len(shape) - 2)) + last2
+
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    return Nest(dict(zip(lead, batch)) | {"m": m, "n": n, "k": k}, (index(a_shape, ("m", "k")), index(b_shape, ("k", "n"))),
+                (*lead, "m", "n"), (), math.prod(batch) * m * n * k)
+
+
 def conv2d(name: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int, stride: int = 1, pad: int = 0,
            dilation: int = 1, groups: int = 1, elem_bytes: int = 2,
            tensors: tuple[str, str, str] = ("X", "W", "Y")) -> Operator:
-    """Y[n, g*K/G + k, p, q] += X[n, g*C/G + c, stride*p + dilation*r - pad, ...] * W[g*K/G + k, c, r, s]
-    over groups g (depthwise: groups = c = k); ``c`` and ``k`` are the layer's channel counts, the
-    loops run over the channels of one group. Output size as PyTorch computes it."""
+    """A convolution (:func:`conv2d_nest`) over tensors named ``tensors``, output size as PyTorch
+    computes it."""
     if c % groups or k % groups:
         raise ValueError(f"{name}: {c} input and {k} output channels do not split into {groups} groups")
-    cg, kg = c // groups, k // groups
     p = (h + 2 * pad - dilation * (r - 1) - 1) // stride + 1
     q = (w + 2 * pad - dilation * (s - 1) - 1) // stride + 1
-    row, col = f"{stride}*p + {dilation}*r - {pad}", f"{stride}*q + {dilation}*s - {pad}"
+    nest = conv2d_nest(n, c, k, r, s, groups, (p, q), (h, w), (stride, stride), (pad, pad), (dilation, dilation))
     x, wt, y = tensors
-    return Operator(name, {"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s},
-                    (Tensor(x, (n, c, h, w), elem_bytes), Tensor(wt, (k, cg, r, s), elem_bytes),
+    return Operator(name, nest.dims,
+                    (Tensor(x, (n, c, h, w), elem_bytes), Tensor(wt, (k, c // groups, r, s), elem_bytes),
                      Tensor(y, (n, k, p, q), elem_bytes)),
-                    reads=(Access(x, ("n", f"{cg}*g + c", row, col)), Access(wt, (f"{kg}*g + k", "c", "r", "s"))),
-                    writes=(Access(y, ("n", f"{kg}*g + k", "p", "q")),), macs=n * kg * cg * groups * p * q * r * s)
+                    reads=(Access(x, nest.reads[0]), Access(wt, nest.reads[1])), writes=(Access(y, nest.write),),
+                    macs=nest.macs)
 
 
 def elementwise(name: str, shape: tuple[int, ...], inputs: tuple[str, ...], output: str,

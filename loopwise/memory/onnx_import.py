@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor
+from loopwise.memory.ir import Access, Operator, Tensor, conv2d_nest, matmul_nest
 
 ELEMENTWISE = {"Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Erf",
                "Sqrt", "Pow", "Exp", "LeakyRelu", "BatchNormalization", "Softplus", "Gelu", "Where", "Neg",
@@ -99,7 +99,7 @@ class _Builder:
                 if kind == "Conv":
                     ops.append(self._conv(name, node))
                 elif kind == "ConvTranspose":
-                    ops.append(self._conv_transpose(name, node))
+                    ops.append(self._conv(name, node, transposed=True))
                 elif kind == "Gemm" or (kind == "MatMul" and len(self._shape(node.input[0])) == 2
                                         and len(self._shape(node.input[1])) == 2):
                     ops.append(self._gemm(name, node))
@@ -148,14 +148,7 @@ class _Builder:
     def _read(self, name: str, index: tuple[str, ...]) -> list[tuple[Tensor, Access]]:
         """The reads of ``name`` at ``index``: through a folded copy (a reshape's floor / mod of the
         linear index, a transpose's permutation, a slice's offset, a concatenation's parts)."""
-        return self._pairs_of(self._ref(name), index)
-
-    def _pairs_of(self, ref, index, guard: str = "") -> list[tuple[Tensor, Access]]:
-        from loopwise.memory.torch_import import split_parts
-
-        if ref.parts:
-            return [pair for part, at, g in split_parts(ref, index, guard) for pair in self._pairs_of(part, at, g)]
-        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index), guard))]
+        return self._ref(name).pairs(index)
 
     def _write(self, name: str, index: tuple[str, ...]) -> tuple[Tensor, Access]:
         return Tensor(self._name(name), self._shape(name), self.elem), Access(self._name(name), index)
@@ -174,7 +167,7 @@ class _Builder:
 
     def _fold(self, node) -> None:
         """A copy operator folded into its readers' access maps."""
-        from loopwise.memory.torch_import import Ref, reshape_map
+        from loopwise.memory.torch_import import Ref
 
         kind, source, target = node.op_type, node.input[0], node.output[0]
         src = self._ref(source)
@@ -183,16 +176,13 @@ class _Builder:
             shape = self._shape(target)
             if math.prod(shape) != math.prod(src.shape):
                 raise UserError(f"{self.where}: {kind} {node.name!r} changes the element count")
-            if src.pure and not src.parts:
-                self.alias[target] = Ref(shape, src.base, src.base_shape, reshape_map(src.base_shape, shape), self.elem)
-            else:
-                self.alias[target] = _derived(src, shape, reshape_map(src.shape, shape))
+            self.alias[target] = src.reshaped(shape)
         elif kind in ("Identity", "Dropout", "Cast"):
             self.alias[target] = src
         elif kind == "Transpose":
             perm = list(a.get("perm", list(reversed(range(len(src.shape))))))
             inverse = [perm.index(j) for j in range(len(perm))]
-            self.alias[target] = _derived(src, self._shape(target), lambda ix, inv=inverse: tuple(ix[i] for i in inv))
+            self.alias[target] = src.view(self._shape(target), lambda ix, inv=inverse: tuple(ix[i] for i in inv))
         elif kind == "Slice":
             starts = self._const(node, 1, "starts")  # the extent comes from the inferred output shape
             axes = self._const(node, 3, "axes", list(range(len(starts))))
@@ -203,7 +193,7 @@ class _Builder:
                 n = src.shape[ax]
                 offset[ax] = min(max(st + n if st < 0 else st, 0), n - (1 if sp < 0 else 0))
                 stride[ax] = sp
-            self.alias[target] = _derived(src, self._shape(target), lambda ix, o=tuple(offset), t=tuple(stride): tuple(
+            self.alias[target] = src.view(self._shape(target), lambda ix, o=tuple(offset), t=tuple(stride): tuple(
                 (f"{oo} + {tt}*({e})" if oo else f"{tt}*({e})") if tt != 1 else (f"{oo} + {e}" if oo else e)
                 for e, oo, tt in zip(ix, o, t)))
         elif kind == "Split":
@@ -211,7 +201,7 @@ class _Builder:
             start = 0
             for out in node.output:
                 length = self._shape(out)[axis]
-                self.alias[out] = _derived(src, self._shape(out), lambda ix, s0=start, ax=axis: tuple(
+                self.alias[out] = src.view(self._shape(out), lambda ix, s0=start, ax=axis: tuple(
                     f"{s0} + {e}" if j == ax and s0 else e for j, e in enumerate(ix)))
                 start += length
         elif kind == "Concat":
@@ -264,23 +254,20 @@ class _Builder:
                         writes=tuple(a for _, a in parts_written), macs=macs, coupled=frozenset(coupled))
 
     # -- operators --------------------------------------------------------------------------
-    def _conv(self, name: str, node) -> Operator:
+    def _conv(self, name: str, node, transposed: bool = False) -> Operator:
+        """Conv, or ConvTranspose (whose write is the affine map): :func:`loopwise.memory.ir.conv2d_nest`."""
         a = self._attrs(node)
         x, w = node.input[0], node.input[1]
         n, c, h, wd = self._shape(x)
-        k, cg, r, s = self._shape(w)
-        groups = int(a.get("group", 1))
+        _, k, p, q = self._shape(node.output[0])
+        r, s = self._shape(w)[2:]
         pads = list(a.get("pads", [0, 0, 0, 0]))
-        (sh, sw), (dh, dw) = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
-        _, _, p, q = self._shape(node.output[0])
-        kg = k // groups
-        dims = {"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s}
-        row, col = f"{sh}*p + {dh}*r - {pads[0]}", f"{sw}*q + {dw}*s - {pads[1]}"
-        reads = [self._read(x, ("n", f"{cg}*g + c", row, col)), self._read(w, (f"{kg}*g + k", "c", "r", "s"))]
+        nest = conv2d_nest(n, c, k, r, s, int(a.get("group", 1)), (p, q), (h, wd), tuple(a.get("strides", [1, 1])),
+                           (pads[0], pads[1]), tuple(a.get("dilations", [1, 1])), transposed)
+        reads = [self._read(x, nest.reads[0]), self._read(w, nest.reads[1])]
         if len(node.input) > 2 and node.input[2]:
-            reads.append(self._read(node.input[2], (f"{kg}*g + k",)))
-        out = [self._write(node.output[0], ("n", f"{kg}*g + k", "p", "q"))]
-        return self._op(name, dims, reads, out, macs=n * k * cg * p * q * r * s)
+            reads.append(self._read(node.input[2], nest.bias))
+        return self._op(name, nest.dims, reads, [self._write(node.output[0], nest.write)], macs=nest.macs)
 
     def _gemm(self, name: str, node) -> Operator:
         a = self._attrs(node)
@@ -298,41 +285,11 @@ class _Builder:
         return self._op(name, {"m": m, "n": n, "k": k}, reads, [self._write(node.output[0], ("m", "n"))],
                         macs=m * n * k)
 
-    def _conv_transpose(self, name: str, node) -> Operator:
-        """y[n, k, s*i + d*r - pad, ...] += x[n, c, i, j] * w[c, k, r, s]: the write is the affine map."""
-        a = self._attrs(node)
-        x, w = node.input[0], node.input[1]
-        n, c, h, wd = self._shape(x)
-        cin, kg, r, s = self._shape(w)
-        groups = int(a.get("group", 1))
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        (sh, sw), (dh, dw) = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
-        cg = c // groups
-        dims = {"n": n, "g": groups, "k": kg, "c": cg, "i": h, "j": wd, "r": r, "s": s}
-        reads = [self._read(x, ("n", f"{cg}*g + c", "i", "j")), self._read(w, (f"{cg}*g + c", "k", "r", "s"))]
-        if len(node.input) > 2 and node.input[2]:
-            reads.append(self._read(node.input[2], (f"{kg}*g + k",)))
-        out = [self._write(node.output[0], ("n", f"{kg}*g + k", f"{sh}*i + {dh}*r - {pads[0]}", f"{sw}*j + {dw}*s - {pads[1]}"))]
-        return self._op(name, dims, reads, out, macs=n * c * kg * h * wd * r * s)
-
     def _batched_matmul(self, name: str, node) -> Operator:
         """MatMul of N-d operands: batch dimensions broadcast, as numpy does."""
-        sa, sb = self._shape(node.input[0]), self._shape(node.input[1])
-        out = self._shape(node.output[0])
-        if len(sa) < 2 or len(sb) < 2:
-            raise ValueError(f"a MatMul of shapes {sa} and {sb}: matrix-vector products are not imported")
-        batch = out[:-2]
-        lead = [f"l{j}" for j in range(len(batch))]
-
-        def index(shape, last2):
-            off = len(batch) - (len(shape) - 2)
-            return tuple("0" if shape[j] == 1 and batch[off + j] != 1 else lead[off + j]
-                         for j in range(len(shape) - 2)) + last2
-
-        m, k, n = sa[-2], sa[-1], sb[-1]
-        dims = dict(zip(lead, batch)) | {"m": m, "n": n, "k": k}
-        reads = [self._read(node.input[0], index(sa, ("m", "k"))), self._read(node.input[1], index(sb, ("k", "n")))]
-        return self._op(name, dims, reads, [self._write(node.output[0], (*lead, "m", "n"))], macs=math.prod(batch) * m * n * k)
+        nest = matmul_nest(self._shape(node.input[0]), self._shape(node.input[1]), self._shape(node.output[0]))
+        reads = [self._read(node.input[0], nest.reads[0]), self._read(node.input[1], nest.reads[1])]
+        return self._op(name, nest.dims, reads, [self._write(node.output[0], nest.write)], macs=nest.macs)
 
     def _rowwise(self, name: str, node) -> Operator:
         """Softmax / LogSoftmax / LayerNormalization: elementwise in its access maps, but an output
@@ -397,14 +354,6 @@ class _Builder:
         sub = [math.prod(shape[j + 1:]) for j in range(len(shape))]
         scale = f"floor(({linear}) * {size} / {extent})" if size != extent else f"({linear})"
         return tuple(f"floor({scale}/{d}) mod {n}" for d, n in zip(sub, shape))
-
-
-def _derived(ref, shape, fn):
-    """``ref`` seen through the index map ``fn`` (a copy of it, folded)."""
-    from loopwise.memory.torch_import import Ref
-
-    return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem,
-               pure=False, parts=ref.parts)
 
 
 def _safe(name: str) -> str:

@@ -26,7 +26,7 @@ from typing import Callable
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor
+from loopwise.memory.ir import Access, Operator, Tensor, conv2d_nest, matmul_nest
 from loopwise.memory.onnx_import import Imported
 
 Index = tuple[str, ...]
@@ -59,6 +59,28 @@ class Ref:
 
     def read(self, index: Index) -> Index:
         return tuple(_tidy(e) for e in self.to_base(tuple(index)))
+
+    def view(self, shape, fn: Callable[[Index], Index]) -> "Ref":
+        """This tensor seen as ``shape`` through the index map ``fn`` (a copy of it, folded)."""
+        return Ref(tuple(int(d) for d in shape), self.base, self.base_shape,
+                   lambda ix, f=fn, g=self.to_base: g(f(ix)), self.elem, pure=False, parts=self.parts)
+
+    def reshaped(self, shape) -> "Ref":
+        """This tensor viewed as ``shape``: straight from the base when it is itself only reshapes of
+        it (a flatten and the view that undoes it give back the plain index)."""
+        shape = tuple(int(d) for d in shape)
+        if self.pure and self.base is not None:
+            return Ref(shape, self.base, self.base_shape, reshape_map(self.base_shape, shape), self.elem, parts=self.parts)
+        return self.view(shape, reshape_map(self.shape, shape))
+
+    def pairs(self, index: Index, guard: str = "") -> list[tuple[Tensor, Access]]:
+        """The reads (or the write) of this tensor at ``index``: none when generated, one per part of
+        a concatenation or a padded tensor (each where the index falls in it)."""
+        if self.base is None:
+            return []
+        if self.parts:
+            return [pair for part, at, g in split_parts(self, index, guard) for pair in part.pairs(at, g)]
+        return [(Tensor(self.base, self.base_shape, self.elem), Access(self.base, self.read(index), guard))]
 
 
 def load_torch(spec: str, batch: int = 1, seq: int | None = None, elem_bytes: int = 2) -> Imported:
@@ -177,18 +199,6 @@ class _Builder:
             return value if isinstance(value, Ref) else None
         return None
 
-    def _derive(self, ref: Ref, shape, fn) -> Ref:
-        return Ref(tuple(int(d) for d in shape), ref.base, ref.base_shape, lambda ix, f=fn, g=ref.to_base: g(f(ix)), ref.elem,
-                   pure=False, parts=ref.parts)
-
-    def _reshaped(self, ref: Ref, shape) -> Ref:
-        """``ref`` viewed as ``shape``: straight from the base when ``ref`` is itself only reshapes of it
-        (a flatten and the view that undoes it give back the plain index)."""
-        shape = tuple(int(d) for d in shape)
-        if ref.pure and ref.base is not None:
-            return Ref(shape, ref.base, ref.base_shape, reshape_map(ref.base_shape, shape), ref.elem, parts=ref.parts)
-        return self._derive(ref, shape, reshape_map(ref.shape, shape))
-
     # -- building -----------------------------------------------------------------------------
     def build(self) -> Imported:
         from torch.export.graph_signature import InputKind
@@ -242,7 +252,7 @@ class _Builder:
                 self.env[node.name] = self.ref(node.args[0])
                 self.folded.append(short)
             elif target in VIEWS:
-                self.env[node.name] = self._reshaped(self.ref(node.args[0]), val.shape)
+                self.env[node.name] = self.ref(node.args[0]).reshaped(val.shape)
                 self.folded.append(short)
             elif handler is not None:
                 handler(node, val)
@@ -273,27 +283,18 @@ class _Builder:
             r = self.ref(arg)
             if r is None or r.base is None:
                 continue
-            reads.append(self._access(r, _linear_walk(r.shape, dims)))
+            reads.append(r.pairs(_linear_walk(r.shape, dims)))
         names = [f"{node.name}_{i}" if len(outs) > 1 else node.name for i in range(len(outs))]
         writes = []
         values = []
         for nm, v in zip(names, outs):
             out = self._real(nm, v)
-            writes.append(self._access(out, _linear_walk(out.shape, dims)))
+            writes.append(out.pairs(_linear_walk(out.shape, dims)))
             values.append(out)
         self.env[node.name] = values if isinstance(val, (list, tuple)) else values[0]
         self._emit(f"{short}:{node.name}", dims, reads, writes)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _access(self, ref: Ref, index: Index, guard: str = "") -> list[tuple[Tensor, Access]]:
-        """The reads (or the write) of ``ref`` at ``index``: none for a generated tensor, one per part
-        of a concatenation (each where the index falls in it)."""
-        if ref.base is None:
-            return []
-        if ref.parts:
-            return [pair for part, at, g in split_parts(ref, index, guard) for pair in self._access(part, at, g)]
-        return [(Tensor(ref.base, ref.base_shape, ref.elem), Access(ref.base, ref.read(index), guard))]
-
     def _out(self, node, val) -> Ref:
         out = self._real(node.name, val)
         self.env[node.name] = out
@@ -313,7 +314,7 @@ class _Builder:
         if lead < 0:
             raise ValueError(f"an input of shape {ref.shape} does not broadcast to {tuple(out_shape)}")
         index = tuple("0" if s == 1 and out_shape[lead + j] != 1 else dims[lead + j] for j, s in enumerate(ref.shape))
-        return self._access(ref, index)
+        return ref.pairs(index)
 
     # -- copy operators -----------------------------------------------------------------------
     def _op_transpose(self, node, val) -> None:
@@ -334,25 +335,25 @@ class _Builder:
 
     def _permuted(self, node, val, src, perm, kind) -> None:
         inverse = [perm.index(j) for j in range(len(perm))]  # source dim j is view dim inverse[j]
-        self.env[node.name] = self._derive(src, val.shape, lambda ix, inv=inverse: tuple(ix[inv[j]] for j in range(len(inv))))
+        self.env[node.name] = src.view(val.shape, lambda ix, inv=inverse: tuple(ix[inv[j]] for j in range(len(inv))))
         self.folded.append(kind)
 
     def _op_unsqueeze(self, node, val) -> None:
         src = self.ref(node.args[0])
         d = node.args[1] % (len(src.shape) + 1)
-        self.env[node.name] = self._derive(src, val.shape, lambda ix, d=d: ix[:d] + ix[d + 1:])
+        self.env[node.name] = src.view(val.shape, lambda ix, d=d: ix[:d] + ix[d + 1:])
         self.folded.append("unsqueeze")
 
     def _op_squeeze(self, node, val) -> None:
         src = self.ref(node.args[0])
-        self.env[node.name] = self._reshaped(src, val.shape)
+        self.env[node.name] = src.reshaped(val.shape)
         self.folded.append("squeeze")
 
     def _op_expand(self, node, val) -> None:
         src = self.ref(node.args[0])
         lead = len(val.shape) - len(src.shape)
-        self.env[node.name] = self._derive(
-            src, val.shape, lambda ix, lead=lead, s=src.shape: tuple("0" if s[j] == 1 else ix[lead + j] for j in range(len(s))))
+        self.env[node.name] = src.view(
+            val.shape, lambda ix, lead=lead, s=src.shape: tuple("0" if s[j] == 1 else ix[lead + j] for j in range(len(s))))
         self.folded.append("expand")
 
     def _op_slice(self, node, val) -> None:
@@ -366,14 +367,14 @@ class _Builder:
             e = ix[d] if s == 1 else f"{s}*({ix[d]})"
             return ix[:d] + (f"{a} + {e}" if a else e,) + ix[d + 1:]
 
-        self.env[node.name] = self._derive(src, val.shape, shift)
+        self.env[node.name] = src.view(val.shape, shift)
         self.folded.append("slice")
 
     def _op_select(self, node, val) -> None:
         src = self.ref(node.args[0])
         dim = node.args[1] % len(src.shape)
         i = node.args[2] % src.shape[dim]
-        self.env[node.name] = self._derive(src, val.shape, lambda ix, d=dim, i=i: ix[:d] + (str(i),) + ix[d:])
+        self.env[node.name] = src.view(val.shape, lambda ix, d=dim, i=i: ix[:d] + (str(i),) + ix[d:])
         self.folded.append("select")
 
     def _op_split(self, node, val) -> None:
@@ -381,7 +382,7 @@ class _Builder:
         dim = (node.args[2] if len(node.args) > 2 else 0) % len(src.shape)
         parts, start = [], 0
         for v in val:
-            parts.append(self._derive(src, v.shape, lambda ix, d=dim, a=start: ix[:d] + (f"{a} + {ix[d]}" if a else ix[d],)
+            parts.append(src.view(v.shape, lambda ix, d=dim, a=start: ix[:d] + (f"{a} + {ix[d]}" if a else ix[d],)
                                       + ix[d + 1:]))
             start += int(v.shape[dim])
         self.env[node.name] = parts
@@ -439,17 +440,17 @@ class _Builder:
         if short in ("_native_batch_norm_legit_no_training", "batch_norm"):
             if self._fold_batch_norm(node, outs[0], x):
                 return
-            reads = [self._access(x, tuple(dims))]
+            reads = [x.pairs(tuple(dims))]
             for arg in node.args[1:5]:
                 r = self.ref(arg)
                 if r is not None:
-                    reads.append(self._access(r, (dims[1],)))
+                    reads.append(r.pairs((dims[1],)))
         else:
             reads = [self._broadcast_read(r, shape, dims) for r in (self.ref(a) for a in _flat((node.args, node.kwargs)))
                      if r is not None]
         out = self._real(node.name, outs[0])
         self.env[node.name] = [out] + [None] * (len(outs) - 1) if isinstance(val, (list, tuple)) else out
-        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [self._access(out, tuple(dims))])
+        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [out.pairs(tuple(dims))])
 
     def _fold_batch_norm(self, node, val, x: Ref) -> bool:
         """A batch norm whose input is a convolution's output read by nothing else: folded into that
@@ -489,29 +490,14 @@ class _Builder:
             raise ValueError(f"a {len(x.shape) - 2}-d convolution: 2-d ones are imported")
         if isinstance(padding, str):
             raise ValueError(f"padding={padding!r}: give explicit padding")
-        n, c, h, wd = x.shape
-        (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
         out = self._real(node.name, val)
-        _, k, p, q = out.shape
-        if not transposed:
-            kout, cg, r, s = w.shape
-            kg = k // groups
-            dims = {"n": n, "g": groups, "k": kg, "c": cg, "p": p, "q": q, "r": r, "s": s}
-            reads = [self._access(x, ("n", f"{cg}*g + c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}")),
-                     self._access(w, (f"{kg}*g + k", "c", "r", "s"))]
-            writes = [self._access(out, ("n", f"{kg}*g + k", "p", "q"))]
-            macs = n * k * cg * p * q * r * s
-        else:  # y[n, k, sh*i + dh*r - ph, ...] += x[n, c, i, j] * w[c, k, r, s]
-            cin, kg, r, s = w.shape
-            cg = c // groups
-            dims = {"n": n, "g": groups, "k": kg, "c": cg, "i": h, "j": wd, "r": r, "s": s}
-            reads = [self._access(x, ("n", f"{cg}*g + c", "i", "j")), self._access(w, (f"{cg}*g + c", "k", "r", "s"))]
-            writes = [self._access(out, ("n", f"{kg}*g + k", f"{sh}*i + {dh}*r - {ph}", f"{sw}*j + {dw}*s - {pw}"))]
-            macs = n * c * kg * h * wd * r * s
-        if b is not None:
-            reads.append(self._access(b, (f"{kg}*g + k",)))
+        k = out.shape[1]
+        r, s = w.shape[2:]
+        nest = conv2d_nest(x.shape[0], x.shape[1], k, r, s, groups, out.shape[2:], x.shape[2:], _pair(stride),
+                           _pair(padding), _pair(dilation), transposed)
+        reads = [x.pairs(nest.reads[0]), w.pairs(nest.reads[1])] + ([b.pairs(nest.bias)] if b is not None else [])
         self.env[node.name] = out
-        self._emit(f"convolution:{node.name}", dims, reads, writes, macs)
+        self._emit(f"convolution:{node.name}", nest.dims, reads, [out.pairs(nest.write)], nest.macs)
 
     def _op_linear(self, node, val) -> None:
         x, w = self.ref(node.args[0]), self.ref(node.args[1])
@@ -520,10 +506,10 @@ class _Builder:
         n, k = w.shape
         out = self._out(node, val)
         dims = dict(zip(lead, x.shape[:-1])) | {"n": n, "k": k}
-        reads = [self._access(x, (*lead, "k")), self._access(w, ("n", "k"))]
+        reads = [x.pairs((*lead, "k")), w.pairs(("n", "k"))]
         if b is not None:
-            reads.append(self._access(b, ("n",)))
-        self._emit(f"linear:{node.name}", dims, reads, [self._access(out, (*lead, "n"))], math.prod(x.shape[:-1]) * n * k)
+            reads.append(b.pairs(("n",)))
+        self._emit(f"linear:{node.name}", dims, reads, [out.pairs((*lead, "n"))], math.prod(x.shape[:-1]) * n * k)
 
     def _op_addmm(self, node, val) -> None:
         bias, x, w = (self.ref(a) for a in node.args[:3])
@@ -541,33 +527,21 @@ class _Builder:
         lead_shape = x_ref.shape[:-1] if x_ref is not x else (m,)
         out_shape = (*lead_shape, n)
         out = Ref(out_shape, node.name, out_shape, lambda ix: ix, self._elem(val))
-        self.env[node.name] = self._reshaped(out, (m, n)) if x_ref is not x else out
+        self.env[node.name] = out.reshaped((m, n)) if x_ref is not x else out
         rows = [f"{st}*{d}" for st, d in zip(_strides(lead_shape), lead_dims)]
         row = " + ".join(rows) if len(rows) > 1 else lead_dims[0]
-        reads = [self._access(x_ref, (*lead_dims, "k")), self._access(w, ("k", "n"))]
+        reads = [x_ref.pairs((*lead_dims, "k")), w.pairs(("k", "n"))]
         if bias is not None:
-            reads.append(self._access(bias, ("n",)) if bias.shape in ((n,), (1, n)) and len(bias.shape) == 1 else
+            reads.append(bias.pairs(("n",)) if bias.shape in ((n,), (1, n)) and len(bias.shape) == 1 else
                          self._broadcast_read(bias, (m, n), [row, "n"]))
         self._emit(f"addmm:{node.name}", dict(zip(lead_dims, lead_shape)) | {"n": n, "k": k}, reads,
-                   [self._access(out, (*lead_dims, "n"))], m * n * k)
+                   [out.pairs((*lead_dims, "n"))], m * n * k)
 
     def _matmul(self, node, val, a: Ref, b: Ref) -> None:
         out = self._out(node, val)
-        oshape = out.shape
-        if len(a.shape) == 1 or len(b.shape) == 1:
-            raise ValueError("a matrix-vector product: 2-d or batched operands are imported")
-        batch = oshape[:-2]
-        lead = [f"l{j}" for j in range(len(batch))]
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-
-        def idx(ref, last2):
-            off = len(batch) - (len(ref.shape) - 2)
-            return tuple("0" if ref.shape[j] == 1 and batch[off + j] != 1 else lead[off + j]
-                         for j in range(len(ref.shape) - 2)) + last2
-
-        dims = dict(zip(lead, batch)) | {"m": m, "n": n, "k": k}
-        self._emit(f"matmul:{node.name}", dims, [self._access(a, idx(a, ("m", "k"))), self._access(b, idx(b, ("k", "n")))],
-                   [self._access(out, (*lead, "m", "n"))], math.prod(batch) * m * n * k)
+        nest = matmul_nest(a.shape, b.shape, out.shape)
+        self._emit(f"matmul:{node.name}", nest.dims, [a.pairs(nest.reads[0]), b.pairs(nest.reads[1])],
+                   [out.pairs(nest.write)], nest.macs)
 
     def _op_matmul(self, node, val) -> None:
         self._matmul(node, val, self.ref(node.args[0]), self.ref(node.args[1]))
@@ -578,15 +552,15 @@ class _Builder:
         x = self.ref(node.args[0])
         shape = tuple(int(d) for d in (val[0] if isinstance(val, (list, tuple)) else val).shape)
         dims = [f"d{j}" for j in range(len(shape))]
-        reads = [self._access(x, tuple(dims))]
+        reads = [x.pairs(tuple(dims))]
         for p in params:
             r = self.ref(p)
             if r is not None:
-                reads.append(self._access(r, tuple(dims[len(dims) - len(r.shape):])))
+                reads.append(r.pairs(tuple(dims[len(dims) - len(r.shape):])))
         out = self._real(node.name, val[0] if isinstance(val, (list, tuple)) else val)
         self.env[node.name] = [out, None, None] if isinstance(val, (list, tuple)) else out
         short = str(node.target).split(".")[1]
-        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [self._access(out, tuple(dims))],
+        self._emit(f"{short}:{node.name}", dict(zip(dims, shape)), reads, [out.pairs(tuple(dims))],
                    coupled=dims[len(dims) - dims_whole:])
 
     def _op_softmax(self, node, val) -> None:
@@ -612,9 +586,9 @@ class _Builder:
         # distinct rows in the order of the positions: the most rows a gather of this size can touch
         linear = " + ".join(f"{st}*{d}" for st, d in zip(_strides(out.shape[:-1]), dims[:-1])) or "0"
         row = linear if positions <= rows else f"({linear}) mod {rows}"
-        reads = [self._access(weight, (row, dims[-1])),
+        reads = [weight.pairs((row, dims[-1])),
                  self._broadcast_read(ids, out.shape[:-1], dims[:-1]) if ids.base is not None else None]
-        self._emit(f"embedding:{node.name}", dict(zip(dims, out.shape)), reads, [self._access(out, tuple(dims))])
+        self._emit(f"embedding:{node.name}", dict(zip(dims, out.shape)), reads, [out.pairs(tuple(dims))])
 
     def _pool(self, node, val, kernel, stride, padding, dilation=(1, 1), kind="pool") -> None:
         x = self.ref(node.args[0])
@@ -624,8 +598,8 @@ class _Builder:
         n, c, p, q = out.shape
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pair(kernel), _pair(stride or kernel), _pair(padding), _pair(dilation)
         dims = {"n": n, "c": c, "p": p, "q": q, "r": kh, "s": kw}
-        reads = [self._access(x, ("n", "c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}"))]
-        self._emit(f"{kind}:{node.name}", dims, reads, [self._access(out, ("n", "c", "p", "q"))])
+        reads = [x.pairs(("n", "c", f"{sh}*p + {dh}*r - {ph}", f"{sw}*q + {dw}*s - {pw}"))]
+        self._emit(f"{kind}:{node.name}", dims, reads, [out.pairs(("n", "c", "p", "q"))])
 
     def _op_max_pool2d(self, node, val) -> None:
         a = list(node.args) + [None, 0, 1][len(node.args) - 2:]
@@ -655,8 +629,8 @@ class _Builder:
         names = list(dims)
         out = self._out(node, val)
         index = tuple(("0" if keep else None) if j in reduce else names[j] for j in range(len(x.shape)))
-        self._emit(f"mean:{node.name}", dims, [self._access(x, tuple(names))],
-                   [self._access(out, tuple(i for i in index if i is not None))])
+        self._emit(f"mean:{node.name}", dims, [x.pairs(tuple(names))],
+                   [out.pairs(tuple(i for i in index if i is not None))])
 
 
 def split_parts(ref: Ref, index: Index, guard: str = ""):
