@@ -61,35 +61,26 @@ def _resnet50():
     return ResNet50()
 
 
-def _mobilenet_v2():
+def _mobile_parts():
+    """What MobileNetV2 and EfficientNet-B0 share: a convolution with its batch norm (and an
+    activation), a block with a skip connection where shapes allow, and the 1280-feature head."""
     import torch.nn as nn
 
-    def conv_bn(cin, cout, k, stride, groups=1, act=True):
+    def conv_bn(cin, cout, k, stride=1, groups=1, act=None):
         layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
-        return layers + ([nn.ReLU6(inplace=True)] if act else [])
+        return layers + ([act(inplace=True)] if act else [])
 
-    class InvertedResidual(nn.Module):
-        def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+    class Residual(nn.Module):
+        def __init__(self, layers, residual: bool) -> None:
             super().__init__()
-            hidden = cin * expand
-            layers = conv_bn(cin, hidden, 1, 1) if expand != 1 else []
-            layers += conv_bn(hidden, hidden, 3, stride, groups=hidden) + conv_bn(hidden, cout, 1, 1, act=False)
-            self.body = nn.Sequential(*layers)
-            self.residual = stride == 1 and cin == cout
+            self.body, self.residual = nn.Sequential(*layers), residual
 
         def forward(self, x):
-            return x + self.body(x) if self.residual else self.body(x)
+            return x + self.body(x) if self.residual else self.body(x)  # eval: stochastic depth is identity
 
-    class MobileNetV2(nn.Module):
-        def __init__(self) -> None:
+    class Classified(nn.Module):
+        def __init__(self, layers) -> None:
             super().__init__()
-            layers, cin = conv_bn(3, 32, 3, 2), 32
-            for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                               (6, 160, 3, 2), (6, 320, 1, 1)):
-                for i in range(n):
-                    layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
-                    cin = c
-            layers += conv_bn(cin, 1280, 1, 1)
             self.features = nn.Sequential(*layers)
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
@@ -97,15 +88,24 @@ def _mobilenet_v2():
         def forward(self, x):
             return self.classifier(self.pool(self.features(x)).flatten(1))
 
-    return MobileNetV2()
+    return nn, conv_bn, Residual, Classified
+
+
+def _mobilenet_v2():
+    nn, conv_bn, Residual, Classified = _mobile_parts()
+    layers, cin = conv_bn(3, 32, 3, 2, act=nn.ReLU6), 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):  # inverted residual blocks
+            stride, hidden = s if i == 0 else 1, cin * t
+            body = conv_bn(cin, hidden, 1, act=nn.ReLU6) if t != 1 else []
+            body += conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6) + conv_bn(hidden, c, 1)
+            layers.append(Residual(body, stride == 1 and cin == c))
+            cin = c
+    return Classified(layers + conv_bn(cin, 1280, 1, act=nn.ReLU6))
 
 
 def _efficientnet_b0():
-    import torch.nn as nn
-
-    def conv_bn_act(cin, cout, k, stride=1, groups=1, act=True):
-        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
-        return layers + ([nn.SiLU(inplace=True)] if act else [])
+    nn, conv_bn, Residual, Classified = _mobile_parts()
 
     class SqueezeExcite(nn.Module):
         def __init__(self, channels: int, squeeze: int) -> None:
@@ -117,37 +117,17 @@ def _efficientnet_b0():
         def forward(self, x):
             return x * self.gate(self.fc2(self.act(self.fc1(self.pool(x)))))
 
-    class MBConv(nn.Module):
-        def __init__(self, cin: int, cout: int, k: int, stride: int, expand: int) -> None:
-            super().__init__()
-            hidden = cin * expand
-            layers = conv_bn_act(cin, hidden, 1) if expand != 1 else []
-            layers += conv_bn_act(hidden, hidden, k, stride, groups=hidden)
-            layers += [SqueezeExcite(hidden, max(1, cin // 4))] + conv_bn_act(hidden, cout, 1, act=False)
-            self.body = nn.Sequential(*layers)
-            self.residual = stride == 1 and cin == cout
-
-        def forward(self, x):
-            return x + self.body(x) if self.residual else self.body(x)  # eval: stochastic depth is identity
-
-    class EfficientNetB0(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            layers, cin = conv_bn_act(3, 32, 3, 2), 32
-            for expand, k, stride, cout, repeats in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
-                                                     (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
-                for i in range(repeats):
-                    layers.append(MBConv(cin, cout, k, stride if i == 0 else 1, expand))
-                    cin = cout
-            layers += conv_bn_act(cin, 1280, 1)
-            self.features = nn.Sequential(*layers)
-            self.pool = nn.AdaptiveAvgPool2d(1)
-            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
-
-        def forward(self, x):
-            return self.classifier(self.pool(self.features(x)).flatten(1))
-
-    return EfficientNetB0()
+    layers, cin = conv_bn(3, 32, 3, 2, act=nn.SiLU), 32
+    for expand, k, s, cout, repeats in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+                                        (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
+        for i in range(repeats):  # MBConv blocks
+            stride, hidden = s if i == 0 else 1, cin * expand
+            body = conv_bn(cin, hidden, 1, act=nn.SiLU) if expand != 1 else []
+            body += conv_bn(hidden, hidden, k, stride, groups=hidden, act=nn.SiLU)
+            body += [SqueezeExcite(hidden, max(1, cin // 4))] + conv_bn(hidden, cout, 1)
+            layers.append(Residual(body, stride == 1 and cin == cout))
+            cin = cout
+    return Classified(layers + conv_bn(cin, 1280, 1, act=nn.SiLU))
 
 
 def _transformers(name: str):
