@@ -3,6 +3,7 @@ whole-model plan on a scratchpad target."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -172,7 +173,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         table.add_column(col, overflow="fold")
     for i, grp in enumerate(p.groups):
         names = grp.operators[0] + (f" .. {grp.operators[-1]} ({len(grp.operators)})" if len(grp.operators) > 1 else "")
-        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else _slab_text(grp.slab)
+        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else grp.slab.describe()
         table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
     c = Console()
@@ -182,7 +183,8 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         for col in ("operator", "group", "plan MB", "layer by layer MB", "bound MB"):
             ops.add_column(col, overflow="fold")
         for r in rows:
-            ops.add_row(r["operator"], str(r["group"]), _mb(r["plan_bytes"]), _mb(r["layer_by_layer_bytes"]), _mb(r["bound_bytes"]))
+            ops.add_row(r["operator"], str(r["group"]), _mb(r["plan_bytes"]), _mb(r["layer_by_layer_bytes"]),
+                        _mb(r["bound_bytes"]))
         c.print(ops)
     c.print(f"{len(imported.folded)} copy operators folded into access maps"
             + (f"; unsupported (counted at their compulsory traffic): {imported.unsupported}" if imported.unsupported else ""))
@@ -212,12 +214,13 @@ def compare_cmd(model: Path = typer.Argument(..., help="An ONNX model file."),
         raise UserError(f"{model}: give an existing ONNX model file (ZigZag reads ONNX)")
     from rich.console import Console
 
+    g = _load(str(model), elem_bytes).graph
     err = Console(stderr=True)
     t0 = time.perf_counter()
-    with err.status("ZigZag is searching its mappings, layer by layer", spinner="dots") if not as_json else _nothing():
-        rows = compare(model, tgt, elem_bytes, lpf)
+    waiting = err.status("ZigZag is searching its mappings, layer by layer", spinner="dots")
+    with waiting if not as_json else contextlib.nullcontext():
+        rows = compare(model, tgt, elem_bytes, lpf, graph=g)
     seconds = round(time.perf_counter() - t0, 1)
-    g = _load(str(model), elem_bytes).graph
     whole = plan(g, tgt.scratchpad.bytes)
     zz_total, ours_total = sum(r.zigzag_total for r in rows), sum(r.loopwise_total for r in rows)
     data = {"model": str(model), "target": tgt.name, "layers": len(rows), "seconds": seconds,
@@ -243,18 +246,3 @@ def compare_cmd(model: Path = typer.Argument(..., help="An ONNX model file."),
             f"worst layer {data['worst_layer_deviation'] * 100:.2f}% apart (ZigZag took {seconds} s).")
     c.print(f"loopwise's whole-model plan, every operator: {_mb(whole.total_bytes)} MB "
             f"({whole.total_bytes / whole.compulsory_bytes:.3f}x the compulsory {_mb(whole.compulsory_bytes)} MB).")
-
-
-def _slab_text(slab) -> str:
-    inner = f"{slab.size}/{slab.extent} of {slab.dims[0]}"
-    if slab.outer_dims:
-        return f"{slab.count} slabs: {inner} within {slab.outer_size}/{slab.outer_extent} of {slab.outer_dims[0]}"
-    return f"{slab.count} slabs of {inner}"
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

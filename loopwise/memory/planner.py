@@ -73,6 +73,13 @@ class Slab:
     def count(self) -> int:
         return math.ceil(self.extent / self.size) * math.ceil(self.outer_extent / self.outer_size)
 
+    def describe(self) -> str:
+        """``32 slabs of 1/32 of n``, or with an outer level ``... within 1/32 of l0``."""
+        inner = f"{self.size}/{self.extent} of {self.dims[0]}"
+        if self.outer_dims:
+            return f"{self.count} slabs: {inner} within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
+        return f"{self.count} slabs of {inner}"
+
 
 @dataclass(frozen=True)
 class Group:

@@ -62,10 +62,8 @@ def render_plan_report(graph, plan, target, imported=None) -> str:
                 f"{k} x{v}" for k, v in sorted(imported.unsupported.items()))
     rows = []
     for i, grp in enumerate(plan.groups):
-        from loopwise.memory.cli import _slab_text
-
         runs = "tiled alone" if grp.tiled else "whole" if grp.slab is None else (
-            f"{_slab_text(grp.slab)}; {len(grp.slab.resident)} invariants resident, {len(grp.slab.streamed)} streamed")
+            f"{grp.slab.describe()}; {len(grp.slab.resident)} invariants resident, {len(grp.slab.streamed)} streamed")
         first, last = grp.operators[0], grp.operators[-1]
         rows.append([str(i), first if first == last else f"{first} .. {last}", str(len(grp.operators)), runs,
                      mb(grp.traffic_bytes), f"{grp.peak_bytes / 2**20:,.2f}", str(len(grp.resident))])

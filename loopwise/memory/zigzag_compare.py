@@ -119,16 +119,14 @@ def run_zigzag(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int 
     return out
 
 
-def loopwise_layers(model: Path, target: Target, elem_bytes: int = 2, names=None) -> dict[str, dict[str, int]]:
+def loopwise_layers(graph, target: Target, names=None) -> dict[str, dict[str, int]]:
     """loopwise's layer-by-layer traffic (best tiling per operator) in elements, by ONNX node name,
     per operand as ZigZag names them (I the input, W the weights, O the output)."""
     from loopwise.memory.layerwise import best_tiling
-    from loopwise.memory.onnx_import import load_onnx
     from loopwise.memory.tiling import traffic
 
-    g = load_onnx(model, elem_bytes).graph
     out: dict[str, dict[str, int]] = {}
-    for op in g.operators:
+    for op in graph.operators:
         kind, _, node = op.name.partition(":")
         if kind not in ("Conv", "Gemm", "MatMul") or (names is not None and node not in names):
             continue
@@ -139,10 +137,13 @@ def loopwise_layers(model: Path, target: Target, elem_bytes: int = 2, names=None
     return out
 
 
-def compare(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int = 1) -> list[LayerRow]:
-    """One row per layer both tools model, in ZigZag's order."""
+def compare(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int = 1, graph=None) -> list[LayerRow]:
+    """One row per layer both tools model, in ZigZag's order (``graph``: the model as loopwise
+    imported it, when the caller has it)."""
+    from loopwise.memory.onnx_import import load_onnx
+
     zz = run_zigzag(model, target, elem_bytes, lpf_limit)
-    ours = loopwise_layers(model, target, elem_bytes, set(zz))
+    ours = loopwise_layers(graph if graph is not None else load_onnx(model, elem_bytes).graph, target, set(zz))
     missing = [name for name in zz if name not in ours]
     if missing:
         raise UserError(f"{model}: ZigZag layers loopwise did not import: {', '.join(missing[:5])}")
