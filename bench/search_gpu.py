@@ -7,7 +7,10 @@ $LOOPWISE_CACHE_DIR/bench/, so a later call on a warm machine skips rows already
 
 Each distinct candidate source is judged once per problem and its verdict shared by the strategies
 (``--no-memo`` judges every proposal afresh): the strategies are then compared on the same measured
-values, so the comparison is about the search, not about timing noise between repeated runs.
+values, so the comparison is about the search, not about timing noise between repeated runs. In the
+same way each distinct candidate is profiled once per problem and the profiling modes of the
+ablation (``--profiling proactive,all,raw,none``) read that one measurement each through its own
+tools (MemoProfiler).
 
     source bench/remote_prelude.sh; python3 bench/search_gpu.py --budget 20 \
         --problems kernelbench:1/19,kernelbench:1/23,kernelbench:1/26,kernelbench:1/29,kernelbench:1/40
@@ -42,8 +45,34 @@ class MemoJudge:
         self.judge.close()
 
 
+class MemoProfiler:
+    """Measures each distinct candidate (and the reference) once per problem under Nsight Compute;
+    every arm of the ablation then reads that same measurement through its own mode (proactive,
+    all, raw), as ``profile()`` would: the modes differ only in which tools read the metrics, so
+    the arms see the same numbers and the comparison is about what the expert learns from them.
+    A reuse runs no Nsight Compute (only the SASS is read again); ``measured`` / ``reused`` count both."""
+
+    def __init__(self) -> None:
+        self.folders: dict[tuple, Path] = {}
+        self.measured = self.reused = 0
+
+    def __call__(self, problem, candidate, folder, **kw):
+        from loopwise.kernels.profile.run import analyze, profile
+
+        key = (problem.name, problem.source, candidate.read_text() if candidate else None, kw.get("precision"))
+        if key in self.folders:
+            self.reused += 1
+            return analyze(self.folders[key], mode=kw.get("mode", "proactive"), problem_name=problem.name,
+                           candidate=str(candidate) if candidate else "reference", costs={},
+                           notes=["measured once for every arm of the ablation"], write=False)
+        report = profile(problem, candidate, folder, **kw)
+        self.folders[key] = Path(folder)
+        self.measured += 1
+        return report
+
+
 def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem,
-            profiling: str = "none", profile_within: float = 0.9) -> dict:
+            profiling: str = "none", profile_within: float = 0.9, profiler=None) -> dict:
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun
 
@@ -51,6 +80,9 @@ def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str
                         profiling=profiling, profile_within=profile_within)
     t0 = time.perf_counter()
     run = OptimizeRun.start(settings, cfg, runs_dir, judge, problem)
+    if profiler is not None:
+        run.profiler = profiler
+    measured, reused = (profiler.measured, profiler.reused) if profiler is not None else (0, 0)
     run.run()
     speeds = [e["speedup"] if e["status"] == "correct" else None for _, e in sorted(run.evaluations.items())]
     best = max((s for s in speeds if s), default=None)
@@ -60,6 +92,8 @@ def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str
     return {"spec": spec, "problem": problem.name, "strategy": strategy, "profiling": profiling,
             "profile_within": profile_within, "profiles": len(profiled),
             "profile_s": round(sum(sum((e.payload.get("costs") or {}).values()) for e in profiled), 1),
+            "profiles_measured": profiler.measured - measured if profiler is not None else len(profiled),
+            "profiles_reused": profiler.reused - reused if profiler is not None else 0,
             "budget": budget, "seed": seed,
             "evaluations": len(speeds), "correct": sum(1 for s in speeds if s), "best_speedup": best,
             "evals_to_95pct": reach, "seconds": round(time.perf_counter() - t0, 1), "run_id": run.store.meta.run_id}
@@ -113,13 +147,14 @@ def main() -> int:
         problem = load_problem(target, cfg.kernels.kernelbench)
         inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
         judge = inner if args.no_memo else MemoJudge(inner)
+        profiler = None if args.no_memo else MemoProfiler()
         try:
             for strategy, mode in todo:
                 if time.monotonic() - t0 > args.budget_s:
                     stopped = True
                     break
                 row = run_one(target, strategy, args.budget, args.seed, cfg, str(out / "runs"), judge, problem, mode,
-                              args.profile_within)
+                              args.profile_within, profiler)
                 row.update(spec=spec, sizes=args.sizes)
                 row["distinct_judged"] = getattr(judge, "judged", "")
                 rows.append(row)
@@ -177,12 +212,13 @@ def _write(dirs: list[Path], rows: list[dict]) -> None:
             writer.writeheader()
             writer.writerows(rows)
     lines = ["| problem | strategy | profiling | best speedup | evaluations to 95% of it | correct / judged | "
-             "profiles (s) | s |", "|---|---|---|---|---|---|---|---|"]
+             "profiles (s) | measured / reused | s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] else "-"
         lines.append(f"| {r['problem']} | {r['strategy']} | {r.get('profiling') or 'none'} | {best} | "
                      f"{r['evals_to_95pct'] or '-'} | {r['correct']} / {r['evaluations']} | "
-                     f"{r.get('profiles', 0)} ({r.get('profile_s', 0)}) | {r['seconds']} |")
+                     f"{r.get('profiles', 0)} ({r.get('profile_s', 0)}) | "
+                     f"{r.get('profiles_measured', '-')} / {r.get('profiles_reused', '-')} | {r['seconds']} |")
     for folder in dirs:
         (folder / "search.md").write_text("\n".join(lines) + "\n")
 

@@ -18,6 +18,7 @@ PACKAGES=(
   "typing-inspection==0.4.2"
   "typing-extensions==4.16.0"
   "nvidia-cutlass==4.2.0.0"
+  "islpy==2026.2.2"              # the memory planner (bench/memory_gpu_check.py); the image lacks it
 )
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
@@ -26,7 +27,7 @@ PY=${PYTHON:-python3}
 mkdir -p .whl
 for spec in "${PACKAGES[@]}"; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "$spec"
 done
 

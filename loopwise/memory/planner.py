@@ -386,7 +386,8 @@ class _Planner:
                 # invariant of both levels)
                 traffic = moved + outer_count * outer_moved + resident_prefix[p] + count * (
                     inner_suffix[p] + outer_count * both_suffix[p])
-                if best is None or traffic < best[0]:
+                # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
+                if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
                     held_at = work + total_cover - streamed_cover[p] + kept[p]
                     best = (traffic, size, outer_size, p, int(peaks[p]), held_at, items, count, outer_count)
         if best is None:
