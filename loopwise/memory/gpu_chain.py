@@ -15,7 +15,7 @@ kernels, H and R through DRAM), the planner's baseline.
 The GPU has an L2 cache between the SMs and DRAM, which the scratchpad model leaves out. It does
 not change the count for this plan: the weights, which every program reads again, are the
 resident invariants (loaded once in the plan), and being small (64 KiB at the checked sizes) they
-stay in L2 after the first reads; the streamed tensors are far larger than L2 (50 MB), so each of
+stay in L2 after the first reads; the streamed tensors are far larger than L2 (60 MiB), so each of
 their bytes crosses DRAM once.
 """
 

@@ -74,6 +74,21 @@ def test_ffma_counts_two_flops_and_tensor_ops_are_summed() -> None:
     assert metrics.tensor_ops == 8000  # the sparsity split of the same work is not added again
 
 
+def test_flops_from_the_full_sets_rates() -> None:
+    """``--set full`` reports the fp32 instruction counts only as rates per elapsed cycle; the total
+    is the rate times the sub-partitions' elapsed cycles. Values recorded on the H200 for cuBLAS's
+    fp32 SGEMM of kernelbench:1/1 (4096^3: 2 x 4096^3 = 137.4 GFLOP)."""
+    names = [f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed" for op in ("fadd", "fmul", "ffma")]
+    header = ID_HEADER + "," + ",".join(f'"{n}"' for n in names + ["smsp__cycles_elapsed.avg"])
+    row = ID_CELLS.format(id=0, name="sgemm") + ',"0","0","12,971.05","5,299,203.26"'
+    metrics = derive(parse_raw_csv(header + "\n" + row + "\n")[0])
+    assert metrics.fp32_flops == pytest.approx(2 * 4096 ** 3, rel=1e-3)
+    # without the elapsed cycles a rate is not a count
+    header = ID_HEADER + "," + ",".join(f'"{n}"' for n in names)
+    row = ID_CELLS.format(id=0, name="sgemm") + ',"0","0","12,971.05"'
+    assert derive(parse_raw_csv(header + "\n" + row + "\n")[0]).fp32_flops is None
+
+
 def test_missing_metrics_are_none_never_zero() -> None:
     header = ID_HEADER + ',"gpu__time_duration.sum"'
     launch = parse_raw_csv(header + "\n" + ID_CELLS.format(id=3, name="k") + ',"1,500"\n')[0]

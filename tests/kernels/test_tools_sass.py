@@ -131,6 +131,20 @@ def test_precision_path_violation_under_fp32_only():
     [upcast] = PRECISION.run(_input("matmul_tf32", precision="relaxed", dtype="bf16"))
     assert upcast.severity == "medium"
     assert PRECISION.run(_input("matmul_fp32_ieee")) == []  # no tensor cores: the other tool's business
+    # a 3xTF32 candidate shows the same tf32 operands; its source says it compensates
+    compensated = _input("matmul_tf32", matmul=True, precision="fp32")
+    compensated = compensated.model_copy(update={"hints": compensated.hints.model_copy(update={"compensated": True})})
+    assert PRECISION.run(compensated) == []
+
+
+def test_the_profiler_reads_a_compensated_product_off_the_source():
+    from loopwise.kernels.profile.run import COMPENSATED
+
+    for text in ('tl.dot(a, b, input_precision="tf32x3")', "tl.dot(a, b, input_precision = 'tf32x3')",
+                 "# 3xTF32: split each operand", "a bf16x3 split"):
+        assert COMPENSATED.search(text), text
+    for text in ('tl.dot(a, b, input_precision="tf32")', "tl.dot(a, b)", "torch.backends.cuda.matmul.allow_tf32"):
+        assert not COMPENSATED.search(text), text
 
 
 @needs_tools

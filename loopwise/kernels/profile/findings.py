@@ -250,6 +250,10 @@ class ProblemHints(BaseModel):
         input_dtype: element type of the kernel's matmul inputs (``fp32``, ``fp16``, ``bf16``), if known.
         min_dram_bytes: the fewest DRAM bytes the work can move (each input read once, each output
             written once), if known: the byte budget a kernel (or one forward call) is held to.
+        compensated: the candidate's source asks for a compensated tensor-core product (Triton's
+            ``input_precision="tf32x3"``, a 3xTF32 or bf16x3 split), whose tf32 / bf16 operands keep
+            fp32 accuracy: SASS shows the same operand types as a plain tf32 product. A claim, not a
+            proof: the judge's precision check is what rejects a plain product under ``fp32``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -258,6 +262,7 @@ class ProblemHints(BaseModel):
     precision: Literal["fp32", "relaxed"] = "fp32"
     input_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     min_dram_bytes: float | None = Field(default=None, gt=0)
+    compensated: bool = False
 
 
 class KernelSummary(BaseModel):

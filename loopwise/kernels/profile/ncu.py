@@ -52,6 +52,7 @@ DRAM_TOTAL = "dram__bytes.sum"
 FADD = "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"
 FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"
 FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+SMSP_CYCLES = "smsp__cycles_elapsed.avg"
 TENSOR_PIPE_PCT = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
 TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
 OCCUPANCY_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -383,8 +384,21 @@ def _dims(cell: str | None) -> tuple[int, ...] | None:
 
 
 def _fp32_flops(launch: KernelLaunch) -> float | None:
-    """fadd + fmul + 2 ffma; ``None`` unless all three were collected, since a partial sum undercounts."""
-    fadd, fmul, ffma = (launch.value(name) for name in (FADD, FMUL, FFMA))
+    """fadd + fmul + 2 ffma; ``None`` unless all three were collected, since a partial sum undercounts.
+
+    ``--metrics`` gives each count as a total (``...pred_on.sum``); the ``full`` section set gives
+    only its rate (``...pred_on.sum.per_cycle_elapsed``, per elapsed cycle of an SM sub-partition),
+    which times ``smsp__cycles_elapsed.avg`` is the same total."""
+    cycles = launch.value(SMSP_CYCLES)
+
+    def total(name: str) -> float | None:
+        count = launch.value(name)
+        if count is None and cycles is not None:
+            rate = launch.value(name + ".per_cycle_elapsed")
+            count = None if rate is None else rate * cycles
+        return count
+
+    fadd, fmul, ffma = (total(name) for name in (FADD, FMUL, FFMA))
     if fadd is None or fmul is None or ffma is None:
         return None
     return fadd + fmul + 2 * ffma

@@ -253,6 +253,8 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     if not cuda and not list((out_dir / "triton").rglob("*.cubin")):
         notes.append("no compiled kernels on this device (Triton interprets on the CPU): no SASS")
     hints = _hints(problem, precision)
+    if candidate is not None and COMPENSATED.search(Path(candidate).read_text(errors="replace")):
+        hints = hints.model_copy(update={"compensated": True})
     (out_dir / "hints.json").write_text(hints.model_dump_json(indent=1))
     return analyze(out_dir, mode=mode, hints=hints, problem_name=problem.name,
                    candidate=str(candidate) if candidate else "reference",
@@ -420,6 +422,10 @@ def _sass(folder: Path, manifest: dict, notes: list[str]) -> list[tuple[object, 
         _, kernels = parse_sass(path.read_text(errors="replace"))
         out += [(k, None) for k in kernels]
     return out
+
+
+# A candidate that asks for a compensated tensor-core product (see ProblemHints.compensated).
+COMPENSATED = re.compile(r"""input_precision\s*=\s*["']tf32x3["']|\b(?:3x_?tf32|bf16x3|tf32x3)\b""", re.IGNORECASE)
 
 
 def _hints(problem, precision: str) -> ProblemHints:

@@ -8,8 +8,9 @@ Either policy, known fp16 / bf16 inputs
 ``fp32`` policy (results must keep fp32 accuracy)
     Any other tf32, fp16, bf16, fp8 or int operand is a precision violation (score 1.0, high): it
     rounds away mantissa bits the policy requires. 3xTF32 emulation or a
-    plain fp32 product are the remedies. 3xTF32 itself shows as tf32 ``HGMMA`` in SASS; a kernel
-    that compensates must be recognized by the caller (this tool cannot tell, and says so).
+    plain fp32 product are the remedies. 3xTF32 itself shows as tf32 ``HGMMA`` in SASS, so a
+    candidate whose source asks for it (``ProblemHints.compensated``, set by the profiler from the
+    source) is not reported; without that hint the tool cannot tell, and says so.
 ``relaxed`` policy (tf32 / bf16 / fp16 allowed)
     fp8 or integer operands are still a violation (score 1.0). With known fp16 / bf16 inputs,
     bf16 operands for fp16 inputs drop 3 mantissa bits (score 0.4) and fp16 operands for bf16
@@ -43,7 +44,7 @@ class TensorCorePrecisionTool(Tool):
         native = _DTYPE_OPERAND.get(dtype or "")
         out = []
         for operand, count in sorted(k.tensor_core_inputs.items()):
-            verdict = self._judge(operand, policy, dtype, native)
+            verdict = self._judge(operand, policy, dtype, native, inp.hints.compensated)
             if verdict is None:
                 continue
             score, problem, moves = verdict
@@ -58,7 +59,7 @@ class TensorCorePrecisionTool(Tool):
         return out
 
     @staticmethod
-    def _judge(operand: str, policy: str, dtype: str | None, native: str | None
+    def _judge(operand: str, policy: str, dtype: str | None, native: str | None, compensated: bool = False
                ) -> tuple[float, str, list[Move]] | None:
         """(score, what is wrong and what to do, moves), or ``None`` when the operand type is right."""
         if operand == "F64" or operand == native:
@@ -67,6 +68,8 @@ class TensorCorePrecisionTool(Tool):
             return (UPCAST, f"which upcasts the {dtype} inputs and runs at about half the {dtype} tensor-core "
                     f"rate ({TF32_TFLOPS} against {BF16_TFLOPS} TFLOP/s), so feed them as {dtype}",
                     ["match_input_precision"])
+        if policy == "fp32" and operand in ("TF32", "BF16") and compensated:
+            return None  # a 3xTF32 / bf16x3 split: these operands carry fp32 accuracy between them
         if policy == "fp32":
             return (VIOLATION, "which rounds the inputs to fewer mantissa bits than fp32 keeps (a precision "
                     "violation unless the kernel compensates), so use 3xTF32 emulation or an fp32 product",
