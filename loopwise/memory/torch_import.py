@@ -32,7 +32,11 @@ from loopwise.memory.onnx_import import Imported
 Index = tuple[str, ...]
 IDENTITY = {"aten.contiguous.default", "aten.clone.default", "aten.dropout.default", "aten.alias.default",
             "aten.detach.default", "aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default",
-            "aten.lift_fresh_copy.default", "aten.feature_dropout.default", "aten.type_as.default"}
+            "aten.lift_fresh_copy.default", "aten.feature_dropout.default", "aten.type_as.default",
+            # eval-mode dropout, also in place (torchvision's EfficientNet: nn.Dropout(inplace=True))
+            "aten.dropout_.default", "aten.feature_dropout_.default", "aten.alpha_dropout.default",
+            "aten.alpha_dropout_.default", "aten.feature_alpha_dropout.default",
+            "aten.feature_alpha_dropout_.default"}
 VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints"}
 ELEMENTWISE = {"add", "sub", "rsub", "mul", "div", "relu", "gelu", "tanh", "sigmoid", "silu", "hardtanh", "hardswish",
                "hardsigmoid", "pow", "clamp", "clamp_min", "clamp_max", "where", "rsqrt", "sqrt", "exp", "log", "neg",

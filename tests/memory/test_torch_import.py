@@ -8,9 +8,11 @@ import math
 import re
 
 import pytest
+import torch
 
 from loopwise.errors import UserError
-from loopwise.memory.torch_import import load_torch, reshape_map
+from loopwise.memory.planner import plan
+from loopwise.memory.torch_import import import_module, load_torch, reshape_map
 
 
 def _index(exprs, env):
@@ -101,3 +103,19 @@ def test_concatenation_and_padding_are_folded_into_their_readers():
     # every element of both parts is read once; the padding is no element
     assert sum(footprint(c, t, {}) for t in reads) == 12 * 10 * 10
     assert g.compulsory_bytes() == (3 * 100 + 8 * 3 + 4 * 3 * 9 + 5 * 12 + 5 * 12 * 14) * 2
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_eval_mode_dropout_is_folded_also_in_place(inplace):
+    """torchvision's EfficientNet classifier has nn.Dropout(inplace=True), which exports as
+    aten.dropout_: at inference it is the identity, folded like the out-of-place one (it was counted
+    as an unsupported operator)."""
+    def mlp(dropout: bool):
+        layers = [torch.nn.Linear(16, 32)] + ([torch.nn.Dropout(0.2, inplace=inplace)] if dropout else [])
+        return torch.nn.Sequential(*layers, torch.nn.Linear(32, 8)).to("meta").eval()
+
+    x = (torch.empty(4, 16, device="meta"),)
+    with_dropout, without = import_module(mlp(True), x), import_module(mlp(False), x)
+    assert with_dropout.unsupported == {}
+    assert len(with_dropout.graph.operators) == len(without.graph.operators) == 2
+    assert plan(with_dropout.graph, 1 << 20).total_bytes == plan(without.graph, 1 << 20).total_bytes
