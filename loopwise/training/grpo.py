@@ -1,0 +1,242 @@
+"""GRPO on plain torch: one trainer per stage, started from its parent's weights.
+
+Per step: ``prompts_per_step`` training prompts, ``num_generations`` sampled completions each (at
+``temperature``, cut at ``max_completion_length``), rewards from the task's verifier, advantages
+normalized within each group (``(r - mean) / (std + 1e-4)``, TRL's ``scale_rewards="group"``), then
+``num_iterations`` updates on that batch with the token-level clipped objective (DAPO's
+normalization: the sum over all completion tokens of the batch divided by their count) with the
+asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to the stage's
+reference policy (the weights the stage started from) weighted by ``beta``, an optional entropy
+bonus, and gradient clipping. The first update's ratio is 1 (the batch was sampled by the same
+weights); the clip acts from the second on.
+
+Metrics per step carry TRL's names (:mod:`loopwise.training.metrics`). A trainer's whole state
+(policy, optimizer, both random generators, step, trace) is one checkpoint file, written atomically,
+from which a stage resumes bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from loopwise.errors import UserError
+from loopwise.training import metrics as M
+from loopwise.training.config import StageConfig
+from loopwise.training.policy import Policy, Vocab, left_pad, sample, token_logprobs
+
+ADV_EPS = 1e-4  # TRL's epsilon in the group normalization
+
+
+class GRPOTrainer:
+    """One stage of GRPO on ``task`` with ``config``, from ``policy``'s current weights (which it
+    trains in place). ``pool`` is the stage's training examples (the task's ``train`` split at the
+    stage's difficulty)."""
+
+    def __init__(self, policy: Policy, vocab: Vocab, task, config: StageConfig, pool: Sequence, *, seed: int = 0) -> None:
+        if not pool:
+            raise UserError("the stage has no training examples")
+        self.policy, self.vocab, self.task, self.cfg, self.pool = policy, vocab, task, config, list(pool)
+        self.device = next(policy.parameters()).device
+        self.reference: Policy | None = None
+        if config.beta > 0:
+            self.reference = copy.deepcopy(policy).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, betas=(0.9, 0.99),
+                                           weight_decay=0.0)
+        self.rng = random.Random(seed)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.step_count = 0
+        self.trace: list[dict] = []
+
+    # -- one step ----------------------------------------------------------------------------
+    def step(self) -> dict:
+        c = self.cfg
+        examples = [self.pool[self.rng.randrange(len(self.pool))] for _ in range(c.prompts_per_step)]
+        prompts = [e.prompt for e in examples for _ in range(c.num_generations)]
+        s = sample(self.policy, self.vocab, prompts, c.max_completion_length, c.temperature, generator=self.generator)
+        rewards = torch.tensor([self.task.score(examples[i // c.num_generations], text) for i, text in enumerate(s.texts)],
+                               dtype=torch.float32, device=self.device)
+        groups = rewards.view(c.prompts_per_step, c.num_generations)
+        mean, std = groups.mean(1, keepdim=True), groups.std(1, keepdim=True)
+        advantages = ((groups - mean) / (std + ADV_EPS)).reshape(-1, 1)
+        mask = s.completion_mask.float()
+        tokens = mask.sum().clamp(min=1.0)
+        self.policy.train()
+        with torch.no_grad():
+            old = token_logprobs(self.policy, s, c.temperature)
+            ref = token_logprobs(self.reference, s, c.temperature) if self.reference is not None else None
+        sums = {"loss": 0.0, "grad_norm": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0}
+        entropy = 0.0
+        for it in range(c.num_iterations):
+            logp, ent = token_logprobs(self.policy, s, c.temperature, with_entropy=True)
+            ratio = torch.exp(logp - old)
+            unclipped = ratio * advantages
+            clipped = ratio.clamp(1 - c.epsilon, 1 + c.epsilon_high) * advantages
+            per_token = -torch.minimum(unclipped, clipped)
+            if ref is not None:
+                delta = ref - logp
+                kl = torch.exp(delta) - delta - 1  # k3: unbiased, non-negative
+                per_token = per_token + c.beta * kl
+                sums["kl"] += float((kl.detach() * mask).sum() / tokens)
+            if c.entropy_coef:
+                per_token = per_token - c.entropy_coef * ent
+            loss = (per_token * mask).sum() / tokens
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+            self.optimizer.step()
+            with torch.no_grad():
+                low = ((ratio < 1 - c.epsilon) & (advantages < 0)).float()
+                high = ((ratio > 1 + c.epsilon_high) & (advantages > 0)).float()
+                sums["low"] += float((low * mask).sum() / tokens)
+                sums["high"] += float((high * mask).sum() / tokens)
+            sums["loss"] += float(loss.detach())
+            sums["grad_norm"] += float(norm)
+            if it == 0:
+                entropy = float((ent.detach() * mask).sum() / tokens)
+        n = c.num_iterations
+        lengths = mask.sum(1)
+        ended = [not t for t in s.truncated]
+        terminated = [float(lengths[i]) for i, ok in enumerate(ended) if ok]
+        self.step_count += 1
+        row = {
+            M.STEP: self.step_count, M.REWARD: float(rewards.mean()), M.REWARD_STD: float(std.mean()),
+            M.FRAC_ZERO_STD: float((std.squeeze(1) < 1e-6).float().mean()), M.ENTROPY: entropy,
+            M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
+            M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
+            M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
+            M.GRAD_NORM: sums["grad_norm"] / n, M.LR: c.learning_rate, M.LOSS: sums["loss"] / n,
+        }
+        if ref is not None:
+            row[M.KL] = sums["kl"] / n
+        self.trace.append(row)
+        return row
+
+    def run(self, steps: int | None = None, progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+        """``steps`` more steps (default: the rest of the stage's ``config.steps``)."""
+        total = self.cfg.steps if steps is None else self.step_count + steps
+        while self.step_count < total:
+            row = self.step()
+            if progress is not None:
+                progress(self.step_count, total, row)
+        return self.trace
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": self.rng.getstate(), "generator": self.generator.get_state(), "step": self.step_count,
+                "trace": list(self.trace), "config": self.cfg.model_dump(),
+                "reference": self.reference.state_dict() if self.reference is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["config"] != self.cfg.model_dump():
+            raise UserError("the checkpoint was written by a stage with another configuration")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.setstate(state["rng"])
+        self.generator.set_state(state["generator"])
+        self.step_count, self.trace = state["step"], list(state["trace"])
+        if self.reference is not None and state["reference"] is not None:
+            self.reference.load_state_dict(state["reference"])
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return save_atomic(self.state_dict(), path)
+
+    def load(self, path: str | os.PathLike) -> None:
+        self.load_state_dict(load_checkpoint(path))
+
+
+def save_atomic(obj, path: str | os.PathLike) -> Path:
+    """torch.save through a temporary file and a rename: a crash leaves the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {path}: no such file")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file is the user's fault, not a bug
+        raise UserError(f"checkpoint {path}: unreadable ({type(exc).__name__})") from None
+
+
+# -- evaluation and warm start ------------------------------------------------------------------
+@torch.no_grad()
+def evaluate(policy: Policy, vocab: Vocab, task, examples: Sequence, max_new_tokens: int, *, greedy: bool = True,
+             temperature: float = 1.0, batch: int = 256, seed: int = 0) -> float:
+    """Mean verifier score of the policy's completions for ``examples`` (greedy by default)."""
+    if not examples:
+        raise UserError("nothing to evaluate on")
+    gen = torch.Generator(device=next(policy.parameters()).device)
+    gen.manual_seed(seed)
+    total = 0.0
+    for i in range(0, len(examples), batch):
+        chunk = examples[i:i + batch]
+        s = sample(policy, vocab, [e.prompt for e in chunk], max_new_tokens, temperature, greedy=greedy, generator=gen)
+        total += sum(task.score(e, t) for e, t in zip(chunk, s.texts))
+    return total / len(examples)
+
+
+def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Sequence, max_new_tokens: int, *,
+               target: tuple[float, float] = (0.2, 0.8), max_steps: int = 2000, check_every: int = 50,
+               lr: float = 1e-3, batch: int = 64, seed: int = 0,
+               progress: Callable[[int, float], None] | None = None) -> dict:
+    """Supervised training on reference solutions (prompt, answer, end token; loss on the answer)
+    until the sampled pass rate (temperature 1) on ``check`` enters ``target``, so that GRPO groups
+    start with both solved and unsolved members. Returns what happened (steps, pass rate, loss)."""
+    lo, hi = target
+    if not 0.0 <= lo < hi <= 1.0:
+        raise UserError(f"warm-start target {target}: need 0 <= low < high <= 1")
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    device = next(policy.parameters()).device
+    history: list[tuple[int, float]] = []
+    rate, loss_value, step = 0.0, math.nan, 0
+    t0 = time.perf_counter()
+    while True:
+        if step % check_every == 0:
+            rate = evaluate(policy, vocab, task, check, max_new_tokens, greedy=False, seed=seed + step)
+            history.append((step, rate))
+            if progress is not None:
+                progress(step, rate)
+            if rate >= lo or step >= max_steps:
+                break
+        chunk = [train[rng.randrange(len(train))] for _ in range(batch)]
+        rows = [vocab.encode(e.prompt) + vocab.encode(e.answer) + [vocab.end] for e in chunk]
+        ids, valid = left_pad(rows, vocab.pad, device)
+        width = ids.shape[1]
+        answer = torch.zeros_like(ids, dtype=torch.bool)
+        for i, e in enumerate(chunk):
+            n = len(e.answer) + 1
+            answer[i, width - n:] = True
+        policy.train()
+        logits = policy(ids[:, :-1], valid[:, :-1])
+        target_ids, target_mask = ids[:, 1:], answer[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target_ids.reshape(-1),
+                                                 reduction="none").view_as(target_ids)
+        loss = (loss * target_mask).sum() / target_mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        opt.step()
+        loss_value, step = float(loss.detach()), step + 1
+    return {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
+            "history": history, "seconds": time.perf_counter() - t0}
