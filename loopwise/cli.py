@@ -37,8 +37,10 @@ def _register() -> None:
     from loopwise.memory.cli import app as memory_app
     from loopwise.runs_cli import app as runs_app
     from loopwise.runs_cli import report
+    from loopwise.training.cli import app as training_app
 
     app.add_typer(kernels_app, name="kernels", help="GPU kernels for PyTorch modules: evaluate, check, baseline.")
+    app.add_typer(training_app, name="training", help="Staged GRPO schedules, searched against baselines.")
     app.add_typer(memory_app, name="memory", help="DRAM traffic of whole models on scratchpad accelerators.")
     app.add_typer(runs_app, name="runs", help="Runs recorded in the run store.")
     app.command("demo", help="The main job on the embedded defaults (no API key needed).")(demo)

@@ -1,0 +1,132 @@
+"""A training comparison kept in the run store: the base policy, every stage trained (weights as
+artifacts, traces and rewards as events) and each method's result, so a killed run resumes where
+it stopped: stages already trained are read back, not trained again (training is deterministic
+for a given start, config and seed, see :func:`loopwise.training.search.stage_key`).
+
+Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
+(key = the stage's key), ``result`` (key = the method).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loopwise.errors import UserError
+from loopwise.training.config import StageConfig
+from loopwise.training.search import METHODS, Schedule, Session, StageResult, run_method
+
+KIND = "training.search"
+
+
+@dataclass(frozen=True)
+class Settings:
+    task: str
+    methods: tuple[str, ...] = ("tree",)
+    budget: int = 8
+    depth: int = 4
+    preset: str = "smoke"
+    seed: int = 0
+    difficulty: int | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(METHODS)}")
+        if self.depth < 1 or self.budget < self.depth:
+            raise UserError(f"--budget-stages {self.budget} must be at least the depth {self.depth} (>= 1)")
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
+                "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty}
+
+
+@dataclass
+class TrainingRun:
+    settings: Settings
+    store: object
+    session: Session
+    results: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, settings: Settings, runs_dir: str) -> TrainingRun:
+        from loopwise.core.store import SqliteRunStore
+
+        session = Session(settings.task, settings.preset, settings.seed, settings.difficulty)  # validates first
+        store = SqliteRunStore.create(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1))
+        store.append("settings", settings.to_dict())
+        return cls(settings, store, session)
+
+    @classmethod
+    def resume(cls, runs_dir: str, run_id: str) -> TrainingRun:
+        from loopwise.core.store import SqliteRunStore
+
+        store = SqliteRunStore.open(runs_dir, run_id)
+        if store.meta.kind != KIND:
+            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
+        data = next(iter(store.events(kind="settings"))).payload
+        settings = Settings(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"],
+                            data["seed"], data["difficulty"])
+        run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty))
+        base = store.latest_by_key("base").get("base")
+        if base is not None:
+            p = base.payload
+            run.session.load_base(store.get_artifact(p["state"]), p["tune"], p["warm"])
+        for ev in store.events(kind="stage"):
+            p = ev.payload
+            run.session.cache[p["key"]] = StageResult(StageConfig.model_validate(p["config"]),
+                                                      store.get_artifact(p["state"]), p["trace"], p["tune"],
+                                                      p["train"], p["seconds"])
+        run.results = {k: ev.payload for k, ev in store.latest_by_key("result").items()}
+        return run
+
+    def _record(self, key: str, result: StageResult) -> None:
+        sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
+        self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
+                                    "tune": result.tune_reward, "train": result.train_reward,
+                                    "seconds": result.seconds, "state": sha}, key=key)
+
+    def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
+            on_warm: Callable[[int, float], None] | None = None) -> dict[str, dict]:
+        """Warm start (once), then every method not finished yet; returns each method's result."""
+        s = self.session
+        if not s.base_state:
+            s.prepare(progress=on_warm)
+            sha = self.store.put_artifact(s.base_state, name="base.pt", media_type="application/octet-stream")
+            self.store.append("base", {"state": sha, "tune": s.base_tune, "warm": s.warm}, key="base")
+        for method in self.settings.methods:
+            if method in self.results:
+                continue
+            done = [0]
+
+            def record(key: str, result: StageResult, method=method, done=done) -> None:
+                self._record(key, result)
+                done[0] += max(1, round(result.config.steps / s.p.stage_steps))  # a continuous run is several
+                if on_stage is not None:
+                    on_stage(method, done[0], result)
+
+            s.record = record
+            t0 = time.perf_counter()
+            schedule = run_method(method, s, self.settings.budget, self.settings.depth, self.settings.seed)
+            s.record = None
+            payload = result_payload(schedule, s, time.perf_counter() - t0)
+            self.store.append("result", payload, key=method)
+            self.results[method] = payload
+        return self.results
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def result_payload(schedule: Schedule, session: Session, seconds: float) -> dict:
+    from loopwise.training.transitions import directions
+
+    base_test = session.test_reward(session.base_state)
+    return {"method": schedule.method, "configs": [c.model_dump() for c in schedule.configs],
+            "tune_reward": schedule.tune_reward, "test_reward": schedule.test_reward,
+            "base_tune_reward": session.base_tune, "base_test_reward": base_test,
+            "stages_used": schedule.stages_used, "seconds": seconds,
+            "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
+            "traces": schedule.traces}

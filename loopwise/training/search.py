@@ -1,0 +1,358 @@
+"""Schedules of GRPO stages, searched and compared at equal stage budgets.
+
+A :class:`Session` fixes what every method shares: the task, the base policy (a small transformer
+warm-started by supervised training until its sampled pass rate lies in (0, 1)), the difficulty
+held-out reward is measured at, the tuning set (selection) and the test set (reporting). A
+*stage* trains a copy of a parent's weights with one :class:`StageConfig` (a fresh trainer: new
+optimizer, reference policy = the stage's starting weights) and is scored by greedy held-out
+reward on the tuning set.
+
+Methods, all spending the same number of stages (``budget``) from the same base:
+
+- ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
+  its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
+  (:func:`~loopwise.training.diagnose.diagnose`) and proposes coordinated transitions
+  (:func:`~loopwise.training.transitions.propose_transitions`); schedules are at most ``depth``
+  stages long.
+- ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
+  trainer), repeated with other seeds while budget is left.
+- ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
+  diagnosis), the staging-alone control the LLM-Zero-Lite replication calls for.
+- ``grid`` and ``random``: single configs over the regularization knobs, each trained for
+  ``depth`` stages' worth of steps, ``budget / depth`` of them.
+
+Each method's pick is its best schedule by tuning reward; the report gives that schedule's reward
+on the test set, which no method saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from loopwise.errors import UserError
+from loopwise.training.config import StageConfig
+from loopwise.training.grpo import GRPOTrainer, evaluate, warm_start
+from loopwise.training.policy import Vocab, make_policy
+
+EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
+
+
+@dataclass(frozen=True)
+class Preset:
+    policy: str
+    stage_steps: int
+    prompts_per_step: int
+    num_generations: int
+    eval_n: int
+    pool_n: int
+    warm_max_steps: int
+    warm_check_every: int
+
+
+PRESETS = {
+    "smoke": Preset("smoke", stage_steps=3, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
+                    warm_max_steps=150, warm_check_every=25),
+    "small": Preset("small", stage_steps=25, prompts_per_step=16, num_generations=8, eval_n=256, pool_n=4000,
+                    warm_max_steps=3000, warm_check_every=100),
+    "full": Preset("full", stage_steps=60, prompts_per_step=32, num_generations=8, eval_n=512, pool_n=16000,
+                   warm_max_steps=8000, warm_check_every=200),
+}
+
+
+def _state_bytes(policy) -> bytes:
+    buf = io.BytesIO()
+    torch.save(policy.state_dict(), buf)
+    return buf.getvalue()
+
+
+def _load_state(policy, data: bytes) -> None:
+    policy.load_state_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+
+
+@dataclass
+class StageResult:
+    config: StageConfig
+    state: bytes  # the policy's weights after the stage
+    trace: list[dict]
+    tune_reward: float
+    train_reward: float
+    seconds: float
+
+
+@dataclass
+class Session:
+    """The task, base policy and evaluation sets every method of one comparison shares."""
+
+    task_name: str
+    preset: str = "smoke"
+    seed: int = 0
+    difficulty: int | None = None  # held-out reward is measured here; None: the task's default
+    device: str = "cpu"
+    task: object = field(init=False)
+    vocab: Vocab = field(init=False)
+    base_state: bytes = field(init=False, default=b"")
+    base_tune: float = field(init=False, default=math.nan)
+    warm: dict = field(init=False, default_factory=dict)
+    # stages already trained (a resumed run's, by stage_key) and a hook told of every new one
+    cache: dict = field(init=False, default_factory=dict)
+    record: Callable[[str, StageResult], None] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        from loopwise.training.tasks import ALPHABET, get_task
+
+        if self.preset not in PRESETS:
+            raise UserError(f"unknown preset {self.preset!r}: one of {', '.join(PRESETS)}")
+        self.p = PRESETS[self.preset]
+        self.task = get_task(self.task_name)
+        if self.difficulty is None:
+            self.difficulty = min(1, self.task.max_difficulty)
+        if not 0 <= self.difficulty <= self.task.max_difficulty:
+            raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
+        self.vocab = Vocab(ALPHABET)
+        self.answer_len = self.task.max_answer_length(self.difficulty)
+        self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
+        self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
+        self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
+        longest = max(len(e.prompt) for e in self.tune + self.test + self.train_probe)
+        self.max_len = longest + 4 * self.answer_len + 8
+
+    # -- the base --------------------------------------------------------------------------
+    def default_config(self) -> StageConfig:
+        return StageConfig(max_completion_length=self.answer_len + 2, num_generations=self.p.num_generations,
+                           prompts_per_step=self.p.prompts_per_step, steps=self.p.stage_steps,
+                           difficulty=self.difficulty, learning_rate=3e-4 if self.p.policy != "full" else 1e-4)
+
+    def new_policy(self):
+        torch.manual_seed(self.seed)
+        return make_policy(self.vocab, self.p.policy, max_len=self.max_len).to(self.device)
+
+    def prepare(self, progress: Callable[[int, float], None] | None = None) -> None:
+        """Warm-starts the base policy (supervised, on the train split at the session's difficulty)."""
+        policy = self.new_policy()
+        train = self.task.dataset("train", self.p.pool_n, self.difficulty, seed=self.seed)
+        self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
+                               max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
+                               seed=self.seed, progress=progress)
+        self.base_state = _state_bytes(policy)
+        self.base_tune = evaluate(policy, self.vocab, self.task, self.tune, self.answer_len + 2)
+
+    def load_base(self, state: bytes, tune: float, warm: dict) -> None:
+        self.base_state, self.base_tune, self.warm = state, tune, warm
+
+    # -- one stage ---------------------------------------------------------------------------
+    def run_stage(self, parent: bytes, config: StageConfig, seed: int, steps: int | None = None,
+                  progress: Callable[[int, int, dict], None] | None = None) -> StageResult:
+        """Trains a copy of ``parent`` for one stage of ``config`` (``steps`` overrides its length).
+        A stage trained before (same parent weights, config, seed and length: training is
+        deterministic) comes from :attr:`cache` instead, which is how a killed run resumes."""
+        if steps is not None:
+            config = config.model_copy(update={"steps": steps})
+        key = stage_key(parent, config, seed)
+        if key in self.cache:
+            return self.cache[key]
+        if config.max_completion_length + max(len(e.prompt) for e in self.tune) > self.max_len:
+            raise UserError(f"max_completion_length {config.max_completion_length} does not fit the policy's "
+                            f"{self.max_len} positions")
+        t0 = time.perf_counter()
+        policy = self.new_policy()
+        _load_state(policy, parent)
+        pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
+        trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed)
+        trace = trainer.run(progress=progress)
+        n = self.answer_len + 2
+        tune = evaluate(policy, self.vocab, self.task, self.tune, n)
+        train = evaluate(policy, self.vocab, self.task, self.train_probe, n)
+        trace = trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
+        result = StageResult(config, _state_bytes(policy), trace, tune, train, time.perf_counter() - t0)
+        self.cache[key] = result
+        if self.record is not None:
+            self.record(key, result)
+        return result
+
+    def test_reward(self, state: bytes) -> float:
+        policy = self.new_policy()
+        _load_state(policy, state)
+        return evaluate(policy, self.vocab, self.task, self.test, self.answer_len + 2)
+
+    def value(self, tune: float) -> float:
+        """A stage's reward as the search's positive 'speedup' over the base."""
+        return (tune + EPS) / (self.base_tune + EPS)
+
+
+def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
+    """What identifies a stage's result: its starting weights, its config and its seed."""
+    h = hashlib.sha256(hashlib.sha256(parent).digest())
+    h.update(json.dumps(config.model_dump(), sort_keys=True).encode())
+    h.update(str(seed).encode())
+    return h.hexdigest()
+
+
+def config_key(path: Sequence[StageConfig]) -> str:
+    text = json.dumps([c.model_dump() for c in path], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Schedule:
+    """A method's result: the stages it trained along its best path and their rewards."""
+
+    method: str
+    configs: list[StageConfig]
+    tune_reward: float
+    state: bytes
+    stages_used: int
+    test_reward: float = math.nan
+    traces: list[list[dict]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# -- methods ---------------------------------------------------------------------------------
+def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width: int = 2) -> Schedule:
+    """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions."""
+    from loopwise.core.search import MCTS, Outcome
+    from loopwise.training.diagnose import diagnose
+    from loopwise.training.transitions import Bounds, propose_transitions
+
+    search = MCTS(seed=seed, max_evals=budget)
+    rng = random.Random(seed)
+    bounds = Bounds.for_task(session.task.max_difficulty,
+                             max_completion_length=(2, session.max_len - max(len(e.prompt) for e in session.tune)))
+    root_cfg = session.default_config()
+    search.add_root("base", payload={"depth": 0})
+    nodes: dict[int, dict] = {0: {"path": [], "state": session.base_state, "trace": [], "config": root_cfg,
+                                  "tune": session.base_tune}}
+    while not search.budget_spent:
+        exp = search.ask()
+        if exp is None:
+            break
+        parent = nodes[exp.node_id]
+        if len(parent["path"]) >= depth:
+            search.close(exp.node_id)
+            continue
+        if exp.node_id == 0:
+            proposals = [root_cfg] + [t.config for t in propose_transitions(root_cfg, [], rng, width - 1, bounds,
+                                                                            reward=session.base_tune)]
+        else:
+            findings = diagnose(parent["trace"], parent["config"])
+            proposals = [t.config for t in propose_transitions(parent["config"], findings, rng, width, bounds,
+                                                               reward=parent["tune"])]
+        added = []
+        for cfg in proposals:
+            key = config_key(parent["path"] + [cfg])
+            if search.find(key) is not None:
+                continue
+            added.append((search.add_child(exp.node_id, key, payload={"depth": len(parent["path"]) + 1}), cfg, key))
+        if not added:
+            search.close(exp.node_id)
+            continue
+        for node_id, cfg, key in added:
+            if search.budget_spent:
+                break
+            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id)
+            nodes[node_id] = {"path": parent["path"] + [cfg], "state": result.state, "trace": result.trace,
+                              "config": cfg, "tune": result.tune_reward, "traces": parent.get("traces", []) + [result.trace]}
+            search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
+    best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
+    best = nodes[best_id]
+    return Schedule("tree", best["path"], best["tune"], best["state"], search.n_evals, traces=best.get("traces", []))
+
+
+def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
+           method: str = "staged") -> Schedule:
+    """``configs`` (default: the default config ``depth`` times) as stages, repeated with new seeds
+    while budget is left; the best repetition by tuning reward."""
+    configs = list(configs or [session.default_config()] * depth)
+    best, used, rep = None, 0, 0
+    while used + len(configs) <= budget:
+        state, traces, tune = session.base_state, [], session.base_tune
+        for i, cfg in enumerate(configs):
+            result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i)
+            state, tune = result.state, result.tune_reward
+            traces.append(result.trace)
+        used += len(configs)
+        if best is None or tune > best.tune_reward:
+            best = Schedule(method, configs, tune, state, 0, traces=traces)
+        rep += 1
+    if best is None:
+        raise UserError(f"a budget of {budget} stages is less than one {method} schedule of {len(configs)}")
+    best.stages_used = used
+    return best
+
+
+def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
+               method: str = "fixed") -> Schedule:
+    """Each config trained without a break for ``depth`` stages' worth of steps (one trainer), as
+    many configs as the budget allows (``budget // depth``); the best by tuning reward."""
+    configs = list(configs or [session.default_config()] * max(1, budget // depth))
+    best, used = None, 0
+    for i, cfg in enumerate(configs):
+        if used + depth > budget:
+            break
+        result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth)
+        used += depth
+        if best is None or result.tune_reward > best.tune_reward:
+            best = Schedule(method, [cfg.model_copy(update={"steps": cfg.steps * depth})], result.tune_reward,
+                            result.state, 0, traces=[result.trace])
+    if best is None:
+        raise UserError(f"a budget of {budget} stages is less than one {method} run of {depth}")
+    best.stages_used = used
+    return best
+
+
+GRID = {"learning_rate": (1e-4, 3e-4, 1e-3), "beta": (0.0, 0.04), "temperature": (0.7, 1.0)}
+
+
+def grid_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
+    """``n`` points of :data:`GRID` (all of it when it fits), spread evenly over its product."""
+    base = session.default_config()
+    points = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+    if n < len(points):
+        step = len(points) / n
+        points = [points[int(i * step)] for i in range(n)]
+    return [base.model_copy(update=p) for p in points]
+
+
+def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
+    """``n`` configs drawn log-uniformly over the grid's ranges (learning rate, KL, temperature)."""
+    rng = random.Random(seed)
+    base = session.default_config()
+    out = []
+    for _ in range(n):
+        out.append(base.model_copy(update={
+            "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-3))),
+            "beta": rng.choice((0.0, math.exp(rng.uniform(math.log(0.005), math.log(0.1))))),
+            "temperature": rng.uniform(0.7, 1.2)}))
+    return out
+
+
+METHODS = ("tree", "fixed", "staged", "grid", "random")
+
+
+def run_method(method: str, session: Session, budget: int, depth: int, seed: int = 0) -> Schedule:
+    """One method's best schedule at ``budget`` stages of at most ``depth``, with its test reward."""
+    if budget < depth:
+        raise UserError(f"--budget-stages {budget} is below the schedule depth {depth}")
+    if method == "tree":
+        schedule = tree_search(session, budget, depth, seed)
+    elif method == "fixed":
+        schedule = continuous(session, budget, depth, seed)
+    elif method == "staged":
+        schedule = staged(session, budget, depth, seed)
+    elif method == "grid":
+        schedule = continuous(session, budget, depth, seed, grid_configs(session, budget // depth, seed), "grid")
+    elif method == "random":
+        schedule = continuous(session, budget, depth, seed, random_configs(session, budget // depth, seed), "random")
+    else:
+        raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+    schedule.test_reward = session.test_reward(schedule.state)
+    return schedule

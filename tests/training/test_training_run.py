@@ -1,0 +1,99 @@
+"""`loopwise training search / baselines` from the user's side: every method spends the same
+stage budget from the same base, a killed run resumes without training a stage twice and ends
+where an uninterrupted one does, and mistakes are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loopwise.errors import UserError
+from loopwise.training import search
+from loopwise.training.run import Settings, TrainingRun
+
+TINY = search.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
+                     warm_max_steps=40, warm_check_every=20)
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setitem(search.PRESETS, "smoke", TINY)
+
+
+def _summary(results: dict) -> dict:
+    return {m: (r["tune_reward"], r["test_reward"], r["stages_used"], r["configs"]) for m, r in results.items()}
+
+
+def test_every_method_spends_the_same_budget_from_the_same_base(tiny, tmp_path):
+    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "staged", "grid", "random"), budget=4, depth=2,
+                                     difficulty=0), str(tmp_path))
+    results = run.run()
+    run.close()
+    assert set(results) == {"tree", "fixed", "staged", "grid", "random"}
+    assert {r["stages_used"] for r in results.values()} == {4}
+    assert len({(r["base_tune_reward"], r["base_test_reward"]) for r in results.values()}) == 1
+    staged = results["staged"]["configs"]
+    assert len(staged) == 2 and staged[0] == staged[1]  # staging alone: the same config, a fresh trainer each stage
+    assert len(results["fixed"]["configs"]) == 1 and results["fixed"]["configs"][0]["steps"] == 2 * TINY.stage_steps
+    assert len(results["tree"]["configs"]) <= 2
+    for r in results.values():
+        assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
+
+
+def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
+    settings = Settings("arithmetic", ("tree", "staged"), budget=4, depth=2, difficulty=0)
+    straight = TrainingRun.start(settings, str(tmp_path / "a"))
+    expected = _summary(straight.run())
+    straight.close()
+
+    class Killed(Exception):
+        pass
+
+    trained = []
+
+    def kill_after_three(method, done, result):
+        trained.append(method)
+        if len(trained) == 3:
+            raise Killed
+
+    first = TrainingRun.start(settings, str(tmp_path / "b"))
+    with pytest.raises(Killed):
+        first.run(on_stage=kill_after_three)
+    run_id = first.store.meta.run_id
+    first.close()
+    resumed = TrainingRun.resume(str(tmp_path / "b"), run_id)
+    again = []
+    results = resumed.run(on_stage=lambda m, d, r: again.append(m))
+    resumed.close()
+    assert _summary(results) == expected
+    assert len(trained) + len(again) == 8  # 4 stages per method, none trained twice
+
+
+def test_mistakes_are_one_line_errors(tmp_path):
+    with pytest.raises(UserError, match="unknown method"):
+        Settings("arithmetic", ("tree", "hyperband"))
+    with pytest.raises(UserError, match="at least the depth"):
+        Settings("arithmetic", budget=2, depth=3)
+    with pytest.raises(UserError, match="unknown task 'chess'"):
+        TrainingRun.start(Settings("chess"), str(tmp_path))
+    with pytest.raises(UserError, match="unknown preset"):
+        TrainingRun.start(Settings("arithmetic", preset="huge"), str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "chess", "--runs-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().startswith("error: unknown task 'chess'")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
+    """What CI runs: the real smoke preset, the tree search against staging alone, as JSON."""
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "baselines", "arithmetic", "--methods",
+                           "tree,staged", "--budget-stages", "2", "--depth", "1", "--difficulty", "0", "--json",
+                           "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert set(out["results"]) == {"tree", "staged"} and out["settings"]["preset"] == "smoke"
+    assert all(r["stages_used"] == 2 for r in out["results"].values())
+    assert 0 < out["warm_start"]["steps"] <= search.PRESETS["smoke"].warm_max_steps

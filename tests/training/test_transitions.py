@@ -1,0 +1,175 @@
+"""Expert transitions: one coordinated multi-knob move per set of findings, kept in bounds, with
+distinct seeded siblings; and the knob-trajectory classification of a path."""
+
+import random
+
+import pytest
+
+from loopwise.training import metrics as m
+from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
+from loopwise.training.diagnose import TrainingFinding, diagnose
+from loopwise.training.transitions import (
+    STEPS,
+    Bounds,
+    Step,
+    Transition,
+    directions,
+    propose_transitions,
+)
+
+
+def finding(kind, score, **suggests):
+    return TrainingFinding.make(kind, f"{kind} seen (score {score}).", {"x": 1.0}, score, suggests)
+
+
+COLLAPSE = finding("entropy_collapse", 0.8, temperature="up", entropy_coef="up", learning_rate="down")
+SOLVED = finding("groups_all_solved", 0.6, difficulty="up")
+BASE = StageConfig(difficulty=3, learning_rate=3e-4, temperature=1.0, beta=0.01)
+
+
+def moved(transition):
+    return {k: "up" if new > old else "down" for k, (old, new) in transition.changes.items()}
+
+
+def test_combined_findings_make_one_coordinated_move():
+    first = propose_transitions(BASE, [COLLAPSE, SOLVED], random.Random(0))[0]
+    assert moved(first) == {"temperature": "up", "entropy_coef": "up", "learning_rate": "down", "difficulty": "up"}
+    assert first.changes["learning_rate"] == (3e-4, 1.5e-4) and first.changes["difficulty"] == (3, 4)
+    assert first.changes["temperature"] == (1.0, 1.25) and first.changes["entropy_coef"] == (0.0, 1e-3)
+    assert "entropy_collapse" in first.rationale and "groups_all_solved" in first.rationale
+    assert dict(first.changes) == BASE.changed(first.config)
+
+
+@pytest.mark.parametrize("lr_down_score,expected", [(0.9, "down"), (0.2, "up")])
+def test_a_conflict_goes_the_way_of_the_higher_scored_finding(lr_down_score, expected):
+    down = finding("kl_blowup", lr_down_score, learning_rate="down", beta="up")
+    up = finding("reward_plateau", 0.5, learning_rate="up")
+    first = propose_transitions(BASE, [up, down], random.Random(0))[0]
+    assert moved(first)["learning_rate"] == expected and moved(first)["beta"] == "up"
+
+
+def test_at_the_bound_nothing_moves_past_it():
+    bounds = Bounds.for_task(3)
+    at_edge = StageConfig(difficulty=3, learning_rate=1e-5, temperature=2.0)
+    findings = [finding("a", 0.9, learning_rate="down", temperature="up", difficulty="up", beta="up")]
+    out = propose_transitions(at_edge, findings, random.Random(1), n=8, bounds=bounds)
+    assert moved(out[0]) == {"beta": "up"}  # the only answerable part of the finding
+    for t in out:
+        assert t.config.learning_rate >= 1e-5 and t.config.temperature <= 2.0 and t.config.difficulty <= 3
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_sibling_stays_in_bounds_and_is_distinct(seed):
+    bounds = Bounds.for_task(5)
+    out = propose_transitions(BASE, [COLLAPSE, SOLVED], random.Random(seed), n=10, bounds=bounds)
+    assert len(out) == 10
+    configs = [t.config for t in out]
+    assert len(set(configs)) == 10 and BASE not in configs
+    for config in configs:
+        for knob in CAPACITY + REGULARIZATION:
+            lo, hi = getattr(bounds, knob)
+            assert lo <= getattr(config, knob) <= hi, (knob, getattr(config, knob))
+
+
+def test_a_step_that_overshoots_is_clamped_to_the_bound():
+    config = StageConfig(learning_rate=2e-3, max_completion_length=200)
+    grow = [finding("truncation", 0.9, max_completion_length="up", learning_rate="up")]
+    first = propose_transitions(config, grow, random.Random(0))[0]
+    assert first.config.max_completion_length == 256 and first.config.learning_rate == 3e-3
+
+
+def test_same_seed_same_transitions_and_siblings_vary_with_the_seed():
+    def run(seed):
+        out = propose_transitions(BASE, [COLLAPSE, SOLVED], random.Random(seed), n=4)
+        return [(t.config, t.rationale) for t in out]
+
+    assert run(7) == run(7)
+    assert len({tuple(run(s)[1:]) == tuple(run(0)[1:]) for s in range(10)}) == 2  # some seeds differ
+    assert len({run(s)[0] for s in range(10)}) == 1  # the rule-based first one never does
+
+
+def test_siblings_vary_the_coordinated_move():
+    out = propose_transitions(BASE, [COLLAPSE, SOLVED], random.Random(0), n=6)
+    first = set(out[0].changes)
+    for sibling in out[1:]:
+        assert sibling.changes and sibling.config != out[0].config
+        assert set(sibling.changes) & first or "alone" in sibling.rationale or "Explores" in sibling.rationale
+
+
+@pytest.mark.parametrize("reward,knob", [(0.9, "difficulty"), (0.3, "num_generations"),
+                                         (None, "num_generations")])
+def test_a_healthy_stage_grows_capacity(reward, knob):
+    first = propose_transitions(BASE, [], random.Random(0), reward=reward)[0]
+    assert moved(first) == {knob: "up"} and "Capacity grows" in first.rationale
+
+
+def test_findings_blocked_by_bounds_fall_back_to_the_prior():
+    config = StageConfig(learning_rate=1e-5)
+    blocked = [finding("kl_blowup", 0.9, learning_rate="down")]
+    out = propose_transitions(config, blocked, random.Random(0), reward=0.9)
+    assert out[0].config != config and moved(out[0]) == {"difficulty": "up"}
+    assert "kl_blowup cannot be answered within bounds" in out[0].rationale
+
+
+def test_nothing_can_change_returns_the_config_once():
+    config = StageConfig(difficulty=2)
+    pinned = Bounds(**{k: (getattr(config, k), getattr(config, k)) for k in CAPACITY + REGULARIZATION})
+    out = propose_transitions(config, [COLLAPSE, SOLVED], random.Random(0), n=3, bounds=pinned)
+    assert len(out) == 1 and out[0].config == config and not out[0].changes
+
+
+def test_n_must_not_be_negative_and_bounds_must_be_ordered():
+    assert propose_transitions(BASE, [COLLAPSE], random.Random(0), n=0) == []
+    with pytest.raises(ValueError):
+        propose_transitions(BASE, [], random.Random(0), n=-1)
+    with pytest.raises(ValueError):
+        Bounds(temperature=(2.0, 1.0))
+
+
+@pytest.mark.parametrize("knob,value,direction,scale,expected", [
+    ("beta", 0.0, "up", 1.0, 1e-3),  # a switched-off term starts at its start value
+    ("beta", 1e-3, "down", 1.0, 0.0),  # ... and below it switches off again
+    ("learning_rate", 3e-4, "up", 1.0, 6e-4),
+    ("learning_rate", 3e-4, "down", 2.0, 7.5e-5),
+    ("epsilon_high", 0.28, "up", 1.0, 0.33),
+    ("difficulty", 2, "up", 0.5, 3),  # an integer knob always moves by at least one
+    ("max_completion_length", 16, "up", 0.5, 23),
+    ("num_generations", 8, "down", 1.0, 4),
+])
+def test_step_rules(knob, value, direction, scale, expected):
+    assert STEPS[knob].move(value, direction, scale) == pytest.approx(expected)
+
+
+def test_every_knob_has_a_step_and_a_bound():
+    assert set(STEPS) == set(CAPACITY + REGULARIZATION)
+    assert all(isinstance(STEPS[k], Step) and hasattr(Bounds(), k) for k in STEPS)
+
+
+def test_directions_classifies_each_knob():
+    path = [StageConfig(difficulty=1, max_completion_length=16, learning_rate=3e-4, beta=0.0, temperature=1.0),
+            StageConfig(difficulty=2, max_completion_length=16, learning_rate=1.5e-4, beta=0.0, temperature=0.9),
+            StageConfig(difficulty=2, max_completion_length=32, learning_rate=3e-4, beta=0.0, temperature=0.9),
+            StageConfig(difficulty=4, max_completion_length=64, learning_rate=3e-4, beta=0.0, temperature=0.8)]
+    got = directions(path)
+    assert got["difficulty"] == got["max_completion_length"] == "monotone_up"
+    assert got["learning_rate"] == "oscillating"
+    assert got["temperature"] == "monotone_down"
+    assert got["beta"] == got["num_generations"] == "constant"
+    assert set(got) == set(CAPACITY + REGULARIZATION)
+    assert set(directions(path[:1]).values()) == set(directions([]).values()) == {"constant"}
+
+
+def test_a_path_of_proposed_transitions_grows_capacity_monotonically():
+    config, path = StageConfig(difficulty=0), []
+    for _ in range(4):
+        path.append(config)
+        config = propose_transitions(config, [], random.Random(0), reward=0.9)[0].config
+    assert directions(path + [config])["difficulty"] == "monotone_up"
+
+
+def test_diagnosis_to_transition_end_to_end():
+    trace = [{m.STEP: i, m.REWARD: 0.05, m.CLIPPED: 0.95, m.LENGTH: 16.0, m.ENTROPY: 1.5} for i in range(20)]
+    config = StageConfig(max_completion_length=16)
+    first = propose_transitions(config, diagnose(trace, config), random.Random(0))[0]
+    assert isinstance(first, Transition)
+    assert first.changes["max_completion_length"] == (16, 32) and "truncation" in first.rationale
