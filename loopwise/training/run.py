@@ -4,7 +4,9 @@ it stopped: stages already trained are read back, not trained again (training is
 for a given start, config and seed, see :func:`loopwise.training.search.stage_key`).
 
 Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
-(key = the stage's key), ``result`` (key = the method).
+(key = the stage's key; its config, metric trace, rewards, weights' artifact, and where it sits:
+``method`` with ``node`` / ``parent`` / ``depth`` in the tree, ``rep`` / ``stage`` in a baseline),
+``result`` (key = the method).
 """
 
 from __future__ import annotations
@@ -82,11 +84,11 @@ class TrainingRun:
         run.results = {k: ev.payload for k, ev in store.latest_by_key("result").items()}
         return run
 
-    def _record(self, key: str, result: StageResult) -> None:
+    def _record(self, key: str, result: StageResult, label: dict) -> None:
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,
-                                    "seconds": result.seconds, "state": sha}, key=key)
+                                    "seconds": result.seconds, "state": sha, **label}, key=key)
 
     def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
             on_warm: Callable[[int, float], None] | None = None) -> dict[str, dict]:
@@ -101,8 +103,8 @@ class TrainingRun:
                 continue
             done = [0]
 
-            def record(key: str, result: StageResult, method=method, done=done) -> None:
-                self._record(key, result)
+            def record(key: str, result: StageResult, label: dict, method=method, done=done) -> None:
+                self._record(key, result, {"method": method, **label})
                 done[0] += max(1, round(result.config.steps / s.p.stage_steps))  # a continuous run is several
                 if on_stage is not None:
                     on_stage(method, done[0], result)

@@ -105,7 +105,7 @@ class Session:
     warm: dict = field(init=False, default_factory=dict)
     # stages already trained (a resumed run's, by stage_key) and a hook told of every new one
     cache: dict = field(init=False, default_factory=dict)
-    record: Callable[[str, StageResult], None] | None = field(init=False, default=None)
+    record: Callable[[str, StageResult, dict], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         from loopwise.training.tasks import ALPHABET, get_task
@@ -151,10 +151,12 @@ class Session:
 
     # -- one stage ---------------------------------------------------------------------------
     def run_stage(self, parent: bytes, config: StageConfig, seed: int, steps: int | None = None,
-                  progress: Callable[[int, int, dict], None] | None = None) -> StageResult:
+                  progress: Callable[[int, int, dict], None] | None = None, label: dict | None = None) -> StageResult:
         """Trains a copy of ``parent`` for one stage of ``config`` (``steps`` overrides its length).
         A stage trained before (same parent weights, config, seed and length: training is
-        deterministic) comes from :attr:`cache` instead, which is how a killed run resumes."""
+        deterministic) comes from :attr:`cache` instead, which is how a killed run resumes.
+        ``label`` (where the stage sits in its method: node and parent, or repetition and index)
+        goes to :attr:`record` with the result."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         key = stage_key(parent, config, seed)
@@ -176,7 +178,7 @@ class Session:
         result = StageResult(config, _state_bytes(policy), trace, tune, train, time.perf_counter() - t0)
         self.cache[key] = result
         if self.record is not None:
-            self.record(key, result)
+            self.record(key, result, dict(label or {}))
         return result
 
     def test_reward(self, state: bytes) -> float:
@@ -258,7 +260,8 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
         for node_id, cfg, key in added:
             if search.budget_spent:
                 break
-            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id)
+            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
+                                       label={"node": node_id, "parent": exp.node_id, "depth": len(parent["path"]) + 1})
             nodes[node_id] = {"path": parent["path"] + [cfg], "state": result.state, "trace": result.trace,
                               "config": cfg, "tune": result.tune_reward, "traces": parent.get("traces", []) + [result.trace]}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
@@ -276,7 +279,7 @@ def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Se
     while used + len(configs) <= budget:
         state, traces, tune = session.base_state, [], session.base_tune
         for i, cfg in enumerate(configs):
-            result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i)
+            result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i, label={"rep": rep, "stage": i})
             state, tune = result.state, result.tune_reward
             traces.append(result.trace)
         used += len(configs)
@@ -298,7 +301,8 @@ def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs
     for i, cfg in enumerate(configs):
         if used + depth > budget:
             break
-        result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth)
+        result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
+                                   label={"rep": i, "stage": 0})
         used += depth
         if best is None or result.tune_reward > best.tune_reward:
             best = Schedule(method, [cfg.model_copy(update={"steps": cfg.steps * depth})], result.tune_reward,
