@@ -22,10 +22,18 @@ DIFFICULTY = typer.Option(None, "--difficulty", min=0, help="Difficulty held-out
 RESUME = typer.Option(None, "--resume", help="Resume the run with this id (its settings win).")
 RUNS = typer.Option("runs", "--runs-dir", help="Where runs are kept.")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
+PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
+                                                     "LLM), llm or exchange.")
+EXCHANGE = typer.Option(None, "--exchange-dir", help="Folder for prompt/answer files (--proposer exchange).")
+LLM_API = typer.Option("openai", "--llm-api", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic.")
+LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model name.")
+LLM_URL = typer.Option(None, "--llm-base-url", help="--proposer llm: server URL, e.g. http://localhost:8000/v1.")
+LLM_KEY = typer.Option(None, "--llm-key-env", help="--proposer llm: NAME of the variable holding the API key.")
 
 
 def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
-        difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool) -> None:
+        difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
+        exchange_dir: str | None = None, llm: dict | None = None) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -35,7 +43,8 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
     if resume:
         run = TrainingRun.resume(runs_dir, resume)
     else:
-        run = TrainingRun.start(Settings(task, methods, budget, depth, preset, seed, difficulty), runs_dir)
+        run = TrainingRun.start(Settings(task, methods, budget, depth, preset, seed, difficulty, proposer,
+                                         exchange_dir or "", llm or {}), runs_dir)
     s = run.settings
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
               f"{s.budget} stages per method, depth {s.depth}, methods {', '.join(s.methods)}")
@@ -105,9 +114,13 @@ def _describe(configs: list[dict]) -> str:
 
 @app.command("search")
 def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
-               difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON) -> None:
+               difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
+               proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
+               llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY) -> None:
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
-    _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json)
+    llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
+                              "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
+    _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer, exchange_dir, llm)
 
 
 @app.command("baselines")

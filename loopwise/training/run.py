@@ -32,8 +32,17 @@ class Settings:
     preset: str = "smoke"
     seed: int = 0
     difficulty: int | None = None
+    proposer: str = "expert"  # the tree's transitions: expert rules, llm or exchange
+    exchange_dir: str = ""
+    llm: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.proposer not in ("expert", "llm", "exchange"):
+            raise UserError(f"unknown proposer {self.proposer!r}: expert, llm or exchange")
+        if self.proposer == "exchange" and not self.exchange_dir:
+            raise UserError("--proposer exchange needs --exchange-dir FOLDER")
+        if self.proposer == "llm" and not self.llm.get("model"):
+            raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(METHODS)}")
@@ -42,7 +51,8 @@ class Settings:
 
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
-                "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty}
+                "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
+                "exchange_dir": self.exchange_dir, "llm": dict(self.llm)}
 
 
 @dataclass
@@ -70,7 +80,8 @@ class TrainingRun:
             raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
         data = next(iter(store.events(kind="settings"))).payload
         settings = Settings(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"],
-                            data["seed"], data["difficulty"])
+                            data["seed"], data["difficulty"], data.get("proposer", "expert"),
+                            data.get("exchange_dir", ""), data.get("llm", {}))
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty))
         base = store.latest_by_key("base").get("base")
         if base is not None:
@@ -111,12 +122,35 @@ class TrainingRun:
 
             s.record = record
             t0 = time.perf_counter()
-            schedule = run_method(method, s, self.settings.budget, self.settings.depth, self.settings.seed)
+            schedule = run_method(method, s, self.settings.budget, self.settings.depth, self.settings.seed,
+                                  transitions=self._transitions() if method == "tree" else None)
             s.record = None
             payload = result_payload(schedule, s, time.perf_counter() - t0)
             self.store.append("result", payload, key=method)
             self.results[method] = payload
         return self.results
+
+    def _transitions(self):
+        """None for the expert rules; else the model or exchange folder behind the shared interface."""
+        st = self.settings
+        if st.proposer == "expert":
+            return None
+        from loopwise.training.proposer import ModelTransitions
+
+        if st.proposer == "exchange":
+            from loopwise.core.propose import ExchangeProposer
+
+            proposer = ExchangeProposer(st.exchange_dir)
+        else:
+            from loopwise.core.propose.llm import LLMProposer
+            from loopwise.kernels.optimize import record_llm_call
+
+            try:
+                proposer = LLMProposer.from_config(st.llm, call_log=lambda rec: record_llm_call(self.store, rec))
+            except (TypeError, ValueError, KeyError) as exc:
+                raise UserError(f"--proposer llm: {exc}") from None
+        self.model_transitions = ModelTransitions(proposer, self.session.describe())
+        return self.model_transitions
 
     def close(self) -> None:
         self.store.close()

@@ -132,6 +132,15 @@ class Session:
                            prompts_per_step=self.p.prompts_per_step, steps=self.p.stage_steps,
                            difficulty=self.difficulty, learning_rate=3e-4 if self.p.policy != "full" else 1e-4)
 
+    def describe(self) -> str:
+        """The task in a few lines, for a model proposing transitions."""
+        e = self.tune[0]
+        return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt!r} is "
+                f"answered {e.answer!r}. Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 "
+                f"otherwise. The policy is a {self.p.policy} character transformer warm-started by supervised "
+                f"training (sampled pass rate {self.warm.get('pass_rate', float('nan')):.2f}); each stage trains "
+                f"{self.p.stage_steps} GRPO steps of {self.p.prompts_per_step} prompts.")
+
     def new_policy(self):
         torch.manual_seed(self.seed)
         return make_policy(self.vocab, self.p.policy, max_len=self.max_len).to(self.device)
@@ -219,8 +228,12 @@ class Schedule:
 
 
 # -- methods ---------------------------------------------------------------------------------
-def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width: int = 2) -> Schedule:
-    """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions."""
+def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width: int = 2, transitions=None) -> Schedule:
+    """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
+
+    ``transitions`` is where the next configs come from: None for the expert rules, or a callable
+    with :func:`~loopwise.training.transitions.propose_transitions`' arguments plus ``trace`` and
+    ``path`` (:class:`loopwise.training.proposer.ModelTransitions` for a model or an exchange folder)."""
     from loopwise.core.search import MCTS, Outcome
     from loopwise.training.diagnose import diagnose
     from loopwise.training.transitions import Bounds, propose_transitions
@@ -230,6 +243,9 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
     bounds = Bounds.for_task(session.task.max_difficulty,
                              max_completion_length=(2, session.max_len - max(len(e.prompt) for e in session.tune)))
     root_cfg = session.default_config()
+    if transitions is None:
+        def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
+            return propose_transitions(config, findings, rng_, n, bounds_, reward=reward)
     search.add_root("base", payload={"depth": 0})
     nodes: dict[int, dict] = {0: {"path": [], "state": session.base_state, "trace": [], "config": root_cfg,
                                   "tune": session.base_tune}}
@@ -242,12 +258,13 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
             search.close(exp.node_id)
             continue
         if exp.node_id == 0:
-            proposals = [root_cfg] + [t.config for t in propose_transitions(root_cfg, [], rng, width - 1, bounds,
-                                                                            reward=session.base_tune)]
+            extra = transitions(root_cfg, [], rng, width - 1, bounds, reward=session.base_tune) if width > 1 else []
+            proposals = [root_cfg] + [t.config for t in extra]
         else:
             findings = diagnose(parent["trace"], parent["config"])
-            proposals = [t.config for t in propose_transitions(parent["config"], findings, rng, width, bounds,
-                                                               reward=parent["tune"])]
+            history = [(nodes[i]["config"], nodes[i]["tune"]) for i in parent.get("ids", [])]
+            proposals = [t.config for t in transitions(parent["config"], findings, rng, width, bounds,
+                                                       reward=parent["tune"], trace=parent["trace"], path=history)]
         added = []
         for cfg in proposals:
             key = config_key(parent["path"] + [cfg])
@@ -263,7 +280,8 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
             result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
                                        label={"node": node_id, "parent": exp.node_id, "depth": len(parent["path"]) + 1})
             nodes[node_id] = {"path": parent["path"] + [cfg], "state": result.state, "trace": result.trace,
-                              "config": cfg, "tune": result.tune_reward, "traces": parent.get("traces", []) + [result.trace]}
+                              "config": cfg, "tune": result.tune_reward, "traces": parent.get("traces", []) + [result.trace],
+                              "ids": parent.get("ids", []) + [node_id]}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
     best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
     best = nodes[best_id]
@@ -342,12 +360,12 @@ def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]
 METHODS = ("tree", "fixed", "staged", "grid", "random")
 
 
-def run_method(method: str, session: Session, budget: int, depth: int, seed: int = 0) -> Schedule:
+def run_method(method: str, session: Session, budget: int, depth: int, seed: int = 0, transitions=None) -> Schedule:
     """One method's best schedule at ``budget`` stages of at most ``depth``, with its test reward."""
     if budget < depth:
         raise UserError(f"--budget-stages {budget} is below the schedule depth {depth}")
     if method == "tree":
-        schedule = tree_search(session, budget, depth, seed)
+        schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
         schedule = continuous(session, budget, depth, seed)
     elif method == "staged":

@@ -60,7 +60,9 @@ def test_prompts_leave_out_empty_sections_and_unknown_kinds_are_user_errors():
     assert "Current candidate" not in bare and "diagnosis" not in bare and "ModelNew" in bare
     rich = render_prompt(ProposalRequest(task="T", findings=(FindingNote(text="spills"),))).user
     assert "- spills" in rich
-    with pytest.raises(UserError, match="training"):
-        render_prompt(ProposalRequest(task="T", kind="training"))
+    with pytest.raises(UserError, match="scheduling"):
+        render_prompt(ProposalRequest(task="T", kind="scheduling"))
+    training = render_prompt(ProposalRequest(task="T", kind="training"))
+    assert "```json" in training.system and "healthy" in training.user  # no findings: said so
     with pytest.raises(ValueError):
         ProposalRequest(task="T", n=0)

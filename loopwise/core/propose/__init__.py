@@ -18,7 +18,7 @@ from loopwise.core.propose._base import (
     Snippet,
     Usage,
 )
-from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_python
+from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_for, extract_json, extract_python
 from loopwise.core.propose._prompt import Prompt, render_prompt
 from loopwise.core.propose.exchange import ExchangeProposer
 
@@ -37,6 +37,8 @@ __all__ = [
     "Proposer",
     "Snippet",
     "Usage",
+    "extract_for",
+    "extract_json",
     "extract_python",
     "render_prompt",
 ]

@@ -1,8 +1,10 @@
-"""Pulls one Python file out of a free-text reply, or says exactly why it cannot."""
+"""Pulls what a proposal carries out of a free-text reply (a Python file for kernels, a JSON object
+for training-stage configs), or says exactly why it cannot."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 
@@ -103,3 +105,44 @@ def extract_python(text: str, *, truncated: bool = False) -> Extracted | Extract
     except SyntaxError as exc:
         return ExtractFailure(FailureReason.SYNTAX_ERROR, f"line {exc.lineno}: {exc.msg}")
     return Extracted(code, _note(prose))
+
+
+_JSON_TAGS = frozenset({"json", "jsonc"})
+
+
+def extract_json(text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
+    """Takes the last fenced JSON block (tagged ``json``, else untagged) that holds a JSON object.
+
+    Returns:
+        The object, re-serialized with sorted keys, and the note; or why there is none: an
+        unterminated block is ``TRUNCATED``, no block ``NO_CODE``, a block that is not a JSON
+        object ``SYNTAX_ERROR``.
+    """
+    blocks, prose = fenced_blocks(text)
+    if blocks and not blocks[-1].closed:
+        cause = "the reply hit its token limit" if truncated else "the reply ends inside it"
+        return ExtractFailure(FailureReason.TRUNCATED, f"unterminated code block ({cause})")
+    candidates = [b for b in blocks if b.lang in _JSON_TAGS] or [b for b in blocks if not b.lang]
+    if not candidates:
+        detail = "no ```json block in the reply"
+        if truncated:
+            return ExtractFailure(FailureReason.TRUNCATED, detail + " (it hit its token limit)")
+        return ExtractFailure(FailureReason.NO_CODE, detail)
+    last_error = ""
+    for block in reversed(candidates):
+        try:
+            value = json.loads(block.body)
+        except json.JSONDecodeError as exc:
+            last_error = f"line {exc.lineno}: {exc.msg}"
+            continue
+        if isinstance(value, dict):
+            return Extracted(json.dumps(value, sort_keys=True), _note(prose))
+        last_error = f"a JSON {type(value).__name__}, not an object"
+    return ExtractFailure(FailureReason.SYNTAX_ERROR, last_error)
+
+
+def extract_for(kind: str, text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
+    """What a reply of an engine's kind carries: JSON for ``training``, a Python file otherwise."""
+    if kind == "training":
+        return extract_json(text, truncated=truncated)
+    return extract_python(text, truncated=truncated)

@@ -34,7 +34,7 @@ from loopwise.core.propose._base import (
     ProposalResult,
     Proposer,
 )
-from loopwise.core.propose._extract import ExtractFailure, extract_python, fenced_blocks
+from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks
 from loopwise.core.propose._prompt import render_prompt
 
 _PROMPT_NAME = re.compile(r"^prompt-(\d+)\.md$")
@@ -100,7 +100,7 @@ class ExchangeProposer(Proposer):
             os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
             self._announce(self.instruction(answer_id))
         answers = self._wait(ids)
-        return [self._result(answer_id, answers.get(answer_id)) for answer_id in ids]
+        return [self._result(answer_id, answers.get(answer_id), request.kind) for answer_id in ids]
 
     def _new_ids(self, n: int) -> list[str]:
         numbers = [int(m[1]) for p in self.folder.iterdir() if (m := _PROMPT_NAME.match(p.name))]
@@ -138,14 +138,14 @@ class ExchangeProposer(Proposer):
         text = path.read_text(encoding="utf-8", errors="replace")
         return text if marker or _complete(text) else None
 
-    def _result(self, answer_id: str, text: str | None) -> ProposalResult:
+    def _result(self, answer_id: str, text: str | None, kind: str = "kernels") -> ProposalResult:
         origin = f"exchange:{self.answer_path(answer_id)}"
         if text is None:
             text = self._late_text(answer_id)
             if not text:
                 detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id)}"
                 return ProposalFailure(reason=FailureReason.TIMEOUT, detail=detail, origin=origin)
-        found = extract_python(text)
+        found = extract_for(kind, text)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(
                 reason=found.reason, detail=found.detail, origin=origin, raw=text

@@ -17,7 +17,7 @@ from loopwise.core.propose._base import (
     Proposer,
     Usage,
 )
-from loopwise.core.propose._extract import ExtractFailure, extract_python
+from loopwise.core.propose._extract import ExtractFailure, extract_for
 from loopwise.core.propose._prompt import Prompt, render_prompt
 from loopwise.core.propose.llm._budget import Budget, cost_usd
 from loopwise.core.propose.llm._clients import ChatClient, ChatReply, make_client
@@ -121,10 +121,10 @@ class LLMProposer(Proposer):
             if self.budget.exhausted:
                 results.append(self.budget.exhausted_result(self.origin))
             else:
-                results.append(self._propose_one(prompt))
+                results.append(self._propose_one(prompt, request.kind))
         return results
 
-    def _propose_one(self, prompt: Prompt) -> ProposalResult:
+    def _propose_one(self, prompt: Prompt, kind: str = "kernels") -> ProposalResult:
         start = time.monotonic()
         outcome = call_with_retries(
             lambda: self._client.complete(prompt), self._policy, sleep=self._sleep, rng=self._rng
@@ -135,7 +135,7 @@ class LLMProposer(Proposer):
         else:
             usage = self._usage(reply)
             self.budget.charge(usage)
-            result = self._from_reply(reply, usage)
+            result = self._from_reply(reply, usage, kind)
         if self._call_log is not None:
             self._call_log(CallRecord(
                 origin=self.origin, prompt=prompt, reply=reply.text if reply else "",
@@ -160,8 +160,8 @@ class LLMProposer(Proposer):
         return Usage(model=model, input_tokens=reply.input_tokens,
                      output_tokens=reply.output_tokens, cost_usd=cost)
 
-    def _from_reply(self, reply: ChatReply, usage: Usage) -> ProposalResult:
-        found = extract_python(reply.text, truncated=reply.truncated)
+    def _from_reply(self, reply: ChatReply, usage: Usage, kind: str = "kernels") -> ProposalResult:
+        found = extract_for(kind, reply.text, truncated=reply.truncated)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(reason=found.reason, detail=found.detail,
                                    origin=self.origin, raw=reply.text, usage=usage)

@@ -1,0 +1,121 @@
+"""Stage transitions from a language model or an exchange folder, through the shared proposer
+interface (:mod:`loopwise.core.propose`): the same request the expert rules answer, asked as a
+prompt; the reply's ``{"changes": {...}}`` becomes the next stage's config, clamped to the bounds.
+
+A reply that names an unknown knob, a value of the wrong type or a config the schema rejects is
+not used (and says why in :attr:`ModelTransitions.failures`); when fewer usable transitions come
+back than asked for, the expert rules fill the rest, so the search always has siblings.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+
+from pydantic import ValidationError
+
+from loopwise.training import metrics as M
+from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
+from loopwise.training.transitions import Bounds, Transition, propose_transitions
+
+FIXED = ("steps", "prompts_per_step", "num_iterations", "max_grad_norm")  # the comparison fixes these
+
+
+def _summary(trace: Sequence[Mapping], tune: float | None) -> str:
+    rows = [r for r in trace if M.REWARD in r]
+    if not rows:
+        return f"held-out reward {tune:.3f}" if tune is not None else "not trained yet (the base policy)"
+
+    def ends(key: str) -> str:
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        return f"{values[0]:.3g} -> {values[-1]:.3g}" if values else "n/a"
+
+    parts = [f"{len(rows)} steps", f"reward {ends(M.REWARD)}", f"entropy {ends(M.ENTROPY)}",
+             f"zero-variance groups {ends(M.FRAC_ZERO_STD)}", f"truncated {ends(M.CLIPPED)}"]
+    if any(M.KL in r for r in rows):
+        parts.append(f"KL {ends(M.KL)}")
+    evals = [r for r in trace if M.EVAL_REWARD in r]
+    if evals:
+        parts.append(f"held-out reward {evals[-1][M.EVAL_REWARD]:.3f} (train prompts "
+                     f"{evals[-1].get(M.TRAIN_EVAL_REWARD, float('nan')):.3f})")
+    return "; ".join(parts) + "."
+
+
+def request_for(task: str, config: StageConfig, findings, trace, tune: float | None, path: Sequence, bounds: Bounds,
+                n: int):
+    from loopwise.core.propose import ProposalRequest
+
+    ranges = ", ".join(f"{k} {getattr(bounds, k)[0]:g}..{getattr(bounds, k)[1]:g}" for k in CAPACITY + REGULARIZATION)
+    text = (f"{task}\n\nKnobs you may change, with their ranges: {ranges}. Capacity knobs: "
+            f"{', '.join(CAPACITY)}; regularization knobs: {', '.join(REGULARIZATION)}.")
+    memory = "\n".join(f"- stage {i + 1}: " + ", ".join(f"{k} {v:g}" for k, v in c.model_dump().items()
+                                                         if k in CAPACITY + REGULARIZATION)
+                       + (f"; held-out reward {r:.3f}" if r is not None else "") for i, (c, r) in enumerate(path))
+    return ProposalRequest(task=text, candidate=json.dumps(config.model_dump(), indent=1, sort_keys=True),
+                           evaluation=_summary(trace, tune), findings=tuple(f.as_note() for f in findings),
+                           memory=memory, n=n, kind="training")
+
+
+def parse_transition(content: str, config: StageConfig, bounds: Bounds, note: str = "") -> Transition:
+    """The transition a reply's JSON describes. Raises ValueError naming what is wrong."""
+    data = json.loads(content)
+    changes = data.get("changes", data) if isinstance(data, dict) else None
+    if not isinstance(changes, dict) or not changes:
+        raise ValueError('expected {"changes": {KNOB: VALUE, ...}} with at least one knob')
+    allowed = set(CAPACITY + REGULARIZATION)
+    unknown = sorted(set(changes) - allowed)
+    if unknown:
+        fixed = [k for k in unknown if k in FIXED]
+        raise ValueError(f"knob(s) {', '.join(unknown)} " + ("are fixed by the comparison" if fixed else
+                                                              f"unknown; known: {', '.join(sorted(allowed))}"))
+    current = config.model_dump()
+    new = dict(current)
+    for knob, value in changes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{knob}: {value!r} is not a number")
+        lo, hi = getattr(bounds, knob)
+        value = min(max(value, lo), hi)
+        new[knob] = int(round(value)) if isinstance(current[knob], int) else float(value)
+    try:
+        nxt = StageConfig(**new)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"]) from None
+    diff = {k: (current[k], new[k]) for k in new if new[k] != current[k]}
+    if not diff:
+        raise ValueError("the reply changes nothing (after clamping to the ranges)")
+    return Transition(nxt, diff, note or "proposed by the model")
+
+
+class ModelTransitions:
+    """A transition source for :func:`loopwise.training.search.tree_search` backed by a proposer
+    (``LLMProposer`` or ``ExchangeProposer``); the expert rules fill what it does not give."""
+
+    def __init__(self, proposer, task: str) -> None:
+        self.proposer, self.task = proposer, task
+        self.failures: list[str] = []
+        self.used = 0
+
+    def __call__(self, config: StageConfig, findings, rng: random.Random, n: int, bounds: Bounds, *,
+                 reward: float | None = None, trace: Sequence[Mapping] = (), path: Sequence = ()) -> list[Transition]:
+        out: list[Transition] = []
+        request = request_for(self.task, config, findings, trace, reward, path, bounds, n)
+        for result in self.proposer.propose(request):
+            if not result.ok:
+                self.failures.append(f"{result.reason}: {result.detail}")
+                continue
+            try:
+                t = parse_transition(result.content, config, bounds, result.note)
+            except (ValueError, json.JSONDecodeError) as exc:
+                self.failures.append(f"unusable reply from {result.origin}: {exc}")
+                continue
+            if all(t.config != o.config for o in out):
+                out.append(t)
+                self.used += 1
+        if len(out) < n:
+            for t in propose_transitions(config, list(findings), rng, n + len(out), bounds, reward=reward):
+                if len(out) >= n:
+                    break
+                if all(t.config != o.config for o in out):
+                    out.append(t)
+        return out[:n]
