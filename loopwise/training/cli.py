@@ -124,8 +124,8 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, prese
 
 
 @app.command("baselines")
-def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,grid,random", "--methods",
-                                                                help="Comma list of tree, fixed, staged, grid, random."),
+def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,grid,random,tpe,pbt", "--methods",
+                                                                help="Comma list of tree, fixed, staged, grid, random, tpe, pbt."),
                   budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON) -> None:
     """The baselines at the same stage budget and from the same base (add ``tree`` to compare in one run)."""

@@ -20,6 +20,8 @@ Methods, all spending the same number of stages (``budget``) from the same base:
   diagnosis), the staging-alone control the LLM-Zero-Lite replication calls for.
 - ``grid`` and ``random``: single configs over the regularization knobs, each trained for
   ``depth`` stages' worth of steps, ``budget / depth`` of them.
+- ``tpe``: Optuna's TPE (ask / tell) over the same knobs and runs; ``pbt``: population-based
+  training over stages (:mod:`loopwise.training.hpo`).
 
 Each method's pick is its best schedule by tuning reward; the report gives that schedule's reward
 on the test set, which no method saw.
@@ -357,7 +359,7 @@ def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]
     return out
 
 
-METHODS = ("tree", "fixed", "staged", "grid", "random")
+METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
 
 
 def run_method(method: str, session: Session, budget: int, depth: int, seed: int = 0, transitions=None) -> Schedule:
@@ -374,6 +376,16 @@ def run_method(method: str, session: Session, budget: int, depth: int, seed: int
         schedule = continuous(session, budget, depth, seed, grid_configs(session, budget // depth, seed), "grid")
     elif method == "random":
         schedule = continuous(session, budget, depth, seed, random_configs(session, budget // depth, seed), "random")
+    elif method == "tpe":
+        from loopwise.training.hpo import tpe
+
+        # Optuna's TPE draws its first 10 trials at random; at a few trials that would be random
+        # search again, so a third of them (at least 2) start it here
+        schedule = tpe(session, budget, depth, seed, startup_trials=max(2, (budget // depth) // 3))
+    elif method == "pbt":
+        from loopwise.training.hpo import pbt
+
+        schedule = pbt(session, budget, depth, seed)
     else:
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
     schedule.test_reward = session.test_reward(schedule.state)

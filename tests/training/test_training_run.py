@@ -28,11 +28,11 @@ def _summary(results: dict) -> dict:
 
 
 def test_every_method_spends_the_same_budget_from_the_same_base(tiny, tmp_path):
-    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "staged", "grid", "random"), budget=4, depth=2,
+    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt"), budget=4, depth=2,
                                      difficulty=0), str(tmp_path))
     results = run.run()
     run.close()
-    assert set(results) == {"tree", "fixed", "staged", "grid", "random"}
+    assert set(results) == {"tree", "fixed", "staged", "grid", "random", "tpe", "pbt"}
     assert {r["stages_used"] for r in results.values()} == {4}
     assert len({(r["base_tune_reward"], r["base_test_reward"]) for r in results.values()}) == 1
     staged = results["staged"]["configs"]

@@ -1,0 +1,245 @@
+"""Hyperparameter-optimization baselines for the stage-schedule comparison: TPE and PBT.
+
+Both spend whole stages from the same warm-started base as the methods of
+:mod:`loopwise.training.search` and search the same space as its ``random`` baseline
+(:func:`~loopwise.training.search.random_configs`): learning rate log-uniform in
+:data:`LEARNING_RATE`, KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
+:data:`TEMPERATURE`; every other knob is the session's default config.
+
+- :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
+  baseline's (one trainer for ``depth`` stages' worth of steps), objective = tuning reward.
+- :func:`pbt`: population-based training with stages as the perturbation interval: every member
+  trains one stage per round; between rounds the bottom quantile takes the weights and config of a
+  top member and perturbs the config (Ray Tune's exploit/explore, defaults in FACTS.md §8).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from loopwise.errors import UserError
+from loopwise.training.config import StageConfig
+from loopwise.training.search import Schedule, Session, random_configs
+
+# The search space, the same ranges as random_configs draws from.
+LEARNING_RATE = (1e-4, 1e-3)  # log-uniform
+BETA = (0.005, 0.1)  # log-uniform when the KL term is on; 0.0 is off
+TEMPERATURE = (0.7, 1.2)  # uniform
+KNOBS = ("learning_rate", "beta", "temperature")
+
+# Ray Tune's PopulationBasedTraining defaults (FACTS.md §8, "PBT (Ray Tune)").
+QUANTILE_FRACTION = 0.25
+RESAMPLE_PROBABILITY = 0.25
+PERTURBATION_FACTORS = (1.2, 0.8)
+
+OPTUNA_MISSING = "optuna is not installed: pip install 'loopwise[training]'"
+
+
+def _score(tune: float) -> float:
+    """A reward as a sort key: NaN (a failed evaluation) ranks below everything."""
+    return -math.inf if math.isnan(tune) else tune
+
+
+def _runs_that_fit(budget: int, depth: int, method: str) -> int:
+    if depth < 1:
+        raise UserError(f"a {method} schedule needs a depth of at least 1 stage, not {depth}")
+    if budget < depth:
+        raise UserError(f"a budget of {budget} stages is less than one {method} run of {depth}")
+    return budget // depth
+
+
+# -- TPE -------------------------------------------------------------------------------------
+def _import_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise UserError(OPTUNA_MISSING) from None
+    return optuna
+
+
+def suggest_config(trial, base: StageConfig) -> StageConfig:
+    """``base`` with the three knobs asked of an Optuna trial.
+
+    The KL coefficient is conditional, as in :func:`~loopwise.training.search.random_configs`: a
+    categorical ``kl`` (off/on, even odds before TPE has data) and, only when on, ``beta``
+    log-uniform in :data:`BETA`. Zero cannot sit on a log scale, and a float over 0..0.1 would put
+    nine tenths of its prior mass above 0.01, unlike the random baseline's. Optuna 5's TPE models
+    the always-present knobs jointly (multivariate) and ``beta``, absent when KL is off, on its own."""
+    beta = trial.suggest_float("beta", *BETA, log=True) if trial.suggest_categorical("kl", (False, True)) else 0.0
+    return base.model_copy(update={
+        "learning_rate": trial.suggest_float("learning_rate", *LEARNING_RATE, log=True),
+        "beta": beta,
+        "temperature": trial.suggest_float("temperature", *TEMPERATURE)})
+
+
+def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_trials: int = 10) -> Schedule:
+    """Optuna's TPE over the search space, ``budget // depth`` trials through ask/tell.
+
+    Trial ``i`` asks one config (:func:`suggest_config`), trains it from the base without a break
+    for ``depth`` stages' worth of steps (seed ``seed * 1000 + i``, exactly as the ``random``
+    baseline trains its configs) and tells the study its tuning reward. The sampler is
+    ``TPESampler(seed=seed, n_startup_trials=startup_trials)``: its first ``startup_trials``
+    trials (Optuna's default, 10) are random draws, so with the default a budget of at most 10
+    trials is random search with Optuna's generator.
+
+    Args:
+        session: The base and evaluation sets every method shares.
+        budget: Stages the method may spend; it spends ``depth`` per trial.
+        depth: Stages' worth of steps each trial trains.
+        seed: Seeds the sampler and the training runs; the same seed gives the same schedule.
+        startup_trials: Random trials before TPE models the results (``n_startup_trials``).
+
+    Returns:
+        The best trial by tuning reward (earliest on ties): its config with the run's length as
+        ``steps``, with ``stages_used = trials * depth``.
+
+    Raises:
+        UserError: optuna is missing, or the budget is less than one trial.
+    """
+    optuna = _import_optuna()
+    trials = _runs_that_fit(budget, depth, "tpe")
+    base = session.default_config()
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # optuna's own logger only: a line per trial otherwise
+    try:
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        best, best_trial = None, 0
+        for i in range(trials):
+            trial = study.ask()
+            cfg = suggest_config(trial, base)
+            result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
+                                       label={"rep": i, "stage": 0})
+            study.tell(trial, result.tune_reward)
+            if best is None or _score(result.tune_reward) > _score(best.tune_reward):
+                best, best_trial = Schedule("tpe", [cfg.model_copy(update={"steps": cfg.steps * depth})],
+                                            result.tune_reward, result.state, 0, traces=[result.trace]), i
+    finally:
+        optuna.logging.set_verbosity(previous)
+    best.stages_used = trials * depth
+    best.notes.append(f"{trials} trials of {depth} stages; the best is trial {best_trial}")
+    return best
+
+
+# -- PBT -------------------------------------------------------------------------------------
+def quantile_size(population: int, fraction: float = QUANTILE_FRACTION) -> int:
+    """Members in each of the bottom and top quantiles, rounded as Ray Tune rounds them: up
+    (``ceil(population * fraction)``, so at least one of two or more), at most half the population;
+    none in a population of one."""
+    if population <= 1:
+        return 0
+    return min(math.ceil(population * fraction), population // 2)
+
+
+def sample_knob(knob: str, rng: random.Random) -> float:
+    """A fresh draw of one knob from the search space (PBT's resample)."""
+    if knob == "learning_rate":
+        return math.exp(rng.uniform(math.log(LEARNING_RATE[0]), math.log(LEARNING_RATE[1])))
+    if knob == "beta":
+        return rng.choice((0.0, math.exp(rng.uniform(math.log(BETA[0]), math.log(BETA[1])))))
+    if knob == "temperature":
+        return rng.uniform(*TEMPERATURE)
+    raise ValueError(f"{knob!r} is not a searched knob: one of {', '.join(KNOBS)}")
+
+
+def clamp_knob(knob: str, value: float) -> float:
+    """``value`` brought inside the knob's range; a KL coefficient of 0 (off) stays 0."""
+    if knob == "beta" and value == 0.0:
+        return 0.0
+    low, high = {"learning_rate": LEARNING_RATE, "beta": BETA, "temperature": TEMPERATURE}[knob]
+    return min(max(value, low), high)
+
+
+def explore(config: StageConfig, rng: random.Random, resample_probability: float = RESAMPLE_PROBABILITY,
+            perturbation_factors: Sequence[float] = PERTURBATION_FACTORS) -> StageConfig:
+    """Ray Tune's PBT explore over :data:`KNOBS`: each knob independently is resampled from the
+    search space with probability ``resample_probability``, else multiplied by a factor drawn from
+    ``perturbation_factors``; then clamped to its range. KL off stays off unless resampled."""
+    update = {}
+    for knob in KNOBS:
+        if rng.random() < resample_probability:
+            update[knob] = sample_knob(knob, rng)
+        else:
+            update[knob] = clamp_knob(knob, getattr(config, knob) * rng.choice(perturbation_factors))
+    return config.model_copy(update=update)
+
+
+@dataclass
+class _Member:
+    config: StageConfig  # what the next round trains with
+    state: bytes
+    tune: float = math.nan
+    configs: list[StageConfig] = field(default_factory=list)  # the lineage of ``state``
+    traces: list[list[dict]] = field(default_factory=list)
+
+
+def _exploit_and_explore(members: list[_Member], rng: random.Random, fraction: float, resample_probability: float,
+                         perturbation_factors: Sequence[float]) -> list[str]:
+    """Replaces each bottom-quantile member by a perturbed copy of a random top-quantile member."""
+    n = quantile_size(len(members), fraction)
+    ranked = sorted(range(len(members)), key=lambda m: _score(members[m].tune))  # stable: ties rank by index
+    bottom, top = ranked[:n], ranked[len(ranked) - n:]
+    notes = []
+    for m in bottom:
+        d = rng.choice(top)
+        donor = members[d]
+        notes.append(f"member {m} ({members[m].tune:.3f}) takes member {d}'s weights ({donor.tune:.3f})")
+        members[m] = _Member(explore(donor.config, rng, resample_probability, perturbation_factors), donor.state,
+                             donor.tune, list(donor.configs), list(donor.traces))
+    return notes
+
+
+def _population_size(budget: int, depth: int, population: int | None) -> int:
+    fits = _runs_that_fit(budget, depth, "pbt")
+    if population is not None and population < 1:
+        raise UserError(f"a pbt population needs at least 1 member, not {population}")
+    return min(max(2, fits) if population is None else population, fits)
+
+
+def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: int | None = None, *,
+        quantile_fraction: float = QUANTILE_FRACTION, resample_probability: float = RESAMPLE_PROBABILITY,
+        perturbation_factors: Sequence[float] = PERTURBATION_FACTORS) -> Schedule:
+    """Population-based training over ``depth`` synchronous rounds of one stage each.
+
+    ``P`` members (``population``, default ``max(2, budget // depth)``, always capped so that
+    ``P * depth <= budget``) start from the base with ``random_configs(session, P, seed)``, the
+    random baseline's first ``P`` configs. In round ``r`` member ``m`` trains one stage from its
+    weights (seed ``seed * 1000 + r * 100 + m``). After every round but the last, members are
+    ranked by tuning reward; each of the bottom :func:`quantile_size` copies the weights, config
+    and history of a random top member and perturbs the config with :func:`explore`. The defaults
+    are Ray Tune's (FACTS.md §8): quantile fraction 0.25, resample probability 0.25, factors
+    (1.2, 0.8); Ray's time-based ``perturbation_interval`` becomes one stage. With ``P = 1``
+    (``budget < 2 * depth``) nothing is exploited: one random config trained in stages.
+
+    Returns:
+        The member with the best last tuning reward (lowest index on ties): ``configs`` and
+        ``traces`` are the lineage of its weights, one per round, including what it inherited;
+        ``stages_used = P * depth``; ``notes`` lists every exploit.
+
+    Raises:
+        UserError: the budget is less than ``depth`` stages, or ``population`` < 1, or
+            ``quantile_fraction`` is outside [0, 0.5].
+    """
+    if not 0.0 <= quantile_fraction <= 0.5:
+        raise UserError(f"pbt quantile_fraction {quantile_fraction} is outside [0, 0.5]")
+    size = _population_size(budget, depth, population)
+    rng = random.Random(f"pbt:{seed}")  # apart from random_configs' Random(seed)
+    members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed)]
+    notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
+    for r in range(depth):
+        for m, member in enumerate(members):
+            result = session.run_stage(member.state, member.config, seed * 1000 + r * 100 + m,
+                                       label={"rep": m, "stage": r})
+            member.state, member.tune = result.state, result.tune_reward
+            member.configs.append(member.config)
+            member.traces.append(result.trace)
+        if r < depth - 1:
+            notes += [f"round {r}: {line}" for line in _exploit_and_explore(
+                members, rng, quantile_fraction, resample_probability, perturbation_factors)]
+    winner = max(range(size), key=lambda m: (_score(members[m].tune), -m))
+    best = members[winner]
+    return Schedule("pbt", best.configs, best.tune, best.state, size * depth, traces=best.traces,
+                    notes=notes + [f"the best is member {winner}"])

@@ -1,0 +1,285 @@
+"""TPE and PBT baselines against a fake session: no policy is trained. A stage's reward is a known
+function of its config, peaked at learning rate 3e-4 and temperature 1.0, added to the reward held
+in its parent's "weights" (JSON that also lists the seeds of every stage behind them), so which
+weights a stage started from is visible in its result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from loopwise.errors import UserError
+from loopwise.training import hpo
+from loopwise.training.config import StageConfig
+from loopwise.training.search import StageResult, random_configs
+
+STEPS = 5
+
+
+def quality(cfg: StageConfig) -> float:
+    return 1.0 - 4 * math.log10(cfg.learning_rate / 3e-4) ** 2 - ((cfg.temperature - 1.0) / 0.5) ** 2 - cfg.beta
+
+
+@dataclass
+class Call:
+    parent: dict
+    config: StageConfig
+    seed: int
+    steps: int | None
+    label: dict
+    state: bytes
+    tune: float
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.base_state = json.dumps({"reward": 0.0, "seeds": []}).encode()
+        self.calls: list[Call] = []
+        self.optuna_verbosity: list[int] = []
+
+    def default_config(self) -> StageConfig:
+        return StageConfig(steps=STEPS, beta=0.0)
+
+    def run_stage(self, parent, config, seed, steps=None, label=None) -> StageResult:
+        if steps is not None:
+            config = config.model_copy(update={"steps": steps})
+        before = json.loads(parent)
+        reward = before["reward"] + quality(config)
+        state = json.dumps({"reward": reward, "seeds": before["seeds"] + [seed]}).encode()
+        self.calls.append(Call(before, config, seed, steps, dict(label or {}), state, reward))
+        if "optuna" in sys.modules and sys.modules["optuna"] is not None:
+            self.optuna_verbosity.append(sys.modules["optuna"].logging.get_verbosity())
+        return StageResult(config, state, [{"step": config.steps, "seed": seed}], reward, reward, 0.0)
+
+
+def in_space(cfg: StageConfig) -> bool:
+    return (hpo.LEARNING_RATE[0] <= cfg.learning_rate <= hpo.LEARNING_RATE[1]
+            and hpo.TEMPERATURE[0] <= cfg.temperature <= hpo.TEMPERATURE[1]
+            and (cfg.beta == 0.0 or hpo.BETA[0] <= cfg.beta <= hpo.BETA[1]))
+
+
+def trace_of(schedule) -> list:
+    return [(c.model_dump(), c_tr) for c, c_tr in zip(schedule.configs, schedule.traces)]
+
+
+def test_the_search_space_is_the_random_baselines():
+    configs = random_configs(FakeSession(), 300, seed=3)
+    assert all(in_space(c) for c in configs)
+    assert {c.beta == 0.0 for c in configs} == {True, False}
+
+
+# -- TPE -------------------------------------------------------------------------------------
+def test_tpe_spends_whole_trials_within_the_budget():
+    session = FakeSession()
+    schedule = hpo.tpe(session, budget=11, depth=3, seed=0)
+    assert schedule.method == "tpe" and schedule.stages_used == 9 and len(session.calls) == 3
+    assert all(c.steps == 3 * STEPS and c.parent == {"reward": 0.0, "seeds": []} for c in session.calls)
+    assert [c.seed for c in session.calls] == [0, 1, 2]
+    assert [c.label for c in session.calls] == [{"rep": i, "stage": 0} for i in range(3)]
+    best = max(session.calls, key=lambda c: c.tune)
+    assert schedule.tune_reward == best.tune and schedule.state == best.state
+    assert [c.model_dump() for c in schedule.configs] == [best.config.model_dump()]
+
+
+def test_tpe_is_deterministic_per_seed():
+    runs = {}
+    for seed in (0, 0, 1):
+        session = FakeSession()
+        schedule = hpo.tpe(session, budget=24, depth=2, seed=seed)
+        runs.setdefault(seed, []).append(([c.config.model_dump() for c in session.calls], trace_of(schedule)))
+    assert runs[0][0] == runs[0][1]
+    assert runs[0][0][0] != runs[1][0][0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tpe_improves_on_its_random_start(seed):
+    session = FakeSession()
+    schedule = hpo.tpe(session, budget=60, depth=2, seed=seed)  # 30 trials, the first 10 random
+    rewards = [c.tune for c in session.calls]
+    assert schedule.stages_used == 60 and schedule.tune_reward == max(rewards)
+    assert schedule.tune_reward > rewards[0]
+    assert max(rewards[10:]) > max(rewards[:10])  # the modelled trials beat every random one
+    assert schedule.tune_reward > 0.98  # the peak is 1.0
+
+
+def test_tpe_configs_stay_in_the_search_space():
+    session = FakeSession()
+    hpo.tpe(session, budget=40, depth=1, seed=2)
+    configs = [c.config for c in session.calls]
+    assert all(in_space(c) for c in configs)
+    assert {c.beta == 0.0 for c in configs} == {True, False}  # the KL switch takes both values
+    other = {k: v for k, v in configs[0].model_dump().items() if k not in hpo.KNOBS}
+    assert other == {**FakeSession().default_config().model_dump(exclude=set(hpo.KNOBS)), "steps": STEPS}
+
+
+def test_tpe_quiets_optunas_logger_only_while_it_runs():
+    import optuna
+
+    before, root = optuna.logging.get_verbosity(), logging.getLogger().level
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    try:
+        session = FakeSession()
+        hpo.tpe(session, budget=3, depth=1)
+        assert set(session.optuna_verbosity) == {optuna.logging.WARNING}
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+        assert logging.getLogger().level == root
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def test_tpe_without_optuna_is_a_user_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    with pytest.raises(UserError) as err:
+        hpo.tpe(FakeSession(), budget=4, depth=2)
+    assert str(err.value) == "optuna is not installed: pip install 'loopwise[training]'"
+
+
+# -- PBT -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("budget,depth,population,size", [(13, 3, None, 4), (13, 3, 10, 4), (13, 3, 2, 2),
+                                                          (5, 3, None, 1), (6, 3, None, 2)])
+def test_pbt_spends_population_times_depth_within_the_budget(budget, depth, population, size):
+    session = FakeSession()
+    schedule = hpo.pbt(session, budget, depth, seed=1, population=population)
+    assert schedule.method == "pbt" and schedule.stages_used == size * depth <= budget
+    assert len(session.calls) == size * depth and all(c.steps is None for c in session.calls)
+    assert [c.label for c in session.calls] == [{"rep": m, "stage": r} for r in range(depth) for m in range(size)]
+    assert [c.seed for c in session.calls] == [1000 + r * 100 + m for r in range(depth) for m in range(size)]
+    exploits = [line for line in schedule.notes if line.startswith("round ")]
+    assert len(exploits) == (depth - 1) * hpo.quantile_size(size)  # none after the last round
+
+
+def _rounds(session: FakeSession, size: int) -> list[list[Call]]:
+    return [session.calls[i:i + size] for i in range(0, len(session.calls), size)]
+
+
+def _donor(call: Call) -> int:
+    """The member whose stage produced the weights ``call`` started from."""
+    return call.parent["seeds"][-1] % 100
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pbt_bottom_members_take_top_members_weights(seed):
+    size = 8
+    session = FakeSession()
+    hpo.pbt(session, budget=40, depth=5, seed=seed)
+    assert [c.config for c in session.calls[:size]] == random_configs(session, size, seed)
+    n = hpo.quantile_size(size)
+    assert n == 2
+    for before, after in zip(_rounds(session, size), _rounds(session, size)[1:]):
+        ranked = sorted(range(size), key=lambda m: before[m].tune)
+        bottom, top = set(ranked[:n]), set(ranked[-n:])
+        for m, call in enumerate(after):
+            if m in bottom:
+                assert _donor(call) in top and call.parent["reward"] == before[_donor(call)].tune
+            else:  # the rest keep their weights and their config
+                assert _donor(call) == m and call.parent == json.loads(before[m].state)
+                assert call.config == before[m].config
+
+
+def _perturbed(knob: str, old: float, new: float, factors=hpo.PERTURBATION_FACTORS) -> bool:
+    return any(math.isclose(new, hpo.clamp_knob(knob, old * f), rel_tol=1e-12) for f in factors)
+
+
+def test_pbt_perturbs_by_the_factors_without_resampling():
+    size = 8
+    session = FakeSession()
+    hpo.pbt(session, budget=40, depth=5, seed=0, resample_probability=0.0)
+    changed = 0
+    for before, after in zip(_rounds(session, size), _rounds(session, size)[1:]):
+        for call in after:
+            old, new = before[_donor(call)].config, call.config
+            if new != old:
+                changed += 1
+                assert all(_perturbed(k, getattr(old, k), getattr(new, k)) for k in hpo.KNOBS)
+                assert {k: v for k, v in new.model_dump().items() if k not in hpo.KNOBS} == \
+                    {k: v for k, v in old.model_dump().items() if k not in hpo.KNOBS}
+            assert in_space(new)
+    assert changed == 4 * hpo.quantile_size(size)
+
+
+def test_explore_resamples_a_quarter_of_the_knobs_and_stays_in_range():
+    rng = random.Random(0)
+    middle = StageConfig(learning_rate=3e-4, beta=0.02, temperature=0.95)
+    resampled = 0
+    for _ in range(2000):
+        new = hpo.explore(middle, rng)
+        assert in_space(new)
+        resampled += sum(not _perturbed(k, getattr(middle, k), getattr(new, k)) for k in hpo.KNOBS)
+    assert abs(resampled / (3 * 2000) - hpo.RESAMPLE_PROBABILITY) < 0.03
+
+
+def _one_of(value: float, options: tuple[float, ...]) -> bool:
+    return any(math.isclose(value, o, rel_tol=1e-12) for o in options)
+
+
+def test_explore_clamps_to_the_range_and_keeps_kl_off():
+    rng = random.Random(1)
+    for _ in range(50):
+        high = hpo.explore(StageConfig(learning_rate=1e-3, beta=0.1, temperature=1.2), rng, resample_probability=0.0)
+        low = hpo.explore(StageConfig(learning_rate=1e-4, beta=0.0, temperature=0.7), rng, resample_probability=0.0)
+        assert _one_of(high.learning_rate, (1e-3, 8e-4)) and _one_of(high.temperature, (1.2, 0.96))
+        assert _one_of(high.beta, (0.1, 0.08))
+        assert _one_of(low.learning_rate, (1e-4, 1.2e-4)) and _one_of(low.temperature, (0.7, 0.84))
+        assert low.beta == 0.0
+
+
+@pytest.mark.parametrize("population,n", [(1, 0), (2, 1), (3, 1), (4, 1), (5, 2), (8, 2), (9, 3), (10, 3)])
+def test_quantiles_round_up_to_at_most_half(population, n):
+    assert hpo.quantile_size(population) == n
+
+
+def test_pbt_winner_is_the_lineage_of_its_weights():
+    depth, inherited = 4, 0
+    for seed in range(6):
+        session = FakeSession()
+        schedule = hpo.pbt(session, budget=24, depth=depth, seed=seed)
+        winner = max(session.calls[-6:], key=lambda c: c.tune)
+        assert schedule.tune_reward == winner.tune and schedule.state == winner.state
+        by_seed = {c.seed: c for c in session.calls}
+        lineage = [by_seed[s] for s in json.loads(winner.state)["seeds"]]
+        assert len(schedule.configs) == len(schedule.traces) == depth == len(lineage)
+        assert schedule.configs == [c.config for c in lineage]
+        assert schedule.traces == [[{"step": STEPS, "seed": c.seed}] for c in lineage]
+        inherited += any(c.seed % 100 != winner.seed % 100 for c in lineage)
+    assert inherited > 0  # some winners carry stages other members trained
+
+
+def test_pbt_is_deterministic_per_seed():
+    results = []
+    for seed in (3, 3, 4):
+        session = FakeSession()
+        schedule = hpo.pbt(session, budget=30, depth=5, seed=seed)
+        results.append(([c.config.model_dump() for c in session.calls], trace_of(schedule), schedule.notes))
+    assert results[0] == results[1] and results[0] != results[2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pbt_moves_the_population_towards_the_peak(seed):
+    session = FakeSession()
+    hpo.pbt(session, budget=48, depth=6, seed=seed)
+    rounds = _rounds(session, 8)
+    mean = [sum(quality(c.config) for c in r) / len(r) for r in rounds]
+    assert mean[-1] > mean[0]
+
+
+# -- mistakes --------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", [hpo.tpe, hpo.pbt])
+@pytest.mark.parametrize("budget,depth", [(2, 3), (0, 1), (4, 0)])
+def test_a_budget_below_one_run_is_a_one_line_error(method, budget, depth):
+    session = FakeSession()
+    with pytest.raises(UserError) as err:
+        method(session, budget, depth)
+    assert "\n" not in str(err.value) and session.calls == []
+
+
+def test_pbt_rejects_an_empty_population_and_a_quantile_above_half():
+    with pytest.raises(UserError, match="population"):
+        hpo.pbt(FakeSession(), 6, 2, population=0)
+    with pytest.raises(UserError, match="quantile_fraction"):
+        hpo.pbt(FakeSession(), 6, 2, quantile_fraction=0.6)
