@@ -35,9 +35,13 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
     from pathlib import Path
 
     from loopwise.core.store import SqliteRunStore
-    from loopwise.kernels.report_html import build_report
 
     with SqliteRunStore.open(runs_dir, run_id) as store:
+        # the kind's string, not loopwise.training.run.KIND: importing that module loads torch
+        if store.meta.kind == "training.search":
+            from loopwise.training.report_html import build_report
+        else:
+            from loopwise.kernels.report_html import build_report
         path = build_report(store, Path(out) if out else None)
     typer.echo(json.dumps({"run_id": run_id, "report": str(path)}) if as_json else f"report written to {path}")
 

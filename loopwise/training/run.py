@@ -4,7 +4,7 @@ it stopped: stages already trained are read back, not trained again (training is
 for a given start, config and seed, see :func:`loopwise.training.search.stage_key`).
 
 Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
-(key = the stage's key; its config, metric trace, rewards, weights' artifact, and where it sits:
+(key = the stage's key; its config, metric trace, diagnosis, rewards, weights' artifact, and where it sits:
 ``method`` with ``node`` / ``parent`` / ``depth`` in the tree, ``rep`` / ``stage`` in a baseline),
 ``result`` (key = the method).
 """
@@ -96,10 +96,14 @@ class TrainingRun:
         return run
 
     def _record(self, key: str, result: StageResult, label: dict) -> None:
+        from loopwise.training.diagnose import diagnose
+
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
+        findings = [{"kind": f.kind, "guidance": f.guidance, "severity": f.severity, "score": f.score}
+                    for f in diagnose(result.trace, result.config)]
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,
-                                    "seconds": result.seconds, "state": sha, **label}, key=key)
+                                    "seconds": result.seconds, "state": sha, "diagnosis": findings, **label}, key=key)
 
     def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
             on_warm: Callable[[int, float], None] | None = None) -> dict[str, dict]:

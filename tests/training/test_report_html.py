@@ -1,0 +1,182 @@
+"""The training search's HTML report from synthetic run-store events (no training): a finished run,
+an unfinished one, a baselines-only one and a sparse one all render a self-contained page that
+names the methods, their test rewards, the tree's size and the knobs, and ``loopwise report``
+writes it for a training run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from plotly.offline import get_plotlyjs
+
+from loopwise.core.store import SqliteRunStore
+from loopwise.training.config import StageConfig
+from loopwise.training.report_html import KNOBS, build_report
+
+BASE_TUNE, BASE_TEST = 0.25, 0.5
+DEFAULT = {"max_completion_length": 6, "num_generations": 4, "prompts_per_step": 4, "steps": 3, "difficulty": 1}
+
+
+def _cfg(**change) -> dict:
+    return StageConfig(**(DEFAULT | change)).model_dump()
+
+
+def _trace(steps: int, reward: float, tune: float) -> list[dict]:
+    rows = [{"step": i, "reward": reward + 0.01 * i, "entropy": 1.0 - 0.1 * i, "frac_reward_zero_std": 0.5,
+             "completions/clipped_ratio": 0.0, "clip_ratio/region_mean": 0.01} for i in range(1, steps + 1)]
+    rows[0]["kl"] = 0.002  # a metric some steps lack
+    return rows + [{"step": steps, "eval/reward": tune, "eval/train_reward": tune + 0.05}]
+
+
+def _new(tmp_path, methods: list[str]) -> SqliteRunStore:
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("settings", {"task": "arithmetic", "methods": methods, "budget": 6, "depth": 2, "preset": "smoke",
+                              "seed": 0, "difficulty": 1})
+    sha = store.put_artifact(b"weights", name="base.pt", media_type="application/octet-stream")
+    store.append("base", {"state": sha, "tune": BASE_TUNE,
+                          "warm": {"steps": 50, "pass_rate": 0.3, "in_target": True, "history": [[25, 0.1], [50, 0.3]]}},
+                 key="base")
+    return store
+
+
+def _stage(store, config: dict, tune: float, **where) -> dict:
+    trace = _trace(config["steps"], tune - 0.1, tune)
+    store.append("stage", {"key": f"k{where}", "config": config, "trace": trace, "tune": tune, "train": tune + 0.05,
+                           "seconds": 0.1, "state": "0" * 64, **where}, key=f"k{where}")
+    return {"config": config, "trace": trace, "tune": tune}
+
+
+def _result(store, method: str, path: list[dict], test: float, used: int, directions: dict | None = None) -> None:
+    store.append("result", {"method": method, "configs": [p["config"] for p in path], "tune_reward": path[-1]["tune"],
+                            "test_reward": test, "base_tune_reward": BASE_TUNE, "base_test_reward": BASE_TEST,
+                            "stages_used": used, "seconds": 1.0, "directions": directions or {},
+                            "traces": [p["trace"] for p in path]}, key=method)
+
+
+def _tree(store, n_nodes: int = 5) -> list[dict]:
+    """Nodes 1, 2 from the base; 3, 4 from 1; 5 from 4 (depth 3). Returns the best path 1 -> 4 -> 5."""
+    finding = [{"kind": "entropy_collapse", "guidance": "Entropy fell to 0.1.", "score": 0.8},
+               {"kind": "reward_plateau", "guidance": "Flat.", "score": 0.2}]
+    spec = [(1, 0, 1, {}, 0.4), (2, 0, 1, {"learning_rate": 6e-4}, 0.3), (3, 1, 2, {"beta": 0.04}, 0.35),
+            (4, 1, 2, {"difficulty": 2, "temperature": 0.8}, 0.55), (5, 4, 3, {"difficulty": 2, "num_generations": 8}, 0.6)]
+    out = {}
+    for node, parent, depth, change, tune in spec[:n_nodes]:
+        extra = {"diagnosis": finding} if node == 4 else {}  # only some events carry a diagnosis
+        out[node] = _stage(store, _cfg(**change), tune, method="tree", node=node, parent=parent, depth=depth, **extra)
+    return [out[n] for n in (1, 4, 5) if n in out]
+
+
+def _baselines(store, methods=("staged", "grid")) -> None:
+    if "staged" in methods:
+        path = [_stage(store, _cfg(), t, method="staged", rep=0, stage=i) for i, t in enumerate((0.3, 0.45))]
+        _result(store, "staged", path, 0.5625, 4, {k: "constant" for k in KNOBS})
+    for m, test in (("fixed", 0.53), ("grid", 0.4312), ("random", 0.47)):
+        if m in methods:
+            runs = [_stage(store, _cfg(steps=6, learning_rate=lr), tune, method=m, rep=i, stage=0)
+                    for i, (lr, tune) in enumerate(((1e-4, 0.33), (1e-3, 0.42)))]
+            _result(store, m, runs[1:], test, 4)
+
+
+def _html(store) -> str:
+    path = build_report(store)
+    assert path == store.run_dir / "report.html" and path.is_file()
+    html = path.read_text(encoding="utf-8")
+    # self-contained: plotly.js inlined, and outside it (its own code links to plotly.com for the
+    # logo) nothing is loaded from elsewhere when the page opens
+    assert get_plotlyjs() in html and "Plotly.newPlot" in html
+    page = html.replace(get_plotlyjs(), "")
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)
+    assert not re.search(r"""\b(?:src|href)\s*=\s*["']?(?:https?:)?//""", page, re.IGNORECASE)
+    return html
+
+
+def _figures(html: str) -> list[str]:
+    return re.findall(r"<h2>([^<]*)</h2>\s*<div id=\"fig\d+\"", html)
+
+
+def test_finished_run_with_tree_staged_and_grid(tmp_path):
+    store = _new(tmp_path, ["tree", "staged", "grid"])
+    best = _tree(store)
+    _result(store, "tree", best, 0.625, 5, {"difficulty": "monotone_up", "learning_rate": "constant"})
+    _baselines(store, ("staged", "grid"))
+    html = _html(store)
+    for method in ("tree", "staged", "grid"):
+        assert f"<td>{method}</td>" in html
+    for test in ("0.625", "0.562", "0.431"):
+        assert f"<td>{test}</td>" in html
+    assert "<td>+0.125 (+25.0%)</td>" in html  # tree vs the base's test reward
+    assert "<td>+0.194 (+44.9%)</td>" in html  # tree vs grid
+    assert "Stage tree: 5 nodes + the base" in html and "Tree nodes (5)" in html
+    for knob in KNOBS:
+        assert knob in html
+    assert "entropy_collapse: Entropy fell to 0.1." in html  # the top finding, not the lower-scored one
+    assert "reward_plateau" not in html
+    assert "learning_rate 0.0003→0.0006" in html  # node 2's change, vs the default config
+    assert "difficulty 1→2→2" in html  # the best tree schedule's summary
+    assert "↑ monotone_up" in html
+    figures = _figures(html)
+    assert len(figures) == 6, figures  # headline, rewards, tree, knobs, metrics, warm start
+    assert "Other metrics per step of the best tree schedule, by stage" in figures
+
+
+def test_unfinished_run_with_two_tree_stages_and_no_results(tmp_path):
+    store = _new(tmp_path, ["tree", "fixed"])
+    _tree(store, n_nodes=2)
+    html = _html(store)
+    assert "Stage tree: 2 nodes + the base" in html
+    assert "unfinished: no method has a result yet" in html
+    assert re.search(r"<td>tree</td><td>unfinished</td><td>2</td><td>0.400</td><td>-</td>", html)
+    assert re.search(r"<td>fixed</td><td>not started</td><td>0</td><td>-</td><td>-</td>", html)
+    assert "none yet" in html  # no directions before a result
+
+
+def test_baselines_only(tmp_path):
+    store = _new(tmp_path, ["fixed", "staged", "grid", "random"])
+    _baselines(store, ("fixed", "staged", "grid", "random"))
+    html = _html(store)
+    assert "Stage tree" not in html and "Tree nodes" not in html
+    for method, test in (("fixed", "0.530"), ("staged", "0.562"), ("grid", "0.431"), ("random", "0.470")):
+        assert re.search(rf"<td>{method}</td><td>done</td><td>4</td><td>[0-9.]+</td><td>{test}</td>", html)
+    assert "Other metrics per step of the best staged schedule, by stage" in html  # best tune among baselines
+    assert "= constant" in html
+
+
+def test_sparse_events_do_not_crash(tmp_path):
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("stage", {"key": "a", "method": "tree", "node": 1})
+    store.append("stage", {"key": "b", "method": "tree", "node": 2, "parent": 7, "tune": 0.0, "trace": [{"step": 1}]})
+    store.append("result", {"method": "tree"}, key="tree")
+    store.append("stage", {"key": "c", "method": "grid"})
+    html = _html(store)
+    assert "Stage tree: 2 nodes + the base" in html and "<td>grid</td>" in html
+
+
+def test_malformed_values_do_not_crash(tmp_path):
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("settings", {"methods": "tree"})
+    store.append("base", {"warm": [1, 2], "tune": "high"})
+    store.append("stage", {"method": "tree", "node": 1, "parent": [0], "config": [1], "trace": [1, {"step": "x"}],
+                           "diagnosis": [{"score": "high"}, "plain text"]})
+    store.append("stage", {"method": "tree", "node": "2", "parent": 1})
+    store.append("stage", {"method": "staged", "rep": [0], "stage": None, "config": {"beta": 0.1}, "tune": 0.2})
+    store.append("result", {"method": "staged", "configs": [None, {"beta": 0.1}], "traces": "x",
+                            "directions": {"beta": ["up"]}, "test_reward": "0.3"}, key="staged")
+    html = _html(store)
+    assert "Stage tree: 1 node + the base" in html and "<td>staged</td><td>done</td>" in html
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_loopwise_report_writes_the_training_report(tmp_path, as_json):
+    store = _new(tmp_path, ["tree"])
+    _result(store, "tree", _tree(store), 0.625, 5)
+    run_id, report = store.meta.run_id, store.run_dir / "report.html"
+    store.close()
+    cmd = [sys.executable, "-m", "loopwise", "report", run_id, "--runs-dir", str(tmp_path)] + (["--json"] * as_json)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert str(report) in done.stdout and report.is_file()
+    html = report.read_text(encoding="utf-8")
+    assert "Methods at an equal stage budget" in html and "<td>0.625</td>" in html  # the training report, not the kernels'
