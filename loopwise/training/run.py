@@ -33,6 +33,7 @@ class Settings:
     seed: int = 0
     difficulty: int | None = None
     proposer: str = "expert"  # the tree's transitions: expert rules, llm or exchange
+    device: str = "auto"  # auto: cuda when torch sees a GPU
     exchange_dir: str = ""
     llm: dict = field(default_factory=dict)
 
@@ -52,6 +53,7 @@ class Settings:
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
                 "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
+                "device": self.device,
                 "exchange_dir": self.exchange_dir, "llm": dict(self.llm)}
 
 
@@ -66,7 +68,8 @@ class TrainingRun:
     def start(cls, settings: Settings, runs_dir: str) -> TrainingRun:
         from loopwise.core.store import SqliteRunStore
 
-        session = Session(settings.task, settings.preset, settings.seed, settings.difficulty)  # validates first
+        session = Session(settings.task, settings.preset, settings.seed, settings.difficulty,
+                          resolve_device(settings.device))  # validates first
         store = SqliteRunStore.create(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1))
         store.append("settings", settings.to_dict())
         return cls(settings, store, session)
@@ -80,9 +83,10 @@ class TrainingRun:
             raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
         data = next(iter(store.events(kind="settings"))).payload
         settings = Settings(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"],
-                            data["seed"], data["difficulty"], data.get("proposer", "expert"),
+                            data["seed"], data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
                             data.get("exchange_dir", ""), data.get("llm", {}))
-        run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty))
+        run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
+                                           resolve_device(settings.device)))
         base = store.latest_by_key("base").get("base")
         if base is not None:
             p = base.payload
@@ -158,6 +162,19 @@ class TrainingRun:
 
     def close(self) -> None:
         self.store.close()
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda`` without one is a user error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: torch sees no CUDA GPU here")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UserError(f"--device {device!r}: auto, cpu or cuda[:N]")
+    return device
 
 
 def result_payload(schedule: Schedule, session: Session, seconds: float) -> dict:
