@@ -15,7 +15,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 TASK = typer.Argument(..., help="arithmetic, sorting, countdown or rg_chain_sum (needs reasoning-gym).")
 BUDGET = typer.Option(8, "--budget-stages", min=1, help="Stages each method may train (the equal budget).")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
-PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, a minute), small or full (GPU).")
+PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
+                                                 "small or full (GPU).")
 SEED = typer.Option(0, "--seed", help="Seeds the base policy, the data and every method.")
 DIFFICULTY = typer.Option(None, "--difficulty", min=0, help="Difficulty held-out reward is measured at "
                                                             "(default: the task's level 1).")
@@ -109,7 +110,7 @@ def _describe(configs: list[dict]) -> str:
     for k in keys:
         values = [c[k] for c in configs]
         if len(set(values)) > 1:
-            parts.append(f"{k} " + "->".join(f"{v:g}" for v in values))
+            parts.append(f"{k} " + "->".join(f"{v:.3g}" for v in values))
     return "; ".join(parts)
 
 

@@ -85,6 +85,11 @@ GRAD_SPIKE_RATIO = 5.0  # peak grad_norm over its median before the fall
 # Overfitting without KL: autocontext PR #1076, train 0.65 -> 0.74 vs held-out 0.63 -> 0.58 at
 # beta=0 (a 0.16 gap), fixed by beta=0.04.
 GAP_HIGH = 0.1
+# held-out reward lower at the stage's end than at its start (both measured on the same tuning set):
+# a drop of at least 0.03 absolute and 10% relative counts; 0.15 scores 1
+REGRESSION_MIN = 0.03
+REGRESSION_RELATIVE = 0.10
+REGRESSION_FULL_SCORE = 0.15
 GAP_FULL_SCORE = 0.25  # a gap this wide scores 1
 # Clip saturation: no number in FACTS; PPO practice watches a clip fraction of 0.1-0.2, beyond it
 # the steps are too large for the trust region. To be calibrated on our own runs.
@@ -447,19 +452,52 @@ def _sudden_collapse(t: _Trace, config: StageConfig | None) -> TrainingFinding |
         evidence, score, {"learning_rate": "down", "beta": "up"})
 
 
+def _eval_pairs(t: _Trace) -> list[tuple[float, float]]:
+    """(training-prompt reward, held-out reward) of the evaluation rows, oldest first."""
+    return [(tr, ho) for r in t.evals
+            if (tr := _number(r.get(m.TRAIN_EVAL_REWARD))) is not None
+            and (ho := _number(r.get(m.EVAL_REWARD))) is not None and math.isfinite(tr) and math.isfinite(ho)]
+
+
 def _train_heldout_gap(t: _Trace, config: StageConfig | None) -> TrainingFinding | None:
-    pairs = [(tr, ho) for r in t.evals
-             if (tr := _number(r.get(m.TRAIN_EVAL_REWARD))) is not None
-             and (ho := _number(r.get(m.EVAL_REWARD))) is not None and math.isfinite(tr) and math.isfinite(ho)]
-    if not pairs or (gap := pairs[-1][0] - pairs[-1][1]) < GAP_HIGH:
+    """The gap at the stage's end, or, when the stage was also evaluated at its start, how much it
+    widened during the stage (a gap the stage inherited, e.g. from supervised warm start, is not
+    this stage's doing)."""
+    pairs = _eval_pairs(t)
+    if not pairs:
         return None
     train, heldout = pairs[-1]
+    gap = train - heldout
+    widened = gap - (pairs[0][0] - pairs[0][1]) if len(pairs) >= 2 else gap
+    if widened < GAP_HIGH:
+        return None
     anchor = f" (beta is {config.beta})" if config is not None else ""
+    since = f", {_f(widened)} more than at the stage's start" if len(pairs) >= 2 else ""
     return TrainingFinding.make(
         "train_heldout_gap",
-        f"Reward on training prompts is {_f(train)} but {_f(heldout)} held out (gap {_f(gap)}): the policy "
-        f"is fitting the training prompts; raise beta to anchor it to the reference{anchor}.",
-        {"train_reward": train, "heldout_reward": heldout, "gap": gap}, gap / GAP_FULL_SCORE, {"beta": "up"})
+        f"Reward on training prompts is {_f(train)} but {_f(heldout)} held out (gap {_f(gap)}{since}): the "
+        f"policy is fitting the training prompts; raise beta to anchor it to the reference{anchor}.",
+        {"train_reward": train, "heldout_reward": heldout, "gap": gap, "gap_widened": widened},
+        widened / GAP_FULL_SCORE, {"beta": "up"})
+
+
+def _heldout_regression(t: _Trace, config: StageConfig | None) -> TrainingFinding | None:
+    """Held-out reward lower at the stage's end than at its start: the updates moved the policy away
+    from what generalizes; smaller steps (learning rate) and an anchor (beta) are the usual response."""
+    pairs = _eval_pairs(t)
+    if len(pairs) < 2:
+        return None
+    start, end = pairs[0][1], pairs[-1][1]
+    drop = start - end
+    if drop < max(REGRESSION_MIN, REGRESSION_RELATIVE * start):
+        return None
+    lr = f" (learning rate {config.learning_rate:g})" if config is not None else ""
+    return TrainingFinding.make(
+        "heldout_regression",
+        f"Held-out reward fell from {_f(start)} to {_f(end)} during the stage{lr}: the updates hurt what "
+        "generalizes; lower the learning rate and anchor the policy with a KL term.",
+        {"heldout_start": start, "heldout_end": end, "drop": drop}, min(1.0, drop / REGRESSION_FULL_SCORE),
+        {"learning_rate": "down", "beta": "up"})
 
 
 def _clip_saturation(t: _Trace, config: StageConfig | None) -> TrainingFinding | None:
@@ -483,7 +521,7 @@ def _clip_saturation(t: _Trace, config: StageConfig | None) -> TrainingFinding |
 
 DETECTORS: tuple[Detector, ...] = (
     _entropy_collapse, _entropy_explosion, _reward_plateau, _zero_signal_groups, _kl_blowup, _truncation,
-    _length_change, _sudden_collapse, _train_heldout_gap, _clip_saturation,
+    _length_change, _sudden_collapse, _train_heldout_gap, _heldout_regression, _clip_saturation,
 )
 
 

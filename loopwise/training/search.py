@@ -64,6 +64,9 @@ class Preset:
 PRESETS = {
     "smoke": Preset("smoke", stage_steps=3, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
                     warm_max_steps=150, warm_check_every=25),
+    # a CPU-sized comparison: stages long enough for the diagnosis (12 steps), a 0.1M-parameter policy
+    "cpu": Preset("smoke", stage_steps=12, prompts_per_step=8, num_generations=8, eval_n=128, pool_n=2000,
+                  warm_max_steps=600, warm_check_every=50),
     "small": Preset("small", stage_steps=25, prompts_per_step=16, num_generations=8, eval_n=256, pool_n=4000,
                     warm_max_steps=3000, warm_check_every=100),
     "full": Preset("full", stage_steps=60, prompts_per_step=32, num_generations=8, eval_n=512, pool_n=16000,
@@ -132,7 +135,10 @@ class Session:
     def default_config(self) -> StageConfig:
         return StageConfig(max_completion_length=self.answer_len + 2, num_generations=self.p.num_generations,
                            prompts_per_step=self.p.prompts_per_step, steps=self.p.stage_steps,
-                           difficulty=self.difficulty, learning_rate=3e-4 if self.p.policy != "full" else 1e-4)
+                           difficulty=self.difficulty,
+                           # 3e-4 lowered held-out reward in every default-config stage of a CPU pilot
+                           # (docs/benchmarks.md, "Training engine"); 1e-4 was the grid's best there
+                           learning_rate=1e-4 if self.p.policy != "full" else 5e-5)
 
     def describe(self) -> str:
         """The task in a few lines, for a model proposing transitions."""
@@ -180,12 +186,15 @@ class Session:
         policy = self.new_policy()
         _load_state(policy, parent)
         pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
+        n = self.answer_len + 2
+        # evaluated at the start too, so the diagnosis sees what the stage itself changed
+        start = {"step": 0, "eval/reward": evaluate(policy, self.vocab, self.task, self.tune, n),
+                 "eval/train_reward": evaluate(policy, self.vocab, self.task, self.train_probe, n)}
         trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed)
         trace = trainer.run(progress=progress)
-        n = self.answer_len + 2
         tune = evaluate(policy, self.vocab, self.task, self.tune, n)
         train = evaluate(policy, self.vocab, self.task, self.train_probe, n)
-        trace = trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
+        trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
         result = StageResult(config, _state_bytes(policy), trace, tune, train, time.perf_counter() - t0)
         self.cache[key] = result
         if self.record is not None:

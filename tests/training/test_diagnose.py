@@ -236,4 +236,31 @@ def test_finding_rejects_bad_fields(bad):
 
 
 def test_every_detector_is_registered_once():
-    assert len(DETECTORS) == len(set(DETECTORS)) == 10 and all(callable(d) for d in DETECTORS)
+    assert len(DETECTORS) == len(set(DETECTORS)) == 11 and all(callable(d) for d in DETECTORS)
+
+
+def _evaluated(start: tuple[float, float], end: tuple[float, float]) -> list[dict]:
+    """A healthy trace evaluated at both ends: (training-prompt reward, held-out reward)."""
+    return ([{m.STEP: 0, m.TRAIN_EVAL_REWARD: start[0], m.EVAL_REWARD: start[1]}] + make_trace()
+            + [{m.STEP: 40, m.TRAIN_EVAL_REWARD: end[0], m.EVAL_REWARD: end[1]}])
+
+
+def test_a_gap_the_stage_inherited_is_not_blamed_on_it():
+    """Warm start can leave a gap between training and held-out prompts; evaluated at its start
+    too, a stage is blamed only for how much it widened the gap."""
+    assert "train_heldout_gap" not in {f.kind for f in diagnose(_evaluated((0.60, 0.40), (0.62, 0.41)))}
+    [gap] = [f for f in diagnose(_evaluated((0.60, 0.40), (0.80, 0.42))) if f.kind == "train_heldout_gap"]
+    assert gap.evidence["gap_widened"] == pytest.approx(0.18) and "more than at the stage's start" in gap.guidance
+
+
+@pytest.mark.parametrize("start,end,fires", [(0.32, 0.22, True), (0.32, 0.30, False), (0.10, 0.075, False),
+                                              (0.30, 0.35, False)])
+def test_heldout_regression_asks_for_smaller_steps(start, end, fires):
+    found = {f.kind: f for f in diagnose(_evaluated((0.5, start), (0.5, end)), StageConfig(learning_rate=3e-4))}
+    assert ("heldout_regression" in found) is fires
+    if fires:
+        f = found["heldout_regression"]
+        assert dict(f.suggests) == {"learning_rate": "down", "beta": "up"} and "learning rate 0.0003" in f.guidance
+        assert f.evidence["drop"] == pytest.approx(start - end)
+    # without a start evaluation there is nothing to compare with
+    assert "heldout_regression" not in {f.kind for f in diagnose(make_trace() + [{m.STEP: 40, m.EVAL_REWARD: end}])}
