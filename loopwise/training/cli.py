@@ -23,6 +23,8 @@ DIFFICULTY = typer.Option(None, "--difficulty", min=0, help="Difficulty held-out
 RESUME = typer.Option(None, "--resume", help="Resume the run with this id (its settings win).")
 RUNS = typer.Option("runs", "--runs-dir", help="Where runs are kept.")
 DEVICE = typer.Option("auto", "--device", help="auto (cuda when a GPU is seen), cpu or cuda[:N].")
+POLICY = typer.Option(None, "--policy", help="A Hugging Face causal LM on disk (a folder with its tokenizer) "
+                                             "instead of the preset's character transformer.")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
 PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
                                                      "LLM), llm or exchange.")
@@ -35,7 +37,8 @@ LLM_KEY = typer.Option(None, "--llm-key-env", help="--proposer llm: NAME of the 
 
 def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
-        exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto") -> None:
+        exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
+        policy_path: str | None = None) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -46,7 +49,7 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
         run = TrainingRun.resume(runs_dir, resume)
     else:
         run = TrainingRun.start(Settings(task, methods, budget, depth, preset, seed, difficulty, proposer, device,
-                                         exchange_dir or "", llm or {}), runs_dir)
+                                         exchange_dir or "", llm or {}, policy_path or ""), runs_dir)
     s = run.settings
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
               f"{s.budget} stages per method, depth {s.depth}, methods {', '.join(s.methods)}")
@@ -119,12 +122,12 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, prese
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
-               device: str = DEVICE) -> None:
+               device: str = DEVICE, policy: str = POLICY) -> None:
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
     _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer, exchange_dir, llm,
-        device)
+        device, policy)
 
 
 @app.command("baselines")
@@ -132,9 +135,10 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
                                                                 help="Comma list of tree, fixed, staged, grid, random, tpe, pbt."),
                   budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
-                  device: str = DEVICE) -> None:
+                  device: str = DEVICE, policy: str = POLICY) -> None:
     """The baselines at the same stage budget and from the same base (add ``tree`` to compare in one run)."""
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not chosen:
         raise UserError("--methods is empty")
-    _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device)
+    _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device,
+        policy_path=policy)

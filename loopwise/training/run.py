@@ -36,6 +36,7 @@ class Settings:
     device: str = "auto"  # auto: cuda when torch sees a GPU
     exchange_dir: str = ""
     llm: dict = field(default_factory=dict)
+    policy_path: str = ""  # a Hugging Face causal LM on disk; "": the preset's character transformer
 
     def __post_init__(self) -> None:
         if self.proposer not in ("expert", "llm", "exchange"):
@@ -53,7 +54,7 @@ class Settings:
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
                 "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
-                "device": self.device,
+                "device": self.device, "policy_path": self.policy_path,
                 "exchange_dir": self.exchange_dir, "llm": dict(self.llm)}
 
 
@@ -69,7 +70,7 @@ class TrainingRun:
         from loopwise.core.store import SqliteRunStore
 
         session = Session(settings.task, settings.preset, settings.seed, settings.difficulty,
-                          resolve_device(settings.device))  # validates first
+                          resolve_device(settings.device), settings.policy_path or None)  # validates first
         store = SqliteRunStore.create(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1))
         store.append("settings", settings.to_dict())
         return cls(settings, store, session)
@@ -84,9 +85,9 @@ class TrainingRun:
         data = next(iter(store.events(kind="settings"))).payload
         settings = Settings(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"],
                             data["seed"], data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
-                            data.get("exchange_dir", ""), data.get("llm", {}))
+                            data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""))
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
-                                           resolve_device(settings.device)))
+                                           resolve_device(settings.device), settings.policy_path or None))
         base = store.latest_by_key("base").get("base")
         if base is not None:
             p = base.payload

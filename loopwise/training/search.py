@@ -103,6 +103,7 @@ class Session:
     seed: int = 0
     difficulty: int | None = None  # held-out reward is measured here; None: the task's default
     device: str = "cpu"
+    policy_path: str | None = None  # a Hugging Face causal LM on disk instead of a character transformer
     task: object = field(init=False)
     vocab: Vocab = field(init=False)
     base_state: bytes = field(init=False, default=b"")
@@ -123,13 +124,21 @@ class Session:
             self.difficulty = min(1, self.task.max_difficulty)
         if not 0 <= self.difficulty <= self.task.max_difficulty:
             raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
-        self.vocab = Vocab(ALPHABET)
+        self._template = None
+        if self.policy_path:
+            from loopwise.training.hf_policy import load_hf_policy
+
+            self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device)
+        else:
+            self.vocab = Vocab(ALPHABET)
         self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
         self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
         longest = max(len(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
+        if self._template is not None:
+            self.max_len = min(self.max_len, self._template.spec.max_len)
 
     # -- the base --------------------------------------------------------------------------
     def default_config(self) -> StageConfig:
@@ -151,6 +160,10 @@ class Session:
 
     def new_policy(self):
         torch.manual_seed(self.seed)
+        if self._template is not None:
+            import copy
+
+            return copy.deepcopy(self._template)
         return make_policy(self.vocab, self.p.policy, max_len=self.max_len).to(self.device)
 
     def prepare(self, progress: Callable[[int, float], None] | None = None) -> None:
