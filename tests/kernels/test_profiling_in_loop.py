@@ -178,3 +178,23 @@ def test_profile_within_must_be_a_share():
 
     with pytest.raises(UserError, match="--profile-within 1.5"):
         Settings(problem="p.py", profile_within=1.5).check()
+
+
+def test_structural_moves_become_steps_of_the_templates_knobs():
+    """``reduce_registers`` (what low_occupancy and register_spills say when registers limit the
+    kernel) is a smaller tile or a shorter K step for a matrix product; ``vectorize_loads`` a
+    larger block for an elementwise kernel; names a template has no knob for are skipped."""
+    regs = (FindingNote(text="[low] low_occupancy: ...", evidence={"moves": "reduce_registers"}),)
+    current = {"block": 128, "warps": 8, "chunk": 32}
+    assert suggested_moves(regs, "matmul", current) == [{"block": 64}, {"chunk": 16}]
+    assert suggested_moves(regs, "matmul", {"block": 64, "warps": 8, "chunk": 16}) == []  # at the bottom already
+    wide = (FindingNote(text="narrow", evidence={"moves": "vectorize_loads; coalesce_accesses; warps=8"}),)
+    assert suggested_moves(wide, "elementwise", {"block": 1024, "warps": 4}) == [{"block": 2048}, {"warps": 8}]
+    assert suggested_moves(wide) == [{"warps": 8}]  # without the template, only the knob moves
+
+    problem = load_problem(str(Path(__file__).parent / "expert_problems" / "matmul_plain.py"))
+    expert = ExpertProposer(problem, seed=0)
+    (first,) = expert.propose(ProposalRequest(task=problem.source, n=1))
+    assert "block 128, 8 warps, chunk 32" in first.content
+    (child,) = expert.propose(ProposalRequest(task=problem.source, candidate=first.content, findings=regs, n=1))
+    assert "block 64, 8 warps, chunk 32" in child.content

@@ -2,7 +2,8 @@
 
 Every proposal is a complete ``ModelNew`` file. From the reference it proposes the template with
 its default moves and with neighbours of them; from a candidate it made, it first tries the moves
-the profiling tools suggest for it (a finding's ``moves`` evidence, highest-ranked finding first),
+the profiling tools suggest for it (a finding's ``moves`` evidence, highest-ranked finding first;
+structural ones such as ``reduce_registers`` as steps of the template's knobs, :data:`STRUCTURAL`),
 then changes one move at a time (tile size, warps), with a little seeded randomness so the search
 has siblings to compare.
 Problems no template covers give a typed failure with the reason, never wrong code.
@@ -57,7 +58,8 @@ class ExpertProposer(Proposer):
                                    detail=f"no template covers this problem yet: {pattern.reason}")
             return [fail] * request.n
         current = self._moves_of.get(request.candidate) or self._parse_moves(request.candidate)
-        wanted = self._next_moves(pattern.kind, current, request.n, suggested_moves(request.findings))
+        suggested = suggested_moves(request.findings, pattern.kind, current or DEFAULT_MOVES[pattern.kind])
+        wanted = self._next_moves(pattern.kind, current, request.n, suggested)
         out = []
         for moves in wanted:
             source = render(pattern, moves, precision=self.precision)
@@ -109,21 +111,53 @@ class ExpertProposer(Proposer):
         return f"{kind}: " + (", ".join(changed) or "same moves")
 
 
-def suggested_moves(findings) -> list[dict]:
+# Structural moves (a bare name in a finding's moves) as steps of a template's knobs: "down" / "up"
+# is the next smaller / larger value of the knob in SPACE. Fewer registers per thread: a smaller
+# tile, or a shorter K step (less of A and B held per stage); wider loads: more elements per program.
+STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
+    "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
+                         "conv2d": ({"block": "down"}, {"chunk": "down"}), "elementwise": ({"block": "down"},),
+                         "layernorm": ({"block": "down"},), "row_softmax": ({"block": "down"},),
+                         "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
+                         "scan": ({"block": "down"},)},
+    "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
+                             "conv2d": ({"chunk": "down"},)},
+    "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},)},
+}
+
+
+def _step(kind: str, knob: str, value: int, direction: str) -> int | None:
+    values = SPACE.get(kind, {}).get(knob)
+    if not values or value not in values:
+        return None
+    i = values.index(value) + (1 if direction == "up" else -1)
+    return values[i] if 0 <= i < len(values) else None
+
+
+def suggested_moves(findings, kind: str | None = None, current: dict | None = None) -> list[dict]:
     """Parameter moves the findings suggest, in their order: each finding's ``moves`` evidence
-    (``"warps=8; block=512, warps=4; fuse_kernels"``, see ``Finding.as_note``) gives one move per
-    ``;``-separated part; structural moves (a bare name) are not template knobs and are skipped."""
+    (``"warps=8; block=512, warps=4; reduce_registers"``, see ``Finding.as_note``) gives one move
+    per ``;``-separated part. A structural move (a bare name) becomes the template's knob steps from
+    ``current`` where :data:`STRUCTURAL` knows it for ``kind``, and is skipped otherwise."""
     out: list[dict] = []
     for note in findings or ():
         text = (getattr(note, "evidence", None) or {}).get("moves")
         if not isinstance(text, str):
             continue
         for part in text.split(";"):
+            moves: list[dict] = []
             move = {}
             for item in part.split(","):
                 key, sep, value = item.strip().partition("=")
                 if sep and value.strip().lstrip("-").isdigit():
                     move[key.strip()] = int(value)
-            if move and move not in out:
-                out.append(move)
+                elif not sep and kind and current:
+                    for steps in STRUCTURAL.get(key.strip(), {}).get(kind, ()):
+                        stepped = {k: _step(kind, k, current.get(k), d) for k, d in steps.items() if k in current}
+                        if stepped and all(v is not None for v in stepped.values()):
+                            moves.append(stepped)
+            moves = ([move] if move else []) + moves
+            for m in moves:
+                if m not in out:
+                    out.append(m)
     return out
