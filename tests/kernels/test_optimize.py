@@ -14,7 +14,11 @@ PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
 
 
 def _env(tmp_path):
-    return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160")
+    # the run's scratch folders under tmp_path: the test SIGKILLs one run, which cannot remove its own
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160",
+                TMPDIR=str(scratch))
 
 
 def _cmd(tmp_path, *extra):
