@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from loopwise.errors import UserError
+from loopwise.training.policy import completion_ids
 
 DEFAULT_MAX_LEN = 2048  # when the model's config names no max_position_embeddings
 
@@ -74,13 +75,7 @@ class HFVocab:
 
     def decode(self, ids) -> str:
         """The text of ``ids`` up to (not including) the first end token; padding is skipped."""
-        kept = []
-        for i in ids:
-            i = int(i)
-            if i == self.end:
-                break
-            if i != self.pad:
-                kept.append(self._swap(i))
+        kept = [self._swap(i) for i in completion_ids(ids, self.end, self.pad)]
         return self.tokenizer.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 

@@ -43,14 +43,19 @@ class Vocab:
 
     def decode(self, ids) -> str:
         """The text of ``ids`` up to (not including) the first end token; padding is skipped."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.end:
-                break
-            if i != self.pad:
-                out.append(self.itos[i])
-        return "".join(out)
+        return "".join(self.itos[i] for i in completion_ids(ids, self.end, self.pad))
+
+
+def completion_ids(ids, end: int, pad: int) -> list[int]:
+    """The ids of a completion up to (not including) the first ``end``, without padding."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == end:
+            break
+        if i != pad:
+            out.append(i)
+    return out
 
 
 @dataclass(frozen=True)

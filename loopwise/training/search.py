@@ -112,6 +112,8 @@ class Session:
     # stages already trained (a resumed run's, by stage_key) and a hook told of every new one
     cache: dict = field(init=False, default_factory=dict)
     record: Callable[[str, StageResult, dict], None] | None = field(init=False, default=None)
+    # greedy rewards by (weights' sha256, split): each set of weights is measured on a set once
+    _rewards: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         from loopwise.training.tasks import ALPHABET, get_task
@@ -152,9 +154,11 @@ class Session:
     def describe(self) -> str:
         """The task in a few lines, for a model proposing transitions."""
         e = self.tune[0]
+        policy = (f"the Hugging Face model {self.policy_path}" if self.policy_path
+                  else f"a {self.p.policy} character transformer")
         return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt!r} is "
                 f"answered {e.answer!r}. Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 "
-                f"otherwise. The policy is a {self.p.policy} character transformer warm-started by supervised "
+                f"otherwise. The policy is {policy} warm-started by supervised "
                 f"training (sampled pass rate {self.warm.get('pass_rate', float('nan')):.2f}); each stage trains "
                 f"{self.p.stage_steps} GRPO steps of {self.p.prompts_per_step} prompts.")
 
@@ -174,10 +178,11 @@ class Session:
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
                                seed=self.seed, progress=progress)
         self.base_state = _state_bytes(policy)
-        self.base_tune = evaluate(policy, self.vocab, self.task, self.tune, self.answer_len + 2)
+        self.base_tune = self._measure(policy, self.base_state, "tune")
 
     def load_base(self, state: bytes, tune: float, warm: dict) -> None:
         self.base_state, self.base_tune, self.warm = state, tune, warm
+        self._remember(state, tune=tune)
 
     # -- one stage ---------------------------------------------------------------------------
     def run_stage(self, parent: bytes, config: StageConfig, seed: int, steps: int | None = None,
@@ -191,7 +196,9 @@ class Session:
             config = config.model_copy(update={"steps": steps})
         key = stage_key(parent, config, seed)
         if key in self.cache:
-            return self.cache[key]
+            cached = self.cache[key]
+            self._remember(cached.state, tune=cached.tune_reward, train=cached.train_reward)
+            return cached
         if config.max_completion_length + max(len(e.prompt) for e in self.tune) > self.max_len:
             raise UserError(f"max_completion_length {config.max_completion_length} does not fit the policy's "
                             f"{self.max_len} positions")
@@ -199,25 +206,41 @@ class Session:
         policy = self.new_policy()
         _load_state(policy, parent)
         pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
-        n = self.answer_len + 2
-        # evaluated at the start too, so the diagnosis sees what the stage itself changed
-        start = {"step": 0, "eval/reward": evaluate(policy, self.vocab, self.task, self.tune, n),
-                 "eval/train_reward": evaluate(policy, self.vocab, self.task, self.train_probe, n)}
+        # the start's rewards too (the parent's end, measured once), so the diagnosis sees what the
+        # stage itself changed
+        start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),
+                 "eval/train_reward": self._measure(policy, parent, "train")}
         trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed)
         trace = trainer.run(progress=progress)
-        tune = evaluate(policy, self.vocab, self.task, self.tune, n)
-        train = evaluate(policy, self.vocab, self.task, self.train_probe, n)
+        state = _state_bytes(policy)
+        tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
-        result = StageResult(config, _state_bytes(policy), trace, tune, train, time.perf_counter() - t0)
+        result = StageResult(config, state, trace, tune, train, time.perf_counter() - t0)
         self.cache[key] = result
         if self.record is not None:
             self.record(key, result, dict(label or {}))
         return result
 
     def test_reward(self, state: bytes) -> float:
-        policy = self.new_policy()
-        _load_state(policy, state)
-        return evaluate(policy, self.vocab, self.task, self.test, self.answer_len + 2)
+        """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""
+        return self._measure(None, state, "test")
+
+    def _measure(self, policy, state: bytes, split: str) -> float:
+        """Greedy reward of ``state`` on the ``tune``, ``train`` (probe) or ``test`` set; ``policy``
+        holds those weights already, or None to load them. Each weights are measured once per set."""
+        key = (hashlib.sha256(state).digest(), split)
+        if key not in self._rewards:
+            if policy is None:
+                policy = self.new_policy()
+                _load_state(policy, state)
+            examples = {"tune": self.tune, "train": self.train_probe, "test": self.test}[split]
+            self._rewards[key] = evaluate(policy, self.vocab, self.task, examples, self.answer_len + 2)
+        return self._rewards[key]
+
+    def _remember(self, state: bytes, **rewards: float) -> None:
+        digest = hashlib.sha256(state).digest()
+        for split, value in rewards.items():
+            self._rewards.setdefault((digest, split), value)
 
     def value(self, tune: float) -> float:
         """A stage's reward as the search's positive 'speedup' over the base."""
@@ -271,14 +294,24 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
         def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
             return propose_transitions(config, findings, rng_, n, bounds_, reward=reward)
     search.add_root("base", payload={"depth": 0})
-    nodes: dict[int, dict] = {0: {"path": [], "state": session.base_state, "trace": [], "config": root_cfg,
+    nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [], "config": root_cfg,
                                   "tune": session.base_tune}}
+
+    def lineage(node_id: int) -> list[int]:
+        """The stages from the base to ``node_id``, the base left out."""
+        out = []
+        while node_id:
+            out.append(node_id)
+            node_id = nodes[node_id]["parent"]
+        return out[::-1]
+
     while not search.budget_spent:
         exp = search.ask()
         if exp is None:
             break
-        parent = nodes[exp.node_id]
-        if len(parent["path"]) >= depth:
+        parent, ids = nodes[exp.node_id], lineage(exp.node_id)
+        path = [nodes[i]["config"] for i in ids]
+        if len(ids) >= depth:
             search.close(exp.node_id)
             continue
         if exp.node_id == 0:
@@ -286,30 +319,30 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
             proposals = [root_cfg] + [t.config for t in extra]
         else:
             findings = diagnose(parent["trace"], parent["config"])
-            history = [(nodes[i]["config"], nodes[i]["tune"]) for i in parent.get("ids", [])]
+            history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
             proposals = [t.config for t in transitions(parent["config"], findings, rng, width, bounds,
                                                        reward=parent["tune"], trace=parent["trace"], path=history)]
         added = []
         for cfg in proposals:
-            key = config_key(parent["path"] + [cfg])
+            key = config_key(path + [cfg])
             if search.find(key) is not None:
                 continue
-            added.append((search.add_child(exp.node_id, key, payload={"depth": len(parent["path"]) + 1}), cfg, key))
+            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, key))
         if not added:
             search.close(exp.node_id)
             continue
-        for node_id, cfg, key in added:
+        for node_id, cfg, _ in added:
             if search.budget_spent:
                 break
             result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
-                                       label={"node": node_id, "parent": exp.node_id, "depth": len(parent["path"]) + 1})
-            nodes[node_id] = {"path": parent["path"] + [cfg], "state": result.state, "trace": result.trace,
-                              "config": cfg, "tune": result.tune_reward, "traces": parent.get("traces", []) + [result.trace],
-                              "ids": parent.get("ids", []) + [node_id]}
+                                       label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1})
+            nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
+                              "tune": result.tune_reward}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
     best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
-    best = nodes[best_id]
-    return Schedule("tree", best["path"], best["tune"], best["state"], search.n_evals, traces=best.get("traces", []))
+    best, ids = nodes[best_id], lineage(best_id)
+    return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
+                    traces=[nodes[i]["trace"] for i in ids])
 
 
 def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
