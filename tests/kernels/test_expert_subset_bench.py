@@ -3,22 +3,13 @@ per-level summary (uncovered problems count as eager)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_modules import bench_module
 
 
 @pytest.fixture(scope="module")
 def es():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("expert_subset", BENCH / "expert_subset.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("expert_subset")
 
 
 def test_subset_has_the_sizes_the_issue_asks_for(es):

@@ -3,22 +3,13 @@ each reads it through its own mode (the recorded LayerNorm profile stands in for
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_modules import bench_module
+
 RECORDED = Path(__file__).parent / "profile_fixtures" / "recorded" / "kernelbench_1_40"
-
-
-def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("search_gpu", BENCH / "search_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_each_candidate_is_measured_once_and_read_by_every_mode(tmp_path, monkeypatch):
@@ -32,7 +23,7 @@ def test_each_candidate_is_measured_once_and_read_by_every_mode(tmp_path, monkey
         return profile_run.analyze(folder, mode=kw["mode"], costs={"ncu_s": 12.0}, write=False)
 
     monkeypatch.setattr(profile_run, "profile", fake_profile)
-    memo = _bench().MemoProfiler()
+    memo = bench_module("search_gpu").MemoProfiler()
     problem = SimpleNamespace(name="40_LayerNorm", source="class Model: ...")
     cand = tmp_path / "a.py"
     cand.write_text("class ModelNew: ...")
