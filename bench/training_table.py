@@ -3,11 +3,12 @@ several seeds, at equal stage budgets (loopwise/training/run.py does each (task,
 so every method starts from the same warm-started base).
 
     source bench/remote_prelude.sh
-    python3 bench/training_table.py --tasks arithmetic,sorting --seeds 0,1,2 --budget 12 --depth 3 --preset small
+    python3 bench/training_table.py --tasks arithmetic,sorting --seeds 0,1,2 --budget 12 --depth 3 --preset small --jobs 6
 
 Rows (one per task, seed and method) go to $OUT/training.csv and a mirror under
-$LOOPWISE_CACHE_DIR/bench/; runs live in $LOOPWISE_CACHE_DIR/bench/training-runs/, and a later call
-resumes an unfinished (task, seed) run where it stopped (``--fresh`` starts over). $OUT/training.md
+$LOOPWISE_CACHE_DIR/bench/; runs live in $LOOPWISE_CACHE_DIR/training-runs/, and a later call
+resumes an unfinished (task, seed) run where it stopped (``--fresh`` starts over); ``--jobs N`` runs N
+(task, seed) pairs at once, each in its own process. $OUT/training.md
 has, per task: each method's test reward (mean over seeds, with a 95% t-interval), the tree search's
 relative improvement over the base, over grid and over fixed-staged (mean of per-seed ratios, with
 their interval), and the knob-direction statistic over the tree's best schedules (capacity knobs
@@ -113,9 +114,44 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main() -> int:
+def run_pair(task: str, seed: int, args: dict, runs_dir: str, started_dir: str) -> list[dict]:
+    """One (task, seed) run, resumed where a previous call left it; its rows (one per method)."""
+    import torch
+
     from loopwise.training.run import Settings, TrainingRun
 
+    if args["threads"]:
+        torch.set_num_threads(args["threads"])
+    marker = Path(started_dir) / f"{task}-{seed}.txt"
+    run_id = marker.read_text().strip() if marker.exists() and not args["fresh"] else ""
+    if run_id and (Path(runs_dir) / run_id).exists():
+        run = TrainingRun.resume(runs_dir, run_id)
+    else:
+        run = TrainingRun.start(Settings(task, args["methods"], args["budget"], args["depth"], args["preset"], seed,
+                                         args["difficulty"], device=args["device"]), runs_dir)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(run.store.meta.run_id)
+    t1 = time.monotonic()
+    results = run.run(on_stage=lambda m, d, r: print(f"{task} seed {seed} {m}: stage {d}, tune {r.tune_reward:.3f}",
+                                                     flush=True))
+    w = run.session.warm
+    rows = []
+    for method, r in results.items():
+        rows.append({"task": task, "seed": seed, "method": method, "preset": args["preset"], "budget": args["budget"],
+                     "depth": args["depth"], "difficulty": run.session.difficulty, "stages_used": r["stages_used"],
+                     "tune_reward": r["tune_reward"], "test_reward": r["test_reward"],
+                     "base_tune_reward": r["base_tune_reward"], "base_test_reward": r["base_test_reward"],
+                     "warm_steps": w.get("steps"), "warm_pass_rate": w.get("pass_rate"),
+                     "seconds": round(time.monotonic() - t1, 1), "run_id": run.store.meta.run_id,
+                     "schedule": " | ".join(f"lr={c['learning_rate']:g},beta={c['beta']:g},T={c['temperature']:g},"
+                                            f"d={c['difficulty']},len={c['max_completion_length']},"
+                                            f"G={c['num_generations']},steps={c['steps']}" for c in r["configs"]),
+                     "directions": ";".join(f"{k}={v}" for k, v in (r.get("directions") or {}).items())})
+    run.close()
+    return rows
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="arithmetic,sorting,countdown,rg_chain_sum")
     ap.add_argument("--seeds", default="0,1,2")
@@ -125,61 +161,52 @@ def main() -> int:
     ap.add_argument("--preset", default="small")
     ap.add_argument("--difficulty", type=int, default=None)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="(task, seed) runs at once, each in its own process (they share the GPU; training is "
+                         "not timed, so sharing changes no result)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new (task, seed) after this many seconds")
     ap.add_argument("--fresh", action="store_true")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", "bench_out"))
     cache = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
-    runs_dir = cache / "training-runs"
+    # Runs (checkpoints: megabytes per stage) live beside bench/, whose rows alone travel back
+    # from the device (bench/lane.sh); a warm machine still resumes them.
+    runs_dir, started_dir = cache.parent / "training-runs", cache.parent / "training-started"
     rows = [] if args.fresh else _read(cache / "training.csv")
     done = {(r["task"], int(r["seed"])) for r in rows}
-    started = {} if args.fresh else {(r["task"], int(r["seed"])): r["run_id"] for r in _read(cache / "training-started.csv")}
-    methods = tuple(m for m in args.methods.split(",") if m)
+    todo = [(task, int(seed)) for task in args.tasks.split(",") for seed in args.seeds.split(",")
+            if (task, int(seed)) not in done]
+    shared = {"methods": tuple(m for m in args.methods.split(",") if m), "budget": args.budget, "depth": args.depth,
+              "preset": args.preset, "difficulty": args.difficulty, "device": args.device, "fresh": args.fresh,
+              "threads": max(1, (os.cpu_count() or 2) // args.jobs) if args.jobs > 1 else 0}
     t0 = time.monotonic()
-    for task in args.tasks.split(","):
-        for seed in (int(s) for s in args.seeds.split(",")):
-            if (task, seed) in done:
-                continue
+
+    def finished(pair_rows: list[dict]) -> None:
+        rows.extend(pair_rows)
+        rows.sort(key=lambda r: (r["task"], int(r["seed"])))
+        _write([out / "training.csv", cache / "training.csv"], rows)
+        print(summary(rows), flush=True)
+
+    if args.jobs <= 1:
+        for task, seed in todo:
             if time.monotonic() - t0 > args.budget_s:
                 print(f"--budget-s {args.budget_s} reached; run again to resume", flush=True)
-                _finish(out, cache, rows)
-                return 0
-            if (task, seed) in started and (runs_dir / started[(task, seed)]).exists():
-                run = TrainingRun.resume(str(runs_dir), started[(task, seed)])
-            else:
-                run = TrainingRun.start(Settings(task, methods, args.budget, args.depth, args.preset, seed,
-                                                 args.difficulty, device=args.device), str(runs_dir))
-                started[(task, seed)] = run.store.meta.run_id
-                _write_started(cache / "training-started.csv", started)
-            t1 = time.monotonic()
-            results = run.run(on_stage=lambda m, d, r: print(f"{task} seed {seed} {m}: stage {d}, tune {r.tune_reward:.3f}",
-                                                             flush=True))
-            w = run.session.warm
-            for method, r in results.items():
-                rows.append({"task": task, "seed": seed, "method": method, "preset": args.preset, "budget": args.budget,
-                             "depth": args.depth, "difficulty": run.session.difficulty, "stages_used": r["stages_used"],
-                             "tune_reward": r["tune_reward"], "test_reward": r["test_reward"],
-                             "base_tune_reward": r["base_tune_reward"], "base_test_reward": r["base_test_reward"],
-                             "warm_steps": w.get("steps"), "warm_pass_rate": w.get("pass_rate"),
-                             "seconds": round(time.monotonic() - t1, 1), "run_id": run.store.meta.run_id,
-                             "schedule": " | ".join(f"lr={c['learning_rate']:g},beta={c['beta']:g},T={c['temperature']:g},"
-                                                    f"d={c['difficulty']},len={c['max_completion_length']},"
-                                                    f"G={c['num_generations']},steps={c['steps']}" for c in r["configs"]),
-                             "directions": ";".join(f"{k}={v}" for k, v in (r.get("directions") or {}).items())})
-            run.close()
-            _write([out / "training.csv", cache / "training.csv"], rows)
-            print(summary(rows), flush=True)
+                break
+            finished(run_pair(task, seed, shared, str(runs_dir), str(started_dir)))
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(run_pair, task, seed, shared, str(runs_dir), str(started_dir)): (task, seed)
+                       for task, seed in todo}
+            for future in cf.as_completed(futures):
+                try:
+                    finished(future.result())
+                except Exception as exc:  # noqa: BLE001 - one failed pair must not lose the others' rows
+                    print(f"{futures[future]} failed: {type(exc).__name__}: {exc}", flush=True)
     _finish(out, cache, rows)
     return 0
-
-
-def _write_started(path: Path, started: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["task", "seed", "run_id"])
-        for (task, seed), run_id in started.items():
-            w.writerow([task, seed, run_id])
 
 
 def _finish(out: Path, cache: Path, rows: list[dict]) -> None:
