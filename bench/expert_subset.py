@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = [out / "expert_subset.csv", mirror / "expert_subset.csv"]
     rows = {} if args.fresh else load_rows(paths, key=KEY)
     baselines = load_rows([Path(args.baselines)]) if args.baselines else {}
+    # rows judged before their problem's baselines were measured get them now (the join is idempotent)
+    rows = {key: join_baselines(row, baselines) for key, row in rows.items()} if baselines else rows
     tracks = [t for t in args.tracks.split(",") if t]
     unknown = [t for t in tracks if t not in TRACKS]
     if unknown:

@@ -236,3 +236,22 @@ def test_judging_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
 
     left = sorted(p.name for p in scratch.iterdir() if not kept(p))
     assert left == []
+
+
+@pytest.mark.parametrize("precision,tolerance,status", [
+    ("relaxed", "legacy", Status.CORRECT),
+    ("fp32", "legacy", Status.EXPLOIT),
+])
+def test_reduced_precision_is_judged_by_the_policy_not_as_a_constant_answer(tmp_path, precision, tolerance, status):
+    """TF32-rounded inputs (an honest tensor-core matmul) fail the float64 comparison of the first
+    trial under either policy; the relaxed policy keeps them with a note, the fp32 policy rejects
+    them as a precision downgrade. Neither is an input-independent answer: the first trial's output
+    must not be compared with itself."""
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False,
+                     precision=precision, tolerance=tolerance)
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        ev = j.evaluate((CASES / "tf32_emulated.py").read_text(), "tf32")
+    assert ev.status is status, ev.summary()
+    assert "input_independent_output" not in {r.code for r in ev.reasons}
+    assert any(r.code == "precision_downgrade" for r in ev.reasons), ev.reasons
