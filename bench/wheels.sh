@@ -33,6 +33,9 @@ PACKAGES=(
   "magiccube==1.2.0"
   "pyfiglet==1.0.4"
   "pytz==2026.6"
+  # the HTML reports (tests/training/test_report_html.py imports plotly: the GPU suite collects it)
+  "plotly==7.1.0"
+  "narwhals==2.29.0"
 )
 # Published only as source: two pure-Python ones are built into wheels here; pycosat (a C extension
 # reasoning-gym imports) travels as its sdist and is compiled on the device by remote_prelude.sh.
