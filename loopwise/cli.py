@@ -31,6 +31,18 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
     """loopwise: kernels, training schedules and memory plans, searched and measured."""
 
 
+def mcp(runs_dir: str = typer.Option("runs", "--runs-dir", help="Folder of runs: eval records its verdicts "
+                                      "there, optimize_status reads it."),
+        kernelbench: str | None = typer.Option(None, "--kernelbench", help="KernelBench checkout for "
+                                               "kernelbench:LEVEL/ID (default: $LOOPWISE_KERNELBENCH or "
+                                               "./third_party/KernelBench).")) -> None:
+    """Serve the kernel lab (eval, check, profile, tools, codesearch, read_source, optimize_status) as
+    MCP tools over stdio, for coding agents. See docs/mcp.md."""
+    from loopwise.mcp_server import serve
+
+    serve(runs_dir=runs_dir, kernelbench=kernelbench)
+
+
 def _register() -> None:
     from loopwise.demo import demo
     from loopwise.kernels.cli import app as kernels_app
@@ -45,6 +57,7 @@ def _register() -> None:
     app.add_typer(runs_app, name="runs", help="Runs recorded in the run store.")
     app.command("demo", help="The main job on the embedded defaults (no API key needed).")(demo)
     app.command("report", help="One self-contained HTML report of a run.")(report)
+    app.command("mcp", help="The kernel lab as MCP tools over stdio, for coding agents.")(mcp)
 
 
 _register()
