@@ -40,6 +40,8 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
         # the kind's string, not loopwise.training.run.KIND: importing that module loads torch
         if store.meta.kind == "training.search":
             from loopwise.training.report_html import build_report
+        elif store.meta.kind == "kernels.bench":
+            from loopwise.kernels.bench_report import build_report
         else:
             from loopwise.kernels.report_html import build_report
         path = build_report(store, Path(out) if out else None)

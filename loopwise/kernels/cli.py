@@ -1,4 +1,4 @@
-"""``loopwise kernels ...``: eval, check, baseline, optimize, profile, tools, sass."""
+"""``loopwise kernels ...``: eval, check, baseline, optimize, profile, tools, sass, codesearch."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ SET = typer.Option(None, "--set", help="Override a config value, e.g. --set kern
 KERNELBENCH = typer.Option(None, "--kernelbench", help="KernelBench checkout for kernelbench:LEVEL/ID "
                            "(default: $LOOPWISE_KERNELBENCH or ./third_party/KernelBench).")
 DEVICE = typer.Option(None, "--device", help="auto, cuda, cuda:N or cpu.")
+EXECUTOR = typer.Option("local", "--executor", help="Where candidates are judged: local (this machine) or ray "
+                        "(a Ray cluster; pip install 'loopwise[ray]').")
+WORKERS = typer.Option(None, "--workers", help="Judge on worker processes, one per GPU: a count (2), GPU "
+                       "indices (0,1) or CPU stand-ins (cpu,cpu). Default: local judges in this process on "
+                       "--device; ray uses every GPU of the cluster.")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001); "
+                           "default: a local one started on demand.")
 
 
 def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[str]):
@@ -142,8 +149,13 @@ def optimize_cmd(
     llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
     llm_base_url: Optional[str] = typer.Option(None, help="--proposer llm: server URL, e.g. http://localhost:8000/v1."),
     llm_key_env: Optional[str] = typer.Option(None, help="--proposer llm: NAME of the variable holding the API key."),
+    llm_tool_rounds: Optional[int] = typer.Option(None, help="--proposer llm: replies per proposal that may call the "
+                                                  "CUTLASS code-search tools (default 4; 0: offer no tools)."),
     out: Optional[Path] = typer.Option(None, help="Where to write the best ModelNew (default: in the run folder)."),
     resume: Optional[str] = typer.Option(None, help="Resume run ID: replays its events, judges nothing twice."),
+    executor: str = EXECUTOR,
+    workers: Optional[str] = WORKERS,
+    ray_address: Optional[str] = RAY_ADDRESS,
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
     config: Optional[Path] = CONFIG,
@@ -158,13 +170,58 @@ def optimize_cmd(
         raise UserError("give a PROBLEM, or --resume RUN_ID")
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v}
+    if llm_tool_rounds is not None:
+        llm["max_tool_rounds"] = llm_tool_rounds
     if proposer == "llm" and not llm_model:
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
                         profiling=profiling, profile_within=profile_within)
     cfg = _config(config, overrides, _where(device, kernelbench))
-    raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json))
+    raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
+                                  executor=(executor, workers, ray_address)))
+
+
+@app.command("bench")
+def bench_cmd(
+    suite: str = typer.Argument("kernelbench", help="The benchmark: kernelbench (a KernelBench checkout)."),
+    levels: str = typer.Option("1,2,3", help="Levels, comma-separated."),
+    subset: str = typer.Option("all", help="Which problems of each level: all, first:N, every:K (ids 1, 1+K, ...) "
+                               "or ids:L/I,L/I."),
+    budget: int = typer.Option(8, help="Candidates judged per problem."),
+    search: str = typer.Option("mcts", help="mcts, greedy, beam, random or best-of-n."),
+    seed: int = typer.Option(0, help="Seed of every search."),
+    per_step: int = typer.Option(2, help="Proposals asked for at each expansion."),
+    compile_baseline: bool = typer.Option(True, "--compile/--no-compile", help="Also time torch.compile "
+                                          "per problem (the second denominator)."),
+    resume: Optional[str] = typer.Option(None, help="Resume bench run ID: finished problems are kept, unfinished "
+                                         "searches resume."),
+    executor: str = EXECUTOR,
+    workers: Optional[str] = WORKERS,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    kernelbench: Optional[str] = KERNELBENCH,
+    device: Optional[str] = DEVICE,
+    config: Optional[Path] = CONFIG,
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = JSON,
+) -> None:
+    """Many problems at once, one search each (expert proposer): the table per level against eager and
+    torch.compile (geomean, fast_p) and an HTML report."""
+    from loopwise.kernels.bench_cli import run_bench
+
+    if suite != "kernelbench":
+        raise UserError(f"unknown suite {suite!r}: kernelbench is the one there is")
+    try:
+        level_list = [int(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--levels {levels!r}: expected numbers such as 1,2,3") from None
+    from loopwise.kernels.bench import BenchSettings
+
+    settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
+                             per_step=per_step, compile=compile_baseline)
+    cfg = _config(config, overrides, _where(device, kernelbench))
+    raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,
+                               executor=(executor, workers, ray_address)))
 
 
 @app.command("profile")
@@ -349,3 +406,49 @@ def _print_sass(out: list[dict]) -> None:
             console.print(table)
         else:
             console.print("  no finding from the SASS tools")
+
+
+@app.command("codesearch")
+def codesearch_cmd(
+    query: str = typer.Argument(..., help="Names or words, e.g. SM90_TMA_LOAD, make_tiled_copy, 'TMA warp specialized'."),
+    limit: int = typer.Option(10, "--limit", "-n", help="Most hits to show (1-50)."),
+    root: Optional[Path] = typer.Option(None, "--root", help="A CUTLASS checkout (with include/ and examples/); "
+                                        "default: $LOOPWISE_CUTLASS_ROOT, else the nvidia-cutlass wheel's sources."),
+    as_json: bool = JSON,
+) -> None:
+    """Search the CUTLASS / CuTe C++ sources and examples: names by their parts, defining code first.
+    The first search builds an index (seconds), cached until the sources change."""
+    from dataclasses import asdict
+
+    from loopwise.kernels.codesearch import ensure_index, resolve_root, search
+
+    source = resolve_root(root)
+    if as_json:
+        hits = search(query, limit=limit, root=source)
+        typer.echo(json.dumps({"query": query, "root": str(source), "hits": [asdict(h) for h in hits]}, indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    with console.status(f"indexing {source} (once, until the sources change)"):
+        info = ensure_index(source)
+    _print_hits(console, query, search(query, limit=limit, root=source), info)
+
+
+def _print_hits(console, query: str, hits, info) -> None:
+    import textwrap
+
+    from rich.table import Table
+
+    how = "reused" if info.reused else f"built in {info.build_s:.1f} s"
+    table = Table(title=f"{len(hits)} hits for {query!r} in {info.root} ({info.chunks} chunks, index {how})",
+                  show_lines=True)
+    for col in ("where", "defines", "snippet"):
+        table.add_column(col, overflow="fold")
+    for h in hits:
+        lines = [line for line in textwrap.dedent(h.snippet).split("\n") if any(c.isalnum() for c in line)][:3]
+        table.add_row(f"{h.path}:{h.start_line}-{h.end_line}", ", ".join(h.symbols[:4]) or "-",
+                      "\n".join(line[:100] for line in lines))
+    console.print(table)
+    if not hits:
+        console.print("no match: try fewer words, or parts of a name")

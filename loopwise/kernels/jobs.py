@@ -34,3 +34,20 @@ def evaluate(payload: dict) -> dict:
     judge = _judge(payload)
     ev = judge.evaluate(payload["candidate_source"], payload.get("candidate_name", "<candidate>"))
     return ev.model_dump(mode="json")
+
+
+def baseline(payload: dict) -> dict:
+    """Times a problem's eager and compiled variants (``kernels baseline``) on this worker's GPU:
+    ``payload`` holds problem_source, problem_name, config (a whole loopwise config) and
+    optionally device and statistic."""
+    from loopwise.core.config import Config
+    from loopwise.kernels.baseline import run_baseline
+    from loopwise.kernels.problem import Problem
+
+    cfg = Config.model_validate(payload.get("config") or {})
+    source = payload["problem_source"]
+    name = payload.get("problem_name", "problem")
+    problem = Problem(name=name, path=Path(f"<{name}>"), source=source,
+                      sha256=hashlib.sha256(source.encode()).hexdigest(), level=None, problem_id=None)
+    row = run_baseline(problem, cfg, payload.get("device", "auto"))
+    return row.to_json_dict(payload.get("statistic", cfg.kernels.eval.statistic))

@@ -7,16 +7,35 @@ import sys
 from pathlib import Path
 
 
-def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None = None, as_json: bool = False) -> int:
+def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None = None, as_json: bool = False,
+                 executor: tuple = ("local", None, None)) -> int:
+    """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
     from rich.console import Console
 
+    from loopwise.core.execute.dispatch import Dispatcher, open_executor
+
+    console = Console(stderr=True) if as_json else Console()
+    pool = open_executor(*executor)
+    dispatcher = Dispatcher(pool) if pool is not None else None
+    try:
+        return _run(settings, cfg, resume, out, as_json, console, dispatcher)
+    finally:
+        if dispatcher is not None:
+            dispatcher.close()
+            pool.close()
+
+
+def _run(settings, cfg, resume, out, as_json, console, dispatcher) -> int:
     from loopwise.kernels.evaluate.judge import Judge
     from loopwise.kernels.optimize_run import OptimizeRun
     from loopwise.kernels.problem import load_problem
-
-    console = Console(stderr=True) if as_json else Console()
+    from loopwise.kernels.remote import ExecutorJudge
 
     def judge_for(problem):
+        if dispatcher is not None:
+            # workers are pinned to their device: "auto" there is their GPU (or the CPU of a stand-in)
+            device = "cpu" if cfg.kernels.device == "cpu" else "auto"
+            return ExecutorJudge(problem, cfg.kernels.eval, dispatcher, device=device)
         return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
 
     def load(spec):

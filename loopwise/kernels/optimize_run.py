@@ -76,8 +76,7 @@ class OptimizeRun:
         return [n.node_id for n in self.search.nodes() if n.node_id and n.outcome is None]
 
     def run(self, progress=None) -> None:
-        for node in self.pending():  # proposed before a crash, never judged
-            self._judge(node, progress)
+        self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
         while not self.search.budget_spent:
             exp = self.search.ask()
             self.store.append("ask", {"node": exp.node_id if exp else None})
@@ -87,10 +86,7 @@ class OptimizeRun:
             if not children:
                 self.search.close(exp.node_id)
                 self.store.append("close", {"node": exp.node_id})
-            for child in children:
-                if self.search.budget_spent:
-                    break
-                self._judge(child, progress)
+            self._judge_batch(children[:self.search.budget_left], progress)
 
     def _request(self, node_id: int):
         from loopwise.core.propose import ProposalRequest
@@ -190,13 +186,24 @@ class OptimizeRun:
             children.append(node)
         return children
 
-    def _judge(self, node: int, progress=None) -> None:
+    def _judge_batch(self, nodes: list[int], progress=None) -> None:
+        """Judges ``nodes``: at once when the judge spreads candidates over workers
+        (``evaluate_many``: an executor's GPUs), else one after another. Verdicts are recorded and
+        told in node order either way, so a resumed run replays them the same."""
         from loopwise.kernels.run_eval import record_evaluation
 
-        ev = self.judge.evaluate(self.sources[node], f"node-{node}")
-        self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
-        if progress is not None:
-            progress(self.tally.line(self.s.budget))
+        if not nodes:
+            return
+        items = [(self.sources[n], f"node-{n}") for n in nodes]
+        many = getattr(self.judge, "evaluate_many", None)
+        if many is not None and len(nodes) > 1:
+            verdicts = many(items)
+        else:
+            verdicts = [self.judge.evaluate(source, name) for source, name in items]
+        for node, ev in zip(nodes, verdicts):
+            self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
+            if progress is not None:
+                progress(self.tally.line(self.s.budget))
 
     def _tell(self, node: int, data: dict) -> None:
         from loopwise.core.search import Outcome

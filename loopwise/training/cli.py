@@ -33,18 +33,40 @@ LLM_API = typer.Option("openai", "--llm-api", help="--proposer llm: openai (any 
 LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model name.")
 LLM_URL = typer.Option(None, "--llm-base-url", help="--proposer llm: server URL, e.g. http://localhost:8000/v1.")
 LLM_KEY = typer.Option(None, "--llm-key-env", help="--proposer llm: NAME of the variable holding the API key.")
+EXECUTOR = typer.Option("local", "--executor", help="Where the methods train: local (this machine) or ray (a Ray "
+                        "cluster; pip install 'loopwise[ray]').")
+WORKERS = typer.Option(None, "--workers", help="Train the methods at once on worker processes, one per GPU: a "
+                       "count (2), GPU indices (0,1) or CPU stand-ins (cpu,cpu). Default: one after another in "
+                       "this process (local), every GPU of the cluster (ray).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001).")
 
 
 def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
-        policy_path: str | None = None) -> None:
+        policy_path: str | None = None, executor: tuple = ("local", None, None)) -> None:
     from rich.console import Console
+
+    from loopwise.core.execute.dispatch import Dispatcher, open_executor
+
+    err = Console(stderr=True)
+    pool = open_executor(*executor)  # a bad --workers is refused before anything is recorded
+    dispatcher = Dispatcher(pool) if pool is not None else None
+    try:
+        _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
+                       exchange_dir, llm, device, policy_path, err, dispatcher)
+    finally:
+        if dispatcher is not None:
+            dispatcher.close()
+            pool.close()
+
+
+def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
+                   exchange_dir, llm, device, policy_path, err, dispatcher) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from loopwise.training.run import Settings, TrainingRun
 
-    err = Console(stderr=True)
     if resume:
         run = TrainingRun.resume(runs_dir, resume)
     else:
@@ -67,7 +89,7 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
             bar.update(bars[method], completed=min(done, s.budget), info=f"tune reward {result.tune_reward:.3f}")
 
         try:
-            results = run.run(on_stage=on_stage, on_warm=on_warm)
+            results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
         finally:
             run.close()
     if as_json:
@@ -122,12 +144,13 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, prese
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
-               device: str = DEVICE, policy: str = POLICY) -> None:
+               device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
+               ray_address: str = RAY_ADDRESS) -> None:
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
     _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer, exchange_dir, llm,
-        device, policy)
+        device, policy, executor=(executor, workers, ray_address))
 
 
 @app.command("baselines")
@@ -135,10 +158,11 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
                                                                 help="Comma list of tree, fixed, staged, grid, random, tpe, pbt."),
                   budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
-                  device: str = DEVICE, policy: str = POLICY) -> None:
+                  device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
+                  ray_address: str = RAY_ADDRESS) -> None:
     """The baselines at the same stage budget and from the same base (add ``tree`` to compare in one run)."""
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not chosen:
         raise UserError("--methods is empty")
     _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device,
-        policy_path=policy)
+        policy_path=policy, executor=(executor, workers, ray_address))

@@ -51,6 +51,12 @@ class Settings:
         if self.depth < 1 or self.budget < self.depth:
             raise UserError(f"--budget-stages {self.budget} must be at least the depth {self.depth} (>= 1)")
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Settings":
+        return cls(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"], data["seed"],
+                   data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
+                   data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""))
+
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
                 "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
@@ -82,10 +88,7 @@ class TrainingRun:
         store = SqliteRunStore.open(runs_dir, run_id)
         if store.meta.kind != KIND:
             raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
-        data = next(iter(store.events(kind="settings"))).payload
-        settings = Settings(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"],
-                            data["seed"], data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
-                            data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""))
+        settings = Settings.from_dict(next(iter(store.events(kind="settings"))).payload)
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
                                            resolve_device(settings.device), settings.policy_path or None))
         base = store.latest_by_key("base").get("base")
@@ -111,13 +114,19 @@ class TrainingRun:
                                     "seconds": result.seconds, "state": sha, "diagnosis": findings, **label}, key=key)
 
     def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
-            on_warm: Callable[[int, float], None] | None = None) -> dict[str, dict]:
-        """Warm start (once), then every method not finished yet; returns each method's result."""
+            on_warm: Callable[[int, float], None] | None = None, dispatcher=None) -> dict[str, dict]:
+        """Warm start (once), then every method not finished yet; returns each method's result.
+
+        With a ``dispatcher`` (an executor's workers, one per GPU) the methods run at once, one job
+        each, from the same base; a method's stages are recorded when its job returns (a crash
+        loses the stages of methods still running, never a finished method)."""
         s = self.session
         if not s.base_state:
             s.prepare(progress=on_warm)
             sha = self.store.put_artifact(s.base_state, name="base.pt", media_type="application/octet-stream")
             self.store.append("base", {"state": sha, "tune": s.base_tune, "warm": s.warm}, key="base")
+        if dispatcher is not None:
+            return self._run_on(dispatcher, on_stage)
         for method in self.settings.methods:
             if method in self.results:
                 continue
@@ -135,6 +144,38 @@ class TrainingRun:
                                   transitions=self._transitions() if method == "tree" else None)
             s.record = None
             payload = result_payload(schedule, s, time.perf_counter() - t0)
+            self.store.append("result", payload, key=method)
+            self.results[method] = payload
+        return self.results
+
+    def _run_on(self, dispatcher, on_stage) -> dict[str, dict]:
+        import base64
+
+        from loopwise.core.execute import Job
+
+        if self.settings.proposer != "expert":
+            raise UserError("--executor runs the tree's expert transitions only: a model's calls are recorded by "
+                            "this process (run --proposer llm/exchange without --workers/--executor ray)")
+        s = self.session
+        base = {"settings": self.settings.to_dict(), "base": base64.b64encode(s.base_state).decode(),
+                "base_tune": s.base_tune, "warm": s.warm}
+        todo = [m for m in self.settings.methods if m not in self.results]
+        futures = {m: dispatcher.submit(Job(f"{self.store.meta.run_id}:{m}", "loopwise.training.jobs:run_method",
+                                            {**base, "method": m})) for m in todo}
+        for method, future in futures.items():  # recorded in the settings' order, whatever finished first
+            result = future.result()
+            if not result.ok:
+                raise RuntimeError(f"method {method} failed on {result.worker or 'a worker'}: {result.error}")
+            done = 0
+            for st in result.result["stages"]:
+                stage = StageResult(StageConfig.model_validate(st["config"]), base64.b64decode(st["state"]),
+                                    st["trace"], st["tune"], st["train"], st["seconds"])
+                s.cache.setdefault(st["key"], stage)
+                self._record(st["key"], stage, {"method": method, **st["label"]})
+                done += max(1, round(stage.config.steps / s.p.stage_steps))
+                if on_stage is not None:
+                    on_stage(method, done, stage)
+            payload = {**result.result["result"], "worker": result.worker}
             self.store.append("result", payload, key=method)
             self.results[method] = payload
         return self.results

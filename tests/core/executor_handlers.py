@@ -19,3 +19,31 @@ def die(payload):
 
 def fail(payload):
     raise ValueError("bad payload")
+
+
+def interval(payload):
+    start = time.time()
+    time.sleep(payload["seconds"])
+    return {"start": start, "end": time.time(), "pid": os.getpid()}
+
+
+def die_once(payload):
+    """Kills its worker the first time (leaving a marker file), succeeds when run again."""
+    marker = payload["marker"]
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("died once\n")
+        os._exit(1)
+    return {"value": payload["value"], "pid": os.getpid()}
+
+
+def chatty(payload):
+    """Prints to stdout, stderr and from a child process, then ``repeat`` characters of filler."""
+    import subprocess
+    import sys
+
+    print("hello from stdout")
+    print("warning on stderr", file=sys.stderr)
+    subprocess.run(["echo", "from a child process"], check=True)
+    print("x" * payload.get("repeat", 0) + "END")
+    return {"pid": os.getpid()}

@@ -104,3 +104,21 @@ def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
     db.close()
     assert "syntax_error" in failed or "no_code" in failed
     assert len(calls) >= 2 and calls[0]["origin"].endswith("test-model") and calls[0]["input_tokens"] > 0
+
+
+def test_optimize_on_two_workers_judges_a_batch_at_once(tmp_path):
+    """--workers cpu,cpu: each expansion's candidates go to two worker processes at once; the run
+    records them in node order like a run in this process, and every verdict names its worker."""
+    out = subprocess.run(_cmd(tmp_path, str(PROBLEM), "--budget", "4", "--workers", "cpu,cpu", "--json"),
+                         capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout)
+    assert summary["evaluations"] == 4 and summary["best"]["status"] == "correct"
+    run_dir = tmp_path / "runs" / summary["run_id"]
+    db = sqlite3.connect(run_dir / "run.sqlite")
+    rows = list(db.execute("SELECT json_extract(payload, '$.node'), json_extract(payload, '$.log_sha256') "
+                           "FROM events WHERE kind = 'evaluation' ORDER BY seq"))
+    db.close()
+    assert [node for node, _ in rows] == sorted(node for node, _ in rows)
+    workers = {(run_dir / "artifacts" / sha[:2] / sha).read_text().splitlines()[0] for _, sha in rows}
+    assert workers == {"[judged on worker-0:cpu]", "[judged on worker-1:cpu]"}

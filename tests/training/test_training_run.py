@@ -97,3 +97,19 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
     assert set(out["results"]) == {"tree", "staged"} and out["settings"]["preset"] == "smoke"
     assert all(r["stages_used"] == 2 for r in out["results"].values())
     assert 0 < out["warm_start"]["steps"] <= search.PRESETS["smoke"].warm_max_steps
+
+
+def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
+    """--workers cpu,cpu trains the methods at once in two worker processes, from the same base;
+    on the CPU (deterministic) every method ends exactly where the in-process run ends."""
+    def go(*extra):
+        done = subprocess.run([sys.executable, "-m", "loopwise", "training", "baselines", "arithmetic", "--methods",
+                               "tree,staged", "--budget-stages", "2", "--depth", "1", "--difficulty", "0", "--json",
+                               "--device", "cpu", "--runs-dir", str(tmp_path), *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    here, there = go(), go("--workers", "cpu,cpu")
+    assert _summary(there["results"]) == _summary(here["results"])
+    assert {r["worker"] for r in there["results"].values()} == {"worker-0:cpu", "worker-1:cpu"}

@@ -1,4 +1,4 @@
-"""The Executor role: run jobs somewhere (local workers now, Ray later) and hand back results.
+"""The Executor role: run jobs somewhere (local worker processes, a Ray cluster) and hand back results.
 
 A job names its handler by import path (``"loopwise.kernels.jobs:evaluate"``), so the executor
 knows nothing about engines; handlers return JSON-safe dicts. The search that submits jobs never
@@ -11,19 +11,35 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+NEEDS = ("gpu", "cpu")
+
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work: ``handler(payload)`` on some worker."""
+    """One unit of work: ``handler(payload)`` on some worker.
+
+    ``needs`` says what the job runs on: ``"gpu"`` (timing, profiling: one job at a time per GPU
+    worker) or ``"cpu"`` (compiles: any free CPU will do). Executors without a separate CPU pool
+    run both kinds on their workers.
+    """
 
     job_id: str
     handler: str
     payload: dict = field(default_factory=dict)
+    needs: str = "gpu"
+
+    def __post_init__(self) -> None:
+        if self.needs not in NEEDS:
+            raise ValueError(f"Job.needs must be one of {NEEDS}, got {self.needs!r}")
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """What came back: ``result`` when ``ok``, else ``error`` (a worker that died is an error too)."""
+    """What came back: ``result`` when ``ok``, else ``error`` (a worker that died is an error too).
+
+    ``log`` is the tail of what the handler printed, where the executor captures it; ``attempts``
+    counts the runs it took (more than one when a worker died and the job was retried).
+    """
 
     job_id: str
     ok: bool
@@ -31,6 +47,8 @@ class JobResult:
     error: str = ""
     worker: str = ""
     seconds: float = 0.0
+    log: str = ""
+    attempts: int = 1
 
 
 class Executor(abc.ABC):

@@ -57,7 +57,10 @@ class _Worker:
 
 class LocalExecutor(Executor):
     """Workers named by device: ``LocalExecutor(["0", "1"])`` pins one worker to each GPU;
-    ``LocalExecutor(["cpu", "cpu"])`` runs two CPU workers (tests, CPU-only work)."""
+    ``LocalExecutor(["cpu", "cpu"])`` runs two CPU workers (tests, CPU-only work).
+
+    Every job runs on these workers, whatever its ``Job.needs``: there is no separate CPU pool.
+    """
 
     def __init__(self, devices: list[str], job_timeout_s: float | None = None) -> None:
         self._ctx = mp.get_context("spawn")

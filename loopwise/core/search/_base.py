@@ -164,6 +164,11 @@ class Search(abc.ABC):
         """Whether ``max_evals`` children have been told."""
         return self.max_evals is not None and self._n_evals >= self.max_evals
 
+    @property
+    def budget_left(self) -> int | None:
+        """Children that may still be told (None: no budget)."""
+        return None if self.max_evals is None else max(0, self.max_evals - self._n_evals)
+
     def __len__(self) -> int:
         return len(self._tree.entries)
 

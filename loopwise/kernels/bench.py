@@ -1,0 +1,257 @@
+"""``loopwise kernels bench kernelbench``: one search per problem of a KernelBench selection, many at
+once on an executor's GPUs, aggregated into the benchmark table and an HTML report.
+
+The bench is a run of its own (kind ``kernels.bench``) that records, per problem, the optimize run
+it started (``problem_started``, before the search begins) and the problem's row when the search
+and the baselines are done (``problem_result``). ``--resume`` skips finished problems and resumes
+the optimize runs of unfinished ones, which judge nothing twice.
+
+Table (per level and over all): problems, correct (a correct candidate found), geomean speedup of
+the best candidate over eager and over torch.compile (a problem without a correct candidate counts
+as the reference itself: 1.0x over eager, eager/compile over compile), and fast_p, KernelBench's
+share of problems with a correct candidate faster than p times the denominator, at p = 0, 1, 1.5
+and 2, against eager and against torch.compile.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from loopwise.errors import UserError
+
+KIND = "kernels.bench"
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+RULES = "all | first:N | every:K (ids 1, 1+K, ...) | ids:L/I,L/I,..."
+
+
+@dataclass
+class BenchSettings:
+    """What a bench was started with (stored, so a resume continues the same way)."""
+
+    levels: list[int] = field(default_factory=lambda: [1, 2, 3])
+    subset: str = "all"
+    budget: int = 8
+    proposer: str = "expert"
+    search: str = "mcts"
+    seed: int = 0
+    per_step: int = 2
+    profiling: str = "none"
+    compile: bool = True
+
+
+def select_problems(root: str | Path, levels: list[int], rule: str) -> list[tuple[int, int, Path]]:
+    """The problems of ``levels`` in the checkout ``root`` that ``rule`` picks, as (level, id, path)."""
+    root = Path(root)
+    base = root / "KernelBench" if (root / "KernelBench").is_dir() else root
+    if not any((base / f"level{lv}").is_dir() for lv in levels):
+        raise UserError(f"{root} is not a KernelBench checkout (no level{levels[0]}/ folder in it or in "
+                        "its KernelBench/); pass --kernelbench PATH")
+    by_level: dict[int, list[tuple[int, Path]]] = {}
+    for level in levels:
+        found = []
+        for path in sorted((base / f"level{level}").glob("*.py")):
+            m = re.match(r"(\d+)_", path.name)
+            if m:
+                found.append((int(m.group(1)), path))
+        by_level[level] = sorted(found)
+    kind, _, arg = rule.partition(":")
+    out = []
+    try:
+        if kind == "all":
+            out = [(lv, i, p) for lv, items in by_level.items() for i, p in items]
+        elif kind == "first":
+            out = [(lv, i, p) for lv, items in by_level.items() for i, p in items[:int(arg)]]
+        elif kind == "every":
+            step = int(arg)
+            if step < 1:
+                raise ValueError(arg)
+            out = [(lv, i, p) for lv, items in by_level.items() for i, p in items if (i - 1) % step == 0]
+        elif kind == "ids":
+            wanted = set()
+            for item in arg.split(","):
+                lv, _, pid = item.strip().partition("/")
+                wanted.add((int(lv), int(pid)))
+            out = [(lv, i, p) for lv, items in by_level.items() for i, p in items if (lv, i) in wanted]
+            missing = wanted - {(lv, i) for lv, i, _ in out}
+            if missing:
+                raise UserError(f"--subset: not in the checkout (or not in --levels): "
+                                f"{', '.join(f'{a}/{b}' for a, b in sorted(missing))}")
+        else:
+            raise ValueError(rule)
+    except ValueError:
+        raise UserError(f"--subset {rule!r}: expected {RULES}") from None
+    if not out:
+        raise UserError(f"--subset {rule!r} selects no problem of levels {levels}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One line per level and one for all: the figures described in the module's docstring."""
+    out = []
+    levels = sorted({r["level"] for r in rows})
+    for label, mine in [(f"level {lv}", [r for r in rows if r["level"] == lv]) for lv in levels] + [("all", rows)]:
+        if not mine:
+            continue
+        line = {"group": label, "problems": len(mine), "correct": sum(1 for r in mine if r.get("best_speedup")),
+                "evaluations": sum(r.get("evaluations") or 0 for r in mine)}
+        over_eager = [r.get("best_speedup") or 1.0 for r in mine]
+        over_compile = [r["over_compile"] for r in mine if r.get("over_compile")]
+        line["geomean_over_eager"] = _geomean(over_eager)
+        line["geomean_over_compile"] = _geomean(over_compile)
+        line["compile_measured"] = len(over_compile)
+        for p in FAST_P:
+            line[f"fast_{p:g}_eager"] = sum(1 for r in mine if r.get("best_speedup") and r["best_speedup"] > p) / len(mine)
+            line[f"fast_{p:g}_compile"] = (sum(1 for r in mine if r.get("best_speedup") and r.get("over_compile")
+                                               and r["over_compile"] > p) / len(mine))
+        out.append(line)
+    return out
+
+
+def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None) -> dict:
+    """A problem's row from its optimize summary and its baseline (``jobs.baseline``'s dict)."""
+    best = summary.get("best") or {}
+    best_ms = ((best.get("timing") or {}).get("median_ms")) if best else None
+    eager_ms = ((best.get("reference_timing") or {}).get("median_ms")) if best else None
+    comp = (base or {}).get("compile") or {}
+    comp_ms = (comp.get("timing") or {}).get("median_ms") if comp.get("status") in (None, "ok") else None
+    base_eager = (((base or {}).get("eager") or {}).get("timing") or {}).get("median_ms")
+    row = {"level": level, "id": pid, "problem": name, "run_id": summary.get("run_id"),
+           "evaluations": summary.get("evaluations", 0), "failures": summary.get("failures", {}),
+           "best_speedup": summary.get("best_speedup") if best else None, "best_ms": best_ms,
+           "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status")}
+    # against torch.compile, both times from the same worker's protocol: ours as a ratio to our eager
+    # (judge) times the baseline's eager/compile ratio, so two GPUs' clocks never meet in one ratio
+    if comp_ms and base_eager:
+        ours = row["best_speedup"] or 1.0
+        row["over_compile"] = ours * comp_ms / base_eager
+    else:
+        row["over_compile"] = None
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+class Bench:
+    """One bench: its store, the selected problems, and the searches it runs."""
+
+    def __init__(self, settings: BenchSettings, cfg, store, console=None) -> None:
+        self.s, self.cfg, self.store, self.console = settings, cfg, store, console
+        self.lock = threading.Lock()
+        self.rows: dict[str, dict] = {}
+        self.started: dict[str, str] = {}
+        for e in store.events():
+            if e.kind == "problem_result":
+                self.rows[e.key] = e.payload
+            elif e.kind == "problem_started":
+                self.started[e.key] = e.payload["run_id"]
+
+    @classmethod
+    def start(cls, settings: BenchSettings, cfg, console=None) -> "Bench":
+        from loopwise.core.config import dump_config
+        from loopwise.core.store import SqliteRunStore
+
+        store = SqliteRunStore.create(cfg.store.runs_dir, KIND, dump_config(cfg))
+        store.append("bench_settings", asdict(settings))
+        return cls(settings, cfg, store, console)
+
+    @classmethod
+    def resume(cls, run_id: str, cfg, console=None) -> "Bench":
+        from loopwise.core.store import SqliteRunStore
+
+        store = SqliteRunStore.open(cfg.store.runs_dir, run_id)
+        if store.meta.kind != KIND:
+            store.close()
+            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a bench")
+        (first,) = list(store.events(kind="bench_settings"))[:1] or [None]
+        return cls(BenchSettings(**first.payload), cfg, store, console)
+
+    def run(self, problems: list[tuple[int, int, Path]], dispatcher=None, progress=None) -> list[dict]:
+        """Runs every unfinished problem (at once over the dispatcher's workers, else one by one)
+        and returns every row, finished before or now."""
+        todo = [(lv, i, p) for lv, i, p in problems if f"{lv}/{i}" not in self.rows]
+        workers = max(1, len(dispatcher.workers)) if dispatcher is not None else 1
+        # two searches per worker keep it busy while the other search proposes
+        with ThreadPoolExecutor(max_workers=2 * workers if dispatcher is not None else 1) as pool:
+            futures = {pool.submit(self._one, lv, i, p, dispatcher): f"{lv}/{i}" for lv, i, p in todo}
+            for future in as_completed(futures):
+                key = futures[future]
+                try:
+                    row = future.result()
+                except UserError as exc:
+                    row = {"level": int(key.split("/")[0]), "id": int(key.split("/")[1]), "problem": key,
+                           "error": str(exc), "evaluations": 0, "best_speedup": None, "over_compile": None}
+                self.store.append("problem_result", row, key=key)
+                with self.lock:
+                    self.rows[key] = row
+                if progress is not None:
+                    progress(row)
+        ordered = [self.rows[f"{lv}/{i}"] for lv, i, _ in problems if f"{lv}/{i}" in self.rows]
+        self.store.append("summary", {"table": aggregate(ordered)})
+        return ordered
+
+    def _one(self, level: int, pid: int, path: Path, dispatcher) -> dict:
+        from loopwise.kernels.evaluate.judge import Judge
+        from loopwise.kernels.optimize import Settings
+        from loopwise.kernels.optimize_run import OptimizeRun
+        from loopwise.kernels.problem import load_problem
+        from loopwise.kernels.remote import ExecutorJudge
+
+        key = f"{level}/{pid}"
+        device = "cpu" if self.cfg.kernels.device == "cpu" else "auto"
+
+        def judge_for(problem):
+            if dispatcher is not None:
+                return ExecutorJudge(problem, self.cfg.kernels.eval, dispatcher, device=device)
+            return Judge(problem, self.cfg.kernels.eval, device=self.cfg.kernels.device, spares=1)
+
+        problem = load_problem(str(path))
+        runs_dir = self.cfg.store.runs_dir
+        if key in self.started and (Path(runs_dir) / self.started[key]).exists():
+            run = OptimizeRun.resume(self.started[key], self.cfg, runs_dir, judge_for, lambda _spec: problem)
+        else:
+            settings = Settings(problem=str(path), proposer=self.s.proposer, search=self.s.search, budget=self.s.budget,
+                                seed=self.s.seed, per_step=self.s.per_step, profiling=self.s.profiling)
+            settings.check()
+            run = OptimizeRun.start(settings, self.cfg, runs_dir, judge_for(problem), problem)
+            self.store.append("problem_started", {"run_id": run.store.meta.run_id, "path": str(path)}, key=key)
+        try:
+            run.run()
+            run.write_best()
+            summary = run.summary()
+        finally:
+            run.judge.close()
+            run.store.close()
+        base = self._baseline(problem, dispatcher) if self.s.compile else None
+        return problem_row(level, pid, problem.name, summary, base)
+
+    def _baseline(self, problem, dispatcher) -> dict | None:
+        """Eager and torch.compile of the problem, on a worker when there is an executor."""
+        from loopwise.core.execute import Job
+
+        cfg = self.cfg.model_copy(deep=True)
+        cfg.kernels.baseline.compile, cfg.kernels.baseline.max_autotune = True, False
+        if dispatcher is None:
+            from loopwise.kernels.baseline import run_baseline
+
+            return run_baseline(problem, cfg, self.cfg.kernels.device).to_json_dict(cfg.kernels.eval.statistic)
+        device = "cpu" if self.cfg.kernels.device == "cpu" else "auto"
+        payload = {"problem_source": problem.source, "problem_name": problem.name, "device": device,
+                   "config": cfg.model_dump(mode="json")}
+        result = dispatcher.submit(Job(f"baseline:{problem.name}", "loopwise.kernels.jobs:baseline", payload)).result()
+        return result.result if result.ok else None

@@ -1,0 +1,63 @@
+"""Console side of ``kernels bench``: a progress bar over problems, the table, the report's path."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False,
+              executor: tuple = ("local", None, None)) -> int:
+    """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loopwise.kernels.bench import Bench, aggregate, select_problems
+    from loopwise.kernels.bench_report import build_report, table_rows
+    from loopwise.kernels.problem import _find_checkout
+    from loopwise.core.execute.dispatch import Dispatcher, open_executor
+    from loopwise.kernels.report import progress
+
+    console = Console(stderr=True) if as_json else Console()
+    if resume:
+        bench = Bench.resume(resume, cfg, console)
+        settings = bench.s
+    # a bad selection or worker list is refused before anything is recorded
+    problems = select_problems(_find_checkout(cfg.kernels.kernelbench), settings.levels, settings.subset)
+    pool = open_executor(*executor)
+    if not resume:
+        bench = Bench.start(settings, cfg, console)
+    s = bench.s
+    dispatcher = Dispatcher(pool) if pool is not None else None
+    where = f"{len(dispatcher.workers)} worker(s) of {executor[0]}" if dispatcher else f"this process ({cfg.kernels.device})"
+    console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
+                  f"{','.join(map(str, s.levels))}) · budget {s.budget} each · {where}")
+    try:
+        with progress(console) as prog:
+            task = prog.add_task("problems", total=len(problems), completed=len(bench.rows))
+
+            def advance(row: dict) -> None:
+                best = f"{row['best_speedup']:.2f}x" if row.get("best_speedup") else "none correct"
+                prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
+
+            rows = bench.run(problems, dispatcher, progress=advance)
+    finally:
+        if dispatcher is not None:
+            dispatcher.close()
+            pool.close()
+    table = aggregate(rows)
+    path = build_report(bench.store)
+    bench.store.close()
+    if as_json:
+        sys.stdout.write(json.dumps({"run_id": bench.store.meta.run_id, "table": table, "problems": rows,
+                                     "report": str(path)}, indent=2, default=str) + "\n")
+        return 0
+    cols, trows = table_rows(table)
+    out = Table(title="best correct candidate vs eager / torch.compile (no correct candidate: the reference)")
+    for c in cols:
+        out.add_column(c)
+    for r in trows:
+        out.add_row(*r)
+    console.print(out)
+    console.print(f"report: {path}")
+    return 0

@@ -1,0 +1,66 @@
+"""HTML report of a bench (``loopwise report BENCH_RUN``): the table per level, each problem's best
+speedup against eager and torch.compile, and a link from each row to its optimize run's id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopwise.core.report import Figure, Section, render_html
+from loopwise.kernels.bench import FAST_P, aggregate
+
+
+def _rows(store) -> tuple[dict, list[dict]]:
+    settings, rows = {}, {}
+    for e in store.events():
+        if e.kind == "bench_settings":
+            settings = e.payload
+        elif e.kind == "problem_result":
+            rows[e.key] = e.payload
+    return settings, sorted(rows.values(), key=lambda r: (r["level"], r["id"]))
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
+def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The aggregate table as columns and text rows (the console and the page print the same)."""
+    cols = ["group", "problems", "correct", "geomean vs eager", "geomean vs compile"]
+    cols += [f"fast_{p:g} eager / compile" for p in FAST_P]
+    rows = []
+    for t in table:
+        line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
+                f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']})"]
+        line += [f"{t[f'fast_{p:g}_eager']:.0%} / {t[f'fast_{p:g}_compile']:.0%}" for p in FAST_P]
+        rows.append(line)
+    return cols, rows
+
+
+def build_report(store, out: Path | None = None) -> Path:
+    import plotly.graph_objects as go
+
+    settings, rows = _rows(store)
+    table = aggregate(rows) if rows else []
+    figures = []
+    if rows:
+        names = [f"L{r['level']}/{r['id']}" for r in rows]
+        fig = go.Figure([go.Bar(x=names, y=[r.get("best_speedup") or 0 for r in rows], name="vs eager"),
+                         go.Bar(x=names, y=[r.get("over_compile") or 0 for r in rows], name="vs torch.compile")])
+        fig.add_hline(y=1.0, line_dash="dot")
+        fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="best speedup (0: none correct)",
+                          margin={"t": 20})
+        figures.append(Figure("Best correct candidate per problem", fig))
+    cols, trows = table_rows(table)
+    sections = [Section("The table", facts={k: str(v) for k, v in settings.items()}, columns=cols, rows=trows)]
+    prob_cols = ["problem", "evaluations", "best vs eager", "vs compile", "eager ms", "compile ms", "failures",
+                 "optimize run"]
+    prob_rows = [[r.get("problem", ""), str(r.get("evaluations", 0)), _x(r.get("best_speedup")),
+                  _x(r.get("over_compile")), f"{r['eager_ms']:.4g}" if r.get("eager_ms") else "-",
+                  f"{r['compile_ms']:.4g}" if r.get("compile_ms") else "-",
+                  ", ".join(f"{k} {v}" for k, v in sorted((r.get("failures") or {}).items())) or r.get("error", ""),
+                  r.get("run_id") or ""] for r in rows]
+    sections.append(Section("Problems", columns=prob_cols, rows=prob_rows))
+    html = render_html(f"loopwise bench {store.meta.run_id}", f"{len(rows)} problems", figures, sections)
+    path = out or (store.run_dir / "report.html")
+    path.write_text(html, encoding="utf-8")
+    return path

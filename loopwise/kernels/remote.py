@@ -1,0 +1,75 @@
+"""The judge's interface on an executor's workers: candidates judged in parallel, one per worker.
+
+``ExecutorJudge`` stands where a local :class:`~loopwise.kernels.evaluate.judge.Judge` stands in
+the optimize loop. ``evaluate_many`` sends a batch of candidates to the executor (local workers or
+Ray actors, one per GPU, one job at a time each: two timings never share a GPU) and returns the
+verdicts in the batch's order, whatever order they finished in, so a run records them
+deterministically. Each worker keeps one judge per problem (``loopwise.kernels.jobs``), so every
+worker times the reference once on its own GPU and a candidate's speedup is against the reference
+on the GPU that timed it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from concurrent.futures import wait
+
+from loopwise.core.execute import Job, JobResult
+from loopwise.core.execute.dispatch import Dispatcher
+from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+
+
+class ExecutorJudge:
+    """Judges candidates of one problem on an executor's workers."""
+
+    def __init__(self, problem, config, dispatcher: Dispatcher, device: str = "auto",
+                 timeout_s: float | None = None) -> None:
+        self.problem, self.cfg, self.dispatcher = problem, config, dispatcher
+        self.timeout_s = timeout_s
+        self._device = device
+        workers = dispatcher.workers
+        self.device_name = f"{type(dispatcher.executor).__name__}, {len(workers) or '?'} worker(s)"
+        # Profiling in the loop runs in the driver only with a local CUDA device; on an executor the
+        # candidates are judged elsewhere and this process may have no GPU at all.
+        self.device = "remote"
+
+    def _payload(self, source: str, name: str) -> dict:
+        return {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
+                "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name}
+
+    def evaluate(self, source: str, name: str) -> Evaluation:
+        return self.evaluate_many([(source, name)])[0]
+
+    def evaluate_many(self, items: list[tuple[str, str]]) -> list[Evaluation]:
+        """Verdicts for ``[(source, name), ...]`` in that order; a job the executor lost (its worker
+        died past the retries, or it ran out of time) is a crash with the executor's reason."""
+        futures = [(self.dispatcher.submit(Job(f"{name}#{next(_ids)}", "loopwise.kernels.jobs:evaluate",
+                                               self._payload(source, name))), name) for source, name in items]
+        wait([f for f, _ in futures], timeout=self.timeout_s)
+        out = []
+        for future, name in futures:
+            result: JobResult | None = future.result() if future.done() else None
+            if result is not None and result.ok:
+                ev = Evaluation.model_validate(result.result)
+                printed = getattr(result, "log", "")
+                ev.log = f"[judged on {result.worker}]\n{ev.log}" + (f"\n[worker output]\n{printed}" if printed else "")
+                out.append(ev)
+                continue
+            why = result.error.strip().splitlines()[0] if result is not None and result.error else "no result in time"
+            out.append(self._lost(name, why, result))
+        return out
+
+    def _lost(self, name: str, why: str, result: JobResult | None) -> Evaluation:
+        log.warning("evaluation of %s lost: %s", name, why)
+        reason = Reason(code="executor_error", message=f"the executor lost this evaluation ({why}); "
+                        "the candidate was not judged", evidence={"worker": result.worker if result else ""})
+        return Evaluation(status=Status.CRASH, problem=self.problem.name, candidate=name, reasons=[reason],
+                          policy=self.cfg.precision, tolerance=self.cfg.tolerance,
+                          log=(getattr(result, "log", "") or "") if result else "")
+
+    def close(self) -> None:
+        """The dispatcher and its executor belong to whoever made them: nothing to release here."""
