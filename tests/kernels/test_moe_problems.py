@@ -1,0 +1,84 @@
+"""The MoE benchmark's problems (issue 9): the reference loop over experts is the MoE block a dense
+formulation computes, for every routing pattern, duplicate routes counted twice, forward and
+backward; the files load as KernelBench problems."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from loopwise.kernels.problem import load_problem
+
+MOE = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "moe"
+PATTERNS = ("uniform", "skewed", "duplicate", "single")
+
+
+def _module(name):
+    return load_problem(str(MOE / f"{name}.py")).load_module()
+
+
+def _dense(model, x, ids, weights):
+    """Every expert on every token, then each token's k outputs weighted: no gather, no loop."""
+    gu, down = model.gate_up.float(), model.down.float()
+    gate, up = torch.einsum("th,ehf->etf", x.float(), gu).chunk(2, dim=-1)
+    y = torch.einsum("etf,efh->eth", F.silu(gate) * up, down)          # [E, T, H]
+    picked = y[ids, torch.arange(x.shape[0])[:, None]]                  # [T, k, H]
+    return (picked * weights[..., None]).sum(dim=1)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_routes_have_the_shape_and_structure_of_their_pattern(pattern):
+    m = _module("moe_forward")
+    torch.manual_seed(3)
+    ids, weights = m.routes(tokens=64, experts=16, top_k=4, pattern=pattern)
+    assert ids.shape == weights.shape == (64, 4) and ids.dtype == torch.int64
+    assert torch.allclose(weights.sum(dim=1), torch.ones(64)) and int(ids.min()) >= 0 and int(ids.max()) < 16
+    if pattern == "duplicate":
+        assert torch.equal(ids[:, 0], ids[:, 1])
+    if pattern == "single":
+        assert ids.unique().numel() == 1
+    if pattern == "skewed":
+        assert ids.unique().numel() <= max(4, 16 // 8)  # the hot experts only
+    if pattern == "uniform":
+        assert all(row.unique().numel() == 4 for row in ids)  # k distinct experts per token
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_reference_loop_is_the_dense_moe_block(pattern):
+    m = _module("moe_forward")
+    torch.manual_seed(5)
+    model = m.Model(hidden=32, intermediate=16, experts=8)
+    ids, weights = m.routes(tokens=48, experts=8, top_k=3, pattern=pattern)
+    x = torch.randn(48, 32).to(torch.bfloat16)
+    out = model(x, ids, weights)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    torch.testing.assert_close(out.float(), _dense(model, x, ids, weights), atol=3e-2, rtol=3e-2)
+
+
+def test_forward_backward_gives_the_dense_blocks_gradients():
+    m = _module("moe_forward_backward")
+    torch.manual_seed(7)
+    model = m.Model(hidden=32, intermediate=16, experts=8)
+    ids, weights = m.routes(tokens=40, experts=8, top_k=3, pattern="duplicate")
+    x, g = torch.randn(40, 32).to(torch.bfloat16), torch.randn(40, 32).to(torch.bfloat16)
+    out, dx, dgu, dd = model(x, ids, weights, g)
+    xr = x.float().requires_grad_(True)
+    gu = model.gate_up.detach().float().requires_grad_(True)
+    down = model.down.detach().float().requires_grad_(True)
+    ref = _dense(type("W", (), {"gate_up": gu, "down": down})(), xr, ids, weights)
+    rdx, rdgu, rdd = torch.autograd.grad(ref, (xr, gu, down), g.float())
+    torch.testing.assert_close(out.float(), ref.detach(), atol=3e-2, rtol=3e-2)
+    for got, want in ((dx, rdx), (dgu, rdgu), (dd, rdd)):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+    assert model.gate_up.grad is None  # gradients are returned, not left on the parameters
+
+
+@pytest.mark.parametrize("name", ["moe_forward", "moe_forward_backward"])
+def test_the_problems_load_as_kernelbench_problems(name):
+    problem = load_problem(str(MOE / f"{name}.py"))
+    assert problem.name == name
+    sig = problem.signature
+    assert sig.input_shapes[:3] == ((4096, 2048), (4096, 8), (4096, 8))
+    assert sig.input_dtypes[:3] == ("bfloat16", "int64", "float32")
