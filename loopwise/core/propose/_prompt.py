@@ -43,6 +43,11 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def render_template(name: str, **values: object) -> str:
+    """Renders one of the package's templates (e.g. ``tools_system.md.j2``) with ``values``."""
+    return _environment().get_template(name).render(**values)
+
+
 def render_prompt(request: ProposalRequest) -> Prompt:
     """Renders ``<kind>_system.md.j2`` and ``<kind>_user.md.j2`` for the request.
 

@@ -55,6 +55,10 @@ class LLMConfig(BaseModel):
         extra_body: extra JSON fields sent with every request (e.g. vLLM sampling params).
         max_tokens_field: how an OpenAI-compatible server is told ``max_output_tokens``;
             ``max_tokens`` for older servers that do not know ``max_completion_tokens``.
+        tools: offer the engine's tools to the model when it has any that are available (for
+            kernels: ``cutlass_search`` and ``cutlass_read`` over the CUTLASS / CuTe sources).
+        max_tool_rounds: replies that may call tools in one proposal; after that the model is
+            asked for its answer with tools off. 0 offers no tools.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -74,6 +78,8 @@ class LLMConfig(BaseModel):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    tools: bool = True
+    max_tool_rounds: int = Field(4, ge=0, le=32)
 
     @property
     def key_env(self) -> str:

@@ -1,7 +1,10 @@
-"""The LLM proposer: render the prompt, call the model with our retries, extract the code."""
+"""The LLM proposer: render the prompt, call the model with our retries (and run the tools it
+calls, a few rounds at most), extract the code."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -18,11 +21,28 @@ from loopwise.core.propose._base import (
     Usage,
 )
 from loopwise.core.propose._extract import ExtractFailure, extract_for
-from loopwise.core.propose._prompt import Prompt, render_prompt
+from loopwise.core.propose._prompt import Prompt, render_prompt, render_template
 from loopwise.core.propose.llm._budget import Budget, cost_usd
-from loopwise.core.propose.llm._clients import ChatClient, ChatReply, make_client
+from loopwise.core.propose.llm._clients import (
+    ChatClient,
+    ChatReply,
+    Dialogue,
+    ToolRound,
+    make_client,
+)
 from loopwise.core.propose.llm._config import LLMConfig
 from loopwise.core.propose.llm._retry import Outcome, RetryPolicy, call_with_retries
+from loopwise.core.propose.llm._tools import (
+    ChatTool,
+    Toolbox,
+    ToolCall,
+    ToolResult,
+    engine_tools,
+    run_tool_call,
+)
+
+TOOL_USE = "tool_use"
+"""The ``CallRecord.outcome`` of a reply that called tools (the proposal goes on)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +58,11 @@ class CallRecord:
         attempts: HTTP attempts made, retries included.
         waits: seconds waited before each retry.
         latency_s: wall time of the whole call, waits included.
-        outcome: ``ok`` or a ``FailureReason`` value.
+        outcome: ``ok``, ``tool_use`` (the reply called tools) or a ``FailureReason`` value.
         detail: why it failed; empty when it did not.
+        round: which call of the proposal this was (0 for the first; one more per tool round).
+        tool_calls: the tools the reply called.
+        tool_results: what they answered.
     """
 
     origin: str
@@ -52,6 +75,9 @@ class CallRecord:
     latency_s: float
     outcome: str
     detail: str = ""
+    round: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
 
 
 CallLog = Callable[[CallRecord], None]
@@ -59,7 +85,13 @@ CallLog = Callable[[CallRecord], None]
 
 
 class LLMProposer(Proposer):
-    """Asks a chat model for proposals, one call per wanted proposal.
+    """Asks a chat model for proposals, one conversation per wanted proposal.
+
+    With tools on (``config.tools``) and tools for the request's kind, the model may call them:
+    each reply with tool calls is answered with the tools' results and the model is asked again,
+    up to ``config.max_tool_rounds`` times; then it must answer without tools. Every call is
+    charged to the budget and logged; once the budget is spent mid-proposal the model is asked
+    for its answer at once.
 
     Args:
         config: the model, the server and the retry, price and budget settings.
@@ -69,6 +101,7 @@ class LLMProposer(Proposer):
         client: a ready backend; defaults to the one ``config.api`` names.
         sleep: how retries wait (tests pass a recorder).
         rng: the source of backoff jitter.
+        toolbox: the tools to offer per kind; defaults to the engines' own (``engine_tools``).
 
     Raises:
         UserError: no API key is set for a hosted API.
@@ -83,6 +116,7 @@ class LLMProposer(Proposer):
         client: ChatClient | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        toolbox: Toolbox = engine_tools,
     ) -> None:
         self.config = config
         self.budget = budget or Budget(config.budget)
@@ -91,6 +125,8 @@ class LLMProposer(Proposer):
         self._call_log = call_log
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._toolbox = toolbox
+        self._tools: dict[str, tuple[ChatTool, ...]] = {}
         self._policy = RetryPolicy(
             config.max_retries,
             config.backoff_initial_s,
@@ -114,38 +150,75 @@ class LLMProposer(Proposer):
         return cls(config, **kwargs)
 
     def propose(self, request: ProposalRequest) -> list[ProposalResult]:
-        """Asks for ``request.n`` proposals, one call each; past the budget, ``BudgetExhausted``."""
+        """Asks for ``request.n`` proposals, one conversation each; past the budget, ``BudgetExhausted``."""
         prompt = render_prompt(request)
+        tools = self.tools_for(request.kind)
+        if tools:
+            note = render_template("tools_system.md.j2", tools=tools, max_rounds=self.config.max_tool_rounds)
+            prompt = Prompt(system=prompt.system.rstrip() + "\n" + note, user=prompt.user)
         results: list[ProposalResult] = []
         for _ in range(request.n):
             if self.budget.exhausted:
                 results.append(self.budget.exhausted_result(self.origin))
             else:
-                results.append(self._propose_one(prompt, request.kind))
+                results.append(self._propose_one(prompt, request.kind, tools))
         return results
 
-    def _propose_one(self, prompt: Prompt, kind: str = "kernels") -> ProposalResult:
-        start = time.monotonic()
-        outcome = call_with_retries(
-            lambda: self._client.complete(prompt), self._policy, sleep=self._sleep, rng=self._rng
-        )
-        reply, usage = outcome.reply, None
-        if reply is None:
-            result = self._call_failure(outcome)
-        else:
+    def tools_for(self, kind: str) -> tuple[ChatTool, ...]:
+        """The tools offered for proposals of ``kind``: none when tools are off or there are none."""
+        if not self.config.tools or self.config.max_tool_rounds == 0:
+            return ()
+        if kind not in self._tools:
+            self._tools[kind] = tuple(self._toolbox(kind))
+        return self._tools[kind]
+
+    def _propose_one(self, prompt: Prompt, kind: str = "kernels",
+                     tools: tuple[ChatTool, ...] = ()) -> ProposalResult:
+        by_name = {tool.name: tool for tool in tools}
+        rounds: list[ToolRound] = []
+        spent: Usage | None = None
+        closing = ""
+        while True:
+            dialogue = Dialogue(tools, tuple(rounds), closing) if tools else None
+            start = time.monotonic()
+            outcome = call_with_retries(functools.partial(self._client.complete, prompt, dialogue),
+                                        self._policy, sleep=self._sleep, rng=self._rng)
+            reply = outcome.reply
+            if reply is None:
+                failure = dataclasses.replace(self._call_failure(outcome), usage=spent)
+                self._log(prompt, outcome, None, None, failure, start, len(rounds))
+                return failure
             usage = self._usage(reply)
             self.budget.charge(usage)
-            result = self._from_reply(reply, usage, kind)
-        if self._call_log is not None:
-            self._call_log(CallRecord(
-                origin=self.origin, prompt=prompt, reply=reply.text if reply else "",
-                finish_reason=reply.finish_reason if reply else "", usage=usage,
-                attempts=outcome.attempts, waits=outcome.waits,
-                latency_s=time.monotonic() - start,
-                outcome="ok" if result.ok else str(result.reason),
-                detail="" if result.ok else result.detail,
-            ))
-        return result
+            spent = _add(spent, usage)
+            if reply.tool_calls and not closing and not reply.truncated:
+                results = tuple(run_tool_call(by_name, call) for call in reply.tool_calls)
+                self._log(prompt, outcome, reply, usage, None, start, len(rounds), results)
+                rounds.append(ToolRound(reply, results))
+                if len(rounds) >= self.config.max_tool_rounds or self.budget.exhausted:
+                    closing = render_template("tools_closing.md.j2").strip()
+                continue
+            result = self._from_reply(reply, spent, kind)
+            self._log(prompt, outcome, reply, usage, result, start, len(rounds))
+            return result
+
+    def _log(self, prompt: Prompt, outcome: Outcome, reply: ChatReply | None, usage: Usage | None,
+             result: ProposalResult | None, start: float, round_: int,
+             tool_results: tuple[ToolResult, ...] = ()) -> None:
+        """One ``CallRecord`` per model call; ``result`` is None for a reply that called tools."""
+        if self._call_log is None:
+            return
+        if result is None:
+            status, detail = TOOL_USE, ""
+        else:
+            status, detail = ("ok", "") if result.ok else (str(result.reason), result.detail)
+        self._call_log(CallRecord(
+            origin=self.origin, prompt=prompt, reply=reply.text if reply else "",
+            finish_reason=reply.finish_reason if reply else "", usage=usage,
+            attempts=outcome.attempts, waits=outcome.waits, latency_s=time.monotonic() - start,
+            outcome=status, detail=detail, round=round_,
+            tool_calls=reply.tool_calls if reply and result is None else (), tool_results=tool_results,
+        ))
 
     def _call_failure(self, outcome: Outcome) -> ProposalFailure:
         error = outcome.error
@@ -166,3 +239,12 @@ class LLMProposer(Proposer):
             return ProposalFailure(reason=found.reason, detail=found.detail,
                                    origin=self.origin, raw=reply.text, usage=usage)
         return Proposal(content=found.code, note=found.note, origin=self.origin, usage=usage)
+
+
+def _add(total: Usage | None, usage: Usage) -> Usage:
+    """The sum of two calls' usage (an unknown cost stays unknown)."""
+    if total is None:
+        return usage
+    cost = None if total.cost_usd is None or usage.cost_usd is None else total.cost_usd + usage.cost_usd
+    return Usage(model=usage.model, input_tokens=total.input_tokens + usage.input_tokens,
+                 output_tokens=total.output_tokens + usage.output_tokens, cost_usd=cost)
