@@ -198,7 +198,7 @@ class Judge:
     def _static(self, source: str, outcome: Outcome) -> bool:
         from loopwise.kernels.check import scan
 
-        for reason in scan(source, policy=self.cfg.precision):
+        for reason in scan(source, policy=static_policy(self.problem, self.cfg.precision)):
             outcome.reasons.append(reason)
         return outcome.rejected
 
@@ -458,3 +458,19 @@ class Judge:
                 log.info("no speed-of-light floor for %s: %s", self.problem.name, exc)
                 self._floor = False
         return self._floor or None
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def static_policy(problem, policy: str) -> str:
+    """The precision policy the static scan applies to ``problem``'s candidates: under ``fp32`` a
+    problem whose inputs are already bf16 / fp16 computes in that precision itself, so half-precision
+    types and tensor-core paths in a candidate are its own precision, not a downgrade (they are
+    reported as info, and the float64 comparisons still judge the numbers)."""
+    signature = getattr(problem, "signature", None)
+    dtypes = tuple(getattr(signature, "input_dtypes", ()) or ())
+    if policy == "fp32" and any(d in HALF_DTYPES for d in dtypes if d):
+        return "relaxed"
+    return policy
+
