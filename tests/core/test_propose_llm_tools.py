@@ -240,3 +240,27 @@ def test_the_fake_server_rejects_conversations_the_real_apis_reject(server, path
         urllib.request.urlopen(req, timeout=5)
     assert info.value.code == 400 and fault in info.value.read().decode()
     assert len(server.script) == 1  # the scripted reply was not used up
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_server_that_refuses_tools_is_asked_again_without_them(server, api):
+    """vLLM started without a tool parser answers a request carrying tools with 400: the proposal
+    is asked again without tools, and so is every later one (one refusal, not one per proposal)."""
+    tool = Lookup()
+    server.queue(server_error(400), good(), good())
+    proposer = make(server, api, tool)
+    [first] = proposer.propose(REQUEST)
+    [second] = proposer.propose(REQUEST)
+    assert first.ok and second.ok and tool.calls == []
+    refused, retried, later = server.posts()
+    assert "tools" in refused.body and "tools" not in retried.body and "tools" not in later.body
+    system = retried.body["messages"][0]["content"] if api == "openai" else retried.body["system"]
+    assert "lookup" not in system  # the note about the tools went with them
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_client_error_without_tools_too_is_the_answer(server, api):
+    server.queue(server_error(400), server_error(400), good())
+    [result] = make(server, api, Lookup()).propose(REQUEST)
+    assert result.reason == FailureReason.API_ERROR and "HTTP 400" in result.detail
+    assert len(server.posts()) == 2  # once with tools, once without; no retry beyond

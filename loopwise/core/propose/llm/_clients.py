@@ -73,12 +73,13 @@ class CallError(Exception):
     """A call that gave no reply; ``retryable`` says whether trying again may help."""
 
     def __init__(self, detail: str, *, retryable: bool, timeout: bool = False,
-                 retry_after_s: float | None = None) -> None:
+                 retry_after_s: float | None = None, status: int | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retryable = retryable
         self.timeout = timeout
         self.retry_after_s = retry_after_s
+        self.status = status  # the HTTP status, when the server answered with an error
 
 
 def parse_retry_after(headers: Any) -> float | None:
@@ -115,7 +116,7 @@ def translate_error(exc: Exception, sdk: Any) -> CallError:
         status = exc.status_code
         retry = status in _RETRY_STATUSES or status >= 500
         after = parse_retry_after(getattr(exc.response, "headers", None))
-        return CallError(f"HTTP {status}: {exc.message}", retryable=retry, retry_after_s=after)
+        return CallError(f"HTTP {status}: {exc.message}", retryable=retry, retry_after_s=after, status=status)
     return CallError(f"{type(exc).__name__}: {exc}", retryable=False)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -80,6 +81,8 @@ class CallRecord:
     tool_results: tuple[ToolResult, ...] = ()
 
 
+log = logging.getLogger(__name__)
+
 CallLog = Callable[[CallRecord], None]
 """A hook called once per model call (not for calls a spent budget skipped)."""
 
@@ -127,6 +130,8 @@ class LLMProposer(Proposer):
         self._rng = rng or random.Random()
         self._toolbox = toolbox
         self._tools: dict[str, tuple[ChatTool, ...]] = {}
+        self._tools_refused = False
+        self._tool_note = ""
         self._policy = RetryPolicy(
             config.max_retries,
             config.backoff_initial_s,
@@ -154,10 +159,12 @@ class LLMProposer(Proposer):
         prompt = render_prompt(request)
         tools = self.tools_for(request.kind)
         if tools:
-            note = render_template("tools_system.md.j2", tools=tools, max_rounds=self.config.max_tool_rounds)
-            prompt = Prompt(system=prompt.system.rstrip() + "\n" + note, user=prompt.user)
+            self._tool_note = render_template("tools_system.md.j2", tools=tools, max_rounds=self.config.max_tool_rounds)
+            prompt = Prompt(system=prompt.system.rstrip() + "\n" + self._tool_note, user=prompt.user)
         results: list[ProposalResult] = []
         for _ in range(request.n):
+            if tools and self._tools_refused:  # refused during an earlier proposal of this request
+                tools, prompt = (), self._without_tool_note(prompt)
             if self.budget.exhausted:
                 results.append(self.budget.exhausted_result(self.origin))
             else:
@@ -165,8 +172,9 @@ class LLMProposer(Proposer):
         return results
 
     def tools_for(self, kind: str) -> tuple[ChatTool, ...]:
-        """The tools offered for proposals of ``kind``: none when tools are off or there are none."""
-        if not self.config.tools or self.config.max_tool_rounds == 0:
+        """The tools offered for proposals of ``kind``: none when tools are off or there are none,
+        or when the server refused them once."""
+        if not self.config.tools or self.config.max_tool_rounds == 0 or self._tools_refused:
             return ()
         if kind not in self._tools:
             self._tools[kind] = tuple(self._toolbox(kind))
@@ -184,6 +192,18 @@ class LLMProposer(Proposer):
             outcome = call_with_retries(functools.partial(self._client.complete, prompt, dialogue),
                                         self._policy, sleep=self._sleep, rng=self._rng)
             reply = outcome.reply
+            if reply is None and tools and not rounds and _refuses_tools(outcome):
+                # a server without tool calling (e.g. vLLM started without a tool parser) answers
+                # 400: ask again without tools, and offer none to this server from now on
+                failure = dataclasses.replace(self._call_failure(outcome), usage=spent)
+                self._log(prompt, outcome, None, None, failure, start, len(rounds))
+                log.warning("%s refused the tools (%s); asking without them from now on",
+                            self.origin, outcome.error.detail)
+                self._tools = {k: () for k in (*self._tools, kind)}
+                self._tools_refused = True
+                tools, by_name = (), {}
+                prompt = self._without_tool_note(prompt)
+                continue
             if reply is None:
                 failure = dataclasses.replace(self._call_failure(outcome), usage=spent)
                 self._log(prompt, outcome, None, None, failure, start, len(rounds))
@@ -220,6 +240,10 @@ class LLMProposer(Proposer):
             tool_calls=reply.tool_calls if reply and result is None else (), tool_results=tool_results,
         ))
 
+    def _without_tool_note(self, prompt: Prompt) -> Prompt:
+        system = prompt.system.replace("\n" + self._tool_note, "") if self._tool_note else prompt.system
+        return Prompt(system=system, user=prompt.user)
+
     def _call_failure(self, outcome: Outcome) -> ProposalFailure:
         error = outcome.error
         assert error is not None
@@ -248,3 +272,11 @@ def _add(total: Usage | None, usage: Usage) -> Usage:
     cost = None if total.cost_usd is None or usage.cost_usd is None else total.cost_usd + usage.cost_usd
     return Usage(model=usage.model, input_tokens=total.input_tokens + usage.input_tokens,
                  output_tokens=total.output_tokens + usage.output_tokens, cost_usd=cost)
+
+
+def _refuses_tools(outcome: Outcome) -> bool:
+    """Whether a failed first call looks like a server that does not do tool calling: a client
+    error (400, 404 or 422) that no retry would change."""
+    error = outcome.error
+    return error is not None and not error.retryable and getattr(error, "status", None) in (400, 404, 422)
+
