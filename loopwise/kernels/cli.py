@@ -83,6 +83,10 @@ def eval_cmd(
 def check_cmd(
     candidates: List[Path] = typer.Argument(..., help="Candidate source file(s)."),
     policy: str = typer.Option("fp32", help="Precision policy: fp32 or relaxed."),
+    problem: Optional[str] = typer.Option(None, "--problem", help="The candidates' problem (file or "
+                                          "kernelbench:LEVEL/ID): a bf16 / fp16 problem's own precision is "
+                                          "then not a downgrade, as the judge scans it."),
+    kernelbench: Optional[str] = KERNELBENCH,
     as_json: bool = JSON,
 ) -> None:
     """Static exploit and precision scan (no GPU needed). Exit status 1 if any candidate is rejected."""
@@ -91,6 +95,11 @@ def check_cmd(
 
     if policy not in ("fp32", "relaxed"):
         raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")
+    if problem:
+        from loopwise.kernels.evaluate.judge import static_policy
+        from loopwise.kernels.problem import load_problem
+
+        policy = static_policy(load_problem(problem, kernelbench), policy)
     results = [(str(p), scan(_read_candidate(p), policy=policy, filename=str(p))) for p in candidates]
     rejected = any(any(r.severity == "reject" for r in reasons) for _, reasons in results)
     if as_json:

@@ -57,3 +57,14 @@ def test_the_candidate_is_a_clean_cutlass_candidate_for_a_bf16_problem():
     assert [r.severity for r in reasons] == ["info"] and reasons[0].code == "precision_downgrade"
     assert {r.code for r in scan(source, policy=static_policy(fp32, "fp32")) if r.severity == "reject"} == \
         {"precision_downgrade"}
+
+
+def test_kernels_check_applies_the_problems_precision_when_given_one():
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "loopwise", "kernels", "check", str(EXAMPLE / "bf16_gemm_cutlass.py")]
+    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    with_problem = subprocess.run(cmd + ["--problem", str(EXAMPLE / "bf16_gemm_problem.py")], capture_output=True,
+                                  text=True, timeout=120)
+    assert alone.returncode == 1 and with_problem.returncode == 0, with_problem.stdout[-1500:]
