@@ -143,3 +143,32 @@ def test_route_blocks_cover_every_route_once():
     for r, n, e in zip(row[:used], rows[:used], expert[:used]):
         assert bool((flat[pair[int(r):int(r) + int(n)].long()] == e).all())  # one expert per block
     assert torch.equal(token.long(), pair.long() // 4)
+
+
+def test_the_triton_candidates_kernels_compile_for_hopper_in_bf16_on_the_tensor_cores(tmp_path):
+    """Ahead of time, for sm_90 (no GPU needed): both grouped GEMMs compile in bf16 with the Qwen3
+    sizes, and their SASS multiplies on the tensor cores with bf16 operands."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from loopwise.kernels.profile.sass import ToolNotFoundError, profile_cubin
+
+    cand = _module("moe_forward_triton")
+    blocks = {"block_expert_ptr": "*i32", "block_row_ptr": "*i32", "block_rows_ptr": "*i32", "n_blocks_ptr": "*i32"}
+    consts = {"H": 2048, "F": 768, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}
+    signatures = {
+        "_gate_up": {"x_ptr": "*bf16", "w_ptr": "*bf16", "act_ptr": "*bf16", "token_ptr": "*i32", **blocks},
+        "_down": {"act_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "pair_ptr": "*i32", "weight_ptr": "*fp32",
+                  **blocks},
+    }
+    for name, signature in signatures.items():
+        compiled = triton.compile(ASTSource(getattr(cand, name), {**signature, **{k: "constexpr" for k in consts}},
+                                            consts), target=GPUTarget("cuda", 90, 32))
+        cubin = tmp_path / f"{name}.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        try:
+            (kernel,) = profile_cubin(cubin).kernels
+        except ToolNotFoundError:
+            continue
+        assert kernel.tensor_core_inputs.get("BF16", 0) > 0, kernel.tensor_core
