@@ -1,0 +1,182 @@
+"""MoE expert block forward and backward in Triton (a candidate for moe_forward_backward.py).
+
+The routes are sorted by expert once (as in moe_forward_triton.py) and every product is a grouped
+GEMM over the sorted rows, each block of rows belonging to one expert:
+
+- forward: [G, U] = x[token] @ W_e (rows gathered from x), act = silu(G) * U, y = act @ D_e, each
+  route's row scaled by its weight and written to its own row, summed per token after;
+- backward, for the output gradient g: d act = (w * g[token]) @ D_e^T, then dG and dU from G and U
+  (SwiGLU's derivative), d x = sum over a token's routes of [dG, dU] @ W_e^T (rows again, summed
+  per token: duplicate routes count twice), and the weight gradients per expert, reduced over that
+  expert's rows: d D_e = act^T @ (w * g[token]) and d W_e = x[token]^T @ [dG, dU].
+
+No atomics anywhere: every sum is a loop inside one program or a sum over a token's k rows.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+HIDDEN, INTERMEDIATE, EXPERTS = 2048, 768, 128
+
+
+@triton.jit
+def _rows_mm(a_ptr, a_index_ptr, b_ptr, c_ptr, c_index_ptr, scale_ptr, pair_ptr,
+             block_expert_ptr, block_row_ptr, block_rows_ptr, n_blocks_ptr,
+             K: tl.constexpr, N: tl.constexpr, SBE: tl.constexpr, SBK: tl.constexpr, SBN: tl.constexpr,
+             GATHER_A: tl.constexpr, SCATTER_C: tl.constexpr, SCALE: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """C[row] = A[row] @ B_e for the block's sorted rows (A's row gathered through a_index when
+    GATHER_A, C's row scattered through c_index when SCATTER_C, scaled by the route's weight when
+    SCALE); B_e[k, n] sits at b_ptr + e * SBE + k * SBK + n * SBN, so a transposed B is strides."""
+    b = tl.program_id(0)
+    if b >= tl.load(n_blocks_ptr):
+        return
+    e = tl.load(block_expert_ptr + b).to(tl.int64)
+    row0 = tl.load(block_row_ptr + b)
+    nrows = tl.load(block_rows_ptr + b)
+    rm = tl.arange(0, BLOCK_M)
+    mask_m = rm < nrows
+    rows = (row0 + rm).to(tl.int64)
+    if GATHER_A:
+        a_rows = tl.load(a_index_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+    else:
+        a_rows = rows
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + a_rows[:, None] * K + (k0 + rk)[None, :], mask=mask_m[:, None], other=0.0)
+        w = tl.load(b_ptr + e * SBE + (k0 + rk)[:, None] * SBK + rn[None, :] * SBN)
+        acc = tl.dot(a, w, acc)
+    if SCALE:
+        pair = tl.load(pair_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+        acc = acc * tl.load(scale_ptr + pair, mask=mask_m, other=0.0).to(tl.float32)[:, None]
+    if SCATTER_C:
+        c_rows = tl.load(c_index_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+    else:
+        c_rows = rows
+    tl.store(c_ptr + c_rows[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None])
+
+
+@triton.jit
+def _expert_outer(a_ptr, a_index_ptr, b_ptr, b_index_ptr, scale_ptr, pair_ptr, c_ptr, starts_ptr, counts_ptr,
+                  M: tl.constexpr, N: tl.constexpr, GATHER_A: tl.constexpr, GATHER_B: tl.constexpr,
+                  SCALE_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """C_e = A[rows of e]^T @ B[rows of e] ([M, N] per expert), the reduction over the expert's
+    sorted rows (A's and B's rows gathered through their index when asked, B's rows scaled by the
+    route's weight when SCALE_B). An expert without routes gets zeros."""
+    e = tl.program_id(0)
+    pid = tl.program_id(1)
+    n_tiles: tl.constexpr = N // BLOCK_N
+    rm = (pid // n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = (pid % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    start = tl.load(starts_ptr + e)
+    count = tl.load(counts_ptr + e)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in range(0, count, BLOCK_K):
+        rk = r0 + tl.arange(0, BLOCK_K)
+        mask_k = rk < count
+        rows = (start + rk).to(tl.int64)
+        if GATHER_A:
+            a_rows = tl.load(a_index_ptr + rows, mask=mask_k, other=0).to(tl.int64)
+        else:
+            a_rows = rows
+        if GATHER_B:
+            b_rows = tl.load(b_index_ptr + rows, mask=mask_k, other=0).to(tl.int64)
+        else:
+            b_rows = rows
+        a = tl.load(a_ptr + a_rows[None, :] * M + rm[:, None], mask=mask_k[None, :], other=0.0)
+        bt = tl.load(b_ptr + b_rows[:, None] * N + rn[None, :], mask=mask_k[:, None], other=0.0)
+        if SCALE_B:
+            pair = tl.load(pair_ptr + rows, mask=mask_k, other=0).to(tl.int64)
+            s = tl.load(scale_ptr + pair, mask=mask_k, other=0.0).to(tl.float32)
+            bt = (bt.to(tl.float32) * s[:, None]).to(b_ptr.dtype.element_ty)
+        acc = tl.dot(a, bt, acc)
+    out = c_ptr + e.to(tl.int64) * M * N + rm[:, None] * N + rn[None, :]
+    tl.store(out, acc.to(c_ptr.dtype.element_ty))
+
+
+def route_blocks(topk_ids: torch.Tensor, experts: int, block_m: int):
+    """Sorted routes and the block map, on the device without a host sync (see moe_forward_triton.py),
+    plus each expert's first sorted row and route count for the weight gradients."""
+    k = topk_ids.shape[1]
+    flat = topk_ids.reshape(-1)
+    pair = torch.argsort(flat, stable=True)
+    token = (pair // k).to(torch.int32)
+    counts = torch.bincount(flat, minlength=experts)
+    starts = torch.cumsum(counts, 0) - counts
+    blocks = (counts + block_m - 1) // block_m
+    block_end = torch.cumsum(blocks, 0)
+    upper = (flat.numel() + block_m - 1) // block_m + experts
+    b = torch.arange(upper, device=flat.device)
+    expert = torch.searchsorted(block_end, b, right=True).clamp_(max=experts - 1)
+    first = block_end[expert] - blocks[expert]
+    row = starts[expert] + (b - first) * block_m
+    rows = (starts[expert] + counts[expert] - row).clamp_(0, block_m)
+    i32 = torch.int32
+    return (pair.to(i32), token, expert.to(i32), row.to(i32), rows.to(i32), block_end[-1:].to(i32), upper,
+            starts.to(i32), counts.to(i32))
+
+
+class ModelNew(nn.Module):
+    BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 64
+
+    def __init__(self, hidden=HIDDEN, intermediate=INTERMEDIATE, experts=EXPERTS):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.gate_up = nn.Parameter((torch.randn(experts, hidden, 2 * intermediate, generator=g)
+                                     * hidden ** -0.5).to(torch.bfloat16))
+        self.down = nn.Parameter((torch.randn(experts, intermediate, hidden, generator=g)
+                                  * intermediate ** -0.5).to(torch.bfloat16))
+
+    def _rows(self, a, b, c, route, n_cols, k_dim, strides, gather_a=None, scatter_c=None, scale=None):
+        pair, token, expert, row, rows, n_blocks, upper = route[:7]
+        dummy = pair
+        _rows_mm[(upper, n_cols // self.BLOCK_N)](
+            a, gather_a if gather_a is not None else dummy, b, c, scatter_c if scatter_c is not None else dummy,
+            scale if scale is not None else a, pair, expert, row, rows, n_blocks, k_dim, n_cols, *strides,
+            gather_a is not None, scatter_c is not None, scale is not None, self.BLOCK_M, self.BLOCK_N, self.BLOCK_K)
+
+    def _outer(self, a, b, c, route, m_dim, n_dim, gather_a=None, gather_b=None, scale=None):
+        pair, starts, counts = route[0], route[7], route[8]
+        experts = counts.shape[0]
+        _expert_outer[(experts, (m_dim // self.BLOCK_M) * (n_dim // self.BLOCK_N))](
+            a, gather_a if gather_a is not None else pair, b, gather_b if gather_b is not None else pair,
+            scale if scale is not None else a, pair, c, starts, counts, m_dim, n_dim,
+            gather_a is not None, gather_b is not None, scale is not None, self.BLOCK_M, self.BLOCK_N, self.BLOCK_K)
+
+    def forward(self, x, topk_ids, topk_weights, grad_out):
+        tokens, h = x.shape
+        k = topk_ids.shape[1]
+        experts, _, two_f = self.gate_up.shape
+        f = two_f // 2
+        assert h % 64 == 0 and f % 64 == 0, "hidden and intermediate sizes must be multiples of 64"
+        wgu, wd = self.gate_up.detach(), self.down.detach()
+        x, g = x.contiguous(), grad_out.contiguous()
+        route = route_blocks(topk_ids, experts, self.BLOCK_M)
+        pair, token = route[0], route[1]
+        n = tokens * k
+        weights = topk_weights.reshape(-1).float().contiguous()
+        # forward
+        gu = torch.empty(n, two_f, device=x.device, dtype=x.dtype)
+        self._rows(x, wgu, gu, route, two_f, h, (h * two_f, two_f, 1), gather_a=token)
+        gate, up = gu[:, :f].float(), gu[:, f:].float()
+        sig = torch.sigmoid(gate)
+        act = (gate * sig * up).to(x.dtype)
+        per_route = torch.empty(n, h, device=x.device, dtype=torch.float32)
+        self._rows(act, wd, per_route, route, h, f, (f * h, h, 1), scatter_c=pair, scale=weights)
+        out = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
+        # backward: d act = (w * g[token]) @ D_e^T, then SwiGLU's derivative
+        d_act = torch.empty(n, f, device=x.device, dtype=torch.float32)
+        self._rows(g, wd, d_act, route, f, h, (f * h, 1, h), gather_a=token, scale=weights)
+        d_gu = torch.cat([d_act * up * sig * (1 + gate * (1 - sig)), d_act * gate * sig], dim=1).to(x.dtype)
+        self._rows(d_gu, wgu, per_route, route, h, two_f, (h * two_f, 1, two_f), scatter_c=pair)
+        dx = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
+        d_down = torch.empty_like(wd)
+        self._outer(act, g, d_down, route, f, h, gather_b=token, scale=weights)
+        d_gate_up = torch.empty_like(wgu)
+        self._outer(x, d_gu, d_gate_up, route, h, two_f, gather_a=token)
+        return out, dx, d_gate_up, d_down
