@@ -36,6 +36,9 @@ PACKAGES=(
   # the HTML reports (tests/training/test_report_html.py imports plotly: the GPU suite collects it)
   "plotly==7.1.0"
   "narwhals==2.29.0"
+  # VeOmni's fused Triton MoE, the MoE table's baseline (bench/moe_table.py imports its kernel
+  # module alone, never veomni/__init__, so none of its training-stack dependencies are needed)
+  "veomni==0.1.12"
 )
 # Published only as source: two pure-Python ones are built into wheels here; pycosat (a C extension
 # reasoning-gym imports) travels as its sdist and is compiled on the device by remote_prelude.sh.

@@ -212,3 +212,32 @@ def test_the_backward_candidates_kernels_compile_for_hopper_in_bf16(tmp_path):
                **{key: "constexpr" for key in consts}}
         compiled = triton.compile(ASTSource(cand._expert_outer, sig, consts), target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
+
+
+def test_the_moe_table_script_makes_its_variants_and_pinned_problems(tmp_path):
+    """bench/moe_table.py's pieces that need no GPU: every tile variant of both candidates and the
+    VeOmni candidates parse, and each routing pattern's pinned problem loads and draws that pattern."""
+    import ast
+
+    from bench_modules import bench_module
+
+    table = bench_module("moe_table")
+    for _, candidate in table.PROBLEMS.values():
+        source = (MOE / candidate).read_text()
+        variants = {table.with_tiles(source, tiles) for tiles in table.TILES}
+        assert len(variants) == len(table.TILES)
+        for variant in variants:
+            ast.parse(variant)
+    ast.parse(table.VEOMNI_FORWARD)
+    ast.parse(table.VEOMNI_BACKWARD)
+    source = (MOE / "moe_forward.py").read_text()
+    for pattern in table.PATTERNS:
+        path = tmp_path / f"moe_{pattern}.py"
+        path.write_text(table.pinned(source, pattern))
+        module = load_problem(str(path)).load_module()
+        torch.manual_seed(0)
+        _, ids, _ = module.get_inputs()
+        if pattern == "duplicate":
+            assert torch.equal(ids[:, 0], ids[:, 1])
+        if pattern == "single":
+            assert ids.unique().numel() == 1
