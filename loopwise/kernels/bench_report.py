@@ -31,7 +31,8 @@ def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     for t in table:
         line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
                 f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']})"]
-        line += [f"{t[f'fast_{p:g}_eager']:.0%} / {t[f'fast_{p:g}_compile']:.0%}" for p in FAST_P]
+        line += [f"{t[f'fast_{p:g}_eager']:.0%} / " + (f"{t[f'fast_{p:g}_compile']:.0%}" if t["compile_measured"] else "-")
+                 for p in FAST_P]  # no torch.compile time (--no-compile): no second denominator
         rows.append(line)
     return cols, rows
 
