@@ -52,14 +52,11 @@ def candidates(problem, per_problem: int, precision: str) -> list[str]:
 
 def judge_all(dispatcher, cfg, work: list[tuple[object, str, str]]) -> tuple[float, Counter, list[str]]:
     """Submits every (problem, name, source) at once; wall seconds until the last verdict."""
-    from loopwise.core.execute import Job
+    from loopwise.kernels.remote import ExecutorJudge
 
+    judges = {p.name: ExecutorJudge(p, cfg.kernels.eval, dispatcher) for p, _, _ in work}
     t0 = time.perf_counter()
-    futures = [dispatcher.submit(Job(f"{name}@{time.perf_counter_ns()}", "loopwise.kernels.jobs:evaluate",
-                                     {"problem_source": p.source, "problem_name": p.name, "device": "auto",
-                                      "config": cfg.kernels.eval.model_dump(mode="json"), "candidate_source": src,
-                                      "candidate_name": name}))
-               for p, name, src in work]
+    futures = [dispatcher.submit(judges[p.name].job(src, name)) for p, name, src in work]
     results = [f.result() for f in futures]
     wall = time.perf_counter() - t0
     statuses = [r.result["status"] if r.ok else f"lost: {r.error[:60]}" for r in results]
@@ -67,22 +64,17 @@ def judge_all(dispatcher, cfg, work: list[tuple[object, str, str]]) -> tuple[flo
 
 
 def sweep(dispatcher, cfg, problems) -> tuple[float, int]:
-    from loopwise.core.execute import Job
+    from loopwise.kernels.remote import baseline_job
 
-    c = cfg.model_copy(deep=True)
-    c.kernels.baseline.compile, c.kernels.baseline.max_autotune = True, False
     t0 = time.perf_counter()
-    futures = [dispatcher.submit(Job(f"baseline:{p.name}", "loopwise.kernels.jobs:baseline",
-                                     {"problem_source": p.source, "problem_name": p.name, "device": "auto",
-                                      "config": c.model_dump(mode="json")})) for p in problems]
+    futures = [dispatcher.submit(baseline_job(p, cfg)) for p in problems]
     ok = sum(1 for f in futures if f.result().ok)
     return time.perf_counter() - t0, ok
 
 
 def main() -> int:
     from loopwise.core.config import load_config
-    from loopwise.core.execute import make_executor
-    from loopwise.core.execute.dispatch import Dispatcher
+    from loopwise.core.execute.dispatch import dispatching
     from loopwise.kernels.problem import load_problem
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -107,9 +99,7 @@ def main() -> int:
         sweep_problems = [load_problem(f"kernelbench:1/{i}", args.kernelbench) for i in SUBSET[1]]
     rows, reference = [], None
     for n in (int(x) for x in args.gpus.split(",")):
-        executor = make_executor(args.executor, devices=[str(i) for i in range(n)])
-        dispatcher = Dispatcher(executor)
-        try:
+        with dispatching(args.executor, str(n)) as dispatcher:  # n workers: GPUs 0 .. n-1
             for phase in ("cold", "warm"):
                 wall, counts, statuses = judge_all(dispatcher, cfg, work)
                 reference = reference or statuses
@@ -125,9 +115,6 @@ def main() -> int:
                              "per_s": round(len(sweep_problems) / wall, 3), "statuses": f"ok:{ok}",
                              "same_statuses_as_first": ""})
                 print(rows[-1], flush=True)
-        finally:
-            dispatcher.close()
-            executor.close()
         with open(out / "throughput.csv", "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
             w.writeheader()

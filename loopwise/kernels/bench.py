@@ -162,7 +162,7 @@ class Bench:
                 self.started[e.key] = e.payload["run_id"]
 
     @classmethod
-    def start(cls, settings: BenchSettings, cfg, console=None) -> "Bench":
+    def start(cls, settings: BenchSettings, cfg, console=None) -> Bench:
         from loopwise.core.config import dump_config
         from loopwise.core.store import SqliteRunStore
 
@@ -171,7 +171,7 @@ class Bench:
         return cls(settings, cfg, store, console)
 
     @classmethod
-    def resume(cls, run_id: str, cfg, console=None) -> "Bench":
+    def resume(cls, run_id: str, cfg, console=None) -> Bench:
         from loopwise.core.store import SqliteRunStore
 
         store = SqliteRunStore.open(cfg.store.runs_dir, run_id)
@@ -206,19 +206,15 @@ class Bench:
         return ordered
 
     def _one(self, level: int, pid: int, path: Path, dispatcher) -> dict:
-        from loopwise.kernels.evaluate.judge import Judge
         from loopwise.kernels.optimize import Settings
         from loopwise.kernels.optimize_run import OptimizeRun
         from loopwise.kernels.problem import load_problem
-        from loopwise.kernels.remote import ExecutorJudge
+        from loopwise.kernels.remote import make_judge
 
         key = f"{level}/{pid}"
-        device = "cpu" if self.cfg.kernels.device == "cpu" else "auto"
 
         def judge_for(problem):
-            if dispatcher is not None:
-                return ExecutorJudge(problem, self.cfg.kernels.eval, dispatcher, device=device)
-            return Judge(problem, self.cfg.kernels.eval, device=self.cfg.kernels.device, spares=1)
+            return make_judge(problem, self.cfg, dispatcher, spares=1)
 
         problem = load_problem(str(path))
         runs_dir = self.cfg.store.runs_dir
@@ -241,17 +237,13 @@ class Bench:
         return problem_row(level, pid, problem.name, summary, base)
 
     def _baseline(self, problem, dispatcher) -> dict | None:
-        """Eager and torch.compile of the problem, on a worker when there is an executor."""
-        from loopwise.core.execute import Job
+        """Eager and torch.compile of the problem: the same job on a worker when there is an
+        executor, else in this process on ``--device``."""
+        from loopwise.kernels import jobs
+        from loopwise.kernels.remote import baseline_job
 
-        cfg = self.cfg.model_copy(deep=True)
-        cfg.kernels.baseline.compile, cfg.kernels.baseline.max_autotune = True, False
+        job = baseline_job(problem, self.cfg)
         if dispatcher is None:
-            from loopwise.kernels.baseline import run_baseline
-
-            return run_baseline(problem, cfg, self.cfg.kernels.device).to_json_dict(cfg.kernels.eval.statistic)
-        device = "cpu" if self.cfg.kernels.device == "cpu" else "auto"
-        payload = {"problem_source": problem.source, "problem_name": problem.name, "device": device,
-                   "config": cfg.model_dump(mode="json")}
-        result = dispatcher.submit(Job(f"baseline:{problem.name}", "loopwise.kernels.jobs:baseline", payload)).result()
+            return jobs.baseline({**job.payload, "device": self.cfg.kernels.device})
+        result = dispatcher.submit(job).result()
         return result.result if result.ok else None

@@ -12,10 +12,10 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     from rich.console import Console
     from rich.table import Table
 
+    from loopwise.core.execute.dispatch import dispatching
     from loopwise.kernels.bench import Bench, aggregate, select_problems
     from loopwise.kernels.bench_report import build_report, table_rows
     from loopwise.kernels.problem import _find_checkout
-    from loopwise.core.execute.dispatch import Dispatcher, open_executor
     from loopwise.kernels.report import progress
 
     console = Console(stderr=True) if as_json else Console()
@@ -24,15 +24,14 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
         settings = bench.s
     # a bad selection or worker list is refused before anything is recorded
     problems = select_problems(_find_checkout(cfg.kernels.kernelbench), settings.levels, settings.subset)
-    pool = open_executor(*executor)
-    if not resume:
-        bench = Bench.start(settings, cfg, console)
-    s = bench.s
-    dispatcher = Dispatcher(pool) if pool is not None else None
-    where = f"{len(dispatcher.workers)} worker(s) of {executor[0]}" if dispatcher else f"this process ({cfg.kernels.device})"
-    console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
-                  f"{','.join(map(str, s.levels))}) · budget {s.budget} each · {where}")
-    try:
+    with dispatching(*executor) as dispatcher:
+        if not resume:
+            bench = Bench.start(settings, cfg, console)
+        s = bench.s
+        where = (f"{len(dispatcher.workers)} worker(s) of {executor[0]}" if dispatcher
+                 else f"this process ({cfg.kernels.device})")
+        console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
+                      f"{','.join(map(str, s.levels))}) · budget {s.budget} each · {where}")
         with progress(console) as prog:
             task = prog.add_task("problems", total=len(problems), completed=len(bench.rows))
 
@@ -41,10 +40,6 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
                 prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
 
             rows = bench.run(problems, dispatcher, progress=advance)
-    finally:
-        if dispatcher is not None:
-            dispatcher.close()
-            pool.close()
     table = aggregate(rows)
     path = build_report(bench.store)
     bench.store.close()

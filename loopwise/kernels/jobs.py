@@ -12,18 +12,24 @@ from pathlib import Path
 _JUDGES: dict[tuple[str, str, str], object] = {}
 
 
+def _problem(payload: dict):
+    """The problem a job carries as source (``problem_source``, ``problem_name``)."""
+    from loopwise.kernels.problem import Problem
+
+    source = payload["problem_source"]
+    name = payload.get("problem_name", "problem")
+    return Problem(name=name, path=Path(f"<{name}>"), source=source, sha256=hashlib.sha256(source.encode()).hexdigest(),
+                   level=None, problem_id=None)
+
+
 def _judge(payload: dict):
     from loopwise.kernels.config import EvalConfig
     from loopwise.kernels.evaluate.judge import Judge
-    from loopwise.kernels.problem import Problem
 
     cfg = EvalConfig.model_validate(payload.get("config") or {})
-    source = payload["problem_source"]
-    sha = hashlib.sha256(source.encode()).hexdigest()
-    key = (sha, cfg.model_dump_json(), payload.get("device", "auto"))
+    problem = _problem(payload)
+    key = (problem.sha256, cfg.model_dump_json(), payload.get("device", "auto"))
     if key not in _JUDGES:
-        name = payload.get("problem_name", "problem")
-        problem = Problem(name=name, path=Path(f"<{name}>"), source=source, sha256=sha, level=None, problem_id=None)
         _JUDGES[key] = Judge(problem, cfg, device=payload.get("device", "auto"), spares=2)
     return _JUDGES[key]
 
@@ -42,12 +48,7 @@ def baseline(payload: dict) -> dict:
     optionally device and statistic."""
     from loopwise.core.config import Config
     from loopwise.kernels.baseline import run_baseline
-    from loopwise.kernels.problem import Problem
 
     cfg = Config.model_validate(payload.get("config") or {})
-    source = payload["problem_source"]
-    name = payload.get("problem_name", "problem")
-    problem = Problem(name=name, path=Path(f"<{name}>"), source=source,
-                      sha256=hashlib.sha256(source.encode()).hexdigest(), level=None, problem_id=None)
-    row = run_baseline(problem, cfg, payload.get("device", "auto"))
+    row = run_baseline(_problem(payload), cfg, payload.get("device", "auto"))
     return row.to_json_dict(payload.get("statistic", cfg.kernels.eval.statistic))

@@ -12,31 +12,20 @@ def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None =
     """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
     from rich.console import Console
 
-    from loopwise.core.execute.dispatch import Dispatcher, open_executor
+    from loopwise.core.execute.dispatch import dispatching
 
     console = Console(stderr=True) if as_json else Console()
-    pool = open_executor(*executor)
-    dispatcher = Dispatcher(pool) if pool is not None else None
-    try:
+    with dispatching(*executor) as dispatcher:
         return _run(settings, cfg, resume, out, as_json, console, dispatcher)
-    finally:
-        if dispatcher is not None:
-            dispatcher.close()
-            pool.close()
 
 
 def _run(settings, cfg, resume, out, as_json, console, dispatcher) -> int:
-    from loopwise.kernels.evaluate.judge import Judge
     from loopwise.kernels.optimize_run import OptimizeRun
     from loopwise.kernels.problem import load_problem
-    from loopwise.kernels.remote import ExecutorJudge
+    from loopwise.kernels.remote import make_judge
 
     def judge_for(problem):
-        if dispatcher is not None:
-            # workers are pinned to their device: "auto" there is their GPU (or the CPU of a stand-in)
-            device = "cpu" if cfg.kernels.device == "cpu" else "auto"
-            return ExecutorJudge(problem, cfg.kernels.eval, dispatcher, device=device)
-        return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
+        return make_judge(problem, cfg, dispatcher)
 
     def load(spec):
         return load_problem(spec, cfg.kernels.kernelbench)

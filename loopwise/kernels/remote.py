@@ -37,9 +37,11 @@ class ExecutorJudge:
         # candidates are judged elsewhere and this process may have no GPU at all.
         self.device = "remote"
 
-    def _payload(self, source: str, name: str) -> dict:
-        return {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
-                "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name}
+    def job(self, source: str, name: str) -> Job:
+        """The job that judges one candidate on a worker."""
+        return Job(f"{name}#{next(_ids)}", "loopwise.kernels.jobs:evaluate",
+                   {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
+                    "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name})
 
     def evaluate(self, source: str, name: str) -> Evaluation:
         return self.evaluate_many([(source, name)])[0]
@@ -47,15 +49,14 @@ class ExecutorJudge:
     def evaluate_many(self, items: list[tuple[str, str]]) -> list[Evaluation]:
         """Verdicts for ``[(source, name), ...]`` in that order; a job the executor lost (its worker
         died past the retries, or it ran out of time) is a crash with the executor's reason."""
-        futures = [(self.dispatcher.submit(Job(f"{name}#{next(_ids)}", "loopwise.kernels.jobs:evaluate",
-                                               self._payload(source, name))), name) for source, name in items]
+        futures = [(self.dispatcher.submit(self.job(source, name)), name) for source, name in items]
         wait([f for f, _ in futures], timeout=self.timeout_s)
         out = []
         for future, name in futures:
             result: JobResult | None = future.result() if future.done() else None
             if result is not None and result.ok:
                 ev = Evaluation.model_validate(result.result)
-                printed = getattr(result, "log", "")
+                printed = result.log
                 ev.log = f"[judged on {result.worker}]\n{ev.log}" + (f"\n[worker output]\n{printed}" if printed else "")
                 out.append(ev)
                 continue
@@ -69,7 +70,33 @@ class ExecutorJudge:
                         "the candidate was not judged", evidence={"worker": result.worker if result else ""})
         return Evaluation(status=Status.CRASH, problem=self.problem.name, candidate=name, reasons=[reason],
                           policy=self.cfg.precision, tolerance=self.cfg.tolerance,
-                          log=(getattr(result, "log", "") or "") if result else "")
+                          log=result.log if result else "")
 
     def close(self) -> None:
         """The dispatcher and its executor belong to whoever made them: nothing to release here."""
+
+
+def worker_device(cfg) -> str:
+    """The device a job names for its worker: a worker is pinned to its GPU, so "auto" is that GPU
+    (or the CPU of a stand-in); only an explicit ``--device cpu`` keeps the work on the CPU."""
+    return "cpu" if cfg.kernels.device == "cpu" else "auto"
+
+
+def make_judge(problem, cfg, dispatcher: Dispatcher | None, spares: int = 2):
+    """The judge a search of ``problem`` uses: on the dispatcher's workers when there is one, else
+    a local judge on ``--device``."""
+    if dispatcher is not None:
+        return ExecutorJudge(problem, cfg.kernels.eval, dispatcher, device=worker_device(cfg))
+    from loopwise.kernels.evaluate.judge import Judge
+
+    return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=spares)
+
+
+def baseline_job(problem, cfg) -> Job:
+    """The job that times ``problem``'s eager and torch.compile (default mode) on a worker."""
+    compiled = cfg.model_copy(deep=True)
+    compiled.kernels.baseline.compile, compiled.kernels.baseline.max_autotune = True, False
+    return Job(f"baseline:{problem.name}#{next(_ids)}", "loopwise.kernels.jobs:baseline",
+               {"problem_source": problem.source, "problem_name": problem.name, "device": worker_device(cfg),
+                "config": compiled.model_dump(mode="json")})
+

@@ -47,23 +47,23 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
         policy_path: str | None = None, executor: tuple = ("local", None, None)) -> None:
     from rich.console import Console
 
-    from loopwise.core.execute.dispatch import Dispatcher, open_executor
+    from loopwise.core.execute.dispatch import dispatching
 
     err = Console(stderr=True)
-    pool = open_executor(*executor)  # a bad --workers is refused before anything is recorded
-    dispatcher = Dispatcher(pool) if pool is not None else None
-    try:
+    with dispatching(*executor) as dispatcher:  # a bad --workers is refused before anything is recorded
         _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
                        exchange_dir, llm, device, policy_path, err, dispatcher)
-    finally:
-        if dispatcher is not None:
-            dispatcher.close()
-            pool.close()
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
                    exchange_dir, llm, device, policy_path, err, dispatcher) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from loopwise.training.run import Settings, TrainingRun
 

@@ -26,7 +26,13 @@ from loopwise.core.propose import (
     ProposalRequest,
     Snippet,
 )
-from loopwise.core.propose.llm import Budget, BudgetConfig, LLMConfig, LLMProposer, ModelPrice
+from loopwise.core.propose.llm import (
+    Budget,
+    BudgetConfig,
+    LLMConfig,
+    LLMProposer,
+    ModelPrice,
+)
 from loopwise.core.propose.llm._clients import parse_retry_after
 from loopwise.errors import UserError
 
@@ -41,13 +47,6 @@ REQUEST = ProposalRequest(
     memory="tried: vectorized loads (no gain)",
     snippets=(Snippet(title="a Triton elementwise kernel", code="import triton"),),
 )
-
-
-@pytest.fixture
-def server():
-    srv = FakeLLMServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(autouse=True)

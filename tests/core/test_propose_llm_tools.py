@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from chat_tool_conformance import check_chat_tool
-from fake_llm_server import GOOD_CODE, FakeLLMServer, call, good, server_error, tool_use
+from fake_llm_server import GOOD_CODE, call, good, server_error, tool_use
 
 from loopwise.core.propose import FailureReason, Proposal, ProposalRequest
 from loopwise.core.propose.llm import (
@@ -51,13 +51,6 @@ class Lookup(ChatTool):
         if arguments["query"] == "refuse":
             raise ToolError("no such name")
         return f"found {arguments['query']} in include/cute/atom/copy_atom.hpp:490"
-
-
-@pytest.fixture
-def server():
-    srv = FakeLLMServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -3,9 +3,11 @@ and the executor the command line asks for (``--executor``, ``--workers``, ``--r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 from loopwise.core.execute._base import Executor, Job, JobResult
@@ -98,3 +100,21 @@ def open_executor(kind: str, workers: str | None, ray_address: str | None = None
     from loopwise.core.execute import make_executor
 
     return make_executor(kind, devices=devices, ray_address=ray_address, job_timeout_s=job_timeout_s)
+
+
+@contextlib.contextmanager
+def dispatching(kind: str, workers: str | None, ray_address: str | None = None,
+                job_timeout_s: float | None = None) -> Iterator[Dispatcher | None]:
+    """A dispatcher over the executor ``open_executor`` makes (None for the in-process path), closed
+    with its executor on the way out."""
+    executor = open_executor(kind, workers, ray_address, job_timeout_s)
+    if executor is None:
+        yield None
+        return
+    dispatcher = Dispatcher(executor)
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.close()
+        executor.close()
+
