@@ -22,6 +22,7 @@ import argparse
 import csv
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -99,6 +100,12 @@ def main() -> int:
         sweep_problems = [load_problem(f"kernelbench:1/{i}", args.kernelbench) for i in SUBSET[1]]
     rows, reference = [], None
     for n in (int(x) for x in args.gpus.split(",")):
+        # Each GPU count starts with empty compile caches (Triton, Inductor) and an empty loopwise
+        # cache, so its cold phase and its sweep do not reuse what the previous count built.
+        fresh = Path(tempfile.mkdtemp(prefix=f"throughput-{args.executor}-{n}gpu-"))
+        for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                         ("LOOPWISE_CACHE_DIR", "loopwise")):
+            os.environ[var] = str(fresh / sub)
         with dispatching(args.executor, str(n)) as dispatcher:  # n workers: GPUs 0 .. n-1
             for phase in ("cold", "warm"):
                 wall, counts, statuses = judge_all(dispatcher, cfg, work)
