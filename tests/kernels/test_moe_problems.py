@@ -192,15 +192,15 @@ def test_the_backward_candidates_kernels_compile_for_hopper_in_bf16(tmp_path):
     cand = _module("moe_forward_backward_triton")
     blocks = {"block_expert_ptr": "*i32", "block_row_ptr": "*i32", "block_rows_ptr": "*i32", "n_blocks_ptr": "*i32"}
     tiles = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}
-    rows = [  # (c dtype, K, N, strides, gather, scatter, scale): gate_up, down, d act, d x
-        ("bf16", 2048, 1536, (2048 * 1536, 1536, 1), True, False, False),
-        ("fp32", 768, 2048, (768 * 2048, 2048, 1), False, True, True),
-        ("fp32", 2048, 768, (768 * 2048, 1, 2048), True, False, True),
-        ("fp32", 1536, 2048, (2048 * 1536, 1, 1536), False, True, False),
+    rows = [  # (c dtype, K, N, strides, gather, scatter, scale A, scale C, round): gate_up, down, d act, d x
+        ("bf16", 2048, 1536, (2048 * 1536, 1536, 1), True, False, False, False, False),
+        ("fp32", 768, 2048, (768 * 2048, 2048, 1), False, True, False, True, True),
+        ("bf16", 2048, 768, (768 * 2048, 1, 2048), True, False, True, False, False),
+        ("fp32", 1536, 2048, (2048 * 1536, 1, 1536), False, True, False, False, True),
     ]
-    for c, k, n, (sbe, sbk, sbn), gather, scatter, scale in rows:
+    for c, k, n, (sbe, sbk, sbn), gather, scatter, scale_a, scale_c, round_acc in rows:
         consts = {"K": k, "N": n, "SBE": sbe, "SBK": sbk, "SBN": sbn, "GATHER_A": gather, "SCATTER_C": scatter,
-                  "SCALE": scale, **tiles}
+                  "SCALE_A": scale_a, "SCALE_C": scale_c, "ROUND": round_acc, **tiles}
         sig = {"a_ptr": "*bf16", "a_index_ptr": "*i32", "b_ptr": "*bf16", "c_ptr": f"*{c}", "c_index_ptr": "*i32",
                "scale_ptr": "*fp32", "pair_ptr": "*i32", **blocks, **{key: "constexpr" for key in consts}}
         compiled = triton.compile(ASTSource(cand._rows_mm, sig, consts), target=GPUTarget("cuda", 90, 32))

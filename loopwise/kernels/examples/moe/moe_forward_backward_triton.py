@@ -26,11 +26,13 @@ HIDDEN, INTERMEDIATE, EXPERTS = 2048, 768, 128
 def _rows_mm(a_ptr, a_index_ptr, b_ptr, c_ptr, c_index_ptr, scale_ptr, pair_ptr,
              block_expert_ptr, block_row_ptr, block_rows_ptr, n_blocks_ptr,
              K: tl.constexpr, N: tl.constexpr, SBE: tl.constexpr, SBK: tl.constexpr, SBN: tl.constexpr,
-             GATHER_A: tl.constexpr, SCATTER_C: tl.constexpr, SCALE: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             GATHER_A: tl.constexpr, SCATTER_C: tl.constexpr, SCALE_A: tl.constexpr, SCALE_C: tl.constexpr,
+             ROUND: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """C[row] = A[row] @ B_e for the block's sorted rows (A's row gathered through a_index when
-    GATHER_A, C's row scattered through c_index when SCATTER_C, scaled by the route's weight when
-    SCALE); B_e[k, n] sits at b_ptr + e * SBE + k * SBK + n * SBN, so a transposed B is strides."""
+    GATHER_A, C's row scattered through c_index when SCATTER_C); the route's weight scales A's row
+    (rounded to A's dtype) when SCALE_A, or the product when SCALE_C, after rounding it to A's dtype
+    when ROUND: the rounding points of the bf16 reference. B_e[k, n] sits at
+    b_ptr + e * SBE + k * SBK + n * SBN, so a transposed B is strides."""
     b = tl.program_id(0)
     if b >= tl.load(n_blocks_ptr):
         return
@@ -46,14 +48,20 @@ def _rows_mm(a_ptr, a_index_ptr, b_ptr, c_ptr, c_index_ptr, scale_ptr, pair_ptr,
         a_rows = rows
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
+    if SCALE_A or SCALE_C:
+        pair = tl.load(pair_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+        scale = tl.load(scale_ptr + pair, mask=mask_m, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptr + a_rows[:, None] * K + (k0 + rk)[None, :], mask=mask_m[:, None], other=0.0)
+        if SCALE_A:
+            a = (a.to(tl.float32) * scale[:, None]).to(a_ptr.dtype.element_ty)
         w = tl.load(b_ptr + e * SBE + (k0 + rk)[:, None] * SBK + rn[None, :] * SBN)
         acc = tl.dot(a, w, acc)
-    if SCALE:
-        pair = tl.load(pair_ptr + rows, mask=mask_m, other=0).to(tl.int64)
-        acc = acc * tl.load(scale_ptr + pair, mask=mask_m, other=0.0).to(tl.float32)[:, None]
+    if ROUND:
+        acc = acc.to(a_ptr.dtype.element_ty).to(tl.float32)
+    if SCALE_C:
+        acc = acc * scale[:, None]
     if SCATTER_C:
         c_rows = tl.load(c_index_ptr + rows, mask=mask_m, other=0).to(tl.int64)
     else:
@@ -132,13 +140,16 @@ class ModelNew(nn.Module):
         self.down = nn.Parameter((torch.randn(experts, intermediate, hidden, generator=g)
                                   * intermediate ** -0.5).to(torch.bfloat16))
 
-    def _rows(self, a, b, c, route, n_cols, k_dim, strides, gather_a=None, scatter_c=None, scale=None):
+    def _rows(self, a, b, c, route, n_cols, k_dim, strides, gather_a=None, scatter_c=None, scale_a=None,
+              scale_c=None, round_acc=False):
         pair, token, expert, row, rows, n_blocks, upper = route[:7]
         dummy = pair
+        scale = scale_a if scale_a is not None else scale_c
         _rows_mm[(upper, n_cols // self.BLOCK_N)](
             a, gather_a if gather_a is not None else dummy, b, c, scatter_c if scatter_c is not None else dummy,
             scale if scale is not None else a, pair, expert, row, rows, n_blocks, k_dim, n_cols, *strides,
-            gather_a is not None, scatter_c is not None, scale is not None, self.BLOCK_M, self.BLOCK_N, self.BLOCK_K)
+            gather_a is not None, scatter_c is not None, scale_a is not None, scale_c is not None, round_acc,
+            self.BLOCK_M, self.BLOCK_N, self.BLOCK_K)
 
     def _outer(self, a, b, c, route, m_dim, n_dim, gather_a=None, gather_b=None, scale=None):
         pair, starts, counts = route[0], route[7], route[8]
@@ -163,17 +174,24 @@ class ModelNew(nn.Module):
         # forward
         gu = torch.empty(n, two_f, device=x.device, dtype=x.dtype)
         self._rows(x, wgu, gu, route, two_f, h, (h * two_f, two_f, 1), gather_a=token)
+        # Intermediates are rounded to x's dtype where the reference's autograd graph holds them in
+        # it (gate, up, silu(gate), the activation, each expert's output, w * g, d act, d silu,
+        # d gate, d up, each route's d x), so the two differ by summation order, not rounding points.
         gate, up = gu[:, :f].float(), gu[:, f:].float()
         sig = torch.sigmoid(gate)
-        act = (gate * sig * up).to(x.dtype)
+        silu = (gate * sig).to(x.dtype).float()
+        act = (silu * up).to(x.dtype)
         per_route = torch.empty(n, h, device=x.device, dtype=torch.float32)
-        self._rows(act, wd, per_route, route, h, f, (f * h, h, 1), scatter_c=pair, scale=weights)
+        self._rows(act, wd, per_route, route, h, f, (f * h, h, 1), scatter_c=pair, scale_c=weights, round_acc=True)
         out = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
         # backward: d act = (w * g[token]) @ D_e^T, then SwiGLU's derivative
-        d_act = torch.empty(n, f, device=x.device, dtype=torch.float32)
-        self._rows(g, wd, d_act, route, f, h, (f * h, 1, h), gather_a=token, scale=weights)
-        d_gu = torch.cat([d_act * up * sig * (1 + gate * (1 - sig)), d_act * gate * sig], dim=1).to(x.dtype)
-        self._rows(d_gu, wgu, per_route, route, h, two_f, (h * two_f, 1, two_f), scatter_c=pair)
+        d_act = torch.empty(n, f, device=x.device, dtype=x.dtype)
+        self._rows(g, wd, d_act, route, f, h, (f * h, 1, h), gather_a=token, scale_a=weights)
+        d_act = d_act.float()
+        d_silu = (d_act * up).to(x.dtype).float()
+        d_gate = d_silu * sig * (1 + gate * (1 - sig))
+        d_gu = torch.cat([d_gate, d_act * silu], dim=1).to(x.dtype)
+        self._rows(d_gu, wgu, per_route, route, h, two_f, (h * two_f, 1, two_f), scatter_c=pair, round_acc=True)
         dx = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
         d_down = torch.empty_like(wd)
         self._outer(act, g, d_down, route, f, h, gather_b=token, scale=weights)

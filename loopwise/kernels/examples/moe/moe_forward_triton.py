@@ -6,6 +6,8 @@ then two grouped GEMMs over the sorted rows, each block of rows belonging to one
    (the grid is launched at its upper bound, ceil(rows / BLOCK_M) + experts; unused blocks exit).
 2. ``gate_up``: the block's token rows of x gathered straight from x, times the expert's gate and
    up columns (two fp32 accumulators), SwiGLU applied, the activation stored in sorted order (bf16).
+   Every intermediate is rounded to bf16 where the reference's is (gate, up, silu(gate), the
+   activation, the expert's output), so the two differ by summation order, not by rounding points.
 3. ``down``: the activation rows times the expert's down matrix, scaled by the route's weight and
    written to the route's own row of a [tokens * k, hidden] buffer; a token's k rows are summed
    after (no atomics: a duplicate route is one more row, so it counts twice, deterministically).
@@ -42,7 +44,12 @@ def _gate_up(x_ptr, w_ptr, act_ptr, token_ptr, block_expert_ptr, block_row_ptr, 
         wu = tl.load(w_base + (k0 + rk)[:, None] * (2 * F) + F + rn[None, :])
         acc_g = tl.dot(a, wg, acc_g)
         acc_u = tl.dot(a, wu, acc_u)
-    act = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
+    # Rounded where the reference rounds (its gate and up products, silu(gate) and the activation
+    # are bf16 tensors), so the candidate differs from it by accumulation order only.
+    dtype = act_ptr.dtype.element_ty
+    gate = acc_g.to(dtype).to(tl.float32)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    act = silu * acc_u.to(dtype).to(tl.float32)
     rows = (row0 + rm).to(tl.int64)
     tl.store(act_ptr + rows[:, None] * F + rn[None, :], act.to(act_ptr.dtype.element_ty), mask=mask_m[:, None])
 
@@ -70,7 +77,8 @@ def _down(act_ptr, w_ptr, out_ptr, pair_ptr, weight_ptr, block_expert_ptr, block
         acc = tl.dot(a, w, acc)
     pair = tl.load(pair_ptr + rows, mask=mask_m, other=0).to(tl.int64)
     weight = tl.load(weight_ptr + pair, mask=mask_m, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pair[:, None] * H + rn[None, :], acc * weight[:, None], mask=mask_m[:, None])
+    y = acc.to(act_ptr.dtype.element_ty).to(tl.float32)  # the reference's expert output is bf16
+    tl.store(out_ptr + pair[:, None] * H + rn[None, :], y * weight[:, None], mask=mask_m[:, None])
 
 
 def route_blocks(topk_ids: torch.Tensor, experts: int, block_m: int):
