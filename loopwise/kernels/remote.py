@@ -11,6 +11,7 @@ on the GPU that timed it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 from concurrent.futures import wait
@@ -41,7 +42,17 @@ class ExecutorJudge:
         """The job that judges one candidate on a worker."""
         return Job(f"{name}#{next(_ids)}", "loopwise.kernels.jobs:evaluate",
                    {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
-                    "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name})
+                    "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name},
+                   affinity=self.affinity)
+
+    @property
+    def affinity(self) -> str:
+        """The state a worker builds for this problem and keeps (its judge, the reference timed on
+        that GPU): jobs of one problem go to the worker that has it when that worker is free."""
+        if not hasattr(self, "_affinity"):
+            digest = hashlib.sha256(self.problem.source.encode() + self.cfg.model_dump_json().encode()).hexdigest()
+            self._affinity = f"judge:{self.problem.name}:{digest[:16]}"
+        return self._affinity
 
     def evaluate(self, source: str, name: str) -> Evaluation:
         return self.evaluate_many([(source, name)])[0]

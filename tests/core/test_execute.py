@@ -62,3 +62,28 @@ def test_hung_job_times_out_and_cancel_drops_queued_jobs():
 
 # Kernel evaluations on the local executor's workers: tests/core/test_execute_ray.py runs the same three
 # on a LocalExecutor and a RayExecutor and asserts both give the expected verdicts.
+
+
+def test_a_free_worker_prefers_jobs_whose_state_it_already_holds():
+    """pick(): the worker's own affinity first, then one nobody holds, then the oldest job: a
+    free worker never waits while jobs are queued."""
+    from loopwise.core.execute._base import pick
+
+    jobs = [Job("a1", "h", affinity="A"), Job("b1", "h", affinity="B"), Job("c1", "h", affinity="C"),
+            Job("b2", "h", affinity="B")]
+    assert pick(jobs, mine={"B"}, anyone={"A", "B"}) == 1  # its own problem, ahead of older jobs
+    assert pick(jobs, mine=set(), anyone={"A", "B"}) == 2  # a problem no worker has built yet
+    assert pick(jobs, mine=set(), anyone={"A", "B", "C"}) == 0  # else the oldest: never idle
+    assert pick([Job("x", "h"), Job("a", "h", affinity="A")], mine=set(), anyone={"A"}) == 0
+
+
+def test_jobs_of_one_problem_stay_on_the_worker_that_holds_its_state(executor):
+    """Six jobs of two problems submitted at once on two workers: each worker serves one problem
+    (builds its judge once) instead of both building both."""
+    for i in range(3):
+        for key in ("A", "B"):
+            executor.submit(Job(f"{key}{i}", f"{H}:sleep", {"seconds": 0.4}, affinity=key))
+    results = list(executor.results(timeout=60))
+    assert all(r.ok for r in results) and len(results) == 6
+    workers = {key: {r.worker for r in results if r.job_id.startswith(key)} for key in ("A", "B")}
+    assert len(workers["A"]) == 1 and len(workers["B"]) == 1 and workers["A"] != workers["B"], workers

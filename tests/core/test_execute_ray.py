@@ -53,6 +53,17 @@ def test_jobs_spread_over_actors_one_at_a_time(cluster):
     assert ray.is_initialized()  # the executor did not start this cluster, so it leaves it up
 
 
+def test_jobs_of_one_problem_stay_on_the_actor_that_holds_its_state(cluster):
+    with RayExecutor(["cpu", "cpu"], job_timeout_s=30) as ex:
+        for i in range(3):
+            for key in ("A", "B"):
+                ex.submit(Job(f"{key}{i}", f"{H}:interval", {"seconds": 0.3}, affinity=key))
+        results = list(ex.results(timeout=60))
+    assert all(r.ok for r in results) and len(results) == 6
+    pids = {key: {r.result["pid"] for r in results if r.job_id.startswith(key)} for key in ("A", "B")}
+    assert len(pids["A"]) == 1 and len(pids["B"]) == 1 and pids["A"] != pids["B"], pids
+
+
 def test_killed_worker_job_is_retried_then_given_up(cluster, tmp_path):
     with RayExecutor(["cpu", "cpu"], job_timeout_s=30, max_retries=2) as ex:
         ex.submit(Job("flaky", f"{H}:die_once", {"marker": str(tmp_path / "died"), "value": 5}))

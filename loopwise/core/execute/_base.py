@@ -20,13 +20,16 @@ class Job:
 
     ``needs`` says what the job runs on: ``"gpu"`` (timing, profiling: one job at a time per GPU
     worker) or ``"cpu"`` (compiles: any free CPU will do). Executors without a separate CPU pool
-    run both kinds on their workers.
+    run both kinds on their workers. ``affinity`` names state a worker builds once and reuses
+    (a problem's judge: its reference timed on that GPU); a free worker prefers jobs whose
+    affinity it has served (see :func:`pick`).
     """
 
     job_id: str
     handler: str
     payload: dict = field(default_factory=dict)
     needs: str = "gpu"
+    affinity: str = ""
 
     def __post_init__(self) -> None:
         if self.needs not in NEEDS:
@@ -49,6 +52,21 @@ class JobResult:
     seconds: float = 0.0
     log: str = ""
     attempts: int = 1
+
+
+def pick(jobs, mine: set[str], anyone: set[str]) -> int:
+    """The position in ``jobs`` (queued, oldest first, non-empty) that a free worker takes: the
+    first whose affinity this worker has served (``mine``: no state to build again), else the first
+    whose affinity no worker has served (``anyone``) or that has none, else the oldest. A free
+    worker never waits while jobs are queued; it only builds what another worker already holds
+    when nothing else is left."""
+    first_new = None
+    for i, job in enumerate(jobs):
+        if job.affinity and job.affinity in mine:
+            return i
+        if first_new is None and (not job.affinity or job.affinity not in anyone):
+            first_new = i
+    return 0 if first_new is None else first_new
 
 
 class Executor(abc.ABC):

@@ -13,9 +13,9 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from loopwise.core.execute._base import Executor, Job, JobResult
+from loopwise.core.execute._base import Executor, Job, JobResult, pick
 
 _POLL_S = 0.05
 
@@ -53,6 +53,7 @@ class _Worker:
     conn: object = None
     job: Job | None = None
     started: float = 0.0
+    served: set = field(default_factory=set)  # affinities of the jobs this process has run
 
 
 class LocalExecutor(Executor):
@@ -82,6 +83,7 @@ class LocalExecutor(Executor):
         w.proc.start()
         child.close()
         w.conn, w.job = parent, None
+        w.served = set()  # a new process holds nothing
 
     def _restart(self, w: _Worker) -> None:
         if w.proc is not None and w.proc.is_alive():
@@ -91,13 +93,20 @@ class LocalExecutor(Executor):
         self._start(w)
 
     def submit(self, job: Job) -> None:
+        """Queues ``job``; workers get jobs in :meth:`results`, once every job submitted before it
+        is queued too, so each free worker can choose among all of them (:func:`pick`)."""
         self._queue.append(job)
-        self._dispatch()
 
     def _dispatch(self) -> None:
+        anyone = set().union(*(w.served for w in self._workers))
         for w in self._workers:
             if w.job is None and self._queue:
-                w.job, w.started = self._queue.popleft(), time.monotonic()
+                i = pick(self._queue, w.served, anyone)
+                w.job, w.started = self._queue[i], time.monotonic()
+                del self._queue[i]
+                if w.job.affinity:
+                    w.served.add(w.job.affinity)
+                    anyone.add(w.job.affinity)
                 w.conn.send(w.job)
 
     def _poll(self, w: _Worker) -> JobResult | None:
@@ -121,6 +130,7 @@ class LocalExecutor(Executor):
     def results(self, timeout: float | None = None) -> Iterator[JobResult]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._queue or any(w.job is not None for w in self._workers):
+            self._dispatch()
             got = False
             for w in self._workers:
                 result = self._poll(w)

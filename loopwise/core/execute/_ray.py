@@ -20,11 +20,11 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from loopwise.core.execute._base import Executor, Job, JobResult
+from loopwise.core.execute._base import Executor, Job, JobResult, pick
 from loopwise.core.execute._local import _resolve
 from loopwise.errors import UserError
 
@@ -165,6 +165,7 @@ class _Slot:
     actor: Any = None
     starting: Any = None  # the actor's ready() reference, until the actor is known to be up
     busy: bool = False
+    served: set = field(default_factory=set)  # affinities of the jobs this actor has run
 
 
 @dataclass
@@ -244,7 +245,7 @@ class RayExecutor(Executor):
         resources = {"num_gpus": 1} if slot.gpu else {"num_cpus": 1, "num_gpus": 0}
         options = self._actor_class.options(max_concurrency=1, max_restarts=0, **resources)
         slot.actor = options.remote(slot.label, slot.gpu)
-        slot.starting, slot.busy = slot.actor.ready.remote(), False
+        slot.starting, slot.busy, slot.served = slot.actor.ready.remote(), False, set()
 
     def _replace(self, slot: _Slot) -> None:
         with contextlib.suppress(Exception):  # it may be gone already
@@ -261,13 +262,18 @@ class RayExecutor(Executor):
         if self._closed:
             raise RuntimeError("this RayExecutor is closed")
         (self._cpu_queue if job.needs == "cpu" else self._gpu_queue).append((job, 0))
-        self._dispatch()
 
     def _dispatch(self) -> None:
         now = time.monotonic()
+        anyone = set().union(*(slot.served for slot in self._slots))
         for slot in self._slots:
             if not slot.busy and self._gpu_queue:
-                job, tries = self._gpu_queue.popleft()
+                i = pick([job for job, _ in self._gpu_queue], slot.served, anyone)
+                job, tries = self._gpu_queue[i]
+                del self._gpu_queue[i]
+                if job.affinity:
+                    slot.served.add(job.affinity)
+                    anyone.add(job.affinity)
                 slot.busy = True
                 started = None if slot.starting is not None else now
                 self._running[slot.actor.run.remote(job)] = _Run(job, tries + 1, slot, started)
