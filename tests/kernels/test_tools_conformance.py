@@ -158,9 +158,14 @@ def test_tool_findings_keep_the_contract(tool):
 
 
 def test_parameter_moves_are_the_expert_proposers_knobs():
-    from loopwise.kernels.expert.proposer import SPACE
+    """The tools name the Triton templates' integer knobs; the CUTLASS variants' knobs (tile shapes,
+    clusters, schedules, stages) are reached through structural moves, never named by a tool."""
+    from loopwise.kernels.expert.matmul_variants import LIBRARY_KINDS
+    from loopwise.kernels.expert.proposer import SPACE, STRUCTURAL
 
-    assert set(PARAMETER_MOVES) == {k for space in SPACE.values() for k in space}
+    assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS for k in space}
+    assert not set(PARAMETER_MOVES) & {k for kind in LIBRARY_KINDS for k in SPACE[kind]}
+    assert all(kind in STRUCTURAL["reduce_registers"] for kind in LIBRARY_KINDS)
 
 
 def test_finding_rejects_moves_outside_the_vocabulary_and_empty_evidence():

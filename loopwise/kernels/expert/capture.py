@@ -86,15 +86,21 @@ _MATMULS = {"matmul", "mm"}
 _TRANSPOSES = {"t", "T"}
 
 
+_MATMUL_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def _only_matmul(gm, model, args) -> Pattern | None:
-    """A model whose forward is one matrix product of its two 2-D float32 inputs, either of them
-    possibly transposed (``A @ B``, ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``)."""
+    """A model whose forward is one matrix product of its two 2-D inputs, both float32, both
+    bfloat16 or both float16, either of them possibly transposed (``A @ B``,
+    ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``)."""
     import operator
 
     import torch
 
-    if len(args) != 2 or not all(isinstance(a, torch.Tensor) and a.dim() == 2 and a.dtype == torch.float32
-                                 for a in args):
+    if len(args) != 2 or not all(isinstance(a, torch.Tensor) and a.dim() == 2 for a in args):
+        return None
+    dtype = str(args[0].dtype).removeprefix("torch.")
+    if args[1].dtype != args[0].dtype or dtype not in _MATMUL_DTYPES:
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -132,7 +138,7 @@ def _only_matmul(gm, model, args) -> Pattern | None:
         return None
     return Pattern("matmul", inputs=2, ops=("matmul",),
                    params=(("trans_a", operands[0][1]), ("trans_b", operands[1][1]),
-                           ("m", int(m)), ("n", int(n)), ("k", int(k))))
+                           ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype)))
 
 
 def _linear_epilogue(gm, model, args) -> Pattern | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keyword
 from importlib import resources
 
+from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
@@ -12,33 +13,65 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"bl
                  "matmul": {"block": 128, "warps": 8, "chunk": 32}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
-                 "conv2d": {"block": 64, "warps": 4, "chunk": 32}}
+                 "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
-             "pool": "pool.py.j2", "conv2d": "conv2d.py.j2"}
+             "pool": "pool.py.j2", "conv2d": "conv2d.py.j2",
+             "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2"}
+
+
+def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
+    """The template kinds that can write ``pattern`` under ``precision``, its own (Triton) first:
+    a matrix product adds its CUTLASS variant where the dtype, the policy and the operands'
+    alignment allow one (see :mod:`matmul_variants`). Empty when no template covers it."""
+    if pattern.kind not in TEMPLATES:
+        return []
+    if pattern.kind == "matmul":
+        return ["matmul", *matmul_variants.library_variants(pattern, precision)]
+    return [pattern.kind]
 
 
 def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32") -> str:
     """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults. Matrix
     products run on the tensor cores through tf32x3 under the ``fp32`` policy (fp32-accurate) and
-    as plain TF32 under ``relaxed``."""
+    as plain TF32 under ``relaxed``; bf16 / fp16 ones in their own type. ``moves["template"]``
+    picks another variant of the pattern's template (``matmul_cutlass``, ``matmul_3xtf32``), whose
+    knobs then replace block, warps and chunk.
+
+    Raises:
+        ValueError: the variant cannot compute this pattern, or CUTLASS would not build its knobs.
+    """
     import jinja2
 
-    params = {**DEFAULT_MOVES[pattern.kind], **(moves or {})}
-    if pattern.kind == "layernorm":
+    moves = dict(moves or {})
+    kind = moves.pop("template", pattern.kind)
+    params = {**DEFAULT_MOVES[kind], **moves}
+    if kind == "layernorm":
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
-    text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[pattern.kind]).read_text()
-    note = f"{pattern.kind}: block {params['block']}, {params['warps']} warps" + (
-        f", chunk {params['chunk']}" if "chunk" in params else "")
+    note, extra = _note_and_values(kind, pattern, params)
+    text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[kind]).read_text()
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32",
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
-                           attribute=attribute, **dict(pattern.params), **params)
+                           attribute=attribute, **dict(pattern.params), **params, **extra)
+
+
+def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, dict]:
+    """The note line (the source's first line, which the proposer parses back) and the values a
+    CUTLASS variant's template needs beyond the pattern's."""
+    if kind in matmul_variants.LIBRARY_KINDS:
+        if not matmul_variants.accepts(kind, pattern) or not matmul_variants.valid(kind, params):
+            raise ValueError(f"{kind} with {params} does not apply to this {pattern.kind} {dict(pattern.params)}")
+        return matmul_variants.note(kind, params), matmul_variants.template_values(kind, pattern, params)
+    if kind != pattern.kind:
+        raise ValueError(f"template {kind!r} is not a variant of {pattern.kind!r}")
+    return f"{kind}: block {params['block']}, {params['warps']} warps" + (
+        f", chunk {params['chunk']}" if "chunk" in params else ""), {}
 
 
 def attribute(path: str) -> str:

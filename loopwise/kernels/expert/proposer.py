@@ -1,11 +1,14 @@
 """The LLM-free expert proposer: templates plus moves, in the vocabulary an LLM is asked to use.
 
-Every proposal is a complete ``ModelNew`` file. From the reference it proposes the template with
-its default moves and with neighbours of them; from a candidate it made, it first tries the moves
-the profiling tools suggest for it (a finding's ``moves`` evidence, highest-ranked finding first;
-structural ones such as ``reduce_registers`` as steps of the template's knobs, :data:`STRUCTURAL`),
-then changes one move at a time (tile size, warps), with a little seeded randomness so the search
-has siblings to compare.
+Every proposal is a complete ``ModelNew`` file. A pattern may have several template variants
+(a matrix product: Triton, and CUTLASS where the dtype and alignment allow; see
+:func:`generate.variants`); the moves carry which one (``moves["template"]``). From the reference it
+proposes each variant with its default moves, so the search compares the backends as siblings,
+then neighbours of those; from a candidate it made, it first tries the moves the profiling tools
+suggest for it (a finding's ``moves`` evidence, highest-ranked finding first; structural ones such
+as ``reduce_registers`` as steps of the template's knobs, :data:`STRUCTURAL`), then changes one
+move at a time (tile size, warps) within the candidate's variant, or tries another variant's
+defaults, with a little seeded randomness so the search has siblings to compare.
 Problems no template covers give a typed failure with the reason, never wrong code.
 """
 
@@ -15,8 +18,9 @@ import random
 import re
 
 from loopwise.core.propose import FailureReason, Proposal, ProposalFailure, ProposalRequest, Proposer
+from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import DEFAULT_MOVES, render
+from loopwise.kernels.expert.generate import DEFAULT_MOVES, render, variants
 
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
@@ -33,6 +37,9 @@ SPACE = {
     "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
     # block: output pixels = output channels per tile; chunk: (input channel, window) step
     "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
+    # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16); tile and stages
+    # (3xTF32, fp32). Not every combination builds: matmul_variants.valid says which do.
+    **matmul_variants.SPACE,
 }
 
 
@@ -53,85 +60,179 @@ class ExpertProposer(Proposer):
 
     def propose(self, request: ProposalRequest) -> list:
         pattern = self.pattern
-        if pattern.kind not in SPACE:
+        kinds = variants(pattern, self.precision)
+        if not kinds:
             fail = ProposalFailure(reason=FailureReason.NO_CODE, origin="expert",
                                    detail=f"no template covers this problem yet: {pattern.reason}")
             return [fail] * request.n
         current = self._moves_of.get(request.candidate) or self._parse_moves(request.candidate)
-        suggested = suggested_moves(request.findings, pattern.kind, current or DEFAULT_MOVES[pattern.kind])
-        wanted = self._next_moves(pattern.kind, current, request.n, suggested)
+        if current is not None:
+            current = {"template": kinds[0], **current}
+            if current["template"] not in kinds:  # written under another policy: start from the reference
+                current = None
+        base = current or _defaults(kinds[0])
+        suggested = suggested_moves(request.findings, base["template"], base)
+        wanted = self._next_moves(kinds, current, request.n, suggested)
         out = []
         for moves in wanted:
             source = render(pattern, moves, precision=self.precision)
             self._moves_of[source] = moves
-            out.append(Proposal(content=source, origin="expert", note=self._note(pattern.kind, current, moves)))
+            out.append(Proposal(content=source, origin="expert", note=self._note(current, moves)))
         return out
 
-    def _next_moves(self, kind: str, current: dict | None, n: int, suggested: list[dict] = ()) -> list[dict]:
-        base = dict(current or DEFAULT_MOVES[kind])
-        seen = {tuple(sorted(m.items())) for m in self._moves_of.values()}
-        options = []
-        if current is None and tuple(sorted(base.items())) not in seen:
-            options.append(base)
+    def _next_moves(self, kinds: list[str], current: dict | None, n: int, suggested: list[dict] = ()) -> list[dict]:
+        kind = current["template"] if current else kinds[0]
+        base = dict(current or _defaults(kind))
+        seen = {_key(m) for m in self._moves_of.values()}
+        # From the reference: every variant's defaults, so the backends meet as siblings.
+        options = [] if current else [m for m in map(_defaults, kinds) if _key(m) not in seen]
         # The tools' suggestions come first, in their rank order, where the template has the knob
         # and the value is one it can take.
+        space = SPACE[kind]
         for move in suggested:
-            if move and all(k in SPACE[kind] and v in SPACE[kind][k] for k, v in move.items()):
+            if move and all(k in space and v in space[k] for k, v in move.items()):
                 candidate = {**base, **move}
-                if candidate != base and tuple(sorted(candidate.items())) not in seen and candidate not in options:
+                if candidate != base and _key(candidate) not in seen and candidate not in options \
+                        and matmul_variants.valid(kind, candidate):
                     options.append(candidate)
         first_shuffled = len(options)
-        for name, values in SPACE[kind].items():
-            i = values.index(base[name]) if base[name] in values else 0
-            for j in (i - 1, i + 1):
-                if 0 <= j < len(values):
-                    options.append({**base, name: values[j]})
+        for origin in ([base] if current else map(_defaults, kinds)):
+            options.extend(_neighbours(origin))
+        if current:  # now and then another backend's defaults, when the search has not tried them
+            options.extend(_defaults(k) for k in kinds if k != kind)
         tail = options[first_shuffled:]
         self._rng.shuffle(tail)
         options[first_shuffled:] = tail
-        fresh = [m for m in options if tuple(sorted(m.items())) not in seen]
+        fresh = []
+        for m in options:
+            if _key(m) not in seen and m not in fresh:
+                fresh.append(m)
         while len(fresh) < n:  # exploration: a random point of the space
-            fresh.append({name: self._rng.choice(values) for name, values in SPACE[kind].items()})
+            fresh.append(self._random_moves(kinds[len(fresh) % len(kinds)] if current is None else kind))
         return fresh[:n]
+
+    def _random_moves(self, kind: str) -> dict:
+        """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton)."""
+        while True:
+            moves = {"template": kind, **{name: self._rng.choice(values) for name, values in SPACE[kind].items()}}
+            if matmul_variants.valid(kind, moves):
+                return moves
 
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
-        """Moves of a source this proposer wrote in an earlier process (a resumed run)."""
+        """Moves of a source this proposer wrote in an earlier process (a resumed run), from its
+        first line: ``matmul: block 128, 8 warps, chunk 32`` or
+        ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative``. A source whose
+        first line names no template gives the block / warps / chunk it mentions, if any."""
+        first = re.match(r'\s*"""(\w+): ([^\n]*)', source or "")
+        if first and first.group(1) in matmul_variants.LIBRARY_KINDS:
+            kind, moves = first.group(1), {"template": first.group(1)}
+            for part in first.group(2).split(","):
+                name, _, value = part.strip().partition(" ")
+                numeric = all(isinstance(v, int) for v in SPACE[kind].get(name, ()))
+                if name in SPACE[kind] and (value.isdigit() or not numeric):
+                    moves[name] = int(value) if numeric else value
+            return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
-        return moves | ({"chunk": int(found.group(3))} if found.group(3) else {})
+        moves |= {"chunk": int(found.group(3))} if found.group(3) else {}
+        return ({"template": first.group(1)} if first and first.group(1) in SPACE else {}) | moves
 
     @staticmethod
-    def _note(kind: str, current: dict | None, moves: dict) -> str:
-        if current is None:
-            return f"{kind} template, " + ", ".join(f"{k} {v}" for k, v in sorted(moves.items()))
-        changed = [f"{k} {current[k]}->{v}" for k, v in sorted(moves.items()) if current.get(k) != v]
+    def _note(current: dict | None, moves: dict) -> str:
+        kind = moves["template"]
+        knobs = sorted((k, v) for k, v in moves.items() if k != "template")
+        if current is None or current["template"] != kind:
+            prefix = f"{kind} template" if current is None else f"{current['template']} -> {kind} template"
+            return f"{prefix}, " + ", ".join(f"{k} {v}" for k, v in knobs)
+        changed = [f"{k} {current[k]}->{v}" for k, v in knobs if current.get(k) != v]
         return f"{kind}: " + (", ".join(changed) or "same moves")
+
+
+def _defaults(kind: str) -> dict:
+    return {"template": kind, **DEFAULT_MOVES[kind]}
+
+
+def _key(moves: dict) -> tuple:
+    return tuple(sorted(moves.items()))
+
+
+def _neighbours(moves: dict) -> list[dict]:
+    """``moves`` with one knob one value up or down in SPACE; where CUTLASS would not build that,
+    with another knob moved as little as makes it build (a ping-pong schedule takes a smaller tile)."""
+    kind = moves["template"]
+    out = []
+    for name, values in SPACE[kind].items():
+        i = values.index(moves[name]) if moves[name] in values else 0
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                candidate = _repaired({**moves, name: values[j]}, keep=name)
+                if candidate is not None:
+                    out.append(candidate)
+    return out
+
+
+def _repaired(moves: dict, keep: str) -> dict | None:
+    """``moves`` if valid, else the valid combination nearest to it that changes one other knob than
+    ``keep`` (nearest in SPACE's order); None if there is none."""
+    kind = moves["template"]
+    if matmul_variants.valid(kind, moves):
+        return moves
+    for name, values in SPACE[kind].items():
+        if name == keep or moves[name] not in values:
+            continue
+        i = values.index(moves[name])
+        for j in sorted(range(len(values)), key=lambda j: (abs(j - i), j)):
+            candidate = {**moves, name: values[j]}
+            if matmul_variants.valid(kind, candidate):
+                return candidate
+    return None
 
 
 # Structural moves (a bare name in a finding's moves) as steps of a template's knobs: "down" / "up"
 # is the next smaller / larger value of the knob in SPACE. Fewer registers per thread: a smaller
 # tile, or a shorter K step (less of A and B held per stage); wider loads: more elements per program.
+# CUTLASS 3's WGMMA kernel sizes its pipeline to whatever shared memory its tile leaves, so only
+# 3xTF32 (stages as a knob) has a shared-memory move.
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "elementwise": ({"block": "down"},),
                          "layernorm": ({"block": "down"},), "row_softmax": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
-                         "scan": ({"block": "down"},)},
+                         "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
+                         "matmul_3xtf32": ({"tile": "down"},)},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
-                             "conv2d": ({"chunk": "down"},)},
+                             "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"})},
     "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},)},
 }
 
 
-def _step(kind: str, knob: str, value: int, direction: str) -> int | None:
-    values = SPACE.get(kind, {}).get(knob)
+def _size(value: int | str) -> int:
+    """A knob value's magnitude: the number, or a tile's M*N*K (``"128x256x64"``)."""
+    if isinstance(value, int):
+        return value
+    size = 1
+    for extent in matmul_variants.dims(value):
+        size *= extent
+    return size
+
+
+def _step(kind: str, knob: str, current: dict, direction: str) -> int | str | None:
+    """The value after ``current[knob]`` in SPACE towards ``direction`` that is strictly smaller
+    (down) or larger (up) and builds with the other knobs; None at the end of the range."""
+    values, value = SPACE.get(kind, {}).get(knob), current.get(knob)
     if not values or value not in values:
         return None
-    i = values.index(value) + (1 if direction == "up" else -1)
-    return values[i] if 0 <= i < len(values) else None
+    step, size = (1 if direction == "up" else -1), _size(value)
+    i = values.index(value) + step
+    while 0 <= i < len(values):
+        moved = _size(values[i]) > size if step > 0 else _size(values[i]) < size
+        if moved and matmul_variants.valid(kind, {**current, knob: values[i]}):
+            return values[i]
+        i += step
+    return None
 
 
 def suggested_moves(findings, kind: str | None = None, current: dict | None = None) -> list[dict]:
@@ -153,7 +254,7 @@ def suggested_moves(findings, kind: str | None = None, current: dict | None = No
                     move[key.strip()] = int(value)
                 elif not sep and kind and current:
                     for steps in STRUCTURAL.get(key.strip(), {}).get(kind, ()):
-                        stepped = {k: _step(kind, k, current.get(k), d) for k, d in steps.items() if k in current}
+                        stepped = {k: _step(kind, k, current, d) for k, d in steps.items() if k in current}
                         if stepped and all(v is not None for v in stepped.values()):
                             moves.append(stepped)
             moves = ([move] if move else []) + moves

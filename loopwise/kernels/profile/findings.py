@@ -50,8 +50,10 @@ KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "lat
 InputName = Literal["sass", "ncu", "classification", "launch", "kernels"]
 INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch", "kernels")
 
-# The expert proposer's knobs (keys of ``proposer.SPACE``); a test keeps the two in step. Not
-# imported from there: the proposer pulls in the capture machinery (torch.fx), tools need none of it.
+# The expert proposer's Triton knobs (keys of ``proposer.SPACE`` for its Triton templates); a test
+# keeps the two in step. Its CUTLASS variants' knobs (tile shapes, clusters, schedules, stages) are
+# not named by tools: structural moves reach them. Not imported from there: the proposer pulls in
+# the capture machinery (torch.fx), tools need none of it.
 PARAMETER_MOVES: tuple[str, ...] = ("block", "warps", "chunk")
 
 STRUCTURAL_MOVES: dict[str, str] = {

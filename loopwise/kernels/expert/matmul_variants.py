@@ -1,0 +1,129 @@
+"""The matrix product's CUDA C++ variants beside its Triton template: CUTLASS 3 on Hopper's WGMMA
+for bf16 / fp16 (``matmul_cutlass``) and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32
+(``matmul_3xtf32``). Their knobs, the knob combinations CUTLASS builds well, the problems each can
+take (CUTLASS reads 16-byte vectors, so each operand's contiguous extent must be a multiple of 8
+16-bit or 4 fp32 elements), and the values their templates are rendered with.
+
+CUTLASS 3's own fp32-accurate collectives (``MainloopSm100TmaUmmaWarpSpecializedFastF32``, 9xBF16)
+are for SM100 only; on Hopper 3xTF32 is the CUTLASS 2 ``OpMultiplyAddFastF32`` operator, built
+for ``Sm80`` and run through ``mma.sync``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from loopwise.kernels.expert.capture import Pattern
+
+LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32")
+
+# bf16 / fp16 on WGMMA. A tile is M x N x K of one CTA; WGMMA atoms are 64 rows, so M is a multiple
+# of 64. Cooperative splits M over two consumer warp groups (M a multiple of 128, what the
+# CollectiveBuilder's 2x1x1 atom layout needs); ping-pong gives each of its two warp groups a whole
+# tile. Tiles are kept to 128 fp32 accumulators per consumer thread: 256 would exceed the 255
+# registers a thread can address (128x256 ping-pong, 256x256 cooperative spill).
+WGMMA_TILES = ["64x128x64", "128x128x64", "64x256x64", "128x256x64", "256x128x64"]
+CLUSTERS = ["1x1", "2x1", "1x2"]
+SCHEDULES = ["cooperative", "pingpong"]
+_SCHEDULE_TYPES = {
+    "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+                    "cutlass::epilogue::TmaWarpSpecializedCooperative"),
+    "pingpong": ("cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"),
+}
+_CONSUMER_THREADS = {"cooperative": 256, "pingpong": 128}
+_MAX_ACCUMULATORS = 128
+
+# fp32 through 3xTF32 on mma.sync (16x8x8 TF32). Threadblock tiles and warp arrangements are those
+# CUTLASS's own profiler instantiates for this operator (generator.py,
+# GenerateSM80_TensorOp_1688_fast_fp32_math); every warp holds a 32x64 or 64x32 (32x32 for the
+# smallest) accumulator tile.
+TF32X3_WARPS = {"64x64x32": (2, 2), "64x128x32": (2, 2), "128x64x32": (2, 2), "128x128x32": (4, 2),
+                "256x64x32": (4, 2), "64x256x32": (2, 4)}
+TF32X3_TILES = list(TF32X3_WARPS)
+TF32X3_STAGES = [3, 4, 5]
+_SM90_SHARED_BYTES = 227 * 1024  # the most dynamic shared memory one Hopper block may have
+
+SPACE = {"matmul_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
+         "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES}}
+DEFAULT_MOVES = {"matmul_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
+                 "matmul_3xtf32": {"tile": "128x128x32", "stages": 3}}
+
+_ALIGNMENT = {"float32": 4, "bfloat16": 8, "float16": 8}  # elements in 16 bytes
+_ELEMENTS = {"bfloat16": ("cutlass::bfloat16_t", "torch::kBFloat16"),
+             "float16": ("cutlass::half_t", "torch::kHalf")}
+
+
+def dims(text: str) -> tuple[int, ...]:
+    """``"128x256x64"`` as ``(128, 256, 64)``."""
+    return tuple(int(part) for part in text.split("x"))
+
+
+def valid(kind: str, moves: dict) -> bool:
+    """Whether CUTLASS builds ``moves`` for ``kind`` without failing a static_assert, spilling its
+    accumulators or asking for more shared memory than a Hopper block has."""
+    if kind == "matmul_cutlass":
+        if any(moves.get(knob) not in values for knob, values in SPACE[kind].items()):
+            return False
+        m, n, _ = dims(moves["tile"])
+        schedule = moves["schedule"]
+        if schedule == "cooperative" and m % 128:
+            return False
+        return m * n // _CONSUMER_THREADS[schedule] <= _MAX_ACCUMULATORS
+    if kind == "matmul_3xtf32":
+        if moves.get("tile") not in TF32X3_WARPS or moves.get("stages") not in TF32X3_STAGES:
+            return False
+        m, n, k = dims(moves["tile"])
+        return moves["stages"] * (m + n) * k * 4 <= _SM90_SHARED_BYTES
+    return True
+
+
+def accepts(kind: str, pattern: Pattern) -> bool:
+    """Whether ``kind`` can compute ``pattern``: its dtype, and 16-byte aligned contiguous extents
+    for the operands' layouts (the leading dimensions of A, B and C)."""
+    if pattern.kind != "matmul" or kind not in LIBRARY_KINDS:
+        return False
+    p = dict(pattern.params)
+    dtype = p.get("dtype", "float32")
+    if kind != ("matmul_3xtf32" if dtype == "float32" else "matmul_cutlass"):
+        return False
+    contiguous = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
+    return all(extent % _ALIGNMENT[dtype] == 0 for extent in contiguous)
+
+
+def library_variants(pattern: Pattern, precision: str) -> list[str]:
+    """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16, 3xTF32
+    for fp32 under the ``fp32`` policy (under ``relaxed``, Triton's plain TF32 is faster and
+    allowed, so 3xTF32's extra products buy nothing)."""
+    dtype = dict(pattern.params).get("dtype", "float32")
+    if dtype == "float32" and precision != "fp32":
+        return []
+    return [kind for kind in LIBRARY_KINDS if accepts(kind, pattern)]
+
+
+def note(kind: str, moves: dict) -> str:
+    """The first line of a rendered source: the variant and its knobs, which the proposer parses
+    back (``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative``)."""
+    return f"{kind}: " + ", ".join(f"{knob} {moves[knob]}" for knob in SPACE[kind])
+
+
+def template_values(kind: str, pattern: Pattern, moves: dict) -> dict:
+    """What ``kind``'s template needs besides the pattern's parameters: tile and cluster extents,
+    CUTLASS type names, and an extension name that changes with everything compiled into it
+    (``load_inline`` caches modules by name within a process)."""
+    p = dict(pattern.params)
+    tile_m, tile_n, tile_k = dims(moves["tile"])
+    values = {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
+              "layout_a": "ColumnMajor" if p["trans_a"] else "RowMajor",
+              "layout_b": "ColumnMajor" if p["trans_b"] else "RowMajor"}
+    if kind == "matmul_cutlass":
+        cluster_m, cluster_n = dims(moves["cluster"])
+        mainloop, epilogue = _SCHEDULE_TYPES[moves["schedule"]]
+        element, scalar = _ELEMENTS[p["dtype"]]
+        values.update(cluster_m=cluster_m, cluster_n=cluster_n, mainloop_schedule=mainloop,
+                      epilogue_schedule=epilogue, element=element, torch_scalar=scalar)
+    else:
+        warps_m, warps_n = TF32X3_WARPS[moves["tile"]]
+        values.update(warp_m=tile_m // warps_m, warp_n=tile_n // warps_n, warp_k=tile_k)
+    compiled = (kind, p["dtype"], p["trans_a"], p["trans_b"], sorted(moves.items()))
+    values["extension"] = f"lw_{kind}_{hashlib.sha256(repr(compiled).encode()).hexdigest()[:12]}"
+    return values

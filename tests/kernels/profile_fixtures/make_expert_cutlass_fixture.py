@@ -1,0 +1,84 @@
+"""Builds expert_cutlass_bf16.cubin and expert_3xtf32.cubin: the expert proposer's CUTLASS variants
+of the matrix product, rendered with their default moves for fixed problems (bf16 and fp32,
+C = A @ B, 4096 x 4096 x 4096), their KERNEL strings compiled with nvcc for sm_90a without torch (one
+host function instantiates each GEMM). The json beside each cubin holds the kernel's sha256, the
+moves and the compile time, so the tests notice a template that changed after the fixture was made.
+
+    python tests/kernels/profile_fixtures/make_expert_cutlass_fixture.py      # needs nvcc (CUDA 12.3+)
+"""
+
+import ast
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SIZE = 4096
+FIXTURES = {"expert_cutlass_bf16": ("matmul_cutlass", "bfloat16"), "expert_3xtf32": ("matmul_3xtf32", "float32")}
+
+
+def _instantiation(kind: str) -> str:
+    """A host function that instantiates the kernel for the fixed problem (``device`` 0 for WGMMA)."""
+    device = ", 0" if kind == "matmul_cutlass" else ""
+    return f"""
+int lw_instantiate(const lw::Element* a, const lw::Element* b, lw::Element* c, void* w, cudaStream_t s) {{
+  auto args = lw::arguments(a, {SIZE}, b, {SIZE}, c, {SIZE}, {SIZE}, {SIZE}, {SIZE}{device});
+  return lw::run(args, w, s) + static_cast<int>(lw::Gemm::get_workspace_size(args));
+}}
+"""
+
+
+def kernel_source(name: str) -> str:
+    """The KERNEL string of fixture ``name``'s candidate as the template renders it now."""
+    from loopwise.kernels.expert.capture import Pattern
+    from loopwise.kernels.expert.generate import render
+
+    kind, dtype = FIXTURES[name]
+    pattern = Pattern("matmul", inputs=2, ops=("matmul",),
+                      params=(("trans_a", False), ("trans_b", False), ("m", SIZE), ("n", SIZE), ("k", SIZE),
+                              ("dtype", dtype)))
+    for node in ast.parse(render(pattern, {"template": kind})).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["KERNEL"]:
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"no KERNEL string in the {kind} template")
+
+
+def build(name: str) -> dict:
+    """Compiles fixture ``name`` next to this file; what its json records."""
+    from loopwise.kernels.backends import cutlass_include_dirs
+    from loopwise.kernels.expert.generate import DEFAULT_MOVES
+
+    kind = FIXTURES[name][0]
+    source = kernel_source(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / f"{name}.cu"
+        cu.write_text(source + _instantiation(kind))
+        cmd = ["nvcc", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+               "-gencode=arch=compute_90a,code=sm_90a", *[f"-I{d}" for d in cutlass_include_dirs()],
+               "-cubin", str(cu), "-o", str(HERE / f"{name}.cubin")]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        seconds = time.perf_counter() - t0
+    version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+    version = version.strip().splitlines()[-1]
+    record = {"kernel_sha256": hashlib.sha256(source.encode()).hexdigest(), "template": kind,
+              "moves": DEFAULT_MOVES[kind], "problem": f"C = A @ B, {SIZE}^3, {FIXTURES[name][1]}",
+              "nvcc": version, "arch": "sm_90a", "compile_s": round(seconds, 1)}
+    (HERE / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def main(names: list[str]) -> int:
+    sys.path.insert(0, str(HERE.parents[2]))
+    for name in names or list(FIXTURES):
+        record = build(name)
+        print(f"wrote {HERE / (name + '.cubin')} in {record['compile_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
