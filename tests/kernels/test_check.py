@@ -370,6 +370,18 @@ def test_cutlass_3xtf32_is_accurate():
     assert detect_backends(source) == {"cuda", "cutlass"}
 
 
+def test_cutlass_tensor_core_gemm_on_fp32_data_is_tf32_unless_3xtf32():
+    """CUTLASS's tensor-core operator class on float elements rounds them to TF32: under the fp32
+    policy that is a downgrade however the element types are spelled; fp64 (DMMA) is exact."""
+    gemm = ("#include <cutlass/gemm/device/gemm.h>\nusing G = cutlass::gemm::device::Gemm<float, R, float, R, float, R,"
+            " float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, TB, W, I, E, S, 3, 4, 4, false, {op}>;")
+    plain = scan(_cuda_candidate(gemm.format(op="cutlass::arch::OpMultiplyAdd")))
+    assert [r.code for r in plain if r.severity == "reject"] == ["precision_downgrade"]
+    assert "OpClassTensorOp" in plain[0].message
+    assert scan(_cuda_candidate(gemm.format(op="cutlass::arch::OpMultiplyAddFastF32"))) == []
+    assert scan(_cuda_candidate(gemm.replace("float", "double").format(op="cutlass::arch::OpMultiplyAdd"))) == []
+
+
 def test_current_stream_launch_is_clean():
     cuda = "void f() { k<<<g, b, 0, at::cuda::getCurrentCUDAStream()>>>(); }"
     assert scan(_cuda_candidate(cuda)) == []

@@ -48,6 +48,8 @@ _C_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _C_COMPARISON = re.compile(r"\s*[!=]=\s*")
 _CUTLASS_LOW = re.compile(r"\bcutlass::(?:half_t|bfloat16_t|tfloat32_t)\b")
 _CUTLASS_3XTF32 = "OpMultiplyAddFastF32"
+_CUTLASS_TENSOR_OP = re.compile(r"\bOpClassTensorOp\b")
+_CUTLASS_FP64 = re.compile(r"\bdouble\b|\bcutlass::complex<double>")
 
 
 def find_precision(index: SourceIndex) -> Iterator[Finding]:
@@ -187,6 +189,14 @@ def _c_precision(text: CText) -> Iterator[Finding]:
             yield Finding("precision_downgrade", text.line_of(match.start()),
                           f"CUDA/C++ {label} `{match.group(0)}`")
     if _CUTLASS_3XTF32 not in text.text:
-        for match in _CUTLASS_LOW.finditer(text.text):
+        low = list(_CUTLASS_LOW.finditer(text.text))
+        for match in low:
             yield Finding("precision_downgrade", text.line_of(match.start()), f"CUTLASS type `{match.group(0)}`",
                           "it is reduced precision unless the 3xTF32 operator OpMultiplyAddFastF32 is used")
+        tensor_op = _CUTLASS_TENSOR_OP.search(text.text)
+        if tensor_op and not low and not _CUTLASS_FP64.search(text.text):
+            # float operands on CUTLASS's tensor-core path are rounded to TF32 (CUTLASS 2's
+            # OpMultiplyAdd, CUTLASS 3's SM90 builder alike); int8 / fp8 ones are quantized.
+            yield Finding("precision_downgrade", text.line_of(tensor_op.start()),
+                          "CUTLASS tensor-core GEMM `OpClassTensorOp` without OpMultiplyAddFastF32",
+                          "fp32 operands on the tensor cores are TF32 unless the 3xTF32 operator is used")
