@@ -48,6 +48,9 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("bias_nchw.py", {"block": 64}),
                                         ("matmul_bt.py", {"block": 64, "chunk": 16}),
                                         ("matmul_plain.py", {"block": 64, "chunk": 32, "warps": 4}),
+                                        # split-K: 4 ranges of 80 over K = 300, the last one short
+                                        ("matmul_plain.py", {"block": 32, "chunk": 16, "warps": 4, "split": 4}),
+                                        ("matmul_bt.py", {"block": 64, "chunk": 16, "split": 8}),
                                         ("linear_epilogue.py", {"block": 64, "chunk": 16}),
                                         ("conv_epilogue.py", {"block": 128}),
                                         ("new_gelu.py", {"block": 256}),
@@ -377,6 +380,47 @@ SM90_SIGNATURES = {
          "n_elements": "i32", "p0_div": "i32", "p0_mod": "i32", "p1_div": "i32", "p1_mod": "i32", "p2_div": "i32",
          "p2_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},
 }
+
+
+def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
+    """A matrix product of few output tiles and a long K (KernelBench's 1/6: 256 x 256 over
+    K = 524288 is 4 tiles of 128) starts with split-K, the largest power of two that keeps about two
+    programs per SM; a square one does not; the tools' split_k move steps it up; the split kernel
+    compiles for Hopper and the proposer reads its moves back."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from loopwise.kernels.expert.capture import Pattern
+    from loopwise.kernels.expert.generate import default_moves, render
+    from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
+
+    def matmul(m, n, k):
+        return Pattern("matmul", inputs=2, ops=("matmul",), params=(
+            ("trans_a", False), ("trans_b", False), ("m", m), ("n", n), ("k", k), ("dtype", "float32")))
+
+    assert default_moves(matmul(256, 256, 524288))["split"] == 64
+    assert default_moves(matmul(1024, 1024, 8192))["split"] == 4  # 64 tiles: 4 ranges of 2048
+    assert default_moves(matmul(4096, 4096, 4096))["split"] == 1
+    assert default_moves(matmul(256, 256, 3000))["split"] == 1  # ranges would be shorter than 2048
+
+    class Hint:
+        evidence = {"moves": "split_k"}
+    current = default_moves(matmul(512, 512, 65536))  # 16 tiles
+    assert current["split"] == 16 and suggested_moves([Hint()], "matmul", current) == [{"split": 32}]
+
+    source = render(matmul(256, 256, 524288))
+    assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64')
+    assert ExpertProposer._parse_moves(source) == {"template": "matmul", "block": 128, "warps": 8, "chunk": 32,
+                                                   "split": 64}
+    module = _load(source, tmp_path, "split_k_aot")
+    signature = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                 "s_am": "i32", "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32",
+                 "K_SPLIT": "i32", "s_cs": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+                 "GROUP_M": "constexpr"}
+    compiled = triton.compile(ASTSource(module.matmul_kernel, signature, {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8}),
+                              target=GPUTarget("cuda", 90, 32))
+    assert len(compiled.asm["cubin"]) > 1000
 
 
 @pytest.mark.parametrize("name", sorted(SM90_SIGNATURES))

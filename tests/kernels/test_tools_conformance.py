@@ -158,12 +158,16 @@ def test_tool_findings_keep_the_contract(tool):
 
 
 def test_parameter_moves_are_the_expert_proposers_knobs():
-    """The tools name the Triton templates' integer knobs; the CUTLASS variants' knobs (tile shapes,
-    clusters, schedules, stages) are reached through structural moves, never named by a tool."""
+    """The tools name the Triton templates' integer knobs; split-K's ranges and the CUTLASS
+    variants' knobs (tile shapes, clusters, schedules, stages) are reached through structural
+    moves, never named by a tool."""
     from loopwise.kernels.expert.matmul_variants import LIBRARY_KINDS
     from loopwise.kernels.expert.proposer import SPACE, STRUCTURAL
 
-    assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS for k in space}
+    # split (split-K) is reached through the structural move split_k, like the CUTLASS knobs.
+    assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
+                                    for k in space} - {"split"}
+    assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},)}
     assert not set(PARAMETER_MOVES) & {k for kind in LIBRARY_KINDS for k in SPACE[kind]}
     assert all(kind in STRUCTURAL["reduce_registers"] for kind in LIBRARY_KINDS)
 

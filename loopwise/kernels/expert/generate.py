@@ -10,7 +10,7 @@ from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
-                 "matmul": {"block": 128, "warps": 8, "chunk": 32}, "linear": {"block": 128, "warps": 8, "chunk": 32},
+                 "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
@@ -32,6 +32,26 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     return [pattern.kind]
 
 
+# Split-K aims at about two programs per SM of a 132-SM Hopper, and keeps each K range at least
+# this many elements long (shorter ones spend more on the partials than they gain).
+_SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
+
+
+def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
+    """``kind``'s default moves for ``pattern``: the template's defaults, and for a matrix product
+    with few output tiles and a long K, split-K (the largest power of two that keeps the programs
+    within about two per SM and each K range long)."""
+    kind = kind or pattern.kind
+    moves = dict(DEFAULT_MOVES[kind])
+    if kind == "matmul":
+        p = dict(pattern.params)
+        tiles = -(-p["m"] // moves["block"]) * -(-p["n"] // moves["block"])
+        while (moves["split"] * 2 <= _SPLIT_MAX and tiles * moves["split"] * 2 <= _SPLIT_PROGRAMS
+               and p["k"] // (moves["split"] * 2) >= _SPLIT_MIN_K):
+            moves["split"] *= 2
+    return moves
+
+
 def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32") -> str:
     """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults. Matrix
     products run on the tensor cores through tf32x3 under the ``fp32`` policy (fp32-accurate) and
@@ -46,7 +66,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
 
     moves = dict(moves or {})
     kind = moves.pop("template", pattern.kind)
-    params = {**DEFAULT_MOVES[kind], **moves}
+    params = {**default_moves(pattern, kind), **moves}
     if kind == "layernorm":
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
@@ -71,7 +91,8 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, di
     if kind != pattern.kind:
         raise ValueError(f"template {kind!r} is not a variant of {pattern.kind!r}")
     return f"{kind}: block {params['block']}, {params['warps']} warps" + (
-        f", chunk {params['chunk']}" if "chunk" in params else ""), {}
+        f", chunk {params['chunk']}" if "chunk" in params else "") + (
+        f", split {params['split']}" if params.get("split", 1) > 1 else ""), {}
 
 
 def attribute(path: str) -> str:

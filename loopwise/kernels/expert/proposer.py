@@ -20,14 +20,15 @@ import re
 from loopwise.core.propose import FailureReason, Proposal, ProposalFailure, ProposalRequest, Proposer
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import DEFAULT_MOVES, render, variants
+from loopwise.kernels.expert.generate import default_moves, render, variants
 
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
-    "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
+    # split: K ranges per output tile (split-K, for few tiles and a long K)
+    "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64]},
     "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
     # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
     "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
@@ -70,7 +71,7 @@ class ExpertProposer(Proposer):
             current = {"template": kinds[0], **current}
             if current["template"] not in kinds:  # written under another policy: start from the reference
                 current = None
-        base = current or _defaults(kinds[0])
+        base = current or self._defaults(kinds[0])
         suggested = suggested_moves(request.findings, base["template"], base)
         wanted = self._next_moves(kinds, current, request.n, suggested)
         out = []
@@ -82,10 +83,10 @@ class ExpertProposer(Proposer):
 
     def _next_moves(self, kinds: list[str], current: dict | None, n: int, suggested: list[dict] = ()) -> list[dict]:
         kind = current["template"] if current else kinds[0]
-        base = dict(current or _defaults(kind))
+        base = dict(current or self._defaults(kind))
         seen = {_key(m) for m in self._moves_of.values()}
         # From the reference: every variant's defaults, so the backends meet as siblings.
-        options = [] if current else [m for m in map(_defaults, kinds) if _key(m) not in seen]
+        options = [] if current else [m for m in map(self._defaults, kinds) if _key(m) not in seen]
         # The tools' suggestions come first, in their rank order, where the template has the knob
         # and the value is one it can take.
         space = SPACE[kind]
@@ -96,10 +97,10 @@ class ExpertProposer(Proposer):
                         and matmul_variants.valid(kind, candidate):
                     options.append(candidate)
         first_shuffled = len(options)
-        for origin in ([base] if current else map(_defaults, kinds)):
+        for origin in ([base] if current else map(self._defaults, kinds)):
             options.extend(_neighbours(origin))
         if current:  # now and then another backend's defaults, when the search has not tried them
-            options.extend(_defaults(k) for k in kinds if k != kind)
+            options.extend(self._defaults(k) for k in kinds if k != kind)
         tail = options[first_shuffled:]
         self._rng.shuffle(tail)
         options[first_shuffled:] = tail
@@ -110,6 +111,10 @@ class ExpertProposer(Proposer):
         while len(fresh) < n:  # exploration: a random point of the space
             fresh.append(self._random_moves(kinds[len(fresh) % len(kinds)] if current is None else kind))
         return fresh[:n]
+
+    def _defaults(self, kind: str) -> dict:
+        """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
+        return {"template": kind, **default_moves(self.pattern, kind)}
 
     def _random_moves(self, kind: str) -> dict:
         """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton)."""
@@ -133,12 +138,15 @@ class ExpertProposer(Proposer):
                 if name in SPACE[kind] and (value.isdigit() or not numeric):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
-        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?", source or "")
+        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
         moves |= {"chunk": int(found.group(3))} if found.group(3) else {}
-        return ({"template": first.group(1)} if first and first.group(1) in SPACE else {}) | moves
+        kind = first.group(1) if first and first.group(1) in SPACE else None
+        if kind and "split" in SPACE[kind]:  # the note names split-K only when it splits
+            moves["split"] = int(found.group(4) or 1)
+        return ({"template": kind} if kind else {}) | moves
 
     @staticmethod
     def _note(current: dict | None, moves: dict) -> str:
@@ -151,8 +159,6 @@ class ExpertProposer(Proposer):
         return f"{kind}: " + (", ".join(changed) or "same moves")
 
 
-def _defaults(kind: str) -> dict:
-    return {"template": kind, **DEFAULT_MOVES[kind]}
 
 
 def _key(moves: dict) -> tuple:
@@ -206,6 +212,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"})},
     "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},)},
+    "split_k": {"matmul": ({"split": "up"},)},
 }
 
 
