@@ -73,6 +73,14 @@ def sweep(dispatcher, cfg, problems) -> tuple[float, int]:
     return time.perf_counter() - t0, ok
 
 
+def save(path: Path, rows: list[dict]) -> None:
+    """Every row so far, rewritten after each phase: a run stopped by its time limit keeps them."""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main() -> int:
     from loopwise.core.config import load_config
     from loopwise.core.execute.dispatch import dispatching
@@ -115,6 +123,7 @@ def main() -> int:
                              "statuses": " ".join(f"{k}:{v}" for k, v in sorted(counts.items())),
                              "same_statuses_as_first": statuses == reference})
                 print(rows[-1], flush=True)
+                save(out / "throughput.csv", rows)
             if sweep_problems:
                 wall, ok = sweep(dispatcher, cfg, sweep_problems)
                 rows.append({"executor": args.executor, "gpus": n, "phase": "level-1 baseline sweep",
@@ -122,10 +131,7 @@ def main() -> int:
                              "per_s": round(len(sweep_problems) / wall, 3), "statuses": f"ok:{ok}",
                              "same_statuses_as_first": ""})
                 print(rows[-1], flush=True)
-        with open(out / "throughput.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+                save(out / "throughput.csv", rows)
     lines = ["| executor | GPUs | phase | jobs | wall s | jobs/s | speedup vs 1 GPU | statuses |", "|---|---|---|---|---|---|---|---|"]
     one = {r["phase"]: r["per_s"] for r in rows if r["gpus"] == 1}
     for r in rows:
