@@ -392,7 +392,7 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
     from triton.compiler import ASTSource
 
     from loopwise.kernels.expert.capture import Pattern
-    from loopwise.kernels.expert.generate import default_moves, render
+    from loopwise.kernels.expert.generate import default_moves, fits, render
     from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
 
     def matmul(m, n, k):
@@ -408,6 +408,13 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
         evidence = {"moves": "split_k"}
     current = default_moves(matmul(512, 512, 65536))  # 16 tiles
     assert current["split"] == 16 and suggested_moves([Hint()], "matmul", current) == [{"split": 32}]
+
+    # Exploration never asks for partials beyond 1 GiB (4096^2 x 64 splits would be 4 GiB).
+    square = ExpertProposer(load_problem(str(HERE / "matmul_plain.py")), seed=3)
+    square._pattern = matmul(4096, 4096, 4096)
+    assert all(fits(square.pattern, square._random_moves("matmul")) for _ in range(200))
+    assert not fits(square.pattern, {"template": "matmul", "split": 32, "chunk": 32})
+    assert fits(square.pattern, {"template": "matmul", "split": 8, "chunk": 32})
 
     source = render(matmul(256, 256, 524288))
     assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64')

@@ -52,6 +52,19 @@ def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
     return moves
 
 
+_SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take
+
+
+def fits(pattern: Pattern, moves: dict) -> bool:
+    """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
+    step and its fp32 partials (split x M x N) stay within 1 GiB."""
+    split = moves.get("split", 1)
+    if moves.get("template", pattern.kind) != "matmul" or split == 1:
+        return True
+    p = dict(pattern.params)
+    return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * moves.get("chunk", 1)
+
+
 def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32") -> str:
     """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults. Matrix
     products run on the tensor cores through tf32x3 under the ``fp32`` policy (fp32-accurate) and

@@ -20,7 +20,7 @@ import re
 from loopwise.core.propose import FailureReason, Proposal, ProposalFailure, ProposalRequest, Proposer
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import default_moves, render, variants
+from loopwise.kernels.expert.generate import default_moves, fits, render, variants
 
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
@@ -94,7 +94,7 @@ class ExpertProposer(Proposer):
             if move and all(k in space and v in space[k] for k, v in move.items()):
                 candidate = {**base, **move}
                 if candidate != base and _key(candidate) not in seen and candidate not in options \
-                        and matmul_variants.valid(kind, candidate):
+                        and matmul_variants.valid(kind, candidate) and fits(self.pattern, candidate):
                     options.append(candidate)
         first_shuffled = len(options)
         for origin in ([base] if current else map(self._defaults, kinds)):
@@ -106,7 +106,7 @@ class ExpertProposer(Proposer):
         options[first_shuffled:] = tail
         fresh = []
         for m in options:
-            if _key(m) not in seen and m not in fresh:
+            if _key(m) not in seen and m not in fresh and fits(self.pattern, m):
                 fresh.append(m)
         while len(fresh) < n:  # exploration: a random point of the space
             fresh.append(self._random_moves(kinds[len(fresh) % len(kinds)] if current is None else kind))
@@ -117,10 +117,11 @@ class ExpertProposer(Proposer):
         return {"template": kind, **default_moves(self.pattern, kind)}
 
     def _random_moves(self, kind: str) -> dict:
-        """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton)."""
+        """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton) and that
+        suits the problem's shape (split-K's partials)."""
         while True:
             moves = {"template": kind, **{name: self._rng.choice(values) for name, values in SPACE[kind].items()}}
-            if matmul_variants.valid(kind, moves):
+            if matmul_variants.valid(kind, moves) and fits(self.pattern, moves):
                 return moves
 
     @staticmethod
