@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -24,26 +25,41 @@ int lw_instantiate(const lw::Element* a, const lw::Element* b, lw::Element* c, v
 """
 
 
-def kernel_source() -> str:
-    """The candidate's KERNEL string, read without importing it (importing builds the extension)."""
-    for node in ast.parse(CANDIDATE.read_text()).body:
+def kernel_string(text: str) -> str:
+    """The KERNEL string of a candidate's source, read without importing it (importing builds the
+    extension)."""
+    for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["KERNEL"]:
             return ast.literal_eval(node.value)
-    raise SystemExit(f"no KERNEL string in {CANDIDATE}")
+    raise SystemExit("no KERNEL string in the candidate")
 
 
-def main() -> int:
+def kernel_source() -> str:
+    """The bundled candidate's KERNEL string."""
+    return kernel_string(CANDIDATE.read_text())
+
+
+def nvcc_cubin(source: str, name: str) -> tuple[float, str]:
+    """Compiles ``source`` (a kernel and a host function instantiating it) for sm_90a with the
+    CUTLASS headers to ``HERE/name.cubin``; (seconds it took, nvcc's version line)."""
     sys.path.insert(0, str(HERE.parents[2]))
     from loopwise.kernels.backends import cutlass_include_dirs
 
-    source = kernel_source()
     with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / f"{NAME}.cu"
-        cu.write_text(source + INSTANTIATE)
+        cu = Path(tmp) / f"{name}.cu"
+        cu.write_text(source)
         cmd = ["nvcc", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
-               *[f"-I{d}" for d in cutlass_include_dirs()], "-cubin", str(cu), "-o", str(HERE / f"{NAME}.cubin")]
+               *[f"-I{d}" for d in cutlass_include_dirs()], "-cubin", str(cu), "-o", str(HERE / f"{name}.cubin")]
+        t0 = time.perf_counter()
         subprocess.run(cmd, check=True)
-        version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        seconds = time.perf_counter() - t0
+    version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+    return seconds, version.strip().splitlines()[-1]
+
+
+def main() -> int:
+    source = kernel_source()
+    _, version = nvcc_cubin(source + INSTANTIATE, NAME)
     (HERE / f"{NAME}.json").write_text(json.dumps({"kernel_sha256": hashlib.sha256(source.encode()).hexdigest(),
                                                     "nvcc": version, "arch": "sm_90a"}, indent=1) + "\n")
     print(f"wrote {HERE / (NAME + '.cubin')}")

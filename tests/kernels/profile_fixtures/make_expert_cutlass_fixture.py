@@ -7,16 +7,17 @@ moves and the compile time, so the tests notice a template that changed after th
     python tests/kernels/profile_fixtures/make_expert_cutlass_fixture.py      # needs nvcc (CUDA 12.3+)
 """
 
-import ast
 import hashlib
+import importlib.util
 import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
+# The KERNEL reader and the nvcc build of the bundled candidate's fixture serve these too.
+_spec = importlib.util.spec_from_file_location("make_cutlass_fixture", HERE / "make_cutlass_fixture.py")
+_maker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_maker)
 SIZE = 4096
 FIXTURES = {"expert_cutlass_bf16": ("matmul_cutlass", "bfloat16"), "expert_3xtf32": ("matmul_3xtf32", "float32")}
 
@@ -41,30 +42,16 @@ def kernel_source(name: str) -> str:
     pattern = Pattern("matmul", inputs=2, ops=("matmul",),
                       params=(("trans_a", False), ("trans_b", False), ("m", SIZE), ("n", SIZE), ("k", SIZE),
                               ("dtype", dtype)))
-    for node in ast.parse(render(pattern, {"template": kind})).body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["KERNEL"]:
-            return ast.literal_eval(node.value)
-    raise SystemExit(f"no KERNEL string in the {kind} template")
+    return _maker.kernel_string(render(pattern, {"template": kind}))
 
 
 def build(name: str) -> dict:
     """Compiles fixture ``name`` next to this file; what its json records."""
-    from loopwise.kernels.backends import cutlass_include_dirs
     from loopwise.kernels.expert.generate import DEFAULT_MOVES
 
     kind = FIXTURES[name][0]
     source = kernel_source(name)
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / f"{name}.cu"
-        cu.write_text(source + _instantiation(kind))
-        cmd = ["nvcc", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
-               "-gencode=arch=compute_90a,code=sm_90a", *[f"-I{d}" for d in cutlass_include_dirs()],
-               "-cubin", str(cu), "-o", str(HERE / f"{name}.cubin")]
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True)
-        seconds = time.perf_counter() - t0
-    version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
-    version = version.strip().splitlines()[-1]
+    seconds, version = _maker.nvcc_cubin(source + _instantiation(kind), name)
     record = {"kernel_sha256": hashlib.sha256(source.encode()).hexdigest(), "template": kind,
               "moves": DEFAULT_MOVES[kind], "problem": f"C = A @ B, {SIZE}^3, {FIXTURES[name][1]}",
               "nvcc": version, "arch": "sm_90a", "compile_s": round(seconds, 1)}
