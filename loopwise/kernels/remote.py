@@ -32,6 +32,10 @@ class ExecutorJudge:
         self.problem, self.cfg, self.dispatcher = problem, config, dispatcher
         self.timeout_s = timeout_s
         self._device = device
+        # What a worker keys its judge by (loopwise.kernels.jobs): jobs of one problem go to a worker
+        # that already holds that judge (the reference timed on its GPU) when it is free.
+        digest = hashlib.sha256(f"{problem.sha256}{config.model_dump_json()}{device}".encode()).hexdigest()
+        self.affinity = f"judge:{problem.name}:{digest[:16]}"
         workers = dispatcher.workers
         self.device_name = f"{type(dispatcher.executor).__name__}, {len(workers) or '?'} worker(s)"
         # Profiling in the loop runs in the driver only with a local CUDA device; on an executor the
@@ -44,15 +48,6 @@ class ExecutorJudge:
                    {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
                     "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name},
                    affinity=self.affinity)
-
-    @property
-    def affinity(self) -> str:
-        """The state a worker builds for this problem and keeps (its judge, the reference timed on
-        that GPU): jobs of one problem go to the worker that has it when that worker is free."""
-        if not hasattr(self, "_affinity"):
-            digest = hashlib.sha256(self.problem.source.encode() + self.cfg.model_dump_json().encode()).hexdigest()
-            self._affinity = f"judge:{self.problem.name}:{digest[:16]}"
-        return self._affinity
 
     def evaluate(self, source: str, name: str) -> Evaluation:
         return self.evaluate_many([(source, name)])[0]

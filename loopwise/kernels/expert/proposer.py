@@ -17,7 +17,13 @@ from __future__ import annotations
 import random
 import re
 
-from loopwise.core.propose import FailureReason, Proposal, ProposalFailure, ProposalRequest, Proposer
+from loopwise.core.propose import (
+    FailureReason,
+    Proposal,
+    ProposalFailure,
+    ProposalRequest,
+    Proposer,
+)
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 from loopwise.kernels.expert.generate import default_moves, fits, render, variants
@@ -158,8 +164,6 @@ class ExpertProposer(Proposer):
             return f"{prefix}, " + ", ".join(f"{k} {v}" for k, v in knobs)
         changed = [f"{k} {current[k]}->{v}" for k, v in knobs if current.get(k) != v]
         return f"{kind}: " + (", ".join(changed) or "same moves")
-
-
 
 
 def _key(moves: dict) -> tuple:
