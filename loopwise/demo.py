@@ -82,11 +82,11 @@ def demo(
     runs_dir: str = typer.Option("runs", help="Where the run store writes this run."),
     device: str = typer.Option("auto", help="auto, cuda or cpu."),
 ) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
     import torch
 
-    console = Console()
+    console = make_console()
     on_gpu = torch.cuda.is_available() and device != "cpu"
     if not on_gpu:
         # Triton kernels run on CPU tensors only through its interpreter.

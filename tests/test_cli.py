@@ -114,3 +114,25 @@ def test_sass_on_a_file_without_device_code_is_one_line(tmp_path):
         out = run("kernels", "sass", str(path))
         assert out.returncode == 2
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_tables_keep_their_cells_when_the_output_is_not_a_terminal(monkeypatch):
+    """Piped into a file or a CI log, rich would size tables to 80 columns and cut cells to
+    ellipses; the commands' console is wide there (COLUMNS still wins)."""
+    import io
+    import sys
+
+    from rich.table import Table
+
+    from loopwise.core.console import WIDTH_OFF_TERMINAL, console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    c = console()
+    assert c.width == WIDTH_OFF_TERMINAL
+    table = Table("candidate", "status", "speedup", "ms", "eager ms", "reasons")
+    table.add_row("loopwise/kernels/examples/cute_gemm/bf16_gemm_cutlass.py", "correct", "0.99x", "1.234", "1.222", "-")
+    c.print(table)
+    assert "correct" in sys.stdout.getvalue() and "0.99x" in sys.stdout.getvalue()
+    monkeypatch.setenv("COLUMNS", "100")
+    assert console().width == 100

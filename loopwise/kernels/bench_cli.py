@@ -9,7 +9,7 @@ import sys
 def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False,
               executor: tuple = ("local", None, None)) -> int:
     """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
     from loopwise.core.execute.dispatch import dispatching
@@ -18,7 +18,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     from loopwise.kernels.problem import _find_checkout
     from loopwise.kernels.report import progress
 
-    console = Console(stderr=True) if as_json else Console()
+    console = make_console(stderr=True) if as_json else make_console()
     if resume:
         bench = Bench.resume(resume, cfg, console)
         settings = bench.s

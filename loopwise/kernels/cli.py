@@ -287,10 +287,10 @@ def profile_cmd(
 
 
 def _print_profile(report) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{report.problem}[/] · {report.candidate} on {report.device} · tools: {report.mode}")
     if report.trace_headline:
         console.print(f"system: {report.trace_headline}")
@@ -321,7 +321,7 @@ def _print_profile(report) -> None:
 @app.command("tools")
 def tools_cmd(as_json: bool = JSON) -> None:
     """The installed micro-profiling tools: what each reads and for which roofline classes it runs."""
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
     from loopwise.kernels.profile.registry import load_tools
@@ -337,7 +337,7 @@ def tools_cmd(as_json: bool = JSON) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["runs_for"]), r["summary"])
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command("sass")
@@ -391,10 +391,10 @@ def sass_cmd(
 
 
 def _print_sass(out: list[dict]) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     for item in out:
         k = item["kernel"]
         res = k.get("resources") or {}
@@ -436,9 +436,9 @@ def codesearch_cmd(
         hits = search(query, limit=limit, root=source)
         typer.echo(json.dumps({"query": query, "root": str(source), "hits": [asdict(h) for h in hits]}, indent=2))
         return
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
-    console = Console()
+    console = make_console()
     with console.status(f"indexing {source} (once, until the sources change)"):
         info = ensure_index(source)
     _print_hits(console, query, search(query, limit=limit, root=source), info)

@@ -10,11 +10,11 @@ from pathlib import Path
 def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None = None, as_json: bool = False,
                  executor: tuple = ("local", None, None)) -> int:
     """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
 
-    console = Console(stderr=True) if as_json else Console()
+    console = make_console(stderr=True) if as_json else make_console()
     with dispatching(*executor) as dispatcher:
         return _run(settings, cfg, resume, out, as_json, console, dispatcher)
 

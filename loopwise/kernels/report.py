@@ -57,7 +57,7 @@ def print_evaluations(console, evaluations, run_id: str) -> None:
 
 
 def print_check(results, policy: str) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
     table = Table(title=f"static scan · policy {policy}")
@@ -68,7 +68,7 @@ def print_check(results, policy: str) -> None:
         verdict = "[bold magenta]rejected[/]" if rejected else "[green]no exploit found[/]"
         lines = "\n".join(f"{r.severity}: {r.code}: {r.message}" for r in reasons) or "-"
         table.add_row(name, verdict, lines)
-    Console().print(table)
+    make_console().print(table)
 
 
 def print_baselines(console, rows, statistic: str) -> None:

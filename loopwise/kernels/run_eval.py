@@ -27,10 +27,10 @@ def finite(obj):
 
 
 def _console(as_json: bool):
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
     # With --json, stdout carries only JSON; people-facing lines go to stderr.
-    return Console(stderr=True) if as_json else Console()
+    return make_console(stderr=True) if as_json else make_console()
 
 
 def _open_store(cfg: Config, resume: str | None, kind: str):

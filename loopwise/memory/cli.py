@@ -55,9 +55,9 @@ def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM,
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
-    c = Console()
+    c = make_console()
     unsupported = f", unsupported: {imported.unsupported}" if imported.unsupported else ""
     c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators ({len(imported.folded)} copies folded{unsupported})")
     c.print(f"  compulsory (weights, inputs, outputs once): {_mb(data['compulsory_bytes'])} MB")
@@ -75,11 +75,11 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
     tgt = load_target(target)
     g = _load(model, elem_bytes, batch, seq).graph
     t0, rows = time.perf_counter(), []
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True, disable=as_json) as bar:
+                  console=make_console(stderr=True), transient=True, disable=as_json) as bar:
         task = bar.add_task("tiling", total=len(g.operators))
         for op in g.operators:
             choice = best_tiling(op, tgt.scratchpad.bytes)
@@ -101,7 +101,7 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
     for r in rows:
         tiles = " ".join(f"{k}={v}" for k, v in r["tiles"].items() if v != 1)
         table.add_row(r["operator"], _mb(r["traffic_bytes"]), f"{r['buffer_bytes'] / 1024:,.0f}", tiles, " ".join(r["order"]))
-    c = Console()
+    c = make_console()
     c.print(table)
     c.print(f"total {_mb(total)} MB = {data['ratio_to_compulsory']:.2f}x the compulsory {_mb(data['compulsory_bytes'])} MB "
             f"({data['seconds']} s)")
@@ -122,11 +122,11 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
     imported = _load(model, elem_bytes, batch, seq)
     g = imported.graph
     t0 = time.perf_counter()
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True, disable=as_json) as bar:
+                  console=make_console(stderr=True), transient=True, disable=as_json) as bar:
         task = bar.add_task("plan", total=len(g.operators))
         p = plan(g, tgt.scratchpad.bytes, progress=lambda done, total: bar.update(task, completed=done))
     seconds = round(time.perf_counter() - t0, 2)
@@ -165,7 +165,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
     table = Table(title=f"{g.name} on {tgt.name}: {len(p.groups)} groups")
@@ -176,7 +176,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         runs = "tiled" if grp.tiled else "whole" if grp.slab is None else grp.slab.describe()
         table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
-    c = Console()
+    c = make_console()
     c.print(table)
     if per_operator:
         ops = Table(title="per operator (a group's loads charged to the first reader, its stores to the producer)")
@@ -212,10 +212,10 @@ def compare_cmd(model: Path = typer.Argument(..., help="An ONNX model file."),
     tgt = load_target(target)
     if model.suffix.lower() != ".onnx" or not model.is_file():
         raise UserError(f"{model}: give an existing ONNX model file (ZigZag reads ONNX)")
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
     g = _load(str(model), elem_bytes).graph
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     t0 = time.perf_counter()
     waiting = err.status("ZigZag is searching its mappings, layer by layer", spinner="dots")
     with waiting if not as_json else contextlib.nullcontext():
@@ -240,7 +240,7 @@ def compare_cmd(model: Path = typer.Argument(..., help="An ONNX model file."),
     for r in rows:
         fmt = lambda d: " / ".join(f"{d.get(k, 0):,}" for k in ("I", "W", "O"))  # noqa: E731
         table.add_row(r.layer, fmt(r.zigzag_elements), fmt(r.loopwise_elements), f"{r.ratio:.4f}")
-    c = Console()
+    c = make_console()
     c.print(table)
     c.print(f"{len(rows)} layers: ZigZag {zz_total:,} elements, loopwise {ours_total:,} ({ours_total / zz_total:.4f}x), "
             f"worst layer {data['worst_layer_deviation'] * 100:.2f}% apart (ZigZag took {seconds} s).")

@@ -45,11 +45,11 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
         policy_path: str | None = None, executor: tuple = ("local", None, None)) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
 
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     with dispatching(*executor) as dispatcher:  # a bad --workers is refused before anything is recorded
         _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
                        exchange_dir, llm, device, policy_path, err, dispatcher)
@@ -101,10 +101,10 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
 
 def _table(run, results: dict) -> None:
-    from rich.console import Console
+    from loopwise.core.console import console as make_console
     from rich.table import Table
 
-    c = Console()
+    c = make_console()
     any_result = next(iter(results.values()))
     base_tune, base_test = any_result["base_tune_reward"], any_result["base_test_reward"]
     w = run.session.warm

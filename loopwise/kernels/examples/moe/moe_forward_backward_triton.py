@@ -11,6 +11,14 @@ GEMM over the sorted rows, each block of rows belonging to one expert:
   expert's rows: d D_e = act^T @ (w * g[token]) and d W_e = x[token]^T @ [dG, dU].
 
 No atomics anywhere: every sum is a loop inside one program or a sum over a token's k rows.
+
+Numerics: every intermediate is rounded to x's dtype where the reference's autograd graph holds it
+in that dtype, and the elementwise steps (silu, the products, silu's derivative) are the very torch
+ops the reference's graph runs, so they agree bit for bit given the same GEMM outputs. d x is
+summed as the reference's autograd sums it (bench/moe_backward_rounding_proxy.py measures it): each
+expert's gather backward adds that expert's routes of a token one by one in bf16 (slots ascending),
+and the engine adds the experts' bf16 gradients of x one by one in bf16, the last expert of the
+forward loop first; ``_sum_routes`` adds a token's k pieces in that order with that rounding.
 """
 
 import torch
@@ -107,6 +115,64 @@ def _expert_outer(a_ptr, a_index_ptr, b_ptr, b_index_ptr, scale_ptr, pair_ptr, c
     tl.store(out, acc.to(c_ptr.dtype.element_ty))
 
 
+@triton.jit
+def _round(x, DTYPE: tl.constexpr):
+    """x (fp32) rounded to DTYPE and back. bf16 is rounded to nearest even on the bits, which
+    Triton's CPU interpreter does faithfully too (its fp32 -> bf16 cast truncates)."""
+    if DTYPE == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _sum_routes(piece_ptr, order_ptr, expert_ptr, out_ptr, H: tl.constexpr, K: tl.constexpr,
+                BLOCK_H: tl.constexpr):
+    """out[t] = the token's K per-route pieces (row t * K + slot of piece) added in the order of
+    order[t] (slots by expert descending, slot ascending; their experts in expert[t]) the way the
+    reference's autograd adds them: a token's routes to one expert added one by one and rounded,
+    that expert's sum then added to the running total and rounded."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    dtype: tl.constexpr = piece_ptr.dtype.element_ty
+    slot = tl.load(order_ptr + t * K).to(tl.int64)
+    e_prev = tl.load(expert_ptr + t * K)
+    group = tl.load(piece_ptr + (t * K + slot) * H + cols).to(tl.float32)
+    acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for j in tl.static_range(1, K):
+        slot = tl.load(order_ptr + t * K + j).to(tl.int64)
+        e = tl.load(expert_ptr + t * K + j)
+        piece = tl.load(piece_ptr + (t * K + slot) * H + cols).to(tl.float32)
+        same = e == e_prev
+        acc = tl.where(same, acc, _round(acc + group, dtype))
+        group = tl.where(same, _round(group + piece, dtype), piece)
+        e_prev = e
+    tl.store(out_ptr + t * H + cols, _round(acc + group, dtype).to(out_ptr.dtype.element_ty))
+
+
+def autograd_order(topk_ids: torch.Tensor, experts: int):
+    """Each token's slots in the order the reference's autograd adds their d x (experts descending,
+    slots ascending within an expert), and those slots' experts, both [tokens, k] int32."""
+    k = topk_ids.shape[1]
+    slot = torch.arange(k, device=topk_ids.device)
+    order = ((experts - 1 - topk_ids) * k + slot).argsort(dim=1)
+    return order.to(torch.int32), topk_ids.gather(1, order).to(torch.int32)
+
+
+def sum_routes(pieces: torch.Tensor, topk_ids: torch.Tensor, experts: int) -> torch.Tensor:
+    """d x [tokens, hidden] from the per-route pieces [tokens * k, hidden] (row token * k + slot),
+    summed as the reference's autograd sums them (``_sum_routes``)."""
+    tokens, k = topk_ids.shape
+    h = pieces.shape[1]
+    order, expert = autograd_order(topk_ids, experts)
+    out = torch.empty(tokens, h, device=pieces.device, dtype=pieces.dtype)
+    block_h = min(1024, h & -h)
+    _sum_routes[(tokens, h // block_h)](pieces, order, expert, out, h, k, block_h)
+    return out
+
+
 def route_blocks(topk_ids: torch.Tensor, experts: int, block_m: int):
     """Sorted routes and the block map, on the device without a host sync (see moe_forward_triton.py),
     plus each expert's first sorted row and route count for the weight gradients."""
@@ -176,23 +242,23 @@ class ModelNew(nn.Module):
         self._rows(x, wgu, gu, route, two_f, h, (h * two_f, two_f, 1), gather_a=token)
         # Intermediates are rounded to x's dtype where the reference's autograd graph holds them in
         # it (gate, up, silu(gate), the activation, each expert's output, w * g, d act, d silu,
-        # d gate, d up, each route's d x), so the two differ by summation order, not rounding points.
-        gate, up = gu[:, :f].float(), gu[:, f:].float()
-        sig = torch.sigmoid(gate)
-        silu = (gate * sig).to(x.dtype).float()
-        act = (silu * up).to(x.dtype)
+        # d gate, d up, each route's d x), and the elementwise steps are the reference graph's own
+        # ops (F.silu, the products, silu_backward), so both round alike.
+        gate, up = gu[:, :f], gu[:, f:]
+        silu = F.silu(gate)
+        act = (silu * up).contiguous()
         per_route = torch.empty(n, h, device=x.device, dtype=torch.float32)
         self._rows(act, wd, per_route, route, h, f, (f * h, h, 1), scatter_c=pair, scale_c=weights, round_acc=True)
         out = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
         # backward: d act = (w * g[token]) @ D_e^T, then SwiGLU's derivative
         d_act = torch.empty(n, f, device=x.device, dtype=x.dtype)
         self._rows(g, wd, d_act, route, f, h, (f * h, 1, h), gather_a=token, scale_a=weights)
-        d_act = d_act.float()
-        d_silu = (d_act * up).to(x.dtype).float()
-        d_gate = d_silu * sig * (1 + gate * (1 - sig))
-        d_gu = torch.cat([d_gate, d_act * silu], dim=1).to(x.dtype)
-        self._rows(d_gu, wgu, per_route, route, h, two_f, (h * two_f, 1, two_f), scatter_c=pair, round_acc=True)
-        dx = per_route.view(tokens, k, h).sum(dim=1).to(x.dtype)
+        d_gu = torch.cat([torch.ops.aten.silu_backward(d_act * up, gate), d_act * silu], dim=1)
+        # each route's d x piece in x's dtype (row token * k + slot), then summed per token in the
+        # order and with the rounding of the reference's autograd
+        pieces = torch.empty(n, h, device=x.device, dtype=x.dtype)
+        self._rows(d_gu, wgu, pieces, route, h, two_f, (h * two_f, 1, two_f), scatter_c=pair)
+        dx = sum_routes(pieces, topk_ids, experts)
         d_down = torch.empty_like(wd)
         self._outer(act, g, d_down, route, f, h, gather_b=token, scale=weights)
         d_gate_up = torch.empty_like(wgu)
