@@ -156,8 +156,10 @@ def summary(rows: dict[str, dict], command: str) -> str:
                     name, n = part.split(":")
                     statuses[name] += int(n)
             fast = sum(1 for r in sub if (_num(r.get("best_speedup")) or 0) > 1.0)
+            # "graph": a partitioned forward, fused passes beside what stays in PyTorch
+            partial = sum(1 for r in covered if r.get("template") == "graph")
             lines.append(
-                f"| {track} | {level} | {len(sub)} | {len(covered)} | "
+                f"| {track} | {level} | {len(sub)} | {len(covered)}{f' ({partial} partial)' if partial else ''} | "
                 f"{sum(int(r.get('correct') or 0) for r in sub)} / {sum(int(r.get('evaluations') or 0) for r in sub)} | "
                 f"{f(_geomean(speed))} / {f(_geomean(everyone))} | "
                 f"{f(_geomean(_num(r.get('over_compile')) for r in sub))} | "
@@ -171,7 +173,7 @@ def summary(rows: dict[str, dict], command: str) -> str:
                      f"{r.get('correct') or 0} / {r.get('evaluations') or 0} | {f(_num(r.get('best_speedup')))} | "
                      f"{f(_num(r.get('over_compile')))} | {f(_num(r.get('over_max_autotune')))} | "
                      f"{f(_num(r.get('over_best_tf32_or_compile')))} | "
-                     f"{(r.get('reason') or '').replace('|', '/')[:80]} |")
+                     f"{(r.get('reason') or '').replace('|', '/')[:160]} |")
     return "\n".join(lines) + "\n"
 
 

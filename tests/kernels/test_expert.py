@@ -57,7 +57,10 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("scalar_input.py", {"block": 512}),
                                         ("log_softmax_rows.py", {"block": 1024}),  # online path (3001 columns)
                                         ("log_softmax_rows.py", {"block": 4096, "warps": 4}),  # one block per row
-                                        ("convtranspose_add.py", {"block": 256, "warps": 2})])
+                                        ("convtranspose_add.py", {"block": 256, "warps": 2}),
+                                        ("partial_groupnorm.py", {"block": 128}),  # ragged last block
+                                        ("partial_shared.py", {"block": 64, "warps": 2}),
+                                        ("partial_constant.py", {"block": 32})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
@@ -312,6 +315,9 @@ SM90_SIGNATURES = {
     "chain.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
         {"BLOCK": 1024})},
+    "partial_shared.py": {"fused_1_kernel": (
+        {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
+         "p0_div": "i32", "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},
     "softmax_rows.py": {"softmax_rows_kernel": (
         {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr", "SINGLE": "constexpr"},
         {"BLOCK": 2048, "SINGLE": False})},
@@ -446,3 +452,68 @@ def test_templates_compile_for_hopper_without_a_gpu(tmp_path, name):
             compiled = triton.compile(ASTSource(getattr(module, kernel), signature, consts),
                                       target=GPUTarget("cuda", 90, 32))
             assert len(compiled.asm["cubin"]) > 1000
+
+
+def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in_pytorch():
+    """The chain between a convolution and a GroupNorm is one fused pass; the modules stay in PyTorch
+    with the reference's own weights, and the pattern says so (the coverage report)."""
+    pattern = capture(load_problem(str(HERE / "partial_groupnorm.py")))
+    assert pattern.kind == "graph", pattern.reason
+    assert pattern.ops == ("add", "mul", "sigmoid")
+    assert dict(pattern.params)["pytorch"] == ("Conv2d", "GroupNorm")
+    assert "GroupNorm" in pattern.reason and "partial" in pattern.reason
+    source, _ = generate(load_problem(str(HERE / "partial_groupnorm.py")))
+    assert "self.conv(x)" in source and "self.norm(" in source and "fused_0(conv, bias)" in source
+    # a value PyTorch reads is a pass of its own; the later pass recomputes it rather than reading it
+    shared = capture(load_problem(str(HERE / "partial_shared.py")))
+    groups = dict(shared.params)["groups"]
+    assert [g.ops for g in groups] == [("mul", "add"), ("mul", "add", "sigmoid", "mul", "sub")]
+    assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
+
+
+def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_path):
+    """One operation alone is not worth a pass; an in-place one (ReLU(inplace=True)) writes a tensor
+    PyTorch may read again, so it is never fused; nothing to fuse keeps the whole-forward reason."""
+    alone = tmp_path / "alone.py"
+    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)",
+                                     extra=""))
+    pattern = capture(load_problem(str(alone)))
+    assert pattern.kind == "unsupported"
+    assert "GroupNorm" in pattern.reason and "no chain of 2" in pattern.reason
+    in_place = tmp_path / "in_place.py"
+    in_place.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
+                                             "        return self.norm(x)",
+                                        extra="self.act = nn.ReLU(inplace=True)"))
+    pattern = capture(load_problem(str(in_place)))
+    assert pattern.kind == "unsupported", pattern.params
+    chained = tmp_path / "chained.py"
+    chained.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
+                                            "        return self.norm(x)",
+                                       extra="self.act = nn.ReLU()"))
+    pattern = capture(load_problem(str(chained)))
+    assert pattern.kind == "graph" and pattern.ops == ("relu", "mul"), pattern.reason
+    assert dict(pattern.params)["pytorch"] == ("Conv2d", "GroupNorm")
+
+
+_PARTIAL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.norm = nn.GroupNorm(2, 8)
+        {extra}
+
+    def forward(self, x):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 9, 9)]
+
+
+def get_init_inputs():
+    return []
+"""

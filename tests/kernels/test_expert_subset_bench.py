@@ -40,3 +40,16 @@ def test_summary_counts_uncovered_problems_as_eager(es):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2:6] == ["2", "1", "3 / 4", "4.00 / 2.00"]  # geomean of 4.0 and 1.0 over all
     assert cells[9] == "50%" and "wrong_output 1" in cells[10]
+
+
+def test_summary_says_how_many_covered_problems_are_partitioned(es):
+    rows = {
+        ("2", "21", "fp32"): {"level": "2", "id": "21", "problem": "a", "track": "fp32", "covered": "True",
+                              "template": "graph", "best_speedup": "1.2", "correct": "8", "evaluations": "8",
+                              "statuses": "correct:8", "reason": "partial (module GroupNorm): in PyTorch: Conv2d"},
+        ("2", "1", "fp32"): {"level": "2", "id": "1", "problem": "b", "track": "fp32", "covered": "True",
+                             "template": "elementwise", "best_speedup": "1.1", "correct": "8", "evaluations": "8",
+                             "statuses": "correct:8"},
+    }
+    line = next(ln for ln in es.summary(rows, "cmd").splitlines() if ln.startswith("| fp32 | 2 |"))
+    assert [c.strip() for c in line.strip("|").split("|")][3] == "2 (1 partial)"

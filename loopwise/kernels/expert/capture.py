@@ -228,9 +228,26 @@ def capture(problem) -> Pattern:
             pattern = replace(pattern, init=init.text, constants=init.constants)
         return pattern
     except ew.Unsupported as exc:
-        return Pattern("unsupported", reason=str(exc))
+        return _partitioned(problem, str(exc))
     except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.
-        return Pattern("unsupported", reason=f"cannot trace forward ({type(exc).__name__}: {exc})")
+        return _partitioned(problem, f"cannot trace forward ({type(exc).__name__}: {exc})")
+
+
+def _partitioned(problem, whole: str) -> Pattern:
+    """No template takes the whole forward (``whole`` says why): its fusible groups, with the rest
+    left to PyTorch (:mod:`partition`), or unsupported with both reasons."""
+    from loopwise.kernels.expert.partition import partition
+
+    try:
+        pattern = partition(problem)
+    except ew.Unsupported as exc:
+        return Pattern("unsupported", reason=f"{whole}; {exc}" if str(exc) not in whole else whole)
+    except Exception as exc:  # noqa: BLE001 - never raise for a model the expert cannot take
+        return Pattern("unsupported", reason=f"{whole}; partition failed ({type(exc).__name__}: {exc})")
+    kept = dict(pattern.params)["pytorch"]
+    return replace(pattern, reason=f"partial ({whole}): {len(pattern.ops)} operations fused in "
+                                   f"{len(dict(pattern.params)['groups'])} Triton pass(es); in PyTorch: "
+                                   f"{', '.join(kept) or 'nothing'}")
 
 
 def _classify(gm, args, model) -> Pattern:

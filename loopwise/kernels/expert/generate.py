@@ -8,13 +8,13 @@ from importlib import resources
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
-DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2",

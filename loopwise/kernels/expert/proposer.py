@@ -30,6 +30,8 @@ from loopwise.kernels.expert.generate import default_moves, fits, render, varian
 
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
+    # the same knobs for every fused pass of a partitioned forward
+    "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)

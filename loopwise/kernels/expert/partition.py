@@ -1,0 +1,260 @@
+"""Partition: a forward that no whole-forward template covers, split into fused Triton groups and
+the operations that stay in PyTorch.
+
+The forward is captured with torch.fx and its shapes propagated on the meta device. Every
+operation the elementwise translator can express (:func:`capture._expr`), whose inputs are float32
+tensors of its own output shape or the model's float32 tensors that broadcast against it, is a
+fusion candidate; connected candidates form a group, and each group output (a value read outside
+the group, or returned) becomes one Triton pass that computes it from the group's inputs
+(recomputing what two outputs share, which for elementwise work costs less than a second pass
+over memory). A group of fewer than :data:`MIN_OPS` operations is left to PyTorch: a one-operation
+Triton pass saves no memory traffic and costs a launch. Everything else (convolutions, norms,
+reductions, pooling, matrix products with their own modules) stays in PyTorch, in the traced
+order, with the reference's own modules and weights: ModelNew runs the reference's ``__init__``.
+
+The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
+exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
+was not (the coverage).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from loopwise.kernels.expert import elementwise as ew
+
+MIN_OPS = 2  # operations a group needs before it is worth a Triton pass of its own
+_ALLOWED_GLOBALS = {"torch", "operator", "inf", "nan"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One fused pass: ``out = expr(x0, x1, ..., p0, p1, ...)`` elementwise."""
+
+    inputs: int  # activations x0, x1, ... (all of the output's shape)
+    operands: tuple[str, ...]  # the model's tensors p0, p1, ... (attribute paths), broadcast
+    body: tuple[str, ...]  # one Triton statement per operation
+    expr: str
+    ops: tuple[str, ...]
+
+
+def partition(problem):
+    """The ``graph`` pattern of ``problem`` (see the module's docstring).
+
+    Raises:
+        ew.Unsupported: no group of at least :data:`MIN_OPS` fusible operations, or a forward the
+            generated file could not reproduce; the message says which.
+    """
+    import torch
+    import torch.fx as fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from loopwise.kernels.expert.capture import Pattern
+    from loopwise.kernels.expert.reference_init import reference_init
+
+    module = problem.load_module()
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+        args = list(module.get_inputs())
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001 - data-dependent control flow and the like
+        raise ew.Unsupported(f"cannot trace forward ({type(exc).__name__}: {str(exc)[:120]})") from None
+    try:
+        with torch.device("meta"):
+            ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception as exc:  # noqa: BLE001 - an operation without a meta kernel, a tensor made on the CPU
+        raise ew.Unsupported(f"shapes could not be propagated ({type(exc).__name__}: {str(exc)[:120]})") from None
+    groups, outputs = _groups(gm, model)
+    if not groups:
+        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch")
+    fused_ops = tuple(op for g in groups for op in g.ops)
+    forward, used, imports = _rewrite(gm, outputs)
+    kept = _pytorch_ops(gm)
+    init = reference_init(problem.source, module) if used else None
+    params = (("groups", tuple(groups)), ("forward", forward), ("pytorch", kept), ("imports", imports))
+    return Pattern("graph", inputs=sum(1 for n in gm.graph.nodes if n.op == "placeholder"), ops=fused_ops,
+                   params=params, init=init.text if init else "", constants=init.constants if init else ())
+
+
+def _float32_shape(node):
+    """The node's output shape when it is one float32 tensor, else None."""
+    import torch
+
+    meta = node.meta.get("tensor_meta")
+    if meta is None or not hasattr(meta, "dtype") or meta.dtype != torch.float32:
+        return None
+    return tuple(meta.shape)
+
+
+def _arg_nodes(node) -> list:
+    import torch.fx as fx
+
+    found: list = []
+    fx.node.map_arg((node.args, node.kwargs), lambda n: found.append(n) or n)
+    return found
+
+
+def _in_place(gm, node) -> bool:
+    if node.kwargs.get("inplace") or (node.op == "call_method" and str(node.target).endswith("_")):
+        return True
+    return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
+
+
+def _fusible(gm, model, node) -> bool:
+    """Whether ``node`` can be one statement of a fused pass."""
+    from loopwise.kernels.expert.capture import _check_operand, _expr
+
+    if node.op not in ("call_function", "call_method", "call_module") or _in_place(gm, node):
+        return False
+    shape = _float32_shape(node)
+    if shape is None:
+        return False
+    exprs = {}
+    for arg in _arg_nodes(node):
+        if arg.op == "get_attr":
+            try:
+                _check_operand(model, arg.target, shape)
+            except ew.Unsupported:
+                return False
+        elif _float32_shape(arg) != shape:
+            return False
+        exprs[arg.name] = "a"
+    try:
+        _expr(gm, node, exprs)
+    except (ew.Unsupported, KeyError, IndexError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _groups(gm, model) -> tuple[list[Group], list]:
+    """The fused groups, and for each its output node and its inputs (activation nodes, then
+    get_attr nodes), in the graph's order."""
+    from loopwise.kernels.expert.capture import _expr
+
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    fusible = [n for n in gm.graph.nodes if _fusible(gm, model, n)]
+    member = set(fusible)
+    parent = {n: n for n in fusible}
+
+    def root(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in fusible:
+        for arg in _arg_nodes(n):
+            if arg in member:
+                parent[root(arg)] = root(n)
+    components: dict = {}
+    for n in fusible:
+        components.setdefault(root(n), []).append(n)
+    groups, outputs = [], []
+    for nodes in components.values():
+        inside = set(nodes)
+        for out in nodes:
+            if all(user in inside for user in out.users):
+                continue  # read only inside the group: not an output
+            cone, stack = set(), [out]
+            while stack:
+                current = stack.pop()
+                if current in cone:
+                    continue
+                cone.add(current)
+                stack.extend(a for a in _arg_nodes(current) if a in inside)
+            if len(cone) < MIN_OPS:
+                continue
+            ordered = sorted(cone, key=order.__getitem__)
+            xs, ps = [], []
+            for node in ordered:
+                for arg in _arg_nodes(node):
+                    if arg in cone:
+                        continue
+                    bucket = ps if arg.op == "get_attr" else xs
+                    if arg not in bucket:
+                        bucket.append(arg)
+            if not xs:
+                continue  # computed from the model's tensors alone: its shape is theirs
+            exprs = {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}
+            body, ops = [], []
+            for node in ordered:
+                expr, op = _expr(gm, node, exprs)
+                exprs[node.name] = f"t{len(body)}"
+                body.append(f"{exprs[node.name]} = {expr}  # {op}")
+                ops.append(op)
+            groups.append(Group(len(xs), tuple(p.target for p in ps), tuple(body), exprs[out.name], tuple(ops)))
+            outputs.append((out, xs, ps))
+    keep = sorted(range(len(groups)), key=lambda i: order[outputs[i][0]])
+    return [groups[i] for i in keep], [outputs[i] for i in keep]
+
+
+def _rewrite(gm, outputs) -> tuple[str, bool, tuple[str, ...]]:
+    """The forward's source with every group output computed by its launcher ``fused_<i>``,
+    whether the forward still reads the model (so ModelNew needs the reference's __init__), and the
+    import lines the forward needs beyond torch."""
+    graph = gm.graph
+    launchers = []
+    for i, (out, xs, ps) in enumerate(outputs):
+        def launcher(*_a):  # a stand-in with its own identity: fx names it, the file defines it
+            raise AssertionError("never called")
+        launcher.__name__ = launcher.__qualname__ = f"fused_{i}"
+        launchers.append(launcher)
+        with graph.inserting_before(out):
+            # named apart from the launcher: the forward's local must not shadow the function
+            new = graph.create_node("call_function", launcher, tuple(xs) + tuple(ps), {}, name=f"fused_{i}_out")
+        out.replace_all_uses_with(new)
+    graph.eliminate_dead_code()
+    _inline_traced_constants(gm)
+    code = graph.python_code(root_module="self")
+    src, imports = code.src, []
+    for name, value in code.globals.items():
+        if name == "__builtins__" or not re.search(rf"\b{re.escape(name)}\b", src):
+            continue
+        if value in launchers:
+            src = re.sub(rf"\b{re.escape(name)}\b", value.__name__, src)
+        elif name not in _ALLOWED_GLOBALS:
+            raise ew.Unsupported(f"the forward calls {name}, which a standalone file cannot name")
+        elif name != "torch":
+            imports.append("import operator" if name == "operator" else f"from math import {name}")
+    lines = [line.rstrip() for line in src.strip("\n").splitlines() if line.strip()]
+    used = any(n.op in ("get_attr", "call_module") for n in graph.nodes)
+    return "\n".join("    " + line for line in lines) + "\n", used, tuple(sorted(imports))
+
+
+def _pytorch_ops(gm) -> tuple[str, ...]:
+    """What the rewritten forward still runs in PyTorch, by name, in order."""
+    names = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            names.append(type(gm.get_submodule(node.target)).__name__)
+        elif node.op == "call_method":
+            names.append(str(node.target))
+        elif node.op == "call_function" and not getattr(node.target, "__name__", "").startswith("fused_"):
+            names.append(getattr(node.target, "__name__", str(node.target)))
+    return tuple(names)
+
+
+_CONSTANT_ELEMENTS = 64  # the largest tensor made in forward that is written into the file as a literal
+
+
+def _inline_traced_constants(gm) -> None:
+    """Tensors the forward makes from Python values (``torch.tensor(self.value)``) become the
+    trace's own constants (``_tensor_constant0``), which ModelNew does not have: each is made again
+    in the forward as the reference made it (``torch.tensor(values, dtype=...)``, on the CPU)."""
+    import functools
+
+    import torch
+
+    for node in list(gm.graph.nodes):
+        # fx's tracer sets these on the traced model itself, so only the name tells them apart
+        if node.op != "get_attr" or not re.fullmatch(r"_tensor_constant\d+", node.target):
+            continue
+        value = functools.reduce(getattr, node.target.split("."), gm)
+        if not isinstance(value, torch.Tensor) or value.numel() > _CONSTANT_ELEMENTS or value.is_meta:
+            raise ew.Unsupported(f"the forward makes a tensor ({node.target}) a standalone file cannot write down")
+        with gm.graph.inserting_before(node):
+            made = gm.graph.call_function(torch.tensor, (value.tolist(),), {"dtype": value.dtype})
+        node.replace_all_uses_with(made)
+        gm.graph.erase_node(node)
