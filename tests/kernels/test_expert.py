@@ -10,6 +10,8 @@ from loopwise.kernels.evaluate.judge import Judge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.generate import variants
+from loopwise.kernels.expert.partition import plan
 from loopwise.kernels.problem import load_problem
 
 try:
@@ -60,7 +62,11 @@ def test_capture_recognizes_patterns_and_says_why_not():
                                         ("convtranspose_add.py", {"block": 256, "warps": 2}),
                                         ("partial_groupnorm.py", {"block": 128}),  # ragged last block
                                         ("partial_shared.py", {"block": 64, "warps": 2}),
-                                        ("partial_constant.py", {"block": 32})])
+                                        ("partial_constant.py", {"block": 32}),
+                                        ("partial_mlp.py", {"template": "graph_linear", "tile": 64, "chunk": 16}),
+                                        ("partial_linear_norm.py", {"block": 128}),
+                                        ("partial_linear_norm.py", {"template": "graph_linear", "tile": 32,
+                                                                    "chunk": 16, "gemm_warps": 4})])
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     _judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
@@ -460,13 +466,13 @@ def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in
     pattern = capture(load_problem(str(HERE / "partial_groupnorm.py")))
     assert pattern.kind == "graph", pattern.reason
     assert pattern.ops == ("add", "mul", "sigmoid")
-    assert dict(pattern.params)["pytorch"] == ("Conv2d", "GroupNorm")
+    assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm")
     assert "GroupNorm" in pattern.reason and "partial" in pattern.reason
     source, _ = generate(load_problem(str(HERE / "partial_groupnorm.py")))
     assert "self.conv(x)" in source and "self.norm(" in source and "fused_0(conv, bias)" in source
     # a value PyTorch reads is a pass of its own; the later pass recomputes it rather than reading it
     shared = capture(load_problem(str(HERE / "partial_shared.py")))
-    groups = dict(shared.params)["groups"]
+    groups = plan(shared, "graph")["groups"]
     assert [g.ops for g in groups] == [("mul", "add"), ("mul", "add", "sigmoid", "mul", "sub")]
     assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
 
@@ -492,7 +498,7 @@ def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_pat
                                        extra="self.act = nn.ReLU()"))
     pattern = capture(load_problem(str(chained)))
     assert pattern.kind == "graph" and pattern.ops == ("relu", "mul"), pattern.reason
-    assert dict(pattern.params)["pytorch"] == ("Conv2d", "GroupNorm")
+    assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm")
 
 
 _PARTIAL = """import torch
@@ -517,3 +523,43 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+
+
+def test_linears_become_gemms_with_the_work_after_them_as_epilogue(tmp_path):
+    """A Linear's plan fuses what reads only its output (per-column tensors allowed) into the GEMM;
+    with nothing elementwise worth a pass of its own, the GEMM plan is the only one."""
+    mlp = capture(load_problem(str(HERE / "partial_mlp.py")))
+    assert variants(mlp) == ["graph", "graph_linear"], mlp.reason
+    gemms = plan(mlp, "graph_linear")["gemms"]
+    assert [(g.module, g.ops, g.operands, g.has_bias) for g in gemms] == [
+        ("first", ("linear", "relu"), (), True), ("second", ("linear", "mul", "add", "tanh"), ("shift",), True),
+        ("last", ("linear",), (), False)]
+    assert plan(mlp, "graph_linear")["groups"] == () and plan(mlp, "graph_linear")["pytorch"] == ()
+    assert plan(mlp, "graph")["pytorch"] == ("Linear", "relu", "Linear", "Linear")  # the relu alone: one op
+    only = tmp_path / "mlp_only.py"
+    only.write_text((HERE / "partial_mlp.py").read_text().replace(
+        "x = self.second(x) * 0.5 + self.shift\n        return self.last(torch.tanh(x))",
+        "return self.last(self.second(x))"))
+    assert variants(capture(load_problem(str(only)))) == ["graph_linear"]
+    norm = capture(load_problem(str(HERE / "partial_linear_norm.py")))
+    assert variants(norm) == ["graph", "graph_linear"]
+    assert plan(norm, "graph")["pytorch"] == ("Linear", "BatchNorm1d")
+    assert plan(norm, "graph_linear")["pytorch"] == ("BatchNorm1d",)
+
+
+def test_linear_gemm_kernels_of_a_partition_compile_for_hopper_without_a_gpu(tmp_path):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from loopwise.kernels.expert.generate import render
+
+    source = render(capture(load_problem(str(HERE / "partial_mlp.py"))), {"template": "graph_linear"})
+    module = _load(source, tmp_path, "partial_mlp_gemm_aot")
+    signature = {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "q0_ptr": "*fp32", "out_ptr": "*fp32",
+                 "M": "i32", "N": "i32", "K": "i32", "s_xm": "i32", "s_xk": "i32", "s_wn": "i32", "s_wk": "i32",
+                 "s_om": "i32", "s_on": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+                 "GROUP_M": "constexpr"}
+    compiled = triton.compile(ASTSource(module.linear_1_kernel, signature, {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8}),
+                              target=GPUTarget("cuda", 90, 32))
+    assert len(compiled.asm["cubin"]) > 1000

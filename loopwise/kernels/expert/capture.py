@@ -244,10 +244,15 @@ def _partitioned(problem, whole: str) -> Pattern:
         return Pattern("unsupported", reason=f"{whole}; {exc}" if str(exc) not in whole else whole)
     except Exception as exc:  # noqa: BLE001 - never raise for a model the expert cannot take
         return Pattern("unsupported", reason=f"{whole}; partition failed ({type(exc).__name__}: {exc})")
-    kept = dict(pattern.params)["pytorch"]
-    return replace(pattern, reason=f"partial ({whole}): {len(pattern.ops)} operations fused in "
-                                   f"{len(dict(pattern.params)['groups'])} Triton pass(es); in PyTorch: "
-                                   f"{', '.join(kept) or 'nothing'}")
+    from loopwise.kernels.expert.partition import kinds, plan
+
+    parts = []
+    for kind in kinds(pattern):
+        p = plan(pattern, kind)
+        passes = len(p["groups"]) + len(p["gemms"])
+        parts.append(f"{kind}: {passes} Triton kernel(s) ({', '.join('+'.join(g.ops) for g in (*p['gemms'], *p['groups']))}), "
+                     f"in PyTorch: {', '.join(p['pytorch']) or 'nothing'}")
+    return replace(pattern, reason=f"partial ({whole}); " + "; ".join(parts))
 
 
 def _classify(gm, args, model) -> Pattern:

@@ -8,13 +8,14 @@ from importlib import resources
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
-DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4},
+                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2",
@@ -29,6 +30,10 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         return []
     if pattern.kind == "matmul":
         return ["matmul", *matmul_variants.library_variants(pattern, precision)]
+    if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
+        from loopwise.kernels.expert.partition import kinds
+
+        return kinds(pattern)
     return [pattern.kind]
 
 
@@ -84,6 +89,10 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params)
+    if pattern.kind == "graph":
+        from loopwise.kernels.expert.partition import plan
+
+        extra = {**extra, **plan(pattern, kind)}
     text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[kind]).read_text()
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
@@ -101,11 +110,12 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, di
         if not matmul_variants.accepts(kind, pattern) or not matmul_variants.valid(kind, params):
             raise ValueError(f"{kind} with {params} does not apply to this {pattern.kind} {dict(pattern.params)}")
         return matmul_variants.note(kind, params), matmul_variants.template_values(kind, pattern, params)
-    if kind != pattern.kind:
+    if kind != pattern.kind and kind not in variants(pattern):
         raise ValueError(f"template {kind!r} is not a variant of {pattern.kind!r}")
     return f"{kind}: block {params['block']}, {params['warps']} warps" + (
         f", chunk {params['chunk']}" if "chunk" in params else "") + (
-        f", split {params['split']}" if params.get("split", 1) > 1 else ""), {}
+        f", split {params['split']}" if params.get("split", 1) > 1 else "") + (
+        f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else ""), {}
 
 
 def attribute(path: str) -> str:

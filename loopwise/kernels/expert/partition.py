@@ -19,6 +19,7 @@ was not (the coverage).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -40,20 +41,64 @@ class Group:
 
 
 def partition(problem):
-    """The ``graph`` pattern of ``problem`` (see the module's docstring).
+    """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
+    holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch)
+    and, when the forward has an nn.Linear on a 2-D float32 input, ``graph_linear`` (each such
+    Linear a Triton GEMM on the tensor cores, with the elementwise pass that reads only its output
+    and per-column tensors fused as its epilogue), so the search measures the two as siblings.
 
     Raises:
-        ew.Unsupported: no group of at least :data:`MIN_OPS` fusible operations, or a forward the
-            generated file could not reproduce; the message says which.
+        ew.Unsupported: neither plan launches a kernel of its own (no chain of :data:`MIN_OPS`
+            fusible operations, no Linear), or the forward could not be written down standalone.
     """
-    import torch
-    import torch.fx as fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
     from loopwise.kernels.expert.capture import Pattern
     from loopwise.kernels.expert.reference_init import reference_init
 
     module = problem.load_module()
+    plans, used, inputs = [], False, 0
+    for kind, linear in (("graph", False), ("graph_linear", True)):
+        gm, model = _traced(module)
+        inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        linears = _linears(gm, model) if linear else []
+        if linear and not linears:
+            continue
+        groups, outputs = _groups(gm, model, 1 if linears else MIN_OPS)
+        groups, outputs, gemms = _epilogues(gm, model, groups, outputs, linears)
+        # a one-operation pass that did not become an epilogue is not worth its launch
+        short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS}
+        groups = [g for i, g in enumerate(groups) if i not in short]
+        outputs = [o for i, o in enumerate(outputs) if i not in short]
+        if not groups and not gemms:
+            continue
+        forward, reads_model, imports = _rewrite(gm, outputs, gemms)
+        used = used or reads_model
+        plans.append((kind, (("groups", tuple(groups)), ("gemms", tuple(g for g, _ in gemms)),
+                             ("forward", forward), ("pytorch", _pytorch_ops(gm)), ("imports", imports))))
+    if not plans:
+        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch")
+    init = reference_init(problem.source, module) if used else None
+    first = dict(plans[0][1])
+    ops = tuple(op for g in first["groups"] for op in g.ops) + tuple(op for g in first["gemms"] for op in g.ops)
+    return Pattern("graph", inputs=inputs, ops=ops, params=(("plans", tuple(plans)),),
+                   init=init.text if init else "", constants=init.constants if init else ())
+
+
+def plan(pattern, kind: str) -> dict:
+    """The plan of ``pattern`` (a ``graph`` pattern) for template ``kind``; KeyError if none."""
+    return dict(dict(dict(pattern.params)["plans"])[kind])
+
+
+def kinds(pattern) -> list[str]:
+    """The template kinds a ``graph`` pattern has plans for, the elementwise-only one first."""
+    return [kind for kind, _ in dict(pattern.params)["plans"]]
+
+
+def _traced(module):
+    """(fx GraphModule with shapes propagated on the meta device, the meta model)."""
+    import torch
+    import torch.fx as fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         args = list(module.get_inputs())
@@ -66,16 +111,90 @@ def partition(problem):
             ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
     except Exception as exc:  # noqa: BLE001 - an operation without a meta kernel, a tensor made on the CPU
         raise ew.Unsupported(f"shapes could not be propagated ({type(exc).__name__}: {str(exc)[:120]})") from None
-    groups, outputs = _groups(gm, model)
-    if not groups:
-        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch")
-    fused_ops = tuple(op for g in groups for op in g.ops)
-    forward, used, imports = _rewrite(gm, outputs)
-    kept = _pytorch_ops(gm)
-    init = reference_init(problem.source, module) if used else None
-    params = (("groups", tuple(groups)), ("forward", forward), ("pytorch", kept), ("imports", imports))
-    return Pattern("graph", inputs=sum(1 for n in gm.graph.nodes if n.op == "placeholder"), ops=fused_ops,
-                   params=params, init=init.text if init else "", constants=init.constants if init else ())
+    return gm, model
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """nn.Linear as a Triton GEMM: ``out = epilogue(x0 @ W.T + b)``, the epilogue reading per-column
+    tensors q0, q1, ... (attribute paths)."""
+
+    module: str  # the Linear's attribute path
+    has_bias: bool
+    operands: tuple[str, ...]  # epilogue tensors, each one value per output column
+    body: tuple[str, ...]
+    expr: str
+    ops: tuple[str, ...]
+
+
+def _linears(gm, model) -> list:
+    """The nn.Linear calls on a 2-D float32 input with float32 weights."""
+    import torch
+    import torch.nn as nn
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or not isinstance(gm.get_submodule(node.target), nn.Linear):
+            continue
+        sub = gm.get_submodule(node.target)
+        src = node.args[0] if node.args else None
+        shape = _float32_shape(src) if hasattr(src, "meta") else None
+        if shape is None or len(shape) != 2 or len(node.args) != 1 or node.kwargs:
+            continue
+        if sub.weight.dtype != torch.float32 or (sub.bias is not None and sub.bias.dtype != torch.float32):
+            continue
+        found.append(node)
+    return found
+
+
+def _epilogues(gm, model, groups, outputs, linears):
+    """Each Linear becomes a GEMM; an elementwise group whose only activation input is a Linear's
+    output (read by nothing else) and whose tensors hold one value per output column becomes that
+    GEMM's epilogue. Returns the groups left, their outputs, and [(Gemm, (out node, input node,
+    linear node))]."""
+    from loopwise.kernels.expert.capture import _expr
+
+    gemms, taken = [], set()
+    for lin in linears:
+        sub = gm.get_submodule(lin.target)
+        n = sub.out_features
+        epilogue = None
+        for i, (group, (out, xs, ps)) in enumerate(zip(groups, outputs)):
+            if i in taken or xs != [lin] or any(u not in _cone(out, lin) for u in lin.users):
+                continue
+            shapes = [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
+            if all(s in ((n,), (1, n)) for s in shapes):
+                epilogue = i
+                break
+        if epilogue is None:
+            gemms.append((Gemm(lin.target, sub.bias is not None, (), (), "x0", ("linear",)), (lin, lin.args[0], lin)))
+            continue
+        taken.add(epilogue)
+        out, _, ps = outputs[epilogue]
+        exprs = {lin.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}
+        body, ops = [], []
+        for node in sorted(_cone(out, lin) - {lin}, key=list(gm.graph.nodes).index):
+            expr, op = _expr(gm, node, exprs)
+            exprs[node.name] = f"t{len(body)}"
+            body.append(f"{exprs[node.name]} = {expr}  # {op}")
+            ops.append(op)
+        gemms.append((Gemm(lin.target, sub.bias is not None, tuple(p.target for p in ps), tuple(body),
+                           exprs[out.name], ("linear", *ops)), (out, lin.args[0], lin)))
+    keep = [i for i in range(len(groups)) if i not in taken]
+    return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
+
+
+def _cone(out, stop) -> set:
+    """``out`` and what it is computed from, back to (and including) ``stop``."""
+    seen, stack = set(), [out]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node is not stop:
+            stack.extend(a for a in _arg_nodes(node) if a.op not in ("placeholder", "get_attr"))
+    return seen
 
 
 def _float32_shape(node):
@@ -128,9 +247,9 @@ def _fusible(gm, model, node) -> bool:
     return True
 
 
-def _groups(gm, model) -> tuple[list[Group], list]:
-    """The fused groups, and for each its output node and its inputs (activation nodes, then
-    get_attr nodes), in the graph's order."""
+def _groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
+    """The fused groups of at least ``min_ops`` operations, and for each its output node and its
+    inputs (activation nodes, then get_attr nodes), in the graph's order."""
     from loopwise.kernels.expert.capture import _expr
 
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -164,7 +283,7 @@ def _groups(gm, model) -> tuple[list[Group], list]:
                     continue
                 cone.add(current)
                 stack.extend(a for a in _arg_nodes(current) if a in inside)
-            if len(cone) < MIN_OPS:
+            if len(cone) < min_ops:
                 continue
             ordered = sorted(cone, key=order.__getitem__)
             xs, ps = [], []
@@ -190,12 +309,12 @@ def _groups(gm, model) -> tuple[list[Group], list]:
     return [groups[i] for i in keep], [outputs[i] for i in keep]
 
 
-def _rewrite(gm, outputs) -> tuple[str, bool, tuple[str, ...]]:
-    """The forward's source with every group output computed by its launcher ``fused_<i>``,
-    whether the forward still reads the model (so ModelNew needs the reference's __init__), and the
+def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
+    """The forward's source with every group output computed by its launcher ``fused_<i>`` and
+    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>``, whether the forward still reads the model (so ModelNew needs the reference's __init__), and the
     import lines the forward needs beyond torch."""
     graph = gm.graph
-    launchers = []
+    launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
     for i, (out, xs, ps) in enumerate(outputs):
         def launcher(*_a):  # a stand-in with its own identity: fx names it, the file defines it
             raise AssertionError("never called")
@@ -203,8 +322,23 @@ def _rewrite(gm, outputs) -> tuple[str, bool, tuple[str, ...]]:
         launchers.append(launcher)
         with graph.inserting_before(out):
             # named apart from the launcher: the forward's local must not shadow the function
-            new = graph.create_node("call_function", launcher, tuple(xs) + tuple(ps), {}, name=f"fused_{i}_out")
+            new = graph.create_node("call_function", launcher, tuple(now.get(x, x) for x in xs) + tuple(ps), {},
+                                    name=f"fused_{i}_out")
         out.replace_all_uses_with(new)
+        now[out] = new
+    for k, (gemm, (out, source, _)) in enumerate(gemms):
+        def launcher(*_a):
+            raise AssertionError("never called")
+        launcher.__name__ = launcher.__qualname__ = f"linear_{k}"
+        launchers.append(launcher)
+        with graph.inserting_before(out):
+            tensors = [graph.get_attr(f"{gemm.module}.weight")]
+            tensors += [graph.get_attr(f"{gemm.module}.bias")] if gemm.has_bias else []
+            tensors += [graph.get_attr(path) for path in gemm.operands]
+            new = graph.create_node("call_function", launcher, (now.get(source, source), *tensors), {},
+                                    name=f"linear_{k}_out")
+        out.replace_all_uses_with(new)
+        now[out] = new
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
@@ -231,7 +365,7 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not getattr(node.target, "__name__", "").startswith("fused_"):
+        elif node.op == "call_function" and not re.match(r"(fused|linear)_\d+$", getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 

@@ -32,6 +32,9 @@ SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     # the same knobs for every fused pass of a partitioned forward
     "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
+    # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
+    "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
+                     "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
@@ -147,11 +150,13 @@ class ExpertProposer(Proposer):
                 if name in SPACE[kind] and (value.isdigit() or not numeric):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
-        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?", source or "")
+        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?"
+                          r"(?:, tile (\d+), (\d+) gemm warps)?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
         moves |= {"chunk": int(found.group(3))} if found.group(3) else {}
+        moves |= {"tile": int(found.group(5)), "gemm_warps": int(found.group(6))} if found.group(5) else {}
         kind = first.group(1) if first and first.group(1) in SPACE else None
         if kind and "split" in SPACE[kind]:  # the note names split-K only when it splits
             moves["split"] = int(found.group(4) or 1)
