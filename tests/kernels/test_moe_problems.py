@@ -139,6 +139,94 @@ def test_the_triton_candidates_match_the_references_on_every_routing_pattern(tmp
     assert len(errors) == 5 * len(PATTERNS) and max(errors.values()) < 1e-5, errors  # forward; out, dx, dW, dD
 
 
+def _proxy():
+    from bench_modules import bench_module
+
+    return bench_module("moe_backward_rounding_proxy")
+
+
+def test_the_proxys_hooked_reference_is_the_problems_model():
+    """bench/moe_backward_rounding_proxy.py's copy of the reference loop (hooks on each gather, one
+    weight leaf per expert) gives the problem's Model's four outputs bit for bit."""
+    proxy, m = _proxy(), _module("moe_forward_backward")
+    torch.manual_seed(4)
+    model = m.Model(hidden=64, intermediate=32, experts=8)
+    ids, weights = m.routes(tokens=40, experts=8, top_k=4, pattern="duplicate")
+    x, g = torch.randn(40, 64).to(torch.bfloat16), torch.randn(40, 64).to(torch.bfloat16)
+    ref = proxy.reference(model, x, ids, weights, g)
+    with torch.no_grad():
+        for name, want in zip(("out", "dx", "d_gate_up", "d_down"), model(x, ids, weights, g)):
+            assert torch.equal(ref[name], want), name
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_reference_sums_dx_in_bf16_experts_descending(pattern):
+    """The order the reference's autograd adds d x in: given its own per-route pieces, adding a
+    token's routes one by one in bf16, experts descending (a token's routes to one expert first,
+    slots ascending), reproduces its d x bit for bit; one fp32 sum rounded once (the candidate
+    before) and experts ascending do not (with several experts per token)."""
+    proxy, m = _proxy(), _module("moe_forward_backward")
+    torch.manual_seed(6)
+    model = m.Model(hidden=64, intermediate=32, experts=8)
+    ids, weights = m.routes(tokens=64, experts=8, top_k=6, pattern=pattern)
+    x, g = torch.randn(64, 64).to(torch.bfloat16), torch.randn(64, 64).to(torch.bfloat16)
+    ref = proxy.reference(model, x, ids, weights, g)
+    assert torch.equal(proxy.sum_routes(ref["pieces"], ids, "desc"), ref["dx"])
+    assert not torch.equal(proxy.sum_routes(ref["pieces"], ids, "fp32"), ref["dx"])
+    if pattern != "single":
+        assert not torch.equal(proxy.sum_routes(ref["pieces"], ids, "asc"), ref["dx"])
+
+
+def test_the_backward_candidate_orders_a_tokens_routes_as_autograd_does():
+    cand = _module("moe_forward_backward_triton")
+    ids = torch.tensor([[3, 7, 3, 0], [5, 5, 5, 5], [0, 1, 2, 3]])
+    order, expert = cand.autograd_order(ids, 8)
+    assert order.tolist() == [[1, 0, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0]]
+    assert expert.tolist() == [[7, 3, 3, 0], [5, 5, 5, 5], [3, 2, 1, 0]]
+    assert order.dtype == expert.dtype == torch.int32
+
+
+SUM_ROUTES = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from bench_modules import bench_module
+proxy = bench_module("moe_backward_rounding_proxy")
+m, cand = proxy.load("moe_forward_backward"), proxy.load("moe_forward_backward_triton")
+differ = {}
+for pattern in ("uniform", "skewed", "duplicate", "single"):
+    torch.manual_seed(3)
+    model = m.Model(hidden=128, intermediate=64, experts=8)
+    ids, weights = m.routes(tokens=48, experts=8, top_k=6, pattern=pattern)
+    x, g = torch.randn(48, 128).to(torch.bfloat16), torch.randn(48, 128).to(torch.bfloat16)
+    ref = proxy.reference(model, x, ids, weights, g)
+    got = cand.sum_routes(ref["pieces"], ids, 8)
+    old = ref["pieces"].float().view(48, 6, 128).sum(dim=1).to(torch.bfloat16)
+    differ[pattern] = [int((got != ref["dx"]).sum()), int((old != ref["dx"]).sum()), str(got.dtype)]
+print(json.dumps(differ))
+"""
+
+
+def test_the_backward_candidate_sums_dx_bit_for_bit_as_the_reference(tmp_path):
+    """The forward+backward candidate's d x step (``_sum_routes``, run by Triton's interpreter in
+    bf16: it only loads, adds and rounds, which it rounds to nearest even on the bits, so the
+    interpreter's truncating casts do not enter) turns the reference's own per-route pieces into
+    the reference's d x exactly, on every routing pattern; the fp32 sum the candidate made before
+    (the H200's 8 failing elements) differs from it in thousands of bits."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", SUM_ROUTES, str(MOE), str(tests)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    differ = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(differ) == set(PATTERNS)
+    for pattern, (new, old, dtype) in differ.items():
+        assert dtype == "torch.bfloat16" and new == 0 and old > 100, (pattern, new, old)
+
+
 def test_route_blocks_cover_every_route_once():
     cand = _module("moe_forward_triton")
     torch.manual_seed(2)
@@ -196,7 +284,7 @@ def test_the_backward_candidates_kernels_compile_for_hopper_in_bf16(tmp_path):
         ("bf16", 2048, 1536, (2048 * 1536, 1536, 1), True, False, False, False, False),
         ("fp32", 768, 2048, (768 * 2048, 2048, 1), False, True, False, True, True),
         ("bf16", 2048, 768, (768 * 2048, 1, 2048), True, False, True, False, False),
-        ("fp32", 1536, 2048, (2048 * 1536, 1, 1536), False, True, False, False, True),
+        ("bf16", 1536, 2048, (2048 * 1536, 1, 1536), False, True, False, False, False),
     ]
     for c, k, n, (sbe, sbk, sbn), gather, scatter, scale_a, scale_c, round_acc in rows:
         consts = {"K": k, "N": n, "SBE": sbe, "SBK": sbk, "SBN": sbn, "GATHER_A": gather, "SCATTER_C": scatter,
@@ -212,6 +300,11 @@ def test_the_backward_candidates_kernels_compile_for_hopper_in_bf16(tmp_path):
                **{key: "constexpr" for key in consts}}
         compiled = triton.compile(ASTSource(cand._expert_outer, sig, consts), target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
+    consts = {"H": 2048, "K": 8, "BLOCK_H": 1024}
+    sig = {"piece_ptr": "*bf16", "order_ptr": "*i32", "expert_ptr": "*i32", "out_ptr": "*bf16",
+           **{key: "constexpr" for key in consts}}
+    compiled = triton.compile(ASTSource(cand._sum_routes, sig, consts), target=GPUTarget("cuda", 90, 32))
+    assert len(compiled.asm["cubin"]) > 1000
 
 
 def test_the_moe_table_script_makes_its_variants_and_pinned_problems(tmp_path):
@@ -241,3 +334,51 @@ def test_the_moe_table_script_makes_its_variants_and_pinned_problems(tmp_path):
             assert torch.equal(ids[:, 0], ids[:, 1])
         if pattern == "single":
             assert ids.unique().numel() == 1
+
+
+def test_the_moe_table_puts_each_pattern_on_its_own_row_and_compares_where_both_are_correct():
+    """bench/moe_table.py's arithmetic on made-up rows: the pinned rows give the random-pattern rows
+    their correct patterns, ours over VeOmni is VeOmni's ms over ours on each pattern both got
+    right (none where one is wrong), and the markdown has both tables."""
+    from types import SimpleNamespace
+
+    from bench_modules import bench_module
+
+    table = bench_module("moe_table")
+    source = (MOE / "moe_forward_backward_triton.py").read_text()
+
+    def ev(status, ms=None, eager=None):
+        correct = status == "correct"
+        return SimpleNamespace(status=SimpleNamespace(value=status), correct=correct,
+                               timing=SimpleNamespace(median_ms=ms) if ms else None,
+                               reference_timing=SimpleNamespace(median_ms=eager) if correct and eager else None,
+                               speedup=eager / ms if correct and eager and ms else None,
+                               rejections=[] if correct else [SimpleNamespace(code="wrong_output", message="output 2")])
+
+    rows = [{"problem": "fb", "contender": "torch.compile", "variant": "default", "pattern": "random",
+             "status": "ok", "ms": 200.0, "speedup_vs_eager": 0.98, "compile_ms": 200.0}]
+    rows += [table.row("fb", "ours", "64x64x64", ev("wrong_output"), 5, 1.0),
+             table.row("fb", "ours", "64x128x32", ev("wrong_output"), 5, 1.0),
+             table.row("fb", "veomni", "TritonFusedMoeExpertFunction", ev("correct", 8.0, 196.0), 0, 1.0)]
+    variant, text = table.pattern_variant(rows, "fb", source)
+    assert variant == "64x64x64 (as written)" and text == source  # no tile shape correct: as written
+    rows[2].update(status="correct", speedup_vs_eager=40.0)
+    variant, text = table.pattern_variant(rows, "fb", source)
+    assert variant == "64x128x32" and "BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 32" in text
+    for pattern, ours, theirs in (("uniform", 4.0, 8.0), ("single", 2.0, None), ("skewed", None, 6.0)):
+        rows.append(table.row("fb", "ours", variant, ev("correct", ours, 190.0) if ours else ev("wrong_output"),
+                              5, 1.0, pattern, eager_ms=190.0))
+        rows.append(table.row("fb", "veomni", "TritonFusedMoeExpertFunction",
+                              ev("correct", theirs, 190.0) if theirs else ev("wrong_output"), 0, 1.0, pattern, 190.0))
+    for r in rows:
+        r.setdefault("compile_ms", 200.0)
+    table.annotate(rows)
+    by = {(r["contender"], r["pattern"]): r for r in rows if r["pattern"] != "random"}
+    assert by["ours", "uniform"]["vs_veomni"] == 2.0
+    assert "vs_veomni" not in by["ours", "single"] and "vs_veomni" not in by["ours", "skewed"]
+    assert by["ours", "skewed"]["ms"] is None and by["ours", "skewed"]["eager_ms"] == 190.0
+    assert rows[2]["patterns_correct"] == "uniform,single" and rows[3]["patterns_correct"] == "uniform,skewed"
+    assert "patterns_correct" not in rows[1]
+    md = table.summary(rows)
+    assert md.count("\n| fb | ") == 4 + 6 and "| fb | uniform | ours | 64x128x32 | correct | 4.000 | 190.000 | 47.50x | 50.00x | 2.00x |" in md
+    assert "| fb | single | veomni | TritonFusedMoeExpertFunction | wrong_output (wrong_output: output 2) | - |" in md
