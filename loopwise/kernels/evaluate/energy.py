@@ -91,6 +91,10 @@ def _measure(
     start_mj, start = _wait_for_update(read)
     for _ in range(calls):
         fn()
+    while time.perf_counter() - start < min_seconds:  # the calibration ran slower than this loop
+        for _ in range(batch):
+            fn()
+        calls += batch
     sync()
     # This read may be up to one refresh stale: keep the GPU busy until the counter moves, so the
     # end value covers all our calls (and at most one batch more, which we count).
