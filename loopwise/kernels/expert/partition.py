@@ -12,6 +12,10 @@ Triton pass saves no memory traffic and costs a launch. Everything else (convolu
 reductions, pooling, matrix products with their own modules) stays in PyTorch, in the traced
 order, with the reference's own modules and weights: ModelNew runs the reference's ``__init__``.
 
+A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32 input
+a Triton GEMM, with the elementwise work that reads only its output fused as its epilogue (there a
+single operation is worth fusing: it costs no pass of its own); the search measures both plans.
+
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
 was not (the coverage).
