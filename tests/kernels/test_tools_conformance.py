@@ -164,10 +164,12 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     from loopwise.kernels.expert.matmul_variants import LIBRARY_KINDS
     from loopwise.kernels.expert.proposer import SPACE, STRUCTURAL
 
-    # split (split-K) is reached through the structural move split_k, like the CUTLASS knobs.
+    # split (split-K) is reached through the structural move split_k, like the CUTLASS knobs; a
+    # partitioned forward's GEMM tile through reduce_registers, its GEMM warps by exploration only.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
-                                    for k in space} - {"split"}
+                                    for k in space} - {"split", "tile", "gemm_warps"}
     assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},)}
+    assert {"tile": "down"} in STRUCTURAL["reduce_registers"]["graph_linear"]
     assert not set(PARAMETER_MOVES) & {k for kind in LIBRARY_KINDS for k in SPACE[kind]}
     assert all(kind in STRUCTURAL["reduce_registers"] for kind in LIBRARY_KINDS)
 

@@ -220,10 +220,13 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "layernorm": ({"block": "down"},), "row_softmax": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
-                         "matmul_3xtf32": ({"tile": "down"},)},
+                         "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},),
+                         "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
-                             "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"})},
-    "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},)},
+                             "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
+                             "graph_linear": ({"chunk": "down"},)},
+    "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
+                        "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},)},
 }
 
