@@ -154,51 +154,52 @@ def _linears(gm, model) -> list:
 def _epilogues(gm, model, groups, outputs, linears):
     """Each Linear becomes a GEMM; an elementwise group whose only activation input is a Linear's
     output (read by nothing else) and whose tensors hold one value per output column becomes that
-    GEMM's epilogue. Returns the groups left, their outputs, and [(Gemm, (out node, input node,
-    linear node))]."""
-    from loopwise.kernels.expert.capture import _expr
-
+    GEMM's epilogue. Returns the groups left, their outputs, and [(Gemm, (out node, input node))]."""
     gemms, taken = [], set()
     for lin in linears:
         sub = gm.get_submodule(lin.target)
         n = sub.out_features
         epilogue = None
-        for i, (group, (out, xs, ps)) in enumerate(zip(groups, outputs)):
-            if i in taken or xs != [lin] or any(u not in _cone(out, lin) for u in lin.users):
+        for i, (out, xs, ps, cone) in enumerate(outputs):
+            if i in taken or xs != [lin] or any(u not in cone for u in lin.users):
                 continue
             shapes = [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
             if all(s in ((n,), (1, n)) for s in shapes):
                 epilogue = i
                 break
         if epilogue is None:
-            gemms.append((Gemm(lin.target, sub.bias is not None, (), (), "x0", ("linear",)), (lin, lin.args[0], lin)))
+            gemms.append((Gemm(lin.target, sub.bias is not None, (), (), "x0", ("linear",)), (lin, lin.args[0])))
             continue
         taken.add(epilogue)
-        out, _, ps = outputs[epilogue]
-        exprs = {lin.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}
-        body, ops = [], []
-        for node in sorted(_cone(out, lin) - {lin}, key=list(gm.graph.nodes).index):
-            expr, op = _expr(gm, node, exprs)
-            exprs[node.name] = f"t{len(body)}"
-            body.append(f"{exprs[node.name]} = {expr}  # {op}")
-            ops.append(op)
-        gemms.append((Gemm(lin.target, sub.bias is not None, tuple(p.target for p in ps), tuple(body),
-                           exprs[out.name], ("linear", *ops)), (out, lin.args[0], lin)))
+        out, _, ps, cone = outputs[epilogue]
+        body, ops, expr = _statements(gm, cone, {lin.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, out)
+        gemms.append((Gemm(lin.target, sub.bias is not None, tuple(p.target for p in ps), body, expr,
+                           ("linear", *ops)), (out, lin.args[0])))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
 
 
-def _cone(out, stop) -> set:
-    """``out`` and what it is computed from, back to (and including) ``stop``."""
-    seen, stack = set(), [out]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node is not stop:
-            stack.extend(a for a in _arg_nodes(node) if a.op not in ("placeholder", "get_attr"))
-    return seen
+def _statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """One Triton statement per node of ``nodes`` (in graph order), its inputs named in ``exprs``:
+    (statements, operation names, the expression of ``out``)."""
+    from loopwise.kernels.expert.capture import _expr
+
+    exprs, body, ops = dict(exprs), [], []
+    for node in nodes:
+        expr, op = _expr(gm, node, exprs)
+        exprs[node.name] = f"t{len(body)}"
+        body.append(f"{exprs[node.name]} = {expr}  # {op}")
+        ops.append(op)
+    return tuple(body), tuple(ops), exprs[out.name]
+
+
+def _stand_in(name: str):
+    """A function with its own identity for a launcher call in the graph: fx names the call after
+    it, and the generated file defines the real one under that name."""
+    def launcher(*_a):
+        raise AssertionError("never called")
+    launcher.__name__ = launcher.__qualname__ = name
+    return launcher
 
 
 def _float32_shape(node):
@@ -252,10 +253,8 @@ def _fusible(gm, model, node) -> bool:
 
 
 def _groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
-    """The fused groups of at least ``min_ops`` operations, and for each its output node and its
-    inputs (activation nodes, then get_attr nodes), in the graph's order."""
-    from loopwise.kernels.expert.capture import _expr
-
+    """The fused groups of at least ``min_ops`` operations, and for each its output node, its
+    inputs (activation nodes, then get_attr nodes) and its nodes, in the graph's order."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     fusible = [n for n in gm.graph.nodes if _fusible(gm, model, n)]
     member = set(fusible)
@@ -300,29 +299,23 @@ def _groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
                         bucket.append(arg)
             if not xs:
                 continue  # computed from the model's tensors alone: its shape is theirs
-            exprs = {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}
-            body, ops = [], []
-            for node in ordered:
-                expr, op = _expr(gm, node, exprs)
-                exprs[node.name] = f"t{len(body)}"
-                body.append(f"{exprs[node.name]} = {expr}  # {op}")
-                ops.append(op)
-            groups.append(Group(len(xs), tuple(p.target for p in ps), tuple(body), exprs[out.name], tuple(ops)))
-            outputs.append((out, xs, ps))
+            body, ops, expr = _statements(
+                gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
+            groups.append(Group(len(xs), tuple(p.target for p in ps), body, expr, ops))
+            outputs.append((out, xs, ps, ordered))
     keep = sorted(range(len(groups)), key=lambda i: order[outputs[i][0]])
     return [groups[i] for i in keep], [outputs[i] for i in keep]
 
 
 def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
     """The forward's source with every group output computed by its launcher ``fused_<i>`` and
-    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>``, whether the forward still reads the model (so ModelNew needs the reference's __init__), and the
-    import lines the forward needs beyond torch."""
+    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>``, whether the forward still reads
+    the model (so ModelNew needs the reference's __init__), and the import lines the forward needs
+    beyond torch."""
     graph = gm.graph
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
-    for i, (out, xs, ps) in enumerate(outputs):
-        def launcher(*_a):  # a stand-in with its own identity: fx names it, the file defines it
-            raise AssertionError("never called")
-        launcher.__name__ = launcher.__qualname__ = f"fused_{i}"
+    for i, (out, xs, ps, _) in enumerate(outputs):
+        launcher = _stand_in(f"fused_{i}")
         launchers.append(launcher)
         with graph.inserting_before(out):
             # named apart from the launcher: the forward's local must not shadow the function
@@ -330,10 +323,8 @@ def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
                                     name=f"fused_{i}_out")
         out.replace_all_uses_with(new)
         now[out] = new
-    for k, (gemm, (out, source, _)) in enumerate(gemms):
-        def launcher(*_a):
-            raise AssertionError("never called")
-        launcher.__name__ = launcher.__qualname__ = f"linear_{k}"
+    for k, (gemm, (out, source)) in enumerate(gemms):
+        launcher = _stand_in(f"linear_{k}")
         launchers.append(launcher)
         with graph.inserting_before(out):
             tensors = [graph.get_attr(f"{gemm.module}.weight")]

@@ -105,7 +105,7 @@ class ExpertProposer(Proposer):
             if move and all(k in space and v in space[k] for k, v in move.items()):
                 candidate = {**base, **move}
                 if candidate != base and _key(candidate) not in seen and candidate not in options \
-                        and matmul_variants.valid(kind, candidate) and fits(self.pattern, candidate):
+                        and self._admissible(kind, candidate):
                     options.append(candidate)
         first_shuffled = len(options)
         for origin in ([base] if current else map(self._defaults, kinds)):
@@ -132,8 +132,12 @@ class ExpertProposer(Proposer):
         suits the problem's shape (split-K's partials)."""
         while True:
             moves = {"template": kind, **{name: self._rng.choice(values) for name, values in SPACE[kind].items()}}
-            if matmul_variants.valid(kind, moves) and fits(self.pattern, moves):
+            if self._admissible(kind, moves):
                 return moves
+
+    def _admissible(self, kind: str, moves: dict) -> bool:
+        """Whether CUTLASS builds ``moves`` (any, for Triton) and they suit the problem's shape."""
+        return matmul_variants.valid(kind, moves) and fits(self.pattern, moves)
 
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
