@@ -85,3 +85,33 @@ def test_a_forked_child_that_dies_at_start_switches_to_spawn(tmp_path, monkeypat
         assert pool_mod.start_method() == "spawn"
     finally:
         box.kill()
+
+
+def test_a_sandbox_that_exits_names_the_error_from_its_log():
+    tail = ("Traceback (most recent call last):\n  File \"sandbox.py\", line 471, in sandbox_main\n"
+            "    torch.cuda.set_device(torch.device(device))\n"
+            "ValueError: Expected a torch.device with a specified index or an integer, but got:cuda\n")
+    fail = pool_mod._death_reason(1, tail)
+    assert (fail.status, fail.code) == ("crash", "process_exit")
+    assert "exited with status 1" in fail.message
+    assert "ValueError: Expected a torch.device with a specified index" in fail.message
+    assert pool_mod._death_reason(1, "").message == "the sandbox process exited with status 1"
+
+
+def test_a_bare_cuda_device_is_the_current_gpu(tmp_path):
+    """"cuda" (no index) is what a user or a script passes; the sandbox must not die on it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        box = Sandbox("cuda", {"host_memory_gb": 16}, tmp_path / "cuda.log")
+        with pytest.raises(pool_mod.SandboxFailure) as err:
+            box.wait_ready(timeout=120)
+        box.kill()
+        # no GPU here: the start fails, and says why instead of only an exit status
+        assert "cuda" in err.value.message.lower() and ":" in err.value.message
+        return
+    box = Sandbox("cuda", {"host_memory_gb": 16}, tmp_path / "cuda.log")
+    try:
+        assert box.wait_ready(timeout=300)["device_name"]
+    finally:
+        box.kill()

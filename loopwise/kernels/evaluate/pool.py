@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -92,7 +93,20 @@ def _death_reason(exitcode: int | None, log_tail: str) -> SandboxFailure:
         except ValueError:
             name = f"signal {-exitcode}"
         return SandboxFailure("crash", "killed_by_signal", f"the sandbox process died of {name}")
-    return SandboxFailure("crash", "process_exit", f"the sandbox process exited with status {exitcode}")
+    message = f"the sandbox process exited with status {exitcode}"
+    error = _error_line(log_tail)
+    return SandboxFailure("crash", "process_exit", f"{message}: {error}" if error else message)
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def _error_line(text: str) -> str:
+    """The last exception line of a Python traceback in ``text`` (its type and message), or ""."""
+    for line in reversed(text.splitlines()):
+        if _EXCEPTION_LINE.match(line.strip()):
+            return line.strip()[:300]
+    return ""
 
 
 def _last_line(text: str, needle: str) -> str:

@@ -468,7 +468,8 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     import torch.multiprocessing  # noqa: F401 - registers tensor reductions for the pipe
 
     if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+        # a bare "cuda" means the current GPU (set_device needs an index)
+        torch.cuda.set_device(torch.device(device) if ":" in device else torch.cuda.current_device())
         frac = settings.get("gpu_memory_fraction")
         if frac:
             torch.cuda.set_per_process_memory_fraction(float(frac))
