@@ -563,3 +563,34 @@ def test_linear_gemm_kernels_of_a_partition_compile_for_hopper_without_a_gpu(tmp
     compiled = triton.compile(ASTSource(module.linear_1_kernel, signature, {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8}),
                               target=GPUTarget("cuda", 90, 32))
     assert len(compiled.asm["cubin"]) > 1000
+
+
+def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_settings_back(tmp_path, monkeypatch):
+    """Under relaxed, the convolution left in PyTorch may use TF32 as eager + TF32 does (so the
+    candidate is not fp32 PyTorch against a TF32 baseline); the settings are restored after each
+    call, the relaxed judge accepts the candidate, and the fp32 candidate never touches them."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    import torch
+
+    problem = load_problem(str(HERE / "partial_groupnorm.py"))
+    strict, _ = generate(problem, {"block": 128})
+    relaxed, _ = generate(problem, {"block": 128}, precision="relaxed")
+    assert "allow_tf32" not in strict
+    assert "what stays in PyTorch (Conv2d) runs with TF32" in relaxed
+    namespace: dict = {}
+    exec(compile(relaxed, "relaxed.py", "exec"), namespace)  # noqa: S102 - our own generated source
+    model = namespace["ModelNew"](*problem.load_module().get_init_inputs())
+    seen = []
+    real = model._forward
+    model._forward = lambda *a: (seen.append(torch.backends.cudnn.allow_tf32), real(*a))[1]
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    model(*problem.load_module().get_inputs())
+    assert seen == [True]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(relaxed, "relaxed-partition")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    # no PyTorch part TF32 would change (an elementwise chain between norms): nothing is wrapped
+    assert generate(load_problem(str(HERE / "partial_shared.py")), precision="relaxed")[0].count("allow_tf32") == 0

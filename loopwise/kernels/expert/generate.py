@@ -90,9 +90,10 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params)
     if pattern.kind == "graph":
-        from loopwise.kernels.expert.partition import plan
+        from loopwise.kernels.expert.partition import plan, tf32_parts
 
-        extra = {**extra, **plan(pattern, kind)}
+        chosen = plan(pattern, kind)
+        extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else ()}
     text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[kind]).read_text()
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),

@@ -365,6 +365,17 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
     return tuple(names)
 
 
+# What TF32 speeds up among the parts left in PyTorch: convolutions (cuDNN) and matrix products (cuBLAS).
+_TF32_OPS = re.compile(r"(?i)conv|linear|matmul|^mm$|bmm|addmm|einsum|lstm|gru|rnn|attention")
+
+
+def tf32_parts(plan: dict) -> tuple[str, ...]:
+    """The operations of ``plan`` left in PyTorch that TF32 would run faster (convolutions and
+    matrix products), in order; under the ``relaxed`` policy the forward runs them with TF32 allowed,
+    as eager + TF32 does."""
+    return tuple(op for op in plan["pytorch"] if _TF32_OPS.search(op))
+
+
 _CONSTANT_ELEMENTS = 64  # the largest tensor made in forward that is written into the file as a literal
 
 
