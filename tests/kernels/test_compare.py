@@ -75,3 +75,38 @@ def test_chunked_comparison_matches_whole_tensor(monkeypatch):
     cmp.poison(unwritten[2, 900:])
     assert cmp.count_poisoned(unwritten) == 100
     assert abs(cmp.normwise_error(ref + 1e-3, ref.double()) - whole_norm) < 1e-12
+
+
+def test_half_outputs_more_accurate_than_the_half_reference_pass_the_float64_bound():
+    """A bf16 reference that sums in bf16 is itself off where its sum nearly cancels; a candidate
+    that sums in fp32 and rounds once fails allclose against it there, yet is nearer the truth.
+    The bound (FlashAttention's test rule): max |cand - float64| <= factor x max |ref - float64|."""
+    from loopwise.kernels.evaluate.compare import compare_half_bound
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4096, 64, generator=g).bfloat16()
+    ref = x[:, 0]
+    for j in range(1, 64):
+        ref = ref + x[:, j]  # rounded to bf16 at every addition
+    ref64 = x.double().sum(1)
+    fp32_once = x.float().sum(1).bfloat16()
+    assert not compare_allclose([ref], [fp32_once], 1e-4, 1e-4).passed  # the premise
+    v = compare_half_bound([ref], [ref64], [fp32_once], 2.0)
+    assert v.passed, v.message
+    assert v.evidence["error"] < v.evidence["reference_error"]
+    # a candidate further from the truth than twice the reference's own error fails, with both numbers
+    dropped = x[:, :63].float().sum(1).bfloat16()
+    bad = compare_half_bound([ref], [ref64], [dropped], 2.0)
+    assert not bad.passed and bad.code == "wrong_output"
+    assert "float64" in bad.message and "reference's own" in bad.message
+    # fp32 outputs beside the half one are still judged by allclose
+    other = torch.randn(8)
+    assert not compare_half_bound([ref, other], [ref64, other.double()], [fp32_once, other + 1.0], 2.0).passed
+    assert compare_half_bound([ref, other], [ref64, other.double()], [fp32_once, other.clone()], 2.0).passed
+    # NaN where the reference is finite, and elements never written, fail as before
+    nan = fp32_once.clone()
+    nan[5] = float("nan")
+    assert compare_half_bound([ref], [ref64], [nan], 2.0).code == "nan_output"
+    unwritten = torch.empty_like(fp32_once)
+    poison(unwritten)
+    assert compare_half_bound([ref], [ref64], [unwritten], 2.0).code == "unwritten_output"

@@ -255,3 +255,22 @@ def test_reduced_precision_is_judged_by_the_policy_not_as_a_constant_answer(tmp_
     assert ev.status is status, ev.summary()
     assert "input_independent_output" not in {r.code for r in ev.reasons}
     assert any(r.code == "precision_downgrade" for r in ev.reasons), ev.reasons
+
+
+def test_half_precision_outputs_are_judged_against_float64_where_the_half_reference_is_itself_off(tmp_path):
+    """fp32 accumulation beats a bf16 reference that rounds every addition: it fails allclose against
+    that reference but is nearer float64 than the reference is, so it is correct (with a note saying
+    which rule passed it); a wrong sum is not. ``half_outputs="allclose"`` keeps KernelBench's rule."""
+    problem = load_problem(str(CASES / "problem_bf16_chain_sum.py"))
+    base = dict(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False)
+    with Judge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
+        good = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
+        wrong = j.evaluate((CASES / "bf16_sum_dropped.py").read_text(), "dropped")
+    assert good.status is Status.CORRECT, good.summary()
+    note = [r for r in good.reasons if r.code == "half_precision_bound"]
+    assert note and note[0].severity == "info" and "nearer float64" in note[0].message, good.reasons
+    assert wrong.status is Status.WRONG_OUTPUT, wrong.summary()
+    with Judge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
+               spares=0) as j:
+        strict = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
+    assert strict.status is Status.WRONG_OUTPUT, strict.summary()

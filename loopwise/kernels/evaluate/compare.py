@@ -219,3 +219,59 @@ def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: fl
         if err >= (worst.norm_err or 0.0):
             worst = Verdict(True, norm_err=err, evidence=ev)
     return worst
+
+
+def _is_half(t) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
+
+
+def _max_error(x, ref64) -> float:
+    """max |x - ref64| over the reference's finite entries."""
+    import torch
+
+    worst = 0.0
+    for xs, rs in _slices(x, ref64):
+        d = (xs.double() - rs).abs()
+        d = torch.where(torch.isfinite(rs), d, torch.zeros_like(d))
+        if d.numel():
+            worst = max(worst, float(d.max()))
+    return worst
+
+
+def compare_half_bound(ref: list, ref64: list, cand: list, factor: float, atol: float = 1e-4,
+                       rtol: float = 1e-4) -> Verdict:
+    """Judges fp16 / bf16 outputs by their distance to float64 rather than to the half-precision
+    reference, which is itself an approximation: a half output passes when its largest error
+    against float64 is at most ``factor`` times the half reference's own (FlashAttention's test
+    rule, ``max|out - ref| <= 2 max|ref_half - ref|``). Outputs of other dtypes are judged by
+    :func:`compare_allclose` as usual; structure, unwritten and NaN checks apply to all."""
+    import torch
+
+    bad = check_structure(ref, cand)
+    if bad is not None:
+        return bad
+    worst: dict = {}  # the half output nearest its bound: output, error, reference_error, allowed
+    for i, (r, r64, c) in enumerate(zip(ref, ref64, cand)):
+        if not _is_half(r) or not isinstance(r64, torch.Tensor):
+            v = compare_allclose([r], [c], atol, rtol)
+            if not v.passed:
+                return Verdict(False, v.code, v.message.replace("output 0", f"output {i}", 1),
+                               max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err, evidence=v.evidence)
+            continue
+        unwritten = count_poisoned(c)
+        if unwritten:
+            return Verdict(False, "unwritten_output", f"output {i}: {unwritten} of {c.numel()} elements were never written",
+                           evidence={"unwritten": unwritten, "numel": c.numel()})
+        if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
+            return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
+        mine, theirs = _max_error(c, r64), _max_error(r, r64)
+        here = {"output": i, "error": mine, "reference_error": theirs, "allowed": factor * theirs}
+        if not worst or mine * max(worst["reference_error"], 1e-300) > worst["error"] * max(theirs, 1e-300):
+            worst = here
+        if mine > factor * theirs:
+            return Verdict(False, "wrong_output",
+                           f"output {i}: max abs error against float64 {mine:.3g}, more than {factor:g}x the "
+                           f"{r.dtype} reference's own {theirs:.3g}", max_abs_err=mine, evidence=here)
+    return Verdict(True, max_abs_err=worst.get("error"), evidence=worst)

@@ -397,7 +397,7 @@ class Judge:
                              known: dict[int, list | None]) -> None:
         """A few timed calls, picked at random, must have returned the right answer for their inputs.
         ``known`` holds reference outputs the correctness trials already computed for some sets."""
-        from loopwise.kernels.evaluate.compare import compare_allclose
+        from loopwise.kernels.evaluate.correctness import compare_outputs
 
         refs: dict[int, list] = {k: v for k, v in known.items() if v is not None}
         for i, outs in sorted(reply.get("kept", {}).items()):
@@ -405,7 +405,7 @@ class Judge:
             if k not in refs:
                 refs[k] = self.reference.outputs(seeds[k])[0]
             cand = [o.to(self.reference.hold, copy=True) if o is not None else None for o in outs]
-            v = compare_allclose(refs[k], cand, self.cfg.atol, self.cfg.rtol)
+            v, _ = compare_outputs(self.reference, self.cfg, refs[k], cand, seeds[k])
             if not v.passed:
                 outcome.reject("timed_output_wrong", f"timed call {i} returned a wrong result for its inputs "
                                f"({v.message}): the candidate behaves differently while it is timed")

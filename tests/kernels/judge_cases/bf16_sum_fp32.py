@@ -1,0 +1,7 @@
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.float().sum(1).bfloat16()  # fp32 accumulation, one rounding: nearer the truth
