@@ -594,3 +594,43 @@ def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_sett
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     # no PyTorch part TF32 would change (an elementwise chain between norms): nothing is wrapped
     assert generate(load_problem(str(HERE / "partial_shared.py")), precision="relaxed")[0].count("allow_tf32") == 0
+
+
+@pytest.mark.parametrize("moves", [{"block": 64, "chunk": 128},  # 350 columns: chunks of 128, the last 94
+                                   {"block": 512, "chunk": 512},  # one chunk, one block past the row's end
+                                   {"block": 16, "chunk": 32, "warps": 2}])
+def test_welford_layernorm_is_a_sibling_judged_correct(tmp_path, monkeypatch, moves):
+    """LayerNorm has two templates: three reads of the input (sums, squared deviations, normalize) and
+    Welford's, which reads it twice; the proposer offers both from the reference."""
+    pattern = capture(load_problem(str(HERE / "layernorm.py")))
+    assert variants(pattern) == ["layernorm", "layernorm_welford"]
+    _judged_correct(HERE / "layernorm.py", {"template": "layernorm_welford", **moves}, tmp_path, monkeypatch)
+
+
+def test_welford_statistics_do_not_cancel_on_a_large_mean(tmp_path, monkeypatch):
+    """Rows of mean 300 and spread 2, where E[x^2] - E[x]^2 in fp32 is off by about 1e-3 of the
+    variance: the merged per-block statistics are judged correct at the strict tolerance (and
+    against float64). (At mean 1e4 the fp32 rounding of the mean alone is 2e-4 of the output.)"""
+    path = _variant(tmp_path, "layernorm.py", {"torch.randn(3, 6, 7, 50) * 2 + 1": "torch.randn(3, 6, 7, 50) * 2 + 300"})
+    _judged_correct(path, {"template": "layernorm_welford", "block": 64, "chunk": 128}, tmp_path, monkeypatch)
+
+
+def test_welford_layernorm_compiles_for_hopper_without_a_gpu(tmp_path):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source, _ = generate(load_problem(str(HERE / "layernorm.py")), {"template": "layernorm_welford"})
+    module = _load(source, tmp_path, "welford_aot")
+    signatures = {
+        "chunk_stats_kernel": ({"x_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32", "n_cols": "i32",
+                                "splits": "i32", "CHUNK": "constexpr", "BLOCK": "constexpr"},
+                               {"CHUNK": 16384, "BLOCK": 1024}),
+        "finalize_kernel": ({"mean_ptr": "*fp32", "m2_ptr": "*fp32", "stats_ptr": "*fp32", "n_cols": "i32",
+                             "splits": "i32", "chunk": "i32", "eps": "fp32", "SPLITS_P2": "constexpr"},
+                            {"SPLITS_P2": 256}),
+    }
+    for kernel, (signature, constants) in signatures.items():
+        compiled = triton.compile(ASTSource(getattr(module, kernel), signature, constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert len(compiled.asm["cubin"]) > 1000

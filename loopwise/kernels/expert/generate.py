@@ -11,11 +11,13 @@ from loopwise.kernels.expert.capture import Pattern, capture
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
+                 "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
+             "layernorm_welford": "layernorm_welford.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2",
@@ -34,6 +36,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         from loopwise.kernels.expert.partition import kinds
 
         return kinds(pattern)
+    if pattern.kind == "layernorm":  # three reads of the input, or two with Welford's statistics
+        return ["layernorm", "layernorm_welford"]
     return [pattern.kind]
 
 
@@ -85,7 +89,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     moves = dict(moves or {})
     kind = moves.pop("template", pattern.kind)
     params = {**default_moves(pattern, kind), **moves}
-    if kind == "layernorm":
+    if kind in ("layernorm", "layernorm_welford"):
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params)

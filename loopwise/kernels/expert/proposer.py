@@ -37,6 +37,8 @@ SPACE = {
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
+    "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
+                          "chunk": [4096, 8192, 16384, 32768, 65536]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
     # split: K ranges per output tile (split-K, for few tiles and a long K)
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64]},
@@ -221,7 +223,8 @@ def _repaired(moves: dict, keep: str) -> dict | None:
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "elementwise": ({"block": "down"},),
-                         "layernorm": ({"block": "down"},), "row_softmax": ({"block": "down"},),
+                         "layernorm": ({"block": "down"},), "layernorm_welford": ({"block": "down"},),
+                         "row_softmax": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},),
