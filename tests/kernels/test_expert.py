@@ -634,3 +634,59 @@ def test_welford_layernorm_compiles_for_hopper_without_a_gpu(tmp_path):
         compiled = triton.compile(ASTSource(getattr(module, kernel), signature, constants),
                                   target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
+
+
+_SDPA = "F.scaled_dot_product_attention(q, k, v)"
+_SHAPES = "[torch.randn(2, 3, 37, 24), torch.randn(2, 3, 45, 24), torch.randn(2, 3, 45, 20)]"
+
+
+@pytest.mark.parametrize("replacements,moves", [
+    ({}, {"block": 32, "chunk": 16}),  # 37 queries, 45 keys: ragged blocks both ways
+    ({_SDPA: "F.scaled_dot_product_attention(q, k, v, is_causal=True)"}, {"block": 16, "chunk": 32}),
+    ({_SDPA: "F.scaled_dot_product_attention(q, k, v, scale=0.5)"}, {}),
+    # head dimension 96 in slices of 64, value dimension 200 in slices of 64 (four programs per block)
+    ({_SHAPES: "[torch.randn(1, 2, 19, 96), torch.randn(1, 2, 33, 96), torch.randn(1, 2, 33, 200)]",
+      _SDPA: "F.scaled_dot_product_attention(q, k, v, is_causal=True)"}, {"block": 16, "chunk": 16}),
+    # 3-D inputs, and fp16 (its own precision: fp16 products summed in fp32; the interpreter has no bf16)
+    ({_SHAPES: "[torch.randn(4, 21, 16).half(), torch.randn(4, 50, 16).half(), "
+               "torch.randn(4, 50, 16).half()]"}, {"block": 16, "chunk": 16}),
+])
+def test_flash_attention_is_judged_correct(tmp_path, monkeypatch, replacements, moves):
+    pattern = _judged_variant(tmp_path, monkeypatch, "attention.py", "attention", moves, replacements)
+    assert dict(pattern.params)["causal"] == ("is_causal=True" in "".join(replacements.values()))
+
+
+def test_attention_the_template_cannot_take_is_left_to_pytorch_with_the_reason(tmp_path):
+    dropped = _variant(tmp_path, "attention.py", {_SDPA: "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)"})
+    pattern = capture(load_problem(str(dropped)))
+    assert pattern.kind != "attention" and "dropout" in pattern.reason
+
+
+def test_attention_tiles_that_overflow_shared_memory_are_not_proposed():
+    from loopwise.kernels.expert.generate import fits
+
+    big = capture(load_problem(str(HERE / "attention.py")))
+    big = type(big)(**{**big.__dict__, "params": tuple((k, 1024 if k in ("d", "dv") else v) for k, v in big.params)})
+    assert fits(big, {"template": "attention", "block": 64, "chunk": 64})
+    assert not fits(big, {"template": "attention", "block": 128, "chunk": 256})
+
+
+@pytest.mark.parametrize("dtype,pointer", [("float32", "*fp32"), ("bfloat16", "*bf16")])
+def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    path = _variant(tmp_path, "attention.py", {_SHAPES: _SHAPES.replace(")", f").to(torch.{dtype})")})
+    source, _ = generate(load_problem(str(path)))
+    module = _load(source, tmp_path, f"attention_aot_{dtype}")
+    signature = {"q_ptr": pointer, "k_ptr": pointer, "v_ptr": pointer, "o_ptr": pointer, "sq": "i32", "sk": "i32",
+                 **{f"s_{t}{a}": "i32" for t in "qkvo" for a in ("b", "mn"[t in "kv"] if t != "o" else "m", "d")},
+                 "qk_scale": "fp32", "D": "constexpr", "DV": "constexpr", "BLOCK_M": "constexpr",
+                 "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "BLOCK_DV": "constexpr", "CAUSAL": "constexpr"}
+    for d, causal in ((24, False), (96, True)):
+        constants = {"D": d, "DV": 20, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 32 if d == 24 else 64,
+                     "BLOCK_DV": 32, "CAUSAL": causal}
+        compiled = triton.compile(ASTSource(module.attention_kernel, signature, constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert len(compiled.asm["cubin"]) > 1000

@@ -12,12 +12,13 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
+                 "attention": {"block": 64, "warps": 4, "chunk": 64},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
-             "layernorm_welford": "layernorm_welford.py.j2",
+             "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2",
@@ -64,9 +65,37 @@ def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
 _SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take
 
 
+_ATTENTION_SHARED_BYTES = 160 * 1024  # what an attention program's tiles may take of Hopper's 227 KiB
+_ATTENTION_STAGES = 2
+
+
+def attention_values(pattern: Pattern, params: dict, precision: str) -> dict:
+    """The attention template's derived sizes: the head dimension's and the value dimension's
+    slices (powers of two of at least 16, at most 64 fp32 / 128 half elements), the pipeline depth,
+    and the sentence on how the scores are computed."""
+    p = dict(pattern.params)
+    half = p["dtype"] != "float32"
+    cap = 128 if half else 64
+
+    def slice_of(n: int) -> int:
+        return max(16, min(1 << (n - 1).bit_length(), cap))
+
+    note = (f"{p['dtype']} products summed in fp32" if half else
+            "tf32x3, fp32-accurate" if precision == "fp32" else "TF32, the relaxed policy: not fp32-accurate")
+    return {"block_d": slice_of(p["d"]), "block_dv": slice_of(p["dv"]), "stages": _ATTENTION_STAGES,
+            "precision_note": note}
+
+
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
-    step and its fp32 partials (split x M x N) stay within 1 GiB."""
+    step and its fp32 partials (split x M x N) stay within 1 GiB; attention tiles (queries, and
+    keys and values per pipeline stage) within shared memory."""
+    if moves.get("template", pattern.kind) == "attention":
+        sizes = attention_values(pattern, {}, "fp32")
+        width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
+        block, chunk = moves.get("block", 64), moves.get("chunk", 64)
+        tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
+        return tiles * width <= _ATTENTION_SHARED_BYTES
     split = moves.get("split", 1)
     if moves.get("template", pattern.kind) != "matmul" or split == 1:
         return True
@@ -93,6 +122,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params)
+    if kind == "attention":
+        extra = {**extra, **attention_values(pattern, params, precision)}
     if pattern.kind == "graph":
         from loopwise.kernels.expert.partition import plan, tf32_parts
 

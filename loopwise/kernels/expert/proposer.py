@@ -39,6 +39,7 @@ SPACE = {
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
                           "chunk": [4096, 8192, 16384, 32768, 65536]},
+    "attention": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [32, 64, 128]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
     # split: K ranges per output tile (split-K, for few tiles and a long K)
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64]},
@@ -224,6 +225,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "elementwise": ({"block": "down"},),
                          "layernorm": ({"block": "down"},), "layernorm_welford": ({"block": "down"},),
+                         "attention": ({"block": "down"}, {"chunk": "down"}),
                          "row_softmax": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
@@ -231,7 +233,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
-                             "graph_linear": ({"chunk": "down"},)},
+                             "graph_linear": ({"chunk": "down"},), "attention": ({"chunk": "down"},)},
     "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},)},
