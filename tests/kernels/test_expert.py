@@ -11,7 +11,7 @@ from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.generate import variants
-from loopwise.kernels.expert.partition import plan
+from loopwise.kernels.expert.partition import kinds, plan
 from loopwise.kernels.problem import load_problem
 
 try:
@@ -484,14 +484,22 @@ def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_pat
     alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)",
                                      extra=""))
     pattern = capture(load_problem(str(alone)))
-    assert pattern.kind == "unsupported"
-    assert "GroupNorm" in pattern.reason and "no chain of 2" in pattern.reason
+    # no elementwise pass of its own (the "graph" plan is absent); as the convolution's epilogue it is free
+    assert kinds(pattern) == ["graph_conv"], pattern.reason
+    assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu")]
     in_place = tmp_path / "in_place.py"
     in_place.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
                                              "        return self.norm(x)",
                                         extra="self.act = nn.ReLU(inplace=True)"))
     pattern = capture(load_problem(str(in_place)))
-    assert pattern.kind == "unsupported", pattern.params
+    assert kinds(pattern) == ["graph_conv"], pattern.reason
+    conv_plan = plan(pattern, "graph_conv")  # the in-place ReLU stays in PyTorch, and the one mul after it
+    assert [g.ops for g in conv_plan["gemms"]] == [("conv2d",)] and conv_plan["pytorch"] == ("ReLU", "mul", "GroupNorm")
+    without_conv = tmp_path / "without_conv.py"  # no convolution: nothing to fuse keeps the whole-forward reason
+    without_conv.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)",
+                                            extra=""))
+    pattern = capture(load_problem(str(without_conv)))
+    assert pattern.kind == "unsupported" and "no chain of 2" in pattern.reason
     chained = tmp_path / "chained.py"
     chained.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
                                             "        return self.norm(x)",
@@ -690,3 +698,42 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
         compiled = triton.compile(ASTSource(module.attention_kernel, signature, constants),
                                   target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
+
+
+@pytest.mark.parametrize("replacements,moves", [
+    ({}, {"tile": 32, "chunk": 16}),  # the chain after the convolution is its epilogue
+    # stride, padding, dilation, no bias, and a ReLU between two convolutions: two implicit GEMMs
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)":
+      "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(2, 1), dilation=(1, 2), bias=False)",
+      "x = self.conv(x)": "x = self.conv2(torch.relu(self.conv(x)))",
+      "self.norm = nn.GroupNorm(groups, out_channels)":
+      "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, 1)"},
+     {"tile": 16, "chunk": 16, "gemm_warps": 4}),
+])
+def test_partitioned_convolutions_become_implicit_gemms_with_their_epilogues(tmp_path, monkeypatch, replacements,
+                                                                             moves):
+    """graph_conv: each Conv2d of the partition an implicit GEMM (tf32x3 under fp32), the elementwise
+    work that reads only its output (per-channel tensors included) fused into it; what is left
+    (GroupNorm) stays in PyTorch."""
+    path = _variant(tmp_path, "partial_groupnorm.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_conv" in variants(pattern), pattern.reason
+    conv_plan = plan(pattern, "graph_conv")
+    assert conv_plan["pytorch"] == ("GroupNorm",), conv_plan["pytorch"]
+    assert conv_plan["gemms"][-1].ops[0] == "conv2d" and "sigmoid" in conv_plan["gemms"][-1].ops
+    _judged_correct(path, {"template": "graph_conv", **moves}, tmp_path, monkeypatch)
+
+
+def test_partitioned_convolution_kernels_compile_for_hopper_without_a_gpu(tmp_path):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source, _ = generate(load_problem(str(HERE / "partial_groupnorm.py")), {"template": "graph_conv"})
+    module = _load(source, tmp_path, "graph_conv_aot")
+    signature = {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "q0_ptr": "*fp32", "out_ptr": "*fp32",
+                 **{name: "i32" for name in ("C", "H", "W", "CO", "OH", "OW", "M")},
+                 "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+    compiled = triton.compile(ASTSource(module.conv_0_kernel, signature, {"BM": 64, "BN": 64, "BK": 32}),
+                              target=GPUTarget("cuda", 90, 32))
+    assert len(compiled.asm["cubin"]) > 1000

@@ -9,7 +9,8 @@ from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4},
-                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8}, "row_softmax": {"block": 2048, "warps": 8},
+                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8},
+                 "graph_conv": {"block": 1024, "warps": 4, "tile": 64, "chunk": 32, "gemm_warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "attention": {"block": 64, "warps": 4, "chunk": 64},
@@ -17,7 +18,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
@@ -128,7 +129,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         from loopwise.kernels.expert.partition import plan, tf32_parts
 
         chosen = plan(pattern, kind)
-        extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else ()}
+        extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
+                 "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["groups"]))}
     text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[kind]).read_text()
     template = jinja2.Template(text, keep_trailing_newline=True)
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
@@ -136,7 +138,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32",
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
-                           attribute=attribute, **dict(pattern.params), **params, **extra)
+                           attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
 
 
 def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, dict]:

@@ -14,7 +14,11 @@ order, with the reference's own modules and weights: ModelNew runs the reference
 
 A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32 input
 a Triton GEMM, with the elementwise work that reads only its output fused as its epilogue (there a
-single operation is worth fusing: it costs no pass of its own); the search measures both plans.
+single operation is worth fusing: it costs no pass of its own). A third (``graph_conv``) makes every
+nn.Conv2d (groups 1, zero padding) an implicit GEMM on the tensor cores as well, its epilogue the
+elementwise work that reads only its output with tensors of one value per output channel, and
+the Linears GEMMs as in ``graph_linear``: under the fp32 policy tf32x3 on the tensor cores against
+cuDNN's fp32 path on the CUDA cores. The search measures the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
@@ -60,14 +64,16 @@ def partition(problem):
 
     module = problem.load_module()
     plans, used, inputs = [], False, 0
-    for kind, linear in (("graph", False), ("graph_linear", True)):
+    for kind, linear, conv in (("graph", False, False), ("graph_linear", True, False), ("graph_conv", True, True)):
         gm, model = _traced(module)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = _linears(gm, model) if linear else []
-        if linear and not linears:
+        convs = _convs(gm, model) if conv else []
+        if (linear and not conv and not linears) or (conv and not convs):
             continue
-        groups, outputs = _groups(gm, model, 1 if linears else MIN_OPS)
-        groups, outputs, gemms = _epilogues(gm, model, groups, outputs, linears)
+        anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
+        groups, outputs = _groups(gm, model, 1 if anchors else MIN_OPS)
+        groups, outputs, gemms = _epilogues(gm, model, groups, outputs, anchors)
         # a one-operation pass that did not become an epilogue is not worth its launch
         short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS}
         groups = [g for i, g in enumerate(groups) if i not in short]
@@ -123,12 +129,13 @@ class Gemm:
     """nn.Linear as a Triton GEMM: ``out = epilogue(x0 @ W.T + b)``, the epilogue reading per-column
     tensors q0, q1, ... (attribute paths)."""
 
-    module: str  # the Linear's attribute path
+    module: str  # the Linear's (or the Conv2d's) attribute path
     has_bias: bool
-    operands: tuple[str, ...]  # epilogue tensors, each one value per output column
+    operands: tuple[str, ...]  # epilogue tensors, each one value per output column (channel)
     body: tuple[str, ...]
     expr: str
     ops: tuple[str, ...]
+    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation); () for a Linear
 
 
 def _linears(gm, model) -> list:
@@ -151,30 +158,65 @@ def _linears(gm, model) -> list:
     return found
 
 
-def _epilogues(gm, model, groups, outputs, linears):
-    """Each Linear becomes a GEMM; an elementwise group whose only activation input is a Linear's
-    output (read by nothing else) and whose tensors hold one value per output column becomes that
-    GEMM's epilogue. Returns the groups left, their outputs, and [(Gemm, (out node, input node))]."""
+def _convs(gm, model) -> list:
+    """The nn.Conv2d calls (groups 1, zero padding given as numbers) on a 4-D float32 input with
+    float32 weights: what the implicit-GEMM kernel computes."""
+    import torch
+    import torch.nn as nn
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or type(gm.get_submodule(node.target)) is not nn.Conv2d:
+            continue
+        sub = gm.get_submodule(node.target)
+        src = node.args[0] if node.args else None
+        shape = _float32_shape(src) if hasattr(src, "meta") else None
+        if shape is None or len(shape) != 4 or len(node.args) != 1 or node.kwargs:
+            continue
+        if sub.groups != 1 or sub.padding_mode != "zeros" or isinstance(sub.padding, str):
+            continue
+        if sub.weight.dtype != torch.float32 or (sub.bias is not None and sub.bias.dtype != torch.float32):
+            continue
+        found.append(node)
+    return found
+
+
+def _conv_shape(sub) -> tuple:
+    return (*sub.kernel_size, tuple(sub.stride), tuple(sub.padding), tuple(sub.dilation))
+
+
+def _epilogues(gm, model, groups, outputs, anchors):
+    """Each Linear and Conv2d of ``anchors`` becomes a GEMM; an elementwise group whose only
+    activation input is its output (read by nothing else) and whose tensors hold one value per
+    output column (a Linear's features, a convolution's channels) becomes that GEMM's epilogue.
+    Returns the groups left, their outputs, and [(Gemm, (out node, input node))]."""
+    import torch.nn as nn
+
     gemms, taken = [], set()
-    for lin in linears:
-        sub = gm.get_submodule(lin.target)
-        n = sub.out_features
+    for anchor in anchors:
+        sub = gm.get_submodule(anchor.target)
+        linear = isinstance(sub, nn.Linear)
+        n = sub.out_features if linear else sub.out_channels
+        per_column = ((n,), (1, n)) if linear else ((n,), (n, 1, 1), (1, n, 1, 1))
+        conv = () if linear else _conv_shape(sub)
+        name = "linear" if linear else "conv2d"
         epilogue = None
         for i, (out, xs, ps, cone) in enumerate(outputs):
-            if i in taken or xs != [lin] or any(u not in cone for u in lin.users):
+            if i in taken or xs != [anchor] or any(u not in cone for u in anchor.users):
                 continue
             shapes = [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
-            if all(s in ((n,), (1, n)) for s in shapes):
+            if all(s in per_column for s in shapes):
                 epilogue = i
                 break
         if epilogue is None:
-            gemms.append((Gemm(lin.target, sub.bias is not None, (), (), "x0", ("linear",)), (lin, lin.args[0])))
+            gemms.append((Gemm(anchor.target, sub.bias is not None, (), (), "x0", (name,), conv),
+                          (anchor, anchor.args[0])))
             continue
         taken.add(epilogue)
         out, _, ps, cone = outputs[epilogue]
-        body, ops, expr = _statements(gm, cone, {lin.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, out)
-        gemms.append((Gemm(lin.target, sub.bias is not None, tuple(p.target for p in ps), body, expr,
-                           ("linear", *ops)), (out, lin.args[0])))
+        body, ops, expr = _statements(gm, cone, {anchor.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, out)
+        gemms.append((Gemm(anchor.target, sub.bias is not None, tuple(p.target for p in ps), body, expr,
+                           (name, *ops), conv), (out, anchor.args[0])))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
 
@@ -324,14 +366,14 @@ def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
         out.replace_all_uses_with(new)
         now[out] = new
     for k, (gemm, (out, source)) in enumerate(gemms):
-        launcher = _stand_in(f"linear_{k}")
+        launcher = _stand_in(f"{'conv' if gemm.conv else 'linear'}_{k}")
         launchers.append(launcher)
         with graph.inserting_before(out):
             tensors = [graph.get_attr(f"{gemm.module}.weight")]
             tensors += [graph.get_attr(f"{gemm.module}.bias")] if gemm.has_bias else []
             tensors += [graph.get_attr(path) for path in gemm.operands]
             new = graph.create_node("call_function", launcher, (now.get(source, source), *tensors), {},
-                                    name=f"linear_{k}_out")
+                                    name=f"{launcher.__name__}_out")
         out.replace_all_uses_with(new)
         now[out] = new
     graph.eliminate_dead_code()
@@ -360,7 +402,7 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear)_\d+$", getattr(node.target, "__name__", "")):
+        elif node.op == "call_function" and not re.match(r"(fused|linear|conv)_\d+$", getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 

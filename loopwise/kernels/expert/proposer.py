@@ -35,6 +35,9 @@ SPACE = {
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
+    # and the convolutions' implicit GEMMs too (the same knobs)
+    "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
+                   "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
@@ -230,12 +233,15 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},),
-                         "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
+                         "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
+                         "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
-                             "graph_linear": ({"chunk": "down"},), "attention": ({"chunk": "down"},)},
+                             "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
+                             "attention": ({"chunk": "down"},)},
     "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
-                        "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},)},
+                        "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},),
+                        "graph_conv": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},)},
 }
 
