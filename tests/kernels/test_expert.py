@@ -477,9 +477,10 @@ def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in
     assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
 
 
-def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_path):
-    """One operation alone is not worth a pass; an in-place one (ReLU(inplace=True)) writes a tensor
-    PyTorch may read again, so it is never fused; nothing to fuse keeps the whole-forward reason."""
+def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch(tmp_path):
+    """One operation alone is not worth a pass (but is free as a convolution's epilogue); an
+    in-place one (ReLU(inplace=True)) is fused only when no one can see its write: its input is a
+    fresh module output read by nothing else. Nothing to fuse keeps the whole-forward reason."""
     alone = tmp_path / "alone.py"
     alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)",
                                      extra=""))
@@ -492,9 +493,15 @@ def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_pat
                                              "        return self.norm(x)",
                                         extra="self.act = nn.ReLU(inplace=True)"))
     pattern = capture(load_problem(str(in_place)))
-    assert kinds(pattern) == ["graph_conv"], pattern.reason
-    conv_plan = plan(pattern, "graph_conv")  # the in-place ReLU stays in PyTorch, and the one mul after it
-    assert [g.ops for g in conv_plan["gemms"]] == [("conv2d",)] and conv_plan["pytorch"] == ("ReLU", "mul", "GroupNorm")
+    assert pattern.kind == "graph" and plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm"), pattern.reason
+    assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu", "mul")]
+    # the convolution's output is also read after the in-place ReLU wrote it: the ReLU stays in PyTorch
+    shared = tmp_path / "shared.py"
+    shared.write_text(_PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n"
+                                           "        return self.norm(z * 2.0 + y)",
+                                      extra="self.act = nn.ReLU(inplace=True)"))
+    pattern = capture(load_problem(str(shared)))
+    assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "ReLU", "GroupNorm"), pattern.reason
     without_conv = tmp_path / "without_conv.py"  # no convolution: nothing to fuse keeps the whole-forward reason
     without_conv.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)",
                                             extra=""))
@@ -507,6 +514,16 @@ def test_partition_leaves_single_operations_and_in_place_ones_to_pytorch(tmp_pat
     pattern = capture(load_problem(str(chained)))
     assert pattern.kind == "graph" and pattern.ops == ("relu", "mul"), pattern.reason
     assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm")
+
+
+@pytest.mark.parametrize("name", ["in_place", "shared"])
+def test_in_place_operations_keep_their_meaning_in_a_partition(tmp_path, monkeypatch, name):
+    body = {"in_place": "x = self.act(self.conv(x))\n        x = x * 2.0\n        return self.norm(x)",
+            "shared": "y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)"}[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(_PARTIAL.format(body=body, extra="self.act = nn.ReLU(inplace=True)"))
+    for kind in kinds(capture(load_problem(str(path)))):
+        _judged_correct(path, {"template": kind}, tmp_path / kind, monkeypatch)
 
 
 _PARTIAL = """import torch

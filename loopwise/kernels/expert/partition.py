@@ -268,11 +268,28 @@ def _in_place(gm, node) -> bool:
     return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
 
 
+# Modules whose output is a fresh tensor (never a view of their input or of a parameter).
+_FRESH_OUTPUT = ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Linear",
+                 "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d")
+
+
+def _private_in_place(gm, node) -> bool:
+    """An in-place module or function call (``nn.ReLU(inplace=True)``) whose input is a fresh module
+    output read by nothing else: no one can see the write, so computing it out of place is the
+    same program (VGG's and ResNet's ReLUs after a convolution or a norm)."""
+    if node.op not in ("call_module", "call_function") or not node.args:
+        return False
+    src = node.args[0]
+    return (getattr(src, "op", None) == "call_module" and len(src.users) == 1
+            and type(gm.get_submodule(src.target)).__name__ in _FRESH_OUTPUT)
+
+
 def _fusible(gm, model, node) -> bool:
     """Whether ``node`` can be one statement of a fused pass."""
     from loopwise.kernels.expert.capture import _check_operand, _expr
 
-    if node.op not in ("call_function", "call_method", "call_module") or _in_place(gm, node):
+    if node.op not in ("call_function", "call_method", "call_module") or (
+            _in_place(gm, node) and not _private_in_place(gm, node)):
         return False
     shape = _float32_shape(node)
     if shape is None:
