@@ -99,6 +99,16 @@ def test_half_outputs_more_accurate_than_the_half_reference_pass_the_float64_bou
     bad = compare_half_bound([ref], [ref64], [dropped], 2.0)
     assert not bad.passed and bad.code == "wrong_output"
     assert "float64" in bad.message and "reference's own" in bad.message
+    # the largest error allowed where values are large cannot be spent on the small ones: a weight
+    # gradient whose reference is off only by its final rounding, with the small entries zeroed
+    w = torch.randn(256, 512, generator=g, dtype=torch.float64) * 100
+    w64, w_ref = w, w.bfloat16()
+    allowed = 2 * float((w_ref.double() - w64).abs().max())
+    zeroed = torch.where(w64.abs() < allowed / 2, 0.0, w64).bfloat16()
+    assert float((zeroed.double() - w64).abs().max()) <= allowed  # within the max-error bound alone
+    cheat = compare_half_bound([w_ref], [w64], [zeroed], 2.0)
+    assert not cheat.passed and "elements outside atol=rtol=0.01 of float64" in cheat.message
+    assert compare_half_bound([w_ref], [w64], [w64.float().bfloat16()], 2.0).passed
     # fp32 outputs beside the half one are still judged by allclose
     other = torch.randn(8)
     assert not compare_half_bound([ref, other], [ref64, other.double()], [fp32_once, other + 1.0], 2.0).passed

@@ -240,13 +240,27 @@ def _max_error(x, ref64) -> float:
     return worst
 
 
+def _misses(x, ref64, tol: float) -> int:
+    """Elements of ``x`` outside atol = rtol = ``tol`` of ``ref64`` (finite reference entries)."""
+    import torch
+
+    n = 0
+    for xs, rs in _slices(x, ref64):
+        d = (xs.double() - rs).abs()
+        n += int((torch.isfinite(rs) & (d > tol + tol * rs.abs())).sum())
+    return n
+
+
 def compare_half_bound(ref: list, ref64: list, cand: list, factor: float, atol: float = 1e-4,
                        rtol: float = 1e-4) -> Verdict:
     """Judges fp16 / bf16 outputs by their distance to float64 rather than to the half-precision
     reference, which is itself an approximation: a half output passes when its largest error
     against float64 is at most ``factor`` times the half reference's own (FlashAttention's test
-    rule, ``max|out - ref| <= 2 max|ref_half - ref|``). Outputs of other dtypes are judged by
-    :func:`compare_allclose` as usual; structure, unwritten and NaN checks apply to all."""
+    rule, ``max|out - ref| <= 2 max|ref_half - ref|``) and it misses float64 by more than the half
+    tolerance (1e-2) in at most ``factor`` times as many elements as the reference does (so a
+    candidate cannot spend the largest error, made where values are large, on the small ones).
+    Outputs of other dtypes are judged by :func:`compare_allclose` as usual; structure, unwritten
+    and NaN checks apply to all."""
     import torch
 
     bad = check_structure(ref, cand)
@@ -267,11 +281,19 @@ def compare_half_bound(ref: list, ref64: list, cand: list, factor: float, atol: 
         if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
             return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
         mine, theirs = _max_error(c, r64), _max_error(r, r64)
-        here = {"output": i, "error": mine, "reference_error": theirs, "allowed": factor * theirs}
+        tol = max(atol, HALF_TOLERANCE)
+        missed, ref_missed = _misses(c, r64, tol), _misses(r, r64, tol)
+        here = {"output": i, "error": mine, "reference_error": theirs, "allowed": factor * theirs,
+                "missed": missed, "reference_missed": ref_missed}
         if not worst or mine * max(worst["reference_error"], 1e-300) > worst["error"] * max(theirs, 1e-300):
             worst = here
         if mine > factor * theirs:
             return Verdict(False, "wrong_output",
                            f"output {i}: max abs error against float64 {mine:.3g}, more than {factor:g}x the "
                            f"{r.dtype} reference's own {theirs:.3g}", max_abs_err=mine, evidence=here)
+        if missed > factor * ref_missed:
+            return Verdict(False, "wrong_output",
+                           f"output {i}: {missed} of {c.numel()} elements outside atol=rtol={tol:g} of float64, more "
+                           f"than {factor:g}x the {r.dtype} reference's own {ref_missed}", max_abs_err=mine,
+                           evidence=here)
     return Verdict(True, max_abs_err=worst.get("error"), evidence=worst)
