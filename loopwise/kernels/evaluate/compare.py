@@ -227,28 +227,19 @@ def _is_half(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
 
 
-def _max_error(x, ref64) -> float:
-    """max |x - ref64| over the reference's finite entries."""
+def _errors(x, ref64, tol: float) -> tuple[float, int]:
+    """Over the reference's finite entries: max |x - ref64|, and how many elements of ``x`` lie
+    outside atol = rtol = ``tol`` of ``ref64`` (one pass over the slices)."""
     import torch
 
-    worst = 0.0
+    worst, misses = 0.0, 0
     for xs, rs in _slices(x, ref64):
-        d = (xs.double() - rs).abs()
-        d = torch.where(torch.isfinite(rs), d, torch.zeros_like(d))
+        finite = torch.isfinite(rs)
+        d = torch.where(finite, (xs.double() - rs).abs(), torch.zeros((), dtype=rs.dtype, device=rs.device))
         if d.numel():
             worst = max(worst, float(d.max()))
-    return worst
-
-
-def _misses(x, ref64, tol: float) -> int:
-    """Elements of ``x`` outside atol = rtol = ``tol`` of ``ref64`` (finite reference entries)."""
-    import torch
-
-    n = 0
-    for xs, rs in _slices(x, ref64):
-        d = (xs.double() - rs).abs()
-        n += int((torch.isfinite(rs) & (d > tol + tol * rs.abs())).sum())
-    return n
+        misses += int((finite & (d > tol + tol * rs.abs())).sum())
+    return worst, misses
 
 
 def compare_half_bound(ref: list, ref64: list, cand: list, factor: float, atol: float = 1e-4,
@@ -280,9 +271,8 @@ def compare_half_bound(ref: list, ref64: list, cand: list, factor: float, atol: 
                            evidence={"unwritten": unwritten, "numel": c.numel()})
         if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
             return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
-        mine, theirs = _max_error(c, r64), _max_error(r, r64)
         tol = max(atol, HALF_TOLERANCE)
-        missed, ref_missed = _misses(c, r64, tol), _misses(r, r64, tol)
+        (mine, missed), (theirs, ref_missed) = _errors(c, r64, tol), _errors(r, r64, tol)
         here = {"output": i, "error": mine, "reference_error": theirs, "allowed": factor * theirs,
                 "missed": missed, "reference_missed": ref_missed}
         if not worst or mine * max(worst["reference_error"], 1e-300) > worst["error"] * max(theirs, 1e-300):
