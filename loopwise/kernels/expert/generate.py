@@ -70,7 +70,7 @@ _ATTENTION_SHARED_BYTES = 160 * 1024  # what an attention program's tiles may ta
 _ATTENTION_STAGES = 2
 
 
-def attention_values(pattern: Pattern, params: dict, precision: str) -> dict:
+def attention_values(pattern: Pattern, precision: str) -> dict:
     """The attention template's derived sizes: the head dimension's and the value dimension's
     slices (powers of two of at least 16, at most 64 fp32 / 128 half elements), the pipeline depth,
     and the sentence on how the scores are computed."""
@@ -92,7 +92,7 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     step and its fp32 partials (split x M x N) stay within 1 GiB; attention tiles (queries, and
     keys and values per pipeline stage) within shared memory."""
     if moves.get("template", pattern.kind) == "attention":
-        sizes = attention_values(pattern, {}, "fp32")
+        sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
@@ -124,7 +124,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params)
     if kind == "attention":
-        extra = {**extra, **attention_values(pattern, params, precision)}
+        extra = {**extra, **attention_values(pattern, precision)}
     if pattern.kind == "graph":
         from loopwise.kernels.expert.partition import plan, tf32_parts
 

@@ -138,47 +138,40 @@ class Gemm:
     conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation); () for a Linear
 
 
-def _linears(gm, model) -> list:
-    """The nn.Linear calls on a 2-D float32 input with float32 weights."""
+def _modules_on_float32(gm, ndim: int, accepts) -> list:
+    """The calls of modules ``accepts`` takes, on one ``ndim``-D float32 input (no other argument),
+    with float32 weights (and bias)."""
     import torch
-    import torch.nn as nn
 
     found = []
     for node in gm.graph.nodes:
-        if node.op != "call_module" or not isinstance(gm.get_submodule(node.target), nn.Linear):
+        if node.op != "call_module" or not accepts(gm.get_submodule(node.target)):
             continue
         sub = gm.get_submodule(node.target)
         src = node.args[0] if node.args else None
         shape = _float32_shape(src) if hasattr(src, "meta") else None
-        if shape is None or len(shape) != 2 or len(node.args) != 1 or node.kwargs:
+        if shape is None or len(shape) != ndim or len(node.args) != 1 or node.kwargs:
             continue
         if sub.weight.dtype != torch.float32 or (sub.bias is not None and sub.bias.dtype != torch.float32):
             continue
         found.append(node)
     return found
+
+
+def _linears(gm, model) -> list:
+    """The nn.Linear calls on a 2-D float32 input with float32 weights."""
+    import torch.nn as nn
+
+    return _modules_on_float32(gm, 2, lambda sub: isinstance(sub, nn.Linear))
 
 
 def _convs(gm, model) -> list:
-    """The nn.Conv2d calls (groups 1, zero padding given as numbers) on a 4-D float32 input with
-    float32 weights: what the implicit-GEMM kernel computes."""
-    import torch
+    """The nn.Conv2d calls the implicit-GEMM kernel computes (groups 1, zero padding given as
+    numbers) on a 4-D float32 input with float32 weights."""
     import torch.nn as nn
 
-    found = []
-    for node in gm.graph.nodes:
-        if node.op != "call_module" or type(gm.get_submodule(node.target)) is not nn.Conv2d:
-            continue
-        sub = gm.get_submodule(node.target)
-        src = node.args[0] if node.args else None
-        shape = _float32_shape(src) if hasattr(src, "meta") else None
-        if shape is None or len(shape) != 4 or len(node.args) != 1 or node.kwargs:
-            continue
-        if sub.groups != 1 or sub.padding_mode != "zeros" or isinstance(sub.padding, str):
-            continue
-        if sub.weight.dtype != torch.float32 or (sub.bias is not None and sub.bias.dtype != torch.float32):
-            continue
-        found.append(node)
-    return found
+    return _modules_on_float32(gm, 4, lambda sub: type(sub) is nn.Conv2d and sub.groups == 1
+                               and sub.padding_mode == "zeros" and not isinstance(sub.padding, str))
 
 
 def _conv_shape(sub) -> tuple:
