@@ -669,8 +669,8 @@ _SHAPES = "[torch.randn(2, 3, 37, 24), torch.randn(2, 3, 45, 24), torch.randn(2,
     ({}, {"block": 32, "chunk": 16}),  # 37 queries, 45 keys: ragged blocks both ways
     ({_SDPA: "F.scaled_dot_product_attention(q, k, v, is_causal=True)"}, {"block": 16, "chunk": 32}),
     ({_SDPA: "F.scaled_dot_product_attention(q, k, v, scale=0.5)"}, {}),
-    # head dimension 96 in slices of 64, value dimension 200 in slices of 64 (four programs per block)
-    ({_SHAPES: "[torch.randn(1, 2, 19, 96), torch.randn(1, 2, 33, 96), torch.randn(1, 2, 33, 200)]",
+    # head dimension 80 in slices of 64, value dimension 200 in slices of 64 (four programs per block)
+    ({_SHAPES: "[torch.randn(1, 2, 19, 80), torch.randn(1, 2, 33, 80), torch.randn(1, 2, 33, 200)]",
       _SDPA: "F.scaled_dot_product_attention(q, k, v, is_causal=True)"}, {"block": 16, "chunk": 16}),
     # 3-D inputs, and fp16 (its own precision: fp16 products summed in fp32; the interpreter has no bf16)
     ({_SHAPES: "[torch.randn(4, 21, 16).half(), torch.randn(4, 50, 16).half(), "
@@ -685,6 +685,22 @@ def test_attention_the_template_cannot_take_is_left_to_pytorch_with_the_reason(t
     dropped = _variant(tmp_path, "attention.py", {_SDPA: "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)"})
     pattern = capture(load_problem(str(dropped)))
     assert pattern.kind != "attention" and "dropout" in pattern.reason
+
+
+@pytest.mark.parametrize("dtype,d,dv,flash", [
+    ("float32", 1024, 1024, False),  # KernelBench L1/97: 16 value slices, each recomputing 1024-deep scores
+    ("float32", 256, 256, False),    # 4 slices of tf32x3 products outweigh the score matrix's 4 passes
+    ("float32", 128, 128, True),
+    ("float16", 256, 256, True),     # half: slices of 128, 2 of them
+    ("float16", 512, 512, False),
+])
+def test_flash_attention_is_proposed_only_where_recomputing_the_scores_pays(tmp_path, dtype, d, dv, flash):
+    shapes = (f"[torch.randn(1, 2, 64, {d}).to(torch.{dtype}), torch.randn(1, 2, 64, {d}).to(torch.{dtype}), "
+              f"torch.randn(1, 2, 64, {dv}).to(torch.{dtype})]")
+    pattern = capture(load_problem(str(_variant(tmp_path, "attention.py", {_SHAPES: shapes}))))
+    assert (pattern.kind == "attention") == flash, pattern
+    if not flash:  # left to PyTorch, saying why in the user's terms
+        assert "head dimension" in pattern.reason and "recompute" in pattern.reason, pattern.reason
 
 
 def test_attention_tiles_that_overflow_shared_memory_are_not_proposed():

@@ -223,10 +223,16 @@ def _attention(gm, model, args) -> Pattern | None:
             or v.shape[-2] != k.shape[-2]:
         raise ew.Unsupported("scaled_dot_product_attention with broadcast batch dimensions")
     d, dv = int(q.shape[-1]), int(v.shape[-1])
-    return Pattern("attention", inputs=3, ops=("attention",),
-                   params=(("sq", int(q.shape[-2])), ("sk", int(k.shape[-2])), ("d", d), ("dv", dv),
-                           ("causal", causal), ("scale", float(scale) if scale is not None else d ** -0.5),
-                           ("dtype", dtype)))
+    pattern = Pattern("attention", inputs=3, ops=("attention",),
+                      params=(("sq", int(q.shape[-2])), ("sk", int(k.shape[-2])), ("d", d), ("dv", dv),
+                              ("causal", causal), ("scale", float(scale) if scale is not None else d ** -0.5),
+                              ("dtype", dtype)))
+    from loopwise.kernels.expert.generate import attention_recompute_reason  # generate imports this module
+
+    reason = attention_recompute_reason(pattern)
+    if reason:
+        raise ew.Unsupported(reason)
+    return pattern
 
 
 def _only_layernorm(gm, model, args) -> Pattern | None:
