@@ -9,6 +9,11 @@ loopwise/kernels/examples/moe/ (a Qwen3-30B-A3B expert block on 4096 tokens, bf1
   this script writes, with the weights in VeOmni's layouts (gate and up [E, F, H], down [E, H, F]),
   made once at construction; its backward is the function's own autograd, its weight gradients
   turned back into the problem's layouts.
+- VeOmni's CuTe-DSL path (contender ``veomni-quack``): ``QuackFusedMoeExpertFunction``, the same
+  call with its grouped GEMMs from ``quack.gemm_interface`` (quack-kernels on the CUTLASS CuTe DSL,
+  SM90+). It needs quack-kernels and nvidia-cutlass-dsl, which the device's image lacks and whose
+  CUDA 13 library wheel is over one call's carry (``bench/split_wheels.sh quack`` brings them over
+  two calls); where they do not import, the table says so in a row instead.
 - eager and torch.compile: the judge's reference time and bench/baseline_table.py's protocol
   (kernels.baseline) for the compiled reference.
 
@@ -25,6 +30,7 @@ per pattern for both contenders) and all judges share one pool of sandboxes, to 
 near 8 minutes on an H200; rows are written as they finish, so a run stopped early keeps them.
 
     source bench/remote_prelude.sh; python3 bench/moe_table.py [--patterns uniform,single]
+        [--contenders compile,ours,veomni,veomni-quack]
 
 Writes $OUT/moe.csv (a row per problem, contender and pattern) and $OUT/moe.md.
 """
@@ -49,7 +55,8 @@ TILES = [(64, 64, 64), (64, 128, 64), (128, 64, 64), (128, 128, 64), (64, 128, 3
 PATTERNS = ("uniform", "skewed", "duplicate", "single")
 RANDOM = "random"  # the pattern column of the rows judged on the problem as written
 FIELDS = ["problem", "contender", "variant", "pattern", "status", "ms", "eager_ms", "speedup_vs_eager", "budget",
-          "reason", "seconds", "patterns_correct", "compile_ms", "vs_veomni"]
+          "reason", "seconds", "patterns_correct", "compile_ms", "vs_veomni", "vs_veomni_quack"]
+CONTENDERS = ("compile", "ours", "veomni", "veomni-quack")
 _TILE_LINE = re.compile(r"^    BLOCK_M, BLOCK_N, BLOCK_K = \d+, \d+, \d+$", re.M)
 
 VEOMNI = '''
@@ -64,10 +71,10 @@ import torch.nn as nn
 
 
 def _veomni_moe():
-    """VeOmni's TritonFusedMoeExpertFunction without running veomni/__init__ (it imports a whole
-    training stack): the parent packages become bare namespace modules, and the two modules its file
+    """VeOmni's MODULE.FUNCTION without running veomni/__init__ (it imports a whole training
+    stack): the parent packages become bare namespace modules, and the two modules its file
     imports for expert parallelism only become stubs."""
-    if "veomni.ops.kernels.moe.group_gemm" not in sys.modules:
+    if "veomni.ops.kernels.moe.MODULE" not in sys.modules:
         spec = importlib.util.find_spec("veomni")
         root = Path(list(spec.submodule_search_locations)[0])
         for name in ("veomni", "veomni.ops", "veomni.ops.kernels", "veomni.ops.kernels.moe", "veomni.distributed"):
@@ -76,10 +83,11 @@ def _veomni_moe():
             sys.modules.setdefault(name, module)
         moe, state = types.ModuleType("veomni.distributed.moe"), types.ModuleType("veomni.distributed.parallel_state")
         moe.EPGroupGemm = moe.EPMergedFc1GroupGemm = moe.dispatch_to_ep_class = None
+        moe.preprocess = moe.token_pre_all2all = moe.tokens_post_all2all = None
         state.get_parallel_state = None
         sys.modules.setdefault("veomni.distributed.moe", moe)
         sys.modules.setdefault("veomni.distributed.parallel_state", state)
-    return importlib.import_module("veomni.ops.kernels.moe.group_gemm").TritonFusedMoeExpertFunction
+    return importlib.import_module("veomni.ops.kernels.moe.MODULE").FUNCTION
 
 
 class ModelNew(nn.Module):
@@ -97,12 +105,12 @@ class ModelNew(nn.Module):
         return _veomni_moe().apply(self.experts, topk_weights.to(x.dtype), topk_ids, x, self.fc1_1, self.fc1_2,
                                    self.fc2)
 '''
-VEOMNI_FORWARD = VEOMNI + '''
+_FORWARD = '''
     def forward(self, x, topk_ids, topk_weights):
         with torch.no_grad():
             return self._moe(x, topk_ids, topk_weights)
 '''
-VEOMNI_BACKWARD = VEOMNI + '''
+_BACKWARD = '''
     def forward(self, x, topk_ids, topk_weights, grad_out):
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
@@ -111,6 +119,39 @@ VEOMNI_BACKWARD = VEOMNI + '''
         d_gate_up = torch.cat([d1.transpose(1, 2), d2.transpose(1, 2)], dim=2)
         return out.detach(), dx, d_gate_up, d3.transpose(1, 2)
 '''
+# contender -> (VeOmni module under veomni/ops/kernels/moe/, its autograd function); both take the
+# same arguments and weight layouts
+VEOMNI_FUNCTIONS = {"veomni": ("group_gemm", "TritonFusedMoeExpertFunction"),
+                    "veomni-quack": ("quack_gemm", "QuackFusedMoeExpertFunction")}
+
+
+def veomni_source(contender: str, backward: bool) -> str:
+    """The candidate calling ``contender``'s VeOmni function, for the forward or forward+backward problem."""
+    module, function = VEOMNI_FUNCTIONS[contender]
+    return VEOMNI.replace("MODULE", module).replace("FUNCTION", function) + (_BACKWARD if backward else _FORWARD)
+
+
+VEOMNI_FORWARD = veomni_source("veomni", backward=False)
+VEOMNI_BACKWARD = veomni_source("veomni", backward=True)
+
+
+def unavailable(contender: str) -> str | None:
+    """Why ``contender`` cannot run on this machine, or None. VeOmni's quack path needs the
+    quack-kernels and nvidia-cutlass-dsl packages and a Hopper or newer GPU."""
+    import importlib.util
+
+    if contender != "veomni-quack":
+        return None
+    missing = [name for name, module in (("quack-kernels", "quack"), ("nvidia-cutlass-dsl", "cutlass"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not installed (the device's image has neither; "
+                "bench/split_wheels.sh quack carries them over two calls)")
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        return "quack's grouped GEMMs need an SM90+ GPU"
+    return None
 
 
 def with_tiles(source: str, tiles: tuple[int, int, int]) -> str:
@@ -184,10 +225,11 @@ def pattern_variant(rows: list[dict], problem: str, source: str) -> tuple[str, s
 
 def annotate(rows: list[dict]) -> None:
     """Fills in, from the pinned rows: each random-pattern row's ``patterns_correct`` (for the
-    variant judged pinned), and ours over VeOmni (VeOmni's ms / ours) on each pattern both got right."""
+    variant judged pinned), and ours over each VeOmni path (its ms / ours: ``vs_veomni``,
+    ``vs_veomni_quack``) on each pattern both got right."""
     pinned = [r for r in rows if r["pattern"] != RANDOM]
     for r in rows:
-        if r["pattern"] == RANDOM and r["contender"] in ("ours", "veomni"):
+        if r["pattern"] == RANDOM and r["contender"] in ("ours", *VEOMNI_FUNCTIONS):
             same = [p for p in pinned if p["problem"] == r["problem"] and p["contender"] == r["contender"]
                     and p["variant"].split(" ")[0] == r["variant"]]
             if same:
@@ -195,10 +237,11 @@ def annotate(rows: list[dict]) -> None:
     for r in pinned:
         if r["contender"] != "ours" or not r.get("ms"):
             continue
-        other = [p for p in pinned if p["problem"] == r["problem"] and p["pattern"] == r["pattern"]
-                 and p["contender"] == "veomni" and p.get("ms")]
-        if other:
-            r["vs_veomni"] = other[0]["ms"] / r["ms"]
+        for contender in VEOMNI_FUNCTIONS:
+            other = [p for p in pinned if p["problem"] == r["problem"] and p["pattern"] == r["pattern"]
+                     and p["contender"] == contender and p.get("ms")]
+            if other:
+                r["vs_" + contender.replace("-", "_")] = other[0]["ms"] / r["ms"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,12 +257,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="timed calls of each pinned evaluation (and of its eager reference)")
     ap.add_argument("--pattern-correct-trials", type=int, default=2,
                     help="correctness trials of each pinned evaluation (plus one stress trial)")
-    ap.add_argument("--no-veomni", action="store_true")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS),
+                    help="which to run: compile (torch.compile), ours, veomni (its Triton path), veomni-quack "
+                         "(its CuTe-DSL path; a row saying why where it cannot run)")
     args = ap.parse_args(argv)
     patterns = [p for p in args.patterns.split(",") if p]
     unknown = sorted(set(patterns) - set(PATTERNS))
     if unknown:
         ap.error(f"unknown patterns {unknown}; known: {','.join(PATTERNS)}")
+    contenders = [c for c in args.contenders.split(",") if c]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
+    if unknown or not contenders:
+        ap.error(f"unknown contenders {unknown}; known: {','.join(CONTENDERS)}")
     out = Path(os.environ.get("OUT", "bench_out"))
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
@@ -238,35 +287,47 @@ def main(argv: list[str] | None = None) -> int:
         for label in [p for p in args.problems.split(",") if p]:
             problem_file, candidate_file = PROBLEMS[label]
             problem = load_problem(str(MOE / problem_file))
-            cfg = load_config(None, ["kernels.baseline.compile=true"])
-            t0 = time.monotonic()
-            base = run_baseline(problem, cfg, "cuda").to_json_dict(cfg.kernels.eval.statistic)
-            compiled = base.get("compile") or {}
-            compile_ms = (compiled.get("timing") or {}).get("median_ms") if compiled.get("status") == "ok" else None
+            compile_ms = None
+            if "compile" in contenders:
+                cfg = load_config(None, ["kernels.baseline.compile=true"])
+                t0 = time.monotonic()
+                base = run_baseline(problem, cfg, "cuda").to_json_dict(cfg.kernels.eval.statistic)
+                compiled = base.get("compile") or {}
+                compile_ms = (compiled.get("timing") or {}).get("median_ms") if compiled.get("status") == "ok" else None
 
             def add(r: dict, compile_ms=compile_ms) -> None:
                 r["compile_ms"] = compile_ms
                 rows.append(r)
                 print(r, flush=True)
 
-            add({"problem": label, "contender": "torch.compile", "variant": "default", "pattern": RANDOM,
-                 "status": compiled.get("status"), "ms": compile_ms,
-                 "eager_ms": ((base.get("eager") or {}).get("timing") or {}).get("median_ms"),
-                 "speedup_vs_eager": compiled.get("speedup_vs_eager"), "budget": 0,
-                 "reason": compiled.get("message") or "", "seconds": round(time.monotonic() - t0, 1)})
+            if "compile" in contenders:
+                add({"problem": label, "contender": "torch.compile", "variant": "default", "pattern": RANDOM,
+                     "status": compiled.get("status"), "ms": compile_ms,
+                     "eager_ms": ((base.get("eager") or {}).get("timing") or {}).get("median_ms"),
+                     "speedup_vs_eager": compiled.get("speedup_vs_eager"), "budget": 0,
+                     "reason": compiled.get("message") or "", "seconds": round(time.monotonic() - t0, 1)})
             source = (MOE / candidate_file).read_text()
-            judge = judge_for(problem, pool=pool)
-            for tiles in TILES:
-                t0 = time.monotonic()
-                ev = judge.evaluate(with_tiles(source, tiles), f"ours-{'x'.join(map(str, tiles))}")
-                add(row(label, "ours", "x".join(map(str, tiles)), ev, len(TILES), time.monotonic() - t0))
-            veomni = None if args.no_veomni else (VEOMNI_FORWARD if label == "forward" else VEOMNI_BACKWARD)
-            if veomni is not None:
+            if "ours" in contenders:
+                judge = judge_for(problem, pool=pool)
+                for tiles in TILES:
+                    t0 = time.monotonic()
+                    ev = judge.evaluate(with_tiles(source, tiles), f"ours-{'x'.join(map(str, tiles))}")
+                    add(row(label, "ours", "x".join(map(str, tiles)), ev, len(TILES), time.monotonic() - t0))
+                del judge
+            rivals = {}  # VeOmni contender -> its candidate source, for those that can run here
+            for contender in [c for c in contenders if c in VEOMNI_FUNCTIONS]:
+                function = VEOMNI_FUNCTIONS[contender][1]
+                why = unavailable(contender)
+                if why:
+                    add({"problem": label, "contender": contender, "variant": function, "pattern": RANDOM,
+                         "status": "unavailable", "budget": 0, "reason": why, "seconds": 0.0})
+                    continue
+                rivals[contender] = veomni_source(contender, backward=label != "forward")
                 judge = judge_for(problem, baseline=True, pool=pool)
                 t0 = time.monotonic()
-                ev = judge.evaluate(veomni, "veomni")
-                add(row(label, "veomni", "TritonFusedMoeExpertFunction", ev, 0, time.monotonic() - t0))
-            del judge
+                ev = judge.evaluate(rivals[contender], contender)
+                add(row(label, contender, function, ev, 0, time.monotonic() - t0))
+                del judge
             save()
             variant, ours_source = pattern_variant(rows, label, source)
             with tempfile.TemporaryDirectory() as tmp:
@@ -276,15 +337,17 @@ def main(argv: list[str] | None = None) -> int:
                     pinned_problem = load_problem(str(path))
                     # one evaluation per contender and pattern: its status and, when correct, its time
                     judge = judge_for(pinned_problem, pool=pool, overrides=pinned_overrides)
-                    t0 = time.monotonic()
-                    ev = judge.evaluate(ours_source, f"ours-{pattern}")
-                    add(row(label, "ours", variant, ev, len(TILES), time.monotonic() - t0, pattern, eager_ms_of(judge)))
-                    if veomni is not None:
-                        other = judge_for(pinned_problem, baseline=True, pool=pool, overrides=pinned_overrides)
-                        other.ref_times = judge.ref_times  # this pattern's eager time, measured once for both
+                    if "ours" in contenders:
                         t0 = time.monotonic()
-                        ev = other.evaluate(veomni, f"veomni-{pattern}")
-                        add(row(label, "veomni", "TritonFusedMoeExpertFunction", ev, 0, time.monotonic() - t0,
+                        ev = judge.evaluate(ours_source, f"ours-{pattern}")
+                        add(row(label, "ours", variant, ev, len(TILES), time.monotonic() - t0, pattern,
+                                eager_ms_of(judge)))
+                    for contender, rival in rivals.items():
+                        other = judge_for(pinned_problem, baseline=True, pool=pool, overrides=pinned_overrides)
+                        other.ref_times = judge.ref_times  # this pattern's eager time, measured once for all
+                        t0 = time.monotonic()
+                        ev = other.evaluate(rival, f"{contender}-{pattern}")
+                        add(row(label, contender, VEOMNI_FUNCTIONS[contender][1], ev, 0, time.monotonic() - t0,
                                 pattern, eager_ms_of(other)))
                         del other
                     del judge
@@ -313,23 +376,26 @@ def summary(rows: list[dict]) -> str:
     lines = ["Routes drawn per call in a random pattern (the problem as written):", "",
              "| problem | contender | variant | status | ms | vs eager | vs torch.compile | correct patterns |",
              "|---|---|---|---|---|---|---|---|"]
+    def status_cell(r):
+        reason = f" ({r['reason'][:120]})" if r["status"] not in ("correct", "ok") and r.get("reason") else ""
+        return f"{r['status']}{reason}"
+
     for r in rows:
         if r.get("pattern", RANDOM) != RANDOM:
             continue
-        lines.append(f"| {r['problem']} | {r['contender']} | {r['variant']} | {r['status']} | {ms_cell(r.get('ms'))} | "
+        lines.append(f"| {r['problem']} | {r['contender']} | {r['variant']} | {status_cell(r)} | {ms_cell(r.get('ms'))} | "
                      f"{_ratio(r.get('speedup_vs_eager'))} | {_ratio(vs_compile(r))} | {r.get('patterns_correct') or ''} |")
     pinned_rows = [r for r in rows if r.get("pattern", RANDOM) != RANDOM]
     if pinned_rows:
         lines += ["", "Each routing pattern pinned alone (one evaluation per contender and pattern; ms only "
                   "where correct; vs torch.compile against the compiled time above):", "",
                   "| problem | pattern | contender | variant | status | ms | eager ms | vs eager | vs torch.compile "
-                  "| ours vs VeOmni |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| ours vs VeOmni | ours vs VeOmni quack |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         order = {p: i for i, p in enumerate(PATTERNS)}
         for r in sorted(pinned_rows, key=lambda r: (r["problem"], order.get(r["pattern"], 99))):
-            reason = f" ({r['reason'][:120]})" if r["status"] != "correct" and r.get("reason") else ""
-            lines.append(f"| {r['problem']} | {r['pattern']} | {r['contender']} | {r['variant']} | {r['status']}{reason} | "
+            lines.append(f"| {r['problem']} | {r['pattern']} | {r['contender']} | {r['variant']} | {status_cell(r)} | "
                          f"{ms_cell(r.get('ms'))} | {ms_cell(r.get('eager_ms'))} | {_ratio(r.get('speedup_vs_eager'))} | "
-                         f"{_ratio(vs_compile(r))} | {_ratio(r.get('vs_veomni'))} |")
+                         f"{_ratio(vs_compile(r))} | {_ratio(r.get('vs_veomni'))} | {_ratio(r.get('vs_veomni_quack'))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,6 +32,11 @@ if ls .whl/sdist/*.tar.gz >/dev/null 2>&1 && [ ! -e /tmp/site/.sdists ]; then
 fi
 
 export PYTHONPATH=/tmp/site:$PWD
+# nvidia-cutlass-dsl (bench/split_wheels.sh quack) puts its packages on sys.path from a .pth file,
+# which a PYTHONPATH entry does not run
+if [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]; then
+  PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
+fi
 export LOOPWISE_CACHE_DIR=$PWD/.loopwise-cache
 export PYTHONUNBUFFERED=1
 export OUT=${OUT:-./bench_out}

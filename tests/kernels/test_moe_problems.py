@@ -321,8 +321,12 @@ def test_the_moe_table_script_makes_its_variants_and_pinned_problems(tmp_path):
         assert len(variants) == len(table.TILES)
         for variant in variants:
             ast.parse(variant)
-    ast.parse(table.VEOMNI_FORWARD)
-    ast.parse(table.VEOMNI_BACKWARD)
+    for contender, (module, function) in table.VEOMNI_FUNCTIONS.items():
+        for backward in (False, True):
+            text = table.veomni_source(contender, backward)
+            ast.parse(text)
+            assert f'"veomni.ops.kernels.moe.{module}"' in text and f").{function}" in text
+            assert ("grad_out" in text) == backward
     source = (MOE / "moe_forward.py").read_text()
     for pattern in table.PATTERNS:
         path = tmp_path / f"moe_{pattern}.py"
@@ -380,5 +384,40 @@ def test_the_moe_table_puts_each_pattern_on_its_own_row_and_compares_where_both_
     assert rows[2]["patterns_correct"] == "uniform,single" and rows[3]["patterns_correct"] == "uniform,skewed"
     assert "patterns_correct" not in rows[1]
     md = table.summary(rows)
-    assert md.count("\n| fb | ") == 4 + 6 and "| fb | uniform | ours | 64x128x32 | correct | 4.000 | 190.000 | 47.50x | 50.00x | 2.00x |" in md
+    assert md.count("\n| fb | ") == 4 + 6 and "| fb | uniform | ours | 64x128x32 | correct | 4.000 | 190.000 | 47.50x | 50.00x | 2.00x | - |" in md
     assert "| fb | single | veomni | TritonFusedMoeExpertFunction | wrong_output (wrong_output: output 2) | - |" in md
+
+
+def test_the_moe_table_says_why_veomnis_cute_dsl_path_did_not_run_and_compares_with_it_where_it_did(monkeypatch):
+    """Where quack-kernels / nvidia-cutlass-dsl do not import, the contender is a row saying so (not a
+    crash, not a silent gap); where it ran, ours over it is its ms over ours per pattern, in a column
+    of its own beside ours over VeOmni's Triton path."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from bench_modules import bench_module
+
+    table = bench_module("moe_table")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("quack", "cutlass") else real(name, *a))
+    why = table.unavailable("veomni-quack")
+    assert "quack-kernels" in why and "nvidia-cutlass-dsl" in why and "split_wheels.sh quack" in why
+    assert table.unavailable("veomni") is None
+
+    def ev(ms):
+        return SimpleNamespace(status=SimpleNamespace(value="correct"), correct=True,
+                               timing=SimpleNamespace(median_ms=ms), reference_timing=SimpleNamespace(median_ms=20.0),
+                               speedup=20.0 / ms, rejections=[])
+
+    rows = [{"problem": "f", "contender": "veomni-quack", "variant": "QuackFusedMoeExpertFunction", "pattern": "random",
+             "status": "unavailable", "reason": why, "budget": 0, "seconds": 0.0}]
+    rows += [table.row("f", "ours", "64x128x32", ev(1.5), 5, 1.0, "uniform"),
+             table.row("f", "veomni", "TritonFusedMoeExpertFunction", ev(2.0), 0, 1.0, "uniform"),
+             table.row("f", "veomni-quack", "QuackFusedMoeExpertFunction", ev(1.2), 0, 1.0, "uniform")]
+    for r in rows:
+        r["compile_ms"] = 30.0
+    table.annotate(rows)
+    assert abs(rows[1]["vs_veomni"] - 2.0 / 1.5) < 1e-9 and abs(rows[1]["vs_veomni_quack"] - 0.8) < 1e-9
+    md = table.summary(rows)
+    assert f"| f | veomni-quack | QuackFusedMoeExpertFunction | unavailable ({why[:120]}) | - |" in md
+    assert "| ours vs VeOmni | ours vs VeOmni quack |" in md and "| 1.33x | 0.80x |" in md
