@@ -770,3 +770,33 @@ def test_partitioned_convolution_kernels_compile_for_hopper_without_a_gpu(tmp_pa
     compiled = triton.compile(ASTSource(module.conv_0_kernel, signature, {"BM": 64, "BN": 64, "BK": 32}),
                               target=GPUTarget("cuda", 90, 32))
     assert len(compiled.asm["cubin"]) > 1000
+
+
+def test_relaxed_conv_epilogues_run_the_convolution_with_tf32_and_put_the_settings_back(tmp_path, monkeypatch):
+    """A convolution followed by a fused elementwise tail (KernelBench L2/1, 2/16, 2/71): under
+    relaxed the cuDNN convolution may use TF32, as eager + TF32 runs it (else the candidate is fp32
+    cuDNN against a TF32 baseline: L2/1 ran at 0.47x of it on the H200); only for the convolution,
+    restored after it; the relaxed judge accepts it, and the fp32 candidate never touches the flags."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    import torch
+
+    problem = load_problem(str(HERE / "conv_epilogue.py"))
+    strict, _ = generate(problem, {"block": 128})
+    relaxed, _ = generate(problem, {"block": 128}, precision="relaxed")
+    assert "allow_tf32" not in strict
+    assert "The convolution (conv) stays in PyTorch (cuDNN in TF32" in relaxed
+    namespace: dict = {}
+    exec(compile(relaxed, "relaxed.py", "exec"), namespace)  # noqa: S102 - our own generated source
+    model = namespace["ModelNew"](*problem.load_module().get_init_inputs())
+    seen = []
+    conv = model.conv.forward
+    model.conv.forward = lambda *a: (seen.append(torch.backends.cudnn.allow_tf32), conv(*a))[1]
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    model(*problem.load_module().get_inputs())
+    assert seen == [True]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(relaxed, "relaxed-conv-epilogue")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])

@@ -165,7 +165,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
-                           dot_precision="tf32x3" if precision == "fp32" else "tf32",
+                           dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
                            attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
 
