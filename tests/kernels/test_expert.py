@@ -431,7 +431,7 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
     source = render(matmul(256, 256, 524288))
     assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64')
     assert ExpertProposer._parse_moves(source) == {"template": "matmul", "block": 128, "warps": 8, "chunk": 32,
-                                                   "split": 64}
+                                                   "split": 64, "kmajor": 0}
     module = _load(source, tmp_path, "split_k_aot")
     signature = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                  "s_am": "i32", "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32",
@@ -799,4 +799,135 @@ def test_relaxed_conv_epilogues_run_the_convolution_with_tf32_and_put_the_settin
     cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(relaxed, "relaxed-conv-epilogue")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+
+
+@pytest.mark.parametrize("replacements", [
+    {},  # A @ B: B is N-major, copied
+    {"return A @ B": "return A.T @ B", "torch.randn(M, K), torch.randn(K, N)": "torch.randn(K, M), torch.randn(K, N)"},
+    {"return A @ B": "return A.T @ B.T", "torch.randn(M, K), torch.randn(K, N)": "torch.randn(K, M), torch.randn(N, K)"},
+])
+def test_kmajor_copies_of_fp32_operands_are_judged_correct(tmp_path, monkeypatch, replacements):
+    path = _variant(tmp_path, "matmul_plain.py", replacements)
+    source, _ = generate(load_problem(str(path)), {"block": 32, "chunk": 16, "warps": 4, "kmajor": 1})
+    trans_a, trans_b = "A.T" in "".join(replacements.values()), "B.T" in "".join(replacements.values())
+    assert ("copied K-major" in source) == (trans_a or not trans_b), source[:900]
+    _judged_correct(path, {"block": 32, "chunk": 16, "warps": 4, "kmajor": 1}, tmp_path, monkeypatch)
+
+
+def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product():
+    """K-major copies by default for an fp32 product with an MN-major operand when the copy costs at
+    most half the product's time at the TF32 rate: KernelBench L1/1 (4096 cubed, B copied: about
+    10%) and L1/16 (A.T @ B, both copied: 29%) yes, L1/6 (256 x 256 outputs over K = 524288: 150%)
+    no, a B.T product (nothing to copy) no."""
+    from loopwise.kernels.expert.generate import default_moves, kmajor_share
+
+    base = capture(load_problem(str(HERE / "matmul_plain.py")))
+
+    def shaped(m, n, k, trans_a=False, trans_b=False, dtype="float32"):
+        params = {**dict(base.params), "m": m, "n": n, "k": k, "trans_a": trans_a, "trans_b": trans_b, "dtype": dtype}
+        return type(base)(**{**base.__dict__, "params": tuple(params.items())})
+
+    assert abs(kmajor_share(shaped(4096, 4096, 4096)) - 4 * 99 / 4096) < 1e-12
+    assert default_moves(shaped(4096, 4096, 4096))["kmajor"] == 1
+    assert default_moves(shaped(2048, 4096, 8192, trans_a=True))["kmajor"] == 1
+    assert default_moves(shaped(256, 256, 524288))["kmajor"] == 0
+    assert default_moves(shaped(4096, 4096, 4096, trans_b=True))["kmajor"] == 0
+    assert default_moves(shaped(4096, 4096, 4096, dtype="bfloat16"))["kmajor"] == 0  # half operands go either way
+
+    # the narrow-accesses tool's vectorize_loads on a product without the copies makes them
+    from loopwise.kernels.expert.proposer import suggested_moves
+
+    class Narrow:
+        evidence = {"moves": "vectorize_loads; coalesce_accesses"}
+    current = default_moves(shaped(256, 256, 524288))
+    assert suggested_moves([Narrow()], "matmul", current) == [{"kmajor": 1}]
+    assert suggested_moves([Narrow()], "matmul", {**current, "kmajor": 1}) == []
+
+
+def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
+    """Why the copies pay: compiled for sm_90, the fp32 matmul kernel stages an N-major B tile with
+    4-byte cp.async copies (the TF32 wgmma reads it K-major), and a K-major one with 16-byte copies
+    only. Checked on the PTX of Triton's ahead-of-time compile, strides and alignment specialised
+    as the launch specialises them."""
+    import re
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    problem = load_problem(str(HERE / "matmul_plain.py"))
+    source, _ = generate(problem, {"block": 128, "chunk": 32, "warps": 8}, precision="relaxed")
+    module = _load(source, tmp_path, "kmajor_ptx")
+    names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_cm", "s_cn"]
+
+    def copies(unit_stride: str, wide_stride: str) -> dict:
+        signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names}
+        constants = {"BM": 128, "BN": 128, "BK": 32, "GROUP_M": 8, "s_ak": 1, "s_cn": 1, unit_stride: 1}
+        signature |= {n: "constexpr" for n in constants}
+        aligned = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "s_am", "s_cm", wide_stride)
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+        compiled = triton.compile(ASTSource(module.matmul_kernel, signature, constants, attrs=attrs),
+                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
+        ptx = compiled.asm["ptx"]
+        assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx
+        return {kind: len(re.findall(rf"cp\.async\.{kind}\.shared\.global", ptx)) for kind in ("ca", "cg")}
+
+    n_major, k_major = copies("s_bn", "s_bk"), copies("s_bk", "s_bn")
+    assert n_major["ca"] > 0
+    assert k_major["ca"] == 0 and k_major["cg"] > 0
+
+
+def test_cuda_graph_replay_of_a_partitioned_forward_is_judged_correct_where_it_cannot_replay(tmp_path, monkeypatch):
+    """The cudagraph move on a partitioned forward (KernelBench L3/1's shape): the candidate names the
+    move on its first line (the proposer reads it back), the launch_bound tool's use_cuda_graphs
+    asks for it, and where no graph can be captured (CPU tensors here) forward runs as without it,
+    judged correct by the interpreter."""
+    from loopwise.kernels.expert.generate import default_moves
+    from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
+
+    problem = load_problem(str(HERE / "partial_mlp.py"))
+    source, _ = generate(problem, {"template": "graph_linear", "tile": 32, "chunk": 16, "cudagraph": 1},
+                         precision="relaxed")
+    assert "class _GraphReplay" in source and "_GraphReplay(self._forward)" in source  # no PyTorch part to TF32
+    assert ExpertProposer._parse_moves(source)["cudagraph"] == 1
+    plain, _ = generate(problem, {"template": "graph_linear", "tile": 32, "chunk": 16})
+    assert "_GraphReplay" not in plain and ExpertProposer._parse_moves(plain)["cudagraph"] == 0
+
+    class LaunchBound:
+        evidence = {"moves": "use_cuda_graphs; fuse_kernels"}
+    current = default_moves(capture(problem), "graph_linear")
+    assert suggested_moves([LaunchBound()], "graph_linear", current) == [{"cudagraph": 1}]
+    _judged_correct(HERE / "partial_mlp.py", {"template": "graph_linear", "tile": 32, "chunk": 16, "cudagraph": 1},
+                    tmp_path, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_is_correct_and_replays_on_the_gpu(tmp_path):
+    """On a GPU the cudagraph candidate replays one captured graph per input signature: each call's
+    outputs follow its own inputs (copied in) and are fresh tensors (cloned out); the judge accepts
+    it, the CUDA-graph probe included."""
+    import torch
+
+    problem = load_problem(str(HERE / "partial_mlp.py"))
+    moves = {"template": "graph_linear", "tile": 32, "chunk": 16, "cudagraph": 1}
+    source, _ = generate(problem, moves)
+    module = _load(source, tmp_path, "cudagraph_mlp")
+    torch.manual_seed(0)
+    model = module.ModelNew().cuda()
+    reference = problem.load_module().Model().cuda()
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        outs = []
+        for _ in range(3):
+            x = torch.randn(33, 37, device="cuda")
+            out = model(x)
+            assert torch.allclose(out, reference(x), atol=1e-4, rtol=1e-4)
+            outs.append(out)
+    replay = model.__dict__["_replay"]
+    assert len(replay.graphs) == 1 and next(iter(replay.graphs.values())) is not None
+    assert len({o.data_ptr() for o in outs}) == 3 and not torch.equal(outs[0], outs[1])
+    cfg = EvalConfig(perf_trials=20, energy=False)
+    with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(source, "cudagraph")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])

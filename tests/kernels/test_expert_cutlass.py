@@ -150,14 +150,14 @@ def test_moves_are_read_back_from_every_variants_source():
             assert ExpertProposer._parse_moves(render(pattern, moves)) == moves
     triton = render(_matmul("bfloat16"), {"block": 64, "warps": 4, "chunk": 16})
     assert ExpertProposer._parse_moves(triton) == {"template": "matmul", "block": 64, "warps": 4, "chunk": 16,
-                                                   "split": 1}
+                                                   "split": 1, "kmajor": 0}
     assert render(_matmul("bfloat16")).startswith('"""matmul: block 128, 8 warps, chunk 32\n')
 
 
 def test_from_the_reference_every_backend_is_proposed_first():
     bf16 = ExpertProposer(load_problem(str(HERE / "matmul_bf16.py")), seed=0)
     first = bf16.propose(ProposalRequest(task="", n=2))
-    assert [p.note for p in first] == ["matmul template, block 128, chunk 32, split 1, warps 8",
+    assert [p.note for p in first] == ["matmul template, block 128, chunk 32, kmajor 0, split 1, warps 8",
                                        "matmul_cutlass template, cluster 2x1, schedule cooperative, tile 128x256x64"]
     fp32 = ExpertProposer(load_problem(str(HERE / "matmul_fp32_aligned.py")), seed=0)
     second = fp32.propose(ProposalRequest(task="", n=2))[1]

@@ -8,13 +8,14 @@ from importlib import resources
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
-DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4},
-                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8},
-                 "graph_conv": {"block": 1024, "warps": 4, "tile": 64, "chunk": 32, "gemm_warps": 4}, "row_softmax": {"block": 2048, "warps": 8},
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
+                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
+                 "graph_conv": {"block": 1024, "warps": 4, "tile": 64, "chunk": 32, "gemm_warps": 4, "cudagraph": 0},
+                 "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "attention": {"block": 64, "warps": 4, "chunk": 64},
-                 "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1}, "linear": {"block": 128, "warps": 8, "chunk": 32},
+                 "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1, "kmajor": 0}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
@@ -48,10 +49,26 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
 _SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
 
 
+# K-major copies of an fp32 product's M- or N-major operands are made by default while they cost
+# at most this share of the product's time at the tensor cores' TF32 rate (H200: 420.8 TFLOP/s
+# over 4256 GB/s, about 99 flop per byte; docs/benchmarks.md).
+_KMAJOR_SHARE, _TF32_BALANCE = 0.5, 99.0
+
+
+def kmajor_share(pattern: Pattern) -> float:
+    """The time of copying an fp32 product's M- or N-major operands K-major (read and write),
+    as a share of the product's time at the TF32 rate: 0 when both are K-major already."""
+    p = dict(pattern.params)
+    copied = (p["m"] * p["k"] if p["trans_a"] else 0) + (0 if p["trans_b"] else p["k"] * p["n"])
+    return 2 * 4 * copied * _TF32_BALANCE / (2 * p["m"] * p["n"] * p["k"])
+
+
 def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
     """``kind``'s default moves for ``pattern``: the template's defaults, and for a matrix product
     with few output tiles and a long K, split-K (the largest power of two that keeps the programs
-    within about two per SM and each K range long)."""
+    within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
+    K-major copies where they are cheap (Hopper's TF32 tensor-core products read both operands
+    K-major from shared memory: Triton stages an MN-major fp32 tile 4 bytes at a time instead of 16)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -60,6 +77,8 @@ def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
         while (moves["split"] * 2 <= _SPLIT_MAX and tiles * moves["split"] * 2 <= _SPLIT_PROGRAMS
                and p["k"] // (moves["split"] * 2) >= _SPLIT_MIN_K):
             moves["split"] *= 2
+        share = kmajor_share(pattern)
+        moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
     return moves
 
 
@@ -118,14 +137,18 @@ def attention_recompute_reason(pattern: Pattern) -> str | None:
 
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
-    step and its fp32 partials (split x M x N) stay within 1 GiB; attention tiles (queries, and
-    keys and values per pipeline stage) within shared memory."""
+    step and its fp32 partials (split x M x N) stay within 1 GiB; K-major copies only of an fp32
+    product's M- or N-major operands; attention tiles (queries, and keys and values per pipeline
+    stage) within shared memory."""
     if moves.get("template", pattern.kind) == "attention":
         sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
         return tiles * width <= _ATTENTION_SHARED_BYTES
+    if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
+                                or dict(pattern.params)["dtype"] != "float32" or not kmajor_share(pattern)):
+        return False  # copies only for fp32 products (TF32 reads K-major), and only where one is not K-major
     split = moves.get("split", 1)
     if moves.get("template", pattern.kind) != "matmul" or split == 1:
         return True
@@ -182,7 +205,9 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, di
     return f"{kind}: block {params['block']}, {params['warps']} warps" + (
         f", chunk {params['chunk']}" if "chunk" in params else "") + (
         f", split {params['split']}" if params.get("split", 1) > 1 else "") + (
-        f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else ""), {}
+        ", kmajor 1" if params.get("kmajor") else "") + (
+        f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else "") + (
+        ", cuda graph" if params.get("cudagraph") else ""), {}
 
 
 def attribute(path: str) -> str:

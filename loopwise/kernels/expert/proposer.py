@@ -31,21 +31,24 @@ from loopwise.kernels.expert.generate import default_moves, fits, render, varian
 SPACE = {
     "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     # the same knobs for every fused pass of a partitioned forward
-    "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
+    # (cudagraph: the whole forward replayed from a CUDA graph, for launch-bound ones)
+    "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
-                     "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
+                     "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
     # and the convolutions' implicit GEMMs too (the same knobs)
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
-                   "chunk": [16, 32, 64], "gemm_warps": [4, 8]},
+                   "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
                           "chunk": [4096, 8192, 16384, 32768, 65536]},
     "attention": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [32, 64, 128]},
     # block: BM = BN output tile; chunk: BK, the K step (3 stages of fp32 tiles fit Hopper's shared memory)
-    # split: K ranges per output tile (split-K, for few tiles and a long K)
-    "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64]},
+    # split: K ranges per output tile (split-K, for few tiles and a long K); kmajor: copy an M- or
+    # N-major fp32 operand K-major first (TF32 tensor-core operands are read K-major)
+    "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64],
+               "kmajor": [0, 1]},
     "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
     # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
     "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
@@ -160,16 +163,20 @@ class ExpertProposer(Proposer):
                 if name in SPACE[kind] and (value.isdigit() or not numeric):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
-        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?"
-                          r"(?:, tile (\d+), (\d+) gemm warps)?", source or "")
+        found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
+                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
         moves |= {"chunk": int(found.group(3))} if found.group(3) else {}
-        moves |= {"tile": int(found.group(5)), "gemm_warps": int(found.group(6))} if found.group(5) else {}
+        moves |= {"tile": int(found.group(6)), "gemm_warps": int(found.group(7))} if found.group(6) else {}
         kind = first.group(1) if first and first.group(1) in SPACE else None
         if kind and "split" in SPACE[kind]:  # the note names split-K only when it splits
             moves["split"] = int(found.group(4) or 1)
+        if kind and "kmajor" in SPACE[kind]:  # and the K-major copies only when it makes them
+            moves["kmajor"] = int(found.group(5) or 0)
+        if kind and "cudagraph" in SPACE[kind]:  # and the CUDA graph only when it replays one
+            moves["cudagraph"] = int(bool(found.group(8)))
         return ({"template": kind} if kind else {}) | moves
 
     @staticmethod
@@ -221,7 +228,8 @@ def _repaired(moves: dict, keep: str) -> dict | None:
 
 # Structural moves (a bare name in a finding's moves) as steps of a template's knobs: "down" / "up"
 # is the next smaller / larger value of the knob in SPACE. Fewer registers per thread: a smaller
-# tile, or a shorter K step (less of A and B held per stage); wider loads: more elements per program.
+# tile, or a shorter K step (less of A and B held per stage); wider loads: more elements per program
+# (a matrix product: operands copied K-major, which its 16-byte copies need).
 # CUTLASS 3's WGMMA kernel sizes its pipeline to whatever shared memory its tile leaves, so only
 # 3xTF32 (stages as a knob) has a shared-memory move.
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
@@ -239,10 +247,15 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                              "conv2d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
                              "attention": ({"chunk": "down"},)},
-    "vectorize_loads": {"elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
+    # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
+    "vectorize_loads": {"matmul": ({"kmajor": "up"},),
+                        "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},),
                         "graph_conv": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},)},
+    # the launch_bound tool: a partitioned forward replayed from a CUDA graph
+    "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
+                        "graph_conv": ({"cudagraph": "up"},)},
 }
 
 
