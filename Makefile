@@ -20,8 +20,12 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/loopwise demo
 
+# Two test processes (pytest-xdist): CI's machine has two cores, and most of the suite is
+# single-threaded (Triton's interpreter, sandboxed judges). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -55,6 +55,9 @@ def test_jobs_spread_over_actors_one_at_a_time(cluster):
 
 def test_jobs_of_one_problem_stay_on_the_actor_that_holds_its_state(cluster):
     with RayExecutor(["cpu", "cpu"], job_timeout_s=30) as ex:
+        # both actors up before the jobs come: a free actor takes another's problem only when nothing
+        # else is queued (by design), which an actor still starting on a loaded machine would cause
+        ray.get([slot.starting for slot in ex._slots], timeout=60)
         for i in range(3):
             for key in ("A", "B"):
                 ex.submit(Job(f"{key}{i}", f"{H}:interval", {"seconds": 0.3}, affinity=key))

@@ -165,10 +165,14 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     from loopwise.kernels.expert.proposer import SPACE, STRUCTURAL
 
     # split (split-K) is reached through the structural move split_k, like the CUTLASS knobs; a
-    # partitioned forward's GEMM tile through reduce_registers, its GEMM warps by exploration only.
+    # partitioned forward's GEMM tile through reduce_registers, its GEMM warps by exploration only;
+    # a matmul's K-major copies through vectorize_loads, a partitioned forward's CUDA graph through
+    # use_cuda_graphs.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
-                                    for k in space} - {"split", "tile", "gemm_warps"}
+                                    for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph"}
     assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},)}
+    assert STRUCTURAL["vectorize_loads"]["matmul"] == ({"kmajor": "up"},)
+    assert all(STRUCTURAL["use_cuda_graphs"][kind] == ({"cudagraph": "up"},) for kind in SPACE if "cudagraph" in SPACE[kind])
     assert {"tile": "down"} in STRUCTURAL["reduce_registers"]["graph_linear"]
     assert not set(PARAMETER_MOVES) & {k for kind in LIBRARY_KINDS for k in SPACE[kind]}
     assert all(kind in STRUCTURAL["reduce_registers"] for kind in LIBRARY_KINDS)

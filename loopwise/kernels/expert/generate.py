@@ -106,10 +106,9 @@ def attention_values(pattern: Pattern, precision: str) -> dict:
             "precision_note": note}
 
 
-# Machine balance of the attention template's products, in flops per byte of DRAM traffic: the
-# measured H200 ceilings (docs/benchmarks.md) give TF32 420.8 TFLOP/s over 4256 GB/s, about 99,
-# and tf32x3 (three products each) a third of that; bf16 849.5 TFLOP/s, about 200.
-_ATTENTION_BALANCE = {"float32": 33.0, "bfloat16": 200.0, "float16": 200.0}
+# Machine balance of the attention template's products, in flops per byte of DRAM traffic: tf32x3
+# (three products each) a third of TF32's; bf16 849.5 TFLOP/s over 4256 GB/s, about 200.
+_ATTENTION_BALANCE = {"float32": _TF32_BALANCE / 3, "bfloat16": 200.0, "float16": 200.0}
 _SCORE_PASSES = 4  # the unfused plan's score matrix: written, read and written by softmax, read
 
 
