@@ -931,3 +931,56 @@ def test_cuda_graph_replay_is_correct_and_replays_on_the_gpu(tmp_path):
     with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, "cudagraph")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+
+
+@pytest.mark.parametrize("fixture,moves", [("conv_epilogue.py", {"block": 128, "channels_last": 1}),
+                                           ("convtranspose_add.py", {"block": 256, "warps": 2, "channels_last": 1})])
+def test_channels_last_conv_epilogues_are_judged_correct(tmp_path, monkeypatch, fixture, moves):
+    """The channels_last move on a convolution with a fused elementwise tail (KernelBench L2/1,
+    2/16, 2/71): cuDNN runs the convolution in NHWC (its tensor-core kernels' layout), the fused pass
+    walks the output in that order, per-channel parameters and the other inputs indexed to match;
+    the output keeps the reference's values and shape (its strides NHWC), judged correct."""
+    import torch
+
+    problem = load_problem(str(HERE / fixture))
+    source, _ = generate(problem, moves)
+    assert source.splitlines()[0].endswith("channels last") and "torch.channels_last" in source
+    from loopwise.kernels.expert.proposer import ExpertProposer
+
+    assert ExpertProposer._parse_moves(source)["channels_last"] == 1
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module = _load(source, tmp_path, f"nhwc_{fixture[:-3]}")
+    reference = problem.load_module()
+    torch.manual_seed(0)
+    model = module.ModelNew(*reference.get_init_inputs())
+    torch.manual_seed(0)
+    ref_model = reference.Model(*reference.get_init_inputs())
+    inputs = reference.get_inputs()
+    with torch.no_grad():
+        out, expected = model(*inputs), ref_model(*inputs)
+    layout = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
+    assert out.is_contiguous(memory_format=layout) and out.shape == expected.shape
+    assert torch.allclose(out, expected, atol=1e-5, rtol=1e-5)
+    _judged_correct(HERE / fixture, moves, tmp_path, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_channels_last_conv_epilogue_is_judged_correct_on_the_gpu(tmp_path):
+    """On a GPU (cuDNN's NHWC kernels, TF32 under relaxed) the channels-last candidate is correct."""
+    problem = load_problem(str(HERE / "conv_epilogue.py"))
+    for precision in ("fp32", "relaxed"):
+        source, _ = generate(problem, {"block": 128, "channels_last": 1}, precision=precision)
+        cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
+                         tolerance="strict" if precision == "fp32" else "legacy")
+        with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+            ev = judge.evaluate(source, f"nhwc-{precision}")
+        assert ev.status is Status.CORRECT, (precision, ev.summary(), ev.log[-1500:])
+
+
+def test_channels_last_is_proposed_only_where_a_convolution_comes_before_the_tail():
+    from loopwise.kernels.expert.generate import fits
+
+    conv = capture(load_problem(str(HERE / "conv_epilogue.py")))
+    chain = capture(load_problem(str(HERE / "chain.py")))
+    assert fits(conv, {"template": "elementwise", "channels_last": 1})
+    assert not fits(chain, {"template": "elementwise", "channels_last": 1})  # no convolution: nothing to lay out

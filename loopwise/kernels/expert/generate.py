@@ -8,7 +8,7 @@ from importlib import resources
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
-DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
+DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 64, "chunk": 32, "gemm_warps": 4, "cudagraph": 0},
                  "row_softmax": {"block": 2048, "warps": 8},
@@ -134,6 +134,18 @@ def attention_recompute_reason(pattern: Pattern) -> str | None:
             "keep out of memory is small next to the operands")
 
 
+_CHANNELS_LAST = {"conv2d": "torch.channels_last", "convtranspose2d": "torch.channels_last",
+                  "conv3d": "torch.channels_last_3d", "convtranspose3d": "torch.channels_last_3d"}
+
+
+def _channels_last_layout(pattern: Pattern) -> str | None:
+    """The channels-last memory format for the convolution an elementwise pattern starts with, or
+    None (no convolution, or a 1-D one)."""
+    if pattern.kind != "elementwise" or not pattern.prologue or not pattern.ops:
+        return None
+    return _CHANNELS_LAST.get(pattern.ops[0])
+
+
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
     step and its fp32 partials (split x M x N) stay within 1 GiB; K-major copies only of an fp32
@@ -145,6 +157,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
         return tiles * width <= _ATTENTION_SHARED_BYTES
+    if moves.get("channels_last") and not _channels_last_layout(pattern):
+        return False  # a layout for the convolution before the tail: without one, nothing to lay out
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
                                 or dict(pattern.params)["dtype"] != "float32" or not kmajor_share(pattern)):
         return False  # copies only for fp32 products (TF32 reads K-major), and only where one is not K-major
@@ -188,6 +202,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
+                           layout=_channels_last_layout(pattern),
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
                            attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
 
@@ -206,7 +221,7 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, di
         f", split {params['split']}" if params.get("split", 1) > 1 else "") + (
         ", kmajor 1" if params.get("kmajor") else "") + (
         f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else "") + (
-        ", cuda graph" if params.get("cudagraph") else ""), {}
+        ", cuda graph" if params.get("cudagraph") else "") + (", channels last" if params.get("channels_last") else ""), {}
 
 
 def attribute(path: str) -> str:

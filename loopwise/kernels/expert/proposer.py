@@ -29,7 +29,8 @@ from loopwise.kernels.expert.capture import Pattern, capture
 from loopwise.kernels.expert.generate import default_moves, fits, render, variants
 
 SPACE = {
-    "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
+    # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
+    "elementwise": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "channels_last": [0, 1]},
     # the same knobs for every fused pass of a partitioned forward
     # (cudagraph: the whole forward replayed from a CUDA graph, for launch-bound ones)
     "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
@@ -164,7 +165,7 @@ class ExpertProposer(Proposer):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
-                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?", source or "")
+                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
@@ -177,6 +178,8 @@ class ExpertProposer(Proposer):
             moves["kmajor"] = int(found.group(5) or 0)
         if kind and "cudagraph" in SPACE[kind]:  # and the CUDA graph only when it replays one
             moves["cudagraph"] = int(bool(found.group(8)))
+        if kind and "channels_last" in SPACE[kind]:  # and the layout only when it changes it
+            moves["channels_last"] = int(bool(found.group(9)))
         return ({"template": kind} if kind else {}) | moves
 
     @staticmethod
