@@ -1,5 +1,6 @@
-"""The expert's CUDA C++ path for matrix products: bf16 / fp16 products get a CUTLASS 3 WGMMA variant
-and fp32 products (under the fp32 policy) a CUTLASS 2 3xTF32 one beside the Triton template, where
+"""The expert's CUDA C++ path for matrix products: bf16 / fp16 products get a CUTLASS 3 WGMMA variant,
+fp32 products a CUTLASS 2 3xTF32 one under the fp32 policy and a TF32 WGMMA one under relaxed,
+beside the Triton template, where
 every operand's rows are whole 16-byte vectors. On the CPU: what is captured and offered, how the
 proposer moves within and between variants, what the rendered C++ says, that the judge's static
 scan accepts it, and (from committed cubins, made by
@@ -83,8 +84,15 @@ def test_variants_follow_dtype_precision_and_alignment(tmp_path):
     aligned = _pattern("matmul_fp16_at_bt.py", {"M = 60": "M = 64"}, tmp_path)
     assert variants(aligned, "fp32") == ["matmul", "matmul_cutlass"]
     fp32 = _pattern("matmul_fp32_aligned.py")
-    assert variants(fp32, "fp32") == ["matmul", "matmul_3xtf32"] and variants(fp32, "relaxed") == ["matmul"]
+    assert variants(fp32, "fp32") == ["matmul", "matmul_3xtf32"]
+    assert variants(fp32, "relaxed") == ["matmul", "matmul_cutlass_tf32"]
     assert variants(_pattern("matmul_plain.py"), "fp32") == ["matmul"]  # N = 33
+    assert variants(_pattern("matmul_plain.py"), "relaxed") == ["matmul"]
+    # TF32 WGMMA reads both operands K-major after the copies: K and N must be whole 16-byte rows,
+    # whatever the transposes (M of a transposed A does not matter, unlike the in-place variants)
+    assert matmul_variants.accepts("matmul_cutlass_tf32", _matmul("float32", trans_a=True, m=1001, n=776, k=520))
+    assert not matmul_variants.accepts("matmul_cutlass_tf32", _matmul("float32", m=1000, n=776, k=522))
+    assert not matmul_variants.accepts("matmul_cutlass_tf32", _matmul("bfloat16"))
     assert variants(_pattern("chain.py"), "fp32") == ["elementwise"]
     assert variants(_pattern("unsupported_conv.py"), "fp32") == []
     # M needs no alignment where A is not transposed (TMA and the predicated loads cover the rows)
@@ -100,6 +108,8 @@ def test_knob_combinations_are_those_cutlass_builds():
     assert cutlass == {("128x128x64", "cooperative"), ("128x256x64", "cooperative"), ("256x128x64", "cooperative"),
                        ("64x128x64", "pingpong"), ("128x128x64", "pingpong"), ("64x256x64", "pingpong")}
     assert len(_all_moves("matmul_cutlass")) == 6 * len(matmul_variants.CLUSTERS)
+    tf32 = {(m["tile"], m["schedule"]) for m in _all_moves("matmul_cutlass_tf32")}
+    assert tf32 == {(tile.replace("x64", "x32"), schedule) for tile, schedule in cutlass}
     assert len(_all_moves("matmul_3xtf32")) == len(matmul_variants.TF32X3_TILES) * len(matmul_variants.TF32X3_STAGES)
     assert all(matmul_variants.valid(kind, DEFAULT_MOVES[kind]) for kind in matmul_variants.LIBRARY_KINDS)
     with pytest.raises(ValueError, match="does not apply"):
@@ -138,14 +148,26 @@ def test_rendered_sources_are_python_whose_kernel_names_the_knobs_cutlass_types(
             assert f"{moves['stages']}, kAlign, kAlign, false, cutlass::arch::OpMultiplyAddFastF32>" in kernel
             assert "cutlass::arch::Sm80" in kernel and "cutlass::arch::OpClassTensorOp" in kernel
             names.add(source.split('load_inline(name="')[1].split('"')[0])
+        for moves in _all_moves("matmul_cutlass_tf32"):
+            source = render(_matmul("float32", trans_a, trans_b), moves)
+            ast.parse(source)
+            kernel = _kernel(source)
+            tm, tn, tk = matmul_variants.dims(moves["tile"])
+            assert f"Shape<_{tm}, _{tn}, _{tk}>" in kernel and "using Element = float;" in kernel
+            # both operands K-major whatever the problem's transposes: A row-major, B column-major
+            assert "LayoutA = cutlass::layout::RowMajor;" in kernel and "LayoutB = cutlass::layout::ColumnMajor;" in kernel
+            assert "a = a.contiguous()" in source and "b = b.t().contiguous().t()" in source
+            assert "in TF32 (the relaxed precision policy" in source
+            names.add(source.split('load_inline(name="')[1].split('"')[0])
     # load_inline caches a module by name in a process: every build gets its own
-    assert len(names) == 4 * (2 * len(_all_moves("matmul_cutlass")) + len(_all_moves("matmul_3xtf32")))
+    assert len(names) == 4 * (2 * len(_all_moves("matmul_cutlass")) + len(_all_moves("matmul_3xtf32"))
+                              + len(_all_moves("matmul_cutlass_tf32")))
 
 
 def test_moves_are_read_back_from_every_variants_source():
     """A resumed run knows a candidate's variant and knobs from its first line."""
     for kind in matmul_variants.LIBRARY_KINDS:
-        pattern = _matmul("float32" if kind == "matmul_3xtf32" else "bfloat16", trans_b=True)
+        pattern = _matmul("bfloat16" if kind == "matmul_cutlass" else "float32", trans_b=True)
         for moves in _all_moves(kind):
             assert ExpertProposer._parse_moves(render(pattern, moves)) == moves
     triton = render(_matmul("bfloat16"), {"block": 64, "warps": 4, "chunk": 16})
@@ -163,7 +185,9 @@ def test_from_the_reference_every_backend_is_proposed_first():
     second = fp32.propose(ProposalRequest(task="", n=2))[1]
     assert second.content.startswith('"""matmul_3xtf32: tile 128x128x32, stages 3')
     relaxed = ExpertProposer(load_problem(str(HERE / "matmul_fp32_aligned.py")), seed=0, precision="relaxed")
-    assert all(p.content.startswith('"""matmul: ') for p in relaxed.propose(ProposalRequest(task="", n=6)))
+    first = relaxed.propose(ProposalRequest(task="", n=2))
+    assert first[0].content.startswith('"""matmul: ')
+    assert first[1].content.startswith('"""matmul_cutlass_tf32: tile 128x256x32, cluster 2x1, schedule cooperative')
     odd = ExpertProposer(load_problem(str(HERE / "matmul_bf16_odd.py")), seed=0)
     assert all(p.content.startswith('"""matmul: ') for p in odd.propose(ProposalRequest(task="", n=6)))
 
@@ -330,6 +354,10 @@ def test_the_judges_static_scan_accepts_the_cutlass_candidates():
     source = render(capture(fp32_problem), {"template": "matmul_3xtf32"})
     assert "cutlass" in detect_backends(source)
     assert scan(source, policy="fp32", filename="candidate.py") == []
+    # the TF32 WGMMA variant is offered under relaxed only, whose static policy allows TF32
+    source = render(capture(fp32_problem), {"template": "matmul_cutlass_tf32"}, precision="relaxed")
+    reasons = scan(source, policy="relaxed", filename="candidate.py")
+    assert not [r for r in reasons if r.severity == "reject"], [r.message for r in reasons]
 
 
 def _fixture_maker():
@@ -340,7 +368,7 @@ def _fixture_maker():
     return module
 
 
-@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32"])
+@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32", "expert_cutlass_tf32"])
 def test_the_fixtures_were_built_from_the_current_templates(name):
     recorded = json.loads((FIXTURES / f"{name}.json").read_text())
     source = _fixture_maker().kernel_source(name)
@@ -375,6 +403,17 @@ def test_the_wgmma_variant_compiles_to_bf16_hgmma_with_tma():
     assert kernel.tma_copies > 0
 
 
+def test_the_tf32_wgmma_variant_compiles_to_tf32_hgmma_with_tma():
+    """Under relaxed, fp32 products on Hopper's WGMMA in TF32: HGMMA with TF32 inputs and fp32
+    accumulators (the 128x256 tile over two consumer warp groups: 64x256 per instruction, K = 8)."""
+    _needs_disassembler()
+    kernel = _fixture_kernel("expert_cutlass_tf32")
+    ops = {op.opcode: op for op in kernel.tensor_core}
+    assert set(ops) == {"HGMMA"} and ops["HGMMA"].inputs == "TF32" and ops["HGMMA"].accumulator == "F32"
+    assert ops["HGMMA"].shape == "64x256x8"
+    assert kernel.tma_copies > 0
+
+
 def test_the_3xtf32_variant_compiles_to_three_tf32_mmas_per_product():
     """A 32x64 warp tile over K = 32 is 2 x 8 x 4 = 64 HMMA.1688 per product; 3xTF32 issues three
     products (big*big, big*small, small*big) per k-step: 192."""
@@ -395,6 +434,8 @@ GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
     *[("matmul_3xtf32", "float32", ta, tb, 1000, {}) for ta, tb in itertools.product((False, True), repeat=2)],
     ("matmul_3xtf32", "float32", True, True, 1000, {"tile": "64x256x32", "stages": 5}),
     ("matmul_3xtf32", "float32", False, False, 1001, {"tile": "256x64x32", "stages": 4}),
+    *[("matmul_cutlass_tf32", "float32", ta, tb, 1001, {}) for ta, tb in itertools.product((False, True), repeat=2)],
+    ("matmul_cutlass_tf32", "float32", True, False, 1000, {"tile": "64x128x32", "cluster": "1x1", "schedule": "pingpong"}),
 ]
 
 
@@ -431,8 +472,12 @@ def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
         b = torch.randn((n, k) if tb else (k, n), generator=gen, device="cuda").to(getattr(torch, dtype))
         out = module.ModelNew()(a, b)
         assert out.dtype == a.dtype and out.shape == (m, n), (kind, knobs)
+        da, db = (a.double().t() if ta else a.double()), (b.double().t() if tb else b.double())
+        if kind == "matmul_cutlass_tf32":  # TF32 operands (10-bit mantissas): within 2^-9 of sum |products|
+            error = ((out.double() - da @ db).abs() / (da.abs() @ db.abs())).max().item()
+            assert error < 2.0 ** -9, (kind, ta, tb, knobs, error)
+            continue
         assert _rounding_excess(out, a, b, ta, tb) <= 1.0, (kind, dtype, ta, tb, knobs)
-        if dtype == "float32":  # fp32-accurate: TF32 products (2^-11 each) would land near 2^-11 / sqrt(K)
-            da, db = (a.double().t() if ta else a.double()), (b.double().t() if tb else b.double())
+        if kind == "matmul_3xtf32":  # fp32-accurate: TF32 products (2^-11 each) would land near 2^-11 / sqrt(K)
             error = ((out.double() - da @ db).abs() / (da.abs() @ db.abs())).max().item()
             assert error < 2.0 ** -20, (kind, ta, tb, knobs, error)

@@ -1,5 +1,7 @@
 """The matrix product's CUDA C++ variants beside its Triton template: CUTLASS 3 on Hopper's WGMMA
-for bf16 / fp16 (``matmul_cutlass``) and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32
+for bf16 / fp16 (``matmul_cutlass``) and, under the relaxed policy, for fp32 in TF32
+(``matmul_cutlass_tf32``: WGMMA reads TF32 operands K-major only, so an M- or N-major operand is
+copied K-major first), and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32 under the fp32 policy
 (``matmul_3xtf32``). Their knobs, the knob combinations CUTLASS builds well, the problems each can
 take (CUTLASS reads 16-byte vectors, so each operand's contiguous extent must be a multiple of 8
 16-bit or 4 fp32 elements), and the values their templates are rendered with.
@@ -15,7 +17,8 @@ import hashlib
 
 from loopwise.kernels.expert.capture import Pattern
 
-LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32")
+LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32")
+WGMMA_KINDS = ("matmul_cutlass", "matmul_cutlass_tf32")
 
 # bf16 / fp16 on WGMMA. A tile is M x N x K of one CTA; WGMMA atoms are 64 rows, so M is a multiple
 # of 64. Cooperative splits M over two consumer warp groups (M a multiple of 128, what the
@@ -23,6 +26,8 @@ LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32")
 # tile. Tiles are kept to 128 fp32 accumulators per consumer thread: 256 would exceed the 255
 # registers a thread can address (128x256 ping-pong, 256x256 cooperative spill).
 WGMMA_TILES = ["64x128x64", "128x128x64", "64x256x64", "128x256x64", "256x128x64"]
+# TF32: the same M x N tiles with 32 fp32 elements (128 bytes, one swizzle row) along K per stage.
+WGMMA_TF32_TILES = [tile.replace("x64", "x32") for tile in WGMMA_TILES]
 CLUSTERS = ["1x1", "2x1", "1x2"]
 SCHEDULES = ["cooperative", "pingpong"]
 _SCHEDULE_TYPES = {
@@ -44,13 +49,16 @@ TF32X3_STAGES = [3, 4, 5]
 _SM90_SHARED_BYTES = 227 * 1024  # the most dynamic shared memory one Hopper block may have
 
 SPACE = {"matmul_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
-         "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES}}
+         "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES},
+         "matmul_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES}}
 DEFAULT_MOVES = {"matmul_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
-                 "matmul_3xtf32": {"tile": "128x128x32", "stages": 3}}
+                 "matmul_3xtf32": {"tile": "128x128x32", "stages": 3},
+                 "matmul_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"}}
 
 _ALIGNMENT = {"float32": 4, "bfloat16": 8, "float16": 8}  # elements in 16 bytes
 _ELEMENTS = {"bfloat16": ("cutlass::bfloat16_t", "torch::kBFloat16"),
-             "float16": ("cutlass::half_t", "torch::kHalf")}
+             "float16": ("cutlass::half_t", "torch::kHalf"),
+             "float32": ("float", "torch::kFloat32")}  # float operands: CUTLASS 3's builder picks TF32 WGMMA
 
 
 def dims(text: str) -> tuple[int, ...]:
@@ -61,7 +69,7 @@ def dims(text: str) -> tuple[int, ...]:
 def valid(kind: str, moves: dict) -> bool:
     """Whether CUTLASS builds ``moves`` for ``kind`` without failing a static_assert, spilling its
     accumulators or asking for more shared memory than a Hopper block has."""
-    if kind == "matmul_cutlass":
+    if kind in WGMMA_KINDS:
         if any(moves.get(knob) not in values for knob, values in SPACE[kind].items()):
             return False
         m, n, _ = dims(moves["tile"])
@@ -84,20 +92,25 @@ def accepts(kind: str, pattern: Pattern) -> bool:
         return False
     p = dict(pattern.params)
     dtype = p.get("dtype", "float32")
-    if kind != ("matmul_3xtf32" if dtype == "float32" else "matmul_cutlass"):
+    if kind not in (("matmul_3xtf32", "matmul_cutlass_tf32") if dtype == "float32" else ("matmul_cutlass",)):
         return False
-    contiguous = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
+    if kind == "matmul_cutlass_tf32":  # A [M, K] and B held as [N, K], both K-major after the copies
+        contiguous = (p["k"], p["k"], p["n"])
+    else:
+        contiguous = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
     return all(extent % _ALIGNMENT[dtype] == 0 for extent in contiguous)
 
 
 def library_variants(pattern: Pattern, precision: str) -> list[str]:
-    """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16, 3xTF32
-    for fp32 under the ``fp32`` policy (under ``relaxed``, Triton's plain TF32 is faster and
-    allowed, so 3xTF32's extra products buy nothing)."""
+    """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16; for fp32,
+    3xTF32 under the ``fp32`` policy and WGMMA in TF32 under ``relaxed`` (where TF32 is allowed,
+    3xTF32's extra products buy nothing)."""
     dtype = dict(pattern.params).get("dtype", "float32")
-    if dtype == "float32" and precision != "fp32":
-        return []
-    return [kind for kind in LIBRARY_KINDS if accepts(kind, pattern)]
+    if dtype == "float32":
+        kinds = ("matmul_3xtf32",) if precision == "fp32" else ("matmul_cutlass_tf32",)
+    else:
+        kinds = ("matmul_cutlass",)
+    return [kind for kind in kinds if accepts(kind, pattern)]
 
 
 def note(kind: str, moves: dict) -> str:
@@ -112,10 +125,11 @@ def template_values(kind: str, pattern: Pattern, moves: dict) -> dict:
     (``load_inline`` caches modules by name within a process)."""
     p = dict(pattern.params)
     tile_m, tile_n, tile_k = dims(moves["tile"])
-    values = {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
-              "layout_a": "ColumnMajor" if p["trans_a"] else "RowMajor",
-              "layout_b": "ColumnMajor" if p["trans_b"] else "RowMajor"}
-    if kind == "matmul_cutlass":
+    tf32 = kind == "matmul_cutlass_tf32"  # both operands K-major: A row-major, B column-major
+    values = {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "tf32": tf32,
+              "layout_a": "ColumnMajor" if p["trans_a"] and not tf32 else "RowMajor",
+              "layout_b": "ColumnMajor" if p["trans_b"] or tf32 else "RowMajor"}
+    if kind in WGMMA_KINDS:
         cluster_m, cluster_n = dims(moves["cluster"])
         mainloop, epilogue = _SCHEDULE_TYPES[moves["schedule"]]
         element, scalar = _ELEMENTS[p["dtype"]]

@@ -1,5 +1,5 @@
-"""Builds expert_cutlass_bf16.cubin and expert_3xtf32.cubin: the expert proposer's CUTLASS variants
-of the matrix product, rendered with their default moves for fixed problems (bf16 and fp32,
+"""Builds expert_cutlass_bf16.cubin, expert_3xtf32.cubin and expert_cutlass_tf32.cubin: the expert
+proposer's CUTLASS variants of the matrix product, rendered with their default moves for fixed problems (bf16 and fp32,
 C = A @ B, 4096 x 4096 x 4096), their KERNEL strings compiled with nvcc for sm_90a without torch (one
 host function instantiates each GEMM). The json beside each cubin holds the kernel's sha256, the
 moves and the compile time, so the tests notice a template that changed after the fixture was made.
@@ -19,12 +19,13 @@ _spec = importlib.util.spec_from_file_location("make_cutlass_fixture", HERE / "m
 _maker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_maker)
 SIZE = 4096
-FIXTURES = {"expert_cutlass_bf16": ("matmul_cutlass", "bfloat16"), "expert_3xtf32": ("matmul_3xtf32", "float32")}
+FIXTURES = {"expert_cutlass_bf16": ("matmul_cutlass", "bfloat16"), "expert_3xtf32": ("matmul_3xtf32", "float32"),
+            "expert_cutlass_tf32": ("matmul_cutlass_tf32", "float32")}
 
 
 def _instantiation(kind: str) -> str:
     """A host function that instantiates the kernel for the fixed problem (``device`` 0 for WGMMA)."""
-    device = ", 0" if kind == "matmul_cutlass" else ""
+    device = ", 0" if kind in ("matmul_cutlass", "matmul_cutlass_tf32") else ""
     return f"""
 int lw_instantiate(const lw::Element* a, const lw::Element* b, lw::Element* c, void* w, cudaStream_t s) {{
   auto args = lw::arguments(a, {SIZE}, b, {SIZE}, c, {SIZE}, {SIZE}, {SIZE}, {SIZE}{device});
