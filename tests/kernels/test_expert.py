@@ -984,3 +984,24 @@ def test_channels_last_is_proposed_only_where_a_convolution_comes_before_the_tai
     chain = capture(load_problem(str(HERE / "chain.py")))
     assert fits(conv, {"template": "elementwise", "channels_last": 1})
     assert not fits(chain, {"template": "elementwise", "channels_last": 1})  # no convolution: nothing to lay out
+
+
+def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp_path):
+    """graph_conv lost to cuDNN on every problem with a plain partition too (H200): from the
+    reference the proposer spends its first proposals on the plain plan's moves; a later step still
+    proposes graph_conv's defaults; where graph_conv is the only plan it comes first."""
+    from loopwise.core.propose import ProposalRequest
+    from loopwise.kernels.expert.proposer import LATER, ExpertProposer
+
+    assert "graph_conv" in LATER
+    both = load_problem(str(HERE / "partial_groupnorm.py"))
+    assert variants(capture(both)) == ["graph", "graph_conv"]
+    expert = ExpertProposer(both, seed=0)
+    first = expert.propose(ProposalRequest(task="", n=6))
+    assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph" for p in first)
+    later = expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
+    assert "graph_conv" in {ExpertProposer._parse_moves(p.content)["template"] for p in later}
+    alone = tmp_path / "alone.py"  # a convolution's ReLU is no pass of its own: graph_conv is the only plan
+    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)", extra=""))
+    only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
+    assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
