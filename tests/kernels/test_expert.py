@@ -590,33 +590,45 @@ def test_linear_gemm_kernels_of_a_partition_compile_for_hopper_without_a_gpu(tmp
     assert len(compiled.asm["cubin"]) > 1000
 
 
-def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_settings_back(tmp_path, monkeypatch):
-    """Under relaxed, the convolution left in PyTorch may use TF32 as eager + TF32 does (so the
-    candidate is not fp32 PyTorch against a TF32 baseline); the settings are restored after each
-    call, the relaxed judge accepts the candidate, and the fp32 candidate never touches them."""
+def _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, fixture: str, says: str, spied: str) -> None:
+    """The fixture's relaxed candidate says ``says``, the PyTorch call at ``spied`` (an attribute path
+    of ModelNew) runs with TF32 allowed and the settings are as before once forward returns, the
+    relaxed judge accepts it, and the fp32 candidate never touches the flags."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
     import torch
 
-    problem = load_problem(str(HERE / "partial_groupnorm.py"))
+    problem = load_problem(str(HERE / fixture))
     strict, _ = generate(problem, {"block": 128})
     relaxed, _ = generate(problem, {"block": 128}, precision="relaxed")
     assert "allow_tf32" not in strict
-    assert "what stays in PyTorch (Conv2d) runs with TF32" in relaxed
+    assert says in relaxed
     namespace: dict = {}
     exec(compile(relaxed, "relaxed.py", "exec"), namespace)  # noqa: S102 - our own generated source
     model = namespace["ModelNew"](*problem.load_module().get_init_inputs())
+    *path, name = spied.split(".")
+    owner = model
+    for part in path:
+        owner = getattr(owner, part)
     seen = []
-    real = model._forward
-    model._forward = lambda *a: (seen.append(torch.backends.cudnn.allow_tf32), real(*a))[1]
+    real = getattr(owner, name)
+    setattr(owner, name, lambda *a: (seen.append(torch.backends.cudnn.allow_tf32), real(*a))[1])
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     model(*problem.load_module().get_inputs())
     assert seen == [True]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(relaxed, "relaxed-partition")
+        ev = judge.evaluate(relaxed, f"relaxed-{fixture[:-3]}")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+
+
+def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_settings_back(tmp_path, monkeypatch):
+    """Under relaxed, the convolution left in PyTorch may use TF32 as eager + TF32 does (so the
+    candidate is not fp32 PyTorch against a TF32 baseline); the settings are restored after each
+    call, the relaxed judge accepts the candidate, and the fp32 candidate never touches them."""
+    _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, "partial_groupnorm.py",
+                                    "what stays in PyTorch (Conv2d) runs with TF32", "_forward")
     # no PyTorch part TF32 would change (an elementwise chain between norms): nothing is wrapped
     assert generate(load_problem(str(HERE / "partial_shared.py")), precision="relaxed")[0].count("allow_tf32") == 0
 
@@ -777,29 +789,8 @@ def test_relaxed_conv_epilogues_run_the_convolution_with_tf32_and_put_the_settin
     relaxed the cuDNN convolution may use TF32, as eager + TF32 runs it (else the candidate is fp32
     cuDNN against a TF32 baseline: L2/1 ran at 0.47x of it on the H200); only for the convolution,
     restored after it; the relaxed judge accepts it, and the fp32 candidate never touches the flags."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    import torch
-
-    problem = load_problem(str(HERE / "conv_epilogue.py"))
-    strict, _ = generate(problem, {"block": 128})
-    relaxed, _ = generate(problem, {"block": 128}, precision="relaxed")
-    assert "allow_tf32" not in strict
-    assert "The convolution (conv) stays in PyTorch (cuDNN in TF32" in relaxed
-    namespace: dict = {}
-    exec(compile(relaxed, "relaxed.py", "exec"), namespace)  # noqa: S102 - our own generated source
-    model = namespace["ModelNew"](*problem.load_module().get_init_inputs())
-    seen = []
-    conv = model.conv.forward
-    model.conv.forward = lambda *a: (seen.append(torch.backends.cudnn.allow_tf32), conv(*a))[1]
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    model(*problem.load_module().get_inputs())
-    assert seen == [True]
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(relaxed, "relaxed-conv-epilogue")
-    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, "conv_epilogue.py",
+                                    "The convolution (conv) stays in PyTorch (cuDNN in TF32", "conv.forward")
 
 
 @pytest.mark.parametrize("replacements", [
