@@ -429,9 +429,9 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
     assert fits(square.pattern, {"template": "matmul", "split": 8, "chunk": 32})
 
     source = render(matmul(256, 256, 524288))
-    assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64')
+    assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64, kmajor 1')
     assert ExpertProposer._parse_moves(source) == {"template": "matmul", "block": 128, "warps": 8, "chunk": 32,
-                                                   "split": 64, "kmajor": 0}
+                                                   "split": 64, "kmajor": 1}
     module = _load(source, tmp_path, "split_k_aot")
     signature = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                  "s_am": "i32", "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32",
@@ -808,9 +808,10 @@ def test_kmajor_copies_of_fp32_operands_are_judged_correct(tmp_path, monkeypatch
 
 def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product():
     """K-major copies by default for an fp32 product with an MN-major operand when the copy costs at
-    most half the product's time at the TF32 rate: KernelBench L1/1 (4096 cubed, B copied: about
-    10%) and L1/16 (A.T @ B, both copied: 29%) yes, L1/6 (256 x 256 outputs over K = 524288: 150%)
-    no, a B.T product (nothing to copy) no."""
+    most half the product's time without them (at the rate Triton reached on the H200 with an
+    N-major B: 36 TFLOP/s tf32x3, 82 TF32): KernelBench L1/1 (4096 cubed, B copied: under 1% / 2%),
+    L1/16 (A.T @ B, both copied) and L1/6 (256 x 256 outputs over K = 524288, B copied: 13% / 30%)
+    yes; a product of 32 rows (B copied, 106% / 241%) no; a B.T product (nothing to copy) no."""
     from loopwise.kernels.expert.generate import default_moves, kmajor_share
 
     base = capture(load_problem(str(HERE / "matmul_plain.py")))
@@ -819,19 +820,26 @@ def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product(
         params = {**dict(base.params), "m": m, "n": n, "k": k, "trans_a": trans_a, "trans_b": trans_b, "dtype": dtype}
         return type(base)(**{**base.__dict__, "params": tuple(params.items())})
 
-    assert abs(kmajor_share(shaped(4096, 4096, 4096)) - 4 * 99 / 4096) < 1e-12
-    assert default_moves(shaped(4096, 4096, 4096))["kmajor"] == 1
-    assert default_moves(shaped(2048, 4096, 8192, trans_a=True))["kmajor"] == 1
-    assert default_moves(shaped(256, 256, 524288))["kmajor"] == 0
-    assert default_moves(shaped(4096, 4096, 4096, trans_b=True))["kmajor"] == 0
-    assert default_moves(shaped(4096, 4096, 4096, dtype="bfloat16"))["kmajor"] == 0  # half operands go either way
+    # copy bytes 8 k n over 4256 GB/s against 2 m n k flops at 36 / 82 TFLOP/s
+    assert abs(kmajor_share(shaped(4096, 4096, 4096)) - 4 * 36e12 / 4256e9 / 4096) < 1e-12
+    assert abs(kmajor_share(shaped(256, 256, 524288), "relaxed") - 4 * 82e12 / 4256e9 / 256) < 1e-12
+    for precision in ("fp32", "relaxed"):
+        assert default_moves(shaped(4096, 4096, 4096), precision=precision)["kmajor"] == 1
+        assert default_moves(shaped(2048, 4096, 8192, trans_a=True), precision=precision)["kmajor"] == 1
+        assert default_moves(shaped(256, 256, 524288), precision=precision)["kmajor"] == 1
+        assert default_moves(shaped(32, 4096, 4096), precision=precision)["kmajor"] == 0
+        assert default_moves(shaped(4096, 4096, 4096, trans_b=True), precision=precision)["kmajor"] == 0
+        assert default_moves(shaped(4096, 4096, 4096, dtype="bfloat16"), precision=precision)["kmajor"] == 0
+    # between the two rates: 128 rows pay in tf32x3 (26%), not in TF32 (60%)
+    assert default_moves(shaped(128, 4096, 4096))["kmajor"] == 1
+    assert default_moves(shaped(128, 4096, 4096), precision="relaxed")["kmajor"] == 0
 
     # the narrow-accesses tool's vectorize_loads on a product without the copies makes them
     from loopwise.kernels.expert.proposer import suggested_moves
 
     class Narrow:
         evidence = {"moves": "vectorize_loads; coalesce_accesses"}
-    current = default_moves(shaped(256, 256, 524288))
+    current = default_moves(shaped(32, 4096, 4096))
     assert suggested_moves([Narrow()], "matmul", current) == [{"kmajor": 1}]
     assert suggested_moves([Narrow()], "matmul", {**current, "kmajor": 1}) == []
 

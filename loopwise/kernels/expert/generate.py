@@ -51,25 +51,32 @@ _SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
 
 
 # K-major copies of an fp32 product's M- or N-major operands are made by default while they cost
-# at most this share of the product's time at the tensor cores' TF32 rate (H200: 420.8 TFLOP/s
-# over 4256 GB/s, about 99 flop per byte; docs/benchmarks.md).
-_KMAJOR_SHARE, _TF32_BALANCE = 0.5, 99.0
+# at most this share of the product's time without them. That time is taken at the rate Triton's
+# products reached on the H200 with an N-major B (KernelBench L1/1, 4096 cubed, 2026-11-30 and
+# 2026-12-01, docs/benchmarks.md): 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32 (relaxed);
+# the copies moved at about the device's 4256 GB/s. With them the tf32x3 product ran 2.15x as fast,
+# copies included (half the time or less): at a share of 0.5 they pay for themselves.
+_KMAJOR_SHARE, _COPY_BYTES_PER_S = 0.5, 4256e9
+_MN_MAJOR_FLOPS = {"fp32": 36e12, "relaxed": 82e12}
 
 
-def kmajor_share(pattern: Pattern) -> float:
+def kmajor_share(pattern: Pattern, precision: str = "fp32") -> float:
     """The time of copying an fp32 product's M- or N-major operands K-major (read and write),
-    as a share of the product's time at the TF32 rate: 0 when both are K-major already."""
+    as a share of the product's time without the copies under ``precision``: 0 when both are
+    K-major already."""
     p = dict(pattern.params)
     copied = (p["m"] * p["k"] if p["trans_a"] else 0) + (0 if p["trans_b"] else p["k"] * p["n"])
-    return 2 * 4 * copied * _TF32_BALANCE / (2 * p["m"] * p["n"] * p["k"])
+    balance = _MN_MAJOR_FLOPS.get(precision, _MN_MAJOR_FLOPS["fp32"]) / _COPY_BYTES_PER_S
+    return 2 * 4 * copied * balance / (2 * p["m"] * p["n"] * p["k"])
 
 
-def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
+def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "fp32") -> dict:
     """``kind``'s default moves for ``pattern``: the template's defaults, and for a matrix product
     with few output tiles and a long K, split-K (the largest power of two that keeps the programs
     within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
-    K-major copies where they are cheap (Hopper's TF32 tensor-core products read both operands
-    K-major from shared memory: Triton stages an MN-major fp32 tile 4 bytes at a time instead of 16)."""
+    K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
+    tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
+    fp32 tile 4 bytes at a time instead of 16)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -78,7 +85,7 @@ def default_moves(pattern: Pattern, kind: str | None = None) -> dict:
         while (moves["split"] * 2 <= _SPLIT_MAX and tiles * moves["split"] * 2 <= _SPLIT_PROGRAMS
                and p["k"] // (moves["split"] * 2) >= _SPLIT_MIN_K):
             moves["split"] *= 2
-        share = kmajor_share(pattern)
+        share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
     return moves
 
@@ -108,8 +115,9 @@ def attention_values(pattern: Pattern, precision: str) -> dict:
 
 
 # Machine balance of the attention template's products, in flops per byte of DRAM traffic: tf32x3
-# (three products each) a third of TF32's; bf16 849.5 TFLOP/s over 4256 GB/s, about 200.
-_ATTENTION_BALANCE = {"float32": _TF32_BALANCE / 3, "bfloat16": 200.0, "float16": 200.0}
+# (three products each) a third of TF32's (420.8 TFLOP/s over 4256 GB/s, about 99); bf16 849.5
+# TFLOP/s over 4256 GB/s, about 200.
+_ATTENTION_BALANCE = {"float32": 99.0 / 3, "bfloat16": 200.0, "float16": 200.0}
 _SCORE_PASSES = 4  # the unfused plan's score matrix: written, read and written by softmax, read
 
 
@@ -184,7 +192,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
 
     moves = dict(moves or {})
     kind = moves.pop("template", pattern.kind)
-    params = {**default_moves(pattern, kind), **moves}
+    params = {**default_moves(pattern, kind, precision), **moves}
     if kind in ("layernorm", "layernorm_welford"):
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])

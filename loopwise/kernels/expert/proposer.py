@@ -144,7 +144,7 @@ class ExpertProposer(Proposer):
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
-        return {"template": kind, **default_moves(self.pattern, kind)}
+        return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str) -> dict:
         """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton) and that
