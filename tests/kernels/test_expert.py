@@ -128,13 +128,21 @@ def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
     _judged_variant(tmp_path, monkeypatch, "pool.py", "pool", moves, other)
 
 
-@pytest.mark.parametrize("init,moves", [
-    (None, {"block": 32, "chunk": 16}),  # 3x2 kernel, stride (2, 1), padding (1, 2), dilation (2, 1), bias
-    ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
+@pytest.mark.parametrize("init,channels,moves", [
+    (None, 3, {"block": 32, "chunk": 16}),  # 3x2 kernel, stride (2, 1), padding (1, 2), dilation (2, 1), bias
+    ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", 3, {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
+    # channels innermost (NHWC): 20 channels, two chunks of 16 a window position, the second mostly empty
+    ("[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]", 20, {"block": 32, "chunk": 16}),
+    ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32}),  # 1x1, a chunk beyond C
 ])
-def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, moves):
-    _judged_variant(tmp_path, monkeypatch, "conv2d.py", "conv2d", moves,
-                    {"[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": init} if init else {})
+def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, channels, moves):
+    """Few input channels: K is (channel, kh, kw) over the NCHW input; 16 or more: the input goes
+    NHWC and each window position's channels are a run of contiguous K."""
+    replacements = {"[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": init} if init else {}
+    replacements |= {"torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"}
+    _judged_variant(tmp_path, monkeypatch, "conv2d.py", "conv2d", moves, replacements)
+    source, _ = generate(load_problem(str(tmp_path / "variant_conv2d.py")), moves)
+    assert ("NHWC" in source) == (channels >= 16) and ("permute(0, 2, 3, 1)" in source) == (channels >= 16)
 
 
 def test_reductions_the_template_does_not_cover_say_why(tmp_path):
@@ -754,6 +762,15 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
       "self.norm = nn.GroupNorm(groups, out_channels)":
       "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, 1)"},
      {"tile": 16, "chunk": 16, "gemm_warps": 4}),
+    # 16 and 24 input channels: both convolutions read NHWC, channels innermost
+    ({"in_channels=3, out_channels=8": "in_channels=16, out_channels=24",
+      "torch.randn(2, 3, 13, 11)": "torch.randn(2, 16, 13, 11)",
+      "nn.Conv2d(in_channels, out_channels, kernel_size)":
+      "nn.Conv2d(in_channels, out_channels, kernel_size, stride=(1, 2), padding=1, dilation=(2, 1))",
+      "x = self.conv(x)": "x = self.conv2(torch.relu(self.conv(x)))",
+      "self.norm = nn.GroupNorm(groups, out_channels)":
+      "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, (2, 3))"},
+     {"tile": 16, "chunk": 16, "gemm_warps": 4}),
 ])
 def test_partitioned_convolutions_become_implicit_gemms_with_their_epilogues(tmp_path, monkeypatch, replacements,
                                                                              moves):
@@ -877,6 +894,44 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     assert k_major["ca"] == 0 and k_major["cg"] > 0
 
 
+def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
+    """Why the implicit GEMM reads NHWC from 16 input channels on: compiled for sm_90 (a 3x3
+    convolution, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with 4-byte cp.async
+    copies (K = (channel, kh, kw) is contiguous in neither operand), the NHWC one with 16-byte copies
+    only (channels innermost in the input and the permuted weights: both tiles K-major). Both run
+    on wgmma. Checked on the PTX of Triton's ahead-of-time compile, integers divisible by 16
+    specialised as the launch specialises them."""
+    import re
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "C", "H", "W", "CO", "OH", "OW", "M"]
+
+    def copies(channels: int) -> dict:
+        path = _variant(tmp_path, "conv2d.py", {
+            "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 128, (3, 3), (1, 1), (1, 1), (1, 1), True]",
+            "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"})
+        source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8})
+        module = _load(source, tmp_path, f"conv_ptx_{channels}")
+        constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True,
+                     "BM": 128, "BN": 128, "BK": 32} | ({"CP": 64} if channels >= 16 else {})
+        signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names} | {n: "constexpr" for n in constants}
+        aligned = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "CO"] + (["C"] if channels % 16 == 0 else [])
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+        compiled = triton.compile(ASTSource(module.conv2d_kernel, signature, constants, attrs=attrs),
+                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
+        ptx = compiled.asm["ptx"]
+        assert "wgmma.mma_async" in ptx
+        return {width: len(re.findall(rf"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], {width},", ptx))
+                for width in ("0x4", "0x10")}
+
+    nchw, nhwc = copies(3), copies(64)
+    assert nchw["0x4"] > 0 and nchw["0x10"] == 0, nchw
+    assert nhwc["0x4"] == 0 and nhwc["0x10"] > 0, nhwc
+
+
 def test_cuda_graph_replay_of_a_partitioned_forward_is_judged_correct_where_it_cannot_replay(tmp_path, monkeypatch):
     """The cudagraph move on a partitioned forward (KernelBench L3/1's shape): the candidate names the
     move on its first line (the proposer reads it back), the launch_bound tool's use_cuda_graphs
@@ -986,9 +1041,10 @@ def test_channels_last_is_proposed_only_where_a_convolution_comes_before_the_tai
 
 
 def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp_path):
-    """graph_conv lost to cuDNN on every problem with a plain partition too (H200): from the
-    reference the proposer spends its first proposals on the plain plan's moves; a later step still
-    proposes graph_conv's defaults; where graph_conv is the only plan it comes first."""
+    """graph_conv lost to cuDNN on every problem with a plain partition too (H200), gathering NCHW:
+    from the reference the proposer spends its first proposals on the plain plan's moves; a later
+    step still proposes graph_conv's defaults; where graph_conv is the only plan, or its
+    convolutions read NHWC (16 input channels or more), it comes first."""
     from loopwise.core.propose import ProposalRequest
     from loopwise.kernels.expert.proposer import LATER, ExpertProposer
 
@@ -1004,3 +1060,9 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
     alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)", extra=""))
     only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
     assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
+    # 16 input channels: the implicit GEMM reads NHWC in 16-byte copies, not measured yet: graph_conv
+    # is a sibling from the start
+    wide = _variant(tmp_path, "partial_groupnorm.py", {"in_channels=3": "in_channels=16",
+                                                        "torch.randn(2, 3, 13, 11)": "torch.randn(2, 16, 13, 11)"})
+    first = ExpertProposer(load_problem(str(wide)), seed=0).propose(ProposalRequest(task="", n=6))
+    assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph", "graph_conv"}

@@ -340,7 +340,7 @@ def _only_conv2d(gm, model, args) -> Pattern | None:
     return Pattern("conv2d", inputs=1, ops=("conv2d",), operands=operands,
                    params=(("conv", path), ("kh", kh), ("kw", kw), ("stride", tuple(conv.stride)),
                            ("padding", tuple(conv.padding)), ("dilation", tuple(conv.dilation)),
-                           ("has_bias", conv.bias is not None)))
+                           ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels)))
 
 
 def _conv_epilogue(gm, model, args) -> Pattern | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import keyword
 from importlib import resources
 
@@ -143,6 +144,12 @@ def attention_recompute_reason(pattern: Pattern) -> str | None:
             "keep out of memory is small next to the operands")
 
 
+# The implicit-GEMM convolution (conv2d, graph_conv; templates/_conv.j2) reads its input NHWC, a
+# window position's channels in chunks, from this many input channels on (one MMA step of K); with
+# fewer, most of each chunk would be empty, and it gathers the NCHW input over (channel, kh, kw).
+NHWC_CHANNELS = 16
+
+
 _CHANNELS_LAST = {"conv2d": "torch.channels_last", "convtranspose2d": "torch.channels_last",
                   "conv3d": "torch.channels_last_3d", "convtranspose3d": "torch.channels_last_3d"}
 
@@ -178,6 +185,17 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * moves.get("chunk", 1)
 
 
+@functools.cache
+def _templates():
+    """The templates' Jinja environment: each renders on its own, and shares macros with the others
+    through ``{% from "_name.j2" import ... %}`` (the implicit-GEMM convolution's main loop)."""
+    import jinja2
+
+    folder = resources.files("loopwise.kernels.expert") / "templates"
+    loader = jinja2.FunctionLoader(lambda name: (folder / name).read_text())
+    return jinja2.Environment(loader=loader, keep_trailing_newline=True)
+
+
 def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32") -> str:
     """The source for ``pattern`` with ``moves`` (block size, warps) over the defaults. Matrix
     products run on the tensor cores through tf32x3 under the ``fp32`` policy (fp32-accurate) and
@@ -188,8 +206,6 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     Raises:
         ValueError: the variant cannot compute this pattern, or CUTLASS would not build its knobs.
     """
-    import jinja2
-
     moves = dict(moves or {})
     kind = moves.pop("template", pattern.kind)
     params = {**default_moves(pattern, kind, precision), **moves}
@@ -205,13 +221,11 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         chosen = plan(pattern, kind)
         extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
                  "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["groups"]))}
-    text = (resources.files("loopwise.kernels.expert") / "templates" / TEMPLATES[kind]).read_text()
-    template = jinja2.Template(text, keep_trailing_newline=True)
-    return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
+    return _templates().get_template(TEMPLATES[kind]).render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
-                           layout=_channels_last_layout(pattern),
+                           layout=_channels_last_layout(pattern), nhwc_channels=NHWC_CHANNELS,
                            first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
                            attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
 

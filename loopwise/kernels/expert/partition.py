@@ -135,7 +135,7 @@ class Gemm:
     body: tuple[str, ...]
     expr: str
     ops: tuple[str, ...]
-    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation); () for a Linear
+    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation, in_channels); () for a Linear
 
 
 def _modules_on_float32(gm, ndim: int, accepts) -> list:
@@ -175,7 +175,7 @@ def _convs(gm, model) -> list:
 
 
 def _conv_shape(sub) -> tuple:
-    return (*sub.kernel_size, tuple(sub.stride), tuple(sub.padding), tuple(sub.dilation))
+    return (*sub.kernel_size, tuple(sub.stride), tuple(sub.padding), tuple(sub.dilation), sub.in_channels)
 
 
 def _epilogues(gm, model, groups, outputs, anchors):

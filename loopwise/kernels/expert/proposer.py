@@ -26,7 +26,7 @@ from loopwise.core.propose import (
 )
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import default_moves, fits, render, variants
+from loopwise.kernels.expert.generate import NHWC_CHANNELS, default_moves, fits, render, variants
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
@@ -69,7 +69,10 @@ SPACE = {
 # the reference (their budget goes to the sibling's moves), still tried now and then later and
 # proposed first where they are the only variant. graph_conv (each Conv2d a tf32x3 implicit GEMM in
 # Triton) lost to cuDNN on every problem that has the plain partition too: 0.15-0.85x of eager in
-# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md).
+# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md). Those
+# kernels gathered the NCHW input element by element (4-byte copies into shared memory); from 16
+# input channels on they now read it NHWC in 16-byte copies (templates/_conv.j2), not yet measured:
+# there graph_conv is a sibling from the start (see _later).
 LATER = frozenset({"graph_conv"})
 
 
@@ -114,7 +117,7 @@ class ExpertProposer(Proposer):
         kind = current["template"] if current else kinds[0]
         base = dict(current or self._defaults(kind))
         seen = {_key(m) for m in self._moves_of.values()}
-        first = [k for k in kinds if k not in LATER] or kinds  # from the reference
+        first = [k for k in kinds if not self._later(k)] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
         # The tools' suggestions come first, in their rank order, where the template has the knob
@@ -141,6 +144,15 @@ class ExpertProposer(Proposer):
         while len(fresh) < n:  # exploration: a random point of the space
             fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind))
         return fresh[:n]
+
+    def _later(self, kind: str) -> bool:
+        """Whether ``kind`` is one of the LATER variants here: graph_conv only while every one of
+        its convolutions gathers an NCHW input (fewer than 16 input channels)."""
+        if kind not in LATER:
+            return False
+        from loopwise.kernels.expert.partition import plan
+
+        return all(g.conv[5] < NHWC_CHANNELS for g in plan(self.pattern, kind)["gemms"] if g.conv)
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
