@@ -894,6 +894,28 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     assert k_major["ca"] == 0 and k_major["cg"] > 0
 
 
+def test_nhwc_convolutions_start_from_the_matrix_products_tile(tmp_path):
+    """Read NHWC (16 input channels or more), the implicit GEMM's tiles are K-major like the copied
+    matrix product's, and start from its tile (128 x 128, 8 warps); an NCHW gather keeps 64 x 64
+    with 4 warps. graph_conv: when any of its convolutions reads NHWC."""
+    from loopwise.kernels.expert.generate import default_moves
+
+    def conv(channels):
+        return capture(load_problem(str(_variant(tmp_path, "conv2d.py", {
+            "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 8, (3, 3), (1, 1), (1, 1), (1, 1), True]",
+            "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"}))))
+
+    assert {k: default_moves(conv(3))[k] for k in ("block", "warps")} == {"block": 64, "warps": 4}
+    assert {k: default_moves(conv(64))[k] for k in ("block", "warps")} == {"block": 128, "warps": 8}
+
+    def graph(channels):
+        return capture(load_problem(str(_variant(tmp_path, "partial_groupnorm.py", {
+            "in_channels=3": f"in_channels={channels}", "torch.randn(2, 3, 13, 11)": f"torch.randn(2, {channels}, 13, 11)"}))))
+
+    assert {k: default_moves(graph(3), "graph_conv")[k] for k in ("tile", "gemm_warps")} == {"tile": 64, "gemm_warps": 4}
+    assert {k: default_moves(graph(16), "graph_conv")[k] for k in ("tile", "gemm_warps")} == {"tile": 128, "gemm_warps": 8}
+
+
 def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     """Why the implicit GEMM reads NHWC from 16 input channels on: compiled for sm_90 (a 3x3
     convolution, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with 4-byte cp.async

@@ -77,7 +77,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
-    fp32 tile 4 bytes at a time instead of 16)."""
+    fp32 tile 4 bytes at a time instead of 16); for a convolution read NHWC (K-major tiles, as the
+    copied product's), the product's tile: 128 x 128 with 8 warps (the fastest on L1/1, H200)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -88,7 +89,20 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
+    if nhwc_convolutions(pattern, kind):  # K-major tiles of 16-byte rows: the matrix product's tile
+        moves |= {"block": 128, "warps": 8} if kind == "conv2d" else {"tile": 128, "gemm_warps": 8}
     return moves
+
+
+def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
+    """Whether ``kind`` writes ``pattern`` with an implicit-GEMM convolution that reads NHWC."""
+    if kind == "conv2d":
+        return dict(pattern.params)["in_channels"] >= NHWC_CHANNELS
+    if kind == "graph_conv":
+        from loopwise.kernels.expert.partition import plan
+
+        return any(g.conv and g.conv[5] >= NHWC_CHANNELS for g in plan(pattern, kind)["gemms"])
+    return False
 
 
 _SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take

@@ -26,7 +26,7 @@ from loopwise.core.propose import (
 )
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import NHWC_CHANNELS, default_moves, fits, render, variants
+from loopwise.kernels.expert.generate import nhwc_convolutions, default_moves, fits, render, variants
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
@@ -148,11 +148,7 @@ class ExpertProposer(Proposer):
     def _later(self, kind: str) -> bool:
         """Whether ``kind`` is one of the LATER variants here: graph_conv only while every one of
         its convolutions gathers an NCHW input (fewer than 16 input channels)."""
-        if kind not in LATER:
-            return False
-        from loopwise.kernels.expert.partition import plan
-
-        return all(g.conv[5] < NHWC_CHANNELS for g in plan(self.pattern, kind)["gemms"] if g.conv)
+        return kind in LATER and not nhwc_convolutions(self.pattern, kind)
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
