@@ -235,7 +235,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         chosen = plan(pattern, kind)
         extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
                  "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["groups"]))}
-    return _templates().get_template(TEMPLATES[kind]).render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
+    template = _templates().get_template(TEMPLATES[kind])
+    return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",

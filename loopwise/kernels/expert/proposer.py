@@ -26,7 +26,7 @@ from loopwise.core.propose import (
 )
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import nhwc_convolutions, default_moves, fits, render, variants
+from loopwise.kernels.expert.generate import default_moves, fits, nhwc_convolutions, render, variants
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
