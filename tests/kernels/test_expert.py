@@ -1053,6 +1053,32 @@ def test_channels_last_conv_epilogue_is_judged_correct_on_the_gpu(tmp_path):
         assert ev.status is Status.CORRECT, (precision, ev.summary(), ev.log[-1500:])
 
 
+@pytest.mark.gpu
+def test_nhwc_implicit_gemm_convolutions_are_judged_correct_on_the_gpu(tmp_path):
+    """On a GPU (wgmma, 16-byte copies) the NHWC implicit GEMMs are correct under both policies: a
+    lone Conv2d of 64 channels with stride, padding and dilation (conv2d), and a partition with two
+    NHWC convolutions and a fused epilogue (graph_conv)."""
+    conv = _variant(tmp_path, "conv2d.py", {"[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]":
+                                            "[64, 72, (3, 2), (2, 1), (1, 2), (2, 1), True]",
+                                            "torch.randn(2, 3, 13, 17)": "torch.randn(4, 64, 37, 29)"})
+    graph = _variant(tmp_path, "partial_groupnorm.py", {
+        "in_channels=3, out_channels=8": "in_channels=64, out_channels=48",
+        "torch.randn(2, 3, 13, 11)": "torch.randn(4, 64, 33, 27)",
+        "x = self.conv(x)": "x = self.conv2(torch.relu(self.conv(x)))",
+        "self.norm = nn.GroupNorm(groups, out_channels)":
+        "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)"})
+    for path, moves in ((conv, {}), (graph, {"template": "graph_conv"})):
+        problem = load_problem(str(path))
+        for precision in ("fp32", "relaxed"):
+            source, _ = generate(problem, moves, precision=precision)
+            assert "permute(0, 2, 3, 1)" in source
+            cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
+                             tolerance="strict" if precision == "fp32" else "legacy")
+            with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+                ev = judge.evaluate(source, f"nhwc-{path.stem}-{precision}")
+            assert ev.status is Status.CORRECT, (path.stem, precision, ev.summary(), ev.log[-1500:])
+
+
 def test_channels_last_is_proposed_only_where_a_convolution_comes_before_the_tail():
     from loopwise.kernels.expert.generate import fits
 
