@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,22 @@ def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference(
     assert total["problems"] == 3 and total["fast_1_eager"] == pytest.approx(2 / 3)
 
 
+_SCRATCH: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_scratch():
+    yield
+    while _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
+
+
 def _env(tmp_path):
-    scratch = tmp_path / "tmp"
-    scratch.mkdir(exist_ok=True)
+    # the run's scratch folders in one of the test's own (a run SIGKILLed cannot remove its own), kept
+    # short: pytest's tmp_path grows with its run counter and the test's name, and the sandboxes'
+    # forkserver would fall back to spawn (slower) past a socket path's 107 bytes
+    scratch = Path(tempfile.mkdtemp(prefix="lw-"))
+    _SCRATCH.append(scratch)
     return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160",
                 TMPDIR=str(scratch))
 

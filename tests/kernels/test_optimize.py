@@ -3,20 +3,36 @@ runs on its own, and a run killed with SIGKILL that resumes without judging anyt
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
 
 
+_SCRATCH: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_scratch():
+    yield
+    while _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
+
+
 def _env(tmp_path):
-    # the run's scratch folders under tmp_path: the test SIGKILLs one run, which cannot remove its own
-    scratch = tmp_path / "tmp"
-    scratch.mkdir(exist_ok=True)
+    # the run's scratch folders in one of the test's own (a run SIGKILLed cannot remove its own), kept
+    # short: pytest's tmp_path grows with its run counter and the test's name, and the sandboxes'
+    # forkserver would fall back to spawn (slower) past a socket path's 107 bytes
+    scratch = Path(tempfile.mkdtemp(prefix="lw-"))
+    _SCRATCH.append(scratch)
     return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160",
                 TMPDIR=str(scratch))
 

@@ -115,3 +115,26 @@ def test_a_bare_cuda_device_is_the_current_gpu(tmp_path):
         assert box.wait_ready(timeout=300)["device_name"]
     finally:
         box.kill()
+
+
+def test_a_temporary_folder_too_long_for_the_servers_socket_means_spawn(tmp_path, monkeypatch):
+    """The forkserver listens on a Unix socket under TMPDIR, and a socket path has at most 107 bytes:
+    with a TMPDIR longer than that leaves room for, sandboxes are spawned (and answer) instead of
+    the judge failing with "AF_UNIX path too long"."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 40) / ("e" * 40)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert len(str(deep)) + 32 > 107
+    box = _started(tmp_path)
+    try:
+        assert box.method == "spawn" and pool_mod.start_method() == "spawn"
+        import torch
+
+        assert box.request("probe_transfer", {"t": torch.arange(3.0)}, 60)["sum"] == 3.0
+    finally:
+        box.kill()
+    _fresh_server_state()
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert pool_mod.start_method() == "forkserver"

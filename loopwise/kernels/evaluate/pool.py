@@ -47,6 +47,10 @@ def start_method() -> str:
     if _method is None:
         wanted = os.environ.get(START_ENV, "forkserver")
         _method = wanted if wanted in mp.get_all_start_methods() else "spawn"
+        if _method == "forkserver" and not _socket_fits():
+            log.info("the temporary folder %s is too long a path for the forkserver's socket; "
+                     "starting sandboxes with spawn", tempfile.gettempdir())
+            _method = "spawn"
         if _method == "forkserver":
             # The server must never initialize CUDA (a forked child could not use it): torch asks
             # NVML, not the CUDA runtime, whether a GPU is there.
@@ -56,6 +60,15 @@ def start_method() -> str:
     if _method == "forkserver" and _import_env() != _server_env:
         return "spawn"
     return _method
+
+
+# The forkserver listens on a Unix socket at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, whose path
+# must fit sun_path (108 bytes with its terminating NUL on Linux, 104 on macOS).
+_SOCKET_PATH_MAX, _SOCKET_SUFFIX = 103, len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def _socket_fits() -> bool:
+    return len(os.fsencode(tempfile.gettempdir())) + _SOCKET_SUFFIX <= _SOCKET_PATH_MAX
 
 
 def _fall_back_to_spawn(why: str) -> None:
