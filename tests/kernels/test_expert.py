@@ -918,9 +918,10 @@ def test_nhwc_convolutions_start_from_the_matrix_products_tile(tmp_path):
 
 def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     """Why the implicit GEMM reads NHWC from 16 input channels on: compiled for sm_90 (a 3x3
-    convolution, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with 4-byte cp.async
-    copies (K = (channel, kh, kw) is contiguous in neither operand), the NHWC one with 16-byte copies
-    only (channels innermost in the input and the permuted weights: both tiles K-major). Both run
+    convolution of 3 channels, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with
+    4-byte cp.async copies (K = (channel, kh, kw) runs over the input in window steps, and the
+    weights' rows of 27 are not 16-byte aligned); the NHWC one (64 channels) with 16-byte copies only
+    (channels innermost in the input and the permuted weights: both tiles K-major). Both run
     on wgmma. Checked on the PTX of Triton's ahead-of-time compile, integers divisible by 16
     specialised as the launch specialises them."""
     import re
