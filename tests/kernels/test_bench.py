@@ -2,12 +2,10 @@
 arithmetic, and a small bench end to end on CPU stand-in workers that resumes without rework."""
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,36 +60,16 @@ def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference(
     assert total["problems"] == 3 and total["fast_1_eager"] == pytest.approx(2 / 3)
 
 
-_SCRATCH: list[Path] = []
-
-
-@pytest.fixture(autouse=True)
-def _remove_scratch():
-    yield
-    while _SCRATCH:
-        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
-
-
-def _env(tmp_path):
-    # the run's scratch folders in one of the test's own (a run SIGKILLed cannot remove its own), kept
-    # short: pytest's tmp_path grows with its run counter and the test's name, and the sandboxes'
-    # forkserver would fall back to spawn (slower) past a socket path's 107 bytes
-    scratch = Path(tempfile.mkdtemp(prefix="lw-"))
-    _SCRATCH.append(scratch)
-    return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160",
-                TMPDIR=str(scratch))
-
-
-def _loopwise(tmp_path, *args, timeout=900):
+def _loopwise(env, *args, timeout=900):
     return subprocess.run([sys.executable, "-m", "loopwise", *args], capture_output=True, text=True,
-                          env=_env(tmp_path), timeout=timeout)
+                          env=env, timeout=timeout)
 
 
-def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(checkout, tmp_path):
+def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(checkout, tmp_path, cli_env):
     runs = tmp_path / "runs"
     common = ["--kernelbench", str(checkout), "--device", "cpu", "--set", f"store.runs_dir={runs}",
               "--set", "kernels.eval.perf_trials=3"]
-    out = _loopwise(tmp_path, "kernels", "bench", "kernelbench", "--levels", "1", "--subset", "ids:1/1,1/6",
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--levels", "1", "--subset", "ids:1/1,1/6",
                     "--budget", "2", "--no-compile", "--workers", "cpu,cpu", "--json", *common)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
@@ -109,17 +87,17 @@ def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(check
             logs.add(blob.splitlines()[0])
         db.close()
     assert logs <= {"[judged on worker-0:cpu]", "[judged on worker-1:cpu]"} and logs
-    again = _loopwise(tmp_path, "kernels", "bench", "--resume", result["run_id"], "--json", *common)
+    again = _loopwise(cli_env, "kernels", "bench", "--resume", result["run_id"], "--json", *common)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["problems"] == result["problems"]  # nothing judged again
-    report = _loopwise(tmp_path, "report", result["run_id"], "--runs-dir", str(runs))
+    report = _loopwise(cli_env, "report", result["run_id"], "--runs-dir", str(runs))
     assert report.returncode == 0 and "report written" in report.stdout
 
 
-def test_bench_errors_are_one_line(tmp_path, checkout):
-    out = _loopwise(tmp_path, "kernels", "bench", "kernelbench", "--subset", "every:x", "--kernelbench", str(checkout),
+def test_bench_errors_are_one_line(tmp_path, checkout, cli_env):
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--subset", "every:x", "--kernelbench", str(checkout),
                     "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
     assert out.returncode != 0 and "--subset" in out.stderr and "Traceback" not in out.stderr
-    out = _loopwise(tmp_path, "kernels", "bench", "kernelbench", "--workers", "gpu0", "--kernelbench", str(checkout),
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--workers", "gpu0", "--kernelbench", str(checkout),
                     "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
     assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr

@@ -3,38 +3,14 @@ runs on its own, and a run killed with SIGKILL that resumes without judging anyt
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
-
-
-_SCRATCH: list[Path] = []
-
-
-@pytest.fixture(autouse=True)
-def _remove_scratch():
-    yield
-    while _SCRATCH:
-        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
-
-
-def _env(tmp_path):
-    # the run's scratch folders in one of the test's own (a run SIGKILLed cannot remove its own), kept
-    # short: pytest's tmp_path grows with its run counter and the test's name, and the sandboxes'
-    # forkserver would fall back to spawn (slower) past a socket path's 107 bytes
-    scratch = Path(tempfile.mkdtemp(prefix="lw-"))
-    _SCRATCH.append(scratch)
-    return dict(os.environ, TRITON_INTERPRET="1", LOOPWISE_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="160",
-                TMPDIR=str(scratch))
 
 
 def _cmd(tmp_path, *extra):
@@ -50,9 +26,9 @@ def _verdicts(run_dir: Path) -> list[str]:
         db.close()
 
 
-def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path):
+def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path, cli_env):
     out = subprocess.run(_cmd(tmp_path, str(PROBLEM), "--budget", "3", "--json"), capture_output=True, text=True,
-                         env=_env(tmp_path), timeout=600)
+                         env=cli_env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout)
     assert summary["evaluations"] == 3 and summary["best"]["status"] == "correct"
@@ -61,13 +37,13 @@ def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path):
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
              "args = chain.get_inputs(); ref = chain.Model(*chain.get_init_inputs())(*args);"
              "new = m.ModelNew(*chain.get_init_inputs())(*args); assert torch.allclose(ref, new, atol=1e-5), 'differs'")
-    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=_env(tmp_path), timeout=300)
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-def test_killed_run_resumes_and_judges_nothing_twice(tmp_path):
+def test_killed_run_resumes_and_judges_nothing_twice(tmp_path, cli_env):
     proc = subprocess.Popen(_cmd(tmp_path, str(PROBLEM), "--budget", "6"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_env(tmp_path), start_new_session=True)
+                            stderr=subprocess.DEVNULL, env=cli_env, start_new_session=True)
     deadline = time.monotonic() + 300
     run_dir = None
     while time.monotonic() < deadline:
@@ -86,7 +62,7 @@ def test_killed_run_resumes_and_judges_nothing_twice(tmp_path):
     before = _verdicts(run_dir)
     assert 2 <= len(before) < 6
     out = subprocess.run(_cmd(tmp_path, "--resume", run_dir.name, "--json"), capture_output=True, text=True,
-                         env=_env(tmp_path), timeout=600)
+                         env=cli_env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     after = _verdicts(run_dir)
     assert after[:len(before)] == before  # nothing lost
@@ -94,7 +70,7 @@ def test_killed_run_resumes_and_judges_nothing_twice(tmp_path):
     assert json.loads(out.stdout)["evaluations"] == 6
 
 
-def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
+def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path, cli_env):
     """The LLM proposer against a local OpenAI-compatible server: a good reply is judged, bad replies
     are recorded as failed proposals, nothing stops the run."""
     sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
@@ -106,7 +82,7 @@ def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
         server.queue(good((here / "triton_relu.py").read_text()), malformed(), no_code(), no_code())
         out = subprocess.run(_cmd(tmp_path, str(here / "problems" / "relu.py"), "--proposer", "llm", "--llm-model",
                                   "test-model", "--llm-base-url", server.base_url + "/v1", "--budget", "1", "--json"),
-                             capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+                             capture_output=True, text=True, env=cli_env, timeout=600)
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-2000:]
@@ -122,11 +98,11 @@ def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path):
     assert len(calls) >= 2 and calls[0]["origin"].endswith("test-model") and calls[0]["input_tokens"] > 0
 
 
-def test_optimize_on_two_workers_judges_a_batch_at_once(tmp_path):
+def test_optimize_on_two_workers_judges_a_batch_at_once(tmp_path, cli_env):
     """--workers cpu,cpu: each expansion's candidates go to two worker processes at once; the run
     records them in node order like a run in this process, and every verdict names its worker."""
     out = subprocess.run(_cmd(tmp_path, str(PROBLEM), "--budget", "4", "--workers", "cpu,cpu", "--json"),
-                         capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+                         capture_output=True, text=True, env=cli_env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout)
     assert summary["evaluations"] == 4 and summary["best"]["status"] == "correct"
