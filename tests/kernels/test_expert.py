@@ -10,8 +10,9 @@ from loopwise.kernels.evaluate.judge import Judge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.generate import variants
+from loopwise.kernels.expert.generate import render, variants
 from loopwise.kernels.expert.partition import kinds, plan
+from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
 
 try:
@@ -131,18 +132,21 @@ def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
 @pytest.mark.parametrize("init,channels,moves", [
     (None, 3, {"block": 32, "chunk": 16}),  # 3x2 kernel, stride (2, 1), padding (1, 2), dilation (2, 1), bias
     ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", 3, {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
-    # channels innermost (NHWC): 20 channels, two chunks of 16 a window position, the second mostly empty
-    ("[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]", 20, {"block": 32, "chunk": 16}),
-    ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32}),  # 1x1, a chunk beyond C
+    # the nhwc move, channels innermost: 20 channels, two chunks of 16 a window position, the second mostly empty
+    ("[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]", 20, {"block": 32, "chunk": 16, "nhwc": 1}),
+    ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32, "nhwc": 1}),  # 1x1, a chunk beyond C
+    ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32}),  # 16 channels gathered NCHW
 ])
 def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, channels, moves):
-    """Few input channels: K is (channel, kh, kw) over the NCHW input; 16 or more: the input goes
-    NHWC and each window position's channels are a run of contiguous K."""
+    """By default K is (channel, kh, kw) over the NCHW input; with the nhwc move (16 input channels
+    or more) the input goes NHWC and each window position's channels are a run of contiguous K."""
     replacements = {"[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": init} if init else {}
     replacements |= {"torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"}
     _judged_variant(tmp_path, monkeypatch, "conv2d.py", "conv2d", moves, replacements)
     source, _ = generate(load_problem(str(tmp_path / "variant_conv2d.py")), moves)
-    assert ("NHWC" in source) == (channels >= 16) and ("permute(0, 2, 3, 1)" in source) == (channels >= 16)
+    nhwc = bool(moves.get("nhwc"))
+    assert ("NHWC" in source) == nhwc and ("permute(0, 2, 3, 1)" in source) == nhwc
+    assert ExpertProposer._parse_moves(source)["nhwc"] == int(nhwc)  # the first line names the move
 
 
 def test_reductions_the_template_does_not_cover_say_why(tmp_path):
@@ -437,9 +441,9 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
     assert fits(square.pattern, {"template": "matmul", "split": 8, "chunk": 32})
 
     source = render(matmul(256, 256, 524288))
-    assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64, kmajor 1')
+    assert source.startswith('"""matmul: block 128, 8 warps, chunk 32, split 64\n')  # no K-major copy: too dear here
     assert ExpertProposer._parse_moves(source) == {"template": "matmul", "block": 128, "warps": 8, "chunk": 32,
-                                                   "split": 64, "kmajor": 1}
+                                                   "split": 64, "kmajor": 0}
     module = _load(source, tmp_path, "split_k_aot")
     signature = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                  "s_am": "i32", "s_ak": "i32", "s_bk": "i32", "s_bn": "i32", "s_cm": "i32", "s_cn": "i32",
@@ -762,7 +766,7 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
       "self.norm = nn.GroupNorm(groups, out_channels)":
       "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, 1)"},
      {"tile": 16, "chunk": 16, "gemm_warps": 4}),
-    # 16 and 24 input channels: both convolutions read NHWC, channels innermost
+    # 16 and 24 input channels and the nhwc move: both convolutions read NHWC, channels innermost
     ({"in_channels=3, out_channels=8": "in_channels=16, out_channels=24",
       "torch.randn(2, 3, 13, 11)": "torch.randn(2, 16, 13, 11)",
       "nn.Conv2d(in_channels, out_channels, kernel_size)":
@@ -770,7 +774,7 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
       "x = self.conv(x)": "x = self.conv2(torch.relu(self.conv(x)))",
       "self.norm = nn.GroupNorm(groups, out_channels)":
       "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, (2, 3))"},
-     {"tile": 16, "chunk": 16, "gemm_warps": 4}),
+     {"tile": 16, "chunk": 16, "gemm_warps": 4, "nhwc": 1}),
 ])
 def test_partitioned_convolutions_become_implicit_gemms_with_their_epilogues(tmp_path, monkeypatch, replacements,
                                                                              moves):
@@ -824,11 +828,12 @@ def test_kmajor_copies_of_fp32_operands_are_judged_correct(tmp_path, monkeypatch
 
 
 def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product():
-    """K-major copies by default for an fp32 product with an MN-major operand when the copy costs at
-    most half the product's time without them (at the rate Triton reached on the H200 with an
-    N-major B: 36 TFLOP/s tf32x3, 82 TF32): KernelBench L1/1 (4096 cubed, B copied: under 1% / 2%),
-    L1/16 (A.T @ B, both copied) and L1/6 (256 x 256 outputs over K = 524288, B copied: 13% / 30%)
-    yes; a product of 32 rows (B copied, 106% / 241%) no; a B.T product (nothing to copy) no."""
+    """K-major copies by default for an fp32 product with an M- or N-major operand when the copy costs
+    at most half the product's time without them: the product at the rate Triton reached on the H200
+    with an N-major B (36 TFLOP/s tf32x3, 82 TF32), the copies at the 400 GB/s they moved at on
+    KernelBench L1/6. L1/1 (4096 cubed, B copied: 9% / 20%) yes; L1/6 (256 x 256 outputs over
+    K = 524288, B copied: 141% / 320%; the copies made it 2.3x / 4x slower) no; L1/16 (A.T @ B, both
+    copied: 26% / 60%) in tf32x3 only; a B.T product (nothing to copy) and bf16 no."""
     from loopwise.kernels.expert.generate import default_moves, kmajor_share
 
     base = capture(load_problem(str(HERE / "matmul_plain.py")))
@@ -837,19 +842,18 @@ def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product(
         params = {**dict(base.params), "m": m, "n": n, "k": k, "trans_a": trans_a, "trans_b": trans_b, "dtype": dtype}
         return type(base)(**{**base.__dict__, "params": tuple(params.items())})
 
-    # copy bytes 8 k n over 4256 GB/s against 2 m n k flops at 36 / 82 TFLOP/s
-    assert abs(kmajor_share(shaped(4096, 4096, 4096)) - 4 * 36e12 / 4256e9 / 4096) < 1e-12
-    assert abs(kmajor_share(shaped(256, 256, 524288), "relaxed") - 4 * 82e12 / 4256e9 / 256) < 1e-12
+    # copy bytes 8 k n over 400 GB/s against 2 m n k flops at 36 / 82 TFLOP/s
+    assert abs(kmajor_share(shaped(4096, 4096, 4096)) - 4 * 36e12 / 400e9 / 4096) < 1e-12
+    assert abs(kmajor_share(shaped(256, 256, 524288), "relaxed") - 4 * 82e12 / 400e9 / 256) < 1e-12
     for precision in ("fp32", "relaxed"):
         assert default_moves(shaped(4096, 4096, 4096), precision=precision)["kmajor"] == 1
-        assert default_moves(shaped(2048, 4096, 8192, trans_a=True), precision=precision)["kmajor"] == 1
-        assert default_moves(shaped(256, 256, 524288), precision=precision)["kmajor"] == 1
+        assert default_moves(shaped(256, 256, 524288), precision=precision)["kmajor"] == 0
         assert default_moves(shaped(32, 4096, 4096), precision=precision)["kmajor"] == 0
         assert default_moves(shaped(4096, 4096, 4096, trans_b=True), precision=precision)["kmajor"] == 0
         assert default_moves(shaped(4096, 4096, 4096, dtype="bfloat16"), precision=precision)["kmajor"] == 0
-    # between the two rates: 128 rows pay in tf32x3 (26%), not in TF32 (60%)
-    assert default_moves(shaped(128, 4096, 4096))["kmajor"] == 1
-    assert default_moves(shaped(128, 4096, 4096), precision="relaxed")["kmajor"] == 0
+    # between the two rates: L1/16's shape pays in tf32x3, not in TF32
+    assert default_moves(shaped(2048, 4096, 8192, trans_a=True))["kmajor"] == 1
+    assert default_moves(shaped(2048, 4096, 8192, trans_a=True), precision="relaxed")["kmajor"] == 0
 
     # the narrow-accesses tool's vectorize_loads on a product without the copies makes them
     from loopwise.kernels.expert.proposer import suggested_moves
@@ -894,36 +898,42 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     assert k_major["ca"] == 0 and k_major["cg"] > 0
 
 
-def test_nhwc_convolutions_start_from_the_matrix_products_tile(tmp_path):
-    """Read NHWC (16 input channels or more), the implicit GEMM's tiles are K-major like the copied
-    matrix product's, and start from its tile (128 x 128, 8 warps); an NCHW gather keeps 64 x 64
-    with 4 warps. graph_conv: when any of its convolutions reads NHWC."""
-    from loopwise.kernels.expert.generate import default_moves
+def test_convolutions_gather_nchw_from_a_128_tile_and_read_nhwc_only_as_a_move(tmp_path):
+    """The implicit GEMM starts from 128 x 128 tiles with 8 warps, gathering the NCHW input (the
+    fastest of the tiles and layouts measured on L1/55, H200: docs/data/2026-12-01c-conv-layouts.csv);
+    reading NHWC is a move, and fits only where a convolution has 16 input channels or more."""
+    from loopwise.kernels.expert.generate import default_moves, fits
 
     def conv(channels):
         return capture(load_problem(str(_variant(tmp_path, "conv2d.py", {
             "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 8, (3, 3), (1, 1), (1, 1), (1, 1), True]",
             "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"}))))
 
-    assert {k: default_moves(conv(3))[k] for k in ("block", "warps")} == {"block": 64, "warps": 4}
-    assert {k: default_moves(conv(64))[k] for k in ("block", "warps")} == {"block": 128, "warps": 8}
-
     def graph(channels):
         return capture(load_problem(str(_variant(tmp_path, "partial_groupnorm.py", {
             "in_channels=3": f"in_channels={channels}", "torch.randn(2, 3, 13, 11)": f"torch.randn(2, {channels}, 13, 11)"}))))
 
-    assert {k: default_moves(graph(3), "graph_conv")[k] for k in ("tile", "gemm_warps")} == {"tile": 64, "gemm_warps": 4}
-    assert {k: default_moves(graph(16), "graph_conv")[k] for k in ("tile", "gemm_warps")} == {"tile": 128, "gemm_warps": 8}
+    for channels in (3, 64):
+        assert {k: default_moves(conv(channels))[k] for k in ("block", "warps", "nhwc")} == {
+            "block": 128, "warps": 8, "nhwc": 0}
+    for channels in (3, 16):
+        assert {k: default_moves(graph(channels), "graph_conv")[k] for k in ("tile", "gemm_warps", "nhwc")} == {
+            "tile": 128, "gemm_warps": 8, "nhwc": 0}
+    assert fits(conv(64), {"template": "conv2d", "nhwc": 1}) and not fits(conv(3), {"template": "conv2d", "nhwc": 1})
+    assert fits(graph(16), {"template": "graph_conv", "nhwc": 1})
+    assert not fits(graph(3), {"template": "graph_conv", "nhwc": 1})
+    assert "permute(0, 2, 3, 1)" not in render(conv(3), {"nhwc": 1})  # too few channels: NCHW whatever the move
 
 
 def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
-    """Why the implicit GEMM reads NHWC from 16 input channels on: compiled for sm_90 (a 3x3
+    """What the nhwc move changes: compiled for sm_90 (a 3x3
     convolution of 3 channels, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with
     4-byte cp.async copies (K = (channel, kh, kw) runs over the input in window steps, and the
     weights' rows of 27 are not 16-byte aligned); the NHWC one (64 channels) with 16-byte copies only
     (channels innermost in the input and the permuted weights: both tiles K-major). Both run
     on wgmma. Checked on the PTX of Triton's ahead-of-time compile, integers divisible by 16
-    specialised as the launch specialises them."""
+    specialised as the launch specialises them. (Wider copies did not make it faster: on the H200 the
+    NHWC form was the slower at every tile, docs/data/2026-12-01c-conv-layouts.csv.)"""
     import re
 
     triton = pytest.importorskip("triton")
@@ -936,7 +946,7 @@ def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path)
         path = _variant(tmp_path, "conv2d.py", {
             "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 128, (3, 3), (1, 1), (1, 1), (1, 1), True]",
             "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"})
-        source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8})
+        source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8, "nhwc": 1})
         module = _load(source, tmp_path, f"conv_ptx_{channels}")
         constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True,
                      "BM": 128, "BN": 128, "BK": 32} | ({"CP": 64} if channels >= 16 else {})
@@ -1068,7 +1078,7 @@ def test_nhwc_implicit_gemm_convolutions_are_judged_correct_on_the_gpu(tmp_path)
         "x = self.conv(x)": "x = self.conv2(torch.relu(self.conv(x)))",
         "self.norm = nn.GroupNorm(groups, out_channels)":
         "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)"})
-    for path, moves in ((conv, {}), (graph, {"template": "graph_conv"})):
+    for path, moves in ((conv, {"nhwc": 1}), (graph, {"template": "graph_conv", "nhwc": 1})):
         problem = load_problem(str(path))
         for precision in ("fp32", "relaxed"):
             source, _ = generate(problem, moves, precision=precision)
@@ -1092,8 +1102,9 @@ def test_channels_last_is_proposed_only_where_a_convolution_comes_before_the_tai
 def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp_path):
     """graph_conv lost to cuDNN on every problem with a plain partition too (H200), gathering NCHW:
     from the reference the proposer spends its first proposals on the plain plan's moves; a later
-    step still proposes graph_conv's defaults; where graph_conv is the only plan, or its
-    convolutions read NHWC (16 input channels or more), it comes first."""
+    step still proposes graph_conv's defaults; where graph_conv is the only plan it comes first.
+    Read NHWC it lost as well: with 16 input channels it stays a later sibling, whose neighbours
+    include the nhwc move (never where no convolution has the channels for it)."""
     from loopwise.core.propose import ProposalRequest
     from loopwise.kernels.expert.proposer import LATER, ExpertProposer
 
@@ -1109,9 +1120,13 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
     alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)", extra=""))
     only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
     assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
-    # 16 input channels: the implicit GEMM reads NHWC in 16-byte copies, not measured yet: graph_conv
-    # is a sibling from the start
     wide = _variant(tmp_path, "partial_groupnorm.py", {"in_channels=3": "in_channels=16",
                                                         "torch.randn(2, 3, 13, 11)": "torch.randn(2, 16, 13, 11)"})
-    first = ExpertProposer(load_problem(str(wide)), seed=0).propose(ProposalRequest(task="", n=6))
-    assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph", "graph_conv"}
+    for path, reachable in ((wide, True), (HERE / "partial_groupnorm.py", False)):
+        expert = ExpertProposer(load_problem(str(path)), seed=0)
+        first = expert.propose(ProposalRequest(task="", n=6))
+        assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph"}
+        conv = next(p for p in expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
+                    if ExpertProposer._parse_moves(p.content)["template"] == "graph_conv")
+        around = expert.propose(ProposalRequest(task="", candidate=conv.content, n=40))
+        assert any(ExpertProposer._parse_moves(p.content)["nhwc"] for p in around) == reachable

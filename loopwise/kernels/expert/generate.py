@@ -11,7 +11,7 @@ from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
-                 "graph_conv": {"block": 1024, "warps": 4, "tile": 64, "chunk": 32, "gemm_warps": 4, "cudagraph": 0},
+                 "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
@@ -19,7 +19,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1, "kmajor": 0}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
-                 "conv2d": {"block": 64, "warps": 4, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
+                 "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
@@ -54,10 +54,13 @@ _SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
 # K-major copies of an fp32 product's M- or N-major operands are made by default while they cost
 # at most this share of the product's time without them. That time is taken at the rate Triton's
 # products reached on the H200 with an N-major B (KernelBench L1/1, 4096 cubed, 2026-11-30 and
-# 2026-12-01, docs/benchmarks.md): 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32 (relaxed);
-# the copies moved at about the device's 4256 GB/s. With them the tf32x3 product ran 2.15x as fast,
-# copies included (half the time or less): at a share of 0.5 they pay for themselves.
-_KMAJOR_SHARE, _COPY_BYTES_PER_S = 0.5, 4256e9
+# 2026-12-01, docs/benchmarks.md): 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32 (relaxed).
+# The copies cost what they cost on L1/6 (B of 524288 x 256 copied: 512 MiB read and written), where
+# they added 2.47 ms to the tf32x3 product and 2.9 ms to the TF32 one (2026-12-01,
+# docs/data/2026-12-01c-expert-subset-rows.csv): about 400 GB/s, a tenth of the device's bandwidth
+# (PyTorch's transposing copy). On L1/1 the tf32x3 product ran 2.15x as fast with them, copies
+# included: at a share of 0.5 they pay for themselves.
+_KMAJOR_SHARE, _COPY_BYTES_PER_S = 0.5, 400e9
 _MN_MAJOR_FLOPS = {"fp32": 36e12, "relaxed": 82e12}
 
 
@@ -77,8 +80,7 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
-    fp32 tile 4 bytes at a time instead of 16); for a convolution read NHWC (K-major tiles, as the
-    copied product's), the product's tile: 128 x 128 with 8 warps (the fastest on L1/1, H200)."""
+    fp32 tile 4 bytes at a time instead of 16)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -89,13 +91,12 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
-    if nhwc_convolutions(pattern, kind):  # K-major tiles of 16-byte rows: the matrix product's tile
-        moves |= {"block": 128, "warps": 8} if kind == "conv2d" else {"tile": 128, "gemm_warps": 8}
     return moves
 
 
 def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
-    """Whether ``kind`` writes ``pattern`` with an implicit-GEMM convolution that reads NHWC."""
+    """Whether ``kind`` writes ``pattern`` with an implicit-GEMM convolution that can read NHWC (the
+    ``nhwc`` move): a convolution of at least NHWC_CHANNELS input channels."""
     if kind == "conv2d":
         return dict(pattern.params)["in_channels"] >= NHWC_CHANNELS
     if kind == "graph_conv":
@@ -158,9 +159,13 @@ def attention_recompute_reason(pattern: Pattern) -> str | None:
             "keep out of memory is small next to the operands")
 
 
-# The implicit-GEMM convolution (conv2d, graph_conv; templates/_conv.j2) reads its input NHWC, a
-# window position's channels in chunks, from this many input channels on (one MMA step of K); with
-# fewer, most of each chunk would be empty, and it gathers the NCHW input over (channel, kh, kw).
+# The implicit-GEMM convolution (conv2d, graph_conv; templates/_conv.j2) gathers its NCHW input over
+# (channel, kh, kw) by default. With the ``nhwc`` move it reads the input NHWC, a window position's
+# channels in chunks (K-major tiles, 16-byte copies), where a convolution has at least this many input
+# channels (one MMA step of K; with fewer most of each chunk would be empty). Measured on the H200
+# (KernelBench L1/55 at batch 2, bench/conv_layouts.py, docs/data/2026-12-01c-conv-layouts.csv) the
+# NHWC form was the slower at every tile: 10.5 against 3.84 ms (tf32x3) and 3.47 against 2.35 ms
+# (TF32) at 128 x 128 with 8 warps, so it is a move the search may try, never the default.
 NHWC_CHANNELS = 16
 
 
@@ -179,14 +184,16 @@ def _channels_last_layout(pattern: Pattern) -> str | None:
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
     step and its fp32 partials (split x M x N) stay within 1 GiB; K-major copies only of an fp32
-    product's M- or N-major operands; attention tiles (queries, and keys and values per pipeline
-    stage) within shared memory."""
+    product's M- or N-major operands; NHWC reads only where a convolution has the channels for
+    them; attention tiles (queries, and keys and values per pipeline stage) within shared memory."""
     if moves.get("template", pattern.kind) == "attention":
         sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
         return tiles * width <= _ATTENTION_SHARED_BYTES
+    if moves.get("nhwc") and not nhwc_convolutions(pattern, moves.get("template", pattern.kind)):
+        return False  # no convolution with enough input channels to read NHWC
     if moves.get("channels_last") and not _channels_last_layout(pattern):
         return False  # a layout for the convolution before the tail: without one, nothing to lay out
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
@@ -259,7 +266,8 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, di
         f", split {params['split']}" if params.get("split", 1) > 1 else "") + (
         ", kmajor 1" if params.get("kmajor") else "") + (
         f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else "") + (
-        ", cuda graph" if params.get("cudagraph") else "") + (", channels last" if params.get("channels_last") else ""), {}
+        ", cuda graph" if params.get("cudagraph") else "") + (", channels last" if params.get("channels_last") else "") + (
+        ", nhwc" if params.get("nhwc") else ""), {}
 
 
 def attribute(path: str) -> str:

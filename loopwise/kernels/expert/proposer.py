@@ -26,7 +26,7 @@ from loopwise.core.propose import (
 )
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
-from loopwise.kernels.expert.generate import default_moves, fits, nhwc_convolutions, render, variants
+from loopwise.kernels.expert.generate import default_moves, fits, render, variants
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
@@ -37,9 +37,10 @@ SPACE = {
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
-    # and the convolutions' implicit GEMMs too (the same knobs)
+    # and the convolutions' implicit GEMMs too (the same knobs; nhwc: read the input NHWC where a
+    # convolution has 16 input channels or more, generate.NHWC_CHANNELS)
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
-                   "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
+                   "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "nhwc": [0, 1]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
@@ -57,8 +58,9 @@ SPACE = {
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
     "norm": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
-    # block: output pixels = output channels per tile; chunk: (input channel, window) step
-    "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
+    # block: output pixels = output channels per tile; chunk: (input channel, window) step; nhwc:
+    # read the input NHWC (16 input channels or more)
+    "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32], "nhwc": [0, 1]},
     # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16); tile and stages
     # (3xTF32, fp32). Not every combination builds: matmul_variants.valid says which do.
     **matmul_variants.SPACE,
@@ -69,10 +71,8 @@ SPACE = {
 # the reference (their budget goes to the sibling's moves), still tried now and then later and
 # proposed first where they are the only variant. graph_conv (each Conv2d a tf32x3 implicit GEMM in
 # Triton) lost to cuDNN on every problem that has the plain partition too: 0.15-0.85x of eager in
-# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md). Those
-# kernels gathered the NCHW input element by element (4-byte copies into shared memory); from 16
-# input channels on they now read it NHWC in 16-byte copies (templates/_conv.j2), not yet measured:
-# there graph_conv is a sibling from the start (see _later).
+# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md); read
+# NHWC it lost again (L2/31, 2/46: 0.28-0.47x in fp32, 2026-12-01 11:32).
 LATER = frozenset({"graph_conv"})
 
 
@@ -117,7 +117,7 @@ class ExpertProposer(Proposer):
         kind = current["template"] if current else kinds[0]
         base = dict(current or self._defaults(kind))
         seen = {_key(m) for m in self._moves_of.values()}
-        first = [k for k in kinds if not self._later(k)] or kinds  # from the reference
+        first = [k for k in kinds if k not in LATER] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
         # The tools' suggestions come first, in their rank order, where the template has the knob
@@ -144,11 +144,6 @@ class ExpertProposer(Proposer):
         while len(fresh) < n:  # exploration: a random point of the space
             fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind))
         return fresh[:n]
-
-    def _later(self, kind: str) -> bool:
-        """Whether ``kind`` is one of the LATER variants here: graph_conv only while every one of
-        its convolutions gathers an NCHW input (fewer than 16 input channels)."""
-        return kind in LATER and not nhwc_convolutions(self.pattern, kind)
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
@@ -182,7 +177,7 @@ class ExpertProposer(Proposer):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
-                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?", source or "")
+                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
@@ -197,6 +192,8 @@ class ExpertProposer(Proposer):
             moves["cudagraph"] = int(bool(found.group(8)))
         if kind and "channels_last" in SPACE[kind]:  # and the layout only when it changes it
             moves["channels_last"] = int(bool(found.group(9)))
+        if kind and "nhwc" in SPACE[kind]:  # and the NHWC reads only when it makes them
+            moves["nhwc"] = int(bool(found.group(10)))
         return ({"template": kind} if kind else {}) | moves
 
     @staticmethod
