@@ -987,7 +987,7 @@ def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
     """Why offsets are 32-bit where they can be: compiled for sm_90 (L1/55's convolution, 64 -> 128
     channels, 3x3; 128 x 128 tiles, 32 along K, 8 warps, 3 stages, tf32x3), ptxas reports far fewer
     bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike (on
-    2026-12-01 with Triton 3.6: 664 -> 60 and 1208 -> 176 bytes of spill stores)."""
+    2026-12-01 with Triton 3.9: 664 -> 60 and 1208 -> 176 bytes of spill stores)."""
     import re
     import subprocess
 
