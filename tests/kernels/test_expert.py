@@ -230,6 +230,56 @@ def test_model_parameters_become_operands_with_the_reference_init(tmp_path, monk
     assert "super(Model" not in nchw.init and "super().__init__()" in nchw.init
 
 
+@pytest.mark.parametrize("forward,inputs", [
+    (None, None),  # a.unsqueeze(1) * b + c: a per-row vector through a view, a per-column one as given
+    ("return a[:, None] * b - torch.unsqueeze(c, 0)", None),  # indexing with None, torch.unsqueeze
+    # a chain of views (c becomes (1, 129, 1)), an input of the output's shape that is not the first
+    ("return torch.relu(a.unsqueeze(-1).unsqueeze(-1) + b) * c.unsqueeze(0).unsqueeze(-1)",
+     "[torch.rand(3), torch.randn(3, 129, 5), torch.randn(129)]"),
+    ("return b * a.unsqueeze(1) * c", "[torch.rand(1), torch.randn(1, 5), torch.randn(5)]"),  # tiny
+])
+def test_inputs_that_broadcast_are_read_through_their_broadcast_index(tmp_path, monkeypatch, forward, inputs):
+    """Inputs of different shapes (KernelBench L1/12: a.unsqueeze(1) * B) fuse into one pass: the
+    views that only insert size-1 dimensions are replayed on the input, each broadcast input read
+    through one div / mod, never expanded in memory; judged correct against PyTorch."""
+    replacements = {"return torch.tanh(a.unsqueeze(1) * b) + c": forward} if forward else {}
+    replacements |= {"[torch.rand(37), torch.randn(37, 129), torch.randn(129)]": inputs} if inputs else {}
+    path = _variant(tmp_path, "broadcast_inputs.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "elementwise", pattern.reason
+    params = dict(pattern.params)
+    assert params["full"] == 1 and set(params["broadcast"]) == {0, 2}
+    source = _judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+    assert ".expand(" not in source and "x0_div, x0_mod = broadcast_index(x1.shape, x0.shape)" in source
+
+
+def test_inputs_the_forward_does_not_read_are_not_loaded(tmp_path, monkeypatch):
+    """An input no operation reads is passed to the kernel but never loaded, whatever its shape."""
+    path = _variant(tmp_path, "broadcast_inputs.py", {"return torch.tanh(a.unsqueeze(1) * b) + c":
+                                                      "return torch.relu(b) * 2.0"})
+    pattern = capture(load_problem(str(path)))
+    assert dict(pattern.params)["unused"] == (0, 2) and not dict(pattern.params)["broadcast"]
+    source = _judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+    assert "tl.load(x0_ptr" not in source and "tl.load(x2_ptr" not in source
+
+
+@pytest.mark.parametrize("forward,reason", [
+    ("return a.unsqueeze(1) * b + a", "more than one shape"),  # a as (37, 1) and as (37,)
+    ("return a.unsqueeze(1) + c", "no input has the output's shape"),  # (37, 1) + (129,): neither is (37, 129)
+    ("return a.unsqueeze(1)", "a view of an input"),
+    ("return b * torch.ones(37, 1, 1)", ""),  # a tensor made in forward: not an elementwise chain
+])
+def test_inputs_that_broadcast_in_ways_one_index_cannot_follow_are_unsupported(tmp_path, forward, reason):
+    path = _variant(tmp_path, "broadcast_inputs.py", {"return torch.tanh(a.unsqueeze(1) * b) + c": forward})
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind != "elementwise" and reason in pattern.reason, pattern
+    # an input whose non-1 dimensions are not one run of the output's: (4, 1, 7) against (2, 4, 5, 7)
+    run = _variant(tmp_path, "broadcast_inputs.py", {"return torch.tanh(a.unsqueeze(1) * b) + c": "return a * b",
+                                                     "[torch.rand(37), torch.randn(37, 129), torch.randn(129)]":
+                                                     "[torch.rand(4, 1, 7), torch.randn(2, 4, 5, 7), 1.0]"})
+    assert "one contiguous run" in capture(load_problem(str(run))).reason
+
+
 def test_model_tensors_that_cannot_be_indexed_or_copied_are_unsupported(tmp_path):
     run = capture(load_problem(str(HERE / "unsupported_broadcast.py")))
     assert run.kind == "unsupported" and "'weight'" in run.reason and "(4, 1, 7)" in run.reason

@@ -248,7 +248,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
                            layout=_channels_last_layout(pattern), nhwc_channels=NHWC_CHANNELS,
-                           first=min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars), default=0),
+                           first=dict(pattern.params).get("full", min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars),
+                                                                      default=0)),
                            attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
 
 
