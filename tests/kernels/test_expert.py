@@ -386,6 +386,10 @@ SM90_SIGNATURES = {
     "chain.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
         {"BLOCK": 1024})},
+    "broadcast_inputs.py": {"fused_elementwise_kernel": (
+        {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "x2_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
+         "x0_div": "i32", "x0_mod": "i32", "x2_div": "i32", "x2_mod": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 1024})},
     "partial_shared.py": {"fused_1_kernel": (
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "p0_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
          "p0_div": "i32", "p0_mod": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})},
