@@ -280,6 +280,39 @@ def test_inputs_that_broadcast_in_ways_one_index_cannot_follow_are_unsupported(t
     assert "one contiguous run" in capture(load_problem(str(run))).reason
 
 
+@pytest.mark.parametrize("loss,targets,moves", [
+    (None, None, {}),  # mean; 129 classes: one block (512, the smallest), each row read once
+    (None, None, {"block": 32, "warps": 2}),  # rows longer than a block: online max and sum
+    # an ignored class (5) among the targets: left out of the mean, as PyTorch does
+    ("torch.nn.functional.cross_entropy(predictions, targets, ignore_index=5)", "torch.randint(0, 10, (37,))", {}),
+    ("torch.nn.functional.cross_entropy(predictions, targets, reduction='sum')", None, {"block": 64}),
+    ("torch.nn.functional.cross_entropy(predictions, targets, None, None, 7, None, 'none')",
+     "torch.randint(0, 10, (37,))", {"block": 64}),
+    ("self.loss(predictions, targets)", None, {}),  # nn.CrossEntropyLoss
+])
+def test_cross_entropy_is_one_pass_per_row_and_judged_correct(tmp_path, monkeypatch, loss, targets, moves):
+    replacements = {"torch.nn.functional.cross_entropy(predictions, targets)": loss} if loss else {}
+    replacements |= {"torch.randint(0, 129, (37,))": targets} if targets else {}
+    if loss and loss.startswith("self.loss"):
+        replacements["super().__init__()"] = "super().__init__()\n        self.loss = nn.CrossEntropyLoss()"
+    path = _variant(tmp_path, "cross_entropy.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "cross_entropy", pattern.reason
+    source = _judged_correct(path, moves, tmp_path, monkeypatch)
+    assert "BLOCK=512" in source if not moves else f"BLOCK={moves['block']}" in source
+
+
+@pytest.mark.parametrize("loss,reason", [
+    ("torch.nn.functional.cross_entropy(predictions, targets, label_smoothing=0.1)", "label_smoothing=0.1"),
+    ("torch.nn.functional.cross_entropy(predictions, targets, weight=torch.ones(129))", ""),
+    ("torch.nn.functional.cross_entropy(predictions, predictions.softmax(-1))", ""),  # probabilities
+])
+def test_cross_entropy_forms_the_template_does_not_take_say_so(tmp_path, loss, reason):
+    path = _variant(tmp_path, "cross_entropy.py", {"torch.nn.functional.cross_entropy(predictions, targets)": loss})
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind != "cross_entropy" and reason in pattern.reason, pattern
+
+
 def test_model_tensors_that_cannot_be_indexed_or_copied_are_unsupported(tmp_path):
     run = capture(load_problem(str(HERE / "unsupported_broadcast.py")))
     assert run.kind == "unsupported" and "'weight'" in run.reason and "(4, 1, 7)" in run.reason
@@ -386,6 +419,10 @@ SM90_SIGNATURES = {
     "chain.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
         {"BLOCK": 1024})},
+    "cross_entropy.py": {"cross_entropy_kernel": (
+        {"x_ptr": "*fp32", "t_ptr": "*i64", "loss_ptr": "*fp32", "n_cols": "i32", "IGNORE": "constexpr",
+         "BLOCK": "constexpr", "SINGLE": "constexpr"},
+        {"IGNORE": -100, "BLOCK": 4096, "SINGLE": True})},
     "broadcast_inputs.py": {"fused_elementwise_kernel": (
         {"x0_ptr": "*fp32", "x1_ptr": "*fp32", "x2_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
          "x0_div": "i32", "x0_mod": "i32", "x2_div": "i32", "x2_mod": "i32", "BLOCK": "constexpr"},

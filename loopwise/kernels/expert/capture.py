@@ -46,7 +46,7 @@ def _trace(problem):
         gm = None
     if gm is not None:  # the whole-forward patterns, most specific first
         for detect in (_attention, _only_layernorm, _only_matmul, _linear_epilogue, _only_conv2d, _conv_epilogue, _dim_reduce,
-                       _row_scan, _normalize, _pooling):
+                       _row_scan, _normalize, _pooling, _cross_entropy):
             found = detect(gm, model, args)
             if found is not None:
                 raise _Found(found)
@@ -425,6 +425,53 @@ def _broadcast_inputs(shapes: dict[int, tuple[int, ...]]) -> tuple[tuple[int, ..
             raise ew.Unsupported(f"input {i} of shape {shapes[i]} does not broadcast against {out} as one "
                                  "contiguous run of dimensions")
     return out, full[0], broadcast
+
+
+def _cross_entropy(gm, model, args) -> Pattern | None:
+    """A forward that is one cross-entropy loss (``F.cross_entropy`` or ``nn.CrossEntropyLoss``)
+    of float32 logits (rows x classes) against int64 class indices: a row reduction (log-sum-exp,
+    minus the target's logit) read once per row, then the mean, sum or the rows themselves. None
+    when the forward is anything else."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != 1:
+        return None
+    (call,) = calls
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if call.op == "call_function" and call.target is F.cross_entropy:
+        if tuple(call.args[:2]) != tuple(placeholders):
+            return None
+        options = {name: _param(call, name, position, default) for name, position, default in (
+            ("weight", 2, None), ("size_average", 3, None), ("ignore_index", 4, -100), ("reduce", 5, None),
+            ("reduction", 6, "mean"), ("label_smoothing", 7, 0.0))}
+    elif call.op == "call_module" and type(gm.get_submodule(call.target)) is nn.CrossEntropyLoss:
+        if tuple(call.args) != tuple(placeholders) or call.kwargs:
+            return None
+        loss = gm.get_submodule(call.target)
+        options = {"weight": loss.weight, "size_average": None, "ignore_index": loss.ignore_index, "reduce": None,
+                   "reduction": loss.reduction, "label_smoothing": loss.label_smoothing}
+    else:
+        return None
+    logits, targets = args
+    if logits.dtype != torch.float32 or logits.dim() != 2:
+        raise ew.Unsupported(f"cross-entropy over {logits.dtype} logits of {logits.dim()} dimension(s) (the template "
+                             "takes float32 rows x classes)")
+    if targets.dtype != torch.int64 or tuple(targets.shape) != tuple(logits.shape[:1]):
+        raise ew.Unsupported("cross-entropy against class probabilities, or targets not one int64 index per row")
+    unsupported = [f"{name}={value!r}" for name, value in options.items()
+                   if name in ("weight", "size_average", "reduce") and value is not None]
+    unsupported += [f"label_smoothing={options['label_smoothing']!r}"] if options["label_smoothing"] else []
+    if unsupported or options["reduction"] not in ("mean", "sum", "none") or not isinstance(options["ignore_index"], int):
+        raise ew.Unsupported(f"cross-entropy with {', '.join(unsupported) or options} (the template takes class indices, "
+                             "no class weights or label smoothing)")
+    return Pattern("cross_entropy", inputs=2, ops=("cross_entropy",),
+                   params=(("ignore_index", options["ignore_index"]), ("reduction", options["reduction"]),
+                           ("classes", int(logits.shape[1]))))
 
 
 def _only_conv2d(gm, model, args) -> Pattern | None:

@@ -12,7 +12,7 @@ from loopwise.kernels.expert.capture import Pattern, capture
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
-                 "row_softmax": {"block": 2048, "warps": 8},
+                 "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "attention": {"block": 64, "warps": 4, "chunk": 64},
@@ -20,7 +20,8 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "layernorm": "layernorm.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
+             "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
@@ -80,7 +81,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
-    fp32 tile 4 bytes at a time instead of 16)."""
+    fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
+    row where one of at most 8192 classes does."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -91,6 +93,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
+    if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
+        moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
 
 

@@ -42,6 +42,8 @@ SPACE = {
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
                    "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "nhwc": [0, 1]},
     "row_softmax": {"block": [512, 1024, 2048, 4096, 8192], "warps": [4, 8, 16]},
+    # block: a row's classes per step (a row of at most block classes is read once, in registers)
+    "cross_entropy": {"block": [512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16]},
     "layernorm": {"block": [512, 1024, 2048, 4096], "warps": [4, 8], "chunk": [4096, 8192, 16384, 32768, 65536]},
     "layernorm_welford": {"block": [512, 1024, 2048, 4096], "warps": [4, 8],
                           "chunk": [4096, 8192, 16384, 32768, 65536]},
@@ -254,7 +256,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "elementwise": ({"block": "down"},),
                          "layernorm": ({"block": "down"},), "layernorm_welford": ({"block": "down"},),
                          "attention": ({"block": "down"}, {"chunk": "down"}),
-                         "row_softmax": ({"block": "down"},),
+                         "row_softmax": ({"block": "down"},), "cross_entropy": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},),
