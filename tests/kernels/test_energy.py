@@ -55,6 +55,40 @@ def test_energy_arithmetic_with_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> No
     assert fake.state["open"] == 0
 
 
+class AsyncDevice:
+    """A device that runs each call for ``call_s`` after the previous one, as a GPU runs queued
+    launches: the host returns at once until ``depth`` calls are pending (CUDA's launch queue)."""
+
+    def __init__(self, call_s: float, depth: int) -> None:
+        self.call_s, self.depth, self.done_at = call_s, depth, []
+
+    def call(self) -> None:
+        now = time.perf_counter()
+        self.done_at = [t for t in self.done_at if t > now]
+        if len(self.done_at) >= self.depth:  # the queue is full: wait for its head
+            time.sleep(self.done_at[0] - now)
+        start = max(self.done_at[-1] if self.done_at else 0.0, time.perf_counter())
+        self.done_at.append(start + self.call_s)
+
+    def sync(self) -> None:
+        if self.done_at:
+            time.sleep(max(0.0, self.done_at[-1] - time.perf_counter()))
+        self.done_at = []
+
+
+def test_energy_of_slow_calls_takes_about_min_seconds_not_a_full_launch_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls that run longer than they take to launch (a 20 ms kernel): the loop waits for the device
+    between batches, so it measures about min_seconds of calls instead of queueing as many as the
+    launch queue holds (on the H200 a slow candidate's energy phase took 9-27 s at min_seconds 0.2)."""
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    device = AsyncDevice(call_s=0.02, depth=64)  # a full queue would be 1.28 s of work
+    start = time.perf_counter()
+    result = measure_energy(device.call, min_seconds=0.1, sync=device.sync)
+    wall = time.perf_counter() - start
+    assert result is not None and wall < 0.6, (wall, result)
+    assert result.calls * 0.02 == pytest.approx(result.seconds, rel=0.5)
+
+
 def test_no_pynvml_returns_none(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
     with caplog.at_level(logging.INFO, logger=energy.__name__):

@@ -91,11 +91,12 @@ def _measure(
     start_mj, start = _wait_for_update(read)
     for _ in range(calls):
         fn()
+    sync()  # host time tracks the device's from here: launches return before their work is done
     while time.perf_counter() - start < min_seconds:  # the calibration ran slower than this loop
         for _ in range(batch):
             fn()
         calls += batch
-    sync()
+        sync()  # else the host fills the launch queue (~1000 calls) before its clock reaches the end
     # This read may be up to one refresh stale: keep the GPU busy until the counter moves, so the
     # end value covers all our calls (and at most one batch more, which we count).
     stale = end_mj = read()
