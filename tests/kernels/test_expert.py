@@ -261,6 +261,10 @@ def test_inputs_the_forward_does_not_read_are_not_loaded(tmp_path, monkeypatch):
     assert dict(pattern.params)["unused"] == (0, 2) and not dict(pattern.params)["broadcast"]
     source = _judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
     assert "tl.load(x0_ptr" not in source and "tl.load(x2_ptr" not in source
+    # a forward that returns an input as it is: a copy of it
+    same = _variant(tmp_path, "broadcast_inputs.py", {"return torch.tanh(a.unsqueeze(1) * b) + c": "return b"})
+    copy = capture(load_problem(str(same)))
+    assert copy.kind == "elementwise" and copy.expr == "x1" and dict(copy.params)["unused"] == (0, 2), copy
 
 
 @pytest.mark.parametrize("forward,reason", [

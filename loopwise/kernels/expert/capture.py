@@ -380,10 +380,9 @@ def _input_views(nodes, placeholders, args) -> tuple[dict, dict]:
             i = index.get(arg.name, views.get(arg))
             if i is not None and arg.name in shape_of:
                 used.setdefault(i, set()).add(shape_of[arg.name])
-    for node in nodes:  # an input the forward returns as it is
-        for user in node.users:
-            if user.op == "output" and node.op == "placeholder":
-                used.setdefault(index[node.name], set()).add(shape_of[node.name])
+    for p in placeholders:  # an input the forward returns as it is
+        if p.name in shape_of and any(user.op == "output" for user in p.users):
+            used.setdefault(index[p.name], set()).add(shape_of[p.name])
     shapes = {}
     for i, seen in sorted(used.items()):
         if len(seen) > 1:
