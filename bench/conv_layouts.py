@@ -1,7 +1,7 @@
 """The implicit-GEMM convolution template (conv2d.py.j2) read NCHW and NHWC, side by side on one GPU.
 
     python3 bench/conv_layouts.py [--problem third_party/KernelBench/KernelBench/level1/55_...py]
-        [--batch 2] [--out DIR]
+        [--batch 2] [--out DIR] [--variants fp32:nchw:128:32:8,fp32:nhwc:128:32:8]
 
 For each layout x tile x precision it renders the template for the problem's convolution (batch
 made smaller with --batch so the table takes a minute), times the forward with CUDA events (median
@@ -105,29 +105,33 @@ def main() -> int:
     ap.add_argument("--problem", default=str(DEFAULT))
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    ap.add_argument("--variants", help="only these, comma-separated PRECISION:LAYOUT:BLOCK:CHUNK:WARPS "
+                    "(e.g. fp32:nchw:128:32:8,fp32:nhwc:128:32:8, for a profiler run)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    chosen = [(p, (layout, int(b), int(c), int(w))) for p, layout, b, c, w in
+              (v.split(":") for v in args.variants.split(","))] if args.variants else \
+        [(p, v) for p in ("fp32", "relaxed") for v in VARIANTS]
     if args.one:
         print(json.dumps(_one(args.problem, args.batch, *json.loads(args.one))))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for precision in ("fp32", "relaxed"):
-        for layout, block, chunk, warps in VARIANTS:
-            cache = out / "triton" / f"{precision}-{layout}-{block}-{chunk}-{warps}"
-            env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-            spec = json.dumps([layout, block, chunk, warps, precision])
-            proc = subprocess.run([sys.executable, __file__, "--problem", args.problem, "--batch", str(args.batch),
-                                   "--one", spec], env=env, capture_output=True, text=True, timeout=300)
-            row = {"precision": precision, "layout": layout, "block": block, "chunk": chunk, "warps": warps}
-            if proc.returncode:
-                row["error"] = proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else f"rc {proc.returncode}"
-            else:
-                row |= json.loads(proc.stdout.strip().splitlines()[-1])
-            row |= _ir(cache)
-            rows.append(row)
-            print(row, flush=True)
+    for precision, (layout, block, chunk, warps) in chosen:
+        cache = out / "triton" / f"{precision}-{layout}-{block}-{chunk}-{warps}"
+        env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+        spec = json.dumps([layout, block, chunk, warps, precision])
+        proc = subprocess.run([sys.executable, __file__, "--problem", args.problem, "--batch", str(args.batch),
+                               "--one", spec], env=env, capture_output=True, text=True, timeout=300)
+        row = {"precision": precision, "layout": layout, "block": block, "chunk": chunk, "warps": warps}
+        if proc.returncode:
+            row["error"] = proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else f"rc {proc.returncode}"
+        else:
+            row |= json.loads(proc.stdout.strip().splitlines()[-1])
+        row |= _ir(cache)
+        rows.append(row)
+        print(row, flush=True)
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with open(out / "conv_layouts.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
