@@ -33,10 +33,9 @@ VARIANTS = [  # layout, block, chunk, warps
 def _one(problem: str, batch: int, layout: str, block: int, chunk: int, warps: int, precision: str) -> dict:
     import torch
 
-    import importlib.util
-
-    generate = importlib.import_module("loopwise.kernels.expert.generate")
+    from loopwise.kernels.evaluate.sandbox import _import_candidate
     from loopwise.kernels.expert.capture import capture
+    from loopwise.kernels.expert.generate import render
     from loopwise.kernels.problem import load_problem
 
     source = Path(problem).read_text()
@@ -44,14 +43,9 @@ def _one(problem: str, batch: int, layout: str, block: int, chunk: int, warps: i
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
     prob = load_problem(f.name)
-    generate.NHWC_CHANNELS = 16 if layout == "nhwc" else 1 << 30
-    pattern = capture(prob)
-    code = generate.render(pattern, {"block": block, "chunk": chunk, "warps": warps}, precision=precision)
-    path = Path(tempfile.mkdtemp()) / "candidate.py"  # Triton reads a kernel's source from its file
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location("candidate", path)
-    candidate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(candidate)
+    moves = {"block": block, "chunk": chunk, "warps": warps, "nhwc": int(layout == "nhwc")}
+    code = render(capture(prob), moves, precision=precision)
+    candidate = _import_candidate(code, tempfile.mkdtemp())
     module = prob.load_module()
     torch.manual_seed(0)
     ref = module.Model(*module.get_init_inputs()).cuda()
