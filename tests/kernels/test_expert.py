@@ -1024,6 +1024,32 @@ def test_convolutions_gather_nchw_from_a_128_tile_and_read_nhwc_only_as_a_move(t
     assert "permute(0, 2, 3, 1)" not in render(conv(3), {"nhwc": 1})  # too few channels: NCHW whatever the move
 
 
+def _conv2d_ptx(tmp_path, channels: int, nhwc: int, wide: bool = False) -> str:
+    """The PTX of the conv2d template's kernel compiled ahead of time for sm_90: a 3x3 convolution of
+    ``channels`` -> 128 channels, stride 1, padding 1; 128 x 128 tiles, 32 along K, 8 warps, 3
+    stages; with the ``nhwc`` move, 64-bit offsets if ``wide``; integers divisible by 16 specialised
+    as the launch specialises them."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    path = _variant(tmp_path, "conv2d.py", {
+        "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 128, (3, 3), (1, 1), (1, 1), (1, 1), True]",
+        "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"})
+    source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8, "nhwc": nhwc})
+    module = _load(source, tmp_path, f"conv_ptx_{channels}_{nhwc}_{int(wide)}")
+    names = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "C", "H", "W", "CO", "OH", "OW", "M"]
+    constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True,
+                 "I64": wide, "BM": 128, "BN": 128, "BK": 32} | (
+                     {"CP": -(-channels // 32) * 32} if nhwc and channels >= 16 else {})
+    signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names} | {n: "constexpr" for n in constants}
+    aligned = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "CO"] + (["C"] if channels % 16 == 0 else [])
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    compiled = triton.compile(ASTSource(module.conv2d_kernel, signature, constants, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
+    return compiled.asm["ptx"]
+
+
 def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     """What the nhwc move changes: compiled for sm_90 (a 3x3
     convolution of 3 channels, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with
@@ -1035,26 +1061,8 @@ def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path)
     NHWC form was the slower at every tile, docs/data/2026-12-01c-conv-layouts.csv.)"""
     import re
 
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    names = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "C", "H", "W", "CO", "OH", "OW", "M"]
-
     def copies(channels: int) -> dict:
-        path = _variant(tmp_path, "conv2d.py", {
-            "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": f"[{channels}, 128, (3, 3), (1, 1), (1, 1), (1, 1), True]",
-            "torch.randn(2, 3, 13, 17)": f"torch.randn(2, {channels}, 13, 17)"})
-        source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8, "nhwc": 1})
-        module = _load(source, tmp_path, f"conv_ptx_{channels}")
-        constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True,
-                     "I64": False, "BM": 128, "BN": 128, "BK": 32} | ({"CP": 64} if channels >= 16 else {})
-        signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names} | {n: "constexpr" for n in constants}
-        aligned = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "CO"] + (["C"] if channels % 16 == 0 else [])
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-        compiled = triton.compile(ASTSource(module.conv2d_kernel, signature, constants, attrs=attrs),
-                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
-        ptx = compiled.asm["ptx"]
+        ptx = _conv2d_ptx(tmp_path, channels, nhwc=1)
         assert "wgmma.mma_async" in ptx
         return {width: len(re.findall(rf"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], {width},", ptx))
                 for width in ("0x4", "0x10")}
@@ -1086,27 +1094,12 @@ def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
     import re
     import subprocess
 
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
+    pytest.importorskip("triton")
     from triton.backends.nvidia.compiler import get_ptxas
-    from triton.compiler import ASTSource
-
-    names = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "C", "H", "W", "CO", "OH", "OW", "M"]
-    path = _variant(tmp_path, "conv2d.py", {
-        "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": "[64, 128, (3, 3), (1, 1), (1, 1), (1, 1), True]",
-        "torch.randn(2, 3, 13, 17)": "torch.randn(2, 64, 13, 17)"})
 
     def spilled(nhwc: int, wide: bool) -> int:
-        source, _ = generate(load_problem(str(path)), {"block": 128, "chunk": 32, "warps": 8, "nhwc": nhwc})
-        module = _load(source, tmp_path, f"conv_spill_{nhwc}")
-        constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "HAS_BIAS": True,
-                     "I64": wide, "BM": 128, "BN": 128, "BK": 32} | ({"CP": 64} if nhwc else {})
-        signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names} | {n: "constexpr" for n in constants}
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "CO", "C"]}
-        compiled = triton.compile(ASTSource(module.conv2d_kernel, signature, constants, attrs=attrs),
-                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
         ptx = tmp_path / f"conv_{nhwc}_{wide}.ptx"
-        ptx.write_text(compiled.asm["ptx"])
+        ptx.write_text(_conv2d_ptx(tmp_path, 64, nhwc, wide))
         report = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
                                 capture_output=True, text=True, check=True)
         return int(re.search(r"(\d+) bytes spill stores", report.stdout + report.stderr).group(1))
