@@ -63,6 +63,19 @@ def _all_moves(kind: str) -> list[dict]:
     return [{"template": kind, **m} for m in combos if matmul_variants.valid(kind, m)]
 
 
+def test_products_the_triton_template_splits_along_k_get_no_cutlass_variant():
+    """The CUTLASS variants have no split-K: a product with few output tiles and a long K, which
+    the Triton template splits, would leave most SMs idle in them (KernelBench L1/6, 256 x 256 out
+    of K = 524288, on the H200: 3xTF32 0.04x eager, TF32 WGMMA 0.09-0.14x, against the split Triton
+    template's 0.68x / 1.53x), and each costs a minute of nvcc."""
+    skinny = _matmul("float32", m=256, n=256, k=524288)
+    assert variants(skinny, "fp32") == variants(skinny, "relaxed") == ["matmul"]
+    assert variants(_matmul("bfloat16", m=256, n=256, k=524288), "relaxed") == ["matmul"]
+    square = _matmul("float32", m=2048, n=4096, k=8192)  # L1/16: 512 tiles, no split
+    assert variants(square, "fp32") == ["matmul", "matmul_3xtf32"]
+    assert variants(square, "relaxed") == ["matmul", "matmul_cutlass_tf32"]
+
+
 def test_capture_records_the_operand_dtype_of_matrix_products(tmp_path):
     bf16 = dict(_pattern("matmul_bf16.py").params)
     assert bf16 == {"trans_a": False, "trans_b": False, "m": 72, "n": 40, "k": 96, "dtype": "bfloat16"}

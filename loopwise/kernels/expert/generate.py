@@ -33,10 +33,15 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
 def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     """The template kinds that can write ``pattern`` under ``precision``, its own (Triton) first:
     a matrix product adds its CUTLASS variant where the dtype, the policy and the operands'
-    alignment allow one (see :mod:`matmul_variants`). Empty when no template covers it."""
+    alignment allow one (see :mod:`matmul_variants`) and the Triton template does not split K (few
+    output tiles, a long K: the CUTLASS variants, with no split-K, would leave most SMs idle; on
+    KernelBench L1/6 they ran at 0.04-0.14x eager where the split Triton template ran at 0.68x /
+    1.53x, 2026-12-01). Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
         return []
-    if pattern.kind == "matmul":
+    if pattern.kind == "matmul":  # CUTLASS's variants have no split-K: none where Triton splits K
+        if default_moves(pattern, "matmul", precision)["split"] > 1:
+            return ["matmul"]
         return ["matmul", *matmul_variants.library_variants(pattern, precision)]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
         from loopwise.kernels.expert.partition import kinds
