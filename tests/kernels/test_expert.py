@@ -929,10 +929,11 @@ def test_kmajor_copies_of_fp32_operands_are_judged_correct(tmp_path, monkeypatch
 def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product():
     """K-major copies by default for an fp32 product with an M- or N-major operand when the copy costs
     at most half the product's time without them: the product at the rate Triton reached on the H200
-    with an N-major B (36 TFLOP/s tf32x3, 82 TF32), the copies at the 400 GB/s they moved at on
-    KernelBench L1/6. L1/1 (4096 cubed, B copied: 9% / 20%) yes; L1/6 (256 x 256 outputs over
-    K = 524288, B copied: 141% / 320%; the copies made it 2.3x / 4x slower) no; L1/16 (A.T @ B, both
-    copied: 26% / 60%) in tf32x3 only; a B.T product (nothing to copy) and bf16 no."""
+    with an N-major B (36 TFLOP/s tf32x3, 82 TF32) or an M-major A (47 TF32), the copies at the
+    400 GB/s they moved at on KernelBench L1/6. L1/1 (4096 cubed, B copied: 9% / 20%) yes; L1/6
+    (256 x 256 outputs over K = 524288, B copied: 141% / 320%; the copies made it 2.3x / 4x slower)
+    no; L1/16 (A.T @ B, both copied: 26% / 34%; in TF32 they made it 3.4x as fast) yes; a B.T product
+    (nothing to copy) and bf16 no."""
     from loopwise.kernels.expert.generate import default_moves, kmajor_share
 
     base = capture(load_problem(str(HERE / "matmul_plain.py")))
@@ -950,9 +951,14 @@ def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product(
         assert default_moves(shaped(32, 4096, 4096), precision=precision)["kmajor"] == 0
         assert default_moves(shaped(4096, 4096, 4096, trans_b=True), precision=precision)["kmajor"] == 0
         assert default_moves(shaped(4096, 4096, 4096, dtype="bfloat16"), precision=precision)["kmajor"] == 0
-    # between the two rates: L1/16's shape pays in tf32x3, not in TF32
-    assert default_moves(shaped(2048, 4096, 8192, trans_a=True))["kmajor"] == 1
-    assert default_moves(shaped(2048, 4096, 8192, trans_a=True), precision="relaxed")["kmajor"] == 0
+    # an M-major A: TF32 reached only 47 TFLOP/s without the copies, so L1/16's shape pays on both
+    # tracks; with both operands copied the slower rate counts
+    assert abs(kmajor_share(shaped(2048, 4096, 8192, trans_a=True), "relaxed")
+               - 4 * (2048 * 8192 + 8192 * 4096) * 47e12 / 400e9 / (2048 * 4096 * 8192)) < 1e-12
+    assert abs(kmajor_share(shaped(64, 64, 64, trans_a=True, trans_b=True), "relaxed") - 4 * 47e12 / 400e9 / 64) < 1e-12
+    for precision in ("fp32", "relaxed"):
+        assert default_moves(shaped(2048, 4096, 8192, trans_a=True), precision=precision)["kmajor"] == 1
+    assert kmajor_share(shaped(4096, 4096, 4096, trans_b=True)) == 0
 
     # the narrow-accesses tool's vectorize_loads on a product without the copies makes them
     from loopwise.kernels.expert.proposer import suggested_moves

@@ -57,17 +57,19 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
 _SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
 
 
-# K-major copies of an fp32 product's M- or N-major operands are made by default while they cost
-# at most this share of the product's time without them. That time is taken at the rate Triton's
-# products reached on the H200 with an N-major B (KernelBench L1/1, 4096 cubed, 2026-11-30 and
-# 2026-12-01, docs/benchmarks.md): 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32 (relaxed).
-# The copies cost what they cost on L1/6 (B of 524288 x 256 copied: 512 MiB read and written), where
-# they added 2.47 ms to the tf32x3 product and 2.9 ms to the TF32 one (2026-12-01,
-# docs/data/2026-12-01c-expert-subset-rows.csv): about 400 GB/s, a tenth of the device's bandwidth
-# (PyTorch's transposing copy). On L1/1 the tf32x3 product ran 2.15x as fast with them, copies
-# included: at a share of 0.5 they pay for themselves.
+# K-major copies of an fp32 product's M- or N-major operands are made by default while they cost at
+# most this share of the product's time without them. That time is taken at the rate Triton's
+# products reached on the H200 without the copies: with an N-major B (KernelBench L1/1, 4096 cubed,
+# 2026-11-30 and 2026-12-01, docs/benchmarks.md) 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32
+# (relaxed); with an M-major A (and an N-major B: L1/16, A.T @ B, 2048 x 4096 x 8192, 2026-12-01) 47
+# in TF32, where the copies made it 3.4x as fast (0.89x eager without, 3.06x with); the slower rate
+# of the operands copied counts. The copies cost what they cost on L1/6 (B of 524288 x 256 copied:
+# 512 MiB read and written), where they added 2.47 ms to the tf32x3 product and 2.9 ms to the TF32
+# one (2026-12-01, docs/data/2026-12-01c-expert-subset-rows.csv): about 400 GB/s, a tenth of the
+# device's bandwidth (PyTorch's transposing copy). On L1/1 the tf32x3 product ran 2.15x as fast with
+# them, copies included: at a share of 0.5 they pay for themselves.
 _KMAJOR_SHARE, _COPY_BYTES_PER_S = 0.5, 400e9
-_MN_MAJOR_FLOPS = {"fp32": 36e12, "relaxed": 82e12}
+_MN_MAJOR_FLOPS = {("fp32", "a"): 36e12, ("fp32", "b"): 36e12, ("relaxed", "a"): 47e12, ("relaxed", "b"): 82e12}
 
 
 def kmajor_share(pattern: Pattern, precision: str = "fp32") -> float:
@@ -75,9 +77,12 @@ def kmajor_share(pattern: Pattern, precision: str = "fp32") -> float:
     as a share of the product's time without the copies under ``precision``: 0 when both are
     K-major already."""
     p = dict(pattern.params)
-    copied = (p["m"] * p["k"] if p["trans_a"] else 0) + (0 if p["trans_b"] else p["k"] * p["n"])
-    balance = _MN_MAJOR_FLOPS.get(precision, _MN_MAJOR_FLOPS["fp32"]) / _COPY_BYTES_PER_S
-    return 2 * 4 * copied * balance / (2 * p["m"] * p["n"] * p["k"])
+    precision = precision if precision == "relaxed" else "fp32"
+    copied = {"a": p["m"] * p["k"] if p["trans_a"] else 0, "b": 0 if p["trans_b"] else p["k"] * p["n"]}
+    if not any(copied.values()):
+        return 0.0
+    flops = min(_MN_MAJOR_FLOPS[precision, operand] for operand, elements in copied.items() if elements)
+    return 2 * 4 * sum(copied.values()) * flops / _COPY_BYTES_PER_S / (2 * p["m"] * p["n"] * p["k"])
 
 
 def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "fp32") -> dict:
