@@ -45,7 +45,7 @@ def _trace(problem):
     except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
         gm = None
     if gm is not None:  # the whole-forward patterns, most specific first
-        for detect in (_attention, _only_layernorm, _only_matmul, _linear_epilogue, _only_conv2d, _conv_epilogue, _dim_reduce,
+        for detect in (_attention, _only_layernorm, _only_matmul, _linear_epilogue, _only_conv, _conv_epilogue, _dim_reduce,
                        _row_scan, _normalize, _pooling, _cross_entropy):
             found = detect(gm, model, args)
             if found is not None:
@@ -473,30 +473,32 @@ def _cross_entropy(gm, model, args) -> Pattern | None:
                            ("classes", int(logits.shape[1]))))
 
 
-def _only_conv2d(gm, model, args) -> Pattern | None:
-    """A forward that is one nn.Conv2d (groups 1, zero padding given as numbers) on its one float32
-    NCHW input: an implicit GEMM. None when the forward is anything else."""
+def _only_conv(gm, model, args) -> Pattern | None:
+    """A forward that is one nn.Conv2d or nn.Conv3d (groups 1, zero padding given as numbers) on its
+    one float32 NCHW / NCDHW input: an implicit GEMM. None when the forward is anything else."""
     import torch.nn as nn
 
-    if not _one_float_input(args, ndim=4):
+    if not (_one_float_input(args, ndim=4) or _one_float_input(args, ndim=5)):
         return None
     (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
         return None
     conv = gm.get_submodule(calls[0].target)
-    if type(conv) is not nn.Conv2d:
+    kind = {nn.Conv2d: "conv2d", nn.Conv3d: "conv3d"}.get(type(conv))
+    if kind is None or args[0].dim() != {"conv2d": 4, "conv3d": 5}[kind]:
         return None
     if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
-        raise ew.Unsupported(f"Conv2d with groups={conv.groups}, padding {conv.padding!r}, "
+        raise ew.Unsupported(f"{type(conv).__name__} with groups={conv.groups}, padding {conv.padding!r}, "
                              f"padding_mode {conv.padding_mode!r} (the implicit GEMM takes groups 1, zero padding)")
     path = calls[0].target
     operands = (f"{path}.weight",) + ((f"{path}.bias",) if conv.bias is not None else ())
-    kh, kw = conv.kernel_size
-    return Pattern("conv2d", inputs=1, ops=("conv2d",), operands=operands,
-                   params=(("conv", path), ("kh", kh), ("kw", kw), ("stride", tuple(conv.stride)),
+    window = (("kd", "kh", "kw") if kind == "conv3d" else ("kh", "kw"))
+    extra = (("out_channels", conv.out_channels),) if kind == "conv3d" else ()
+    return Pattern(kind, inputs=1, ops=(kind,), operands=operands,
+                   params=(("conv", path), *zip(window, conv.kernel_size), ("stride", tuple(conv.stride)),
                            ("padding", tuple(conv.padding)), ("dilation", tuple(conv.dilation)),
-                           ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels)))
+                           ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels), *extra))
 
 
 def _conv_epilogue(gm, model, args) -> Pattern | None:
