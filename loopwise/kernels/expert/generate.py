@@ -20,13 +20,15 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
-                 "conv3d": {"block": 128, "warps": 8, "chunk": 16}, **matmul_variants.DEFAULT_MOVES}
+                 "conv3d": {"block": 128, "warps": 8, "chunk": 16},
+                 "conv_transpose": {"block": 128, "warps": 8, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
+             "conv_transpose": "conv_transpose.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
              "matmul_cutlass_tf32": "matmul_cutlass.py.j2"}
 
@@ -107,6 +109,30 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
+
+
+def conv_transpose_values(pattern: Pattern) -> dict:
+    """The transposed convolution's sizes as three dimensions (a 2-D one has a depth of one), and
+    its stride phases' window positions. Output index o takes window position k from input index
+    (o + padding - k * dilation) / stride where that is whole: for the phase p = o mod stride, the
+    positions k with (p + padding - k * dilation) divisible by the stride, which step by stride /
+    gcd(stride, dilation) from the first. ``taps`` lists, per dimension, each phase's first
+    position and then each phase's count (0: that phase's outputs are the bias alone)."""
+    import math
+
+    p = dict(pattern.params)
+    lead = 3 - len(p["kernel"])
+    kernel, stride = (1,) * lead + p["kernel"], (1,) * lead + p["stride"]
+    padding, dilation = (0,) * lead + p["padding"], (1,) * lead + p["dilation"]
+    output_padding = (0,) * lead + p["output_padding"]
+    taps: list[int] = []
+    for k, s, pad, d in zip(kernel, stride, padding, dilation):
+        whole = [[j for j in range(k) if (phase + pad - j * d) % s == 0] for phase in range(s)]
+        taps += [w[0] if w else 0 for w in whole] + [len(w) for w in whole]
+    return {"dims": len(p["kernel"]), "kernel3": kernel, "stride3": stride, "padding3": padding,
+            "dilation3": dilation, "output_padding3": output_padding, "taps": taps,
+            "steps": tuple(s // math.gcd(s, d) for s, d in zip(stride, dilation)),
+            "phases": stride[0] * stride[1] * stride[2]}
 
 
 def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
@@ -251,8 +277,10 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     note, extra = _note_and_values(kind, pattern, params)
     if kind == "attention":
         extra = {**extra, **attention_values(pattern, precision)}
-    if kind == "conv3d":  # output channels per tile: no wider than the output's, in powers of two
+    if kind in ("conv3d", "conv_transpose"):  # output channels per tile: no wider than the output's, in powers of two
         extra = {**extra, "block_n": min(params["block"], max(16, 1 << (dict(pattern.params)["out_channels"] - 1).bit_length()))}
+    if kind == "conv_transpose":
+        extra = {**extra, **conv_transpose_values(pattern)}
     if pattern.kind == "graph":
         from loopwise.kernels.expert.partition import plan, tf32_parts
 

@@ -66,6 +66,8 @@ SPACE = {
     # block: output voxels per tile (output channels: as many, at most the output's rounded up to a
     # power of two); chunk: (input channel, window) step
     "conv3d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
+    # the same for a transposed convolution (chunk: input channels of one window position per step)
+    "conv_transpose": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
     # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16); tile and stages
     # (3xTF32, fp32). Not every combination builds: matmul_variants.valid says which do.
     **matmul_variants.SPACE,
@@ -257,6 +259,7 @@ def _repaired(moves: dict, keep: str) -> dict | None:
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "conv3d": ({"block": "down"}, {"chunk": "down"}),
+                         "conv_transpose": ({"block": "down"}, {"chunk": "down"}),
                          "elementwise": ({"block": "down"},),
                          "layernorm": ({"block": "down"},), "layernorm_welford": ({"block": "down"},),
                          "attention": ({"block": "down"}, {"chunk": "down"}),
@@ -268,7 +271,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
-                             "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
+                             "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
+                             "conv_transpose": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
                              "attention": ({"chunk": "down"},)},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
