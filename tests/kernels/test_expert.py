@@ -1457,3 +1457,35 @@ def test_transposed_convolution_default_tile_compiles_to_wgmma_without_spills(tm
     report = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(tmp_path / "ct.ptx"),
                              "-o", str(tmp_path / "ct.cubin")], capture_output=True, text=True, check=True)
     assert int(re.search(r"(\d+) bytes spill stores", report.stdout + report.stderr).group(1)) == 0
+
+
+@pytest.mark.gpu
+def test_conv3d_and_transposed_convolutions_are_judged_correct_on_the_gpu(tmp_path):
+    """On a GPU (wgmma, the pipelined gathers) the Conv3d and transposed-convolution implicit GEMMs
+    are correct under both policies, with their default moves and a smaller tile: L1/54's and
+    L1/60's shapes of Conv3d, L1/81's (stride 5, dilation 2) and L1/61's forms of transposed
+    convolution, at reduced sizes."""
+    cases = [
+        _variant(tmp_path, "conv3d.py", {"[3, 20, (3, 2, 2), (2, 1, 1), (1, 0, 2), (1, 2, 1), True]":
+                                         "[3, 64, (3, 5, 7), (1, 1, 1), (0, 0, 0), (1, 1, 1), False]",
+                                         "torch.randn(2, 3, 7, 9, 11)": "torch.randn(2, 3, 19, 23, 29)"}),
+        _variant(tmp_path, "conv_transpose.py", {
+            "[5, 20, (3, 2), (3, 2), (1, 0), (2, 1), (2, 1), True]": "[32, 64, (3, 3), (5, 5), (1, 1), (0, 0), (2, 2), True]",
+            "torch.randn(2, 5, 6, 7)": "torch.randn(2, 32, 17, 23)"}),
+    ]
+    three_d = (HERE / "conv_transpose.py").read_text().replace("nn.ConvTranspose2d", "nn.ConvTranspose3d").replace(
+        "[5, 20, (3, 2), (3, 2), (1, 0), (2, 1), (2, 1), True]", "[48, 48, (3, 3, 3), (1, 1, 1), (0, 0, 0), (0, 0, 0), (1, 1, 1), False]").replace(
+        "torch.randn(2, 5, 6, 7)", "torch.randn(2, 48, 9, 11, 13)")
+    (tmp_path / "conv_transpose3d.py").write_text(three_d)
+    cases.append(tmp_path / "conv_transpose3d.py")
+    for path in cases:
+        problem = load_problem(str(path))
+        for precision in ("fp32", "relaxed"):
+            for moves in ({}, {"block": 64, "warps": 4, "chunk": 16}):
+                source, pattern = generate(problem, moves, precision=precision)
+                assert source is not None, pattern.reason
+                cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
+                                 tolerance="strict" if precision == "fp32" else "legacy")
+                with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+                    ev = judge.evaluate(source, f"{path.stem}-{precision}-{len(moves)}")
+                assert ev.status is Status.CORRECT, (path.stem, precision, moves, ev.summary(), ev.log[-1500:])
