@@ -1460,11 +1460,11 @@ def test_transposed_convolution_default_tile_compiles_to_wgmma_without_spills(tm
 
 
 @pytest.mark.gpu
-def test_conv3d_and_transposed_convolutions_are_judged_correct_on_the_gpu(tmp_path):
+def test_conv3d_transposed_and_separable_convolutions_are_judged_correct_on_the_gpu(tmp_path):
     """On a GPU (wgmma, the pipelined gathers) the Conv3d and transposed-convolution implicit GEMMs
-    are correct under both policies, with their default moves and a smaller tile: L1/54's and
-    L1/60's shapes of Conv3d, L1/81's (stride 5, dilation 2) and L1/61's forms of transposed
-    convolution, at reduced sizes."""
+    and the one-pass separable convolution are correct under both policies, with their default
+    moves and a smaller tile: L1/60's form of Conv3d, L1/81's (stride 5, dilation 2) and L1/61's
+    forms of transposed convolution, L1/86's separable one, at reduced sizes."""
     cases = [
         _variant(tmp_path, "conv3d.py", {"[3, 20, (3, 2, 2), (2, 1, 1), (1, 0, 2), (1, 2, 1), True]":
                                          "[3, 64, (3, 5, 7), (1, 1, 1), (0, 0, 0), (1, 1, 1), False]",
@@ -1478,6 +1478,7 @@ def test_conv3d_and_transposed_convolutions_are_judged_correct_on_the_gpu(tmp_pa
         "torch.randn(2, 5, 6, 7)", "torch.randn(2, 48, 9, 11, 13)")
     (tmp_path / "conv_transpose3d.py").write_text(three_d)
     cases.append(tmp_path / "conv_transpose3d.py")
+    cases.append(_variant(tmp_path, "separable_conv.py", {"torch.randn(2, 20, 9, 11)": "torch.randn(2, 20, 37, 41)"}))
     for path in cases:
         problem = load_problem(str(path))
         for precision in ("fp32", "relaxed"):
@@ -1489,3 +1490,70 @@ def test_conv3d_and_transposed_convolutions_are_judged_correct_on_the_gpu(tmp_pa
                 with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
                     ev = judge.evaluate(source, f"{path.stem}-{precision}-{len(moves)}")
                 assert ev.status is Status.CORRECT, (path.stem, precision, moves, ev.summary(), ev.log[-1500:])
+
+
+@pytest.mark.parametrize("init,shape,moves", [
+    (None, "(2, 20, 9, 11)", {"block": 32, "chunk": 16}),  # 3x2, stride (2, 1), padding (1, 2), dilation (2, 1), biases
+    ("[5, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", "(1, 5, 7, 6)", {"block": 16, "chunk": 16, "warps": 4}),  # L1/86's form
+])
+def test_separable_convolution_in_one_pass_is_judged_correct(tmp_path, monkeypatch, init, shape, moves):
+    """A depthwise Conv2d and then a pointwise 1x1 one (KernelBench L1/86) become one kernel: the
+    depthwise outputs of a tile in registers, multiplied by the pointwise weights on the tensor cores;
+    judged against PyTorch in the interpreter (channels beyond a chunk, odd sizes)."""
+    replacements = {"[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]": init} if init else {}
+    replacements |= {"torch.randn(2, 20, 9, 11)": f"torch.randn{shape}"}
+    pattern = _judged_variant(tmp_path, monkeypatch, "separable_conv.py", "separable_conv", moves, replacements)
+    from loopwise.kernels.expert.generate import default_moves
+
+    source = render(pattern, moves)
+    assert ExpertProposer._parse_moves(source) == {"template": "separable_conv", **default_moves(pattern), **moves}
+    assert "self.depthwise" in source and "self.pointwise" in source
+
+
+def test_only_a_depthwise_then_pointwise_pair_is_a_separable_convolution(tmp_path):
+    """A pointwise convolution with a stride, a depthwise one with a channel multiplier, or the
+    intermediate read twice are not this template's: they fall to the other patterns."""
+    for old, new in (("self.pointwise = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)",
+                      "self.pointwise = nn.Conv2d(in_channels, out_channels, kernel_size=1, stride=2, bias=bias)"),
+                     ("nn.Conv2d(in_channels, in_channels, kernel_size", "nn.Conv2d(in_channels, 2 * in_channels, kernel_size"),
+                     ("x = self.pointwise(x)\n        return x", "return self.pointwise(x) + x.mean()")):
+        source = (HERE / "separable_conv.py").read_text()
+        assert old in source, old
+        if "2 * in_channels" in new:  # the pointwise convolution takes the multiplied channels
+            source = source.replace("nn.Conv2d(in_channels, out_channels, kernel_size=1", "nn.Conv2d(2 * in_channels, out_channels, kernel_size=1")
+        path = tmp_path / f"variant_{abs(hash(new))}.py"
+        path.write_text(source.replace(old, new))
+        assert capture(load_problem(str(path))).kind != "separable_conv", new
+
+
+def test_separable_convolution_default_tile_compiles_to_wgmma_without_spills(tmp_path):
+    """L1/86's separable convolution (64 -> 64 depthwise 3x3, 64 -> 128 pointwise) with the default
+    moves (128 pixels x 128 channels, 32 intermediate channels a step, 8 warps), compiled ahead of
+    time for sm_90 in tf32x3: wgmma, no register spills (with Triton 3.9 on 2026-12-01, 4 warps
+    spilled 1664 bytes, 64 channels a step 96)."""
+    import re
+    import subprocess
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    pattern = capture(load_problem(str(_variant(tmp_path, "separable_conv.py", {
+        "[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]": "[64, 128, (3, 3), (1, 1), (1, 1), (1, 1), False]",
+        "torch.randn(2, 20, 9, 11)": "torch.randn(1, 64, 16, 16)"}))))
+    source = render(pattern)
+    assert "BM=128, BN=128, BK=32, num_warps=8" in source
+    module = _load(source, tmp_path, "separable_ptx")
+    names = ["x_ptr", "wd_ptr", "bd_ptr", "wp_ptr", "bp_ptr", "out_ptr", "C", "H", "W", "CO", "OH", "OW", "M"]
+    constants = {"KH": 3, "KW": 3, "SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "DEPTHWISE_BIAS": False,
+                 "POINTWISE_BIAS": False, "I64": False, "BM": 128, "BN": 128, "BK": 32}
+    signature = {n: "*fp32" if n.endswith("ptr") else "i32" for n in names} | {n: "constexpr" for n in constants}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names}
+    compiled = triton.compile(ASTSource(module.separable_conv_kernel, signature, constants, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
+    assert "wgmma.mma_async" in compiled.asm["ptx"]
+    (tmp_path / "sep.ptx").write_text(compiled.asm["ptx"])
+    report = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(tmp_path / "sep.ptx"),
+                             "-o", str(tmp_path / "sep.cubin")], capture_output=True, text=True, check=True)
+    assert int(re.search(r"(\d+) bytes spill stores", report.stdout + report.stderr).group(1)) == 0

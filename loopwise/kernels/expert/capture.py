@@ -45,7 +45,8 @@ def _trace(problem):
     except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
         gm = None
     if gm is not None:  # the whole-forward patterns, most specific first
-        for detect in (_attention, _only_layernorm, _only_matmul, _linear_epilogue, _only_conv, _conv_epilogue, _dim_reduce,
+        for detect in (_attention, _only_layernorm, _only_matmul, _linear_epilogue, _only_conv, _separable_conv,
+                       _conv_epilogue, _dim_reduce,
                        _row_scan, _normalize, _pooling, _cross_entropy):
             found = detect(gm, model, args)
             if found is not None:
@@ -508,6 +509,43 @@ def _only_conv(gm, model, args) -> Pattern | None:
                    params=(("conv", path), *zip(window, conv.kernel_size), ("stride", tuple(conv.stride)),
                            ("padding", tuple(conv.padding)), ("dilation", tuple(conv.dilation)),
                            ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels), *extra))
+
+
+def _separable_conv(gm, model, args) -> Pattern | None:
+    """A forward that is a depthwise nn.Conv2d (one filter per channel: groups = in = out channels)
+    and then a pointwise one (1x1, stride 1, no padding, groups 1) on its output, on one float32
+    NCHW input (MobileNet's separable convolution, KernelBench L1/86): one kernel computes the
+    depthwise outputs of a tile in registers and multiplies them by the pointwise weights, so the
+    intermediate never reaches memory. None when the forward is anything else."""
+    import torch.nn as nn
+
+    if not _one_float_input(args, ndim=4):
+        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if (len(calls) != 2 or any(c.op != "call_module" or c.kwargs for c in calls)
+            or calls[0].args != (x,) or calls[1].args != (calls[0],) or len(calls[0].users) != 1):
+        return None
+    depthwise, pointwise = (gm.get_submodule(c.target) for c in calls)
+    if type(depthwise) is not nn.Conv2d or type(pointwise) is not nn.Conv2d:
+        return None
+    c = depthwise.in_channels
+    if not (depthwise.groups == c == depthwise.out_channels and pointwise.groups == 1
+            and tuple(pointwise.kernel_size) == (1, 1) and tuple(pointwise.stride) == (1, 1)
+            and tuple(pointwise.padding) == (0, 0) and pointwise.in_channels == c):
+        return None
+    if any(m.padding_mode != "zeros" or isinstance(m.padding, str) for m in (depthwise, pointwise)):
+        raise ew.Unsupported("a separable convolution with padding given by name or not zeros (the fused "
+                             "template takes zero padding given as numbers)")
+    paths = [call.target for call in calls]
+    operands = tuple(f"{path}.{name}" for path, m in zip(paths, (depthwise, pointwise))
+                     for name in ("weight", "bias") if getattr(m, name) is not None)
+    return Pattern("separable_conv", inputs=1, ops=("conv2d_depthwise", "conv2d_pointwise"), operands=operands,
+                   params=(("depthwise", paths[0]), ("pointwise", paths[1]), ("kh", depthwise.kernel_size[0]),
+                           ("kw", depthwise.kernel_size[1]), ("stride", tuple(depthwise.stride)),
+                           ("padding", tuple(depthwise.padding)), ("dilation", tuple(depthwise.dilation)),
+                           ("depthwise_bias", depthwise.bias is not None), ("pointwise_bias", pointwise.bias is not None),
+                           ("in_channels", c), ("out_channels", pointwise.out_channels)))
 
 
 def _conv_epilogue(gm, model, args) -> Pattern | None:

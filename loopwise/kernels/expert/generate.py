@@ -21,14 +21,15 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
                  "conv3d": {"block": 128, "warps": 8, "chunk": 16},
-                 "conv_transpose": {"block": 128, "warps": 8, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
+                 "conv_transpose": {"block": 128, "warps": 8, "chunk": 32},
+                 "separable_conv": {"block": 128, "warps": 8, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
-             "conv_transpose": "conv_transpose.py.j2",
+             "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
              "matmul_cutlass_tf32": "matmul_cutlass.py.j2"}
 
@@ -277,7 +278,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     note, extra = _note_and_values(kind, pattern, params)
     if kind == "attention":
         extra = {**extra, **attention_values(pattern, precision)}
-    if kind in ("conv3d", "conv_transpose"):  # output channels per tile: no wider than the output's, in powers of two
+    if kind in ("conv3d", "conv_transpose", "separable_conv"):  # output channels per tile: no wider than the output's, in powers of two
         extra = {**extra, "block_n": min(params["block"], max(16, 1 << (dict(pattern.params)["out_channels"] - 1).bit_length()))}
     if kind == "conv_transpose":
         extra = {**extra, **conv_transpose_values(pattern)}

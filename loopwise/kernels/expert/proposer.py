@@ -68,6 +68,8 @@ SPACE = {
     "conv3d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
     # the same for a transposed convolution (chunk: input channels of one window position per step)
     "conv_transpose": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
+    # a depthwise then pointwise convolution in one pass (chunk: channels of the intermediate per step)
+    "separable_conv": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
     # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16); tile and stages
     # (3xTF32, fp32). Not every combination builds: matmul_variants.valid says which do.
     **matmul_variants.SPACE,
@@ -260,6 +262,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "conv3d": ({"block": "down"}, {"chunk": "down"}),
                          "conv_transpose": ({"block": "down"}, {"chunk": "down"}),
+                         "separable_conv": ({"block": "down"}, {"chunk": "down"}),
                          "elementwise": ({"block": "down"},),
                          "layernorm": ({"block": "down"},), "layernorm_welford": ({"block": "down"},),
                          "attention": ({"block": "down"}, {"chunk": "down"}),
