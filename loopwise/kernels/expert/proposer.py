@@ -275,7 +275,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
-                             "conv_transpose": ({"chunk": "down"},), "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
+                             "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),
+                             "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
                              "attention": ({"chunk": "down"},)},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
