@@ -96,7 +96,10 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
     fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
-    row where one of at most 8192 classes does."""
+    row where one of at most 8192 classes does; for a transposed convolution, steps of 32 input
+    channels where the channels are a multiple of 32, else of 16 (L1/61's 48 channels: no empty
+    third of the last step, and no spills for sm_90 where 32 spilled 20 bytes,
+    docs/data/2026-12-01d-template-spills.csv)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -107,6 +110,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
+    if kind == "conv_transpose":  # a step of K holds whole input channels: 16 where 32 would leave some empty
+        moves["chunk"] = 32 if dict(pattern.params)["in_channels"] % 32 == 0 else 16
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
