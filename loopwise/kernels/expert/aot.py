@@ -1,18 +1,14 @@
 """What a candidate's Triton kernel compiles to for Hopper, without a GPU: the candidate's forward
 runs on the meta device with its one kernel launch intercepted (real problem sizes cost no memory),
 and the launched kernel is compiled ahead of time for sm_90 with the arguments it was given
-(pointers and integers divisible by 16 specialised as a launch specialises them). ptxas's report
-gives registers per thread and bytes of spill stores; the PTX says whether the products became
-Hopper's warp-group wgmma. Used by the tests of the expert's templates and bench/template_spills.py.
+(pointers and integers divisible by 16 specialised as a launch specialises them), with the SASS
+tool's compile and ptxas report: registers per thread and bytes of spill stores; the PTX says
+whether the products became Hopper's warp-group wgmma. Used by the tests of the expert's templates and bench/template_spills.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import re
-import subprocess
 import tempfile
-from pathlib import Path
 
 
 def launch(source: str, problem) -> tuple:
@@ -21,12 +17,10 @@ def launch(source: str, problem) -> tuple:
     import torch
     from triton.runtime.jit import JITFunction
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"candidate_{abs(hash(source))}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    from loopwise.kernels.evaluate.sandbox import _import_candidate
+
+    with tempfile.TemporaryDirectory() as tmp:  # Triton has read the kernels' source once imported
+        module = _import_candidate(source, tmp)
     reference = problem.load_module()
     seen = []
 
@@ -47,38 +41,31 @@ def launch(source: str, problem) -> tuple:
 
 def compile_for_hopper(source: str, problem) -> dict:
     """``{"registers", "spill_bytes", "wgmma"}`` of the kernel ``source`` launches on ``problem``,
-    compiled for sm_90a."""
+    compiled for sm_90a (the profiling tools' :func:`~loopwise.kernels.profile.sass.compile_triton`
+    and :func:`~loopwise.kernels.profile.sass.ptxas_resources`)."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
-    from triton.compiler import ASTSource
+
+    from loopwise.kernels.profile.sass import compile_triton, ptxas_resources
 
     kernel, args, kwargs = launch(source, problem)
     kwargs = dict(kwargs)
-    options = {"num_warps": kwargs.pop("num_warps", 4), "num_stages": kwargs.pop("num_stages", 3)}
-    signature, constants, attrs = {}, {}, {}
+    num_warps, num_stages = kwargs.pop("num_warps", 4), kwargs.pop("num_stages", 3)
+    signature, constants, aligned = {}, {}, []
     positional = iter(args)
-    for i, param in enumerate(kernel.params):
+    for param in kernel.params:
         value = kwargs[param.name] if param.name in kwargs else next(positional)
         if param.is_constexpr:
             signature[param.name] = "constexpr"
             constants[param.name] = value
-        elif isinstance(value, torch.Tensor):
+            continue
+        if isinstance(value, torch.Tensor):
             signature[param.name] = {torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}[value.dtype]
-            attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[param.name] = "i64" if abs(int(value)) >= 2**31 else "i32"
-            if int(value) % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options=options)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = Path(tmp) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        report = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
-                                capture_output=True, text=True, check=True)
-    text = report.stdout + report.stderr
-    return {"registers": int(re.search(r"Used (\d+) registers", text).group(1)),
-            "spill_bytes": int(re.search(r"(\d+) bytes spill stores", text).group(1)),
+        if isinstance(value, torch.Tensor) or int(value) % 16 == 0:
+            aligned.append(param.name)
+    compiled = compile_triton(kernel, signature, constants, num_warps=num_warps, num_stages=num_stages,
+                              aligned=tuple(aligned))
+    resources = ptxas_resources(compiled.asm["ptx"], "sm_90a")[compiled.metadata.name]
+    return {"registers": resources.registers, "spill_bytes": resources.spill_store_bytes,
             "wgmma": "wgmma.mma_async" in compiled.asm["ptx"]}

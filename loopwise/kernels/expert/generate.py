@@ -98,7 +98,7 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
     row where one of at most 8192 classes does; for a transposed convolution, steps of 32 input
     channels where the channels are a multiple of 32, else of 16 (L1/61's 48 channels: no empty
-    third of the last step, and no spills for sm_90 where 32 spilled 20 bytes,
+    third of the last step, and no spills for sm_90 where 32 spilled 48-52 bytes,
     docs/data/2026-12-01d-template-spills.csv)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
