@@ -474,6 +474,12 @@ def _cross_entropy(gm, model, args) -> Pattern | None:
                            ("classes", int(logits.shape[1]))))
 
 
+def zero_padding(conv) -> bool:
+    """Whether a convolution module pads with zeros by amounts given as numbers (not ``"same"``),
+    as the implicit-GEMM templates read their input."""
+    return conv.padding_mode == "zeros" and not isinstance(conv.padding, str)
+
+
 def _only_conv(gm, model, args) -> Pattern | None:
     """A forward that is one nn.Conv2d, nn.Conv3d or nn.ConvTranspose1d / 2d / 3d (groups 1, zero
     padding given as numbers) on its one float32 input: an implicit GEMM. None when the forward is
@@ -491,7 +497,7 @@ def _only_conv(gm, model, args) -> Pattern | None:
             nn.ConvTranspose2d: "conv_transpose", nn.ConvTranspose3d: "conv_transpose"}.get(type(conv))
     if kind is None or args[0].dim() != len(conv.kernel_size) + 2:
         return None
-    if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+    if conv.groups != 1 or not zero_padding(conv):
         raise ew.Unsupported(f"{type(conv).__name__} with groups={conv.groups}, padding {conv.padding!r}, "
                              f"padding_mode {conv.padding_mode!r} (the implicit GEMM takes groups 1, zero padding)")
     path = calls[0].target
@@ -534,7 +540,7 @@ def _separable_conv(gm, model, args) -> Pattern | None:
             and tuple(pointwise.kernel_size) == (1, 1) and tuple(pointwise.stride) == (1, 1)
             and tuple(pointwise.padding) == (0, 0) and pointwise.in_channels == c):
         return None
-    if any(m.padding_mode != "zeros" or isinstance(m.padding, str) for m in (depthwise, pointwise)):
+    if not (zero_padding(depthwise) and zero_padding(pointwise)):
         raise ew.Unsupported("a separable convolution with padding given by name or not zeros (the fused "
                              "template takes zero padding given as numbers)")
     paths = [call.target for call in calls]

@@ -170,8 +170,9 @@ def _convs(gm, model) -> list:
     numbers) on a 4-D float32 input with float32 weights."""
     import torch.nn as nn
 
-    return _modules_on_float32(gm, 4, lambda sub: type(sub) is nn.Conv2d and sub.groups == 1
-                               and sub.padding_mode == "zeros" and not isinstance(sub.padding, str))
+    from loopwise.kernels.expert.capture import zero_padding
+
+    return _modules_on_float32(gm, 4, lambda sub: type(sub) is nn.Conv2d and sub.groups == 1 and zero_padding(sub))
 
 
 def _conv_shape(sub) -> tuple:
