@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 from loopwise.core.config import Config, dump_config
@@ -199,11 +200,24 @@ class OptimizeRun:
         if many is not None and len(nodes) > 1:
             verdicts = many(items)
         else:
+            self._precompile(nodes, [source for source, _ in items])
             verdicts = [self.judge.evaluate(source, name) for source, name in items]
         for node, ev in zip(nodes, verdicts):
             self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
             if progress is not None:
                 progress(self.tally.line(self.s.budget))
+
+    def _precompile(self, nodes: list[int], sources: list[str]) -> None:
+        """A judge on this machine builds a batch's native candidates at once before judging them
+        one by one (their sandboxes then load the builds); the wall time is recorded."""
+        precompile = getattr(self.judge, "precompile", None)
+        if precompile is None or len(sources) < 2:
+            return
+        t0 = time.perf_counter()
+        built = precompile(sources)
+        if built:
+            self.store.append("precompile", {"nodes": nodes, "built": built,
+                                             "seconds": round(time.perf_counter() - t0, 1)})
 
     def _tell(self, node: int, data: dict) -> None:
         from loopwise.core.search import Outcome

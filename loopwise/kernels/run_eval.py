@@ -41,20 +41,6 @@ def _open_store(cfg: Config, resume: str | None, kind: str):
     return SqliteRunStore.create(cfg.store.runs_dir, kind, dump_config(cfg))
 
 
-def _precompile(sources: list[tuple[str, str]], device: str, console, timeout_s: float) -> None:
-    """Builds the load_inline extensions of several CUDA/C++ candidates in parallel first."""
-    from loopwise.kernels import backends
-    from loopwise.kernels.evaluate.measure import cache_dir
-
-    native = [src for _, src in sources if backends.detect(src) in ("cuda", "cpp", "cutlass")]
-    if len(native) < 2:
-        return
-    console.print(f"compiling {len(native)} native candidates in parallel")
-    ext = cache_dir() / "extensions"
-    ext.mkdir(parents=True, exist_ok=True)
-    backends.precompile(native, str(ext), backends.device_arch(device), timeout_s=timeout_s)
-
-
 def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: Config, *, as_json: bool = False,
                         resume: str | None = None) -> int:
     """Judges each candidate, records it, prints a table (or JSON). Returns the exit status."""
@@ -73,8 +59,10 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
         store.append("problem", {"name": problem.name, "sha256": problem.sha256, "device": judge.device_name})
         console.print(f"run [bold]{store.meta.run_id}[/] · {problem.name} on {judge.device_name} · "
                       f"policy {cfg.kernels.eval.precision}, tolerance {cfg.kernels.eval.tolerance}")
-        _precompile([s for s in sources if judge.key(s[1]) not in done and judge.passes_static(s[1])],
-                    judge.device, console, cfg.kernels.eval.compile_timeout_s)
+        native = judge.native([src for _, src in sources if judge.key(src) not in done])
+        if len(native) > 1:
+            console.print(f"compiling {len(native)} native candidates in parallel")
+            judge.precompile(native)
         bar = progress(console) if len(sources) > 1 else nullcontext()
         with bar as prog:
             task = prog.add_task("judging", total=len(sources)) if prog else None

@@ -1,7 +1,9 @@
 """C++ extensions through load_inline, on CPU: compile cache keyed by source, literal module
 names, parallel builds that report failures per candidate, compile errors as a status."""
 
+import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,61 @@ def test_parallel_precompile_then_judge_uses_the_cache(cache):
     assert ev.compile_s < 20  # loaded from the cache the parallel build filled, not rebuilt
     assert broken.status is Status.COMPILE_ERROR
     assert "Error building extension" in broken.reasons[0].message or "error" in broken.log.lower()
+
+
+def test_judge_builds_a_batch_of_native_candidates_at_once_and_only_those(cache, monkeypatch):
+    """Only load_inline candidates go to the parallel build (a Triton one compiles in its sandbox),
+    and only when there are two or more of them to overlap."""
+    cpp = (HERE / "candidates" / "cpp_swish.py").read_text()
+    triton = (HERE / "candidates" / "triton_relu.py").read_text()
+    builds = []
+
+    def precompile(sources, extensions_dir, arch, timeout_s):
+        builds.append((sources, Path(extensions_dir).parent == cache))
+        return [(True, "built")] * len(sources)
+
+    monkeypatch.setattr(backends, "precompile", precompile)
+    with Judge(load_problem(str(SWISH)), EvalConfig(energy=False), device="cpu", spares=0) as judge:
+        assert judge.precompile([cpp, triton]) == 0
+        other = cpp.replace("swish", "swish_b")
+        assert judge.precompile([triton, cpp, other]) == 2
+    assert builds == [([cpp, other], True)]  # into the cache the sandboxes load from
+
+
+def test_the_search_builds_each_batch_before_judging_it_one_by_one(tmp_path):
+    """A judge on this machine gets a batch's sources to build at once before the first of them is
+    judged; the time it took is in the run's record."""
+    from loopwise.core.config import load_config
+    from loopwise.kernels.evaluate.result import Evaluation
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_run import OptimizeRun
+
+    example = HERE.parents[1] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
+    calls = []
+
+    class LocalJudge:
+        device = "cpu"
+
+        def precompile(self, sources):
+            calls.append(("build", len(sources)))
+            return len(sources)
+
+        def evaluate(self, source, name):
+            calls.append(("judge", name))
+            return Evaluation(status=Status.CORRECT, problem="p", candidate=name, candidate_key=name, speedup=1.0)
+
+    settings = Settings(problem=str(example), search="greedy", budget=4, profiling="none")
+    run = OptimizeRun.start(settings, load_config(None, []), str(tmp_path / "runs"), LocalJudge(),
+                            load_problem(str(example)))
+    run.run()
+    run.store.close()
+    first = calls.index(("judge", "node-1"))
+    assert calls[first - 1][0] == "build" and calls[first - 1][1] >= 2, calls
+    assert sum(1 for c in calls if c[0] == "judge") == 4
+    db = sqlite3.connect(next((tmp_path / "runs").glob("*/run.sqlite")))
+    rows = [json.loads(r[0]) for r in db.execute("SELECT payload FROM events WHERE kind = 'precompile'")]
+    db.close()
+    assert [r["nodes"] for r in rows] == [[1, 2], [3, 4]] and all(r["seconds"] >= 0 for r in rows), rows
 
 
 def test_clear_stale_locks(tmp_path):

@@ -184,6 +184,28 @@ class Judge:
                 torch.cuda.ipc_collect()  # frees sent copies the (now dead) sandbox let go of
         return self._finish(ev, outcome, t0)
 
+    def native(self, sources: list[str]) -> list[str]:
+        """The candidates among ``sources`` built by ``load_inline`` (CUDA, C++, CUTLASS) that the
+        static scan lets through."""
+        from loopwise.kernels import backends
+
+        return [s for s in sources if backends.detect(s) in ("cuda", "cpp", "cutlass") and self.passes_static(s)]
+
+    def precompile(self, sources: list[str]) -> int:
+        """Builds the ``load_inline`` extensions of the native candidates (CUDA, C++, CUTLASS)
+        among ``sources`` at once, one CPU core each, into the cache the sandboxes load from: a
+        batch of CUTLASS candidates then costs one build's wall time (a minute each on Hopper),
+        not one after another. Candidates the static scan rejects are left out; a build that fails
+        is judged again by its sandbox. Returns how many were built (none for fewer than two)."""
+        from loopwise.kernels import backends
+
+        native = self.native(sources)
+        if len(native) < 2:
+            return 0
+        backends.precompile(native, self._extensions_dir(), backends.device_arch(self.device),
+                            timeout_s=self.cfg.compile_timeout_s)
+        return len(native)
+
     def key(self, source: str) -> str:
         h = hashlib.sha256(source.encode())
         h.update(self.problem.sha256.encode())
