@@ -7,8 +7,9 @@ transposed-convolution and separable templates, under third_party/KernelBench) i
 expert's template for every combination of its knobs in the proposer's SPACE, runs the candidate's
 forward on the meta device with the kernel launch intercepted (so the real sizes cost no memory),
 compiles the launched kernel ahead of time for sm_90 with the arguments it was given and reads
-ptxas's report (loopwise.kernels.expert.aot): registers per thread, bytes of spill stores, and
-whether the products became wgmma. Writes template_spills.csv and prints the table. Uses Triton's
+ptxas's report (loopwise.kernels.expert.aot): registers per thread, bytes of spill stores, the
+shared memory Triton allots a block, and whether the products became wgmma. Writes
+template_spills.csv and prints the table. Uses Triton's
 CUDA backend only to compile (ptxas ships with Triton).
 """
 from __future__ import annotations

@@ -40,8 +40,9 @@ def launch(source: str, problem) -> tuple:
 
 
 def compile_for_hopper(source: str, problem) -> dict:
-    """``{"registers", "spill_bytes", "wgmma"}`` of the kernel ``source`` launches on ``problem``,
-    compiled for sm_90a (the profiling tools' :func:`~loopwise.kernels.profile.sass.compile_triton`
+    """``{"registers", "spill_bytes", "shared_bytes", "wgmma"}`` of the kernel ``source`` launches
+    on ``problem``, compiled for sm_90a (shared memory as Triton allots it; a launch fails above
+    :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES`) (the profiling tools' :func:`~loopwise.kernels.profile.sass.compile_triton`
     and :func:`~loopwise.kernels.profile.sass.ptxas_resources`)."""
     import torch
 
@@ -68,4 +69,4 @@ def compile_for_hopper(source: str, problem) -> dict:
                               aligned=tuple(aligned))
     resources = ptxas_resources(compiled.asm["ptx"], "sm_90a")[compiled.metadata.name]
     return {"registers": resources.registers, "spill_bytes": resources.spill_store_bytes,
-            "wgmma": "wgmma.mma_async" in compiled.asm["ptx"]}
+            "shared_bytes": compiled.metadata.shared, "wgmma": "wgmma.mma_async" in compiled.asm["ptx"]}

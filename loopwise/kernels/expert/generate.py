@@ -20,9 +20,9 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
-                 "conv3d": {"block": 128, "warps": 8, "chunk": 16},
-                 "conv_transpose": {"block": 128, "warps": 8, "chunk": 32},
-                 "separable_conv": {"block": 128, "warps": 8, "chunk": 32}, **matmul_variants.DEFAULT_MOVES}
+                 "conv3d": {"block": 128, "warps": 4, "chunk": 16},
+                 "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
+                 "separable_conv": {"block": 128, "warps": 8, "chunk": 16}, **matmul_variants.DEFAULT_MOVES}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
@@ -96,10 +96,14 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
     fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
-    row where one of at most 8192 classes does; for a transposed convolution, steps of 32 input
-    channels where the channels are a multiple of 32, else of 16 (L1/61's 48 channels: no empty
-    third of the last step, and no spills for sm_90 where 32 spilled 48-52 bytes,
-    docs/data/2026-12-01d-template-spills.csv)."""
+    row where one of at most 8192 classes does.
+
+    The convolutions' defaults are what won on the H200 (2026-12-01 17:15 UTC, Triton 3.6,
+    docs/data/2026-12-01e-candidates.csv): 128 output positions x 16 channels a step on 4 warps was
+    the fastest conv3d candidate on all five level-1 problems in both tracks (8 warps: 5-30%
+    slower) and the fastest or within 4% of it for the transposed ones (L1/58, 61, 71, 77; 32
+    channels a step: up to 2.4x slower on L1/71), though Triton 3.9 reports 0.8-1.8 KB of register
+    spills for it (docs/data/2026-12-01d-template-spills.csv)."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -110,8 +114,6 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
-    if kind == "conv_transpose":  # a step of K holds whole input channels: 16 where 32 would leave some empty
-        moves["chunk"] = 32 if dict(pattern.params)["in_channels"] % 32 == 0 else 16
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
@@ -156,6 +158,7 @@ def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
 _SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take
 
 
+HOPPER_SHARED_BYTES = 227 * 1024  # shared memory one block may take on sm_90 (opted in); a launch asking more fails
 _ATTENTION_SHARED_BYTES = 160 * 1024  # what an attention program's tiles may take of Hopper's 227 KiB
 _ATTENTION_STAGES = 2
 
@@ -228,6 +231,21 @@ def _channels_last_layout(pattern: Pattern) -> str | None:
     return _CHANNELS_LAST.get(pattern.ops[0])
 
 
+def separable_stages(pattern: Pattern, block: int, chunk: int) -> int:
+    """Pipeline stages of the separable convolution's loop over channels: the most, up to 3, whose
+    buffers fit in shared memory. Triton prefetches the input tile of every tap (block x chunk fp32)
+    for each stage after the first, beside the product's operands: for L1/86 (3x3 taps, 64 -> 128
+    channels; Triton 3.9, sm_90) block 128 x chunk 16 took 22.1, 12.1 and 2 tiles' worth at 3, 2
+    and 1 stages, block 128 x chunk 32 at 3 stages 354 KiB (its launch failed on the H200 on
+    2026-12-01). Bounded here by ((stages - 1) x taps + stages + 2) tiles."""
+    p = dict(pattern.params)
+    taps, tile = p["kh"] * p["kw"], block * chunk * 4
+    for stages in (3, 2):
+        if ((stages - 1) * taps + stages + 2) * tile <= HOPPER_SHARED_BYTES:
+            return stages
+    return 1
+
+
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
     step and its fp32 partials (split x M x N) stay within 1 GiB; K-major copies only of an fp32
@@ -287,6 +305,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         extra = {**extra, "block_n": min(params["block"], max(16, 1 << (dict(pattern.params)["out_channels"] - 1).bit_length()))}
     if kind == "conv_transpose":
         extra = {**extra, **conv_transpose_values(pattern)}
+    if kind == "separable_conv":
+        extra = {**extra, "stages": separable_stages(pattern, params["block"], params["chunk"])}
     if pattern.kind == "graph":
         from loopwise.kernels.expert.partition import plan, tf32_parts
 
