@@ -1,6 +1,9 @@
 """The expert's first templates: what they recognize, and that what they emit is judged correct
 (static scan, float64 stress trials and all) with Triton's CPU interpreter."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -596,8 +599,10 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
     alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)",
                                      extra=""))
     pattern = capture(load_problem(str(alone)))
-    # no elementwise pass of its own (the "graph" plan is absent); as the convolution's epilogue it is free
-    assert kinds(pattern) == ["graph_conv"], pattern.reason
+    # no elementwise pass of its own (the "graph" plan is absent); as the convolution's epilogue, or
+    # as the GroupNorm's prologue, it is free
+    assert kinds(pattern) == ["graph_norm", "graph_conv"], pattern.reason
+    assert [n.ops for n in plan(pattern, "graph_norm")["norms"]] == [("relu", "group_norm")]
     assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu")]
     in_place = tmp_path / "in_place.py"
     in_place.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
@@ -613,11 +618,15 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
                                       extra="self.act = nn.ReLU(inplace=True)"))
     pattern = capture(load_problem(str(shared)))
     assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "ReLU", "GroupNorm"), pattern.reason
-    without_conv = tmp_path / "without_conv.py"  # no convolution: nothing to fuse keeps the whole-forward reason
+    without_conv = tmp_path / "without_conv.py"  # no convolution: the ReLU is free only as the norm's prologue
     without_conv.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)",
                                             extra=""))
-    pattern = capture(load_problem(str(without_conv)))
-    assert pattern.kind == "unsupported" and "no chain of 2" in pattern.reason
+    assert kinds(capture(load_problem(str(without_conv)))) == ["graph_norm"]
+    without_norm = tmp_path / "without_norm.py"  # and without the norm nothing to fuse keeps the whole-forward reason
+    without_norm.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return torch.softmax(x, 1)",
+                                            extra=""))
+    pattern = capture(load_problem(str(without_norm)))
+    assert pattern.kind == "unsupported" and "no chain of 2" in pattern.reason, pattern.reason
     chained = tmp_path / "chained.py"
     chained.write_text(_PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
                                             "        return self.norm(x)",
@@ -1260,14 +1269,14 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
 
     assert "graph_conv" in LATER
     both = load_problem(str(HERE / "partial_groupnorm.py"))
-    assert variants(capture(both)) == ["graph", "graph_conv"]
+    assert variants(capture(both)) == ["graph", "graph_norm", "graph_conv"]
     expert = ExpertProposer(both, seed=0)
     first = expert.propose(ProposalRequest(task="", n=6))
-    assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph" for p in first)
+    assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph", "graph_norm"}
     later = expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
     assert "graph_conv" in {ExpertProposer._parse_moves(p.content)["template"] for p in later}
     alone = tmp_path / "alone.py"  # a convolution's ReLU is no pass of its own: graph_conv is the only plan
-    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)", extra=""))
+    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return torch.softmax(x, 1)", extra=""))
     only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
     assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
     wide = _variant(tmp_path, "partial_groupnorm.py", {"in_channels=3": "in_channels=16",
@@ -1275,7 +1284,7 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
     for path, reachable in ((wide, True), (HERE / "partial_groupnorm.py", False)):
         expert = ExpertProposer(load_problem(str(path)), seed=0)
         first = expert.propose(ProposalRequest(task="", n=6))
-        assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph"}
+        assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph", "graph_norm"}
         conv = next(p for p in expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
                     if ExpertProposer._parse_moves(p.content)["template"] == "graph_conv")
         around = expert.propose(ProposalRequest(task="", candidate=conv.content, n=40))
@@ -1525,3 +1534,79 @@ def test_separable_convolution_tiles_compile_to_wgmma_within_shared_memory(tmp_p
     assert (f"BM={sizes['block']}, BN={min(128, sizes['block'])}, BK={sizes['chunk']}, num_warps=8, "
             f"num_stages={stages}") in source
     assert _fits_hopper(compile_for_hopper(source, problem), spills=kernel == 5)
+
+
+@pytest.mark.parametrize("replacements,prologue", [
+    ({}, ("add", "mul", "sigmoid")),  # L2/21's shape: a chain with a per-channel bias, affine norm
+    ({"nn.GroupNorm(groups, out_channels)": "nn.GroupNorm(groups, out_channels, eps=1e-3, affine=False)",
+      "torch.randn(2, 3, 13, 11)": "torch.randn(3, 3, 21, 9) * 4.0 + 50.0"}, ("add", "mul", "sigmoid")),
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.ConvTranspose3d(in_channels, out_channels, kernel_size)",
+      "x = x + self.bias\n        x = x * self.scale\n        x = torch.sigmoid(x)\n": "x = torch.relu(x)\n",
+      "torch.randn(2, 3, 13, 11)": "torch.rand(2, 3, 5, 7, 6)"}, ("relu",)),  # L2/61's: one operation before it
+    ({"x = x + self.bias\n        x = x * self.scale\n        x = torch.sigmoid(x)\n        ": ""}, ()),  # nothing before it
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.Linear(in_channels, out_channels)",
+      "torch.randn(out_channels, 1, 1)": "torch.randn(out_channels)",
+      "torch.randn(2, 3, 13, 11)": "torch.randn(5, 3)"}, ("add", "mul", "sigmoid")),  # L2/37's: (N, C), no spatial
+])
+def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_path, monkeypatch, replacements,
+                                                                            prologue):
+    """The graph_norm plan computes each GroupNorm in Triton (Welford statistics per sample and
+    group over chunks, then the normalize pass), with the elementwise work only the norm reads
+    computed in both passes instead of written out (one operation is worth it there); the result
+    passes the judge, affine or not, and where the sigmoid saturates (values near 1 with a small
+    spread, where a variance from the sum of squares would cancel)."""
+    path = _variant(tmp_path, "partial_groupnorm.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [(*prologue, "group_norm")] and not chosen["groups"]
+    assert "GroupNorm" not in chosen["pytorch"]
+    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
+
+
+@pytest.mark.parametrize("replacements,ops", [
+    ({}, ("batch_norm", "relu", "mul")),  # training: batch statistics; the ReLU and scale as its epilogue
+    ({"self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)":
+      "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)\n"
+      "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n        self.eval()"},
+     ("batch_norm", "relu", "mul")),  # eval: the running statistics
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.Linear(in_channels, out_channels)",
+      "nn.BatchNorm2d(out_channels)": "nn.BatchNorm1d(out_channels, affine=False)",
+      "torch.rand(out_channels, 1, 1)": "torch.rand(out_channels)", "torch.randn(4, 3, 12, 10)": "torch.randn(9, 3)"},
+     ("batch_norm", "relu", "mul")),  # (N, C): statistics over the batch alone
+])
+def test_batch_norms_of_a_partition_run_in_triton_and_keep_the_running_statistics(tmp_path, monkeypatch, replacements,
+                                                                                 ops):
+    """The graph_norm plan runs a BatchNorm in Triton as PyTorch does in the module's mode: in
+    training the batch's statistics normalize and the running ones move by the momentum (or the
+    cumulative average), in eval the running ones normalize; the elementwise work that reads only
+    its output is applied before the store. The judge finds the outputs equal, and forwards of the
+    candidate leave the same running statistics as those of the reference, with a momentum or
+    (momentum None) the cumulative average."""
+    path = _variant(tmp_path, "partial_batchnorm.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"], pattern.reason
+    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    (tmp_path / "reference.py").write_text(path.read_text())
+    (tmp_path / "candidate.py").write_text(source)
+    check = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import candidate, reference
+for momentum in (0.1, None):
+    torch.manual_seed(3)
+    old = reference.Model()
+    torch.manual_seed(3)
+    new = candidate.ModelNew()
+    old.bn.momentum = new.bn.momentum = momentum
+    for _ in range(3):
+        x = reference.get_inputs()[0]
+        torch.testing.assert_close(new(x), old(x), rtol=1e-4, atol=1e-5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(new.bn, name), getattr(old.bn, name), rtol=1e-5, atol=1e-6)
+"""
+    run = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]

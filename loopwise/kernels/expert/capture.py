@@ -294,8 +294,8 @@ def _partitioned(problem, whole: str) -> Pattern:
     parts = []
     for kind in kinds(pattern):
         p = plan(pattern, kind)
-        passes = len(p["groups"]) + len(p["gemms"])
-        parts.append(f"{kind}: {passes} Triton kernel(s) ({', '.join('+'.join(g.ops) for g in (*p['gemms'], *p['groups']))}), "
+        fused = (*p["gemms"], *p["norms"], *p["groups"])  # a GroupNorm is three launches, one part
+        parts.append(f"{kind}: {len(fused)} Triton part(s) ({', '.join('+'.join(g.ops) for g in fused)}), "
                      f"in PyTorch: {', '.join(p['pytorch']) or 'nothing'}")
     return replace(pattern, reason=f"partial ({whole}); " + "; ".join(parts))
 

@@ -10,6 +10,7 @@ from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
+                 "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
@@ -23,7 +24,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "conv3d": {"block": 128, "warps": 4, "chunk": 16},
                  "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
                  "separable_conv": {"block": 128, "warps": 8, "chunk": 16}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
@@ -312,7 +313,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
 
         chosen = plan(pattern, kind)
         extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
-                 "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["groups"]))}
+                 "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["norms"], *chosen["groups"]))}
     template = _templates().get_template(TEMPLATES[kind])
     return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,

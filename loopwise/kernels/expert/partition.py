@@ -18,7 +18,13 @@ single operation is worth fusing: it costs no pass of its own). A third (``graph
 nn.Conv2d (groups 1, zero padding) an implicit GEMM on the tensor cores as well, its epilogue the
 elementwise work that reads only its output with tensors of one value per output channel, and
 the Linears GEMMs as in ``graph_linear``: under the fp32 policy tf32x3 on the tensor cores against
-cuDNN's fp32 path on the CUDA cores. The search measures the plans side by side.
+cuDNN's fp32 path on the CUDA cores. Another (``graph_norm``) runs every nn.GroupNorm and
+nn.BatchNorm in Triton: Welford statistics over chunks (per sample and group; per channel over the
+batch in training, the running statistics updated as PyTorch does), then one normalize-and-affine
+pass, with the elementwise work whose output only the norm reads computed in both passes instead
+of written out and read back (L2/21's add, scale and sigmoid, L2/61's ReLU) and the work that reads
+only the norm's output applied before its store (a ReLU after a BatchNorm). The search measures
+the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
@@ -48,47 +54,75 @@ class Group:
     ops: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Norm:
+    """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
+    (per sample and group; per channel over the batch for a BatchNorm in training, which also
+    updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
+    then normalize and the affine map. The elementwise work whose output only the norm reads is its
+    prologue, computed on the fly in both passes (recomputed: cheaper than a pass over memory); the
+    elementwise work that reads only the norm's output is its epilogue, applied before the store."""
+
+    module: str
+    kind: str  # "group" or "batch"
+    inputs: int  # activations x0, x1, ... of the norm's input shape
+    operands: tuple[str, ...]  # the prologue's tensors p0, p1, ..., one value per channel
+    body: tuple[str, ...]
+    expr: str
+    ops: tuple[str, ...]  # the prologue's, the norm's and the epilogue's
+    post_operands: tuple[str, ...] = ()  # the epilogue's tensors q0, q1, ..., one value per channel
+    post_body: tuple[str, ...] = ()
+    post_expr: str = "y"
+
+
 def partition(problem):
     """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
-    holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch)
-    and, when the forward has an nn.Linear on a 2-D float32 input, ``graph_linear`` (each such
+    holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
+    when the forward has an nn.GroupNorm or nn.BatchNorm ``graph_norm`` (the norms in Triton with
+    their prologues and epilogues), when it has an nn.Linear on a 2-D float32 input ``graph_linear`` (each such
     Linear a Triton GEMM on the tensor cores, with the elementwise pass that reads only its output
-    and per-column tensors fused as its epilogue), so the search measures the two as siblings.
+    and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
+    search measures them as siblings.
 
     Raises:
-        ew.Unsupported: neither plan launches a kernel of its own (no chain of :data:`MIN_OPS`
-            fusible operations, no Linear), or the forward could not be written down standalone.
+        ew.Unsupported: no plan launches a kernel of its own (no chain of :data:`MIN_OPS`
+            fusible operations, no Linear, convolution or norm), or the forward could not be
+            written down standalone.
     """
     from loopwise.kernels.expert.capture import Pattern
     from loopwise.kernels.expert.reference_init import reference_init
 
     module = problem.load_module()
     plans, used, inputs = [], False, 0
-    for kind, linear, conv in (("graph", False, False), ("graph_linear", True, False), ("graph_conv", True, True)):
+    for kind, linear, conv, norm in (("graph", False, False, False), ("graph_norm", False, False, True),
+                                     ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
         gm, model = _traced(module)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = _linears(gm, model) if linear else []
         convs = _convs(gm, model) if conv else []
-        if (linear and not conv and not linears) or (conv and not convs):
+        norm_nodes = _norm_nodes(gm) if norm else []
+        if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
-        groups, outputs = _groups(gm, model, 1 if anchors else MIN_OPS)
+        groups, outputs = _groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = _epilogues(gm, model, groups, outputs, anchors)
-        # a one-operation pass that did not become an epilogue is not worth its launch
+        groups, outputs, norms = _norm_passes(gm, model, groups, outputs, norm_nodes)
+        # a one-operation pass that did not become an epilogue or a prologue is not worth its launch
         short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS}
         groups = [g for i, g in enumerate(groups) if i not in short]
         outputs = [o for i, o in enumerate(outputs) if i not in short]
-        if not groups and not gemms:
+        if not groups and not gemms and not norms:
             continue
-        forward, reads_model, imports = _rewrite(gm, outputs, gemms)
+        forward, reads_model, imports = _rewrite(gm, outputs, gemms, norms)
         used = used or reads_model
         plans.append((kind, (("groups", tuple(groups)), ("gemms", tuple(g for g, _ in gemms)),
+                             ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", _pytorch_ops(gm)), ("imports", imports))))
     if not plans:
         raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch")
     init = reference_init(problem.source, module) if used else None
     first = dict(plans[0][1])
-    ops = tuple(op for g in first["groups"] for op in g.ops) + tuple(op for g in first["gemms"] for op in g.ops)
+    ops = tuple(op for part in ("groups", "gemms", "norms") for g in first[part] for op in g.ops)
     return Pattern("graph", inputs=inputs, ops=ops, params=(("plans", tuple(plans)),),
                    init=init.text if init else "", constants=init.constants if init else ())
 
@@ -213,6 +247,66 @@ def _epilogues(gm, model, groups, outputs, anchors):
                            (name, *ops), conv), (out, anchor.args[0])))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
+
+
+_NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch"}
+
+
+def _norm_nodes(gm) -> list:
+    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32 (N, C, ...) tensor (no other
+    arguments)."""
+    import torch.fx as fx
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or type(gm.get_submodule(node.target)).__name__ not in _NORMS:
+            continue
+        src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        shape = _float32_shape(src) if isinstance(src, fx.Node) else None
+        if shape is not None and len(shape) >= 2 and _float32_shape(node) == shape:
+            found.append(node)
+    return found
+
+
+def _norm_passes(gm, model, groups, outputs, norm_nodes):
+    """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
+    output only the norm reads becomes its prologue, one whose only activation input is the norm's
+    output (read by nothing else) its epilogue, where their tensors hold one value per channel.
+    Returns the groups left, their outputs, and [(Norm, (the node it computes, activation nodes))]."""
+    norms, taken = [], set()
+    for node in norm_nodes:
+        kind = _NORMS[type(gm.get_submodule(node.target)).__name__]
+        src = node.args[0]
+        shape = _float32_shape(src)
+        c, rest = shape[1], (1,) * (len(shape) - 2)
+        per_channel = ((c,), (c, *rest), (1, c, *rest))
+
+        def channel_wise(ps):
+            return all(tuple(functools.reduce(getattr, p.target.split("."), model).shape) in per_channel for p in ps)
+
+        pre = next((i for i, (out, _, ps, _) in enumerate(outputs)
+                    if i not in taken and out is src and list(out.users) == [node] and channel_wise(ps)), None)
+        post = next((i for i, (_, xs, ps, cone) in enumerate(outputs)
+                     if i not in taken and i != pre and xs == [node] and all(u in cone for u in node.users)
+                     and channel_wise(ps)), None)
+        xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
+        if pre is not None:
+            taken.add(pre)
+            out, xs, ps, cone = outputs[pre]
+            body, ops, expr = _statements(gm, cone, {x.name: f"x{i}" for i, x in enumerate(xs)}
+                                          | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
+            values = {"inputs": len(xs), "operands": tuple(p.target for p in ps), "body": body, "expr": expr, "ops": ops}
+        values["ops"] = (*values["ops"], f"{kind}_norm")
+        computed = node
+        if post is not None:
+            taken.add(post)
+            computed, _, ps, cone = outputs[post]
+            body, ops, expr = _statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
+            values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
+                          ops=(*values["ops"], *ops))
+        norms.append((Norm(node.target, kind, **values), (computed, xs)))
+    keep = [i for i in range(len(groups)) if i not in taken]
+    return [groups[i] for i in keep], [outputs[i] for i in keep], norms
 
 
 def _statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
@@ -360,11 +454,11 @@ def _groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
     return [groups[i] for i in keep], [outputs[i] for i in keep]
 
 
-def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
-    """The forward's source with every group output computed by its launcher ``fused_<i>`` and
-    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>``, whether the forward still reads
-    the model (so ModelNew needs the reference's __init__), and the import lines the forward needs
-    beyond torch."""
+def _rewrite(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...]]:
+    """The forward's source with every group output computed by its launcher ``fused_<i>``,
+    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>`` / ``conv_<k>`` and every
+    GroupNorm's (with its prologue) by ``gnorm_<k>``, whether the forward still reads the model (so
+    ModelNew needs the reference's __init__), and the import lines the forward needs beyond torch."""
     graph = gm.graph
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
     for i, (out, xs, ps, _) in enumerate(outputs):
@@ -385,6 +479,16 @@ def _rewrite(gm, outputs, gemms=()) -> tuple[str, bool, tuple[str, ...]]:
             tensors += [graph.get_attr(path) for path in gemm.operands]
             new = graph.create_node("call_function", launcher, (now.get(source, source), *tensors), {},
                                     name=f"{launcher.__name__}_out")
+        out.replace_all_uses_with(new)
+        now[out] = new
+    for k, (norm, (out, xs)) in enumerate(norms):
+        launcher = _stand_in(f"gnorm_{k}")
+        launchers.append(launcher)
+        with graph.inserting_before(out):
+            tensors = [graph.get_attr(norm.module)]  # the module: its weights, running statistics, mode
+            tensors += [graph.get_attr(path) for path in (*norm.operands, *norm.post_operands)]
+            new = graph.create_node("call_function", launcher, tuple(now.get(x, x) for x in xs) + tuple(tensors), {},
+                                    name=f"gnorm_{k}_out")
         out.replace_all_uses_with(new)
         now[out] = new
     graph.eliminate_dead_code()
@@ -413,7 +517,7 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv)_\d+$", getattr(node.target, "__name__", "")):
+        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm)_\d+$", getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 

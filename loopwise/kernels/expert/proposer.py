@@ -34,6 +34,8 @@ SPACE = {
     # the same knobs for every fused pass of a partitioned forward
     # (cudagraph: the whole forward replayed from a CUDA graph, for launch-bound ones)
     "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
+    # and each GroupNorm as Triton passes, the elementwise work only it reads as their prologue
+    "graph_norm": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
@@ -270,7 +272,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},),
-                         "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},),
+                         "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
@@ -282,11 +284,11 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
     "vectorize_loads": {"matmul": ({"kmajor": "up"},),
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
-                        "graph": ({"block": "up"},), "graph_linear": ({"block": "up"},),
+                        "graph": ({"block": "up"},), "graph_norm": ({"block": "up"},), "graph_linear": ({"block": "up"},),
                         "graph_conv": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
-    "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
+    "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
                         "graph_conv": ({"cudagraph": "up"},)},
 }
 
