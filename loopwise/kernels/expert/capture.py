@@ -27,6 +27,7 @@ class Pattern:
     operands: tuple[str, ...] = ()  # attribute paths of the model's tensors the kernel reads (p0, p1, ...)
     init: str = ""  # ModelNew.__init__ when it must hold those tensors: the reference's own, copied
     constants: tuple[tuple[str, str], ...] = ()  # module-level literals that init reads, as (name, source)
+    helpers: str = ""  # the problem's own classes and functions init builds from, copied for the module level
     prologue: str = ""  # attribute path of a module ModelNew calls on input 0 first (a conv in PyTorch / cuDNN)
     scalars: tuple[int, ...] = ()  # positions of inputs that are plain numbers (kernel arguments, not tensors)
     reason: str = ""
@@ -264,13 +265,13 @@ def capture(problem) -> Pattern:
         pattern = _classify(gm, args, model)
         if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
             init = reference_init(problem.source, module)
-            pattern = replace(pattern, init=init.text, constants=init.constants)
+            pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
         return pattern
     except _Found as found:
         pattern = found.pattern
         if pattern.operands or pattern.prologue:  # ModelNew holds the same weights: the reference's __init__
             init = reference_init(problem.source, problem.load_module())
-            pattern = replace(pattern, init=init.text, constants=init.constants)
+            pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
         return pattern
     except ew.Unsupported as exc:
         return _partitioned(problem, str(exc))

@@ -315,7 +315,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
                  "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["norms"], *chosen["groups"]))}
     template = _templates().get_template(TEMPLATES[kind])
-    return template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
+    source = template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
@@ -323,6 +323,12 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
                            first=dict(pattern.params).get("full", min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars),
                                                                       default=0)),
                            attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
+    if pattern.helpers:  # the problem's own classes the copied __init__ builds from, before ModelNew
+        marker = "\nclass ModelNew(nn.Module):"
+        if marker not in source:
+            raise ValueError(f"template {kind!r} has no `class ModelNew(nn.Module):` to put the problem's helpers before")
+        source = source.replace(marker, "\n" + pattern.helpers + "\n" + marker, 1)
+    return source
 
 
 def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, dict]:

@@ -124,7 +124,8 @@ def partition(problem):
     first = dict(plans[0][1])
     ops = tuple(op for part in ("groups", "gemms", "norms") for g in first[part] for op in g.ops)
     return Pattern("graph", inputs=inputs, ops=ops, params=(("plans", tuple(plans)),),
-                   init=init.text if init else "", constants=init.constants if init else ())
+                   init=init.text if init else "", constants=init.constants if init else (),
+                   helpers=init.helpers if init else "")
 
 
 def plan(pattern, kind: str) -> dict:

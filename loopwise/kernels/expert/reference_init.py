@@ -32,27 +32,85 @@ _LITERAL_NODES = (ast.Constant, ast.Tuple, ast.List, ast.UnaryOp, ast.BinOp, ast
 class InitSource:
     """The reference's ``__init__`` as ModelNew's, and the module-level literals it reads."""
 
-    text: str  # the method, indented for a class body, ending in a newline
+    text: str  # the method (and the members of Model it uses), indented for a class body, ending in a newline
     constants: tuple[tuple[str, str], ...]  # (name, Python source of its value)
+    helpers: str = ""  # the problem's own classes and functions it builds from, copied, for the module level
 
 
 def reference_init(source: str, module: ModuleType) -> InitSource:
-    """``Model.__init__`` of the problem ``source`` (already loaded as ``module``), made standalone.
+    """``Model.__init__`` of the problem ``source`` (already loaded as ``module``), made standalone:
+    with the members of Model it uses (helper methods such as ``_make_layer``, class attributes such
+    as ``expansion``), copied into ModelNew, and the problem's module-level classes and functions it
+    builds from (a ``BasicBlock``, an ``MBConv``), copied verbatim to the generated file's module
+    level, with whatever they read in turn.
 
     Raises:
-        Unsupported: the method cannot be copied faithfully (it reaches Model itself, Model's other
-            members, or module-level names that are neither allowed modules nor literals).
+        Unsupported: the method cannot be copied faithfully (it reaches Model itself, or module-level
+            names that are neither allowed modules, literals nor the problem's own definitions).
     """
     tree = ast.parse(source)
     fn = _init_def(tree, module)
-    text = _SUPER.sub("super()", _reindent(source, fn))
-    try:
-        copied = ast.parse("class ModelNew:\n" + text).body[0].body[0]
-    except SyntaxError as exc:
-        raise Unsupported(f"Model.__init__ does not survive re-indentation ({exc.msg})") from None
-    _check_self_contained(copied, module)
-    constants = tuple((name, _constant(tree, module, name)) for name in sorted(_free_names(copied)))
-    return InitSource(text, tuple(c for c in constants if c[1] is not None))
+    model = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "Model"][-1]
+    members = {}
+    for stmt in model.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            members[stmt.name] = stmt
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                if isinstance(target, ast.Name):
+                    members[target.id] = stmt
+    texts, copied_nodes, queue, seen = [], [], [fn], {id(fn)}
+    while queue:
+        stmt = queue.pop(0)
+        text = _SUPER.sub("super()", _reindent(source, stmt))
+        try:
+            copied = ast.parse("class ModelNew:\n" + text).body[0].body[0]
+        except SyntaxError as exc:
+            raise Unsupported(f"Model.__init__ does not survive re-indentation ({exc.msg})") from None
+        for name in _check_self_contained(copied, module):
+            if name not in members:
+                raise Unsupported(f"Model.__init__ uses Model.{name}, which ModelNew would not have")
+            if id(members[name]) not in seen:
+                seen.add(id(members[name]))
+                queue.append(members[name])
+        texts.append(text)
+        copied_nodes.append(copied)
+    free = set().union(*(_free_names(node) for node in copied_nodes))
+    helpers, names = _helpers(source, tree, free)
+    constants = tuple((name, _constant(tree, module, name)) for name in sorted(names))
+    return InitSource("\n".join(texts), tuple(c for c in constants if c[1] is not None), helpers)
+
+
+def _helpers(source: str, tree: ast.Module, free: set[str]) -> tuple[str, set[str]]:
+    """The problem's own module-level classes and functions among ``free`` (and those they read in
+    turn), as their source in the file's order, and the other free names left (literals, modules)."""
+    defs = {s.name: s for s in tree.body if isinstance(s, (ast.ClassDef, ast.FunctionDef))}
+    chosen, left, queue = {}, set(), sorted(free)
+    while queue:
+        name = queue.pop()
+        if name in chosen or name in left:
+            continue
+        node = defs.get(name)
+        if node is None or name in ("Model", "ModelNew") or name in RESERVED or not _defined_once(tree, name):
+            left.add(name)
+            continue
+        if any(getattr(n, "id", None) == "Model" for n in ast.walk(node)):
+            raise Unsupported(f"Model.__init__ builds {name}, which refers to Model itself")
+        chosen[name] = node
+        queue.extend(sorted(_free_names(node) - {name}))
+    text = "\n\n\n".join(_definition_source(source, node) for node in sorted(chosen.values(), key=lambda n: n.lineno))
+    return (text + "\n" if text else ""), left
+
+
+def _defined_once(tree: ast.Module, name: str) -> bool:
+    return sum(1 for stmt in tree.body if _binds(stmt, name)) == 1
+
+
+def _definition_source(source: str, node: ast.stmt) -> str:
+    """A module-level class or function as written, decorators included."""
+    lines = source.splitlines()
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(lines[first - 1:node.end_lineno])
 
 
 def _init_def(tree: ast.Module, module: ModuleType) -> ast.FunctionDef:
@@ -68,10 +126,10 @@ def _init_def(tree: ast.Module, module: ModuleType) -> ast.FunctionDef:
     return defs[-1]
 
 
-def _reindent(source: str, fn: ast.FunctionDef) -> str:
+def _reindent(source: str, fn: ast.stmt) -> str:
     """The method's lines moved to a 4-space class body; lines indented less than the method (only
     possible inside a multi-line string) are kept as they are, so string contents do not change."""
-    first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    first = min([fn.lineno] + [d.lineno for d in getattr(fn, "decorator_list", [])])
     indent = fn.col_offset
     out = []
     for line in source.splitlines()[first - 1:fn.end_lineno]:
@@ -84,10 +142,12 @@ def _reindent(source: str, fn: ast.FunctionDef) -> str:
     return "\n".join(out) + "\n"
 
 
-def _check_self_contained(fn: ast.FunctionDef, module: ModuleType) -> None:
-    """Rejects what a copy in another class would get wrong: Model itself, Model's other members,
-    and statements that rebind module globals."""
+def _check_self_contained(fn: ast.stmt, module: ModuleType) -> set[str]:
+    """Rejects what a copy in another class would get wrong (Model itself, statements that rebind
+    module globals); returns the members of Model it reads through ``self``, which must be copied
+    with it."""
     members = {k for k in vars(module.Model) if not (k.startswith("__") and k.endswith("__"))}
+    used = set()
     for node in ast.walk(fn):
         if getattr(node, "id", None) == "Model" or getattr(node, "attr", None) == "Model":  # a Name or an Attribute
             raise Unsupported("Model.__init__ refers to Model itself (other than super(Model, self))")
@@ -95,7 +155,8 @@ def _check_self_contained(fn: ast.FunctionDef, module: ModuleType) -> None:
             raise Unsupported("Model.__init__ rebinds module-level names")
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
                 and node.attr in members):
-            raise Unsupported(f"Model.__init__ uses Model.{node.attr}, which ModelNew would not have")
+            used.add(node.attr)
+    return used
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:

@@ -7,7 +7,7 @@ def make_bias(n):
 
 
 class Model(nn.Module):
-    """__init__ calls a helper of the problem file, which a standalone candidate cannot copy as a literal."""
+    """__init__ calls a helper function of the problem file: the candidate copies it."""
 
     def __init__(self, cols):
         super().__init__()
