@@ -4,8 +4,11 @@ The judge builds ``Model`` and ``ModelNew`` each right after ``torch.manual_seed
 convention), so running the very statements of ``Model.__init__`` draws the very same random values:
 the candidate holds the reference's parameters without touching the reference object, which the
 static check rightly rejects. The copy must stand alone, so every module-level name it reads is
-torch / nn / F / math, a builtin, or a literal written down again in the generated file; anything
-else makes the problem unsupported, with the name in the reason.
+torch / nn / F / math, a builtin, a literal written down again in the generated file, or one of
+the problem's own classes and functions (a network's block class), copied as written with what it
+reads in turn; the members of Model that ``__init__`` uses (helper methods, class attributes) are
+copied into ModelNew with it. Anything else makes the problem unsupported, with the name in the
+reason.
 """
 
 from __future__ import annotations
