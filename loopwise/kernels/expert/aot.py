@@ -2,8 +2,9 @@
 runs on the meta device with its one kernel launch intercepted (real problem sizes cost no memory),
 and the launched kernel is compiled ahead of time for sm_90 with the arguments it was given
 (pointers and integers divisible by 16 specialised as a launch specialises them), with the SASS
-tool's compile and ptxas report: registers per thread and bytes of spill stores; the PTX says
-whether the products became Hopper's warp-group wgmma. Used by the tests of the expert's templates and bench/template_spills.py.
+tool's compile and ptxas report: registers per thread and bytes of spill stores, with the shared
+memory Triton allots a block; the PTX says whether the products became Hopper's warp-group wgmma.
+Used by the tests of the expert's templates and bench/template_spills.py.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def launch(source: str, problem) -> tuple:
 
 def compile_for_hopper(source: str, problem) -> dict:
     """``{"registers", "spill_bytes", "shared_bytes", "wgmma"}`` of the kernel ``source`` launches
-    on ``problem``, compiled for sm_90a (shared memory as Triton allots it; a launch fails above
-    :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES`) (the profiling tools' :func:`~loopwise.kernels.profile.sass.compile_triton`
-    and :func:`~loopwise.kernels.profile.sass.ptxas_resources`)."""
+    on ``problem``, compiled for sm_90a with the profiling tools'
+    :func:`~loopwise.kernels.profile.sass.compile_triton` and
+    :func:`~loopwise.kernels.profile.sass.ptxas_resources`; a launch asking more shared memory than
+    :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES` fails."""
     import torch
 
     from loopwise.kernels.profile.sass import compile_triton, ptxas_resources

@@ -233,8 +233,7 @@ def _epilogues(gm, model, groups, outputs, anchors):
         for i, (out, xs, ps, cone) in enumerate(outputs):
             if i in taken or xs != [anchor] or any(u not in cone for u in anchor.users):
                 continue
-            shapes = [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
-            if all(s in per_column for s in shapes):
+            if all(s in per_column for s in _operand_shapes(model, ps)):
                 epilogue = i
                 break
         if epilogue is None:
@@ -283,7 +282,7 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
         per_channel = ((c,), (c, *rest), (1, c, *rest))
 
         def channel_wise(ps):
-            return all(tuple(functools.reduce(getattr, p.target.split("."), model).shape) in per_channel for p in ps)
+            return all(s in per_channel for s in _operand_shapes(model, ps))
 
         pre = next((i for i, (out, _, ps, _) in enumerate(outputs)
                     if i not in taken and out is src and list(out.users) == [node] and channel_wise(ps)), None)
@@ -291,12 +290,10 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
                      if i not in taken and i != pre and xs == [node] and all(u in cone for u in node.users)
                      and channel_wise(ps)), None)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
-        if pre is not None:
+        if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
             taken.add(pre)
-            out, xs, ps, cone = outputs[pre]
-            body, ops, expr = _statements(gm, cone, {x.name: f"x{i}" for i, x in enumerate(xs)}
-                                          | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            values = {"inputs": len(xs), "operands": tuple(p.target for p in ps), "body": body, "expr": expr, "ops": ops}
+            xs, g = outputs[pre][1], groups[pre]
+            values = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
         values["ops"] = (*values["ops"], f"{kind}_norm")
         computed = node
         if post is not None:
@@ -308,6 +305,11 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
         norms.append((Norm(node.target, kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+
+
+def _operand_shapes(model, ps) -> list[tuple]:
+    """The shapes of the model's tensors that the get_attr nodes ``ps`` read."""
+    return [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
 
 
 def _statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
@@ -458,40 +460,33 @@ def _groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 def _rewrite(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...]]:
     """The forward's source with every group output computed by its launcher ``fused_<i>``,
     every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>`` / ``conv_<k>`` and every
-    GroupNorm's (with its prologue) by ``gnorm_<k>``, whether the forward still reads the model (so
-    ModelNew needs the reference's __init__), and the import lines the forward needs beyond torch."""
+    norm's (a GroupNorm's or BatchNorm's, with its prologue and epilogue) by ``gnorm_<k>``, whether
+    the forward still reads the model (so ModelNew needs the reference's __init__), and the import
+    lines the forward needs beyond torch."""
     graph = gm.graph
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
-    for i, (out, xs, ps, _) in enumerate(outputs):
-        launcher = _stand_in(f"fused_{i}")
+
+    def swap(out, name: str, nodes, paths=()) -> None:
+        """``out`` computed by the launcher ``name`` from ``nodes`` (as replaced so far) and the
+        model's ``paths``."""
+        launcher = _stand_in(name)
         launchers.append(launcher)
         with graph.inserting_before(out):
+            tensors = [graph.get_attr(path) for path in paths]
             # named apart from the launcher: the forward's local must not shadow the function
-            new = graph.create_node("call_function", launcher, tuple(now.get(x, x) for x in xs) + tuple(ps), {},
-                                    name=f"fused_{i}_out")
+            new = graph.create_node("call_function", launcher, (*(now.get(n, n) for n in nodes), *tensors), {},
+                                    name=f"{name}_out")
         out.replace_all_uses_with(new)
         now[out] = new
+
+    for i, (out, xs, ps, _) in enumerate(outputs):
+        swap(out, f"fused_{i}", (*xs, *ps))
     for k, (gemm, (out, source)) in enumerate(gemms):
-        launcher = _stand_in(f"{'conv' if gemm.conv else 'linear'}_{k}")
-        launchers.append(launcher)
-        with graph.inserting_before(out):
-            tensors = [graph.get_attr(f"{gemm.module}.weight")]
-            tensors += [graph.get_attr(f"{gemm.module}.bias")] if gemm.has_bias else []
-            tensors += [graph.get_attr(path) for path in gemm.operands]
-            new = graph.create_node("call_function", launcher, (now.get(source, source), *tensors), {},
-                                    name=f"{launcher.__name__}_out")
-        out.replace_all_uses_with(new)
-        now[out] = new
+        swap(out, f"{'conv' if gemm.conv else 'linear'}_{k}", (source,),
+             (f"{gemm.module}.weight", *([f"{gemm.module}.bias"] if gemm.has_bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
-        launcher = _stand_in(f"gnorm_{k}")
-        launchers.append(launcher)
-        with graph.inserting_before(out):
-            tensors = [graph.get_attr(norm.module)]  # the module: its weights, running statistics, mode
-            tensors += [graph.get_attr(path) for path in (*norm.operands, *norm.post_operands)]
-            new = graph.create_node("call_function", launcher, tuple(now.get(x, x) for x in xs) + tuple(tensors), {},
-                                    name=f"gnorm_{k}_out")
-        out.replace_all_uses_with(new)
-        now[out] = new
+        # the module itself: its weights, running statistics and mode
+        swap(out, f"gnorm_{k}", xs, (norm.module, *norm.operands, *norm.post_operands))
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
