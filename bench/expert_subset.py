@@ -16,7 +16,7 @@ the best correct candidate's time against the judge's eager time. A problem no t
 gets no candidate; it is reported as uncovered and counts as eager (1.0x over eager) in the
 all-problem geomeans. torch.compile, max-autotune and eager+TF32 come from bench/baseline_table.py's
 rows for the same problems (``--baselines``; the same timing protocol): our time is compared with
-theirs directly.
+theirs directly. Column best_plan names the template (variant or plan) of the best candidate.
 
 Rows go to $OUT/expert_subset.csv and a mirror under $LOOPWISE_CACHE_DIR/bench/ as they finish; a
 later call skips rows already done (``--fresh`` redoes them). $OUT/expert_subset.md has, per level
@@ -35,6 +35,7 @@ import argparse
 import datetime as dt
 import math
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -52,7 +53,8 @@ TRACKS = {"fp32": ("fp32", "strict"), "relaxed": ("relaxed", "legacy")}
 KEY = ("level", "id", "track")  # a row per problem and track (bench/baseline_table.py's row store)
 COLUMNS = ["level", "id", "problem", "track", "covered", "template", "reason", "budget", "evaluations", "correct",
            "statuses", "best_speedup", "best_ms", "eager_ms", "compile_ms", "max_autotune_ms", "eager_tf32_ms",
-           "over_compile", "over_max_autotune", "over_best_tf32_or_compile", "run_id", "seconds", "finished_at"]
+           "over_compile", "over_max_autotune", "over_best_tf32_or_compile", "run_id", "seconds", "finished_at",
+           "best_plan"]
 
 
 def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_overrides: list[str]) -> dict:
@@ -92,6 +94,8 @@ def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_override
     if best is not None:
         data = run.evaluations[best]["data"]
         row["best_speedup"] = run.evaluations[best]["speedup"]
+        plan = re.match(r'\s*"""(\w+):', run.sources[best])
+        row["best_plan"] = plan.group(1) if plan else ""
         row["best_ms"] = ((data.get("timing") or {}).get("median_ms"))
         row["eager_ms"] = ((data.get("reference_timing") or {}).get("median_ms"))
     return row
@@ -169,7 +173,9 @@ def summary(rows: dict[str, dict], command: str) -> str:
     lines += ["", "| track | problem | template | correct / judged | best x eager | x compile | x max-autotune | "
               "x best(TF32, compile) | note |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows.values(), key=lambda r: (r["track"], int(r["level"]), int(r["id"]))):
-        lines.append(f"| {r['track']} | L{r['level']}/{r['problem']} | {r.get('template')} | "
+        plan = r.get("best_plan")
+        lines.append(f"| {r['track']} | L{r['level']}/{r['problem']} | {r.get('template')}"
+                     f"{f' (best: {plan})' if plan and plan != r.get('template') else ''} | "
                      f"{r.get('correct') or 0} / {r.get('evaluations') or 0} | {f(_num(r.get('best_speedup')))} | "
                      f"{f(_num(r.get('over_compile')))} | {f(_num(r.get('over_max_autotune')))} | "
                      f"{f(_num(r.get('over_best_tf32_or_compile')))} | "

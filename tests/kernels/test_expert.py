@@ -1631,3 +1631,61 @@ def test_networks_built_by_helpers_copy_them_and_hold_the_same_weights(tmp_path,
                                                      "        return torch.relu(self.bn(self.conv(x))) if Model else x"})
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == "unsupported" and "refers to Model itself" in pattern.reason, pattern.reason
+
+
+def test_a_model_whose_output_is_random_gets_no_candidate():
+    """Dropout in training mode (KernelBench L2/66's shape): no candidate can match a reference that
+    does not match itself, so the expert proposes nothing and says why, rather than a partitioned
+    forward bound to fail the judge's comparison."""
+    from loopwise.core.propose import ProposalFailure, ProposalRequest
+
+    problem = load_problem(str(HERE / "dropout_training.py"))
+    pattern = capture(problem)
+    assert pattern.kind == "unsupported" and variants(pattern, "fp32") == variants(pattern, "relaxed") == []
+    assert "Dropout with p=0.2 in training mode" in pattern.reason and "random" in pattern.reason
+    failures = ExpertProposer(problem).propose(ProposalRequest(task="", n=2))
+    assert all(isinstance(f, ProposalFailure) and "random" in f.detail for f in failures)
+
+
+def test_torch_imported_under_another_name_is_bound_again(tmp_path):
+    """A problem that imports torch as ``th`` (KernelBench L3/46) and reads it in what ModelNew
+    copies gets the name bound to the generated file's own torch, not refused."""
+    path = _variant(tmp_path, "partial_helpers.py", {"import torch\n": "import torch\nimport torch as th\n",
+                                                     "return torch.relu(self.bn": "return th.relu(self.bn"})
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "graph" and ("th", "torch") in pattern.constants, pattern.reason
+    source = render(pattern, {"template": "graph_norm", "block": 64})
+    module = _load(source, tmp_path, "torch_as_th")
+    assert module.th is module.torch
+
+
+def test_exploration_draws_moves_not_tried_yet():
+    """Past the defaults and their neighbours the expert explores at random, but never proposes
+    moves it has proposed before while untried ones are left (a pooling template: 12 points)."""
+    from loopwise.core.propose import ProposalRequest
+    from loopwise.kernels.expert.proposer import SPACE
+
+    proposer = ExpertProposer(load_problem(str(HERE / "pool.py")), seed=5)
+    size = len(SPACE["pool"]["block"]) * len(SPACE["pool"]["warps"])
+    first = proposer.propose(ProposalRequest(task="", n=2))
+    later = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=size - 2))
+    sources = [p.content for p in (*first, *later)]
+    assert len(set(sources)) == size
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_runs_a_forward_it_cannot_capture_as_it_is(tmp_path):
+    """A forward that synchronises with the host (``.item()``) cannot be captured: the replay class
+    of the cudagraph move then runs it as it is, correct, instead of failing the candidate."""
+    import torch
+
+    source, _ = generate(load_problem(str(HERE / "partial_mlp.py")),
+                         {"template": "graph_linear", "tile": 32, "chunk": 16, "cudagraph": 1})
+    replay = _load(source, tmp_path, "replay_fallback")._GraphReplay(lambda x: x * x.max().item())
+    for _ in range(3):
+        x = torch.randn(64, device="cuda")
+        assert torch.equal(replay(x), x * x.max())
+    assert list(replay.graphs.values()) == [None]
+    captured = _load(source, tmp_path, "replay_captured")._GraphReplay(lambda x: x * x.max())
+    x = torch.randn(64, device="cuda")
+    assert torch.equal(captured(x), x * x.max()) and next(iter(captured.graphs.values())) is not None

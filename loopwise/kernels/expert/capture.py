@@ -274,9 +274,38 @@ def capture(problem) -> Pattern:
             pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
         return pattern
     except ew.Unsupported as exc:
-        return _partitioned(problem, str(exc))
+        return _unless_random(problem, _partitioned(problem, str(exc)))
     except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.
-        return _partitioned(problem, f"cannot trace forward ({type(exc).__name__}: {exc})")
+        return _unless_random(problem, _partitioned(problem, f"cannot trace forward ({type(exc).__name__}: {exc})"))
+
+
+def _unless_random(problem, pattern: Pattern) -> Pattern:
+    """``pattern`` (a partitioned forward, which leaves modules such as Dropout to PyTorch), or
+    unsupported where the model's output is random: no candidate can match a reference that does
+    not match itself, so none is proposed (each would fail the judge's comparison)."""
+    reason = _random_output(problem)
+    return replace(pattern, kind="unsupported", reason=f"{reason}; {pattern.reason}") if reason else pattern
+
+
+def _random_output(problem) -> str:
+    """Why ``problem``'s output is random (a dropout module with p > 0 in training mode, the mode the
+    judge runs both models in), or "" when it is not known to be."""
+    import torch
+    from torch import nn
+
+    dropouts = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    try:
+        module = problem.load_module()
+        with torch.device("meta"):
+            model = module.Model(*module.get_init_inputs())
+    except Exception:  # noqa: BLE001 - a model that cannot be built on the meta device: nothing known
+        return ""
+    for name, sub in model.named_modules():
+        if isinstance(sub, dropouts) and sub.p > 0 and sub.training:
+            return (f"{name or 'the model'} is a {type(sub).__name__} with p={sub.p} in training mode: the "
+                    "output is random, so no candidate can match the reference (nor can the reference match "
+                    "itself)")
+    return ""
 
 
 def _partitioned(problem, whole: str) -> Pattern:

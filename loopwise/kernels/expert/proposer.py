@@ -152,21 +152,31 @@ class ExpertProposer(Proposer):
         for m in options:
             if _key(m) not in seen and m not in fresh and fits(self.pattern, m):
                 fresh.append(m)
-        while len(fresh) < n:  # exploration: a random point of the space
-            fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind))
+        while len(fresh) < n:  # exploration: a random point of the space, one not tried yet where any is left
+            avoid = seen | {_key(m) for m in fresh}
+            fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind, avoid))
         return fresh[:n]
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
-    def _random_moves(self, kind: str) -> dict:
+    def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:
         """A random combination of ``kind``'s knobs that CUTLASS builds (any, for Triton) and that
-        suits the problem's shape (split-K's partials)."""
-        while True:
+        suits the problem's shape (split-K's partials); one whose key is not in ``avoid`` unless 64
+        draws find none (a small space runs out: a candidate judged again teaches the search nothing)."""
+        fallback = None
+        for _ in range(64):
             moves = {"template": kind, **{name: self._rng.choice(values) for name, values in SPACE[kind].items()}}
-            if self._admissible(kind, moves):
+            if not self._admissible(kind, moves):
+                continue
+            if _key(moves) not in avoid:
                 return moves
+            fallback = fallback or moves
+        while fallback is None:
+            moves = {"template": kind, **{name: self._rng.choice(values) for name, values in SPACE[kind].items()}}
+            fallback = moves if self._admissible(kind, moves) else None
+        return fallback
 
     def _admissible(self, kind: str, moves: dict) -> bool:
         """Whether CUTLASS builds ``moves`` (any, for Triton) and they suit the problem's shape."""

@@ -193,6 +193,12 @@ def _constant(tree: ast.Module, module: ModuleType, name: str) -> str | None:
     value = vars(module)[name]
     if allowed.get(name, allowed) is value:
         return None
+    if name not in RESERVED and isinstance(value, ModuleType):  # torch under another name (``import torch as th``)
+        for alias, known in allowed.items():
+            if value is known:
+                return alias
+        if value.__name__.startswith("torch.") and _attribute_path(torch, value.__name__) is value:
+            return value.__name__  # a submodule torch reaches as an attribute (torch.fft)
     if name in RESERVED:
         raise Unsupported(f"Model.__init__ reads the global {name!r}, a name the generated file binds otherwise")
     if not _plain_literal(value):
@@ -203,6 +209,14 @@ def _constant(tree: ast.Module, module: ModuleType, name: str) -> str | None:
         raise Unsupported(f"Model.__init__ reads the global {name!r}, which the problem computes when loaded "
                           "rather than writes as a literal (its value may differ where the judge runs)")
     return repr(value)
+
+
+def _attribute_path(root, dotted: str):
+    """The object ``dotted`` (``torch.fft``) names through attributes from ``root``, or None."""
+    value = root
+    for part in dotted.split(".")[1:]:
+        value = getattr(value, part, None)
+    return value
 
 
 def _plain_literal(value) -> bool:
