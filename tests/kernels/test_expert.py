@@ -1671,3 +1671,14 @@ def test_exploration_draws_moves_not_tried_yet():
     later = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=size - 2))
     sources = [p.content for p in (*first, *later)]
     assert len(set(sources)) == size
+
+
+def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch):
+    """KernelBench L3/36 computes a Linear over the LSTM's output and returns the LSTM's state: a
+    GEMM for that Linear would never run (the judge rejected such candidates on the H200 as decoys,
+    2026-12-01), so no plan has one; the live elementwise work still gets its pass."""
+    problem = load_problem(str(HERE / "partial_dead_linear.py"))
+    pattern = capture(problem)
+    assert pattern.kind == "graph" and variants(pattern) == ["graph"], pattern.reason
+    assert pattern.ops == ("mul", "add")
+    _judged_correct(HERE / "partial_dead_linear.py", {"template": "graph", "block": 64}, tmp_path, monkeypatch)

@@ -156,6 +156,9 @@ def _traced(module):
             ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
     except Exception as exc:  # noqa: BLE001 - an operation without a meta kernel, a tensor made on the CPU
         raise ew.Unsupported(f"shapes could not be propagated ({type(exc).__name__}: {str(exc)[:120]})") from None
+    # work the output does not depend on (KernelBench L3/36 computes a Linear and returns the LSTM's
+    # state) is no part of a plan: its kernel would never run, and the judge rejects a decoy
+    gm.graph.eliminate_dead_code()
     return gm, model
 
 
