@@ -1682,3 +1682,26 @@ def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch
     assert pattern.kind == "graph" and variants(pattern) == ["graph"], pattern.reason
     assert pattern.ops == ("mul", "add")
     _judged_correct(HERE / "partial_dead_linear.py", {"template": "graph", "block": 64}, tmp_path, monkeypatch)
+
+
+def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pass(tmp_path, monkeypatch):
+    """Under relaxed a Linear with an elementwise epilogue (KernelBench L2/76, 81, 86) has a second
+    variant: cuBLAS's TF32 GEMM (as eager + TF32 runs it; the Triton TF32 GEMMs reached 0.85-0.88 of
+    it on the H200, 2026-12-01) with the bias, then the rest in one in-place Triton pass, judged
+    correct; the fp32 policy keeps the tf32x3 Triton GEMM only."""
+    problem = load_problem(str(HERE / "linear_epilogue.py"))
+    pattern = capture(problem)
+    assert variants(pattern, "fp32") == ["linear"] and variants(pattern, "relaxed") == ["linear", "linear_cublas"]
+    with pytest.raises(ValueError, match="not a variant"):
+        render(pattern, {"template": "linear_cublas"}, "fp32")
+    moves = {"template": "linear_cublas", "block": 256, "warps": 2}
+    source = render(pattern, moves, "relaxed")
+    assert "y = F.linear(x0, w, b).contiguous()" in source and "torch.backends.cudnn.allow_tf32 = True" in source
+    assert ExpertProposer._parse_moves(source) == moves
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(source, "linear-cublas")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    assert not ev.rejections

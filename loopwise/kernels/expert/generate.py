@@ -18,6 +18,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "attention": {"block": 64, "warps": 4, "chunk": 64},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1, "kmajor": 0}, "linear": {"block": 128, "warps": 8, "chunk": 32},
+                 "linear_cublas": {"block": 1024, "warps": 4},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
@@ -27,7 +28,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
-             "matmul": "matmul.py.j2", "linear": "linear.py.j2", "reduce": "reduce_dim.py.j2",
+             "matmul": "matmul.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
@@ -52,6 +53,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         from loopwise.kernels.expert.partition import kinds
 
         return kinds(pattern)
+    if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass
+        return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
     if pattern.kind == "layernorm":  # three reads of the input, or two with Welford's statistics
         return ["layernorm", "layernorm_welford"]
     return [pattern.kind]
@@ -299,7 +302,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     if kind in ("layernorm", "layernorm_welford"):
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
-    note, extra = _note_and_values(kind, pattern, params)
+    note, extra = _note_and_values(kind, pattern, params, precision)
     if kind == "attention":
         extra = {**extra, **attention_values(pattern, precision)}
     if kind in ("conv3d", "conv_transpose", "separable_conv"):  # output channels per tile: no wider than the output's, in powers of two
@@ -331,15 +334,15 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     return source
 
 
-def _note_and_values(kind: str, pattern: Pattern, params: dict) -> tuple[str, dict]:
+def _note_and_values(kind: str, pattern: Pattern, params: dict, precision: str = "fp32") -> tuple[str, dict]:
     """The note line (the source's first line, which the proposer parses back) and the values a
     CUTLASS variant's template needs beyond the pattern's."""
     if kind in matmul_variants.LIBRARY_KINDS:
         if not matmul_variants.accepts(kind, pattern) or not matmul_variants.valid(kind, params):
             raise ValueError(f"{kind} with {params} does not apply to this {pattern.kind} {dict(pattern.params)}")
         return matmul_variants.note(kind, params), matmul_variants.template_values(kind, pattern, params)
-    if kind != pattern.kind and kind not in variants(pattern):
-        raise ValueError(f"template {kind!r} is not a variant of {pattern.kind!r}")
+    if kind != pattern.kind and kind not in variants(pattern, precision):
+        raise ValueError(f"template {kind!r} is not a variant of {pattern.kind!r} under the {precision} policy")
     return f"{kind}: block {params['block']}, {params['warps']} warps" + (
         f", chunk {params['chunk']}" if "chunk" in params else "") + (
         f", split {params['split']}" if params.get("split", 1) > 1 else "") + (

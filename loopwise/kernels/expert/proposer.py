@@ -56,6 +56,9 @@ SPACE = {
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64],
                "kmajor": [0, 1]},
     "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
+    # relaxed: the GEMM in cuBLAS with TF32 (as eager + TF32), the epilogue one Triton pass (block:
+    # elements per program)
+    "linear_cublas": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8]},
     # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
     "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "scan": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8, 16]},
