@@ -1705,3 +1705,17 @@ def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pas
         ev = judge.evaluate(source, "linear-cublas")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     assert not ev.rejections
+
+
+def test_forwards_annotated_with_torch_tensor_are_partitioned(tmp_path, monkeypatch):
+    """fx binds a forward's ``x: torch.Tensor`` annotation to a global of its own
+    (``_torch_Tensor_``; KernelBench L3/16, DenseNet201, was unsupported for it): the rewritten
+    forward names torch.Tensor again, and the dense block's BatchNorm + ReLU pairs become Triton
+    passes, judged correct."""
+    problem = load_problem(str(HERE / "partial_dense.py"))
+    pattern = capture(problem)
+    assert pattern.kind == "graph" and "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert ["+".join(n.ops) for n in chosen["norms"]] == ["batch_norm+relu"] * 3
+    assert "x : torch.Tensor) -> torch.Tensor:" in chosen["forward"]
+    _judged_correct(HERE / "partial_dense.py", {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)

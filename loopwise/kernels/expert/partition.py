@@ -138,6 +138,19 @@ def kinds(pattern) -> list[str]:
     return [kind for kind, _ in dict(pattern.params)["plans"]]
 
 
+def _torch_name(value) -> str:
+    """``torch.<name>`` where ``value`` is a class torch exports under its own name, or that name
+    written out (``torch.Tensor``, which fx binds to ``_torch_Tensor_`` when a forward annotates its
+    arguments), else ""."""
+    import torch
+
+    if isinstance(value, str):
+        head, _, name = value.partition(".")
+        return value if head == "torch" and name.isidentifier() and isinstance(getattr(torch, name, None), type) else ""
+    name = getattr(value, "__name__", "")
+    return f"torch.{name}" if isinstance(value, type) and name and getattr(torch, name, None) is value else ""
+
+
 def _traced(module):
     """(fx GraphModule with shapes propagated on the meta device, the meta model)."""
     import torch
@@ -499,6 +512,8 @@ def _rewrite(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...
             continue
         if value in launchers:
             src = re.sub(rf"\b{re.escape(name)}\b", value.__name__, src)
+        elif name not in _ALLOWED_GLOBALS and _torch_name(value):  # torch.Tensor in an annotation (L3/16)
+            src = re.sub(rf"\b{re.escape(name)}\b", _torch_name(value), src)
         elif name not in _ALLOWED_GLOBALS:
             raise ew.Unsupported(f"the forward calls {name}, which a standalone file cannot name")
         elif name != "torch":
