@@ -1719,3 +1719,34 @@ def test_forwards_annotated_with_torch_tensor_are_partitioned(tmp_path, monkeypa
     assert ["+".join(n.ops) for n in chosen["norms"]] == ["batch_norm+relu"] * 3
     assert "x : torch.Tensor) -> torch.Tensor:" in chosen["forward"]
     _judged_correct(HERE / "partial_dense.py", {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+def test_relaxed_partitioned_linears_run_in_cublas_with_their_epilogues_in_triton(tmp_path, monkeypatch):
+    """Under relaxed a partitioned forward's Linears run as cuBLAS's TF32 GEMMs by default (the
+    Triton TF32 GEMMs reached 0.72-0.90 of them on the H200), the work after each one Triton pass in
+    place; the Triton GEMMs stay a move away and are the fp32 default. A plan that would leave no
+    kernel of ours (Linears with nothing after them, nothing else) cannot take the move."""
+    from loopwise.kernels.expert.generate import default_moves, fits
+
+    problem = load_problem(str(HERE / "partial_mlp.py"))
+    pattern = capture(problem)
+    assert default_moves(pattern, "graph_linear", "relaxed")["cublas"] == 1
+    assert default_moves(pattern, "graph_linear", "fp32")["cublas"] == 0
+    moves = {"template": "graph_linear", "block": 64, "cublas": 1}
+    source = render(pattern, moves, "relaxed")
+    assert source.count("= F.linear(x0, w, b).contiguous()") == 2 and "= F.linear(x0, w).contiguous()" in source
+    assert "linear_0_kernel" not in source
+    assert "linear_0_epilogue_kernel[" in source and "linear_2_epilogue_kernel" not in source  # the last: a bare Linear
+    assert ExpertProposer._parse_moves(source)["cublas"] == 1
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
+    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(source, "graph-linear-cublas")
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    assert fits(pattern, moves)
+    bare = _variant(tmp_path, "partial_mlp.py", {
+        "        x = torch.relu(self.first(x))\n        x = self.second(x) * 0.5 + self.shift\n"
+        "        return self.last(torch.tanh(x))": "        return self.last(self.second(self.first(x)))"})
+    bare_pattern = capture(load_problem(str(bare)))
+    assert not fits(bare_pattern, moves) and default_moves(bare_pattern, "graph_linear", "relaxed")["cublas"] == 0

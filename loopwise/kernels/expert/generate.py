@@ -11,7 +11,7 @@ from loopwise.kernels.expert.capture import Pattern, capture
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0},
-                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0},
+                 "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
@@ -107,7 +107,12 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     the fastest conv3d candidate on all five level-1 problems in both tracks (8 warps: 5-30%
     slower) and the fastest or within 4% of it for the transposed ones (L1/58, 61, 71, 77; 32
     channels a step: up to 2.4x slower on L1/71), though Triton 3.9 reports 0.8-1.8 KB of register
-    spills for it (docs/data/2026-12-01d-template-spills.csv)."""
+    spills for it (docs/data/2026-12-01d-template-spills.csv).
+
+    Under relaxed a partitioned forward's Linears run in cuBLAS by default (``cublas``), their
+    epilogues as Triton passes: the Triton TF32 GEMMs reached 0.72-0.90 of eager + TF32 on every
+    GEMM-bound problem measured (KernelBench L2/41, 51, 76, 81, 86, L3/1, 3/11; H200, 2026-11-30 to
+    12-01, docs/data/2026-12-01f-expert-subset.csv); the Triton GEMMs stay a move away."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -118,6 +123,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
+    if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
+        moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones reached 0.72-0.90 of them (see below)
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
@@ -263,6 +270,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         return tiles * width <= _ATTENTION_SHARED_BYTES
     if moves.get("nhwc") and not nhwc_convolutions(pattern, moves.get("template", pattern.kind)):
         return False  # no convolution with enough input channels to read NHWC
+    if moves.get("cublas") and not _cublas_leaves_a_kernel(pattern, moves.get("template", pattern.kind)):
+        return False  # every Linear in cuBLAS and nothing else in Triton: no kernel of ours would run
     if moves.get("channels_last") and not _channels_last_layout(pattern):
         return False  # a layout for the convolution before the tail: without one, nothing to lay out
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
@@ -273,6 +282,17 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         return True
     p = dict(pattern.params)
     return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * moves.get("chunk", 1)
+
+
+def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
+    """Whether ``kind``'s plan keeps a Triton kernel with its Linears in cuBLAS (the ``cublas``
+    move): a Linear with elementwise work after it, or another part."""
+    if pattern.kind != "graph" or kind != "graph_linear":
+        return False
+    from loopwise.kernels.expert.partition import plan
+
+    chosen = plan(pattern, kind)
+    return bool(chosen["groups"] or chosen["norms"] or any(len(g.ops) > 1 for g in chosen["gemms"]))
 
 
 @functools.cache
@@ -349,7 +369,7 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict, precision: str =
         ", kmajor 1" if params.get("kmajor") else "") + (
         f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else "") + (
         ", cuda graph" if params.get("cudagraph") else "") + (", channels last" if params.get("channels_last") else "") + (
-        ", nhwc" if params.get("nhwc") else ""), {}
+        ", nhwc" if params.get("nhwc") else "") + (", cublas" if params.get("cublas") else ""), {}
 
 
 def attribute(path: str) -> str:

@@ -37,8 +37,9 @@ SPACE = {
     # and each GroupNorm as Triton passes, the elementwise work only it reads as their prologue
     "graph_norm": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
+    # (cublas: the Linears in cuBLAS, TF32 under relaxed, their epilogues one Triton pass each)
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
-                     "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1]},
+                     "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "cublas": [0, 1]},
     # and the convolutions' implicit GEMMs too (the same knobs; nhwc: read the input NHWC where a
     # convolution has 16 input channels or more, generate.NHWC_CHANNELS)
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
@@ -201,7 +202,7 @@ class ExpertProposer(Proposer):
                     moves[name] = int(value) if numeric else value
             return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
-                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?", source or "")
+                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?(, cublas)?", source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
@@ -218,6 +219,8 @@ class ExpertProposer(Proposer):
             moves["channels_last"] = int(bool(found.group(9)))
         if kind and "nhwc" in SPACE[kind]:  # and the NHWC reads only when it makes them
             moves["nhwc"] = int(bool(found.group(10)))
+        if kind and "cublas" in SPACE[kind]:  # and cuBLAS's GEMMs only when it calls them
+            moves["cublas"] = int(bool(found.group(11)))
         return ({"template": kind} if kind else {}) | moves
 
     @staticmethod
