@@ -272,6 +272,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         return False  # no convolution with enough input channels to read NHWC
     if moves.get("cublas") and not _cublas_leaves_a_kernel(pattern, moves.get("template", pattern.kind)):
         return False  # every Linear in cuBLAS and nothing else in Triton: no kernel of ours would run
+    if moves.get("cublas") and any(moves.get(k, v) != v for k, v in _TRITON_GEMM_DEFAULTS.items()):
+        return False  # the Triton GEMM's knobs do nothing with cuBLAS's GEMMs: one point, not a dozen alike
     if moves.get("channels_last") and not _channels_last_layout(pattern):
         return False  # a layout for the convolution before the tail: without one, nothing to lay out
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
@@ -282,6 +284,9 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         return True
     p = dict(pattern.params)
     return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * moves.get("chunk", 1)
+
+
+_TRITON_GEMM_DEFAULTS = {k: DEFAULT_MOVES["graph_linear"][k] for k in ("tile", "chunk", "gemm_warps")}
 
 
 def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
