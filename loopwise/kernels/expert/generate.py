@@ -340,8 +340,14 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         from loopwise.kernels.expert.partition import plan, tf32_parts
 
         chosen = plan(pattern, kind)
+        # the parts in Triton: with the cublas move a Linear's is the work after it, if any
+        gemms = [g for g in chosen["gemms"] if len(g.ops) > 1] if params.get("cublas") else chosen["gemms"]
+        triton = (*gemms, *chosen["norms"], *chosen["groups"])
         extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
-                 "plan_ops": ", ".join("+".join(g.ops) for g in (*chosen["gemms"], *chosen["norms"], *chosen["groups"]))}
+                 "plan_ops": ", ".join("+".join(g.ops[1:] if params.get("cublas") else g.ops) for g in triton),
+                 "parts": len(triton)}
+        if params.get("cublas"):  # what stays in PyTorch: the Linears too
+            extra["pytorch"] = (*chosen["pytorch"], *(f"{g.module} (cuBLAS)" for g in chosen["gemms"]))
     template = _templates().get_template(TEMPLATES[kind])
     source = template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
