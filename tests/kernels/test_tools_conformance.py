@@ -168,10 +168,11 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     # partitioned forward's GEMM tile through reduce_registers, its GEMM warps by exploration only;
     # a matmul's K-major copies through vectorize_loads, a partitioned forward's CUDA graph through
     # use_cuda_graphs; a convolution's channels-last layout and its implicit GEMM's NHWC reads (which
-    # widen its copies, yet measured slower on the H200) by exploration only.
+    # widen its copies, yet measured slower on the H200) by exploration only; so are a partitioned
+    # forward's Linears in cuBLAS (cublas, the relaxed default) and back in Triton.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
                                     for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph",
-                                                       "channels_last", "nhwc"}
+                                                       "channels_last", "nhwc", "cublas"}
     assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},)}
     assert STRUCTURAL["vectorize_loads"]["matmul"] == ({"kmajor": "up"},)
     assert all(STRUCTURAL["use_cuda_graphs"][kind] == ({"cudagraph": "up"},) for kind in SPACE if "cudagraph" in SPACE[kind])
