@@ -212,12 +212,19 @@ def _judged_correct(path, moves, tmp_path, monkeypatch, edit=None) -> str:
     assert source is not None, pattern.reason
     source = edit(source) if edit else source
     compile(source, path.name, "exec")
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False)
+    _judge_on_cpu(problem, source, f"expert-{path.name}", tmp_path)
+    return source
+
+
+def _judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
+    """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
+    caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
+    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision=precision,
+                     tolerance="strict" if precision == "fp32" else "legacy")
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(source, f"expert-{path.name}")
+        ev = judge.evaluate(source, name)
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     assert not ev.rejections
-    return source
 
 
 def test_model_parameters_become_operands_with_the_reference_init(tmp_path, monkeypatch):
@@ -1700,11 +1707,7 @@ def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pas
     assert ExpertProposer._parse_moves(source) == moves
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(source, "linear-cublas")
-    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
-    assert not ev.rejections
+    _judge_on_cpu(problem, source, "linear-cublas", tmp_path, precision="relaxed")
 
 
 def test_forwards_annotated_with_torch_tensor_are_partitioned(tmp_path, monkeypatch):
@@ -1740,10 +1743,7 @@ def test_relaxed_partitioned_linears_run_in_cublas_with_their_epilogues_in_trito
     assert ExpertProposer._parse_moves(source)["cublas"] == 1
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(source, "graph-linear-cublas")
-    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    _judge_on_cpu(problem, source, "graph-linear-cublas", tmp_path, precision="relaxed")
     assert fits(pattern, moves) and not fits(pattern, {**moves, "tile": 64})  # the Triton GEMM's knobs: unused
     bare = _variant(tmp_path, "partial_mlp.py", {
         "        x = torch.relu(self.first(x))\n        x = self.second(x) * 0.5 + self.shift\n"
