@@ -600,6 +600,32 @@ def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in
     assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
 
 
+def test_a_deep_models_coverage_reason_counts_repeated_parts_instead_of_listing_each(tmp_path):
+    """DenseNet201 has 103 BatchNorm+ReLU parts: the reason (the bench table's coverage column) says
+    'batch_norm+relu x103' rather than naming each; a short model keeps its parts in order."""
+    deep = tmp_path / "deep.py"
+    deep.write_text(
+        "import torch, torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, n):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(n))\n"
+        "    def forward(self, x):\n"
+        "        for layer in self.layers:\n"
+        "            x = torch.relu(layer(x)) * 2.0\n"
+        "        return x\n"
+        "def get_inputs():\n    return [torch.randn(4, 16)]\n"
+        "def get_init_inputs():\n    return [N]\n")
+    text = deep.read_text()
+    deep.write_text(text.replace("[N]", "[10]"))
+    pattern = capture(load_problem(str(deep)))
+    assert "graph: 10 Triton part(s) (relu+mul x10), in PyTorch: Linear x10" in pattern.reason, pattern.reason
+    assert "relu+mul, relu+mul" not in pattern.reason
+    deep.write_text(text.replace("[N]", "[3]"))
+    short = capture(load_problem(str(deep)))
+    assert "(relu+mul, relu+mul, relu+mul), in PyTorch: Linear, Linear, Linear" in short.reason, short.reason
+
+
 def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch(tmp_path):
     """One operation alone is not worth a pass (but is free as a convolution's epilogue); an
     in-place one (ReLU(inplace=True)) is fused only when no one can see its write: its input is a

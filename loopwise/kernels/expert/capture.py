@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from loopwise.kernels.expert import elementwise as ew
@@ -325,9 +326,19 @@ def _partitioned(problem, whole: str) -> Pattern:
     for kind in kinds(pattern):
         p = plan(pattern, kind)
         fused = (*p["gemms"], *p["norms"], *p["groups"])  # a GroupNorm is three launches, one part
-        parts.append(f"{kind}: {len(fused)} Triton part(s) ({', '.join('+'.join(g.ops) for g in fused)}), "
-                     f"in PyTorch: {', '.join(p['pytorch']) or 'nothing'}")
+        parts.append(f"{kind}: {len(fused)} Triton part(s) ({_listing('+'.join(g.ops) for g in fused)}), "
+                     f"in PyTorch: {_listing(p['pytorch']) or 'nothing'}")
     return replace(pattern, reason=f"partial ({whole}); " + "; ".join(parts))
+
+
+def _listing(names, most: int = 8) -> str:
+    """``names`` joined in order, or, past ``most`` of them, each name once with its count (in order of
+    first appearance), so a 200-layer network's reason stays one readable line."""
+    names = list(names)
+    if len(names) <= most:
+        return ", ".join(names)
+    counts = Counter(names)
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
 def _classify(gm, args, model) -> Pattern:
