@@ -33,6 +33,7 @@ was not (the coverage).
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from dataclasses import dataclass
@@ -94,9 +95,10 @@ def partition(problem):
 
     module = problem.load_module()
     plans, used, inputs = [], False, 0
+    traced, model = _traced(module)  # once: shape propagation on the meta device can take a minute (an LSTM)
     for kind, linear, conv, norm in (("graph", False, False, False), ("graph_norm", False, False, True),
                                      ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
-        gm, model = _traced(module)
+        gm = copy.deepcopy(traced)  # each plan rewrites its own copy of the graph (shapes kept)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = _linears(gm, model) if linear else []
         convs = _convs(gm, model) if conv else []
