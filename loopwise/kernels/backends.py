@@ -136,11 +136,19 @@ def prepare_environment(hints: dict, device: str) -> None:
     _wrap_load_inline(arch)
 
 
+def _no_cuda_runtime_notice(record) -> bool:
+    """False for torch's "No CUDA runtime is found, using CUDA_HOME=..." warning, which a compile
+    worker triggers on purpose (it hides the GPU) and which would only be noise in the user's log."""
+    return not str(record.msg).startswith("No CUDA runtime is found")
+
+
 def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: str) -> tuple[bool, str]:
     """Imports a candidate with no GPU visible, so that ``load_inline`` at import time builds it."""
+    import logging
     import time
     import traceback
 
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_no_cuda_runtime_notice)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TORCH_EXTENSIONS_DIR"] = extensions_dir
     if arch:
