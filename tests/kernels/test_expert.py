@@ -600,30 +600,55 @@ def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in
     assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
 
 
+def _deep_linear_stack(tmp_path, layers: int):
+    """A problem file: ``layers`` x (Linear 16 -> 16, ReLU, scale by 2) on a (4, 16) input."""
+    path = tmp_path / f"deep_{layers}.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class Model(nn.Module):\n"
+                    "    def __init__(self, n):\n"
+                    "        super().__init__()\n"
+                    "        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(n))\n"
+                    "    def forward(self, x):\n"
+                    "        for layer in self.layers:\n"
+                    "            x = torch.relu(layer(x)) * 2.0\n"
+                    "        return x\n"
+                    "def get_inputs():\n    return [torch.randn(4, 16)]\n"
+                    f"def get_init_inputs():\n    return [{layers}]\n")
+    return path
+
+
 def test_a_deep_models_coverage_reason_counts_repeated_parts_instead_of_listing_each(tmp_path):
     """DenseNet201 has 103 BatchNorm+ReLU parts: the reason (the bench table's coverage column) says
     'batch_norm+relu x103' rather than naming each; a short model keeps its parts in order."""
-    deep = tmp_path / "deep.py"
-    deep.write_text(
-        "import torch, torch.nn as nn\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self, n):\n"
-        "        super().__init__()\n"
-        "        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(n))\n"
-        "    def forward(self, x):\n"
-        "        for layer in self.layers:\n"
-        "            x = torch.relu(layer(x)) * 2.0\n"
-        "        return x\n"
-        "def get_inputs():\n    return [torch.randn(4, 16)]\n"
-        "def get_init_inputs():\n    return [N]\n")
-    text = deep.read_text()
-    deep.write_text(text.replace("[N]", "[10]"))
+    deep = _deep_linear_stack(tmp_path, 10)
     pattern = capture(load_problem(str(deep)))
     assert "graph: 10 Triton part(s) (relu+mul x10), in PyTorch: Linear x10" in pattern.reason, pattern.reason
     assert "relu+mul, relu+mul" not in pattern.reason
-    deep.write_text(text.replace("[N]", "[3]"))
-    short = capture(load_problem(str(deep)))
+    short = capture(load_problem(str(_deep_linear_stack(tmp_path, 3))))
     assert "(relu+mul, relu+mul, relu+mul), in PyTorch: Linear, Linear, Linear" in short.reason, short.reason
+
+
+def test_a_plan_of_hundreds_of_launches_replays_a_cuda_graph_by_default(tmp_path):
+    """A forward of 60 Linear + ReLU + scale layers: the elementwise plan launches 120 operations
+    (each Linear in PyTorch, each tail a pass), so its default moves replay a CUDA graph; the
+    graph_linear plan fuses each tail into its GEMM (60 launches) and a small model's plans launch
+    a handful: they start without one. The other setting stays one move away."""
+    from loopwise.kernels.expert.generate import LAUNCH_HEAVY, default_moves
+    from loopwise.kernels.expert.partition import launches
+
+    deep = _deep_linear_stack(tmp_path, 60)
+    pattern = capture(load_problem(str(deep)))
+    assert launches(plan(pattern, "graph")) == 120 >= LAUNCH_HEAVY > launches(plan(pattern, "graph_linear")) == 60
+    assert default_moves(pattern, "graph")["cudagraph"] == 1
+    assert default_moves(pattern, "graph_linear")["cudagraph"] == 0
+    source, _ = generate(load_problem(str(deep)))
+    assert "class _GraphReplay" in source  # the first candidate replays
+    from loopwise.kernels.expert.proposer import _neighbours
+
+    first = {"template": "graph", **default_moves(pattern, "graph")}
+    assert {**first, "cudagraph": 0} in _neighbours(first)
+    small = capture(load_problem(str(_deep_linear_stack(tmp_path, 3))))
+    assert all(default_moves(small, kind)["cudagraph"] == 0 for kind in kinds(small))
 
 
 def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch(tmp_path):
@@ -1213,6 +1238,32 @@ def test_cuda_graph_replay_is_correct_and_replays_on_the_gpu(tmp_path):
     with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, "cudagraph")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_a_replayed_batch_norm_moves_its_running_statistics_once_per_call(tmp_path, momentum):
+    """On a GPU, graph_norm with a CUDA graph: the BatchNorm in training mode updates its running
+    statistics in the graph (by the momentum, or by 1/batches counted on the GPU: no host sync to
+    break the capture), and the capture's warm-up calls leave no trace, so after three calls the
+    running mean, variance and batch count are the reference's after three forwards."""
+    import torch
+
+    problem = load_problem(str(HERE / "partial_batchnorm.py"))
+    source, _ = generate(problem, {"template": "graph_norm", "block": 64, "cudagraph": 1})
+    module = _load(source, tmp_path, "cudagraph_bn")
+    torch.manual_seed(0)
+    model = module.ModelNew().cuda()
+    reference = problem.load_module().Model().cuda()
+    reference.load_state_dict(model.state_dict())
+    model.bn.momentum = reference.bn.momentum = momentum
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 3, 12, 10, device="cuda")
+            torch.testing.assert_close(model(x), reference(x), rtol=1e-4, atol=1e-5)
+    assert next(iter(model.__dict__["_replay"].graphs.values())) is not None  # it did replay
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(model.bn, name), getattr(reference.bn, name), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("fixture,moves", [("conv_epilogue.py", {"block": 128, "channels_last": 1}),

@@ -112,7 +112,14 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     Under relaxed a partitioned forward's Linears run in cuBLAS by default (``cublas``), their
     epilogues as Triton passes: the Triton TF32 GEMMs reached 0.72-0.90 of eager + TF32 on every
     GEMM-bound problem measured (KernelBench L2/41, 51, 76, 81, 86, L3/1, 3/11; H200, 2026-11-30 to
-    12-01, docs/data/2026-12-01f-expert-subset.csv); the Triton GEMMs stay a move away."""
+    12-01, docs/data/2026-12-01f-expert-subset.csv); the Triton GEMMs stay a move away.
+
+    A partitioned forward of :data:`LAUNCH_HEAVY` or more launches replays from a CUDA graph by
+    default (``cudagraph``): on KernelBench L3/16 (DenseNet201) the graph made
+    the same plan 2.9x faster (0.89 -> 2.55x eager, relaxed, H200, 2026-12-02; 500-600 launches,
+    docs/data/2026-12-02-v1-candidates.csv), while on forwards of under ten launches over large
+    tensors it cost up to half the speed (L2/31, 2/46: the inputs and outputs copied in and out) and
+    never gained more than noise; the other setting stays a move away."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind == "matmul":
@@ -123,11 +130,22 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
             moves["split"] *= 2
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
+    if "cudagraph" in moves and pattern.kind == "graph" and _launch_heavy(pattern, kind):
+        moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
     if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
         moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones reached 0.72-0.90 of them (see below)
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
+
+
+LAUNCH_HEAVY = 100  # launches per forward from which a partitioned plan replays a CUDA graph by default
+
+
+def _launch_heavy(pattern: Pattern, kind: str) -> bool:
+    from loopwise.kernels.expert.partition import kinds, launches, plan
+
+    return kind in kinds(pattern) and launches(plan(pattern, kind)) >= LAUNCH_HEAVY
 
 
 def conv_transpose_values(pattern: Pattern) -> dict:

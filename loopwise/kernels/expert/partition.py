@@ -135,6 +135,13 @@ def plan(pattern, kind: str) -> dict:
     return dict(dict(dict(pattern.params)["plans"])[kind])
 
 
+def launches(chosen: dict) -> int:
+    """About how many operations one forward of the plan ``chosen`` launches: one per fused pass and
+    GEMM, three per norm (statistics, finalize, normalize) and one per operation left in PyTorch
+    (a view or a size among them: each costs the host a dispatch all the same)."""
+    return len(chosen["groups"]) + len(chosen["gemms"]) + 3 * len(chosen["norms"]) + len(chosen["pytorch"])
+
+
 def kinds(pattern) -> list[str]:
     """The template kinds a ``graph`` pattern has plans for, the elementwise-only one first."""
     return [kind for kind, _ in dict(pattern.params)["plans"]]
