@@ -115,8 +115,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     12-01, docs/data/2026-12-01f-expert-subset.csv); the Triton GEMMs stay a move away.
 
     A partitioned forward of :data:`LAUNCH_HEAVY` or more launches replays from a CUDA graph by
-    default (``cudagraph``): on KernelBench L3/16 (DenseNet201) the graph made
-    the same plan 2.9x faster (0.89 -> 2.55x eager, relaxed, H200, 2026-12-02; 500-600 launches,
+    default (``cudagraph``): on KernelBench L3/16 (DenseNet201, 500-600 launches) the graph made the
+    same plan 2.9x faster (0.89 -> 2.55x eager, relaxed, H200, 2026-12-02,
     docs/data/2026-12-02-v1-candidates.csv), while on forwards of under ten launches over large
     tensors it cost up to half the speed (L2/31, 2/46: the inputs and outputs copied in and out) and
     never gained more than noise; the other setting stays a move away."""
