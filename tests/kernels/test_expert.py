@@ -635,6 +635,7 @@ def test_a_plan_of_hundreds_of_launches_replays_a_cuda_graph_by_default(tmp_path
     a handful: they start without one. The other setting stays one move away."""
     from loopwise.kernels.expert.generate import LAUNCH_HEAVY, default_moves
     from loopwise.kernels.expert.partition import launches
+    from loopwise.kernels.expert.proposer import _neighbours
 
     deep = _deep_linear_stack(tmp_path, 60)
     pattern = capture(load_problem(str(deep)))
@@ -643,8 +644,6 @@ def test_a_plan_of_hundreds_of_launches_replays_a_cuda_graph_by_default(tmp_path
     assert default_moves(pattern, "graph_linear")["cudagraph"] == 0
     source, _ = generate(load_problem(str(deep)))
     assert "class _GraphReplay" in source  # the first candidate replays
-    from loopwise.kernels.expert.proposer import _neighbours
-
     first = {"template": "graph", **default_moves(pattern, "graph")}
     assert {**first, "cudagraph": 0} in _neighbours(first)
     small = capture(load_problem(str(_deep_linear_stack(tmp_path, 3))))
