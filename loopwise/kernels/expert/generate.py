@@ -368,6 +368,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
             extra["pytorch"] = (*chosen["pytorch"], *(f"{g.module} (cuBLAS)" for g in chosen["gemms"]))
     template = _templates().get_template(TEMPLATES[kind])
     source = template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
+                           op_list=pattern.ops,
                            note=note, operands=pattern.operands, init=pattern.init, constants=pattern.constants,
                            prologue=pattern.prologue, scalars=pattern.scalars,
                            dot_precision="tf32x3" if precision == "fp32" else "tf32", relaxed=precision == "relaxed",
