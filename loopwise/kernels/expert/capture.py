@@ -34,14 +34,21 @@ class Pattern:
     reason: str = ""
 
 
-def _trace(problem):
+def _meta_model(problem):
+    """``problem``'s module, its Model built on the meta device (no memory, no kernels) and its inputs."""
     import torch
-    import torch.fx as fx
 
     module = problem.load_module()
     with torch.device("meta"):
-        model = module.Model(*module.get_init_inputs())
-        args = list(module.get_inputs())
+        return module, module.Model(*module.get_init_inputs()), list(module.get_inputs())
+
+
+def _trace(model, args):
+    """The forward's FX graph, unless a whole-forward template takes it (raises _Found) or its inputs
+    rule the elementwise path out (raises ew.Unsupported)."""
+    import torch
+    import torch.fx as fx
+
     try:
         gm = fx.symbolic_trace(model)
     except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
@@ -59,7 +66,7 @@ def _trace(problem):
         raise ew.Unsupported("inputs other than tensors and plain numbers")
     if any(t.dtype != torch.float32 for t in tensors):
         raise ew.Unsupported("inputs not float32")
-    return module, model, gm if gm is not None else fx.symbolic_trace(model), args
+    return gm if gm is not None else fx.symbolic_trace(model)
 
 
 def _one_float_input(args, ndim: int | None = None) -> bool:
@@ -261,8 +268,10 @@ def _only_layernorm(gm, model, args) -> Pattern | None:
 
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
+    model = None
     try:
-        module, model, gm, args = _trace(problem)
+        module, model, args = _meta_model(problem)
+        gm = _trace(model, args)
         pattern = _classify(gm, args, model)
         if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
             init = reference_init(problem.source, module)
@@ -275,32 +284,26 @@ def capture(problem) -> Pattern:
             pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
         return pattern
     except ew.Unsupported as exc:
-        return _unless_random(problem, _partitioned(problem, str(exc)))
+        return _unless_random(model, _partitioned(problem, str(exc)))
     except Exception as exc:  # noqa: BLE001 - tracing fails on data-dependent control flow, etc.
-        return _unless_random(problem, _partitioned(problem, f"cannot trace forward ({type(exc).__name__}: {exc})"))
+        return _unless_random(model, _partitioned(problem, f"cannot trace forward ({type(exc).__name__}: {exc})"))
 
 
-def _unless_random(problem, pattern: Pattern) -> Pattern:
+def _unless_random(model, pattern: Pattern) -> Pattern:
     """``pattern`` (a partitioned forward, which leaves modules such as Dropout to PyTorch), or
     unsupported where the model's output is random: no candidate can match a reference that does
-    not match itself, so none is proposed (each would fail the judge's comparison)."""
-    reason = _random_output(problem)
+    not match itself, so none is proposed (each would fail the judge's comparison). ``model`` is the
+    problem's Model on the meta device, or None where it could not be built (nothing known)."""
+    reason = _random_output(model) if model is not None else ""
     return replace(pattern, kind="unsupported", reason=f"{reason}; {pattern.reason}") if reason else pattern
 
 
-def _random_output(problem) -> str:
-    """Why ``problem``'s output is random (a dropout module with p > 0 in training mode, the mode the
+def _random_output(model) -> str:
+    """Why ``model``'s output is random (a dropout module with p > 0 in training mode, the mode the
     judge runs both models in), or "" when it is not known to be."""
-    import torch
     from torch import nn
 
     dropouts = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-    try:
-        module = problem.load_module()
-        with torch.device("meta"):
-            model = module.Model(*module.get_init_inputs())
-    except Exception:  # noqa: BLE001 - a model that cannot be built on the meta device: nothing known
-        return ""
     for name, sub in model.named_modules():
         if isinstance(sub, dropouts) and sub.p > 0 and sub.training:
             return (f"{name or 'the model'} is a {type(sub).__name__} with p={sub.p} in training mode: the "
