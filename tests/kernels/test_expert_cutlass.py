@@ -23,7 +23,7 @@ import pytest
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.expert import capture, matmul_variants
 from loopwise.kernels.expert.capture import Pattern
-from loopwise.kernels.expert.generate import DEFAULT_MOVES, render, variants
+from loopwise.kernels.expert.generate import DEFAULT_MOVES, default_moves, render, variants
 from loopwise.kernels.expert.proposer import SPACE, ExpertProposer, suggested_moves
 from loopwise.kernels.problem import load_problem
 
@@ -63,14 +63,20 @@ def _all_moves(kind: str) -> list[dict]:
     return [{"template": kind, **m} for m in combos if matmul_variants.valid(kind, m)]
 
 
-def test_products_the_triton_template_splits_along_k_get_no_cutlass_variant():
-    """The CUTLASS variants have no split-K: a product with few output tiles and a long K, which
+def test_products_the_triton_template_splits_along_k_get_only_the_cutlass_variant_that_splits():
+    """The WGMMA variants have no split-K: a product with few output tiles and a long K, which
     the Triton template splits, would leave most SMs idle in them (KernelBench L1/6, 256 x 256 out
-    of K = 524288, on the H200: 3xTF32 0.04x eager, TF32 WGMMA 0.09-0.14x, against the split Triton
-    template's 0.68x / 1.53x), and each costs a minute of nvcc."""
+    of K = 524288, on the H200: unsplit 3xTF32 0.04x eager, TF32 WGMMA 0.09-0.14x, against the
+    split Triton template's 0.68x / 1.53x), and each costs a minute of nvcc. 3xTF32 (the fp32
+    policy) splits K by the same rule as the Triton template."""
     skinny = _matmul("float32", m=256, n=256, k=524288)
-    assert variants(skinny, "fp32") == variants(skinny, "relaxed") == ["matmul"]
+    assert variants(skinny, "relaxed") == ["matmul"]
     assert variants(_matmul("bfloat16", m=256, n=256, k=524288), "relaxed") == ["matmul"]
+    # 3xTF32 splits K too: 4 tiles of 128 x 128, K split 64 ways (256 programs, 8192 of K each)
+    assert variants(skinny, "fp32") == ["matmul", "matmul_3xtf32"]
+    assert default_moves(skinny, "matmul_3xtf32") == {"tile": "128x128x32", "stages": 3, "split": 64}
+    assert render(skinny, {"template": "matmul_3xtf32"}).startswith(
+        '"""matmul_3xtf32: tile 128x128x32, stages 3, split 64\n')
     square = _matmul("float32", m=2048, n=4096, k=8192)  # L1/16: 512 tiles, no split
     assert variants(square, "fp32") == ["matmul", "matmul_3xtf32"]
     assert variants(square, "relaxed") == ["matmul", "matmul_cutlass_tf32"]
@@ -123,7 +129,8 @@ def test_knob_combinations_are_those_cutlass_builds():
     assert len(_all_moves("matmul_cutlass")) == 6 * len(matmul_variants.CLUSTERS)
     tf32 = {(m["tile"], m["schedule"]) for m in _all_moves("matmul_cutlass_tf32")}
     assert tf32 == {(tile.replace("x64", "x32"), schedule) for tile, schedule in cutlass}
-    assert len(_all_moves("matmul_3xtf32")) == len(matmul_variants.TF32X3_TILES) * len(matmul_variants.TF32X3_STAGES)
+    assert len(_all_moves("matmul_3xtf32")) == (len(matmul_variants.TF32X3_TILES) * len(matmul_variants.TF32X3_STAGES)
+                                                * len(matmul_variants.TF32X3_SPLITS))
     assert all(matmul_variants.valid(kind, DEFAULT_MOVES[kind]) for kind in matmul_variants.LIBRARY_KINDS)
     with pytest.raises(ValueError, match="does not apply"):
         render(_matmul("bfloat16"), {"template": "matmul_cutlass", "tile": "64x128x64", "schedule": "cooperative"})
@@ -158,7 +165,14 @@ def test_rendered_sources_are_python_whose_kernel_names_the_knobs_cutlass_types(
             tm, tn, tk = matmul_variants.dims(moves["tile"])
             wm, wn = matmul_variants.TF32X3_WARPS[moves["tile"]]
             assert f"GemmShape<{tm}, {tn}, {tk}>" in kernel and f"GemmShape<{tm // wm}, {tn // wn}, {tk}>" in kernel
-            assert f"{moves['stages']}, kAlign, kAlign, false, cutlass::arch::OpMultiplyAddFastF32>" in kernel
+            if moves["split"] == 1:  # the plain GEMM
+                assert f"{moves['stages']}, kAlign, kAlign, false, cutlass::arch::OpMultiplyAddFastF32>" in kernel
+                assert "GemmSplitKParallel" not in kernel and "kSplit" not in kernel
+            else:  # parallel split-K: partials, then CUTLASS's reduction kernel
+                assert "cutlass::gemm::device::GemmSplitKParallel<" in kernel
+                assert f"{moves['stages']}, kAlign, kAlign, cutlass::arch::OpMultiplyAddFastF32>" in kernel
+                assert f"constexpr int kSplit = {moves['split']};" in kernel and "{1.0f, 0.0f}, kSplit }" in kernel
+                assert f"K is split {moves['split']} ways" in source
             assert "cutlass::arch::Sm80" in kernel and "cutlass::arch::OpClassTensorOp" in kernel
             names.add(source.split('load_inline(name="')[1].split('"')[0])
         for moves in _all_moves("matmul_cutlass_tf32"):
@@ -236,7 +250,12 @@ def test_structural_moves_step_the_cutlass_knobs():
     assert suggested_moves(regs, "matmul_cutlass", {**wgmma, "tile": "64x256x64", "schedule": "pingpong"}) == \
         [{"tile": "64x128x64"}]
     assert suggested_moves(smem, "matmul_cutlass", wgmma) == []
-    tf32 = {"template": "matmul_3xtf32", "tile": "64x256x32", "stages": 4}
+    split = (FindingNote(text="[low] occupancy: ...", evidence={"moves": "split_k"}),)
+    assert suggested_moves(split, "matmul_3xtf32", {"template": "matmul_3xtf32", **DEFAULT_MOVES["matmul_3xtf32"]}) == \
+        [{"split": 2}]
+    assert suggested_moves(split, "matmul_3xtf32", {"template": "matmul_3xtf32", "tile": "64x64x32", "stages": 3,
+                                                    "split": 64}) == []  # the most it splits
+    tf32 = {"template": "matmul_3xtf32", "tile": "64x256x32", "stages": 4, "split": 1}
     assert suggested_moves(regs, "matmul_3xtf32", tf32) == [{"tile": "128x64x32"}]  # 256x64, 128x128: as large
     assert suggested_moves(smem, "matmul_3xtf32", tf32) == [{"stages": 3}, {"tile": "128x64x32"}]
 
@@ -381,13 +400,15 @@ def _fixture_maker():
     return module
 
 
-@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32", "expert_cutlass_tf32"])
+@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32", "expert_cutlass_tf32", "expert_3xtf32_splitk"])
 def test_the_fixtures_were_built_from_the_current_templates(name):
     recorded = json.loads((FIXTURES / f"{name}.json").read_text())
-    source = _fixture_maker().kernel_source(name)
+    maker = _fixture_maker()
+    source = maker.kernel_source(name)
     assert hashlib.sha256(source.encode()).hexdigest() == recorded["kernel_sha256"], \
         "a CUTLASS template changed: run tests/kernels/profile_fixtures/make_expert_cutlass_fixture.py again"
-    assert recorded["arch"] == "sm_90a" and recorded["moves"] == DEFAULT_MOVES[recorded["template"]]
+    assert recorded["arch"] == "sm_90a"
+    assert recorded["moves"] == default_moves(maker.pattern(name), recorded["template"])
 
 
 def _fixture_kernel(name: str):
@@ -439,6 +460,21 @@ def test_the_3xtf32_variant_compiles_to_three_tf32_mmas_per_product():
     assert kernel.tensor_core_instructions == 3 * per_product
 
 
+def test_the_split_3xtf32_variant_is_the_same_products_and_one_reduction_kernel():
+    """Split K ways (L1/6's shape, 64 ranges), the GEMM kernel issues the same 192 HMMA.1688 per
+    K step as the unsplit one and spills nothing; CUTLASS's reduction kernel beside it sums the
+    partials on the CUDA cores."""
+    _needs_disassembler()
+    from loopwise.kernels.profile.sass import profile_cubin
+
+    kernels = profile_cubin(FIXTURES / "expert_3xtf32_splitk.cubin").kernels
+    (gemm,) = [k for k in kernels if "GemmSplitKParallel" in k.name]
+    (reduction,) = [k for k in kernels if "ReduceSplitK" in k.name]
+    assert {op.opcode for op in gemm.tensor_core} == {"HMMA"} and gemm.tensor_core_instructions == 192
+    assert gemm.local_loads == gemm.local_stores == 0
+    assert reduction.tensor_core_instructions == 0 and reduction.local_loads == reduction.local_stores == 0
+
+
 GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
     # every transpose of each variant once, defaults or knobs (each case is an extension of its own:
     # nvcc takes 1-2 minutes of one core per case, so the cases are as few as cover the layouts)
@@ -449,6 +485,9 @@ GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
     *[("matmul_3xtf32", "float32", ta, not ta, 1000, {}) for ta in (False, True)],
     ("matmul_3xtf32", "float32", True, True, 1000, {"tile": "64x256x32", "stages": 5}),
     ("matmul_3xtf32", "float32", False, False, 1001, {"tile": "256x64x32", "stages": 4}),
+    # parallel split-K: K = 520 is 16 steps of 32, 2 per range but the last, which takes the rest
+    ("matmul_3xtf32", "float32", False, False, 1001, {"split": 8}),
+    ("matmul_3xtf32", "float32", True, True, 1000, {"tile": "64x64x32", "split": 4}),
     # K-major A and B as given (no copy), and both copied
     *[("matmul_cutlass_tf32", "float32", ta, not ta, 1001, {}) for ta in (False, True)],
     ("matmul_cutlass_tf32", "float32", False, False, 1000, {"tile": "64x128x32", "cluster": "1x1", "schedule": "pingpong"}),

@@ -39,16 +39,18 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
 def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     """The template kinds that can write ``pattern`` under ``precision``, its own (Triton) first:
     a matrix product adds its CUTLASS variant where the dtype, the policy and the operands'
-    alignment allow one (see :mod:`matmul_variants`) and the Triton template does not split K (few
-    output tiles, a long K: the CUTLASS variants, with no split-K, would leave most SMs idle; on
-    KernelBench L1/6 they ran at 0.04-0.14x eager where the split Triton template ran at 0.68x /
-    1.53x, 2026-12-01). Empty when no template covers it."""
+    alignment allow one (see :mod:`matmul_variants`). Where the Triton template splits K (few
+    output tiles, a long K) only 3xTF32 is added, which splits K too: the WGMMA variants have no
+    split-K and would leave most SMs idle (on KernelBench L1/6 the unsplit CUTLASS products ran at
+    0.04-0.14x eager where the split Triton template ran at 0.68x / 1.53x, 2026-12-01), and each
+    costs a minute of nvcc. Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
         return []
-    if pattern.kind == "matmul":  # CUTLASS's variants have no split-K: none where Triton splits K
-        if default_moves(pattern, "matmul", precision)["split"] > 1:
-            return ["matmul"]
-        return ["matmul", *matmul_variants.library_variants(pattern, precision)]
+    if pattern.kind == "matmul":
+        library = matmul_variants.library_variants(pattern, precision)
+        if default_moves(pattern, "matmul", precision)["split"] > 1:  # only the variant that splits K too
+            library = [kind for kind in library if "split" in matmul_variants.SPACE[kind]]
+        return ["matmul", *library]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
         from loopwise.kernels.expert.partition import kinds
 
@@ -63,6 +65,17 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
 # Split-K aims at about two programs per SM of a 132-SM Hopper, and keeps each K range at least
 # this many elements long (shorter ones spend more on the partials than they gain).
 _SPLIT_PROGRAMS, _SPLIT_MIN_K, _SPLIT_MAX = 264, 2048, 64
+
+
+def _default_split(p: dict, tile_m: int, tile_n: int, most: int) -> int:
+    """Split-K's K ranges for a product of ``p``'s shape in tile_m x tile_n output tiles: the
+    largest power of two up to ``most`` that keeps the programs within _SPLIT_PROGRAMS and each K
+    range at least _SPLIT_MIN_K long (1: no split)."""
+    tiles = -(-p["m"] // tile_m) * -(-p["n"] // tile_n)
+    split = 1
+    while split * 2 <= most and tiles * split * 2 <= _SPLIT_PROGRAMS and p["k"] // (split * 2) >= _SPLIT_MIN_K:
+        split *= 2
+    return split
 
 
 # K-major copies of an fp32 product's M- or N-major operands are made by default while they cost at
@@ -96,7 +109,7 @@ def kmajor_share(pattern: Pattern, precision: str = "fp32") -> float:
 def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "fp32") -> dict:
     """``kind``'s default moves for ``pattern``: the template's defaults, and for a matrix product
     with few output tiles and a long K, split-K (the largest power of two that keeps the programs
-    within about two per SM and each K range long); for an fp32 one with an M- or N-major operand,
+    within about two per SM and each K range long; Triton's and CUTLASS 3xTF32's alike); for an fp32 one with an M- or N-major operand,
     K-major copies where they are cheap next to the product under ``precision`` (Hopper's TF32
     tensor-core products read both operands K-major from shared memory: Triton stages an MN-major
     fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
@@ -122,12 +135,13 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     never gained more than noise; the other setting stays a move away."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
+    if kind == "matmul_3xtf32":  # CUTLASS's parallel split-K, by the same rule as the Triton template's
+        p = dict(pattern.params)
+        tile_m, tile_n, _ = matmul_variants.dims(moves["tile"])
+        moves["split"] = _default_split(p, tile_m, tile_n, max(matmul_variants.TF32X3_SPLITS))
     if kind == "matmul":
         p = dict(pattern.params)
-        tiles = -(-p["m"] // moves["block"]) * -(-p["n"] // moves["block"])
-        while (moves["split"] * 2 <= _SPLIT_MAX and tiles * moves["split"] * 2 <= _SPLIT_PROGRAMS
-               and p["k"] // (moves["split"] * 2) >= _SPLIT_MIN_K):
-            moves["split"] *= 2
+        moves["split"] = _default_split(p, moves["block"], moves["block"], _SPLIT_MAX)
         share = kmajor_share(pattern, precision)
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
     if "cudagraph" in moves and pattern.kind == "graph" and _launch_heavy(pattern, kind):
@@ -297,11 +311,13 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
                                 or dict(pattern.params)["dtype"] != "float32" or not kmajor_share(pattern)):
         return False  # copies only for fp32 products (TF32 reads K-major), and only where one is not K-major
-    split = moves.get("split", 1)
-    if moves.get("template", pattern.kind) != "matmul" or split == 1:
+    split, kind = moves.get("split", 1), moves.get("template", pattern.kind)
+    if kind not in ("matmul", "matmul_3xtf32") or split == 1:
         return True
     p = dict(pattern.params)
-    return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * moves.get("chunk", 1)
+    step = (matmul_variants.dims(moves.get("tile", DEFAULT_MOVES[kind]["tile"]))[2] if kind == "matmul_3xtf32"
+            else moves.get("chunk", 1))
+    return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * step
 
 
 _TRITON_GEMM_DEFAULTS = {k: DEFAULT_MOVES["graph_linear"][k] for k in ("tile", "chunk", "gemm_warps")}

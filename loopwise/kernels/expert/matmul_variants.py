@@ -2,7 +2,9 @@
 for bf16 / fp16 (``matmul_cutlass``) and, under the relaxed policy, for fp32 in TF32
 (``matmul_cutlass_tf32``: WGMMA reads TF32 operands K-major only, so an M- or N-major operand is
 copied K-major first), and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32 under the fp32 policy
-(``matmul_3xtf32``). Their knobs, the knob combinations CUTLASS builds well, the problems each can
+(``matmul_3xtf32``; with ``split`` > 1 as CUTLASS 2's parallel split-K: each K range's product
+written as an fp32 partial, then one reduction kernel sums them, for products of few output tiles
+and a long K). Their knobs, the knob combinations CUTLASS builds well, the problems each can
 take (CUTLASS reads 16-byte vectors, so each operand's contiguous extent must be a multiple of 8
 16-bit or 4 fp32 elements), and the values their templates are rendered with.
 
@@ -46,13 +48,15 @@ TF32X3_WARPS = {"64x64x32": (2, 2), "64x128x32": (2, 2), "128x64x32": (2, 2), "1
                 "256x64x32": (4, 2), "64x256x32": (2, 4)}
 TF32X3_TILES = list(TF32X3_WARPS)
 TF32X3_STAGES = [3, 4, 5]
+# K ranges of the parallel split-K (1: the plain GEMM, no partials, no reduction kernel)
+TF32X3_SPLITS = [1, 2, 4, 8, 16, 32, 64]
 _SM90_SHARED_BYTES = 227 * 1024  # the most dynamic shared memory one Hopper block may have
 
 SPACE = {"matmul_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
-         "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES},
+         "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS},
          "matmul_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES}}
 DEFAULT_MOVES = {"matmul_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
-                 "matmul_3xtf32": {"tile": "128x128x32", "stages": 3},
+                 "matmul_3xtf32": {"tile": "128x128x32", "stages": 3, "split": 1},
                  "matmul_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"}}
 
 _ALIGNMENT = {"float32": 4, "bfloat16": 8, "float16": 8}  # elements in 16 bytes
@@ -78,7 +82,8 @@ def valid(kind: str, moves: dict) -> bool:
             return False
         return m * n // _CONSUMER_THREADS[schedule] <= _MAX_ACCUMULATORS
     if kind == "matmul_3xtf32":
-        if moves.get("tile") not in TF32X3_WARPS or moves.get("stages") not in TF32X3_STAGES:
+        if (moves.get("tile") not in TF32X3_WARPS or moves.get("stages") not in TF32X3_STAGES
+                or moves.get("split", 1) not in TF32X3_SPLITS):
             return False
         m, n, k = dims(moves["tile"])
         return moves["stages"] * (m + n) * k * 4 <= _SM90_SHARED_BYTES
@@ -115,8 +120,10 @@ def library_variants(pattern: Pattern, precision: str) -> list[str]:
 
 def note(kind: str, moves: dict) -> str:
     """The first line of a rendered source: the variant and its knobs, which the proposer parses
-    back (``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative``)."""
-    return f"{kind}: " + ", ".join(f"{knob} {moves[knob]}" for knob in SPACE[kind])
+    back (``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative``); 3xTF32's split
+    only where it splits K (``matmul_3xtf32: tile 128x128x32, stages 3, split 64``)."""
+    return f"{kind}: " + ", ".join(f"{knob} {moves[knob]}" for knob in SPACE[kind]
+                                   if not (knob == "split" and moves.get(knob, 1) == 1))
 
 
 def template_values(kind: str, pattern: Pattern, moves: dict) -> dict:

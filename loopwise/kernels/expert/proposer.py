@@ -190,7 +190,8 @@ class ExpertProposer(Proposer):
     def _parse_moves(source: str) -> dict | None:
         """Moves of a source this proposer wrote in an earlier process (a resumed run), from its
         first line: ``matmul: block 128, 8 warps, chunk 32`` or
-        ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative``. A source whose
+        ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative`` (3xTF32's
+        ``split`` is 1 where the note does not name it). A source whose
         first line names no template gives the block / warps / chunk it mentions, if any."""
         first = re.match(r'\s*"""(\w+): ([^\n]*)', source or "")
         if first and first.group(1) in matmul_variants.LIBRARY_KINDS:
@@ -200,6 +201,8 @@ class ExpertProposer(Proposer):
                 numeric = all(isinstance(v, int) for v in SPACE[kind].get(name, ()))
                 if name in SPACE[kind] and (value.isdigit() or not numeric):
                     moves[name] = int(value) if numeric else value
+            if "split" in SPACE[kind]:  # the note names split-K only when it splits
+                moves.setdefault("split", 1)
             return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
                           r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?(, cublas)?", source or "")
@@ -302,7 +305,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_norm": ({"block": "up"},), "graph_linear": ({"block": "up"},),
                         "graph_conv": ({"block": "up"},)},
-    "split_k": {"matmul": ({"split": "up"},)},
+    "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
     "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
                         "graph_conv": ({"cudagraph": "up"},)},
