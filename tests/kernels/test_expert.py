@@ -617,6 +617,67 @@ def _deep_linear_stack(tmp_path, layers: int):
     return path
 
 
+_DEFAULTS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x, {params}):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 9, 9)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_parameters_the_inputs_leave_out_are_captured_at_their_defaults(tmp_path):
+    """KernelBench's LSTM and NetVLAD forwards take ``h0=None`` / ``mask=None`` beyond their
+    inputs: the forward is captured as the call makes it (the defaults' branch), not as an FX trace
+    of the other branch, and a parameter with no default is a clear reason, never a traceback."""
+    cases = {"none": ("scale=None", "y = self.conv(x)\n        return y if scale is None else y * scale"),
+             "flag": ("relu=True, slope=0.5", "y = self.conv(x)\n        return torch.relu(y) * slope if relu else y"),
+             "required": ("scale", "return self.conv(x) * scale")}
+    patterns = {}
+    for name, (params, body) in cases.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(_DEFAULTS.format(params=params, body=body))
+        patterns[name] = capture(load_problem(str(path)))
+    assert patterns["none"].kind == "conv2d"  # the call's graph is one convolution (the traced else-branch multiplied)
+    flag = patterns["flag"]  # FX's guards on the fixed values are gone: the conv in cuDNN, ReLU and the scale fused
+    assert (flag.kind, flag.ops, flag.prologue, flag.inputs) == ("elementwise", ("conv2d", "relu", "mul"), "conv", 1), flag
+    assert patterns["required"].kind == "unsupported"
+    assert "forward takes scale beyond the 1 input(s) given, without defaults" in patterns["required"].reason
+
+
+@pytest.mark.parametrize("body,draws", [
+    ("h = torch.randn((x.shape[0], 8, 7, 7), device=x.device)\n        return self.conv(x) + h", "randn"),
+    ("return torch.nn.functional.dropout(self.conv(x), 0.2)", "dropout"),
+    ("return self.conv(x).normal_()", "Tensor.normal_"),
+    ("return torch.nn.functional.dropout(self.conv(x), 0.2, False) * 2", None),  # eval-mode dropout: the identity
+])
+def test_a_forward_that_draws_random_numbers_gets_no_candidate(tmp_path, body, draws):
+    """KernelBench L3/35 draws its LSTM's initial state with torch.randn in the forward when h0 is
+    None (as the inputs leave it): its output differs from call to call, so every candidate would
+    fail the judge's comparison; the capture says so instead of proposing any."""
+    path = tmp_path / "random.py"
+    path.write_text(_DEFAULTS.format(params="unused=None", body=body))
+    pattern = capture(load_problem(str(path)))
+    if draws is None:
+        assert pattern.kind != "unsupported", pattern.reason
+        return
+    assert pattern.kind == "unsupported"
+    assert f"the forward draws random numbers ({draws}): the output is random" in pattern.reason, pattern.reason
+
+
 def test_a_deep_models_coverage_reason_counts_repeated_parts_instead_of_listing_each(tmp_path):
     """DenseNet201 has 103 BatchNorm+ReLU parts: the reason (the bench table's coverage column) says
     'batch_norm+relu x103' rather than naming each; a short model keeps its parts in order."""

@@ -43,14 +43,83 @@ def _meta_model(problem):
         return module, module.Model(*module.get_init_inputs()), list(module.get_inputs())
 
 
+def trace_as_called(model, args):
+    """``model``'s forward as an FX graph of the call ``model(*args)``: parameters the inputs leave
+    out (an LSTM's ``h0=None``, NetVLAD's ``mask=None``) are fixed at their defaults, so control
+    flow on them is traced the way the call takes it (FX's ``concrete_args``), and their
+    placeholders and FX's guards on them are dropped: the graph takes exactly ``args``.
+
+    Raises:
+        ew.Unsupported: a parameter the inputs leave out has no default.
+        Exception: whatever FX raises for a forward it cannot trace.
+    """
+    import inspect
+
+    import torch.fx as fx
+
+    named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    left = [p for p in list(inspect.signature(model.forward).parameters.values())[len(args):] if p.kind in named]
+    if any(p.default is inspect.Parameter.empty for p in left):
+        raise ew.Unsupported(f"forward takes {', '.join(p.name for p in left)} beyond the {len(args)} input(s) given, "
+                             "without defaults")
+    if not left:
+        return _deterministic(fx.symbolic_trace(model))
+    gm = fx.symbolic_trace(model, concrete_args={p.name: p.default for p in left})
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fixed = placeholders[len(args):]
+    guards, frontier = [], list(fixed)  # FX's checks that a fixed argument keeps its value
+    while frontier:
+        node = frontier.pop()
+        for user in node.users:
+            if user not in guards:
+                guards.append(user)
+                frontier.append(user)
+    if any(g.op == "output" for g in guards):
+        raise ew.Unsupported("the output depends on a parameter fixed at its default")
+    for node in reversed(list(gm.graph.nodes)):  # users before what they use
+        if node in guards or node in fixed:
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    return _deterministic(gm)
+
+
+# What draws random numbers in a forward: torch functions and Tensor methods (in place or not).
+_RANDOM_FUNCTIONS = frozenset({"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
+                               "normal", "bernoulli", "multinomial", "poisson", "dropout", "alpha_dropout",
+                               "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"})
+_RANDOM_METHODS = frozenset({"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_",
+                             "log_normal_", "cauchy_", "bernoulli", "multinomial"})
+
+
+def _deterministic(gm):
+    """``gm``, unless its forward draws random numbers (a fresh ``torch.randn`` state, functional
+    dropout in training mode): then its output differs from call to call, no candidate can match
+    the reference (nor can the reference match itself), and ew.Unsupported says which call draws."""
+    for node in gm.graph.nodes:
+        name = getattr(node.target, "__name__", "") if node.op == "call_function" else node.target
+        if node.op == "call_function" and name in _RANDOM_FUNCTIONS:
+            if "dropout" in name:  # (input, p=0.5, training=True, ...): random only when it drops something
+                given = dict(zip(("input", "p", "training"), node.args)) | dict(node.kwargs)
+                if given.get("training", given.get("train", True)) is False or given.get("p", 0.5) == 0:
+                    continue
+            raise ew.Unsupported(f"the forward draws random numbers ({name}): the output is random, so no candidate "
+                                 "can match the reference (nor can the reference match itself)")
+        if node.op == "call_method" and name in _RANDOM_METHODS:
+            raise ew.Unsupported(f"the forward draws random numbers (Tensor.{name}): the output is random, so no "
+                                 "candidate can match the reference (nor can the reference match itself)")
+    return gm
+
+
 def _trace(model, args):
     """The forward's FX graph, unless a whole-forward template takes it (raises _Found) or its inputs
     rule the elementwise path out (raises ew.Unsupported)."""
     import torch
-    import torch.fx as fx
 
     try:
-        gm = fx.symbolic_trace(model)
+        gm = trace_as_called(model, args)
+    except ew.Unsupported:
+        raise
     except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
         gm = None
     if gm is not None:  # the whole-forward patterns, most specific first
@@ -66,7 +135,14 @@ def _trace(model, args):
         raise ew.Unsupported("inputs other than tensors and plain numbers")
     if any(t.dtype != torch.float32 for t in tensors):
         raise ew.Unsupported("inputs not float32")
-    return gm if gm is not None else fx.symbolic_trace(model)
+    return gm if gm is not None else trace_as_called(model, args)
+
+
+def _sole_placeholder(gm):
+    """The graph's one input node, or None where the forward takes more parameters than one (an
+    LSTM's ``forward(self, x, h0=None)`` called with x alone still has two placeholders)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return placeholders[0] if len(placeholders) == 1 else None
 
 
 def _one_float_input(args, ndim: int | None = None) -> bool:
@@ -160,7 +236,9 @@ def _linear_epilogue(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=2):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or calls[0].op != "call_module" or calls[0].args[:1] != (x,):
         return None
@@ -532,7 +610,9 @@ def _only_conv(gm, model, args) -> Pattern | None:
 
     if not any(_one_float_input(args, ndim=ndim) for ndim in (3, 4, 5)):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
         return None
@@ -571,7 +651,9 @@ def _separable_conv(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=4):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if (len(calls) != 2 or any(c.op != "call_module" or c.kwargs for c in calls)
             or calls[0].args != (x,) or calls[1].args != (calls[0],) or len(calls[0].users) != 1):
@@ -643,7 +725,9 @@ def _dim_reduce(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or len(calls) > 2 or calls[0].op not in ("call_function", "call_method") or calls[0].args[:1] != (x,):
         return None
@@ -726,7 +810,9 @@ def _normalize(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
     div = out.args[0]
     if not (hasattr(div, "op") and div.op == "call_function" and div.target in (operator.truediv, torch.div)
@@ -793,7 +879,9 @@ def _pooling(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    x = _sole_placeholder(gm)
+    if x is None:
+        return None
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,):
         return None

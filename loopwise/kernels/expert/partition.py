@@ -163,14 +163,17 @@ def _torch_name(value) -> str:
 def _traced(module):
     """(fx GraphModule with shapes propagated on the meta device, the meta model)."""
     import torch
-    import torch.fx as fx
     from torch.fx.passes.shape_prop import ShapeProp
+
+    from loopwise.kernels.expert.capture import trace_as_called
 
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         args = list(module.get_inputs())
     try:
-        gm = fx.symbolic_trace(model)
+        gm = trace_as_called(model, args)
+    except ew.Unsupported:
+        raise
     except Exception as exc:  # noqa: BLE001 - data-dependent control flow and the like
         raise ew.Unsupported(f"cannot trace forward ({type(exc).__name__}: {str(exc)[:120]})") from None
     try:
