@@ -14,7 +14,7 @@ from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.generate import render, variants
-from loopwise.kernels.expert.partition import kinds, plan
+from loopwise.kernels.expert.partition import kinds, launches, plan
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
 
@@ -1709,6 +1709,57 @@ def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_
     assert "GroupNorm" not in chosen["pytorch"]
     source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
     assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
+
+
+_CHANNEL_SOFTMAX = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.{conv}
+        self.bias = nn.Parameter(torch.randn({bias}))
+        self.pool = nn.{pool}
+
+    def forward(self, x):
+        x = self.conv(x)
+        {body}
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
+    # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
+    ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
+     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid")),
+    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling left in PyTorch; a scale before it
+    ("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
+     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub")),
+])
+def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
+                                                                      shape, ops):
+    """A softmax over the channels of a convolution's output (KernelBench L2/6, 2/91) is one Triton
+    pass in the graph_norm plan: each program holds all channels of a run of positions; the
+    elementwise work only the softmax reads is computed as it is read, the work only its output
+    feeds (per-channel tensors included) applied before the store; judged correct."""
+    path = tmp_path / "channel_softmax.py"
+    path.write_text(_CHANNEL_SOFTMAX.format(conv=conv, bias=bias, pool=pool, body=body, shape=shape))
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
+    assert "softmax" not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
 
 
 @pytest.mark.parametrize("replacements,ops", [

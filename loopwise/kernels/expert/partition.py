@@ -60,12 +60,15 @@ class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
     updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
-    then normalize and the affine map. The elementwise work whose output only the norm reads is its
-    prologue, computed on the fly in both passes (recomputed: cheaper than a pass over memory); the
-    elementwise work that reads only the norm's output is its epilogue, applied before the store."""
+    then normalize and the affine map. Or (kind ``softmax``) a softmax over the channels of an
+    (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
+    all C channels of a run of positions, so the maximum, the sum and the output come from one read.
+    The elementwise work whose output only the norm reads is its prologue, computed where it is
+    read (for a GroupNorm or BatchNorm in both passes: recomputed, cheaper than a pass over memory);
+    the elementwise work that reads only the norm's output is its epilogue, applied before the store."""
 
-    module: str
-    kind: str  # "group" or "batch"
+    module: str  # the norm's attribute path ("" for a softmax: nothing of the model to read)
+    kind: str  # "group", "batch" or "softmax"
     inputs: int  # activations x0, x1, ... of the norm's input shape
     operands: tuple[str, ...]  # the prologue's tensors p0, p1, ..., one value per channel
     body: tuple[str, ...]
@@ -102,7 +105,7 @@ def partition(problem):
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = _linears(gm, model) if linear else []
         convs = _convs(gm, model) if conv else []
-        norm_nodes = _norm_nodes(gm) if norm else []
+        norm_nodes = sorted(_norm_nodes(gm) + _softmax_nodes(gm), key=list(gm.graph.nodes).index) if norm else []
         if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
@@ -136,10 +139,11 @@ def plan(pattern, kind: str) -> dict:
 
 
 def launches(chosen: dict) -> int:
-    """About how many operations one forward of the plan ``chosen`` launches: one per fused pass and
-    GEMM, three per norm (statistics, finalize, normalize) and one per operation left in PyTorch
-    (a view or a size among them: each costs the host a dispatch all the same)."""
-    return len(chosen["groups"]) + len(chosen["gemms"]) + 3 * len(chosen["norms"]) + len(chosen["pytorch"])
+    """About how many operations one forward of the plan ``chosen`` launches: one per fused pass,
+    GEMM and softmax, three per other norm (statistics, finalize, normalize) and one per operation
+    left in PyTorch (a view or a size among them: each costs the host a dispatch all the same)."""
+    norms = sum(1 if n.kind == "softmax" else 3 for n in chosen["norms"])
+    return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
 
 
 def kinds(pattern) -> list[str]:
@@ -296,6 +300,37 @@ def _norm_nodes(gm) -> list:
     return found
 
 
+_SOFTMAX_MAX_CHANNELS = 1024  # all of a position's channels in one program's registers
+
+
+def _softmax_nodes(gm) -> list:
+    """The softmaxes over dimension 1 of one float32 (N, C, ...) tensor of at least three dimensions
+    and at most _SOFTMAX_MAX_CHANNELS channels: ``torch.softmax`` / ``F.softmax`` / ``Tensor.softmax``
+    (no dtype argument) and nn.Softmax modules."""
+    import torch.fx as fx
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ == "Softmax":
+            dim, extra = gm.get_submodule(node.target).dim, len(node.args) != 1 or bool(node.kwargs)
+        elif (node.op == "call_function" and getattr(node.target, "__name__", "") == "softmax"
+              and getattr(node.target, "__module__", "") in ("torch", "torch.nn.functional", "torch._C._VariableFunctions")) \
+                or (node.op == "call_method" and node.target == "softmax"):
+            given = dict(zip(("input", "dim"), node.args)) | dict(node.kwargs)
+            dim = given.get("dim")
+            extra = bool(len(node.args) > 2 or set(given) - {"input", "dim", "_stacklevel", "dtype"}
+                         or given.get("dtype") is not None)
+        else:
+            continue
+        src = node.args[0] if node.args else None
+        shape = _float32_shape(src) if isinstance(src, fx.Node) else None
+        if extra or shape is None or len(shape) < 3 or not isinstance(dim, int) or dim % len(shape) != 1:
+            continue
+        if shape[1] <= _SOFTMAX_MAX_CHANNELS and _float32_shape(node) == shape:
+            found.append(node)
+    return found
+
+
 def _norm_passes(gm, model, groups, outputs, norm_nodes):
     """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
     output only the norm reads becomes its prologue, one whose only activation input is the norm's
@@ -303,7 +338,8 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
     Returns the groups left, their outputs, and [(Norm, (the node it computes, activation nodes))]."""
     norms, taken = [], set()
     for node in norm_nodes:
-        kind = _NORMS[type(gm.get_submodule(node.target)).__name__]
+        module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
+        kind = _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
         src = node.args[0]
         shape = _float32_shape(src)
         c, rest = shape[1], (1,) * (len(shape) - 2)
@@ -322,7 +358,7 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
             taken.add(pre)
             xs, g = outputs[pre][1], groups[pre]
             values = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
-        values["ops"] = (*values["ops"], f"{kind}_norm")
+        values["ops"] = (*values["ops"], "softmax" if kind == "softmax" else f"{kind}_norm")
         computed = node
         if post is not None:
             taken.add(post)
@@ -330,7 +366,7 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
             body, ops, expr = _statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
-        norms.append((Norm(node.target, kind, **values), (computed, xs)))
+        norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
 
@@ -513,8 +549,9 @@ def _rewrite(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...
         swap(out, f"{'conv' if gemm.conv else 'linear'}_{k}", (source,),
              (f"{gemm.module}.weight", *([f"{gemm.module}.bias"] if gemm.has_bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
-        # the module itself: its weights, running statistics and mode
-        swap(out, f"gnorm_{k}", xs, (norm.module, *norm.operands, *norm.post_operands))
+        # the module itself (its weights, running statistics and mode); a softmax reads none
+        swap(out, f"{'softmax' if norm.kind == 'softmax' else 'gnorm'}_{k}", xs,
+             ((norm.module,) if norm.module else ()) + (*norm.operands, *norm.post_operands))
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
@@ -543,7 +580,8 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm)_\d+$", getattr(node.target, "__name__", "")):
+        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|softmax)_\d+$",
+                                                          getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 
