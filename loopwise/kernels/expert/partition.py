@@ -23,8 +23,9 @@ nn.BatchNorm in Triton: Welford statistics over chunks (per sample and group; pe
 batch in training, the running statistics updated as PyTorch does), then one normalize-and-affine
 pass, with the elementwise work whose output only the norm reads computed in both passes instead
 of written out and read back (L2/21's add, scale and sigmoid, L2/61's ReLU) and the work that reads
-only the norm's output applied before its store (a ReLU after a BatchNorm). The search measures
-the plans side by side.
+only the norm's output applied before its store (a ReLU after a BatchNorm); a softmax over the
+channels of an (N, C, ...) tensor is one pass of that plan too, every channel of a run of positions
+in one program (L2/6's, 2/91's after a convolution). The search measures the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
@@ -82,8 +83,8 @@ class Norm:
 def partition(problem):
     """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
-    when the forward has an nn.GroupNorm or nn.BatchNorm ``graph_norm`` (the norms in Triton with
-    their prologues and epilogues), when it has an nn.Linear on a 2-D float32 input ``graph_linear`` (each such
+    when the forward has an nn.GroupNorm or nn.BatchNorm, or a softmax over channels, ``graph_norm``
+    (the norms and softmaxes in Triton with their prologues and epilogues), when it has an nn.Linear on a 2-D float32 input ``graph_linear`` (each such
     Linear a Triton GEMM on the tensor cores, with the elementwise pass that reads only its output
     and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
     search measures them as siblings.
