@@ -23,7 +23,7 @@ import pytest
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.expert import capture, matmul_variants
 from loopwise.kernels.expert.capture import Pattern
-from loopwise.kernels.expert.generate import DEFAULT_MOVES, default_moves, render, variants
+from loopwise.kernels.expert.generate import DEFAULT_MOVES, default_moves, fits, render, variants
 from loopwise.kernels.expert.proposer import SPACE, ExpertProposer, suggested_moves
 from loopwise.kernels.problem import load_problem
 
@@ -77,6 +77,10 @@ def test_products_the_triton_template_splits_along_k_get_only_the_cutlass_varian
     assert default_moves(skinny, "matmul_3xtf32") == {"tile": "128x128x32", "stages": 3, "split": 64}
     assert render(skinny, {"template": "matmul_3xtf32"}).startswith(
         '"""matmul_3xtf32: tile 128x128x32, stages 3, split 64\n')
+    # a split only where the tiles leave SMs idle: not for L1/16's 512 tiles, and not past two waves
+    assert not fits(_matmul("float32", m=2048, n=4096, k=8192), {"template": "matmul_3xtf32", **DEFAULT_MOVES["matmul_3xtf32"], "split": 2})
+    assert not fits(skinny, {"template": "matmul_3xtf32", "tile": "64x64x32", "stages": 3, "split": 64})  # 1024 programs
+    assert fits(skinny, {"template": "matmul_3xtf32", "tile": "64x64x32", "stages": 3, "split": 32})
     square = _matmul("float32", m=2048, n=4096, k=8192)  # L1/16: 512 tiles, no split
     assert variants(square, "fp32") == ["matmul", "matmul_3xtf32"]
     assert variants(square, "relaxed") == ["matmul", "matmul_cutlass_tf32"]

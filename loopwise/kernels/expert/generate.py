@@ -291,7 +291,8 @@ def separable_stages(pattern: Pattern, block: int, chunk: int) -> int:
 
 def fits(pattern: Pattern, moves: dict) -> bool:
     """Whether ``moves`` suit ``pattern``'s shape: split-K only where every range has at least one K
-    step and its fp32 partials (split x M x N) stay within 1 GiB; K-major copies only of an fp32
+    step and its fp32 partials (split x M x N) stay within 1 GiB (3xTF32's also only where its
+    programs stay within two waves of about two per SM); K-major copies only of an fp32
     product's M- or N-major operands; NHWC reads only where a convolution has the channels for
     them; attention tiles (queries, and keys and values per pipeline stage) within shared memory."""
     if moves.get("template", pattern.kind) == "attention":
@@ -315,8 +316,12 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     if kind not in ("matmul", "matmul_3xtf32") or split == 1:
         return True
     p = dict(pattern.params)
-    step = (matmul_variants.dims(moves.get("tile", DEFAULT_MOVES[kind]["tile"]))[2] if kind == "matmul_3xtf32"
-            else moves.get("chunk", 1))
+    if kind == "matmul_3xtf32":  # and only where the tiles leave SMs idle: at most two waves of programs
+        tile_m, tile_n, step = matmul_variants.dims(moves.get("tile", DEFAULT_MOVES[kind]["tile"]))
+        if -(-p["m"] // tile_m) * -(-p["n"] // tile_n) * split > 2 * _SPLIT_PROGRAMS:
+            return False
+    else:
+        step = moves.get("chunk", 1)
     return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * step
 
 
