@@ -1762,6 +1762,61 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
 
 
+_LAYER_NORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.{first}
+        self.norm = nn.LayerNorm({normalized})
+        self.scale = nn.Parameter(torch.rand({normalized}) + 0.5)
+
+    def forward(self, x):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("first,normalized,body,shape,ops", [
+    # L2/34's: a transposed 3-D convolution, a scale before the norm, GELU and a per-column scale after it
+    ("ConvTranspose3d(3, 8, 4, stride=2, padding=1)", "10",
+     "return torch.nn.functional.gelu(self.norm(self.first(x) * 2.0)) * self.scale", "2, 3, 3, 4, 5",
+     ("mul", "layer_norm", "gelu", "mul")),
+    # L3/31's: a residual added before the norm (two activations), nothing after it
+    ("Linear(24, 24)", "24", "return self.norm(self.first(x) + x)", "7, 24", ("add", "layer_norm")),
+    # over the last two dimensions (20 elements, not a power of two), no affine map, a ReLU after it
+    ("Conv2d(3, 6, 3)", "(4, 5), elementwise_affine=False", "return torch.relu(self.norm(self.first(x)))", "2, 3, 6, 7",
+     ("layer_norm", "relu")),
+])
+def test_a_layer_norm_of_a_partition_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, first, normalized,
+                                                                          body, shape, ops):
+    """An nn.LayerNorm inside a forward (KernelBench L2/34, 3/31) is one Triton pass of the
+    graph_norm plan: whole rows held in a program, the mean and the variance of the deviations; the
+    elementwise work only the norm reads is computed as it is read, the work only its output feeds
+    (tensors of one value per normalized position too) applied before the store; judged correct."""
+    path = tmp_path / "layer_norm.py"
+    text = _LAYER_NORM.format(first=first, normalized=normalized, body=body, shape=shape)
+    if "affine=False" in normalized:
+        text = text.replace("torch.rand((4, 5), elementwise_affine=False)", "torch.rand(4, 5)")
+    path.write_text(text)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
+    assert "LayerNorm" not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert "lnorm_0_kernel[" in source and "self.norm(" not in source
+
+
 @pytest.mark.parametrize("replacements,ops", [
     ({}, ("batch_norm", "relu", "mul")),  # training: batch statistics; the ReLU and scale as its epilogue
     ({"self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)":

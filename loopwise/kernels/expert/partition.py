@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -61,7 +62,9 @@ class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
     updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
-    then normalize and the affine map. Or (kind ``softmax``) a softmax over the channels of an
+    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm over rows of at most
+    _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
+    one value per position of the normalized dimensions). Or (kind ``softmax``) a softmax over the channels of an
     (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
     all C channels of a run of positions, so the maximum, the sum and the output come from one read.
     The elementwise work whose output only the norm reads is its prologue, computed where it is
@@ -69,7 +72,7 @@ class Norm:
     the elementwise work that reads only the norm's output is its epilogue, applied before the store."""
 
     module: str  # the norm's attribute path ("" for a softmax: nothing of the model to read)
-    kind: str  # "group", "batch" or "softmax"
+    kind: str  # "group", "batch", "layer" or "softmax"
     inputs: int  # activations x0, x1, ... of the norm's input shape
     operands: tuple[str, ...]  # the prologue's tensors p0, p1, ..., one value per channel
     body: tuple[str, ...]
@@ -141,9 +144,9 @@ def plan(pattern, kind: str) -> dict:
 
 def launches(chosen: dict) -> int:
     """About how many operations one forward of the plan ``chosen`` launches: one per fused pass,
-    GEMM and softmax, three per other norm (statistics, finalize, normalize) and one per operation
+    GEMM, softmax and LayerNorm, three per other norm (statistics, finalize, normalize) and one per operation
     left in PyTorch (a view or a size among them: each costs the host a dispatch all the same)."""
-    norms = sum(1 if n.kind == "softmax" else 3 for n in chosen["norms"])
+    norms = sum(1 if n.kind in _LAUNCHERS else 3 for n in chosen["norms"])
     return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
 
 
@@ -282,7 +285,11 @@ def _epilogues(gm, model, groups, outputs, anchors):
     return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
 
 
-_NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch"}
+_NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch",
+          "LayerNorm": "layer"}
+_LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held whole in one program
+# each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
+_LAUNCHERS = {"softmax": "softmax", "layer": "lnorm"}
 
 
 def _norm_nodes(gm) -> list:
@@ -296,8 +303,14 @@ def _norm_nodes(gm) -> list:
             continue
         src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
         shape = _float32_shape(src) if isinstance(src, fx.Node) else None
-        if shape is not None and len(shape) >= 2 and _float32_shape(node) == shape:
-            found.append(node)
+        if shape is None or len(shape) < 2 or _float32_shape(node) != shape:
+            continue
+        sub = gm.get_submodule(node.target)
+        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
+            normalized = tuple(sub.normalized_shape)
+            if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
+                continue
+        found.append(node)
     return found
 
 
@@ -343,8 +356,12 @@ def _norm_passes(gm, model, groups, outputs, norm_nodes):
         kind = _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
         src = node.args[0]
         shape = _float32_shape(src)
-        c, rest = shape[1], (1,) * (len(shape) - 2)
-        per_channel = ((c,), (c, *rest), (1, c, *rest))
+        if kind == "layer":  # one value per position of the normalized (trailing) dimensions
+            normalized = tuple(gm.get_submodule(node.target).normalized_shape)
+            per_channel = tuple((1,) * j + normalized for j in range(len(shape) - len(normalized) + 1))
+        else:
+            c, rest = shape[1], (1,) * (len(shape) - 2)
+            per_channel = ((c,), (c, *rest), (1, c, *rest))
 
         def channel_wise(ps):
             return all(s in per_channel for s in _operand_shapes(model, ps))
@@ -551,7 +568,7 @@ def _rewrite(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...
              (f"{gemm.module}.weight", *([f"{gemm.module}.bias"] if gemm.has_bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
         # the module itself (its weights, running statistics and mode); a softmax reads none
-        swap(out, f"{'softmax' if norm.kind == 'softmax' else 'gnorm'}_{k}", xs,
+        swap(out, f"{_LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs,
              ((norm.module,) if norm.module else ()) + (*norm.operands, *norm.post_operands))
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)
@@ -581,7 +598,7 @@ def _pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|softmax)_\d+$",
+        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|lnorm|softmax)_\d+$",
                                                           getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
