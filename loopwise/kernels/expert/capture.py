@@ -139,8 +139,8 @@ def _trace(model, args):
 
 
 def _sole_placeholder(gm):
-    """The graph's one input node, or None where the forward takes more parameters than one (an
-    LSTM's ``forward(self, x, h0=None)`` called with x alone still has two placeholders)."""
+    """The graph's one input node, or None where the forward takes several (a whole-forward
+    template reads one input)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     return placeholders[0] if len(placeholders) == 1 else None
 
