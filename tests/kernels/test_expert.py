@@ -617,39 +617,29 @@ def _deep_linear_stack(tmp_path, layers: int):
     return path
 
 
-_DEFAULTS = """import torch
-import torch.nn as nn
+def _model_source(init: str, forward: str, shape: str = "2, 3, 9, 9", params: str = "") -> str:
+    """A problem file: ``Model`` whose __init__ runs the ``init`` lines and whose forward (x, then
+    ``params``) runs the ``forward`` lines, on one input of ``shape``."""
+    def lines(text: str) -> str:
+        return "\n".join("        " + line for line in text.splitlines())
 
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-
-    def forward(self, x, {params}):
-        {body}
-
-
-def get_inputs():
-    return [torch.randn(2, 3, 9, 9)]
-
-
-def get_init_inputs():
-    return []
-"""
+    return ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n{lines(init)}\n\n    def forward(self, x{', ' + params if params else ''}):\n"
+            f"{lines(forward)}\n\n\ndef get_inputs():\n    return [torch.randn({shape})]\n\n\n"
+            "def get_init_inputs():\n    return []\n")
 
 
 def test_parameters_the_inputs_leave_out_are_captured_at_their_defaults(tmp_path):
     """KernelBench's LSTM and NetVLAD forwards take ``h0=None`` / ``mask=None`` beyond their
     inputs: the forward is captured as the call makes it (the defaults' branch), not as an FX trace
     of the other branch, and a parameter with no default is a clear reason, never a traceback."""
-    cases = {"none": ("scale=None", "y = self.conv(x)\n        return y if scale is None else y * scale"),
-             "flag": ("relu=True, slope=0.5", "y = self.conv(x)\n        return torch.relu(y) * slope if relu else y"),
+    cases = {"none": ("scale=None", "y = self.conv(x)\nreturn y if scale is None else y * scale"),
+             "flag": ("relu=True, slope=0.5", "y = self.conv(x)\nreturn torch.relu(y) * slope if relu else y"),
              "required": ("scale", "return self.conv(x) * scale")}
     patterns = {}
     for name, (params, body) in cases.items():
         path = tmp_path / f"{name}.py"
-        path.write_text(_DEFAULTS.format(params=params, body=body))
+        path.write_text(_model_source("self.conv = nn.Conv2d(3, 8, 3)", body, params=params))
         patterns[name] = capture(load_problem(str(path)))
     assert patterns["none"].kind == "conv2d"  # the call's graph is one convolution (the traced else-branch multiplied)
     flag = patterns["flag"]  # FX's guards on the fixed values are gone: the conv in cuDNN, ReLU and the scale fused
@@ -659,7 +649,7 @@ def test_parameters_the_inputs_leave_out_are_captured_at_their_defaults(tmp_path
 
 
 @pytest.mark.parametrize("body,draws", [
-    ("h = torch.randn((x.shape[0], 8, 7, 7), device=x.device)\n        return self.conv(x) + h", "randn"),
+    ("h = torch.randn((x.shape[0], 8, 7, 7), device=x.device)\nreturn self.conv(x) + h", "randn"),
     ("return torch.nn.functional.dropout(self.conv(x), 0.2)", "dropout"),
     ("return self.conv(x).normal_()", "Tensor.normal_"),
     ("return torch.nn.functional.dropout(self.conv(x), 0.2, False) * 2", None),  # eval-mode dropout: the identity
@@ -669,7 +659,7 @@ def test_a_forward_that_draws_random_numbers_gets_no_candidate(tmp_path, body, d
     None (as the inputs leave it): its output differs from call to call, so every candidate would
     fail the judge's comparison; the capture says so instead of proposing any."""
     path = tmp_path / "random.py"
-    path.write_text(_DEFAULTS.format(params="unused=None", body=body))
+    path.write_text(_model_source("self.conv = nn.Conv2d(3, 8, 3)", body, params="unused=None"))
     pattern = capture(load_problem(str(path)))
     if draws is None:
         assert pattern.kind != "unsupported", pattern.reason
@@ -1711,32 +1701,6 @@ def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_
     assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
 
 
-_CHANNEL_SOFTMAX = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.{conv}
-        self.bias = nn.Parameter(torch.randn({bias}))
-        self.pool = nn.{pool}
-
-    def forward(self, x):
-        x = self.conv(x)
-        {body}
-        return self.pool(x)
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
 @pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
     # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
@@ -1752,7 +1716,8 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     elementwise work only the softmax reads is computed as it is read, the work only its output
     feeds (per-channel tensors included) applied before the store; judged correct."""
     path = tmp_path / "channel_softmax.py"
-    path.write_text(_CHANNEL_SOFTMAX.format(conv=conv, bias=bias, pool=pool, body=body, shape=shape))
+    path.write_text(_model_source(f"self.conv = nn.{conv}\nself.bias = nn.Parameter(torch.randn({bias}))\n"
+                                  f"self.pool = nn.{pool}", f"x = self.conv(x)\n{body}\nreturn self.pool(x)", shape))
     pattern = capture(load_problem(str(path)))
     assert "graph_norm" in kinds(pattern), pattern.reason
     chosen = plan(pattern, "graph_norm")
@@ -1760,30 +1725,6 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     assert "softmax" not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
     source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
     assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
-
-
-_LAYER_NORM = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.first = nn.{first}
-        self.norm = nn.LayerNorm({normalized})
-        self.scale = nn.Parameter(torch.rand({normalized}) + 0.5)
-
-    def forward(self, x):
-        {body}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
 
 
 @pytest.mark.parametrize("first,normalized,body,shape,ops", [
@@ -1804,10 +1745,9 @@ def test_a_layer_norm_of_a_partition_runs_in_triton_with_the_work_around_it(tmp_
     elementwise work only the norm reads is computed as it is read, the work only its output feeds
     (tensors of one value per normalized position too) applied before the store; judged correct."""
     path = tmp_path / "layer_norm.py"
-    text = _LAYER_NORM.format(first=first, normalized=normalized, body=body, shape=shape)
-    if "affine=False" in normalized:
-        text = text.replace("torch.rand((4, 5), elementwise_affine=False)", "torch.rand(4, 5)")
-    path.write_text(text)
+    size = normalized.split(", elementwise")[0]
+    path.write_text(_model_source(f"self.first = nn.{first}\nself.norm = nn.LayerNorm({normalized})\n"
+                                  f"self.scale = nn.Parameter(torch.rand({size}) + 0.5)", body, shape))
     pattern = capture(load_problem(str(path)))
     assert "graph_norm" in kinds(pattern), pattern.reason
     chosen = plan(pattern, "graph_norm")
