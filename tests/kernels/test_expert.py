@@ -1701,6 +1701,17 @@ def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_
     assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
 
 
+def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch) -> str:
+    """The graph_norm plan of ``path`` has one part, a one-launch norm of ``ops`` (``op_name`` no
+    longer in PyTorch), and its candidate is judged correct; its source."""
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
+    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    return _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
     # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
@@ -1718,12 +1729,7 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     path = tmp_path / "channel_softmax.py"
     path.write_text(_model_source(f"self.conv = nn.{conv}\nself.bias = nn.Parameter(torch.randn({bias}))\n"
                                   f"self.pool = nn.{pool}", f"x = self.conv(x)\n{body}\nreturn self.pool(x)", shape))
-    pattern = capture(load_problem(str(path)))
-    assert "graph_norm" in kinds(pattern), pattern.reason
-    chosen = plan(pattern, "graph_norm")
-    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
-    assert "softmax" not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
-    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch)
     assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
 
 
@@ -1748,12 +1754,7 @@ def test_a_layer_norm_of_a_partition_runs_in_triton_with_the_work_around_it(tmp_
     size = normalized.split(", elementwise")[0]
     path.write_text(_model_source(f"self.first = nn.{first}\nself.norm = nn.LayerNorm({normalized})\n"
                                   f"self.scale = nn.Parameter(torch.rand({size}) + 0.5)", body, shape))
-    pattern = capture(load_problem(str(path)))
-    assert "graph_norm" in kinds(pattern), pattern.reason
-    chosen = plan(pattern, "graph_norm")
-    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
-    assert "LayerNorm" not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
-    source = _judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    source = _one_pass_part_judged(path, ops, "LayerNorm", tmp_path, monkeypatch)
     assert "lnorm_0_kernel[" in source and "self.norm(" not in source
 
 
