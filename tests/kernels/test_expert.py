@@ -733,7 +733,7 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
                                             extra=""))
     assert kinds(capture(load_problem(str(without_conv)))) == ["graph_norm"]
     without_norm = tmp_path / "without_norm.py"  # and without the norm nothing to fuse keeps the whole-forward reason
-    without_norm.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return torch.softmax(x, 1)",
+    without_norm.write_text(_PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return torch.softmax(x, -1)",
                                             extra=""))
     pattern = capture(load_problem(str(without_norm)))
     assert pattern.kind == "unsupported" and "no chain of 2" in pattern.reason, pattern.reason
@@ -1413,7 +1413,7 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
     later = expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
     assert "graph_conv" in {ExpertProposer._parse_moves(p.content)["template"] for p in later}
     alone = tmp_path / "alone.py"  # a convolution's ReLU is no pass of its own: graph_conv is the only plan
-    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return torch.softmax(x, 1)", extra=""))
+    alone.write_text(_PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return torch.softmax(x, -1)", extra=""))
     only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
     assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
     wide = _variant(tmp_path, "partial_groupnorm.py", {"in_channels=3": "in_channels=16",
