@@ -138,13 +138,6 @@ def _trace(model, args):
     return gm if gm is not None else trace_as_called(model, args)
 
 
-def _sole_placeholder(gm):
-    """The graph's one input node, or None where the forward takes several (a whole-forward
-    template reads one input)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return placeholders[0] if len(placeholders) == 1 else None
-
-
 def _one_float_input(args, ndim: int | None = None) -> bool:
     """The forward takes one float32 tensor (of ``ndim`` dimensions when given, at least one)."""
     import torch
@@ -236,9 +229,7 @@ def _linear_epilogue(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=2):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or calls[0].op != "call_module" or calls[0].args[:1] != (x,):
         return None
@@ -610,9 +601,7 @@ def _only_conv(gm, model, args) -> Pattern | None:
 
     if not any(_one_float_input(args, ndim=ndim) for ndim in (3, 4, 5)):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
         return None
@@ -651,9 +640,7 @@ def _separable_conv(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=4):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if (len(calls) != 2 or any(c.op != "call_module" or c.kwargs for c in calls)
             or calls[0].args != (x,) or calls[1].args != (calls[0],) or len(calls[0].users) != 1):
@@ -725,9 +712,7 @@ def _dim_reduce(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or len(calls) > 2 or calls[0].op not in ("call_function", "call_method") or calls[0].args[:1] != (x,):
         return None
@@ -810,9 +795,7 @@ def _normalize(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
     div = out.args[0]
     if not (hasattr(div, "op") and div.op == "call_function" and div.target in (operator.truediv, torch.div)
@@ -879,9 +862,7 @@ def _pooling(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    x = _sole_placeholder(gm)
-    if x is None:
-        return None
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,):
         return None
