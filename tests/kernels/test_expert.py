@@ -1824,6 +1824,28 @@ def test_networks_built_by_helpers_copy_them_and_hold_the_same_weights(tmp_path,
     assert pattern.kind == "unsupported" and "refers to Model itself" in pattern.reason, pattern.reason
 
 
+def test_copied_members_come_in_source_order_whatever_the_hash_seed():
+    """The members of Model that __init__ uses (a class attribute, a helper method) are copied in the
+    order Model lists them, so the same problem gives the same candidate source (and cache key) in
+    every process, not one that depends on PYTHONHASHSEED."""
+    check = """
+import sys
+from loopwise.kernels.expert.reference_init import reference_init
+from loopwise.kernels.problem import load_problem
+problem = load_problem(sys.argv[1])
+print(reference_init(problem.source, problem.load_module()).text)
+"""
+    texts = set()
+    for seed in ("0", "1", "2", "3"):
+        run = subprocess.run([sys.executable, "-c", check, str(HERE / "partial_helpers.py")], capture_output=True,
+                             text=True, timeout=300, env=dict(os.environ, PYTHONHASHSEED=seed))
+        assert run.returncode == 0, run.stderr[-2000:]
+        texts.add(run.stdout)
+    assert len(texts) == 1
+    text = texts.pop()
+    assert text.index("def __init__") < text.index("growth = 2") < text.index("def _make_layer")
+
+
 def test_a_model_whose_output_is_random_gets_no_candidate():
     """Dropout in training mode (KernelBench L2/66's shape): no candidate can match a reference that
     does not match itself, so the expert proposes nothing and says why, rather than a partitioned

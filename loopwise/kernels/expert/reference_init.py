@@ -70,9 +70,13 @@ def reference_init(source: str, module: ModuleType) -> InitSource:
             copied = ast.parse("class ModelNew:\n" + text).body[0].body[0]
         except SyntaxError as exc:
             raise Unsupported(f"Model.__init__ does not survive re-indentation ({exc.msg})") from None
-        for name in _check_self_contained(copied, module):
-            if name not in members:
-                raise Unsupported(f"Model.__init__ uses Model.{name}, which ModelNew would not have")
+        used = _check_self_contained(copied, module)
+        missing = sorted(used - members.keys())
+        if missing:
+            raise Unsupported(f"Model.__init__ uses Model.{missing[0]}, which ModelNew would not have")
+        # Copied in the order Model's body lists them, so the generated source (and the cache key
+        # derived from it) does not depend on the process's string hashing.
+        for name in sorted(used, key=lambda n: members[n].lineno):
             if id(members[name]) not in seen:
                 seen.add(id(members[name]))
                 queue.append(members[name])
