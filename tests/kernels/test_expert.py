@@ -28,6 +28,12 @@ except ImportError:
 
 HERE = Path(__file__).parent / "expert_problems"
 EXAMPLE = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
+# The judge settings of the template tests: two random draws and one stress draw (every draw is
+# compared with float64 over the whole output), one timed call. The judge's own defaults (five and
+# two draws, 100 timed calls) are tested in test_judge.py; here each call of a candidate is one
+# pass of Triton's interpreter, 0.3-5 s on the CI machine, and a template's indexing is the same
+# on every draw of one shape (the parameters vary the shapes).
+TEMPLATE_JUDGE = {"correct_trials": 2, "stress_trials": 1, "perf_trials": 1, "warmup": 0, "seed": 9, "energy": False}
 
 
 def test_capture_recognizes_patterns_and_says_why_not():
@@ -194,7 +200,7 @@ def test_matrix_products_follow_the_precision_policy(tmp_path, monkeypatch):
     assert 'input_precision="tf32x3"' in strict and 'input_precision="tf32")' in relaxed
     verdicts = {}
     for policy, tolerance in (("fp32", "strict"), ("relaxed", "legacy")):
-        cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision=policy, tolerance=tolerance)
+        cfg = EvalConfig(**TEMPLATE_JUDGE, precision=policy, tolerance=tolerance)
         with Judge(problem, cfg, device="cpu", log_dir=tmp_path / policy, spares=0) as judge:
             verdicts[policy] = judge.evaluate(relaxed, f"relaxed-under-{policy}")
     assert verdicts["relaxed"].status is Status.CORRECT, verdicts["relaxed"].summary()
@@ -219,8 +225,7 @@ def _judged_correct(path, moves, tmp_path, monkeypatch, edit=None) -> str:
 def _judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
     """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
     caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision=precision,
-                     tolerance="strict" if precision == "fp32" else "legacy")
+    cfg = EvalConfig(**TEMPLATE_JUDGE, precision=precision, tolerance="strict" if precision == "fp32" else "legacy")
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, name)
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
@@ -848,7 +853,7 @@ def _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, fixture: str, says: s
     model(*problem.load_module().get_inputs())
     assert seen == [True]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-    cfg = EvalConfig(perf_trials=2, warmup=1, seed=9, energy=False, precision="relaxed", tolerance="legacy")
+    cfg = EvalConfig(**TEMPLATE_JUDGE, precision="relaxed", tolerance="legacy")
     with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(relaxed, f"relaxed-{fixture[:-3]}")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
