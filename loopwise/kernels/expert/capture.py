@@ -65,7 +65,7 @@ def trace_as_called(model, args):
     if not left:
         return _deterministic(fx.symbolic_trace(model))
     gm = fx.symbolic_trace(model, concrete_args={p.name: p.default for p in left})
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     fixed = placeholders[len(args):]
     guards, frontier = [], list(fixed)  # FX's checks that a fixed argument keeps its value
     while frontier:
@@ -138,6 +138,12 @@ def _trace(model, args):
     return gm if gm is not None else trace_as_called(model, args)
 
 
+def _inputs(gm) -> list:
+    """The traced forward's input nodes (its placeholders), in order: exactly the inputs it was
+    called with (trace_as_called fixes any others at their defaults)."""
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
 def _one_float_input(args, ndim: int | None = None) -> bool:
     """The forward takes one float32 tensor (of ``ndim`` dimensions when given, at least one)."""
     import torch
@@ -181,7 +187,7 @@ def _only_matmul(gm, model, args) -> Pattern | None:
     dtype = str(args[0].dtype).removeprefix("torch.")
     if args[1].dtype != args[0].dtype or dtype not in _MATMUL_DTYPES:
         return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     transposed: dict = {}
     product = None
@@ -229,7 +235,7 @@ def _linear_epilogue(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=2):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or calls[0].op != "call_module" or calls[0].args[:1] != (x,):
         return None
@@ -283,7 +289,7 @@ def _attention(gm, model, args) -> Pattern | None:
     dtype = str(q.dtype).removeprefix("torch.")
     if dtype not in _MATMUL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_function" or _op_name(calls[0]) != "scaled_dot_product_attention":
         return None
@@ -418,7 +424,7 @@ def _classify(gm, args, model) -> Pattern:
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     if len(nodes) == 1 and _softmax_dim(gm, nodes[0]) is not None:
         dim, log = _softmax_dim(gm, nodes[0]), _is_log_softmax(gm, nodes[0])
         name = "log_softmax" if log else "softmax"
@@ -555,7 +561,7 @@ def _cross_entropy(gm, model, args) -> Pattern | None:
     if len(calls) != 1:
         return None
     (call,) = calls
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     if call.op == "call_function" and call.target is F.cross_entropy:
         if tuple(call.args[:2]) != tuple(placeholders):
             return None
@@ -601,7 +607,7 @@ def _only_conv(gm, model, args) -> Pattern | None:
 
     if not any(_one_float_input(args, ndim=ndim) for ndim in (3, 4, 5)):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
         return None
@@ -640,7 +646,7 @@ def _separable_conv(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args, ndim=4):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if (len(calls) != 2 or any(c.op != "call_module" or c.kwargs for c in calls)
             or calls[0].args != (x,) or calls[1].args != (calls[0],) or len(calls[0].users) != 1):
@@ -677,7 +683,7 @@ def _conv_epilogue(gm, model, args) -> Pattern | None:
 
     if not args or not all(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args):
         return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) < 2 or calls[0].op != "call_module" or calls[0].args != (placeholders[0],) or calls[0].kwargs:
         return None
@@ -712,7 +718,7 @@ def _dim_reduce(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if not calls or len(calls) > 2 or calls[0].op not in ("call_function", "call_method") or calls[0].args[:1] != (x,):
         return None
@@ -755,7 +761,7 @@ def _row_scan(gm, model, args) -> Pattern | None:
     x = args[0]
     if x.dtype != torch.float32 or x.dim() < 1 or any(tuple(a.shape) != tuple(x.shape) for a in args[1:]):
         return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     last = {-1, x.dim() - 1}
 
@@ -795,7 +801,7 @@ def _normalize(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     (out,) = [n for n in gm.graph.nodes if n.op == "output"]
     div = out.args[0]
     if not (hasattr(div, "op") and div.op == "call_function" and div.target in (operator.truediv, torch.div)
@@ -862,7 +868,7 @@ def _pooling(gm, model, args) -> Pattern | None:
 
     if not _one_float_input(args):
         return None
-    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    (x,) = _inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,):
         return None
