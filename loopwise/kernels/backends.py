@@ -18,6 +18,7 @@ import shutil
 import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from loopwise.kernels.evaluate import launches
 
@@ -142,7 +143,17 @@ def _no_cuda_runtime_notice(record) -> bool:
     return not str(record.msg).startswith("No CUDA runtime is found")
 
 
-def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: str) -> tuple[bool, str]:
+class Build(NamedTuple):
+    """One candidate's parallel build. ``compiler_output`` is set only for a compiler error (the
+    build ran and failed, as it would in the candidate's sandbox); a build that timed out or whose
+    worker died has none, and is left to the sandbox."""
+
+    ok: bool
+    message: str
+    compiler_output: str = ""
+
+
+def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: str) -> Build:
     """Imports a candidate with no GPU visible, so that ``load_inline`` at import time builds it."""
     import logging
     import time
@@ -164,18 +175,23 @@ def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: st
     except BaseException as exc:  # noqa: BLE001 - reported, never raised
         text = traceback.format_exc()
         if "Error building extension" in text or "error:" in text.lower() and "ninja" in text.lower():
-            return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return True, f"import needs a GPU; compile deferred ({type(exc).__name__})"
-    return True, f"built in {time.perf_counter() - t0:.1f}s"
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            return Build(False, f"{type(exc).__name__}: {first}", text[-COMPILER_OUTPUT_CHARS:])
+        return Build(True, f"import needs a GPU; compile deferred ({type(exc).__name__})")
+    return Build(True, f"built in {time.perf_counter() - t0:.1f}s")
+
+
+COMPILER_OUTPUT_CHARS = 20000  # the tail of a failed build's output that is kept (the errors are at its end)
 
 
 def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: int | None = None,
-               timeout_s: float = 600.0) -> list[tuple[bool, str]]:
+               timeout_s: float = 600.0) -> list[Build]:
     """Builds the ``load_inline`` extensions of many candidates in parallel on CPU cores.
 
     Each candidate is imported in a fresh worker process with no GPU visible; a build that fails,
-    hangs or kills its worker is reported for that candidate alone (its sandbox then builds it
-    again and judges the failure), never raised.
+    hangs or kills its worker is reported for that candidate alone, never raised: a compiler error
+    with the compiler's output (the judge reports it without building again), a hang or a dead
+    worker without (its sandbox then builds it again and judges what happens).
     """
     import multiprocessing as mp
     import tempfile
@@ -191,9 +207,9 @@ def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: 
             try:
                 results.append(future.result(timeout=timeout_s))
             except FutureTimeout:
-                results.append((False, f"no build after {timeout_s:.0f}s; left to the sandbox"))
+                results.append(Build(False, f"no build after {timeout_s:.0f}s; left to the sandbox"))
             except Exception as exc:  # noqa: BLE001 - a worker died: that candidate's problem
-                results.append((False, f"build worker failed ({type(exc).__name__}); left to the sandbox"))
+                results.append(Build(False, f"build worker failed ({type(exc).__name__}); left to the sandbox"))
     finally:
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()  # a hung build must not outlive the command

@@ -517,7 +517,7 @@ def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
                for kind, dtype, ta, tb, m, knobs in GPU_CASES]
     extensions = tmp_path / "extensions"
     built = precompile(sources, str(extensions), "9.0")
-    assert all(ok for ok, _ in built), built
+    assert all(b.ok for b in built), built
     os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions)
     prepare_environment({"arch": "9.0"}, "cuda:0")
     for i, ((kind, dtype, ta, tb, m, knobs), source) in enumerate(zip(GPU_CASES, sources)):

@@ -110,6 +110,7 @@ class Judge:
         self._transfer_probed = False
         self.device_name = self._device_name()
         self.ref_times = ReferenceTimes(self.pool, self.cfg, self.device_name)
+        self._failed_builds: dict = {}  # source -> backends.Build of a compiler error in precompile
 
     def _device_name(self) -> str:
         import torch
@@ -153,6 +154,12 @@ class Judge:
             rejected = self.cfg.static_check and self._static(source, outcome)
         if rejected:
             return self._finish(ev, outcome, t0)
+        failed = self._failed_builds.get(source)
+        if failed is not None:  # the batch's parallel build already met the compiler's verdict
+            ev.status = Status.COMPILE_ERROR
+            outcome.reject("compile_error", f"{failed.message} (in the batch's parallel build; not built again)")
+            ev.log = failed.compiler_output
+            return self._finish(ev, outcome, t0)
         box = None
         try:
             with phase(ev, "reference"):
@@ -195,15 +202,21 @@ class Judge:
         """Builds the ``load_inline`` extensions of the native candidates (CUDA, C++, CUTLASS)
         among ``sources`` at once, one CPU core each, into the cache the sandboxes load from: a
         batch of CUTLASS candidates then costs one build's wall time (a minute each on Hopper),
-        not one after another. Candidates the static scan rejects are left out; a build that fails
-        is judged again by its sandbox. Returns how many were built (none for fewer than two)."""
+        not one after another. Candidates the static scan rejects are left out. A build that fails
+        with a compiler error is not built again: ``evaluate`` reports that error (the compiler's
+        output as the log); one that timed out or lost its worker is built by its sandbox. Returns
+        how many were built (none for fewer than two)."""
         from loopwise.kernels import backends
 
         native = self.native(sources)
         if len(native) < 2:
             return 0
-        backends.precompile(native, self._extensions_dir(), backends.device_arch(self.device),
-                            timeout_s=self.cfg.compile_timeout_s)
+        results = backends.precompile(native, self._extensions_dir(), backends.device_arch(self.device),
+                                      timeout_s=self.cfg.compile_timeout_s)
+        for source, result in zip(native, results):
+            build = backends.Build(*result)
+            if not build.ok and build.compiler_output:
+                self._failed_builds[source] = build
         return len(native)
 
     def key(self, source: str) -> str:
