@@ -22,9 +22,9 @@ demo: $(BIN)/.installed
 
 # Two test processes (pytest-xdist): CI's machine has two cores, and most of the suite is
 # single-threaded (Triton's interpreter, sandboxed judges). TEST_WORKERS=0 runs in one process.
-# One OpenMP thread per process (sandboxes and workers inherit it): with a pool of one thread a
-# core in each of two processes, the pools' spinning threads fight over two cores (the suite took
-# 1,337 s with them and 1,086 s without on the CI-sized machine).
+# One OpenMP thread per process (its sandboxes and workers inherit it): torch's default pool has a
+# thread per core, and two processes' pools spinning on two cores fight over them (the suite took
+# 1,337 s that way and 1,086 s with one thread each on the CI-sized machine).
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 

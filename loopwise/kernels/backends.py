@@ -143,6 +143,9 @@ def _no_cuda_runtime_notice(record) -> bool:
     return not str(record.msg).startswith("No CUDA runtime is found")
 
 
+COMPILER_OUTPUT_CHARS = 20000  # the tail of a failed build's output that is kept (the errors are at its end)
+
+
 class Build(NamedTuple):
     """One candidate's parallel build. ``compiler_output`` is set only for a compiler error (the
     build ran and failed, as it would in the candidate's sandbox); a build that timed out or whose
@@ -179,9 +182,6 @@ def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: st
             return Build(False, f"{type(exc).__name__}: {first}", text[-COMPILER_OUTPUT_CHARS:])
         return Build(True, f"import needs a GPU; compile deferred ({type(exc).__name__})")
     return Build(True, f"built in {time.perf_counter() - t0:.1f}s")
-
-
-COMPILER_OUTPUT_CHARS = 20000  # the tail of a failed build's output that is kept (the errors are at its end)
 
 
 def precompile(sources: list[str], extensions_dir: str, arch: str | None, jobs: int | None = None,
