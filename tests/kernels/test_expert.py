@@ -637,6 +637,21 @@ def _model_source(init: str, forward: str, shape: str = "2, 3, 9, 9", params: st
             "def get_init_inputs():\n    return []\n")
 
 
+def test_a_recurrent_layer_is_named_as_the_reason_not_its_inputs_shapes(tmp_path):
+    """KernelBench's LSTM and GRU problems (L3/36, 3/41) pass the input and the hidden states, of
+    shapes that do not broadcast together: the reason a user reads is the layer that stays in
+    PyTorch, as for any other unsupported module, not a broadcasting error."""
+    path = tmp_path / "gru.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n        self.gru = nn.GRU(8, 16, 2)\n\n"
+                    "    def forward(self, x, h0):\n        output, h_n = self.gru(x, h0)\n        return output\n\n\n"
+                    "def get_inputs():\n    return [torch.rand(5, 3, 8), torch.rand(2, 3, 16)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "unsupported" and pattern.reason.startswith("module GRU"), pattern.reason
+    assert "broadcast" not in pattern.reason, pattern.reason
+
+
 def test_parameters_the_inputs_leave_out_are_captured_at_their_defaults(tmp_path):
     """KernelBench's LSTM and NetVLAD forwards take ``h0=None`` / ``mask=None`` beyond their
     inputs: the forward is captured as the call makes it (the defaults' branch), not as an FX trace

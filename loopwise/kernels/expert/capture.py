@@ -440,7 +440,11 @@ def _classify(gm, args, model) -> Pattern:
         raise ew.Unsupported("forward returns a view of an input")
     if not shapes:
         raise ew.Unsupported("the output reads no input")
-    out_shape, full, broadcast = _broadcast_inputs(shapes)
+    try:
+        out_shape, full, broadcast = _broadcast_inputs(shapes)
+    except ew.Unsupported:
+        _chain(gm, model, nodes, exprs, len(placeholders), None)  # an unsupported operation is the first reason
+        raise
     chain = _chain(gm, model, nodes, exprs, len(placeholders), out_shape)
     # inputs the operations never read are not loaded (their shape may be any)
     unused = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in shapes)
@@ -899,8 +903,9 @@ def _pooling(gm, model, args) -> Pattern | None:
                            ("kernel3", kernel), ("stride3", stride), ("padding3", padding), ("dilation3", dilation)))
 
 
-def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) -> Pattern:
-    """The elementwise pattern of ``nodes`` over the inputs named in ``exprs`` (of ``shape``)."""
+def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...] | None) -> Pattern:
+    """The elementwise pattern of ``nodes`` over the inputs named in ``exprs`` (of ``shape``; None:
+    the operations alone are checked, not the model tensors they read)."""
     exprs = dict(exprs)
     ops, body, operands = [], [], []
     for node in nodes:
@@ -921,7 +926,7 @@ def _chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...]) ->
         raise ew.Unsupported("forward returns something other than the fused result")
     if operands and not _reaches_input(result):
         raise ew.Unsupported("the output does not depend on the inputs (its shape would be the parameters')")
-    for target in operands:  # after the operations, so an unsupported one is the reason given first
+    for target in operands if shape is not None else ():  # after the operations: theirs is the first reason
         _check_operand(model, target, shape)
     return Pattern("elementwise", inputs=count, expr=exprs[result.name], ops=tuple(ops),
                    body=tuple(body), operands=tuple(operands))
