@@ -162,6 +162,8 @@ def optimize_cmd(
                                                   "CUTLASS code-search tools (default 4; 0: offer no tools)."),
     out: Optional[Path] = typer.Option(None, help="Where to write the best ModelNew (default: in the run folder)."),
     resume: Optional[str] = typer.Option(None, help="Resume run ID: replays its events, judges nothing twice."),
+    time_limit: Optional[float] = typer.Option(None, help="Seconds after which no new step starts (the one under "
+                                               "way finishes); the run stays resumable with --resume."),
     executor: str = EXECUTOR,
     workers: Optional[str] = WORKERS,
     ray_address: Optional[str] = RAY_ADDRESS,
@@ -177,6 +179,8 @@ def optimize_cmd(
 
     if resume is None and problem is None:
         raise UserError("give a PROBLEM, or --resume RUN_ID")
+    if time_limit is not None and not time_limit > 0:
+        raise UserError(f"--time-limit {time_limit:g}: expected a number of seconds above 0")
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v}
     if llm_tool_rounds is not None:
@@ -188,7 +192,7 @@ def optimize_cmd(
                         profiling=profiling, profile_within=profile_within)
     cfg = _config(config, overrides, _where(device, kernelbench))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
-                                  executor=(executor, workers, ray_address)))
+                                  executor=(executor, workers, ray_address), time_limit=time_limit))
 
 
 @app.command("bench")

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 
 def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None = None, as_json: bool = False,
-                 executor: tuple = ("local", None, None)) -> int:
-    """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
+                 executor: tuple = ("local", None, None), time_limit: float | None = None) -> int:
+    """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address;
+    ``time_limit``: seconds after which no new step starts (counted from here)."""
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
 
+    deadline = time.monotonic() + time_limit if time_limit else None
     console = make_console(stderr=True) if as_json else make_console()
     with dispatching(*executor) as dispatcher:
-        return _run(settings, cfg, resume, out, as_json, console, dispatcher)
+        return _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline)
 
 
-def _run(settings, cfg, resume, out, as_json, console, dispatcher) -> int:
+def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None) -> int:
     from loopwise.kernels.optimize_run import OptimizeRun
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.remote import make_judge
@@ -42,17 +45,21 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher) -> int:
                   f"{s.proposer} proposer, {s.search}, budget {s.budget}, objective {s.objective}")
     try:
         with console.status("searching") as status:
-            run.run(progress=lambda line: status.update(line))
+            ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
     finally:
         run.judge.close()
     path = run.write_best(out)
     summary = run.summary()
     summary["best_path"] = str(path) if path else None
+    summary["stopped_by_time_limit"] = not ended
     run.store.close()
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         _print_summary(console, run, path)
+    if not ended:
+        console.print(f"[yellow]time limit reached[/] after {run.tally.evaluations} of {s.budget} candidates; "
+                      f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
     return 0 if path else 1
 
 

@@ -76,9 +76,15 @@ class OptimizeRun:
     def pending(self) -> list[int]:
         return [n.node_id for n in self.search.nodes() if n.node_id and n.outcome is None]
 
-    def run(self, progress=None) -> None:
+    def run(self, progress=None, deadline: float | None = None) -> bool:
+        """Searches until the budget is spent or nothing is left to expand (True), or until
+        ``deadline`` (a ``time.monotonic()`` value) has passed (False): no step starts after it, the
+        one under way finishes, and the run stays resumable."""
         self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
         while not self.search.budget_spent:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.store.append("time_limit", {"evaluations": self.tally.evaluations})
+                return False
             exp = self.search.ask()
             self.store.append("ask", {"node": exp.node_id if exp else None})
             if exp is None:
@@ -88,6 +94,7 @@ class OptimizeRun:
                 self.search.close(exp.node_id)
                 self.store.append("close", {"node": exp.node_id})
             self._judge_batch(children[:self.search.budget_left], progress)
+        return True
 
     def _request(self, node_id: int):
         from loopwise.core.propose import ProposalRequest

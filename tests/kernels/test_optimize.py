@@ -114,3 +114,49 @@ def test_optimize_on_two_workers_judges_a_batch_at_once(tmp_path, cli_env):
     assert [node for node, _ in rows] == sorted(node for node, _ in rows)
     workers = {(run_dir / "artifacts" / sha[:2] / sha).read_text().splitlines()[0] for _, sha in rows}
     assert workers == {"[judged on worker-0:cpu]", "[judged on worker-1:cpu]"}
+
+
+def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_path):
+    """With a deadline the search starts no step after it (the step under way finishes, its
+    verdicts recorded) and says it stopped early; resumed, it judges the rest of the budget and
+    nothing twice."""
+    from loopwise.core.config import load_config
+    from loopwise.kernels.evaluate.result import Evaluation, Status
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    judged = []
+
+    class SlowJudge:
+        device = "cpu"
+
+        def evaluate(self, source, name):
+            time.sleep(0.3)
+            judged.append(source)
+            return Evaluation(status=Status.CORRECT, problem="chain", candidate=name,
+                              candidate_key=str(len(judged)), speedup=1.0 + len(judged) / 10)
+
+        def close(self):
+            pass
+
+    cfg, runs = load_config(None, []), str(tmp_path / "runs")
+    settings = Settings(problem=str(PROBLEM), search="greedy", budget=6, profiling="none")
+    run = OptimizeRun.start(settings, cfg, runs, SlowJudge(), load_problem(str(PROBLEM)))
+    assert run.run(deadline=time.monotonic() + 0.1) is False  # past it once the first step's two are judged
+    assert run.tally.evaluations == 2
+    run_id = run.store.meta.run_id
+    run.store.close()
+    again = OptimizeRun.resume(run_id, cfg, runs, lambda problem: SlowJudge(), load_problem)
+    assert again.tally.evaluations == 2
+    assert again.run() is True and again.tally.evaluations == 6
+    again.store.close()
+    assert len(judged) == 6 and len(set(judged)) == 6  # every candidate judged once
+
+
+def test_a_time_limit_must_be_a_positive_number_of_seconds(tmp_path):
+    out = subprocess.run(_cmd(tmp_path, str(PROBLEM), "--time-limit", "0"), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert [line for line in out.stderr.splitlines() if line.strip()] == [
+        "error: --time-limit 0: expected a number of seconds above 0"], out.stderr
