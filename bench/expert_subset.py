@@ -83,11 +83,13 @@ def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_override
     with Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2) as judge:
         run = OptimizeRun.start(settings, cfg, str(Path(args.out) / "runs"), judge, problem)
         try:
-            run.run()
+            ended = run.run(deadline=getattr(args, "deadline", None))
         finally:
             run.store.close()
     evals = list(run.evaluations.values())
     best = run.best()
+    if not ended:  # cut by --stop-s: not a row of the subset (its candidates stay in the run's store)
+        row["cut"] = f"--stop-s reached after {len(evals)} of {args.budget} candidates (run {run.store.meta.run_id})"
     row.update(covered=True, evaluations=len(evals), correct=sum(e["status"] == "correct" for e in evals),
                statuses=" ".join(f"{k}:{v}" for k, v in sorted(Counter(e["status"] for e in evals).items())),
                run_id=run.store.meta.run_id, seconds=round(time.perf_counter() - t0, 1))
@@ -211,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baselines", default="", help="bench/baseline_table.py rows (CSV) for the same problems")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new problem after this many seconds")
+    ap.add_argument("--stop-s", type=float, default=None,
+                    help="stop a problem's search (between steps) after this many seconds; a problem cut so "
+                         "is not written, and runs again next time")
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench_out")
     ap.add_argument("--set", action="append", default=[], help="config overrides, as for the CLI")
@@ -231,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown track(s): {', '.join(unknown)} (fp32, relaxed)")
     t0, stopped = time.monotonic(), ""
+    args.deadline = t0 + args.stop_s if args.stop_s else None
     try:
         for level, pid, path in problem_list(args):
             for track in tracks:
@@ -245,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
                     row = {"level": level, "id": pid, "problem": path.stem, "track": track, "covered": None,
                            "reason": f"run failed: {type(exc).__name__}: {exc}"[:200]}
+                if row.get("cut"):
+                    stopped = row["cut"]
+                    print(f"{key}: {stopped}; not written, it runs again next time", flush=True)
+                    break
                 row = join_baselines(row, baselines)
                 row["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
                 rows[key] = {k: (str(v) if isinstance(v, bool) else v) for k, v in row.items()}

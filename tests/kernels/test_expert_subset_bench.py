@@ -53,3 +53,32 @@ def test_summary_says_how_many_covered_problems_are_partitioned(es):
     }
     line = next(ln for ln in es.summary(rows, "cmd").splitlines() if ln.startswith("| fp32 | 2 |"))
     assert [c.strip() for c in line.strip("|").split("|")][3] == "2 (1 partial)"
+
+
+def test_a_problem_cut_by_stop_s_is_not_written_and_runs_again(es, tmp_path, monkeypatch, capsys):
+    """A search stopped between steps by --stop-s is not a row of the subset (it had fewer than
+    --budget candidates): nothing is written for it, the script stops there, and the next call
+    runs it again, whole."""
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    calls = []
+
+    def run_problem(level, pid, path, track, args, overrides):
+        calls.append((path.name, args.deadline is not None))
+        row = {"level": level, "id": pid, "problem": path.stem, "track": track, "covered": True,
+               "evaluations": 8, "correct": 8, "best_speedup": 1.5}
+        if len(calls) == 1:
+            row.update(evaluations=2, cut="--stop-s reached after 2 of 8 candidates (run r1)")
+        return row
+
+    monkeypatch.setattr(es, "run_problem", run_problem)
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["--tracks", "fp32", "--problems", ",".join(map(str, files)), "--out", str(tmp_path / "out"),
+            "--stop-s", "60"]
+    assert es.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0/0/fp32: --stop-s reached after 2 of 8 candidates (run r1); not written" in out
+    assert calls == [("a.py", True)] and not (tmp_path / "out" / "expert_subset.csv").exists()
+    assert es.main(argv) == 0  # the next call: the cut problem again, then the rest
+    assert [c[0] for c in calls] == ["a.py", "a.py", "b.py"]
+    rows = (tmp_path / "out" / "expert_subset.csv").read_text().splitlines()
+    assert len(rows) == 3 and all("2 of 8" not in r for r in rows)
