@@ -83,7 +83,7 @@ def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_override
     with Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2) as judge:
         run = OptimizeRun.start(settings, cfg, str(Path(args.out) / "runs"), judge, problem)
         try:
-            ended = run.run(deadline=getattr(args, "deadline", None))
+            ended = run.run(deadline=args.deadline)
         finally:
             run.store.close()
     evals = list(run.evaluations.values())

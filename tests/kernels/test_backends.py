@@ -92,7 +92,7 @@ def test_judge_builds_a_batch_of_native_candidates_at_once_and_only_those(cache,
 
     def precompile(sources, extensions_dir, arch, timeout_s):
         builds.append((sources, Path(extensions_dir).parent == cache))
-        return [(True, "built")] * len(sources)
+        return [backends.Build(True, "built")] * len(sources)
 
     monkeypatch.setattr(backends, "precompile", precompile)
     with Judge(load_problem(str(SWISH)), EvalConfig(energy=False), device="cpu", spares=0) as judge:

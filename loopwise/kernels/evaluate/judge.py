@@ -213,8 +213,7 @@ class Judge:
             return 0
         results = backends.precompile(native, self._extensions_dir(), backends.device_arch(self.device),
                                       timeout_s=self.cfg.compile_timeout_s)
-        for source, result in zip(native, results):
-            build = backends.Build(*result)
+        for source, build in zip(native, results):
             if not build.ok and build.compiler_output:
                 self._failed_builds[source] = build
         return len(native)
