@@ -5,31 +5,36 @@
 #
 # Installs the carried wheels (.whl/, made by bench/wheels.sh) into /tmp/site, points PYTHONPATH at
 # them and at this checkout, and prints what the numbers were measured on. It is sourced, so it
-# returns (never exits) on failure.
+# returns (never exits) on failure. LW_WHEELS names another wheel folder: .whl-kernels/ (made by
+# `bash bench/wheels.sh --kernels`, the kernels engine's 9 MiB) leaves room in a call's 64 MiB for
+# a part of bench/split_wheels.sh.
 
-if ! ls .whl/*.whl >/dev/null 2>&1; then
-  echo "remote_prelude: no wheels under .whl/ — run bench/wheels.sh here and carry .whl" >&2
+_lw_dir=${LW_WHEELS:-.whl}
+if ! ls "$_lw_dir"/*.whl >/dev/null 2>&1; then
+  echo "remote_prelude: no wheels under $_lw_dir/ — run bench/wheels.sh here and carry $_lw_dir" >&2
   return 1
 fi
 
 # A warm machine keeps /tmp/site between calls: reinstall only when the set of wheels changed.
-_lw_stamp=$(ls .whl/*.whl | xargs -n1 basename | sort | tr '\n' ' ')
+_lw_stamp=$(ls "$_lw_dir"/*.whl | xargs -n1 basename | sort | tr '\n' ' ')
 if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$_lw_stamp" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || { echo "remote_prelude: pip install of .whl/ failed" >&2; return 1; }
+    --target /tmp/site "$_lw_dir"/*.whl || { echo "remote_prelude: pip install of $_lw_dir/ failed" >&2; return 1; }
   printf '%s' "$_lw_stamp" > /tmp/site/.wheels
 fi
 unset _lw_stamp
 # C extensions published only as source (bench/wheels.sh puts them in .whl/sdist/): compiled here,
 # once per machine; a failure is a warning (only the training engine's rg_chain_sum task needs them).
-if ls .whl/sdist/*.tar.gz >/dev/null 2>&1 && [ ! -e /tmp/site/.sdists ]; then
+if ls "$_lw_dir"/sdist/*.tar.gz >/dev/null 2>&1 && [ ! -e /tmp/site/.sdists ]; then
   if python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
-       --target /tmp/site .whl/sdist/*.tar.gz; then
+       --target /tmp/site "$_lw_dir"/sdist/*.tar.gz; then
     touch /tmp/site/.sdists
   else
     echo "remote_prelude: warning: building .whl/sdist/ failed (reasoning-gym tasks will not import)" >&2
   fi
 fi
+
+unset _lw_dir
 
 export PYTHONPATH=/tmp/site:$PWD
 # nvidia-cutlass-dsl (bench/split_wheels.sh quack) puts its packages on sys.path from a .pth file,

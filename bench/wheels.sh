@@ -4,6 +4,9 @@
 #
 #   bash bench/wheels.sh          # fetch (skips what is already there)
 #   bash bench/wheels.sh --clean  # empty .whl/ first
+#   bash bench/wheels.sh --kernels  # also .whl-kernels/: the kernels engine's wheels alone (about 9 MiB,
+#                                   # for a call that carries a part of bench/split_wheels.sh; the prelude
+#                                   # takes it with LW_WHEELS=.whl-kernels)
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 
@@ -48,6 +51,8 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
 
 [ "${1:-}" = "--clean" ] && rm -rf .whl
+# What `loopwise kernels ...` and bench/expert_subset.py, bench/throughput.py import that the image lacks.
+KERNELS=(pydantic pydantic_core annotated_types typing_inspection typing_extensions nvidia_cutlass)
 mkdir -p .whl
 for spec in "${PACKAGES[@]}"; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -82,3 +87,8 @@ case " $(ls .whl) " in
 esac
 ls -l .whl
 du -ch .whl/*.whl | tail -1
+if [ "${1:-}" = "--kernels" ]; then
+  rm -rf .whl-kernels && mkdir -p .whl-kernels
+  for name in "${KERNELS[@]}"; do cp .whl/"${name}"-[0-9]*.whl .whl-kernels/; done
+  du -ch .whl-kernels/*.whl | tail -1
+fi

@@ -22,6 +22,37 @@ def test_help_is_fast_and_lists_commands():
     assert "kernels" in out.stdout and "demo" in out.stdout
 
 
+def _commands(cmd, path=()):
+    if hasattr(cmd, "commands"):  # a group (typer's click may be its own copy: no isinstance)
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield list(path), cmd
+
+
+def test_every_help_text_is_shown_whole():
+    """Rich reads ``[word]`` in a help text as markup and drops it ('loopwise[ray]' came out as
+    'loopwise'): every option's and argument's help must appear in ``--help`` as written."""
+    import re
+
+    import typer
+    from typer.testing import CliRunner
+
+    from loopwise.cli import app
+
+    runner, checked, missing = CliRunner(), 0, []
+    for path, cmd in _commands(typer.main.get_command(app)):
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "1000", "TERMINAL_WIDTH": "1000"}).output
+        flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", shown).split())
+        for param in cmd.params:
+            if getattr(param, "help", None):
+                checked += 1
+                want = " ".join(param.help.replace("\\[", "[").split())
+                if want not in flat:
+                    missing.append(f"{' '.join(path)} --{param.name}: {want}")
+    assert checked > 100 and not missing, "\n".join(missing)
+
+
 def test_malformed_problem_is_one_line_not_a_traceback(tmp_path):
     bad = tmp_path / "bad_problem.py"
     bad.write_text("import torch\ndef get_inputs(:\n")

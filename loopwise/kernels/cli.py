@@ -19,7 +19,7 @@ KERNELBENCH = typer.Option(None, "--kernelbench", help="KernelBench checkout for
                            "(default: $LOOPWISE_KERNELBENCH or ./third_party/KernelBench).")
 DEVICE = typer.Option(None, "--device", help="auto, cuda, cuda:N or cpu.")
 EXECUTOR = typer.Option("local", "--executor", help="Where candidates are judged: local (this machine) or ray "
-                        "(a Ray cluster; pip install 'loopwise[ray]').")
+                        "(a Ray cluster; pip install 'loopwise\\[ray]').")
 WORKERS = typer.Option(None, "--workers", help="Judge on worker processes, one per GPU: a count (2), GPU "
                        "indices (0,1) or CPU stand-ins (cpu,cpu). Default: local judges in this process on "
                        "--device; ray uses every GPU of the cluster.")

@@ -34,7 +34,7 @@ LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model na
 LLM_URL = typer.Option(None, "--llm-base-url", help="--proposer llm: server URL, e.g. http://localhost:8000/v1.")
 LLM_KEY = typer.Option(None, "--llm-key-env", help="--proposer llm: NAME of the variable holding the API key.")
 EXECUTOR = typer.Option("local", "--executor", help="Where the methods train: local (this machine) or ray (a Ray "
-                        "cluster; pip install 'loopwise[ray]').")
+                        "cluster; pip install 'loopwise\\[ray]').")
 WORKERS = typer.Option(None, "--workers", help="Train the methods at once on worker processes, one per GPU: a "
                        "count (2), GPU indices (0,1) or CPU stand-ins (cpu,cpu). Default: one after another in "
                        "this process (local), every GPU of the cluster (ray).")
