@@ -91,7 +91,7 @@ def test_check_exit_status_and_json():
 def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
     args = ["kernels", "eval", str(EXAMPLES / "scaled_gelu_problem.py"), str(EXAMPLES / "scaled_gelu_triton.py"),
             str(EXAMPLES / "scaled_gelu_wrong.py"), "--device", "cpu", "--json",
-            "--set", f"store.runs_dir={tmp_path / 'runs'}", "--set", "kernels.eval.perf_trials=3",
+            "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3",
             "--set", "kernels.eval.seed=5"]
     out = run(*args, env_extra={"LOOPWISE_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 1, out.stderr  # one candidate is wrong

@@ -23,6 +23,7 @@ EXECUTOR = typer.Option("local", "--executor", help="Where candidates are judged
 WORKERS = typer.Option(None, "--workers", help="Judge on worker processes, one per GPU: a count (2), GPU "
                        "indices (0,1) or CPU stand-ins (cpu,cpu). Default: local judges in this process on "
                        "--device; ray uses every GPU of the cluster.")
+RUNS = typer.Option(None, "--runs-dir", help="Where runs are kept (default: ./runs, or store.runs_dir of --config).")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001); "
                            "default: a local one started on demand.")
 
@@ -33,8 +34,9 @@ def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[
     return load_config(config, list(overrides or []) + extra)
 
 
-def _where(device: Optional[str], kernelbench: Optional[str]) -> list[str]:
+def _where(device: Optional[str], kernelbench: Optional[str], runs_dir: Optional[str] = None) -> list[str]:
     out = [f"kernels.device={device}"] if device else []
+    out += [f"store.runs_dir={runs_dir}"] if runs_dir else []
     return out + ([f"kernels.kernelbench={kernelbench}"] if kernelbench else [])
 
 
@@ -59,6 +61,7 @@ def eval_cmd(
     resume: Optional[str] = typer.Option(None, help="Resume run ID: candidates already judged are not re-run."),
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
+    runs_dir: Optional[str] = RUNS,
     config: Optional[Path] = CONFIG,
     overrides: Optional[List[str]] = SET,
     as_json: bool = JSON,
@@ -73,7 +76,7 @@ def eval_cmd(
             extra.append(f"kernels.eval.{key}={value}")
     if no_static:
         extra.append("kernels.eval.static_check=false")
-    cfg = _config(config, overrides, extra + _where(device, kernelbench))
+    cfg = _config(config, overrides, extra + _where(device, kernelbench, runs_dir))
     sources = [(str(p), _read_candidate(p)) for p in candidates]
     code = evaluate_candidates(problem, sources, cfg, as_json=as_json, resume=resume)
     raise typer.Exit(code)
@@ -169,6 +172,7 @@ def optimize_cmd(
     ray_address: Optional[str] = RAY_ADDRESS,
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
+    runs_dir: Optional[str] = RUNS,
     config: Optional[Path] = CONFIG,
     overrides: Optional[List[str]] = SET,
     as_json: bool = JSON,
@@ -190,7 +194,7 @@ def optimize_cmd(
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
                         profiling=profiling, profile_within=profile_within)
-    cfg = _config(config, overrides, _where(device, kernelbench))
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
                                   executor=(executor, workers, ray_address), time_limit=time_limit))
 
@@ -214,6 +218,7 @@ def bench_cmd(
     ray_address: Optional[str] = RAY_ADDRESS,
     kernelbench: Optional[str] = KERNELBENCH,
     device: Optional[str] = DEVICE,
+    runs_dir: Optional[str] = RUNS,
     config: Optional[Path] = CONFIG,
     overrides: Optional[List[str]] = SET,
     as_json: bool = JSON,
@@ -232,7 +237,7 @@ def bench_cmd(
 
     settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
                              per_step=per_step, compile=compile_baseline)
-    cfg = _config(config, overrides, _where(device, kernelbench))
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir))
     raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,
                                executor=(executor, workers, ray_address)))
 

@@ -15,7 +15,7 @@ PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
 
 def _cmd(tmp_path, *extra):
     return [sys.executable, "-m", "loopwise", "kernels", "optimize", *extra, "--device", "cpu",
-            "--set", f"store.runs_dir={tmp_path / 'runs'}", "--set", "kernels.eval.perf_trials=3"]
+            "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3"]
 
 
 def _verdicts(run_dir: Path) -> list[str]:
