@@ -67,10 +67,14 @@ def test_products_the_triton_template_splits_along_k_get_only_the_cutlass_varian
     """The WGMMA variants have no split-K: a product with few output tiles and a long K, which
     the Triton template splits, would leave most SMs idle in them (KernelBench L1/6, 256 x 256 out
     of K = 524288, on the H200: unsplit 3xTF32 0.04x eager, TF32 WGMMA 0.09-0.14x, against the
-    split Triton template's 0.68x / 1.53x), and each costs a minute of nvcc. 3xTF32 (the fp32
-    policy) splits K by the same rule as the Triton template."""
+    split Triton template's 0.68x / 1.53x), and each costs a minute of nvcc. The mma.sync kernels
+    (3xTF32 under fp32, one TF32 product under relaxed) split K by the same rule as the Triton
+    template; where K is not split, relaxed keeps WGMMA's TF32 alone."""
     skinny = _matmul("float32", m=256, n=256, k=524288)
-    assert variants(skinny, "relaxed") == ["matmul"]
+    assert variants(skinny, "relaxed") == ["matmul", "matmul_1xtf32"]
+    assert default_moves(skinny, "matmul_1xtf32", "relaxed") == {"tile": "128x128x32", "stages": 3, "split": 64}
+    assert render(skinny, {"template": "matmul_1xtf32"}, precision="relaxed").startswith(
+        '"""matmul_1xtf32: tile 128x128x32, stages 3, split 64\n')
     assert variants(_matmul("bfloat16", m=256, n=256, k=524288), "relaxed") == ["matmul"]
     # 3xTF32 splits K too: 4 tiles of 128 x 128, K split 64 ways (256 programs, 8192 of K each)
     assert variants(skinny, "fp32") == ["matmul", "matmul_3xtf32"]
@@ -84,6 +88,8 @@ def test_products_the_triton_template_splits_along_k_get_only_the_cutlass_varian
     square = _matmul("float32", m=2048, n=4096, k=8192)  # L1/16: 512 tiles, no split
     assert variants(square, "fp32") == ["matmul", "matmul_3xtf32"]
     assert variants(square, "relaxed") == ["matmul", "matmul_cutlass_tf32"]
+    assert fits(skinny, {"template": "matmul_1xtf32", "tile": "64x64x32", "stages": 3, "split": 32})
+    assert not fits(skinny, {"template": "matmul_1xtf32", "tile": "64x64x32", "stages": 3, "split": 64})
 
 
 def test_capture_records_the_operand_dtype_of_matrix_products(tmp_path):
@@ -122,6 +128,8 @@ def test_variants_follow_dtype_precision_and_alignment(tmp_path):
     assert matmul_variants.accepts("matmul_cutlass", _matmul("bfloat16", m=1001, n=776, k=520))
     assert not matmul_variants.accepts("matmul_cutlass", _matmul("bfloat16", trans_a=True, m=1001, n=776, k=520))
     assert not matmul_variants.accepts("matmul_3xtf32", _matmul("bfloat16"))
+    assert not matmul_variants.accepts("matmul_1xtf32", _matmul("bfloat16"))
+    assert variants(_pattern("matmul_bf16.py"), "relaxed") == ["matmul", "matmul_cutlass"]
 
 
 def test_knob_combinations_are_those_cutlass_builds():
@@ -135,6 +143,7 @@ def test_knob_combinations_are_those_cutlass_builds():
     assert tf32 == {(tile.replace("x64", "x32"), schedule) for tile, schedule in cutlass}
     assert len(_all_moves("matmul_3xtf32")) == (len(matmul_variants.TF32X3_TILES) * len(matmul_variants.TF32X3_STAGES)
                                                 * len(matmul_variants.TF32X3_SPLITS))
+    assert _all_moves("matmul_1xtf32") == [{**m, "template": "matmul_1xtf32"} for m in _all_moves("matmul_3xtf32")]
     assert all(matmul_variants.valid(kind, DEFAULT_MOVES[kind]) for kind in matmul_variants.LIBRARY_KINDS)
     with pytest.raises(ValueError, match="does not apply"):
         render(_matmul("bfloat16"), {"template": "matmul_cutlass", "tile": "64x128x64", "schedule": "cooperative"})
@@ -162,19 +171,22 @@ def test_rendered_sources_are_python_whose_kernel_names_the_knobs_cutlass_types(
             assert f"LayoutB = cutlass::layout::{'ColumnMajor' if trans_b else 'RowMajor'};" in kernel
             assert f"a = a.t() if {trans_a} else a" in source and ".contiguous()" not in source
             names.add(source.split('load_inline(name="')[1].split('"')[0])
-        for moves in _all_moves("matmul_3xtf32"):
+        for moves in _all_moves("matmul_3xtf32") + _all_moves("matmul_1xtf32"):
             source = render(_matmul("float32", trans_a, trans_b), moves)
             ast.parse(source)
             kernel = _kernel(source)
             tm, tn, tk = matmul_variants.dims(moves["tile"])
             wm, wn = matmul_variants.TF32X3_WARPS[moves["tile"]]
             assert f"GemmShape<{tm}, {tn}, {tk}>" in kernel and f"GemmShape<{tm // wm}, {tn // wn}, {tk}>" in kernel
+            # 3xTF32's operator, or one TF32 product (CUTLASS's OpMultiplyAdd on float operands)
+            operator = "OpMultiplyAddFastF32" if moves["template"] == "matmul_3xtf32" else "OpMultiplyAdd"
+            assert ("FastF32" in source) == (operator == "OpMultiplyAddFastF32")
             if moves["split"] == 1:  # the plain GEMM
-                assert f"{moves['stages']}, kAlign, kAlign, false, cutlass::arch::OpMultiplyAddFastF32>" in kernel
+                assert f"{moves['stages']}, kAlign, kAlign, false, cutlass::arch::{operator}>" in kernel
                 assert "GemmSplitKParallel" not in kernel and "kSplit" not in kernel
             else:  # parallel split-K: partials, then CUTLASS's reduction kernel
                 assert "cutlass::gemm::device::GemmSplitKParallel<" in kernel
-                assert f"{moves['stages']}, kAlign, kAlign, cutlass::arch::OpMultiplyAddFastF32>" in kernel
+                assert f"{moves['stages']}, kAlign, kAlign, cutlass::arch::{operator}>" in kernel
                 assert f"constexpr int kSplit = {moves['split']};" in kernel and "{1.0f, 0.0f}, kSplit }" in kernel
                 assert f"K is split {moves['split']} ways" in source
             assert "cutlass::arch::Sm80" in kernel and "cutlass::arch::OpClassTensorOp" in kernel
@@ -191,7 +203,7 @@ def test_rendered_sources_are_python_whose_kernel_names_the_knobs_cutlass_types(
             assert "in TF32 (the relaxed precision policy" in source
             names.add(source.split('load_inline(name="')[1].split('"')[0])
     # load_inline caches a module by name in a process: every build gets its own
-    assert len(names) == 4 * (2 * len(_all_moves("matmul_cutlass")) + len(_all_moves("matmul_3xtf32"))
+    assert len(names) == 4 * (2 * len(_all_moves("matmul_cutlass")) + 2 * len(_all_moves("matmul_3xtf32"))
                               + len(_all_moves("matmul_cutlass_tf32")))
 
 
@@ -262,6 +274,10 @@ def test_structural_moves_step_the_cutlass_knobs():
     tf32 = {"template": "matmul_3xtf32", "tile": "64x256x32", "stages": 4, "split": 1}
     assert suggested_moves(regs, "matmul_3xtf32", tf32) == [{"tile": "128x64x32"}]  # 256x64, 128x128: as large
     assert suggested_moves(smem, "matmul_3xtf32", tf32) == [{"stages": 3}, {"tile": "128x64x32"}]
+    one = {**tf32, "template": "matmul_1xtf32"}  # the same kernel with one TF32 product: the same steps
+    assert suggested_moves(regs, "matmul_1xtf32", one) == [{"tile": "128x64x32"}]
+    assert suggested_moves(smem, "matmul_1xtf32", one) == [{"stages": 3}, {"tile": "128x64x32"}]
+    assert suggested_moves(split, "matmul_1xtf32", {**one, "tile": "128x128x32"}) == [{"split": 2}]
 
     expert = ExpertProposer(load_problem(str(HERE / "matmul_bf16.py")), seed=0)
     _, cutlass = expert.propose(ProposalRequest(task="", n=2))
@@ -391,9 +407,13 @@ def test_the_judges_static_scan_accepts_the_cutlass_candidates():
     assert "cutlass" in detect_backends(source)
     assert scan(source, policy="fp32", filename="candidate.py") == []
     # the TF32 WGMMA variant is offered under relaxed only, whose static policy allows TF32
-    source = render(capture(fp32_problem), {"template": "matmul_cutlass_tf32"}, precision="relaxed")
-    reasons = scan(source, policy="relaxed", filename="candidate.py")
-    assert not [r for r in reasons if r.severity == "reject"], [r.message for r in reasons]
+    for kind in ("matmul_cutlass_tf32", "matmul_1xtf32"):
+        source = render(capture(fp32_problem), {"template": kind}, precision="relaxed")
+        reasons = scan(source, policy="relaxed", filename="candidate.py")
+        assert not [r for r in reasons if r.severity == "reject"], [r.message for r in reasons]
+    # one TF32 product is what the fp32 policy forbids: the scan names the tensor-core GEMM
+    source = render(capture(fp32_problem), {"template": "matmul_1xtf32"}, precision="relaxed")
+    assert [r.code for r in scan(source, policy="fp32", filename="candidate.py")] == ["precision_downgrade"]
 
 
 def _fixture_maker():
@@ -404,7 +424,8 @@ def _fixture_maker():
     return module
 
 
-@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32", "expert_cutlass_tf32", "expert_3xtf32_splitk"])
+@pytest.mark.parametrize("name", ["expert_cutlass_bf16", "expert_3xtf32", "expert_cutlass_tf32", "expert_3xtf32_splitk",
+                                  "expert_1xtf32_splitk"])
 def test_the_fixtures_were_built_from_the_current_templates(name):
     recorded = json.loads((FIXTURES / f"{name}.json").read_text())
     maker = _fixture_maker()
@@ -479,6 +500,21 @@ def test_the_split_3xtf32_variant_is_the_same_products_and_one_reduction_kernel(
     assert reduction.tensor_core_instructions == 0 and reduction.local_loads == reduction.local_stores == 0
 
 
+def test_the_split_1xtf32_variant_issues_a_third_of_3xtf32s_products():
+    """Under relaxed the same split GEMM with CUTLASS's OpMultiplyAdd: one TF32 product per k-step,
+    64 HMMA.1688 (3xTF32: 192), no spills, and the same reduction kernel."""
+    _needs_disassembler()
+    from loopwise.kernels.profile.sass import profile_cubin
+
+    kernels = profile_cubin(FIXTURES / "expert_1xtf32_splitk.cubin").kernels
+    (gemm,) = [k for k in kernels if "GemmSplitKParallel" in k.name]
+    assert [k for k in kernels if "ReduceSplitK" in k.name]
+    ops = {op.opcode: op for op in gemm.tensor_core}
+    assert set(ops) == {"HMMA"} and ops["HMMA"].inputs == "TF32" and ops["HMMA"].shape == "1688"
+    assert gemm.tensor_core_instructions == (32 // 16) * (64 // 8) * (32 // 8)
+    assert gemm.local_loads == gemm.local_stores == 0
+
+
 GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
     # every transpose of each variant once, defaults or knobs (each case is an extension of its own:
     # nvcc takes 1-2 minutes of one core per case, so the cases are as few as cover the layouts)
@@ -492,6 +528,10 @@ GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
     # parallel split-K: K = 520 is 16 steps of 32, 2 per range but the last, which takes the rest
     ("matmul_3xtf32", "float32", False, False, 1001, {"split": 8}),
     ("matmul_3xtf32", "float32", True, True, 1000, {"tile": "64x64x32", "split": 4}),
+    # one TF32 product (relaxed), split and not, transposed and not
+    ("matmul_1xtf32", "float32", False, False, 1001, {"split": 8}),
+    ("matmul_1xtf32", "float32", True, True, 1000, {"tile": "64x64x32", "split": 4}),
+    ("matmul_1xtf32", "float32", True, False, 1000, {}),
     # K-major A and B as given (no copy), and both copied
     *[("matmul_cutlass_tf32", "float32", ta, not ta, 1001, {}) for ta in (False, True)],
     ("matmul_cutlass_tf32", "float32", False, False, 1000, {"tile": "64x128x32", "cluster": "1x1", "schedule": "pingpong"}),
@@ -502,7 +542,8 @@ GPU_CASES = [  # (kind, dtype, trans_a, trans_b, m, knobs beyond the defaults)
 def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
     """Non-square shapes, M not a multiple of any tile (1001 where A is not transposed: only the
     operands' contiguous extents need 16-byte alignment), all four transposes, several knobs; each
-    output within one rounding to its type of the float64 product."""
+    output within one rounding to its type of the float64 product. LOOPWISE_GPU_CASES=kind,kind
+    keeps the cases of those variants (each build takes a minute or two of nvcc)."""
     import os
 
     import torch
@@ -512,15 +553,18 @@ def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
     major, _ = torch.cuda.get_device_capability()
     if major != 9:
         pytest.skip("the WGMMA variant needs Hopper (sm_90a)")
+    wanted = [kind for kind in os.environ.get("LOOPWISE_GPU_CASES", "").split(",") if kind]
+    cases = [case for case in GPU_CASES if not wanted or case[0] in wanted]
+    assert cases, f"LOOPWISE_GPU_CASES={wanted}: no case of those variants"
     n, k = 776, 520
     sources = [render(_matmul(dtype, ta, tb, m, n, k), {"template": kind, **knobs})
-               for kind, dtype, ta, tb, m, knobs in GPU_CASES]
+               for kind, dtype, ta, tb, m, knobs in cases]
     extensions = tmp_path / "extensions"
     built = precompile(sources, str(extensions), "9.0")
     assert all(b.ok for b in built), built
     os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions)
     prepare_environment({"arch": "9.0"}, "cuda:0")
-    for i, ((kind, dtype, ta, tb, m, knobs), source) in enumerate(zip(GPU_CASES, sources)):
+    for i, ((kind, dtype, ta, tb, m, knobs), source) in enumerate(zip(cases, sources)):
         path = tmp_path / f"candidate_{i}.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -532,7 +576,7 @@ def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
         out = module.ModelNew()(a, b)
         assert out.dtype == a.dtype and out.shape == (m, n), (kind, knobs)
         da, db = (a.double().t() if ta else a.double()), (b.double().t() if tb else b.double())
-        if kind == "matmul_cutlass_tf32":  # TF32 operands (10-bit mantissas): within 2^-9 of sum |products|
+        if kind in ("matmul_cutlass_tf32", "matmul_1xtf32"):  # TF32 operands (10-bit mantissas): within 2^-9 of sum |products|
             error = ((out.double() - da @ db).abs() / (da.abs() @ db.abs())).max().item()
             assert error < 2.0 ** -9, (kind, ta, tb, knobs, error)
             continue

@@ -33,23 +33,27 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
-             "matmul_cutlass_tf32": "matmul_cutlass.py.j2"}
+             "matmul_cutlass_tf32": "matmul_cutlass.py.j2", "matmul_1xtf32": "matmul_3xtf32.py.j2"}
 
 
 def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     """The template kinds that can write ``pattern`` under ``precision``, its own (Triton) first:
     a matrix product adds its CUTLASS variant where the dtype, the policy and the operands'
     alignment allow one (see :mod:`matmul_variants`). Where the Triton template splits K (few
-    output tiles, a long K) only 3xTF32 is added, which splits K too: the WGMMA variants have no
-    split-K and would leave most SMs idle (on KernelBench L1/6 the unsplit CUTLASS products ran at
-    0.04-0.14x eager where the split Triton template ran at 0.68x / 1.53x, 2026-12-01), and each
-    costs a minute of nvcc. Empty when no template covers it."""
+    output tiles, a long K) only the mma.sync variants are added (3xTF32 under fp32, one TF32
+    product under relaxed), which split K too: the WGMMA variants have no split-K and would leave
+    most SMs idle (on KernelBench L1/6 the unsplit CUTLASS products ran at 0.04-0.14x eager where
+    the split Triton template ran at 0.68x / 1.53x, 2026-12-01), and each costs a minute of nvcc.
+    Where K is not split, relaxed gets WGMMA's TF32 alone: Hopper's warp-group MMA, not the
+    Ampere-era mma.sync, is its fast path. Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
         return []
     if pattern.kind == "matmul":
         library = matmul_variants.library_variants(pattern, precision)
         if default_moves(pattern, "matmul", precision)["split"] > 1:  # only the variant that splits K too
             library = [kind for kind in library if "split" in matmul_variants.SPACE[kind]]
+        elif precision == "relaxed":
+            library = [kind for kind in library if kind != "matmul_1xtf32"]
         return ["matmul", *library]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
         from loopwise.kernels.expert.partition import kinds
@@ -135,7 +139,7 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     never gained more than noise; the other setting stays a move away."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
-    if kind == "matmul_3xtf32":  # CUTLASS's parallel split-K, by the same rule as the Triton template's
+    if kind in matmul_variants.MMA_SYNC_KINDS:  # CUTLASS's parallel split-K, by the same rule as the Triton template's
         p = dict(pattern.params)
         tile_m, tile_n, _ = matmul_variants.dims(moves["tile"])
         moves["split"] = _default_split(p, tile_m, tile_n, max(matmul_variants.TF32X3_SPLITS))
@@ -313,10 +317,10 @@ def fits(pattern: Pattern, moves: dict) -> bool:
                                 or dict(pattern.params)["dtype"] != "float32" or not kmajor_share(pattern)):
         return False  # copies only for fp32 products (TF32 reads K-major), and only where one is not K-major
     split, kind = moves.get("split", 1), moves.get("template", pattern.kind)
-    if kind not in ("matmul", "matmul_3xtf32") or split == 1:
+    if kind not in ("matmul", *matmul_variants.MMA_SYNC_KINDS) or split == 1:
         return True
     p = dict(pattern.params)
-    if kind == "matmul_3xtf32":  # and only where the tiles leave SMs idle: at most two waves of programs
+    if kind in matmul_variants.MMA_SYNC_KINDS:  # and only where the tiles leave SMs idle: at most two waves of programs
         tile_m, tile_n, step = matmul_variants.dims(moves.get("tile", DEFAULT_MOVES[kind]["tile"]))
         if -(-p["m"] // tile_m) * -(-p["n"] // tile_n) * split > 2 * _SPLIT_PROGRAMS:
             return False

@@ -4,7 +4,8 @@ for bf16 / fp16 (``matmul_cutlass``) and, under the relaxed policy, for fp32 in 
 copied K-major first), and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32 under the fp32 policy
 (``matmul_3xtf32``; with ``split`` > 1 as CUTLASS 2's parallel split-K: each K range's product
 written as an fp32 partial, then one reduction kernel sums them, for products of few output tiles
-and a long K). Their knobs, the knob combinations CUTLASS builds well, the problems each can
+and a long K), and the same CUTLASS 2 kernel with one TF32 product instead of three under
+relaxed (``matmul_1xtf32``), offered only where K is split: WGMMA has no split-K here. Their knobs, the knob combinations CUTLASS builds well, the problems each can
 take (CUTLASS reads 16-byte vectors, so each operand's contiguous extent must be a multiple of 8
 16-bit or 4 fp32 elements), and the values their templates are rendered with.
 
@@ -19,7 +20,8 @@ import hashlib
 
 from loopwise.kernels.expert.capture import Pattern
 
-LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32")
+LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
+MMA_SYNC_KINDS = ("matmul_3xtf32", "matmul_1xtf32")  # CUTLASS 2 on mma.sync: 3 or 1 TF32 products
 WGMMA_KINDS = ("matmul_cutlass", "matmul_cutlass_tf32")
 
 # bf16 / fp16 on WGMMA. A tile is M x N x K of one CTA; WGMMA atoms are 64 rows, so M is a multiple
@@ -54,10 +56,12 @@ _SM90_SHARED_BYTES = 227 * 1024  # the most dynamic shared memory one Hopper blo
 
 SPACE = {"matmul_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
          "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS},
-         "matmul_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES}}
+         "matmul_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
+         "matmul_1xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS}}
 DEFAULT_MOVES = {"matmul_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
                  "matmul_3xtf32": {"tile": "128x128x32", "stages": 3, "split": 1},
-                 "matmul_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"}}
+                 "matmul_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"},
+                 "matmul_1xtf32": {"tile": "128x128x32", "stages": 3, "split": 1}}
 
 _ALIGNMENT = {"float32": 4, "bfloat16": 8, "float16": 8}  # elements in 16 bytes
 _ELEMENTS = {"bfloat16": ("cutlass::bfloat16_t", "torch::kBFloat16"),
@@ -81,7 +85,7 @@ def valid(kind: str, moves: dict) -> bool:
         if schedule == "cooperative" and m % 128:
             return False
         return m * n // _CONSUMER_THREADS[schedule] <= _MAX_ACCUMULATORS
-    if kind == "matmul_3xtf32":
+    if kind in MMA_SYNC_KINDS:
         if (moves.get("tile") not in TF32X3_WARPS or moves.get("stages") not in TF32X3_STAGES
                 or moves.get("split", 1) not in TF32X3_SPLITS):
             return False
@@ -97,7 +101,7 @@ def accepts(kind: str, pattern: Pattern) -> bool:
         return False
     p = dict(pattern.params)
     dtype = p.get("dtype", "float32")
-    if kind not in (("matmul_3xtf32", "matmul_cutlass_tf32") if dtype == "float32" else ("matmul_cutlass",)):
+    if kind not in (("matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32") if dtype == "float32" else ("matmul_cutlass",)):
         return False
     if kind == "matmul_cutlass_tf32":  # A [M, K] and B held as [N, K], both K-major after the copies
         contiguous = (p["k"], p["k"], p["n"])
@@ -108,11 +112,12 @@ def accepts(kind: str, pattern: Pattern) -> bool:
 
 def library_variants(pattern: Pattern, precision: str) -> list[str]:
     """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16; for fp32,
-    3xTF32 under the ``fp32`` policy and WGMMA in TF32 under ``relaxed`` (where TF32 is allowed,
-    3xTF32's extra products buy nothing)."""
+    3xTF32 under the ``fp32`` policy, and under ``relaxed`` (where TF32 is allowed, 3xTF32's extra
+    products buy nothing) WGMMA in TF32 and the mma.sync kernel with one TF32 product, which can
+    split K (generate.variants keeps one of the two by that)."""
     dtype = dict(pattern.params).get("dtype", "float32")
     if dtype == "float32":
-        kinds = ("matmul_3xtf32",) if precision == "fp32" else ("matmul_cutlass_tf32",)
+        kinds = ("matmul_3xtf32",) if precision == "fp32" else ("matmul_cutlass_tf32", "matmul_1xtf32")
     else:
         kinds = ("matmul_cutlass",)
     return [kind for kind in kinds if accepts(kind, pattern)]

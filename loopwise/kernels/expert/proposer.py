@@ -76,8 +76,8 @@ SPACE = {
     "conv_transpose": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
     # a depthwise then pointwise convolution in one pass (chunk: channels of the intermediate per step)
     "separable_conv": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
-    # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16); tile and stages
-    # (3xTF32, fp32). Not every combination builds: matmul_variants.valid says which do.
+    # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16 / TF32); tile, stages
+    # and split (mma.sync, 3xTF32 or one TF32 product). Not every combination builds: matmul_variants.valid says which do.
     **matmul_variants.SPACE,
 }
 
@@ -278,7 +278,7 @@ def _repaired(moves: dict, keep: str) -> dict | None:
 # tile, or a shorter K step (less of A and B held per stage); wider loads: more elements per program
 # (a matrix product: operands copied K-major, which its 16-byte copies need).
 # CUTLASS 3's WGMMA kernel sizes its pipeline to whatever shared memory its tile leaves, so only
-# 3xTF32 (stages as a knob) has a shared-memory move.
+# the mma.sync kernels (stages as a knob) have a shared-memory move.
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "conv3d": ({"block": "down"}, {"chunk": "down"}),
@@ -291,13 +291,15 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},),
-                         "matmul_3xtf32": ({"tile": "down"},), "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
+                         "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
+                         "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
                              "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),
                              "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
+                             "matmul_1xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
                              "attention": ({"chunk": "down"},)},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
@@ -305,7 +307,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_norm": ({"block": "up"},), "graph_linear": ({"block": "up"},),
                         "graph_conv": ({"block": "up"},)},
-    "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},)},
+    "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},), "matmul_1xtf32": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
     "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
                         "graph_conv": ({"cudagraph": "up"},)},

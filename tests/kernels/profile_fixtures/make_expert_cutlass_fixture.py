@@ -1,8 +1,8 @@
-"""Builds expert_cutlass_bf16.cubin, expert_3xtf32.cubin, expert_cutlass_tf32.cubin and
-expert_3xtf32_splitk.cubin: the expert proposer's CUTLASS variants of the matrix product, rendered
-with their default moves for fixed problems (bf16 and fp32, C = A @ B, 4096 x 4096 x 4096; the
-split-K one 256 x 256 out of K = 524288, KernelBench L1/6's shape, where the default splits K 64
-ways), their KERNEL strings compiled with nvcc for sm_90a without torch (one host function
+"""Builds expert_cutlass_bf16.cubin, expert_3xtf32.cubin, expert_cutlass_tf32.cubin,
+expert_3xtf32_splitk.cubin and expert_1xtf32_splitk.cubin: the expert proposer's CUTLASS variants
+of the matrix product, rendered with their default moves for fixed problems (bf16 and fp32, C = A @
+B, 4096 x 4096 x 4096; the split-K ones 256 x 256 out of K = 524288, KernelBench L1/6's shape,
+where the default splits K 64 ways), their KERNEL strings compiled with nvcc for sm_90a without torch (one host function
 instantiates each GEMM). The json beside each cubin holds the kernel's sha256, the
 moves and the compile time, so the tests notice a template that changed after the fixture was made.
 
@@ -25,7 +25,8 @@ SQUARE = (SIZE, SIZE, SIZE)
 FIXTURES = {"expert_cutlass_bf16": ("matmul_cutlass", "bfloat16", SQUARE),
             "expert_3xtf32": ("matmul_3xtf32", "float32", SQUARE),
             "expert_cutlass_tf32": ("matmul_cutlass_tf32", "float32", SQUARE),
-            "expert_3xtf32_splitk": ("matmul_3xtf32", "float32", (256, 256, 524288))}
+            "expert_3xtf32_splitk": ("matmul_3xtf32", "float32", (256, 256, 524288)),
+            "expert_1xtf32_splitk": ("matmul_1xtf32", "float32", (256, 256, 524288))}
 
 
 def _instantiation(kind: str, shape: tuple[int, int, int]) -> str:
