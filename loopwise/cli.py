@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -63,16 +64,37 @@ def _register() -> None:
 _register()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a Slurm time limit), raised in the main thread as Ctrl-C is,
+    so every ``with`` and ``finally`` on the way out runs: sandboxes and workers stop, stores close,
+    and a run says how to resume it. Python's default would end the process on the spot."""
+
+
+_SIGTERM_SEEN: list[bool] = []
+
+
+def _on_sigterm(signum, frame) -> None:
+    _SIGTERM_SEEN.append(True)
+    raise Terminated()
+
+
+def _stopped() -> None:
+    """After Ctrl-C or SIGTERM stopped a command: one line, and the shell's status for it."""
+    print("terminated" if _SIGTERM_SEEN else "interrupted", file=sys.stderr)
+    sys.exit(143 if _SIGTERM_SEEN else 130)
+
+
 def main() -> None:
-    """Console entry point: user mistakes are one line on stderr and exit status 2."""
+    """Console entry point: user mistakes are one line on stderr and exit status 2; SIGINT and
+    SIGTERM stop cleanly with 130 and 143."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        _stopped()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors come here in non-standalone mode
@@ -88,6 +110,8 @@ def main() -> None:
         print(f"internal error: {type(exc).__name__}: {exc} (set LOOPWISE_DEBUG=1 for the traceback)",
               file=sys.stderr)
         sys.exit(1)
+    if code == 130:  # typer returns a KeyboardInterrupt as status 130 (no command returns it)
+        _stopped()
     sys.exit(code if isinstance(code, int) else 0)
 
 

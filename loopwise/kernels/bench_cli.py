@@ -39,7 +39,12 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
                 best = f"{row['best_speedup']:.2f}x" if row.get("best_speedup") else "none correct"
                 prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
 
-            rows = bench.run(problems, dispatcher, progress=advance)
+            try:
+                rows = bench.run(problems, dispatcher, progress=advance)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished problems are stored
+                console.print(f"stopped after {len(bench.rows)} of {len(problems)} problems; continue with: "
+                              f"loopwise kernels bench --resume {bench.store.meta.run_id}")
+                raise
     table = aggregate(rows)
     path = build_report(bench.store)
     bench.store.close()

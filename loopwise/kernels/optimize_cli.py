@@ -46,6 +46,10 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
     try:
         with console.status("searching") as status:
             ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI raises it): what is stored stays
+        console.print(f"stopped after {run.tally.evaluations} of {s.budget} candidates; "
+                      f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
+        raise
     finally:
         run.judge.close()
     path = run.write_best(out)

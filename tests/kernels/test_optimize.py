@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
 
 
@@ -68,6 +70,28 @@ def test_killed_run_resumes_and_judges_nothing_twice(tmp_path, cli_env):
     assert after[:len(before)] == before  # nothing lost
     assert len(after) == 6 and len(set(after)) == 6  # the budget, and no candidate judged twice
     assert json.loads(out.stdout)["evaluations"] == 6
+
+
+@pytest.mark.parametrize("executor", [[], ["--executor", "ray", "--workers", "cpu"]], ids=["local", "ray"])
+def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, executor):
+    """`kill`, `timeout` and a Slurm time limit send SIGTERM: the run stops as with Ctrl-C (exit
+    143, one line, the resume command), not with a traceback, and with Ray not with the stack dump
+    its own SIGTERM handler prints. The exchange proposer waits for an answer that never comes."""
+    exchange = tmp_path / "exchange"
+    proc = subprocess.Popen(_cmd(tmp_path, str(PROBLEM), "--budget", "2", "--proposer", "exchange",
+                                 "--exchange-dir", str(exchange), *executor),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    deadline = time.monotonic() + 120
+    while not (exchange / "prompt-0001.md").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert (exchange / "prompt-0001.md").exists(), proc.communicate(timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == "terminated"
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
+    (run_id,) = [p.name for p in (tmp_path / "runs").iterdir()]
+    assert f"continue with: loopwise kernels optimize --resume {run_id}" in " ".join(out.split())
 
 
 def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path, cli_env):

@@ -13,9 +13,11 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import deque
@@ -141,11 +143,17 @@ def _connect(ray: Any, address: str | None) -> bool:
         return False
     if address:
         _check_reachable(address)
+    # ray.init puts its own SIGTERM handler in (abseil's: a stack dump, then the process ends);
+    # the one the program had, such as the CLI's clean stop, goes back afterwards.
+    previous = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as exc:  # noqa: BLE001 - any failure here is a setup problem to report in one line
         where = f"connect to the Ray cluster at {address!r}" if address else "start a local Ray cluster"
         raise UserError(f"cannot {where}: {_first_line(exc)}") from None
+    finally:
+        if callable(previous) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
     return True
 
 

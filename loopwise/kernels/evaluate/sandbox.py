@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -459,6 +460,9 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     # Its own session, so a kill takes compilers it started (nvcc, ninja) down with it; and a cache
     # folder of its own, so nothing it writes is read by the judge or by another candidate.
     os.setsid()
+    # A forked sandbox (LOOPWISE_SANDBOX_START=fork) would inherit the CLI's SIGTERM handler, which
+    # a candidate hung in C code never returns to run: the judge's terminate must end it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if settings.get("environ") is not None:
         os.environ.clear()
         os.environ.update(settings["environ"])
