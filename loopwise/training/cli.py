@@ -90,6 +90,9 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
         try:
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished stages are stored
+            err.print(f"stopped; continue with the same command and --resume {run.store.meta.run_id}")
+            raise
         finally:
             run.close()
     if as_json:
