@@ -576,7 +576,7 @@ def test_the_cutlass_variants_match_torch_on_the_gpu(tmp_path):
         out = module.ModelNew()(a, b)
         assert out.dtype == a.dtype and out.shape == (m, n), (kind, knobs)
         da, db = (a.double().t() if ta else a.double()), (b.double().t() if tb else b.double())
-        if kind in ("matmul_cutlass_tf32", "matmul_1xtf32"):  # TF32 operands (10-bit mantissas): within 2^-9 of sum |products|
+        if kind in ("matmul_cutlass_tf32", "matmul_1xtf32"):  # TF32 operands: within 2^-9 of sum |products|
             error = ((out.double() - da @ db).abs() / (da.abs() @ db.abs())).max().item()
             assert error < 2.0 ** -9, (kind, ta, tb, knobs, error)
             continue

@@ -59,7 +59,8 @@ def _three_layer_model(path: Path) -> Path:
              helper.make_node("Conv", ["b", "w2"], ["c"], name="depthwise", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
                               group=32, strides=[2, 2]),
              helper.make_node("Conv", ["c", "w3"], ["y"], name="pointwise", kernel_shape=[1, 1])]
-    graph = helper.make_graph(nodes, "three_layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
+    graph = helper.make_graph(nodes, "three_layers",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.save(onnx.shape_inference.infer_shapes(model), path)

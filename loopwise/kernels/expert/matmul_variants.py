@@ -5,9 +5,10 @@ copied K-major first), and CUTLASS 2's 3xTF32 on ``mma.sync`` for fp32 under the
 (``matmul_3xtf32``; with ``split`` > 1 as CUTLASS 2's parallel split-K: each K range's product
 written as an fp32 partial, then one reduction kernel sums them, for products of few output tiles
 and a long K), and the same CUTLASS 2 kernel with one TF32 product instead of three under
-relaxed (``matmul_1xtf32``), offered only where K is split: WGMMA has no split-K here. Their knobs, the knob combinations CUTLASS builds well, the problems each can
-take (CUTLASS reads 16-byte vectors, so each operand's contiguous extent must be a multiple of 8
-16-bit or 4 fp32 elements), and the values their templates are rendered with.
+relaxed (``matmul_1xtf32``), offered only where K is split: WGMMA has no split-K here. Their
+knobs, the knob combinations CUTLASS builds well, the problems each can take (CUTLASS reads
+16-byte vectors, so each operand's contiguous extent must be a multiple of 8 16-bit or 4 fp32
+elements), and the values their templates are rendered with.
 
 CUTLASS 3's own fp32-accurate collectives (``MainloopSm100TmaUmmaWarpSpecializedFastF32``, 9xBF16)
 are for SM100 only; on Hopper 3xTF32 is the CUTLASS 2 ``OpMultiplyAddFastF32`` operator, built
@@ -101,7 +102,8 @@ def accepts(kind: str, pattern: Pattern) -> bool:
         return False
     p = dict(pattern.params)
     dtype = p.get("dtype", "float32")
-    if kind not in (("matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32") if dtype == "float32" else ("matmul_cutlass",)):
+    fp32_kinds = ("matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
+    if kind not in (fp32_kinds if dtype == "float32" else ("matmul_cutlass",)):
         return False
     if kind == "matmul_cutlass_tf32":  # A [M, K] and B held as [N, K], both K-major after the copies
         contiguous = (p["k"], p["k"], p["n"])

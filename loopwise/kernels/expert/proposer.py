@@ -77,7 +77,8 @@ SPACE = {
     # a depthwise then pointwise convolution in one pass (chunk: channels of the intermediate per step)
     "separable_conv": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
     # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16 / TF32); tile, stages
-    # and split (mma.sync, 3xTF32 or one TF32 product). Not every combination builds: matmul_variants.valid says which do.
+    # and split (mma.sync, 3xTF32 or one TF32 product). Not every combination builds:
+    # matmul_variants.valid says which do.
     **matmul_variants.SPACE,
 }
 
