@@ -173,7 +173,9 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
                                     for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph",
                                                        "channels_last", "nhwc", "cublas"}
-    assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},)}  # Triton's, 3xTF32's
+    # Triton's, and CUTLASS's mma.sync kernels' (3xTF32 and one TF32 product)
+    assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},),
+                                     "matmul_1xtf32": ({"split": "up"},)}
     assert STRUCTURAL["vectorize_loads"]["matmul"] == ({"kmajor": "up"},)
     assert all(STRUCTURAL["use_cuda_graphs"][kind] == ({"cudagraph": "up"},) for kind in SPACE if "cudagraph" in SPACE[kind])
     assert {"tile": "down"} in STRUCTURAL["reduce_registers"]["graph_linear"]
