@@ -81,12 +81,17 @@ def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, e
     proc = subprocess.Popen(_cmd(tmp_path, str(PROBLEM), "--budget", "2", "--proposer", "exchange",
                                  "--exchange-dir", str(exchange), *executor),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
-    deadline = time.monotonic() + 120
-    while not (exchange / "prompt-0001.md").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert (exchange / "prompt-0001.md").exists(), proc.communicate(timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while not (exchange / "prompt-0001.md").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert (exchange / "prompt-0001.md").exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed check or a run that ignored the signal
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 143, err[-2000:]
     assert err.strip().splitlines()[-1] == "terminated"
     assert "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
