@@ -49,12 +49,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     if pattern.kind not in TEMPLATES:
         return []
     if pattern.kind == "matmul":
-        library = matmul_variants.library_variants(pattern, precision)
-        if default_moves(pattern, "matmul", precision)["split"] > 1:  # only the variant that splits K too
-            library = [kind for kind in library if "split" in matmul_variants.SPACE[kind]]
-        elif precision == "relaxed":
-            library = [kind for kind in library if kind != "matmul_1xtf32"]
-        return ["matmul", *library]
+        split_k = default_moves(pattern, "matmul", precision)["split"] > 1
+        return ["matmul", *matmul_variants.library_variants(pattern, precision, split_k)]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
         from loopwise.kernels.expert.partition import kinds
 

@@ -23,6 +23,8 @@ from loopwise.kernels.expert.capture import Pattern
 
 LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
 MMA_SYNC_KINDS = ("matmul_3xtf32", "matmul_1xtf32")  # CUTLASS 2 on mma.sync: 3 or 1 TF32 products
+# offered only where K is split: an unsplit relaxed product takes WGMMA's TF32, Hopper's fast path
+SPLIT_ONLY_KINDS = ("matmul_1xtf32",)
 WGMMA_KINDS = ("matmul_cutlass", "matmul_cutlass_tf32")
 
 # bf16 / fp16 on WGMMA. A tile is M x N x K of one CTA; WGMMA atoms are 64 rows, so M is a multiple
@@ -112,17 +114,20 @@ def accepts(kind: str, pattern: Pattern) -> bool:
     return all(extent % _ALIGNMENT[dtype] == 0 for extent in contiguous)
 
 
-def library_variants(pattern: Pattern, precision: str) -> list[str]:
+def library_variants(pattern: Pattern, precision: str, split_k: bool = False) -> list[str]:
     """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16; for fp32,
     3xTF32 under the ``fp32`` policy, and under ``relaxed`` (where TF32 is allowed, 3xTF32's extra
-    products buy nothing) WGMMA in TF32 and the mma.sync kernel with one TF32 product, which can
-    split K (generate.variants keeps one of the two by that)."""
+    products buy nothing) WGMMA in TF32, or where K is split (``split_k``) the mma.sync kernel
+    with one TF32 product. Where K is split only the variants that split it too."""
     dtype = dict(pattern.params).get("dtype", "float32")
     if dtype == "float32":
         kinds = ("matmul_3xtf32",) if precision == "fp32" else ("matmul_cutlass_tf32", "matmul_1xtf32")
     else:
         kinds = ("matmul_cutlass",)
-    return [kind for kind in kinds if accepts(kind, pattern)]
+    kinds = [kind for kind in kinds if accepts(kind, pattern)]
+    if split_k:
+        return [kind for kind in kinds if "split" in SPACE[kind]]
+    return [kind for kind in kinds if kind not in SPLIT_ONLY_KINDS]
 
 
 def note(kind: str, moves: dict) -> str:
