@@ -47,8 +47,7 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
         with console.status("searching") as status:
             ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI raises it): what is stored stays
-        console.print(f"stopped after {run.tally.evaluations} of {s.budget} candidates; "
-                      f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
+        console.print(f"stopped {_resume_line(run)}")
         raise
     finally:
         run.judge.close()
@@ -62,9 +61,13 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
     else:
         _print_summary(console, run, path)
     if not ended:
-        console.print(f"[yellow]time limit reached[/] after {run.tally.evaluations} of {s.budget} candidates; "
-                      f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
+        console.print(f"[yellow]time limit reached[/] {_resume_line(run)}")
     return 0 if path else 1
+
+
+def _resume_line(run) -> str:
+    return (f"after {run.tally.evaluations} of {run.s.budget} candidates; "
+            f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
 
 
 def _print_summary(console, run, path) -> None:
