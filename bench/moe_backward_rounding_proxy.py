@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loopwise.kernels.evaluate.compare import compare_half_bound  # noqa: E402
+from loopwise.kernels.evaluate.compare import compare_float64_bound  # noqa: E402
 
 MOE = Path(__file__).resolve().parent.parent / "loopwise" / "kernels" / "examples" / "moe"
 SCHEMES = ("fp32", "asc", "desc", "desc-flat")
@@ -223,7 +223,7 @@ def run(pattern: str, seed: int, tokens: int, hidden: int, intermediate: int, ex
             for name, got in (("out", emu["out"]), ("dx", sum_routes(emu["pieces"], ids, "desc")),
                               ("d_gate_up", emu["d_gate_up"]), ("d_down", emu["d_down"])):
                 # the judge's own rule, as it would judge this output
-                v = compare_half_bound([ref[name]], [truth[name]], [got], 2.0)
+                v = compare_float64_bound([ref[name]], [truth[name]], [got], 2.0)
                 rows.append({"pattern": pattern, "seed": seed, "emulation": emulation, "output": name,
                              "scheme": "float64 bound", "bits_differ": None, "outside": int(not v.passed),
                              "max_abs_error": v.evidence["error"], "numel": ref[name].numel(),
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-model", action="store_true",
                     help="also run the problem's Model and check the hooked copy reproduces its four outputs")
     ap.add_argument("--bound", action="store_true",
-                    help="also judge the candidate's emulation by the float64 bound (compare_half_bound: max error "
+                    help="also judge the candidate's emulation by the float64 bound (compare_float64_bound: max error "
                          "against float64 at most 2x the bf16 reference's own, and at most 2x as many elements outside "
                          "0.01 of float64); 'outside' is then 1 for a failure")
     args = ap.parse_args(argv)

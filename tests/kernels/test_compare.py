@@ -81,7 +81,7 @@ def test_half_outputs_more_accurate_than_the_half_reference_pass_the_float64_bou
     """A bf16 reference that sums in bf16 is itself off where its sum nearly cancels; a candidate
     that sums in fp32 and rounds once fails allclose against it there, yet is nearer the truth.
     The bound (FlashAttention's test rule): max |cand - float64| <= factor x max |ref - float64|."""
-    from loopwise.kernels.evaluate.compare import compare_half_bound
+    from loopwise.kernels.evaluate.compare import compare_float64_bound
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(4096, 64, generator=g).bfloat16()
@@ -91,12 +91,12 @@ def test_half_outputs_more_accurate_than_the_half_reference_pass_the_float64_bou
     ref64 = x.double().sum(1)
     fp32_once = x.float().sum(1).bfloat16()
     assert not compare_allclose([ref], [fp32_once], 1e-4, 1e-4).passed  # the premise
-    v = compare_half_bound([ref], [ref64], [fp32_once], 2.0)
+    v = compare_float64_bound([ref], [ref64], [fp32_once], 2.0)
     assert v.passed, v.message
     assert v.evidence["error"] < v.evidence["reference_error"]
     # a candidate further from the truth than twice the reference's own error fails, with both numbers
     dropped = x[:, :63].float().sum(1).bfloat16()
-    bad = compare_half_bound([ref], [ref64], [dropped], 2.0)
+    bad = compare_float64_bound([ref], [ref64], [dropped], 2.0)
     assert not bad.passed and bad.code == "wrong_output"
     assert "float64" in bad.message and "reference's own" in bad.message
     # the largest error allowed where values are large cannot be spent on the small ones: a weight
@@ -106,17 +106,70 @@ def test_half_outputs_more_accurate_than_the_half_reference_pass_the_float64_bou
     allowed = 2 * float((w_ref.double() - w64).abs().max())
     zeroed = torch.where(w64.abs() < allowed / 2, 0.0, w64).bfloat16()
     assert float((zeroed.double() - w64).abs().max()) <= allowed  # within the max-error bound alone
-    cheat = compare_half_bound([w_ref], [w64], [zeroed], 2.0)
+    cheat = compare_float64_bound([w_ref], [w64], [zeroed], 2.0)
     assert not cheat.passed and "elements outside atol=rtol=0.01 of float64" in cheat.message
-    assert compare_half_bound([w_ref], [w64], [w64.float().bfloat16()], 2.0).passed
+    assert compare_float64_bound([w_ref], [w64], [w64.float().bfloat16()], 2.0).passed
     # fp32 outputs beside the half one are still judged by allclose
     other = torch.randn(8)
-    assert not compare_half_bound([ref, other], [ref64, other.double()], [fp32_once, other + 1.0], 2.0).passed
-    assert compare_half_bound([ref, other], [ref64, other.double()], [fp32_once, other.clone()], 2.0).passed
+    assert not compare_float64_bound([ref, other], [ref64, other.double()], [fp32_once, other + 1.0], 2.0).passed
+    assert compare_float64_bound([ref, other], [ref64, other.double()], [fp32_once, other.clone()], 2.0).passed
     # NaN where the reference is finite, and elements never written, fail as before
     nan = fp32_once.clone()
     nan[5] = float("nan")
-    assert compare_half_bound([ref], [ref64], [nan], 2.0).code == "nan_output"
+    assert compare_float64_bound([ref], [ref64], [nan], 2.0).code == "nan_output"
     unwritten = torch.empty_like(fp32_once)
     poison(unwritten)
-    assert compare_half_bound([ref], [ref64], [unwritten], 2.0).code == "unwritten_output"
+    assert compare_float64_bound([ref], [ref64], [unwritten], 2.0).code == "unwritten_output"
+
+
+def _large_k(seed: int):
+    """Zero-mean operands and a long odd reduction: the blocked fp32 product (the reference), the
+    float64 truth, and a correct fp32 product summed in another order (one multiply-add per k)."""
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(4095, 192, generator=g), torch.randn(160, 4095, generator=g)
+    ref = a.T @ b.T
+    ref64 = a.double().T @ b.double().T
+    seq = torch.zeros_like(ref)
+    for k in range(a.shape[0]):
+        seq.addcmul_(a[k].unsqueeze(1), b[:, k].unsqueeze(0))
+    return a, b, ref, ref64, seq
+
+
+def _truncated(t, keep_bits: int):
+    """``t`` with only ``keep_bits`` of float32's 23 mantissa bits (10: TF32, 7: bfloat16)."""
+    return (t.contiguous().view(torch.int32) & -(1 << (23 - keep_bits))).view(torch.float32)
+
+
+def test_fp32_outputs_of_another_correct_summation_order_pass_the_float64_bound():
+    """Two correct fp32 summation orders of a long zero-mean reduction differ by more than 1e-4 on
+    outputs near zero: allclose alone rejects an honest kernel. Judged against float64, relative to
+    the fp32 reference's own error, it passes; TF32 and bf16x3 products (reduced precision under
+    the fp32 policy) and a wrong result still fail."""
+    from loopwise.kernels.evaluate.compare import compare_float64_bound
+
+    a, b, ref, ref64, seq = _large_k(0)
+    assert not compare_allclose([ref], [seq], 1e-4, 1e-4).passed  # the premise
+    v = compare_float64_bound([ref], [ref64], [seq], half_factor=2.0, fp32_factor=8.0)
+    assert v.passed, v.message
+    assert v.evidence["rule"] == "fp32" and v.evidence["norm_error"] < 8 * v.evidence["reference_norm_error"]
+    # the other way round too: the reference summed in order, the candidate blocked
+    assert compare_float64_bound([seq], [ref64], [ref], 2.0, 8.0).passed
+    tf32 = _truncated(a, 10).T @ _truncated(b, 10).T
+    hi_a, hi_b = _truncated(a, 7), _truncated(b, 7)
+    lo_a, lo_b = _truncated(a - hi_a, 7), _truncated(b - hi_b, 7)
+    mm = lambda x, y: (x.double().T @ y.double().T).float()  # noqa: E731 - exact products, fp32 sums
+    bf16x3 = mm(hi_a, hi_b) + (mm(hi_a, lo_b) + mm(lo_a, hi_b))
+    for reduced in (tf32, bf16x3):
+        bad = compare_float64_bound([ref], [ref64], [reduced], 2.0, 8.0)
+        assert not bad.passed and bad.code == "wrong_output", bad.message
+        assert "fp32 reference's own" in bad.message
+    wrong = seq.clone()
+    wrong.view(-1)[int(ref64.abs().argmin())] += 0.01  # one output near zero off by 1e-2
+    assert not compare_float64_bound([ref], [ref64], [wrong], 2.0, 8.0).passed
+    # a candidate may not spend the largest error allowed on every element (the normwise bound)
+    budget = float((ref.double() - ref64).abs().max())
+    smeared = (ref64 + 4 * budget * torch.sign(torch.randn_like(ref64))).float()
+    spent = compare_float64_bound([ref], [ref64], [smeared], 2.0, 8.0)
+    assert not spent.passed and "normwise" in spent.message
+    # without an fp32 factor, fp32 outputs keep allclose alone
+    assert not compare_float64_bound([ref], [ref64], [seq], 2.0, None).passed

@@ -274,3 +274,23 @@ def test_half_precision_outputs_are_judged_against_float64_where_the_half_refere
                spares=0) as j:
         strict = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
     assert strict.status is Status.WRONG_OUTPUT, strict.summary()
+
+
+def test_fp32_outputs_are_judged_against_float64_where_two_correct_summation_orders_disagree(tmp_path):
+    """A long zero-mean reduction (K = 4095): a correct fp32 kernel that sums in another order than
+    the reference misses atol = rtol = 1e-4 on a few outputs near zero, yet is as near float64 as
+    the reference; it is correct, with a note naming the rule. A bf16x3 product is still rejected,
+    and ``fp32_outputs="allclose"`` keeps KernelBench's rule alone."""
+    problem = load_problem(str(CASES / "problem_large_k_matmul.py"))
+    base = dict(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=0, energy=False)
+    with Judge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
+        honest = j.evaluate((CASES / "sequential_fp32_matmul.py").read_text(), "sequential")
+        reduced = j.evaluate((CASES / "bf16x3_matmul.py").read_text(), "bf16x3")
+    assert honest.status is Status.CORRECT, honest.summary()
+    note = [r for r in honest.reasons if r.code == "fp32_bound"]
+    assert note and note[0].severity == "info" and "float64" in note[0].message, honest.reasons
+    assert reduced.status is not Status.CORRECT, reduced.summary()
+    with Judge(problem, EvalConfig(**base, fp32_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
+               spares=0) as j:
+        strict = j.evaluate((CASES / "sequential_fp32_matmul.py").read_text(), "sequential")
+    assert strict.status is Status.WRONG_OUTPUT, strict.summary()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.inputs import for_sandbox
-from loopwise.kernels.evaluate.compare import Verdict, compare_allclose, compare_half_bound, compare_stress
+from loopwise.kernels.evaluate.compare import Verdict, compare_allclose, compare_float64_bound, compare_stress
 from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
@@ -22,20 +22,23 @@ WRONG_NOT_IMPRECISE = 0.05
 
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
                     args: list | None = None) -> tuple[Verdict, bool]:
-    """allclose against the reference's outputs for the draw of ``seed``; for fp16 / bf16 outputs
-    that fail it, the float64 bound (``cfg.half_outputs``). The verdict, and whether the bound
-    passed what allclose did not."""
+    """allclose against the reference's outputs for the draw of ``seed``; for fp16 / bf16 and fp32
+    outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``). The
+    verdict, and whether the bound passed what allclose did not."""
     v = compare_allclose(ref_out, cand, cfg.atol, cfg.rtol)
-    if v.passed or v.code != "wrong_output" or cfg.half_outputs != "float64_bound":
+    if v.passed or v.code != "wrong_output":
         return v, False
     import torch
 
-    if not any(isinstance(r, torch.Tensor) and r.dtype in (torch.float16, torch.bfloat16) for r in ref_out):
+    half_factor = cfg.half_error_factor if cfg.half_outputs == "float64_bound" else None
+    fp32_factor = cfg.fp32_error_factor if cfg.fp32_outputs == "float64_bound" else None
+    bounded = {torch.float16: half_factor, torch.bfloat16: half_factor, torch.float32: fp32_factor}
+    if not any(isinstance(r, torch.Tensor) and bounded.get(r.dtype) is not None for r in ref_out):
         return v, False
     ref64 = ref.float64(seed, args if args is not None else ref.draw(seed))
     if ref64 is None:
         return v, False
-    bound = compare_half_bound(ref_out, ref64, cand, cfg.half_error_factor, cfg.atol, cfg.rtol)
+    bound = compare_float64_bound(ref_out, ref64, cand, half_factor, fp32_factor, cfg.atol, cfg.rtol)
     if bound.passed:
         return bound, True
     return Verdict(False, bound.code, f"{v.message}; {bound.message}", max_abs_err=v.max_abs_err,
@@ -203,15 +206,26 @@ class TrialRunner:
         return not self.outcome.rejected
 
     def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None) -> Verdict:
-        """:func:`compare_outputs`, noting once when the float64 bound passed a half output."""
+        """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not."""
         v, by_bound = compare_outputs(self.ref, self.cfg, ref_out, cand, seed, args)
-        if by_bound and not any(r.code == "half_precision_bound" for r in self.outcome.reasons):
-            w = v.evidence
-            self.outcome.note("half_precision_bound", f"outside allclose of the half-precision reference, but "
-                              f"nearer float64 than it (output {w['output']}: max error {w['error']:.3g} against "
-                              f"the reference's own {w['reference_error']:.3g}, allowed {w['allowed']:.3g})",
-                              severity="info", **w)
+        if by_bound:
+            self._note_bound(v.evidence)
         return v
+
+    def _note_bound(self, w: dict) -> None:
+        code = "half_precision_bound" if w["rule"] == "half" else "fp32_bound"
+        if any(r.code == code for r in self.outcome.reasons):
+            return
+        if w["rule"] == "half":
+            text = (f"outside allclose of the half-precision reference, but nearer float64 than it (output "
+                    f"{w['output']}: max error {w['error']:.3g} against the reference's own "
+                    f"{w['reference_error']:.3g}, allowed {w['allowed']:.3g})")
+        else:
+            text = (f"outside allclose of the fp32 reference, but as near float64 as another fp32 summation "
+                    f"order (output {w['output']}: normwise error {w['norm_error']:.3g} against the reference's "
+                    f"own {w['reference_norm_error']:.3g}, allowed {self.cfg.fp32_error_factor:g}x; every element "
+                    f"within the tolerance plus {w['allowed']:.3g})")
+        self.outcome.note(code, text, severity="info", **w)
 
     def _against_float64(self, args: list, ref_out: list, cand: list, seed: int) -> bool:
         """The stress rule on the problem's own inputs too: a candidate that changes its arithmetic
