@@ -41,6 +41,11 @@ EXPLOIT_ENTRIES = _manifest(EXPLOITS)
 HONEST_ENTRIES = _manifest(CANDIDATES)
 
 
+def _honest_id(entry: dict) -> str:
+    """One name per honest entry: a candidate can be listed with several problems."""
+    return f"{entry['candidate']}@{Path(entry['problem']).stem}"
+
+
 def _scan_file(folder: Path, name: str, policy: str = "fp32"):
     path = folder / name
     return scan(path.read_text(), policy=policy, filename=str(path))
@@ -95,9 +100,14 @@ def test_exploit_is_caught_statically(entry):
         assert _rejects(reasons) & set(entry["static"])
 
 
-@pytest.mark.parametrize("entry", HONEST_ENTRIES, ids=lambda e: e["candidate"])
+@pytest.mark.parametrize("entry", HONEST_ENTRIES, ids=_honest_id)
 def test_honest_candidate_has_no_reason(entry):
-    reasons = _scan_file(CANDIDATES, entry["candidate"])
+    """Scanned under the policy the judge applies to its problem (a bf16 problem computes in bf16)."""
+    from loopwise.kernels.evaluate.judge import static_policy
+    from loopwise.kernels.problem import load_problem
+
+    policy = static_policy(load_problem(str(CANDIDATES / entry["problem"])), "fp32")
+    reasons = [r for r in _scan_file(CANDIDATES, entry["candidate"], policy) if r.severity != "info"]
     assert reasons == [], [(r.code, r.message) for r in reasons]
 
 
@@ -465,7 +475,8 @@ def run(entry, index, device):
                 torch.cuda.synchronize()
             plain = got.as_subclass(torch.Tensor) if isinstance(got, torch.Tensor) else got
             same_shape = isinstance(got, torch.Tensor) and got.shape == want.shape
-            result["passes"] &= bool(same_shape and _allclose(plain, want, atol=1e-4, rtol=1e-4))
+            tol = 1e-2 if want.dtype in (torch.float16, torch.bfloat16) else 1e-4  # KernelBench's tolerances
+            result["passes"] &= bool(same_shape and _allclose(plain, want, atol=tol, rtol=tol))
             if same_shape:
                 result["max_err"] = max(result["max_err"], float((plain - want).abs().max()))
             result["inputs_zeroed"] |= all(bool((t == 0).all()) for t in inputs)
@@ -499,7 +510,7 @@ def _can_build_cpp() -> bool:
 
 def _run_corpus(entries: list[tuple[Path, dict]], device: str) -> dict:
     request = {"device": device, "entries": [
-        {"name": entry["candidate"] if folder == CANDIDATES else f"exploits/{entry['candidate']}",
+        {"name": _honest_id(entry) if folder == CANDIDATES else f"exploits/{entry['candidate']}",
          "candidate": str(folder / entry["candidate"]), "problem": str(folder / entry["problem"]),
          "candidate_first": entry["candidate"] == "input_mutation.py"}
         for folder, entry in entries
@@ -522,13 +533,22 @@ def cpu_results():
     return _run_corpus(entries, "cpu")
 
 
-@pytest.mark.parametrize("entry", [e for e in HONEST_ENTRIES if e["cpu"]], ids=lambda e: e["candidate"])
+# Honest candidates that a naive allclose harness rejects: outputs near zero whose error is the
+# rounding of a sum taken in another order (a row mean; a K = 4095 zero-mean GEMM on the GPU). The judge's float64 bound passes them
+# (test_honest_candidates.py); here they show that allclose alone would not.
+NAIVE_REJECTS_HONEST = {"triton_centered_rows.py@centered_rows", "triton_matmul_t_tf32x3.py@matmul_t_large_k"}
+
+
+@pytest.mark.parametrize("entry", [e for e in HONEST_ENTRIES if e["cpu"]], ids=_honest_id)
 def test_honest_candidate_matches_reference_on_cpu(cpu_results, entry):
-    if entry["candidate"] not in cpu_results:
+    if _honest_id(entry) not in cpu_results:
         pytest.skip("no C++ toolchain (ninja and a compiler) for load_inline")
-    result = cpu_results[entry["candidate"]]
+    result = cpu_results[_honest_id(entry)]
     assert result["ran"], result.get("error")
-    assert result["passes"], result
+    if _honest_id(entry) in NAIVE_REJECTS_HONEST:
+        assert not result["passes"] and result["max_err"] < 1e-3, result
+    else:
+        assert result["passes"], result
 
 
 # Cheats that a naive judge (reference first, same tensors, allclose at 1e-4) accepts on CPU:
@@ -560,6 +580,8 @@ def test_corpus_runs_on_gpu():
     entries = [(CANDIDATES, e) for e in honest] + [(EXPLOITS, e) for e in EXPLOIT_ENTRIES]
     results = _run_corpus(entries, "cuda")
     for entry in honest:
-        assert results[entry["candidate"]]["passes"], (entry["candidate"], results[entry["candidate"]])
+        result = results[_honest_id(entry)]
+        assert result["ran"], (_honest_id(entry), result)
+        assert result["passes"] is (_honest_id(entry) not in NAIVE_REJECTS_HONEST), (_honest_id(entry), result)
     for entry in EXPLOIT_ENTRIES:
         assert results[f"exploits/{entry['candidate']}"]["ran"], entry["candidate"]

@@ -29,7 +29,7 @@ def interpret_triton(tmp_path_factory):
             os.environ[k] = v
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["candidate"] for e in ENTRIES])
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e['candidate']}@{Path(e['problem']).stem}" for e in ENTRIES])
 def test_honest_candidate_is_correct(entry, tmp_path):
     cfg = EvalConfig(perf_trials=3, warmup=1, seed=3, energy=False, compile_timeout_s=300)
     with Judge(load_problem(str(HONEST / entry["problem"])), cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
