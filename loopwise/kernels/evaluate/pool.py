@@ -18,6 +18,8 @@ import time
 import weakref
 from pathlib import Path
 
+from loopwise.kernels.evaluate.environment import sandbox_environ
+
 log = logging.getLogger(__name__)
 _POLL_S = 0.05
 
@@ -149,8 +151,9 @@ class Sandbox:
         # sandbox never killed (a spare still waiting when the program ends).
         self.scratch = tempfile.mkdtemp(prefix="loopwise-sandbox-")
         self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
-        # The judge's environment as it is now (a forked child would otherwise get the server's).
-        settings = {**self.settings, "environ": dict(os.environ), "scratch": self.scratch}
+        # The allowed part of the judge's environment as it is now (a forked child would otherwise
+        # get the server's); the sandbox drops everything else before any candidate code runs.
+        settings = {**self.settings, "environ": sandbox_environ(), "scratch": self.scratch}
         self.proc = ctx.Process(target=sandbox_main, args=(child, self.device, str(self.log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
         self.started_wall = time.time()
