@@ -162,6 +162,9 @@ def _compile_one(source: str, extensions_dir: str, arch: str | None, workdir: st
     import time
     import traceback
 
+    from loopwise.kernels.evaluate.environment import enter_sandbox
+
+    enter_sandbox()  # the candidate's module runs here: no secret in its environment
     logging.getLogger("torch.utils.cpp_extension").addFilter(_no_cuda_runtime_notice)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TORCH_EXTENSIONS_DIR"] = extensions_dir

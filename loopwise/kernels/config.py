@@ -51,7 +51,8 @@ class EvalConfig(BaseModel):
     compile_timeout_s: float = Field(600.0, gt=0)
     run_timeout_s: float = Field(180.0, gt=0)
     gpu_memory_fraction: float = Field(0.75, gt=0, le=1.0)
-    host_memory_gb: float = Field(32.0, gt=0)
+    # None: derived from the machine (pool.host_memory_limit_gb), so that it is below its memory.
+    host_memory_gb: float | None = Field(None, gt=0)
     energy: bool = True
     energy_min_s: float = Field(0.2, ge=0.05)
     static_check: bool = True

@@ -25,6 +25,7 @@ RULES: tuple[Rule, ...] = (
     _reference.find_reference_call,
     _control.find_fallbacks,
     _tampering.find_processes,
+    _tampering.find_environment_reads,
     _control.find_streams,
     _control.find_pointer_caches,
     _precision.find_precision,

@@ -29,7 +29,8 @@ _CANONICAL_PREFIXES: tuple[tuple[str, str], ...] = (
 # Markers of C, C++, CUDA or PTX text inside a Python string.
 _C_MARKERS = re.compile(
     r"#\s*include|__global__|__device__|torch::|at::|<<<|\basm\s*(?:volatile\s*)?\(|extern\s+\"C\"|"
-    r"TORCH_CHECK|cudaStream|cublas|PYBIND11|\bmma\.|\bwgmma\.|\bcvt\.|cutlass::|cute::|\.reg\s+\."
+    r"TORCH_CHECK|cudaStream|cublas|PYBIND11|\bmma\.|\bwgmma\.|\bcvt\.|cutlass::|cute::|\.reg\s+\.|"
+    r"\bstd::|\bpthread_\w+\s*\(|\b(?:secure_)?getenv\s*\("
 )
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 

@@ -38,6 +38,11 @@ _THREAD_MODULES = ("threading", "_thread", "concurrent", "multiprocessing", "asy
 _PROCESS_MODULES = ("subprocess", "socket", "ctypes", "cffi", "pty", "signal", "urllib", "http",
                     "requests", "pexpect", "ftplib", "smtplib", "telnetlib", "webbrowser")
 _PROCESS_OS = re.compile(r"^os\.(system|popen|fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*|kill|killpg)$")
+_C_THREAD = re.compile(r"\bstd::(?:thread|jthread|async)\b|\bpthread_create\b|\bthrd_create\b")
+# Reading the environment: os.environ in every spelling, getenv in C, the /proc copy of it.
+_ENVIRON_NAMES = {"os.environ", "os.environb", "os.getenv", "os.getenvb", "posix.environ", "nt.environ"}
+_ENVIRON_ATTRS = {"environ", "environb", "getenv", "getenvb"}
+_C_ENVIRON = re.compile(r"\b(?:secure_)?getenv\s*\(|\b_?environ\b")
 _TENSOR_BASES = {"torch.Tensor", "torch.nn.Parameter"}
 _LAZY_NAMES = {"__torch_function__", "__torch_dispatch__", "_make_subclass", "_make_wrapper_subclass",
                "as_subclass"}
@@ -163,10 +168,15 @@ def _module_uses(index: SourceIndex, modules: tuple[str, ...]) -> Iterator[tuple
 
 
 def find_threads(index: SourceIndex) -> Iterator[Finding]:
-    """Threads, thread pools, processes and async tasks (work that can outlive ``forward``)."""
+    """Threads, thread pools, processes and async tasks (work that can outlive ``forward``), in
+    Python and in embedded C++/CUDA. An OpenMP region is not one: it joins its threads before the
+    call returns."""
+    why = "work on another thread or task can run outside the judge's timing"
     for node, name in _module_uses(index, _THREAD_MODULES):
-        yield Finding("thread_injection", line_of(node), f"Use of `{name}`",
-                      "work on another thread or task can run outside the judge's timing")
+        yield Finding("thread_injection", line_of(node), f"Use of `{name}`", why)
+    for text in index.c_texts():
+        for match in _C_THREAD.finditer(text.text):
+            yield Finding("thread_injection", text.line_of(match.start()), f"C++ `{match.group(0)}`", why)
 
 
 def find_processes(index: SourceIndex) -> Iterator[Finding]:
@@ -176,6 +186,34 @@ def find_processes(index: SourceIndex) -> Iterator[Finding]:
     for node, name in index.names():
         if _PROCESS_OS.match(name):
             yield Finding("process_spawn", line_of(node), f"Use of `{name}`")
+
+
+# -- environment_read ------------------------------------------------------------------------
+
+
+def find_environment_reads(index: SourceIndex) -> Iterator[Finding]:
+    """Reads of environment variables: ``os.environ`` / ``os.getenv`` however imported, an
+    ``environ`` or ``getenv`` attribute of anything, a string naming it (``getattr(os, "environ")``,
+    ``/proc/self/environ``), and ``getenv`` / ``environ`` in embedded C/C++/CUDA. Setting a
+    variable (``os.environ["TRITON_F32_DEFAULT"] = "ieee"``) reads nothing and is allowed."""
+    for node in ast.walk(index.tree):
+        if isinstance(node, ast.Attribute) and node.attr in _ENVIRON_ATTRS and not _env_write(index, node):
+            yield Finding("environment_read", line_of(node), f"Use of `{ast.unparse(node)}`")
+    for node, name in index.names():
+        if ".".join(name.split(".")[:2]) in _ENVIRON_NAMES and not _env_write(index, node):
+            yield Finding("environment_read", line_of(node), f"Use of `{name}`")
+    for node in index.strings():
+        if "environ" in node.value or node.value in _ENVIRON_ATTRS:
+            yield Finding("environment_read", line_of(node), f"The string {node.value[:40]!r}")
+    for text in index.c_texts():
+        for match in _C_ENVIRON.finditer(text.text):
+            yield Finding("environment_read", text.line_of(match.start()), f"C++ `{match.group(0).strip()}`")
+
+
+def _env_write(index: SourceIndex, node: ast.AST) -> bool:
+    """Whether ``node`` is the mapping of an item assignment or deletion (``os.environ[k] = v``)."""
+    parent = index.parents.get(node)
+    return isinstance(parent, ast.Subscript) and parent.value is node and isinstance(parent.ctx, (ast.Store, ast.Del))
 
 
 # -- lazy outputs -----------------------------------------------------------------------------

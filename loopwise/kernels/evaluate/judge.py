@@ -32,6 +32,7 @@ EXPLOIT_CODES = {
     "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
     "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor",
     "side_stream", "library_patch", "timing_mismatch", "timed_output_wrong", "decoy_kernel",
+    "environment_read",
 }
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.

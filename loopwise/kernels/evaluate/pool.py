@@ -18,6 +18,8 @@ import time
 import weakref
 from pathlib import Path
 
+from loopwise.kernels.evaluate.environment import sandbox_environ
+
 log = logging.getLogger(__name__)
 _POLL_S = 0.05
 
@@ -76,6 +78,39 @@ def _fall_back_to_spawn(why: str) -> None:
     if _method != "spawn":
         log.warning("a forked sandbox failed to start (%s); starting sandboxes with spawn from now on", why)
         _method = "spawn"
+
+
+# The sandbox's host-memory limit when none is set: half the machine's memory (or its cgroup's),
+# at most 32 GiB. The judge holds the problem's inputs and reference outputs in host memory beside
+# the sandbox, and the OS needs the rest: a limit at or above the machine's memory would never
+# stop a runaway candidate before the kernel's OOM killer, which may pick the judge instead.
+HOST_MEMORY_FRACTION, HOST_MEMORY_CAP_GB = 0.5, 32.0
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def machine_memory_gb() -> float | None:
+    """This machine's memory in GiB, or its cgroup's limit when that is lower; None if unknown."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            sizes.append(int(text))
+    return min(sizes) / 2**30 if sizes else None
+
+
+def host_memory_limit_gb(setting: float | None) -> float:
+    """The sandbox's host-memory limit in GiB: ``setting`` when given, else derived from the machine."""
+    if setting is not None:
+        return float(setting)
+    total = machine_memory_gb()
+    return HOST_MEMORY_CAP_GB if total is None else min(HOST_MEMORY_CAP_GB, HOST_MEMORY_FRACTION * total)
 
 
 class SandboxFailure(Exception):
@@ -149,8 +184,9 @@ class Sandbox:
         # sandbox never killed (a spare still waiting when the program ends).
         self.scratch = tempfile.mkdtemp(prefix="loopwise-sandbox-")
         self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
-        # The judge's environment as it is now (a forked child would otherwise get the server's).
-        settings = {**self.settings, "environ": dict(os.environ), "scratch": self.scratch}
+        # The allowed part of the judge's environment as it is now (a forked child would otherwise
+        # get the server's); the sandbox drops everything else before any candidate code runs.
+        settings = {**self.settings, "environ": sandbox_environ(), "scratch": self.scratch}
         self.proc = ctx.Process(target=sandbox_main, args=(child, self.device, str(self.log_path), settings),
                                 daemon=True, name="loopwise-sandbox")
         self.started_wall = time.time()
@@ -185,7 +221,7 @@ class Sandbox:
         return body
 
     def _receive(self, timeout: float, phase: str):
-        limit = float(self.settings.get("host_memory_gb", 32.0)) * 2**30
+        limit = host_memory_limit_gb(self.settings.get("host_memory_gb")) * 2**30
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -198,7 +234,7 @@ class Sandbox:
             if _rss_bytes(self.proc.pid) > limit:
                 self.kill()
                 raise SandboxFailure("oom", "host_memory_limit",
-                                     f"the sandbox used more than {limit / 2**30:.0f} GiB of host memory")
+                                     f"the sandbox used more than {limit / 2**30:.3g} GiB of host memory")
             if time.monotonic() > deadline:
                 self.kill()
                 raise SandboxFailure("timeout", f"{phase}_timeout", f"no answer after {timeout:.0f}s during {phase}")

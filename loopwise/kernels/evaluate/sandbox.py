@@ -22,7 +22,7 @@ import time
 import traceback
 from types import ModuleType
 
-from loopwise.kernels.evaluate import guards, inputs, timing
+from loopwise.kernels.evaluate import environment, guards, inputs, timing
 
 _type = type  # captured before candidate code can touch builtins
 
@@ -463,9 +463,8 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     # A forked sandbox (LOOPWISE_SANDBOX_START=fork) would inherit the CLI's SIGTERM handler, which
     # a candidate hung in C code never returns to run: the judge's terminate must end it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if settings.get("environ") is not None:
-        os.environ.clear()
-        os.environ.update(settings["environ"])
+    # Only the allow-listed environment, before any candidate code: no API key or token to read.
+    environment.enter_sandbox(settings.get("environ"))
     os.environ["LOOPWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=settings.get("scratch"))
     _redirect_output(log_path)
     import torch

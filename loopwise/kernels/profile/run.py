@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from loopwise.errors import UserError
+from loopwise.kernels.evaluate.environment import sandbox_environ
 from loopwise.kernels.profile.findings import Finding, KernelSummary, LaunchConfig, ProblemHints, ToolInput
 from loopwise.kernels.profile.registry import Mode, diagnose
 from loopwise.kernels.profile.target import NVTX_RANGE
@@ -214,7 +215,7 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     out_dir.mkdir(parents=True, exist_ok=True)
     problem_file = out_dir / "problem.py"
     problem_file.write_text(problem.source, encoding="utf-8")
-    env = dict(os.environ)
+    env = sandbox_environ()  # the candidate runs in these children: no secret in their environment
     env["TRITON_CACHE_DIR"] = str(out_dir / "triton")
     costs: dict[str, float] = {}
     notes: list[str] = []
