@@ -189,3 +189,29 @@ def test_a_time_limit_must_be_a_positive_number_of_seconds(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         "error: --time-limit 0: expected a number of seconds above 0"], out.stderr
+
+
+def test_the_printed_resume_command_resumes_the_run_from_another_folder(tmp_path, cli_env):
+    """A run stopped by --time-limit prints the command that continues it; pasted as printed in
+    another folder it finds the run (its runs folder is in the command) and judges the rest under
+    the judge settings the run was started with (read back from the run, not repeated)."""
+    import shlex
+
+    runs = tmp_path / "my runs"
+    first = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "optimize", str(PROBLEM), "--budget", "1",
+                            "--time-limit", "0.001", "--device", "cpu", "--runs-dir", str(runs),
+                            "--set", "kernels.eval.perf_trials=3", "--set", "kernels.eval.precision=relaxed"],
+                           capture_output=True, text=True, env=dict(cli_env, COLUMNS="60"), timeout=600)
+    assert "time limit reached" in first.stdout, first.stdout + first.stderr[-2000:]
+    (line,) = [ln for ln in first.stdout.splitlines() if "continue with: " in ln]
+    words = shlex.split(line.split("continue with: ", 1)[1])
+    assert words[:3] == ["loopwise", "kernels", "optimize"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = subprocess.run([sys.executable, "-m", *words, "--json"], capture_output=True, text=True,
+                           env=dict(cli_env, PYTHONPATH=str(Path(__file__).parents[2])), cwd=elsewhere, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    (run_dir,) = runs.iterdir()
+    assert summary["run_id"] == run_dir.name and summary["evaluations"] == 1
+    assert summary["best"]["policy"] == "relaxed" and summary["best"]["timing"]["trials"] == 3
