@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loopwise.errors import UserError
 from loopwise.kernels.config import KernelsConfig
@@ -30,6 +30,19 @@ class Config(BaseModel):
 
     kernels: KernelsConfig = Field(default_factory=KernelsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    # --proposer llm: fields of LLMConfig (retries, timeouts, prices, budget...); a command's
+    # --llm-* options win over them
+    llm: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from loopwise.core.propose.llm._config import LLMConfig
+
+        unknown = sorted(set(value) - set(LLMConfig.model_fields))
+        if unknown:
+            raise ValueError(f"unknown LLM setting {unknown[0]!r} (known: {', '.join(LLMConfig.model_fields)})")
+        return value
 
 
 def _parse_scalar(text: str) -> Any:

@@ -191,18 +191,18 @@ def optimize_cmd(
         raise UserError("give a PROBLEM, or --resume RUN_ID")
     if time_limit is not None and not time_limit > 0:
         raise UserError(f"--time-limit {time_limit:g}: expected a number of seconds above 0")
-    llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
-                              "api_key_env": llm_key_env}.items() if v}
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), (resume, "kernels.optimize"))
+    llm = {**cfg.llm, **{k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
+                                           "api_key_env": llm_key_env}.items() if v}}
     if llm_tool_rounds is not None:
         llm["max_tool_rounds"] = llm_tool_rounds
-    if proposer == "llm" and not llm_model:
+    if proposer == "llm" and not llm.get("model"):
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     if problem and not problem.startswith("kernelbench:") and Path(problem).is_file():
         problem = str(Path(problem).resolve())  # a resume from another folder finds it
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
                         profiling=profiling, profile_within=profile_within)
-    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), (resume, "kernels.optimize"))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
                                   executor=(executor, workers, ray_address), time_limit=time_limit))
 

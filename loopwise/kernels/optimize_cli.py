@@ -60,6 +60,7 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         _print_summary(console, run, path)
+    _print_proposal_failures(console, run.tally)
     if not ended:
         console.print(f"[yellow]time limit reached[/] {_resume_line(run)}", soft_wrap=True)
     return 0 if path else 1
@@ -79,6 +80,17 @@ def _resume_line(run) -> str:
         options = ["--kernelbench", str(_find_checkout(run.cfg.kernels.kernelbench))]
     command = resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options)
     return f"after {run.tally.evaluations} of {run.s.budget} candidates; continue with: {escape(command)}"
+
+
+def _print_proposal_failures(console, tally) -> None:
+    """The proposals that came back without code: how many, and the first cause of each kind."""
+    from rich.markup import escape
+
+    if not tally.proposal_failures:
+        return
+    console.print(f"[yellow]{tally.proposals_line()}[/]", soft_wrap=True)
+    for reason, detail in sorted(tally.first_failure.items()):
+        console.print(f"  {reason}: {escape(detail)}", soft_wrap=True)
 
 
 def _print_summary(console, run, path) -> None:

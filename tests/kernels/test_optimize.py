@@ -215,3 +215,40 @@ def test_the_printed_resume_command_resumes_the_run_from_another_folder(tmp_path
     (run_dir,) = runs.iterdir()
     assert summary["run_id"] == run_dir.name and summary["evaluations"] == 1
     assert summary["best"]["policy"] == "relaxed" and summary["best"]["timing"]["trials"] == 3
+
+
+QUICK_LLM = ["--set", "llm.max_retries=1", "--set", "llm.backoff_initial_s=0", "--set", "llm.tools=false"]
+
+
+def _llm_run(tmp_path, cli_env, base_url):
+    relu = Path(__file__).parent / "candidates" / "problems" / "relu.py"
+    return subprocess.run(_cmd(tmp_path, str(relu), "--proposer", "llm", "--llm-model", "test-model",
+                               "--llm-base-url", base_url, "--budget", "2", *QUICK_LLM),
+                          capture_output=True, text=True, env=cli_env, timeout=300)
+
+
+def test_a_model_that_cannot_be_reached_is_said_so_with_its_cause(tmp_path, cli_env):
+    """Nothing listens on 127.0.0.1:9: the run ends with no candidate, and says that the model
+    could not be reached and why, and how many proposals failed, not just 'failures: none'."""
+    out = _llm_run(tmp_path, cli_env, "http://127.0.0.1:9/v1")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "proposals: 0 answered, 2 failed (api_error 2)" in text, text
+    assert "test-model at http://127.0.0.1:9/v1 could not be reached" in text and "Connection refused" in text
+    assert "(2 attempts)" in text and "Traceback" not in out.stderr
+
+
+def test_a_server_error_and_an_answer_without_valid_code_count_as_failed_proposals(tmp_path, cli_env):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+    from fake_llm_server import FakeLLMServer, malformed, server_error
+
+    server = FakeLLMServer().start()
+    try:
+        server.queue(server_error(500), server_error(500), malformed())
+        out = _llm_run(tmp_path, cli_env, server.base_url + "/v1")
+    finally:
+        server.stop()
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "proposals: 0 answered, 2 failed (api_error 1, syntax_error 1)" in text, text
+    assert "answered HTTP 500" in text and "syntax" in text
