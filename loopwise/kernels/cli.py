@@ -245,7 +245,7 @@ def bench_cmd(
 
     settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
                              per_step=per_step, compile=compile_baseline)
-    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), (resume, "kernels.bench"))
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), resume=(resume, "kernels.bench"))
     raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,
                                executor=(executor, workers, ray_address)))
 
