@@ -5,12 +5,13 @@ The resolved config is saved with every run, so a run can be repeated exactly.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loopwise.errors import UserError
 from loopwise.kernels.config import KernelsConfig
@@ -29,6 +30,19 @@ class Config(BaseModel):
 
     kernels: KernelsConfig = Field(default_factory=KernelsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    # --proposer llm: fields of LLMConfig (retries, timeouts, prices, budget...); a command's
+    # --llm-* options win over them
+    llm: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from loopwise.core.propose.llm._config import LLMConfig
+
+        unknown = sorted(set(value) - set(LLMConfig.model_fields))
+        if unknown:
+            raise ValueError(f"unknown LLM setting {unknown[0]!r} (known: {', '.join(LLMConfig.model_fields)})")
+        return value
 
 
 def _parse_scalar(text: str) -> Any:
@@ -61,13 +75,15 @@ def _format_validation(err: ValidationError, origin: str) -> str:
     return f"{origin}: {where}: {first['msg']}{extra}"
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Builds the config from defaults, an optional YAML file and dotted overrides (in that order).
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                base: dict | None = None) -> Config:
+    """Builds the config from defaults (or ``base``), an optional YAML file and dotted overrides
+    (in that order).
 
     Raises:
         UserError: a missing or malformed file, an unknown key or a value of the wrong type.
     """
-    data: dict = {}
+    data: dict = copy.deepcopy(base) if base else {}
     origin = "config"
     if path is not None:
         origin = str(path)
@@ -82,7 +98,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             raise UserError(f"{p}: not valid YAML{line}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise UserError(f"{p}: the top level must be a mapping of sections")
-        data = loaded or {}
+        _merge(data, loaded or {})
     for assignment in overrides or []:
         apply_override(data, assignment)
         origin = "--set" if path is None else f"{origin} with --set"
@@ -90,6 +106,42 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         return Config.model_validate(data)
     except ValidationError as err:
         raise UserError(_format_validation(err, origin)) from None
+
+
+def _merge(data: dict, loaded: dict) -> None:
+    """Lays a config file's sections over ``data`` in place, key by key."""
+    for key, value in loaded.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge(data[key], value)
+        else:
+            data[key] = value
+
+
+def run_config(runs_dir: str | os.PathLike, run_id: str, kind: str, path: str | os.PathLike | None = None,
+               overrides: list[str] | None = None) -> Config:
+    """The config a run was started with (as it stored it), with the given file and overrides laid
+    over it: a resumed run judges and searches as it began unless told otherwise. Its runs folder
+    is ``runs_dir``, where it was found.
+
+    Raises:
+        UserError: no such run, a run of another ``kind``, or a stored config that is not valid.
+    """
+    from loopwise.core.store import SqliteRunStore
+
+    with SqliteRunStore.open(runs_dir, run_id) as store:
+        meta = store.meta
+    if meta.kind != kind:
+        raise UserError(f"run {run_id} is a {meta.kind} run, not a {kind} run")
+    text = meta.config_text
+    try:
+        stored = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        stored = None
+    if not isinstance(stored, dict):
+        raise UserError(f"run {run_id}: its stored config is not a mapping of sections")
+    cfg = load_config(path, overrides, base=stored)
+    cfg.store.runs_dir = str(runs_dir)
+    return cfg
 
 
 def dump_config(config: Config) -> str:

@@ -10,9 +10,11 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
               executor: tuple = ("local", None, None)) -> int:
     """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
     from loopwise.core.console import console as make_console
+    from rich.markup import escape
     from rich.table import Table
 
     from loopwise.core.execute.dispatch import dispatching
+    from loopwise.core.resume import resume_command
     from loopwise.kernels.bench import Bench, aggregate, select_problems
     from loopwise.kernels.bench_report import build_report, table_rows
     from loopwise.kernels.problem import _find_checkout
@@ -23,7 +25,8 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
         bench = Bench.resume(resume, cfg, console)
         settings = bench.s
     # a bad selection or worker list is refused before anything is recorded
-    problems = select_problems(_find_checkout(cfg.kernels.kernelbench), settings.levels, settings.subset)
+    checkout = _find_checkout(cfg.kernels.kernelbench)
+    problems = select_problems(checkout, settings.levels, settings.subset)
     with dispatching(*executor) as dispatcher:
         if not resume:
             bench = Bench.start(settings, cfg, console)
@@ -42,8 +45,10 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
             try:
                 rows = bench.run(problems, dispatcher, progress=advance)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished problems are stored
+                command = resume_command("loopwise kernels bench", bench.store.meta.run_id,
+                                         bench.store.run_dir.parent, "--kernelbench", str(checkout))
                 console.print(f"stopped after {len(bench.rows)} of {len(problems)} problems; continue with: "
-                              f"loopwise kernels bench --resume {bench.store.meta.run_id}")
+                              f"{escape(command)}", soft_wrap=True)
                 raise
     table = aggregate(rows)
     path = build_report(bench.store)

@@ -28,10 +28,16 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster 
                            "default: a local one started on demand.")
 
 
-def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[str]):
-    from loopwise.core.config import load_config
+def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[str],
+            resume: tuple[str, str] | None = None):
+    """The config of this command; with ``resume`` (a run id and its kind), the config that run
+    stored, with this command's --config, --set and options laid over it."""
+    from loopwise.core.config import load_config, run_config
 
-    return load_config(config, list(overrides or []) + extra)
+    cfg = load_config(config, list(overrides or []) + extra)
+    if resume and resume[0]:
+        cfg = run_config(cfg.store.runs_dir, resume[0], resume[1], config, list(overrides or []) + extra)
+    return cfg
 
 
 def _where(device: Optional[str], kernelbench: Optional[str], runs_dir: Optional[str] = None) -> list[str]:
@@ -76,7 +82,7 @@ def eval_cmd(
             extra.append(f"kernels.eval.{key}={value}")
     if no_static:
         extra.append("kernels.eval.static_check=false")
-    cfg = _config(config, overrides, extra + _where(device, kernelbench, runs_dir))
+    cfg = _config(config, overrides, extra + _where(device, kernelbench, runs_dir), (resume, "kernels.eval"))
     sources = [(str(p), _read_candidate(p)) for p in candidates]
     code = evaluate_candidates(problem, sources, cfg, as_json=as_json, resume=resume)
     raise typer.Exit(code)
@@ -185,16 +191,18 @@ def optimize_cmd(
         raise UserError("give a PROBLEM, or --resume RUN_ID")
     if time_limit is not None and not time_limit > 0:
         raise UserError(f"--time-limit {time_limit:g}: expected a number of seconds above 0")
-    llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
-                              "api_key_env": llm_key_env}.items() if v}
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), (resume, "kernels.optimize"))
+    llm = {**cfg.llm, **{k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
+                                           "api_key_env": llm_key_env}.items() if v}}
     if llm_tool_rounds is not None:
         llm["max_tool_rounds"] = llm_tool_rounds
-    if proposer == "llm" and not llm_model:
+    if proposer == "llm" and not llm.get("model"):
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
+    if problem and not problem.startswith("kernelbench:") and Path(problem).is_file():
+        problem = str(Path(problem).resolve())  # a resume from another folder finds it
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
                         profiling=profiling, profile_within=profile_within)
-    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir))
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
                                   executor=(executor, workers, ray_address), time_limit=time_limit))
 
@@ -237,7 +245,7 @@ def bench_cmd(
 
     settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
                              per_step=per_step, compile=compile_baseline)
-    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir))
+    cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), resume=(resume, "kernels.bench"))
     raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,
                                executor=(executor, workers, ray_address)))
 

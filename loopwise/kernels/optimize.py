@@ -107,6 +107,17 @@ class Tally:
     evaluations: int = 0
     best: float | None = None
     failures: Counter = field(default_factory=Counter)
+    answered: int = 0  # proposals the proposer answered with code (new or already in the tree)
+    proposal_failures: Counter = field(default_factory=Counter)  # by reason
+    first_failure: dict = field(default_factory=dict)  # reason -> the detail of its first failure
+
+    def propose(self, reason: str | None, detail: str = "") -> None:
+        """Counts one proposal: answered (``reason`` None) or failed for ``reason``."""
+        if reason is None:
+            self.answered += 1
+            return
+        self.proposal_failures[reason] += 1
+        self.first_failure.setdefault(reason, detail)
 
     def add(self, status: str, speedup: float | None) -> None:
         self.evaluations += 1
@@ -118,4 +129,11 @@ class Tally:
     def line(self, budget: int) -> str:
         best = f"{self.best:.2f}x" if self.best is not None else "-"
         fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
-        return f"{self.evaluations}/{budget} judged · best {best} · failures: {fails}"
+        line = f"{self.evaluations}/{budget} judged · best {best} · failures: {fails}"
+        return line + (f" · {self.proposals_line()}" if self.proposal_failures else "")
+
+    def proposals_line(self) -> str:
+        """``proposals: A answered, F failed (reason n, ...)``."""
+        failed = sum(self.proposal_failures.values())
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.proposal_failures.items()))
+        return f"proposals: {self.answered} answered, {failed} failed" + (f" ({reasons})" if reasons else "")

@@ -47,7 +47,7 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
         with console.status("searching") as status:
             ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI raises it): what is stored stays
-        console.print(f"stopped {_resume_line(run)}")
+        console.print(f"stopped {_resume_line(run)}", soft_wrap=True)
         raise
     finally:
         run.judge.close()
@@ -60,14 +60,37 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         _print_summary(console, run, path)
+    _print_proposal_failures(console, run.tally)
     if not ended:
-        console.print(f"[yellow]time limit reached[/] {_resume_line(run)}")
+        console.print(f"[yellow]time limit reached[/] {_resume_line(run)}", soft_wrap=True)
     return 0 if path else 1
 
 
 def _resume_line(run) -> str:
-    return (f"after {run.tally.evaluations} of {run.s.budget} candidates; "
-            f"continue with: loopwise kernels optimize --resume {run.store.meta.run_id}")
+    """How far the run got and the command that continues it (Rich markup escaped, printed unwrapped
+    so it can be pasted)."""
+    from rich.markup import escape
+
+    from loopwise.core.resume import resume_command
+
+    options = []
+    if run.s.problem.startswith("kernelbench:"):
+        from loopwise.kernels.problem import _find_checkout
+
+        options = ["--kernelbench", str(_find_checkout(run.cfg.kernels.kernelbench))]
+    command = resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options)
+    return f"after {run.tally.evaluations} of {run.s.budget} candidates; continue with: {escape(command)}"
+
+
+def _print_proposal_failures(console, tally) -> None:
+    """The proposals that came back without code: how many, and the first cause of each kind."""
+    from rich.markup import escape
+
+    if not tally.proposal_failures:
+        return
+    console.print(f"[yellow]{tally.proposals_line()}[/]", soft_wrap=True)
+    for reason, detail in sorted(tally.first_failure.items()):
+        console.print(f"  {reason}: {escape(detail)}", soft_wrap=True)
 
 
 def _print_summary(console, run, path) -> None:

@@ -61,7 +61,10 @@ class OptimizeRun:
                 got = self.search.ask()
                 if (got.node_id if got else None) != p["node"]:
                     raise RuntimeError("the search did not replay as recorded (changed loopwise version?)")
+            elif event.kind in ("proposal_failed", "proposal_duplicate"):
+                self.tally.propose(p.get("reason"), p.get("detail", ""))
             elif event.kind == "proposal":
+                self.tally.propose(None)
                 source = self.store.get_artifact(p["source_sha256"]).decode()
                 node = self.search.add_child(p["parent"], p["key"], payload={"node": p["key"][:12]}, note=p["note"])
                 self.sources[node] = source
@@ -182,10 +185,13 @@ class OptimizeRun:
             if not result.ok:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
                                                       "detail": result.detail, "origin": result.origin})
+                self.tally.propose(str(result.reason), result.detail)
                 continue
+            self.tally.propose(None)
             key = source_key(result.content)
-            if self.search.find(key) is not None:
-                continue  # the same code again: already in the tree
+            if self.search.find(key) is not None:  # the same code again: already in the tree
+                self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin})
+                continue
             sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
             self.store.append("proposal", {"parent": parent, "key": key, "note": result.note,
                                            "origin": result.origin, "source_sha256": sha})
@@ -267,6 +273,8 @@ class OptimizeRun:
         return {"run_id": self.store.meta.run_id, "problem": self.problem.name, "settings": self.s.__dict__,
                 "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
                 "best_node": node, "failures": dict(self.tally.failures),
+                "proposals": {"answered": self.tally.answered, "failed": dict(self.tally.proposal_failures),
+                              "first_failure": dict(self.tally.first_failure)},
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
 
 

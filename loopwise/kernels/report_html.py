@@ -1,6 +1,7 @@
-"""HTML report of a kernel run (``loopwise report RUN``): best speedup over evaluations, the search
-tree, and per candidate its code diff against its parent, its verdict and its reasons, and when it
-was profiled, its kernels' roofline classes, the tools' findings and the roofline plot."""
+"""HTML report of a ``kernels optimize`` run (``loopwise report RUN``): best speedup over
+evaluations, the search tree, and per candidate its code diff against its parent, its verdict and
+its reasons, and when it was profiled, its kernels' roofline classes, the tools' findings and the
+roofline plot. A ``kernels eval`` run has its own report (``eval_report``)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,6 @@ def _load(store) -> dict:
             data["profiles"][p["node"]] = p
         elif e.kind == "evaluation" and "node" in p:
             data["evals"][p["node"]] = p["evaluation"]
-        elif e.kind == "evaluation":  # a `kernels eval` run: one flat list
-            order += 1
-            data["nodes"][order] = {"parent": 0, "note": p["evaluation"].get("candidate", ""),
-                                    "source": store.get_artifact(p["source_sha256"]).decode()}
-            data["evals"][order] = p["evaluation"]
     return data
 
 
@@ -87,7 +83,8 @@ def _tree(data) -> Figure:
     return Figure("Search tree (colour = status)", fig)
 
 
-def _fmt(v, unit="") -> str:
+def fmt(v, unit="") -> str:
+    """A number for a report cell: four significant digits and its unit, or ``-``."""
     return "-" if v is None else (f"{v:.4g}{unit}" if isinstance(v, float) else f"{v}{unit}")
 
 
@@ -133,10 +130,10 @@ def _candidate_sections(data, store) -> list[Section]:
         diff = "".join(difflib.unified_diff(parent.splitlines(True), info["source"].splitlines(True),
                                             f"node {info['parent']}", f"node {n}")) or "(no parent source)"
         out.append(Section(f"Node {n}: {info['note']}", anchor=f"node{n}", status=ev.get("status", "pending"),
-                           facts={"parent": info["parent"], "speedup": _fmt(ev.get("speedup"), "x"),
-                                  "time (median)": _fmt(timing.get("median_ms"), " ms"),
-                                  "floor": _fmt(ev.get("floor_ms"), " ms"),
-                                  "energy": _fmt(ev.get("energy_j_per_call"), " J/call")},
+                           facts={"parent": info["parent"], "speedup": fmt(ev.get("speedup"), "x"),
+                                  "time (median)": fmt(timing.get("median_ms"), " ms"),
+                                  "floor": fmt(ev.get("floor_ms"), " ms"),
+                                  "energy": fmt(ev.get("energy_j_per_call"), " J/call")},
                            columns=["severity", "reason", "message"], rows=reasons,
                            images=_roofline_png(store, n) if n in data["profiles"] else [],
                            blocks=[("diff against its parent", diff), ("source", info["source"])]))
@@ -144,11 +141,11 @@ def _candidate_sections(data, store) -> list[Section]:
 
 
 def build_report(store, out: Path | None = None) -> Path:
-    """Writes ``report.html`` for a kernel run and returns its path."""
+    """Writes ``report.html`` for a ``kernels optimize`` run and returns its path."""
     data = _load(store)
     meta, s = store.meta, data["settings"]
     rows = [[str(n), str(info["parent"]), info["note"], data["evals"].get(n, {}).get("status", "pending"),
-             _fmt(data["evals"].get(n, {}).get("speedup"), "x")] for n, info in sorted(data["nodes"].items()) if n]
+             fmt(data["evals"].get(n, {}).get("speedup"), "x")] for n, info in sorted(data["nodes"].items()) if n]
     first = next(iter(data["evals"].values()), {})
     summary = Section("Candidates", facts={"run": meta.run_id, "kind": meta.kind,
                                            "device": first.get("device", "-"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 
 import typer
 
@@ -44,7 +45,7 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster 
 def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
-        policy_path: str | None = None, executor: tuple = ("local", None, None)) -> None:
+        policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search") -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
@@ -52,11 +53,12 @@ def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: st
     err = make_console(stderr=True)
     with dispatching(*executor) as dispatcher:  # a bad --workers is refused before anything is recorded
         _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                       exchange_dir, llm, device, policy_path, err, dispatcher)
+                       exchange_dir, llm, device, policy_path, err, dispatcher, command)
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                   exchange_dir, llm, device, policy_path, err, dispatcher) -> None:
+                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> None:
+    from rich.markup import escape
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -91,7 +93,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
         try:
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished stages are stored
-            err.print(f"stopped; continue with the same command and --resume {run.store.meta.run_id}")
+            err.print(f"stopped; continue with: {escape(_resume_command(command, s.task, run))}", soft_wrap=True)
             raise
         finally:
             run.close()
@@ -101,6 +103,13 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
         typer.echo(json.dumps(out, indent=2, default=str))
         return
     _table(run, results)
+
+
+def _resume_command(command: str, task: str, run) -> str:
+    from loopwise.core.resume import resume_command
+
+    return resume_command(shlex.join(["loopwise", "training", command, task]), run.store.meta.run_id,
+                          run.store.run_dir.parent)
 
 
 def _table(run, results: dict) -> None:
@@ -168,4 +177,4 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
     if not chosen:
         raise UserError("--methods is empty")
     _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device,
-        policy_path=policy, executor=(executor, workers, ray_address))
+        policy_path=policy, executor=(executor, workers, ray_address), command="baselines")

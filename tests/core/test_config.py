@@ -45,3 +45,29 @@ def test_bad_input_is_a_one_line_user_error(tmp_path, content, overrides, needle
 def test_missing_file(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_a_resumed_run_gets_the_config_it_stored_under_what_is_given_now(tmp_path):
+    from loopwise.core.config import dump_config, load_config, run_config
+    from loopwise.core.store import SqliteRunStore
+
+    started = load_config(None, ["kernels.eval.precision=relaxed", "kernels.eval.perf_trials=7",
+                                 "store.runs_dir=elsewhere"])
+    with SqliteRunStore.create(tmp_path, "kernels.optimize", dump_config(started)) as store:
+        run_id = store.meta.run_id
+    cfg = run_config(tmp_path, run_id, "kernels.optimize", None, ["kernels.eval.perf_trials=9"])
+    assert (cfg.kernels.eval.precision, cfg.kernels.eval.perf_trials) == ("relaxed", 9)
+    assert cfg.store.runs_dir == str(tmp_path)
+    with pytest.raises(UserError, match=f"run {run_id} is a kernels.optimize run, not a kernels.bench run"):
+        run_config(tmp_path, run_id, "kernels.bench")
+
+
+def test_the_resume_command_names_the_runs_folder_and_quotes_it(tmp_path):
+    import shlex
+
+    from loopwise.core.resume import resume_command
+
+    runs = tmp_path / "my runs"
+    line = resume_command("loopwise training search arithmetic", "20260101-000000-abcdef", runs)
+    assert shlex.split(line) == ["loopwise", "training", "search", "arithmetic", "--resume",
+                                 "20260101-000000-abcdef", "--runs-dir", str(runs.resolve())]

@@ -189,3 +189,66 @@ def test_a_time_limit_must_be_a_positive_number_of_seconds(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         "error: --time-limit 0: expected a number of seconds above 0"], out.stderr
+
+
+def test_the_printed_resume_command_resumes_the_run_from_another_folder(tmp_path, cli_env):
+    """A run stopped by --time-limit prints the command that continues it; pasted as printed in
+    another folder it finds the run (its runs folder is in the command) and judges the rest under
+    the judge settings the run was started with (read back from the run, not repeated)."""
+    import shlex
+
+    runs = tmp_path / "my runs"
+    first = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "optimize", str(PROBLEM), "--budget", "1",
+                            "--time-limit", "0.001", "--device", "cpu", "--runs-dir", str(runs),
+                            "--set", "kernels.eval.perf_trials=3", "--set", "kernels.eval.precision=relaxed"],
+                           capture_output=True, text=True, env=dict(cli_env, COLUMNS="60"), timeout=600)
+    assert "time limit reached" in first.stdout, first.stdout + first.stderr[-2000:]
+    (line,) = [ln for ln in first.stdout.splitlines() if "continue with: " in ln]
+    words = shlex.split(line.split("continue with: ", 1)[1])
+    assert words[:3] == ["loopwise", "kernels", "optimize"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = subprocess.run([sys.executable, "-m", *words, "--json"], capture_output=True, text=True,
+                           env=dict(cli_env, PYTHONPATH=str(Path(__file__).parents[2])), cwd=elsewhere, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    (run_dir,) = runs.iterdir()
+    assert summary["run_id"] == run_dir.name and summary["evaluations"] == 1
+    assert summary["best"]["policy"] == "relaxed" and summary["best"]["timing"]["trials"] == 3
+
+
+QUICK_LLM = ["--set", "llm.max_retries=1", "--set", "llm.backoff_initial_s=0", "--set", "llm.tools=false"]
+
+
+def _llm_run(tmp_path, cli_env, base_url):
+    relu = Path(__file__).parent / "candidates" / "problems" / "relu.py"
+    return subprocess.run(_cmd(tmp_path, str(relu), "--proposer", "llm", "--llm-model", "test-model",
+                               "--llm-base-url", base_url, "--budget", "2", *QUICK_LLM),
+                          capture_output=True, text=True, env=cli_env, timeout=300)
+
+
+def test_a_model_that_cannot_be_reached_is_said_so_with_its_cause(tmp_path, cli_env):
+    """Nothing listens on 127.0.0.1:9: the run ends with no candidate, and says that the model
+    could not be reached and why, and how many proposals failed, not just 'failures: none'."""
+    out = _llm_run(tmp_path, cli_env, "http://127.0.0.1:9/v1")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "proposals: 0 answered, 2 failed (api_error 2)" in text, text
+    assert "test-model at http://127.0.0.1:9/v1 could not be reached" in text and "Connection refused" in text
+    assert "(2 attempts)" in text and "Traceback" not in out.stderr
+
+
+def test_a_server_error_and_an_answer_without_valid_code_count_as_failed_proposals(tmp_path, cli_env):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+    from fake_llm_server import FakeLLMServer, malformed, server_error
+
+    server = FakeLLMServer().start()
+    try:
+        server.queue(server_error(500), server_error(500), malformed())
+        out = _llm_run(tmp_path, cli_env, server.base_url + "/v1")
+    finally:
+        server.stop()
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "proposals: 0 answered, 2 failed (api_error 1, syntax_error 1)" in text, text
+    assert "answered HTTP 500" in text and "syntax" in text

@@ -58,3 +58,43 @@ def test_report_renders_in_headless_chromium_without_console_errors(run, tmp_pat
     assert dom.count("plot-container") >= 2
     console = [line for line in out.stderr.splitlines() if "CONSOLE" in line.upper() or "Uncaught" in line]
     assert not console, console
+
+
+def _page_text(html: str) -> str:
+    """The page without its scripts (the inlined plotly library has words of its own)."""
+    import re
+
+    return re.sub(r"<script.*?</script>", "", html, flags=re.S)
+
+
+def test_an_eval_run_reports_its_candidates_side_by_side_without_a_search_tree(tmp_path, cli_env):
+    """`kernels eval` judges unrelated candidates: its report is a table of them with their verdicts
+    and sources, with no parent, diff or tree; an optimize run's report keeps those."""
+    import json
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
+    runs = tmp_path / "runs"
+    judged = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "eval",
+                             str(examples / "scaled_gelu_problem.py"), str(examples / "scaled_gelu_triton.py"),
+                             str(examples / "scaled_gelu_cheat.py"), "--device", "cpu", "--runs-dir", str(runs),
+                             "--set", "kernels.eval.perf_trials=3", "--json"],
+                            capture_output=True, text=True, env=cli_env, timeout=600)
+    statuses = [e["status"] for e in json.loads(judged.stdout)]
+    assert statuses[0] == "correct" and statuses[1] != "correct", judged.stderr[-2000:]
+    (run_id,) = [p.name for p in runs.iterdir()]
+    out = subprocess.run([sys.executable, "-m", "loopwise", "report", run_id, "--runs-dir", str(runs), "--json"],
+                         capture_output=True, text=True, env=cli_env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    page = _page_text(Path(json.loads(out.stdout)["report"]).read_text())
+    for gone in ("parent", "diff against", "Search tree", "node", "best so far"):
+        assert gone not in page.lower() if gone.islower() else gone not in page, gone
+    for name, status in zip(("scaled_gelu_triton.py", "scaled_gelu_cheat.py"), statuses):
+        assert name in page and status in page
+    assert "fp32" in page and "strict" in page and "def forward" in page
+
+
+def test_an_optimize_run_reports_parents_and_diffs(run):
+    page = _page_text(build_report(run).read_text())
+    assert "parent" in page and "diff against its parent" in page

@@ -73,11 +73,13 @@ class CallError(Exception):
     """A call that gave no reply; ``retryable`` says whether trying again may help."""
 
     def __init__(self, detail: str, *, retryable: bool, timeout: bool = False,
-                 retry_after_s: float | None = None, status: int | None = None) -> None:
+                 retry_after_s: float | None = None, status: int | None = None,
+                 unreachable: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retryable = retryable
         self.timeout = timeout
+        self.unreachable = unreachable  # no connection to the server was made
         self.retry_after_s = retry_after_s
         self.status = status  # the HTTP status, when the server answered with an error
 
@@ -111,13 +113,24 @@ def translate_error(exc: Exception, sdk: Any) -> CallError:
     if isinstance(exc, sdk.APITimeoutError):
         return CallError(f"timed out: {exc}", retryable=True, timeout=True)
     if isinstance(exc, sdk.APIConnectionError):
-        return CallError(f"connection failed: {exc}", retryable=True)
+        return CallError(f"connection failed: {_root_cause(exc)}", retryable=True, unreachable=True)
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         retry = status in _RETRY_STATUSES or status >= 500
         after = parse_retry_after(getattr(exc.response, "headers", None))
         return CallError(f"HTTP {status}: {exc.message}", retryable=retry, retry_after_s=after, status=status)
     return CallError(f"{type(exc).__name__}: {exc}", retryable=False)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception behind ``exc`` (the SDK's "Connection error." hides the refusal)."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
 
 
 def _api_key(config: LLMConfig) -> str:

@@ -248,8 +248,17 @@ class LLMProposer(Proposer):
         error = outcome.error
         assert error is not None
         reason = FailureReason.TIMEOUT if error.timeout else FailureReason.API_ERROR
-        detail = f"{error.detail} (after {outcome.attempts} attempt(s))"
-        return ProposalFailure(reason=reason, detail=detail, origin=self.origin)
+        model = self.config.model + (f" at {self.config.base_url}" if self.config.base_url else f" ({self.config.api})")
+        if error.unreachable:
+            what = f"could not be reached: {error.detail.removeprefix('connection failed: ')}"
+        elif error.timeout:
+            what = f"timed out (no answer within {self.config.timeout_s:g} s)"
+        elif error.status is not None:
+            what = f"answered {error.detail}"
+        else:
+            what = f"failed: {error.detail}"
+        attempts = f"{outcome.attempts} attempt{'s' if outcome.attempts > 1 else ''}"
+        return ProposalFailure(reason=reason, detail=f"{model} {what} ({attempts})", origin=self.origin)
 
     def _usage(self, reply: ChatReply) -> Usage:
         model = self.config.model
