@@ -41,6 +41,7 @@ class BaselineRow:
             if v is None:
                 return None
             return {"status": v.status, "message": v.message, "load_s": v.load_s, "energy_j_per_call": v.energy_j,
+                    "contended": v.contended,
                     "timing": v.timing.model_dump() if v.timing else None,
                     "speedup_vs_eager": self.speedup(v, statistic)}
 
