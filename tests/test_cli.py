@@ -99,7 +99,7 @@ def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
     assert [d["status"] for d in data] == ["correct", "wrong_output"]
     assert data[0]["correct"] is True and data[0]["speedup"] > 0
     assert data[0]["policy"] == "fp32" and data[0]["tolerance"] == "strict"
-    run_id = out.stderr.split("run ", 1)[1].split()[0]
+    run_id = next(line.split()[1] for line in out.stderr.splitlines() if line.startswith("run "))
     listed = json.loads(run("runs", "list", "--runs-dir", str(tmp_path / "runs"), "--json").stdout)
     assert [r["run_id"] for r in listed] == [run_id]
     again = run(*args, "--resume", run_id, env_extra={"LOOPWISE_CACHE_DIR": str(tmp_path / "cache")})
