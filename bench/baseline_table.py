@@ -265,7 +265,7 @@ def write_markdown(path: Path, rows: dict[str, dict], args: argparse.Namespace, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.device import resolve_device
     from loopwise.kernels.evaluate.pool import SandboxPool
 
     out = Path(args.out)

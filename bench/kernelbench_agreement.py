@@ -203,7 +203,7 @@ def open_judge(problem_path: Path, device: str):
                      compile_timeout_s=120, run_timeout_s=60)
     # One pool for the whole run, as a search would keep it: a sandbox is always started ahead.
     if device not in _POOLS:
-        from loopwise.kernels.evaluate.judge import resolve_device
+        from loopwise.kernels.device import resolve_device
         from loopwise.kernels.evaluate.pool import SandboxPool
 
         settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}

@@ -84,9 +84,21 @@ def _stopped() -> None:
     sys.exit(143 if _SIGTERM_SEEN else 130)
 
 
+def _one_thread_unless_chosen() -> None:
+    """One OpenMP thread per process unless the user set ``OMP_NUM_THREADS``. Torch sizes its
+    thread pool from the variable when it is imported (commands import it lazily, after this), and
+    every sandbox and worker inherits it. One thread, because loopwise's CPU work is small tensors
+    (the tiny training policies, interpreted Triton kernels, KernelBench-sized references) on which
+    a pool spins more than it computes, and because it runs several processes at once (a candidate's
+    sandbox beside its spares, one worker per device), whose pools would fight over the same cores.
+    A user who wants more threads sets the variable, and it is left alone."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 def main() -> None:
     """Console entry point: user mistakes are one line on stderr and exit status 2; SIGINT and
     SIGTERM stop cleanly with 130 and 143."""
+    _one_thread_unless_chosen()
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)

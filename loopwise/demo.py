@@ -83,14 +83,11 @@ def demo(
     device: str = typer.Option("auto", help="auto, cuda or cpu."),
 ) -> None:
     from loopwise.core.console import console as make_console
-
-    import torch
+    from loopwise.kernels.device import resolve_device
 
     console = make_console()
-    on_gpu = torch.cuda.is_available() and device != "cpu"
-    if not on_gpu:
-        # Triton kernels run on CPU tensors only through its interpreter.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    # On the CPU this switches Triton's interpreter on, before anything imports triton.
+    on_gpu = resolve_device(device).startswith("cuda")
     from loopwise.core.config import load_config
     from loopwise.kernels.run_eval import baseline_problems, evaluate_candidates
 

@@ -206,7 +206,7 @@ class KernelLab:
         findings of the micro-profiling tools, highest score first, with the moves they suggest.
         Returns kernels (time, class, share of speed of light, DRAM MB, GFLOP, registers), findings,
         notes, costs and the folder of artifacts. Needs a CUDA GPU. Takes tens of seconds."""
-        from loopwise.kernels.evaluate.judge import resolve_device
+        from loopwise.kernels.device import resolve_device
         from loopwise.kernels.problem import load_problem
         from loopwise.kernels.profile.run import profile
 

@@ -99,7 +99,7 @@ def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
     assert [d["status"] for d in data] == ["correct", "wrong_output"]
     assert data[0]["correct"] is True and data[0]["speedup"] > 0
     assert data[0]["policy"] == "fp32" and data[0]["tolerance"] == "strict"
-    run_id = out.stderr.split("run ", 1)[1].split()[0]
+    run_id = next(line.split()[1] for line in out.stderr.splitlines() if line.startswith("run "))
     listed = json.loads(run("runs", "list", "--runs-dir", str(tmp_path / "runs"), "--json").stdout)
     assert [r["run_id"] for r in listed] == [run_id]
     again = run(*args, "--resume", run_id, env_extra={"LOOPWISE_CACHE_DIR": str(tmp_path / "cache")})
@@ -167,3 +167,20 @@ def test_tables_keep_their_cells_when_the_output_is_not_a_terminal(monkeypatch):
     assert "correct" in sys.stdout.getvalue() and "0.99x" in sys.stdout.getvalue()
     monkeypatch.setenv("COLUMNS", "100")
     assert console().width == 100
+
+
+def _threads_after_cli(env_extra: dict) -> list[str]:
+    """What the environment and torch say about threads after ``loopwise --version`` ran in-process."""
+    code = ("import os, sys\nfrom loopwise import cli\nsys.argv = ['loopwise', '--version']\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "import torch\nprint(os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **env_extra},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()[-2:]
+
+
+def test_the_cli_runs_torch_on_one_thread_unless_the_user_chose():
+    assert _threads_after_cli({}) == ["1", "1"]
+    assert _threads_after_cli({"OMP_NUM_THREADS": "2"}) == ["2", "2"]

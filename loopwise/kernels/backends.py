@@ -62,6 +62,11 @@ def device_arch(device: str) -> str | None:
     return f"{major}.{minor}"
 
 
+# Without a CUDA device (arch None) nvcc has no target and the kernels nothing to run on: say so
+# instead of the build's own first complaint (CUDA_HOME not set, nvcc not found).
+NO_GPU_FOR_CUDA = "CUDA candidates need an NVIDIA GPU: this judge runs on the CPU (C++ and Triton candidates run here)"
+
+
 def _wrap_load_inline(arch: str | None) -> None:
     import torch.utils.cpp_extension as ext
 
@@ -70,6 +75,8 @@ def _wrap_load_inline(arch: str | None) -> None:
         return
 
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        if arch is None and cuda_sources:
+            raise RuntimeError(NO_GPU_FOR_CUDA)
         text = "".join(cpp_sources if isinstance(cpp_sources, list) else [cpp_sources or ""])
         text += "".join(cuda_sources if isinstance(cuda_sources, list) else [cuda_sources or ""])
         if CUTLASS_INCLUDE.search(text):
@@ -88,6 +95,9 @@ def _wrap_load_inline(arch: str | None) -> None:
         return launches.count_extension(module, name)
 
     def load(name, sources, *args, **kwargs):
+        files = [sources] if isinstance(sources, str) else sources
+        if arch is None and any(str(src).endswith(".cu") for src in files):
+            raise RuntimeError(NO_GPU_FOR_CUDA)
         return launches.count_extension(original_load(name, sources, *args, **kwargs), name)
 
     original_load = ext.load

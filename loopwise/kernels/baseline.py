@@ -24,6 +24,13 @@ class BaselineRow:
     floor_note: str = ""
     eager_tf32: VariantResult | None = None
 
+    @property
+    def timing_meaningful(self) -> bool:
+        """Whether its times say anything about speed: not when timed on the CPU."""
+        from loopwise.kernels.device import timing_meaningful
+
+        return timing_meaningful(self.device)
+
     def speedup(self, variant: VariantResult | None, statistic: str = "median") -> float | None:
         if variant is None or variant.timing is None or self.eager.timing is None:
             return None
@@ -34,13 +41,15 @@ class BaselineRow:
             if v is None:
                 return None
             return {"status": v.status, "message": v.message, "load_s": v.load_s, "energy_j_per_call": v.energy_j,
+                    "contended": v.contended,
                     "timing": v.timing.model_dump() if v.timing else None,
                     "speedup_vs_eager": self.speedup(v, statistic)}
 
         return {"problem": self.problem, "device": self.device, "eager": one(self.eager),
                 "compile": one(self.compile), "max_autotune": one(self.max_autotune),
                 "eager_tf32": one(self.eager_tf32),
-                "floor_ms": self.floor_ms, "floor_bound": self.floor_bound, "floor_note": self.floor_note}
+                "floor_ms": self.floor_ms, "floor_bound": self.floor_bound, "floor_note": self.floor_note,
+                "timing_meaningful": self.timing_meaningful}
 
 
 def _floor(problem, device: str, policy: str) -> tuple[float | None, str | None, str]:
@@ -57,7 +66,7 @@ def _floor(problem, device: str, policy: str) -> tuple[float | None, str | None,
 def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPool | None = None) -> BaselineRow:
     """Times eager (and the configured compiled variants) of one problem, and its floor."""
     from loopwise.kernels.evaluate.inputs import draw_inputs
-    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.device import resolve_device
 
     cfg = config.kernels.eval.model_copy(update={"perf_trials": config.kernels.baseline.perf_trials})
     device = resolve_device(device)

@@ -123,6 +123,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None) -> dict:
     """A problem's row from its optimize summary and its baseline (``jobs.baseline``'s dict)."""
+    from loopwise.kernels.device import timing_meaningful
+
     best = summary.get("best") or {}
     best_ms = ((best.get("timing") or {}).get("median_ms")) if best else None
     eager_ms = ((best.get("reference_timing") or {}).get("median_ms")) if best else None
@@ -132,7 +134,8 @@ def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | Non
     row = {"level": level, "id": pid, "problem": name, "run_id": summary.get("run_id"),
            "evaluations": summary.get("evaluations", 0), "failures": summary.get("failures", {}),
            "best_speedup": summary.get("best_speedup") if best else None, "best_ms": best_ms,
-           "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status")}
+           "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status"),
+           "timing_meaningful": timing_meaningful(best.get("device") or (base or {}).get("device") or "")}
     # against torch.compile, both times from the same worker's protocol: ours as a ratio to our eager
     # (judge) times the baseline's eager/compile ratio, so two GPUs' clocks never meet in one ratio
     if comp_ms and base_eager:

@@ -18,7 +18,8 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     from loopwise.kernels.bench import Bench, aggregate, select_problems
     from loopwise.kernels.bench_report import build_report, table_rows
     from loopwise.kernels.problem import _find_checkout
-    from loopwise.kernels.report import progress
+    from loopwise.kernels.device import MARK
+    from loopwise.kernels.report import footnote, progress
 
     console = make_console(stderr=True) if as_json else make_console()
     if resume:
@@ -51,18 +52,22 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
                               f"{escape(command)}", soft_wrap=True)
                 raise
     table = aggregate(rows)
+    meaningful = all(r.get("timing_meaningful", True) for r in rows)
     path = build_report(bench.store)
     bench.store.close()
     if as_json:
         sys.stdout.write(json.dumps({"run_id": bench.store.meta.run_id, "table": table, "problems": rows,
-                                     "report": str(path)}, indent=2, default=str) + "\n")
+                                     "timing_meaningful": meaningful, "report": str(path)}, indent=2,
+                                    default=str) + "\n")
         return 0
     cols, trows = table_rows(table)
-    out = Table(title="best correct candidate vs eager / torch.compile (no correct candidate: the reference)")
+    out = Table(title="best correct candidate vs eager / torch.compile (no correct candidate: the reference)"
+                + ("" if meaningful else f" {MARK}"))
     for c in cols:
         out.add_column(c)
     for r in trows:
         out.add_row(*r)
     console.print(out)
+    footnote(console, not meaningful)
     console.print(f"report: {path}")
     return 0

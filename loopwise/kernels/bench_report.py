@@ -7,6 +7,7 @@ from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
 from loopwise.kernels.bench import FAST_P, aggregate
+from loopwise.kernels.device import MARK, NOT_MEANINGFUL
 
 
 def _rows(store) -> tuple[dict, list[dict]]:
@@ -61,7 +62,9 @@ def build_report(store, out: Path | None = None) -> Path:
                   ", ".join(f"{k} {v}" for k, v in sorted((r.get("failures") or {}).items())) or r.get("error", ""),
                   r.get("run_id") or ""] for r in rows]
     sections.append(Section("Problems", columns=prob_cols, rows=prob_rows))
-    html = render_html(f"loopwise bench {store.meta.run_id}", f"{len(rows)} problems", figures, sections)
+    meaningful = all(r.get("timing_meaningful", True) for r in rows)
+    html = render_html(f"loopwise bench {store.meta.run_id}", f"{len(rows)} problems", figures, sections,
+                       banner="" if meaningful else f"{MARK} {NOT_MEANINGFUL}")
     path = out or (store.run_dir / "report.html")
     path.write_text(html, encoding="utf-8")
     return path

@@ -271,7 +271,7 @@ def profile_cmd(
 ) -> None:
     """Profile a candidate: system trace, SASS, Nsight Compute metrics, each kernel's roofline class,
     and the guidance of the micro-profiling tools that class selects."""
-    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.device import resolve_device
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.profile.registry import MODES
     from loopwise.kernels.profile.run import analyze, profile

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
-from loopwise.kernels.report_html import STATUS_COLORS, fmt
+from loopwise.kernels.report_html import STATUS_COLORS, cpu_banner, fmt, speedup_cell
 
 KIND = "kernels.eval"
 
@@ -31,10 +31,14 @@ def _reasons(ev: dict) -> str:
 
 def _row(ev: dict) -> list[str]:
     timing, ref = ev.get("timing") or {}, ev.get("reference_timing") or {}
-    speedup = ev.get("speedup") if ev.get("status") == "correct" else None
-    return [ev.get("candidate", "?"), ev.get("status", "?"), _reasons(ev), fmt(speedup, "x"),
+    return [ev.get("candidate", "?"), ev.get("status", "?"), _reasons(ev), _speedup(ev),
             fmt(timing.get("median_ms"), " ms"), fmt(ref.get("median_ms"), " ms"), fmt(ev.get("floor_ms"), " ms"),
             f"{ev.get('policy', '-')} / {ev.get('tolerance', '-')}"]
+
+
+def _speedup(ev: dict) -> str:
+    """The speedup cell of a correct candidate (marked when timed on the CPU), else ``-``."""
+    return speedup_cell(ev) if ev.get("status") == "correct" else "-"
 
 
 def _speedups(verdicts: list[tuple[dict, str]]) -> Figure:
@@ -52,7 +56,7 @@ def _speedups(verdicts: list[tuple[dict, str]]) -> Figure:
 def _section(i: int, ev: dict, source: str) -> Section:
     timing, ref = ev.get("timing") or {}, ev.get("reference_timing") or {}
     return Section(f"{ev.get('candidate', '?')}", anchor=f"candidate{i}", status=ev.get("status", "?"),
-                   facts={"speedup": fmt(ev.get("speedup") if ev.get("status") == "correct" else None, "x"),
+                   facts={"speedup": _speedup(ev),
                           "time (median)": fmt(timing.get("median_ms"), " ms"),
                           "eager (median)": fmt(ref.get("median_ms"), " ms"),
                           "floor": fmt(ev.get("floor_ms"), " ms"),
@@ -76,7 +80,8 @@ def build_eval_report(store, out: Path | None = None) -> Path:
                                "floor", "policy / tolerance"], rows=[_row(ev) for ev, _ in verdicts])
     sections = [summary] + [_section(i, ev, source) for i, (ev, source) in enumerate(verdicts, start=1)]
     html = render_html(f"loopwise run {meta.run_id}", f"{first.get('problem', '')} · {meta.kind}",
-                       [_speedups(verdicts)] if verdicts else [], sections)
+                       [_speedups(verdicts)] if verdicts else [], sections,
+                       banner=cpu_banner(ev for ev, _ in verdicts))
     path = out or (store.run_dir / "report.html")
     path.write_text(html, encoding="utf-8")
     return path

@@ -96,16 +96,20 @@ def _print_proposal_failures(console, tally) -> None:
 def _print_summary(console, run, path) -> None:
     from rich.table import Table
 
+    from loopwise.kernels.device import marked
+    from loopwise.kernels.report import footnote
+
     table = Table(title=f"{run.problem.name}: {run.tally.line(run.s.budget)}")
     for col in ("node", "parent", "move", "status", "speedup"):
         table.add_column(col)
-    best = run.best()
+    best, meaningful = run.best(), run.timing_meaningful()
     for node in run.search.nodes()[1:]:
         e = run.evaluations.get(node.node_id, {})
-        speed = f"{e['speedup']:.3f}x" if e.get("speedup") and e.get("status") == "correct" else "-"
+        speed = marked(f"{e['speedup']:.3f}x", meaningful) if e.get("speedup") and e.get("status") == "correct" else "-"
         mark = " *" if node.node_id == best else ""
         table.add_row(f"{node.node_id}{mark}", str(node.parent_id), node.note, e.get("status", "pending"), speed)
     console.print(table)
+    footnote(console, not meaningful)
     if path:
         console.print(f"best candidate (node {best}) written to {path}")
     else:

@@ -264,14 +264,25 @@ class OptimizeRun:
         header = (f"# Best candidate of loopwise run {self.store.meta.run_id} for {self.problem.name}: "
                   f"{e['speedup']:.3f}x over eager ({self.cfg.kernels.eval.precision} policy, "
                   f"{self.cfg.kernels.eval.tolerance} tolerance).\n")
+        if not self.timing_meaningful():
+            from loopwise.kernels.device import NOT_MEANINGFUL
+
+            header += f"# {NOT_MEANINGFUL}.\n"
         path.write_text(header + self.sources[node], encoding="utf-8")
         self.store.append("best", {"node": node, "path": str(path), "speedup": e["speedup"]})
         return path
+
+    def timing_meaningful(self) -> bool:
+        """Whether the run's speedups say anything about speed: none of them was timed on the CPU."""
+        from loopwise.kernels.device import timing_meaningful
+
+        return all(timing_meaningful(e["data"].get("device", "")) for e in self.evaluations.values() if e["speedup"])
 
     def summary(self) -> dict:
         node = self.best()
         return {"run_id": self.store.meta.run_id, "problem": self.problem.name, "settings": self.s.__dict__,
                 "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
+                "timing_meaningful": self.timing_meaningful(),
                 "best_node": node, "failures": dict(self.tally.failures),
                 "proposals": {"answered": self.tally.answered, "failed": dict(self.tally.proposal_failures),
                               "first_failure": dict(self.tally.first_failure)},

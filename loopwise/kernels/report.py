@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from loopwise.kernels.device import MARK, NOT_MEANINGFUL, marked
+
 STATUS_STYLE = {"correct": "green", "wrong_output": "red", "compile_error": "red", "timeout": "yellow",
                 "crash": "red", "oom": "yellow", "exploit": "bold magenta"}
 
@@ -35,7 +37,8 @@ def print_evaluations(console, evaluations, run_id: str) -> None:
                         f"· {first.statistic} of timed calls")
     columns = [("candidate", lambda e: e.candidate),
                ("status", lambda e: f"[{STATUS_STYLE.get(e.status.value, '')}]{e.status.value}[/]"),
-               ("speedup", lambda e: f"{e.speedup:.2f}x" if e.speedup is not None else "-"),
+               ("speedup", lambda e: marked(f"{e.speedup:.2f}x", e.timing_meaningful) if e.speedup is not None
+                else "-"),
                ("ms", lambda e: _ms(_time(e, e.timing))),
                ("eager ms", lambda e: _ms(_time(e, e.reference_timing)))]
     if any(e.floor_ms for e in evaluations):
@@ -53,7 +56,14 @@ def print_evaluations(console, evaluations, run_id: str) -> None:
         shown = [x for x in ev.reasons if x.severity == "reject"][:1] or [x for x in ev.reasons if x.severity == "flag"][:1]
         for x in shown:
             console.print(f"  [bold]{ev.candidate}[/] {x.severity}: {x.code}: {x.message}", highlight=False)
+    footnote(console, any(e.speedup is not None and not e.timing_meaningful for e in evaluations))
     console.print(f"recorded in run {run_id} (loopwise runs show {run_id})")
+
+
+def footnote(console, shown: bool) -> None:
+    """The line that explains MARK, under a table where some speedup carries it."""
+    if shown:
+        console.print(f"[dim]{MARK} {NOT_MEANINGFUL}[/]", highlight=False)
 
 
 def print_check(results, policy: str) -> None:
@@ -87,10 +97,12 @@ def print_baselines(console, rows, statistic: str) -> None:
                 return f"[red]{v.status}[/]"
             t = v.timing.pick(statistic)
             s = row.speedup(v, statistic)
-            return _ms(t) + (f" ({s:.2f}x)" if s is not None and v is not row.eager else "")
+            ratio = marked(f"{s:.2f}x", row.timing_meaningful) if s is not None and v is not row.eager else ""
+            return _ms(t) + (f" ({ratio})" if ratio else "")
 
         variants = (row.eager, row.compile, row.max_autotune) + ((row.eager_tf32,) if tf32 else ())
         notes = "; ".join(v.message for v in variants if v and v.message)
         table.add_row(row.problem, *(cell(v) for v in variants), _ms(row.floor_ms),
                       row.floor_bound or "-", notes or row.floor_note or "-")
     console.print(table)
+    footnote(console, any(not row.timing_meaningful for row in rows))

@@ -9,6 +9,7 @@ import difflib
 from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
+from loopwise.kernels.device import MARK, NOT_MEANINGFUL, marked, timing_meaningful
 
 STATUS_COLORS = {"correct": "#1a7f37", "wrong_output": "#cf222e", "compile_error": "#fa4549", "crash": "#a40e26",
                  "timeout": "#9a6700", "oom": "#bf8700", "exploit": "#8250df", "pending": "#8c959f"}
@@ -88,6 +89,17 @@ def fmt(v, unit="") -> str:
     return "-" if v is None else (f"{v:.4g}{unit}" if isinstance(v, float) else f"{v}{unit}")
 
 
+def speedup_cell(ev: dict) -> str:
+    """An evaluation's speedup as a cell, with MARK when it was timed on the CPU."""
+    return marked(fmt(ev.get("speedup"), "x"), timing_meaningful(ev.get("device", "")))
+
+
+def cpu_banner(evals) -> str:
+    """The warning above a report whose speedups were timed on the CPU, or ""."""
+    timed = [ev for ev in evals if ev.get("speedup")]
+    return f"{MARK} {NOT_MEANINGFUL}" if any(not timing_meaningful(ev.get("device", "")) for ev in timed) else ""
+
+
 def _profile_rows(profile: dict | None) -> list[list[str]]:
     """A profile's notes as rows of the candidate's table (kernel lines and the tools' findings)."""
     if not profile:
@@ -130,7 +142,7 @@ def _candidate_sections(data, store) -> list[Section]:
         diff = "".join(difflib.unified_diff(parent.splitlines(True), info["source"].splitlines(True),
                                             f"node {info['parent']}", f"node {n}")) or "(no parent source)"
         out.append(Section(f"Node {n}: {info['note']}", anchor=f"node{n}", status=ev.get("status", "pending"),
-                           facts={"parent": info["parent"], "speedup": fmt(ev.get("speedup"), "x"),
+                           facts={"parent": info["parent"], "speedup": speedup_cell(ev),
                                   "time (median)": fmt(timing.get("median_ms"), " ms"),
                                   "floor": fmt(ev.get("floor_ms"), " ms"),
                                   "energy": fmt(ev.get("energy_j_per_call"), " J/call")},
@@ -145,7 +157,7 @@ def build_report(store, out: Path | None = None) -> Path:
     data = _load(store)
     meta, s = store.meta, data["settings"]
     rows = [[str(n), str(info["parent"]), info["note"], data["evals"].get(n, {}).get("status", "pending"),
-             fmt(data["evals"].get(n, {}).get("speedup"), "x")] for n, info in sorted(data["nodes"].items()) if n]
+             speedup_cell(data["evals"].get(n, {}))] for n, info in sorted(data["nodes"].items()) if n]
     first = next(iter(data["evals"].values()), {})
     summary = Section("Candidates", facts={"run": meta.run_id, "kind": meta.kind,
                                            "device": first.get("device", "-"),
@@ -156,7 +168,7 @@ def build_report(store, out: Path | None = None) -> Path:
                       columns=["node", "parent", "move", "status", "speedup"], rows=rows)
     figures = [_curve(data)] + ([_tree(data)] if meta.kind == "kernels.optimize" else [])
     html = render_html(f"loopwise run {meta.run_id}", f"{first.get('problem', s.get('problem', ''))} · {meta.kind}",
-                       figures, [summary] + _candidate_sections(data, store))
+                       figures, [summary] + _candidate_sections(data, store), banner=cpu_banner(data["evals"].values()))
     path = out or (store.run_dir / "report.html")
     path.write_text(html, encoding="utf-8")
     return path

@@ -99,7 +99,7 @@ def _judge_one(judge, store, name: str, source: str, key: str):
 
 def baseline_problems(specs: list[str], cfg: Config, *, as_json: bool = False) -> None:
     from loopwise.kernels.baseline import run_baseline
-    from loopwise.kernels.evaluate.judge import resolve_device
+    from loopwise.kernels.device import resolve_device
     from loopwise.kernels.evaluate.pool import SandboxPool
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.report import print_baselines, progress

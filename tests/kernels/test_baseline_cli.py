@@ -19,7 +19,7 @@ def test_baseline_times_eager_and_eager_with_tf32(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path))
     result = CliRunner().invoke(app, ARGS + ["--tf32", "--json"])
     assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.output)
+    (row,) = json.loads(result.stdout)  # the one-line CPU notice goes to stderr
     assert row["eager"]["status"] == "ok" and row["eager_tf32"]["status"] == "ok", row
     assert row["eager_tf32"]["timing"]["trials"] == 3 and row["eager_tf32"]["speedup_vs_eager"] > 0
     assert row["compile"] is None and row["floor_bound"] in ("memory", "compute")

@@ -78,6 +78,7 @@ def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(check
     level1, total = result["table"]
     assert level1["problems"] == 2 and level1["correct"] >= 1 and total["group"] == "all"
     assert Path(result["report"]).read_text().count("level1/6_softmax_rows") >= 1
+    assert result["timing_meaningful"] is False and "speedups are not meaningful" in Path(result["report"]).read_text()
     # each search's verdicts came from the workers (the evaluation logs name them)
     logs = set()
     for row in result["problems"]:

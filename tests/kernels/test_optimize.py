@@ -34,6 +34,8 @@ def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path, cli_env)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout)
     assert summary["evaluations"] == 3 and summary["best"]["status"] == "correct"
+    assert summary["timing_meaningful"] is False  # judged on the CPU
+    assert "candidates run in Triton's CPU interpreter" in out.stderr
     check = (f"import importlib.util, torch, sys; sys.path.insert(0, {str(PROBLEM.parent)!r}); import chain;"
              f"spec = importlib.util.spec_from_file_location('best', {summary['best_path']!r});"
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"

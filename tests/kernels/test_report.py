@@ -45,6 +45,18 @@ def test_report_is_one_self_contained_file(run):
     assert "<script>alert(1)</script>" not in html  # candidate code is escaped
 
 
+def test_speedups_timed_on_the_cpu_are_marked_and_a_banner_says_why(run, tmp_path):
+    assert "not meaningful" not in build_report(run).read_text()  # timed on a GPU: no banner
+    store = SqliteRunStore.create(tmp_path / "cpu-runs", "kernels.eval", "kernels: {}\n")
+    with store:
+        sha = store.put_artifact("def forward(x):\n    return x.relu()\n", name="c.py")
+        store.append("evaluation", {"evaluation": {**_evaluation("correct", 1.2, "c.py"), "device": "cpu"},
+                                    "source_sha256": sha}, key="k")
+        html = build_report(store).read_text()
+    assert "timed on the CPU with Triton&#39;s interpreter: speedups are not meaningful" in html
+    assert "1.2x†" in html
+
+
 @pytest.mark.skipif(BROWSER is None, reason="needs Debian's chromium (installed by .ci/run)")
 def test_report_renders_in_headless_chromium_without_console_errors(run, tmp_path):
     path = build_report(run)

@@ -36,8 +36,9 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def render_html(title: str, subtitle: str, figures: list[Figure], sections: list[Section]) -> str:
-    """The whole page as one string."""
+def render_html(title: str, subtitle: str, figures: list[Figure], sections: list[Section], banner: str = "") -> str:
+    """The whole page as one string; ``banner``, when given, is a warning shown above everything
+    (e.g. that the page's numbers do not mean what they seem to)."""
     import jinja2
     from plotly.offline import get_plotlyjs
 
@@ -46,5 +47,5 @@ def render_html(title: str, subtitle: str, figures: list[Figure], sections: list
     plots = [{"title": f.title, "id": f"fig{i}", "json": f.figure.to_json()} for i, f in enumerate(figures)]
     env.filters["data_uri"] = data_uri
     template = env.from_string(text)
-    return template.render(title=title, subtitle=subtitle, plots=plots, sections=sections,
+    return template.render(title=title, subtitle=subtitle, plots=plots, sections=sections, banner=banner,
                            plotlyjs=get_plotlyjs())

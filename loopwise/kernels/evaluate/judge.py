@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.device import resolve_device
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
 from loopwise.kernels.evaluate.inputs import for_sandbox, nbytes
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
@@ -76,20 +77,6 @@ def status_for(reasons: list[Reason]) -> Status:
     if codes & COMPILE_CODES:
         return Status.COMPILE_ERROR
     return Status.WRONG_OUTPUT
-
-
-def resolve_device(requested: str = "auto") -> str:
-    import torch
-
-    if requested == "cpu":
-        return "cpu"
-    if torch.cuda.is_available():
-        return "cuda:0" if requested in ("auto", "cuda") else requested
-    if requested == "cuda":
-        from loopwise.errors import UserError
-
-        raise UserError("no CUDA GPU is visible (torch.cuda.is_available() is False); use --device cpu")
-    return "cpu"
 
 
 class Judge:

@@ -104,6 +104,7 @@ class VariantResult:
     status: str
     message: str = ""
     load_s: float | None = None
+    contended: bool = False  # timed while other work kept the CPUs busy (see contention)
 
 
 class ReferenceTimes:
@@ -142,15 +143,30 @@ class ReferenceTimes:
             timing = TimingStats(**data["timing"]) if data.get("timing") else None
             result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""))
         else:
-            result = measure_variant(self.pool, problem_source, kind, self.cfg, args, fresh)
-            if self.use_disk and result.status == "ok":
-                path.parent.mkdir(parents=True, exist_ok=True)
-                payload = {"timing": result.timing.model_dump() if result.timing else None,
-                           "energy_j": result.energy_j, "status": result.status, "message": result.message}
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(payload))
-                os.replace(tmp, path)
+            result = self._measure(problem_source, kind, args, fresh, path)
         self._memory[key] = result
+        return result
+
+    def _measure(self, problem_source: str, kind: str, args: list, fresh: list | None, path: Path) -> VariantResult:
+        """Times the variant; the figure is cached only when no other work kept the CPUs busy
+        meanwhile (it would stand for this problem in every later run)."""
+        from dataclasses import replace
+
+        from loopwise.kernels.evaluate import contention
+
+        before = contention.sample()
+        result = measure_variant(self.pool, problem_source, kind, self.cfg, args, fresh)
+        load = contention.worst(before, contention.sample())
+        if result.status == "ok" and load.contended:
+            return replace(result, contended=True, message="; ".join(filter(None, [result.message, load.note()])))
+        if self.use_disk and result.status == "ok":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            payload = {"timing": result.timing.model_dump() if result.timing else None,
+                       "energy_j": result.energy_j, "status": result.status, "message": result.message,
+                       "load_1min": load.load_1min, "cpus": load.cpus}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(payload))
+            os.replace(tmp, path)
         return result
 
 

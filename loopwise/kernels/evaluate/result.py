@@ -112,6 +112,13 @@ class Evaluation(BaseModel):
         return self.status is Status.CORRECT
 
     @property
+    def timing_meaningful(self) -> bool:
+        """Whether its times (and so its speedup) say anything about speed: not when timed on the CPU."""
+        from loopwise.kernels.device import timing_meaningful
+
+        return timing_meaningful(self.device)
+
+    @property
     def rejections(self) -> list[Reason]:
         return [r for r in self.reasons if r.severity == "reject"]
 
@@ -123,11 +130,14 @@ class Evaluation(BaseModel):
         """One line a person can read: status, speedup and the first reason."""
         head = self.status.value
         if self.speedup is not None:
-            head += f" {self.speedup:.2f}x"
+            from loopwise.kernels.device import marked
+
+            head += " " + marked(f"{self.speedup:.2f}x", self.timing_meaningful)
         first = self.rejections[:1] or self.flags[:1]
         return head + (f" ({first[0].code}: {first[0].message})" if first else "")
 
     def to_json_dict(self) -> dict:
         data = self.model_dump(mode="json")
         data["correct"] = self.correct
+        data["timing_meaningful"] = self.timing_meaningful
         return data
