@@ -1,5 +1,6 @@
 """Where a judgement's memory goes: judges one candidate on a GPU while a thread samples the
-device's used memory (all processes) and the host's available memory, and reports the peak of
+device's used memory (all processes), the judge's own allocated and reserved device memory and
+the host's available memory, and reports the peak of
 each per judge phase and sandbox request, with the verdict.
 
     python3 bench/judge_memory.py PROBLEM CANDIDATE [--perf-trials N]   # writes $OUT/judge_memory.json
@@ -45,8 +46,11 @@ class Sampler(threading.Thread):
         while not self.stop:
             free, total = torch.cuda.mem_get_info()
             used, host = total - free, _host_available()
-            peak = self.peaks.setdefault(self.label, {"gpu_used_gib": 0.0, "host_available_min_gib": 1e9})
+            peak = self.peaks.setdefault(self.label, {"gpu_used_gib": 0.0, "judge_allocated_gib": 0.0,
+                                                      "judge_reserved_gib": 0.0, "host_available_min_gib": 1e9})
             peak["gpu_used_gib"] = max(peak["gpu_used_gib"], used / 2**30)
+            peak["judge_allocated_gib"] = max(peak["judge_allocated_gib"], torch.cuda.memory_allocated() / 2**30)
+            peak["judge_reserved_gib"] = max(peak["judge_reserved_gib"], torch.cuda.memory_reserved() / 2**30)
             peak["host_available_min_gib"] = min(peak["host_available_min_gib"], host / 2**30)
             time.sleep(0.02)
 

@@ -621,7 +621,8 @@ def test_honest_candidate_matches_reference_on_cpu(cpu_results, entry):
 # Cheats that a naive judge (reference first, same tensors, allclose at 1e-4) accepts on CPU:
 # they are real exploits, not broken candidates. input_mutation is run candidate-first.
 NAIVE_PASS = {"timer_patch.py", "lazy_tensor.py", "input_mutation.py", "reference_call.py", "plain_pytorch.py",
-              "constant_output.py", "try_except_fallback.py", "gc_reference.py", "globals_reference.py"}
+              "constant_output.py", "try_except_fallback.py", "gc_reference.py", "globals_reference.py",
+              "stale_after_warmup.py", "value_cache.py"}
 
 
 @pytest.mark.parametrize("entry", [e for e in EXPLOIT_ENTRIES if e["cpu"]], ids=lambda e: e["candidate"])

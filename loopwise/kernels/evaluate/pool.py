@@ -17,6 +17,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
+from typing import Callable
 
 from loopwise.kernels.evaluate.environment import sandbox_environ
 
@@ -129,10 +130,38 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def _death_reason(exitcode: int | None, log_tail: str) -> SandboxFailure:
+# What a failed allocation asked for, in CUDA's and in the CPU allocator's words.
+_CUDA_ASK = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)(?:.*? of which ([\d.]+ [KMGT]?i?B) is free)?", re.S)
+_CPU_ASK = re.compile(r"you tried to allocate (\d+) bytes")
+# Where a sandbox request spends its memory, in a user's words.
+REQUEST_PHASES = {"load": "loading the candidate", "trial": "a correctness trial", "stage": "staging the timing inputs",
+                  "time": "the timed calls", "energy": "the energy measurement", "launches": "counting its kernel launches",
+                  "capture": "the CUDA-graph probe", "probe_transfer": "the transfer probe"}
+
+
+def is_out_of_memory(text: str) -> bool:
+    lowered = text.lower()
+    return "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered
+
+
+def out_of_memory_message(who: str, where: str, text: str) -> str:
+    """One line: who ran out of memory, in which phase, and what the failed allocation asked for
+    (with what was free, where the allocator says), from an allocator's error ``text``."""
+    found = _CUDA_ASK.search(text)
+    if found:
+        free = f", {found.group(2)} free" if found.group(2) else ""
+        asked = f": asked the GPU for {found.group(1)}{free}"
+    else:
+        cpu = _CPU_ASK.search(text)
+        asked = f": asked for {int(cpu.group(1)) / 2**30:.2f} GiB of host memory" if cpu else ""
+    return f"{who} ran out of memory during {where}{asked}"
+
+
+def _death_reason(exitcode: int | None, log_tail: str, op: str | None = None) -> SandboxFailure:
     text = log_tail.lower()
-    if "out of memory" in text:
-        return SandboxFailure("oom", "out_of_memory", "the sandbox ran out of memory")
+    if is_out_of_memory(log_tail):
+        where = REQUEST_PHASES.get(op or "", op or "a request")
+        return SandboxFailure("oom", "out_of_memory", out_of_memory_message("the sandbox", where, log_tail))
     if "illegal memory access" in text or "cuda error" in text:
         return SandboxFailure("crash", "cuda_fault", "CUDA fault: " + _last_line(log_tail, "cuda"))
     if exitcode is not None and exitcode < 0:
@@ -171,6 +200,8 @@ class Sandbox:
         self.device = device
         self.log_path = log_path
         self.settings = settings
+        # Called before every request (the judge gives back its cached device memory there).
+        self.before_request: Callable[[], None] | None = None
         self._start()
 
     def _start(self) -> None:
@@ -211,10 +242,12 @@ class Sandbox:
     def request(self, op: str, payload: dict, timeout: float) -> dict:
         """Sends one request and waits for its answer; raises SandboxFailure on any failure."""
         self.wait_ready(timeout=max(timeout, 300.0))
+        if self.before_request is not None:
+            self.before_request()
         try:
             self.conn.send((op, payload))
         except (BrokenPipeError, OSError):
-            raise self._died() from None
+            raise self._died(op) from None
         kind, body = self._receive(timeout, op)
         if kind == "error":
             raise SandboxFailure(body["status"], body["code"], body["message"])
@@ -228,20 +261,21 @@ class Sandbox:
                 if self.conn.poll(_POLL_S):
                     return self.conn.recv()
             except (EOFError, OSError):
-                raise self._died() from None
+                raise self._died(phase) from None
             if not self.proc.is_alive():
-                raise self._died()
+                raise self._died(phase)
             if _rss_bytes(self.proc.pid) > limit:
                 self.kill()
                 raise SandboxFailure("oom", "host_memory_limit",
-                                     f"the sandbox used more than {limit / 2**30:.3g} GiB of host memory")
+                                     f"the sandbox used more than {limit / 2**30:.3g} GiB of host memory during "
+                                     f"{REQUEST_PHASES.get(phase, phase)}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise SandboxFailure("timeout", f"{phase}_timeout", f"no answer after {timeout:.0f}s during {phase}")
 
-    def _died(self) -> SandboxFailure:
+    def _died(self, op: str | None = None) -> SandboxFailure:
         self.proc.join(timeout=5)
-        return _death_reason(self.proc.exitcode, self.log_tail())
+        return _death_reason(self.proc.exitcode, self.log_tail(), op)
 
     def log_tail(self, limit: int = 20000) -> str:
         try:

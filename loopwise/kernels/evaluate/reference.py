@@ -24,6 +24,9 @@ HOLD_SHARE = 0.4
 REUSE_HOST_SHARE = 0.2
 REUSE_HOST_BYTES = 48 << 30
 REUSE_DEVICE_SHARE = 0.1
+# The judge empties its CUDA cache before each sandbox request when this many tensors of the
+# largest input's size take at least this share of the device.
+MAKE_ROOM_COPIES, MAKE_ROOM_SHARE = HOLD_COPIES, 0.05
 
 
 def host_budget() -> int:
@@ -49,6 +52,7 @@ class Reference:
         self._model64_error: str | None = None
         self._draws: dict[int, list] = {}
         self._hold: str | None = None
+        self._largest: int | None = None
         self.spent = Spent()  # replaced per evaluation by the judge
         # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
         self.reuse = False
@@ -91,8 +95,24 @@ class Reference:
                     self._hold = "cpu"
         return self._hold
 
+    def make_room(self) -> None:
+        """Gives the judge's cached but unused device memory back to the driver, so the sandbox
+        on the same GPU can have it: the caching allocator keeps every block a reference, float64
+        or comparison pass freed (tens of GB for a multi-GB problem). Only for problems whose
+        tensors are large enough for that to matter; emptying the cache costs small ones time."""
+        if not self.device.startswith("cuda"):
+            return
+        total = self.torch.cuda.get_device_properties(self.device).total_memory
+        if self._call_bytes() * MAKE_ROOM_COPIES >= MAKE_ROOM_SHARE * total:
+            self.torch.cuda.empty_cache()
+
     def _call_bytes(self) -> int:
-        """Bytes of the largest tensor among one call's inputs (a meta-device draw: free)."""
+        """Bytes of the largest tensor among one call's inputs (a meta-device draw: free), once."""
+        if self._largest is None:
+            self._largest = self._largest_input_bytes()
+        return self._largest
+
+    def _largest_input_bytes(self) -> int:
         torch = self.torch
         try:
             with torch.device("meta"):

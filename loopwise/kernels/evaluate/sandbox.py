@@ -100,8 +100,10 @@ def classify_exception(exc: BaseException, phase: str) -> CandidateFailure:
 
     text = f"{_type(exc).__name__}: {exc}"
     first = text.strip().splitlines()[0][:500] if text.strip() else _type(exc).__name__
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
-        return CandidateFailure("oom", "out_of_memory", first)
+    from loopwise.kernels.evaluate.pool import is_out_of_memory
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or is_out_of_memory(text):
+        return CandidateFailure("oom", "out_of_memory", text[:2000])  # the allocator's figures follow the first line
     lowered = text.lower()
     if "illegal memory access" in lowered or "cuda error" in lowered or "misaligned address" in lowered \
             or "device-side assert" in lowered or "unspecified launch failure" in lowered:
@@ -455,6 +457,15 @@ def _preload() -> None:
             pass
 
 
+def _uncaught(exc: BaseException, op: str) -> CandidateFailure:
+    """A failure outside the candidate's own calls (a check of the sandbox's, between them): logged
+    with its traceback and classified like the candidate's."""
+    traceback.print_exception(exc)
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
+    return classify_exception(exc, op)
+
+
 def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
     """Entry point of the sandbox process."""
     # Its own session, so a kill takes compilers it started (nvcc, ninja) down with it; and a cache
@@ -496,8 +507,13 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
             payload = None
             conn.send(("ok", reply))
             reply = None
-        except CandidateFailure as fail:
-            payload = None
+        except BaseException as exc:  # noqa: BLE001 - the judge's own checks in here can fail too (out of memory)
+            payload = reply = None
+            fail = exc if isinstance(exc, CandidateFailure) else _uncaught(exc, op)
+            if fail.status == "oom":
+                from loopwise.kernels.evaluate.pool import REQUEST_PHASES, out_of_memory_message
+
+                fail.message = out_of_memory_message("the sandbox", REQUEST_PHASES.get(op, op), fail.message)
             conn.send(("error", {"status": fail.status, "code": fail.code, "message": fail.message}))
             if fail.code == "cuda_fault":
                 sys.stdout.flush()

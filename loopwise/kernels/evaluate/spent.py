@@ -12,6 +12,20 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 
+def tag_activity(exc: BaseException, name: str) -> None:
+    """Marks ``exc`` with the innermost activity it escaped from (kept when already marked), so a
+    failure can say where it happened."""
+    if getattr(exc, "loopwise_activity", None) is None:
+        try:
+            exc.loopwise_activity = name
+        except AttributeError:  # an exception type with slots: it stays unmarked
+            pass
+
+
+def activity_of(exc: BaseException) -> str | None:
+    return getattr(exc, "loopwise_activity", None)
+
+
 class Spent:
     """Seconds by activity name."""
 
@@ -26,6 +40,9 @@ class Spent:
         self._stack.append(name)
         try:
             yield
+        except BaseException as exc:
+            tag_activity(exc, name)
+            raise
         finally:
             self._sync()
             self._stack.pop()
