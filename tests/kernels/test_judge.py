@@ -294,3 +294,50 @@ def test_fp32_outputs_are_judged_against_float64_where_two_correct_summation_ord
                spares=0) as j:
         strict = j.evaluate((CASES / "sequential_fp32_matmul.py").read_text(), "sequential")
     assert strict.status is Status.WRONG_OUTPUT, strict.summary()
+
+
+def test_out_of_memory_says_which_phase_ran_out_and_what_it_asked_for(judge):
+    ev = verdict(judge, "huge_allocation")
+    assert ev.status is Status.OOM, ev.summary()
+    [reason] = [r for r in ev.reasons if r.severity == "reject"]
+    assert reason.code == "out_of_memory"
+    assert "the sandbox ran out of memory during a correctness trial" in reason.message, reason.message
+    assert "asked for 16384.00 GiB of host memory" in reason.message, reason.message
+    # the judge goes on judging
+    assert verdict(judge, "ok_torch").status is Status.CORRECT
+
+
+def test_the_judge_running_out_of_memory_is_an_oom_verdict_naming_its_phase(tmp_path, monkeypatch):
+    """Out of memory on the judge's side (a float64 reference of a multi-GB output) is not the
+    candidate's fault, but the verdict says so plainly: status oom, who, where, how much."""
+    import torch
+
+    from loopwise.kernels.evaluate.reference import Reference
+
+    def exhausted(self, args):
+        with self.spent("reference"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.20 GiB. GPU 0 has a total "
+                                         "capacity of 139.80 GiB of which 1.25 GiB is free.")
+
+    monkeypatch.setattr(Reference, "run64", exhausted)
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=7, energy=False)
+    with Judge(load_problem(str(CASES / "problem_matmul_relu.py")), cfg, device="cpu", log_dir=tmp_path,
+               spares=0) as j:
+        ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
+    assert ev.status is Status.OOM, ev.summary()
+    [reason] = [r for r in ev.reasons if r.severity == "reject"]
+    assert reason.code == "judge_out_of_memory"
+    assert reason.message.startswith("the judge ran out of memory during the reference's own work"), reason.message
+    assert "asked the GPU for 9.20 GiB, 1.25 GiB free" in reason.message
+
+
+def test_a_dead_sandbox_out_of_memory_names_the_request_and_the_allocation():
+    from loopwise.kernels.evaluate import pool as pool_mod
+
+    tail = ("Traceback (most recent call last):\n  File \"sandbox.py\", line 209, in _call\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.60 GiB. GPU 0 has a total capacity "
+            "of 139.80 GiB of which 3.74 GiB is free. Process 654 has 93.78 GiB memory in use.\n")
+    fail = pool_mod._death_reason(1, tail, "launches")
+    assert (fail.status, fail.code) == ("oom", "out_of_memory")
+    assert fail.message == ("the sandbox ran out of memory during counting its kernel launches: asked the GPU "
+                            "for 4.60 GiB, 3.74 GiB free")
