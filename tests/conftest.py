@@ -5,16 +5,29 @@ import os
 import pytest
 
 
+def _restore_triton_interpret(before: str | None) -> None:
+    if before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = before
+
+
 @pytest.fixture(autouse=True)
 def _triton_interpret_as_found():
     """A judge on the CPU switches Triton's interpreter on for its sandboxes (in os.environ); each
     test leaves the variable as it found it, so no test depends on the order tests run in."""
     before = os.environ.get("TRITON_INTERPRET")
     yield
-    if before is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = before
+    _restore_triton_interpret(before)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _triton_interpret_as_found_by_the_module():
+    """The same for a module: a judge built by a module-scoped fixture sets the variable before
+    any test's own check records it."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    _restore_triton_interpret(before)
 
 
 def pytest_collection_modifyitems(config, items):

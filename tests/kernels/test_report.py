@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from loopwise.core.store import SqliteRunStore
+from loopwise.kernels.eval_report import build_eval_report
 from loopwise.kernels.report_html import build_report
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -52,9 +53,18 @@ def test_speedups_timed_on_the_cpu_are_marked_and_a_banner_says_why(run, tmp_pat
         sha = store.put_artifact("def forward(x):\n    return x.relu()\n", name="c.py")
         store.append("evaluation", {"evaluation": {**_evaluation("correct", 1.2, "c.py"), "device": "cpu"},
                                     "source_sha256": sha}, key="k")
-        html = build_report(store).read_text()
+        html = build_eval_report(store).read_text()
     assert "timed on the CPU with Triton&#39;s interpreter: speedups are not meaningful" in html
     assert "1.2x†" in html
+    search = SqliteRunStore.create(tmp_path / "cpu-search", "kernels.optimize", "kernels: {}\n")
+    with search:
+        sha = search.put_artifact("def forward(x):\n    return x.relu()\n", name="c1.py")
+        search.append("proposal", {"parent": 0, "key": "k1", "note": "move 1", "source_sha256": sha})
+        search.append("evaluation", {"node": 1, "evaluation": {**_evaluation("correct", 1.3, "c1.py"),
+                                                               "device": "cpu"}}, key="k1")
+        html = build_report(search).read_text()
+    assert "timed on the CPU with Triton&#39;s interpreter: speedups are not meaningful" in html
+    assert "1.3x†" in html
 
 
 @pytest.mark.skipif(BROWSER is None, reason="needs Debian's chromium (installed by .ci/run)")
