@@ -52,6 +52,7 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Operator
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.polyhedral import count, footprint, touched
+from loopwise.memory.schedule import build_schedule
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Plan:
     pairs_removed: int  # store -> load pairs through DRAM the grouping removes
     evaluated: int = field(default=0, compare=False)
     layer_by_layer: tuple[int, ...] = field(default=(), compare=False)  # each operator alone, its best tiling
+    schedule: dict | None = field(default=None, compare=False)  # step by step (:mod:`loopwise.memory.schedule`)
 
 
 def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
@@ -223,12 +225,14 @@ class _Planner:
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.singles: dict[int, Group] = {}
+        self.choices: dict[int, object] = {}  # each single's tiling, for its schedule
         self.evaluated = 0
 
     # -- the pieces -------------------------------------------------------------------------
     def single(self, i: int) -> Group:
         if i not in self.singles:
             choice = best_tiling(self.ops[i], self.cap)
+            self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
             self.singles[i] = Group((self.ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
@@ -549,4 +553,5 @@ class _Planner:
         total, groups = best[n][0]
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
-        return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op)
+        return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
+                    schedule=build_schedule(self, groups))
