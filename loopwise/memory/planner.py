@@ -27,7 +27,10 @@ scratchpad, with sliced tensors counted at the slab's size. An operator that fit
 alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 
 Between groups, the tensors crossing a boundary can stay on chip (held whole) instead of being
-stored and loaded again, when the group after uses them up and the group before made them all.
+stored and loaded again, when the group after uses them up and the group before made them all. In
+a group run whole such a tensor is held from its producer on, or until its last reader; in a group
+run in slabs it is held through the whole loop, since the slabs already made stay on chip for the
+rest of it and every later slab reads what was carried in.
 
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
 programming over group boundaries, each boundary with or without its crossing tensors kept on chip
@@ -306,6 +309,10 @@ class _Planner:
             needed_later = t in self.outputs or self.uses[t][-1] >= j
             if t in carried_in or t in carried_out:
                 first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
+                if spec is not None:
+                    # in slabs it is on chip through the whole loop: later slabs still read what
+                    # is carried in, and the parts earlier slabs made of what is carried out stay
+                    first, last = 0, length - 1
                 covers["whole"][first] += u.whole
                 covers["whole"][last + 1] -= u.whole
                 if t in carried_out and t in self.outputs:
