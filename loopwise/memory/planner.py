@@ -313,8 +313,10 @@ class _Planner:
                     # in slabs it is on chip through the whole loop: later slabs still read what
                     # is carried in, and the parts earlier slabs made of what is carried out stay
                     first, last = 0, length - 1
-                covers["whole"][first] += u.whole
-                covers["whole"][last + 1] -= u.whole
+                # held as its producer made it, even where this group reads only part of it
+                handed = max(u.whole, self.facts[self.producer[t]][t][0])
+                covers["whole"][first] += handed
+                covers["whole"][last + 1] -= handed
                 if t in carried_out and t in self.outputs:
                     moved += self.facts[u.first][t][0]  # a model output is stored all the same
                     charged[u.first - i] += self.facts[u.first][t][0]

@@ -194,3 +194,20 @@ def test_every_plan_passes_the_independent_replay(capacity_kib):
         verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
         assert verdict.ok, "\n".join(describe(verdict))
         assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
+
+
+def test_a_tensor_carried_in_is_held_at_the_size_it_was_handed_over():
+    """A stride-2 convolution reads a quarter of the map the group before left on chip; the whole
+    map is still there until the convolution has run."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import conv2d, elementwise
+    from loopwise.memory.planner import _Planner
+
+    relu = elementwise("relu", (1, 16, 32, 32), ("x",), "y")
+    down = conv2d("down", n=1, c=16, h=32, w=32, k=16, r=1, s=1, stride=2, tensors=("y", "w", "z"))
+    g = Graph("relu-then-strided", (relu, down), frozenset({"w"}))
+    planner = _Planner(g, 1 << 20, 16)
+    whole_map = 16 * 32 * 32 * 2
+    grp = planner.evaluate(1, 2, None, 1, carry_in=True)
+    assert grp is not None and grp.carried_in == ("y",)
+    assert grp.peak_bytes >= whole_map + 16 * 16 * 2 + 16 * 16 * 16 * 2
