@@ -111,10 +111,13 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
 def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
              seq: int = SEQ, html: Path = typer.Option(None, "--html", help="Also write an HTML report here."),
              per_operator: bool = typer.Option(False, "--per-operator", help="Print a row per operator too."),
+             out: Path = typer.Option(None, "--out", help="Also write the plan's JSON, with its schedule, here "
+                                                            "(for loopwise memory verify)."),
              as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
-    the layer-by-layer baseline."""
+    the layer-by-layer baseline. The plan is replayed by the independent check of ``memory verify``
+    before anything is printed: a plan that fails it is an error, never a result."""
     from loopwise.memory.planner import plan
     from loopwise.memory.targets import load_target
 
@@ -161,7 +164,13 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                             "outer_dims": list(grp.slab.outer_dims) if grp.slab.outer_dims else None,
                             "dims": list(grp.slab.dims), "resident": list(grp.slab.resident),
                             "streamed": list(grp.slab.streamed)}} for grp in p.groups],
-            "operators": rows}
+            "operators": rows, "schedule": p.schedule}
+    _check_own_plan(data)
+    if out is not None:
+        try:
+            out.write_text(json.dumps(data), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write the plan to {out}: {exc.strerror}") from None
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -193,6 +202,41 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
             f"{p.pairs_removed} store/load pairs removed ({seconds} s)")
     if html is not None:
         c.print(f"report: {html}")
+
+
+class PlanRejected(UserError):
+    """The planner's own plan fails the independent replay: a bug, reported instead of a result."""
+
+
+def _check_own_plan(data: dict) -> None:
+    from loopwise.memory.verify import describe, verify
+
+    verdict = verify(data)
+    if not verdict.ok:
+        lines = describe(verdict, limit=3)
+        raise PlanRejected("the plan fails its replay, so it is not a result: " + lines[0] + "; "
+                           + "; ".join(line.strip() for line in lines[1:]))
+
+
+@app.command("verify")
+def verify_cmd(plan_file: Path = typer.Argument(..., help="A plan written by loopwise memory plan --out (or --json)."),
+               as_json: bool = JSON) -> None:
+    """Replay a plan's schedule slab by slab, independently of the planner: every buffer on chip
+    against the capacity at every step, and the DRAM traffic recounted from its loads and stores
+    against what the plan claims. Exits with status 1 when any check fails."""
+    from loopwise.memory.verify import PlanFormatError, as_dict, describe, load_plan, verify
+
+    try:
+        verdict = verify(load_plan(plan_file))
+    except PlanFormatError as exc:
+        raise UserError(str(exc) if str(exc).startswith(str(plan_file)) else f"{plan_file}: {exc}") from None
+    if as_json:
+        typer.echo(json.dumps(as_dict(verdict), indent=2))
+    else:
+        for line in describe(verdict):
+            typer.echo(line)
+    if not verdict.ok:
+        raise typer.Exit(1)
 
 
 @app.command("compare")

@@ -27,7 +27,10 @@ scratchpad, with sliced tensors counted at the slab's size. An operator that fit
 alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 
 Between groups, the tensors crossing a boundary can stay on chip (held whole) instead of being
-stored and loaded again, when the group after uses them up and the group before made them all.
+stored and loaded again, when the group after uses them up and the group before made them all. In
+a group run whole such a tensor is held from its producer on, or until its last reader; in a group
+run in slabs it is held through the whole loop, since the slabs already made stay on chip for the
+rest of it and every later slab reads what was carried in.
 
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
 programming over group boundaries, each boundary with or without its crossing tensors kept on chip
@@ -52,6 +55,7 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Operator
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.polyhedral import count, footprint, touched
+from loopwise.memory.schedule import build_schedule
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Plan:
     pairs_removed: int  # store -> load pairs through DRAM the grouping removes
     evaluated: int = field(default=0, compare=False)
     layer_by_layer: tuple[int, ...] = field(default=(), compare=False)  # each operator alone, its best tiling
+    schedule: dict | None = field(default=None, compare=False)  # step by step (:mod:`loopwise.memory.schedule`)
 
 
 def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
@@ -223,12 +228,14 @@ class _Planner:
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.singles: dict[int, Group] = {}
+        self.choices: dict[int, object] = {}  # each single's tiling, for its schedule
         self.evaluated = 0
 
     # -- the pieces -------------------------------------------------------------------------
     def single(self, i: int) -> Group:
         if i not in self.singles:
             choice = best_tiling(self.ops[i], self.cap)
+            self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
             self.singles[i] = Group((self.ops[i].name,), choice.traffic_bytes, choice.buffer_bytes, (),
@@ -302,8 +309,14 @@ class _Planner:
             needed_later = t in self.outputs or self.uses[t][-1] >= j
             if t in carried_in or t in carried_out:
                 first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
-                covers["whole"][first] += u.whole
-                covers["whole"][last + 1] -= u.whole
+                if spec is not None:
+                    # in slabs it is on chip through the whole loop: later slabs still read what
+                    # is carried in, and the parts earlier slabs made of what is carried out stay
+                    first, last = 0, length - 1
+                # held as its producer made it, even where this group reads only part of it
+                handed = max(u.whole, self.facts[self.producer[t]][t][0])
+                covers["whole"][first] += handed
+                covers["whole"][last + 1] -= handed
                 if t in carried_out and t in self.outputs:
                     moved += self.facts[u.first][t][0]  # a model output is stored all the same
                     charged[u.first - i] += self.facts[u.first][t][0]
@@ -549,4 +562,5 @@ class _Planner:
         total, groups = best[n][0]
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
-        return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op)
+        return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
+                    schedule=build_schedule(self, groups))

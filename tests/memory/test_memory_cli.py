@@ -49,10 +49,16 @@ def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
     # 2 images of MobileNetV2 on a 2 MiB scratchpad: the batch does not run whole, one image does
     target = tmp_path / "small.yaml"
     target.write_text("name: small\nscratchpad: {bytes: 2097152}\ndram: {bandwidth_gbs: 100}\n")
+    saved = tmp_path / "plan.json"
     result = CliRunner().invoke(app, ["memory", "plan", "zoo:mobilenet_v2", "--batch", "2", "--target", str(target),
-                                      "--html", str(report), "--json"])
+                                      "--html", str(report), "--json", "--out", str(saved)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
+    assert json.loads(saved.read_text()) == data and data["schedule"]["capacity_bytes"] == 2097152
+    replay = CliRunner().invoke(app, ["memory", "verify", str(saved), "--json"])
+    assert replay.exit_code == 0, replay.output
+    verdict = json.loads(replay.output)
+    assert verdict["ok"] and verdict["traffic_bytes"] == data["total_bytes"] and verdict["peak_bytes"] <= 2097152
     assert any(g["slab"] and g["slab"]["extent"] == 2 for g in data["groups"])
     assert data["ratio_to_layer_by_layer"] < 0.5 and all(g["peak_bytes"] <= 2097152 for g in data["groups"])
     # per operator: the plan's traffic adds up to the total, each operator at or above its own bound
@@ -64,3 +70,35 @@ def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
     page = report.read_text()
     assert "Residency timeline" in page and "DRAM traffic per operator" in page and "slabs of 1/2" in page
     assert "<script src=" not in page  # self-contained: opens offline
+
+
+def test_plan_refuses_to_print_a_plan_that_fails_its_replay(monkeypatch):
+    """The planner's schedule with one load taken out: the recounted traffic no longer matches the
+    plan's, so ``memory plan`` reports an error instead of the plan."""
+    import loopwise.memory.planner as planner
+
+    def without_a_load(*args):
+        schedule = planner_build(*args)
+        for group in schedule["groups"]:
+            for step in group["steps"]:
+                if step.get("load"):
+                    step["load"].pop()
+                    return schedule
+        return schedule
+
+    planner_build = planner.build_schedule
+    monkeypatch.setattr(planner, "build_schedule", without_a_load)
+    result = CliRunner().invoke(app, ["memory", "plan", str(RESNET18), "--json"])
+    assert result.exit_code != 0 and result.output == ""
+    assert "fails its replay" in str(result.exception) and "traffic" in str(result.exception)
+
+
+@pytest.mark.slow
+def test_resnet50_at_batch_32_on_24_mib_passes_the_replay():
+    """Slab groups whose outputs stay on chip for the next group: the parts already made stay for
+    the rest of the loop, and the plan must fit with them."""
+    result = CliRunner().invoke(app, ["memory", "plan", "zoo:resnet50", "--batch", "32", "--json"])
+    assert result.exit_code == 0, str(result.exception)
+    data = json.loads(result.output)
+    assert all(g["peak_bytes"] <= 24 * 2**20 for g in data["groups"])
+    assert data["ratio_to_compulsory"] >= 1.0

@@ -163,3 +163,51 @@ def test_a_tensor_kept_on_chip_between_two_groups_is_neither_stored_nor_loaded()
     # with no room to keep the keys beside a row of scores, they go out and come back
     tight = plan(g, capacity_bytes=4 * 1024 + 300)
     assert tight.total_bytes > tight.compulsory_bytes
+
+
+def _keys_scores_softmax():
+    """Keys made whole, then the scores of every query row against all of them and their softmax:
+    the keys can stay on chip into a group that runs row slab by row slab."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import Access, Operator, Tensor
+
+    keys = Operator("keys", {"m": 64, "n": 32, "k": 32}, (Tensor("A", (64, 32)), Tensor("B", (32, 32)), Tensor("K", (64, 32))),
+                    reads=(Access("A", ("m", "k")), Access("B", ("k", "n"))), writes=(Access("K", ("m", "n")),))
+    scores = Operator("scores", {"i": 64, "j": 64, "d": 32}, (Tensor("Q", (64, 32)), Tensor("K", (64, 32)), Tensor("S", (64, 64))),
+                      reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),),
+                      coupled=frozenset({"j"}))
+    softmax = Operator("softmax", {"i": 64, "j": 64}, (Tensor("S", (64, 64)), Tensor("P", (64, 64))),
+                       reads=(Access("S", ("i", "j")),), writes=(Access("P", ("i", "j")),), coupled=frozenset({"j"}))
+    return Graph("keys-scores-softmax", (keys, scores, softmax), frozenset({"B"}))
+
+
+@pytest.mark.parametrize("capacity_kib", [3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32, 48, 64])
+def test_every_plan_passes_the_independent_replay(capacity_kib):
+    """Whatever the capacity, the schedule of the plan fits at every step of every slab and moves
+    exactly the traffic the plan claims; a tensor kept on chip across a boundary into or out of a
+    slab loop is on chip for the whole loop, since other slabs still need it."""
+    from loopwise.memory.verify import describe, verify
+
+    capacity = capacity_kib * 1024
+    for g in (_keys_scores_softmax(), _batched_chain(4)):
+        p = plan(g, capacity_bytes=capacity)
+        verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+        assert verdict.ok, "\n".join(describe(verdict))
+        assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
+
+
+def test_a_tensor_carried_in_is_held_at_the_size_it_was_handed_over():
+    """A stride-2 convolution reads a quarter of the map the group before left on chip; the whole
+    map is still there until the convolution has run."""
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.ir import conv2d, elementwise
+    from loopwise.memory.planner import _Planner
+
+    relu = elementwise("relu", (1, 16, 32, 32), ("x",), "y")
+    down = conv2d("down", n=1, c=16, h=32, w=32, k=16, r=1, s=1, stride=2, tensors=("y", "w", "z"))
+    g = Graph("relu-then-strided", (relu, down), frozenset({"w"}))
+    planner = _Planner(g, 1 << 20, 16)
+    whole_map = 16 * 32 * 32 * 2
+    grp = planner.evaluate(1, 2, None, 1, carry_in=True)
+    assert grp is not None and grp.carried_in == ("y",)
+    assert grp.peak_bytes >= whole_map + 16 * 16 * 2 + 16 * 16 * 16 * 2

@@ -1,0 +1,123 @@
+"""A plan's schedule: what the planner decided, written out step by step so that an independent
+replay (:mod:`loopwise.memory.verify`, whose docstring defines the format) can check it.
+
+Per group, the steps are its operators in order; a group run in slabs wraps them in a loop over
+the inner slab dimension (label ``slab``), inside a loop over the outer one (label ``outer``) when
+it has two levels. Each operator's step lists the buffers it allocates, the loads and stores it
+makes and the buffers it frees, following the group's decisions:
+
+- a tensor the group loads or produces is allocated at its first operator in the group and freed
+  after its last one, at its slab's share when the slab dimensions index it; an input is loaded
+  at its first reader (its footprint over the group's readers), a produced tensor that a later
+  group or the model's output needs is stored by its producer;
+- an invariant kept for every slab is loaded before the loop (before the inner loop, at its outer
+  slab's share, when the outer dimension indexes it) and freed after it; a streamed invariant is
+  loaded by every slab at its first reader;
+- a tensor carried in from the group before is on chip already; it is freed after its last reader
+  (after the loop, in slabs: later slabs still read it); a tensor carried out to the group after
+  is allocated slab by slab by its producer and never freed here, so its parts accumulate;
+- an operator run alone with a tiling is one step: its tile's buffers (the largest tile), and the
+  loads and stores of every tile added up (:func:`loopwise.memory.tiling.traffic`).
+"""
+
+from __future__ import annotations
+
+from loopwise.memory.ir import Operator
+from loopwise.memory.polyhedral import footprint
+from loopwise.memory.tiling import tile_counts, tile_sizes, traffic
+
+
+def build_schedule(planner, groups) -> dict:
+    """The schedule of ``groups`` (a plan of ``planner``'s graph, in order)."""
+    out = {"capacity_bytes": int(planner.cap),
+           "outputs": [[t, planner.g.nbytes(t)] for t in sorted(planner.outputs)], "groups": []}
+    i = 0
+    for grp in groups:
+        j = i + len(grp.operators)
+        if planner.singles.get(i) is grp:
+            steps = _alone(planner.ops[i], grp, planner.choices.get(i), planner.facts[i])
+        else:
+            steps = _group_steps(planner, i, j, grp)
+        out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
+                              "peak_bytes": int(grp.peak_bytes), "steps": steps})
+        i = j
+    return out
+
+
+def _step(name: str | None, uses=()) -> dict:
+    return {"operator": name, "uses": sorted(uses), "alloc": [], "load": [], "store": [], "free": []}
+
+
+def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
+    """One operator with its own tiling: every tensor loaded and stored as the tiles move it."""
+    step = _step(op.name, facts)
+    if not grp.tiled or choice is None:
+        for t, (nbytes, read, written) in facts.items():
+            step["alloc"].append([t, nbytes])
+            step["store" if written else "load"].append([t, nbytes])
+            step["free"].append([t])
+        return [step]
+    moved = traffic(op, choice.tiles, list(choice.order))
+    sizes, counts = tile_sizes(op, choice.tiles), tile_counts(op, choice.tiles)
+    first = {d: (0, s) for d, s in sizes.items()}
+    second = {d: (s if counts[d] > 1 else 0, s) for d, s in sizes.items()}
+    for t in op.tensors:
+        held = max(footprint(op, t.name, first), footprint(op, t.name, second)) * t.elem_bytes
+        step["alloc"].append([t.name, held])
+        if moved[t.name].loads:
+            step["load"].append([t.name, moved[t.name].loads * t.elem_bytes])
+        if moved[t.name].stores:
+            step["store"].append([t.name, moved[t.name].stores * t.elem_bytes])
+        step["free"].append([t.name])
+    return [step]
+
+
+def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
+    """Operators i..j-1 as one group, whole or in slabs, as the planner decided."""
+    slab = grp.slab
+    spec = None
+    if slab is not None:
+        spec = [(slab.outer_dims[k] if slab.outer_dims else None, slab.dims[k]) for k in range(j - i)]
+    units = planner._units(i, j, spec)
+    ops = [_step(planner.ops[k].name, planner.facts[k]) for k in range(i, j)]
+    pre, post, outer_pre, outer_post = _step(None), _step(None), _step(None), _step(None)
+    outer = slab is not None and slab.outer_dims is not None
+    for t, u in units.items():
+        a, z = u.first - i, u.last - i
+        split = [] if slab is None else (["outer"] if outer and u.outer else []) + (["slab"] if u.sliced else [])
+        if t in grp.carried_in:
+            (ops[z] if slab is None else post)["free"].append([t])
+            continue
+        if t in grp.carried_out:
+            ops[a]["alloc"].append([t, u.whole, split])
+            if t in planner.outputs:
+                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
+            continue
+        if u.produced:
+            ops[a]["alloc"].append([t, u.whole, split])
+            if t in planner.outputs or planner.uses[t][-1] >= j:
+                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
+            ops[z]["free"].append([t])
+            continue
+        readers = planner._readers_in(t, u.first, u.last)
+        loaded = planner.read_union(t, readers) if readers else u.whole
+        if slab is not None and not u.sliced and t in slab.resident:
+            before, after = (outer_pre, outer_post) if "outer" in split else (pre, post)
+            before["alloc"].append([t, u.whole, split])
+            before["load"].append([t, loaded, split])
+            after["free"].append([t])
+            continue
+        ops[a]["alloc"].append([t, u.whole, split])
+        ops[a]["load"].append([t, loaded, split])
+        ops[z]["free"].append([t])
+    if slab is None:
+        return ops
+    body: list[dict] = [{"loop": "slab", "extent": slab.extent, "size": slab.size, "steps": ops}]
+    if outer:
+        body = [s for s in (outer_pre,) if _moves(s)] + body + [s for s in (outer_post,) if _moves(s)]
+        body = [{"loop": "outer", "extent": slab.outer_extent, "size": slab.outer_size, "steps": body}]
+    return [s for s in (pre,) if _moves(s)] + body + [s for s in (post,) if _moves(s)]
+
+
+def _moves(step: dict) -> bool:
+    return any(step[k] for k in ("alloc", "load", "store", "free"))
