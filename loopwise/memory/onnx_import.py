@@ -9,7 +9,8 @@ operators are folded into their consumers' access maps, so they move no bytes: F
 Squeeze, Unsqueeze (floor / mod of the linear index where a block of dimensions both splits and
 merges), Transpose (a permutation), Slice and Split (offsets and steps), Pad (zeros: a read there is
 no element), Concat (a read reaches each part, shifted and clipped to it), Identity, Dropout, Cast.
-Constant produces no tensor traffic. Any other operator, or a copy that cannot be folded, is
+Constant, Shape and the nodes computing shapes from them (a Reshape's
+target built by Gather and Concat; shape inference propagates their values) produce no tensor traffic. Any other operator, or a copy that cannot be folded, is
 reported by name and counted at its compulsory traffic (an elementwise-like pass over its inputs
 and outputs), never dropped silently.
 """
@@ -49,7 +50,9 @@ def load_onnx(path: str | Path, elem_bytes: int = 2) -> Imported:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     try:
-        model = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
+        # data propagation: a Reshape whose target shape is computed (Shape -> Gather -> Concat, as
+        # the classic exporter writes ``x.reshape(x.shape[0], -1, 8)``) gets a static output shape
+        model = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False), data_prop=True)
     except Exception as exc:  # noqa: BLE001 - a user's file: say what is wrong in one line
         raise UserError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {str(exc)[:200]})") from None
     return _Builder(model, elem_bytes, path.name).build()
@@ -88,6 +91,9 @@ class _Builder:
                 self.constants.update(node.output)
                 self._constant_value(node)
                 continue
+            if self._shape_computation(node):
+                self.constants.update(node.output)
+                continue
             name = f"{kind}:{node.name or i}"
             if kind in FOLDED:
                 try:
@@ -123,6 +129,15 @@ class _Builder:
         return Imported(Graph(self.where, tuple(ops), weights), self.names, self.folded, self.unsupported)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _shape_computation(self, node) -> bool:
+        """A node computing shapes, not tensor data: a Shape (it reads only the metadata), or any
+        node whose inputs are all constants or such results (the Gather, Unsqueeze and Concat that
+        build a Reshape's target). Its outputs are constants: no traffic, no operator."""
+        if node.op_type == "Shape":
+            return True
+        inputs = [x for x in node.input if x]
+        return bool(inputs) and all(x in self.constants or x in self.values for x in inputs)
+
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape ``name`` has where it is used (a folded reshape: its own, the view's)."""
         shape = self.shapes.get(name)

@@ -101,3 +101,25 @@ def test_copies_attention_and_transposed_convolutions_import_without_unsupported
     assert softmax.coupled == {"d2"}
     up = next(op for op in g.operators if op.name.startswith("ConvTranspose"))
     assert footprint(up, "up", {}) == 2 * 10 * 10 and up.macs == 3 * 2 * 25 * 16
+
+
+def test_a_reshape_to_a_shape_computed_from_shape_ops_imports_with_static_shapes(tmp_path):
+    """The classic exporter writes ``x.reshape(x.shape[0], -1, 8)`` as Shape -> Gather -> Unsqueeze ->
+    Concat -> Reshape: the target shape is data, known only when shape inference propagates it."""
+    from onnx import TensorProto, helper
+
+    ints = lambda name, vals: helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)  # noqa: E731
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["xr"]),  # [2, 4, 16] -> [2, 8, 8]
+        helper.make_node("Relu", ["xr"], ["y"]),
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), ints("axes", [0]), ints("rest", [-1, 8])]
+    path = _model(tmp_path, nodes, [("x", [2, 4, 16])], [("y", [2, 8, 8])], inits)
+    imported = load_onnx(path)
+    (relu,) = [op for op in imported.graph.operators if op.name.startswith("Relu")]
+    assert relu.dims == {"d0": 2, "d1": 8, "d2": 8} and relu.tensor("x").shape == (2, 4, 16)
+    assert "Reshape" in imported.folded and imported.graph.compulsory_bytes() == 2 * (2 * 64 + 2 * 64)
