@@ -124,11 +124,27 @@ class _Builder:
                     ops.append(self._pass(name, node))
             except (KeyError, ValueError) as exc:
                 raise UserError(f"{self.where}: {kind} node {node.name!r}: {exc}") from None
+        outputs = [self._output(o.name, ops) for o in self.model.graph.output]
         used = {t.name for op in ops for t in op.tensors}
         weights = frozenset(_safe(w) for w in self.weights if _safe(w) in used)
-        return Imported(Graph(self.where, tuple(ops), weights), self.names, self.folded, self.unsupported)
+        return Imported(Graph(self.where, tuple(ops), weights, frozenset(o for o in outputs if o in used)),
+                        self.names, self.folded, self.unsupported)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _output(self, name: str, ops: list[Operator]) -> str:
+        """The tensor a graph output is stored as: itself, the operator output a folded copy views,
+        or, where a folded copy made it from parts (a Concat, a Pad, a view of a graph input), a copy written by one more operator, so that every
+        element of it goes to DRAM."""
+        if name not in self.alias:
+            return _safe(name)
+        ref = self.alias[name]
+        if not ref.parts and ref.base in {a.tensor for op in ops for a in op.writes}:
+            return ref.base  # a view of an operator's output (a final Flatten): that output, stored
+        dims = [f"d{j}" for j in range(len(ref.shape))]
+        ops.append(self._op(f"copy:{name}", dict(zip(dims, ref.shape)), [ref.pairs(tuple(dims))],
+                            [self._write(name, tuple(dims))]))
+        return _safe(name)
+
     def _shape_computation(self, node) -> bool:
         """A node computing shapes, not tensor data: a Shape (it reads only the metadata), or any
         node whose inputs are all constants or such results (the Gather, Unsqueeze and Concat that

@@ -224,14 +224,29 @@ class _Builder:
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
-                for arg in _flat(node.args):
-                    r = self.ref(arg)
-                    if r is not None and r.base is not None:
-                        outputs += [p.base for p, _ in r.parts] if r.parts else [r.base]
+                outputs += [self._output(arg) for arg in _flat(node.args) if self._stored(arg)]
         used = {t.name for op in self.ops for t in op.tensors}
         g = Graph(self.name, tuple(self.ops), frozenset(w for w in self.weights if w in used),
                   declared_outputs=frozenset(o for o in outputs if o in used))
         return Imported(g, {}, self.folded, self.unsupported, generated=self.generated)
+
+    def _stored(self, arg) -> bool:
+        r = self.ref(arg)
+        return r is not None and (r.base is not None or bool(r.parts))
+
+    def _output(self, arg) -> str:
+        """The tensor a returned value is stored as: the operator output it views, or, for a
+        concatenation, a padded tensor or a view of a model input (no operator writes it whole), a
+        copy written by one more operator, so that every returned element goes to DRAM."""
+        r = self.ref(arg)
+        written = {a.tensor for op in self.ops for a in op.writes}
+        name = f"{arg.name}_out" if arg.name == r.base else arg.name  # a model input returned as it is
+        if not r.parts and r.base in written or name in written:
+            return name if name in written else r.base
+        dims = [f"d{j}" for j in range(len(r.shape))]
+        out = Ref(r.shape, name, r.shape, lambda ix: ix, r.elem)
+        self._emit(f"copy:{name}", dict(zip(dims, r.shape)), [r.pairs(tuple(dims))], [out.pairs(tuple(dims))])
+        return name
 
     def _call(self, node) -> None:
         target = str(node.target)

@@ -123,3 +123,25 @@ def test_a_reshape_to_a_shape_computed_from_shape_ops_imports_with_static_shapes
     (relu,) = [op for op in imported.graph.operators if op.name.startswith("Relu")]
     assert relu.dims == {"d0": 2, "d1": 8, "d2": 8} and relu.tensor("x").shape == (2, 4, 16)
     assert "Reshape" in imported.folded and imported.graph.compulsory_bytes() == 2 * (2 * 64 + 2 * 64)
+
+
+def test_a_graph_output_made_by_a_concat_is_stored_whole(tmp_path):
+    """The updated key cache of a decode step is a Concat of the past keys and the new ones, and
+    a graph output: every element of it goes to DRAM."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", ["k"], ["knew"]),
+             helper.make_node("Concat", ["past", "knew"], ["cache"], axis=1),
+             helper.make_node("Relu", ["cache"], ["y"])]  # the cache is also read inside the model
+    path = _model(tmp_path, nodes, [("k", [1, 1, 8]), ("past", [1, 16, 8])], [("cache", [1, 17, 8]), ("y", [1, 17, 8])])
+    g = load_onnx(path).graph
+    assert sorted(g.nbytes(t) for t in g.outputs()) == [17 * 8 * 2, 17 * 8 * 2]
+    assert g.compulsory_bytes() == (8 + 16 * 8 + 2 * 17 * 8) * 2
+
+
+def test_a_flattened_graph_output_is_its_producer_stored_without_a_copy(tmp_path):
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Flatten", ["r"], ["y"], axis=1)]
+    g = load_onnx(_model(tmp_path, nodes, [("x", [2, 3, 4])], [("y", [2, 12])])).graph
+    assert len(g.operators) == 1 and g.compulsory_bytes() == 2 * 2 * 24

@@ -119,3 +119,33 @@ def test_eval_mode_dropout_is_folded_also_in_place(inplace):
     assert with_dropout.unsupported == {}
     assert len(with_dropout.graph.operators) == len(without.graph.operators) == 2
     assert plan(with_dropout.graph, 1 << 20).total_bytes == plan(without.graph, 1 << 20).total_bytes
+
+
+def test_a_returned_concatenation_is_stored_whole():
+    """A decode step returns its key cache grown by one token, ``torch.cat([past, new])``: the
+    returned tensor holds the past keys too, so all of it goes to DRAM, in the plan and the bound."""
+    class Decode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = torch.nn.Linear(64, 64, bias=False)
+
+        def forward(self, x, past):
+            return torch.cat([past, self.k(x)], dim=1)  # [1, 256 + 1, 64]
+
+    with torch.device("meta"):
+        imported = import_module(Decode(), (torch.zeros(1, 1, 64), torch.zeros(1, 256, 64)), name="decode")
+    g = imported.graph
+    stored = (257 * 64) * 2
+    assert sum(g.nbytes(t) for t in g.outputs()) == stored
+    assert g.compulsory_bytes() == (64 + 256 * 64 + 64 * 64) * 2 + stored
+    assert plan(g, 1 << 20).total_bytes >= g.compulsory_bytes()
+
+
+def test_a_returned_input_or_view_of_one_is_stored_once():
+    class Passthrough(torch.nn.Module):
+        def forward(self, x):
+            return x, x.transpose(0, 1), torch.relu(x)
+
+    with torch.device("meta"):
+        g = import_module(Passthrough(), (torch.zeros(4, 8),), name="passthrough").graph
+    assert len(g.outputs()) == 3 and g.compulsory_bytes() == 4 * 32 * 2
