@@ -9,10 +9,11 @@ operators are folded into their consumers' access maps, so they move no bytes: F
 Squeeze, Unsqueeze (floor / mod of the linear index where a block of dimensions both splits and
 merges), Transpose (a permutation), Slice and Split (offsets and steps), Pad (zeros: a read there is
 no element), Concat (a read reaches each part, shifted and clipped to it), Identity, Dropout, Cast.
-Constant, Shape and the nodes computing shapes from them (a Reshape's
-target built by Gather and Concat; shape inference propagates their values) produce no tensor traffic. Any other operator, or a copy that cannot be folded, is
-reported by name and counted at its compulsory traffic (an elementwise-like pass over its inputs
-and outputs), never dropped silently.
+ReduceMean, ReduceSum, ReduceMax and the other reductions over known axes read their whole input.
+Constant, Shape and the nodes computing shapes from them (a Reshape's target built by Gather and
+Concat; shape inference propagates their values) produce no tensor traffic. Any other operator, or
+a copy that cannot be folded, is reported by name and counted at least at all its inputs and
+outputs, each whole (its loops walk the largest of them), never dropped silently.
 """
 
 from __future__ import annotations
@@ -23,13 +24,20 @@ from pathlib import Path
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor, conv2d_nest, matmul_nest
+from loopwise.memory.ir import (Access, Operator, Tensor, conv2d_nest, linear_walk, matmul_nest, opaque_dims,
+                                reduction_nest)
 
 ELEMENTWISE = {"Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Erf",
                "Sqrt", "Pow", "Exp", "LeakyRelu", "BatchNormalization", "Softplus", "Gelu", "Where", "Neg",
                "Reciprocal", "Max", "Min", "Abs", "Log", "Mish", "Elu", "Selu", "PRelu"}
+REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
 FOLDED = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Slice", "Pad", "Split", "Identity",
           "Dropout", "Cast"}
+
+
+# how the CLI and the report say an unsupported operator is counted (:meth:`_Builder._opaque`)
+UNSUPPORTED = "unsupported (no model: counted at least at all their inputs and outputs, each whole)"
 
 
 @dataclass
@@ -37,7 +45,7 @@ class Imported:
     graph: Graph
     names: dict[str, str] = field(default_factory=dict)  # the graph's tensor names -> the model's own
     folded: list[str] = field(default_factory=list)  # copy operators folded away, by op type
-    unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (kept at compulsory traffic)
+    unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (at all its inputs and outputs)
     generated: list[str] = field(default_factory=list)  # operators computed from no stored tensor (recomputed)
 
 
@@ -119,9 +127,11 @@ class _Builder:
                     ops.append(self._global_pool(name, node))
                 elif kind in ELEMENTWISE:
                     ops.append(self._pass(name, node))
+                elif kind in REDUCTIONS and self._axes(node) is not None:
+                    ops.append(self._reduce(name, node))
                 else:
                     self.unsupported[kind] = self.unsupported.get(kind, 0) + 1
-                    ops.append(self._pass(name, node))
+                    ops.append(self._opaque(name, node))
             except (KeyError, ValueError) as exc:
                 raise UserError(f"{self.where}: {kind} node {node.name!r}: {exc}") from None
         outputs = [self._output(o.name, ops) for o in self.model.graph.output]
@@ -356,8 +366,8 @@ class _Builder:
                         [self._write(node.output[0], ("n", "c") + ("0",) * (out_rank - 2))])
 
     def _pass(self, name: str, node) -> Operator:
-        """Elementwise (numpy broadcasting against the output), or an unsupported operator counted as one
-        pass over its tensors."""
+        """Elementwise, with numpy broadcasting against the output; an input that does not broadcast
+        makes it an operator without a model (:meth:`_opaque`)."""
         out_shape = self._shape(node.output[0])
         dims = {f"d{j}": d for j, d in enumerate(out_shape)}
         reads = []
@@ -366,26 +376,42 @@ class _Builder:
                 continue  # constants and scalars (a Clip's bounds) are not tensor traffic
             shape = self._shape(x)
             lead = len(out_shape) - len(shape)
-            if lead >= 0 and all(s in (1, o) for s, o in zip(shape, out_shape[lead:])):
-                index = tuple("0" if s == 1 and out_shape[lead + j] != 1 else f"d{lead + j}" for j, s in enumerate(shape))
-            else:  # not a broadcast (an unsupported operator's odd input): one pass over it, linearly
-                index = self._linear(shape, dims)
-            reads.append(self._read(x, index))
+            if lead < 0 or any(s not in (1, o) for s, o in zip(shape, out_shape[lead:])):
+                return self._opaque(name, node)
+            reads.append(self._read(x, tuple("0" if s == 1 and out_shape[lead + j] != 1 else f"d{lead + j}"
+                                             for j, s in enumerate(shape))))
         writes = [self._write(o, tuple(dims)) for o in node.output if o]
         return self._op(name, dims, reads, writes)
 
-    @staticmethod
-    def _linear(shape, dims) -> tuple[str, ...]:
-        """Index into ``shape`` that walks it once in row-major order as the loop ``dims`` run (the
-        tensor is read once whatever its layout: its compulsory traffic)."""
-        extent = math.prod(dims.values())
-        strides = [math.prod(list(dims.values())[j + 1:]) for j in range(len(dims))]
-        linear = " + ".join(f"{st}*{d}" for st, d in zip(strides, dims)) or "0"
-        size = math.prod(shape)
-        sub = [math.prod(shape[j + 1:]) for j in range(len(shape))]
-        scale = f"floor(({linear}) * {size} / {extent})" if size != extent else f"({linear})"
-        return tuple(f"floor({scale}/{d}) mod {n}" for d, n in zip(sub, shape))
+    def _opaque(self, name: str, node) -> Operator:
+        """An operator without a model: counted at least at all its inputs and outputs, each whole
+        (:func:`loopwise.memory.ir.opaque_dims`: its loops walk the largest of them)."""
+        inputs = [x for x in node.input if x and x not in self.constants and self.shapes.get(x) != ()]
+        outputs = [o for o in node.output if o]
+        dims = opaque_dims([self._ref(x).shape for x in inputs] + [self._shape(o) for o in outputs])
+        reads = [self._read(x, linear_walk(self._ref(x).shape, dims)) for x in inputs]
+        writes = [self._write(o, linear_walk(self._shape(o), dims)) for o in outputs]
+        return self._op(name, dims, reads, writes)
 
+    def _axes(self, node) -> list[int] | None:
+        """A reduction's axes (every axis when none are given), or None where they are not known."""
+        a = self._attrs(node)
+        rank = len(self._shape(node.input[0]))
+        if "axes" in a:
+            return [int(v) for v in a["axes"]]
+        if len(node.input) > 1 and node.input[1]:
+            value = self.values.get(node.input[1])
+            return None if value is None else [int(v) for v in (value if isinstance(value, list) else [value])]
+        return None if a.get("noop_with_empty_axes", 0) else list(range(rank))
+
+    def _reduce(self, name: str, node) -> Operator:
+        """ReduceMean, ReduceSum, ReduceMax, ...: the loops span the input, read whole; the output is
+        indexed by the axes kept (:func:`loopwise.memory.ir.reduction_nest`)."""
+        keep = bool(self._attrs(node).get("keepdims", 1))
+        dims, read, write = reduction_nest(self._shape(node.input[0]), self._axes(node), keep)
+        if len(write) != len(self._shape(node.output[0])):
+            raise ValueError(f"a reduction of {self._shape(node.input[0])} to {self._shape(node.output[0])}")
+        return self._op(name, dims, [self._read(node.input[0], read)], [self._write(node.output[0], write)])
 
 def _safe(name: str) -> str:
     """An ONNX tensor name (``/conv1/Conv_output_0``, ``input.1``) as an identifier ISL accepts."""

@@ -145,3 +145,41 @@ def test_a_flattened_graph_output_is_its_producer_stored_without_a_copy(tmp_path
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Flatten", ["r"], ["y"], axis=1)]
     g = load_onnx(_model(tmp_path, nodes, [("x", [2, 3, 4])], [("y", [2, 12])])).graph
     assert len(g.operators) == 1 and g.compulsory_bytes() == 2 * 2 * 24
+
+
+@pytest.mark.parametrize("opset,keep", [(17, 1), (18, 0)])
+def test_reduce_mean_is_a_reduction_reading_its_whole_input(tmp_path, opset, keep):
+    """The mean of RMSNorm over [1, 2048, 4096]: every input element is read (axes as an attribute
+    before opset 18, as an input from it)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    axes = {"axes": [-1]} if opset < 18 else {}
+    inputs = ["x"] if opset < 18 else ["x", "ax"]
+    node = helper.make_node("ReduceMean", inputs, ["m"], keepdims=keep, **axes)
+    out = [1, 2048, 1] if keep else [1, 2048]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048, 4096])],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, out)],
+                              initializer=[helper.make_tensor("ax", TensorProto.INT64, [1], [-1])] if opset >= 18 else [])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    imported = load_onnx(path)
+    g = imported.graph
+    (mean,) = g.operators
+    assert imported.unsupported == {} and mean.dims == {"d0": 1, "d1": 2048, "d2": 4096}
+    assert footprint(mean, "x", {}) == 2048 * 4096
+    assert g.compulsory_bytes() == (2048 * 4096 + 2048) * 2
+
+
+def test_an_operator_without_a_model_is_counted_at_all_its_inputs_and_outputs(tmp_path):
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)]  # 4 largest of 512 per row
+    path = _model(tmp_path, nodes, [("x", [1, 16, 512])], [("values", [1, 16, 4]), ("indices", [1, 16, 4])],
+                  [helper.make_tensor("k", TensorProto.INT64, [1], [4])])
+    imported = load_onnx(path)
+    g = imported.graph
+    assert imported.unsupported == {"TopK": 1}
+    (topk,) = g.operators
+    assert footprint(topk, "x", {}) == 16 * 512
+    assert g.compulsory_bytes() == (16 * 512 + 2 * 16 * 4 + 1) * 2  # and k, a one-element input
