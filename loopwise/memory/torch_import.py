@@ -242,12 +242,13 @@ class _Builder:
         copy written by one more operator, so that every returned element goes to DRAM."""
         r = self.ref(arg)
         written = {a.tensor for op in self.ops for a in op.writes}
+        if not r.parts and r.base in written:
+            return r.base
         name = f"{arg.name}_out" if arg.name == r.base else arg.name  # a model input returned as it is
-        if not r.parts and r.base in written or name in written:
-            return name if name in written else r.base
-        dims = [f"d{j}" for j in range(len(r.shape))]
-        out = Ref(r.shape, name, r.shape, lambda ix: ix, r.elem)
-        self._emit(f"copy:{name}", dict(zip(dims, r.shape)), [r.pairs(tuple(dims))], [out.pairs(tuple(dims))])
+        if name not in written:  # the same value returned twice is copied once
+            dims = [f"d{j}" for j in range(len(r.shape))]
+            out = Ref(r.shape, name, r.shape, lambda ix: ix, r.elem)
+            self._emit(f"copy:{name}", dict(zip(dims, r.shape)), [r.pairs(tuple(dims))], [out.pairs(tuple(dims))])
         return name
 
     def _call(self, node) -> None:

@@ -205,3 +205,15 @@ def test_rmsnorm_moves_its_whole_input():
     x = 2048 * 4096 * 2
     assert g.compulsory_bytes() == 2 * x + 4096 * 2
     assert plan(g, 24 << 20).total_bytes >= 2 * x
+
+
+def test_a_concatenation_returned_twice_is_copied_once():
+    class Twice(torch.nn.Module):
+        def forward(self, a, b):
+            c = torch.cat([a, b], dim=0)
+            return c, c
+
+    with torch.device("meta"):
+        g = import_module(Twice(), (torch.zeros(2, 8), torch.zeros(3, 8)), name="twice").graph
+    assert [op.name.split(":")[0] for op in g.operators] == ["copy"]
+    assert g.compulsory_bytes() == (2 * 8 + 3 * 8 + 5 * 8) * 2
