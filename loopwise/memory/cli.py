@@ -58,7 +58,9 @@ def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM,
     from loopwise.core.console import console as make_console
 
     c = make_console()
-    unsupported = f", unsupported: {imported.unsupported}" if imported.unsupported else ""
+    from loopwise.memory.onnx_import import UNSUPPORTED
+
+    unsupported = f", {UNSUPPORTED}: {imported.unsupported}" if imported.unsupported else ""
     c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators ({len(imported.folded)} copies folded{unsupported})")
     c.print(f"  compulsory (weights, inputs, outputs once): {_mb(data['compulsory_bytes'])} MB")
     c.print(f"  sum of per-operator bounds at {tgt.scratchpad.bytes / 2**20:g} MiB: {_mb(data['operator_bounds_bytes'])} MB")
@@ -185,6 +187,8 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         runs = "tiled" if grp.tiled else "whole" if grp.slab is None else grp.slab.describe()
         table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
+    from loopwise.memory.onnx_import import UNSUPPORTED
+
     c = make_console()
     c.print(table)
     if per_operator:
@@ -196,7 +200,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                         _mb(r["bound_bytes"]))
         c.print(ops)
     c.print(f"{len(imported.folded)} copy operators folded into access maps"
-            + (f"; unsupported (counted at their compulsory traffic): {imported.unsupported}" if imported.unsupported else ""))
+            + (f"; {UNSUPPORTED}: {imported.unsupported}" if imported.unsupported else ""))
     c.print(f"total {_mb(p.total_bytes)} MB: {data['ratio_to_compulsory']:.3f}x the compulsory {_mb(p.compulsory_bytes)} MB, "
             f"{data['ratio_to_layer_by_layer']:.3f}x layer by layer ({_mb(p.layer_by_layer_bytes)} MB); "
             f"{p.pairs_removed} store/load pairs removed ({seconds} s)")

@@ -168,3 +168,42 @@ def elementwise(name: str, shape: tuple[int, ...], inputs: tuple[str, ...], outp
     index = tuple(dims)
     return Operator(name, dims, tuple(Tensor(t, tuple(shape), elem_bytes) for t in (*inputs, output)),
                     reads=tuple(Access(t, index) for t in inputs), writes=(Access(output, index),))
+
+
+def opaque_dims(shapes: list[tuple[int, ...]]) -> dict[str, int]:
+    """The loops of an operator we cannot model: the dimensions of its largest tensor, so that a
+    :func:`linear_walk` over them reaches every element of every tensor it reads or writes."""
+    largest = max(shapes, key=math.prod, default=())
+    return {f"d{j}": int(d) for j, d in enumerate(largest)} or {"d0": 1}
+
+
+def linear_walk(shape: tuple[int, ...], dims: dict[str, int]) -> tuple[str, ...]:
+    """An index into ``shape`` that walks it in row-major order as the loops ``dims`` run: every
+    element once when the loops have as many points as it has elements, every element (some more
+    than once) when they have more. A tensor of the loops' own shape is indexed by them plainly."""
+    if tuple(shape) == tuple(dims.values()):
+        return tuple(dims)
+    extent, size = math.prod(dims.values()), math.prod(shape)
+    if size > extent:
+        raise ValueError(f"a walk of {extent} points cannot reach the {size} elements of a {tuple(shape)} tensor")
+    strides = [math.prod(list(dims.values())[j + 1:]) for j in range(len(dims))]
+    linear = " + ".join(f"{st}*{d}" if st != 1 else d for st, d in zip(strides, dims)) or "0"
+    ratio = math.gcd(size, extent)
+    num, den = size // ratio, extent // ratio
+    if den != 1:
+        linear = f"floor(({linear})/{den})" if num == 1 else f"floor(({linear}) * {num} / {den})"
+    sub = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    return tuple((f"({linear}) mod {n}" if st == 1 else f"floor(({linear})/{st}) mod {n}") if j else
+                 (f"{linear}" if st == 1 else f"floor(({linear})/{st})")
+                 for j, (st, n) in enumerate(zip(sub, shape)))
+
+
+def reduction_nest(shape: tuple[int, ...], axes: list[int], keep: bool) -> tuple[dict[str, int], tuple[str, ...], tuple[str, ...]]:
+    """out = reduce(x) over ``axes`` of x [shape] (a mean, a sum, a maximum): the loops span x, read
+    whole; the output is indexed by the kept dimensions (0 for a reduced one kept as size 1).
+    Returns (dims, the read index, the write index)."""
+    dims = {f"d{j}": int(d) for j, d in enumerate(shape)} or {"d0": 1}
+    reduced = {a % len(shape) for a in axes} if shape else set()
+    read = tuple(dims)[:len(shape)]
+    write = tuple("0" if j in reduced else d for j, d in enumerate(read) if keep or j not in reduced)
+    return dims, read, write

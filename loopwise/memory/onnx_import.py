@@ -9,9 +9,11 @@ operators are folded into their consumers' access maps, so they move no bytes: F
 Squeeze, Unsqueeze (floor / mod of the linear index where a block of dimensions both splits and
 merges), Transpose (a permutation), Slice and Split (offsets and steps), Pad (zeros: a read there is
 no element), Concat (a read reaches each part, shifted and clipped to it), Identity, Dropout, Cast.
-Constant produces no tensor traffic. Any other operator, or a copy that cannot be folded, is
-reported by name and counted at its compulsory traffic (an elementwise-like pass over its inputs
-and outputs), never dropped silently.
+ReduceMean, ReduceSum, ReduceMax and the other reductions over known axes read their whole input.
+Constant, Shape and the nodes computing shapes from them (a Reshape's target built by Gather and
+Concat; shape inference propagates their values) produce no tensor traffic. Any other operator, or
+a copy that cannot be folded, is reported by name and counted at least at all its inputs and
+outputs, each whole (its loops walk the largest of them), never dropped silently.
 """
 
 from __future__ import annotations
@@ -22,13 +24,20 @@ from pathlib import Path
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor, conv2d_nest, matmul_nest
+from loopwise.memory.ir import (Access, Operator, Tensor, conv2d_nest, linear_walk, matmul_nest, opaque_dims,
+                                reduction_nest)
 
 ELEMENTWISE = {"Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Erf",
                "Sqrt", "Pow", "Exp", "LeakyRelu", "BatchNormalization", "Softplus", "Gelu", "Where", "Neg",
                "Reciprocal", "Max", "Min", "Abs", "Log", "Mish", "Elu", "Selu", "PRelu"}
+REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
 FOLDED = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Slice", "Pad", "Split", "Identity",
           "Dropout", "Cast"}
+
+
+# how the CLI and the report say an unsupported operator is counted (:meth:`_Builder._opaque`)
+UNSUPPORTED = "unsupported (no model: counted at least at all their inputs and outputs, each whole)"
 
 
 @dataclass
@@ -36,7 +45,7 @@ class Imported:
     graph: Graph
     names: dict[str, str] = field(default_factory=dict)  # the graph's tensor names -> the model's own
     folded: list[str] = field(default_factory=list)  # copy operators folded away, by op type
-    unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (kept at compulsory traffic)
+    unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (at all its inputs and outputs)
     generated: list[str] = field(default_factory=list)  # operators computed from no stored tensor (recomputed)
 
 
@@ -49,7 +58,9 @@ def load_onnx(path: str | Path, elem_bytes: int = 2) -> Imported:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     try:
-        model = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
+        # data propagation: a Reshape whose target shape is computed (Shape -> Gather -> Concat, as
+        # the classic exporter writes ``x.reshape(x.shape[0], -1, 8)``) gets a static output shape
+        model = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False), data_prop=True)
     except Exception as exc:  # noqa: BLE001 - a user's file: say what is wrong in one line
         raise UserError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {str(exc)[:200]})") from None
     return _Builder(model, elem_bytes, path.name).build()
@@ -88,6 +99,9 @@ class _Builder:
                 self.constants.update(node.output)
                 self._constant_value(node)
                 continue
+            if self._shape_computation(node):
+                self.constants.update(node.output)
+                continue
             name = f"{kind}:{node.name or i}"
             if kind in FOLDED:
                 try:
@@ -113,16 +127,43 @@ class _Builder:
                     ops.append(self._global_pool(name, node))
                 elif kind in ELEMENTWISE:
                     ops.append(self._pass(name, node))
+                elif kind in REDUCTIONS and self._axes(node) is not None:
+                    ops.append(self._reduce(name, node))
                 else:
                     self.unsupported[kind] = self.unsupported.get(kind, 0) + 1
-                    ops.append(self._pass(name, node))
+                    ops.append(self._opaque(name, node))
             except (KeyError, ValueError) as exc:
                 raise UserError(f"{self.where}: {kind} node {node.name!r}: {exc}") from None
+        outputs = [self._output(o.name, ops) for o in self.model.graph.output]
         used = {t.name for op in ops for t in op.tensors}
         weights = frozenset(_safe(w) for w in self.weights if _safe(w) in used)
-        return Imported(Graph(self.where, tuple(ops), weights), self.names, self.folded, self.unsupported)
+        return Imported(Graph(self.where, tuple(ops), weights, frozenset(o for o in outputs if o in used)),
+                        self.names, self.folded, self.unsupported)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _output(self, name: str, ops: list[Operator]) -> str:
+        """The tensor a graph output is stored as: itself, the operator output a folded copy views,
+        or, where a folded copy made it from parts (a Concat, a Pad, a view of a graph input), a copy written by one more operator, so that every
+        element of it goes to DRAM."""
+        if name not in self.alias:
+            return _safe(name)
+        ref = self.alias[name]
+        if not ref.parts and ref.base in {a.tensor for op in ops for a in op.writes}:
+            return ref.base  # a view of an operator's output (a final Flatten): that output, stored
+        dims = [f"d{j}" for j in range(len(ref.shape))]
+        ops.append(self._op(f"copy:{name}", dict(zip(dims, ref.shape)), [ref.pairs(tuple(dims))],
+                            [self._write(name, tuple(dims))]))
+        return _safe(name)
+
+    def _shape_computation(self, node) -> bool:
+        """A node computing shapes, not tensor data: a Shape (it reads only the metadata), or any
+        node whose inputs are all constants or such results (the Gather, Unsqueeze and Concat that
+        build a Reshape's target). Its outputs are constants: no traffic, no operator."""
+        if node.op_type == "Shape":
+            return True
+        inputs = [x for x in node.input if x]
+        return bool(inputs) and all(x in self.constants or x in self.values for x in inputs)
+
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape ``name`` has where it is used (a folded reshape: its own, the view's)."""
         shape = self.shapes.get(name)
@@ -325,8 +366,8 @@ class _Builder:
                         [self._write(node.output[0], ("n", "c") + ("0",) * (out_rank - 2))])
 
     def _pass(self, name: str, node) -> Operator:
-        """Elementwise (numpy broadcasting against the output), or an unsupported operator counted as one
-        pass over its tensors."""
+        """Elementwise, with numpy broadcasting against the output; an input that does not broadcast
+        makes it an operator without a model (:meth:`_opaque`)."""
         out_shape = self._shape(node.output[0])
         dims = {f"d{j}": d for j, d in enumerate(out_shape)}
         reads = []
@@ -335,26 +376,42 @@ class _Builder:
                 continue  # constants and scalars (a Clip's bounds) are not tensor traffic
             shape = self._shape(x)
             lead = len(out_shape) - len(shape)
-            if lead >= 0 and all(s in (1, o) for s, o in zip(shape, out_shape[lead:])):
-                index = tuple("0" if s == 1 and out_shape[lead + j] != 1 else f"d{lead + j}" for j, s in enumerate(shape))
-            else:  # not a broadcast (an unsupported operator's odd input): one pass over it, linearly
-                index = self._linear(shape, dims)
-            reads.append(self._read(x, index))
+            if lead < 0 or any(s not in (1, o) for s, o in zip(shape, out_shape[lead:])):
+                return self._opaque(name, node)
+            reads.append(self._read(x, tuple("0" if s == 1 and out_shape[lead + j] != 1 else f"d{lead + j}"
+                                             for j, s in enumerate(shape))))
         writes = [self._write(o, tuple(dims)) for o in node.output if o]
         return self._op(name, dims, reads, writes)
 
-    @staticmethod
-    def _linear(shape, dims) -> tuple[str, ...]:
-        """Index into ``shape`` that walks it once in row-major order as the loop ``dims`` run (the
-        tensor is read once whatever its layout: its compulsory traffic)."""
-        extent = math.prod(dims.values())
-        strides = [math.prod(list(dims.values())[j + 1:]) for j in range(len(dims))]
-        linear = " + ".join(f"{st}*{d}" for st, d in zip(strides, dims)) or "0"
-        size = math.prod(shape)
-        sub = [math.prod(shape[j + 1:]) for j in range(len(shape))]
-        scale = f"floor(({linear}) * {size} / {extent})" if size != extent else f"({linear})"
-        return tuple(f"floor({scale}/{d}) mod {n}" for d, n in zip(sub, shape))
+    def _opaque(self, name: str, node) -> Operator:
+        """An operator without a model: counted at least at all its inputs and outputs, each whole
+        (:func:`loopwise.memory.ir.opaque_dims`: its loops walk the largest of them)."""
+        inputs = [x for x in node.input if x and x not in self.constants and self.shapes.get(x) != ()]
+        outputs = [o for o in node.output if o]
+        dims = opaque_dims([self._ref(x).shape for x in inputs] + [self._shape(o) for o in outputs])
+        reads = [self._read(x, linear_walk(self._ref(x).shape, dims)) for x in inputs]
+        writes = [self._write(o, linear_walk(self._shape(o), dims)) for o in outputs]
+        return self._op(name, dims, reads, writes)
 
+    def _axes(self, node) -> list[int] | None:
+        """A reduction's axes (every axis when none are given), or None where they are not known."""
+        a = self._attrs(node)
+        rank = len(self._shape(node.input[0]))
+        if "axes" in a:
+            return [int(v) for v in a["axes"]]
+        if len(node.input) > 1 and node.input[1]:
+            value = self.values.get(node.input[1])
+            return None if value is None else [int(v) for v in (value if isinstance(value, list) else [value])]
+        return None if a.get("noop_with_empty_axes", 0) else list(range(rank))
+
+    def _reduce(self, name: str, node) -> Operator:
+        """ReduceMean, ReduceSum, ReduceMax, ...: the loops span the input, read whole; the output is
+        indexed by the axes kept (:func:`loopwise.memory.ir.reduction_nest`)."""
+        keep = bool(self._attrs(node).get("keepdims", 1))
+        dims, read, write = reduction_nest(self._shape(node.input[0]), self._axes(node), keep)
+        if len(write) != len(self._shape(node.output[0])):
+            raise ValueError(f"a reduction of {self._shape(node.input[0])} to {self._shape(node.output[0])}")
+        return self._op(name, dims, [self._read(node.input[0], read)], [self._write(node.output[0], write)])
 
 def _safe(name: str) -> str:
     """An ONNX tensor name (``/conv1/Conv_output_0``, ``input.1``) as an identifier ISL accepts."""

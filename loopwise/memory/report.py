@@ -58,7 +58,9 @@ def render_plan_report(graph, plan, target, imported=None) -> str:
     if imported is not None:
         facts["copy operators folded"] = len(imported.folded)
         if imported.unsupported:
-            facts["unsupported (counted at their compulsory traffic)"] = ", ".join(
+            from loopwise.memory.onnx_import import UNSUPPORTED
+
+            facts[UNSUPPORTED] = ", ".join(
                 f"{k} x{v}" for k, v in sorted(imported.unsupported.items()))
     rows = []
     for i, grp in enumerate(plan.groups):

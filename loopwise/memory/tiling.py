@@ -93,12 +93,14 @@ def traffic_bytes(op: Operator, tiles: dict[str, int], order: list[str]) -> int:
 
 
 def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
-    """Scratchpad bytes one full tile holds (every tensor's footprint of a tile away from the edges)."""
+    """Scratchpad bytes the largest tile holds: every tensor's footprint of a full tile, the second
+    along a dimension when it is full too (away from the padding at the start), else the first. The
+    remainder tile of an uneven split is smaller and never the one measured."""
     from loopwise.memory.polyhedral import footprint
 
-    size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
-    inner = {d: (size[d] * min(1, counts[d] - 1), size[d]) for d in op.dims}
-    return sum(footprint(op, t.name, inner) * t.elem_bytes for t in op.tensors)
+    size = tile_sizes(op, tiles)
+    full = {d: (size[d] if 2 * size[d] <= e else 0, size[d]) for d, e in op.dims.items()}
+    return sum(footprint(op, t.name, full) * t.elem_bytes for t in op.tensors)
 
 
 def _count(relation) -> int:

@@ -4,7 +4,8 @@ made, so BERT or GPT-2 import in about a second).
 The exported graph's ATen operators become loop nests (:mod:`loopwise.memory.ir`):
 
 - convolutions (grouped, strided, dilated, padded; transposed ones with an affine write), linear,
-  addmm / mm / bmm / matmul (batch dimensions broadcast), pooling (max, average, adaptive), mean;
+  addmm / mm / bmm / matmul (batch dimensions broadcast), pooling (max, average, adaptive), reductions
+  over given dimensions (mean, sum, amax, amin, prod, var, std, logsumexp, any, all);
 - elementwise operators with numpy broadcasting; softmax, log-softmax and layer norm, whose row is a
   *coupled* dimension (a tile spans it whole);
 - embedding, a gather: modelled as reading distinct rows of the table, the most it can touch;
@@ -14,8 +15,8 @@ The exported graph's ATen operators become loop nests (:mod:`loopwise.memory.ir`
   (its scale into the weights, its shift into a bias, as inference compilers do);
 - operators computed from no tensor at all (the attention masks built from ``arange``) are
   *generated*: recomputed where they are read, with no DRAM traffic;
-- any other operator is reported by name and counted as one pass over its inputs and outputs (its
-  compulsory traffic), never dropped.
+- any other operator is reported by name and counted at least at all its inputs and outputs, each
+  whole (its loops walk the largest of them), never dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Callable
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor, conv2d_nest, matmul_nest
+from loopwise.memory.ir import (Access, Operator, Tensor, conv2d_nest, linear_walk, matmul_nest, opaque_dims,
+                                reduction_nest)
 from loopwise.memory.onnx_import import Imported
 
 Index = tuple[str, ...]
@@ -224,14 +226,30 @@ class _Builder:
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
-                for arg in _flat(node.args):
-                    r = self.ref(arg)
-                    if r is not None and r.base is not None:
-                        outputs += [p.base for p, _ in r.parts] if r.parts else [r.base]
+                outputs += [self._output(arg) for arg in _flat(node.args) if self._stored(arg)]
         used = {t.name for op in self.ops for t in op.tensors}
         g = Graph(self.name, tuple(self.ops), frozenset(w for w in self.weights if w in used),
                   declared_outputs=frozenset(o for o in outputs if o in used))
         return Imported(g, {}, self.folded, self.unsupported, generated=self.generated)
+
+    def _stored(self, arg) -> bool:
+        r = self.ref(arg)
+        return r is not None and (r.base is not None or bool(r.parts))
+
+    def _output(self, arg) -> str:
+        """The tensor a returned value is stored as: the operator output it views, or, for a
+        concatenation, a padded tensor or a view of a model input (no operator writes it whole), a
+        copy written by one more operator, so that every returned element goes to DRAM."""
+        r = self.ref(arg)
+        written = {a.tensor for op in self.ops for a in op.writes}
+        if not r.parts and r.base in written:
+            return r.base
+        name = f"{arg.name}_out" if arg.name == r.base else arg.name  # a model input returned as it is
+        if name not in written:  # the same value returned twice is copied once
+            dims = [f"d{j}" for j in range(len(r.shape))]
+            out = Ref(r.shape, name, r.shape, lambda ix: ix, r.elem)
+            self._emit(f"copy:{name}", dict(zip(dims, r.shape)), [r.pairs(tuple(dims))], [out.pairs(tuple(dims))])
+        return name
 
     def _call(self, node) -> None:
         target = str(node.target)
@@ -280,21 +298,12 @@ class _Builder:
         outs = [v for v in outs if hasattr(v, "shape")]
         if not outs:
             return
-        shape = tuple(int(d) for d in outs[0].shape)
-        dims = {f"d{j}": d for j, d in enumerate(shape)} or {"d0": 1}
-        reads = []
-        for arg in _flat((node.args, node.kwargs)):
-            r = self.ref(arg)
-            if r is None or r.base is None:
-                continue
-            reads.append(r.pairs(_linear_walk(r.shape, dims)))
+        inputs = [r for r in (self.ref(a) for a in _flat((node.args, node.kwargs))) if r is not None and r.base is not None]
         names = [f"{node.name}_{i}" if len(outs) > 1 else node.name for i in range(len(outs))]
-        writes = []
-        values = []
-        for nm, v in zip(names, outs):
-            out = self._real(nm, v)
-            writes.append(out.pairs(_linear_walk(out.shape, dims)))
-            values.append(out)
+        values = [self._real(nm, v) for nm, v in zip(names, outs)]
+        dims = opaque_dims([r.shape for r in (*inputs, *values)])
+        reads = [r.pairs(linear_walk(r.shape, dims)) for r in inputs]
+        writes = [out.pairs(linear_walk(out.shape, dims)) for out in values]
         self.env[node.name] = values if isinstance(val, (list, tuple)) else values[0]
         self._emit(f"{short}:{node.name}", dims, reads, writes)
 
@@ -626,15 +635,24 @@ class _Builder:
     _op__adaptive_avg_pool2d = _op_adaptive_avg_pool2d
 
     def _op_mean(self, node, val) -> None:
+        """A reduction over the given dimensions (all of them when none are given): the loops span
+        the input, read whole; the output is indexed by the dimensions kept."""
         x = self.ref(node.args[0])
-        reduce = sorted(d % len(x.shape) for d in node.args[1])
-        keep = len(node.args) > 2 and node.args[2]
-        dims = {f"d{j}": d for j, d in enumerate(x.shape)}
-        names = list(dims)
-        out = self._out(node, val)
-        index = tuple(("0" if keep else None) if j in reduce else names[j] for j in range(len(x.shape)))
-        self._emit(f"mean:{node.name}", dims, [x.pairs(tuple(names))],
-                   [out.pairs(tuple(i for i in index if i is not None))])
+        axes = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if axes is None or isinstance(axes, bool) or axes in ([], ()):  # var(x, unbiased): every dimension
+            axes = list(range(len(x.shape)))
+        axes = [axes] if isinstance(axes, int) else list(axes)
+        keep = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+        dims, read, write = reduction_nest(x.shape, axes, keep)
+        out_val = val[0] if isinstance(val, (list, tuple)) else val
+        if len(write) != len(out_val.shape):
+            return self._unsupported(node, val, str(node.target).split(".")[1])
+        out = self._real(node.name, out_val)
+        self.env[node.name] = [out, None] if isinstance(val, (list, tuple)) else out
+        short = str(node.target).split(".")[1]
+        self._emit(f"{short}:{node.name}", dims, [x.pairs(read)], [out.pairs(write)])
+
+    _op_sum = _op_amax = _op_amin = _op_prod = _op_var = _op_std = _op_logsumexp = _op_any = _op_all = _op_mean
 
 
 def split_parts(ref: Ref, index: Index, guard: str = ""):
@@ -684,16 +702,3 @@ def _flat(obj):
             yield from _flat(x)
     else:
         yield obj
-
-
-def _linear_walk(shape, dims: dict[str, int]) -> Index:
-    """An index into ``shape`` that walks it once, in row-major order, as the loops ``dims`` run."""
-    extent = math.prod(dims.values())
-    size = math.prod(shape)
-    strides = _strides(list(dims.values()))
-    linear = " + ".join(f"{st}*{d}" for st, d in zip(strides, dims)) or "0"
-    if size != extent:
-        linear = f"floor(({linear}) * {size} / {extent})"
-    return tuple(f"floor(({linear})/{st}) mod {n}" if st != 1 else f"({linear}) mod {n}"
-                 for st, n in zip(_strides(shape), shape)) if shape else ()
-

@@ -102,3 +102,21 @@ def test_resnet50_at_batch_32_on_24_mib_passes_the_replay():
     data = json.loads(result.output)
     assert all(g["peak_bytes"] <= 24 * 2**20 for g in data["groups"])
     assert data["ratio_to_compulsory"] >= 1.0
+
+
+def test_an_unsupported_operator_is_said_to_count_all_its_inputs_and_outputs(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 512])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16, 4]) for n in ("values", "indices")],
+                              initializer=[helper.make_tensor("k", TensorProto.INT64, [1], [4])])
+    path = tmp_path / "topk.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    result = CliRunner().invoke(app, ["memory", "plan", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "counted at least at all their inputs and outputs" in text and "compulsory traffic)" not in text
+    data = json.loads(CliRunner().invoke(app, ["memory", "plan", str(path), "--json"]).output)
+    assert data["total_bytes"] >= (16 * 512 + 2 * 16 * 4) * 2 and data["unsupported"] == {"TopK": 1}

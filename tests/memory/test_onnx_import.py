@@ -101,3 +101,85 @@ def test_copies_attention_and_transposed_convolutions_import_without_unsupported
     assert softmax.coupled == {"d2"}
     up = next(op for op in g.operators if op.name.startswith("ConvTranspose"))
     assert footprint(up, "up", {}) == 2 * 10 * 10 and up.macs == 3 * 2 * 25 * 16
+
+
+def test_a_reshape_to_a_shape_computed_from_shape_ops_imports_with_static_shapes(tmp_path):
+    """The classic exporter writes ``x.reshape(x.shape[0], -1, 8)`` as Shape -> Gather -> Unsqueeze ->
+    Concat -> Reshape: the target shape is data, known only when shape inference propagates it."""
+    from onnx import TensorProto, helper
+
+    ints = lambda name, vals: helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)  # noqa: E731
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["xr"]),  # [2, 4, 16] -> [2, 8, 8]
+        helper.make_node("Relu", ["xr"], ["y"]),
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), ints("axes", [0]), ints("rest", [-1, 8])]
+    path = _model(tmp_path, nodes, [("x", [2, 4, 16])], [("y", [2, 8, 8])], inits)
+    imported = load_onnx(path)
+    (relu,) = [op for op in imported.graph.operators if op.name.startswith("Relu")]
+    assert relu.dims == {"d0": 2, "d1": 8, "d2": 8} and relu.tensor("x").shape == (2, 4, 16)
+    assert "Reshape" in imported.folded and imported.graph.compulsory_bytes() == 2 * (2 * 64 + 2 * 64)
+
+
+def test_a_graph_output_made_by_a_concat_is_stored_whole(tmp_path):
+    """The updated key cache of a decode step is a Concat of the past keys and the new ones, and
+    a graph output: every element of it goes to DRAM."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", ["k"], ["knew"]),
+             helper.make_node("Concat", ["past", "knew"], ["cache"], axis=1),
+             helper.make_node("Relu", ["cache"], ["y"])]  # the cache is also read inside the model
+    path = _model(tmp_path, nodes, [("k", [1, 1, 8]), ("past", [1, 16, 8])], [("cache", [1, 17, 8]), ("y", [1, 17, 8])])
+    g = load_onnx(path).graph
+    assert sorted(g.nbytes(t) for t in g.outputs()) == [17 * 8 * 2, 17 * 8 * 2]
+    assert g.compulsory_bytes() == (8 + 16 * 8 + 2 * 17 * 8) * 2
+
+
+def test_a_flattened_graph_output_is_its_producer_stored_without_a_copy(tmp_path):
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Flatten", ["r"], ["y"], axis=1)]
+    g = load_onnx(_model(tmp_path, nodes, [("x", [2, 3, 4])], [("y", [2, 12])])).graph
+    assert len(g.operators) == 1 and g.compulsory_bytes() == 2 * 2 * 24
+
+
+@pytest.mark.parametrize("opset,keep", [(17, 1), (18, 0)])
+def test_reduce_mean_is_a_reduction_reading_its_whole_input(tmp_path, opset, keep):
+    """The mean of RMSNorm over [1, 2048, 4096]: every input element is read (axes as an attribute
+    before opset 18, as an input from it)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    axes = {"axes": [-1]} if opset < 18 else {}
+    inputs = ["x"] if opset < 18 else ["x", "ax"]
+    node = helper.make_node("ReduceMean", inputs, ["m"], keepdims=keep, **axes)
+    out = [1, 2048, 1] if keep else [1, 2048]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048, 4096])],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, out)],
+                              initializer=[helper.make_tensor("ax", TensorProto.INT64, [1], [-1])] if opset >= 18 else [])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    imported = load_onnx(path)
+    g = imported.graph
+    (mean,) = g.operators
+    assert imported.unsupported == {} and mean.dims == {"d0": 1, "d1": 2048, "d2": 4096}
+    assert footprint(mean, "x", {}) == 2048 * 4096
+    assert g.compulsory_bytes() == (2048 * 4096 + 2048) * 2
+
+
+def test_an_operator_without_a_model_is_counted_at_all_its_inputs_and_outputs(tmp_path):
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)]  # 4 largest of 512 per row
+    path = _model(tmp_path, nodes, [("x", [1, 16, 512])], [("values", [1, 16, 4]), ("indices", [1, 16, 4])],
+                  [helper.make_tensor("k", TensorProto.INT64, [1], [4])])
+    imported = load_onnx(path)
+    g = imported.graph
+    assert imported.unsupported == {"TopK": 1}
+    (topk,) = g.operators
+    assert footprint(topk, "x", {}) == 16 * 512
+    assert g.compulsory_bytes() == (16 * 512 + 2 * 16 * 4 + 1) * 2  # and k, a one-element input

@@ -40,3 +40,28 @@ def test_bad_tilings_are_clear_errors():
         traffic(op, {"m": 4}, ["m", "n"])
     with pytest.raises(ValueError, match="unknown loop dimension 'z'"):
         traffic(op, {"z": 4}, ["m", "n", "k"])
+
+
+def _every_tile_footprint_bytes(op, tiles):
+    """The largest scratchpad need over every real tile of the grid, the remainders included."""
+    import itertools
+
+    from loopwise.memory.polyhedral import footprint
+    from loopwise.memory.tiling import tile_sizes
+
+    size = tile_sizes(op, tiles)
+    starts = [range(0, e, size[d]) for d, e in op.dims.items()]
+    best = 0
+    for corner in itertools.product(*starts):
+        box = {d: (s, size[d]) for d, s in zip(op.dims, corner)}
+        best = max(best, sum(footprint(op, t.name, box) * t.elem_bytes for t in op.tensors))
+    return best
+
+
+@pytest.mark.parametrize("op,tiles", [
+    (matmul("mm", 96, 40, 24), {"m": 64, "n": 32}),  # two tiles each way: a full one, then the remainder
+    (conv2d("c", n=1, c=2, h=10, w=10, k=2, r=3, s=3, pad=1), {"p": 6, "q": 4}),  # 6 + 4 rows; 4 + 4 + 2 columns
+    (conv2d("c", n=1, c=2, h=11, w=11, k=2, r=3, s=3, stride=2, pad=1), {"p": 4}),  # 4 + 2 strided rows
+])
+def test_the_capacity_check_measures_the_largest_tile_not_the_remainder(op, tiles):
+    assert buffer_bytes(op, tiles) == _every_tile_footprint_bytes(op, tiles)

@@ -119,3 +119,101 @@ def test_eval_mode_dropout_is_folded_also_in_place(inplace):
     assert with_dropout.unsupported == {}
     assert len(with_dropout.graph.operators) == len(without.graph.operators) == 2
     assert plan(with_dropout.graph, 1 << 20).total_bytes == plan(without.graph, 1 << 20).total_bytes
+
+
+def test_a_returned_concatenation_is_stored_whole():
+    """A decode step returns its key cache grown by one token, ``torch.cat([past, new])``: the
+    returned tensor holds the past keys too, so all of it goes to DRAM, in the plan and the bound."""
+    class Decode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = torch.nn.Linear(64, 64, bias=False)
+
+        def forward(self, x, past):
+            return torch.cat([past, self.k(x)], dim=1)  # [1, 256 + 1, 64]
+
+    with torch.device("meta"):
+        imported = import_module(Decode(), (torch.zeros(1, 1, 64), torch.zeros(1, 256, 64)), name="decode")
+    g = imported.graph
+    stored = (257 * 64) * 2
+    assert sum(g.nbytes(t) for t in g.outputs()) == stored
+    assert g.compulsory_bytes() == (64 + 256 * 64 + 64 * 64) * 2 + stored
+    assert plan(g, 1 << 20).total_bytes >= g.compulsory_bytes()
+
+
+def test_a_returned_input_or_view_of_one_is_stored_once():
+    class Passthrough(torch.nn.Module):
+        def forward(self, x):
+            return x, x.transpose(0, 1), torch.relu(x)
+
+    with torch.device("meta"):
+        g = import_module(Passthrough(), (torch.zeros(4, 8),), name="passthrough").graph
+    assert len(g.outputs()) == 3 and g.compulsory_bytes() == 4 * 32 * 2
+
+
+def _all_tensors_bytes(g):
+    return sum(g.nbytes(t) for t in g.tensors())
+
+
+def test_an_operator_without_a_model_is_counted_at_all_its_inputs_and_outputs():
+    """Decode attention, ``F.scaled_dot_product_attention`` of one query over 4096 keys, is not
+    modelled: it must still read every key and value, in the plan and in the compulsory bound."""
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    q, k, v = torch.zeros(1, 32, 1, 128), torch.zeros(1, 32, 4096, 128), torch.zeros(1, 32, 4096, 128)
+    with torch.device("meta"):
+        imported = import_module(Attention(), (q, k, v), name="decode-attention")
+    g = imported.graph
+    assert imported.unsupported == {"scaled_dot_product_attention": 1}
+    every = (2 * 32 * 128 + 2 * 32 * 4096 * 128) * 2  # q and the output, k and v
+    assert _all_tensors_bytes(g) == every and g.compulsory_bytes() == every
+    assert g.layer_by_layer_floor_bytes() == every
+    assert plan(g, 24 << 20).total_bytes >= every
+
+
+@pytest.mark.parametrize("reduce,keep", [(lambda x: x.pow(2).mean(-1, keepdim=True), (1, 64, 1)),
+                                         (lambda x: x.sum(dim=(0, 2)), (64,)),
+                                         (lambda x: x.amax(-1), (1, 64)),
+                                         (lambda x: x.mean(), ())])
+def test_reductions_are_modelled_and_read_their_whole_input(reduce, keep):
+    class Reduce(torch.nn.Module):
+        def forward(self, x):
+            return reduce(x)
+
+    with torch.device("meta"):
+        imported = import_module(Reduce(), (torch.zeros(1, 64, 256),), name="reduce")
+    g = imported.graph
+    assert imported.unsupported == {}
+    red = g.operators[-1]
+    assert red.dims == {"d0": 1, "d1": 64, "d2": 256}
+    assert g.compulsory_bytes() == (64 * 256 + math.prod(keep)) * 2
+
+
+def test_rmsnorm_moves_its_whole_input():
+    class RMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(4096))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    with torch.device("meta"):
+        g = import_module(RMSNorm(), (torch.zeros(1, 2048, 4096),), name="rmsnorm").graph
+    x = 2048 * 4096 * 2
+    assert g.compulsory_bytes() == 2 * x + 4096 * 2
+    assert plan(g, 24 << 20).total_bytes >= 2 * x
+
+
+def test_a_concatenation_returned_twice_is_copied_once():
+    class Twice(torch.nn.Module):
+        def forward(self, a, b):
+            c = torch.cat([a, b], dim=0)
+            return c, c
+
+    with torch.device("meta"):
+        g = import_module(Twice(), (torch.zeros(2, 8), torch.zeros(3, 8)), name="twice").graph
+    assert [op.name.split(":")[0] for op in g.operators] == ["copy"]
+    assert g.compulsory_bytes() == (2 * 8 + 3 * 8 + 5 * 8) * 2
