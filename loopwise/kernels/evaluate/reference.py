@@ -7,7 +7,6 @@ find it through the garbage collector, or read it from another module's globals.
 from __future__ import annotations
 
 import copy
-import os
 from types import ModuleType
 
 from loopwise.kernels.evaluate import inputs as inp
@@ -30,10 +29,10 @@ MAKE_ROOM_COPIES, MAKE_ROOM_SHARE = HOLD_COPIES, 0.05
 
 
 def host_budget() -> int:
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # no sysconf: a conservative 8 GiB machine
-        total = 8 << 30
+    from loopwise.kernels.evaluate.pool import machine_memory_gb
+
+    gib = machine_memory_gb()
+    total = 8 << 30 if gib is None else gib * 2**30  # unknown: a conservative 8 GiB machine
     return int(min(REUSE_HOST_SHARE * total, REUSE_HOST_BYTES))
 
 
