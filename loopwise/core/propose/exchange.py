@@ -7,8 +7,8 @@ How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by
    proposer would send) and prints one line:
    ``answer by writing <folder>/answer-<id>.md.tmp containing one ```python block, then renaming it
    to answer-<id>.md``.
-3. Tell the agent: "read <folder>/prompt-<id>.md and write your answer to
-   <folder>/answer-<id>.md". The answer is a ``Move:`` line and one ```python block
+3. Tell the agent: "read <folder>/prompt-<id>.md, write your answer to
+   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md". The answer is a ``Move:`` line and one ```python block
    with the complete file, as the prompt asks.
 4. Signal that the answer is complete by renaming it into place: write ``answer-<id>.md.tmp``,
    then rename it to ``answer-<id>.md``. The proposer reads an answer that ends in a closed code

@@ -1,0 +1,58 @@
+"""A model in the loop that learns from its mistakes: a scripted exchange agent makes the typical
+ones (a typo, a plain fp32 ``tl.dot``, no code block, a duplicate) and the loop repairs each within
+two turns, telling the agent exactly what went wrong."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from exchange_agent import ScriptedAgent
+
+PROBLEM = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
+GOOD = (PROBLEM.parent / "scaled_gelu_triton.py").read_text()
+TYPO = GOOD.replace("tl.arange(0, BLOCK)", "tl.arang(0, BLOCK)")
+OTHER = GOOD.replace("1024", "512")
+DOT = GOOD + '''
+
+@triton.jit
+def unused_dot_kernel(a_ptr, b_ptr, c_ptr):
+    r = tl.arange(0, 16)
+    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+    tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
+'''
+
+
+def answer(code: str, move: str) -> str:
+    return f"Move: {move}\n\n```python\n{code}```\n"
+
+
+def test_the_loop_repairs_a_typo_a_plain_dot_no_code_and_a_duplicate(tmp_path, cli_env):
+    exchange = tmp_path / "exchange"
+    answers = [answer(TYPO, "fused kernel"),               # 1: improve the reference -> crash
+               answer(GOOD, "fix the arange typo"),        # 2: repair of node 1 -> correct
+               "I would fuse the bias into the GELU.",     # 3: improve -> no code block
+               answer(GOOD, "fused kernel again"),         # 4: re-prompt -> a duplicate of node 2
+               answer(DOT, "fused kernel with a dot"),     # 5: re-prompt -> rejected by the static check
+               answer(OTHER, "ieee dot removed, 512")]     # 6: repair of node 3 -> correct
+    cmd = [sys.executable, "-m", "loopwise", "kernels", "optimize", str(PROBLEM), "--proposer", "exchange",
+           "--exchange-dir", str(exchange), "--exchange-timeout", "120", "--budget", "4", "--per-step", "1",
+           "--device", "cpu", "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3", "--json"]
+    with ScriptedAgent(exchange, answers) as agent:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    prompts = agent.prompts
+    assert len(prompts) == 6, [p[-300:] for p in prompts]
+    assert "no attribute 'arang'" in prompts[1] and "## The candidate that failed" in prompts[1]
+    assert "Your previous answer could not be used: no ```python block" in prompts[3]
+    assert "identical to node 2" in prompts[4]
+    assert "`tl.dot` without input_precision" in prompts[5] and "## The candidate that failed" in prompts[5]
+    assert "Precision policy fp32" in prompts[0] and "class ModelNew" in prompts[0]  # the rules, from the start
+    assert summary["evaluations"] == 4 and summary["stopped"] == ""
+    assert summary["proposals"]["duplicates"] == 1 and summary["proposals"]["repairs"] == 2
+    assert summary["proposals"]["reprompts"] == 2 and summary["proposals"]["failed"] == {"no_code": 1}
+    assert summary["failures"] == {"crash": 1, "exploit": 1}, summary["failures"]
