@@ -56,3 +56,43 @@ def test_the_loop_repairs_a_typo_a_plain_dot_no_code_and_a_duplicate(tmp_path, c
     assert summary["proposals"]["duplicates"] == 1 and summary["proposals"]["repairs"] == 2
     assert summary["proposals"]["reprompts"] == 2 and summary["proposals"]["failed"] == {"no_code": 1}
     assert summary["failures"] == {"crash": 1, "exploit": 1}, summary["failures"]
+
+
+class _Silent:
+    """A proposer whose every answer has no code block: the search must say why it judged nothing."""
+
+    def __init__(self):
+        self.requests = []
+
+    def propose(self, request):
+        from loopwise.core.propose import FailureReason, ProposalFailure
+
+        self.requests.append(request)
+        return [ProposalFailure(reason=FailureReason.NO_CODE, detail="no ```python block in the reply",
+                                origin="script")] * request.n
+
+
+def test_a_search_whose_every_answer_fails_to_parse_re_prompts_then_says_why_it_stopped(tmp_path):
+    from loopwise.core.config import load_config
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_run import REPROMPT_ROUNDS, OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    class NoJudge:
+        device, device_name = "cpu", "cpu"
+
+        def evaluate(self, source, name):
+            raise AssertionError("nothing should be judged")
+
+    settings = Settings(problem=str(PROBLEM), proposer="exchange", exchange_dir=str(tmp_path / "x"), budget=4,
+                        per_step=2, profiling="none")
+    run = OptimizeRun.start(settings, load_config(None, []), str(tmp_path / "runs"), NoJudge(),
+                            load_problem(str(PROBLEM)))
+    run.proposer = silent = _Silent()
+    assert run.run() is True
+    assert run.tally.evaluations == 0 and run.tally.reprompts == 2 * REPROMPT_ROUNDS
+    assert [r.feedback for r in silent.requests[1:]] == ["no ```python block in the reply"] * (2 * REPROMPT_ROUNDS)
+    summary = run.summary()
+    assert summary["stopped"].startswith("no candidate was judged: all 6 proposals failed (no_code: no ```python")
+    assert "\n" not in summary["stopped"]
+    run.store.close()
