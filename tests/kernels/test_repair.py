@@ -96,3 +96,16 @@ def test_a_search_whose_every_answer_fails_to_parse_re_prompts_then_says_why_it_
     assert summary["stopped"].startswith("no candidate was judged: all 6 proposals failed (no_code: no ```python")
     assert "\n" not in summary["stopped"]
     run.store.close()
+
+
+def test_the_expert_declines_a_repair_and_is_never_asked_for_one():
+    from loopwise.core.propose import ProposalRequest, ProposalRole
+    from loopwise.kernels.expert.proposer import ExpertProposer
+    from loopwise.kernels.optimize import Settings, make_search
+    from loopwise.kernels.problem import load_problem
+
+    expert = ExpertProposer(load_problem(str(PROBLEM)))
+    [result] = expert.propose(ProposalRequest(task="t", candidate=TYPO, role=ProposalRole.REPAIR))
+    assert not result.ok and "declines repair" in result.detail
+    assert make_search(Settings(problem="p")).repairs == 0
+    assert make_search(Settings(problem="p", proposer="exchange", exchange_dir="x")).repairs == 1
