@@ -56,7 +56,7 @@ class OptimizeRun:
             from loopwise.errors import UserError
 
             raise UserError(f"run {run_id} is not an optimize run (no settings recorded)")
-        settings = Settings(**first.payload)
+        settings = Settings(**{"repairs": 0, **first.payload})  # a run from before repairs replays without them
         problem = problem_loader(settings.problem)
         run = cls(settings, cfg, store, judge_factory(problem), problem)
         run.search.add_root("reference", payload={"node": "reference"})
