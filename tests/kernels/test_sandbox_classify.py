@@ -20,3 +20,12 @@ def test_a_compile_error_keeps_its_whole_message_within_a_bound():
 def test_a_runtime_error_is_still_one_line():
     fail = classify_exception(ValueError("bad shape\nmore detail"), "forward")
     assert fail.status == "crash" and fail.message == "ValueError: bad shape"
+
+
+def test_a_compile_error_reads_on_one_line_with_its_place_and_cause():
+    from loopwise.kernels.evaluate.result import Evaluation, Reason
+
+    message = "at 24:13:\n    acc = tl.dot(a, b)\n             ^\nAssertionError('Both inputs must be 2D')"
+    ev = Evaluation(status="compile_error", problem="p", candidate="c",
+                    reasons=[Reason(code="compile_error", message=message, severity="reject")])
+    assert ev.summary() == "compile_error (compile_error: at 24:13: ... AssertionError('Both inputs must be 2D'))"
