@@ -5,6 +5,7 @@ from __future__ import annotations
 
 REPAIR_LOG_BUDGET = 4000  # characters of a failed candidate's log shown to a repair
 FAILED_TRIALS_SHOWN = 3
+PROFILE_NOTES = 8  # findings passed on per profile, highest score first
 _CONTRACT_CODES = ("syntax_error", "missing_modelnew")  # said by the file contract instead
 
 _FILE_CONTRACT = ("File contract: one self-contained Python file that defines `class ModelNew(torch.nn.Module)` "
@@ -98,3 +99,32 @@ def repair_context(data: dict, log: str) -> tuple[str, tuple, str]:
 
     summary, reasons = judged_context(data)
     return summary, reasons + _failed_trials(data), log_excerpt(log or "", REPAIR_LOG_BUDGET)
+
+
+def profile_notes(report) -> tuple:
+    """A profile as proposer findings: one line per kernel with its roofline class and numbers
+    (every mode, raw included: they are the measurements), then the tools' findings with their
+    suggested moves (none in raw mode)."""
+    from loopwise.core.propose import FindingNote
+
+    notes = []
+    for k in report.kernels[:6]:
+        parts = [k.kernel_class.replace("_", "-") if k.kernel_class else "not classified"]
+        if k.fraction_of_sol is not None:
+            parts.append(f"{100 * k.fraction_of_sol:.0f}% of its speed of light")
+        if k.duration_us is not None:
+            parts.append(f"{k.duration_us:.1f} us")
+        evidence = {key: round(v, 4) if isinstance(v, float) else v for key, v in
+                    (("duration_us", k.duration_us), ("dram_mb", k.dram_mb), ("gflop", k.gflop),
+                     ("achieved_gbs", k.achieved_gbs), ("registers", k.registers), ("launches", k.launches))
+                    if v is not None}
+        notes.append(FindingNote(text=f"kernel {k.name[:80]}: " + ", ".join(parts), evidence=evidence))
+    notes += [f.as_note() for f in report.findings[:PROFILE_NOTES]]
+    return tuple(notes)
+
+
+def notes_from(items: list[dict]) -> tuple:
+    """Findings recorded in the store (text and evidence) as prompt findings again."""
+    from loopwise.core.propose import FindingNote
+
+    return tuple(FindingNote(text=i["text"], evidence=i.get("evidence") or {}) for i in items)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from loopwise.core.config import Config, dump_config
 from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
-from loopwise.kernels.optimize_prompt import judged_context, repair_context, rules, target
+from loopwise.kernels.optimize_prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
+                                              target)
 
 # A model's answer without usable code, or with code already in the tree, is asked again with what
 # was wrong, at most this many rounds within one step.
@@ -90,7 +91,7 @@ class OptimizeRun:
             elif event.kind == "close":
                 self.search.close(p["node"])
             elif event.kind == "profile":
-                self.profiles[p["node"]] = _notes_from(p.get("notes") or [])
+                self.profiles[p["node"]] = notes_from(p.get("notes") or [])
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -372,37 +373,6 @@ class OptimizeRun:
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
 
 
-PROFILE_NOTES = 8  # findings passed on per profile, highest score first
-
-
 def profile_dir(run_dir: Path, node: int) -> Path:
     """Where a run keeps the profile of one node (its trace, ncu CSV, roofline.png)."""
     return Path(run_dir) / "profiles" / f"node-{node}"
-
-
-def profile_notes(report) -> tuple:
-    """A profile as proposer findings: one line per kernel with its roofline class and numbers
-    (every mode, raw included: they are the measurements), then the tools' findings with their
-    suggested moves (none in raw mode)."""
-    from loopwise.core.propose import FindingNote
-
-    notes = []
-    for k in report.kernels[:6]:
-        parts = [k.kernel_class.replace("_", "-") if k.kernel_class else "not classified"]
-        if k.fraction_of_sol is not None:
-            parts.append(f"{100 * k.fraction_of_sol:.0f}% of its speed of light")
-        if k.duration_us is not None:
-            parts.append(f"{k.duration_us:.1f} us")
-        evidence = {key: round(v, 4) if isinstance(v, float) else v for key, v in
-                    (("duration_us", k.duration_us), ("dram_mb", k.dram_mb), ("gflop", k.gflop),
-                     ("achieved_gbs", k.achieved_gbs), ("registers", k.registers), ("launches", k.launches))
-                    if v is not None}
-        notes.append(FindingNote(text=f"kernel {k.name[:80]}: " + ", ".join(parts), evidence=evidence))
-    notes += [f.as_note() for f in report.findings[:PROFILE_NOTES]]
-    return tuple(notes)
-
-
-def _notes_from(items: list[dict]) -> tuple:
-    from loopwise.core.propose import FindingNote
-
-    return tuple(FindingNote(text=i["text"], evidence=i.get("evidence") or {}) for i in items)

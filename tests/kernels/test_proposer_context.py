@@ -2,7 +2,7 @@
 profiling tools' findings reach the prompt as findings, with their numbers."""
 
 from loopwise.core.propose import ProposalRequest, render_prompt
-from loopwise.kernels.optimize_run import judged_context
+from loopwise.kernels.optimize_prompt import judged_context
 from loopwise.kernels.profile.findings import Finding
 
 
