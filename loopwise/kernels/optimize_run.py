@@ -75,6 +75,8 @@ class OptimizeRun:
                 self.tally.propose(p.get("reason"), p.get("detail", ""))
             elif event.kind == "proposal_duplicate":
                 self.tally.duplicate()
+                if "note" in p:  # told to the search (its memory and pruning count it) since notes are recorded
+                    self.search.add_child(p["parent"], p["key"], note=p["note"])
             elif event.kind == "reprompt":
                 self.tally.reprompts += 1
             elif event.kind == "repair":
@@ -264,16 +266,17 @@ class OptimizeRun:
                 continue
             key = source_key(result.content)
             same = self.search.find(key)
+            note = f"repair of node {parent}: {result.note}" if repair else result.note
             if same is not None:  # the same code again: already in the tree
                 self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin,
-                                                         "node": same})
+                                                         "node": same, "note": note})
+                self.search.add_child(parent, key, note=note)  # counted in the search memory and pruning
                 self.tally.duplicate()
                 status = (self.evaluations.get(same) or {}).get("status", "not judged yet")
                 retry.append(f"its code is identical to node {same}'s, already in the search ({status}); "
                              "propose a different change")
                 continue
             self.tally.propose(None)
-            note = f"repair of node {parent}: {result.note}" if repair else result.note
             sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
             self.store.append("proposal", {"parent": parent, "key": key, "note": note,
                                            "origin": result.origin, "source_sha256": sha})

@@ -109,3 +109,51 @@ def test_the_expert_declines_a_repair_and_is_never_asked_for_one():
     assert not result.ok and "declines repair" in result.detail
     assert make_search(Settings(problem="p")).repairs == 0
     assert make_search(Settings(problem="p", proposer="exchange", exchange_dir="x")).repairs == 1
+
+
+class _Repeating:
+    """Answers every request with the next code of a script."""
+
+    def __init__(self, codes):
+        self.codes, self.requests = list(codes), []
+
+    def propose(self, request):
+        from loopwise.core.propose import Proposal
+
+        self.requests.append(request)
+        return [Proposal(content=self.codes.pop(0), note="same again", origin="script") for _ in range(request.n)]
+
+
+class _AlwaysCorrect:
+    device, device_name = "cpu", "cpu"
+
+    def evaluate(self, source, name):
+        from loopwise.kernels.evaluate.result import Evaluation, Status
+
+        return Evaluation(status=Status.CORRECT, problem="p", candidate=name, candidate_key=source[-8:],
+                          speedup=1.0 + len(source) / 1e4)
+
+    def close(self):
+        pass
+
+
+def test_a_duplicate_answer_is_recorded_counted_re_prompted_and_replayed(tmp_path):
+    from loopwise.core.config import load_config
+    from loopwise.kernels.optimize import Settings
+    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    cfg, runs = load_config(None, []), str(tmp_path / "runs")
+    settings = Settings(problem=str(PROBLEM), proposer="exchange", exchange_dir=str(tmp_path / "x"), budget=2,
+                        per_step=1, profiling="none", search="greedy")
+    run = OptimizeRun.start(settings, cfg, runs, _AlwaysCorrect(), load_problem(str(PROBLEM)))
+    run.proposer = script = _Repeating([GOOD, GOOD, OTHER])
+    assert run.run() is True and run.tally.evaluations == 2
+    assert "identical to node 1" in script.requests[2].feedback
+    assert run.summary()["proposals"]["duplicates"] == 1 and "(1 duplicates)" in run.search.memory.summary()
+    run_id = run.store.meta.run_id
+    run.store.close()
+    again = OptimizeRun.resume(run_id, cfg, runs, lambda problem: _AlwaysCorrect(), load_problem)
+    assert again.tally.duplicates == 1 and again.tally.reprompts == 1
+    assert again.search.memory.summary() == run.search.memory.summary()
+    again.store.close()
