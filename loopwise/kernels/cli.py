@@ -163,6 +163,10 @@ def optimize_cmd(
     profile_within: float = typer.Option(0.9, help="Profile a candidate only when its speedup is at least this "
                                          "share of the best so far (0: every expanded candidate)."),
     exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
+    exchange_timeout: float = typer.Option(3600.0, help="--proposer exchange: seconds to wait for the answers of "
+                                           "one step before counting them as timed out."),
+    repairs: int = typer.Option(1, help="Repairs in a row a failed candidate of a model (llm, exchange) gets: a "
+                                "request with its reasons and log (0: none; the expert does not repair)."),
     llm_api: str = typer.Option("openai", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic."),
     llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
     llm_base_url: Optional[str] = typer.Option(None, help="--proposer llm: server URL, e.g. http://localhost:8000/v1."),
@@ -202,7 +206,8 @@ def optimize_cmd(
         problem = str(Path(problem).resolve())  # a resume from another folder finds it
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
-                        profiling=profiling, profile_within=profile_within)
+                        profiling=profiling, profile_within=profile_within, exchange_timeout=exchange_timeout,
+                        repairs=repairs)
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
                                   executor=(executor, workers, ray_address), time_limit=time_limit))
 

@@ -36,6 +36,9 @@ class Settings:
     seed: int = 0
     per_step: int = 2
     exchange_dir: str = ""
+    exchange_timeout: float = 3600.0  # seconds the exchange proposer waits for the answers of one step
+    # Repairs in a row a failed candidate of a model (llm, exchange) gets; the expert does not repair.
+    repairs: int = 1
     llm: dict = field(default_factory=dict)
     profiling: str = "proactive"
     # Profile a candidate only when its speedup is at least this share of the best one so far
@@ -56,6 +59,10 @@ class Settings:
             raise UserError(f"--profile-within {self.profile_within}: expected a share of the best speedup, 0 to 1")
         if self.budget < 1:
             raise UserError("--budget must be at least 1")
+        if self.exchange_timeout <= 0:
+            raise UserError(f"--exchange-timeout {self.exchange_timeout:g}: expected a positive number of seconds")
+        if self.repairs < 0:
+            raise UserError(f"--repairs {self.repairs}: expected 0 or more")
         if self.proposer == "exchange" and not self.exchange_dir:
             raise UserError("--proposer exchange needs --exchange-dir FOLDER")
 
@@ -64,7 +71,8 @@ def make_search(settings: Settings):
     from loopwise.core import search as s
 
     kinds = {"mcts": s.MCTS, "greedy": s.Greedy, "beam": s.Beam, "random": s.RandomSearch, "best-of-n": s.BestOfN}
-    return kinds[settings.search](seed=settings.seed, max_evals=settings.budget)
+    repairs = 0 if settings.proposer == "expert" else settings.repairs
+    return kinds[settings.search](seed=settings.seed, max_evals=settings.budget, repairs=repairs)
 
 
 def make_proposer(settings: Settings, problem, store=None, precision: str = "fp32"):
@@ -75,7 +83,7 @@ def make_proposer(settings: Settings, problem, store=None, precision: str = "fp3
     if settings.proposer == "exchange":
         from loopwise.core.propose import ExchangeProposer
 
-        return ExchangeProposer(settings.exchange_dir)
+        return ExchangeProposer(settings.exchange_dir, timeout_s=settings.exchange_timeout)
     from loopwise.core.propose.llm import LLMProposer
 
     try:
@@ -110,6 +118,9 @@ class Tally:
     answered: int = 0  # proposals the proposer answered with code (new or already in the tree)
     proposal_failures: Counter = field(default_factory=Counter)  # by reason
     first_failure: dict = field(default_factory=dict)  # reason -> the detail of its first failure
+    duplicates: int = 0  # answers whose code was already in the tree
+    reprompts: int = 0  # requests asked again because the answer had no usable code or was a duplicate
+    repairs: int = 0  # repair requests made for failed candidates
 
     def propose(self, reason: str | None, detail: str = "") -> None:
         """Counts one proposal: answered (``reason`` None) or failed for ``reason``."""
@@ -118,6 +129,11 @@ class Tally:
             return
         self.proposal_failures[reason] += 1
         self.first_failure.setdefault(reason, detail)
+
+    def duplicate(self) -> None:
+        """Counts one answer whose code was already in the tree (answered, but nothing new)."""
+        self.answered += 1
+        self.duplicates += 1
 
     def add(self, status: str, speedup: float | None) -> None:
         self.evaluations += 1
@@ -130,10 +146,14 @@ class Tally:
         best = f"{self.best:.2f}x" if self.best is not None else "-"
         fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
         line = f"{self.evaluations}/{budget} judged · best {best} · failures: {fails}"
-        return line + (f" · {self.proposals_line()}" if self.proposal_failures else "")
+        noted = self.proposal_failures or self.duplicates or self.repairs
+        return line + (f" · {self.proposals_line()}" if noted else "")
 
     def proposals_line(self) -> str:
-        """``proposals: A answered, F failed (reason n, ...)``."""
+        """``proposals: A answered, F failed (reason n, ...), D duplicates, P re-prompts, R repairs``."""
         failed = sum(self.proposal_failures.values())
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.proposal_failures.items()))
-        return f"proposals: {self.answered} answered, {failed} failed" + (f" ({reasons})" if reasons else "")
+        line = f"proposals: {self.answered} answered, {failed} failed" + (f" ({reasons})" if reasons else "")
+        extra = [f"{n} {name}" for n, name in ((self.duplicates, "duplicates"), (self.reprompts, "re-prompts"),
+                                               (self.repairs, "repairs")) if n]
+        return ", ".join([line, *extra])

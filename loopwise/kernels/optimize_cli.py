@@ -61,6 +61,10 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
     else:
         _print_summary(console, run, path)
     _print_proposal_failures(console, run.tally)
+    if run.stopped:
+        from rich.markup import escape
+
+        console.print(f"[yellow]stopped early:[/] {escape(run.stopped)}", soft_wrap=True)
     if not ended:
         console.print(f"[yellow]time limit reached[/] {_resume_line(run)}", soft_wrap=True)
     return 0 if path else 1
@@ -86,7 +90,7 @@ def _print_proposal_failures(console, tally) -> None:
     """The proposals that came back without code: how many, and the first cause of each kind."""
     from rich.markup import escape
 
-    if not tally.proposal_failures:
+    if not (tally.proposal_failures or tally.duplicates or tally.repairs):
         return
     console.print(f"[yellow]{tally.proposals_line()}[/]", soft_wrap=True)
     for reason, detail in sorted(tally.first_failure.items()):

@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from loopwise.core.config import Config, dump_config
 from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
+from loopwise.kernels.optimize_prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
+                                              target)
+
+# A model's answer without usable code, or with code already in the tree, is asked again with what
+# was wrong, at most this many rounds within one step.
+REPROMPT_ROUNDS = 2
+_UNPARSED = ("no_code", "truncated", "syntax_error")
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +30,8 @@ class OptimizeRun:
         self.proposer = make_proposer(settings, problem, store, precision=cfg.kernels.eval.precision)
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
+        self.logs: dict[int, str] = {}  # node -> its sandbox log (what a repair is shown)
+        self.stopped = ""  # why the search ended before its budget, in one line ("" when it did not)
         self.tally = Tally()
         self.profiles: dict[int, tuple] = {}  # node -> FindingNotes of its profile (recorded, replayed)
         self.profiler = None  # profile(problem, candidate, out_dir, **kw) -> ProfileReport; None: the real one
@@ -47,7 +57,7 @@ class OptimizeRun:
             from loopwise.errors import UserError
 
             raise UserError(f"run {run_id} is not an optimize run (no settings recorded)")
-        settings = Settings(**first.payload)
+        settings = Settings(**{"repairs": 0, **first.payload})  # a run from before repairs replays without them
         problem = problem_loader(settings.problem)
         run = cls(settings, cfg, store, judge_factory(problem), problem)
         run.search.add_root("reference", payload={"node": "reference"})
@@ -61,8 +71,16 @@ class OptimizeRun:
                 got = self.search.ask()
                 if (got.node_id if got else None) != p["node"]:
                     raise RuntimeError("the search did not replay as recorded (changed loopwise version?)")
-            elif event.kind in ("proposal_failed", "proposal_duplicate"):
+            elif event.kind == "proposal_failed":
                 self.tally.propose(p.get("reason"), p.get("detail", ""))
+            elif event.kind == "proposal_duplicate":
+                self.tally.duplicate()
+                if "note" in p:  # told to the search (its memory and pruning count it) since notes are recorded
+                    self.search.add_child(p["parent"], p["key"], note=p["note"])
+            elif event.kind == "reprompt":
+                self.tally.reprompts += 1
+            elif event.kind == "repair":
+                self.tally.repairs += 1
             elif event.kind == "proposal":
                 self.tally.propose(None)
                 source = self.store.get_artifact(p["source_sha256"]).decode()
@@ -70,10 +88,12 @@ class OptimizeRun:
                 self.sources[node] = source
             elif event.kind == "evaluation":
                 self._tell(p["node"], p["evaluation"])
+                if p.get("log_sha256"):
+                    self.logs[p["node"]] = self.store.get_artifact(p["log_sha256"]).decode(errors="replace")
             elif event.kind == "close":
                 self.search.close(p["node"])
             elif event.kind == "profile":
-                self.profiles[p["node"]] = _notes_from(p.get("notes") or [])
+                self.profiles[p["node"]] = notes_from(p.get("notes") or [])
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -91,13 +111,46 @@ class OptimizeRun:
             exp = self.search.ask()
             self.store.append("ask", {"node": exp.node_id if exp else None})
             if exp is None:
+                self._stop_early()
                 break
-            children = self._propose(exp.node_id)
+            children = self._propose(exp.node_id, repair=exp.repair)
             if not children:
                 self.search.close(exp.node_id)
                 self.store.append("close", {"node": exp.node_id})
             self._judge_batch(children[:self.search.budget_left], progress)
         return True
+
+    def _stop_early(self) -> None:
+        """Says in one line why the search ended with budget left, and records it."""
+        t = self.tally
+        if t.evaluations == 0 and t.proposal_failures:
+            failed = sum(t.proposal_failures.values())
+            reason, detail = sorted(t.first_failure.items())[0]
+            self.stopped = (f"no candidate was judged: all {failed} proposals failed ({reason}: {detail}), "
+                            f"re-prompts included")
+        else:
+            self.stopped = (f"nothing left to expand after {t.evaluations} of {self.s.budget} candidates "
+                            f"(every node closed or failed)")
+        self.store.append("stopped", {"reason": self.stopped, "evaluations": t.evaluations})
+
+    def _rules(self) -> tuple:
+        ev = self.cfg.kernels.eval
+        return rules(ev.precision, ev.atol, ev.rtol)
+
+    def _repair_request(self, node_id: int):
+        from loopwise.core.propose import ProposalRequest, ProposalRole
+
+        data = self.evaluations[node_id]["data"]
+        summary, findings, log = repair_context(data, self.logs.get(node_id, ""))
+        note = self.search.node(node_id).note
+        return ProposalRequest(task=self.problem.source, candidate=self.sources[node_id],
+                               candidate_summary=f"Node {node_id}" + (f" ({note})" if note else "") + ".",
+                               evaluation=summary, findings=findings, log=log, memory=self.search.memory.summary(),
+                               rules=self._rules(), target=target(self._device_name(), self.evaluations),
+                               n=1, kind="kernels", role=ProposalRole.REPAIR)
+
+    def _device_name(self) -> str:
+        return getattr(self.judge, "device_name", None) or self._device()
 
     def _request(self, node_id: int):
         from loopwise.core.propose import ProposalRequest
@@ -112,6 +165,7 @@ class OptimizeRun:
         findings = tuple(findings) + self._profile_notes(node_id)
         return ProposalRequest(task=self.problem.source, candidate=self.sources.get(node_id, ""),
                                evaluation=summary, findings=findings, memory=self.search.memory.summary(),
+                               rules=self._rules(), target=target(self._device_name(), self.evaluations),
                                n=self.s.per_step, kind="kernels")
 
     def _device(self) -> str:
@@ -179,26 +233,57 @@ class OptimizeRun:
         return (f"not profiled: {mine:.3g}x is below {self.s.profile_within:g} x the best so far "
                 f"({best:.3g}x)")
 
-    def _propose(self, parent: int) -> list[int]:
-        children = []
-        for result in self.proposer.propose(self._request(parent)):
+    def _propose(self, parent: int, repair: bool = False) -> list[int]:
+        """Asks the proposer for children of ``parent`` (a repair of it when ``repair``), then asks
+        again, with what was wrong, for each answer that had no usable code or repeated a node."""
+        request = self._repair_request(parent) if repair else self._request(parent)
+        if repair:
+            self.tally.repairs += 1
+            self.store.append("repair", {"node": parent})
+        children, retry = self._take(parent, self.proposer.propose(request), repair)
+        rounds = 0 if self.s.proposer == "expert" else REPROMPT_ROUNDS
+        for _ in range(rounds):
+            again = []
+            for feedback in retry:
+                self.tally.reprompts += 1
+                self.store.append("reprompt", {"parent": parent, "feedback": feedback})
+                got, more = self._take(parent, self.proposer.propose(replace(request, n=1, feedback=feedback)), repair)
+                children, again = children + got, again + more
+            retry = again
+        return children
+
+    def _take(self, parent: int, results, repair: bool) -> tuple[list[int], list[str]]:
+        """Records the proposer's results; returns the new children and, for each answer worth
+        asking again, what was wrong with it."""
+        children, retry = [], []
+        for result in results:
             if not result.ok:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
                                                       "detail": result.detail, "origin": result.origin})
                 self.tally.propose(str(result.reason), result.detail)
+                if str(result.reason) in _UNPARSED:
+                    retry.append(result.detail)
+                continue
+            key = source_key(result.content)
+            same = self.search.find(key)
+            note = f"repair of node {parent}: {result.note}" if repair else result.note
+            if same is not None:  # the same code again: already in the tree
+                self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin,
+                                                         "node": same, "note": note})
+                self.search.add_child(parent, key, note=note)  # counted in the search memory and pruning
+                self.tally.duplicate()
+                status = (self.evaluations.get(same) or {}).get("status", "not judged yet")
+                retry.append(f"its code is identical to node {same}'s, already in the search ({status}); "
+                             "propose a different change")
                 continue
             self.tally.propose(None)
-            key = source_key(result.content)
-            if self.search.find(key) is not None:  # the same code again: already in the tree
-                self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin})
-                continue
             sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
-            self.store.append("proposal", {"parent": parent, "key": key, "note": result.note,
+            self.store.append("proposal", {"parent": parent, "key": key, "note": note,
                                            "origin": result.origin, "source_sha256": sha})
-            node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=result.note)
+            node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=note)
             self.sources[node] = result.content
             children.append(node)
-        return children
+        return children, retry
 
     def _judge_batch(self, nodes: list[int], progress=None) -> None:
         """Judges ``nodes``: at once when the judge spreads candidates over workers
@@ -216,6 +301,7 @@ class OptimizeRun:
             self._precompile(nodes, [source for source, _ in items])
             verdicts = [self.judge.evaluate(source, name) for source, name in items]
         for node, ev in zip(nodes, verdicts):
+            self.logs[node] = ev.log or ""
             self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
             if progress is not None:
                 progress(self.tally.line(self.s.budget))
@@ -283,70 +369,13 @@ class OptimizeRun:
         return {"run_id": self.store.meta.run_id, "problem": self.problem.name, "settings": self.s.__dict__,
                 "evaluations": self.tally.evaluations, "best_speedup": self.tally.best,
                 "timing_meaningful": self.timing_meaningful(),
-                "best_node": node, "failures": dict(self.tally.failures),
+                "best_node": node, "failures": dict(self.tally.failures), "stopped": self.stopped,
                 "proposals": {"answered": self.tally.answered, "failed": dict(self.tally.proposal_failures),
-                              "first_failure": dict(self.tally.first_failure)},
+                              "first_failure": dict(self.tally.first_failure), "duplicates": self.tally.duplicates,
+                              "reprompts": self.tally.reprompts, "repairs": self.tally.repairs},
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
-
-
-PROFILE_NOTES = 8  # findings passed on per profile, highest score first
 
 
 def profile_dir(run_dir: Path, node: int) -> Path:
     """Where a run keeps the profile of one node (its trace, ncu CSV, roofline.png)."""
     return Path(run_dir) / "profiles" / f"node-{node}"
-
-
-def profile_notes(report) -> tuple:
-    """A profile as proposer findings: one line per kernel with its roofline class and numbers
-    (every mode, raw included: they are the measurements), then the tools' findings with their
-    suggested moves (none in raw mode)."""
-    from loopwise.core.propose import FindingNote
-
-    notes = []
-    for k in report.kernels[:6]:
-        parts = [k.kernel_class.replace("_", "-") if k.kernel_class else "not classified"]
-        if k.fraction_of_sol is not None:
-            parts.append(f"{100 * k.fraction_of_sol:.0f}% of its speed of light")
-        if k.duration_us is not None:
-            parts.append(f"{k.duration_us:.1f} us")
-        evidence = {key: round(v, 4) if isinstance(v, float) else v for key, v in
-                    (("duration_us", k.duration_us), ("dram_mb", k.dram_mb), ("gflop", k.gflop),
-                     ("achieved_gbs", k.achieved_gbs), ("registers", k.registers), ("launches", k.launches))
-                    if v is not None}
-        notes.append(FindingNote(text=f"kernel {k.name[:80]}: " + ", ".join(parts), evidence=evidence))
-    notes += [f.as_note() for f in report.findings[:PROFILE_NOTES]]
-    return tuple(notes)
-
-
-def _notes_from(items: list[dict]) -> tuple:
-    from loopwise.core.propose import FindingNote
-
-    return tuple(FindingNote(text=i["text"], evidence=i.get("evidence") or {}) for i in items)
-
-
-def judged_context(data: dict) -> tuple[str, tuple]:
-    """What a proposer is told about a judged candidate: one line (status, speedup, times against
-    eager and the speed-of-light floor) and the judge's reasons as findings (rejections, flags and
-    notes, each with its scalar evidence), so a model can fix what failed rather than guess."""
-    from loopwise.core.propose import FindingNote
-
-    status = data.get("status", "?")
-    parts = [status]
-    if data.get("speedup"):
-        parts.append(f"{data['speedup']:.3f}x over eager")
-    timing, ref = data.get("timing") or {}, data.get("reference_timing") or {}
-    if timing.get("median_ms") is not None:
-        times = f"median {timing['median_ms']:.4f} ms"
-        if ref.get("median_ms") is not None:
-            times += f" vs eager {ref['median_ms']:.4f} ms"
-        if data.get("floor_ms"):
-            times += f"; speed-of-light floor {data['floor_ms']:.4f} ms"
-        parts.append(times)
-    notes = []
-    for reason in data.get("reasons") or ():
-        evidence = {k: v for k, v in (reason.get("evidence") or {}).items() if isinstance(v, (int, float, str, bool))}
-        notes.append(FindingNote(text=f"{reason.get('severity', 'reject')} {reason.get('code', '?')}: "
-                                      f"{reason.get('message', '')}", evidence=evidence))
-    return ", ".join(parts), tuple(notes)
-

@@ -133,5 +133,7 @@ def _verdict(payload: dict[str, Any]) -> Verdict:
     status = str(data.get("status", "?"))
     speedup = data.get("speedup") if status == "correct" else None
     rejections = [r for r in data.get("reasons") or () if r.get("severity", "reject") == "reject"]
-    reason = f"{rejections[0].get('code', '?')}: {rejections[0].get('message', '')}" if rejections else ""
+    from loopwise.kernels.evaluate.result import headline
+
+    reason = f"{rejections[0].get('code', '?')}: {headline(rejections[0].get('message') or '')}" if rejections else ""
     return Verdict(node=payload.get("node"), status=status, speedup=speedup, reason=reason)

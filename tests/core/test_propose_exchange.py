@@ -47,7 +47,7 @@ def test_an_answer_file_becomes_a_proposal(tmp_path):
     prompt = (tmp_path / "prompt-0001.md").read_text()
     assert prompt == render_prompt(REQUEST).as_markdown() and "relu(x)" in prompt
     [line] = lines
-    assert f"answer by writing {tmp_path / 'answer-0001.md'} containing one ```python block" in line
+    assert f"answer by writing {tmp_path / 'answer-0001.md'}.tmp containing one ```python block" in line
     assert "\n" not in line
 
 
@@ -113,3 +113,24 @@ def test_several_proposals_get_their_own_numbered_files(tmp_path):
     assert third.ok and "answer-0003.md" in lines[-1]
     assert sorted(p.name for p in tmp_path.glob("prompt-*")) == [
         "prompt-0001.md", "prompt-0002.md", "prompt-0003.md"]
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("I could not find a fast way.", FailureReason.NO_CODE),
+    ("Move: x\n```python\nimport torch\nclass ModelNew(", FailureReason.TRUNCATED),
+])
+def test_a_renamed_answer_without_usable_code_is_read_once_it_settles_not_at_the_deadline(tmp_path, text, reason):
+    (tmp_path / "answer-0001.md.tmp").write_text(text)
+    (tmp_path / "answer-0001.md.tmp").rename(tmp_path / "answer-0001.md")
+    proposer = ExchangeProposer(tmp_path, timeout_s=30, poll_s=0.02, settle_s=0.2, announce=[].append)
+    start = time.monotonic()
+    [result] = proposer.propose(REQUEST)
+    assert time.monotonic() - start < 5
+    assert result.reason == reason and result.raw == text
+
+
+def test_the_instruction_names_the_rename_protocol(tmp_path):
+    lines = []
+    write_later(tmp_path / "answer-0001.md", [ANSWER], 0.05)
+    make(tmp_path, lines).propose(REQUEST)
+    assert f"writing {tmp_path / 'answer-0001.md'}.tmp" in lines[0] and "renaming it to answer-0001.md" in lines[0]

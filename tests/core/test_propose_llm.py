@@ -297,3 +297,19 @@ def test_the_fake_anthropic_endpoint_insists_on_its_headers(server):
         urllib.request.urlopen(req, timeout=5)
     assert info.value.code == 401
     assert json.loads(info.value.read())["error"]["type"] == "authentication_error"
+
+
+def test_a_repair_request_sends_the_failed_code_its_reasons_and_its_log(server):
+    from loopwise.core.propose import FindingNote, ProposalRequest, ProposalRole
+
+    server.queue(good(note="Move: fix the arange typo"))
+    request = ProposalRequest(task="class Model computes relu(x)", candidate="import triton\n# tl.arang(0, 16)\n",
+                              evaluation="crash", role=ProposalRole.REPAIR, log="AttributeError: ... 'arang'",
+                              findings=(FindingNote(text="reject runtime_error: module 'triton.language' has no "
+                                                         "attribute 'arang'"),))
+    [result] = make(server, "openai").propose(request)
+    assert result.ok and result.note == "fix the arange typo"
+    [req] = server.posts()
+    user = req.body["messages"][1]["content"]
+    assert "## The candidate that failed" in user and "tl.arang(0, 16)" in user
+    assert "has no attribute 'arang'" in user and "AttributeError: ... 'arang'" in user and "Fix this candidate" in user

@@ -354,3 +354,59 @@ def test_non_default_settings_survive_the_state_dict() -> None:
     assert restored.calibrator.penalty("oom") == -2.0
     with pytest.raises(ValueError):
         MCTS(greed=1.5)
+
+
+# -- repair: a failed candidate can be expanded once by a repair request ------------------------
+
+def test_a_failed_node_is_asked_for_repair_before_anything_else():
+    search = MCTS(seed=0, max_evals=10, repairs=1)
+    search.add_root("ref")
+    assert search.ask().repair is False
+    bad = search.add_child(0, "bad", note="typo")
+    search.tell(bad, Outcome(Status.CRASH))
+    ask = search.ask()
+    assert ask.node_id == bad and ask.repair is True
+    fix = search.add_child(bad, "fix", note=f"repair of node {bad}")
+    search.tell(fix, Outcome(Status.CORRECT, 1.5))
+    assert search.node(fix).parent_id == bad and search.n_evals == 2  # a repair counts against the budget
+    assert all(not search.ask().repair for _ in range(3))  # repaired once: never asked again
+    assert search.node(fix).state is NodeState.OPEN
+
+
+def test_a_failed_repair_is_repaired_while_the_chain_is_within_the_limit():
+    search = MCTS(seed=0, repairs=2)
+    search.add_root("ref")
+    search.ask()
+    first = search.add_child(0, "a")
+    search.tell(first, Outcome(Status.COMPILE_ERROR))
+    assert search.ask().node_id == first
+    second = search.add_child(first, "b")
+    search.tell(second, Outcome(Status.WRONG_OUTPUT))
+    assert search.ask().node_id == second  # second attempt of the chain
+    third = search.add_child(second, "c")
+    search.tell(third, Outcome(Status.EXPLOIT))
+    assert not search.ask().repair  # two repairs of one lineage were spent
+
+
+def test_a_declined_repair_closes_the_failed_node_for_good_and_replays():
+    search = MCTS(seed=0, repairs=1)
+    search.add_root("ref")
+    search.ask()
+    bad = search.add_child(0, "bad")
+    search.tell(bad, Outcome(Status.TIMEOUT))
+    assert search.ask().node_id == bad
+    search.close(bad)  # the proposer had no repair to offer
+    assert not search.ask().repair
+    restored = Search.from_state_dict(json.loads(json.dumps(search.state_dict())))
+    assert restored.state_dict() == search.state_dict()
+
+
+def test_without_repairs_a_failed_node_stays_a_leaf():
+    search = MCTS(seed=0)
+    search.add_root("ref")
+    search.ask()
+    bad = search.add_child(0, "bad")
+    search.tell(bad, Outcome(Status.CRASH))
+    assert search.ask().node_id == 0
+    with pytest.raises(ValueError):
+        search.add_child(bad, "fix")

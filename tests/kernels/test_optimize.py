@@ -252,5 +252,7 @@ def test_a_server_error_and_an_answer_without_valid_code_count_as_failed_proposa
         server.stop()
     text = " ".join(out.stdout.split())
     assert out.returncode == 1, out.stderr[-2000:]
-    assert "proposals: 0 answered, 2 failed (api_error 1, syntax_error 1)" in text, text
+    # the answer that did not parse is asked again (the server, its script spent, answers 500 again)
+    assert "proposals: 0 answered, 3 failed (api_error 2, syntax_error 1), 1 re-prompts" in text, text
     assert "answered HTTP 500" in text and "syntax" in text
+    assert "stopped early: no candidate was judged: all 3 proposals failed" in text

@@ -14,11 +14,13 @@ from loopwise.core.propose._base import (
     ProposalFailure,
     ProposalRequest,
     ProposalResult,
+    ProposalRole,
     Proposer,
     Snippet,
     Usage,
 )
 from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_for, extract_json, extract_python
+from loopwise.core.propose._log import log_excerpt
 from loopwise.core.propose._prompt import Prompt, render_prompt
 from loopwise.core.propose.exchange import ExchangeProposer
 
@@ -34,11 +36,13 @@ __all__ = [
     "ProposalFailure",
     "ProposalRequest",
     "ProposalResult",
+    "ProposalRole",
     "Proposer",
     "Snippet",
     "Usage",
     "extract_for",
     "extract_json",
     "extract_python",
+    "log_excerpt",
     "render_prompt",
 ]

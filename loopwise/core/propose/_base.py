@@ -21,6 +21,15 @@ class FailureReason(enum.StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
 
 
+class ProposalRole(enum.StrEnum):
+    """What a request asks for; each role has its own user prompt (``<kind>_<role>.md.j2``,
+    ``<kind>_user.md.j2`` for ``IMPROVE``). A proposer may decline a role it does not play by
+    answering with ``ProposalFailure``s."""
+
+    IMPROVE = "improve"  # a faster version of a correct candidate (or a first one)
+    REPAIR = "repair"  # a fixed version of a candidate the judge failed
+
+
 @dataclass(frozen=True, kw_only=True)
 class FindingNote:
     """One diagnosis finding as the proposer sees it.
@@ -66,6 +75,11 @@ class ProposalRequest:
         snippets: optional reference code.
         n: how many proposals are wanted.
         kind: the engine, which selects the prompt templates, e.g. ``kernels``.
+        role: what is asked for: an improvement, or a repair of a failed ``candidate``.
+        log: the failed candidate's compiler/runtime log, trimmed to its relevant lines.
+        rules: the rules the judge enforces, one sentence each (policy, tolerance, forbidden tricks).
+        target: what is known of the device and the times to beat (eager, compiled, floor).
+        feedback: why the previous answer to this request could not be used (a re-prompt).
     """
 
     task: str
@@ -77,10 +91,17 @@ class ProposalRequest:
     snippets: tuple[Snippet, ...] = ()
     n: int = 1
     kind: str = "kernels"
+    role: ProposalRole = ProposalRole.IMPROVE
+    log: str = ""
+    rules: tuple[str, ...] = ()
+    target: str = ""
+    feedback: str = ""
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}")
+        object.__setattr__(self, "role", ProposalRole(self.role))
+        object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "findings", tuple(self.findings))
         object.__setattr__(self, "snippets", tuple(self.snippets))
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from loopwise.core.propose._base import ProposalRequest
+from loopwise.core.propose._base import ProposalRequest, ProposalRole
 from loopwise.errors import UserError
 
 if TYPE_CHECKING:
@@ -49,17 +49,19 @@ def render_template(name: str, **values: object) -> str:
 
 
 def render_prompt(request: ProposalRequest) -> Prompt:
-    """Renders ``<kind>_system.md.j2`` and ``<kind>_user.md.j2`` for the request.
+    """Renders ``<kind>_system.md.j2`` and the user template of the request's role
+    (``<kind>_user.md.j2`` to improve, ``<kind>_repair.md.j2`` to repair).
 
     Raises:
-        UserError: there are no templates for ``request.kind``.
+        UserError: there are no templates for ``request.kind`` and its role.
     """
     import jinja2
 
     env = _environment()
+    user_name = "user" if request.role is ProposalRole.IMPROVE else request.role.value
     try:
         system = env.get_template(f"{request.kind}_system.md.j2")
-        user = env.get_template(f"{request.kind}_user.md.j2")
+        user = env.get_template(f"{request.kind}_{user_name}.md.j2")
     except jinja2.TemplateNotFound as exc:
         raise UserError(f"no prompt templates for kind {request.kind!r} ({exc.name})") from exc
     return Prompt(system=system.render(request=request), user=user.render(request=request))

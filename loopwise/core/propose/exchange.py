@@ -5,16 +5,21 @@ How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by
 1. Run the search with ``ExchangeProposer(folder)`` as its proposer.
 2. For each wanted proposal it writes ``<folder>/prompt-<id>.md`` (the same prompt an LLM
    proposer would send) and prints one line:
-   ``answer by writing <folder>/answer-<id>.md containing one ```python block``.
-3. Tell the agent: "read <folder>/prompt-<id>.md and write your answer to
-   <folder>/answer-<id>.md". The answer is a ``Move:`` line and one ```python block
+   ``answer by writing <folder>/answer-<id>.md.tmp containing one ```python block, then renaming it
+   to answer-<id>.md``.
+3. Tell the agent: "read <folder>/prompt-<id>.md, write your answer to
+   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md". The answer is a ``Move:`` line and one ```python block
    with the complete file, as the prompt asks.
-4. The proposer picks the answer up once it is complete: when ``answer-<id>.md.done`` exists,
-   or when the file is non-empty, ends in a closed code block, and has not changed between two
-   polls. Writing to a temporary name and renaming it is always safe.
+4. Signal that the answer is complete by renaming it into place: write ``answer-<id>.md.tmp``,
+   then rename it to ``answer-<id>.md``. The proposer reads an answer that ends in a closed code
+   block once it is unchanged between two polls, and any other answer (no code block, an
+   unclosed one) once it has been unchanged for ``settle_s``, so a file written in place in
+   pieces is not read half-way. An ``answer-<id>.md.done`` marker also marks it complete at once.
 
-If no complete answer arrives within ``timeout_s``, the result is a ``ProposalFailure`` with
-reason ``TIMEOUT`` whose detail is the instruction line, so the run can record it and go on.
+An answer without usable code is a ``ProposalFailure`` naming what was wrong (no code block, an
+unclosed one, a syntax error), which the search answers with a re-prompt. If no answer arrives
+within ``timeout_s``, the result is a ``ProposalFailure`` with reason ``TIMEOUT`` whose detail is
+the instruction line, so the run can record it and go on.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class ExchangeProposer(Proposer):
         folder: where ``prompt-<id>.md`` and ``answer-<id>.md`` live; created if missing.
         timeout_s: how long to wait for all answers of one ``propose`` call.
         poll_s: seconds between looks at the folder.
+        settle_s: how long an answer that does not end in a closed code block must stay unchanged
+            before it is read as final.
         announce: shows the instruction line; defaults to printing it on stderr.
         sleep: how polls wait (tests may pass a faster one).
     """
@@ -66,6 +73,7 @@ class ExchangeProposer(Proposer):
         folder: str | os.PathLike,
         timeout_s: float = 3600.0,
         poll_s: float = 2.0,
+        settle_s: float = 10.0,
         *,
         announce: Callable[[str], None] = _print_line,
         sleep: Callable[[float], None] = time.sleep,
@@ -73,13 +81,14 @@ class ExchangeProposer(Proposer):
         self.folder = Path(folder)
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.settle_s = settle_s
         self._announce = announce
         self._sleep = sleep
 
     def instruction(self, answer_id: str) -> str:
         """The one line that tells the user what to do for ``answer_id``."""
-        return (f"answer by writing {self.answer_path(answer_id)} containing one ```python block "
-                f"(the prompt is {self.prompt_path(answer_id)})")
+        return (f"answer by writing {self.answer_path(answer_id)}.tmp containing one ```python block, then "
+                f"renaming it to {self.answer_path(answer_id).name} (the prompt is {self.prompt_path(answer_id)})")
 
     def prompt_path(self, answer_id: str) -> Path:
         """Where the prompt of ``answer_id`` is written."""
@@ -110,7 +119,7 @@ class ExchangeProposer(Proposer):
     def _wait(self, ids: list[str]) -> dict[str, str]:
         """Polls until every answer is complete or the time is up; returns those that are."""
         deadline = time.monotonic() + self.timeout_s
-        seen: dict[str, tuple[int, int]] = {}
+        seen: dict[str, tuple[tuple[int, int], float]] = {}
         answers: dict[str, str] = {}
         while True:
             for answer_id in ids:
@@ -123,20 +132,24 @@ class ExchangeProposer(Proposer):
                 return answers
             self._sleep(min(self.poll_s, left))
 
-    def _read_if_ready(self, answer_id: str, seen: dict[str, tuple[int, int]]) -> str | None:
+    def _read_if_ready(self, answer_id: str, seen: dict[str, tuple[tuple[int, int], float]]) -> str | None:
+        """The answer once it is complete (see the module's docstring), else None. ``seen`` holds
+        each answer's last (size, mtime) and since when it has not changed."""
         path = self.answer_path(answer_id)
         try:
             stat = path.stat()
         except FileNotFoundError:
             return None
         marker = path.with_name(path.name + ".done").exists()
-        signature = (stat.st_size, stat.st_mtime_ns)
-        stable = stat.st_size > 0 and seen.get(answer_id) == signature
-        seen[answer_id] = signature
+        signature, now = (stat.st_size, stat.st_mtime_ns), time.monotonic()
+        last, since = seen.get(answer_id, (None, now))
+        stable = stat.st_size > 0 and last == signature
+        seen[answer_id] = (signature, since if stable else now)
         if not (marker or stable):
             return None
         text = path.read_text(encoding="utf-8", errors="replace")
-        return text if marker or _complete(text) else None
+        settled = now - since >= self.settle_s
+        return text if marker or settled or _complete(text) else None
 
     def _result(self, answer_id: str, text: str | None, kind: str = "kernels") -> ProposalResult:
         origin = f"exchange:{self.answer_path(answer_id)}"

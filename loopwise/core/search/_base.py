@@ -31,6 +31,9 @@ class Search(abc.ABC):
         max_evals: ``ask`` answers None once this many children were told (None: no budget).
         pruning: when nodes become dead ends; None uses the strategy's default.
         penalties: reward per failure status, overriding ``DEFAULT_PENALTIES``.
+        repairs: how many repairs in a row a failed candidate may get (0: failures stay leaves).
+            A failed node that may be repaired is asked for before any other node (``Expansion.
+            repair``); its repair is its child, and counts against ``max_evals`` like any child.
     """
 
     DEFAULT_PRUNING: ClassVar[Pruning] = Pruning()
@@ -42,8 +45,9 @@ class Search(abc.ABC):
 
     def __init__(self, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None,
-                 penalties: Mapping[str, float] | None = None) -> None:
+                 penalties: Mapping[str, float] | None = None, repairs: int = 0) -> None:
         self.seed = seed
+        self.repairs = repairs
         self.max_evals = max_evals
         self.pruning = pruning if pruning is not None else self.DEFAULT_PRUNING
         self._penalties = {str(k): float(v) for k, v in (penalties or {}).items()}
@@ -78,7 +82,8 @@ class Search(abc.ABC):
         """Adds a proposed child of ``parent_id``, unless a node with ``key`` already exists.
 
         Args:
-            parent_id: the node that was expanded; it must have been evaluated as correct.
+            parent_id: the node that was expanded; it must have been evaluated as correct, or
+                have failed and be offered for repair.
             key: the child candidate's stable key.
             payload: anything the driver wants back from ``Node.payload``.
             note: the proposal's note or move name, for the search memory.
@@ -87,9 +92,9 @@ class Search(abc.ABC):
             The new node's id, or the id of the existing node with ``key``.
         """
         parent = self._entry(parent_id)
-        if parent.state not in (NodeState.OPEN, NodeState.CLOSED):
+        if parent.state not in (NodeState.OPEN, NodeState.CLOSED) and parent is not self._tree.repairable(self.repairs):
             raise ValueError(f"node {parent_id} is {parent.state.value}; only correct nodes "
-                             "have children")
+                             "and failed nodes offered for repair have children")
         self._events.append(["child", parent_id, key, payload, note])
         node_id, created = self._tree.add(key, parent, payload, note)
         self.memory.record_proposal(note, duplicate=not created)
@@ -117,18 +122,24 @@ class Search(abc.ABC):
         """Returns the node to expand next, or None when the budget is spent or nothing is open."""
         if not self._tree.entries:
             raise RuntimeError("add_root before ask")
-        node_id = None
-        if not self.budget_spent and self._tree.entries[0].open_below > 0:
-            node_id = self._select()
+        node_id, repair = None, None
+        if not self.budget_spent:
+            repair = self._tree.repairable(self.repairs)
+            if repair is not None:
+                node_id = repair.id
+            elif self._tree.entries[0].open_below > 0:
+                node_id = self._select()
         self._events.append(["ask", node_id])
         if node_id is None:
             return None
-        return Expansion(node_id, self._tree.entries[node_id].view())
+        return Expansion(node_id, self._tree.entries[node_id].view(), repair=repair is not None)
 
     def close(self, node_id: int) -> None:
-        """Closes a node for good, e.g. when the proposer has nothing more to offer for it."""
+        """Closes a node for good, e.g. when the proposer has nothing more to offer for it (for a
+        failed node: no repair)."""
         entry = self._entry(node_id)
         self._events.append(["close", node_id])
+        entry.declined = True
         if entry.state is NodeState.OPEN:
             self._tree.set_state(entry, NodeState.CLOSED)
 
@@ -223,7 +234,7 @@ class Search(abc.ABC):
     def _config(self) -> dict[str, Any]:
         """Returns the constructor arguments; strategies with more arguments extend it."""
         return {"seed": self.seed, "max_evals": self.max_evals, "pruning": asdict(self.pruning),
-                "penalties": dict(self._penalties)}
+                "penalties": dict(self._penalties), "repairs": self.repairs}
 
     def _entry(self, node_id: int) -> _Entry:
         if not isinstance(node_id, int) or not 0 <= node_id < len(self._tree.entries):

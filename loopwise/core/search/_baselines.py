@@ -56,8 +56,9 @@ class Beam(Search):
 
     def __init__(self, width: int = 4, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None,
-                 penalties: Mapping[str, float] | None = None) -> None:
-        super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
+                 penalties: Mapping[str, float] | None = None, repairs: int = 0) -> None:
+        super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties,
+                         repairs=repairs)
         if width < 1:
             raise ValueError(f"beam width must be >= 1, got {width}")
         self.width = width

@@ -86,14 +86,16 @@ class MCTS(Search):
         widening: the progressive-widening rule; None for ``Widening()``.
         stagnation: how subtrees that stopped improving are deprioritised; None for
             ``Stagnation()``.
+        repairs: how many repairs in a row a failed candidate may get (see ``Search``).
     """
 
     def __init__(self, *, seed: int = 0, max_evals: int | None = None,
                  pruning: Pruning | None = None, penalties: Mapping[str, float] | None = None,
                  exploration: float = 0.7, greed: float = 0.5,
                  widening: Widening | Mapping[str, float] | None = None,
-                 stagnation: Stagnation | Mapping[str, float] | None = None) -> None:
-        super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties)
+                 stagnation: Stagnation | Mapping[str, float] | None = None, repairs: int = 0) -> None:
+        super().__init__(seed=seed, max_evals=max_evals, pruning=pruning, penalties=penalties,
+                         repairs=repairs)
         if not 0.0 <= greed <= 1.0:
             raise ValueError(f"greed must be in [0, 1], got {greed}")
         self.exploration = exploration

@@ -25,7 +25,7 @@ class NodeState(StrEnum):
 
     ``PENDING``: added, not yet told. ``OPEN``: correct and may be expanded. ``CLOSED``: correct
     but pruned or closed by the driver, never expanded again (its children stay reachable).
-    ``FAILED``: its evaluation failed; a leaf forever.
+    ``FAILED``: its evaluation failed; a leaf, unless the search offers it for one repair.
     """
 
     PENDING = "pending"
@@ -114,7 +114,9 @@ class Expansion:
     Attributes:
         node_id: the node to expand.
         node: a view of that node.
+        repair: the node failed and is offered for repair: propose a fixed version of it.
     """
 
     node_id: int
     node: Node
+    repair: bool = False

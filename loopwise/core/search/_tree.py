@@ -31,7 +31,7 @@ class Pruning:
 class _Entry:
     __slots__ = ("id", "key", "parent", "depth", "payload", "note", "outcome", "state",
                  "children", "visits", "log_sum", "n_correct", "penalty_sum", "failed_children",
-                 "stale", "open_below", "max_log", "best_at")
+                 "stale", "open_below", "max_log", "best_at", "repair_depth", "declined")
 
     def __init__(self, node_id: int, key: str, parent: _Entry | None, payload: Any,
                  note: str) -> None:
@@ -53,6 +53,10 @@ class _Entry:
         self.open_below = 0  # open nodes in the subtree, itself included
         self.max_log = -math.inf  # best log speedup in the subtree
         self.best_at = 0  # subtree visits when max_log last rose; visits - best_at = stagnation
+        # repairs in a row that led here: a child of a failed node is a repair of it
+        failed_parent = parent is not None and parent.state is NodeState.FAILED
+        self.repair_depth = parent.repair_depth + 1 if failed_parent else 0
+        self.declined = False  # the driver closed it: no repair will be asked for
 
     @property
     def value(self) -> float | None:
@@ -127,6 +131,17 @@ class _Tree:
         while delta and node is not None:
             node.open_below += delta
             node = node.parent
+
+    def repairable(self, limit: int) -> _Entry | None:
+        """The earliest failed node that may still be repaired: no child yet, not declined, and
+        fewer than ``limit`` repairs in a row behind it."""
+        if limit <= 0:
+            return None
+        for entry in self.entries:
+            if (entry.state is NodeState.FAILED and not entry.children and not entry.declined
+                    and entry.repair_depth < limit):
+                return entry
+        return None
 
     def open_entries(self) -> list[_Entry]:
         return [e for e in self.entries if e.state is NodeState.OPEN]

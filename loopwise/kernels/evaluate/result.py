@@ -27,6 +27,15 @@ class Status(str, Enum):
 Severity = Literal["reject", "flag", "info"]
 
 
+def headline(message: str) -> str:
+    """A reason's message on one line: a compile error's carries the failing source line and a caret
+    between its first line ("at 24:13:") and its cause, which are kept."""
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1].strip()}"
+
+
 class Reason(BaseModel):
     """One named reason behind a verdict.
 
@@ -134,7 +143,7 @@ class Evaluation(BaseModel):
 
             head += " " + marked(f"{self.speedup:.2f}x", self.timing_meaningful)
         first = self.rejections[:1] or self.flags[:1]
-        return head + (f" ({first[0].code}: {first[0].message})" if first else "")
+        return head + (f" ({first[0].code}: {headline(first[0].message)})" if first else "")
 
     def to_json_dict(self) -> dict:
         data = self.model_dump(mode="json")

@@ -54,6 +54,9 @@ def _same_bits(a, b) -> bool:
     return bool(torch.equal(a, b))
 
 
+COMPILE_MESSAGE_MAX = 4000  # characters of a compile error's message kept in its reason
+
+
 class CandidateFailure(Exception):
     def __init__(self, status: str, code: str, message: str) -> None:
         super().__init__(message)
@@ -111,7 +114,8 @@ def classify_exception(exc: BaseException, phase: str) -> CandidateFailure:
     mod = _type(exc).__module__ or ""
     if phase == "load" or "CompilationError" in _type(exc).__name__ or mod.startswith("triton.compiler") \
             or "Error building extension" in text or "ninja" in lowered:
-        return CandidateFailure("compile_error", "compile_error", first)
+        # the whole message: Triton puts the failing source line, a caret and the cause under "at L:C:"
+        return CandidateFailure("compile_error", "compile_error", text.strip()[:COMPILE_MESSAGE_MAX])
     return CandidateFailure("crash", "runtime_error", first)
 
 

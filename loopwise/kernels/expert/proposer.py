@@ -22,6 +22,7 @@ from loopwise.core.propose import (
     Proposal,
     ProposalFailure,
     ProposalRequest,
+    ProposalRole,
     Proposer,
 )
 from loopwise.kernels.expert import matmul_variants
@@ -108,6 +109,10 @@ class ExpertProposer(Proposer):
         return self._pattern
 
     def propose(self, request: ProposalRequest) -> list:
+        if request.role is not ProposalRole.IMPROVE:  # its templates are correct by construction: nothing to repair
+            fail = ProposalFailure(reason=FailureReason.NO_CODE, origin="expert",
+                                   detail=f"the expert proposer declines {request.role.value} requests")
+            return [fail] * request.n
         pattern = self.pattern
         kinds = variants(pattern, self.precision)
         if not kinds:
