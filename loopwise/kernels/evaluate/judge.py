@@ -21,11 +21,11 @@ from loopwise.kernels.device import resolve_device
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
 from loopwise.kernels.evaluate.inputs import for_sandbox, nbytes
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
-from loopwise.kernels.evaluate.pool import (Sandbox, SandboxFailure, SandboxPool, is_out_of_memory,
-                                            out_of_memory_message)
+from loopwise.kernels.evaluate.out_of_memory import judge_out_of_memory
+from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
-from loopwise.kernels.evaluate.spent import activity_of, tag_activity
+from loopwise.kernels.evaluate.spent import tag_activity
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +44,6 @@ ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
 # can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
 FLOOR_MARGIN = 0.8
 REFERENCE_TIMING_SEED = 0
-# What the judge was doing, in a user's words, by phase (judge.phase) or activity (Spent).
-JUDGE_ACTIVITIES = {
-    "reference": "the reference's own work (its outputs, float64 or stress references, or its timing)",
-    "draw": "drawing the inputs", "compare": "comparing outputs", "receive": "receiving the candidate's outputs",
-    "sandbox": "a correctness trial", "correctness": "the correctness trials", "timing": "the timed calls",
-    "launches": "counting kernel launches", "floor": "the speed-of-light floor", "energy": "the energy measurement",
-    "capture": "the CUDA-graph probe", "sandbox_wait": "starting a sandbox", "load": "loading the candidate",
-}
 # Device bytes all timing input sets together may take (beyond the two held draws' own).
 TIMING_SET_BYTES = 4 << 30
 
@@ -177,14 +169,13 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - the judge's side failed, not the candidate's code
             log.exception("judge failure on %s", name)
             _release_device_memory(self.device)
-            text = f"{type(exc).__name__}: {exc}"
-            if is_out_of_memory(text):
-                where = JUDGE_ACTIVITIES.get(activity_of(exc) or "", activity_of(exc) or "the evaluation")
-                outcome.reject("judge_out_of_memory", out_of_memory_message("the judge", where, text)
-                               + "; the candidate was not judged")
+            oom = judge_out_of_memory(exc)
+            if oom is not None:
+                outcome.reject("judge_out_of_memory", oom)
                 ev.status = Status.OOM
             else:
-                outcome.reject("judge_error", f"the judge itself failed ({text}); the candidate was not judged")
+                outcome.reject("judge_error", f"the judge itself failed ({type(exc).__name__}: {exc}); "
+                               "the candidate was not judged")
                 ev.status = Status.CRASH
         finally:
             if box is not None:

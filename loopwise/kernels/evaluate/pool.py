@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from loopwise.kernels.evaluate.environment import sandbox_environ
+from loopwise.kernels.evaluate.out_of_memory import REQUEST_PHASES, is_out_of_memory, out_of_memory_message
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.05
@@ -128,33 +129,6 @@ def _rss_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-
-
-# What a failed allocation asked for, in CUDA's and in the CPU allocator's words.
-_CUDA_ASK = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)(?:.*? of which ([\d.]+ [KMGT]?i?B) is free)?", re.S)
-_CPU_ASK = re.compile(r"you tried to allocate (\d+) bytes")
-# Where a sandbox request spends its memory, in a user's words.
-REQUEST_PHASES = {"load": "loading the candidate", "trial": "a correctness trial", "stage": "staging the timing inputs",
-                  "time": "the timed calls", "energy": "the energy measurement", "launches": "counting its kernel launches",
-                  "capture": "the CUDA-graph probe", "probe_transfer": "the transfer probe"}
-
-
-def is_out_of_memory(text: str) -> bool:
-    lowered = text.lower()
-    return "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered
-
-
-def out_of_memory_message(who: str, where: str, text: str) -> str:
-    """One line: who ran out of memory, in which phase, and what the failed allocation asked for
-    (with what was free, where the allocator says), from an allocator's error ``text``."""
-    found = _CUDA_ASK.search(text)
-    if found:
-        free = f", {found.group(2)} free" if found.group(2) else ""
-        asked = f": asked the GPU for {found.group(1)}{free}"
-    else:
-        cpu = _CPU_ASK.search(text)
-        asked = f": asked for {int(cpu.group(1)) / 2**30:.2f} GiB of host memory" if cpu else ""
-    return f"{who} ran out of memory during {where}{asked}"
 
 
 def _death_reason(exitcode: int | None, log_tail: str, op: str | None = None) -> SandboxFailure:

@@ -103,7 +103,7 @@ def classify_exception(exc: BaseException, phase: str) -> CandidateFailure:
 
     text = f"{_type(exc).__name__}: {exc}"
     first = text.strip().splitlines()[0][:500] if text.strip() else _type(exc).__name__
-    from loopwise.kernels.evaluate.pool import is_out_of_memory
+    from loopwise.kernels.evaluate.out_of_memory import is_out_of_memory
 
     if isinstance(exc, torch.cuda.OutOfMemoryError) or is_out_of_memory(text):
         return CandidateFailure("oom", "out_of_memory", text[:2000])  # the allocator's figures follow the first line
@@ -515,7 +515,7 @@ def sandbox_main(conn, device: str, log_path: str, settings: dict) -> None:
             payload = reply = None
             fail = exc if isinstance(exc, CandidateFailure) else _uncaught(exc, op)
             if fail.status == "oom":
-                from loopwise.kernels.evaluate.pool import REQUEST_PHASES, out_of_memory_message
+                from loopwise.kernels.evaluate.out_of_memory import REQUEST_PHASES, out_of_memory_message
 
                 fail.message = out_of_memory_message("the sandbox", REQUEST_PHASES.get(op, op), fail.message)
             conn.send(("error", {"status": fail.status, "code": fail.code, "message": fail.message}))
