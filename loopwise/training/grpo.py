@@ -7,8 +7,9 @@ normalized within each group (``(r - mean) / (std + 1e-4)``, TRL's ``scale_rewar
 normalization: the sum over all completion tokens of the batch divided by their count) with the
 asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to the stage's
 reference policy (the weights the stage started from) weighted by ``beta``, an optional entropy
-bonus, and gradient clipping. The first update's ratio is 1 (the batch was sampled by the same
-weights); the clip acts from the second on.
+bonus, and gradient clipping. The policy runs in eval mode throughout a step (gradients still
+flow; dropout does not), so the first update's ratio is exactly 1 (the batch was sampled by the
+same weights); the clip acts from the second on.
 
 Metrics per step carry TRL's names (:mod:`loopwise.training.metrics`). A trainer's whole state
 (policy, optimizer, both random generators, step, trace) is one checkpoint file, written atomically,
@@ -71,7 +72,11 @@ class GRPOTrainer:
         advantages = ((groups - mean) / (std + ADV_EPS)).reshape(-1, 1)
         mask = s.completion_mask.float()
         tokens = mask.sum().clamp(min=1.0)
-        self.policy.train()
+        # eval mode while still taking gradients: no dropout, so the first update's ratio is exactly 1.
+        # TRL zeroes nn.Dropout modules instead (disable_dropout); eval mode also covers dropout a
+        # model applies as a float from its config (Llama's attention) and the tiny policy's, and
+        # leaves the model's own settings alone for anything else that trains it
+        self.policy.eval()
         with torch.no_grad():
             old = token_logprobs(self.policy, s, c.temperature)
             ref = token_logprobs(self.reference, s, c.temperature) if self.reference is not None else None

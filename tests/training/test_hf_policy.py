@@ -154,3 +154,32 @@ def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
     assert result["stages_used"] == 2 and 0.0 <= result["test_reward"] <= 1.0
     with pytest.raises(UserError):
         TrainingRun.start(Settings("sorting", policy_path=str(tmp_path / "nope")), str(tmp_path / "runs"))
+
+
+def test_the_first_update_sees_the_sampling_weights_through_dropout(model_dir, monkeypatch):
+    """GPT-2's config turns dropout on (0.1 everywhere); the first update's ratio must still be 1."""
+    from transformers import GPT2LMHeadModel
+
+    from loopwise.training import grpo
+
+    policy, vocab = load_hf_policy(model_dir)
+    config = policy.model.config
+    assert (config.resid_pdrop, config.embd_pdrop, config.attn_pdrop) == (0.1, 0.1, 0.1)
+    assert isinstance(policy.model, GPT2LMHeadModel)
+    calls, original = [], grpo.token_logprobs
+
+    def recorded(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append((out[0] if isinstance(out, tuple) else out).detach().clone())
+        return out
+
+    monkeypatch.setattr(grpo, "token_logprobs", recorded)
+    task = Reverse()
+    rng = random.Random(0)
+    pool = [task.example(rng) for _ in range(20)]
+    cfg = StageConfig(max_completion_length=5, num_generations=4, prompts_per_step=2)
+    trainer = GRPOTrainer(policy, vocab, task, cfg, pool, seed=0)
+    policy.train()  # as after a warm start
+    trainer.step()
+    old, new = calls[0], calls[1]  # the sampling weights' log-probabilities, then the first update's
+    assert torch.allclose(torch.exp(new - old), torch.ones_like(old), atol=1e-6, rtol=0)
