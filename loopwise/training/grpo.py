@@ -225,13 +225,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
             if rate >= lo or step >= max_steps:
                 break
         chunk = [train[rng.randrange(len(train))] for _ in range(batch)]
-        rows = [vocab.encode(e.prompt) + vocab.encode(e.answer) + [vocab.end] for e in chunk]
-        ids, valid = left_pad(rows, vocab.pad, device)
-        width = ids.shape[1]
-        answer = torch.zeros_like(ids, dtype=torch.bool)
-        for i, e in enumerate(chunk):
-            n = len(e.answer) + 1
-            answer[i, width - n:] = True
+        ids, valid, answer = supervised_batch(vocab, chunk, device)
         policy.train()
         logits = policy(ids[:, :-1], valid[:, :-1])
         target_ids, target_mask = ids[:, 1:], answer[:, 1:]
@@ -245,3 +239,16 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         loss_value, step = float(loss.detach()), step + 1
     return {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
             "history": history, "seconds": time.perf_counter() - t0}
+
+
+def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of prompt, answer and end token, left-padded: ids, validity, and the answer mask (the
+    answer's tokens and the end token, where the warm start's loss is taken)."""
+    rows = [vocab.encode(e.prompt) + vocab.encode(e.answer) + [vocab.end] for e in examples]
+    ids, valid = left_pad(rows, vocab.pad, device)
+    width = ids.shape[1]
+    answer = torch.zeros_like(ids, dtype=torch.bool)
+    for i, e in enumerate(examples):
+        n = len(e.answer) + 1
+        answer[i, width - n:] = True
+    return ids, valid, answer
