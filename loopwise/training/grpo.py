@@ -243,12 +243,16 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
 
 def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of prompt, answer and end token, left-padded: ids, validity, and the answer mask (the
-    answer's tokens and the end token, where the warm start's loss is taken)."""
-    rows = [vocab.encode(e.prompt) + vocab.encode(e.answer) + [vocab.end] for e in examples]
+    answer's tokens and the end token, where the warm start's loss is taken).
+
+    Prompt and answer are encoded apart, as in GRPO, where the completion's tokens follow the
+    prompt's; the mask counts the answer's tokens, which a subword tokenizer makes fewer than its
+    characters."""
+    answers = [vocab.encode(e.answer) + [vocab.end] for e in examples]
+    rows = [vocab.encode(e.prompt) + a for e, a in zip(examples, answers)]
     ids, valid = left_pad(rows, vocab.pad, device)
     width = ids.shape[1]
     answer = torch.zeros_like(ids, dtype=torch.bool)
-    for i, e in enumerate(examples):
-        n = len(e.answer) + 1
-        answer[i, width - n:] = True
+    for i, a in enumerate(answers):
+        answer[i, width - len(a):] = True
     return ids, valid, answer

@@ -183,3 +183,33 @@ def test_the_first_update_sees_the_sampling_weights_through_dropout(model_dir, m
     trainer.step()
     old, new = calls[0], calls[1]  # the sampling weights' log-probabilities, then the first update's
     assert torch.allclose(torch.exp(new - old), torch.ones_like(old), atol=1e-6, rtol=0)
+
+
+def _bpe_tokenizer():
+    """A BPE trained here on a few sums, so that answers take fewer tokens than characters."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.decoder = decoders.Fuse()
+    corpus = ["12+34=46", "46+12=58", "100+23=123", "58+46=104", "123+100=223"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=40, special_tokens=["<eos>", "<pad>", "\n"],
+                                                        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+
+
+def test_the_warm_start_learns_exactly_the_answer_tokens():
+    from loopwise.training.grpo import supervised_batch
+    from tests.training.test_grpo import Ex
+
+    tokenizer = _bpe_tokenizer()
+    vocab = HFVocab(tokenizer, len(tokenizer))
+    examples = [Ex("12+34=", "46"), Ex("100+23=", "123"), Ex("58+46=", "104"), Ex("1+2=", "3")]
+    answers = [vocab.encode(e.answer) for e in examples]
+    assert any(len(a) != len(e.answer) for a, e in zip(answers, examples))  # characters are not tokens
+    ids, valid, mask = supervised_batch(vocab, examples, "cpu")
+    for row, ok, learned, e, answer in zip(ids.tolist(), valid.tolist(), mask.tolist(), examples, answers):
+        real = [i for i, v in zip(row, ok) if v]
+        assert real == vocab.encode(e.prompt) + answer + [vocab.end]
+        assert [i for i, m in zip(row, learned) if m] == answer + [vocab.end]
+        assert sum(learned) == len(answer) + 1
