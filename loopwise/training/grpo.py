@@ -120,6 +120,7 @@ class GRPOTrainer:
             M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
             M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
+            M.SAMPLES: len(s.texts), M.TOKENS: int(mask.sum()),
             M.GRAD_NORM: sums["grad_norm"] / n, M.LR: c.learning_rate, M.LOSS: sums["loss"] / n,
         }
         if ref is not None:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
 from loopwise.training import search
 from loopwise.training.run import Settings, TrainingRun
@@ -41,6 +42,16 @@ def test_every_method_spends_the_same_budget_from_the_same_base(tiny, tmp_path):
     assert len(results["tree"]["configs"]) <= 2
     for r in results.values():
         assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
+    # compute: every stage a method trained, re-derived from the stage events' configs and traces
+    stages = [e.payload for e in SqliteRunStore.open(str(tmp_path), run.store.meta.run_id).events(kind="stage")]
+    for m, r in results.items():
+        own = [p for p in stages if p["method"] == m]
+        samples = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] * p["config"]["num_generations"]
+                      for p in own)
+        tokens = sum(round(row["completions/mean_length"] * p["config"]["prompts_per_step"]
+                           * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
+        assert (r["samples"], r["tokens"]) == (samples, tokens), m
+    assert results["staged"]["samples"] == 4 * TINY.stage_steps * TINY.prompts_per_step * TINY.num_generations
 
 
 def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
