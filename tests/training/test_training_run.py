@@ -124,3 +124,27 @@ def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
     here, there = go(), go("--workers", "cpu,cpu")
     assert _summary(there["results"]) == _summary(here["results"])
     assert {r["worker"] for r in there["results"].values()} == {"worker-0:cpu", "worker-1:cpu"}
+
+
+def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from loopwise.training.cli import _table
+
+    monkeypatch.setenv("COLUMNS", "220")
+    config = {"steps": 3, "learning_rate": 1e-4, "beta": 0.0, "temperature": 1.0, "difficulty": None,
+              "max_completion_length": 6, "num_generations": 4, "entropy_coef": 0.0, "epsilon_high": 0.28}
+    common = {"base_tune_reward": 0.2, "base_test_reward": 0.25, "tune_reward": 0.3, "test_reward": 0.3,
+              "stages_used": 2, "seconds": 1.0, "directions": {}}
+    results = {"tree": {**common, "configs": [config, {**config, "num_generations": 8}], "samples": 12345,
+                        "tokens": 67890},
+               "staged": {**common, "configs": [config, config]}}  # a result without compute
+    run = SimpleNamespace(session=SimpleNamespace(warm={"steps": 10, "pass_rate": 0.3}),
+                          settings=SimpleNamespace(task="custom"))
+    _table(run, results)
+    out = capsys.readouterr().out
+    assert "samples" in out and "tokens" in out and "None" not in out
+    tree = next(line for line in out.splitlines() if "│ tree" in line)
+    staged = next(line for line in out.splitlines() if "│ staged" in line)
+    assert "12,345" in tree and "67,890" in tree and "num_generations 4->8" in tree
+    assert [c.strip() for c in staged.split("│")][2:5] == ["2", "-", "-"]
