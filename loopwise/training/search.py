@@ -63,7 +63,9 @@ class Preset:
 
 
 PRESETS = {
-    "smoke": Preset("smoke", stage_steps=3, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
+    # a pipeline check: stages just long enough for the diagnosis (diagnose.MIN_STEPS), so the tree's
+    # expansions past the first read findings
+    "smoke": Preset("smoke", stage_steps=8, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
                     warm_max_steps=150, warm_check_every=25),
     # a CPU-sized comparison: stages long enough for the diagnosis (12 steps), a 0.1M-parameter policy
     "cpu": Preset("smoke", stage_steps=12, prompts_per_step=8, num_generations=8, eval_n=128, pool_n=2000,

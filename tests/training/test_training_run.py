@@ -148,3 +148,9 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     staged = next(line for line in out.splitlines() if "│ staged" in line)
     assert "12,345" in tree and "67,890" in tree and "num_generations 4->8" in tree
     assert [c.strip() for c in staged.split("│")][2:5] == ["2", "-", "-"]
+
+
+def test_every_preset_runs_stages_long_enough_to_diagnose():
+    from loopwise.training.diagnose import MIN_STEPS
+
+    assert all(p.stage_steps >= MIN_STEPS for p in search.PRESETS.values())
