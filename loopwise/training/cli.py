@@ -128,8 +128,9 @@ def _table(run, results: dict) -> None:
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), _count(r.get("samples")), _count(r.get("tokens")), f"{r['tune_reward']:.3f}",
-                  f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]), f"{r['seconds']:.0f}")
+        t.add_row(m, str(r["stages_used"]), _count(r.get("samples")), _count(r.get("tokens")),
+                  f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
+                  f"{r['seconds']:.0f}")
     c.print(t)
     dirs = {m: r["directions"] for m, r in results.items() if r.get("directions")}
     for m, d in dirs.items():
