@@ -123,18 +123,25 @@ def _table(run, results: dict) -> None:
     c.print(f"base policy: warm start {w.get('steps')} steps, sampled pass rate {w.get('pass_rate', math.nan):.2f}; "
             f"greedy reward tune {base_tune:.3f}, test {base_test:.3f}")
     t = Table(title=f"{run.settings.task}: best schedule per method (test = held-out, never used to choose)")
-    for col in ("method", "stages", "tune reward", "test reward", "vs base (test)", "schedule", "s"):
+    for col in ("method", "stages", "samples", "tokens", "tune reward", "test reward", "vs base (test)", "schedule",
+                "s"):
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}",
-                  _describe(r["configs"]), f"{r['seconds']:.0f}")
+        t.add_row(m, str(r["stages_used"]), _count(r.get("samples")), _count(r.get("tokens")),
+                  f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
+                  f"{r['seconds']:.0f}")
     c.print(t)
     dirs = {m: r["directions"] for m, r in results.items() if r.get("directions")}
     for m, d in dirs.items():
         moving = {k: v for k, v in d.items() if v != "constant"}
         c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
                                                                  or "all constant"))
+
+
+def _count(v) -> str:
+    """A compute count; a result written before results carried one has none."""
+    return f"{v:,}" if isinstance(v, int) else "-"
 
 
 def _describe(configs: list[dict]) -> str:
@@ -145,9 +152,9 @@ def _describe(configs: list[dict]) -> str:
     keys = ("learning_rate", "beta", "temperature", "difficulty", "max_completion_length", "num_generations",
             "entropy_coef", "epsilon_high")
     for k in keys:
-        values = [c[k] for c in configs]
+        values = [c.get(k) for c in configs]
         if len(set(values)) > 1:
-            parts.append(f"{k} " + "->".join(f"{v:.3g}" for v in values))
+            parts.append(f"{k} " + "->".join("-" if v is None else f"{v:.3g}" for v in values))
     return "; ".join(parts)
 
 

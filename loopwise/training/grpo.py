@@ -7,8 +7,9 @@ normalized within each group (``(r - mean) / (std + 1e-4)``, TRL's ``scale_rewar
 normalization: the sum over all completion tokens of the batch divided by their count) with the
 asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to the stage's
 reference policy (the weights the stage started from) weighted by ``beta``, an optional entropy
-bonus, and gradient clipping. The first update's ratio is 1 (the batch was sampled by the same
-weights); the clip acts from the second on.
+bonus, and gradient clipping. The policy runs in eval mode throughout a step (gradients still
+flow; dropout does not), so the first update's ratio is exactly 1 (the batch was sampled by the
+same weights); the clip acts from the second on.
 
 Metrics per step carry TRL's names (:mod:`loopwise.training.metrics`). A trainer's whole state
 (policy, optimizer, both random generators, step, trace) is one checkpoint file, written atomically,
@@ -71,7 +72,11 @@ class GRPOTrainer:
         advantages = ((groups - mean) / (std + ADV_EPS)).reshape(-1, 1)
         mask = s.completion_mask.float()
         tokens = mask.sum().clamp(min=1.0)
-        self.policy.train()
+        # eval mode while still taking gradients: no dropout, so the first update's ratio is exactly 1.
+        # TRL zeroes nn.Dropout modules instead (disable_dropout); eval mode also covers dropout a
+        # model applies as a float from its config (Llama's attention) and the tiny policy's, and
+        # leaves the model's own settings alone for anything else that trains it
+        self.policy.eval()
         with torch.no_grad():
             old = token_logprobs(self.policy, s, c.temperature)
             ref = token_logprobs(self.reference, s, c.temperature) if self.reference is not None else None
@@ -115,6 +120,7 @@ class GRPOTrainer:
             M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
             M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
+            M.SAMPLES: len(s.texts), M.TOKENS: int(mask.sum()),
             M.GRAD_NORM: sums["grad_norm"] / n, M.LR: c.learning_rate, M.LOSS: sums["loss"] / n,
         }
         if ref is not None:
@@ -220,13 +226,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
             if rate >= lo or step >= max_steps:
                 break
         chunk = [train[rng.randrange(len(train))] for _ in range(batch)]
-        rows = [vocab.encode(e.prompt) + vocab.encode(e.answer) + [vocab.end] for e in chunk]
-        ids, valid = left_pad(rows, vocab.pad, device)
-        width = ids.shape[1]
-        answer = torch.zeros_like(ids, dtype=torch.bool)
-        for i, e in enumerate(chunk):
-            n = len(e.answer) + 1
-            answer[i, width - n:] = True
+        ids, valid, answer = supervised_batch(vocab, chunk, device)
         policy.train()
         logits = policy(ids[:, :-1], valid[:, :-1])
         target_ids, target_mask = ids[:, 1:], answer[:, 1:]
@@ -240,3 +240,20 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         loss_value, step = float(loss.detach()), step + 1
     return {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
             "history": history, "seconds": time.perf_counter() - t0}
+
+
+def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of prompt, answer and end token, left-padded: ids, validity, and the answer mask (the
+    answer's tokens and the end token, where the warm start's loss is taken).
+
+    Prompt and answer are encoded apart, as in GRPO, where the completion's tokens follow the
+    prompt's; the mask counts the answer's tokens, which a subword tokenizer makes fewer than its
+    characters."""
+    answers = [vocab.encode(e.answer) + [vocab.end] for e in examples]
+    rows = [vocab.encode(e.prompt) + a for e, a in zip(examples, answers)]
+    ids, valid = left_pad(rows, vocab.pad, device)
+    width = ids.shape[1]
+    answer = torch.zeros_like(ids, dtype=torch.bool)
+    for i, a in enumerate(answers):
+        answer[i, width - len(a):] = True
+    return ids, valid, answer

@@ -20,6 +20,8 @@ CLIP_REGION = "clip_ratio/region_mean"  # either
 LENGTH = "completions/mean_length"
 CLIPPED = "completions/clipped_ratio"  # share of completions cut at max_completion_length
 TERMINATED_LENGTH = "completions/mean_terminated_length"  # mean length of those that ended themselves
+SAMPLES = "completions/samples"  # completions generated in the step (prompts x group size)
+TOKENS = "completions/tokens"  # completion tokens generated in the step, end tokens included
 GRAD_NORM = "grad_norm"  # before clipping
 LR = "learning_rate"
 LOSS = "loss"
@@ -27,4 +29,4 @@ EVAL_REWARD = "eval/reward"  # held-out reward (tuning split), at stage ends
 TRAIN_EVAL_REWARD = "eval/train_reward"  # the same measurement on training prompts, for the gap
 
 ALL = (REWARD, REWARD_STD, FRAC_ZERO_STD, ENTROPY, KL, CLIP_LOW, CLIP_HIGH, CLIP_REGION, LENGTH, CLIPPED,
-       TERMINATED_LENGTH, GRAD_NORM, LR, LOSS, EVAL_REWARD, TRAIN_EVAL_REWARD)
+       TERMINATED_LENGTH, SAMPLES, TOKENS, GRAD_NORM, LR, LOSS, EVAL_REWARD, TRAIN_EVAL_REWARD)

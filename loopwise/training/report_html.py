@@ -13,6 +13,7 @@ from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
 from loopwise.training import metrics as M
+from loopwise.training.compute import Compute, stage_compute
 
 KNOBS = ("learning_rate", "beta", "temperature", "difficulty", "max_completion_length", "num_generations",
          "entropy_coef", "epsilon_high")
@@ -35,6 +36,7 @@ class Schedule:
     stages_used: int | None = None
     directions: dict = field(default_factory=dict)
     done: bool = False
+    compute: Compute | None = None  # samples and tokens of every stage the method trained
 
 
 @dataclass
@@ -95,14 +97,26 @@ def _load(store) -> TrainingData:
         elif e.kind == "result":
             data.results[e.key or p.get("method", "?")] = p
     for m in data.methods:
-        data.schedules[m] = _from_result(m, data.results[m]) if m in data.results else _so_far(m, data)
+        data.schedules[m] = _from_result(m, data.results[m], data) if m in data.results else _so_far(m, data)
     return data
 
 
-def _from_result(method: str, r: dict) -> Schedule:
+def _from_result(method: str, r: dict, data: TrainingData) -> Schedule:
+    samples, tokens = _num(r.get("samples")), _num(r.get("tokens"))
+    # a result written before results carried their compute: the method's stage events instead
+    compute = Compute(int(samples), int(tokens)) if samples is not None and tokens is not None else _spent(method, data)
     return Schedule(method, [_dict(c) for c in _list(r.get("configs"))], [_trace(t) for t in _list(r.get("traces"))],
                     _num(r.get("tune_reward")), _num(r.get("test_reward")), r.get("stages_used"),
-                    {str(k): str(v) for k, v in _dict(r.get("directions")).items()}, True)
+                    {str(k): str(v) for k, v in _dict(r.get("directions")).items()}, True, compute)
+
+
+def _spent(method: str, data: TrainingData) -> Compute:
+    """Samples and tokens of the method's stage events."""
+    total = Compute()
+    for s in data.stages:
+        if s.get("method") == method:
+            total = total + stage_compute(s.get("trace"), s.get("config"))
+    return total
 
 
 def _tree_path(tree: dict[int, dict], node: int) -> list[dict]:
@@ -129,7 +143,7 @@ def _so_far(method: str, data: TrainingData) -> Schedule:
         path = max(runs, key=lambda r: _rank(r[-1].get("tune")), default=[])
     return Schedule(method, [_dict(s.get("config")) for s in path], [_trace(s.get("trace")) for s in path],
                     _num(path[-1].get("tune")) if path else None,
-                    stages_used=sum(1 for s in data.stages if s.get("method") == method))
+                    stages_used=sum(1 for s in data.stages if s.get("method") == method), compute=_spent(method, data))
 
 
 # -- formatting ---------------------------------------------------------------------------------
@@ -144,7 +158,12 @@ def _fmt(v, digits: int = 3) -> str:
 
 
 def _val(v) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    """A knob's value; a knob the config leaves unset (a task without difficulty) is "-"."""
+    return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _count(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
 
 
 def _delta(v, ref) -> str:
@@ -167,7 +186,7 @@ def _summary(s: Schedule) -> str:
     steps = "+".join(str(c.get("steps", "?")) for c in s.configs)
     if len(s.configs) == 1:
         c = s.configs[0]
-        return f"1 stage ({steps} steps): " + ", ".join(f"{k}={_val(c[k])}" for k in KNOBS[:3] if k in c)
+        return f"1 stage ({steps} steps): " + ", ".join(f"{k}={_val(c[k])}" for k in KNOBS[:3] if c.get(k) is not None)
     moves = [f"{k} " + "→".join(_val(c.get(k)) for c in s.configs) for k in s.configs[0]
              if k != "steps" and len({repr(c.get(k)) for c in s.configs}) > 1]
     return f"{len(s.configs)} stages ({steps} steps): " + ("; ".join(moves) or "the same config throughout")
@@ -192,14 +211,16 @@ def _headline_rows(data: TrainingData) -> list[list[str]]:
     rows = []
     for m, s in data.schedules.items():
         status = "done" if s.done else ("unfinished" if s.configs else "not started")
-        rows.append([m, status, str(s.stages_used if s.stages_used is not None else "-"), _fmt(s.tune), _fmt(s.test),
+        c = s.compute
+        rows.append([m, status, str(s.stages_used if s.stages_used is not None else "-"),
+                     _count(c.samples if c else None), _count(c.tokens if c else None), _fmt(s.tune), _fmt(s.test),
                      _delta(s.test, base_test), _delta(s.test, grid.test) if grid and m != "grid" else "-",
                      _summary(s)])
     return rows
 
 
-HEADLINE_COLUMNS = ["method", "status", "stages", "tune reward", "test reward", "test vs base", "test vs grid",
-                    "best schedule"]
+HEADLINE_COLUMNS = ["method", "status", "stages", "samples", "tokens", "tune reward", "test reward", "test vs base",
+                    "test vs grid", "best schedule"]
 
 
 def _headline(data: TrainingData, rows: list[list[str]]) -> Figure:
@@ -212,7 +233,7 @@ def _headline(data: TrainingData, rows: list[list[str]]) -> Figure:
     cells = [list(col) for col in zip(*rows)] if rows else [[] for _ in HEADLINE_COLUMNS]
     fig.add_trace(go.Table(header={"values": HEADLINE_COLUMNS, "align": "left", "fill_color": "#f3f5f7"},
                            cells={"values": cells, "align": "left", "height": 24},
-                           columnwidth=[1, 1, 0.7, 0.9, 0.9, 1.3, 1.3, 5]), row=1, col=1)
+                           columnwidth=[1, 1, 0.7, 0.9, 0.9, 0.9, 0.9, 1.3, 1.3, 5]), row=1, col=1)
     methods = list(data.schedules)
     for name, attr, color in (("tune", "tune", "#8c959f"), ("test", "test", "#0969da")):
         fig.add_bar(x=methods, y=[getattr(data.schedules[m], attr) for m in methods], name=f"{name} reward",
@@ -400,12 +421,21 @@ def _run_section(data: TrainingData, meta, rows: list[list[str]]) -> Section:
     base_test = _base_test(data)
     facts = {"run": meta.run_id, "task": st.get("task", "-"), "preset": st.get("preset", "-"),
              "budget / depth": f"{st.get('budget', '-')} stages / at most {st.get('depth', '-')} per schedule",
-             "seed / difficulty": f"{st.get('seed', '-')} / {st.get('difficulty', 'task default')}",
+             "seed / difficulty": f"{st.get('seed', '-')} / {_difficulty(data)}",
              "base reward (tune / test)": f"{_fmt(data.base.get('tune'))} / {_fmt(base_test)}",
              "warm start": f"{warm.get('steps', '-')} steps to pass rate {_fmt(warm.get('pass_rate'))}"
                            + ("" if warm.get("in_target", True) else " (outside the target range)"),
              "stages trained": len(data.stages)}
     return Section("Methods", facts=facts, columns=HEADLINE_COLUMNS, rows=rows, anchor="methods")
+
+
+def _difficulty(data: TrainingData) -> str:
+    """The run's difficulty: its setting, else what its stages trained at (the task's default),
+    else "-" (a task without one)."""
+    chosen = data.settings.get("difficulty")
+    if chosen is None:
+        chosen = next((c.get("difficulty") for s in data.schedules.values() for c in s.configs), None)
+    return _val(chosen)
 
 
 def _directions_section(data: TrainingData) -> Section:
@@ -433,7 +463,7 @@ def _schedule_section(data: TrainingData) -> Section:
 
 
 def _summary_one(c: dict) -> str:
-    return ", ".join(f"{k}={_val(c[k])}" for k in KNOBS if k in c)
+    return ", ".join(f"{k}={_val(c[k])}" for k in KNOBS if c.get(k) is not None)
 
 
 def _tree_section(data: TrainingData) -> Section:

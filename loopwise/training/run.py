@@ -227,5 +227,6 @@ def result_payload(schedule: Schedule, session: Session, seconds: float) -> dict
             "tune_reward": schedule.tune_reward, "test_reward": schedule.test_reward,
             "base_tune_reward": session.base_tune, "base_test_reward": base_test,
             "stages_used": schedule.stages_used, "seconds": seconds,
+            "samples": schedule.compute.samples, "tokens": schedule.compute.tokens,
             "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
             "traces": schedule.traces}

@@ -106,6 +106,7 @@ def test_a_step_reports_every_metric_by_name_with_sane_values():
     assert 0 <= row[M.REWARD] <= 1 and 0 <= row[M.FRAC_ZERO_STD] <= 1 and 0 <= row[M.CLIPPED] <= 1
     assert row[M.ENTROPY] > 0 and row[M.KL] >= 0 and row[M.LR] == cfg.learning_rate
     assert 1 <= row[M.LENGTH] <= 6
+    assert row[M.SAMPLES] == 16 and row[M.TOKENS] == round(row[M.LENGTH] * 16)  # the compute a step spent
     no_kl = GRPOTrainer(_policy(), VOCAB, TASK, cfg.model_copy(update={"beta": 0.0}), _pool(50, 1), seed=0).step()
     assert M.KL not in no_kl
 

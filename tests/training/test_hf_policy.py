@@ -154,3 +154,62 @@ def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
     assert result["stages_used"] == 2 and 0.0 <= result["test_reward"] <= 1.0
     with pytest.raises(UserError):
         TrainingRun.start(Settings("sorting", policy_path=str(tmp_path / "nope")), str(tmp_path / "runs"))
+
+
+def test_the_first_update_sees_the_sampling_weights_through_dropout(model_dir, monkeypatch):
+    """GPT-2's config turns dropout on (0.1 everywhere); the first update's ratio must still be 1."""
+    from transformers import GPT2LMHeadModel
+
+    from loopwise.training import grpo
+
+    policy, vocab = load_hf_policy(model_dir)
+    config = policy.model.config
+    assert (config.resid_pdrop, config.embd_pdrop, config.attn_pdrop) == (0.1, 0.1, 0.1)
+    assert isinstance(policy.model, GPT2LMHeadModel)
+    calls, original = [], grpo.token_logprobs
+
+    def recorded(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append((out[0] if isinstance(out, tuple) else out).detach().clone())
+        return out
+
+    monkeypatch.setattr(grpo, "token_logprobs", recorded)
+    task = Reverse()
+    rng = random.Random(0)
+    pool = [task.example(rng) for _ in range(20)]
+    cfg = StageConfig(max_completion_length=5, num_generations=4, prompts_per_step=2)
+    trainer = GRPOTrainer(policy, vocab, task, cfg, pool, seed=0)
+    policy.train()  # as after a warm start
+    trainer.step()
+    old, new = calls[0], calls[1]  # the sampling weights' log-probabilities, then the first update's
+    assert torch.allclose(torch.exp(new - old), torch.ones_like(old), atol=1e-6, rtol=0)
+
+
+def _bpe_tokenizer():
+    """A BPE trained here on a few sums, so that answers take fewer tokens than characters."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.decoder = decoders.Fuse()
+    corpus = ["12+34=46", "46+12=58", "100+23=123", "58+46=104", "123+100=223"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=40, special_tokens=["<eos>", "<pad>", "\n"],
+                                                        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+
+
+def test_the_warm_start_learns_exactly_the_answer_tokens():
+    from loopwise.training.grpo import supervised_batch
+    from tests.training.test_grpo import Ex
+
+    tokenizer = _bpe_tokenizer()
+    vocab = HFVocab(tokenizer, len(tokenizer))
+    examples = [Ex("12+34=", "46"), Ex("100+23=", "123"), Ex("58+46=", "104"), Ex("1+2=", "3")]
+    answers = [vocab.encode(e.answer) for e in examples]
+    assert any(len(a) != len(e.answer) for a, e in zip(answers, examples))  # characters are not tokens
+    ids, valid, mask = supervised_batch(vocab, examples, "cpu")
+    for row, ok, learned, e, answer in zip(ids.tolist(), valid.tolist(), mask.tolist(), examples, answers):
+        real = [i for i, v in zip(row, ok) if v]
+        assert real == vocab.encode(e.prompt) + answer + [vocab.end]
+        assert [i for i, m in zip(row, learned) if m] == answer + [vocab.end]
+        assert sum(learned) == len(answer) + 1

@@ -128,8 +128,9 @@ def test_unfinished_run_with_two_tree_stages_and_no_results(tmp_path):
     html = _html(store)
     assert "Stage tree: 2 nodes + the base" in html
     assert "unfinished: no method has a result yet" in html
-    assert re.search(r"<td>tree</td><td>unfinished</td><td>2</td><td>0.400</td><td>-</td>", html)
-    assert re.search(r"<td>fixed</td><td>not started</td><td>0</td><td>-</td><td>-</td>", html)
+    # compute from the stage events: 2 stages of 3 steps x 4 prompts x 4 completions, no token counts
+    assert re.search(r"<td>tree</td><td>unfinished</td><td>2</td><td>96</td><td>0</td><td>0.400</td><td>-</td>", html)
+    assert re.search(r"<td>fixed</td><td>not started</td><td>0</td><td>0</td><td>0</td><td>-</td><td>-</td>", html)
     assert "none yet" in html  # no directions before a result
 
 
@@ -139,7 +140,8 @@ def test_baselines_only(tmp_path):
     html = _html(store)
     assert "Stage tree" not in html and "Tree nodes" not in html
     for method, test in (("fixed", "0.530"), ("staged", "0.562"), ("grid", "0.431"), ("random", "0.470")):
-        assert re.search(rf"<td>{method}</td><td>done</td><td>4</td><td>[0-9.]+</td><td>{test}</td>", html)
+        assert re.search(rf"<td>{method}</td><td>done</td><td>4</td><td>[0-9,]+</td><td>[0-9,]+</td><td>[0-9.]+</td>"
+                         rf"<td>{test}</td>", html)
     assert "Other metrics per step of the best staged schedule, by stage" in html  # best tune among baselines
     assert "= constant" in html
 
@@ -180,3 +182,28 @@ def test_loopwise_report_writes_the_training_report(tmp_path, as_json):
     assert str(report) in done.stdout and report.is_file()
     html = report.read_text(encoding="utf-8")
     assert "Methods at an equal stage budget" in html and "<td>0.625</td>" in html  # the training report, not the kernels'
+
+
+def test_compute_per_method_and_a_task_without_difficulty(tmp_path):
+    """Samples and tokens: a result's own counts, else its stage events' (counted from their
+    configs and mean lengths); a difficulty nobody set shows as "-", never "None"."""
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("settings", {"task": "custom", "methods": ["tree", "staged"], "budget": 2, "depth": 1,
+                              "preset": "smoke", "seed": 0, "difficulty": None})
+    config = {**_cfg(), "difficulty": None}
+    trace = [{"step": 1, "reward": 0.5, "completions/mean_length": 2.5, "completions/samples": 16,
+              "completions/tokens": 40}, {"step": 2, "reward": 0.5, "completions/mean_length": 3.0},
+             {"step": 2, "eval/reward": 0.4}]
+    store.append("stage", {"key": "a", "method": "tree", "node": 1, "parent": 0, "depth": 1, "config": config,
+                           "trace": trace, "tune": 0.4})
+    store.append("stage", {"key": "b", "method": "staged", "rep": 0, "stage": 0, "config": config, "trace": trace,
+                           "tune": 0.3})
+    store.append("result", {"method": "tree", "configs": [config], "traces": [trace], "tune_reward": 0.4,
+                            "test_reward": 0.5, "stages_used": 1, "samples": 1234, "tokens": 56789}, key="tree")
+    store.append("result", {"method": "staged", "configs": [config], "traces": [trace], "tune_reward": 0.3,
+                            "test_reward": 0.4, "stages_used": 1}, key="staged")
+    html = _html(store)
+    assert "None" not in html.replace(get_plotlyjs(), "")
+    assert "<td>0 / -</td>" in html
+    assert re.search(r"<td>tree</td><td>done</td><td>1</td><td>1,234</td><td>56,789</td>", html)
+    assert re.search(r"<td>staged</td><td>done</td><td>1</td><td>32</td><td>88</td>", html)  # 16 + 40, 16 x 3.0

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
 from loopwise.training import search
 from loopwise.training.run import Settings, TrainingRun
@@ -41,6 +42,16 @@ def test_every_method_spends_the_same_budget_from_the_same_base(tiny, tmp_path):
     assert len(results["tree"]["configs"]) <= 2
     for r in results.values():
         assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
+    # compute: every stage a method trained, re-derived from the stage events' configs and traces
+    stages = [e.payload for e in SqliteRunStore.open(str(tmp_path), run.store.meta.run_id).events(kind="stage")]
+    for m, r in results.items():
+        own = [p for p in stages if p["method"] == m]
+        samples = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] * p["config"]["num_generations"]
+                      for p in own)
+        tokens = sum(round(row["completions/mean_length"] * p["config"]["prompts_per_step"]
+                           * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
+        assert (r["samples"], r["tokens"]) == (samples, tokens), m
+    assert results["staged"]["samples"] == 4 * TINY.stage_steps * TINY.prompts_per_step * TINY.num_generations
 
 
 def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
@@ -113,3 +124,33 @@ def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
     here, there = go(), go("--workers", "cpu,cpu")
     assert _summary(there["results"]) == _summary(here["results"])
     assert {r["worker"] for r in there["results"].values()} == {"worker-0:cpu", "worker-1:cpu"}
+
+
+def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from loopwise.training.cli import _table
+
+    monkeypatch.setenv("COLUMNS", "220")
+    config = {"steps": 3, "learning_rate": 1e-4, "beta": 0.0, "temperature": 1.0, "difficulty": None,
+              "max_completion_length": 6, "num_generations": 4, "entropy_coef": 0.0, "epsilon_high": 0.28}
+    common = {"base_tune_reward": 0.2, "base_test_reward": 0.25, "tune_reward": 0.3, "test_reward": 0.3,
+              "stages_used": 2, "seconds": 1.0, "directions": {}}
+    results = {"tree": {**common, "configs": [config, {**config, "num_generations": 8}], "samples": 12345,
+                        "tokens": 67890},
+               "staged": {**common, "configs": [config, config]}}  # a result without compute
+    run = SimpleNamespace(session=SimpleNamespace(warm={"steps": 10, "pass_rate": 0.3}),
+                          settings=SimpleNamespace(task="custom"))
+    _table(run, results)
+    out = capsys.readouterr().out
+    assert "samples" in out and "tokens" in out and "None" not in out
+    tree = next(line for line in out.splitlines() if "│ tree" in line)
+    staged = next(line for line in out.splitlines() if "│ staged" in line)
+    assert "12,345" in tree and "67,890" in tree and "num_generations 4->8" in tree
+    assert [c.strip() for c in staged.split("│")][2:5] == ["2", "-", "-"]
+
+
+def test_every_preset_runs_stages_long_enough_to_diagnose():
+    from loopwise.training.diagnose import MIN_STEPS
+
+    assert all(p.stage_steps >= MIN_STEPS for p in search.PRESETS.values())
