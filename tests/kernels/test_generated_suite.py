@@ -74,10 +74,14 @@ def test_suite_covers_the_grammar(suite):
     assert len(odd) >= 0.15 * COUNT
 
 
-def test_full_scale_inputs_are_a_gpu_workload():
-    for problem in generate_suite(40, SEED):
-        size = sum(i.type.numel * (2 if i.type.dtype in ("bfloat16", "float16") else 4) for i in _inputs(problem))
+def test_full_scale_problems_move_megabytes_to_hundreds_of_megabytes():
+    for problem in generate_suite(COUNT, SEED):
+        moved = [i.type for i in _inputs(problem)] + [problem.chain.out]
+        size = sum(t.numel * _BYTES[t.dtype] for t in moved)
         assert 1 << 20 <= size <= 1 << 30, problem.name
+
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8}
 
 
 def _inputs(problem):

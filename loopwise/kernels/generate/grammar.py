@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 DTYPES = ("float32", "bfloat16", "float16")
 # Largest magnitude a value may reach (a rough bound the ops carry along): fp16 overflows at 65504.
 MAG_LIMIT = {"float32": 1e30, "bfloat16": 1e30, "float16": 2e4}
-# Elements of a problem's main input at scale 1 (4 MB to 128 MB of fp32).
-BASE_ELEMENTS = (1 << 20, 1 << 25)
+# Elements of a problem's main input at scale 1 (8 MB to 128 MB of fp32).
+BASE_ELEMENTS = (1 << 21, 1 << 25)
 ODD_SIZES = (3, 7, 33, 127, 1000, 1023, 4097)
 
 
@@ -101,10 +101,11 @@ class Sizing:
         near = [power - 1, power + 1, 2 * power // 3 * 2 + 1] + [s for s in ODD_SIZES if about / 4 <= s <= about * 4]
         return max(low, self.rng.choice([n for n in near if n >= 1] or [power]))
 
-    def shape(self, rank: int, last: float | None = None, lead: tuple[int, ...] = ()) -> tuple[int, ...]:
-        """``lead``, then ``rank`` sizes so that the product is near the budget (the last one near
-        ``last`` if given)."""
-        total = max(1.0, math.log2(self.elements / math.prod(lead)))
+    def shape(self, rank: int, last: float | None = None, lead: tuple[int, ...] = (),
+              elements: int | None = None) -> tuple[int, ...]:
+        """``lead``, then ``rank`` sizes so that the product is near ``elements`` (default: the
+        budget), the last one near ``last`` if given."""
+        total = max(1.0, math.log2((elements or self.elements) / math.prod(lead)))
         weights = [self.rng.uniform(0.3, 1.0) for _ in range(rank)]
         if last is not None:
             total -= math.log2(max(1.0, last))

@@ -20,10 +20,12 @@ class Embedding(Op):
 
     def start(self, sizing: Sizing, dtype: str) -> TensorType:
         vocab = sizing.dim(sizing.pick((1000, 32000, 50257)))
-        return TensorType(sizing.shape(2, lead=()), "int64", bound=vocab)
+        # tokens for a table row of about 16 to 64 elements each, so the lookup's output fills the budget
+        return TensorType(sizing.shape(2, elements=max(4, sizing.elements // 16)), "int64", bound=vocab)
 
     def apply(self, t: TensorType, sizing: Sizing, tag: str) -> Step | None:
-        width = sizing.dim(max(2.0, min(sizing.pick((64, 256, 1024)), sizing.cap / max(t.numel, t.bound))))
+        room = min(sizing.cap / t.numel, 8 * sizing.cap / t.bound)  # the output and the table both fit
+        width = sizing.dim(max(2.0, min(sizing.pick((64, 256, 1024)), room)))
         out = TensorType(t.shape + (width,), sizing.dtype)
         if not fits(out, sizing) or t.bound * width > 8 * sizing.cap:
             return None
