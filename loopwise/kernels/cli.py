@@ -1,4 +1,4 @@
-"""``loopwise kernels ...``: eval, check, baseline, optimize, profile, tools, sass, codesearch."""
+"""``loopwise kernels ...``: eval, check, baseline, optimize, bench, generate, profile, tools, sass, codesearch."""
 
 from __future__ import annotations
 
@@ -253,6 +253,31 @@ def bench_cmd(
     cfg = _config(config, overrides, _where(device, kernelbench, runs_dir), resume=(resume, "kernels.bench"))
     raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,
                                executor=(executor, workers, ray_address)))
+
+
+@app.command("generate")
+def generate_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder to write level1/ (single ops) and level2/ (chains) into."),
+    count: int = typer.Option(200, "--count", help="Problems to write."),
+    seed: int = typer.Option(0, "--seed", help="The suite: a seed gives the same files on every machine."),
+    scale: float = typer.Option(1.0, "--scale", help="Multiplies every tensor's size (1: a GPU workload of MBs to "
+                                "hundreds of MBs; 0.0005: tiny, for a CPU)."),
+    as_json: bool = JSON,
+) -> None:
+    """Write a generated suite of KernelBench-format problems (1-6 ops from a typed grammar of PyTorch
+    operations); bench it with `loopwise kernels bench --kernelbench OUT --levels 1,2`."""
+    from loopwise.kernels.generate import write_suite
+
+    if count < 1 or scale <= 0:
+        raise UserError("--count must be at least 1 and --scale above 0")
+    paths = write_suite(out, count, seed, scale)
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "seed": seed, "scale": scale, "problems": [str(p) for p in paths]},
+                              indent=2))
+        return
+    singles = sum(1 for p in paths if p.parent.name == "level1")
+    typer.echo(f"wrote {len(paths)} problems of seed {seed} to {out} ({singles} single ops in level1/, "
+               f"{len(paths) - singles} chains in level2/)")
 
 
 @app.command("profile")

@@ -88,3 +88,19 @@ def _inputs(problem):
     from loopwise.kernels.generate.grammar import Input
 
     return [Input("x", problem.chain.main)] + [i for step in problem.chain.steps for i in step.inputs]
+
+
+def test_generate_command_writes_a_folder_that_bench_selects(tmp_path):
+    from typer.testing import CliRunner
+
+    from loopwise.cli import app
+    from loopwise.kernels.bench import select_problems
+
+    result = CliRunner().invoke(app, ["kernels", "generate", "--out", str(tmp_path), "--count", "12",
+                                      "--seed", "3", "--scale", str(TINY)])
+    assert result.exit_code == 0, result.output
+    assert "wrote 12 problems of seed 3" in result.output
+    selected = select_problems(tmp_path, [1, 2], "all")
+    assert sorted(pid for _, pid, _ in selected) == list(range(1, 13))
+    assert [p.read_text(encoding="utf-8") for _, _, p in sorted(selected, key=lambda s: s[1])] == \
+        [p.source for p in generate_suite(12, 3, TINY)]
