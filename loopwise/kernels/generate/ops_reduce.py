@@ -110,7 +110,8 @@ class Scan(Op):
         return TensorType(sizing.shape(2, last=min(last, CUMPROD_MAX) if last else None), dtype)
 
     def apply(self, t: TensorType, sizing: Sizing, tag: str) -> Step | None:
-        dims = [d for d, s in enumerate(t.shape) if s >= 2 and (not self.name.startswith("cumprod") or s <= CUMPROD_MAX)]
+        longest = CUMPROD_MAX if self.name.startswith("cumprod") else t.numel
+        dims = [d for d, s in enumerate(t.shape) if 2 <= s <= longest]
         if not dims:
             return None
         d = sizing.pick(dims)
