@@ -68,7 +68,8 @@ def _llama_parts():
         """Rotary position embedding of ``x`` ``[b, h, s, d]`` at positions ``start, start+1, ...``."""
         d, s = x.shape[-1], x.shape[-2]
         inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-        angles = (torch.arange(start, start + s, dtype=torch.float32, device=x.device)[:, None] * inv[None, :]).repeat(1, 2)
+        positions = torch.arange(start, start + s, dtype=torch.float32, device=x.device)
+        angles = (positions[:, None] * inv[None, :]).repeat(1, 2)
         half = torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1)
         return x * angles.cos() + half * angles.sin()
 
