@@ -256,3 +256,12 @@ def test_a_transposed_convolution_is_a_convolution_with_an_affine_write():
     imported = import_module(m, (x,))
     (op,) = imported.graph.operators
     assert imported.unsupported == {} and op.name.startswith("convolution:") and op.macs == 4 * 8 * 4 * 4 * 2 * 2
+
+
+def test_a_decode_layer_grown_cache_plan_passes_the_replay():
+    from loopwise.memory.verify import describe, verify
+
+    g = load_torch("zoo:llama7b_layer_decode", batch=1, seq=256).graph
+    p = plan(g, capacity_bytes=1 << 20)
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert verdict.ok, "\n".join(describe(verdict))
