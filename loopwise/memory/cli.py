@@ -16,7 +16,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 
 MODEL = typer.Argument(..., help="An ONNX model file (weights not needed: shapes are inferred), zoo:NAME "
                                   "(resnet50, mobilenet_v2, bert-base, gpt2) or torchvision:NAME.")
-TARGET = typer.Option("neuroncore-v2", "--target", help="A built-in target (neuroncore-v2, gpu-sm-shared) or a YAML file.")
+TARGET = typer.Option("neuroncore-v2", "--target", help="A built-in target (neuroncore-v2, gpu-sm-shared, "
+                      "scratchpad-1mib, scratchpad-96mib) or a YAML file.")
 ELEM = typer.Option(2, "--elem-bytes", help="Bytes per element (2: bf16).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
 BATCH = typer.Option(1, "--batch", min=1, help="Batch size of a zoo or torchvision model (an ONNX file has its own).")

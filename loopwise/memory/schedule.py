@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from loopwise.memory.ir import Operator
 from loopwise.memory.polyhedral import footprint
-from loopwise.memory.tiling import tile_counts, tile_sizes, traffic
+from loopwise.memory.tiling import tile_counts, tile_footprints, tile_sizes, traffic
 
 
 def build_schedule(planner, groups) -> dict:
@@ -61,8 +61,9 @@ def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
     sizes, counts = tile_sizes(op, choice.tiles), tile_counts(op, choice.tiles)
     first = {d: (0, s) for d, s in sizes.items()}
     second = {d: (s if counts[d] > 1 else 0, s) for d, s in sizes.items()}
+    largest = tile_footprints(op, choice.tiles)
     for t in op.tensors:
-        held = max(footprint(op, t.name, first), footprint(op, t.name, second)) * t.elem_bytes
+        held = max(footprint(op, t.name, first), footprint(op, t.name, second), largest[t.name]) * t.elem_bytes
         step["alloc"].append([t.name, held])
         if moved[t.name].loads:
             step["load"].append([t.name, moved[t.name].loads * t.elem_bytes])

@@ -93,14 +93,33 @@ def traffic_bytes(op: Operator, tiles: dict[str, int], order: list[str]) -> int:
 
 
 def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
-    """Scratchpad bytes the largest tile holds: every tensor's footprint of a full tile, the second
-    along a dimension when it is full too (away from the padding at the start), else the first. The
-    remainder tile of an uneven split is smaller and never the one measured."""
+    """Scratchpad bytes the largest tile holds: the sum of :func:`tile_footprints` in bytes."""
+    sizes = {t.name: t.elem_bytes for t in op.tensors}
+    return sum(n * sizes[t] for t, n in tile_footprints(op, tiles).items())
+
+
+def tile_footprints(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+    """Per tensor, the elements of it the tile that holds the most of it touches. A tensor read
+    everywhere is measured at a full tile: the second along a dimension when it is full too (away
+    from the padding at the start), else the first; the remainder tile of an uneven split is
+    smaller and never the one measured. A tensor read only where a guard holds (a part of a
+    concatenation) may sit anywhere along a dimension, so the first, the last full and the last
+    tile are measured too, and a part none of them touches is held whole."""
     from loopwise.memory.polyhedral import footprint
 
-    size = tile_sizes(op, tiles)
+    size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
     full = {d: (size[d] if 2 * size[d] <= e else 0, size[d]) for d, e in op.dims.items()}
-    return sum(footprint(op, t.name, full) * t.elem_bytes for t in op.tensors)
+    ends = ({d: (0, size[d]) for d in op.dims},
+            {d: (max(0, (e // size[d] - 1) * size[d]), size[d]) for d, e in op.dims.items()},
+            {d: ((counts[d] - 1) * size[d], size[d]) for d in op.dims})
+    guarded = {a.tensor for a in (*op.reads, *op.writes) if a.guard}
+    out = {}
+    for t in op.tensors:
+        n = footprint(op, t.name, full)
+        if t.name in guarded:
+            n = max(n, *(footprint(op, t.name, tile) for tile in ends)) or footprint(op, t.name, {})
+        out[t.name] = n
+    return out
 
 
 def _count(relation) -> int:

@@ -94,7 +94,7 @@ def load_torch(spec: str, batch: int = 1, seq: int | None = None, elem_bytes: in
     from loopwise.memory.zoo import build
 
     module, args, kwargs = build(spec, batch, seq)
-    name = spec.partition(":")[2] + f"-b{batch}" + (f"-s{args[0].shape[1]}" if args[0].dim() == 2 else "")
+    name = spec.partition(":")[2] + f"-b{batch}" + (f"-s{_length(args)}" if _length(args) else "")
     return import_module(module, args, kwargs, name=name, elem_bytes=elem_bytes)
 
 
@@ -107,6 +107,14 @@ def import_module(module, args: tuple, kwargs: dict | None = None, name: str = "
     except Exception as exc:  # noqa: BLE001 - a user's model: one line on why it does not export
         raise UserError(f"{name}: torch.export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     return _Builder(ep, name, elem_bytes).build()
+
+
+def _length(args) -> int | None:
+    """The sequence length of a text model's inputs: token ids ``[b, s]``, hidden states
+    ``[b, s, d]``, or a key cache ``[b, h, s, d]`` beside one token."""
+    if len(args) > 1 and args[1].dim() == 4:
+        return int(args[1].shape[2])
+    return int(args[0].shape[1]) if args[0].dim() in (2, 3) else None
 
 
 def _tidy(expr: str) -> str:
@@ -497,6 +505,10 @@ class _Builder:
     def _op_conv2d(self, node, val) -> None:
         a = list(node.args) + [None, [1, 1], [0, 0], [1, 1], 1][len(node.args) - 2:]
         self._conv(node, val, self.ref(a[0]), self.ref(a[1]), self.ref(a[2]), a[3], a[4], a[5], int(a[6]), False)
+
+    def _op_conv_transpose2d(self, node, val) -> None:
+        a = list(node.args) + [None, [1, 1], [0, 0], [0, 0], 1, [1, 1]][len(node.args) - 2:]
+        self._conv(node, val, self.ref(a[0]), self.ref(a[1]), self.ref(a[2]), a[3], a[4], a[7], int(a[6]), True)
 
     def _conv(self, node, val, x, w, b, stride, padding, dilation, groups, transposed) -> None:
         if len(x.shape) != 4:

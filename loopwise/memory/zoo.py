@@ -7,6 +7,11 @@
 - ``bert-base`` and ``gpt2``: ``transformers``' BertModel and GPT2Model (no task head) from their
   default configurations (BERT-base, GPT-2 small), eager attention so that the attention's matrix
   products and softmax are operators of their own.
+- ``vit_b16``, ``llama7b_layer_prefill`` and ``llama7b_layer_decode`` (:mod:`loopwise.memory.zoo_transformer`):
+  ViT-B/16 at 224x224, and one Llama-7B-shaped decoder layer over a prompt (``--seq``, default 2048)
+  or for one new token beside a key/value cache of ``--seq`` positions (default 4096).
+- ``convnext_t`` and ``unet_small`` (:mod:`loopwise.memory.zoo_convnet`): ConvNeXt-T at 224x224 and a
+  four-level U-Net on 3x256x256 with skip concatenations.
 
 ``build(spec, batch, seq)`` returns the module and its example inputs, both on the meta device.
 """
@@ -17,7 +22,9 @@ from loopwise.errors import UserError
 
 VISION = ("resnet50", "mobilenet_v2", "efficientnet_b0")
 TEXT = {"bert-base": 128, "gpt2": 1024}  # default sequence lengths (the issue's measurement)
-ZOO = (*VISION, *TEXT)
+IMAGES = {"vit_b16": 224, "convnext_t": 224, "unet_small": 256}  # input side of each image model
+LLAMA = {"llama7b_layer_prefill": 2048, "llama7b_layer_decode": 4096}  # default prompt / cache length
+ZOO = (*VISION, *TEXT, *IMAGES, *LLAMA)
 
 
 def _resnet50():
@@ -140,6 +147,27 @@ def _transformers(name: str):
     return transformers.GPT2Model(transformers.GPT2Config(attn_implementation="eager", use_cache=False))
 
 
+def _modern(name: str, batch: int, seq: int | None):
+    """The models of :mod:`~loopwise.memory.zoo_transformer` and :mod:`~loopwise.memory.zoo_convnet`
+    with their example inputs (called on the meta device)."""
+    import torch
+
+    from loopwise.memory import zoo_convnet, zoo_transformer
+
+    if name in IMAGES:
+        module = {"vit_b16": zoo_transformer.vit_b16, "convnext_t": zoo_convnet.convnext_t,
+                  "unet_small": zoo_convnet.unet_small}[name]()
+        side = IMAGES[name]
+        return module.eval(), (torch.zeros(batch, 3, side, side),), {}
+    length, dim = seq or LLAMA[name], zoo_transformer.LLAMA["dim"]
+    module = zoo_transformer.llama7b_layer(decode=name.endswith("decode")).eval()
+    if name.endswith("prefill"):
+        return module, (torch.zeros(batch, length, dim),), {}
+    heads = zoo_transformer.LLAMA["heads"]
+    cache = torch.zeros(batch, heads, length, dim // heads)
+    return module, (torch.zeros(batch, 1, dim), cache, cache.clone()), {}
+
+
 def build(spec: str, batch: int = 1, seq: int | None = None):
     """``(module, args, kwargs)`` for ``zoo:NAME`` or ``torchvision:NAME``, on the meta device, in eval mode."""
     import torch
@@ -164,6 +192,8 @@ def build(spec: str, batch: int = 1, seq: int | None = None):
         if name in VISION:
             module = {"resnet50": _resnet50, "mobilenet_v2": _mobilenet_v2, "efficientnet_b0": _efficientnet_b0}[name]()
             return module.eval(), (torch.zeros(batch, 3, 224, 224),), {}
+        if name in IMAGES or name in LLAMA:
+            return _modern(name, batch, seq)
         module = _transformers(name).eval()
         length = seq or TEXT[name]
         limit = module.config.max_position_embeddings if name == "bert-base" else module.config.n_positions

@@ -1,4 +1,4 @@
-"""Scratchpad targets: the two built in, a user's own file, and one-line errors for bad ones."""
+"""Scratchpad targets: the four built in, a user's own file, and one-line errors for bad ones."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from loopwise.memory.targets import builtin_targets, load_target
 
 
 def test_builtin_targets_load_with_the_documented_capacities():
-    assert builtin_targets() == ["gpu-sm-shared", "neuroncore-v2"]
+    assert builtin_targets() == ["gpu-sm-shared", "neuroncore-v2", "scratchpad-1mib", "scratchpad-96mib"]
     neuron = load_target("neuroncore-v2")
     assert neuron.scratchpad.bytes == 24 * 2**20 and neuron.scratchpad.partitions == 128
     assert neuron.accumulator.bytes == 2 * 2**20 and neuron.dma.descriptor_per_partition
     assert load_target("gpu-sm-shared").scratchpad.bytes == 227 * 1024
+    assert load_target("scratchpad-1mib").scratchpad.bytes == 2**20
+    assert load_target("scratchpad-96mib").scratchpad.bytes == 96 * 2**20
 
 
 def test_a_users_yaml_file_is_validated(tmp_path):

@@ -65,3 +65,30 @@ def _every_tile_footprint_bytes(op, tiles):
 ])
 def test_the_capacity_check_measures_the_largest_tile_not_the_remainder(op, tiles):
     assert buffer_bytes(op, tiles) == _every_tile_footprint_bytes(op, tiles)
+
+
+def _append_one_row():
+    """``out[i] = cat(cache, new)[i]``: a copy of a 4095-row cache grown by one row at the end (a
+    decode step's grown key cache), each row 64 elements."""
+    from loopwise.memory.ir import Access, Operator, Tensor
+
+    tensors = (Tensor("cache", (4095, 64)), Tensor("new", (1, 64)), Tensor("out", (4096, 64)))
+    reads = (Access("cache", ("i", "j"), "i < 4095"), Access("new", ("i - 4095", "j"), "4095 <= i < 4096"))
+    return Operator("copy", {"i": 4096, "j": 64}, tensors, reads, (Access("out", ("i", "j")),))
+
+
+def test_a_part_that_only_the_last_tile_reads_is_held_on_chip():
+    op = _append_one_row()
+    # a tile reads 512 cache rows at most; only the last one reads the new row
+    assert buffer_bytes(op, {"i": 512}) == (512 + 1 + 512) * 64 * 2
+
+
+def test_a_tiled_copy_of_a_grown_cache_passes_the_replay():
+    from loopwise.memory.graph import Graph
+    from loopwise.memory.planner import plan
+    from loopwise.memory.verify import verify
+
+    g = Graph("grow", (_append_one_row(),), frozenset(), declared_outputs=frozenset({"out"}))
+    p = plan(g, 256 * 1024)
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert verdict.ok, verdict.violations

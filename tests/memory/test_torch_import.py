@@ -217,3 +217,51 @@ def test_a_concatenation_returned_twice_is_copied_once():
         g = import_module(Twice(), (torch.zeros(2, 8), torch.zeros(3, 8)), name="twice").graph
     assert [op.name.split(":")[0] for op in g.operators] == ["copy"]
     assert g.compulsory_bytes() == (2 * 8 + 3 * 8 + 5 * 8) * 2
+
+
+@pytest.mark.parametrize("name,params", [("vit_b16", 86_567_656), ("convnext_t", 28_589_128)])
+def test_vit_and_convnext_import_whole_with_their_published_parameter_counts(name, params):
+    imported = load_torch(f"zoo:{name}", batch=1)
+    g = imported.graph
+    assert imported.unsupported == {}
+    assert sum(math.prod(g.tensors()[w].shape) for w in g.weights) == params
+
+
+def test_unet_transposed_convolutions_and_skip_concatenations_are_modelled():
+    imported = load_torch("zoo:unet_small", batch=1)
+    kinds = [op.name.split(":")[0] for op in imported.graph.operators]
+    assert imported.unsupported == {} and kinds.count("convolution") == 23  # 18 3x3, 4 transposed, 1 head
+    assert imported.folded.count("cat") == 4
+
+
+def test_llama_layer_in_prefill_and_decode_stores_the_grown_caches():
+    layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+    prefill = load_torch("zoo:llama7b_layer_prefill", batch=1, seq=64)
+    decode = load_torch("zoo:llama7b_layer_decode", batch=2, seq=128)
+    for imported in (prefill, decode):
+        g = imported.graph
+        assert imported.unsupported == {}
+        assert sum(math.prod(g.tensors()[w].shape) for w in g.weights) == layer
+    assert prefill.graph.name == "llama7b_layer_prefill-b1-s64" and decode.graph.name == "llama7b_layer_decode-b2-s128"
+    cache = 2 * 32 * 128 * 128  # batch 2: keys and values in, each grown by a position out
+    grown = 2 * 32 * 129 * 128
+    assert decode.graph.compulsory_bytes() == 2 * (layer + 2 * 2 * 4096 + 2 * cache + 2 * grown)  # x in, y out
+
+
+def test_a_transposed_convolution_is_a_convolution_with_an_affine_write():
+    import torch.nn as nn
+
+    with torch.device("meta"):
+        m, x = nn.ConvTranspose2d(8, 4, 2, 2), torch.zeros(1, 8, 4, 4)
+    imported = import_module(m, (x,))
+    (op,) = imported.graph.operators
+    assert imported.unsupported == {} and op.name.startswith("convolution:") and op.macs == 4 * 8 * 4 * 4 * 2 * 2
+
+
+def test_a_decode_layer_grown_cache_plan_passes_the_replay():
+    from loopwise.memory.verify import describe, verify
+
+    g = load_torch("zoo:llama7b_layer_decode", batch=1, seq=256).graph
+    p = plan(g, capacity_bytes=1 << 20)
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert verdict.ok, "\n".join(describe(verdict))

@@ -1,5 +1,6 @@
-"""Scratchpad targets as YAML with a validated schema; two ship with loopwise
-(``neuroncore-v2``, ``gpu-sm-shared``), and a user's own file is given by its path."""
+"""Scratchpad targets as YAML with a validated schema; four ship with loopwise
+(``neuroncore-v2``, ``gpu-sm-shared``, ``scratchpad-1mib``, ``scratchpad-96mib``),
+and a user's own file is given by its path."""
 
 from __future__ import annotations
 
