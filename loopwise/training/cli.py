@@ -1,5 +1,5 @@
 """``loopwise training ...``: search staged GRPO schedules for a task, and run the baselines at the
-same stage budget from the same base policy."""
+same compute budget (generated samples or tokens) from the same base policy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from loopwise.errors import UserError
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 TASK = typer.Argument(..., help="arithmetic, sorting, countdown or rg_chain_sum (needs reasoning-gym).")
-BUDGET = typer.Option(8, "--budget-stages", min=1, help="Stages each method may train (the equal budget).")
+BUDGET = typer.Option(8, "--budget-stages", min=1, help="The default budget: this many of the preset's default "
+                      "stages, counted in generated samples (each method spends at most as many).")
+SAMPLES = typer.Option(None, "--budget-samples", min=1, help="Generated completions each method may spend "
+                       "(the equal budget; every stage the tree trains counts). Overrides --budget-stages.")
+TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; a "
+                      "stage starts only if it fits with every completion at full length.")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
 PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
                                                  "small or full (GPU).")
@@ -42,7 +47,7 @@ WORKERS = typer.Option(None, "--workers", help="Train the methods at once on wor
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001).")
 
 
-def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
+def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
         policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search") -> None:
@@ -72,11 +77,12 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
     if resume:
         run = TrainingRun.resume(runs_dir, resume)
     else:
-        run = TrainingRun.start(Settings(task, methods, budget, depth, preset, seed, difficulty, proposer, device,
-                                         exchange_dir or "", llm or {}, policy_path or ""), runs_dir)
-    s = run.settings
+        stages, samples, tokens = budget
+        run = TrainingRun.start(Settings(task, methods, stages, depth, preset, seed, difficulty, proposer, device,
+                                         exchange_dir or "", llm or {}, policy_path or "", samples, tokens), runs_dir)
+    s, b = run.settings, run.budget
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
-              f"{s.budget} stages per method, depth {s.depth}, methods {', '.join(s.methods)}")
+              f"{b.amount:,} {b.unit} per method, depth {s.depth}, methods {', '.join(s.methods)}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=err, transient=False, disable=as_json) as bar:
         warm = bar.add_task("warm start", total=run.session.p.warm_max_steps, info="")
@@ -87,8 +93,8 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
         def on_stage(method: str, done: int, result) -> None:
             if method not in bars:
-                bars[method] = bar.add_task(method, total=s.budget, info="")
-            bar.update(bars[method], completed=min(done, s.budget), info=f"tune reward {result.tune_reward:.3f}")
+                bars[method] = bar.add_task(method, total=b.amount, info="")
+            bar.update(bars[method], completed=min(done, b.amount), info=f"tune reward {result.tune_reward:.3f}")
 
         try:
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
@@ -123,12 +129,13 @@ def _table(run, results: dict) -> None:
     c.print(f"base policy: warm start {w.get('steps')} steps, sampled pass rate {w.get('pass_rate', math.nan):.2f}; "
             f"greedy reward tune {base_tune:.3f}, test {base_test:.3f}")
     t = Table(title=f"{run.settings.task}: best schedule per method (test = held-out, never used to choose)")
-    for col in ("method", "stages", "samples", "tokens", "tune reward", "test reward", "vs base (test)", "schedule",
-                "s"):
+    for col in ("method", "stages", "budget", "samples", "tokens", "tune reward", "test reward", "vs base (test)",
+                "schedule", "s"):
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), _count(r.get("samples")), _count(r.get("tokens")),
+        t.add_row(m, str(r["stages_used"]), _budget(r.get("budget")), _count(r.get("samples")),
+                  _count(r.get("tokens")),
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
     c.print(t)
@@ -142,6 +149,11 @@ def _table(run, results: dict) -> None:
 def _count(v) -> str:
     """A compute count; a result written before results carried one has none."""
     return f"{v:,}" if isinstance(v, int) else "-"
+
+
+def _budget(budget) -> str:
+    """A method's budget, as ``6,144 samples``; a result written before budgets has none."""
+    return f"{budget['amount']:,} {budget['unit']}" if isinstance(budget, dict) else "-"
 
 
 def _describe(configs: list[dict]) -> str:
@@ -159,7 +171,8 @@ def _describe(configs: list[dict]) -> str:
 
 
 @app.command("search")
-def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
+def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAMPLES,
+               budget_tokens: int = TOKENS, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
@@ -168,20 +181,22 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, prese
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
-    _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer, exchange_dir, llm,
-        device, policy, executor=(executor, workers, ray_address))
+    _go(("tree",), task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
+        as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address))
 
 
 @app.command("baselines")
 def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,grid,random,tpe,pbt", "--methods",
                                                                 help="Comma list of tree, fixed, staged, grid, random, tpe, pbt."),
-                  budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
+                  budget: int = BUDGET, budget_samples: int = SAMPLES, budget_tokens: int = TOKENS,
+                  depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                   device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
                   ray_address: str = RAY_ADDRESS) -> None:
-    """The baselines at the same stage budget and from the same base (add ``tree`` to compare in one run)."""
+    """The baselines at the same compute budget and from the same base (add ``tree`` to compare in one run)."""
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not chosen:
         raise UserError("--methods is empty")
-    _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device,
+    _go(chosen, task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
+        as_json, device=device,
         policy_path=policy, executor=(executor, workers, ray_address), command="baselines")
