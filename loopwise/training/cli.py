@@ -50,19 +50,67 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster 
 def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
-        policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search") -> None:
+        policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search",
+        seeds: int = 1) -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
 
+    if seeds > 1 and resume:
+        raise UserError("--resume continues one run: leave out --seeds (or resume each seed's run)")
     err = make_console(stderr=True)
+    outs = []
     with dispatching(*executor) as dispatcher:  # a bad --workers is refused before anything is recorded
-        _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                       exchange_dir, llm, device, policy_path, err, dispatcher, command)
+        for i in range(seeds):  # each seed a whole comparison: its own base, data and method seeds
+            outs.append(_start_and_run(methods, task, budget, depth, preset, seed + i, difficulty, resume, runs_dir,
+                                       as_json, proposer, exchange_dir, llm, device, policy_path, err, dispatcher,
+                                       command))
+    if seeds == 1:
+        if as_json:
+            typer.echo(json.dumps(outs[0], indent=2, default=str))
+        return
+    summaries = summarize_seeds(outs)
+    if as_json:
+        typer.echo(json.dumps({"runs": outs, "statistics": summaries}, indent=2, default=str))
+    else:
+        _seeds_table(summaries, len(outs))
+
+
+def summarize_seeds(outs: list[dict]) -> list[dict]:
+    """Per method over the runs (one per seed): test reward's mean and 95% interval, and the tree's
+    test reward minus the method's, paired by seed, with its verdict."""
+    from dataclasses import asdict
+
+    from loopwise.training.stats import summarize
+
+    rewards = {o["settings"]["seed"]: {m: r["test_reward"] for m, r in o["results"].items()} for o in outs}
+    return [{"method": s.method, "test": asdict(s.test),
+             "versus_tree": asdict(s.versus_reference) if s.versus_reference else None,
+             "verdict": s.versus_reference.verdict() if s.versus_reference else "-"}
+            for s in summarize(rewards)]
+
+
+def _seeds_table(summaries: list[dict], n: int) -> None:
+    from rich.table import Table
+
+    from loopwise.core.console import console as make_console
+
+    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)")
+    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict"):
+        t.add_column(col, justify="left" if col in ("method", "verdict") else "right")
+    for s in summaries:
+        v = s["versus_tree"]
+        t.add_row(s["method"], f"{s['test']['mean']:.3f}", _span(s["test"]), f"{v['mean']:+.3f}" if v else "-",
+                  _span(v) if v else "-", s["verdict"])
+    make_console().print(t)
+
+
+def _span(iv: dict) -> str:
+    return "-" if math.isnan(iv["low"]) else f"[{iv['low']:+.3f}, {iv['high']:+.3f}]"
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> None:
+                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,
@@ -103,12 +151,10 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
             raise
         finally:
             run.close()
-    if as_json:
-        out = {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
-               "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
-        typer.echo(json.dumps(out, indent=2, default=str))
-        return
-    _table(run, results)
+    if not as_json:
+        _table(run, results)
+    return {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
+            "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
 
 
 def _resume_command(command: str, task: str, run) -> str:
@@ -192,11 +238,15 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
                   depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                   device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
-                  ray_address: str = RAY_ADDRESS) -> None:
+                  ray_address: str = RAY_ADDRESS,
+                  seeds: int = typer.Option(1, "--seeds", min=1, help="Run the comparison once per seed (--seed, "
+                                            "--seed + 1, ...) and report each method's mean test reward and the "
+                                            "tree's paired difference to it with a 95% interval (5 or more for a "
+                                            "claim).")) -> None:
     """The baselines at the same compute budget and from the same base (add ``tree`` to compare in one run)."""
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not chosen:
         raise UserError("--methods is empty")
     _go(chosen, task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
-        as_json, device=device,
-        policy_path=policy, executor=(executor, workers, ray_address), command="baselines")
+        as_json, device=device, policy_path=policy, executor=(executor, workers, ray_address), command="baselines",
+        seeds=seeds)

@@ -76,3 +76,25 @@ def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
                       confidence: float = CONFIDENCE) -> Interval:
     """``first - second`` per seed both have, and the t-interval of its mean."""
     return mean_interval([first[s] - second[s] for s in sorted(set(first) & set(second))], confidence)
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    """One method over seeds: its test reward, and ``reference - method`` paired by seed (None for
+    the reference itself, or when the reference did not run)."""
+
+    method: str
+    test: Interval
+    versus_reference: Interval | None
+
+
+def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = "tree") -> list[MethodSummary]:
+    """Per method (in the order first seen): its test rewards' interval over the seeds, and the
+    paired difference of ``reference`` to it. ``test_rewards`` is ``{seed: {method: reward}}``."""
+    methods = list(dict.fromkeys(m for by_method in test_rewards.values() for m in by_method))
+    per = {m: {s: r[m] for s, r in test_rewards.items() if m in r} for m in methods}
+    out = []
+    for m in methods:
+        versus = paired_difference(per[reference], per[m]) if reference in per and m != reference else None
+        out.append(MethodSummary(m, mean_interval(list(per[m].values())), versus))
+    return out

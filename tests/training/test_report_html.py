@@ -181,7 +181,8 @@ def test_loopwise_report_writes_the_training_report(tmp_path, as_json):
     assert done.returncode == 0, done.stderr
     assert str(report) in done.stdout and report.is_file()
     html = report.read_text(encoding="utf-8")
-    assert "Methods at an equal compute budget" in html and "<td>0.625</td>" in html  # the training report, not the kernels'
+    # the training report, not the kernels'
+    assert "Methods at an equal compute budget" in html and "<td>0.625</td>" in html
 
 
 def test_compute_per_method_and_a_task_without_difficulty(tmp_path):

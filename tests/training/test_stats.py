@@ -42,3 +42,13 @@ def test_one_seed_has_no_interval():
     iv = mean_interval([0.4])
     assert iv.mean == 0.4 and math.isnan(iv.low) and iv.verdict() == "one seed: no interval"
     assert math.isnan(mean_interval([]).mean)
+
+
+def test_summaries_compare_every_method_to_the_tree():
+    from loopwise.training.stats import summarize
+
+    rewards = {0: {"tree": 0.5, "grid": 0.4}, 1: {"tree": 0.6, "grid": 0.52}, 2: {"tree": 0.55, "grid": 0.44}}
+    tree, grid = summarize(rewards)
+    assert (tree.method, tree.versus_reference) == ("tree", None) and tree.test.mean == pytest.approx(0.55)
+    assert grid.method == "grid" and grid.versus_reference.mean == pytest.approx(0.0966667, abs=1e-6)
+    assert summarize({0: {"grid": 0.4}, 1: {"grid": 0.5}})[0].versus_reference is None

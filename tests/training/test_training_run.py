@@ -31,8 +31,9 @@ def _summary(results: dict) -> dict:
 def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp_path):
     stage = TINY.stage_steps * TINY.prompts_per_step * TINY.num_generations  # a default stage's samples
     budget = 5 * stage + 10
-    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt"), budget=4,
-                                     depth=2, difficulty=0, budget_samples=budget), str(tmp_path))
+    methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
+    run = TrainingRun.start(Settings("arithmetic", methods, budget=4, depth=2, difficulty=0, budget_samples=budget),
+                            str(tmp_path))
     results = run.run()
     run.close()
     assert set(results) == {"tree", "fixed", "staged", "grid", "random", "tpe", "pbt"}
@@ -170,3 +171,19 @@ def test_every_preset_runs_stages_long_enough_to_diagnose():
     from loopwise.training.diagnose import MIN_STEPS
 
     assert all(p.stage_steps >= MIN_STEPS for p in search.PRESETS.values())
+
+
+def test_seeds_run_whole_comparisons_and_report_paired_differences(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "baselines", "arithmetic", "--methods",
+                           "tree,staged", "--budget-stages", "1", "--depth", "1", "--difficulty", "0", "--seeds", "2",
+                           "--json", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert [r["settings"]["seed"] for r in out["runs"]] == [0, 1]
+    stats = {s["method"]: s for s in out["statistics"]}
+    assert set(stats) == {"tree", "staged"} and stats["tree"]["versus_tree"] is None
+    tests = [r["results"]["staged"]["test_reward"] for r in out["runs"]]
+    assert stats["staged"]["test"]["mean"] == pytest.approx(sum(tests) / 2) and stats["staged"]["test"]["n"] == 2
+    diffs = [r["results"]["tree"]["test_reward"] - r["results"]["staged"]["test_reward"] for r in out["runs"]]
+    assert stats["staged"]["versus_tree"]["mean"] == pytest.approx(sum(diffs) / 2)
+    assert stats["staged"]["verdict"] in ("higher", "lower", "no difference")
