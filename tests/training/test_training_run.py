@@ -13,6 +13,7 @@ import pytest
 from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
 from loopwise.training import search
+from loopwise.training.compute import Budget
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = search.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
@@ -66,6 +67,18 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
         assert share - per_step < c["steps"] * per_step <= share
 
 
+def test_a_token_budget_is_never_exceeded(tiny, tmp_path):
+    default = search.Session("arithmetic", "smoke", difficulty=0).default_config()
+    budget = 5 * Budget("tokens", 1).stage_cost(default)  # five default stages at full length
+    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "grid"), budget=4, depth=2, difficulty=0,
+                                     budget_tokens=budget), str(tmp_path))
+    results = run.run()
+    run.close()
+    for m, r in results.items():
+        assert r["budget"] == {"unit": "tokens", "amount": budget}, m
+        assert 0 < r["tokens"] <= budget and r["samples"] > 0, m
+
+
 def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
     settings = Settings("arithmetic", ("tree", "staged"), budget=4, depth=2, difficulty=0)
     straight = TrainingRun.start(settings, str(tmp_path / "a"))
@@ -101,6 +114,10 @@ def test_mistakes_are_one_line_errors(tmp_path):
         Settings("arithmetic", ("tree", "hyperband"))
     with pytest.raises(UserError, match="at least the depth"):
         Settings("arithmetic", budget=2, depth=3)
+    with pytest.raises(UserError, match="not both"):
+        Settings("arithmetic", budget_samples=100, budget_tokens=100)
+    with pytest.raises(UserError, match="below the schedule depth"):
+        search.run_method("staged", search.Session("arithmetic", "smoke"), Budget("samples", 10), depth=1)
     with pytest.raises(UserError, match="unknown task 'chess'"):
         TrainingRun.start(Settings("chess"), str(tmp_path))
     with pytest.raises(UserError, match="unknown preset"):
