@@ -46,6 +46,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -54,6 +55,9 @@ from loopwise.training.compute import Budget, Compute, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate, warm_start
 from loopwise.training.policy import Vocab, make_policy
+
+if TYPE_CHECKING:
+    from loopwise.training.transitions import Bounds
 
 EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
 
@@ -292,7 +296,7 @@ class Schedule:
 
 
 # -- methods ---------------------------------------------------------------------------------
-def tree_bounds(session: Session):
+def tree_bounds(session: Session) -> Bounds:
     """The knobs' ranges the tree's transitions keep to: the task's difficulties and the
     completion lengths that fit the policy's positions."""
     from loopwise.training.transitions import Bounds
