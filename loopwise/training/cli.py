@@ -1,5 +1,5 @@
 """``loopwise training ...``: search staged GRPO schedules for a task, and run the baselines at the
-same stage budget from the same base policy."""
+same compute budget (generated samples or tokens) from the same base policy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from loopwise.errors import UserError
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 TASK = typer.Argument(..., help="arithmetic, sorting, countdown or rg_chain_sum (needs reasoning-gym).")
-BUDGET = typer.Option(8, "--budget-stages", min=1, help="Stages each method may train (the equal budget).")
+BUDGET = typer.Option(8, "--budget-stages", min=1, help="The default budget: this many of the preset's default "
+                      "stages, counted in generated samples (each method spends at most as many).")
+SAMPLES = typer.Option(None, "--budget-samples", min=1, help="Generated completions each method may spend "
+                       "(the equal budget; every stage the tree trains counts). Overrides --budget-stages.")
+TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; a "
+                      "stage starts only if it fits with every completion at full length.")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
 PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
                                                  "small or full (GPU).")
@@ -42,22 +47,70 @@ WORKERS = typer.Option(None, "--workers", help="Train the methods at once on wor
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001).")
 
 
-def _go(methods: tuple[str, ...], task: str, budget: int, depth: int, preset: str, seed: int,
+def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: str, seed: int,
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
-        policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search") -> None:
+        policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search",
+        seeds: int = 1) -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
 
+    if seeds > 1 and resume:
+        raise UserError("--resume continues one run: leave out --seeds (or resume each seed's run)")
     err = make_console(stderr=True)
+    outs = []
     with dispatching(*executor) as dispatcher:  # a bad --workers is refused before anything is recorded
-        _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                       exchange_dir, llm, device, policy_path, err, dispatcher, command)
+        for i in range(seeds):  # each seed a whole comparison: its own base, data and method seeds
+            outs.append(_start_and_run(methods, task, budget, depth, preset, seed + i, difficulty, resume, runs_dir,
+                                       as_json, proposer, exchange_dir, llm, device, policy_path, err, dispatcher,
+                                       command))
+    if seeds == 1:
+        if as_json:
+            typer.echo(json.dumps(outs[0], indent=2, default=str))
+        return
+    summaries = summarize_seeds(outs)
+    if as_json:
+        typer.echo(json.dumps({"runs": outs, "statistics": summaries}, indent=2, default=str))
+    else:
+        _seeds_table(summaries, len(outs))
+
+
+def summarize_seeds(outs: list[dict]) -> list[dict]:
+    """Per method over the runs (one per seed): test reward's mean and 95% interval, and the tree's
+    test reward minus the method's, paired by seed, with its verdict."""
+    from dataclasses import asdict
+
+    from loopwise.training.stats import summarize
+
+    rewards = {o["settings"]["seed"]: {m: r["test_reward"] for m, r in o["results"].items()} for o in outs}
+    return [{"method": s.method, "test": asdict(s.test),
+             "versus_tree": asdict(s.versus_reference) if s.versus_reference else None,
+             "verdict": s.versus_reference.verdict() if s.versus_reference else "-"}
+            for s in summarize(rewards)]
+
+
+def _seeds_table(summaries: list[dict], n: int) -> None:
+    from rich.table import Table
+
+    from loopwise.core.console import console as make_console
+
+    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)")
+    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict"):
+        t.add_column(col, justify="left" if col in ("method", "verdict") else "right")
+    for s in summaries:
+        v = s["versus_tree"]
+        t.add_row(s["method"], f"{s['test']['mean']:.3f}", _span(s["test"]), f"{v['mean']:+.3f}" if v else "-",
+                  _span(v) if v else "-", s["verdict"])
+    make_console().print(t)
+
+
+def _span(iv: dict) -> str:
+    return "-" if math.isnan(iv["low"]) else f"[{iv['low']:+.3f}, {iv['high']:+.3f}]"
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> None:
+                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,
@@ -72,11 +125,12 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
     if resume:
         run = TrainingRun.resume(runs_dir, resume)
     else:
-        run = TrainingRun.start(Settings(task, methods, budget, depth, preset, seed, difficulty, proposer, device,
-                                         exchange_dir or "", llm or {}, policy_path or ""), runs_dir)
-    s = run.settings
+        stages, samples, tokens = budget
+        run = TrainingRun.start(Settings(task, methods, stages, depth, preset, seed, difficulty, proposer, device,
+                                         exchange_dir or "", llm or {}, policy_path or "", samples, tokens), runs_dir)
+    s, b = run.settings, run.budget
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
-              f"{s.budget} stages per method, depth {s.depth}, methods {', '.join(s.methods)}")
+              f"{b.amount:,} {b.unit} per method, depth {s.depth}, methods {', '.join(s.methods)}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=err, transient=False, disable=as_json) as bar:
         warm = bar.add_task("warm start", total=run.session.p.warm_max_steps, info="")
@@ -87,8 +141,8 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
         def on_stage(method: str, done: int, result) -> None:
             if method not in bars:
-                bars[method] = bar.add_task(method, total=s.budget, info="")
-            bar.update(bars[method], completed=min(done, s.budget), info=f"tune reward {result.tune_reward:.3f}")
+                bars[method] = bar.add_task(method, total=b.amount, info="")
+            bar.update(bars[method], completed=min(done, b.amount), info=f"tune reward {result.tune_reward:.3f}")
 
         try:
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
@@ -97,12 +151,10 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
             raise
         finally:
             run.close()
-    if as_json:
-        out = {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
-               "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
-        typer.echo(json.dumps(out, indent=2, default=str))
-        return
-    _table(run, results)
+    if not as_json:
+        _table(run, results)
+    return {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
+            "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
 
 
 def _resume_command(command: str, task: str, run) -> str:
@@ -123,12 +175,13 @@ def _table(run, results: dict) -> None:
     c.print(f"base policy: warm start {w.get('steps')} steps, sampled pass rate {w.get('pass_rate', math.nan):.2f}; "
             f"greedy reward tune {base_tune:.3f}, test {base_test:.3f}")
     t = Table(title=f"{run.settings.task}: best schedule per method (test = held-out, never used to choose)")
-    for col in ("method", "stages", "samples", "tokens", "tune reward", "test reward", "vs base (test)", "schedule",
-                "s"):
+    for col in ("method", "stages", "budget", "samples", "tokens", "tune reward", "test reward", "vs base (test)",
+                "schedule", "s"):
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), _count(r.get("samples")), _count(r.get("tokens")),
+        t.add_row(m, str(r["stages_used"]), _budget(r.get("budget")), _count(r.get("samples")),
+                  _count(r.get("tokens")),
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
     c.print(t)
@@ -142,6 +195,11 @@ def _table(run, results: dict) -> None:
 def _count(v) -> str:
     """A compute count; a result written before results carried one has none."""
     return f"{v:,}" if isinstance(v, int) else "-"
+
+
+def _budget(budget) -> str:
+    """A method's budget, as ``6,144 samples``; a result written before budgets has none."""
+    return f"{budget['amount']:,} {budget['unit']}" if isinstance(budget, dict) else "-"
 
 
 def _describe(configs: list[dict]) -> str:
@@ -159,7 +217,8 @@ def _describe(configs: list[dict]) -> str:
 
 
 @app.command("search")
-def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
+def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAMPLES,
+               budget_tokens: int = TOKENS, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
@@ -168,20 +227,26 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, depth: int = DEPTH, prese
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
-    _go(("tree",), task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer, exchange_dir, llm,
-        device, policy, executor=(executor, workers, ray_address))
+    _go(("tree",), task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
+        as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address))
 
 
 @app.command("baselines")
 def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,grid,random,tpe,pbt", "--methods",
                                                                 help="Comma list of tree, fixed, staged, grid, random, tpe, pbt."),
-                  budget: int = BUDGET, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
+                  budget: int = BUDGET, budget_samples: int = SAMPLES, budget_tokens: int = TOKENS,
+                  depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                   device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
-                  ray_address: str = RAY_ADDRESS) -> None:
-    """The baselines at the same stage budget and from the same base (add ``tree`` to compare in one run)."""
+                  ray_address: str = RAY_ADDRESS,
+                  seeds: int = typer.Option(1, "--seeds", min=1, help="Run the comparison once per seed (--seed, "
+                                            "--seed + 1, ...) and report each method's mean test reward and the "
+                                            "tree's paired difference to it with a 95% interval (5 or more for a "
+                                            "claim).")) -> None:
+    """The baselines at the same compute budget and from the same base (add ``tree`` to compare in one run)."""
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not chosen:
         raise UserError("--methods is empty")
-    _go(chosen, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, device=device,
-        policy_path=policy, executor=(executor, workers, ray_address), command="baselines")
+    _go(chosen, task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
+        as_json, device=device, policy_path=policy, executor=(executor, workers, ray_address), command="baselines",
+        seeds=seeds)

@@ -58,3 +58,47 @@ def stage_compute(trace: Iterable, config: dict | None = None) -> Compute:
         if isinstance(row, dict) and M.REWARD in row:
             total = total + step_compute(row, per_step)
     return total
+
+
+UNITS = ("samples", "tokens")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one method may spend: ``amount`` generated samples or tokens (``unit``).
+
+    A method starts a stage only when the stage's cost (:meth:`stage_cost`) fits what it has left,
+    so it never spends more than ``amount`` and stops short of it by less than one of its stages
+    (one of its runs, for a method that trains whole runs). A stage's samples are known before it
+    runs (steps x prompts per step x group size); its tokens are not, so a token budget charges each
+    completion its full ``max_completion_length`` when deciding (the bound is never exceeded, but a
+    method may stop further below it than one stage's actual tokens)."""
+
+    unit: str
+    amount: int
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"a budget is in {' or '.join(UNITS)}, not {self.unit!r}")
+        if self.amount < 1:
+            raise ValueError(f"a budget needs at least 1 {self.unit[:-1]}, not {self.amount}")
+
+    def stage_cost(self, config, steps: int | None = None) -> int:
+        """The most a stage of ``config`` (``steps`` overriding its length) can spend in this unit."""
+        samples = (config.steps if steps is None else steps) * config.prompts_per_step * config.num_generations
+        return samples if self.unit == "samples" else samples * config.max_completion_length
+
+    def of(self, compute: Compute) -> int:
+        """``compute`` in this budget's unit."""
+        return compute.samples if self.unit == "samples" else compute.tokens
+
+    def fits(self, spent: Compute, config, steps: int | None = None) -> bool:
+        """Whether a stage of ``config`` fits after ``spent``."""
+        return self.of(spent) + self.stage_cost(config, steps) <= self.amount
+
+    def stages(self, config) -> int:
+        """How many stages of ``config`` fit in the whole budget."""
+        return self.amount // self.stage_cost(config)
+
+    def to_dict(self) -> dict:
+        return {"unit": self.unit, "amount": self.amount}

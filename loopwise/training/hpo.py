@@ -1,8 +1,10 @@
 """Hyperparameter-optimization baselines for the stage-schedule comparison: TPE and PBT.
 
 Both spend whole stages from the same warm-started base as the methods of
-:mod:`loopwise.training.search` and search the same space as its ``random`` baseline
-(:func:`~loopwise.training.search.random_configs`): learning rate log-uniform in
+:mod:`loopwise.training.search`; their ``budget`` is the number of default stages a method's
+compute budget buys (:func:`~loopwise.training.search.run_method`), exact in samples because
+every config here has the default's group size, prompts and steps. They search the same space as
+its ``random`` baseline (:func:`~loopwise.training.search.random_configs`): learning rate log-uniform in
 :data:`LEARNING_RATE`, KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
 :data:`TEMPERATURE`; every other knob is the session's default config.
 

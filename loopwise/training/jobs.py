@@ -27,5 +27,6 @@ def run_method(payload: dict) -> dict:
 
     session.record = record
     t0 = time.perf_counter()
-    schedule = run_one(payload["method"], session, st.budget, st.depth, st.seed)
-    return {"result": result_payload(schedule, session, time.perf_counter() - t0), "stages": stages}
+    budget = st.compute_budget(session.default_config())
+    schedule = run_one(payload["method"], session, budget, st.depth, st.seed)
+    return {"result": result_payload(schedule, session, time.perf_counter() - t0, budget), "stages": stages}

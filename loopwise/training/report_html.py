@@ -147,6 +147,20 @@ def _so_far(method: str, data: TrainingData) -> Schedule:
 
 
 # -- formatting ---------------------------------------------------------------------------------
+def _budget(data: TrainingData) -> str:
+    """Each method's budget: from a result, else the settings (samples or tokens asked for, else
+    ``budget`` default stages counted in samples)."""
+    for r in data.results.values():
+        b = _dict(r.get("budget"))
+        if isinstance(b.get("amount"), int) and b.get("unit") in ("samples", "tokens"):
+            return f"{b['amount']:,} {b['unit']} per method"
+    st = data.settings
+    for unit in ("samples", "tokens"):
+        if isinstance(st.get(f"budget_{unit}"), int):
+            return f"{st[f'budget_{unit}']:,} {unit} per method"
+    return f"{st.get('budget', '?')} default stages' samples per method"
+
+
 def _base_test(data: TrainingData) -> float | None:
     """The base's test reward: every method's result carries the same one; none before a result."""
     return next((_num(r.get("base_test_reward")) for r in data.results.values()), None)
@@ -243,7 +257,7 @@ def _headline(data: TrainingData, rows: list[list[str]]) -> Figure:
             fig.add_scatter(x=methods, y=[ref] * len(methods), mode="lines", name=f"{name} reward",
                             line={"color": "#cf222e", "dash": dash, "width": 1, "shape": "hvh"}, row=2, col=1)
     fig.update_layout(margin={"t": 10, "l": 10, "r": 10, "b": 10}, barmode="group", legend={"x": 1.0, "y": 0.4})
-    return Figure("Methods at an equal stage budget (best schedule each, picked by tuning reward)", fig)
+    return Figure("Methods at an equal compute budget (best schedule each, picked by tuning reward)", fig)
 
 
 def _stitched(traces: list[list[dict]]):
@@ -420,7 +434,7 @@ def _run_section(data: TrainingData, meta, rows: list[list[str]]) -> Section:
     st, warm = data.settings, _dict(data.base.get("warm"))
     base_test = _base_test(data)
     facts = {"run": meta.run_id, "task": st.get("task", "-"), "preset": st.get("preset", "-"),
-             "budget / depth": f"{st.get('budget', '-')} stages / at most {st.get('depth', '-')} per schedule",
+             "budget / depth": f"{_budget(data)} / at most {st.get('depth', '-')} stages per schedule",
              "seed / difficulty": f"{st.get('seed', '-')} / {_difficulty(data)}",
              "base reward (tune / test)": f"{_fmt(data.base.get('tune'))} / {_fmt(base_test)}",
              "warm start": f"{warm.get('steps', '-')} steps to pass rate {_fmt(warm.get('pass_rate'))}"
@@ -496,7 +510,7 @@ def build_report(store, out: Path | None = None) -> Path:
     sections = [_run_section(data, meta, rows), _directions_section(data), _schedule_section(data)]
     if data.tree:
         sections.append(_tree_section(data))
-    subtitle = (f"{st.get('task', '?')} · preset {st.get('preset', '?')} · budget {st.get('budget', '?')} stages, "
+    subtitle = (f"{st.get('task', '?')} · preset {st.get('preset', '?')} · budget {_budget(data)}, "
                 f"depth {st.get('depth', '?')} · base tune reward {_fmt(data.base.get('tune'))}"
                 + ("" if data.results else " · unfinished: no method has a result yet"))
     html = render_html(f"loopwise run {meta.run_id}", subtitle, figures, sections)

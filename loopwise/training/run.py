@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopwise.errors import UserError
+from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.search import METHODS, Schedule, Session, StageResult, run_method
 
@@ -37,6 +38,9 @@ class Settings:
     exchange_dir: str = ""
     llm: dict = field(default_factory=dict)
     policy_path: str = ""  # a Hugging Face causal LM on disk; "": the preset's character transformer
+    # the equal compute budget; neither set: ``budget`` default stages' worth of samples
+    budget_samples: int | None = None
+    budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.proposer not in ("expert", "llm", "exchange"):
@@ -50,18 +54,34 @@ class Settings:
             raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(METHODS)}")
         if self.depth < 1 or self.budget < self.depth:
             raise UserError(f"--budget-stages {self.budget} must be at least the depth {self.depth} (>= 1)")
+        if self.budget_samples is not None and self.budget_tokens is not None:
+            raise UserError("give --budget-samples or --budget-tokens, not both")
+        for name, amount in (("samples", self.budget_samples), ("tokens", self.budget_tokens)):
+            if amount is not None and amount < 1:
+                raise UserError(f"--budget-{name} {amount} must be at least 1")
+
+    def compute_budget(self, default: StageConfig) -> Budget:
+        """Each method's budget: the samples or tokens asked for, else ``budget`` stages of the
+        ``default`` config in samples."""
+        if self.budget_tokens is not None:
+            return Budget("tokens", self.budget_tokens)
+        if self.budget_samples is not None:
+            return Budget("samples", self.budget_samples)
+        return Budget("samples", self.budget * Budget("samples", 1).stage_cost(default))
 
     @classmethod
     def from_dict(cls, data: dict) -> "Settings":
         return cls(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"], data["seed"],
                    data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
-                   data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""))
+                   data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""),
+                   data.get("budget_samples"), data.get("budget_tokens"))
 
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
                 "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
                 "device": self.device, "policy_path": self.policy_path,
-                "exchange_dir": self.exchange_dir, "llm": dict(self.llm)}
+                "exchange_dir": self.exchange_dir, "llm": dict(self.llm),
+                "budget_samples": self.budget_samples, "budget_tokens": self.budget_tokens}
 
 
 @dataclass
@@ -70,6 +90,11 @@ class TrainingRun:
     store: object
     session: Session
     results: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> Budget:
+        """What each method may spend."""
+        return self.settings.compute_budget(self.session.default_config())
 
     @classmethod
     def start(cls, settings: Settings, runs_dir: str) -> TrainingRun:
@@ -134,16 +159,16 @@ class TrainingRun:
 
             def record(key: str, result: StageResult, label: dict, method=method, done=done) -> None:
                 self._record(key, result, {"method": method, **label})
-                done[0] += max(1, round(result.config.steps / s.p.stage_steps))  # a continuous run is several
+                done[0] += self.budget.of(stage_compute(result.trace, result.config.model_dump()))
                 if on_stage is not None:
                     on_stage(method, done[0], result)
 
             s.record = record
             t0 = time.perf_counter()
-            schedule = run_method(method, s, self.settings.budget, self.settings.depth, self.settings.seed,
+            schedule = run_method(method, s, self.budget, self.settings.depth, self.settings.seed,
                                   transitions=self._transitions() if method == "tree" else None)
             s.record = None
-            payload = result_payload(schedule, s, time.perf_counter() - t0)
+            payload = result_payload(schedule, s, time.perf_counter() - t0, self.budget)
             self.store.append("result", payload, key=method)
             self.results[method] = payload
         return self.results
@@ -172,7 +197,7 @@ class TrainingRun:
                                     st["trace"], st["tune"], st["train"], st["seconds"])
                 s.cache.setdefault(st["key"], stage)
                 self._record(st["key"], stage, {"method": method, **st["label"]})
-                done += max(1, round(stage.config.steps / s.p.stage_steps))
+                done += self.budget.of(stage_compute(stage.trace, stage.config.model_dump()))
                 if on_stage is not None:
                     on_stage(method, done, stage)
             payload = {**result.result["result"], "worker": result.worker}
@@ -219,7 +244,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def result_payload(schedule: Schedule, session: Session, seconds: float) -> dict:
+def result_payload(schedule: Schedule, session: Session, seconds: float, budget: Budget) -> dict:
     from loopwise.training.transitions import directions
 
     base_test = session.test_reward(session.base_state)
@@ -227,6 +252,6 @@ def result_payload(schedule: Schedule, session: Session, seconds: float) -> dict
             "tune_reward": schedule.tune_reward, "test_reward": schedule.test_reward,
             "base_tune_reward": session.base_tune, "base_test_reward": base_test,
             "stages_used": schedule.stages_used, "seconds": seconds,
-            "samples": schedule.compute.samples, "tokens": schedule.compute.tokens,
+            "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
             "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
             "traces": schedule.traces}

@@ -1,4 +1,4 @@
-"""Schedules of GRPO stages, searched and compared at equal stage budgets.
+"""Schedules of GRPO stages, searched and compared at equal compute budgets.
 
 A :class:`Session` fixes what every method shares: the task, the base policy (a small transformer
 warm-started by supervised training until its sampled pass rate lies in (0, 1)), the difficulty
@@ -7,7 +7,12 @@ held-out reward is measured at, the tuning set (selection) and the test set (rep
 optimizer, reference policy = the stage's starting weights) and is scored by greedy held-out
 reward on the tuning set.
 
-Methods, all spending the same number of stages (``budget``) from the same base:
+Methods, all from the same base and each held to the same :class:`~loopwise.training.compute.Budget`
+of generated samples (or tokens): a method starts a stage only when the stage's cost fits what it
+has left, so it spends at most the budget and stops short of it by less than one of its stages (the
+tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). The tree counts every node it
+trains, not only its best path. The baselines whose configs all cost what the default stage costs
+(fixed, staged, random, tpe, pbt) get the number of default stages the budget buys:
 
 - ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
   its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
@@ -18,8 +23,11 @@ Methods, all spending the same number of stages (``budget``) from the same base:
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
   diagnosis), the staging-alone control the LLM-Zero-Lite replication calls for.
-- ``grid`` and ``random``: single configs over the regularization knobs, each trained for
-  ``depth`` stages' worth of steps, ``budget / depth`` of them.
+- ``grid``: points over every knob the tree's transitions move (:func:`grid_levels`), as many as
+  the budget buys default runs of ``depth`` stages, each point trained continuously on an equal
+  share of the budget (a point with a larger group trains fewer steps).
+- ``random``: single configs over learning rate, KL and temperature, each trained for ``depth``
+  stages' worth of steps, as many as fit.
 - ``tpe``: Optuna's TPE (ask / tell) over the same knobs and runs; ``pbt``: population-based
   training over stages (:mod:`loopwise.training.hpo`).
 
@@ -38,14 +46,18 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from loopwise.errors import UserError
-from loopwise.training.compute import Compute, stage_compute
+from loopwise.training.compute import Budget, Compute, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate, warm_start
 from loopwise.training.policy import Vocab, make_policy
+
+if TYPE_CHECKING:
+    from loopwise.training.transitions import Bounds
 
 EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
 
@@ -284,20 +296,33 @@ class Schedule:
 
 
 # -- methods ---------------------------------------------------------------------------------
-def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width: int = 2, transitions=None) -> Schedule:
+def tree_bounds(session: Session) -> Bounds:
+    """The knobs' ranges the tree's transitions keep to: the task's difficulties and the
+    completion lengths that fit the policy's positions."""
+    from loopwise.training.transitions import Bounds
+
+    return Bounds.for_task(session.task.max_difficulty,
+                           max_completion_length=(2, session.max_len - max(len(e.prompt) for e in session.tune)))
+
+
+def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, width: int = 2,
+                transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
+
+    Every node trained counts against ``budget``; the search ends at the first proposed stage that
+    does not fit what is left.
 
     ``transitions`` is where the next configs come from: None for the expert rules, or a callable
     with :func:`~loopwise.training.transitions.propose_transitions`' arguments plus ``trace`` and
     ``path`` (:class:`loopwise.training.proposer.ModelTransitions` for a model or an exchange folder)."""
     from loopwise.core.search import MCTS, Outcome
     from loopwise.training.diagnose import diagnose
-    from loopwise.training.transitions import Bounds, propose_transitions
+    from loopwise.training.transitions import propose_transitions
 
-    search = MCTS(seed=seed, max_evals=budget)
+    search = MCTS(seed=seed)
     rng = random.Random(seed)
-    bounds = Bounds.for_task(session.task.max_difficulty,
-                             max_completion_length=(2, session.max_len - max(len(e.prompt) for e in session.tune)))
+    start, out_of_budget = session.spent, False
+    bounds = tree_bounds(session)
     root_cfg = session.default_config()
     if transitions is None:
         def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
@@ -314,7 +339,7 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
             node_id = nodes[node_id]["parent"]
         return out[::-1]
 
-    while not search.budget_spent:
+    while not out_of_budget:
         exp = search.ask()
         if exp is None:
             break
@@ -341,7 +366,8 @@ def tree_search(session: Session, budget: int, depth: int, seed: int = 0, width:
             search.close(exp.node_id)
             continue
         for node_id, cfg, _ in added:
-            if search.budget_spent:
+            if not budget.fits(session.spent - start, cfg):
+                out_of_budget = True
                 break
             result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
                                        label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1})
@@ -397,17 +423,64 @@ def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs
     return best
 
 
-GRID = {"learning_rate": (1e-4, 3e-4, 1e-3), "beta": (0.0, 0.04), "temperature": (0.7, 1.0)}
+def grid_levels(session: Session) -> dict[str, tuple]:
+    """Each knob the tree's transitions move (:data:`~loopwise.training.transitions.STEPS`) at the
+    default config's value and one transition step down and up, within the tree's bounds
+    (:func:`tree_bounds`); a level that falls outside them, or repeats another, is left out."""
+    from loopwise.training.transitions import STEPS
+
+    base, bounds = session.default_config(), tree_bounds(session)
+    levels = {}
+    for knob, step in STEPS.items():
+        value = getattr(base, knob)
+        moved = [bounds.limit(knob, value, step.move(value, d)) for d in ("down", "up")]
+        levels[knob] = tuple(dict.fromkeys([value, *moved]))
+    return levels
 
 
 def grid_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
-    """``n`` points of :data:`GRID` (all of it when it fits), spread evenly over its product."""
-    base = session.default_config()
-    points = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
-    if n < len(points):
-        step = len(points) / n
-        points = [points[int(i * step)] for i in range(n)]
-    return [base.model_copy(update=p) for p in points]
+    """``n`` points of :func:`grid_levels`: the whole product when it has at most ``n`` points,
+    else a Latin hypercube over the levels (each knob's levels used equally often, plus or minus
+    one, paired across knobs by a permutation seeded with ``seed``). Points the config rejects
+    (a lopsided clip range) are left out."""
+    levels = grid_levels(session)
+    base, rng = session.default_config(), random.Random(f"grid:{seed}")
+    if math.prod(len(v) for v in levels.values()) <= n:
+        points = [dict(zip(levels, values)) for values in itertools.product(*levels.values())]
+    else:
+        columns = {}
+        for knob, values in levels.items():
+            order = list(values)
+            rng.shuffle(order)
+            column = [order[i % len(order)] for i in range(n)]
+            rng.shuffle(column)
+            columns[knob] = column
+        points = [{k: columns[k][i] for k in levels} for i in range(n)]
+    out = []
+    for p in points:
+        try:
+            out.append(StageConfig(**(base.model_dump() | p)))
+        except ValueError:
+            continue
+    return out
+
+
+def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedule:
+    """The grid's points, as many as the budget buys default runs of ``depth`` stages, each trained
+    continuously (one trainer) on an equal share of the budget: its steps are the most whose cost
+    fits the share."""
+    n = max(1, budget.stages(session.default_config()) // depth)
+    share = budget.amount // n
+    runs = []
+    for cfg in grid_configs(session, n, seed):
+        steps = share // budget.stage_cost(cfg, steps=1)
+        if steps >= 1:
+            runs.append(cfg.model_copy(update={"steps": steps}))
+    if not runs:
+        raise UserError(f"a budget of {budget.amount} {budget.unit} buys no step of any grid point")
+    schedule = continuous(session, len(runs), 1, seed, runs, "grid")
+    schedule.stages_used = max(1, round(sum(c.steps for c in runs) / session.p.stage_steps))
+    return schedule
 
 
 def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
@@ -426,31 +499,35 @@ def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
 
 
-def run_method(method: str, session: Session, budget: int, depth: int, seed: int = 0, transitions=None) -> Schedule:
-    """One method's best schedule at ``budget`` stages of at most ``depth``, with its test reward."""
-    if budget < depth:
-        raise UserError(f"--budget-stages {budget} is below the schedule depth {depth}")
+def run_method(method: str, session: Session, budget: Budget, depth: int, seed: int = 0,
+               transitions=None) -> Schedule:
+    """One method's best schedule within ``budget``, schedules at most ``depth`` stages, with its
+    test reward and what it spent (``compute``)."""
+    stages = budget.stages(session.default_config())  # default stages the budget buys
+    if stages < depth:
+        raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
+                        f"schedule depth {depth}")
     before = session.spent
     if method == "tree":
         schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
-        schedule = continuous(session, budget, depth, seed)
+        schedule = continuous(session, stages, depth, seed)
     elif method == "staged":
-        schedule = staged(session, budget, depth, seed)
+        schedule = staged(session, stages, depth, seed)
     elif method == "grid":
-        schedule = continuous(session, budget, depth, seed, grid_configs(session, budget // depth, seed), "grid")
+        schedule = grid(session, budget, depth, seed)
     elif method == "random":
-        schedule = continuous(session, budget, depth, seed, random_configs(session, budget // depth, seed), "random")
+        schedule = continuous(session, stages, depth, seed, random_configs(session, stages // depth, seed), "random")
     elif method == "tpe":
         from loopwise.training.hpo import tpe
 
         # Optuna's TPE draws its first 10 trials at random; at a few trials that would be random
         # search again, so a third of them (at least 2) start it here
-        schedule = tpe(session, budget, depth, seed, startup_trials=max(2, (budget // depth) // 3))
+        schedule = tpe(session, stages, depth, seed, startup_trials=max(2, (stages // depth) // 3))
     elif method == "pbt":
         from loopwise.training.hpo import pbt
 
-        schedule = pbt(session, budget, depth, seed)
+        schedule = pbt(session, stages, depth, seed)
     else:
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
     schedule.test_reward = session.test_reward(schedule.state)

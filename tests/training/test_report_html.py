@@ -181,7 +181,8 @@ def test_loopwise_report_writes_the_training_report(tmp_path, as_json):
     assert done.returncode == 0, done.stderr
     assert str(report) in done.stdout and report.is_file()
     html = report.read_text(encoding="utf-8")
-    assert "Methods at an equal stage budget" in html and "<td>0.625</td>" in html  # the training report, not the kernels'
+    # the training report, not the kernels'
+    assert "Methods at an equal compute budget" in html and "<td>0.625</td>" in html
 
 
 def test_compute_per_method_and_a_task_without_difficulty(tmp_path):
@@ -207,3 +208,23 @@ def test_compute_per_method_and_a_task_without_difficulty(tmp_path):
     assert "<td>0 / -</td>" in html
     assert re.search(r"<td>tree</td><td>done</td><td>1</td><td>1,234</td><td>56,789</td>", html)
     assert re.search(r"<td>staged</td><td>done</td><td>1</td><td>32</td><td>88</td>", html)  # 16 + 40, 16 x 3.0
+
+
+def test_the_report_states_each_methods_budget_in_samples(tmp_path):
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("settings", {"task": "arithmetic", "methods": ["tree"], "budget": 6, "depth": 2, "preset": "smoke",
+                              "seed": 0, "difficulty": 1, "budget_samples": 500})
+    best = _tree(store, n_nodes=2)
+    store.append("result", {"method": "tree", "configs": [p["config"] for p in best], "tune_reward": 0.4,
+                            "test_reward": 0.5, "stages_used": 2, "samples": 96, "tokens": 300,
+                            "budget": {"unit": "samples", "amount": 500}, "traces": [p["trace"] for p in best]},
+                 key="tree")
+    html = _html(store)
+    assert "500 samples per method" in html and "budget 6 stages" not in html
+    assert "equal compute budget" in html
+
+
+def test_an_unfinished_default_budget_is_the_default_stages_in_samples(tmp_path):
+    store = _new(tmp_path, ["tree"])
+    html = _html(store)
+    assert "6 default stages&#39; samples per method" in html

@@ -1,0 +1,100 @@
+"""Comparisons over seeds: a mean with its t-interval, and a method against another paired by seed.
+
+Each seed is one whole comparison (its own base policy, data and method seeds), so two methods'
+results on the same seed are a pair; the interval of the per-seed differences is what a claim
+that one method beats another rests on. An interval that holds 0 is reported as no difference.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.95
+
+
+def _t_density(x: float, df: int) -> float:
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_c - (df + 1) / 2 * math.log1p(x * x / df))
+
+
+def _t_cdf_above_zero(x: float, df: int, intervals: int = 2000) -> float:
+    """P(0 < T < x) by Simpson's rule (the density is smooth; 2000 intervals give 1e-6)."""
+    h = x / intervals
+    total = _t_density(0.0, df) + _t_density(x, df)
+    total += sum((4 if i % 2 else 2) * _t_density(i * h, df) for i in range(1, intervals))
+    return total * h / 3
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of freedom
+    (``t(0.975, df)`` for 95%), by bisection on its distribution function."""
+    if df < 1:
+        raise ValueError(f"a t quantile needs at least 1 degree of freedom, not {df}")
+    target, low, high = confidence / 2, 0.0, 1.0
+    while _t_cdf_above_zero(high, df) < target:
+        high *= 2
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_cdf_above_zero(mid, df) < target else (low, mid)
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over ``n`` seeds and its ``CONFIDENCE`` t-interval (NaN bounds below two seeds)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def verdict(self) -> str:
+        """``higher`` or ``lower`` when the interval lies above or below 0, else ``no difference``."""
+        if self.n < 2 or math.isnan(self.low):
+            return "one seed: no interval" if self.n == 1 else "no seeds"
+        if self.low > 0:
+            return "higher"
+        return "lower" if self.high < 0 else "no difference"
+
+
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The mean of ``values`` (NaN ones left out) and its t-interval."""
+    xs = [float(v) for v in values if not math.isnan(v)]
+    if not xs:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return Interval(mean, math.nan, math.nan, 1)
+    half = t_quantile(len(xs) - 1, confidence) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return Interval(mean, mean - half, mean + half, len(xs))
+
+
+def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
+                      confidence: float = CONFIDENCE) -> Interval:
+    """``first - second`` per seed both have, and the t-interval of its mean."""
+    return mean_interval([first[s] - second[s] for s in sorted(set(first) & set(second))], confidence)
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    """One method over seeds: its test reward, and ``reference - method`` paired by seed (None for
+    the reference itself, or when the reference did not run)."""
+
+    method: str
+    test: Interval
+    versus_reference: Interval | None
+
+
+def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = "tree") -> list[MethodSummary]:
+    """Per method (in the order first seen): its test rewards' interval over the seeds, and the
+    paired difference of ``reference`` to it. ``test_rewards`` is ``{seed: {method: reward}}``."""
+    methods = list(dict.fromkeys(m for by_method in test_rewards.values() for m in by_method))
+    per = {m: {s: r[m] for s, r in test_rewards.items() if m in r} for m in methods}
+    out = []
+    for m in methods:
+        versus = paired_difference(per[reference], per[m]) if reference in per and m != reference else None
+        out.append(MethodSummary(m, mean_interval(list(per[m].values())), versus))
+    return out

@@ -1,0 +1,54 @@
+"""Seeds compared in pairs: the 95% t-interval of a mean and of a paired difference, checked on
+numbers whose interval is known, and "no difference" when the interval holds 0."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loopwise.training.stats import mean_interval, paired_difference, t_quantile
+
+
+def test_t_quantiles_match_the_table():
+    # t(0.975, df) from any t table
+    for df, t in ((1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045), (60, 2.000), (120, 1.980)):
+        assert t_quantile(df) == pytest.approx(t, abs=2e-3), df
+
+
+def test_a_known_interval():
+    # mean 3, sample sd sqrt(2.5), n 5: half-width 2.776 * sqrt(2.5 / 5)
+    iv = mean_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert iv.mean == 3.0 and iv.n == 5
+    assert iv.low == pytest.approx(3 - 2.7764 * math.sqrt(0.5), abs=1e-3)
+    assert iv.high == pytest.approx(3 + 2.7764 * math.sqrt(0.5), abs=1e-3)
+
+
+def test_paired_differences_are_taken_per_seed():
+    tree = {0: 0.50, 1: 0.60, 2: 0.55, 3: 0.70, 4: 0.65}
+    grid = {0: 0.40, 1: 0.52, 2: 0.44, 3: 0.61, 4: 0.53}  # tree - grid: .10 .08 .11 .09 .12
+    d = paired_difference(tree, grid)
+    assert d.mean == pytest.approx(0.10) and d.n == 5
+    half = 2.7764 * math.sqrt(0.00025) / math.sqrt(5)  # sd of the differences: sqrt(0.00025)
+    assert (d.low, d.high) == pytest.approx((0.10 - half, 0.10 + half), abs=1e-4)
+    assert d.verdict() == "higher"
+    # unpaired these would overlap; a seed only one side has is left out
+    noisy = paired_difference({0: 0.5, 1: 0.4, 2: 0.6, 9: 1.0}, {0: 0.45, 1: 0.5, 2: 0.55})
+    assert noisy.n == 3 and noisy.low < 0 < noisy.high and noisy.verdict() == "no difference"
+    assert paired_difference(grid, tree).verdict() == "lower"
+
+
+def test_one_seed_has_no_interval():
+    iv = mean_interval([0.4])
+    assert iv.mean == 0.4 and math.isnan(iv.low) and iv.verdict() == "one seed: no interval"
+    assert math.isnan(mean_interval([]).mean)
+
+
+def test_summaries_compare_every_method_to_the_tree():
+    from loopwise.training.stats import summarize
+
+    rewards = {0: {"tree": 0.5, "grid": 0.4}, 1: {"tree": 0.6, "grid": 0.52}, 2: {"tree": 0.55, "grid": 0.44}}
+    tree, grid = summarize(rewards)
+    assert (tree.method, tree.versus_reference) == ("tree", None) and tree.test.mean == pytest.approx(0.55)
+    assert grid.method == "grid" and grid.versus_reference.mean == pytest.approx(0.0966667, abs=1e-6)
+    assert summarize({0: {"grid": 0.4}, 1: {"grid": 0.5}})[0].versus_reference is None
