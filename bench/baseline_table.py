@@ -102,7 +102,7 @@ def problem_paths(levels: list[int], only: list[str], selection: dict | None = N
 
 
 def make_config(args: argparse.Namespace):
-    from loopwise.core.config import Config
+    from loopwise.config import Config
 
     baseline = {"compile": not args.no_compile, "max_autotune": args.max_autotune, "tf32": args.tf32, "cache": False}
     if args.perf_trials:

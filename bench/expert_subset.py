@@ -59,7 +59,7 @@ COLUMNS = ["level", "id", "problem", "track", "covered", "template", "reason", "
 
 def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_overrides: list[str]) -> dict:
     """The expert's search on one problem under one track; the row (baselines joined later)."""
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.evaluate.judge import Judge
     from loopwise.kernels.expert.capture import capture
     from loopwise.kernels.optimize import Settings

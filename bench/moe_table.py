@@ -171,7 +171,7 @@ def pinned(source: str, pattern: str) -> str:
 
 
 def judge_for(problem, *, baseline: bool = False, pool=None, overrides: list[str] | None = None):
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.evaluate.judge import Judge
 
     extra = ["kernels.eval.static_check=false", "kernels.eval.require_custom_kernel=false"] if baseline else []
@@ -182,7 +182,7 @@ def judge_for(problem, *, baseline: bool = False, pool=None, overrides: list[str
 def shared_pool():
     """One pool of sandboxes for every judge of the run (a judge kills the sandbox it used, so a
     spare never ran candidate code), so each judge does not start its own."""
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.evaluate.pool import SandboxPool
 
     cfg = load_config(None, []).kernels.eval
@@ -245,7 +245,7 @@ def annotate(rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.baseline import run_baseline
     from loopwise.kernels.problem import load_problem
 

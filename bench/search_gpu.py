@@ -100,7 +100,7 @@ def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str
 
 
 def main() -> int:
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", required=True, help="comma-separated problem specs")

@@ -82,7 +82,7 @@ def save(path: Path, rows: list[dict]) -> None:
 
 
 def main() -> int:
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.core.execute.dispatch import dispatching
     from loopwise.kernels.problem import load_problem
 

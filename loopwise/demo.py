@@ -88,7 +88,7 @@ def demo(
     console = make_console()
     # On the CPU this switches Triton's interpreter on, before anything imports triton.
     on_gpu = resolve_device(device).startswith("cuda")
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.run_eval import baseline_problems, evaluate_candidates
 
     problem, cands = _examples()

@@ -31,7 +31,7 @@ from loopwise import __version__
 from loopwise.errors import UserError
 
 if TYPE_CHECKING:
-    from loopwise.core.config import Config
+    from loopwise.config import Config
     from loopwise.kernels.optimize_status import OptimizeStatus
 
 __all__ = ["Answer", "KernelLab", "build_server", "serve"]
@@ -115,7 +115,7 @@ class KernelLab:
 
     def _config(self, device: str, settings: dict[str, Any]) -> Config:
         """The resolved config of one call: the server's folders, the device, and judge settings."""
-        from loopwise.core.config import load_config
+        from loopwise.config import load_config
         from loopwise.kernels.config import EvalConfig
 
         unknown = sorted(set(settings) - set(EvalConfig.model_fields))
@@ -144,7 +144,7 @@ class KernelLab:
         exploit), speedup (correct only), timing and reference_timing in ms, the reasons behind the
         verdict, the tail of the sandbox log, and the run_id it was recorded under. Takes seconds to
         minutes."""
-        from loopwise.core.config import dump_config
+        from loopwise.config import dump_config
         from loopwise.core.store import SqliteRunStore
         from loopwise.kernels.evaluate.judge import Judge
         from loopwise.kernels.problem import load_problem

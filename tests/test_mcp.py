@@ -138,7 +138,7 @@ def optimize_runs(tmp_path_factory):
     """A runs folder holding an optimize run that ended (3 verdicts: 2.0x, a crash, 4.0x), a later one
     stopped before judging anything, and an eval run. The runs are written by the real OptimizeRun;
     only the judge is a stand-in, so the store holds exactly what `kernels optimize` writes."""
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.core.store import SqliteRunStore
     from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
     from loopwise.kernels.optimize import Settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopwise.core.config import Config
+from loopwise.config import Config
 from loopwise.kernels.evaluate.measure import ReferenceTimes, VariantResult
 from loopwise.kernels.evaluate.pool import SandboxPool
 

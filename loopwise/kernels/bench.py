@@ -166,7 +166,7 @@ class Bench:
 
     @classmethod
     def start(cls, settings: BenchSettings, cfg, console=None) -> Bench:
-        from loopwise.core.config import dump_config
+        from loopwise.config import dump_config
         from loopwise.core.store import SqliteRunStore
 
         store = SqliteRunStore.create(cfg.store.runs_dir, KIND, dump_config(cfg))

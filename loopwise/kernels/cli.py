@@ -32,7 +32,7 @@ def _config(config: Optional[Path], overrides: Optional[List[str]], extra: list[
             resume: tuple[str, str] | None = None):
     """The config of this command; with ``resume`` (a run id and its kind), the config that run
     stored, with this command's --config, --set and options laid over it."""
-    from loopwise.core.config import load_config, run_config
+    from loopwise.config import load_config, run_config
 
     cfg = load_config(config, list(overrides or []) + extra)
     if resume and resume[0]:

@@ -46,7 +46,7 @@ def baseline(payload: dict) -> dict:
     """Times a problem's eager and compiled variants (``kernels baseline``) on this worker's GPU:
     ``payload`` holds problem_source, problem_name, config (a whole loopwise config) and
     optionally device and statistic."""
-    from loopwise.core.config import Config
+    from loopwise.config import Config
     from loopwise.kernels.baseline import run_baseline
 
     cfg = Config.model_validate(payload.get("config") or {})

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from loopwise.core.config import Config, dump_config
+from loopwise.config import Config, dump_config
 from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
 from loopwise.kernels.optimize_prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)

@@ -12,7 +12,7 @@ import math
 import sys
 from contextlib import nullcontext
 
-from loopwise.core.config import Config, dump_config
+from loopwise.config import Config, dump_config
 
 
 def finite(obj):

@@ -105,7 +105,7 @@ def test_judge_builds_a_batch_of_native_candidates_at_once_and_only_those(cache,
 def test_the_search_builds_each_batch_before_judging_it_one_by_one(tmp_path):
     """A judge on this machine gets a batch's sources to build at once before the first of them is
     judged; the time it took is in the run's record."""
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.evaluate.result import Evaluation
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun

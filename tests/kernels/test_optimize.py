@@ -151,7 +151,7 @@ def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_
     """With a deadline the search starts no step after it (the step under way finishes, its
     verdicts recorded) and says it stopped early; resumed, it judges the rest of the budget and
     nothing twice."""
-    from loopwise.core.config import load_config
+    from loopwise.config import load_config
     from loopwise.kernels.evaluate.result import Evaluation, Status
     from loopwise.kernels.optimize import Settings
     from loopwise.kernels.optimize_run import OptimizeRun

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopwise.core.config import load_config
+from loopwise.config import load_config
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.evaluate.result import Evaluation, Status
 from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves

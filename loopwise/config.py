@@ -1,6 +1,8 @@
 """Typed configuration: pydantic models, YAML files and ``--set a.b=c`` dotted overrides.
 
-The resolved config is saved with every run, so a run can be repeated exactly.
+The resolved config is saved with every run, so a run can be repeated exactly. It composes the
+engines' own sections (``kernels``), so it sits beside the command line, above the engines, and
+not in ``loopwise.core``, which imports no engine.
 """
 
 from __future__ import annotations

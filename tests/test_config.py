@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from loopwise.core.config import dump_config, load_config
+from loopwise.config import dump_config, load_config
 from loopwise.errors import UserError
 
 
@@ -48,7 +48,7 @@ def test_missing_file(tmp_path):
 
 
 def test_a_resumed_run_gets_the_config_it_stored_under_what_is_given_now(tmp_path):
-    from loopwise.core.config import dump_config, load_config, run_config
+    from loopwise.config import dump_config, load_config, run_config
     from loopwise.core.store import SqliteRunStore
 
     started = load_config(None, ["kernels.eval.precision=relaxed", "kernels.eval.perf_trials=7",
