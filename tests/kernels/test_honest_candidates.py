@@ -13,7 +13,14 @@ from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
 HONEST = Path(__file__).parent / "candidates"
-ENTRIES = [e for e in yaml.safe_load((HONEST / "manifest.yaml").read_text()) if e["cpu"]]
+MANIFEST = yaml.safe_load((HONEST / "manifest.yaml").read_text())
+ENTRIES = [e for e in MANIFEST if e["cpu"]]
+GPU_ENTRIES = [e for e in MANIFEST if not e["cpu"] and not e["candidate"].startswith("cpp_")]
+
+
+def _entry_id(entry: dict) -> str:
+    """One name per entry: a candidate can be listed with several problems."""
+    return f"{entry['candidate']}@{Path(entry['problem']).stem}"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,7 @@ def interpret_triton(tmp_path_factory):
 
 
 @pytest.mark.usefixtures("interpret_triton")
-@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e['candidate']}@{Path(e['problem']).stem}" for e in ENTRIES])
+@pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
 def test_honest_candidate_is_correct(entry, tmp_path):
     cfg = EvalConfig(perf_trials=3, warmup=1, seed=3, energy=False, compile_timeout_s=300)
     with Judge(load_problem(str(HONEST / entry["problem"])), cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
@@ -40,12 +47,8 @@ def test_honest_candidate_is_correct(entry, tmp_path):
     assert ev.speedup is not None
 
 
-GPU_ENTRIES = [e for e in yaml.safe_load((HONEST / "manifest.yaml").read_text())
-               if not e["cpu"] and not e["candidate"].startswith("cpp_")]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("entry", GPU_ENTRIES, ids=[f"{e['candidate']}@{Path(e['problem']).stem}" for e in GPU_ENTRIES])
+@pytest.mark.parametrize("entry", GPU_ENTRIES, ids=_entry_id)
 def test_honest_candidate_is_correct_on_the_gpu(entry, tmp_path):
     """At full size on a GPU: a K = 4095 zero-mean GEMM (outside allclose of cuBLAS, as near float64
     as it) and a log_softmax over 4.9 GB of logits (the judge and the sandbox share the GPU)."""
