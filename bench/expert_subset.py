@@ -62,8 +62,7 @@ def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_override
     from loopwise.config import load_config
     from loopwise.kernels.evaluate.judge import Judge
     from loopwise.kernels.expert.capture import capture
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
     precision, tolerance = TRACKS[track]

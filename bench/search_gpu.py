@@ -73,8 +73,7 @@ class MemoProfiler:
 
 def run_one(spec: str, strategy: str, budget: int, seed: int, cfg, runs_dir: str, judge, problem,
             profiling: str = "none", profile_within: float = 0.9, profiler=None) -> dict:
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
 
     settings = Settings(problem=spec, proposer="expert", search=strategy, budget=budget, seed=seed,
                         profiling=profiling, profile_within=profile_within)

@@ -53,7 +53,7 @@ def candidates(problem, per_problem: int, precision: str) -> list[str]:
 
 def judge_all(dispatcher, cfg, work: list[tuple[object, str, str]]) -> tuple[float, Counter, list[str]]:
     """Submits every (problem, name, source) at once; wall seconds until the last verdict."""
-    from loopwise.kernels.remote import ExecutorJudge
+    from loopwise.kernels.evaluate.workers import ExecutorJudge
 
     judges = {p.name: ExecutorJudge(p, cfg.kernels.eval, dispatcher) for p, _, _ in work}
     t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def judge_all(dispatcher, cfg, work: list[tuple[object, str, str]]) -> tuple[flo
 
 
 def sweep(dispatcher, cfg, problems) -> tuple[float, int]:
-    from loopwise.kernels.remote import baseline_job
+    from loopwise.kernels.evaluate.workers import baseline_job
 
     t0 = time.perf_counter()
     futures = [dispatcher.submit(baseline_job(p, cfg)) for p in problems]

@@ -25,8 +25,7 @@ def _examples() -> tuple[str, list[str]]:
 
 def _optimize(console, cfg, on_gpu: bool) -> None:
     """A short search with the expert proposer on the bundled softmax, then its HTML report."""
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_cli import run_optimize
+    from loopwise.kernels.optimize import Settings, run_optimize
 
     problem = str(resources.files("loopwise.kernels") / "examples" / "softmax_problem.py")
     console.rule("[bold]search: expert proposer + MCTS")
@@ -36,7 +35,7 @@ def _optimize(console, cfg, on_gpu: bool) -> None:
 
     run_id = list_runs(cfg.store.runs_dir)[-1].run_id
     from loopwise.core.store import SqliteRunStore
-    from loopwise.kernels.report_html import build_report
+    from loopwise.kernels.report.optimize_html import build_report
 
     with SqliteRunStore.open(cfg.store.runs_dir, run_id) as store:
         console.print(f"report: {build_report(store)} (open it in a browser; it works offline)")
@@ -89,7 +88,7 @@ def demo(
     # On the CPU this switches Triton's interpreter on, before anything imports triton.
     on_gpu = resolve_device(device).startswith("cuda")
     from loopwise.config import load_config
-    from loopwise.kernels.run_eval import baseline_problems, evaluate_candidates
+    from loopwise.kernels.eval_runs import baseline_problems, evaluate_candidates
 
     problem, cands = _examples()
     overrides = [f"store.runs_dir={runs_dir}", f"kernels.device={'cuda' if on_gpu else 'cpu'}"]

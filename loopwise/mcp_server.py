@@ -32,7 +32,7 @@ from loopwise.errors import UserError
 
 if TYPE_CHECKING:
     from loopwise.config import Config
-    from loopwise.kernels.optimize_status import OptimizeStatus
+    from loopwise.kernels.optimize import OptimizeStatus
 
 __all__ = ["Answer", "KernelLab", "build_server", "serve"]
 
@@ -94,7 +94,7 @@ def _error(message: str) -> CallToolResult:
 
 def _plain(obj: Any) -> Any:
     """A JSON-able copy of a record (dataclass, pydantic model or plain object), non-finite floats as None."""
-    from loopwise.kernels.run_eval import finite
+    from loopwise.kernels.eval_runs import finite
 
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = dataclasses.asdict(obj)
@@ -148,7 +148,7 @@ class KernelLab:
         from loopwise.core.store import SqliteRunStore
         from loopwise.kernels.evaluate.judge import Judge
         from loopwise.kernels.problem import load_problem
-        from loopwise.kernels.run_eval import finite, record_evaluation
+        from loopwise.kernels.eval_runs import finite, record_evaluation
 
         explicit = {key: value for key, value in (("precision", precision), ("tolerance", tolerance)) if value}
         cfg = self._config(device, {**(config or {}), **explicit})
@@ -275,7 +275,7 @@ class KernelLab:
         problem, proposer and search, candidates judged out of the budget, the best speedup so far,
         failures by status, whether it ended, and the file its best candidate was written to. With
         run_id: that run alone, with every verdict (node, status, speedup, first rejection)."""
-        from loopwise.kernels.optimize_status import optimize_run, optimize_runs
+        from loopwise.kernels.optimize import optimize_run, optimize_runs
 
         if run_id is not None:
             status = optimize_run(self.runs_dir, run_id)

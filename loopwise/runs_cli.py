@@ -41,11 +41,11 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
         if store.meta.kind == "training.search":
             from loopwise.training.report_html import build_report
         elif store.meta.kind == "kernels.bench":
-            from loopwise.kernels.bench_report import build_report
+            from loopwise.kernels.report.bench_html import build_report
         elif store.meta.kind == "kernels.eval":
-            from loopwise.kernels.eval_report import build_eval_report as build_report
+            from loopwise.kernels.report.eval_html import build_eval_report as build_report
         else:
-            from loopwise.kernels.report_html import build_report
+            from loopwise.kernels.report.optimize_html import build_report
         path = build_report(store, Path(out) if out else None)
     typer.echo(json.dumps({"run_id": run_id, "report": str(path)}) if as_json else f"report written to {path}")
 

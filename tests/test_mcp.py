@@ -141,8 +141,7 @@ def optimize_runs(tmp_path_factory):
     from loopwise.config import load_config
     from loopwise.core.store import SqliteRunStore
     from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
     class StandInJudge:

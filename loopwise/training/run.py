@@ -218,7 +218,7 @@ class TrainingRun:
             proposer = ExchangeProposer(st.exchange_dir)
         else:
             from loopwise.core.propose.llm import LLMProposer
-            from loopwise.kernels.optimize import record_llm_call
+            from loopwise.kernels.optimize.settings import record_llm_call
 
             try:
                 proposer = LLMProposer.from_config(st.llm, call_log=lambda rec: record_llm_call(self.store, rec))

@@ -136,7 +136,7 @@ def test_hung_cpu_task_times_out(cluster):
 def test_kernel_evaluations_match_the_local_executor(cluster):
     problem = (CASES / "problem_matmul_relu.py").read_text()
     cfg = {"static_check": False, "require_custom_kernel": False, "perf_trials": 3, "seed": 1, "energy": False}
-    jobs = [Job(name, "loopwise.kernels.jobs:evaluate",
+    jobs = [Job(name, "loopwise.kernels.evaluate.worker_jobs:evaluate",
                 {"problem_source": problem, "problem_name": "matmul_relu", "device": "cpu", "config": cfg,
                  "candidate_source": (CASES / f"{name}.py").read_text(), "candidate_name": name})
             for name in ("ok_torch", "wrong_scale", "segfault")]

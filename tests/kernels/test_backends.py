@@ -107,8 +107,7 @@ def test_the_search_builds_each_batch_before_judging_it_one_by_one(tmp_path):
     judged; the time it took is in the run's record."""
     from loopwise.config import load_config
     from loopwise.kernels.evaluate.result import Evaluation
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
 
     example = HERE.parents[1] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
     calls = []

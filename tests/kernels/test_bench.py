@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopwise.errors import UserError
-from loopwise.kernels.bench import aggregate, problem_row, select_problems
+from loopwise.kernels.bench.run import aggregate, problem_row, select_problems
 
 PROBLEMS = Path(__file__).parent / "expert_problems"
 

@@ -94,7 +94,7 @@ def test_generate_command_writes_a_folder_that_bench_selects(tmp_path):
     from typer.testing import CliRunner
 
     from loopwise.cli import app
-    from loopwise.kernels.bench import select_problems
+    from loopwise.kernels.bench.run import select_problems
 
     result = CliRunner().invoke(app, ["kernels", "generate", "--out", str(tmp_path), "--count", "12",
                                       "--seed", "3", "--scale", str(TINY)])

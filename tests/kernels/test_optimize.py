@@ -153,8 +153,7 @@ def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_
     nothing twice."""
     from loopwise.config import load_config
     from loopwise.kernels.evaluate.result import Evaluation, Status
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
     judged = []

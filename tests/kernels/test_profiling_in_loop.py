@@ -11,8 +11,7 @@ from loopwise.config import load_config
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.evaluate.result import Evaluation, Status
 from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
-from loopwise.kernels.optimize import Settings
-from loopwise.kernels.optimize_run import OptimizeRun
+from loopwise.kernels.optimize import OptimizeRun, Settings
 from loopwise.kernels.problem import load_problem
 from loopwise.kernels.profile.findings import Finding
 from loopwise.kernels.profile.run import KernelReport, ProfileReport
@@ -132,7 +131,7 @@ def test_resume_replays_profiles_instead_of_profiling_again(tmp_path):
 def test_the_run_report_shows_each_profile_with_its_plot(tmp_path):
     import base64
 
-    from loopwise.kernels.report_html import build_report
+    from loopwise.kernels.report.optimize_html import build_report
 
     run, calls = _run(tmp_path, "proactive")
     run.run()
@@ -167,7 +166,7 @@ def test_only_contenders_are_profiled_and_the_skips_are_recorded(tmp_path):
     run_all.run()
     assert not any(e.payload.get("skipped") for e in run_all.store.events(kind="profile"))
     assert len(calls_all) > len(calls)
-    from loopwise.kernels.report_html import _profile_rows
+    from loopwise.kernels.report.optimize_html import _profile_rows
     assert _profile_rows(skipped[0])[0][:2] == ["profile", "skipped"]
 
 

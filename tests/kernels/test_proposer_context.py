@@ -2,7 +2,7 @@
 profiling tools' findings reach the prompt as findings, with their numbers."""
 
 from loopwise.core.propose import ProposalRequest, render_prompt
-from loopwise.kernels.optimize_prompt import judged_context
+from loopwise.kernels.optimize.prompt import judged_context
 from loopwise.kernels.profile.findings import Finding
 
 
@@ -50,7 +50,7 @@ def _frame(prompt, *texts):
 
 
 def test_the_first_prompt_states_the_rules_within_its_budget():
-    from loopwise.kernels.optimize_prompt import rules, target
+    from loopwise.kernels.optimize.prompt import rules, target
 
     task = "class Model(torch.nn.Module): ...\n" * 20
     data = {"status": "correct", "reference_timing": {"median_ms": 1.25}, "floor_ms": 0.31}
@@ -69,7 +69,7 @@ def test_the_first_prompt_states_the_rules_within_its_budget():
 
 def test_a_repair_prompt_stays_within_its_budget_whatever_the_log():
     from loopwise.core.propose import ProposalRole
-    from loopwise.kernels.optimize_prompt import REPAIR_LOG_BUDGET, repair_context, rules
+    from loopwise.kernels.optimize.prompt import REPAIR_LOG_BUDGET, repair_context, rules
 
     data = {"status": "wrong_output",
             "reasons": [{"code": "wrong_output", "severity": "reject",

@@ -74,8 +74,7 @@ class _Silent:
 
 def test_a_search_whose_every_answer_fails_to_parse_re_prompts_then_says_why_it_stopped(tmp_path):
     from loopwise.config import load_config
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import REPROMPT_ROUNDS, OptimizeRun
+    from loopwise.kernels.optimize import REPROMPT_ROUNDS, OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
     class NoJudge:
@@ -139,8 +138,7 @@ class _AlwaysCorrect:
 
 def test_a_duplicate_answer_is_recorded_counted_re_prompted_and_replayed(tmp_path):
     from loopwise.config import load_config
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
     cfg, runs = load_config(None, []), str(tmp_path / "runs")

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from loopwise.core.store import SqliteRunStore
-from loopwise.kernels.eval_report import build_eval_report
-from loopwise.kernels.report_html import build_report
+from loopwise.kernels.report.eval_html import build_eval_report
+from loopwise.kernels.report.optimize_html import build_report
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -122,7 +122,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 
 def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None) -> dict:
-    """A problem's row from its optimize summary and its baseline (``jobs.baseline``'s dict)."""
+    """A problem's row from its optimize summary and its baseline (``worker_jobs.baseline``'s dict)."""
     from loopwise.kernels.device import timing_meaningful
 
     best = summary.get("best") or {}
@@ -209,10 +209,9 @@ class Bench:
         return ordered
 
     def _one(self, level: int, pid: int, path: Path, dispatcher) -> dict:
-        from loopwise.kernels.optimize import Settings
-        from loopwise.kernels.optimize_run import OptimizeRun
+        from loopwise.kernels.optimize import OptimizeRun, Settings
         from loopwise.kernels.problem import load_problem
-        from loopwise.kernels.remote import make_judge
+        from loopwise.kernels.evaluate.workers import make_judge
 
         key = f"{level}/{pid}"
 
@@ -242,11 +241,11 @@ class Bench:
     def _baseline(self, problem, dispatcher) -> dict | None:
         """Eager and torch.compile of the problem: the same job on a worker when there is an
         executor, else in this process on ``--device``."""
-        from loopwise.kernels import jobs
-        from loopwise.kernels.remote import baseline_job
+        from loopwise.kernels.evaluate import worker_jobs
+        from loopwise.kernels.evaluate.workers import baseline_job
 
         job = baseline_job(problem, self.cfg)
         if dispatcher is None:
-            return jobs.baseline({**job.payload, "device": self.cfg.kernels.device})
+            return worker_jobs.baseline({**job.payload, "device": self.cfg.kernels.device})
         result = dispatcher.submit(job).result()
         return result.result if result.ok else None

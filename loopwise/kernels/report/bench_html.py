@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
-from loopwise.kernels.bench import FAST_P, aggregate
+from loopwise.kernels.bench.run import FAST_P, aggregate
 from loopwise.kernels.device import MARK, NOT_MEANINGFUL
 
 

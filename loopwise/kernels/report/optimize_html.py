@@ -1,7 +1,7 @@
 """HTML report of a ``kernels optimize`` run (``loopwise report RUN``): best speedup over
 evaluations, the search tree, and per candidate its code diff against its parent, its verdict and
 its reasons, and when it was profiled, its kernels' roofline classes, the tools' findings and the
-roofline plot. A ``kernels eval`` run has its own report (``eval_report``)."""
+roofline plot. A ``kernels eval`` run has its own report (``eval_html``)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def _profile_rows(profile: dict | None) -> list[list[str]]:
 
 
 def _roofline_png(store, node: int) -> list[tuple[str, bytes]]:
-    from loopwise.kernels.optimize_run import profile_dir
+    from loopwise.kernels.optimize import profile_dir
 
     path = profile_dir(store.run_dir, node) / "roofline.png"
     try:

@@ -15,11 +15,11 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
 
     from loopwise.core.execute.dispatch import dispatching
     from loopwise.core.resume import resume_command
-    from loopwise.kernels.bench import Bench, aggregate, select_problems
-    from loopwise.kernels.bench_report import build_report, table_rows
+    from loopwise.kernels.bench.run import Bench, aggregate, select_problems
+    from loopwise.kernels.report.bench_html import build_report, table_rows
     from loopwise.kernels.problem import _find_checkout
     from loopwise.kernels.device import MARK
-    from loopwise.kernels.report import footnote, progress
+    from loopwise.kernels.report.terminal import footnote, progress
 
     console = make_console(stderr=True) if as_json else make_console()
     if resume:

@@ -4,9 +4,9 @@
 the optimize loop. ``evaluate_many`` sends a batch of candidates to the executor (local workers or
 Ray actors, one per GPU, one job at a time each: two timings never share a GPU) and returns the
 verdicts in the batch's order, whatever order they finished in, so a run records them
-deterministically. Each worker keeps one judge per problem (``loopwise.kernels.jobs``), so every
-worker times the reference once on its own GPU and a candidate's speedup is against the reference
-on the GPU that timed it.
+deterministically. Each worker keeps one judge per problem (``worker_jobs``), so every worker
+times the reference once on its own GPU and a candidate's speedup is against the reference on the
+GPU that timed it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class ExecutorJudge:
         self.problem, self.cfg, self.dispatcher = problem, config, dispatcher
         self.timeout_s = timeout_s
         self._device = device
-        # What a worker keys its judge by (loopwise.kernels.jobs): jobs of one problem go to a worker
-        # that already holds that judge (the reference timed on its GPU) when it is free.
+        # What a worker keys its judge by (worker_jobs): jobs of one problem go to a worker that
+        # already holds that judge (the reference timed on its GPU) when it is free.
         digest = hashlib.sha256(f"{problem.sha256}{config.model_dump_json()}{device}".encode()).hexdigest()
         self.affinity = f"judge:{problem.name}:{digest[:16]}"
         workers = dispatcher.workers
@@ -44,7 +44,7 @@ class ExecutorJudge:
 
     def job(self, source: str, name: str) -> Job:
         """The job that judges one candidate on a worker."""
-        return Job(f"{name}#{next(_ids)}", "loopwise.kernels.jobs:evaluate",
+        return Job(f"{name}#{next(_ids)}", "loopwise.kernels.evaluate.worker_jobs:evaluate",
                    {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
                     "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name},
                    affinity=self.affinity)
@@ -102,7 +102,7 @@ def baseline_job(problem, cfg) -> Job:
     """The job that times ``problem``'s eager and torch.compile (default mode) on a worker."""
     compiled = cfg.model_copy(deep=True)
     compiled.kernels.baseline.compile, compiled.kernels.baseline.max_autotune = True, False
-    return Job(f"baseline:{problem.name}#{next(_ids)}", "loopwise.kernels.jobs:baseline",
+    return Job(f"baseline:{problem.name}#{next(_ids)}", "loopwise.kernels.evaluate.worker_jobs:baseline",
                {"problem_source": problem.source, "problem_name": problem.name, "device": worker_device(cfg),
                 "config": compiled.model_dump(mode="json")})
 

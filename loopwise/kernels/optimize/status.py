@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwise.errors import UserError
-from loopwise.kernels.optimize import Tally
+from loopwise.kernels.optimize.settings import Tally
 
 __all__ = ["KIND", "OptimizeStatus", "Verdict", "optimize_run", "optimize_runs"]
 

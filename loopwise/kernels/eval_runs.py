@@ -47,7 +47,7 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
     from loopwise.kernels.evaluate.judge import Judge
     from loopwise.kernels.evaluate.result import Evaluation
     from loopwise.kernels.problem import load_problem
-    from loopwise.kernels.report import print_evaluations, progress
+    from loopwise.kernels.report.terminal import print_evaluations, progress
 
     console = _console(as_json)
     problem = load_problem(problem_spec, cfg.kernels.kernelbench)
@@ -102,7 +102,7 @@ def baseline_problems(specs: list[str], cfg: Config, *, as_json: bool = False) -
     from loopwise.kernels.device import resolve_device
     from loopwise.kernels.evaluate.pool import SandboxPool
     from loopwise.kernels.problem import load_problem
-    from loopwise.kernels.report import print_baselines, progress
+    from loopwise.kernels.report.terminal import print_baselines, progress
 
     console = _console(as_json)
     problems = [load_problem(s, cfg.kernels.kernelbench) for s in specs]

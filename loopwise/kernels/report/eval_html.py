@@ -1,14 +1,14 @@
 """HTML report of a ``kernels eval`` run (``loopwise report RUN``): the candidates it judged side
 by side (status, reasons, speedup, times, floor, precision policy and tolerance), then each
 candidate's verdict, reasons and source. The candidates are unrelated files, so there is no tree,
-no parent and no diff (``report_html`` draws those for an optimize run)."""
+no parent and no diff (``optimize_html`` draws those for an optimize run)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from loopwise.core.report import Figure, Section, render_html
-from loopwise.kernels.report_html import STATUS_COLORS, cpu_banner, fmt, speedup_cell
+from loopwise.kernels.report.optimize_html import STATUS_COLORS, cpu_banner, fmt, speedup_cell
 
 KIND = "kernels.eval"
 

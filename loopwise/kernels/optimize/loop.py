@@ -1,4 +1,4 @@
-"""The optimize loop itself, recording every step in the run store (see ``optimize.py``)."""
+"""The optimize loop itself, recording every step in the run store (see ``settings.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from loopwise.config import Config, dump_config
-from loopwise.kernels.optimize import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
-from loopwise.kernels.optimize_prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
+from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
+from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)
 
 # A model's answer without usable code, or with code already in the tree, is asked again with what
@@ -289,7 +289,7 @@ class OptimizeRun:
         """Judges ``nodes``: at once when the judge spreads candidates over workers
         (``evaluate_many``: an executor's GPUs), else one after another. Verdicts are recorded and
         told in node order either way, so a resumed run replays them the same."""
-        from loopwise.kernels.run_eval import record_evaluation
+        from loopwise.kernels.eval_runs import record_evaluation
 
         if not nodes:
             return

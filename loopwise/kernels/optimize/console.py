@@ -23,9 +23,9 @@ def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None =
 
 
 def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None) -> int:
-    from loopwise.kernels.optimize_run import OptimizeRun
+    from loopwise.kernels.optimize.loop import OptimizeRun
     from loopwise.kernels.problem import load_problem
-    from loopwise.kernels.remote import make_judge
+    from loopwise.kernels.evaluate.workers import make_judge
 
     def judge_for(problem):
         return make_judge(problem, cfg, dispatcher)
@@ -101,7 +101,7 @@ def _print_summary(console, run, path) -> None:
     from rich.table import Table
 
     from loopwise.kernels.device import marked
-    from loopwise.kernels.report import footnote
+    from loopwise.kernels.report.terminal import footnote
 
     table = Table(title=f"{run.problem.name}: {run.tally.line(run.s.budget)}")
     for col in ("node", "parent", "move", "status", "speedup"):

@@ -73,7 +73,7 @@ def eval_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Judge candidates: correct?, speedup, energy, and the reasons behind the verdict."""
-    from loopwise.kernels.run_eval import evaluate_candidates
+    from loopwise.kernels.eval_runs import evaluate_candidates
 
     extra = []
     for key, value in (("tolerance", tolerance), ("precision", precision), ("correct_trials", trials),
@@ -100,7 +100,7 @@ def check_cmd(
 ) -> None:
     """Static exploit and precision scan (no GPU needed). Exit status 1 if any candidate is rejected."""
     from loopwise.kernels.check import scan
-    from loopwise.kernels.report import print_check
+    from loopwise.kernels.report.terminal import print_check
 
     if policy not in ("fp32", "relaxed"):
         raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")
@@ -134,7 +134,7 @@ def baseline_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Eager vs torch.compile (vs max-autotune, vs eager with TF32) vs the speed-of-light floor, per problem."""
-    from loopwise.kernels.run_eval import baseline_problems
+    from loopwise.kernels.eval_runs import baseline_problems
 
     extra = []
     if max_autotune:
@@ -188,8 +188,7 @@ def optimize_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Search for faster kernels: propose, judge, keep the best, write it as a standalone ModelNew."""
-    from loopwise.kernels.optimize import Settings
-    from loopwise.kernels.optimize_cli import run_optimize
+    from loopwise.kernels.optimize import Settings, run_optimize
 
     if resume is None and problem is None:
         raise UserError("give a PROBLEM, or --resume RUN_ID")
@@ -238,7 +237,7 @@ def bench_cmd(
 ) -> None:
     """Many problems at once, one search each (expert proposer): the table per level against eager and
     torch.compile (geomean, fast_p) and an HTML report."""
-    from loopwise.kernels.bench_cli import run_bench
+    from loopwise.kernels.bench.console import run_bench
 
     if suite != "kernelbench":
         raise UserError(f"unknown suite {suite!r}: kernelbench is the one there is")
@@ -246,7 +245,7 @@ def bench_cmd(
         level_list = [int(x) for x in levels.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"--levels {levels!r}: expected numbers such as 1,2,3") from None
-    from loopwise.kernels.bench import BenchSettings
+    from loopwise.kernels.bench.run import BenchSettings
 
     settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
                              per_step=per_step, compile=compile_baseline)
