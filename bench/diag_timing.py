@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     import agreement_set as aset
     from loopwise.kernels.config import EvalConfig
     from loopwise.kernels.evaluate import timing
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.evaluate.pool import SandboxPool, start_method
     from loopwise.kernels.problem import load_problem
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             problem_path = aset.write_problem(stem, "reduced", work)
             cand_path = aset.candidate_path(stem, "correct")
             source = cand_path.read_text()
-            judges = {k: Judge(load_problem(str(problem_path)), cfg, device="cuda:0", pool=p)
+            judges = {k: LocalJudge(load_problem(str(problem_path)), cfg, device="cuda:0", pool=p)
                       for k, p in pools.items() if p is not None and k in ways}
             model = inputs = clock = session = None
             if {"kb", "clock", "kb_beside_pool"} & set(ways):

@@ -60,7 +60,7 @@ COLUMNS = ["level", "id", "problem", "track", "covered", "template", "reason", "
 def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_overrides: list[str]) -> dict:
     """The expert's search on one problem under one track; the row (baselines joined later)."""
     from loopwise.config import load_config
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.expert.capture import capture
     from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
@@ -79,7 +79,7 @@ def run_problem(level: int, pid: int, path: Path, track: str, args, cfg_override
                              *cfg_overrides])
     settings = Settings(problem=str(path), proposer="expert", search="mcts", budget=args.budget, seed=args.seed,
                         profiling=args.profiling)
-    with Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2) as judge:
+    with LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2) as judge:
         run = OptimizeRun.start(settings, cfg, str(Path(args.out) / "runs"), judge, problem)
         try:
             ended = run.run(deadline=args.deadline)

@@ -83,7 +83,7 @@ def main() -> int:
     Sandbox.request = request
     cfg = EvalConfig(perf_trials=args.perf_trials)
     t0 = time.time()
-    with judge_mod.Judge(load_problem(args.problem), cfg, device="cuda", spares=0) as j:
+    with judge_mod.LocalJudge(load_problem(args.problem), cfg, device="cuda", spares=0) as j:
         ev = j.evaluate(Path(args.candidate).read_text(), Path(args.candidate).name)
         hold = j.reference.hold
     sampler.stop = True

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["LOOPWISE_SANDBOX_START"] = "spawn"
     sys.path.insert(0, str(ROOT))
     from loopwise.kernels.config import EvalConfig
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.problem import load_problem
 
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=20, warmup=2, energy=False,
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     source = (CASES / "ok_torch.py").read_text()
     seconds = []
-    with Judge(problem, cfg, device="cpu", log_dir=tempfile.mkdtemp(prefix="judge-overhead-"), spares=2) as judge:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tempfile.mkdtemp(prefix="judge-overhead-"), spares=2) as judge:
         for i in range(args.candidates):
             t0 = time.perf_counter()
             ev = judge.evaluate(source + f"\n# candidate {i}\n", f"c{i}")

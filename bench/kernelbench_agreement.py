@@ -7,7 +7,7 @@ wrong / exploit candidates under ``bench/candidates/``):
     backend "triton", excessive-speedup check on), imported from ``third_party/KernelBench/src``, in
     a fresh subprocess per candidate. It is called twice in that subprocess; the second call finds
     the Triton kernels compiled, so its wall time is KernelBench's time without compilation.
-(b) loopwise: ``Judge(...).evaluate`` in this process, one Judge per problem, statistic "mean" like
+(b) loopwise: ``LocalJudge(...).evaluate`` in this process, one LocalJudge per problem, statistic "mean" like
     KernelBench, energy off; time without compilation = ``eval_s - compile_s``.
 
 Rows are written as they finish to ``$OUT/agreement.csv`` and to a mirror under
@@ -195,7 +195,7 @@ def _kb_fields(answer: dict) -> dict:
 
 def open_judge(problem_path: Path, device: str):
     from loopwise.kernels.config import EvalConfig
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.problem import load_problem
 
     # Timeouts shortened from the defaults (600 s / 180 s) so a hanging candidate cannot eat a device call.
@@ -208,7 +208,7 @@ def open_judge(problem_path: Path, device: str):
 
         settings = {"gpu_memory_fraction": cfg.gpu_memory_fraction, "host_memory_gb": cfg.host_memory_gb}
         _POOLS[device] = SandboxPool(resolve_device(device), settings, spares=2)
-    return Judge(load_problem(str(problem_path)), cfg, device=device, pool=_POOLS[device])
+    return LocalJudge(load_problem(str(problem_path)), cfg, device=device, pool=_POOLS[device])
 
 
 _POOLS: dict = {}

@@ -172,11 +172,11 @@ def pinned(source: str, pattern: str) -> str:
 
 def judge_for(problem, *, baseline: bool = False, pool=None, overrides: list[str] | None = None):
     from loopwise.config import load_config
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
 
     extra = ["kernels.eval.static_check=false", "kernels.eval.require_custom_kernel=false"] if baseline else []
     cfg = load_config(None, extra + list(overrides or []))
-    return Judge(problem, cfg.kernels.eval, device="cuda", pool=pool, spares=1)
+    return LocalJudge(problem, cfg.kernels.eval, device="cuda", pool=pool, spares=1)
 
 
 def shared_pool():

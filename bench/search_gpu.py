@@ -34,12 +34,19 @@ class MemoJudge:
 
     def __init__(self, judge) -> None:
         self.judge, self.verdicts, self.judged = judge, {}, 0
+        self.device, self.device_name = judge.device, judge.device_name
 
     def evaluate(self, source: str, name: str = "<candidate>"):
         if source not in self.verdicts:
             self.verdicts[source] = self.judge.evaluate(source, name)
             self.judged += 1
         return self.verdicts[source]
+
+    def evaluate_many(self, items: list[tuple[str, str]]) -> list:
+        return [self.evaluate(source, name) for source, name in items]
+
+    def precompile(self, sources: list[str]) -> int:
+        return 0  # builds nothing ahead: a distinct source is built when it is first judged
 
     def close(self) -> None:
         self.judge.close()
@@ -124,7 +131,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(None, [f"kernels.kernelbench={args.kernelbench}", f"kernels.device={args.device}",
                              f"store.runs_dir={out / 'runs'}"] + args.set)
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.problem import load_problem
 
     mirror = Path(os.environ.get("LOOPWISE_CACHE_DIR") or ".loopwise-cache") / "bench"
@@ -144,7 +151,7 @@ def main() -> int:
             break
         target = sized(spec, args.sizes, cfg.kernels.kernelbench, out / "problems")
         problem = load_problem(target, cfg.kernels.kernelbench)
-        inner = Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
+        inner = LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=2)
         judge = inner if args.no_memo else MemoJudge(inner)
         profiler = None if args.no_memo else MemoProfiler()
         try:

@@ -146,7 +146,7 @@ class KernelLab:
         minutes."""
         from loopwise.config import dump_config
         from loopwise.core.store import SqliteRunStore
-        from loopwise.kernels.evaluate.judge import Judge
+        from loopwise.kernels.evaluate.judge import LocalJudge
         from loopwise.kernels.problem import load_problem
         from loopwise.kernels.eval_runs import finite, record_evaluation
 
@@ -154,7 +154,7 @@ class KernelLab:
         cfg = self._config(device, {**(config or {}), **explicit})
         prob = load_problem(problem, cfg.kernels.kernelbench)
         with self._device_turn, SqliteRunStore.create(cfg.store.runs_dir, "kernels.eval", dump_config(cfg)) as store, \
-                Judge(prob, cfg.kernels.eval, device=cfg.kernels.device, log_dir=store.run_dir / "logs",
+                LocalJudge(prob, cfg.kernels.eval, device=cfg.kernels.device, log_dir=store.run_dir / "logs",
                       spares=0) as judge:
             store.append("problem", {"name": prob.name, "sha256": prob.sha256, "device": judge.device_name})
             ev = judge.evaluate(candidate_source, CANDIDATE)

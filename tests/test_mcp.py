@@ -145,7 +145,9 @@ def optimize_runs(tmp_path_factory):
     from loopwise.kernels.problem import load_problem
 
     class StandInJudge:
-        device = "cpu"
+        """The whole judge interface; the verdicts are made up."""
+
+        device = device_name = "cpu"
 
         def __init__(self):
             self.judged = 0
@@ -157,6 +159,15 @@ def optimize_runs(tmp_path_factory):
                                   reasons=[Reason(code="runtime_error", message="boom")])
             return Evaluation(status=Status.CORRECT, problem="chain", candidate=name,
                               candidate_key=f"k{self.judged}", speedup={1: 2.0, 3: 4.0}[self.judged])
+
+        def evaluate_many(self, items):
+            return [self.evaluate(source, name) for source, name in items]
+
+        def precompile(self, sources):
+            return 0  # nothing to build: the verdicts are made up
+
+        def close(self):
+            pass
 
     runs = tmp_path_factory.mktemp("optimize") / "runs"
     spec = str(KERNELS / "expert_problems" / "chain.py")

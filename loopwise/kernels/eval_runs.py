@@ -44,7 +44,7 @@ def _open_store(cfg: Config, resume: str | None, kind: str):
 def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: Config, *, as_json: bool = False,
                         resume: str | None = None) -> int:
     """Judges each candidate, records it, prints a table (or JSON). Returns the exit status."""
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.evaluate.result import Evaluation
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.report.terminal import print_evaluations, progress
@@ -53,7 +53,7 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
     problem = load_problem(problem_spec, cfg.kernels.kernelbench)
     store = _open_store(cfg, resume, "kernels.eval")
     results: list[Evaluation] = []
-    with store, Judge(problem, cfg.kernels.eval, device=cfg.kernels.device,
+    with store, LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device,
                       log_dir=store.run_dir / "logs", spares=1 if len(sources) > 1 else 0) as judge:
         done = store.latest_by_key("evaluation")
         store.append("problem", {"name": problem.name, "sha256": problem.sha256, "device": judge.device_name})

@@ -7,10 +7,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from judge_doubles import StandInJudge
 
 from loopwise.kernels import backends
 from loopwise.kernels.config import EvalConfig
-from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
@@ -59,7 +60,7 @@ def test_parallel_precompile_then_judge_uses_the_cache(cache, monkeypatch):
     good = (HERE / "backend_cases" / "literal_module_name.py").read_text()
     bad = (HERE / "backend_cases" / "does_not_compile.py").read_text()
     cfg = EvalConfig(perf_trials=3, seed=1, energy=False)
-    with Judge(load_problem(str(SWISH)), cfg, device="cpu", spares=0) as judge:
+    with LocalJudge(load_problem(str(SWISH)), cfg, device="cpu", spares=0) as judge:
         assert judge.precompile([good, bad]) == 2
         built = [p.name for p in (cache / "extensions").iterdir()]
         assert any(name.startswith("literal_swish_ext_") for name in built)  # one folder per source hash
@@ -77,7 +78,7 @@ def test_parallel_precompile_then_judge_uses_the_cache(cache, monkeypatch):
     monkeypatch.setattr(backends, "precompile", lambda sources, *a, **k: [
         backends.Build(False, "no build after 1s; left to the sandbox"),
         backends.Build(False, "build worker failed (BrokenProcessPool); left to the sandbox")])
-    with Judge(load_problem(str(SWISH)), cfg, device="cpu", spares=0) as judge:
+    with LocalJudge(load_problem(str(SWISH)), cfg, device="cpu", spares=0) as judge:
         assert judge.precompile([good, bad]) == 2
         again = judge.evaluate(good, "literal-again")
     assert again.status is Status.CORRECT, (again.summary(), again.log[-1500:])
@@ -95,7 +96,7 @@ def test_judge_builds_a_batch_of_native_candidates_at_once_and_only_those(cache,
         return [backends.Build(True, "built")] * len(sources)
 
     monkeypatch.setattr(backends, "precompile", precompile)
-    with Judge(load_problem(str(SWISH)), EvalConfig(energy=False), device="cpu", spares=0) as judge:
+    with LocalJudge(load_problem(str(SWISH)), EvalConfig(energy=False), device="cpu", spares=0) as judge:
         assert judge.precompile([cpp, triton]) == 0
         other = cpp.replace("swish", "swish_b")
         assert judge.precompile([triton, cpp, other]) == 2
@@ -112,9 +113,7 @@ def test_the_search_builds_each_batch_before_judging_it_one_by_one(tmp_path):
     example = HERE.parents[1] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
     calls = []
 
-    class LocalJudge:
-        device = "cpu"
-
+    class BuildingJudge(StandInJudge):
         def precompile(self, sources):
             calls.append(("build", len(sources)))
             return len(sources)
@@ -124,7 +123,7 @@ def test_the_search_builds_each_batch_before_judging_it_one_by_one(tmp_path):
             return Evaluation(status=Status.CORRECT, problem="p", candidate=name, candidate_key=name, speedup=1.0)
 
     settings = Settings(problem=str(example), search="greedy", budget=4, profiling="none")
-    run = OptimizeRun.start(settings, load_config(None, []), str(tmp_path / "runs"), LocalJudge(),
+    run = OptimizeRun.start(settings, load_config(None, []), str(tmp_path / "runs"), BuildingJudge(),
                             load_problem(str(example)))
     run.run()
     run.store.close()

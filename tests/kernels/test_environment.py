@@ -69,7 +69,7 @@ def test_a_sandbox_finds_no_secret_to_leak(tmp_path, monkeypatch, start):
     """The dynamic side alone (static scan off): the cheat reads os.environ and /proc/self/environ
     in its constructor and in forward, and would raise with whatever it found."""
     from loopwise.kernels.config import EvalConfig
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.evaluate.result import Status
     from loopwise.kernels.problem import load_problem
 
@@ -82,7 +82,7 @@ def test_a_sandbox_finds_no_secret_to_leak(tmp_path, monkeypatch, start):
     _fresh_server_state()  # a server started now inherits the planted secret, as a user's would
     cfg = EvalConfig(static_check=False, correct_trials=1, stress_trials=0, perf_trials=2, warmup=0,
                      run_timeout_s=120, seed=3, energy=False)
-    judge = Judge(load_problem(str(PROBLEM)), cfg, device="cpu", log_dir=tmp_path / "logs", spares=0)
+    judge = LocalJudge(load_problem(str(PROBLEM)), cfg, device="cpu", log_dir=tmp_path / "logs", spares=0)
     try:
         ev = judge.evaluate(CHEAT.read_text(), "environment_secret.py")
     finally:

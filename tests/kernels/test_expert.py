@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loopwise.kernels.config import EvalConfig
-from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert import elementwise as ew
@@ -204,7 +204,7 @@ def test_matrix_products_follow_the_precision_policy(tmp_path, monkeypatch):
     verdicts = {}
     for policy, tolerance in (("fp32", "strict"), ("relaxed", "legacy")):
         cfg = EvalConfig(**TEMPLATE_JUDGE, precision=policy, tolerance=tolerance)
-        with Judge(problem, cfg, device="cpu", log_dir=tmp_path / policy, spares=0) as judge:
+        with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path / policy, spares=0) as judge:
             verdicts[policy] = judge.evaluate(relaxed, f"relaxed-under-{policy}")
     assert verdicts["relaxed"].status is Status.CORRECT, verdicts["relaxed"].summary()
     assert verdicts["fp32"].status is not Status.CORRECT
@@ -229,7 +229,7 @@ def _judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
     """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
     caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
     cfg = EvalConfig(**TEMPLATE_JUDGE, precision=precision, tolerance="strict" if precision == "fp32" else "legacy")
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, name)
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     assert not ev.rejections
@@ -872,7 +872,7 @@ def _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, fixture: str, says: s
     assert seen == [True]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     cfg = EvalConfig(**TEMPLATE_JUDGE, precision="relaxed", tolerance="legacy")
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(relaxed, f"relaxed-{fixture[:-3]}")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
 
@@ -1310,7 +1310,7 @@ def test_cuda_graph_replay_is_correct_and_replays_on_the_gpu(tmp_path):
     assert len(replay.graphs) == 1 and next(iter(replay.graphs.values())) is not None
     assert len({o.data_ptr() for o in outs}) == 3 and not torch.equal(outs[0], outs[1])
     cfg = EvalConfig(perf_trials=20, energy=False)
-    with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+    with LocalJudge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, "cudagraph")
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
 
@@ -1380,7 +1380,7 @@ def test_channels_last_conv_epilogue_is_judged_correct_on_the_gpu(tmp_path):
         source, _ = generate(problem, {"block": 128, "channels_last": 1}, precision=precision)
         cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
                          tolerance="strict" if precision == "fp32" else "legacy")
-        with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+        with LocalJudge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
             ev = judge.evaluate(source, f"nhwc-{precision}")
         assert ev.status is Status.CORRECT, (precision, ev.summary(), ev.log[-1500:])
 
@@ -1406,7 +1406,7 @@ def test_nhwc_implicit_gemm_convolutions_are_judged_correct_on_the_gpu(tmp_path)
             assert "permute(0, 2, 3, 1)" in source
             cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
                              tolerance="strict" if precision == "fp32" else "legacy")
-            with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+            with LocalJudge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
                 ev = judge.evaluate(source, f"nhwc-{path.stem}-{precision}")
             assert ev.status is Status.CORRECT, (path.stem, precision, ev.summary(), ev.log[-1500:])
 
@@ -1631,7 +1631,7 @@ def test_conv3d_transposed_and_separable_convolutions_are_judged_correct_on_the_
                 assert source is not None, pattern.reason
                 cfg = EvalConfig(perf_trials=10, energy=False, precision=precision,
                                  tolerance="strict" if precision == "fp32" else "legacy")
-                with Judge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
+                with LocalJudge(problem, cfg, device="cuda", log_dir=tmp_path, spares=0) as judge:
                     ev = judge.evaluate(source, f"{path.stem}-{precision}-{len(moves)}")
                 assert ev.status is Status.CORRECT, (path.stem, precision, moves, ev.summary(), ev.log[-1500:])
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from loopwise.kernels.config import EvalConfig
-from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
@@ -40,7 +40,7 @@ def interpret_triton(tmp_path_factory):
 @pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
 def test_honest_candidate_is_correct(entry, tmp_path):
     cfg = EvalConfig(perf_trials=3, warmup=1, seed=3, energy=False, compile_timeout_s=300)
-    with Judge(load_problem(str(HONEST / entry["problem"])), cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(load_problem(str(HONEST / entry["problem"])), cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((HONEST / entry["candidate"]).read_text(), entry["candidate"])
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-2000:])
     assert not ev.rejections
@@ -57,7 +57,7 @@ def test_honest_candidate_is_correct_on_the_gpu(entry, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     cfg = EvalConfig(perf_trials=20, seed=3, energy=False)
-    with Judge(load_problem(str(HONEST / entry["problem"])), cfg, device="cuda", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(load_problem(str(HONEST / entry["problem"])), cfg, device="cuda", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((HONEST / entry["candidate"]).read_text(), entry["candidate"])
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-3000:])
     assert ev.speedup is not None

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from loopwise.kernels.config import EvalConfig
-from loopwise.kernels.evaluate.judge import Judge
+from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
@@ -18,7 +18,7 @@ def judge(tmp_path_factory):
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=5, warmup=1, run_timeout_s=8,
                      compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=1) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=1) as j:
         yield j
 
 
@@ -74,14 +74,14 @@ def test_error_message_names_the_exception(judge):
 def test_plain_pytorch_is_rejected_when_it_runs(tmp_path):
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     cfg = EvalConfig(static_check=False, perf_trials=3, seed=2, energy=False)
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
     assert ev.status is Status.EXPLOIT and "pytorch_only" in codes(ev)
 
 
 def test_static_scan_rejects_plain_pytorch_before_running(tmp_path):
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
-    with Judge(problem, EvalConfig(seed=1), device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(problem, EvalConfig(seed=1), device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
     assert ev.status is Status.EXPLOIT
     assert "no_custom_kernel" in codes(ev)
@@ -93,7 +93,7 @@ def test_bundled_example_on_gpu(tmp_path):
     """On a GPU: the fused example is correct and faster, with energy and a floor; the cheat is caught."""
     root = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
     problem = load_problem(str(root / "scaled_gelu_problem.py"))
-    with Judge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
+    with LocalJudge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
         ev = j.evaluate((root / "scaled_gelu_triton.py").read_text(), "triton")
         cheat = j.evaluate((root / "scaled_gelu_cheat.py").read_text(), "cheat")
         again = j.evaluate((root / "scaled_gelu_triton.py").read_text() + "\n# again\n", "again")
@@ -113,7 +113,7 @@ def test_stress_inputs_keep_the_problems_structure(tmp_path):
     the stress inputs keep exact zeros, so it is judged correct."""
     problem = load_problem(str(CASES / "problem_triu_matmul.py"))
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False)
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((CASES / "triu_structure.py").read_text(), "triu")
     assert ev.status is Status.CORRECT, ev.summary()
     assert any(t.kind == "stress:centered" and t.passed for t in ev.trials)
@@ -126,7 +126,7 @@ def test_stress_inputs_keep_the_problems_structure(tmp_path):
 def test_cheats_on_the_timing_itself_are_caught(tmp_path, name, code):
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=100, seed=4, energy=False)
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((CASES / f"{name}.py").read_text(), name)
     assert ev.status is Status.EXPLOIT, ev.summary()
     assert code in codes(ev)
@@ -199,7 +199,7 @@ def test_one_judge_draws_once_and_judges_every_candidate_on_the_same_inputs(tmp_
                      compile_timeout_s=60, host_memory_gb=3, energy=False, reuse_inputs=reuse)
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     source = (CASES / "ok_torch.py").read_text()
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=1) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=1) as j:
         first, second = j.evaluate(source, "a"), j.evaluate(source, "b")
         wrong = j.evaluate((CASES / "wrong_scale.py").read_text(), "wrong")
     assert first.status is second.status is Status.CORRECT and wrong.status is Status.WRONG_OUTPUT
@@ -224,7 +224,7 @@ def test_judging_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, warmup=1, run_timeout_s=8,
                      compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
-    with Judge(problem, cfg, device="cpu", spares=1) as j:
+    with LocalJudge(problem, cfg, device="cpu", spares=1) as j:
         for name in ("ok_torch", "segfault", "hang"):
             j.evaluate((CASES / f"{name}.py").read_text(), name)
         assert any(scratch.iterdir())  # the judge does use the temp folder while it runs
@@ -250,7 +250,7 @@ def test_reduced_precision_is_judged_by_the_policy_not_as_a_constant_answer(tmp_
     problem = load_problem(str(CASES / "problem_matmul_relu.py"))
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False,
                      precision=precision, tolerance=tolerance)
-    with Judge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
         ev = j.evaluate((CASES / "tf32_emulated.py").read_text(), "tf32")
     assert ev.status is status, ev.summary()
     assert "input_independent_output" not in {r.code for r in ev.reasons}
@@ -263,14 +263,14 @@ def test_half_precision_outputs_are_judged_against_float64_where_the_half_refere
     which rule passed it); a wrong sum is not. ``half_outputs="allclose"`` keeps KernelBench's rule."""
     problem = load_problem(str(CASES / "problem_bf16_chain_sum.py"))
     base = dict(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False)
-    with Judge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
+    with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
         good = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
         wrong = j.evaluate((CASES / "bf16_sum_dropped.py").read_text(), "dropped")
     assert good.status is Status.CORRECT, good.summary()
     note = [r for r in good.reasons if r.code == "half_precision_bound"]
     assert note and note[0].severity == "info" and "nearer float64" in note[0].message, good.reasons
     assert wrong.status is Status.WRONG_OUTPUT, wrong.summary()
-    with Judge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
+    with LocalJudge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
                spares=0) as j:
         strict = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
     assert strict.status is Status.WRONG_OUTPUT, strict.summary()
@@ -283,14 +283,14 @@ def test_fp32_outputs_are_judged_against_float64_where_two_correct_summation_ord
     and ``fp32_outputs="allclose"`` keeps KernelBench's rule alone."""
     problem = load_problem(str(CASES / "problem_large_k_matmul.py"))
     base = dict(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=0, energy=False)
-    with Judge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
+    with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
         honest = j.evaluate((CASES / "sequential_fp32_matmul.py").read_text(), "sequential")
         reduced = j.evaluate((CASES / "bf16x3_matmul.py").read_text(), "bf16x3")
     assert honest.status is Status.CORRECT, honest.summary()
     note = [r for r in honest.reasons if r.code == "fp32_bound"]
     assert note and note[0].severity == "info" and "float64" in note[0].message, honest.reasons
     assert reduced.status is not Status.CORRECT, reduced.summary()
-    with Judge(problem, EvalConfig(**base, fp32_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
+    with LocalJudge(problem, EvalConfig(**base, fp32_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
                spares=0) as j:
         strict = j.evaluate((CASES / "sequential_fp32_matmul.py").read_text(), "sequential")
     assert strict.status is Status.WRONG_OUTPUT, strict.summary()
@@ -321,7 +321,7 @@ def test_the_judge_running_out_of_memory_is_an_oom_verdict_naming_its_phase(tmp_
 
     monkeypatch.setattr(Reference, "run64", exhausted)
     cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=7, energy=False)
-    with Judge(load_problem(str(CASES / "problem_matmul_relu.py")), cfg, device="cpu", log_dir=tmp_path,
+    with LocalJudge(load_problem(str(CASES / "problem_matmul_relu.py")), cfg, device="cpu", log_dir=tmp_path,
                spares=0) as j:
         ev = j.evaluate((CASES / "ok_torch.py").read_text(), "ok_torch")
     assert ev.status is Status.OOM, ev.summary()

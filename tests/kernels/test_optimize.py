@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from judge_doubles import StandInJudge
 
 PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
 
@@ -158,17 +159,12 @@ def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_
 
     judged = []
 
-    class SlowJudge:
-        device = "cpu"
-
+    class SlowJudge(StandInJudge):
         def evaluate(self, source, name):
             time.sleep(0.3)
             judged.append(source)
             return Evaluation(status=Status.CORRECT, problem="chain", candidate=name,
                               candidate_key=str(len(judged)), speedup=1.0 + len(judged) / 10)
-
-        def close(self):
-            pass
 
     cfg, runs = load_config(None, []), str(tmp_path / "runs")
     settings = Settings(problem=str(PROBLEM), search="greedy", budget=6, profiling="none")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from judge_doubles import StandInJudge
+
 from loopwise.config import load_config
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.evaluate.result import Evaluation, Status
@@ -22,10 +24,10 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
 
 
-class FakeJudge:
+class FakeJudge(StandInJudge):
     """Judges by the warps the expert wrote: 16 warps is fastest."""
 
-    device = "cuda:0"
+    device = device_name = "cuda:0"
 
     def __init__(self):
         self.judged = []

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from exchange_agent import ScriptedAgent
+from judge_doubles import StandInJudge
 
 PROBLEM = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
 GOOD = (PROBLEM.parent / "scaled_gelu_triton.py").read_text()
@@ -77,9 +78,7 @@ def test_a_search_whose_every_answer_fails_to_parse_re_prompts_then_says_why_it_
     from loopwise.kernels.optimize import REPROMPT_ROUNDS, OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
-    class NoJudge:
-        device, device_name = "cpu", "cpu"
-
+    class NoJudge(StandInJudge):
         def evaluate(self, source, name):
             raise AssertionError("nothing should be judged")
 
@@ -123,17 +122,12 @@ class _Repeating:
         return [Proposal(content=self.codes.pop(0), note="same again", origin="script") for _ in range(request.n)]
 
 
-class _AlwaysCorrect:
-    device, device_name = "cpu", "cpu"
-
+class _AlwaysCorrect(StandInJudge):
     def evaluate(self, source, name):
         from loopwise.kernels.evaluate.result import Evaluation, Status
 
         return Evaluation(status=Status.CORRECT, problem="p", candidate=name, candidate_key=source[-8:],
                           speedup=1.0 + len(source) / 1e4)
-
-    def close(self):
-        pass
 
 
 def test_a_duplicate_answer_is_recorded_counted_re_prompted_and_replayed(tmp_path):

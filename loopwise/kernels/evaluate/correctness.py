@@ -110,7 +110,7 @@ class TrialRunner:
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
         self.spent = ref.spent  # the judge's accounting for this evaluation
-        self.transfer = None  # a DeviceSend when tensors cross on the device (Judge._probe_transfer)
+        self.transfer = None  # a DeviceSend when tensors cross on the device (LocalJudge._probe_transfer)
 
     def reference_outputs(self, seed: int) -> list | None:
         """Reference outputs already computed for ``seed`` (the first two trials'), else None."""

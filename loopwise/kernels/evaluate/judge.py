@@ -84,8 +84,8 @@ def status_for(reasons: list[Reason]) -> Status:
     return Status.WRONG_OUTPUT
 
 
-class Judge:
-    """Evaluates candidates for one problem on one device."""
+class LocalJudge:
+    """Evaluates candidates for one problem on one device (implements :class:`~loopwise.kernels.evaluate.Judge`)."""
 
     def __init__(self, problem, config: EvalConfig | None = None, device: str = "auto",
                  pool: SandboxPool | None = None, log_dir: str | Path | None = None, spares: int = 1) -> None:
@@ -126,7 +126,7 @@ class Judge:
         if self._own_pool:
             self.pool.close()
 
-    def __enter__(self) -> "Judge":
+    def __enter__(self) -> "LocalJudge":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -189,6 +189,11 @@ class Judge:
 
                 torch.cuda.ipc_collect()  # frees sent copies the (now dead) sandbox let go of
         return self._finish(ev, outcome, t0)
+
+    def evaluate_many(self, items: list[tuple[str, str]]) -> list[Evaluation]:
+        """Verdicts on ``[(source, name), ...]`` in that order, judged one after another on this
+        judge's device (two timings never share it)."""
+        return [self.evaluate(source, name) for source, name in items]
 
     def native(self, sources: list[str]) -> list[str]:
         """The candidates among ``sources`` built by ``load_inline`` (CUDA, C++, CUTLASS) that the

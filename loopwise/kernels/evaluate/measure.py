@@ -54,7 +54,7 @@ def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = No
           transfer=None) -> tuple[dict, float]:
     """Stages the input sets, then times the calls; returns the reply and the judge's own wall time
     of the timed request (which no code in the sandbox can touch). ``transfer``: a DeviceSend when
-    tensors cross on the device (see ``Judge._probe_transfer``), None for host memory."""
+    tensors cross on the device (see ``LocalJudge._probe_transfer``), None for host memory."""
     import time as _time
 
     from loopwise.kernels.evaluate.inputs import for_sandbox

@@ -241,7 +241,7 @@ class Session:
         return self._copy_out(t, on_device)
 
     def _on_device(self, req: dict) -> bool:
-        """Whether the judge asked for device tensors back (see Judge._probe_transfer)."""
+        """Whether the judge asked for device tensors back (see LocalJudge._probe_transfer)."""
         return bool(req.get("device_outputs")) and self.device.startswith("cuda")
 
     def _export(self, outs: list, on_device: bool = False) -> tuple[list, list[str]]:

@@ -24,13 +24,13 @@ def _problem(payload: dict):
 
 def _judge(payload: dict):
     from loopwise.kernels.config import EvalConfig
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
 
     cfg = EvalConfig.model_validate(payload.get("config") or {})
     problem = _problem(payload)
     key = (problem.sha256, cfg.model_dump_json(), payload.get("device", "auto"))
     if key not in _JUDGES:
-        _JUDGES[key] = Judge(problem, cfg, device=payload.get("device", "auto"), spares=2)
+        _JUDGES[key] = LocalJudge(problem, cfg, device=payload.get("device", "auto"), spares=2)
     return _JUDGES[key]
 
 

@@ -1,6 +1,6 @@
 """The judge's interface on an executor's workers: candidates judged in parallel, one per worker.
 
-``ExecutorJudge`` stands where a local :class:`~loopwise.kernels.evaluate.judge.Judge` stands in
+``ExecutorJudge`` stands where a local :class:`~loopwise.kernels.evaluate.judge.LocalJudge` stands in
 the optimize loop. ``evaluate_many`` sends a batch of candidates to the executor (local workers or
 Ray actors, one per GPU, one job at a time each: two timings never share a GPU) and returns the
 verdicts in the batch's order, whatever order they finished in, so a run records them
@@ -25,7 +25,8 @@ _ids = itertools.count()
 
 
 class ExecutorJudge:
-    """Judges candidates of one problem on an executor's workers."""
+    """Judges candidates of one problem on an executor's workers (implements
+    :class:`~loopwise.kernels.evaluate.Judge`)."""
 
     def __init__(self, problem, config, dispatcher: Dispatcher, device: str = "auto",
                  timeout_s: float | None = None) -> None:
@@ -49,7 +50,8 @@ class ExecutorJudge:
                     "config": self.cfg.model_dump(mode="json"), "candidate_source": source, "candidate_name": name},
                    affinity=self.affinity)
 
-    def evaluate(self, source: str, name: str) -> Evaluation:
+    def evaluate(self, source: str, name: str = "<candidate>") -> Evaluation:
+        """The verdict on one candidate, judged on a worker."""
         return self.evaluate_many([(source, name)])[0]
 
     def evaluate_many(self, items: list[tuple[str, str]]) -> list[Evaluation]:
@@ -78,6 +80,11 @@ class ExecutorJudge:
                           policy=self.cfg.precision, tolerance=self.cfg.tolerance,
                           log=result.log if result else "")
 
+    def precompile(self, sources: list[str]) -> int:
+        """Builds nothing here: each worker's own judge builds the candidates it is sent, on the
+        machine that runs them. Returns 0."""
+        return 0
+
     def close(self) -> None:
         """The dispatcher and its executor belong to whoever made them: nothing to release here."""
 
@@ -93,9 +100,9 @@ def make_judge(problem, cfg, dispatcher: Dispatcher | None, spares: int = 2):
     a local judge on ``--device``."""
     if dispatcher is not None:
         return ExecutorJudge(problem, cfg.kernels.eval, dispatcher, device=worker_device(cfg))
-    from loopwise.kernels.evaluate.judge import Judge
+    from loopwise.kernels.evaluate.judge import LocalJudge
 
-    return Judge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=spares)
+    return LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device, spares=spares)
 
 
 def baseline_job(problem, cfg) -> Job:

@@ -7,11 +7,15 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
 from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
 from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)
+
+if TYPE_CHECKING:
+    from loopwise.kernels.evaluate import Judge
 
 # A model's answer without usable code, or with code already in the tree, is asked again with what
 # was wrong, at most this many rounds within one step.
@@ -24,7 +28,7 @@ log = logging.getLogger(__name__)
 class OptimizeRun:
     """One optimization run: a search, a proposer, a judge and a store."""
 
-    def __init__(self, settings: Settings, cfg: Config, store, judge, problem) -> None:
+    def __init__(self, settings: Settings, cfg: Config, store, judge: Judge, problem) -> None:
         self.s, self.cfg, self.store, self.judge, self.problem = settings, cfg, store, judge, problem
         self.search = make_search(settings)
         self.proposer = make_proposer(settings, problem, store, precision=cfg.kernels.eval.precision)
@@ -38,7 +42,7 @@ class OptimizeRun:
 
     # -- starting and resuming ----------------------------------------------------------------
     @classmethod
-    def start(cls, settings: Settings, cfg: Config, runs_dir: str, judge, problem):
+    def start(cls, settings: Settings, cfg: Config, runs_dir: str, judge: Judge, problem):
         from loopwise.core.store import SqliteRunStore
 
         store = SqliteRunStore.create(runs_dir, "kernels.optimize", dump_config(cfg))
@@ -150,7 +154,7 @@ class OptimizeRun:
                                n=1, kind="kernels", role=ProposalRole.REPAIR)
 
     def _device_name(self) -> str:
-        return getattr(self.judge, "device_name", None) or self._device()
+        return self.judge.device_name
 
     def _request(self, node_id: int):
         from loopwise.core.propose import ProposalRequest
@@ -169,8 +173,7 @@ class OptimizeRun:
                                n=self.s.per_step, kind="kernels")
 
     def _device(self) -> str:
-        judge = self.judge
-        return getattr(judge, "device", None) or getattr(getattr(judge, "judge", None), "device", None) or "cpu"
+        return self.judge.device or "cpu"
 
     def _profile_notes(self, node: int) -> tuple:
         """Findings of a profile of ``node`` (the reference for node 0), taken once when the search
@@ -286,20 +289,17 @@ class OptimizeRun:
         return children, retry
 
     def _judge_batch(self, nodes: list[int], progress=None) -> None:
-        """Judges ``nodes``: at once when the judge spreads candidates over workers
-        (``evaluate_many``: an executor's GPUs), else one after another. Verdicts are recorded and
-        told in node order either way, so a resumed run replays them the same."""
+        """Judges ``nodes`` as one batch: a judge on an executor's workers judges them at once, a
+        local one builds their native extensions first, then judges them one after another.
+        Verdicts are recorded and told in node order either way, so a resumed run replays them the
+        same."""
         from loopwise.kernels.eval_runs import record_evaluation
 
         if not nodes:
             return
         items = [(self.sources[n], f"node-{n}") for n in nodes]
-        many = getattr(self.judge, "evaluate_many", None)
-        if many is not None and len(nodes) > 1:
-            verdicts = many(items)
-        else:
-            self._precompile(nodes, [source for source, _ in items])
-            verdicts = [self.judge.evaluate(source, name) for source, name in items]
+        self._precompile(nodes, [source for source, _ in items])
+        verdicts = self.judge.evaluate_many(items)
         for node, ev in zip(nodes, verdicts):
             self.logs[node] = ev.log or ""
             self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
@@ -308,12 +308,12 @@ class OptimizeRun:
 
     def _precompile(self, nodes: list[int], sources: list[str]) -> None:
         """A judge on this machine builds a batch's native candidates at once before judging them
-        one by one (their sandboxes then load the builds); the wall time is recorded."""
-        precompile = getattr(self.judge, "precompile", None)
-        if precompile is None or len(sources) < 2:
+        one by one (their sandboxes then load the builds); the wall time is recorded. A judge on
+        an executor's workers builds nothing here."""
+        if len(sources) < 2:
             return
         t0 = time.perf_counter()
-        built = precompile(sources)
+        built = self.judge.precompile(sources)
         if built:
             self.store.append("precompile", {"nodes": nodes, "built": built,
                                              "seconds": round(time.perf_counter() - t0, 1)})
