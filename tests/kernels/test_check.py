@@ -105,7 +105,7 @@ def test_exploit_is_caught_statically(entry):
 @pytest.mark.parametrize("entry", HONEST_ENTRIES, ids=_honest_id)
 def test_honest_candidate_has_no_reason(entry):
     """Scanned under the policy the judge applies to its problem (a bf16 problem computes in bf16)."""
-    from loopwise.kernels.evaluate.judge import static_policy
+    from loopwise.kernels.evaluate.verdict import static_policy
     from loopwise.kernels.problem import load_problem
 
     policy = static_policy(load_problem(str(CANDIDATES / entry["problem"])), "fp32")
@@ -432,7 +432,7 @@ def test_setting_an_environment_variable_is_not_a_read():
 
 
 def test_environment_read_is_an_exploit_verdict():
-    from loopwise.kernels.evaluate.judge import EXPLOIT_CODES
+    from loopwise.kernels.evaluate.verdict import EXPLOIT_CODES
 
     assert CODES["environment_read"].severity == "reject"
     assert "environment_read" in EXPLOIT_CODES

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from loopwise.kernels.check import detect_backends, scan
-from loopwise.kernels.evaluate.judge import static_policy
+from loopwise.kernels.evaluate.verdict import static_policy
 from loopwise.kernels.problem import load_problem
 
 from sass_fixtures import FIXTURES, needs_tools  # tests/kernels on sys.path (rootdir conftest)

@@ -392,7 +392,7 @@ def test_the_judges_static_scan_accepts_the_cutlass_candidates():
     problem reports them as info); the 3xTF32 candidate passes the fp32 policy itself: CUTLASS's
     float types with OpMultiplyAddFastF32 are fp32-accurate, and the source names no TF32 type."""
     from loopwise.kernels.check import detect_backends, scan
-    from loopwise.kernels.evaluate.judge import static_policy
+    from loopwise.kernels.evaluate.verdict import static_policy
 
     bf16_problem = load_problem(str(HERE / "matmul_bf16.py"))
     policy = static_policy(bf16_problem, "fp32")

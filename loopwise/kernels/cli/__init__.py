@@ -105,7 +105,7 @@ def check_cmd(
     if policy not in ("fp32", "relaxed"):
         raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")
     if problem:
-        from loopwise.kernels.evaluate.judge import static_policy
+        from loopwise.kernels.evaluate.verdict import static_policy
         from loopwise.kernels.problem import load_problem
 
         policy = static_policy(load_problem(problem, kernelbench), policy)

@@ -18,31 +18,20 @@ from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.device import resolve_device
+from loopwise.kernels.evaluate.audits import (audit_timing, capture_probe, check_timed_outputs, own_launches,
+                                              speed_of_light)
 from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
-from loopwise.kernels.evaluate.inputs import for_sandbox, nbytes
+from loopwise.kernels.evaluate.inputs import nbytes
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
 from loopwise.kernels.evaluate.out_of_memory import judge_out_of_memory
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
 from loopwise.kernels.evaluate.reference import Reference
-from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
+from loopwise.kernels.evaluate.result import Evaluation, Status
 from loopwise.kernels.evaluate.spent import tag_activity
+from loopwise.kernels.evaluate.verdict import static_policy, status_for
 
 log = logging.getLogger(__name__)
 
-COMPILE_CODES = {"syntax_error", "missing_modelnew", "compile_error"}
-EXPLOIT_CODES = {
-    "timer_patch", "thread_injection", "lazy_eval", "reference_access", "reference_call", "fallback",
-    "process_spawn", "precision_downgrade", "no_custom_kernel", "pytorch_only", "unsynchronized_work",
-    "input_mutation", "pointer_cache", "input_independent_output", "faster_than_floor",
-    "side_stream", "library_patch", "timing_mismatch", "timed_output_wrong", "decoy_kernel",
-    "environment_read",
-}
-# Host time above event time that is more than this fraction of the event time (plus a fixed
-# allowance for clock jitter) means work ran outside the timed stream.
-ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
-# The memory floor uses the measured copy bandwidth (~4.3 TB/s on an H200); a pure read stream
-# can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
-FLOOR_MARGIN = 0.8
 REFERENCE_TIMING_SEED = 0
 # Device bytes all timing input sets together may take (beyond the two held draws' own).
 TIMING_SET_BYTES = 4 << 30
@@ -70,18 +59,6 @@ def _release_device_memory(device: str) -> None:
 
         gc.collect()
         torch.cuda.empty_cache()
-
-
-def status_for(reasons: list[Reason]) -> Status:
-    rejects = [r for r in reasons if r.severity == "reject"]
-    if not rejects:
-        return Status.CORRECT
-    codes = {r.code for r in rejects}
-    if codes & EXPLOIT_CODES:
-        return Status.EXPLOIT
-    if codes & COMPILE_CODES:
-        return Status.COMPILE_ERROR
-    return Status.WRONG_OUTPUT
 
 
 class LocalJudge:
@@ -377,13 +354,13 @@ class LocalJudge:
         self.pool.replenish()  # the next candidate's sandbox starts while this one's checks finish
         guard_reasons(reply, outcome, self.cfg.precision)
         ev.timing = timing_from(reply)
-        self._audit_timing(reply, wall, ev, outcome)
+        audit_timing(reply, wall, ev, outcome, self.device)
         if not outcome.rejected:
             known = {k: runner.reference_outputs(base + k) for k in range(2)}
-            self._check_timed_outputs(reply, seeds, outcome, known)
+            check_timed_outputs(self.reference, self.cfg, reply, seeds, outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
-                self._own_launches(box, sets[0], outcome)
+                own_launches(box, sets[0], outcome, self.cfg, self.transfer)
         if outcome.rejected:
             return
         ref = self.reference_timing()
@@ -393,96 +370,13 @@ class LocalJudge:
             stat = self.cfg.statistic
             ev.speedup = ref.timing.pick(stat) / max(ev.timing.pick(stat), 1e-9)
         with phase(ev, "floor"):
-            self._speed_of_light(ev, outcome)
+            speed_of_light(ev, outcome, self._floor_for(), self.cfg, self.device)
         if not outcome.rejected and self.cfg.energy and self.device.startswith("cuda"):
             with phase(ev, "energy"):
                 ev.energy_j_per_call = energy_in(box, self.cfg)
         if not outcome.rejected and self.cfg.capture_probe and self.device.startswith("cuda"):
             with phase(ev, "capture"):
-                self._capture_probe(box, outcome)
-
-    def _capture_probe(self, box: Sandbox, outcome: Outcome) -> None:
-        try:
-            reply = box.request("capture", {}, self.cfg.run_timeout_s)
-        except SandboxFailure as fail:
-            outcome.note("capture_probe", f"the CUDA-graph probe could not run ({fail.message})", severity="info")
-            return
-        if reply.get("unjoined"):
-            outcome.reject("unsynchronized_work", "captured into a CUDA graph, forward forks work to a side "
-                           "stream and never joins it back to the current stream")
-        elif reply.get("captured") and reply.get("left_unwritten"):
-            outcome.reject("unsynchronized_work", f"replaying forward as a CUDA graph left "
-                           f"{reply['left_unwritten']} output elements unwritten: the output is produced by work "
-                           "outside the current stream (a side stream or a thread)")
-        elif not reply.get("captured"):
-            outcome.note("capture_probe", "forward cannot be captured as a CUDA graph, so the side-stream "
-                         f"probe proved nothing ({reply.get('message', '')})", severity="info")
-
-    def _audit_timing(self, reply: dict, wall: float, ev: Evaluation, outcome: Outcome) -> None:
-        from loopwise.kernels.evaluate.measure import audit_claims
-        from loopwise.kernels.evaluate.timing import escaped_work_ms
-
-        for problem in audit_claims(reply, wall):
-            outcome.reject("timing_mismatch", f"the timing report contradicts the judge's clock: {problem}")
-        event = ev.timing.median_ms
-        escaped = escaped_work_ms(reply["host_ms"], reply["noop_host_ms"], reply["event_ms"])
-        if self.device.startswith("cuda") and escaped > ESCAPE_FRACTION * event + ESCAPE_FIXED_MS:
-            outcome.reject("unsynchronized_work", f"the host waited {escaped:.3f} ms longer than the timed "
-                           f"stream's {event:.3f} ms: work runs outside the measured stream (side stream or thread)",
-                           escaped_ms=escaped, event_ms=event)
-
-    def _check_timed_outputs(self, reply: dict, seeds: list[int], outcome: Outcome,
-                             known: dict[int, list | None]) -> None:
-        """A few timed calls, picked at random, must have returned the right answer for their inputs.
-        ``known`` holds reference outputs the correctness trials already computed for some sets."""
-        from loopwise.kernels.evaluate.correctness import compare_outputs
-
-        refs: dict[int, list] = {k: v for k, v in known.items() if v is not None}
-        for i, outs in sorted(reply.get("kept", {}).items()):
-            k = int(i) % len(seeds)
-            if k not in refs:
-                refs[k] = self.reference.outputs(seeds[k])[0]
-            cand = [o.to(self.reference.hold, copy=True) if o is not None else None for o in outs]
-            v, _ = compare_outputs(self.reference, self.cfg, refs[k], cand, seeds[k])
-            if not v.passed:
-                outcome.reject("timed_output_wrong", f"timed call {i} returned a wrong result for its inputs "
-                               f"({v.message}): the candidate behaves differently while it is timed")
-                return
-
-    def _own_launches(self, box: Sandbox, args: list, outcome: Outcome) -> None:
-        from loopwise.kernels.evaluate.launches import is_library_kernel
-
-        reply = box.request("launches", {"inputs": for_sandbox(args, self.transfer)}, self.cfg.run_timeout_s)
-        if sum(reply["launches"].values()):
-            if reply.get("contributes") is False:
-                outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "
-                               "launches) but no output depends on anything they read or wrote: PyTorch "
-                               "computes the result and the kernels are decoys")
-            return
-        own = sorted(k for k in reply.get("kernels", {}) if not is_library_kernel(k))
-        if own:
-            outcome.note("uncounted_kernels", "kernels launched outside the counted paths (Triton, load_inline): "
-                         + ", ".join(own[:3]), severity="info")
-            return
-        outcome.reject("pytorch_only", "one forward call launched none of the candidate's own kernels (no Triton "
-                       "launch, no call into a compiled extension): the work is done by PyTorch")
-
-    def _speed_of_light(self, ev: Evaluation, outcome: Outcome) -> None:
-        floor = self._floor_for()
-        if floor is None or ev.timing is None:
-            return
-        ev.floor_ms = floor.floor_ms
-        t = ev.timing.median_ms
-        on_gpu = self.device.startswith("cuda")
-        if on_gpu and floor.memory_ms and t < FLOOR_MARGIN * floor.memory_ms:
-            outcome.reject("faster_than_floor", f"{t:.4f} ms is below the memory floor of {floor.memory_ms:.4f} ms "
-                           "(the bytes it must read at peak bandwidth)", time_ms=t, floor_ms=floor.memory_ms)
-        elif on_gpu and floor.compute_ms and t < floor.compute_ms:
-            outcome.note("below_compute_floor", f"{t:.4f} ms is below the compute floor of {floor.compute_ms:.4f} ms: "
-                         "an algebraic rewrite or an exploit; review it", time_ms=t, floor_ms=floor.compute_ms)
-        if ev.speedup is not None and ev.speedup > self.cfg.excessive_speedup:
-            outcome.note("excessive_speedup", f"{ev.speedup:.1f}x over eager exceeds {self.cfg.excessive_speedup:g}x: "
-                         "review it (honest speedups this large exist)", speedup=ev.speedup)
+                capture_probe(box, outcome, self.cfg)
 
     def _floor_for(self):
         if self._floor is None:
@@ -496,19 +390,3 @@ class LocalJudge:
                 log.info("no speed-of-light floor for %s: %s", self.problem.name, exc)
                 self._floor = False
         return self._floor or None
-
-
-HALF_DTYPES = ("bfloat16", "float16")
-
-
-def static_policy(problem, policy: str) -> str:
-    """The precision policy the static scan applies to ``problem``'s candidates: under ``fp32`` a
-    problem whose inputs are already bf16 / fp16 computes in that precision itself, so half-precision
-    types and tensor-core paths in a candidate are its own precision, not a downgrade (they are
-    reported as info, and the float64 comparisons still judge the numbers)."""
-    signature = getattr(problem, "signature", None)
-    dtypes = tuple(getattr(signature, "input_dtypes", ()) or ())
-    if policy == "fp32" and any(d in HALF_DTYPES for d in dtypes if d):
-        return "relaxed"
-    return policy
-

@@ -21,6 +21,7 @@ from typing import Callable
 
 from loopwise.kernels.evaluate.environment import sandbox_environ
 from loopwise.kernels.evaluate.out_of_memory import REQUEST_PHASES, is_out_of_memory, out_of_memory_message
+from loopwise.kernels.evaluate.sandbox_process import PRELOAD, sandbox_main
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.05
@@ -31,8 +32,6 @@ _POLL_S = 0.05
 # "spawn": a fresh interpreter each time. LOOPWISE_SANDBOX_START picks one; a forkserver sandbox
 # that dies before it is ready switches this process to spawn for good.
 START_ENV = "LOOPWISE_SANDBOX_START"
-PRELOAD = ["torch", "torch.multiprocessing", "torch.utils._python_dispatch", "torch._dynamo",
-           "torch.utils.cpp_extension", "triton", "triton.language", "loopwise.kernels.evaluate.sandbox"]
 # Variables that shape what these libraries build when imported: with TRITON_INTERPRET, Triton's
 # own @jit helpers (tl.cdiv, reductions) are made for the interpreter. A child forked from the
 # server has the server's modules, so when the judge's value differs, that sandbox is spawned.
@@ -179,8 +178,6 @@ class Sandbox:
         self._start()
 
     def _start(self) -> None:
-        from loopwise.kernels.evaluate.sandbox import sandbox_main
-
         self.method = start_method()
         ctx = mp.get_context(self.method)
         self.conn, child = ctx.Pipe()

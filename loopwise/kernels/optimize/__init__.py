@@ -19,7 +19,11 @@ _WHERE = {
     "run_optimize": "console",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "ENERGY_SLACK", "PROFILING", "PROPOSERS", "REPROMPT_ROUNDS", "SEARCHES", "OptimizeRun", "OptimizeStatus",
+    "Settings", "Tally", "Verdict", "make_search", "optimize_run", "optimize_runs", "profile_dir", "run_optimize",
+    "source_key",
+]
 
 if TYPE_CHECKING:
     from loopwise.kernels.optimize.console import run_optimize

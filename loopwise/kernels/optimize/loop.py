@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
-from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
 from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)
+from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
 
 if TYPE_CHECKING:
     from loopwise.kernels.evaluate import Judge
