@@ -1,4 +1,11 @@
-"""The optimize loop itself, recording every step in the run store (see ``settings.py``)."""
+"""The optimize loop: baseline, then ask -> propose -> judge -> tell until the budget.
+
+Every step is an event in the run store, appended before the next step starts: the ask (which
+node), each proposal (parent, key, note; the source as an artifact), each verdict. Resuming replays
+those events into a fresh search of the same kind and seed, which is deterministic, so the tree
+comes back exactly; children proposed but not judged when the run died are judged first. No
+verdict is ever computed twice.
+"""
 
 from __future__ import annotations
 

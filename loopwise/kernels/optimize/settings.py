@@ -1,11 +1,5 @@
-"""``loopwise kernels optimize``: baseline, then ask -> propose -> judge -> tell until the budget.
-
-Every step is an event in the run store, appended before the next step starts: the ask (which
-node), each proposal (parent, key, note; the source as an artifact), each verdict. Resuming replays
-those events into a fresh search of the same kind and seed, which is deterministic, so the tree
-comes back exactly; children proposed but not judged when the run died are judged first. No
-verdict is ever computed twice.
-"""
+"""What an optimize run is started with (stored, so a resume continues the same way), the search
+it builds from that, its proposer, and the tally of what it judged so far."""
 
 from __future__ import annotations
 
