@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     rows = {} if args.fresh else load_rows(paths)
     levels = [int(x) for x in args.levels.split(",") if x]
     selection = None
-    if args.selection == "expert":  # issue 5's subset: the same rule with stride 5 (bench/expert_subset.py)
+    if args.selection == "expert":  # the expert's subset: the same rule with stride 5 (bench/expert_subset.py)
         from expert_subset import SUBSET as selection
     todo = problem_paths(levels, [p for p in args.problems.split(",") if p], selection)
     config, device = make_config(args), resolve_device(args.device)

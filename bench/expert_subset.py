@@ -1,5 +1,5 @@
 """The expert proposer against eager, torch.compile (default and max-autotune) and eager with TF32
-on a fixed KernelBench subset, in two tracks (issue 5's side-by-side run).
+on a fixed KernelBench subset, in two tracks (the kernels engine's speed table in docs/results.md).
 
 Selection rule, written down on 2026-11-30 before any run of this script: bench/baseline_table.py's
 rule with stride 5 instead of 8. In each level the targets are ids 1, 6, 11, ...; each target takes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A benchmark run that spans device sessions (issue 5's side-by-side run: 50 problems x 2 tracks,
+# A benchmark run that spans device sessions (the expert's side-by-side run: 49 problems x 2 tracks,
 # over an hour of device time, 30 minutes a session) must measure one commit's code throughout, while
 # work on main goes on. Here:
 #

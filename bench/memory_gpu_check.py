@@ -1,4 +1,4 @@
-"""The memory engine's hierarchy check (issue 6, item 8): the planner's plan for a GEMM -> ReLU ->
+"""The memory engine's hierarchy check: the planner's plan for a GEMM -> ReLU ->
 GEMM chain, carried out as one fused Triton kernel with shared memory and registers as the
 scratchpad (loopwise/memory/gpu_chain.py), against the DRAM bytes Nsight Compute measures
 (``dram__bytes_read.sum`` + ``dram__bytes_write.sum``, and ``dram__bytes.sum``); the layer-by-layer

@@ -1,4 +1,4 @@
-"""The memory engine's table (issue 6): each zoo model at batch 1 and 32 on a target, planned
+"""The memory engine's table: each zoo model at batch 1 and 32 on a target, planned
 whole-model, against the layer-by-layer baseline and the compulsory bound, with planning times.
 
     python3 bench/memory_table.py [--target neuroncore-v2] [--models resnet50,mobilenet_v2,bert-base,gpt2]

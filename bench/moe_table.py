@@ -1,4 +1,4 @@
-"""Issue 9's MoE table: our Triton MoE candidates against the PyTorch loop (eager), torch.compile and
+"""The MoE table: our Triton MoE candidates against the PyTorch loop (eager), torch.compile and
 VeOmni's fused Triton MoE, forward and forward+backward, on the problems of
 loopwise/kernels/examples/moe/ (a Qwen3-30B-A3B expert block on 4096 tokens, bf16).
 
@@ -19,7 +19,7 @@ loopwise/kernels/examples/moe/ (a Qwen3-30B-A3B expert block on 4096 tokens, bf1
 
 Every contender is judged by the same judge (correctness over its trials, then timing) on the
 problem as written, whose routes are drawn per call in a random pattern: these rows (pattern
-``random``) are the issue's "correct on all routing patterns" requirement. Our best (the fastest
+``random``) check that a contender is correct on all routing patterns. Our best (the fastest
 correct tile shape, else the candidate's own) and VeOmni are then judged again on each routing
 pattern pinned alone (``--patterns``; uniform, skewed, duplicate, single), one evaluation per
 contender and pattern giving both its status and its time, so a contender wrong on one pattern

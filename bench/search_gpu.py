@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new run after this many seconds")
     ap.add_argument("--profiling", default="none",
                     help="comma list of proactive, all, raw, none: what the expert learns from profiling "
-                         "(each mode is one more run per strategy; the ablation of issue 4)")
+                         "(each mode is one more run per strategy: the profiling ablation)")
     ap.add_argument("--profile-within", type=float, default=0.9,
                     help="profile a candidate only within this share of the best speedup (0: every one)")
     ap.add_argument("--sizes", choices=("official", "reduced"), default="official",

@@ -10,7 +10,7 @@
 #   later calls (warm), as usual with .whl:   source bench/remote_prelude.sh; ...
 #
 # --install does nothing until every part and dependency is there, so the same command serves each call.
-# Sets: ray (ray 2.60.0, 72 MB: the Ray executor of issue 8) and quack (quack-kernels on the CUTLASS
+# Sets: ray (ray 2.60.0, 72 MB: the Ray executor) and quack (quack-kernels on the CUTLASS
 # CuTe DSL, CUDA 13 flavour, 92 MB: VeOmni's CuTe-DSL MoE path in bench/moe_table.py).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"

@@ -1,4 +1,4 @@
-"""Issue 8's measurement: evaluation throughput with 1 vs 2 GPUs on the same candidate set, and the
+"""Evaluation throughput with 1 vs 2 GPUs on the same candidate set, and the
 wall time of a level-1 baseline sweep with each.
 
 The candidate set is fixed before timing: for each problem, the expert proposer's distinct

@@ -1,5 +1,6 @@
-"""Issue 7's table: held-out reward of the base, the baselines and the tree search on each task, over
-several seeds, at equal stage budgets (loopwise/training/run.py does each (task, seed) in one run,
+"""The training engine's table: held-out reward of the base, the baselines and the tree search on each task, over
+several seeds, each method held to the same compute budget: ``--budget`` default stages' worth of generated
+samples (loopwise/training/run.py does each (task, seed) in one run,
 so every method starts from the same warm-started base).
 
     source bench/remote_prelude.sh

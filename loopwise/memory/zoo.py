@@ -21,7 +21,7 @@ from __future__ import annotations
 from loopwise.errors import UserError
 
 VISION = ("resnet50", "mobilenet_v2", "efficientnet_b0")
-TEXT = {"bert-base": 128, "gpt2": 1024}  # default sequence lengths (the measurement)
+TEXT = {"bert-base": 128, "gpt2": 1024}  # default sequence lengths (those of the memory engine's tables)
 IMAGES = {"vit_b16": 224, "convnext_t": 224, "unet_small": 256}  # input side of each image model
 LLAMA = {"llama7b_layer_prefill": 2048, "llama7b_layer_decode": 4096}  # default prompt / cache length
 ZOO = (*VISION, *TEXT, *IMAGES, *LLAMA)

@@ -1,20 +1,19 @@
-"""The Ray executor from a driver's point of view: jobs spread over long-lived actors one at a
-time each, a killed worker's job is retried, a hung job times out, printed output comes back,
-CPU jobs run as tasks, and kernel evaluations give what the local executor gives."""
+"""The Ray executor from a driver's point of view: the executor contract every executor passes
+(``loopwise.core.execute.conformance``), plus what is Ray's own: a killed worker's job is retried,
+printed output comes back, CPU jobs run as tasks, and kernel evaluations give what the local
+executor gives."""
 
-import itertools
 import json
 import os
 import subprocess
 import sys
-import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import ray
 
 from loopwise.core.execute import Job, LocalExecutor, RayExecutor, make_executor
+from loopwise.core.execute.conformance import ExecutorConformance
 from loopwise.errors import UserError
 
 H = "executor_handlers"
@@ -32,39 +31,22 @@ def cluster():
     ray.shutdown()
 
 
-def test_jobs_spread_over_actors_one_at_a_time(cluster):
-    with RayExecutor(["cpu", "cpu"], job_timeout_s=30) as ex:
-        t0 = time.monotonic()
-        for i in range(4):
-            ex.submit(Job(f"j{i}", f"{H}:interval", {"seconds": 0.5}))
-        results = list(ex.results(timeout=60))
-        elapsed = time.monotonic() - t0
-    assert sorted(r.job_id for r in results) == ["j0", "j1", "j2", "j3"]
-    assert all(r.ok and r.attempts == 1 for r in results)
-    by_worker = defaultdict(list)
-    for r in results:
-        by_worker[r.worker].append((r.result["start"], r.result["end"]))
-    assert len(by_worker) == 2 and all(w.startswith("ray-worker-") for w in by_worker)
-    for intervals in by_worker.values():
-        intervals.sort()
-        assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(intervals))
-    assert len({r.result["pid"] for r in results}) == 2  # long-lived: two actors for four jobs
-    assert elapsed >= 1.0  # two actors, four jobs of 0.5 s
-    assert ray.is_initialized()  # the executor did not start this cluster, so it leaves it up
+class TestRayExecutor(ExecutorConformance):
+    @pytest.fixture(autouse=True)
+    def _cluster(self, cluster):
+        yield
 
+    def make_executor(self, devices, job_timeout_s):
+        return RayExecutor(devices, job_timeout_s=job_timeout_s)
 
-def test_jobs_of_one_problem_stay_on_the_actor_that_holds_its_state(cluster):
-    with RayExecutor(["cpu", "cpu"], job_timeout_s=30) as ex:
-        # both actors up before the jobs come: a free actor takes another's problem only when nothing
-        # else is queued (by design), which an actor still starting on a loaded machine would cause
-        ray.get([slot.starting for slot in ex._slots], timeout=60)
-        for i in range(3):
-            for key in ("A", "B"):
-                ex.submit(Job(f"{key}{i}", f"{H}:interval", {"seconds": 0.3}, affinity=key))
-        results = list(ex.results(timeout=60))
-    assert all(r.ok for r in results) and len(results) == 6
-    pids = {key: {r.result["pid"] for r in results if r.job_id.startswith(key)} for key in ("A", "B")}
-    assert len(pids["A"]) == 1 and len(pids["B"]) == 1 and pids["A"] != pids["B"], pids
+    def wait_ready(self, executor):
+        ray.get([slot.starting for slot in executor._slots], timeout=60)
+
+    def test_the_executor_leaves_a_cluster_it_did_not_start_up(self, two):
+        two.submit(Job("a", f"{H}:echo", {"value": 1}))
+        assert [r.ok for r in two.results(timeout=60)] == [True]
+        two.close()
+        assert ray.is_initialized()
 
 
 def test_killed_worker_job_is_retried_then_given_up(cluster, tmp_path):
@@ -78,25 +60,6 @@ def test_killed_worker_job_is_retried_then_given_up(cluster, tmp_path):
         assert "worker died after 3 attempts" in doomed.error
         ex.submit(Job("after", f"{H}:echo", {"value": 1}))
         assert [r.result["value"] for r in ex.results(timeout=30)] == [1]
-
-
-def test_handler_exception_is_a_result_not_a_retry(cluster):
-    with make_executor("ray", devices=["cpu"], job_timeout_s=30) as ex:
-        ex.submit(Job("raises", f"{H}:fail", {}))
-        (r,) = list(ex.results(timeout=30))
-    assert not r.ok and r.attempts == 1 and "ValueError: bad payload" in r.error
-
-
-def test_hung_job_times_out_and_cancel_drops_queued_jobs(cluster):
-    with RayExecutor(["cpu"], job_timeout_s=1.0) as ex:
-        ex.submit(Job("hang", f"{H}:sleep", {"seconds": 30}))
-        ex.submit(Job("next", f"{H}:echo", {"value": 1}))
-        ex.submit(Job("queued", f"{H}:echo", {"value": 2}))
-        stream = ex.results(timeout=30)
-        first = next(stream)
-        assert first.job_id == "hang" and not first.ok and "job exceeded 1s" in first.error
-        assert ex.cancel_pending() == 1  # "next" went to the replacement actor; "queued" is dropped
-        assert [(r.job_id, r.ok) for r in stream] == [("next", True)]
 
 
 def test_printed_output_comes_back_in_the_log(cluster, tmp_path):

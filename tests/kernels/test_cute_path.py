@@ -1,4 +1,4 @@
-"""The CUDA + CuTe / CUTLASS path on Hopper (issue 9), on CPU: the bundled CUTLASS 3 candidate's
+"""The CUDA + CuTe / CUTLASS path on Hopper, on CPU: the bundled CUTLASS 3 candidate's
 kernel, compiled for sm_90a (the committed cubin, made by profile_fixtures/make_cutlass_fixture.py
 from the candidate's own source), runs its products on WGMMA (HGMMA in the SASS) with TMA loads and
 stores; the candidate passes the static scan as a CUTLASS candidate. Whether it is correct and how

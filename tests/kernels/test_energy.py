@@ -79,7 +79,7 @@ class AsyncDevice:
 def test_energy_of_slow_calls_takes_about_min_seconds_not_a_full_launch_queue(monkeypatch: pytest.MonkeyPatch) -> None:
     """Calls that run longer than they take to launch (a 20 ms kernel): the loop waits for the device
     between batches, so it measures about min_seconds of calls instead of queueing as many as the
-    launch queue holds (on the H200 a slow candidate's energy phase took 9-27 s at min_seconds 0.2)."""
+    launch queue holds (a slow candidate's energy phase on the H200: docs/log/2026-12-01.md, 11:31 section)."""
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
     device = AsyncDevice(call_s=0.02, depth=64)  # a full queue would be 1.28 s of work
     start = time.perf_counter()

@@ -1052,7 +1052,7 @@ def test_partitioned_convolution_kernels_compile_for_hopper_without_a_gpu(tmp_pa
 def test_relaxed_conv_epilogues_run_the_convolution_with_tf32_and_put_the_settings_back(tmp_path, monkeypatch):
     """A convolution followed by a fused elementwise tail (KernelBench L2/1, 2/16, 2/71): under
     relaxed the cuDNN convolution may use TF32, as eager + TF32 runs it (else the candidate is fp32
-    cuDNN against a TF32 baseline: L2/1 ran at 0.47x of it on the H200); only for the convolution,
+    cuDNN against a TF32 baseline and loses to it: docs/log/2026-12-01.md); only for the convolution,
     restored after it; the relaxed judge accepts it, and the fp32 candidate never touches the flags."""
     _relaxed_tf32_is_judged_correct(tmp_path, monkeypatch, "conv_epilogue.py",
                                     "The convolution (conv) stays in PyTorch (cuDNN in TF32", "conv.forward")
@@ -1075,7 +1075,8 @@ def test_kmajor_copies_are_the_default_where_they_are_cheap_next_to_the_product(
     """K-major copies by default for an fp32 product with an M- or N-major operand when the copy costs
     at most half the product's time without them: the product at the rate Triton reached on the H200
     with an N-major B (36 TFLOP/s tf32x3, 82 TF32) or an M-major A (47 TF32), the copies at the
-    400 GB/s they moved at on KernelBench L1/6. L1/1 (4096 cubed, B copied: 9% / 20%) yes; L1/6
+    400 GB/s they moved at on KernelBench L1/6 (docs/log/2026-12-01.md, 08:33 and 11:31 sections).
+    L1/1 (4096 cubed, B copied: 9% / 20%) yes; L1/6
     (256 x 256 outputs over K = 524288, B copied: 141% / 320%; the copies made it 2.3x / 4x slower)
     no; L1/16 (A.T @ B, both copied: 26% / 34%; in TF32 they made it 3.4x as fast) yes; a B.T product
     (nothing to copy) and bf16 no."""
@@ -1240,8 +1241,8 @@ def test_conv2d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch, mov
 def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
     """Why offsets are 32-bit where they can be: compiled for sm_90 (L1/55's convolution, 64 -> 128
     channels, 3x3; 128 x 128 tiles, 32 along K, 8 warps, 3 stages, tf32x3), ptxas reports far fewer
-    bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike (on
-    2026-12-01 with Triton 3.9: 664 -> 60 and 1208 -> 176 bytes of spill stores)."""
+    bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike
+    (docs/log/2026-12-01.md, 11:31 section)."""
     import re
     import subprocess
 
@@ -1585,7 +1586,7 @@ def test_transposed_convolution_phases_visit_only_whole_window_positions(tmp_pat
 ])
 def test_transposed_convolution_default_tile_compiles_to_wgmma(tmp_path, module, init, shape, precision):
     """The default moves (128 outputs x the output channels, 16 input channels a step, 4 warps:
-    the fastest or within 4% of it on L1/58, 61, 71 and 77 on the H200, 2026-12-01), launched at
+    the fastest or nearly on L1/58, 61, 71 and 77 on the H200: docs/log/2026-12-01.md), launched at
     the problems' own sizes on the meta device and compiled ahead of time for sm_90, run on wgmma
     within a block's shared memory (Triton 3.9 spills up to 1.8 KB of registers there, 8 warps
     none; docs/data/2026-12-01d-template-spills.csv)."""
@@ -1672,7 +1673,7 @@ def test_only_a_depthwise_then_pointwise_pair_is_a_separable_convolution(tmp_pat
 
 @pytest.mark.parametrize("kernel,moves,stages", [
     (3, {}, 3),  # the default: 128 pixels x 16 channels a step
-    (3, {"chunk": 32}, 2),  # 3 stages: 354 KiB, a launch that failed on the H200 on 2026-12-01
+    (3, {"chunk": 32}, 2),  # 3 stages: 354 KiB, more than a block's shared memory on the H200
     (3, {"block": 64, "chunk": 64}, 2),
     (5, {"block": 64}, 3),  # 219 KiB at 3 stages
     (5, {}, 1),
@@ -1681,8 +1682,8 @@ def test_separable_convolution_tiles_compile_to_wgmma_within_shared_memory(tmp_p
     """L1/86's separable convolution at its own sizes (64 -> 64 depthwise 3x3, 64 -> 128 pointwise,
     16 x 64 x 512^2 inputs), and with a 5x5 window, compiled ahead of time for sm_90 in tf32x3:
     the pipeline keeps as many stages as fit in a block's shared memory (Triton prefetches every
-    tap's input tile per stage), on wgmma, without register spills (with Triton 3.9 on 2026-12-01,
-    4 warps spilled 1716 bytes; docs/data/2026-12-01d-template-spills.csv). With 5x5 taps the
+    tap's input tile per stage), on wgmma, without register spills (with Triton 3.9, 4 warps
+    spilled: docs/data/2026-12-01d-template-spills.csv). With 5x5 taps the
     gathers of 25 taps in flight spill a little (272 bytes at block 64): allowed there."""
     pytest.importorskip("triton")
     from loopwise.kernels.expert.aot import compile_for_hopper
@@ -1913,8 +1914,9 @@ def test_exploration_draws_moves_not_tried_yet():
 
 def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch):
     """KernelBench L3/36 computes a Linear over the LSTM's output and returns the LSTM's state: a
-    GEMM for that Linear would never run (the judge rejected such candidates on the H200 as decoys,
-    2026-12-01), so no plan has one; the live elementwise work still gets its pass."""
+    GEMM for that Linear would never run (the judge rejects such candidates as decoys:
+    docs/log/2026-12-01.md, 20:27 section), so no plan has one; the live elementwise work still
+    gets its pass."""
     problem = load_problem(str(HERE / "partial_dead_linear.py"))
     pattern = capture(problem)
     assert pattern.kind == "graph" and variants(pattern) == ["graph"], pattern.reason
@@ -1924,8 +1926,9 @@ def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch
 
 def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pass(tmp_path, monkeypatch):
     """Under relaxed a Linear with an elementwise epilogue (KernelBench L2/76, 81, 86) has a second
-    variant: cuBLAS's TF32 GEMM (as eager + TF32 runs it; the Triton TF32 GEMMs reached 0.85-0.88 of
-    it on the H200, 2026-12-01) with the bias, then the rest in one in-place Triton pass, judged
+    variant: cuBLAS's TF32 GEMM (as eager + TF32 runs it; the Triton TF32 GEMMs were slower on the
+    H200: docs/log/2026-12-01.md, 23:57 section) with the bias, then the rest in one in-place
+    Triton pass, judged
     correct; the fp32 policy keeps the tf32x3 Triton GEMM only."""
     problem = load_problem(str(HERE / "linear_epilogue.py"))
     pattern = capture(problem)
@@ -1957,8 +1960,9 @@ def test_forwards_annotated_with_torch_tensor_are_partitioned(tmp_path, monkeypa
 
 def test_relaxed_partitioned_linears_run_in_cublas_with_their_epilogues_in_triton(tmp_path, monkeypatch):
     """Under relaxed a partitioned forward's Linears run as cuBLAS's TF32 GEMMs by default (the
-    Triton TF32 GEMMs reached 0.72-0.90 of them on the H200), the work after each one Triton pass in
-    place; the Triton GEMMs stay a move away and are the fp32 default. A plan that would leave no
+    Triton TF32 GEMMs were slower on the H200: docs/log/2026-12-01.md, 20:27 section), the work
+    after each one Triton pass in place; the Triton GEMMs stay a move away and are the fp32
+    default. A plan that would leave no
     kernel of ours (Linears with nothing after them, nothing else) cannot take the move."""
     from loopwise.kernels.expert.generate import default_moves, fits
 

@@ -66,8 +66,8 @@ def _all_moves(kind: str) -> list[dict]:
 def test_products_the_triton_template_splits_along_k_get_only_the_cutlass_variant_that_splits():
     """The WGMMA variants have no split-K: a product with few output tiles and a long K, which
     the Triton template splits, would leave most SMs idle in them (KernelBench L1/6, 256 x 256 out
-    of K = 524288, on the H200: unsplit 3xTF32 0.04x eager, TF32 WGMMA 0.09-0.14x, against the
-    split Triton template's 0.68x / 1.53x), and each costs a minute of nvcc. The mma.sync kernels
+    of K = 524288: far below the split Triton template on the H200, docs/log/2026-12-01.md, 14:11
+    section), and each costs a minute of nvcc. The mma.sync kernels
     (3xTF32 under fp32, one TF32 product under relaxed) split K by the same rule as the Triton
     template; where K is not split, relaxed keeps WGMMA's TF32 alone."""
     skinny = _matmul("float32", m=256, n=256, k=524288)

@@ -1,4 +1,4 @@
-"""The MoE benchmark's problems (issue 9): the reference loop over experts is the MoE block a dense
+"""The MoE benchmark's problems: the reference loop over experts is the MoE block a dense
 formulation computes, for every routing pattern, duplicate routes counted twice, forward and
 backward; the files load as KernelBench problems."""
 

@@ -10,7 +10,7 @@ from loopwise.kernels.profile.classify import KernelSample, classify, sample_fro
 from loopwise.kernels.profile.ncu import derive, parse_raw_csv
 from loopwise.kernels.roofline.ceilings import Ceilings
 
-# Measured on our H200 and recorded in docs/benchmarks.md ("Device ceilings"); 132 SMs.
+# The H200's ceilings as measure_ceilings reported them (docs/log/2026-11-29.md, "Device ceilings"); 132 SMs.
 H200 = Ceilings(device="NVIDIA H200", bandwidth_gbs=4256, fp32_tflops=51.4, tf32_tflops=420.8,
                 bf16_tflops=849.5, l2_bytes=62_914_560, measured_at="2026-11-29T00:00:00+00:00")
 SMS = 132

@@ -83,7 +83,7 @@ def test_resources_are_plausible(name):
 @needs_tools
 def test_a_sass_profile_says_where_its_time_went():
     """The profile of the largest fixture records its disassembly and parse seconds (what
-    docs/benchmarks.md reports against the one-second budget per candidate; a unit test asserts no
+    docs/log/ reports against the one-second budget per candidate; a unit test asserts no
     wall-clock figure, which another process on the machine can stretch)."""
     profile = profile_cubin((FIXTURES / "matmul_spill.cubin").read_bytes())
     assert profile.kernel().instructions > 1000

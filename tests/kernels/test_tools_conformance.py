@@ -168,7 +168,7 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     # partitioned forward's GEMM tile through reduce_registers, its GEMM warps by exploration only;
     # a matmul's K-major copies through vectorize_loads, a partitioned forward's CUDA graph through
     # use_cuda_graphs; a convolution's channels-last layout and its implicit GEMM's NHWC reads (which
-    # widen its copies, yet measured slower on the H200) by exploration only; so are a partitioned
+    # widen its copies, yet ran slower on the H200: docs/log/2026-12-01.md) by exploration only; so are a partitioned
     # forward's Linears in cuBLAS (cublas, the relaxed default) and back in Triton.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
                                     for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph",

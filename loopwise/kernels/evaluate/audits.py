@@ -16,7 +16,7 @@ from loopwise.kernels.evaluate.result import Evaluation
 # Host time above event time that is more than this fraction of the event time (plus a fixed
 # allowance for clock jitter) means work ran outside the timed stream.
 ESCAPE_FRACTION, ESCAPE_FIXED_MS = 0.25, 0.015
-# The memory floor uses the measured copy bandwidth (~4.3 TB/s on an H200); a pure read stream
+# The memory floor uses the measured copy bandwidth (docs/log/2026-11-29.md, "Device ceilings"); a pure read stream
 # can get closer to the 4.8 TB/s datasheet peak, so only a time under 80% of it is impossible.
 FLOOR_MARGIN = 0.8
 

@@ -45,7 +45,7 @@ def draw_inputs(module: ModuleType, seed: int, device: str | None = None) -> lis
     """Calls the problem's ``get_inputs()`` under ``seed``: CPU tensors, as the problem makes them;
     with a CUDA ``device``, under that device as the default for new tensors, so ``torch.rand`` and
     friends draw on the GPU from its seeded generator (the same distribution, other values). A
-    6 GiB ``torch.rand`` takes 10-20 s on the CPU's single generator and milliseconds there. A
+    6 GiB ``torch.rand`` takes seconds on the CPU's single generator and milliseconds there. A
     ``get_inputs`` that cannot run that way (it hands tensors to numpy, say) is drawn on the CPU."""
     seed_everything(seed)
     if device is not None and device.startswith("cuda"):

@@ -82,7 +82,7 @@ class Clock:
         # The loop holds the previous call's result while the next call runs (as KernelBench's
         # does), so a call that allocates its output needs two blocks from the caching allocator.
         # The warm-up holds them the same way: else the first timed call allocates the second block
-        # afresh (cudaMalloc inside the timed window: 0.25-0.45 ms on the H200, once per run).
+        # afresh (a cudaMalloc inside the timed window, once per run: docs/log/2026-11-30.md, 05:11 section).
         result = None
         for _ in range(max(warmup, 2 if warmup else 0)):
             result = fn()

@@ -37,7 +37,7 @@ class Settings:
     profiling: str = "proactive"
     # Profile a candidate only when its speedup is at least this share of the best one so far
     # (the reference is always profiled; 0: every candidate the search expands). A profile costs
-    # ~20 s on the H200 against ~2-3 s for a judgement: an expert profiles the contenders.
+    # several judgements' time (docs/log/2026-11-30.md, 05:11 section): an expert profiles the contenders.
     profile_within: float = 0.9
 
     def check(self) -> None:

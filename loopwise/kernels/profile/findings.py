@@ -195,7 +195,7 @@ class DeviceFacts(BaseModel):
     max_blocks_per_sm: int = 32
     max_threads_per_block: int = 1024
     warp_size: int = 32
-    l2_bytes: int = 62_914_560  # 60 MiB, as measured on the H200 (cudaDevAttrL2CacheSize)
+    l2_bytes: int = 62_914_560  # 60 MiB: the H200's, as cudaDevAttrL2CacheSize reports it
 
 
 H200 = DeviceFacts()

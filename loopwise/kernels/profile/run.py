@@ -205,7 +205,7 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     which :func:`analyze` can read again later, on any machine.
 
     ``trace=False`` (the search loop) skips the system-level run when Nsight Compute runs: one child
-    process instead of two (on the H200 the traced run took 9-12 s of a 21 s profile). The kernels
+    process instead of two (the traced run is about half a profile's time: docs/log/2026-11-30.md). The kernels
     then come from ncu, without the host gaps between them (the launch-bound tool estimates them).
 
     Raises:

@@ -1,7 +1,8 @@
 """Measured hardware ceilings: copy bandwidth and matmul rates, cached per device and torch version.
 
 We measure rather than read datasheets because a floor that the hardware can never reach would
-let physically impossible times through (on an H200 a torch copy reaches ~4.3 TB/s of 4.8).
+let physically impossible times through (a torch copy stays below the datasheet bandwidth: the
+H200's figures are in docs/log/2026-11-29.md, "Device ceilings").
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ Evidence (ncu): ``l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum`` / `
 them (each request is one wavefront without conflicts). Fires when conflicts are 20% of the
 wavefronts or more (1.25 wavefronts per access). Score: 0.6 times that share.
 
-Metric names: spelled as in public ncu scripts (including ``--csv --page raw`` runs and measured
-conflict counts quoted from them); not found in NVIDIA's documentation text through our search
-index: unconfirmed names, to be checked against a recorded H200 fixture. Note that ncu's bank
+Metric names: the conflict and wavefront sums (``_op_ld``, ``_op_st``) are present in the recorded
+H200 fixtures (``tests/kernels/profile_fixtures/recorded/*/ncu.csv``). The request sums
+``l1tex__t_requests_pipe_lsu_mem_shared_op_{ld,st}.sum`` are spelled as in public ncu scripts and
+are not in those fixtures; they are read only when the wavefronts are missing, and when both are
+missing that direction is skipped (no finding without either). Note that ncu's bank
 conflict counter is known to include conflicts of some non-LDS/STS shared traffic (``ldgsts``,
 ``ldmatrix`` variants count separately under ``op_ldgsts`` etc.), which is not read here.
 """

@@ -11,11 +11,16 @@ Evidence (ncu), the first family present of:
    sections requests ``smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio`` and
    ``smsp__average_warp_latency_per_inst_issued.ratio`` (the section file, as packaged in
    nsight-compute-2025.1.1 ``sections/CPIStall.py``).
+   The recorded H200 fixtures (``tests/kernels/profile_fixtures/recorded/*/ncu.csv``) carry this
+   family for every reason.
 2. ``smsp__average_warp_latency_issue_stalled_<reason>.ratio`` (or ``.pct``): cycles stalled by
-   reason, as spelled in public ncu scripts; unconfirmed name, to be checked against a recorded H200
-   fixture.
+   reason, as spelled in public ncu scripts. The recorded H200 fixtures do not have this family
+   (they have only ``smsp__average_warp_latency_per_inst_issued.ratio``), so on that device it is
+   never the one read; where neither it nor the first family is present, the third is.
 3. ``smsp__pcsamp_warps_issue_stalled_<reason>``: PC-sampling counts by reason (the ``_not_issued``
-   variants are skipped); unconfirmed name, to be checked against a recorded H200 fixture.
+   variants are skipped); present in the recorded H200 fixtures.
+
+When no family is present the tool gives no finding.
 
 ``selected`` (the warp issued) is not a stall and is left out. Shares are of the sum over reasons.
 Fires when the top reason holds 30% or more and is not ``not_selected`` (ready warps passed over

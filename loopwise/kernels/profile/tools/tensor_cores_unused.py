@@ -1,7 +1,8 @@
 """Tensor cores unused: a matmul-shaped kernel that multiplies on the CUDA cores (FFMA).
 
 Why it matters: on an H200 the tensor cores multiply tf32 about 8x and bf16 about 16x faster than
-the fp32 FMA pipes (measured: 51.4 TFLOP/s fp32 SGEMM, 420.8 tf32, 849.5 bf16; docs/benchmarks.md).
+the fp32 FMA pipes (``FP32_TFLOPS``, ``TF32_TFLOPS`` and ``BF16_TFLOPS`` below are the H200's
+measured ceilings: docs/log/2026-11-29.md, "Device ceilings").
 A matmul without ``HGMMA`` / ``HMMA`` instructions leaves nearly all of that on the table.
 
 What to do depends on the precision policy. Under ``fp32`` a plain tf32 product loses accuracy

@@ -19,11 +19,12 @@ halved, since 8- or 16-byte vector accesses would look 2-4x "uncoalesced" under 
 Fires when a direction runs at 2x its ideal or more. Score: the wasted share of fetched sectors
 (``1 - ideal / measured``) times 0.8 on memory-bound kernels (0.5 otherwise).
 
-Metric names: spelled as in public ncu scripts and NVIDIA's forum answer on sectors per request
-(forums.developer.nvidia.com/t/understanding-l1-tex-cache-sectors-req/312884, which confirms the
-semantics: 1 sector for one active thread, up to 32 when each thread touches its own line); the
-exact names were not found in NVIDIA's documentation text through our search index: unconfirmed
-names, to be checked against a recorded H200 fixture.
+Metric names: all six (the two theoretical sector counts and the ``_op_ld`` / ``_op_st`` sector and
+request sums) are present in the recorded H200 fixtures
+(``tests/kernels/profile_fixtures/recorded/*/ncu.csv``). NVIDIA's forum answer on sectors per request
+(forums.developer.nvidia.com/t/understanding-l1-tex-cache-sectors-req/312884) gives the semantics:
+1 sector for one active thread, up to 32 when each thread touches its own line. When a direction's
+pair is missing that direction is skipped; with neither the tool gives no finding.
 """
 
 from __future__ import annotations
