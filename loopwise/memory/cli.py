@@ -59,7 +59,7 @@ def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM,
     from loopwise.core.console import console as make_console
 
     c = make_console()
-    from loopwise.memory.onnx_import import UNSUPPORTED
+    from loopwise.memory.imported import UNSUPPORTED
 
     unsupported = f", {UNSUPPORTED}: {imported.unsupported}" if imported.unsupported else ""
     c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators ({len(imported.folded)} copies folded{unsupported})")
@@ -188,7 +188,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         runs = "tiled" if grp.tiled else "whole" if grp.slab is None else grp.slab.describe()
         table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
                       f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
-    from loopwise.memory.onnx_import import UNSUPPORTED
+    from loopwise.memory.imported import UNSUPPORTED
 
     c = make_console()
     c.print(table)

@@ -58,7 +58,7 @@ def render_plan_report(graph, plan, target, imported=None) -> str:
     if imported is not None:
         facts["copy operators folded"] = len(imported.folded)
         if imported.unsupported:
-            from loopwise.memory.onnx_import import UNSUPPORTED
+            from loopwise.memory.imported import UNSUPPORTED
 
             facts[UNSUPPORTED] = ", ".join(
                 f"{k} x{v}" for k, v in sorted(imported.unsupported.items()))
