@@ -63,6 +63,15 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None)
     return _Planner(graph, capacity_bytes, max_group).run(progress)
 
 
+def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> tuple[Plan, Plan]:
+    """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
+    alone with its best tiling, with its schedule), both from one search: the baseline's groups are
+    the single operators the search evaluated anyway."""
+    planner = _Planner(graph, capacity_bytes, max_group)
+    best = planner.run(progress)
+    return best, planner.baseline()
+
+
 class _Planner:
     def __init__(self, graph: Graph, capacity: int, max_group: int) -> None:
         self.g, self.cap, self.max_group = graph, capacity, max_group
@@ -371,3 +380,10 @@ class _Planner:
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
                     schedule=build_schedule(self, groups))
+
+    def baseline(self) -> Plan:
+        """Every operator alone with its best tiling, as a plan with its schedule."""
+        singles = [self.single(i) for i in range(len(self.ops))]
+        per_op = tuple(s.traffic_bytes for s in singles)
+        return Plan(tuple(singles), sum(per_op), self.g.compulsory_bytes(), sum(per_op), 0, self.evaluated, per_op,
+                    schedule=build_schedule(self, singles))
