@@ -2,8 +2,10 @@
 
 1. The model is imported and its bounds recorded (compulsory traffic, each operator's own bound).
 2. The planner proposes candidates: its whole-model plan (an exact dynamic program over groupings,
-   :mod:`loopwise.memory.planner`) and the layer-by-layer baseline it evaluated on the way. Each
-   candidate's plan JSON, with its schedule, is stored as an artifact.
+   :mod:`loopwise.memory.planner`) and the layer-by-layer baseline it evaluated on the way. What it
+   found for each operator is recorded as it goes (``searched`` events), so a stopped search
+   continues at the first operator not recorded. Each candidate's plan JSON, with its schedule, is
+   stored as an artifact.
 3. The verifier (:mod:`loopwise.memory.verify`) replays every candidate independently; its
    verdict is recorded: ``accepted``, or ``rejected`` with its violations.
 4. A search of :mod:`loopwise.core.search` chooses among the candidates: the baseline is its root,
@@ -94,8 +96,10 @@ def _propose(store, inputs: dict, imported, progress) -> None:
     tgt = Target.model_validate(inputs["target_resolved"])
     g = imported.graph
     capacity = tgt.scratchpad.bytes
+    searched = {int(i): state for e in store.events(kind="searched") for i, state in e.payload["operators"].items()}
     t0 = time.perf_counter()
-    best, baseline = plan_with_baseline(g, capacity, progress=progress)
+    with _SearchLog(store) as log:
+        best, baseline = plan_with_baseline(g, capacity, progress=progress, searched=searched, on_searched=log.add)
     seconds = round(time.perf_counter() - t0, 2)
     bounds = operator_bounds(g, capacity)
     store.append("bounds", {"compulsory_bytes": g.compulsory_bytes(),
@@ -108,6 +112,34 @@ def _propose(store, inputs: dict, imported, progress) -> None:
         store.append("candidate", {"name": name, "plan": sha, "total_bytes": candidate.total_bytes,
                                    "groups": len(candidate.groups), "pairs_removed": candidate.pairs_removed,
                                    "seconds": seconds}, key=name)
+
+
+class _SearchLog:
+    """Records the planner's search operator by operator, a batch at a time (every append is
+    synced to disk, so one per operator would slow a large model down); a batch still open when
+    the search stops is recorded on the way out."""
+
+    def __init__(self, store, every_s: float = 1.0) -> None:
+        self.store, self.every_s = store, every_s
+        self.batch: dict[str, dict] = {}
+        self.last = time.monotonic()
+
+    def add(self, i: int, state: dict) -> None:
+        self.batch[str(i)] = state
+        if time.monotonic() - self.last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.batch:
+            self.store.append("searched", {"operators": self.batch})
+            self.batch = {}
+        self.last = time.monotonic()
+
+    def __enter__(self) -> _SearchLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
 
 
 def _judge(store, name: str, candidate: dict) -> dict:

@@ -63,12 +63,14 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None)
     return _Planner(graph, capacity_bytes, max_group).run(progress)
 
 
-def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> tuple[Plan, Plan]:
+def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
+                       searched: dict[int, dict] | None = None, on_searched=None) -> tuple[Plan, Plan]:
     """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
     alone with its best tiling, with its schedule), both from one search: the baseline's groups are
-    the single operators the search evaluated anyway."""
+    the single operators the search evaluated anyway. ``searched`` and ``on_searched``: as in
+    :meth:`_Planner.run`, to continue a stopped search."""
     planner = _Planner(graph, capacity_bytes, max_group)
-    best = planner.run(progress)
+    best = planner.run(progress, searched, on_searched)
     return best, planner.baseline()
 
 
@@ -344,12 +346,21 @@ class _Planner:
             cover[u.last - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
-    def run(self, progress=None) -> Plan:
+    def run(self, progress=None, searched: dict[int, dict] | None = None, on_searched=None) -> Plan:
+        """The plan; ``searched``: operators searched before (:mod:`loopwise.memory.planner_state`),
+        not searched again; ``on_searched(i, state)`` is called as each other operator is searched."""
+        from loopwise.memory.planner_state import operator_state, restore_operator
+
         n = len(self.ops)
         ends: dict[int, dict[tuple[int, bool, bool], Group]] = {}
         for i in range(n):
-            ends[i] = self.candidates(i)
-            self.single(i)
+            if searched and i in searched:
+                ends[i] = restore_operator(self, i, searched[i])
+            else:
+                ends[i] = self.candidates(i)
+                self.single(i)
+                if on_searched is not None:
+                    on_searched(i, operator_state(self, i, ends[i]))
             if progress is not None:
                 progress(i + 1, n)
         # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing

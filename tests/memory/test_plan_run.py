@@ -47,7 +47,9 @@ def test_a_plan_is_a_run_listed_and_reported(model, tmp_path):
     listed = json.loads(CliRunner().invoke(app, ["runs", "list", "--runs-dir", str(runs), "--json"]).output)
     assert [(r["run_id"], r["kind"]) for r in listed] == [(data["run_id"], "memory.plan")]
     kinds = [e["kind"] for e in _events(runs, data["run_id"])]
-    assert kinds == ["inputs", "bounds", "candidate", "candidate", "verdict", "verdict", "result"]
+    assert "searched" in kinds  # the planner's search, operator by operator
+    assert [k for k in kinds if k != "searched"] == ["inputs", "bounds", "candidate", "candidate", "verdict",
+                                                     "verdict", "result"]
     out = tmp_path / "report.html"
     report = CliRunner().invoke(app, ["report", data["run_id"], "--runs-dir", str(runs), "--out", str(out)])
     assert report.exit_code == 0, report.output
@@ -157,3 +159,29 @@ def test_bad_model_target_and_run_id_are_one_line_errors(model, tmp_path):
     data = json.loads(_plan(model, "--runs-dir", str(runs), "--json").output)
     result = _plan("zoo:resnet50", "--resume", data["run_id"], "--runs-dir", str(runs))
     assert result.exit_code != 0 and f"plans {model}" in str(result.exception)
+
+
+def test_a_search_stopped_part_way_continues_at_the_first_operator_not_searched(model, tmp_path, monkeypatch):
+    from loopwise.memory.planner import _Planner
+
+    fresh = json.loads(_plan(model, "--runs-dir", str(tmp_path / "fresh"), "--json").output)
+    searched = []
+    real = _Planner.candidates
+
+    def candidates(self, i):
+        searched.append(i)
+        if searched == [0, 1, 2]:
+            raise KeyboardInterrupt  # Ctrl-C while the third operator is searched
+        return real(self, i)
+
+    monkeypatch.setattr(_Planner, "candidates", candidates)
+    runs = tmp_path / "runs"
+    stopped = _plan(model, "--runs-dir", str(runs), "--json")
+    assert stopped.exit_code != 0 and "continue with:" in stopped.output
+    run_id = json.loads(CliRunner().invoke(app, ["runs", "list", "--runs-dir", str(runs), "--json"]).output)[0]["run_id"]
+    resumed = _plan(model, "--resume", run_id, "--runs-dir", str(runs), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert searched == [0, 1, 2, 2]  # operators 0 and 1 come back from the run, not from a new search
+    data = json.loads(resumed.output)
+    assert {k: v for k, v in data.items() if k not in ("run_id", "seconds")} == \
+        {k: v for k, v in fresh.items() if k not in ("run_id", "seconds")}
