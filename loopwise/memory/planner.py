@@ -349,7 +349,7 @@ class _Planner:
     def run(self, progress=None, searched: dict[int, dict] | None = None, on_searched=None) -> Plan:
         """The plan; ``searched``: operators searched before (:mod:`loopwise.memory.planner_state`),
         not searched again; ``on_searched(i, state)`` is called as each other operator is searched."""
-        from loopwise.memory.planner_state import operator_state, restore_operator
+        from loopwise.memory.planner_state import RecordedGroup, operator_state, restore_operator
 
         n = len(self.ops)
         ends: dict[int, dict[tuple[int, bool, bool], Group]] = {}
@@ -387,6 +387,7 @@ class _Planner:
                     before, grp = choices[c][k]
                     best[j][1 if c else 0] = (options[c][k], before[1] + [grp])
         total, groups = best[n][0]
+        groups = [grp.rebuild(self) if isinstance(grp, RecordedGroup) else grp for grp in groups]
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
