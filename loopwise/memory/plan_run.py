@@ -13,14 +13,14 @@
    failure when the verifier rejected it. Its best node is the run's result.
 
 Every step is recorded before the next starts; a resumed run skips what its store holds, so
-nothing recorded is computed again.
+nothing recorded is computed again (the model is imported again when the planner has work left).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from loopwise.memory import verify as judge
@@ -39,13 +39,11 @@ class PlanOutcome:
         status: ``accepted`` when the planner's plan passed its replay, else ``rejected``.
         data: the planner's plan JSON (with its schedule) when accepted, else None.
         verdicts: each candidate's recorded verdict.
-        imported: the imported model when this process imported it (a resumed run may not).
     """
 
     status: str
     data: dict | None
     verdicts: dict[str, dict]
-    imported: object | None = field(default=None, repr=False)
 
 
 def resolve_inputs(model: str, target: str, elem_bytes: int, batch: int, seq: int | None) -> dict:
@@ -66,7 +64,6 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
         load: ``load(model, elem_bytes, batch, seq) -> Imported``, the model importer.
         progress: ``progress(done, total)`` as the planner searches operators.
     """
-    imported = None
     candidates = store.latest_by_key("candidate")
     if any(name not in candidates for name in CANDIDATES):
         imported = load(inputs["model"], inputs["elem_bytes"], inputs["batch"], inputs["seq"])
@@ -84,7 +81,7 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
     data = None
     if result["status"] == ACCEPTED:
         data = json.loads(store.get_artifact(candidates[PLANNER].payload["plan"]))
-    return PlanOutcome(result["status"], data, verdicts, imported)
+    return PlanOutcome(result["status"], data, verdicts)
 
 
 def _propose(store, inputs: dict, imported, progress) -> None:
