@@ -44,6 +44,8 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
             from loopwise.kernels.report.bench_html import build_report
         elif store.meta.kind == "kernels.eval":
             from loopwise.kernels.report.eval_html import build_eval_report as build_report
+        elif store.meta.kind == "memory.plan":
+            from loopwise.memory.report import build_report
         else:
             from loopwise.kernels.report.optimize_html import build_report
         path = build_report(store, Path(out) if out else None)

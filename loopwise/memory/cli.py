@@ -59,7 +59,7 @@ def bounds_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM,
     from loopwise.core.console import console as make_console
 
     c = make_console()
-    from loopwise.memory.onnx_import import UNSUPPORTED
+    from loopwise.memory.imported import UNSUPPORTED
 
     unsupported = f", {UNSUPPORTED}: {imported.unsupported}" if imported.unsupported else ""
     c.print(f"[bold]{g.name}[/] on {tgt.name}: {len(g.operators)} operators ({len(imported.folded)} copies folded{unsupported})")
@@ -110,65 +110,53 @@ def baseline_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELE
             f"({data['seconds']} s)")
 
 
+RUNS_DIR = typer.Option("runs", "--runs-dir", help="Folder of runs.")
+
+
 @app.command("plan")
 def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, batch: int = BATCH,
              seq: int = SEQ, html: Path = typer.Option(None, "--html", help="Also write an HTML report here."),
              per_operator: bool = typer.Option(False, "--per-operator", help="Print a row per operator too."),
              out: Path = typer.Option(None, "--out", help="Also write the plan's JSON, with its schedule, here "
                                                             "(for loopwise memory verify)."),
+             runs_dir: str = RUNS_DIR,
+             resume: str = typer.Option(None, "--resume", help="Continue this run (its inputs are the run's own)."),
              as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
-    the layer-by-layer baseline. The plan is replayed by the independent check of ``memory verify``
-    before anything is printed: a plan that fails it is an error, never a result."""
-    from loopwise.memory.planner import plan
-    from loopwise.memory.targets import load_target
+    the layer-by-layer baseline. The plan is a run in the run store (``loopwise runs list``,
+    ``loopwise report RUN``): the planner proposes, the independent replay of ``memory verify``
+    judges every candidate, and a plan that fails it is recorded as rejected, never a result."""
+    from loopwise.memory.plan_run import resolve_inputs
+    from loopwise.memory.run import create_run, open_run
 
-    tgt = load_target(target)
-    imported = _load(model, elem_bytes, batch, seq)
-    g = imported.graph
-    t0 = time.perf_counter()
-    from loopwise.core.console import console as make_console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    if resume:
+        store, inputs = open_run(runs_dir, resume)
+        if inputs["model"] != str(model):
+            store.close()
+            raise UserError(f"run {resume} plans {inputs['model']}, not {model}")
+        imported = None
+    else:
+        inputs = resolve_inputs(model, target, elem_bytes, batch, seq)
+        imported = _load(model, elem_bytes, batch, seq)  # a bad model is an error before any run exists
+        store = create_run(runs_dir, inputs)
+    try:
+        outcome = _run_plan(store, inputs, imported, as_json)
+        run_id = store.meta.run_id
+        if outcome.status != "accepted":
+            lines = outcome.verdicts["planner"]["summary"]
+            raise PlanRejected(f"the plan fails its replay, so it is not a result (run {run_id} records it as "
+                               "rejected): " + lines[0] + "; " + "; ".join(line.strip() for line in lines[1:]))
+        if html is not None:
+            from loopwise.memory.report import build_report
 
-    with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=make_console(stderr=True), transient=True, disable=as_json) as bar:
-        task = bar.add_task("plan", total=len(g.operators))
-        p = plan(g, tgt.scratchpad.bytes, progress=lambda done, total: bar.update(task, completed=done))
-    seconds = round(time.perf_counter() - t0, 2)
-    if html is not None:
-        from loopwise.memory.report import render_plan_report
-
-        try:
-            html.write_text(render_plan_report(g, p, tgt, imported), encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write the report to {html}: {exc.strerror}") from None
-    from loopwise.memory.graph import operator_bound_bytes
-
-    rows, k = [], 0
-    for gi, grp in enumerate(p.groups):
-        for name, moved in zip(grp.operators, grp.per_operator):
-            bound = operator_bound_bytes(g.operators[k], tgt.scratchpad.bytes)
-            rows.append({"operator": name, "group": gi, "plan_bytes": moved, "layer_by_layer_bytes": p.layer_by_layer[k],
-                         "bound_bytes": bound})
-            k += 1
-    data = {"model": str(model), "target": tgt.name, "total_bytes": p.total_bytes, "compulsory_bytes": p.compulsory_bytes,
-            "operator_bounds_bytes": sum(r["bound_bytes"] for r in rows), "copies_folded": len(imported.folded),
-            "unsupported": imported.unsupported,
-            "layer_by_layer_bytes": p.layer_by_layer_bytes, "ratio_to_compulsory": p.total_bytes / p.compulsory_bytes,
-            "ratio_to_layer_by_layer": p.total_bytes / p.layer_by_layer_bytes, "pairs_removed": p.pairs_removed,
-            "seconds": seconds,
-            "groups": [{"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,
-                        "resident": list(grp.resident), "tiled": grp.tiled,
-                        "carried_in": list(grp.carried_in), "carried_out": list(grp.carried_out),
-                        "slab": None if grp.slab is None else {
-                            "size": grp.slab.size, "extent": grp.slab.extent, "count": grp.slab.count,
-                            "outer_size": grp.slab.outer_size, "outer_extent": grp.slab.outer_extent,
-                            "outer_dims": list(grp.slab.outer_dims) if grp.slab.outer_dims else None,
-                            "dims": list(grp.slab.dims), "resident": list(grp.slab.resident),
-                            "streamed": list(grp.slab.streamed)}} for grp in p.groups],
-            "operators": rows, "schedule": p.schedule}
-    _check_own_plan(data)
+            try:
+                build_report(store, html)
+            except OSError as exc:
+                raise UserError(f"cannot write the report to {html}: {exc.strerror}") from None
+    finally:
+        store.close()
+    data = {**outcome.data, "run_id": run_id}
     if out is not None:
         try:
             out.write_text(json.dumps(data), encoding="utf-8")
@@ -177,50 +165,69 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
+    _print_plan(data, per_operator)
+    typer.echo(f"run {run_id} in {runs_dir} (loopwise report {run_id} --runs-dir {runs_dir})")
+    if html is not None:
+        typer.echo(f"report: {html}")
+
+
+def _run_plan(store, inputs: dict, imported, as_json: bool):
+    """The plan run, with a progress bar; on Ctrl-C, the line that continues it."""
     from loopwise.core.console import console as make_console
+    from loopwise.memory.plan_run import run_plan
+    from loopwise.memory.run import resume_line
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    def load(model, elem_bytes, batch, seq):
+        return imported if imported is not None else _load(model, elem_bytes, batch, seq)
+
+    err = make_console(stderr=True)
+    try:
+        with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True, disable=as_json) as bar:
+            task = bar.add_task("plan", total=None)
+            return run_plan(store, inputs, load, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                         total=total))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what was recorded stays in the run
+        err.print(f"stopped; continue with: {escape(resume_line(store))}", soft_wrap=True)
+        raise
+
+
+def _print_plan(data: dict, per_operator: bool) -> None:
+    from loopwise.core.console import console as make_console
+    from loopwise.memory.imported import UNSUPPORTED
+    from loopwise.memory.plan_json import describe_runs
     from rich.table import Table
 
-    table = Table(title=f"{g.name} on {tgt.name}: {len(p.groups)} groups")
+    table = Table(title=f"{data['model']} on {data['target']}: {len(data['groups'])} groups")
     for col in ("group", "operators", "runs", "traffic MB", "peak KB", "kept on chip"):
         table.add_column(col, overflow="fold")
-    for i, grp in enumerate(p.groups):
-        names = grp.operators[0] + (f" .. {grp.operators[-1]} ({len(grp.operators)})" if len(grp.operators) > 1 else "")
-        runs = "tiled" if grp.tiled else "whole" if grp.slab is None else grp.slab.describe()
-        table.add_row(str(i), names, runs, _mb(grp.traffic_bytes),
-                      f"{grp.peak_bytes / 1024:,.0f}", str(len(grp.resident)))
-    from loopwise.memory.onnx_import import UNSUPPORTED
-
+    for i, grp in enumerate(data["groups"]):
+        ops = grp["operators"]
+        names = ops[0] + (f" .. {ops[-1]} ({len(ops)})" if len(ops) > 1 else "")
+        table.add_row(str(i), names, describe_runs(grp), _mb(grp["traffic_bytes"]),
+                      f"{grp['peak_bytes'] / 1024:,.0f}", str(len(grp["resident"])))
     c = make_console()
     c.print(table)
     if per_operator:
         ops = Table(title="per operator (a group's loads charged to the first reader, its stores to the producer)")
         for col in ("operator", "group", "plan MB", "layer by layer MB", "bound MB"):
             ops.add_column(col, overflow="fold")
-        for r in rows:
+        for r in data["operators"]:
             ops.add_row(r["operator"], str(r["group"]), _mb(r["plan_bytes"]), _mb(r["layer_by_layer_bytes"]),
                         _mb(r["bound_bytes"]))
         c.print(ops)
-    c.print(f"{len(imported.folded)} copy operators folded into access maps"
-            + (f"; {UNSUPPORTED}: {imported.unsupported}" if imported.unsupported else ""))
-    c.print(f"total {_mb(p.total_bytes)} MB: {data['ratio_to_compulsory']:.3f}x the compulsory {_mb(p.compulsory_bytes)} MB, "
-            f"{data['ratio_to_layer_by_layer']:.3f}x layer by layer ({_mb(p.layer_by_layer_bytes)} MB); "
-            f"{p.pairs_removed} store/load pairs removed ({seconds} s)")
-    if html is not None:
-        c.print(f"report: {html}")
+    c.print(f"{data['copies_folded']} copy operators folded into access maps"
+            + (f"; {UNSUPPORTED}: {data['unsupported']}" if data["unsupported"] else ""))
+    c.print(f"total {_mb(data['total_bytes'])} MB: {data['ratio_to_compulsory']:.3f}x the compulsory "
+            f"{_mb(data['compulsory_bytes'])} MB, {data['ratio_to_layer_by_layer']:.3f}x layer by layer "
+            f"({_mb(data['layer_by_layer_bytes'])} MB); {data['pairs_removed']} store/load pairs removed "
+            f"({data['seconds']} s)")
 
 
 class PlanRejected(UserError):
     """The planner's own plan fails the independent replay: a bug, reported instead of a result."""
-
-
-def _check_own_plan(data: dict) -> None:
-    from loopwise.memory.verify import describe, verify
-
-    verdict = verify(data)
-    if not verdict.ok:
-        lines = describe(verdict, limit=3)
-        raise PlanRejected("the plan fails its replay, so it is not a result: " + lines[0] + "; "
-                           + "; ".join(line.strip() for line in lines[1:]))
 
 
 @app.command("verify")

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor, elementwise
-from loopwise.memory.planner import Plan, plan
+from loopwise.memory.plan_records import Plan
+from loopwise.memory.planner import plan
 
 # Registers bound a slab, not only shared memory: the program holds its rows of X and Y's
 # accumulator (block_m x n2 fp32) and one block of H (block_m x block_h fp32) at once.

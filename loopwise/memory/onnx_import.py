@@ -19,13 +19,14 @@ outputs, each whole (its loops walk the largest of them), never dropped silently
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
+from loopwise.memory.imported import Imported
 from loopwise.memory.ir import (Access, Operator, Tensor, conv2d_nest, linear_walk, matmul_nest, opaque_dims,
                                 reduction_nest)
+from loopwise.memory.views import Ref, flatten_pairs
 
 ELEMENTWISE = {"Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Erf",
                "Sqrt", "Pow", "Exp", "LeakyRelu", "BatchNormalization", "Softplus", "Gelu", "Where", "Neg",
@@ -37,18 +38,6 @@ FOLDED = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "
 
 
 # how the CLI and the report say an unsupported operator is counted (:meth:`_Builder._opaque`)
-UNSUPPORTED = "unsupported (no model: counted at least at all their inputs and outputs, each whole)"
-
-
-@dataclass
-class Imported:
-    graph: Graph
-    names: dict[str, str] = field(default_factory=dict)  # the graph's tensor names -> the model's own
-    folded: list[str] = field(default_factory=list)  # copy operators folded away, by op type
-    unsupported: dict[str, int] = field(default_factory=dict)  # op type -> count (at all its inputs and outputs)
-    generated: list[str] = field(default_factory=list)  # operators computed from no stored tensor (recomputed)
-
-
 def load_onnx(path: str | Path, elem_bytes: int = 2) -> Imported:
     """The model at ``path`` as a :class:`Graph` (elements of ``elem_bytes``, bf16 by default)."""
     import onnx
@@ -86,7 +75,7 @@ class _Builder:
                     self.values[t.name] = numpy_helper.to_array(t).tolist()
                 except Exception:  # noqa: BLE001 - a stripped initializer has no data
                     pass
-        self.alias: dict[str, object] = {}  # a folded copy's output -> its Ref (loopwise.memory.torch_import)
+        self.alias: dict[str, object] = {}  # a folded copy's output -> its Ref (loopwise.memory.views)
         self.names: dict[str, str] = {}
         self.folded: list[str] = []
         self.unsupported: dict[str, int] = {}
@@ -179,8 +168,6 @@ class _Builder:
 
     def _ref(self, name: str):
         """``name`` as a Ref: a folded copy's, or the tensor itself."""
-        from loopwise.memory.torch_import import Ref
-
         if name in self.alias:
             return self.alias[name]
         shape = self._shape(name)
@@ -208,8 +195,6 @@ class _Builder:
 
     def _fold(self, node) -> None:
         """A copy operator folded into its readers' access maps."""
-        from loopwise.memory.torch_import import Ref
-
         kind, source, target = node.op_type, node.input[0], node.output[0]
         src = self._ref(source)
         a = self._attrs(node)
@@ -285,9 +270,7 @@ class _Builder:
         return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
     def _op(self, name, dims, parts_read, parts_written, macs=0, coupled=()) -> Operator:
-        from loopwise.memory.torch_import import _pairs
-
-        parts_read, parts_written = _pairs(parts_read), _pairs(parts_written)
+        parts_read, parts_written = flatten_pairs(parts_read), flatten_pairs(parts_written)
         tensors: dict[str, Tensor] = {}
         for t, _ in (*parts_read, *parts_written):
             tensors.setdefault(t.name, t)

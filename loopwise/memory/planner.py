@@ -45,156 +45,33 @@ they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
 from __future__ import annotations
 
 import bisect
-import math
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Operator
 from loopwise.memory.layerwise import best_tiling
+from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
-
-
-@dataclass(frozen=True)
-class Slab:
-    """How a group runs in slabs: ``size`` units of a dimension of extent ``extent`` per slab, and,
-    when ``outer_dims`` is set, those slabs inside slabs of ``outer_size`` units of a second
-    dimension (one sequence at a time, then a block of its query rows)."""
-
-    dims: tuple[str, ...]  # the loop dimension that carries slabs, per operator of the group
-    extent: int
-    size: int
-    resident: tuple[str, ...]  # invariants kept for every slab
-    streamed: tuple[str, ...]  # invariants loaded again by every slab
-    outer_dims: tuple[str, ...] | None = None
-    outer_extent: int = 1
-    outer_size: int = 1
-
-    @property
-    def count(self) -> int:
-        return math.ceil(self.extent / self.size) * math.ceil(self.outer_extent / self.outer_size)
-
-    def describe(self) -> str:
-        """``32 slabs of 1/32 of n``, or with an outer level ``... within 1/32 of l0``."""
-        inner = f"{self.size}/{self.extent} of {self.dims[0]}"
-        if self.outer_dims:
-            return f"{self.count} slabs: {inner} within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
-        return f"{self.count} slabs of {inner}"
-
-
-@dataclass(frozen=True)
-class Group:
-    operators: tuple[str, ...]
-    traffic_bytes: int
-    peak_bytes: int  # the scratchpad it needs (for a tiled singleton: its tile's buffers)
-    resident: tuple[str, ...]  # intermediates that never touch DRAM
-    tiled: bool = False
-    slab: Slab | None = None
-    occupancy: tuple[int, ...] = ()  # scratchpad bytes held at each of its operators
-    per_operator: tuple[int, ...] = ()  # its traffic by operator (a load at the first reader, a store at the producer)
-    carried_in: tuple[str, ...] = ()  # kept on chip by the group before, not loaded
-    carried_out: tuple[str, ...] = ()  # kept on chip for the group after, not stored
-
-
-@dataclass(frozen=True)
-class Plan:
-    groups: tuple[Group, ...]
-    total_bytes: int
-    compulsory_bytes: int
-    layer_by_layer_bytes: int
-    pairs_removed: int  # store -> load pairs through DRAM the grouping removes
-    evaluated: int = field(default=0, compare=False)
-    layer_by_layer: tuple[int, ...] = field(default=(), compare=False)  # each operator alone, its best tiling
-    schedule: dict | None = field(default=None, compare=False)  # step by step (:mod:`loopwise.memory.schedule`)
-
-
-def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
-    """The loop dimensions of ``op`` that can carry slabs: for each, every tensor's sliced dimension
-    (``None``: invariant, the dimension does not index it). A dimension is left out when it is
-    coupled, when it indexes a tensor in any way but alone in one position, or when a tensor the
-    operator writes does not depend on it (a reduction)."""
-    out: dict[str, dict[str, int | None]] = {}
-    written = {a.tensor for a in op.writes}
-    units = {d for d, e in op.dims.items() if e == 1}  # always 0: a term "8*g" with one group is no term
-    for d in op.dims:
-        if d in op.coupled:
-            continue
-        word = re.compile(rf"\b{re.escape(d)}\b")
-        sig: dict[str, int | None] = {}
-        ok = True
-        for t in op.tensors:
-            positions = set()
-            for access in op.accesses(t.name):
-                if word.search(access.guard):
-                    ok = False  # read only where a guard on this dimension holds: slabs would not be even
-                for j, expr in enumerate(access.index):
-                    if word.search(expr):
-                        if _plain(expr, units) != d:
-                            ok = False
-                        positions.add(j)
-            if len(positions) > 1 or (not positions and t.name in written):
-                ok = False
-            if not ok:
-                break
-            sig[t.name] = positions.pop() if positions else None
-        if ok:
-            out[d] = sig
-    return out
-
-
-_TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)$|^(\d+)$")
-
-
-def _plain(expr: str, units: set[str]) -> str:
-    """``expr`` reduced to one loop dimension when it is that dimension alone, once terms in loop
-    dimensions of extent 1 and zero constants are dropped (``1*p + 1*r - 0`` is ``p`` when r is 0;
-    ``8*g + k`` is ``k`` with one group); anything else comes back as it is."""
-    text = expr.replace(" ", "").replace("-", "+-")
-    coefficients: dict[str, int] = {}
-    constant = 0
-    for term in filter(None, text.split("+")):
-        sign = -1 if term.startswith("-") else 1
-        match = _TERM.match(term.lstrip("-"))
-        if match is None:
-            return expr  # not a plain sum of terms (floor, mod, parentheses)
-        if match.group(3) is not None:
-            constant += sign * int(match.group(3))
-        elif match.group(2) not in units:
-            coefficients[match.group(2)] = coefficients.get(match.group(2), 0) + sign * int(match.group(1) or 1)
-    coefficients = {k: v for k, v in coefficients.items() if v}
-    if constant == 0 and len(coefficients) == 1 and next(iter(coefficients.values())) == 1:
-        return next(iter(coefficients))
-    return expr
-
-
-@dataclass
-class _Unit:
-    """A tensor as a group holds it: alive from ``first`` to ``last`` (operator positions)."""
-
-    first: int
-    last: int
-    whole: int  # bytes held when the group runs whole (the largest footprint among its users)
-    sliced: bool  # by the inner slab dimension, at every operator of the group that touches it
-    produced: bool
-    outer: bool = True  # by the outer slab dimension (True when there is none)
-
-
-def _sizes_below(extent: int) -> list[int]:
-    """Slab sizes tried: powers of two below the extent."""
-    out, size = [], 1
-    while size < extent:
-        out.append(size)
-        size *= 2
-    return out
+from loopwise.memory.slabs import Unit, best_slab, slab_signatures
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> Plan:
     """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``;
     ``progress(done, total)`` is called as operators are searched."""
     return _Planner(graph, capacity_bytes, max_group).run(progress)
+
+
+def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
+                       searched: dict[int, dict] | None = None, on_searched=None) -> tuple[Plan, Plan]:
+    """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
+    alone with its best tiling, with its schedule), both from one search: the baseline's groups are
+    the single operators the search evaluated anyway. ``searched`` and ``on_searched``: as in
+    :meth:`_Planner.run`, to continue a stopped search."""
+    planner = _Planner(graph, capacity_bytes, max_group)
+    best = planner.run(progress, searched, on_searched)
+    return best, planner.baseline()
 
 
 class _Planner:
@@ -261,10 +138,10 @@ class _Planner:
         return self.unions[key]
 
     def _units(self, i: int, j: int, spec: list[tuple[str | None, str]] | None):
-        """The group's tensors (as :class:`_Unit`) for operators i..j-1 under the slab choice
+        """The group's tensors (as :class:`Unit`) for operators i..j-1 under the slab choice
         ``spec`` (per operator: outer dimension or None, inner dimension); None when an
         intermediate would be sliced one way by its producer and another by a consumer."""
-        units: dict[str, _Unit] = {}
+        units: dict[str, Unit] = {}
         for k in range(i, j):
             if spec is None:
                 sig_o = sig_i = None
@@ -277,7 +154,7 @@ class _Planner:
                 si = spec is not None and sig_i[t] is not None
                 u = units.get(t)
                 if u is None:
-                    units[t] = _Unit(k, k, nbytes, si, w, so)
+                    units[t] = Unit(k, k, nbytes, si, w, so)
                 else:
                     if u.produced and (u.sliced != si or u.outer != so):
                         return None  # an intermediate read whole by a later operator: no slabs
@@ -353,70 +230,11 @@ class _Planner:
             return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]),
                          per_operator=tuple(int(v) for v in charged), carried_in=tuple(sorted(carried_in)),
                          carried_out=tuple(sorted(carried_out)))
-        grp = self._best_slab(names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+        grp = best_slab(self.cap, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
                               tuple(sorted(resident_t)), charged, outer_charged)
         if grp is None or not (carried_in or carried_out):
             return grp
         return replace(grp, carried_in=tuple(sorted(carried_in)), carried_out=tuple(sorted(carried_out)))
-
-    def _best_slab(self, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-                   resident_t, charged, outer_charged) -> Group | None:
-        length = len(held["both"])
-        best = None
-        for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
-            outer_count = math.ceil(outer_extent / outer_size)
-            fo = outer_size / outer_extent
-            # an invariant of the inner slabs held at its size for one outer slab; the largest first
-            items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer)
-                            for whole, loaded, a, z, name, by_outer in invariants), key=lambda v: -v[0])
-            # streamed_cover[p]: bytes the p largest invariants hold at each operator, if streamed
-            sizes_held = np.array([v[0] for v in items], dtype=float)
-            steps = np.zeros((len(items), length + 1))
-            if items:
-                rows = np.arange(len(items))
-                np.add.at(steps, (rows, [v[2] for v in items]), sizes_held)
-                np.add.at(steps, (rows, [v[3] + 1 for v in items]), -sizes_held)
-            streamed_cover = np.vstack([np.zeros(length), np.cumsum(np.cumsum(steps, axis=1)[:, :length], axis=0)])
-            kept = np.concatenate([[0.0], np.cumsum(sizes_held)])
-            total_cover = streamed_cover[-1]
-            # what the invariants beyond the p largest move when streamed: per inner slab, or per
-            # inner slab of every outer slab (an invariant of both levels)
-            loaded = np.array([v[1] for v in items], dtype=float)
-            per_inner = np.array([v[1] if v[5] else 0.0 for v in items])
-            per_both = loaded - per_inner
-            resident_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
-            inner_suffix = np.concatenate([np.cumsum(per_inner[::-1])[::-1], [0.0]])
-            both_suffix = np.concatenate([np.cumsum(per_both[::-1])[::-1], [0.0]])
-            for size in _sizes_below(extent):
-                count = math.ceil(extent / size)
-                work = held["both"] * fo * size / extent + held["inner"] * size / extent + held["whole"]
-                peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + kept
-                fits = np.nonzero(peaks <= self.cap)[0]
-                if not len(fits):
-                    break  # a larger slab holds more
-                p = int(fits.max())
-                # resident: loaded once; streamed: by every inner slab (of every outer slab, for an
-                # invariant of both levels)
-                traffic = moved + outer_count * outer_moved + resident_prefix[p] + count * (
-                    inner_suffix[p] + outer_count * both_suffix[p])
-                # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
-                if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
-                    held_at = work + total_cover - streamed_cover[p] + kept[p]
-                    best = (traffic, size, outer_size, p, int(peaks[p]), held_at, items, count, outer_count)
-        if best is None:
-            return None
-        traffic, size, outer_size, p, peak, held_at, items, count, outer_count = best
-        occupancy = tuple(int(v) for v in held_at)
-        per_op = charged + outer_count * outer_charged
-        for v in items[:p]:
-            per_op[v[2]] += v[1]
-        for v in items[p:]:
-            per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
-        per_op = tuple(int(round(v)) for v in per_op)
-        outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
-        slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
-                    tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
-        return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy, per_operator=per_op)
 
     # -- search -------------------------------------------------------------------------------
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
@@ -528,12 +346,21 @@ class _Planner:
             cover[u.last - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
-    def run(self, progress=None) -> Plan:
+    def run(self, progress=None, searched: dict[int, dict] | None = None, on_searched=None) -> Plan:
+        """The plan; ``searched``: operators searched before (:mod:`loopwise.memory.planner_state`),
+        not searched again; ``on_searched(i, state)`` is called as each other operator is searched."""
+        from loopwise.memory.planner_state import RecordedGroup, operator_state, restore_operator
+
         n = len(self.ops)
         ends: dict[int, dict[tuple[int, bool, bool], Group]] = {}
         for i in range(n):
-            ends[i] = self.candidates(i)
-            self.single(i)
+            if searched and i in searched:
+                ends[i] = restore_operator(self, i, searched[i])
+            else:
+                ends[i] = self.candidates(i)
+                self.single(i)
+                if on_searched is not None:
+                    on_searched(i, operator_state(self, i, ends[i]))
             if progress is not None:
                 progress(i + 1, n)
         # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
@@ -560,7 +387,15 @@ class _Planner:
                     before, grp = choices[c][k]
                     best[j][1 if c else 0] = (options[c][k], before[1] + [grp])
         total, groups = best[n][0]
+        groups = [grp.rebuild(self) if isinstance(grp, RecordedGroup) else grp for grp in groups]
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
                     schedule=build_schedule(self, groups))
+
+    def baseline(self) -> Plan:
+        """Every operator alone with its best tiling, as a plan with its schedule."""
+        singles = [self.single(i) for i in range(len(self.ops))]
+        per_op = tuple(s.traffic_bytes for s in singles)
+        return Plan(tuple(singles), sum(per_op), self.g.compulsory_bytes(), sum(per_op), 0, self.evaluated, per_op,
+                    schedule=build_schedule(self, singles))

@@ -59,6 +59,7 @@ class GroupReplay:
     claimed_traffic_bytes: int
     peak_bytes: int  # the most on chip at any step
     claimed_peak_bytes: int
+    held_bytes: tuple[tuple[str, int], ...] = ()  # per operator, in order: the most on chip at its step
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,15 @@ class _Replay:
         self.peak = 0
         self.peak_buffers = 0  # buffers on chip at the peak: each share may round by a byte or two
         self.stored: dict[str, int] = {}
+        self.held_at: dict[str, int] = {}  # the current group's operators: the most on chip at their step
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
-            before, self.peak, self.peak_buffers = self.moved, 0, 0
+            before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
-                                 self.peak, int(group["peak_bytes"]))
+                                 self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
             self._compare_group(gi, replay)
             groups.append(replay)
         for t, nbytes in sorted(self.live.items()):
@@ -185,6 +187,8 @@ class _Replay:
         for entry in step.get("alloc", []):
             self.live[entry[0]] = self.live.get(entry[0], 0) + self._share(entry, loops)
         held = sum(self.live.values())
+        if step.get("operator"):
+            self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
         if held > self.peak:
             self.peak, self.peak_buffers = held, len(self.live)
         if held > self.capacity:

@@ -14,6 +14,12 @@ zigzag = pytest.importorskip("zigzag")
 RESNET18 = Path(zigzag.__file__).parent / "inputs" / "workload" / "resnet18.onnx"
 
 
+@pytest.fixture(autouse=True)
+def _runs_in_a_temporary_folder(tmp_path, monkeypatch):
+    """``memory plan`` records a run in ./runs: each test keeps its runs in its own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def test_bounds_and_the_layer_by_layer_baseline_of_resnet18():
     bounds = CliRunner().invoke(app, ["memory", "bounds", str(RESNET18), "--json"])
     assert bounds.exit_code == 0, bounds.output
@@ -55,6 +61,7 @@ def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert json.loads(saved.read_text()) == data and data["schedule"]["capacity_bytes"] == 2097152
+    assert data["run_id"]
     replay = CliRunner().invoke(app, ["memory", "verify", str(saved), "--json"])
     assert replay.exit_code == 0, replay.output
     verdict = json.loads(replay.output)

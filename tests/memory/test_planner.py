@@ -53,7 +53,7 @@ def _batched_chain(batch: int):
 
 def test_slab_dimensions_exclude_halos_reductions_and_coupled_rows():
     from loopwise.memory.ir import Access, Operator, Tensor, conv2d
-    from loopwise.memory.planner import slab_signatures
+    from loopwise.memory.slabs import slab_signatures
 
     conv = conv2d("c", n=4, c=8, h=16, w=16, k=8, r=3, s=3, pad=1)
     sig = slab_signatures(conv)

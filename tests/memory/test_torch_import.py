@@ -12,7 +12,8 @@ import torch
 
 from loopwise.errors import UserError
 from loopwise.memory.planner import plan
-from loopwise.memory.torch_import import import_module, load_torch, reshape_map
+from loopwise.memory.torch_import import import_module, load_torch
+from loopwise.memory.views import reshape_map
 
 
 def _index(exprs, env):

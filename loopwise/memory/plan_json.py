@@ -1,0 +1,67 @@
+"""A plan as JSON data: what ``loopwise memory plan --json`` prints and ``--out`` writes, what a
+run records as a candidate's artifact, and what the verifier (:mod:`loopwise.memory.verify`) and
+the report read back."""
+
+from __future__ import annotations
+
+from loopwise.memory.plan_records import Group, Plan, Slab
+
+
+def operator_bounds(graph, capacity_bytes: int) -> list[int]:
+    """Each operator's own traffic bound at ``capacity_bytes``, in execution order."""
+    from loopwise.memory.graph import operator_bound_bytes
+
+    return [operator_bound_bytes(op, capacity_bytes) for op in graph.operators]
+
+
+def plan_json(model: str, target_name: str, plan: Plan, imported, bounds: list[int], seconds: float) -> dict:
+    """The plan's JSON data, with its schedule.
+
+    Args:
+        model: the model as the user named it.
+        target_name: the target's name.
+        plan: the plan (the planner's, or the layer-by-layer baseline).
+        imported: the imported model (:class:`loopwise.memory.imported.Imported`).
+        bounds: each operator's own bound (:func:`operator_bounds`).
+        seconds: the planning time.
+    """
+    rows, k = [], 0
+    for gi, grp in enumerate(plan.groups):
+        for name, moved in zip(grp.operators, grp.per_operator):
+            rows.append({"operator": name, "group": gi, "plan_bytes": moved,
+                         "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[k]})
+            k += 1
+    return {"model": str(model), "target": target_name, "total_bytes": plan.total_bytes,
+            "compulsory_bytes": plan.compulsory_bytes,
+            "operator_bounds_bytes": sum(r["bound_bytes"] for r in rows), "copies_folded": len(imported.folded),
+            "unsupported": imported.unsupported,
+            "layer_by_layer_bytes": plan.layer_by_layer_bytes,
+            "ratio_to_compulsory": plan.total_bytes / plan.compulsory_bytes,
+            "ratio_to_layer_by_layer": plan.total_bytes / plan.layer_by_layer_bytes,
+            "pairs_removed": plan.pairs_removed, "seconds": seconds,
+            "groups": [_group_json(grp) for grp in plan.groups], "operators": rows, "schedule": plan.schedule}
+
+
+def _group_json(grp: Group) -> dict:
+    slab = grp.slab
+    return {"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,
+            "resident": list(grp.resident), "tiled": grp.tiled,
+            "carried_in": list(grp.carried_in), "carried_out": list(grp.carried_out),
+            "slab": None if slab is None else {
+                "size": slab.size, "extent": slab.extent, "count": slab.count,
+                "outer_size": slab.outer_size, "outer_extent": slab.outer_extent,
+                "outer_dims": list(slab.outer_dims) if slab.outer_dims else None,
+                "dims": list(slab.dims), "resident": list(slab.resident),
+                "streamed": list(slab.streamed)}}
+
+
+def describe_runs(group: dict) -> str:
+    """How a group (as JSON) runs: ``tiled``, ``whole`` or its slabs (:meth:`Slab.describe`)."""
+    if group["tiled"]:
+        return "tiled"
+    s = group["slab"]
+    if s is None:
+        return "whole"
+    outer = tuple(s["outer_dims"]) if s["outer_dims"] else None
+    return Slab(tuple(s["dims"]), s["extent"], s["size"], tuple(s["resident"]), tuple(s["streamed"]), outer,
+                s["outer_extent"], s["outer_size"]).describe()
