@@ -534,7 +534,7 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from loopwise.kernels.expert.capture import Pattern
+    from loopwise.kernels.expert.pattern import Pattern
     from loopwise.kernels.expert.generate import default_moves, fits, render
     from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
 

@@ -22,7 +22,7 @@ import pytest
 
 from loopwise.core.propose import FindingNote, ProposalRequest
 from loopwise.kernels.expert import capture, matmul_variants
-from loopwise.kernels.expert.capture import Pattern
+from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.generate import DEFAULT_MOVES, default_moves, fits, render, variants
 from loopwise.kernels.expert.proposer import SPACE, ExpertProposer, suggested_moves
 from loopwise.kernels.problem import load_problem

@@ -7,7 +7,10 @@ import keyword
 from importlib import resources
 
 from loopwise.kernels.expert import matmul_variants
-from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
+from loopwise.kernels.expert.capture import capture
+from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.pattern import Pattern
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0},
@@ -52,8 +55,6 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         split_k = default_moves(pattern, "matmul", precision)["split"] > 1
         return ["matmul", *matmul_variants.library_variants(pattern, precision, split_k)]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
-        from loopwise.kernels.expert.partition import kinds
-
         return kinds(pattern)
     if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass
         return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
@@ -157,8 +158,6 @@ LAUNCH_HEAVY = 100  # launches per forward from which a partitioned plan replays
 
 
 def _launch_heavy(pattern: Pattern, kind: str) -> bool:
-    from loopwise.kernels.expert.partition import kinds, launches, plan
-
     return kind in kinds(pattern) and launches(plan(pattern, kind)) >= LAUNCH_HEAVY
 
 
@@ -192,8 +191,6 @@ def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
     if kind == "conv2d":
         return dict(pattern.params)["in_channels"] >= NHWC_CHANNELS
     if kind == "graph_conv":
-        from loopwise.kernels.expert.partition import plan
-
         return any(g.conv and g.conv[5] >= NHWC_CHANNELS for g in plan(pattern, kind)["gemms"])
     return False
 
@@ -202,56 +199,6 @@ _SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take
 
 
 HOPPER_SHARED_BYTES = 227 * 1024  # shared memory one block may take on sm_90 (opted in); a launch asking more fails
-_ATTENTION_SHARED_BYTES = 160 * 1024  # what an attention program's tiles may take of Hopper's 227 KiB
-_ATTENTION_STAGES = 2
-
-
-def attention_values(pattern: Pattern, precision: str) -> dict:
-    """The attention template's derived sizes: the head dimension's and the value dimension's
-    slices (powers of two of at least 16, at most 64 fp32 / 128 half elements), the pipeline depth,
-    and the sentence on how the scores are computed."""
-    p = dict(pattern.params)
-    half = p["dtype"] != "float32"
-    cap = 128 if half else 64
-
-    def slice_of(n: int) -> int:
-        return max(16, min(1 << (n - 1).bit_length(), cap))
-
-    note = (f"{p['dtype']} products summed in fp32" if half else
-            "tf32x3, fp32-accurate" if precision == "fp32" else "TF32, the relaxed policy: not fp32-accurate")
-    return {"block_d": slice_of(p["d"]), "block_dv": slice_of(p["dv"]), "stages": _ATTENTION_STAGES,
-            "precision_note": note}
-
-
-# Machine balance of the attention template's products, in flops per byte of DRAM traffic: tf32x3
-# (three products each) a third of TF32's (420.8 TFLOP/s over 4256 GB/s, about 99); bf16 849.5
-# TFLOP/s over 4256 GB/s, about 200.
-_ATTENTION_BALANCE = {"float32": 99.0 / 3, "bfloat16": 200.0, "float16": 200.0}
-_SCORE_PASSES = 4  # the unfused plan's score matrix: written, read and written by softmax, read
-
-
-def attention_recompute_reason(pattern: Pattern) -> str | None:
-    """Why the flash template does not pay for ``pattern``, or None when it does. A program holds
-    one value slice (:func:`attention_values`), so with several slices each recomputes the scores:
-    ``(slices - 1) * sq * sk * d * 2`` extra flops, against the ``4 * sq * sk`` elements of score
-    traffic the fusion saves. At the template's machine balance the recompute costs more time than
-    the traffic once ``(slices - 1) * d * 2 > 4 * element bytes * balance`` (fp32: 128-wide heads
-    fuse, 256-wide ones do not; fp16 / bf16: up to 256)."""
-    p = dict(pattern.params)
-    sizes = attention_values(pattern, "fp32")
-    slices = -(-p["dv"] // sizes["block_dv"])
-    width = 4 if p["dtype"] == "float32" else 2
-    extra_flops = (slices - 1) * p["d"] * 2  # per score element
-    saved_bytes = _SCORE_PASSES * width      # per score element
-    if extra_flops <= saved_bytes * _ATTENTION_BALANCE[p["dtype"]]:
-        return None
-    return (f"attention with head dimension {p['d']} and value dimension {p['dv']} ({p['dtype']}): a flash "
-            f"kernel holds {sizes['block_dv']} value columns per program, so {slices} programs would each "
-            f"recompute the {p['sq']}x{p['sk']} scores, {slices * p['d'] + p['dv']} multiply-adds per score "
-            f"against {p['d'] + p['dv']} for PyTorch's matmul, softmax, matmul; the score matrix it would "
-            "keep out of memory is small next to the operands")
-
-
 # The implicit-GEMM convolution (conv2d, graph_conv; templates/_conv.j2) gathers its NCHW input over
 # (channel, kh, kw) by default. With the ``nhwc`` move it reads the input NHWC, a window position's
 # channels in chunks (K-major tiles, 16-byte copies), where a convolution has at least this many input
@@ -300,7 +247,7 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
-        return tiles * width <= _ATTENTION_SHARED_BYTES
+        return tiles * width <= ATTENTION_SHARED_BYTES
     if moves.get("nhwc") and not nhwc_convolutions(pattern, moves.get("template", pattern.kind)):
         return False  # no convolution with enough input channels to read NHWC
     if moves.get("cublas") and not _cublas_leaves_a_kernel(pattern, moves.get("template", pattern.kind)):
@@ -333,8 +280,6 @@ def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
     move): a Linear with elementwise work after it, or another part."""
     if pattern.kind != "graph" or kind != "graph_linear":
         return False
-    from loopwise.kernels.expert.partition import plan
-
     chosen = plan(pattern, kind)
     return bool(chosen["groups"] or chosen["norms"] or any(len(g.ops) > 1 for g in chosen["gemms"]))
 
@@ -376,8 +321,6 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     if kind == "separable_conv":
         extra = {**extra, "stages": separable_stages(pattern, params["block"], params["chunk"])}
     if pattern.kind == "graph":
-        from loopwise.kernels.expert.partition import plan, tf32_parts
-
         chosen = plan(pattern, kind)
         # the parts in Triton: with the cublas move a Linear's is the work after it, if any
         gemms = [g for g in chosen["gemms"] if len(g.ops) > 1] if params.get("cublas") else chosen["gemms"]

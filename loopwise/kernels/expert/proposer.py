@@ -26,8 +26,9 @@ from loopwise.core.propose import (
     Proposer,
 )
 from loopwise.kernels.expert import matmul_variants
-from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.capture import capture
 from loopwise.kernels.expert.generate import default_moves, fits, render, variants
+from loopwise.kernels.expert.pattern import Pattern
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
