@@ -355,7 +355,7 @@ def _print_profile(report) -> None:
     if report.findings:
         console.print("[bold]findings[/] (highest first):")
         for f in report.findings[:12]:
-            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in f.moves)
+            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in (move.to_json() for move in f.moves))
             console.print(f"  [{f.severity}] {f.tool}: {f.guidance}" + (f"  → try: {moves}" if moves else ""))
     else:
         console.print("no findings" + (" (raw mode)" if report.mode == "raw" else ""))
