@@ -403,7 +403,7 @@ def sass_cmd(
     read SASS alone: instruction mix, tensor-core path, access widths, spills, occupancy."""
     from loopwise.kernels.profile.findings import LaunchConfig, ProblemHints, ToolInput
     from loopwise.kernels.profile.registry import load_tools
-    from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, profile_cubin
+    from loopwise.kernels.profile.sass_tools import DisassemblyError, ToolNotFoundError, profile_cubin
 
     if policy not in ("fp32", "relaxed"):
         raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")

@@ -366,7 +366,7 @@ def test_the_triton_template_compiles_16_bit_products_to_wgmma_for_hopper(tmp_pa
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from loopwise.kernels.profile.sass import profile_cubin
+    from loopwise.kernels.profile.sass_tools import profile_cubin
 
     _needs_disassembler()
     path = tmp_path / "candidate.py"
@@ -437,7 +437,7 @@ def test_the_fixtures_were_built_from_the_current_templates(name):
 
 
 def _fixture_kernel(name: str):
-    from loopwise.kernels.profile.sass import profile_cubin
+    from loopwise.kernels.profile.sass_tools import profile_cubin
 
     (kernel,) = [k for k in profile_cubin(FIXTURES / f"{name}.cubin").kernels if k.instructions > 100]
     assert kernel.local_loads == 0 and kernel.local_stores == 0  # no spills
@@ -445,11 +445,11 @@ def _fixture_kernel(name: str):
 
 
 def _needs_disassembler():
-    from loopwise.kernels.profile import sass
+    from loopwise.kernels.profile import sass_tools
 
     try:
-        sass.find_tool("cuobjdump")
-    except sass.ToolNotFoundError:
+        sass_tools.find_tool("cuobjdump")
+    except sass_tools.ToolNotFoundError:
         pytest.skip("no cuobjdump / nvdisasm (CUDA or Triton)")
 
 
@@ -490,7 +490,7 @@ def test_the_split_3xtf32_variant_is_the_same_products_and_one_reduction_kernel(
     K step as the unsplit one and spills nothing; CUTLASS's reduction kernel beside it sums the
     partials on the CUDA cores."""
     _needs_disassembler()
-    from loopwise.kernels.profile.sass import profile_cubin
+    from loopwise.kernels.profile.sass_tools import profile_cubin
 
     kernels = profile_cubin(FIXTURES / "expert_3xtf32_splitk.cubin").kernels
     (gemm,) = [k for k in kernels if "GemmSplitKParallel" in k.name]
@@ -504,7 +504,7 @@ def test_the_split_1xtf32_variant_issues_a_third_of_3xtf32s_products():
     """Under relaxed the same split GEMM with CUTLASS's OpMultiplyAdd: one TF32 product per k-step,
     64 HMMA.1688 (3xTF32: 192), no spills, and the same reduction kernel."""
     _needs_disassembler()
-    from loopwise.kernels.profile.sass import profile_cubin
+    from loopwise.kernels.profile.sass_tools import profile_cubin
 
     kernels = profile_cubin(FIXTURES / "expert_1xtf32_splitk.cubin").kernels
     (gemm,) = [k for k in kernels if "GemmSplitKParallel" in k.name]
