@@ -89,9 +89,8 @@ SPACE = {
 # Variants the measurements say lose where a sibling exists: left out of the first proposals from
 # the reference (their budget goes to the sibling's moves), still tried now and then later and
 # proposed first where they are the only variant. graph_conv (each Conv2d a tf32x3 implicit GEMM in
-# Triton) lost to cuDNN on every problem that has the plain partition too: 0.15-0.85x of eager in
-# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md); read
-# NHWC it lost again (L2/31, 2/46: 0.28-0.47x in fp32, 2026-12-01 11:32).
+# Triton) lost to cuDNN on every problem measured that has the plain partition too, read NCHW or
+# NHWC (docs/log/expert-notes.md).
 LATER = frozenset({"graph_conv"})
 
 
