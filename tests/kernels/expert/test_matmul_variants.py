@@ -27,8 +27,8 @@ from loopwise.kernels.expert.generate import DEFAULT_MOVES, default_moves, fits,
 from loopwise.kernels.expert.proposer import SPACE, ExpertProposer, suggested_moves
 from loopwise.kernels.problem import load_problem
 
-HERE = Path(__file__).parent / "expert_problems"
-FIXTURES = Path(__file__).parent / "profile_fixtures"
+HERE = Path(__file__).parents[1] / "expert_problems"
+FIXTURES = Path(__file__).parents[1] / "profile_fixtures"
 
 
 def _pattern(name: str, replacements: dict[str, str] | None = None, tmp_path: Path | None = None) -> Pattern:
