@@ -70,3 +70,9 @@ def test_a_finding_stored_with_dict_and_str_moves_still_loads():
 
 def test_the_parameter_knobs_are_three():
     assert PARAMETER_MOVES == ("block", "warps", "chunk")
+
+
+def test_the_proposers_structural_steps_name_moves_of_the_vocabulary():
+    from loopwise.kernels.expert.proposer import STRUCTURAL
+
+    assert set(STRUCTURAL) <= set(STRUCTURAL_MOVES)

@@ -35,7 +35,7 @@ def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, 
 
 def test_convolutions_gather_nchw_from_a_128_tile_and_read_nhwc_only_as_a_move(tmp_path):
     """The implicit GEMM starts from 128 x 128 tiles with 8 warps, gathering the NCHW input (the
-    fastest of the tiles and layouts measured on L1/55, H200: docs/data/2026-12-01c-conv-layouts.csv);
+    fastest of the tiles and layouts measured; see docs/log/expert-notes.md);
     reading NHWC is a move, and fits only where a convolution has 16 input channels or more."""
     from loopwise.kernels.expert.generate import default_moves, fits
 
@@ -93,8 +93,8 @@ def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path)
     weights' rows of 27 are not 16-byte aligned); the NHWC one (64 channels) with 16-byte copies only
     (channels innermost in the input and the permuted weights: both tiles K-major). Both run
     on wgmma. Checked on the PTX of Triton's ahead-of-time compile, integers divisible by 16
-    specialised as the launch specialises them. (Wider copies did not make it faster: on the H200 the
-    NHWC form was the slower at every tile, docs/data/2026-12-01c-conv-layouts.csv.)"""
+    specialised as the launch specialises them. (Wider copies did not make it faster: the NHWC form
+    was the slower at every tile measured; see docs/log/expert-notes.md.)"""
     import re
 
     def copies(channels: int) -> dict:
@@ -125,8 +125,8 @@ def test_conv2d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch, mov
 def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
     """Why offsets are 32-bit where they can be: compiled for sm_90 (L1/55's convolution, 64 -> 128
     channels, 3x3; 128 x 128 tiles, 32 along K, 8 warps, 3 stages, tf32x3), ptxas reports far fewer
-    bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike (on
-    2026-12-01 with Triton 3.9: 664 -> 60 and 1208 -> 176 bytes of spill stores)."""
+    bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike (the
+    bytes: docs/log/expert-notes.md)."""
     import re
     import subprocess
 
@@ -253,9 +253,9 @@ def test_conv3d_default_tile_compiles_to_wgmma_for_hopper(tmp_path, precision):
     """L1/54's convolution at its own sizes (3 -> 64 channels, 3x3x3, 16 x 64^3 inputs) with the
     default moves, launched on the meta device and compiled ahead of time for sm_90 as that launch
     specialises it: 128 voxels x 64 channels, 16 along K, 4 warps, on wgmma, within a block's
-    shared memory, in tf32x3 or TF32. Triton 3.9 spills 0.8-1.7 KB of registers there (8 warps:
-    none; docs/data/2026-12-01d-template-spills.csv), yet 4 warps was the fastest candidate on the
-    H200 (Triton 3.6) on all five level-1 3-D convolutions (docs/data/2026-12-01e-candidates.csv)."""
+    shared memory, in tf32x3 or TF32. Triton spills some registers there (8 warps: none), yet 4
+    warps was the fastest candidate on the level-1 3-D convolutions measured
+    (docs/log/expert-notes.md)."""
     pytest.importorskip("triton")
     from loopwise.kernels.expert.aot import compile_for_hopper
 
@@ -335,10 +335,9 @@ def test_transposed_convolution_phases_visit_only_whole_window_positions(tmp_pat
 ])
 def test_transposed_convolution_default_tile_compiles_to_wgmma(tmp_path, module, init, shape, precision):
     """The default moves (128 outputs x the output channels, 16 input channels a step, 4 warps:
-    the fastest or within 4% of it on L1/58, 61, 71 and 77 on the H200, 2026-12-01), launched at
-    the problems' own sizes on the meta device and compiled ahead of time for sm_90, run on wgmma
-    within a block's shared memory (Triton 3.9 spills up to 1.8 KB of registers there, 8 warps
-    none; docs/data/2026-12-01d-template-spills.csv)."""
+    the fastest or close to it on the problems measured, docs/log/expert-notes.md), launched at the
+    problems' own sizes on the meta device and compiled ahead of time for sm_90, run on wgmma
+    within a block's shared memory (Triton spills some registers there, 8 warps none)."""
     pytest.importorskip("triton")
     from loopwise.kernels.expert.aot import compile_for_hopper
 
@@ -406,7 +405,7 @@ def test_separable_convolution_in_one_pass_is_judged_correct(tmp_path, monkeypat
 
 @pytest.mark.parametrize("kernel,moves,stages", [
     (3, {}, 3),  # the default: 128 pixels x 16 channels a step
-    (3, {"chunk": 32}, 2),  # 3 stages: 354 KiB, a launch that failed on the H200 on 2026-12-01
+    (3, {"chunk": 32}, 2),  # 3 stages: 354 KiB, more than a block may take (docs/log/expert-notes.md)
     (3, {"block": 64, "chunk": 64}, 2),
     (5, {"block": 64}, 3),  # 219 KiB at 3 stages
     (5, {}, 1),
@@ -415,8 +414,8 @@ def test_separable_convolution_tiles_compile_to_wgmma_within_shared_memory(tmp_p
     """L1/86's separable convolution at its own sizes (64 -> 64 depthwise 3x3, 64 -> 128 pointwise,
     16 x 64 x 512^2 inputs), and with a 5x5 window, compiled ahead of time for sm_90 in tf32x3:
     the pipeline keeps as many stages as fit in a block's shared memory (Triton prefetches every
-    tap's input tile per stage), on wgmma, without register spills (with Triton 3.9 on 2026-12-01,
-    4 warps spilled 1716 bytes; docs/data/2026-12-01d-template-spills.csv). With 5x5 taps the
+    tap's input tile per stage), on wgmma, without register spills (4 warps spilled; see
+    docs/log/expert-notes.md). With 5x5 taps the
     gathers of 25 taps in flight spill a little (272 bytes at block 64): allowed there."""
     pytest.importorskip("triton")
     from loopwise.kernels.expert.aot import compile_for_hopper

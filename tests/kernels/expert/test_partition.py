@@ -334,8 +334,8 @@ def test_cuda_graph_replay_is_correct_and_replays_on_the_gpu(tmp_path):
 
 def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch):
     """KernelBench L3/36 computes a Linear over the LSTM's output and returns the LSTM's state: a
-    GEMM for that Linear would never run (the judge rejected such candidates on the H200 as decoys,
-    2026-12-01), so no plan has one; the live elementwise work still gets its pass."""
+    GEMM for that Linear would never run (the judge rejects such candidates as decoys), so no plan
+    has one; the live elementwise work still gets its pass."""
     problem = load_problem(str(HERE / "partial_dead_linear.py"))
     pattern = capture(problem)
     assert pattern.kind == "graph" and variants(pattern) == ["graph"], pattern.reason
@@ -345,8 +345,8 @@ def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch
 
 def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pass(tmp_path, monkeypatch):
     """Under relaxed a Linear with an elementwise epilogue (KernelBench L2/76, 81, 86) has a second
-    variant: cuBLAS's TF32 GEMM (as eager + TF32 runs it; the Triton TF32 GEMMs reached 0.85-0.88 of
-    it on the H200, 2026-12-01) with the bias, then the rest in one in-place Triton pass, judged
+    variant: cuBLAS's TF32 GEMM (as eager + TF32 runs it; the Triton TF32 GEMMs were slower, see
+    docs/log/expert-notes.md) with the bias, then the rest in one in-place Triton pass, judged
     correct; the fp32 policy keeps the tf32x3 Triton GEMM only."""
     problem = load_problem(str(HERE / "linear_epilogue.py"))
     pattern = capture(problem)
