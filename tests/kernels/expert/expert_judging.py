@@ -7,6 +7,7 @@ from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.judge import Judge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.problem import load_problem
 
 try:
@@ -122,3 +123,21 @@ def get_init_inputs():
 
 SDPA = "F.scaled_dot_product_attention(q, k, v)"
 
+
+def captured(name: str, replacements: dict[str, str] | None = None, tmp_path: Path | None = None) -> Pattern:
+    """The pattern captured from an expert_problems fixture, with parts of its source replaced."""
+    path = HERE / name
+    if replacements:
+        source = path.read_text()
+        for old, new in replacements.items():
+            assert old in source, (name, old)
+            source = source.replace(old, new)
+        path = tmp_path / f"variant_{name}"
+        path.write_text(source)
+    return capture(load_problem(str(path)))
+
+
+def matmul_pattern(dtype: str, trans_a: bool = False, trans_b: bool = False, m: int = 256, n: int = 128, k: int = 64):
+    """A matrix product's pattern of the given dtype, layout and sizes."""
+    return Pattern("matmul", inputs=2, ops=("matmul",),
+                   params=(("trans_a", trans_a), ("trans_b", trans_b), ("m", m), ("n", n), ("k", k), ("dtype", dtype)))
