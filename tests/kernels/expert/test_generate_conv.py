@@ -60,6 +60,21 @@ def test_convolutions_gather_nchw_from_a_128_tile_and_read_nhwc_only_as_a_move(t
     assert "permute(0, 2, 3, 1)" not in render(conv(3), {"nhwc": 1})  # too few channels: NCHW whatever the move
 
 
+@pytest.fixture(scope="module")
+def conv2d_ptx(tmp_path_factory):
+    """:func:`_conv2d_ptx` by (channels, nhwc, wide), each compiled once for the module: the NHWC
+    copies test and the 32-bit offsets test read the same 64-channel NHWC kernel."""
+    compiled: dict[tuple[int, int, bool], str] = {}
+
+    def ptx(channels: int, nhwc: int, wide: bool = False) -> str:
+        key = (channels, nhwc, wide)
+        if key not in compiled:
+            compiled[key] = _conv2d_ptx(tmp_path_factory.mktemp("conv_ptx"), channels, nhwc, wide)
+        return compiled[key]
+
+    return ptx
+
+
 def _conv2d_ptx(tmp_path, channels: int, nhwc: int, wide: bool = False) -> str:
     """The PTX of the conv2d template's kernel compiled ahead of time for sm_90: a 3x3 convolution of
     ``channels`` -> 128 channels, stride 1, padding 1; 128 x 128 tiles, 32 along K, 8 warps, 3
@@ -86,7 +101,7 @@ def _conv2d_ptx(tmp_path, channels: int, nhwc: int, wide: bool = False) -> str:
     return compiled.asm["ptx"]
 
 
-def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path):
+def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(conv2d_ptx):
     """What the nhwc move changes: compiled for sm_90 (a 3x3
     convolution of 3 channels, 128x128 tiles, 32 along K), the NCHW gather stages both tiles with
     4-byte cp.async copies (K = (channel, kh, kw) runs over the input in window steps, and the
@@ -98,7 +113,7 @@ def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(tmp_path)
     import re
 
     def copies(channels: int) -> dict:
-        ptx = _conv2d_ptx(tmp_path, channels, nhwc=1)
+        ptx = conv2d_ptx(channels, nhwc=1)
         assert "wgmma.mma_async" in ptx
         return {width: len(re.findall(rf"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], {width},", ptx))
                 for width in ("0x4", "0x10")}
@@ -122,7 +137,7 @@ def test_conv2d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch, mov
     judged_correct(path, moves, tmp_path, monkeypatch, edit=forced)
 
 
-def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
+def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path, conv2d_ptx):
     """Why offsets are 32-bit where they can be: compiled for sm_90 (L1/55's convolution, 64 -> 128
     channels, 3x3; 128 x 128 tiles, 32 along K, 8 warps, 3 stages, tf32x3), ptxas reports far fewer
     bytes of register spills without the 64-bit ones, gathering NCHW and reading NHWC alike (the
@@ -135,7 +150,7 @@ def test_32_bit_offsets_keep_the_implicit_gemm_from_spilling(tmp_path):
 
     def spilled(nhwc: int, wide: bool) -> int:
         ptx = tmp_path / f"conv_{nhwc}_{wide}.ptx"
-        ptx.write_text(_conv2d_ptx(tmp_path, 64, nhwc, wide))
+        ptx.write_text(conv2d_ptx(64, nhwc, wide))
         report = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
                                 capture_output=True, text=True, check=True)
         return int(re.search(r"(\d+) bytes spill stores", report.stdout + report.stderr).group(1))
