@@ -66,6 +66,8 @@ def test_a_finding_stored_with_dict_and_str_moves_still_loads():
     assert finding.moves == (StructuralMove("reduce_registers"), ParameterMove.of(warps=8), ParameterMove.of(block=128))
     assert json.loads(finding.model_dump_json()) == json.loads(stored)
     assert finding.as_note().evidence["moves"] == "reduce_registers; warps=8; block=128"
+    json_form = {"anyOf": [{"additionalProperties": {"type": "integer"}, "type": "object"}, {"type": "string"}]}
+    assert Finding.model_json_schema()["properties"]["moves"]["items"] == json_form
 
 
 def test_the_parameter_knobs_are_three():

@@ -13,9 +13,18 @@ store them) are read into it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from loopwise.kernels.moves import Move, ParameterMove, StructuralMove, move_from_json, moves_text
 from loopwise.kernels.profile.classify import Classification, KernelClass
@@ -42,6 +51,11 @@ SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high")
 KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "latency_bound", "underutilized")
 InputName = Literal["sass", "ncu", "classification", "launch", "kernels"]
 INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch", "kernels")
+
+
+# A move held typed; its JSON form (and schema) is the {knob: value} object or the name.
+_TypedMove = Annotated[InstanceOf[ParameterMove] | InstanceOf[StructuralMove], WithJsonSchema(
+    {"anyOf": [{"additionalProperties": {"type": "integer"}, "type": "object"}, {"type": "string"}]})]
 
 
 def severity_for(score: float) -> Severity:
@@ -77,7 +91,7 @@ class Finding(BaseModel):
     evidence: dict[str, float | int | str | bool]
     severity: Severity
     score: float = Field(ge=0.0, le=1.0)
-    moves: tuple[InstanceOf[ParameterMove] | InstanceOf[StructuralMove], ...] = ()
+    moves: tuple[_TypedMove, ...] = ()
 
     @field_validator("guidance")
     @classmethod
