@@ -10,6 +10,14 @@ from loopwise.kernels.profile import sass_tools
 from loopwise.kernels.profile.sass import Resources, access_bytes, family_of, parse_sass
 from loopwise.kernels.profile.sass_tools import ToolNotFoundError, parse_ptxas_log, parse_resource_usage, profile_cubin
 
+try:
+    # Imported now, before any test sets TRITON_INTERPRET: Triton's standard library (and gluon's
+    # copy of it, which the ahead-of-time compile below imports) is then built for compilation,
+    # whatever order the tests run in.
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:
+    pass
+
 from sass_fixtures import FIXTURES, have_disassembler, needs_tools  # noqa: E402 - tests/kernels on sys.path
 from sass_fixtures import fixture_profile as _profile  # noqa: E402
 
