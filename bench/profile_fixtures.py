@@ -51,7 +51,7 @@ def keep(report, work: Path, dest: Path) -> list[str]:
             shutil.copy(meta, dest / meta.name)
     manifest = json.loads((work / "run" / "manifest.json").read_text())
     for so in manifest.get("extensions", []):
-        from loopwise.kernels.profile.sass import disassemble
+        from loopwise.kernels.profile.sass_tools import disassemble
 
         name = Path(so).stem + ".sass.txt"
         (dest / name).write_text(disassemble(so))

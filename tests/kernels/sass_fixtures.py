@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from loopwise.kernels.profile import sass
-from loopwise.kernels.profile.sass import Resources, SassProfile, ToolNotFoundError, profile_cubin
+from loopwise.kernels.profile import sass_tools
+from loopwise.kernels.profile.sass import Resources, SassProfile
+from loopwise.kernels.profile.sass_tools import ToolNotFoundError, profile_cubin
 
 FIXTURES = Path(__file__).parent / "profile_fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -18,7 +19,7 @@ EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
 def have_disassembler() -> bool:
     try:
-        sass.find_tool("cuobjdump")
+        sass_tools.find_tool("cuobjdump")
     except ToolNotFoundError:
         return False
     return True

@@ -35,7 +35,7 @@ def test_the_fixture_was_built_from_the_candidates_current_kernel():
 
 @needs_tools
 def test_the_sass_shows_wgmma_on_bf16_with_tma():
-    from loopwise.kernels.profile.sass import profile_cubin
+    from loopwise.kernels.profile.sass_tools import profile_cubin
 
     (kernel,) = [k for k in profile_cubin(FIXTURES / "cutlass_wgmma_bf16.cubin").kernels if k.instructions > 100]
     ops = {op.opcode: op for op in kernel.tensor_core}

@@ -249,7 +249,7 @@ def test_the_triton_candidates_kernels_compile_for_hopper_in_bf16_on_the_tensor_
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from loopwise.kernels.profile.sass import ToolNotFoundError, profile_cubin
+    from loopwise.kernels.profile.sass_tools import ToolNotFoundError, profile_cubin
 
     cand = _module("moe_forward_triton")
     blocks = {"block_expert_ptr": "*i32", "block_row_ptr": "*i32", "block_rows_ptr": "*i32", "n_blocks_ptr": "*i32"}

@@ -148,35 +148,6 @@ def test_a_profile_folder_is_analyzed_again_without_a_gpu(fake_ncu, tmp_path, mo
     assert bad.returncode == 2 and "not a folder" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_trace_launches_pair_with_ncus_across_demangling_styles():
-    """The trace's names (``void at::native::k<...>``) and ncu's (``void k<...>(int, T3)``) differ;
-    in-order pairing when the kernel sequences agree, else unique function names."""
-    from types import SimpleNamespace as K
-
-    from loopwise.kernels.profile.run import _base_name, _pair_launches
-
-    assert _base_name("void at::native::vectorized_elementwise_kernel<4, at::native::X>(int)") == \
-        "vectorized_elementwise_kernel" == _base_name("void vectorized_elementwise_kernel<4, X>(int, T2, T3)")
-    traced = [K(name="void at::native::a<1>()"), K(name="void at::native::b<2ul>()"), K(name="void at::native::a<3>()")]
-    measured = [K(name="void a<1>()"), K(name="void b<2>()"), K(name="void a<3>()")]
-    assert _pair_launches(traced, measured) == measured
-    # ncu saw fewer launches: only the name unique on both sides pairs
-    assert _pair_launches(traced, measured[:2]) == [None, measured[1], None]
-
-
-def test_recorded_hints_stay_unless_the_caller_overrides_them(tmp_path):
-    from loopwise.kernels.profile.findings import ProblemHints
-    from loopwise.kernels.profile.run import _folder_hints
-
-    (tmp_path / "hints.json").write_text(ProblemHints(min_dram_bytes=5e8, input_dtype="fp32").model_dump_json())
-    merged = _folder_hints(tmp_path, ProblemHints(precision="relaxed"), [])
-    assert merged.min_dram_bytes == 5e8 and merged.precision == "relaxed" and merged.input_dtype == "fp32"
-    assert _folder_hints(tmp_path, None, []).precision == "fp32"
-    notes: list[str] = []
-    (tmp_path / "hints.json").write_text("{not json")
-    assert _folder_hints(tmp_path, None, notes) == ProblemHints() and "unreadable" in notes[0]
-
-
 def test_extensions_are_found_in_the_process_memory_map():
     """torch loads a load_inline extension without entering it in sys.modules: the profiler finds
     its shared object through the memory map (here: torch's own libraries under its lib folder)."""

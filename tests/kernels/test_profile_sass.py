@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from loopwise.kernels.profile import sass
-from loopwise.kernels.profile.sass import (
-    Resources,
-    ToolNotFoundError,
-    access_bytes,
-    family_of,
-    parse_ptxas_log,
-    parse_resource_usage,
-    parse_sass,
-    profile_cubin,
-)
+from loopwise.kernels.profile import sass_tools
+from loopwise.kernels.profile.sass import Resources, access_bytes, family_of, parse_sass
+from loopwise.kernels.profile.sass_tools import ToolNotFoundError, parse_ptxas_log, parse_resource_usage, profile_cubin
+
+try:
+    # Imported now, before any test sets TRITON_INTERPRET: Triton's standard library (and gluon's
+    # copy of it, which the ahead-of-time compile below imports) is then built for compilation,
+    # whatever order the tests run in.
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:
+    pass
 
 from sass_fixtures import FIXTURES, have_disassembler, needs_tools  # noqa: E402 - tests/kernels on sys.path
 from sass_fixtures import fixture_profile as _profile  # noqa: E402
@@ -92,7 +92,7 @@ def test_a_sass_profile_says_where_its_time_went():
 
 @needs_tools
 def test_disassemble_accepts_bytes_and_names_the_arch():
-    text = sass.disassemble((FIXTURES / "vector_add.cubin").read_bytes())
+    text = sass_tools.disassemble((FIXTURES / "vector_add.cubin").read_bytes())
     assert "LDG.E.128" in text
     assert _profile("vector_add").arch == "sm_90a"
 
@@ -109,7 +109,7 @@ def test_live_triton_compile_for_sm90_without_a_gpu(monkeypatch):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(out_ptr + offs, tl.exp(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
 
-    profile = sass.profile_triton(scale, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+    profile = sass_tools.profile_triton(scale, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                                   {"BLOCK": 512}, num_warps=4, aligned=("x_ptr", "out_ptr", "n"))
     k = profile.kernel("scale")
     assert k.global_loads == {16: k.global_loads[16]}
@@ -192,11 +192,11 @@ ptxas info    : Used 32 registers, used 1 barriers, 1600 bytes cumulative stack 
 
 
 def test_missing_disassembler_is_a_clear_typed_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(sass.shutil, "which", lambda name: None)
-    monkeypatch.setattr(sass, "tool_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(sass_tools.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sass_tools, "tool_dirs", lambda: [tmp_path])
     with pytest.raises(ToolNotFoundError) as err:
-        sass.disassemble(FIXTURES / "vector_add.cubin")
+        sass_tools.disassemble(FIXTURES / "vector_add.cubin")
     message = str(err.value)
     assert "\n" not in message and "cuobjdump" in message and str(tmp_path) in message
     with pytest.raises(ToolNotFoundError):
-        sass.ptxas_resources(".version 8.0")
+        sass_tools.ptxas_resources(".version 8.0")

@@ -14,14 +14,13 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from loopwise.kernels.moves import PARAMETER_MOVES, STRUCTURAL_MOVES, StructuralMove
 from loopwise.kernels.profile import registry
 from loopwise.kernels.profile.classify import Classification
 from loopwise.kernels.profile.findings import (
     INPUTS,
     KERNEL_CLASSES,
-    PARAMETER_MOVES,
     SEVERITIES,
-    STRUCTURAL_MOVES,
     Finding,
     LaunchConfig,
     ProblemHints,
@@ -106,11 +105,11 @@ def _check(finding: Finding, tool: Tool) -> None:
     assert finding.severity in SEVERITIES and finding.severity == severity_for(finding.score)
     assert 0.0 <= finding.score <= 1.0
     for move in finding.moves:
-        if isinstance(move, str):
-            assert move in STRUCTURAL_MOVES
+        if isinstance(move, StructuralMove):
+            assert move.name in STRUCTURAL_MOVES
         else:
-            assert move and set(move) <= set(PARAMETER_MOVES)
-            assert all(isinstance(v, int) and v > 0 for v in move.values())
+            assert move.settings and set(move.to_json()) <= set(PARAMETER_MOVES)
+            assert all(isinstance(v, int) and v > 0 for v in move.to_json().values())
 
 
 def test_every_tool_of_this_package_is_registered():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from loopwise.kernels.moves import ParameterMove, StructuralMove
 from loopwise.kernels.profile.findings import H200, KernelSummary, LaunchConfig, ProblemHints, ToolInput
 from loopwise.kernels.profile.ncu import KernelLaunch, Measured, derive
 from loopwise.kernels.profile.tools.bank_conflicts import TOOL as BANKS
@@ -43,7 +44,7 @@ def test_raw_metrics_reach_the_tools_through_derive():
 def test_uncoalesced_fires_on_32_sectors_per_request():
     [f] = UNCOALESCED.run(_ncu(syn.UNCOALESCED))
     assert f.evidence["sectors_per_request_ld"] == 32.0 and f.evidence["ideal_sectors_per_request"] == 4
-    assert f.evidence["width_assumed"] is True and "coalesce_accesses" in f.moves and "32.0 sectors" in f.guidance
+    assert f.evidence["width_assumed"] is True and StructuralMove("coalesce_accesses") in f.moves and "32.0 sectors" in f.guidance
 
 
 def test_uncoalesced_quiet_when_coalesced_or_vector_width_explains_the_sectors():
@@ -68,7 +69,7 @@ def test_uncoalesced_edge_cases():
 
 def test_bank_conflicts_fire_on_column_reads():
     [f] = BANKS.run(_ncu(syn.BANK_CONFLICTS))
-    assert f.evidence["conflict_share"] > 0.9 and f.moves == ("swizzle_shared_memory",)
+    assert f.evidence["conflict_share"] > 0.9 and f.moves == (StructuralMove("swizzle_shared_memory"),)
 
 
 def test_bank_conflicts_quiet_and_edge_cases():
@@ -92,21 +93,21 @@ def test_memory_sol_fires_with_the_byte_budget():
     [f] = MEMORY_SOL.run(inp)
     assert f.evidence["ceiling_gbs"] == pytest.approx(4000.0) and f.evidence["achieved_gbs"] == pytest.approx(1200.0)
     assert f.evidence["bytes_over_budget"] == pytest.approx(3.0) and "3.0x" in f.guidance
-    assert f.moves[0] == "fuse_kernels" and {"block": 2048} in f.moves
+    assert f.moves[0] == StructuralMove("fuse_kernels") and ParameterMove.of(block=2048) in f.moves
 
 
 def test_memory_sol_quiet_at_roofline_or_other_class():
     assert MEMORY_SOL.run(ToolInput(classification=syn.classification(fraction=0.85))) == []
     assert MEMORY_SOL.run(ToolInput(classification=syn.classification("compute_bound", bound="compute"))) == []
     [f] = MEMORY_SOL.run(ToolInput(classification=syn.classification(fraction=0.5)))  # no ncu, no budget
-    assert "fuse_kernels" not in f.moves and f.evidence["bytes_moved"] == pytest.approx(300e6)
+    assert StructuralMove("fuse_kernels") not in f.moves and f.evidence["bytes_moved"] == pytest.approx(300e6)
 
 
 # ---- 4. redundant passes across kernels -------------------------------------------------------
 
 def test_redundant_passes_fire_over_the_budget():
     [f] = FUSION.run(ToolInput(kernels=syn.unfused_kernels(), hints=ProblemHints(min_dram_bytes=128e6)))
-    assert f.evidence["bytes_over_budget"] == pytest.approx(3.0) and f.moves == ("fuse_kernels",)
+    assert f.evidence["bytes_over_budget"] == pytest.approx(3.0) and f.moves == (StructuralMove("fuse_kernels"),)
 
 
 def test_redundant_passes_quiet_without_budget_or_within_it():
@@ -121,7 +122,7 @@ def test_redundant_passes_quiet_without_budget_or_within_it():
 
 def test_launch_bound_fires_on_short_kernels_with_gaps():
     [f] = LAUNCH.run(ToolInput(kernels=syn.short_kernels()))
-    assert f.evidence["gap_share"] > 0.6 and f.moves == ("use_cuda_graphs", "fuse_kernels")
+    assert f.evidence["gap_share"] > 0.6 and f.moves == (StructuralMove("use_cuda_graphs"), StructuralMove("fuse_kernels"))
     [est] = LAUNCH.run(ToolInput(kernels=syn.short_kernels(gap_s=None)))
     assert est.evidence["gaps_estimated"] is True and est.score < f.score
 
@@ -137,7 +138,7 @@ def test_launch_bound_quiet_cases():
 
 def test_divergence_fires_below_24_active_threads():
     [f] = DIVERGENCE.run(_ncu(syn.DIVERGENT))
-    assert f.evidence["active_threads_per_instruction"] == 12.5 and f.moves == ("uniform_branches",)
+    assert f.evidence["active_threads_per_instruction"] == 12.5 and f.moves == (StructuralMove("uniform_branches"),)
     [g] = DIVERGENCE.run(_ncu({"smsp__sass_average_branch_targets_threads_uniform.pct": 40.0}))
     assert "40%" in g.guidance
 
@@ -155,7 +156,7 @@ def test_l2_reuse_fires_on_a_reread_working_set_that_fits():
                     classification=syn.classification())
     [f] = L2.run(inp)
     assert f.evidence["l2_hit_rate_pct"] == 20.0 and f.evidence["l2_requested_over_working_set"] == pytest.approx(9.6)
-    assert "reorder_blocks" in f.moves
+    assert StructuralMove("reorder_blocks") in f.moves
 
 
 def test_l2_reuse_quiet_cases():
@@ -175,7 +176,7 @@ def test_stalls_report_the_top_two_with_meanings():
     [f] = STALLS.run(inp)
     assert f.evidence["top_reason"] == "long_scoreboard" and f.evidence["second_reason"] == "barrier"
     assert f.evidence["top_share"] == pytest.approx(6.0 / 8.6, abs=1e-3)  # 'selected' is not a stall
-    assert "global" in f.guidance and {"warps": 8} in f.moves
+    assert "global" in f.guidance and ParameterMove.of(warps=8) in f.moves
 
 
 def test_stalls_other_families_and_quiet_cases():
@@ -183,7 +184,7 @@ def test_stalls_other_families_and_quiet_cases():
                "smsp__pcsamp_warps_issue_stalled_barrier_not_issued": 5000.0}
     [f] = STALLS.run(ToolInput(ncu=syn.metrics(sampled), launch=LaunchConfig(num_warps=8)))
     assert f.evidence["top_reason"] == "barrier" and f.evidence["top_share"] == pytest.approx(0.9)
-    assert {"warps": 4} in f.moves
+    assert ParameterMove.of(warps=4) in f.moves
     assert STALLS.run(_ncu(syn.STALLS_BUSY)) == []  # not_selected on top: the scheduler is busy
     assert STALLS.run(_ncu({})) == []
     zeros = {"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": 0.0}

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from loopwise.kernels.moves import ParameterMove, StructuralMove
 from loopwise.kernels.profile import registry
 from loopwise.kernels.profile.findings import H200, DeviceFacts, LaunchConfig, ProblemHints, ToolInput
 from loopwise.kernels.profile.occupancy import theoretical_occupancy, waves
@@ -77,8 +78,8 @@ def test_spills_fire_on_the_capped_matmul_only():
     [finding] = SPILLS.run(_input("matmul_spill"))
     assert finding.severity == "high" and finding.evidence["spill_bytes"] == 3424 + 3380
     assert finding.evidence["local_loads"] > 700 and finding.evidence["registers_per_thread"] == 32
-    assert "32 registers" in finding.guidance and "reduce_registers" in finding.moves
-    assert {"warps": 8} in finding.moves
+    assert "32 registers" in finding.guidance and StructuralMove("reduce_registers") in finding.moves
+    assert ParameterMove.of(warps=8) in finding.moves
     for clean in ("matmul_fp16", "matmul_fp32_ieee", "vector_add"):
         assert SPILLS.run(_input(clean)) == []
 
@@ -103,17 +104,17 @@ def test_narrow_accesses_fire_on_the_gather_not_on_vector_add():
     [finding] = NARROW.run(_input("strided_gather"))
     assert finding.evidence["narrow_fraction"] == 1.0 and finding.evidence["accesses_4_bytes"] == 16
     assert "16 of the kernel's 16 global accesses" in finding.guidance
-    assert finding.moves == ("vectorize_loads", "coalesce_accesses")
+    assert finding.moves == (StructuralMove("vectorize_loads"), StructuralMove("coalesce_accesses"))
     assert NARROW.run(_input("vector_add")) == [] and NARROW.run(_input("matmul_fp16")) == []
 
 
 @needs_tools
 def test_tensor_cores_unused_on_the_ffma_matmul_only():
     [strict] = UNUSED.run(_input("matmul_fp32_ieee", matmul=True, precision="fp32"))
-    assert strict.moves == ("use_tf32x3", "use_bf16x3") and strict.evidence["ffma"] == 1024
+    assert strict.moves == (StructuralMove("use_tf32x3"), StructuralMove("use_bf16x3")) and strict.evidence["ffma"] == 1024
     assert strict.severity == "high" and "2.7x" in strict.guidance
     [relaxed] = UNUSED.run(_input("matmul_fp32_ieee", matmul=True, precision="relaxed"))
-    assert relaxed.moves == ("use_tensor_cores",) and relaxed.score > strict.score
+    assert relaxed.moves == (StructuralMove("use_tensor_cores"),) and relaxed.score > strict.score
     assert UNUSED.run(_input("matmul_fp32_ieee", matmul=False)) == []  # no hint: not known to be a matmul
     assert UNUSED.run(_input("matmul_fp16", matmul=True)) == []
 
@@ -122,12 +123,12 @@ def test_tensor_cores_unused_on_the_ffma_matmul_only():
 def test_precision_path_violation_under_fp32_only():
     [finding] = PRECISION.run(_input("matmul_tf32", matmul=True, precision="fp32"))
     assert finding.score == 1.0 and finding.evidence["operand_type"] == "TF32"
-    assert "use_tf32x3" in finding.moves
+    assert StructuralMove("use_tf32x3") in finding.moves
     assert PRECISION.run(_input("matmul_tf32", matmul=True, precision="relaxed")) == []
     assert PRECISION.run(_input("matmul_bf16", precision="relaxed", dtype="fp32")) == []
     assert PRECISION.run(_input("matmul_fp16", precision="fp32", dtype="fp16")) == []  # nothing rounded
     [mismatch] = PRECISION.run(_input("matmul_fp16", precision="relaxed", dtype="bf16"))
-    assert mismatch.severity == "high" and mismatch.moves == ("match_input_precision",)
+    assert mismatch.severity == "high" and mismatch.moves == (StructuralMove("match_input_precision"),)
     [upcast] = PRECISION.run(_input("matmul_tf32", precision="relaxed", dtype="bf16"))
     assert upcast.severity == "medium"
     assert PRECISION.run(_input("matmul_fp32_ieee")) == []  # no tensor cores: the other tool's business
@@ -151,7 +152,7 @@ def test_the_profiler_reads_a_compensated_product_off_the_source():
 def test_low_occupancy_names_its_limiter():
     [regs] = OCCUPANCY.run(_input("matmul_fp32_ieee", grid=2640))
     assert regs.evidence["limiter"] == "registers" and regs.evidence["warps_per_sm"] == 20
-    assert "96 registers per thread" in regs.guidance and "reduce_registers" in regs.moves
+    assert "96 registers per thread" in regs.guidance and StructuralMove("reduce_registers") in regs.moves
     [smem] = OCCUPANCY.run(_input("matmul_tf32", grid=2112))
     assert smem.evidence["limiter"] == "shared" and smem.evidence["blocks_per_sm"] == 4
     assert OCCUPANCY.run(_input("matmul_fp16", grid=1056)) == []  # 8 blocks x 4 warps: 50%
@@ -162,10 +163,10 @@ def test_low_occupancy_names_its_limiter():
 def test_tail_effect_from_grid_and_residency():
     [tail] = TAIL.run(_input("matmul_fp16", grid=1100))  # 8 per SM -> 1056 slots
     assert tail.evidence["slots"] == 1056 and tail.evidence["full_waves"] == 1
-    assert "1.04 waves" in tail.guidance and "persistent_kernel" in tail.moves
+    assert "1.04 waves" in tail.guidance and StructuralMove("persistent_kernel") in tail.moves
     assert TAIL.run(_input("matmul_fp16", grid=2112)) == []
     [small] = TAIL.run(_input("matmul_fp16", grid=64, matmul=True))
-    assert small.evidence["busy_sms"] == 64 and "split_k" in small.moves
+    assert small.evidence["busy_sms"] == 64 and StructuralMove("split_k") in small.moves
     assert TAIL.run(_input("matmul_fp16")) == []  # no grid: silent
 
 

@@ -87,7 +87,7 @@ def _print_profile(report) -> None:
     if report.findings:
         console.print("[bold]findings[/] (highest first):")
         for f in report.findings[:12]:
-            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in f.moves)
+            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in (move.to_json() for move in f.moves))
             console.print(f"  [{f.severity}] {f.tool}: {f.guidance}" + (f"  → try: {moves}" if moves else ""))
     else:
         console.print("no findings" + (" (raw mode)" if report.mode == "raw" else ""))
@@ -133,7 +133,7 @@ def sass_cmd(
     read SASS alone: instruction mix, tensor-core path, access widths, spills, occupancy."""
     from loopwise.kernels.profile.findings import LaunchConfig, ProblemHints, ToolInput
     from loopwise.kernels.profile.registry import load_tools
-    from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, profile_cubin
+    from loopwise.kernels.profile.sass_tools import DisassemblyError, ToolNotFoundError, profile_cubin
 
     if policy not in ("fp32", "relaxed"):
         raise UserError(f"--policy {policy!r}: expected fp32 or relaxed")

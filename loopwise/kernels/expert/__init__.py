@@ -1,8 +1,8 @@
 """The expert proposer's kernel writer: capture a problem's computation, pick a template, emit a
-standalone ``ModelNew`` source. This module holds the capture and the first templates
-(fused elementwise chains and an online row softmax)."""
+standalone ``ModelNew`` source."""
 
-from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.capture import capture
 from loopwise.kernels.expert.generate import generate
+from loopwise.kernels.expert.pattern import Pattern
 
 __all__ = ["Pattern", "capture", "generate"]

@@ -43,12 +43,12 @@ def launch(source: str, problem) -> tuple:
 def compile_for_hopper(source: str, problem) -> dict:
     """``{"registers", "spill_bytes", "shared_bytes", "wgmma"}`` of the kernel ``source`` launches
     on ``problem``, compiled for sm_90a with the profiling tools'
-    :func:`~loopwise.kernels.profile.sass.compile_triton` and
-    :func:`~loopwise.kernels.profile.sass.ptxas_resources`; a launch asking more shared memory than
+    :func:`~loopwise.kernels.profile.sass_tools.compile_triton` and
+    :func:`~loopwise.kernels.profile.sass_tools.ptxas_resources`; a launch asking more shared memory than
     :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES` fails."""
     import torch
 
-    from loopwise.kernels.profile.sass import compile_triton, ptxas_resources
+    from loopwise.kernels.profile.sass_tools import compile_triton, ptxas_resources
 
     kernel, args, kwargs = launch(source, problem)
     kwargs = dict(kwargs)

@@ -7,7 +7,10 @@ import keyword
 from importlib import resources
 
 from loopwise.kernels.expert import matmul_variants
-from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
+from loopwise.kernels.expert.capture import capture
+from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.pattern import Pattern
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0},
@@ -42,8 +45,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     alignment allow one (see :mod:`matmul_variants`). Where the Triton template splits K (few
     output tiles, a long K) only the mma.sync variants are added (3xTF32 under fp32, one TF32
     product under relaxed), which split K too: the WGMMA variants have no split-K and would leave
-    most SMs idle (on KernelBench L1/6 the unsplit CUTLASS products ran at 0.04-0.14x eager where
-    the split Triton template ran at 0.68x / 1.53x, 2026-12-01), and each costs a minute of nvcc.
+    most SMs idle (the unsplit CUTLASS products were far slower than the split Triton template
+    where it splits; see docs/log/expert-notes.md), and each costs a minute of nvcc.
     Where K is not split, relaxed gets WGMMA's TF32 alone: Hopper's warp-group MMA, not the
     Ampere-era mma.sync, is its fast path. Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
@@ -52,8 +55,6 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         split_k = default_moves(pattern, "matmul", precision)["split"] > 1
         return ["matmul", *matmul_variants.library_variants(pattern, precision, split_k)]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
-        from loopwise.kernels.expert.partition import kinds
-
         return kinds(pattern)
     if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass
         return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
@@ -80,15 +81,10 @@ def _default_split(p: dict, tile_m: int, tile_n: int, most: int) -> int:
 
 # K-major copies of an fp32 product's M- or N-major operands are made by default while they cost at
 # most this share of the product's time without them. That time is taken at the rate Triton's
-# products reached on the H200 without the copies: with an N-major B (KernelBench L1/1, 4096 cubed,
-# 2026-11-30 and 2026-12-01, docs/benchmarks.md) 36 TFLOP/s in tf32x3 (the fp32 policy), 82 in TF32
-# (relaxed); with an M-major A (and an N-major B: L1/16, A.T @ B, 2048 x 4096 x 8192, 2026-12-01) 47
-# in TF32, where the copies made it 3.4x as fast (0.89x eager without, 3.06x with); the slower rate
-# of the operands copied counts. The copies cost what they cost on L1/6 (B of 524288 x 256 copied:
-# 512 MiB read and written), where they added 2.47 ms to the tf32x3 product and 2.9 ms to the TF32
-# one (2026-12-01, docs/data/2026-12-01c-expert-subset-rows.csv): about 400 GB/s, a tenth of the
-# device's bandwidth (PyTorch's transposing copy). On L1/1 the tf32x3 product ran 2.15x as fast with
-# them, copies included: at a share of 0.5 they pay for themselves.
+# products reached on the H200 without the copies, per policy and per operand copied (the slower
+# rate of the operands copied counts); the copies at the rate PyTorch's transposing copy reached,
+# about a tenth of the device's bandwidth. At a share of 0.5 the copies paid for themselves on the
+# products measured. The rates and where they come from: docs/log/expert-notes.md.
 _KMAJOR_SHARE, _COPY_BYTES_PER_S = 0.5, 400e9
 _MN_MAJOR_FLOPS = {("fp32", "a"): 36e12, ("fp32", "b"): 36e12, ("relaxed", "a"): 47e12, ("relaxed", "b"): 82e12}
 
@@ -115,24 +111,20 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     fp32 tile 4 bytes at a time instead of 16); for a cross-entropy, a block that holds a whole
     row where one of at most 8192 classes does.
 
-    The convolutions' defaults are what won on the H200 (2026-12-01 17:15 UTC, Triton 3.6,
-    docs/data/2026-12-01e-candidates.csv): 128 output positions x 16 channels a step on 4 warps was
-    the fastest conv3d candidate on all five level-1 problems in both tracks (8 warps: 5-30%
-    slower) and the fastest or within 4% of it for the transposed ones (L1/58, 61, 71, 77; 32
-    channels a step: up to 2.4x slower on L1/71), though Triton 3.9 reports 0.8-1.8 KB of register
-    spills for it (docs/data/2026-12-01d-template-spills.csv).
+    The convolutions' defaults (128 output positions x 16 channels a step on 4 warps for conv3d
+    and the transposed ones) are the candidates that were fastest, or close to it, on the
+    problems measured.
 
     Under relaxed a partitioned forward's Linears run in cuBLAS by default (``cublas``), their
-    epilogues as Triton passes: the Triton TF32 GEMMs reached 0.72-0.90 of eager + TF32 on every
-    GEMM-bound problem measured (KernelBench L2/41, 51, 76, 81, 86, L3/1, 3/11; H200, 2026-11-30 to
-    12-01, docs/data/2026-12-01f-expert-subset.csv); the Triton GEMMs stay a move away.
+    epilogues as Triton passes, because the Triton TF32 GEMMs were slower than cuBLAS's on every
+    GEMM-bound problem measured; the Triton GEMMs stay a move away.
 
     A partitioned forward of :data:`LAUNCH_HEAVY` or more launches replays from a CUDA graph by
-    default (``cudagraph``): on KernelBench L3/16 (DenseNet201, 500-600 launches) the graph made the
-    same plan 2.9x faster (0.89 -> 2.55x eager, relaxed, H200, 2026-12-02,
-    docs/data/2026-12-02-v1-candidates.csv), while on forwards of under ten launches over large
-    tensors it cost up to half the speed (L2/31, 2/46: the inputs and outputs copied in and out) and
-    never gained more than noise; the other setting stays a move away."""
+    default (``cudagraph``): with hundreds of launches the host sets the pace and the graph made
+    the plan much faster, while on forwards of a few launches over large tensors it cost speed
+    (the inputs and outputs are copied in and out); the other setting stays a move away.
+
+    The measurements behind these defaults: docs/log/expert-notes.md."""
     kind = kind or pattern.kind
     moves = dict(DEFAULT_MOVES[kind])
     if kind in matmul_variants.MMA_SYNC_KINDS:  # CUTLASS's parallel split-K, by the same rule as the Triton template's
@@ -147,7 +139,7 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     if "cudagraph" in moves and pattern.kind == "graph" and _launch_heavy(pattern, kind):
         moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
     if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
-        moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones reached 0.72-0.90 of them (see below)
+        moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones were slower (see the docstring)
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
@@ -157,8 +149,6 @@ LAUNCH_HEAVY = 100  # launches per forward from which a partitioned plan replays
 
 
 def _launch_heavy(pattern: Pattern, kind: str) -> bool:
-    from loopwise.kernels.expert.partition import kinds, launches, plan
-
     return kind in kinds(pattern) and launches(plan(pattern, kind)) >= LAUNCH_HEAVY
 
 
@@ -192,8 +182,6 @@ def nhwc_convolutions(pattern: Pattern, kind: str) -> bool:
     if kind == "conv2d":
         return dict(pattern.params)["in_channels"] >= NHWC_CHANNELS
     if kind == "graph_conv":
-        from loopwise.kernels.expert.partition import plan
-
         return any(g.conv and g.conv[5] >= NHWC_CHANNELS for g in plan(pattern, kind)["gemms"])
     return False
 
@@ -202,63 +190,14 @@ _SPLIT_PARTS_BYTES = 1 << 30  # the most split-K's fp32 partial tiles may take
 
 
 HOPPER_SHARED_BYTES = 227 * 1024  # shared memory one block may take on sm_90 (opted in); a launch asking more fails
-_ATTENTION_SHARED_BYTES = 160 * 1024  # what an attention program's tiles may take of Hopper's 227 KiB
-_ATTENTION_STAGES = 2
-
-
-def attention_values(pattern: Pattern, precision: str) -> dict:
-    """The attention template's derived sizes: the head dimension's and the value dimension's
-    slices (powers of two of at least 16, at most 64 fp32 / 128 half elements), the pipeline depth,
-    and the sentence on how the scores are computed."""
-    p = dict(pattern.params)
-    half = p["dtype"] != "float32"
-    cap = 128 if half else 64
-
-    def slice_of(n: int) -> int:
-        return max(16, min(1 << (n - 1).bit_length(), cap))
-
-    note = (f"{p['dtype']} products summed in fp32" if half else
-            "tf32x3, fp32-accurate" if precision == "fp32" else "TF32, the relaxed policy: not fp32-accurate")
-    return {"block_d": slice_of(p["d"]), "block_dv": slice_of(p["dv"]), "stages": _ATTENTION_STAGES,
-            "precision_note": note}
-
-
-# Machine balance of the attention template's products, in flops per byte of DRAM traffic: tf32x3
-# (three products each) a third of TF32's (420.8 TFLOP/s over 4256 GB/s, about 99); bf16 849.5
-# TFLOP/s over 4256 GB/s, about 200.
-_ATTENTION_BALANCE = {"float32": 99.0 / 3, "bfloat16": 200.0, "float16": 200.0}
-_SCORE_PASSES = 4  # the unfused plan's score matrix: written, read and written by softmax, read
-
-
-def attention_recompute_reason(pattern: Pattern) -> str | None:
-    """Why the flash template does not pay for ``pattern``, or None when it does. A program holds
-    one value slice (:func:`attention_values`), so with several slices each recomputes the scores:
-    ``(slices - 1) * sq * sk * d * 2`` extra flops, against the ``4 * sq * sk`` elements of score
-    traffic the fusion saves. At the template's machine balance the recompute costs more time than
-    the traffic once ``(slices - 1) * d * 2 > 4 * element bytes * balance`` (fp32: 128-wide heads
-    fuse, 256-wide ones do not; fp16 / bf16: up to 256)."""
-    p = dict(pattern.params)
-    sizes = attention_values(pattern, "fp32")
-    slices = -(-p["dv"] // sizes["block_dv"])
-    width = 4 if p["dtype"] == "float32" else 2
-    extra_flops = (slices - 1) * p["d"] * 2  # per score element
-    saved_bytes = _SCORE_PASSES * width      # per score element
-    if extra_flops <= saved_bytes * _ATTENTION_BALANCE[p["dtype"]]:
-        return None
-    return (f"attention with head dimension {p['d']} and value dimension {p['dv']} ({p['dtype']}): a flash "
-            f"kernel holds {sizes['block_dv']} value columns per program, so {slices} programs would each "
-            f"recompute the {p['sq']}x{p['sk']} scores, {slices * p['d'] + p['dv']} multiply-adds per score "
-            f"against {p['d'] + p['dv']} for PyTorch's matmul, softmax, matmul; the score matrix it would "
-            "keep out of memory is small next to the operands")
 
 
 # The implicit-GEMM convolution (conv2d, graph_conv; templates/_conv.j2) gathers its NCHW input over
 # (channel, kh, kw) by default. With the ``nhwc`` move it reads the input NHWC, a window position's
 # channels in chunks (K-major tiles, 16-byte copies), where a convolution has at least this many input
-# channels (one MMA step of K; with fewer most of each chunk would be empty). Measured on the H200
-# (KernelBench L1/55 at batch 2, bench/conv_layouts.py, docs/data/2026-12-01c-conv-layouts.csv) the
-# NHWC form was the slower at every tile: 10.5 against 3.84 ms (tf32x3) and 3.47 against 2.35 ms
-# (TF32) at 128 x 128 with 8 warps, so it is a move the search may try, never the default.
+# channels (one MMA step of K; with fewer most of each chunk would be empty). The NHWC form was the
+# slower at every tile measured (docs/log/expert-notes.md), so it is a move the search may try,
+# never the default.
 NHWC_CHANNELS = 16
 
 
@@ -277,10 +216,9 @@ def _channels_last_layout(pattern: Pattern) -> str | None:
 def separable_stages(pattern: Pattern, block: int, chunk: int) -> int:
     """Pipeline stages of the separable convolution's loop over channels: the most, up to 3, whose
     buffers fit in shared memory. Triton prefetches the input tile of every tap (block x chunk fp32)
-    for each stage after the first, beside the product's operands: for L1/86 (3x3 taps, 64 -> 128
-    channels; Triton 3.9, sm_90) block 128 x chunk 16 took 22.1, 12.1 and 2 tiles' worth at 3, 2
-    and 1 stages, block 128 x chunk 32 at 3 stages 354 KiB (its launch failed on the H200 on
-    2026-12-01). Bounded here by ((stages - 1) x taps + stages + 2) tiles."""
+    for each stage after the first, beside the product's operands (the shared memory Triton took
+    per stage count: docs/log/expert-notes.md). Bounded here by ((stages - 1) x taps + stages + 2)
+    tiles."""
     p = dict(pattern.params)
     taps, tile = p["kh"] * p["kw"], block * chunk * 4
     for stages in (3, 2):
@@ -300,7 +238,7 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
         block, chunk = moves.get("block", 64), moves.get("chunk", 64)
         tiles = block * sizes["block_d"] + sizes["stages"] * chunk * (sizes["block_d"] + sizes["block_dv"])
-        return tiles * width <= _ATTENTION_SHARED_BYTES
+        return tiles * width <= ATTENTION_SHARED_BYTES
     if moves.get("nhwc") and not nhwc_convolutions(pattern, moves.get("template", pattern.kind)):
         return False  # no convolution with enough input channels to read NHWC
     if moves.get("cublas") and not _cublas_leaves_a_kernel(pattern, moves.get("template", pattern.kind)):
@@ -333,8 +271,6 @@ def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
     move): a Linear with elementwise work after it, or another part."""
     if pattern.kind != "graph" or kind != "graph_linear":
         return False
-    from loopwise.kernels.expert.partition import plan
-
     chosen = plan(pattern, kind)
     return bool(chosen["groups"] or chosen["norms"] or any(len(g.ops) > 1 for g in chosen["gemms"]))
 
@@ -376,8 +312,6 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     if kind == "separable_conv":
         extra = {**extra, "stages": separable_stages(pattern, params["block"], params["chunk"])}
     if pattern.kind == "graph":
-        from loopwise.kernels.expert.partition import plan, tf32_parts
-
         chosen = plan(pattern, kind)
         # the parts in Triton: with the cublas move a Linear's is the work after it, if any
         gemms = [g for g in chosen["gemms"] if len(g.ops) > 1] if params.get("cublas") else chosen["gemms"]

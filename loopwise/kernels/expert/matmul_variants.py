@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
-from loopwise.kernels.expert.capture import Pattern
+from loopwise.kernels.expert.pattern import Pattern
 
 LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
 MMA_SYNC_KINDS = ("matmul_3xtf32", "matmul_1xtf32")  # CUTLASS 2 on mma.sync: 3 or 1 TF32 products

@@ -26,8 +26,10 @@ from loopwise.core.propose import (
     Proposer,
 )
 from loopwise.kernels.expert import matmul_variants
-from loopwise.kernels.expert.capture import Pattern, capture
+from loopwise.kernels.expert.capture import capture
 from loopwise.kernels.expert.generate import default_moves, fits, render, variants
+from loopwise.kernels.expert.pattern import Pattern
+from loopwise.kernels.moves import Move, ParameterMove, parse_moves
 
 SPACE = {
     # channels_last: a convolution before the fused tail run NHWC (cuDNN's tensor-core layout)
@@ -87,9 +89,8 @@ SPACE = {
 # Variants the measurements say lose where a sibling exists: left out of the first proposals from
 # the reference (their budget goes to the sibling's moves), still tried now and then later and
 # proposed first where they are the only variant. graph_conv (each Conv2d a tf32x3 implicit GEMM in
-# Triton) lost to cuDNN on every problem that has the plain partition too: 0.15-0.85x of eager in
-# fp32, at best 1.40x where cuDNN in TF32 gave 2.7x (H200, 2026-12-01, docs/benchmarks.md); read
-# NHWC it lost again (L2/31, 2/46: 0.28-0.47x in fp32, 2026-12-01 11:32).
+# Triton) lost to cuDNN on every problem measured that has the plain partition too, read NCHW or
+# NHWC (docs/log/expert-notes.md).
 LATER = frozenset({"graph_conv"})
 
 
@@ -348,28 +349,31 @@ def _step(kind: str, knob: str, current: dict, direction: str) -> int | str | No
 
 def suggested_moves(findings, kind: str | None = None, current: dict | None = None) -> list[dict]:
     """Parameter moves the findings suggest, in their order: each finding's ``moves`` evidence
-    (``"warps=8; block=512, warps=4; reduce_registers"``, see ``Finding.as_note``) gives one move
-    per ``;``-separated part. A structural move (a bare name) becomes the template's knob steps from
-    ``current`` where :data:`STRUCTURAL` knows it for ``kind``, and is skipped otherwise."""
+    (``"warps=8; block=512, warps=4; reduce_registers"``, see ``Finding.as_note``) read back into
+    the move vocabulary (:func:`~loopwise.kernels.moves.parse_moves`). A parameter move gives its
+    settings; a structural move becomes the template's knob steps from ``current`` where
+    :data:`STRUCTURAL` knows it for ``kind``, and is skipped otherwise."""
     out: list[dict] = []
     for note in findings or ():
         text = (getattr(note, "evidence", None) or {}).get("moves")
         if not isinstance(text, str):
             continue
-        for part in text.split(";"):
-            moves: list[dict] = []
-            move = {}
-            for item in part.split(","):
-                key, sep, value = item.strip().partition("=")
-                if sep and value.strip().lstrip("-").isdigit():
-                    move[key.strip()] = int(value)
-                elif not sep and kind and current:
-                    for steps in STRUCTURAL.get(key.strip(), {}).get(kind, ()):
-                        stepped = {k: _step(kind, k, current, d) for k, d in steps.items() if k in current}
-                        if stepped and all(v is not None for v in stepped.values()):
-                            moves.append(stepped)
-            moves = ([move] if move else []) + moves
-            for m in moves:
+        for move in parse_moves(text):
+            for m in _settings(move, kind, current):
                 if m not in out:
                     out.append(m)
+    return out
+
+
+def _settings(move: Move, kind: str | None, current: dict | None) -> list[dict]:
+    """The knob settings ``move`` stands for on template ``kind`` at ``current``."""
+    if isinstance(move, ParameterMove):
+        return [move.to_json()]
+    if not kind or not current:
+        return []
+    out = []
+    for steps in STRUCTURAL.get(move.name, {}).get(kind, ()):
+        stepped = {k: _step(kind, k, current, d) for k, d in steps.items() if k in current}
+        if stepped and all(v is not None for v in stepped.values()):
+            out.append(stepped)
     return out

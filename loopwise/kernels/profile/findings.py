@@ -7,21 +7,26 @@ different tools against each other, and moves in the vocabulary the expert propo
 moves are the bridge to the search: a finding that cannot be turned into a proposal is a report,
 not guidance.
 
-Moves come in two kinds, both listed here and nowhere else:
-
-* parameter moves, ``{"warps": 8}``, ``{"block": 512}``: the knobs of the expert proposer's
-  templates (``loopwise.kernels.expert.proposer.SPACE``): ``block`` is the elements (or tile) one
-  program handles, ``warps`` the warps per program, ``chunk`` the elements a program walks in one
-  pass. A value is the concrete setting to try, not a delta.
-* structural moves, short names of rewrites no single knob expresses (:data:`STRUCTURAL_MOVES`).
+The moves are :mod:`loopwise.kernels.moves`' typed vocabulary; JSON objects and names (how runs
+store them) are read into it.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove, move_from_json, moves_text
 from loopwise.kernels.profile.classify import Classification, KernelClass
 from loopwise.kernels.profile.ncu import KernelMetrics
 from loopwise.kernels.profile.sass import KernelSass
@@ -30,13 +35,10 @@ __all__ = [
     "H200",
     "INPUTS",
     "KERNEL_CLASSES",
-    "PARAMETER_MOVES",
     "SEVERITIES",
-    "STRUCTURAL_MOVES",
     "DeviceFacts",
     "Finding",
     "LaunchConfig",
-    "Move",
     "ProblemHints",
     "Severity",
     "KernelSummary",
@@ -50,45 +52,10 @@ KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "lat
 InputName = Literal["sass", "ncu", "classification", "launch", "kernels"]
 INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch", "kernels")
 
-# The expert proposer's Triton knobs (keys of ``proposer.SPACE`` for its Triton templates); a test
-# keeps the two in step. Its CUTLASS variants' knobs (tile shapes, clusters, schedules, stages) are
-# not named by tools: structural moves reach them. Not imported from there: the proposer pulls in
-# the capture machinery (torch.fx), tools need none of it.
-PARAMETER_MOVES: tuple[str, ...] = ("block", "warps", "chunk")
 
-STRUCTURAL_MOVES: dict[str, str] = {
-    "vectorize_loads": "load and store 16 bytes per thread (contiguous, 16-byte aligned pointers, "
-                       "divisibility hints such as tl.multiple_of, vector types in CUDA)",
-    "coalesce_accesses": "make neighbouring threads touch neighbouring addresses (transpose through "
-                         "shared memory, change the layout, or gather whole rows)",
-    "use_tensor_cores": "run the matmul on tensor cores (tl.dot with tf32/bf16/fp16 inputs, wgmma)",
-    "use_tf32x3": "keep fp32 accuracy on tensor cores by splitting each fp32 operand into a tf32 "
-                  "high part and a tf32 remainder and summing three tf32 products (3xTF32)",
-    "use_bf16x3": "the same split into three bf16 parts (bf16x3), for more tensor-core throughput",
-    "use_ieee_fp32": "compute the product in full fp32 (input_precision='ieee', no tf32/fp16 "
-                     "tensor-core path) when the precision policy demands fp32",
-    "match_input_precision": "feed the tensor cores the inputs' own type (fp16 as fp16, bf16 as "
-                             "bf16) instead of converting to another format",
-    "reduce_registers": "hold fewer live values per thread (smaller tile, fewer pipeline stages, "
-                        "recompute instead of keep, or lift a register cap such as maxnreg)",
-    "reduce_shared_memory": "use less shared memory per block (smaller tile, fewer stages)",
-    "persistent_kernel": "launch one resident program per slot and loop over the work inside it, so "
-                         "no partial last wave is left",
-    "split_k": "split the reduction dimension of a matmul over more programs when its output has "
-               "too few tiles to fill the GPU",
-    "fuse_kernels": "fuse this kernel with its neighbours so small launches and their memory round "
-                    "trips disappear",
-    "use_cuda_graphs": "capture the forward call's launches in a CUDA graph (torch.cuda.graphs, "
-                       "mode='reduce-overhead') so the host launches them once, without per-kernel gaps",
-    "swizzle_shared_memory": "pad or swizzle the shared-memory tile layout so the threads of a warp hit "
-                             "distinct banks",
-    "uniform_branches": "make branches uniform per warp: regroup work so a warp's threads take one path, "
-                        "replace short branches with selects (tl.where), blocks a multiple of 32 threads",
-    "reorder_blocks": "order the programs so those sharing inputs run together while the inputs are in "
-                      "L2 (grouped / swizzled program ids, larger tiles that reuse what they load)",
-}
-
-Move = dict[str, int] | str
+# A move held typed; its JSON form (and schema) is the {knob: value} object or the name.
+_TypedMove = Annotated[InstanceOf[ParameterMove] | InstanceOf[StructuralMove], WithJsonSchema(
+    {"anyOf": [{"additionalProperties": {"type": "integer"}, "type": "object"}, {"type": "string"}]})]
 
 
 def severity_for(score: float) -> Severity:
@@ -113,7 +80,8 @@ class Finding(BaseModel):
         severity: ``info`` < ``low`` < ``medium`` < ``high``; follows ``score`` (:func:`severity_for`).
         score: 0..1, the estimated fraction of the kernel's time recoverable by acting on it (1.0
             for a precision violation, which no speed-up excuses); ranks findings across tools.
-        moves: what to try, in the proposer's vocabulary (see the module docstring).
+        moves: what to try, in the move vocabulary (:mod:`loopwise.kernels.moves`); given as moves or
+            in their JSON form (``{"warps": 8}``, ``"vectorize_loads"``), stored in the JSON form.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -123,7 +91,7 @@ class Finding(BaseModel):
     evidence: dict[str, float | int | str | bool]
     severity: Severity
     score: float = Field(ge=0.0, le=1.0)
-    moves: tuple[Move, ...] = ()
+    moves: tuple[_TypedMove, ...] = ()
 
     @field_validator("guidance")
     @classmethod
@@ -139,16 +107,14 @@ class Finding(BaseModel):
             raise ValueError("a finding needs the numbers it is based on")
         return value
 
-    @field_validator("moves")
+    @field_validator("moves", mode="before")
     @classmethod
-    def _moves_in_vocabulary(cls, value: tuple[Move, ...]) -> tuple[Move, ...]:
-        for move in value:
-            if isinstance(move, str):
-                if move not in STRUCTURAL_MOVES:
-                    raise ValueError(f"unknown structural move {move!r}; known: {sorted(STRUCTURAL_MOVES)}")
-            elif set(move) - set(PARAMETER_MOVES) or not all(isinstance(v, int) and v > 0 for v in move.values()):
-                raise ValueError(f"parameter move {move!r} must set {PARAMETER_MOVES} to positive integers")
-        return value
+    def _moves_in_vocabulary(cls, value) -> tuple[Move, ...]:
+        return tuple(move_from_json(move) for move in value)
+
+    @field_serializer("moves")
+    def _moves_as_json(self, moves: tuple[Move, ...]) -> list[dict[str, int] | str]:
+        return [move.to_json() for move in moves]
 
     @classmethod
     def make(cls, tool: str, guidance: str, evidence: dict[str, float | int | str | bool], score: float,
@@ -163,8 +129,7 @@ class Finding(BaseModel):
         and guidance as text; the evidence and the suggested moves as evidence."""
         from loopwise.core.propose import FindingNote
 
-        moves = "; ".join(m if isinstance(m, str) else ", ".join(f"{k}={v}" for k, v in m.items())
-                          for m in self.moves)
+        moves = moves_text(self.moves)
         evidence = dict(self.evidence) | ({"moves": moves} if moves else {})
         return FindingNote(text=f"[{self.severity}] {self.tool}: {self.guidance}", evidence=evidence)
 

@@ -30,8 +30,11 @@ from pydantic import BaseModel, ConfigDict
 
 from loopwise.errors import UserError
 from loopwise.kernels.evaluate.environment import sandbox_environ
-from loopwise.kernels.profile.findings import Finding, KernelSummary, LaunchConfig, ProblemHints, ToolInput
+from loopwise.kernels.profile.findings import Finding, LaunchConfig, ProblemHints, ToolInput
+from loopwise.kernels.profile.folder import folder_ceilings, folder_hints, folder_sass, read_manifest
+from loopwise.kernels.profile.launches import launch_summaries, names_match
 from loopwise.kernels.profile.registry import Mode, diagnose
+from loopwise.kernels.profile.roofline_plot import roofline_png
 from loopwise.kernels.profile.target import NVTX_RANGE
 
 __all__ = ["KernelReport", "ProfileReport", "find_ncu", "profile"]
@@ -133,70 +136,6 @@ def _last_line(log: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _cubins(folder: Path) -> list[tuple[Path, dict]]:
-    """Triton's cubins under ``folder`` (its private cache, or a fixture), each with its metadata
-    (num_warps, shared)."""
-    found = []
-    for cubin in sorted(folder.rglob("*.cubin")):
-        meta, side = {}, cubin.with_suffix(".json")
-        if side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-            except ValueError:
-                meta = {}
-        found.append((cubin, meta))
-    return found
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= 90 else name[:87] + "..."
-
-
-def _matches(a: str, b: str) -> bool:
-    """Kernel names from different tools: ncu's function name vs the symbol in SASS or the trace."""
-    return a == b or (len(a) > 3 and a in b) or (len(b) > 3 and b in a)
-
-
-def _base_name(name: str) -> str:
-    """A kernel's function name without return type, namespaces, template or parameter lists: what
-    ncu's demangling (``elementwise_kernel<128, 2, ...>``) and the trace's (``void
-    at::native::elementwise_kernel<128, 2, ...>``) have in common."""
-    head = re.split(r"[<(]", name.strip().removeprefix("void ").strip(), maxsplit=1)[0]
-    return head.rsplit("::", 1)[-1].strip()
-
-
-def _pair_launches(summaries, measured) -> list:
-    """For each traced launch, the ncu launch that measured it (or None): in order when both saw the
-    same sequence of kernels (ncu and the trace cover the same call), else by a function name that
-    is unique on both sides."""
-    bases_t, bases_m = [_base_name(s.name) for s in summaries], [_base_name(m.name) for m in measured]
-    if bases_t == bases_m:
-        return list(measured)
-    unique = {b for b in bases_m if bases_m.count(b) == 1 and bases_t.count(b) == 1}
-    by_base = {b: m for b, m in zip(bases_m, measured) if b in unique}
-    return [by_base.get(b) for b in bases_t]
-
-
-def _summaries(traced, measured, classifications) -> tuple | None:
-    """The trace's launches for the cross-kernel tools, with ncu's DRAM bytes and roofline class
-    filled in where a measured launch pairs with them."""
-    if traced is None:  # no trace: ncu's launches in order, without the host gaps between them
-        return tuple(KernelSummary(name=m.name, duration_s=m.duration_s, dram_bytes=m.dram_bytes,
-                                   grid_blocks=m.grid_blocks,
-                                   kernel_class=getattr(classifications.get(m.name), "kernel_class", None))
-                     for m in measured if m.duration_s) or None
-    summaries = traced.summaries()
-    out = []
-    for s, m in zip(summaries, _pair_launches(summaries, measured)):
-        name = m.name if m is not None else next((n for n in classifications if _matches(n, s.name)), "")
-        cls = classifications.get(name)
-        update = {"kernel_class": cls.kernel_class if cls else None}
-        if m is not None and m.dram_bytes is not None:
-            update["dram_bytes"] = m.dram_bytes
-        out.append(s.model_copy(update=update))
-    return tuple(out)
-
-
 def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cuda", mode: Mode = "proactive",
             ncu: NcuChoice = "auto", ncu_set: str = "full", precision: str = "fp32",
             timeout_s: float = 600.0, trace: bool = True) -> ProfileReport:
@@ -271,8 +210,8 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
     from the folder. Writes ``roofline.png`` and ``profile.json`` there unless ``write`` is false."""
     folder = Path(folder)
     costs, notes, artifacts = dict(costs or {}), list(notes or []), {}
-    manifest = _manifest(folder)
-    hints = _folder_hints(folder, hints, notes)
+    manifest = read_manifest(folder)
+    hints = folder_hints(folder, hints, notes)
 
     traced = None
     trace_path = next((p for p in (folder / "run" / "trace.json", folder / "trace.json") if p.is_file()), None)
@@ -286,7 +225,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
             notes.append(f"trace unreadable: {exc}")
 
     t0 = time.perf_counter()
-    sass_kernels = _sass(folder, manifest, notes)
+    sass_kernels = folder_sass(folder, manifest, notes)
     if sass_kernels:
         costs.setdefault("sass_s", time.perf_counter() - t0)
 
@@ -305,7 +244,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
 
     classifications, ceilings = {}, None
     if measured:
-        ceilings = _ceilings(folder, device)
+        ceilings = folder_ceilings(folder, device)
         if ceilings is None:
             notes.append("no ceilings.json and no CUDA device to measure them: kernels not classified")
         else:
@@ -315,7 +254,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
             for m in measured:
                 if m.duration_s:
                     classifications.setdefault(m.name, classify(sample_from_ncu(m), ceilings, sms))
-    summaries = _summaries(traced, measured, classifications)
+    summaries = launch_summaries(traced, measured, classifications)
     kernels = _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode)
     seen, findings = set(), []
     for k in kernels:
@@ -338,91 +277,6 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
         (folder / "profile.json").write_text(report.model_dump_json(indent=1))
         report.artifacts["json"] = str(folder / "profile.json")
     return report
-
-
-def _folder_hints(folder: Path, given: ProblemHints | None, notes: list[str]) -> ProblemHints:
-    """The problem's hints recorded with the profile (``hints.json``), with the fields the caller
-    set explicitly taking precedence (e.g. another precision policy for the same recording)."""
-    recorded = ProblemHints()
-    if (folder / "hints.json").is_file():
-        try:
-            recorded = ProblemHints.model_validate_json((folder / "hints.json").read_text())
-        except ValueError:
-            notes.append("hints.json unreadable: the problem's hints are not used")
-    if given is None:
-        return recorded
-    return recorded.model_copy(update=given.model_dump(exclude_unset=True))
-
-
-def _manifest(folder: Path) -> dict:
-    for path in (folder / "run" / "manifest.json", folder / "manifest.json", folder / "ncu_run" / "manifest.json"):
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except ValueError:
-                return {}
-    return {}
-
-
-def _ceilings(folder: Path, device: str):
-    """The ceilings recorded with the profile, else measured (cached) on this machine's GPU."""
-    from loopwise.kernels.roofline.ceilings import Ceilings
-
-    path = folder / "ceilings.json"
-    if path.is_file():
-        try:
-            return Ceilings.model_validate_json(path.read_text())
-        except ValueError:
-            pass
-    from loopwise.kernels.roofline import ceilings as ceilings_module
-
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        return ceilings_module.load_or_measure(device if device.startswith("cuda") else "cuda")
-    except Exception:  # noqa: BLE001 - no classification rather than no report
-        return None
-
-
-def _sass(folder: Path, manifest: dict, notes: list[str]) -> list[tuple[object, LaunchConfig | None]]:
-    """Per kernel function: its SASS record and launch configuration from Triton's metadata."""
-    out: list[tuple[object, LaunchConfig | None]] = []
-    binaries = _cubins(folder) + [(Path(p), {}) for p in manifest.get("extensions", []) if Path(p).is_file()]
-    texts = sorted(folder.glob("*.sass.txt"))
-    if not binaries and not texts:
-        return out
-    from loopwise.kernels.profile.sass import DisassemblyError, ToolNotFoundError, parse_sass, profile_cubin
-
-    def disassembled(path):
-        try:
-            return profile_cubin(path)
-        except (ToolNotFoundError, DisassemblyError) as exc:
-            return exc
-
-    # Each binary is a few disassembler processes: run them side by side (a multi-kernel candidate
-    # has one cubin per Triton kernel).
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(binaries)))) as pool:
-        results = list(pool.map(disassembled, [path for path, _ in binaries]))
-    for (path, meta), prof in zip(binaries, results):
-        if isinstance(prof, ToolNotFoundError):
-            notes.append(f"SASS skipped: {prof}")
-            break
-        if isinstance(prof, DisassemblyError):
-            notes.append(f"SASS of {path.name} skipped: {prof}")
-            continue
-        warps, shared = meta.get("num_warps"), meta.get("shared")
-        for k in prof.kernels:
-            if shared is not None and k.resources is not None:
-                k = k.model_copy(update={"resources": k.resources.model_copy(update={"dynamic_shared_bytes": shared})})
-            out.append((k, LaunchConfig(num_warps=warps) if warps else None))
-    for path in texts:
-        _, kernels = parse_sass(path.read_text(errors="replace"))
-        out += [(k, None) for k in kernels]
-    return out
 
 
 # A candidate that asks for a compensated tensor-core product (see ProblemHints.compensated).
@@ -458,7 +312,7 @@ def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, 
     for name in names:
         launches = [m for m in measured if m.name == name]
         m = launches[0] if launches else None
-        sass, launch = next(((k, lc) for k, lc in sass_kernels if _matches(name, k.name)), (None, None))
+        sass, launch = next(((k, lc) for k, lc in sass_kernels if names_match(name, k.name)), (None, None))
         if m is not None and (m.grid_blocks or m.block_threads):
             launch = LaunchConfig(grid_blocks=m.grid_blocks, block_threads=m.block_threads,
                                   num_warps=None if m.block_threads else (launch.num_warps if launch else None))
@@ -469,7 +323,7 @@ def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, 
             own = hints.model_copy(update={"matmul_shaped": False})
         inp = ToolInput(sass=sass, ncu=m, classification=cls, launch=launch, hints=own, kernels=summaries)
         found = diagnose(inp, mode)
-        traced_k = next((k for k in (traced.kernels if traced else ()) if _matches(name, k.name)), None)
+        traced_k = next((k for k in (traced.kernels if traced else ()) if names_match(name, k.name)), None)
         duration = (sum(x.duration_s for x in launches if x.duration_s) / len(launches) * 1e6
                     if launches and any(x.duration_s for x in launches) else
                     traced_k.duration_us if traced_k else None)
@@ -493,55 +347,3 @@ def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, 
     return reports
 
 
-CLASS_COLOURS = {"memory_bound": "#1f77b4", "compute_bound": "#d62728", "latency_bound": "#9467bd",
-                 "underutilized": "#ff7f0e", None: "#7f7f7f"}
-
-
-def roofline_png(report: ProfileReport, path: Path, ceilings=None) -> Path | None:
-    """Two panels: the kernels on the roofline (FLOP/byte vs TFLOP/s, where both are known) and
-    each kernel's fraction of its speed of light, coloured by class. ``None`` when nothing was
-    measured or matplotlib is missing."""
-    placed = [k for k in report.kernels if k.fraction_of_sol is not None]
-    if not placed:
-        return None
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        report.notes.append("roofline plot skipped: matplotlib is not installed")
-        return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    roof = [k for k in placed if k.arithmetic_intensity and k.achieved_tflops]
-    if roof:
-        if ceilings is not None:
-            bw, peak = ceilings.bandwidth_gbs * 1e9, ceilings.fp32_tflops * 1e12
-            xs = [10 ** (e / 10) for e in range(-30, 41)]
-            ax1.plot(xs, [min(peak, bw * x) / 1e12 for x in xs], color="black", lw=1.5, label="measured fp32 roof")
-        for k in roof:
-            ax1.scatter(k.arithmetic_intensity, k.achieved_tflops, color=CLASS_COLOURS.get(k.kernel_class), s=40)
-            ax1.annotate(_short(k.name)[:28], (k.arithmetic_intensity, k.achieved_tflops), fontsize=7)
-        ax1.set_xscale("log")
-        ax1.set_yscale("log")
-        ax1.legend(fontsize=8)
-    else:
-        ax1.text(0.5, 0.5, "no kernel with both FLOPs and DRAM bytes measured", ha="center", va="center",
-                 transform=ax1.transAxes, fontsize=9)
-    ax1.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
-    ax1.set_ylabel("achieved TFLOP/s")
-    ax1.set_title("roofline")
-    labels = [_short(k.name)[:40] for k in placed]
-    ax2.barh(range(len(placed)), [100 * k.fraction_of_sol for k in placed],
-             color=[CLASS_COLOURS.get(k.kernel_class) for k in placed])
-    ax2.set_yticks(range(len(placed)), labels, fontsize=7)
-    ax2.axvline(80, color="grey", ls="--", lw=1)
-    ax2.set_xlabel("% of speed of light (dashed: at roofline)")
-    ax2.set_title("per kernel, coloured by class")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in list(CLASS_COLOURS.values())[:4]]
-    ax2.legend(handles, [c.replace("_", " ") for c in list(CLASS_COLOURS)[:4]], fontsize=7, loc="lower right")
-    fig.suptitle(f"{report.problem} — {Path(report.candidate).name} on {report.device}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -43,7 +43,7 @@ int lw_instantiate(const lw::Element* a, const lw::Element* b, lw::Element* c, v
 
 def pattern(name: str):
     """The matrix product (C = A @ B) fixture ``name`` is rendered for."""
-    from loopwise.kernels.expert.capture import Pattern
+    from loopwise.kernels.expert.pattern import Pattern
 
     _, dtype, (m, n, k) = FIXTURES[name]
     return Pattern("matmul", inputs=2, ops=("matmul",),

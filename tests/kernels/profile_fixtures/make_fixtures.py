@@ -32,7 +32,7 @@ import triton.language as tl  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from loopwise.kernels.profile.sass import compile_triton, triton_resources  # noqa: E402
+from loopwise.kernels.profile.sass_tools import compile_triton, triton_resources  # noqa: E402
 
 
 @triton.jit

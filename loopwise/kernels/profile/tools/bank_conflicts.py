@@ -23,7 +23,8 @@ conflict counter is known to include conflicts of some non-LDS/STS shared traffi
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import metric
 
@@ -65,7 +66,7 @@ class BankConflictsTool(Tool):
             return []
         ways = wavefronts / max(wavefronts - conflicts, 1.0)
         evidence.update({"conflict_share": round(share, 4), "wavefronts_per_access": round(ways, 3)})
-        moves: list[Move] = ["swizzle_shared_memory"]
+        moves: list[Move] = [StructuralMove("swizzle_shared_memory")]
         guidance = (f"{share:.0%} of the {wavefronts:,.0f} shared-memory wavefronts are bank-conflict replays "
                     f"({ways:.1f} wavefronts per access instead of 1), so pad or swizzle the shared tile "
                     f"so a warp's threads fall in distinct banks.")

@@ -19,7 +19,8 @@ Metric names: both are present in the recorded H200 fixtures
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import metric
 
@@ -65,7 +66,7 @@ class DivergenceTool(Tool):
                         f"divergent paths serialize and regrouping the work per warp would recover them.")
         else:
             return []
-        moves: list[Move] = ["uniform_branches"]
+        moves: list[Move] = [StructuralMove("uniform_branches")]
         return [Finding.make(self.name, guidance, evidence, WEIGHT * idle, moves)]
 
 

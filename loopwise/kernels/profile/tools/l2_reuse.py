@@ -19,7 +19,8 @@ recorded H200 fixtures (``tests/kernels/profile_fixtures/recorded/*/ncu.csv``).
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import fmt_bytes, metric
 
@@ -63,9 +64,9 @@ class L2ReuseTool(Tool):
             return []
         memory = inp.classification is not None and inp.classification.kernel_class == "memory_bound"
         score = WEIGHT * (1 - hit / 100) * (1.0 if memory else 0.5)
-        moves: list[Move] = ["reorder_blocks"]
+        moves: list[Move] = [StructuralMove("reorder_blocks")]
         if inp.launch is not None and inp.launch.block is not None:
-            moves.append({"block": inp.launch.block * 2})
+            moves.append(ParameterMove.of(block=inp.launch.block * 2))
         times = (f"requested {reuse:.1f}x over" if reuse is not None and reuse >= MIN_REUSE
                  else f"fetched from DRAM {dram_excess:.1f}x over")
         guidance = (f"Only {hit:.0f}% of L2 sectors hit although the {fmt_bytes(working_set)} working set fits in the "

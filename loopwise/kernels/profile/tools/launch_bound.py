@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+from loopwise.kernels.moves import StructuralMove
 from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import fmt_time
@@ -60,7 +61,8 @@ class LaunchBoundTool(Tool):
                     f"launch gaps make up {share:.0%} of its {fmt_time(gaps + gpu)}, so capture it in a CUDA graph "
                     f"or fuse the kernels.")
         score = share * (0.5 if estimated else 1.0)
-        return [Finding.make(self.name, guidance, evidence, score, ["use_cuda_graphs", "fuse_kernels"])]
+        return [Finding.make(self.name, guidance, evidence, score, [StructuralMove("use_cuda_graphs"),
+                                                                            StructuralMove("fuse_kernels")])]
 
 
 TOOL = LaunchBoundTool()

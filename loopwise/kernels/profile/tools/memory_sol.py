@@ -16,7 +16,8 @@ Score: 0.8 times the share of the time that would go at the ceiling with the bud
 from __future__ import annotations
 
 from loopwise.kernels.profile.classify import AT_ROOFLINE
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import fmt_bytes
 
@@ -51,12 +52,12 @@ class MemorySolTool(Tool):
             excess = moved / budget
             evidence.update({"min_bytes": budget, "bytes_over_budget": round(excess, 3)})
         score = WEIGHT * (1 - c.fraction_of_sol * min(1.0, 1 / excess if excess else 1.0))
-        moves: list[Move] = ["vectorize_loads"]
+        moves: list[Move] = [StructuralMove("vectorize_loads")]
         if excess is not None and excess >= EXCESS_BYTES:
-            moves.insert(0, "fuse_kernels")
+            moves.insert(0, StructuralMove("fuse_kernels"))
         block = inp.launch.block if inp.launch is not None else None
         if block is not None:
-            moves.append({"block": block * 2})
+            moves.append(ParameterMove.of(block=block * 2))
         head = (f"The kernel reaches {c.achieved_gbs:.0f} of {ceiling:.0f} GB/s ({c.fraction_of_sol:.0%} of "
                 f"its memory speed of light) while moving {fmt_bytes(moved)}")
         if excess is not None and excess >= EXCESS_BYTES:

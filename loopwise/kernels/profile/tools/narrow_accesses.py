@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from loopwise.kernels.moves import StructuralMove
 from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 
@@ -56,7 +57,8 @@ class NarrowAccessesTool(Tool):
         guidance = (f"{narrow} of the kernel's {total} global accesses ({fraction:.0%}) move fewer than "
                     f"{WIDE_BYTES} bytes per thread ({mix}), so make each thread load and store 16-byte "
                     f"vectors from aligned, contiguous addresses and make strided accesses coalesced.")
-        return [Finding.make(self.name, guidance, evidence, score, ["vectorize_loads", "coalesce_accesses"])]
+        return [Finding.make(self.name, guidance, evidence, score, [StructuralMove("vectorize_loads"),
+                                                                            StructuralMove("coalesce_accesses")])]
 
 
 TOOL = NarrowAccessesTool()

@@ -15,7 +15,8 @@ with few warps) and for compute-bound kernels; a block that does not fit at all 
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.occupancy import Occupancy, theoretical_occupancy
 from loopwise.kernels.profile.tool import Tool
 
@@ -88,13 +89,13 @@ class OccupancyTool(Tool):
     def _moves(occ: Occupancy, block: int | None, warps: int) -> list[Move]:
         moves: list[Move] = []
         if occ.limiter == "registers":
-            moves.append("reduce_registers")
+            moves.append(StructuralMove("reduce_registers"))
         elif occ.limiter == "shared":
-            moves.append("reduce_shared_memory")
+            moves.append(StructuralMove("reduce_shared_memory"))
         elif occ.limiter == "blocks" and warps * 2 <= 16:
-            moves.append({"warps": warps * 2})
+            moves.append(ParameterMove.of(warps=warps * 2))
         if occ.limiter in ("registers", "shared") and block is not None and block >= 2:
-            moves.append({"block": block // 2})
+            moves.append(ParameterMove.of(block=block // 2))
         return moves
 
 

@@ -15,6 +15,7 @@ bytes, times the share of the call's GPU time those kernels take.
 
 from __future__ import annotations
 
+from loopwise.kernels.moves import StructuralMove
 from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import fmt_bytes
@@ -56,7 +57,7 @@ class RedundantPassesTool(Tool):
         guidance = (f"The call's {len(memory)} memory-bound kernels move {fmt_bytes(moved)} of DRAM traffic, "
                     f"{excess:.1f}x the {fmt_bytes(budget)} the problem needs, so fusing them would keep the "
                     f"intermediates on chip and save up to {1 - 1 / excess:.0%} of those bytes.")
-        return [Finding.make(self.name, guidance, evidence, score, ["fuse_kernels"])]
+        return [Finding.make(self.name, guidance, evidence, score, [StructuralMove("fuse_kernels")])]
 
 
 TOOL = RedundantPassesTool()

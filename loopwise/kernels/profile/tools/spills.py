@@ -14,7 +14,8 @@ share of the L1 sector traffic, capped at 0.95; any spill is at least a low find
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import metric
 
@@ -54,12 +55,12 @@ class SpillsTool(Tool):
             evidence["local_sector_share"] = round(traffic, 4)
         if registers is not None:
             evidence["registers_per_thread"] = registers
-        moves: list[Move] = ["reduce_registers"]
+        moves: list[Move] = [StructuralMove("reduce_registers")]
         launch = inp.launch
         if launch is not None and launch.warps is not None and launch.warps * 2 <= 16:
-            moves.append({"warps": launch.warps * 2})  # the same tile over more threads: fewer values each
+            moves.append(ParameterMove.of(warps=launch.warps * 2))  # the same tile over more threads: fewer values each
         if launch is not None and launch.block is not None and launch.block >= 2:
-            moves.append({"block": launch.block // 2})
+            moves.append(ParameterMove.of(block=launch.block // 2))
         at = f" at {registers} registers per thread" if registers is not None else ""
         amount = f" and {spill_bytes / 1024:.1f} KB of spill traffic per thread" if spill_bytes else ""
         if traffic is not None:

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import re
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 
 FAMILIES = (
@@ -135,21 +136,21 @@ class StallsTool(Tool):
         block = inp.launch.block if inp.launch is not None else None
         moves: list[Move] = []
         if reason == "long_scoreboard":
-            moves.append("vectorize_loads")
+            moves.append(StructuralMove("vectorize_loads"))
             if warps is not None and warps * 2 <= 16:
-                moves.append({"warps": warps * 2})
+                moves.append(ParameterMove.of(warps=warps * 2))
         elif reason == "barrier":
             if warps is not None and warps >= 2:
-                moves.append({"warps": warps // 2})
+                moves.append(ParameterMove.of(warps=warps // 2))
         elif reason == "math_pipe_throttle":
             if inp.hints.matmul_shaped:
-                moves.append("use_tensor_cores")
+                moves.append(StructuralMove("use_tensor_cores"))
         elif reason in ("mio_throttle", "lg_throttle"):
-            moves.append("vectorize_loads")
+            moves.append(StructuralMove("vectorize_loads"))
         elif reason == "short_scoreboard":
-            moves.append("swizzle_shared_memory")
+            moves.append(StructuralMove("swizzle_shared_memory"))
         elif reason == "wait" and block is not None:
-            moves.append({"block": block * 2})
+            moves.append(ParameterMove.of(block=block * 2))
         return moves
 
 

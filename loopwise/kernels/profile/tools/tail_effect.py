@@ -14,7 +14,8 @@ get a block. Fires when 15% or more of the GPU's time idles. Score: 0.8 times th
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, ParameterMove, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.occupancy import theoretical_occupancy, waves
 from loopwise.kernels.profile.tool import Tool
 
@@ -52,17 +53,17 @@ class TailEffectTool(Tool):
         moves: list[Move] = []
         if w.grid_blocks < sms:
             if inp.hints.matmul_shaped:
-                moves.append("split_k")
+                moves.append(StructuralMove("split_k"))
             if launch.block is not None and launch.block >= 2:
-                moves.append({"block": launch.block // 2})
-            moves.append("fuse_kernels")
+                moves.append(ParameterMove.of(block=launch.block // 2))
+            moves.append(StructuralMove("fuse_kernels"))
             guidance = (f"The grid of {w.grid_blocks} blocks gives work to only {w.busy_sms} of the {sms} SMs, "
                         f"so {idle:.0%} of the GPU idles, and more, smaller blocks (or split-K for a matmul) "
                         f"would use the rest.")
         else:
-            moves.append("persistent_kernel")
+            moves.append(StructuralMove("persistent_kernel"))
             if launch.block is not None and launch.block >= 2:
-                moves.append({"block": launch.block // 2})
+                moves.append(ParameterMove.of(block=launch.block // 2))
             guidance = (f"The grid of {w.grid_blocks} blocks is {w.waves:.2f} waves of {w.slots} resident blocks "
                         f"({sms} SMs x {occ.blocks_per_sm} per SM), so its last wave is {w.last_wave_fraction:.0%} "
                         f"full and {idle:.0%} of the GPU's time idles, which a persistent loop or a block size "

@@ -19,7 +19,8 @@ Either policy, known fp16 / bf16 inputs
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools.tensor_cores_unused import BF16_TFLOPS, TF32_TFLOPS
 
@@ -67,23 +68,23 @@ class TensorCorePrecisionTool(Tool):
         if native is not None and operand == "TF32":  # lossless for fp16 / bf16, but half the rate
             return (UPCAST, f"which upcasts the {dtype} inputs and runs at about half the {dtype} tensor-core "
                     f"rate ({TF32_TFLOPS} against {BF16_TFLOPS} TFLOP/s), so feed them as {dtype}",
-                    ["match_input_precision"])
+                    [StructuralMove("match_input_precision")])
         if policy == "fp32" and operand in ("TF32", "BF16") and compensated:
             return None  # a 3xTF32 / bf16x3 split: these operands carry fp32 accuracy between them
         if policy == "fp32":
             return (VIOLATION, "which rounds the inputs to fewer mantissa bits than fp32 keeps (a precision "
                     "violation unless the kernel compensates), so use 3xTF32 emulation or an fp32 product",
-                    ["use_tf32x3", "use_ieee_fp32"])
+                    [StructuralMove("use_tf32x3"), StructuralMove("use_ieee_fp32")])
         if operand not in _RELAXED_OK:
             return (VIOLATION, "a narrower type than even the relaxed policy allows (tf32, bf16, fp16), so "
-                    "multiply in the inputs' own type or in bf16", ["match_input_precision"])
+                    "multiply in the inputs' own type or in bf16", [StructuralMove("match_input_precision")])
         if native is None:
             return None
         if operand == "BF16":
             return (MANTISSA_LOSS, "which drops the fp16 inputs from 10 to 7 mantissa bits, so feed them as fp16",
-                    ["match_input_precision"])
+                    [StructuralMove("match_input_precision")])
         return (OVERFLOW_RISK, "which overflows bf16 inputs beyond 65504 and flushes their small values, so "
-                "feed them as bf16", ["match_input_precision"])
+                "feed them as bf16", [StructuralMove("match_input_precision")])
 
 
 TOOL = TensorCorePrecisionTool()

@@ -19,7 +19,8 @@ time the suggested path would save at the measured rates, ``1 - fp32 / rate`` (0
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 
 FP32_TFLOPS = 51.4
@@ -44,13 +45,13 @@ class TensorCoresUnusedTool(Tool):
         moves: list[Move]
         if dtype in ("fp16", "bf16"):
             rate, path, moves = BF16_TFLOPS, f"{dtype} tensor cores on the {dtype} inputs as they are", \
-                ["use_tensor_cores"]
+                [StructuralMove("use_tensor_cores")]
         elif policy == "fp32":
             rate, path, moves = TF32_TFLOPS / 3, "3xTF32 (or bf16x3) tensor-core emulation, which keeps fp32 " \
-                "accuracy,", ["use_tf32x3", "use_bf16x3"]
+                "accuracy,", [StructuralMove("use_tf32x3"), StructuralMove("use_bf16x3")]
         else:
             rate, path, moves = TF32_TFLOPS, "tf32 or bf16 tensor cores, which the relaxed policy allows,", \
-                ["use_tensor_cores"]
+                [StructuralMove("use_tensor_cores")]
         score = 1 - FP32_TFLOPS / rate
         evidence: dict[str, float | int | str | bool] = {
             "ffma": ffma, "fp32_instructions": k.families.get("fp32", 0), "instructions": k.instructions,

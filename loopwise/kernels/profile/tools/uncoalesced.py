@@ -29,7 +29,8 @@ pair is missing that direction is skipped; with neither the tool gives no findin
 
 from __future__ import annotations
 
-from loopwise.kernels.profile.findings import Finding, Move, ToolInput
+from loopwise.kernels.moves import Move, StructuralMove
+from loopwise.kernels.profile.findings import Finding, ToolInput
 from loopwise.kernels.profile.tool import Tool
 from loopwise.kernels.profile.tools._common import metric
 
@@ -77,9 +78,9 @@ class UncoalescedTool(Tool):
                          "excess": round(excess, 3)})
         memory = inp.classification is not None and inp.classification.kernel_class == "memory_bound"
         score = (1 - 1 / excess) * (WEIGHT_MEMORY if memory else WEIGHT_OTHER) * (0.5 if assumed else 1.0)
-        moves: list[Move] = ["coalesce_accesses"]
+        moves: list[Move] = [StructuralMove("coalesce_accesses")]
         if width < 16:
-            moves.append("vectorize_loads")
+            moves.append(StructuralMove("vectorize_loads"))
         kind = "load" if op == "ld" else "store"
         assumption = "if the accesses are" if assumed else "for"
         guidance = (f"Each warp {kind} request fetches {per_request:.1f} sectors of 32 bytes where {ideal:.0f} "
@@ -107,7 +108,8 @@ class UncoalescedTool(Tool):
                     + (f", {per_request[worse]:.1f} sectors per request" if worse else "")
                     + f"), so {1 - 1 / excess:.0%} of the fetched bytes are wasted: neighbouring threads "
                     "should touch neighbouring addresses.")
-        return [Finding.make(self.name, guidance, evidence, score, ["coalesce_accesses", "vectorize_loads"])]
+        return [Finding.make(self.name, guidance, evidence, score, [StructuralMove("coalesce_accesses"),
+                                                                            StructuralMove("vectorize_loads")])]
 
     @staticmethod
     def _width(inp: ToolInput) -> tuple[int, bool]:

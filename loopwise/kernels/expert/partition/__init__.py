@@ -1,0 +1,39 @@
+"""Partition: a forward that no whole-forward template covers, split into fused Triton groups and
+the operations that stay in PyTorch.
+
+The forward is captured with torch.fx and its shapes propagated on the meta device. Every
+operation the elementwise translator can express (:func:`~loopwise.kernels.expert.expressions.expression`), whose inputs are float32
+tensors of its own output shape or the model's float32 tensors that broadcast against it, is a
+fusion candidate; connected candidates form a group, and each group output (a value read outside
+the group, or returned) becomes one Triton pass that computes it from the group's inputs
+(recomputing what two outputs share, which for elementwise work costs less than a second pass
+over memory). A group of fewer than :data:`MIN_OPS` operations is left to PyTorch: a one-operation
+Triton pass saves no memory traffic and costs a launch. Everything else (convolutions, norms,
+reductions, pooling, matrix products with their own modules) stays in PyTorch, in the traced
+order, with the reference's own modules and weights: ModelNew runs the reference's ``__init__``.
+
+A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32 input
+a Triton GEMM, with the elementwise work that reads only its output fused as its epilogue (there a
+single operation is worth fusing: it costs no pass of its own). A third (``graph_conv``) makes every
+nn.Conv2d (groups 1, zero padding) an implicit GEMM on the tensor cores as well, its epilogue the
+elementwise work that reads only its output with tensors of one value per output channel, and
+the Linears GEMMs as in ``graph_linear``: under the fp32 policy tf32x3 on the tensor cores against
+cuDNN's fp32 path on the CUDA cores. Another (``graph_norm``) runs every nn.GroupNorm and
+nn.BatchNorm in Triton: Welford statistics over chunks (per sample and group; per channel over the
+batch in training, the running statistics updated as PyTorch does), then one normalize-and-affine
+pass, with the elementwise work whose output only the norm reads computed in both passes instead
+of written out and read back (L2/21's add, scale and sigmoid, L2/61's ReLU) and the work that reads
+only the norm's output applied before its store (a ReLU after a BatchNorm); a softmax over the
+channels of an (N, C, ...) tensor is one pass of that plan too, every channel of a run of positions
+in one program (L2/6's, 2/91's after a convolution). The search measures the plans side by side.
+
+The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
+exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
+was not (the coverage).
+"""
+
+from loopwise.kernels.expert.partition.build import partition
+from loopwise.kernels.expert.partition.plans import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.partition.records import MIN_OPS
+
+__all__ = ["MIN_OPS", "kinds", "launches", "partition", "plan", "tf32_parts"]

@@ -1,0 +1,43 @@
+"""What the partitioner reads off shape-propagated FX nodes, and the Triton statements of a cone of them."""
+
+from __future__ import annotations
+
+import functools
+
+from loopwise.kernels.expert.expressions import expression
+
+
+def operand_shapes(model, ps) -> list[tuple]:
+    """The shapes of the model's tensors that the get_attr nodes ``ps`` read."""
+    return [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
+
+
+def statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """One Triton statement per node of ``nodes`` (in graph order), its inputs named in ``exprs``:
+    (statements, operation names, the expression of ``out``)."""
+    exprs, body, ops = dict(exprs), [], []
+    for node in nodes:
+        expr, op = expression(gm, node, exprs)
+        exprs[node.name] = f"t{len(body)}"
+        body.append(f"{exprs[node.name]} = {expr}  # {op}")
+        ops.append(op)
+    return tuple(body), tuple(ops), exprs[out.name]
+
+
+def float32_shape(node):
+    """The node's output shape when it is one float32 tensor, else None."""
+    import torch
+
+    meta = node.meta.get("tensor_meta")
+    if meta is None or not hasattr(meta, "dtype") or meta.dtype != torch.float32:
+        return None
+    return tuple(meta.shape)
+
+
+def arg_nodes(node) -> list:
+    import torch.fx as fx
+
+    found: list = []
+    fx.node.map_arg((node.args, node.kwargs), lambda n: found.append(n) or n)
+    return found
+

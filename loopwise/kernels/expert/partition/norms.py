@@ -1,0 +1,113 @@
+"""GroupNorm, BatchNorm, LayerNorm and softmax-over-channels calls as Triton passes with their prologues and epilogues."""
+
+from __future__ import annotations
+
+import math
+
+from loopwise.kernels.expert.partition.nodes import float32_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.records import Norm
+
+
+_NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch",
+          "LayerNorm": "layer"}
+
+
+_LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held whole in one program
+
+
+def norm_calls(gm) -> list:
+    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32 (N, C, ...) tensor (no other
+    arguments)."""
+    import torch.fx as fx
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or type(gm.get_submodule(node.target)).__name__ not in _NORMS:
+            continue
+        src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        shape = float32_shape(src) if isinstance(src, fx.Node) else None
+        if shape is None or len(shape) < 2 or float32_shape(node) != shape:
+            continue
+        sub = gm.get_submodule(node.target)
+        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
+            normalized = tuple(sub.normalized_shape)
+            if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
+                continue
+        found.append(node)
+    return found
+
+
+_SOFTMAX_MAX_CHANNELS = 1024  # all of a position's channels in one program's registers
+
+
+def softmax_calls(gm) -> list:
+    """The softmaxes over dimension 1 of one float32 (N, C, ...) tensor of at least three dimensions
+    and at most _SOFTMAX_MAX_CHANNELS channels: ``torch.softmax`` / ``F.softmax`` / ``Tensor.softmax``
+    (no dtype argument) and nn.Softmax modules."""
+    import torch.fx as fx
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ == "Softmax":
+            dim, extra = gm.get_submodule(node.target).dim, len(node.args) != 1 or bool(node.kwargs)
+        elif (node.op == "call_function" and getattr(node.target, "__name__", "") == "softmax"
+              and getattr(node.target, "__module__", "") in ("torch", "torch.nn.functional", "torch._C._VariableFunctions")) \
+                or (node.op == "call_method" and node.target == "softmax"):
+            given = dict(zip(("input", "dim"), node.args)) | dict(node.kwargs)
+            dim = given.get("dim")
+            extra = bool(len(node.args) > 2 or set(given) - {"input", "dim", "_stacklevel", "dtype"}
+                         or given.get("dtype") is not None)
+        else:
+            continue
+        src = node.args[0] if node.args else None
+        shape = float32_shape(src) if isinstance(src, fx.Node) else None
+        if extra or shape is None or len(shape) < 3 or not isinstance(dim, int) or dim % len(shape) != 1:
+            continue
+        if shape[1] <= _SOFTMAX_MAX_CHANNELS and float32_shape(node) == shape:
+            found.append(node)
+    return found
+
+
+def norm_passes(gm, model, groups, outputs, norm_nodes):
+    """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
+    output only the norm reads becomes its prologue, one whose only activation input is the norm's
+    output (read by nothing else) its epilogue, where their tensors hold one value per channel.
+    Returns the groups left, their outputs, and [(Norm, (the node it computes, activation nodes))]."""
+    norms, taken = [], set()
+    for node in norm_nodes:
+        module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
+        kind = _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
+        src = node.args[0]
+        shape = float32_shape(src)
+        if kind == "layer":  # one value per position of the normalized (trailing) dimensions
+            normalized = tuple(gm.get_submodule(node.target).normalized_shape)
+            per_channel = tuple((1,) * j + normalized for j in range(len(shape) - len(normalized) + 1))
+        else:
+            c, rest = shape[1], (1,) * (len(shape) - 2)
+            per_channel = ((c,), (c, *rest), (1, c, *rest))
+
+        def channel_wise(ps):
+            return all(s in per_channel for s in operand_shapes(model, ps))
+
+        pre = next((i for i, (out, _, ps, _) in enumerate(outputs)
+                    if i not in taken and out is src and list(out.users) == [node] and channel_wise(ps)), None)
+        post = next((i for i, (_, xs, ps, cone) in enumerate(outputs)
+                     if i not in taken and i != pre and xs == [node] and all(u in cone for u in node.users)
+                     and channel_wise(ps)), None)
+        xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
+        if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
+            taken.add(pre)
+            xs, g = outputs[pre][1], groups[pre]
+            values = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
+        values["ops"] = (*values["ops"], "softmax" if kind == "softmax" else f"{kind}_norm")
+        computed = node
+        if post is not None:
+            taken.add(post)
+            computed, _, ps, cone = outputs[post]
+            body, ops, expr = statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
+            values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
+                          ops=(*values["ops"], *ops))
+        norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
+    keep = [i for i in range(len(groups)) if i not in taken]
+    return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+

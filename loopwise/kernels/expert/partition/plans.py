@@ -1,0 +1,36 @@
+"""Reading a partitioned (``graph``) pattern's plans: one per template kind."""
+
+from __future__ import annotations
+
+import re
+
+from loopwise.kernels.expert.partition.records import LAUNCHERS
+
+# What TF32 speeds up among the parts left in PyTorch: convolutions (cuDNN) and matrix products (cuBLAS).
+_TF32_OPS = re.compile(r"(?i)conv|linear|matmul|^mm$|bmm|addmm|einsum|lstm|gru|rnn|attention")
+
+
+def plan(pattern, kind: str) -> dict:
+    """The plan of ``pattern`` (a ``graph`` pattern) for template ``kind``; KeyError if none."""
+    return dict(dict(dict(pattern.params)["plans"])[kind])
+
+
+def launches(chosen: dict) -> int:
+    """About how many operations one forward of the plan ``chosen`` launches: one per fused pass,
+    GEMM, softmax and LayerNorm, three per other norm (statistics, finalize, normalize) and one per operation
+    left in PyTorch (a view or a size among them: each costs the host a dispatch all the same)."""
+    norms = sum(1 if n.kind in LAUNCHERS else 3 for n in chosen["norms"])
+    return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
+
+
+def kinds(pattern) -> list[str]:
+    """The template kinds a ``graph`` pattern has plans for, the elementwise-only one first."""
+    return [kind for kind, _ in dict(pattern.params)["plans"]]
+
+
+def tf32_parts(plan: dict) -> tuple[str, ...]:
+    """The operations of ``plan`` left in PyTorch that TF32 would run faster (convolutions and
+    matrix products), in order; under the ``relaxed`` policy the forward runs them with TF32 allowed,
+    as eager + TF32 does."""
+    return tuple(op for op in plan["pytorch"] if _TF32_OPS.search(op))
+

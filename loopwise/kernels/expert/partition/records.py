@@ -1,0 +1,65 @@
+"""The partitioner's records: a fused elementwise pass, a norm in Triton, a GEMM with its epilogue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+
+MIN_OPS = 2  # operations a group needs before it is worth a Triton pass of its own
+
+
+@dataclass(frozen=True)
+class Group:
+    """One fused pass: ``out = expr(x0, x1, ..., p0, p1, ...)`` elementwise."""
+
+    inputs: int  # activations x0, x1, ... (all of the output's shape)
+    operands: tuple[str, ...]  # the model's tensors p0, p1, ... (attribute paths), broadcast
+    body: tuple[str, ...]  # one Triton statement per operation
+    expr: str
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Norm:
+    """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
+    (per sample and group; per channel over the batch for a BatchNorm in training, which also
+    updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
+    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm over rows of at most
+    _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
+    one value per position of the normalized dimensions). Or (kind ``softmax``) a softmax over the channels of an
+    (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
+    all C channels of a run of positions, so the maximum, the sum and the output come from one read.
+    The elementwise work whose output only the norm reads is its prologue, computed where it is
+    read (for a GroupNorm or BatchNorm in both passes: recomputed, cheaper than a pass over memory);
+    the elementwise work that reads only the norm's output is its epilogue, applied before the store."""
+
+    module: str  # the norm's attribute path ("" for a softmax: nothing of the model to read)
+    kind: str  # "group", "batch", "layer" or "softmax"
+    inputs: int  # activations x0, x1, ... of the norm's input shape
+    operands: tuple[str, ...]  # the prologue's tensors p0, p1, ..., one value per channel
+    body: tuple[str, ...]
+    expr: str
+    ops: tuple[str, ...]  # the prologue's, the norm's and the epilogue's
+    post_operands: tuple[str, ...] = ()  # the epilogue's tensors q0, q1, ..., one value per channel
+    post_body: tuple[str, ...] = ()
+    post_expr: str = "y"
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """nn.Linear as a Triton GEMM: ``out = epilogue(x0 @ W.T + b)``, the epilogue reading per-column
+    tensors q0, q1, ... (attribute paths)."""
+
+    module: str  # the Linear's (or the Conv2d's) attribute path
+    has_bias: bool
+    operands: tuple[str, ...]  # epilogue tensors, each one value per output column (channel)
+    body: tuple[str, ...]
+    expr: str
+    ops: tuple[str, ...]
+    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation, in_channels); () for a Linear
+
+
+# each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
+LAUNCHERS = {"softmax": "softmax", "layer": "lnorm"}
+

@@ -1,0 +1,143 @@
+"""What the expert's test modules share: where the test problems are, the judge settings of the
+template tests, and the helpers that write, load and judge generated candidates."""
+
+from pathlib import Path
+
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.judge import LocalJudge
+from loopwise.kernels.evaluate.result import Status
+from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.pattern import Pattern
+from loopwise.kernels.problem import load_problem
+
+try:
+    # Imported now, before any test sets TRITON_INTERPRET for its sandboxes: Triton's standard
+    # library (and gluon's copy of it, which the ahead-of-time compiles below import) is then built
+    # for compilation, whatever order the tests run in.
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:
+    pass
+
+HERE = Path(__file__).parents[1] / "expert_problems"
+
+
+# The judge settings of the template tests: one draw of the problem's own distribution and one
+# mixed-sign stress draw, each compared with float64 over the whole output, one timed call. The
+# judge's own defaults (five and two draws, 100 timed calls) are tested in test_judge.py; here
+# each call of a candidate is one pass of Triton's interpreter, 0.3-5 s on the CI machine (a judged
+# candidate is called eight times: the draws, the determinism repeat, timing, launch counting), and
+# a template's indexing is the same on every draw of one shape (the parameters vary the shapes).
+TEMPLATE_JUDGE = {"correct_trials": 1, "stress_trials": 1, "perf_trials": 1, "warmup": 0, "seed": 9, "energy": False}
+
+
+def problem_variant(tmp_path: Path, fixture: str, replacements: dict[str, str]) -> Path:
+    """A copy of an expert_problems fixture with parts of its source replaced (each must be there)."""
+    source = (HERE / fixture).read_text()
+    for old, new in replacements.items():
+        assert old in source, (fixture, old)
+        source = source.replace(old, new)
+    path = tmp_path / f"variant_{fixture}"
+    path.write_text(source)
+    return path
+
+
+def judged_variant(tmp_path, monkeypatch, fixture: str, kind: str, moves: dict, replacements: dict[str, str]):
+    """The variant is captured as ``kind`` and its generated candidate judged correct; its pattern."""
+    path = problem_variant(tmp_path, fixture, replacements)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == kind, pattern
+    judged_correct(path, moves, tmp_path, monkeypatch)
+    return pattern
+
+
+def judged_correct(path, moves, tmp_path, monkeypatch, edit=None) -> str:
+    """The candidate for ``moves`` (changed by ``edit``, a function of its source, if given) is
+    judged correct in Triton's interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the sandbox
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    problem = load_problem(str(path))
+    source, pattern = generate(problem, moves)
+    assert source is not None, pattern.reason
+    source = edit(source) if edit else source
+    compile(source, path.name, "exec")
+    judge_on_cpu(problem, source, f"expert-{path.name}", tmp_path)
+    return source
+
+
+def judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
+    """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
+    caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
+    cfg = EvalConfig(**TEMPLATE_JUDGE, precision=precision, tolerance="strict" if precision == "fp32" else "legacy")
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = judge.evaluate(source, name)
+    assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+    assert not ev.rejections
+
+
+def load_candidate(source, tmp_path, name):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_source(init: str, forward: str, shape: str = "2, 3, 9, 9", params: str = "") -> str:
+    """A problem file: ``Model`` whose __init__ runs the ``init`` lines and whose forward (x, then
+    ``params``) runs the ``forward`` lines, on one input of ``shape``."""
+    def lines(text: str) -> str:
+        return "\n".join("        " + line for line in text.splitlines())
+
+    return ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n{lines(init)}\n\n    def forward(self, x{', ' + params if params else ''}):\n"
+            f"{lines(forward)}\n\n\ndef get_inputs():\n    return [torch.randn({shape})]\n\n\n"
+            "def get_init_inputs():\n    return []\n")
+
+
+PARTIAL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.norm = nn.GroupNorm(2, 8)
+        {extra}
+
+    def forward(self, x):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 9, 9)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+SDPA = "F.scaled_dot_product_attention(q, k, v)"
+
+
+def captured(name: str, replacements: dict[str, str] | None = None, tmp_path: Path | None = None) -> Pattern:
+    """The pattern captured from an expert_problems fixture, with parts of its source replaced."""
+    path = HERE / name
+    if replacements:
+        source = path.read_text()
+        for old, new in replacements.items():
+            assert old in source, (name, old)
+            source = source.replace(old, new)
+        path = tmp_path / f"variant_{name}"
+        path.write_text(source)
+    return capture(load_problem(str(path)))
+
+
+def matmul_pattern(dtype: str, trans_a: bool = False, trans_b: bool = False, m: int = 256, n: int = 128, k: int = 64):
+    """A matrix product's pattern of the given dtype, layout and sizes."""
+    return Pattern("matmul", inputs=2, ops=("matmul",),
+                   params=(("trans_a", trans_a), ("trans_b", trans_b), ("m", m), ("n", n), ("k", k), ("dtype", dtype)))

@@ -1,0 +1,172 @@
+"""Norms and softmaxes of a partitioned forward in Triton, with the work around them."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.partition import kinds, launches, plan
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import HERE, judged_correct, load_candidate, model_source, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_a_replayed_batch_norm_moves_its_running_statistics_once_per_call(tmp_path, momentum):
+    """On a GPU, graph_norm with a CUDA graph: the BatchNorm in training mode updates its running
+    statistics in the graph (by the momentum, or by 1/batches counted on the GPU: no host sync to
+    break the capture), and the capture's warm-up calls leave no trace, so after three calls the
+    running mean, variance and batch count are the reference's after three forwards."""
+    import torch
+
+    problem = load_problem(str(HERE / "partial_batchnorm.py"))
+    source, _ = generate(problem, {"template": "graph_norm", "block": 64, "cudagraph": 1})
+    module = load_candidate(source, tmp_path, "cudagraph_bn")
+    torch.manual_seed(0)
+    model = module.ModelNew().cuda()
+    reference = problem.load_module().Model().cuda()
+    reference.load_state_dict(model.state_dict())
+    model.bn.momentum = reference.bn.momentum = momentum
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 3, 12, 10, device="cuda")
+            torch.testing.assert_close(model(x), reference(x), rtol=1e-4, atol=1e-5)
+    assert next(iter(model.__dict__["_replay"].graphs.values())) is not None  # it did replay
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(model.bn, name), getattr(reference.bn, name), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("replacements,prologue", [
+    ({}, ("add", "mul", "sigmoid")),  # L2/21's shape: a chain with a per-channel bias, affine norm
+    ({"nn.GroupNorm(groups, out_channels)": "nn.GroupNorm(groups, out_channels, eps=1e-3, affine=False)",
+      "torch.randn(2, 3, 13, 11)": "torch.randn(3, 3, 21, 9) * 4.0 + 50.0"}, ("add", "mul", "sigmoid")),
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.ConvTranspose3d(in_channels, out_channels, kernel_size)",
+      "x = x + self.bias\n        x = x * self.scale\n        x = torch.sigmoid(x)\n": "x = torch.relu(x)\n",
+      "torch.randn(2, 3, 13, 11)": "torch.rand(2, 3, 3, 4, 3)"}, ("relu",)),  # L2/61's: one operation before it
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.Linear(in_channels, out_channels)",
+      "torch.randn(out_channels, 1, 1)": "torch.randn(out_channels)",
+      "torch.randn(2, 3, 13, 11)": "torch.randn(5, 3)"}, ("add", "mul", "sigmoid")),  # L2/37's: (N, C), no spatial
+])
+def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_path, monkeypatch, replacements,
+                                                                            prologue):
+    """The graph_norm plan computes each GroupNorm in Triton (Welford statistics per sample and
+    group over chunks, then the normalize pass), with the elementwise work only the norm reads
+    computed in both passes instead of written out (one operation is worth it there); the result
+    passes the judge, affine or not, and where the sigmoid saturates (values near 1 with a small
+    spread, where a variance from the sum of squares would cancel)."""
+    path = problem_variant(tmp_path, "partial_groupnorm.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [(*prologue, "group_norm")] and not chosen["groups"]
+    assert "GroupNorm" not in chosen["pytorch"]
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
+
+
+def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch) -> str:
+    """The graph_norm plan of ``path`` has one part, a one-launch norm of ``ops`` (``op_name`` no
+    longer in PyTorch), and its candidate is judged correct; its source."""
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
+    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    return judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
+    # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
+    ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
+     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid")),
+    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling left in PyTorch; a scale before it
+    ("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
+     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub")),
+])
+def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
+                                                                      shape, ops):
+    """A softmax over the channels of a convolution's output (KernelBench L2/6, 2/91) is one Triton
+    pass in the graph_norm plan: each program holds all channels of a run of positions; the
+    elementwise work only the softmax reads is computed as it is read, the work only its output
+    feeds (per-channel tensors included) applied before the store; judged correct."""
+    path = tmp_path / "channel_softmax.py"
+    path.write_text(model_source(f"self.conv = nn.{conv}\nself.bias = nn.Parameter(torch.randn({bias}))\n"
+                                  f"self.pool = nn.{pool}", f"x = self.conv(x)\n{body}\nreturn self.pool(x)", shape))
+    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch)
+    assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
+
+
+@pytest.mark.parametrize("first,normalized,body,shape,ops", [
+    # L2/34's: a transposed 3-D convolution, a scale before the norm, GELU and a per-column scale after it
+    ("ConvTranspose3d(3, 8, 4, stride=2, padding=1)", "10",
+     "return torch.nn.functional.gelu(self.norm(self.first(x) * 2.0)) * self.scale", "1, 3, 2, 2, 5",
+     ("mul", "layer_norm", "gelu", "mul")),
+    # L3/31's: a residual added before the norm (two activations), nothing after it
+    ("Linear(24, 24)", "24", "return self.norm(self.first(x) + x)", "7, 24", ("add", "layer_norm")),
+    # over the last two dimensions (20 elements, not a power of two), no affine map, a ReLU after it
+    ("Conv2d(3, 6, 3)", "(4, 5), elementwise_affine=False", "return torch.relu(self.norm(self.first(x)))", "2, 3, 6, 7",
+     ("layer_norm", "relu")),
+])
+def test_a_layer_norm_of_a_partition_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, first, normalized,
+                                                                          body, shape, ops):
+    """An nn.LayerNorm inside a forward (KernelBench L2/34, 3/31) is one Triton pass of the
+    graph_norm plan: whole rows held in a program, the mean and the variance of the deviations; the
+    elementwise work only the norm reads is computed as it is read, the work only its output feeds
+    (tensors of one value per normalized position too) applied before the store; judged correct."""
+    path = tmp_path / "layer_norm.py"
+    size = normalized.split(", elementwise")[0]
+    path.write_text(model_source(f"self.first = nn.{first}\nself.norm = nn.LayerNorm({normalized})\n"
+                                  f"self.scale = nn.Parameter(torch.rand({size}) + 0.5)", body, shape))
+    source = _one_pass_part_judged(path, ops, "LayerNorm", tmp_path, monkeypatch)
+    assert "lnorm_0_kernel[" in source and "self.norm(" not in source
+
+
+@pytest.mark.parametrize("replacements,ops", [
+    ({}, ("batch_norm", "relu", "mul")),  # training: batch statistics; the ReLU and scale as its epilogue
+    ({"self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)":
+      "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)\n"
+      "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n        self.eval()"},
+     ("batch_norm", "relu", "mul")),  # eval: the running statistics
+    ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.Linear(in_channels, out_channels)",
+      "nn.BatchNorm2d(out_channels)": "nn.BatchNorm1d(out_channels, affine=False)",
+      "torch.rand(out_channels, 1, 1)": "torch.rand(out_channels)", "torch.randn(4, 3, 12, 10)": "torch.randn(9, 3)"},
+     ("batch_norm", "relu", "mul")),  # (N, C): statistics over the batch alone
+])
+def test_batch_norms_of_a_partition_run_in_triton_and_keep_the_running_statistics(tmp_path, monkeypatch, replacements,
+                                                                                 ops):
+    """The graph_norm plan runs a BatchNorm in Triton as PyTorch does in the module's mode: in
+    training the batch's statistics normalize and the running ones move by the momentum (or the
+    cumulative average), in eval the running ones normalize; the elementwise work that reads only
+    its output is applied before the store. The judge finds the outputs equal, and forwards of the
+    candidate leave the same running statistics as those of the reference, with a momentum or
+    (momentum None) the cumulative average."""
+    path = problem_variant(tmp_path, "partial_batchnorm.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"], pattern.reason
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    (tmp_path / "reference.py").write_text(path.read_text())
+    (tmp_path / "candidate.py").write_text(source)
+    check = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import candidate, reference
+for momentum in (0.1, None):
+    torch.manual_seed(3)
+    old = reference.Model()
+    torch.manual_seed(3)
+    new = candidate.ModelNew()
+    old.bn.momentum = new.bn.momentum = momentum
+    for _ in range(3):
+        x = reference.get_inputs()[0]
+        torch.testing.assert_close(new(x), old(x), rtol=1e-4, atol=1e-5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(new.bn, name), getattr(old.bn, name), rtol=1e-5, atol=1e-6)
+"""
+    run = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+
