@@ -158,7 +158,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
 
 def _resume_command(command: str, task: str, run) -> str:
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
 
     return resume_command(shlex.join(["loopwise", "training", command, task]), run.store.meta.run_id,
                           run.store.run_dir.parent)

@@ -119,3 +119,9 @@ class ModelTransitions:
                 if all(t.config != o.config for o in out):
                     out.append(t)
         return out[:n]
+
+
+def expert_rules(**context: object) -> None:
+    """The training engine's LLM-free proposer: its expert rules, which need no proposer object
+    (the search calls :func:`~loopwise.training.transitions.propose_transitions` itself), so None."""
+    return None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loopwise.core.propose.factory import CHOICES
 from loopwise.errors import UserError
 from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
@@ -43,7 +44,7 @@ class Settings:
     budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.proposer not in ("expert", "llm", "exchange"):
+        if self.proposer not in CHOICES:
             raise UserError(f"unknown proposer {self.proposer!r}: expert, llm or exchange")
         if self.proposer == "exchange" and not self.exchange_dir:
             raise UserError("--proposer exchange needs --exchange-dir FOLDER")
@@ -207,23 +208,15 @@ class TrainingRun:
 
     def _transitions(self):
         """None for the expert rules; else the model or exchange folder behind the shared interface."""
+        from loopwise.core.propose.factory import make_proposer
+        from loopwise.training.engine import ENGINE
+
         st = self.settings
-        if st.proposer == "expert":
+        proposer = make_proposer(st.proposer, ENGINE.name, store=self.store, exchange_dir=st.exchange_dir, llm=st.llm)
+        if proposer is None:  # the expert rules: the search applies them itself
             return None
         from loopwise.training.proposer import ModelTransitions
 
-        if st.proposer == "exchange":
-            from loopwise.core.propose import ExchangeProposer
-
-            proposer = ExchangeProposer(st.exchange_dir)
-        else:
-            from loopwise.core.propose.llm import LLMProposer
-            from loopwise.kernels.optimize.settings import record_llm_call
-
-            try:
-                proposer = LLMProposer.from_config(st.llm, call_log=lambda rec: record_llm_call(self.store, rec))
-            except (TypeError, ValueError, KeyError) as exc:
-                raise UserError(f"--proposer llm: {exc}") from None
         self.model_transitions = ModelTransitions(proposer, self.session.describe())
         return self.model_transitions
 
