@@ -133,7 +133,7 @@ class TrainingRun:
         from loopwise.training.diagnose import diagnose
 
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
-        findings = [{"kind": f.kind, "guidance": f.guidance, "severity": f.severity, "score": f.score}
+        findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score}
                     for f in diagnose(result.trace, result.config)]
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,

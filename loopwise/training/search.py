@@ -75,7 +75,7 @@ class Preset:
 
 
 PRESETS = {
-    # a pipeline check: stages just long enough for the diagnosis (diagnose.MIN_STEPS), so the tree's
+    # a pipeline check: stages just long enough for the diagnosis (trace_stats.MIN_STEPS), so the tree's
     # expansions past the first read findings
     "smoke": Preset("smoke", stage_steps=8, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
                     warm_max_steps=150, warm_check_every=25),

@@ -185,7 +185,7 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():
-    from loopwise.training.diagnose import MIN_STEPS
+    from loopwise.training.trace_stats import MIN_STEPS
 
     assert all(p.stage_steps >= MIN_STEPS for p in search.PRESETS.values())
 
