@@ -99,22 +99,19 @@ class TrainingRun:
 
     @classmethod
     def start(cls, settings: Settings, runs_dir: str) -> TrainingRun:
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import create_run
 
         session = Session(settings.task, settings.preset, settings.seed, settings.difficulty,
                           resolve_device(settings.device), settings.policy_path or None)  # validates first
-        store = SqliteRunStore.create(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1))
-        store.append("settings", settings.to_dict())
+        store = create_run(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1), settings=settings.to_dict())
         return cls(settings, store, session)
 
     @classmethod
     def resume(cls, runs_dir: str, run_id: str) -> TrainingRun:
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import open_run, recorded_settings
 
-        store = SqliteRunStore.open(runs_dir, run_id)
-        if store.meta.kind != KIND:
-            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
-        settings = Settings.from_dict(next(iter(store.events(kind="settings"))).payload)
+        store = open_run(runs_dir, run_id, KIND, noun="a training search")
+        settings = Settings.from_dict(recorded_settings(store))
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
                                            resolve_device(settings.device), settings.policy_path or None))
         base = store.latest_by_key("base").get("base")
