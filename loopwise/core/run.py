@@ -34,7 +34,7 @@ def create_run(runs_dir: str | os.PathLike[str], kind: str, config_text: str,
 
     Args:
         runs_dir: the folder of runs (created if missing).
-        kind: what the run does, e.g. ``training.search``.
+        kind: what the run does, ``<engine>.<command>``.
         config_text: the resolved configuration as YAML or JSON text.
         settings: what the run was started with, recorded as its first ``settings`` event.
     """
@@ -52,7 +52,7 @@ def open_run(runs_dir: str | os.PathLike[str], run_id: str, kind: str | None = N
         runs_dir: the folder of runs.
         run_id: the run's id.
         kind: the kind the caller can resume; None accepts any.
-        noun: what a run of ``kind`` is called in the error, e.g. ``a training search``.
+        noun: what a run of ``kind`` is called in the error, e.g. ``a tree search``.
 
     Raises:
         UserError: no run ``run_id`` is there, or it is of another kind (one line each).

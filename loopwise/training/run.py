@@ -1,7 +1,7 @@
 """A training comparison kept in the run store: the base policy, every stage trained (weights as
 artifacts, traces and rewards as events) and each method's result, so a killed run resumes where
 it stopped: stages already trained are read back, not trained again (training is deterministic
-for a given start, config and seed, see :func:`loopwise.training.search.stage_key`).
+for a given start, config and seed, see :func:`loopwise.training.session.stage_key`).
 
 Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
 (key = the stage's key; its config, metric trace, diagnosis, rewards, weights' artifact, and where it sits:
@@ -20,7 +20,8 @@ from loopwise.core.propose.factory import CHOICES
 from loopwise.errors import UserError
 from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
-from loopwise.training.search import METHODS, Schedule, Session, StageResult, run_method
+from loopwise.training.search import METHODS, run_method
+from loopwise.training.session import Schedule, Session, StageResult
 
 KIND = "training.search"
 
