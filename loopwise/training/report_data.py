@@ -35,6 +35,7 @@ class Schedule:
 
 @dataclass
 class TrainingData:
+    """Everything the report reads from one run's events."""
     settings: dict
     base: dict
     stages: list[dict]
@@ -57,14 +58,17 @@ class TrainingData:
 
 # -- reading -----------------------------------------------------------------------------------
 def as_number(v) -> float | None:
+    """``v`` as a finite float, or None (booleans, NaN and non-numbers are None)."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def as_list(v) -> list:
+    """``v`` when it is a list, else an empty one."""
     return v if isinstance(v, list) else []
 
 
 def as_dict(v) -> dict:
+    """``v`` when it is a dict, else an empty one."""
     return v if isinstance(v, dict) else {}
 
 
@@ -79,6 +83,7 @@ def rank_of(v) -> float:
 
 
 def load_data(store) -> TrainingData:
+    """Reads the run's events into :class:`TrainingData`; malformed payloads read as empty."""
     data = TrainingData({}, {}, [], {})
     for e in store.events():
         p = e.payload if isinstance(e.payload, dict) else {}
@@ -120,6 +125,7 @@ def parent_of(tree: dict[int, dict], n: int) -> int:
 
 
 def tree_path(tree: dict[int, dict], node: int) -> list[dict]:
+    """The tree's stages from its first stage down to ``node``."""
     path, seen = [], set()
     while node in tree and node not in seen:  # `seen`: a malformed log must not loop forever
         seen.add(node)
@@ -167,6 +173,7 @@ def base_test_reward(data: TrainingData) -> float | None:
 
 
 def fmt(v, digits: int = 3) -> str:
+    """A number with ``digits`` decimals, ``-`` for none."""
     v = as_number(v)
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -177,10 +184,12 @@ def value_text(v) -> str:
 
 
 def count_text(v: int | None) -> str:
+    """A count with thousands separators, ``-`` for none."""
     return "-" if v is None else f"{v:,}"
 
 
 def delta_text(v, ref) -> str:
+    """``v - ref`` with its relative change, ``-`` when either is missing."""
     v, ref = as_number(v), as_number(ref)
     if v is None or ref is None:
         return "-"
@@ -189,6 +198,7 @@ def delta_text(v, ref) -> str:
 
 
 def changes_text(old: dict, new: dict) -> str:
+    """The knobs ``new`` changes from ``old``, as ``knob old→new`` pairs."""
     diff = [f"{k} {value_text(old[k])}→{value_text(new[k])}" for k in new if k in old and old[k] != new[k]]
     return ", ".join(diff) or "no change"
 

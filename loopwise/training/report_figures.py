@@ -30,6 +30,7 @@ from loopwise.training.report_data import (
 
 
 def headline_rows(data: TrainingData) -> list[list[str]]:
+    """One row of the headline table per method."""
     grid, base_test = data.schedules.get("grid"), base_test_reward(data)
     rows = []
     for m, s in data.schedules.items():
@@ -84,6 +85,7 @@ def _stitched(traces: list[list[dict]]):
 
 
 def reward_curves_figure(data: TrainingData) -> Figure:
+    """Each method's reward across its stages."""
     import plotly.graph_objects as go
 
     fig, base = go.Figure(), as_number(data.base.get("tune"))
@@ -138,6 +140,7 @@ def default_config(tree: dict[int, dict]) -> dict:
 
 
 def node_change(n: int, tree: dict[int, dict], default: dict) -> str:
+    """What node ``n``'s stage changed from its parent's config (or the default, for a first stage)."""
     p = parent_of(tree, n)
     ref = as_dict(tree[p].get("config")) if p else default
     return (("vs parent: " if p else "vs the default config: ") + changes_text(ref, as_dict(tree[n].get("config")))
@@ -153,6 +156,7 @@ def _node_hover(n: int, s: dict, tree: dict[int, dict], default: dict) -> str:
 
 
 def tree_figure(data: TrainingData) -> Figure:
+    """The stage tree, coloured by tuning reward."""
     import plotly.graph_objects as go
 
     tree, default = data.tree, default_config(data.tree)
@@ -189,6 +193,7 @@ def tree_figure(data: TrainingData) -> Figure:
 
 
 def knobs_figure(data: TrainingData) -> Figure:
+    """The knobs' values across each method's chosen stages."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=4, subplot_titles=KNOBS, horizontal_spacing=0.06, vertical_spacing=0.16)
@@ -205,6 +210,7 @@ def knobs_figure(data: TrainingData) -> Figure:
 
 
 def metrics_figure(s: Schedule) -> Figure:
+    """The other training metrics of one schedule, one panel each."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=4, subplot_titles=PANELS, horizontal_spacing=0.06, vertical_spacing=0.16)
@@ -224,6 +230,7 @@ def metrics_figure(s: Schedule) -> Figure:
 
 
 def warm_figure(history: list) -> Figure:
+    """The warm start's pass rate over its steps."""
     import plotly.graph_objects as go
 
     pts = [p for p in history if isinstance(p, (list, tuple)) and len(p) == 2]

@@ -33,20 +33,24 @@ MIN_REWARD_CHANGE = 0.02  # on a noiseless trace, smaller reward moves still cou
 
 
 def number(value: object) -> float | None:
+    """``value`` as a float when it is a real number (not a boolean), else None."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy scalars are Real too
         return None
     return float(value)
 
 
 def window(n: int) -> int:
+    """The window length for a series of ``n`` values: a quarter of it, at least :data:`MIN_WINDOW`."""
     return max(MIN_WINDOW, n // WINDOW_DIVISOR)
 
 
 def head(values: Sequence[float]) -> float:
+    """The median of the first window."""
     return statistics.median(values[:window(len(values))])
 
 
 def tail(values: Sequence[float]) -> float:
+    """The median of the last window."""
     return statistics.median(values[-window(len(values)):])
 
 
@@ -73,6 +77,7 @@ def shift(before: Sequence[float], after: Sequence[float], noise: float, floor: 
 
 
 def stage_shift(values: Sequence[float], floor: float = MIN_REWARD_CHANGE) -> tuple[float, float]:
+    """The shift from the first window to the last over the stage, and the smallest that is not noise."""
     w = window(len(values))
     return shift(values[:w], values[-w:], noise(values), floor)
 
@@ -108,10 +113,12 @@ def recent_trend(values: Sequence[float], floor: float = MIN_REWARD_CHANGE) -> t
 
 
 def comparable(values: Sequence[float]) -> bool:
+    """Whether the series holds two windows to compare."""
     return len(values) >= 2 * MIN_WINDOW
 
 
 def fmt(x: float) -> str:
+    """A number with three significant digits, as the guidance quotes it."""
     return f"{x:.3g}"
 
 
