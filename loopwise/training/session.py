@@ -137,7 +137,7 @@ class Session:
                            prompts_per_step=self.p.prompts_per_step, steps=self.p.stage_steps,
                            difficulty=self.difficulty,
                            # 3e-4 lowered held-out reward in every default-config stage of a CPU pilot
-                           # (docs/benchmarks.md, "Training engine"); 1e-4 was the grid's best there
+                           # (docs/log/2026-11-30.md, "Training engine: first figures"); 1e-4: the grid's best there
                            learning_rate=1e-4 if self.p.policy != "full" else 5e-5)
 
     def describe(self) -> str:
