@@ -34,20 +34,11 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
     """One self-contained HTML report of a run (opens offline)."""
     from pathlib import Path
 
+    from loopwise.core.engines import engine_for_run
     from loopwise.core.store import SqliteRunStore
 
     with SqliteRunStore.open(runs_dir, run_id) as store:
-        # the kind's string, not loopwise.training.run.KIND: importing that module loads torch
-        if store.meta.kind == "training.search":
-            from loopwise.training.report_html import build_report
-        elif store.meta.kind == "kernels.bench":
-            from loopwise.kernels.report.bench_html import build_report
-        elif store.meta.kind == "kernels.eval":
-            from loopwise.kernels.report.eval_html import build_eval_report as build_report
-        elif store.meta.kind == "memory.plan":
-            from loopwise.memory.report import build_report
-        else:
-            from loopwise.kernels.report.optimize_html import build_report
+        build_report = engine_for_run(store.meta.kind).report_builder(store.meta.kind)
         path = build_report(store, Path(out) if out else None)
     typer.echo(json.dumps({"run_id": run_id, "report": str(path)}) if as_json else f"report written to {path}")
 

@@ -65,7 +65,7 @@ def test_a_resumed_run_gets_the_config_it_stored_under_what_is_given_now(tmp_pat
 def test_the_resume_command_names_the_runs_folder_and_quotes_it(tmp_path):
     import shlex
 
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
 
     runs = tmp_path / "my runs"
     line = resume_command("loopwise training search arithmetic", "20260101-000000-abcdef", runs)

@@ -51,7 +51,7 @@ def recorded_inputs(store) -> dict:
 
 def resume_line(store) -> str:
     """The shell command that continues the plan run held by ``store``."""
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
 
     model = recorded_inputs(store)["model"]
     return resume_command(shlex.join(["loopwise", "memory", "plan", model]), store.meta.run_id,

@@ -120,6 +120,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
         TimeElapsedColumn,
     )
 
+    from loopwise.core.run import interruptible
     from loopwise.training.run import Settings, TrainingRun
 
     if resume:
@@ -144,13 +145,12 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
                 bars[method] = bar.add_task(method, total=b.amount, info="")
             bar.update(bars[method], completed=min(done, b.amount), info=f"tune reward {result.tune_reward:.3f}")
 
-        try:
+        def say(line: str) -> None:
+            err.print(escape(line), soft_wrap=True)
+
+        # Ctrl-C or SIGTERM: finished stages are stored, the run says how to continue
+        with interruptible(run.store, lambda: _resume_command(command, s.task, run), say):
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished stages are stored
-            err.print(f"stopped; continue with: {escape(_resume_command(command, s.task, run))}", soft_wrap=True)
-            raise
-        finally:
-            run.close()
     if not as_json:
         _table(run, results)
     return {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
@@ -158,7 +158,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
 
 def _resume_command(command: str, task: str, run) -> str:
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
 
     return resume_command(shlex.join(["loopwise", "training", command, task]), run.store.meta.run_id,
                           run.store.run_dir.parent)

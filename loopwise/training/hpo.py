@@ -4,7 +4,7 @@ Both spend whole stages from the same warm-started base as the methods of
 :mod:`loopwise.training.search`; their ``budget`` is the number of default stages a method's
 compute budget buys (:func:`~loopwise.training.search.run_method`), exact in samples because
 every config here has the default's group size, prompts and steps. They search the same space as
-its ``random`` baseline (:func:`~loopwise.training.search.random_configs`): learning rate log-uniform in
+its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate log-uniform in
 :data:`LEARNING_RATE`, KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
 :data:`TEMPERATURE`; every other knob is the session's default config.
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from loopwise.errors import UserError
 from loopwise.training.config import StageConfig
-from loopwise.training.search import Schedule, Session, random_configs
+from loopwise.training.baselines import random_configs
+from loopwise.training.session import Schedule, Session
 
 # The search space, the same ranges as random_configs draws from.
 LEARNING_RATE = (1e-4, 1e-3)  # log-uniform
@@ -65,7 +66,7 @@ def _import_optuna():
 def suggest_config(trial, base: StageConfig) -> StageConfig:
     """``base`` with the three knobs asked of an Optuna trial.
 
-    The KL coefficient is conditional, as in :func:`~loopwise.training.search.random_configs`: a
+    The KL coefficient is conditional, as in :func:`~loopwise.training.baselines.random_configs`: a
     categorical ``kl`` (off/on, even odds before TPE has data) and, only when on, ``beta``
     log-uniform in :data:`BETA`. Zero cannot sit on a log scale, and a float over 0..0.1 would put
     nine tenths of its prior mass above 0.01, unlike the random baseline's. Optuna 5's TPE models

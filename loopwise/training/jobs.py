@@ -12,7 +12,8 @@ def run_method(payload: dict) -> dict:
     driver records them in the run store as if it had trained them itself). ``payload`` holds the
     run's settings, the base (weights, tune reward, warm-start facts) and the method."""
     from loopwise.training.run import Settings, resolve_device, result_payload
-    from loopwise.training.search import Session, run_method as run_one
+    from loopwise.training.search import run_method as run_one
+    from loopwise.training.session import Session
 
     st = Settings.from_dict(payload["settings"])
     device = resolve_device("cpu" if st.device == "cpu" else "auto")  # a worker is pinned to its GPU

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from loopwise.training import metrics as M
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
+from loopwise.training.findings import as_note
 from loopwise.training.transitions import Bounds, Transition, propose_transitions
 
 FIXED = ("steps", "prompts_per_step", "num_iterations", "max_grad_norm")  # the comparison fixes these
@@ -53,7 +54,7 @@ def request_for(task: str, config: StageConfig, findings, trace, tune: float | N
                                                          if k in CAPACITY + REGULARIZATION)
                        + (f"; held-out reward {r:.3f}" if r is not None else "") for i, (c, r) in enumerate(path))
     return ProposalRequest(task=text, candidate=json.dumps(config.model_dump(), indent=1, sort_keys=True),
-                           evaluation=_summary(trace, tune), findings=tuple(f.as_note() for f in findings),
+                           evaluation=_summary(trace, tune), findings=tuple(as_note(f) for f in findings),
                            memory=memory, n=n, kind="training")
 
 
@@ -119,3 +120,9 @@ class ModelTransitions:
                 if all(t.config != o.config for o in out):
                     out.append(t)
         return out[:n]
+
+
+def expert_rules(**context: object) -> None:
+    """The training engine's LLM-free proposer: its expert rules, which need no proposer object
+    (the search calls :func:`~loopwise.training.transitions.propose_transitions` itself), so None."""
+    return None

@@ -1,7 +1,7 @@
 """A training comparison kept in the run store: the base policy, every stage trained (weights as
 artifacts, traces and rewards as events) and each method's result, so a killed run resumes where
 it stopped: stages already trained are read back, not trained again (training is deterministic
-for a given start, config and seed, see :func:`loopwise.training.search.stage_key`).
+for a given start, config and seed, see :func:`loopwise.training.session.stage_key`).
 
 Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
 (key = the stage's key; its config, metric trace, diagnosis, rewards, weights' artifact, and where it sits:
@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loopwise.core.propose.factory import CHOICES
 from loopwise.errors import UserError
 from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
-from loopwise.training.search import METHODS, Schedule, Session, StageResult, run_method
+from loopwise.training.search import METHODS, run_method
+from loopwise.training.session import Schedule, Session, StageResult
 
 KIND = "training.search"
 
@@ -43,7 +45,7 @@ class Settings:
     budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.proposer not in ("expert", "llm", "exchange"):
+        if self.proposer not in CHOICES:
             raise UserError(f"unknown proposer {self.proposer!r}: expert, llm or exchange")
         if self.proposer == "exchange" and not self.exchange_dir:
             raise UserError("--proposer exchange needs --exchange-dir FOLDER")
@@ -98,22 +100,19 @@ class TrainingRun:
 
     @classmethod
     def start(cls, settings: Settings, runs_dir: str) -> TrainingRun:
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import create_run
 
         session = Session(settings.task, settings.preset, settings.seed, settings.difficulty,
                           resolve_device(settings.device), settings.policy_path or None)  # validates first
-        store = SqliteRunStore.create(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1))
-        store.append("settings", settings.to_dict())
+        store = create_run(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1), settings=settings.to_dict())
         return cls(settings, store, session)
 
     @classmethod
     def resume(cls, runs_dir: str, run_id: str) -> TrainingRun:
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import open_run, recorded_settings
 
-        store = SqliteRunStore.open(runs_dir, run_id)
-        if store.meta.kind != KIND:
-            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a training search")
-        settings = Settings.from_dict(next(iter(store.events(kind="settings"))).payload)
+        store = open_run(runs_dir, run_id, KIND, noun="a training search")
+        settings = Settings.from_dict(recorded_settings(store))
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
                                            resolve_device(settings.device), settings.policy_path or None))
         base = store.latest_by_key("base").get("base")
@@ -132,7 +131,7 @@ class TrainingRun:
         from loopwise.training.diagnose import diagnose
 
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
-        findings = [{"kind": f.kind, "guidance": f.guidance, "severity": f.severity, "score": f.score}
+        findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score}
                     for f in diagnose(result.trace, result.config)]
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,
@@ -207,23 +206,15 @@ class TrainingRun:
 
     def _transitions(self):
         """None for the expert rules; else the model or exchange folder behind the shared interface."""
+        from loopwise.core.propose.factory import make_proposer
+        from loopwise.training.engine import ENGINE
+
         st = self.settings
-        if st.proposer == "expert":
+        proposer = make_proposer(st.proposer, ENGINE.name, store=self.store, exchange_dir=st.exchange_dir, llm=st.llm)
+        if proposer is None:  # the expert rules: the search applies them itself
             return None
         from loopwise.training.proposer import ModelTransitions
 
-        if st.proposer == "exchange":
-            from loopwise.core.propose import ExchangeProposer
-
-            proposer = ExchangeProposer(st.exchange_dir)
-        else:
-            from loopwise.core.propose.llm import LLMProposer
-            from loopwise.kernels.optimize.settings import record_llm_call
-
-            try:
-                proposer = LLMProposer.from_config(st.llm, call_log=lambda rec: record_llm_call(self.store, rec))
-            except (TypeError, ValueError, KeyError) as exc:
-                raise UserError(f"--proposer llm: {exc}") from None
         self.model_transitions = ModelTransitions(proposer, self.session.describe())
         return self.model_transitions
 

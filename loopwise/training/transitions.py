@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from loopwise.core.records import Finding
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
-from loopwise.training.diagnose import TrainingFinding
+from loopwise.training.findings import suggests
 
 __all__ = ["CAPACITY_GROWS_REWARD", "STEPS", "Bounds", "Step", "Transition", "directions", "propose_transitions"]
 
@@ -139,11 +140,11 @@ class Transition:
         object.__setattr__(self, "changes", MappingProxyType(dict(self.changes)))
 
 
-def _plan_from(findings: Sequence[TrainingFinding]) -> Plan:
+def _plan_from(findings: Sequence[Finding]) -> Plan:
     plan: Plan = {}
     for finding in sorted(findings, key=lambda f: -f.score):  # stable: ties keep the caller's order
-        for knob, direction in finding.suggests.items():
-            plan.setdefault(knob, (direction, finding.kind))
+        for knob, direction in suggests(finding).items():
+            plan.setdefault(knob, (direction, finding.tool))
     return plan
 
 
@@ -169,11 +170,11 @@ def _build(config: StageConfig, plan: Plan, scale: float, bounds: Bounds) -> Sta
         return None
 
 
-def _variants(plan: Plan, findings: Sequence[TrainingFinding]) -> list[tuple[Plan, float, str]]:
+def _variants(plan: Plan, findings: Sequence[Finding]) -> list[tuple[Plan, float, str]]:
     out: list[tuple[Plan, float, str]] = [(plan, 0.5, "half steps"), (plan, 2.0, "double steps")]
     if len(plan) > 1:
         out += [({k: v for k, v in plan.items() if k != knob}, 1.0, f"without {knob}") for knob in plan]
-        top = max(findings, key=lambda f: f.score).kind if findings else "prior"
+        top = max(findings, key=lambda f: f.score).tool if findings else "prior"
         only = {k: v for k, v in plan.items() if v[1] == top}
         if only and len(only) < len(plan):
             out.append((only, 1.0, f"{top} only"))
@@ -198,7 +199,7 @@ def _rationale(plan: Plan, changes: Mapping[str, tuple], note: str) -> str:
     return f"{head}{f' ({note})' if note else ''}: {moves}."
 
 
-def propose_transitions(config: StageConfig, findings: list[TrainingFinding], rng: random.Random, n: int = 2,
+def propose_transitions(config: StageConfig, findings: list[Finding], rng: random.Random, n: int = 2,
                         bounds: Bounds | None = None, *, reward: float | None = None) -> list[Transition]:
     """The next stage's configs for a checkpoint, best guess first.
 
@@ -224,7 +225,7 @@ def propose_transitions(config: StageConfig, findings: list[TrainingFinding], rn
     plan, note = _plan_from(findings), ""
     if _build(config, plan, 1.0, bounds) is None:
         if findings:  # every answer to them is at its bound: say so, and follow the prior
-            note = f"{', '.join(f.kind for f in findings)} cannot be answered within bounds"
+            note = f"{', '.join(f.tool for f in findings)} cannot be answered within bounds"
         plan = _prior_plan(config, reward, bounds)
     variants, singles = _variants(plan, findings), _singles()
     rng.shuffle(variants)

@@ -17,7 +17,7 @@ from loopwise.core.propose import (
     render_prompt,
 )
 
-REQUEST = ProposalRequest(task="Reference: class Model computes relu(x).", evaluation="1.3 ms")
+REQUEST = ProposalRequest(kind="kernels", task="Reference: class Model computes relu(x).", evaluation="1.3 ms")
 ANSWER = f"Move: one fused Triton kernel\n\n```python\n{GOOD_CODE}```\n"
 
 
@@ -106,7 +106,7 @@ def test_several_proposals_get_their_own_numbered_files(tmp_path):
     proposer = make(tmp_path, lines)
     for number in ("0001", "0002"):
         write_later(tmp_path / f"answer-{number}.md", [ANSWER], 0.05)
-    results = proposer.propose(ProposalRequest(task="t", n=2))
+    results = proposer.propose(ProposalRequest(kind="kernels", task="t", n=2))
     assert [r.ok for r in results] == [True, True] and len(lines) == 2
     write_later(tmp_path / "answer-0003.md", [ANSWER], 0.05)
     [third] = proposer.propose(REQUEST)

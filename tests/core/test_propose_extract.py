@@ -56,13 +56,13 @@ def test_the_note_falls_back_to_the_first_prose_line():
 
 
 def test_prompts_leave_out_empty_sections_and_unknown_kinds_are_user_errors():
-    bare = render_prompt(ProposalRequest(task="T")).user
+    bare = render_prompt(ProposalRequest(kind="kernels", task="T")).user
     assert "Current candidate" not in bare and "diagnosis" not in bare and "ModelNew" in bare
-    rich = render_prompt(ProposalRequest(task="T", findings=(FindingNote(text="spills"),))).user
+    rich = render_prompt(ProposalRequest(kind="kernels", task="T", findings=(FindingNote(text="spills"),))).user
     assert "- spills" in rich
     with pytest.raises(UserError, match="scheduling"):
         render_prompt(ProposalRequest(task="T", kind="scheduling"))
     training = render_prompt(ProposalRequest(task="T", kind="training"))
     assert "```json" in training.system and "healthy" in training.user  # no findings: said so
     with pytest.raises(ValueError):
-        ProposalRequest(task="T", n=0)
+        ProposalRequest(kind="kernels", task="T", n=0)

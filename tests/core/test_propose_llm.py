@@ -39,7 +39,7 @@ from loopwise.errors import UserError
 KEY = "sk-test-123"
 APIS = ["openai", "anthropic"]
 REQUEST = ProposalRequest(
-    task="Reference: class Model computes relu(x) for x of shape (4096, 4096).",
+    kind="kernels", task="Reference: class Model computes relu(x) for x of shape (4096, 4096).",
     candidate="import torch\nclass ModelNew(torch.nn.Module):\n    pass\n",
     candidate_summary="the eager baseline",
     evaluation="correct; 1.30 ms vs 1.28 ms reference",
@@ -217,7 +217,7 @@ def test_a_lost_connection_is_an_api_error_not_an_exception():
 def test_a_token_budget_stops_further_calls(server, api):
     server.queue(good(), good(), good())
     proposer = make(server, api, budget=Budget(BudgetConfig(max_tokens=2000)))
-    results = proposer.propose(ProposalRequest(task="t", n=3))
+    results = proposer.propose(ProposalRequest(kind="kernels", task="t", n=3))
     assert [r.ok for r in results] == [True, True, False]
     assert isinstance(results[2], BudgetExhausted)
     assert results[2].reason == FailureReason.BUDGET_EXHAUSTED
@@ -228,10 +228,10 @@ def test_a_token_budget_stops_further_calls(server, api):
 def test_a_dollar_budget_is_shared_and_stops_every_later_call(server):
     budget = Budget(BudgetConfig(max_usd=0.005))
     server.queue(good(), good(), good())
-    first = make(server, "openai", budget=budget).propose(ProposalRequest(task="t", n=3))
+    first = make(server, "openai", budget=budget).propose(ProposalRequest(kind="kernels", task="t", n=3))
     assert [r.ok for r in first] == [True, True, False]
     assert budget.spent_usd == pytest.approx(0.0072)
-    later = make(server, "anthropic", budget=budget).propose(ProposalRequest(task="t", n=2))
+    later = make(server, "anthropic", budget=budget).propose(ProposalRequest(kind="kernels", task="t", n=2))
     assert all(isinstance(r, BudgetExhausted) for r in later)
     assert len(server.posts()) == 2
 
@@ -239,7 +239,7 @@ def test_a_dollar_budget_is_shared_and_stops_every_later_call(server):
 def test_failed_replies_count_against_the_budget(server):
     server.queue(truncated(), good())
     results = make(server, "openai", budget=Budget(BudgetConfig(max_tokens=5000))).propose(
-        ProposalRequest(task="t", n=2))
+        ProposalRequest(kind="kernels", task="t", n=2))
     assert results[0].reason == FailureReason.TRUNCATED
     assert isinstance(results[1], BudgetExhausted)  # 1000 + 4096 tokens spent by the bad reply
 
@@ -248,7 +248,7 @@ def test_an_unpriced_model_costs_none_and_spends_no_dollars(server):
     server.queue(good(), good())
     proposer = make(server, "openai", prices={}, budget=None)
     proposer.budget = Budget(BudgetConfig(max_usd=0.0001))
-    results = proposer.propose(ProposalRequest(task="t", n=2))
+    results = proposer.propose(ProposalRequest(kind="kernels", task="t", n=2))
     assert all(r.ok for r in results)
     assert results[0].usage.cost_usd is None and proposer.budget.spent_usd == 0.0
 
@@ -303,7 +303,7 @@ def test_a_repair_request_sends_the_failed_code_its_reasons_and_its_log(server):
     from loopwise.core.propose import FindingNote, ProposalRequest, ProposalRole
 
     server.queue(good(note="Move: fix the arange typo"))
-    request = ProposalRequest(task="class Model computes relu(x)", candidate="import triton\n# tl.arang(0, 16)\n",
+    request = ProposalRequest(kind="kernels", task="class Model computes relu(x)", candidate="import triton\n# tl.arang(0, 16)\n",
                               evaluation="crash", role=ProposalRole.REPAIR, log="AttributeError: ... 'arang'",
                               findings=(FindingNote(text="reject runtime_error: module 'triton.language' has no "
                                                          "attribute 'arang'"),))

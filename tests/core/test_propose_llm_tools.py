@@ -27,7 +27,7 @@ from loopwise.core.propose.llm import (
 )
 
 APIS = ["openai", "anthropic"]
-REQUEST = ProposalRequest(task="Reference: class Model computes relu(x).")
+REQUEST = ProposalRequest(kind="kernels", task="Reference: class Model computes relu(x).")
 
 
 class Lookup(ChatTool):

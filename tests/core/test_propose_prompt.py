@@ -31,7 +31,7 @@ def test_a_repair_request_shows_the_failed_code_its_reasons_and_its_log():
     reasons = (FindingNote(text="reject crash: AttributeError: module 'triton.language' has no attribute 'arang'"),
                FindingNote(text="reject wrong_output: 255520 of 256000 elements outside atol=rtol=1e-4",
                            evidence={"max_abs_error": 0.181}))
-    request = ProposalRequest(task="class Model: ...", candidate=FAILED, evaluation="crash", findings=reasons,
+    request = ProposalRequest(kind="kernels", task="class Model: ...", candidate=FAILED, evaluation="crash", findings=reasons,
                               log=log_excerpt(LOG), role=ProposalRole.REPAIR, n=1)
     user = render_prompt(request).user
     assert "## The candidate that failed" in user and "tl.arang" in user and "class ModelNew" in user
@@ -42,11 +42,11 @@ def test_a_repair_request_shows_the_failed_code_its_reasons_and_its_log():
 def test_the_rules_and_the_target_are_stated():
     rules = ("Precision policy fp32, tolerance atol=rtol=1e-4.",
              "precision_downgrade: fp32 math is downgraded to TF32, fp16, bf16 or fp8.")
-    prompt = render_prompt(ProposalRequest(task="T", rules=rules, target="NVIDIA H200; eager 1.2 ms"))
+    prompt = render_prompt(ProposalRequest(kind="kernels", task="T", rules=rules, target="NVIDIA H200; eager 1.2 ms"))
     assert "Precision policy fp32" in prompt.system and "precision_downgrade" in prompt.system
     assert "## Target" in prompt.user and "eager 1.2 ms" in prompt.user
 
 
 def test_a_re_prompt_says_exactly_what_was_wrong_with_the_last_answer():
-    user = render_prompt(ProposalRequest(task="T", feedback="no ```python block in the reply")).user
+    user = render_prompt(ProposalRequest(kind="kernels", task="T", feedback="no ```python block in the reply")).user
     assert "Your previous answer could not be used: no ```python block in the reply" in user

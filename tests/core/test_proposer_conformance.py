@@ -34,6 +34,8 @@ def _llm(api: str, base: str) -> LLMProposer:
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 class TestLLMProposer(ProposerConformance):
+    KIND = "kernels"
+
     @pytest.fixture(autouse=True)
     def _server(self, monkeypatch, api):
         monkeypatch.setenv(KEY_ENV, "sk-test")
@@ -72,6 +74,8 @@ class _Agent:
 
 
 class TestExchangeProposer(ProposerConformance):
+    KIND = "kernels"
+
     @pytest.fixture(autouse=True)
     def _agent(self, tmp_path):
         self.agent = _Agent(tmp_path / "answered")

@@ -272,7 +272,7 @@ def test_the_llm_proposer_calls_the_cutlass_tools_by_default_for_kernels(checkou
     try:
         server.queue(tool_use(call("cutlass_search", {"query": "make_widget"})), good())
         config = LLMConfig(model="fake-model", base_url=server.base_url + "/v1", max_retries=0)
-        [result] = LLMProposer(config).propose(ProposalRequest(task="relu"))
+        [result] = LLMProposer(config).propose(ProposalRequest(kind="kernels", task="relu"))
         first, second = server.posts()
     finally:
         server.stop()

@@ -15,7 +15,7 @@ def test_a_rejected_candidate_tells_the_model_why():
     assert summary == "wrong_output"
     assert len(findings) == 1 and findings[0].text.startswith("reject wrong_output: kernelbench trial")
     assert dict(findings[0].evidence) == {"mismatched": 12, "numel": 4096}  # scalars only
-    prompt = render_prompt(ProposalRequest(task="class Model: ...", evaluation=summary, findings=findings))
+    prompt = render_prompt(ProposalRequest(kind="kernels", task="class Model: ...", evaluation=summary, findings=findings))
     assert "## What diagnosis found" in prompt.user and "mismatched=12" in prompt.user
 
 
@@ -35,7 +35,7 @@ def test_profile_findings_become_prompt_findings_with_their_moves():
     note = f.as_note()
     assert note.text == f"[{f.severity}] occupancy: {f.guidance}"
     assert note.evidence["moves"] == "warps=4; fuse_kernels" and note.evidence["limiter"] == "registers"
-    prompt = render_prompt(ProposalRequest(task="t", findings=(note,)))
+    prompt = render_prompt(ProposalRequest(kind="kernels", task="t", findings=(note,)))
     assert "occupancy: Occupancy is 25%" in prompt.user and "moves=warps=4; fuse_kernels" in prompt.user
 
 
@@ -54,7 +54,7 @@ def test_the_first_prompt_states_the_rules_within_its_budget():
 
     task = "class Model(torch.nn.Module): ...\n" * 20
     data = {"status": "correct", "reference_timing": {"median_ms": 1.25}, "floor_ms": 0.31}
-    prompt = render_prompt(ProposalRequest(task=task, rules=rules("fp32", 1e-4, 1e-4),
+    prompt = render_prompt(ProposalRequest(kind="kernels", task=task, rules=rules("fp32", 1e-4, 1e-4),
                                            target=target("NVIDIA H200", {1: {"data": data}})))
     text = prompt.as_markdown()
     for needle in ("Precision policy fp32", "atol=0.0001, rtol=0.0001", "class ModelNew(torch.nn.Module)",
@@ -81,7 +81,7 @@ def test_a_repair_prompt_stays_within_its_budget_whatever_the_log():
     summary, findings, excerpt = repair_context(data, log)
     assert len(excerpt) <= REPAIR_LOG_BUDGET and "RuntimeError: the real cause" in excerpt
     code, task = "import torch\n" * 50, "class Model: ...\n" * 20
-    prompt = render_prompt(ProposalRequest(task=task, candidate=code, evaluation=summary, findings=findings,
+    prompt = render_prompt(ProposalRequest(kind="kernels", task=task, candidate=code, evaluation=summary, findings=findings,
                                            log=excerpt, rules=rules("fp32", 1e-4, 1e-4), role=ProposalRole.REPAIR))
     assert "255520 of 256000" in prompt.user and "max_abs_err=0.181" in prompt.user
     assert "failed trial normal (seed 3)" in prompt.user and "uniform" not in prompt.user

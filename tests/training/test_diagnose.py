@@ -9,13 +9,10 @@ import pytest
 from loopwise.core.propose import FindingNote
 from loopwise.training import metrics as m
 from loopwise.training.config import StageConfig
-from loopwise.training.diagnose import (
-    DETECTORS,
-    MIN_STEPS,
-    TrainingFinding,
-    diagnose,
-    severity_for,
-)
+from loopwise.core.records import Finding
+from loopwise.training.diagnose import DETECTORS, diagnose
+from loopwise.training.findings import as_note, severity_for, suggests, training_finding
+from loopwise.training.trace_stats import MIN_STEPS
 
 NOISE = {m.REWARD: 0.03, m.ENTROPY: 0.03, m.KL: 0.002, m.CLIP_LOW: 0.005, m.CLIP_HIGH: 0.005,
          m.FRAC_ZERO_STD: 0.03, m.CLIPPED: 0.01, m.LENGTH: 0.3, m.GRAD_NORM: 0.05}
@@ -42,7 +39,7 @@ def make_trace(curves=None, n=40, seed=0):
 
 
 def kinds(trace, config=None):
-    return [f.kind for f in diagnose(trace, config)]
+    return [f.tool for f in diagnose(trace, config)]
 
 
 def step(at, before, after):
@@ -75,11 +72,11 @@ def test_healthy_trace_has_no_findings(seed):
 
 @pytest.mark.parametrize("kind", sorted(PATHOLOGIES))
 def test_each_detector_fires_on_its_pathology(kind):
-    curves, suggests = PATHOLOGIES[kind]
-    findings = {f.kind: f for f in diagnose(make_trace(curves), StageConfig())}
+    curves, suggests_ = PATHOLOGIES[kind]
+    findings = {f.tool: f for f in diagnose(make_trace(curves), StageConfig())}
     assert kind in findings, f"{kind} not found in {sorted(findings)}"
     finding = findings[kind]
-    assert suggests.items() <= finding.suggests.items()
+    assert suggests_.items() <= suggests(finding).items()
     assert finding.severity == severity_for(finding.score) and 0 < finding.score <= 1
     assert finding.evidence and any(ch.isdigit() for ch in finding.guidance)
 
@@ -127,7 +124,7 @@ def test_nonfinite_kl_is_a_blowup_even_in_one_step(bad):
     trace = make_trace()
     trace[17][m.KL] = bad
     findings = diagnose(trace)
-    assert [f.kind for f in findings] == ["kl_blowup"]
+    assert [f.tool for f in findings] == ["kl_blowup"]
     assert findings[0].score == 1.0 and findings[0].evidence["kl_nonfinite_steps"] == 1
 
 
@@ -142,7 +139,7 @@ def test_nan_inf_missing_and_junk_values_never_raise():
                 del row[key]
     trace += [{}, {m.STEP: 99}, "not a row", {m.EVAL_REWARD: math.nan, m.TRAIN_EVAL_REWARD: math.inf}]
     findings = diagnose(trace, StageConfig())
-    assert all(isinstance(f, TrainingFinding) for f in findings)
+    assert all(isinstance(f, Finding) for f in findings)
     assert diagnose([{m.STEP: i} for i in range(30)]) == []  # nothing logged: nothing to say
 
 
@@ -154,9 +151,9 @@ def test_a_metric_never_logged_does_not_fire_its_detector():
 
 def test_zero_signal_groups_split_by_reward_level():
     mixed = make_trace({m.FRAC_ZERO_STD: (0.7, 0.7), m.REWARD: (0.2, 0.5)})
-    found = {f.kind: f for f in diagnose(mixed)}
+    found = {f.tool: f for f in diagnose(mixed)}
     assert "groups_zero_signal" in found
-    assert dict(found["groups_zero_signal"].suggests) == {"num_generations": "up"}
+    assert suggests(found["groups_zero_signal"]) == {"num_generations": "up"}
     assert not {"groups_all_solved", "groups_none_solved"} & set(found)
 
 
@@ -177,9 +174,9 @@ def test_reward_drop_without_grad_spike_is_not_a_sudden_collapse():
 
 def test_sudden_collapse_without_grad_norm_fires_weaker():
     curves = PATHOLOGIES["sudden_collapse"][0]
-    full = {f.kind: f for f in diagnose(make_trace(curves))}["sudden_collapse"]
+    full = {f.tool: f for f in diagnose(make_trace(curves))}["sudden_collapse"]
     bare = [{k: v for k, v in r.items() if k != m.GRAD_NORM} for r in make_trace(curves)]
-    weak = {f.kind: f for f in diagnose(bare)}["sudden_collapse"]
+    weak = {f.tool: f for f in diagnose(bare)}["sudden_collapse"]
     assert weak.score < full.score and full.evidence["action"] == "rollback"
 
 
@@ -191,10 +188,10 @@ def test_kl_threshold_is_the_healthy_band_edge():
 @pytest.mark.parametrize("train,heldout,fires", [(0.74, 0.58, True), (0.70, 0.66, False)])
 def test_train_heldout_gap(train, heldout, fires):
     trace = make_trace() + [{m.STEP: 40, m.EVAL_REWARD: heldout, m.TRAIN_EVAL_REWARD: train}]
-    found = {f.kind: f for f in diagnose(trace, StageConfig(beta=0.0))}
+    found = {f.tool: f for f in diagnose(trace, StageConfig(beta=0.0))}
     assert ("train_heldout_gap" in found) is fires
     if fires:
-        assert dict(found["train_heldout_gap"].suggests) == {"beta": "up"}
+        assert suggests(found["train_heldout_gap"]) == {"beta": "up"}
         guidance = found["train_heldout_gap"].guidance
         assert "0.16" in guidance and "beta is 0.0" in guidance
 
@@ -203,23 +200,23 @@ def test_findings_are_sorted_by_score():
     # registered order here is plateau, kl, truncation: the ranking must reorder them
     curves = PATHOLOGIES["truncation"][0] | {m.KL: (0.02, 0.6)}
     findings = diagnose(make_trace(curves))
-    assert {"reward_plateau", "kl_blowup", "truncation"} <= {f.kind for f in findings}
+    assert {"reward_plateau", "kl_blowup", "truncation"} <= {f.tool for f in findings}
     assert [f.score for f in findings] == sorted((f.score for f in findings), reverse=True)
-    assert findings[0].kind == "truncation" and findings[-1].kind == "reward_plateau"
+    assert findings[0].tool == "truncation" and findings[-1].tool == "reward_plateau"
 
 
 def test_guidance_quotes_the_numbers_and_the_config():
     curves, _ = PATHOLOGIES["truncation"]
     findings = diagnose(make_trace(curves), StageConfig(max_completion_length=16))
-    finding = {f.kind: f for f in findings}["truncation"]
+    finding = {f.tool: f for f in findings}["truncation"]
     assert "16-token" in finding.guidance and finding.evidence["max_completion_length"] == 16
     assert finding.evidence["clipped_ratio"] > 0.9 and finding.severity == "high"
 
 
 def test_as_note_carries_guidance_evidence_and_suggests():
     curves, _ = PATHOLOGIES["entropy_collapse"]
-    finding = {f.kind: f for f in diagnose(make_trace(curves))}["entropy_collapse"]
-    note = finding.as_note()
+    finding = {f.tool: f for f in diagnose(make_trace(curves))}["entropy_collapse"]
+    note = as_note(finding)
     assert isinstance(note, FindingNote) and note.text == finding.guidance
     assert "temperature up" in note.evidence["suggests"] and note.evidence["kind"] == "entropy_collapse"
     assert note.evidence["entropy_start"] == finding.evidence["entropy_start"]
@@ -229,10 +226,10 @@ def test_as_note_carries_guidance_evidence_and_suggests():
                                  {"score": 1.5}, {"guidance": "  "}])
 def test_finding_rejects_bad_fields(bad):
     good = {"kind": "k", "guidance": "g 1", "evidence": {"x": 1}, "severity": "low", "score": 0.1, "suggests": {}}
-    TrainingFinding(**good)  # the baseline is valid: each case breaks exactly one field
+    training_finding(**good)  # the baseline is valid: each case breaks exactly one field
     fields = good | bad
     with pytest.raises(ValueError):
-        TrainingFinding(**fields)
+        training_finding(**fields)
 
 
 def test_every_detector_is_registered_once():
@@ -248,19 +245,19 @@ def _evaluated(start: tuple[float, float], end: tuple[float, float]) -> list[dic
 def test_a_gap_the_stage_inherited_is_not_blamed_on_it():
     """Warm start can leave a gap between training and held-out prompts; evaluated at its start
     too, a stage is blamed only for how much it widened the gap."""
-    assert "train_heldout_gap" not in {f.kind for f in diagnose(_evaluated((0.60, 0.40), (0.62, 0.41)))}
-    [gap] = [f for f in diagnose(_evaluated((0.60, 0.40), (0.80, 0.42))) if f.kind == "train_heldout_gap"]
+    assert "train_heldout_gap" not in {f.tool for f in diagnose(_evaluated((0.60, 0.40), (0.62, 0.41)))}
+    [gap] = [f for f in diagnose(_evaluated((0.60, 0.40), (0.80, 0.42))) if f.tool == "train_heldout_gap"]
     assert gap.evidence["gap_widened"] == pytest.approx(0.18) and "more than at the stage's start" in gap.guidance
 
 
 @pytest.mark.parametrize("start,end,fires", [(0.32, 0.22, True), (0.32, 0.30, False), (0.10, 0.075, False),
                                               (0.30, 0.35, False)])
 def test_heldout_regression_asks_for_smaller_steps(start, end, fires):
-    found = {f.kind: f for f in diagnose(_evaluated((0.5, start), (0.5, end)), StageConfig(learning_rate=3e-4))}
+    found = {f.tool: f for f in diagnose(_evaluated((0.5, start), (0.5, end)), StageConfig(learning_rate=3e-4))}
     assert ("heldout_regression" in found) is fires
     if fires:
         f = found["heldout_regression"]
-        assert dict(f.suggests) == {"learning_rate": "down", "beta": "up"} and "learning rate 0.0003" in f.guidance
+        assert suggests(f) == {"learning_rate": "down", "beta": "up"} and "learning rate 0.0003" in f.guidance
         assert f.evidence["drop"] == pytest.approx(start - end)
     # without a start evaluation there is nothing to compare with
-    assert "heldout_regression" not in {f.kind for f in diagnose(make_trace() + [{m.STEP: 40, m.EVAL_REWARD: end}])}
+    assert "heldout_regression" not in {f.tool for f in diagnose(make_trace() + [{m.STEP: 40, m.EVAL_REWARD: end}])}

@@ -133,7 +133,7 @@ def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
     """`loopwise training ... --policy PATH`: the session trains and evaluates the user's model."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from loopwise.training import search
+    from loopwise.training import session
     from loopwise.training.run import Settings, TrainingRun
     from loopwise.training.tasks import ALPHABET
 
@@ -143,7 +143,7 @@ def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=64,
                                bos_token_id=0, eos_token_id=0)).save_pretrained(path)
-    monkeypatch.setitem(search.PRESETS, "smoke", search.Preset("smoke", stage_steps=2, prompts_per_step=2,
+    monkeypatch.setitem(session.PRESETS, "smoke", session.Preset("smoke", stage_steps=2, prompts_per_step=2,
                                                                num_generations=2, eval_n=8, pool_n=40,
                                                                warm_max_steps=4, warm_check_every=2))
     run = TrainingRun.start(Settings("sorting", ("staged",), budget=2, depth=1, difficulty=0, device="cpu",

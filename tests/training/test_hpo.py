@@ -17,7 +17,8 @@ import pytest
 from loopwise.errors import UserError
 from loopwise.training import hpo
 from loopwise.training.config import StageConfig
-from loopwise.training.search import StageResult, random_configs
+from loopwise.training.baselines import random_configs
+from loopwise.training.session import StageResult
 
 STEPS = 5
 

@@ -14,7 +14,8 @@ from plotly.offline import get_plotlyjs
 
 from loopwise.core.store import SqliteRunStore
 from loopwise.training.config import StageConfig
-from loopwise.training.report_html import KNOBS, build_report
+from loopwise.training.report_data import KNOBS
+from loopwise.training.report_html import build_report
 
 BASE_TUNE, BASE_TEST = 0.25, 0.5
 DEFAULT = {"max_completion_length": 6, "num_generations": 4, "prompts_per_step": 4, "steps": 3, "difficulty": 1}

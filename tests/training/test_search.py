@@ -9,7 +9,8 @@ import pytest
 
 from loopwise.training.compute import Budget, Compute
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
-from loopwise.training.search import Session, grid_configs, grid_levels
+from loopwise.training.baselines import grid_configs, grid_levels
+from loopwise.training.session import Session
 from loopwise.training.transitions import STEPS
 
 

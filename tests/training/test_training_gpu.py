@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from loopwise.training import search
+from loopwise.training import session
 from loopwise.training.run import Settings, TrainingRun
 
-TINY = search.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
+TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
                      warm_max_steps=40, warm_check_every=20)
 
 
 @pytest.mark.gpu
 def test_a_tiny_comparison_runs_on_cuda(monkeypatch, tmp_path):
-    monkeypatch.setitem(search.PRESETS, "smoke", TINY)
+    monkeypatch.setitem(session.PRESETS, "smoke", TINY)
     run = TrainingRun.start(Settings("arithmetic", ("tree", "staged", "pbt"), budget=4, depth=2, difficulty=0,
                                      device="cuda"), str(tmp_path))
     assert run.session.device == "cuda"

@@ -19,13 +19,13 @@ from fake_llm_server import FakeLLMServer, Scripted  # noqa: E402
 from loopwise.core.propose import ExchangeProposer, FailureReason, extract_for, extract_json  # noqa: E402
 from loopwise.core.propose.llm import LLMConfig, LLMProposer  # noqa: E402
 from loopwise.training.config import StageConfig  # noqa: E402
-from loopwise.training.diagnose import TrainingFinding  # noqa: E402
+from loopwise.training.findings import make_finding  # noqa: E402
 from loopwise.training.proposer import ModelTransitions, parse_transition  # noqa: E402
 from loopwise.training.transitions import Bounds  # noqa: E402
 
 BASE = StageConfig(learning_rate=3e-4, temperature=1.0, difficulty=1)
 BOUNDS = Bounds.for_task(6)
-COLLAPSE = TrainingFinding.make("entropy_collapse", "Entropy fell from 1.9 to 0.2 nats while reward stayed at 0.93.",
+COLLAPSE = make_finding("entropy_collapse", "Entropy fell from 1.9 to 0.2 nats while reward stayed at 0.93.",
                                 {"entropy_start": 1.9, "entropy_end": 0.2}, 0.8, {"temperature": "up"})
 TRACE = [{"step": i + 1, "reward": 0.5 + 0.02 * i, "entropy": 1.0 - 0.05 * i, "frac_reward_zero_std": 0.1,
           "completions/clipped_ratio": 0.0} for i in range(10)] + [{"step": 10, "eval/reward": 0.61,

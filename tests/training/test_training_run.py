@@ -12,17 +12,17 @@ import pytest
 
 from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
-from loopwise.training import search
+from loopwise.training import search, session
 from loopwise.training.compute import Budget
 from loopwise.training.run import Settings, TrainingRun
 
-TINY = search.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
+TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
                      warm_max_steps=40, warm_check_every=20)
 
 
 @pytest.fixture
 def tiny(monkeypatch):
-    monkeypatch.setitem(search.PRESETS, "smoke", TINY)
+    monkeypatch.setitem(session.PRESETS, "smoke", TINY)
 
 
 def _summary(results: dict) -> dict:
@@ -68,7 +68,7 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
 
 
 def test_a_token_budget_is_never_exceeded(tiny, tmp_path):
-    default = search.Session("arithmetic", "smoke", difficulty=0).default_config()
+    default = session.Session("arithmetic", "smoke", difficulty=0).default_config()
     budget = 5 * Budget("tokens", 1).stage_cost(default)  # five default stages at full length
     run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "grid"), budget=4, depth=2, difficulty=0,
                                      budget_tokens=budget), str(tmp_path))
@@ -117,7 +117,7 @@ def test_mistakes_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="not both"):
         Settings("arithmetic", budget_samples=100, budget_tokens=100)
     with pytest.raises(UserError, match="below the schedule depth"):
-        search.run_method("staged", search.Session("arithmetic", "smoke"), Budget("samples", 10), depth=1)
+        search.run_method("staged", session.Session("arithmetic", "smoke"), Budget("samples", 10), depth=1)
     with pytest.raises(UserError, match="unknown task 'chess'"):
         TrainingRun.start(Settings("chess"), str(tmp_path))
     with pytest.raises(UserError, match="unknown preset"):
@@ -136,12 +136,12 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert set(out["results"]) == {"tree", "staged"} and out["settings"]["preset"] == "smoke"
-    smoke = search.PRESETS["smoke"]
+    smoke = session.PRESETS["smoke"]
     budget = 2 * smoke.stage_steps * smoke.prompts_per_step * smoke.num_generations  # 2 default stages, in samples
     assert all(r["budget"] == {"unit": "samples", "amount": budget} for r in out["results"].values())
     assert all(0 < r["samples"] <= budget for r in out["results"].values())
     assert out["results"]["staged"]["stages_used"] == 2
-    assert 0 < out["warm_start"]["steps"] <= search.PRESETS["smoke"].warm_max_steps
+    assert 0 < out["warm_start"]["steps"] <= session.PRESETS["smoke"].warm_max_steps
 
 
 def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
@@ -185,9 +185,9 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():
-    from loopwise.training.diagnose import MIN_STEPS
+    from loopwise.training.trace_stats import MIN_STEPS
 
-    assert all(p.stage_steps >= MIN_STEPS for p in search.PRESETS.values())
+    assert all(p.stage_steps >= MIN_STEPS for p in session.PRESETS.values())
 
 
 def test_seeds_run_whole_comparisons_and_report_paired_differences(tmp_path):

@@ -7,7 +7,8 @@ import pytest
 
 from loopwise.training import metrics as m
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
-from loopwise.training.diagnose import TrainingFinding, diagnose
+from loopwise.training.diagnose import diagnose
+from loopwise.training.findings import make_finding
 from loopwise.training.transitions import (
     STEPS,
     Bounds,
@@ -19,7 +20,7 @@ from loopwise.training.transitions import (
 
 
 def finding(kind, score, **suggests):
-    return TrainingFinding.make(kind, f"{kind} seen (score {score}).", {"x": 1.0}, score, suggests)
+    return make_finding(kind, f"{kind} seen (score {score}).", {"x": 1.0}, score, suggests)
 
 
 COLLAPSE = finding("entropy_collapse", 0.8, temperature="up", entropy_coef="up", learning_rate="down")

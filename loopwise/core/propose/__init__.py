@@ -23,6 +23,7 @@ from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_fo
 from loopwise.core.propose._log import log_excerpt
 from loopwise.core.propose._prompt import Prompt, render_prompt
 from loopwise.core.propose.exchange import ExchangeProposer
+from loopwise.core.propose.factory import make_proposer
 
 __all__ = [
     "BudgetExhausted",
@@ -44,5 +45,6 @@ __all__ = [
     "extract_json",
     "extract_python",
     "log_excerpt",
+    "make_proposer",
     "render_prompt",
 ]

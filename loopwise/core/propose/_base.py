@@ -22,8 +22,8 @@ class FailureReason(enum.StrEnum):
 
 
 class ProposalRole(enum.StrEnum):
-    """What a request asks for; each role has its own user prompt (``<kind>_<role>.md.j2``,
-    ``<kind>_user.md.j2`` for ``IMPROVE``). A proposer may decline a role it does not play by
+    """What a request asks for; each role has its own user prompt in the engine's prompt folder
+    (``<role>.md.j2``, ``user.md.j2`` for ``IMPROVE``). A proposer may decline a role it does not play by
     answering with ``ProposalFailure``s."""
 
     IMPROVE = "improve"  # a faster version of a correct candidate (or a first one)
@@ -74,7 +74,8 @@ class ProposalRequest:
         memory: a summary of the search so far (what was tried, what worked).
         snippets: optional reference code.
         n: how many proposals are wanted.
-        kind: the engine, which selects the prompt templates, e.g. ``kernels``.
+        kind: the registered engine asking, which selects the prompt templates and how a reply
+            is read; empty for a proposer that needs neither (e.g. an LLM-free one).
         role: what is asked for: an improvement, or a repair of a failed ``candidate``.
         log: the failed candidate's compiler/runtime log, trimmed to its relevant lines.
         rules: the rules the judge enforces, one sentence each (policy, tolerance, forbidden tricks).
@@ -90,7 +91,7 @@ class ProposalRequest:
     memory: str = ""
     snippets: tuple[Snippet, ...] = ()
     n: int = 1
-    kind: str = "kernels"
+    kind: str = ""
     role: ProposalRole = ProposalRole.IMPROVE
     log: str = ""
     rules: tuple[str, ...] = ()

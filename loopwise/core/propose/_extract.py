@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from loopwise.core.engines import engines
 from loopwise.core.propose._base import FailureReason
 
 _FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\s`]*)[^`]*$")
@@ -142,7 +143,9 @@ def extract_json(text: str, *, truncated: bool = False) -> Extracted | ExtractFa
 
 
 def extract_for(kind: str, text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
-    """What a reply of an engine's kind carries: JSON for ``training``, a Python file otherwise."""
-    if kind == "training":
+    """What a reply to an engine carries: a JSON object where the engine registered ``json``
+    replies, a Python file otherwise (and for a kind no engine registered)."""
+    registered = engines().get(kind)
+    if registered is not None and registered.reply == "json":
         return extract_json(text, truncated=truncated)
     return extract_python(text, truncated=truncated)

@@ -35,7 +35,7 @@ from loopwise.core.propose._base import (
 class ProposerConformance:
     """Behaviour shared by every ``Proposer``; subclass it and implement the two factories."""
 
-    KIND = "kernels"
+    KIND = ""  # the registered engine whose prompts and replies the requests use; subclasses name it
     TASK = "Reference: class Model computes torch.relu(x) for x of shape (4096, 4096)."
 
     def make_proposer(self, tmp_path: Path) -> Proposer:

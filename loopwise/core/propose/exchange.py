@@ -151,7 +151,7 @@ class ExchangeProposer(Proposer):
         settled = now - since >= self.settle_s
         return text if marker or settled or _complete(text) else None
 
-    def _result(self, answer_id: str, text: str | None, kind: str = "kernels") -> ProposalResult:
+    def _result(self, answer_id: str, text: str | None, kind: str) -> ProposalResult:
         origin = f"exchange:{self.answer_path(answer_id)}"
         if text is None:
             text = self._late_text(answer_id)

@@ -11,7 +11,8 @@ from loopwise.core.search._base import STATE_VERSION, Search
 from loopwise.core.search._baselines import Beam, BestOfN, Greedy, RandomSearch
 from loopwise.core.search._mcts import MCTS, Stagnation, Widening
 from loopwise.core.search._memory import NoteRecord, SearchMemory
-from loopwise.core.search._records import Expansion, Node, NodeState, Outcome, Status
+from loopwise.core.records import Status
+from loopwise.core.search._records import Expansion, Node, NodeState, Outcome
 from loopwise.core.search._reward import DEFAULT_PENALTIES, REWARD_CLIP, RewardCalibrator
 from loopwise.core.search._tree import Pruning
 

@@ -7,17 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-
-class Status(StrEnum):
-    """How the evaluation of a candidate ended. Everything but ``CORRECT`` is a failure."""
-
-    CORRECT = "correct"
-    WRONG_OUTPUT = "wrong_output"
-    COMPILE_ERROR = "compile_error"
-    TIMEOUT = "timeout"
-    CRASH = "crash"
-    OOM = "oom"
-    EXPLOIT = "exploit"
+from loopwise.core.records import Status
 
 
 class NodeState(StrEnum):

@@ -15,7 +15,8 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from loopwise.core.search._records import Outcome, Status
+from loopwise.core.records import Status
+from loopwise.core.search._records import Outcome
 
 DEFAULT_PENALTIES: Mapping[Status, float] = MappingProxyType(
     {

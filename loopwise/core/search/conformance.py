@@ -15,8 +15,9 @@ import zlib
 
 import pytest
 
+from loopwise.core.records import Status
 from loopwise.core.search._base import Search
-from loopwise.core.search._records import NodeState, Outcome, Status
+from loopwise.core.search._records import NodeState, Outcome
 
 _MOVES = tuple("abcdefgh")
 _FAILURES = (Status.COMPILE_ERROR, Status.WRONG_OUTPUT, Status.TIMEOUT, Status.CRASH, Status.OOM)

@@ -14,7 +14,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     from rich.table import Table
 
     from loopwise.core.execute.dispatch import dispatching
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
     from loopwise.kernels.bench.run import Bench, aggregate, select_problems
     from loopwise.kernels.report.bench_html import build_report, table_rows
     from loopwise.kernels.problem import _find_checkout

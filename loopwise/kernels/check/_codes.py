@@ -1,11 +1,9 @@
-"""The reason codes of the static check: default severity, meaning, and the finding record."""
+"""The reason codes of the static check: default level, meaning, and the record of one rule's match."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
-
-Severity = Literal["reject", "flag", "info"]
+from loopwise.kernels.evaluate.result import NoteLevel
 
 
 @dataclass(frozen=True)
@@ -13,7 +11,7 @@ class Code:
     """One reason code: its name, default severity and what it means for a person."""
 
     name: str
-    severity: Severity
+    severity: NoteLevel
     meaning: str
 
 
@@ -41,7 +39,7 @@ CODES: dict[str, Code] = {code.name: code for code in _TABLE}
 
 
 @dataclass(frozen=True)
-class Finding:
+class RuleMatch:
     """What one rule found at one line, before the policy turns it into a ``Reason``.
 
     Attributes:
@@ -58,7 +56,7 @@ class Finding:
     line: int
     what: str
     why: str = ""
-    severity: Severity | None = None
+    severity: NoteLevel | None = None
     evidence: dict[str, str | int | bool] = field(default_factory=dict)
     place: str = ""
 

@@ -7,26 +7,26 @@ import re
 from collections.abc import Iterator
 
 from loopwise.kernels.check._backends import KernelSite, kernel_sites
-from loopwise.kernels.check._codes import Finding
+from loopwise.kernels.check._codes import RuleMatch
 from loopwise.kernels.check._source import SourceIndex, line_of
 
 _NON_KERNEL_OPS = {"aten", "prims", "quantized", "_c10d_functional"}
 
 
-def find_no_custom_kernel(index: SourceIndex) -> Iterator[Finding]:
+def find_no_custom_kernel(index: SourceIndex) -> Iterator[RuleMatch]:
     """No kernel at all, or kernels that ModelNew can never get to by name."""
     if index.modelnew is None:
         return
     sites = kernel_sites(index)
     if not sites:
-        yield Finding("no_custom_kernel", index.modelnew.lineno, "ModelNew is defined",
+        yield RuleMatch("no_custom_kernel", index.modelnew.lineno, "ModelNew is defined",
                       "the source has no @triton.jit, load_inline or CuTe kernel, so it is plain PyTorch")
         return
     if any(index.is_reached(site.node) for site in sites) or _uses_registered_ops(index, sites):
         return
     first = sites[0]
     others = f" (and {len(sites) - 1} more)" if len(sites) > 1 else ""
-    yield Finding("no_custom_kernel", first.line, f"Kernel `{first.name}`{others} is defined",
+    yield RuleMatch("no_custom_kernel", first.line, f"Kernel `{first.name}`{others} is defined",
                   "ModelNew never reaches it, so forward runs plain PyTorch and the kernel is a decoy",
                   evidence={"kernels": ",".join(s.name for s in sites)})
 
@@ -76,7 +76,7 @@ def _builds_kernel(index: SourceIndex, node: ast.AST, kernel_names: set[str]) ->
     return False
 
 
-def find_fallbacks(index: SourceIndex) -> Iterator[Finding]:
+def find_fallbacks(index: SourceIndex) -> Iterator[RuleMatch]:
     """try/except that does not re-raise, in code ModelNew reaches or around a kernel build."""
     kernel_names = {site.name for site in kernel_sites(index)}
     for node in ast.walk(index.tree):
@@ -90,13 +90,13 @@ def find_fallbacks(index: SourceIndex) -> Iterator[Finding]:
             where = "around a kernel build"
         else:
             continue
-        yield Finding("fallback", handler.lineno, f"Exception handler {where}",
+        yield RuleMatch("fallback", handler.lineno, f"Exception handler {where}",
                       "it does not re-raise, and a silent fallback hides a broken kernel")
     for node in ast.walk(index.tree):
         if isinstance(node, ast.Call) and index.is_reached(node):
             if (index.call_name(node) or "").endswith("contextlib.suppress") or \
                     index.call_name(node) == "suppress":
-                yield Finding("fallback", node.lineno, "`contextlib.suppress` in code ModelNew runs",
+                yield RuleMatch("fallback", node.lineno, "`contextlib.suppress` in code ModelNew runs",
                               "a silent fallback hides a broken kernel")
 
 
@@ -171,7 +171,7 @@ def _used_as_key(index: SourceIndex, node: ast.AST) -> bool:
     return False
 
 
-def find_pointer_caches(index: SourceIndex) -> Iterator[Finding]:
+def find_pointer_caches(index: SourceIndex) -> Iterator[RuleMatch]:
     """Caches keyed on data_ptr()/id() of tensors, identity checks against stored tensors, lru_cache."""
     for root in index.reached_roots:
         pointers = _pointer_exprs(index, root)
@@ -181,17 +181,17 @@ def find_pointer_caches(index: SourceIndex) -> Iterator[Finding]:
             is_key = id(node) in marked or (isinstance(node, ast.Name) and node.id in names
                                           and isinstance(node.ctx, ast.Load))
             if is_key and _used_as_key(index, node):
-                yield Finding("pointer_cache", line_of(node), f"`{ast.unparse(node)}` used as a cache key",
+                yield RuleMatch("pointer_cache", line_of(node), f"`{ast.unparse(node)}` used as a cache key",
                               "a result cached on a tensor's address goes stale when new inputs reuse it")
             if isinstance(node, ast.Compare) and _identity_check(node):
-                yield Finding("pointer_cache", node.lineno, f"Identity test `{ast.unparse(node)}`",
+                yield RuleMatch("pointer_cache", node.lineno, f"Identity test `{ast.unparse(node)}`",
                               "comparing inputs with stored tensors by identity caches results across calls")
         for node in ast.walk(root):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for decorator in node.decorator_list:
                     name = index.qualname(decorator.func if isinstance(decorator, ast.Call) else decorator)
                     if name in ("functools.lru_cache", "functools.cache"):
-                        yield Finding("pointer_cache", decorator.lineno, f"`@{name}` on `{node.name}`",
+                        yield RuleMatch("pointer_cache", decorator.lineno, f"`@{name}` on `{node.name}`",
                                       "a memoized function returns stale results for tensors of equal identity")
 
 
@@ -215,17 +215,17 @@ _DEFAULT_STREAMS = re.compile(r"^\s*(0|nullptr|NULL|cudaStreamDefault|cudaStream
                               r"getCurrentCUDAStream|getDefaultCUDAStream")
 
 
-def find_streams(index: SourceIndex) -> Iterator[Finding]:
+def find_streams(index: SourceIndex) -> Iterator[RuleMatch]:
     """Side CUDA streams in Python and in embedded CUDA source (a flag: the timing decides)."""
     for node, name in index.names():
         if name in _STREAM_NAMES:
-            yield Finding("stream_injection", line_of(node), f"Use of `{name}`")
+            yield RuleMatch("stream_injection", line_of(node), f"Use of `{name}`")
     for text in index.c_texts():
         for match in _C_STREAM.finditer(text.text):
-            yield Finding("stream_injection", text.line_of(match.start()), f"CUDA `{match.group(0)}`")
+            yield RuleMatch("stream_injection", text.line_of(match.start()), f"CUDA `{match.group(0)}`")
         uses_current = "getCurrentCUDAStream" in text.text or "getDefaultCUDAStream" in text.text
         for match in _LAUNCH.finditer(text.text):
             args = match.group(1).split(",")
             if len(args) >= 4 and not _DEFAULT_STREAMS.search(args[3]) and not uses_current:
-                yield Finding("stream_injection", text.line_of(match.start()),
+                yield RuleMatch("stream_injection", text.line_of(match.start()),
                               f"Kernel launch on stream `{args[3].strip()}`")

@@ -11,7 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from loopwise.kernels.check._codes import Finding
+from loopwise.kernels.check._codes import RuleMatch
 from loopwise.kernels.check._source import CText, SourceIndex, constant_str
 
 _LOW_DTYPES = re.compile(
@@ -52,7 +52,7 @@ _CUTLASS_TENSOR_OP = re.compile(r"\bOpClassTensorOp\b")
 _CUTLASS_FP64 = re.compile(r"\bdouble\b|\bcutlass::complex<double>")
 
 
-def find_precision(index: SourceIndex) -> Iterator[Finding]:
+def find_precision(index: SourceIndex) -> Iterator[RuleMatch]:
     """Every place that downgrades fp32 math, in Python, Triton, CuTe DSL and embedded C/CUDA."""
     yield from _dtype_references(index)
     yield from _settings(index)
@@ -71,20 +71,20 @@ def _in_comparison(index: SourceIndex, node: ast.AST) -> bool:
     return False
 
 
-def _dtype_references(index: SourceIndex) -> Iterator[Finding]:
+def _dtype_references(index: SourceIndex) -> Iterator[RuleMatch]:
     for node, name in index.names():
         if _LOW_DTYPES.match(name) and not _in_comparison(index, node):
-            yield Finding("precision_downgrade", node.lineno, f"Reduced-precision dtype `{name}`")
+            yield RuleMatch("precision_downgrade", node.lineno, f"Reduced-precision dtype `{name}`")
         elif _AUTOCAST.match(name):
-            yield Finding("precision_downgrade", node.lineno, f"Use of `{name}`",
+            yield RuleMatch("precision_downgrade", node.lineno, f"Use of `{name}`",
                           "autocast runs fp32 operations in fp16 or bf16")
     for call, _ in index.calls():
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in _LOW_METHODS and not call.args:
-            yield Finding("precision_downgrade", call.lineno, f"Conversion `.{func.attr}()`")
+            yield RuleMatch("precision_downgrade", call.lineno, f"Conversion `.{func.attr}()`")
 
 
-def _settings(index: SourceIndex) -> Iterator[Finding]:
+def _settings(index: SourceIndex) -> Iterator[RuleMatch]:
     for node in ast.walk(index.tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
@@ -93,7 +93,7 @@ def _settings(index: SourceIndex) -> Iterator[Finding]:
         if name == "torch.set_float32_matmul_precision":
             value = constant_str(call.args[0]) if call.args else None
             if value != "highest":
-                yield Finding("precision_downgrade", call.lineno,
+                yield RuleMatch("precision_downgrade", call.lineno,
                               f"`torch.set_float32_matmul_precision({value!r})`",
                               "it lets fp32 matmuls run in TF32 or bf16")
         elif name in ("setattr", "builtins.setattr") and len(call.args) == 3:
@@ -103,14 +103,14 @@ def _settings(index: SourceIndex) -> Iterator[Finding]:
                 yield from _setting(index, call, f"{owner}.{attr}", call.args[2])
 
 
-def _setting(index: SourceIndex, node: ast.AST, name: str | None, value: ast.expr) -> Iterator[Finding]:
+def _setting(index: SourceIndex, node: ast.AST, name: str | None, value: ast.expr) -> Iterator[RuleMatch]:
     if name in _FLAG_SETTINGS:
         if not (isinstance(value, ast.Constant) and value.value is False):
-            yield Finding("precision_downgrade", node.lineno, f"Setting `{name}`",
+            yield RuleMatch("precision_downgrade", node.lineno, f"Setting `{name}`",
                           "it lets fp32 math run in reduced precision")
     elif name and _PRECISION_SETTINGS.match(name):
         if constant_str(value) != "ieee":
-            yield Finding("precision_downgrade", node.lineno, f"Setting `{name}`",
+            yield RuleMatch("precision_downgrade", node.lineno, f"Setting `{name}`",
                           "only 'ieee' keeps fp32 math exact")
 
 
@@ -151,7 +151,7 @@ def _resolve_literal(index: SourceIndex, call: ast.Call, node: ast.expr) -> str 
     return None
 
 
-def _dots(index: SourceIndex) -> Iterator[Finding]:
+def _dots(index: SourceIndex) -> Iterator[RuleMatch]:
     accurate_default = _sets_accurate_default(index)
     for call, name in index.calls():
         if name not in _DOTS:
@@ -163,40 +163,40 @@ def _dots(index: SourceIndex) -> Iterator[Finding]:
             if value in _ACCURATE_DOT:
                 continue
             if value is None:
-                yield Finding("precision_downgrade", call.lineno, f"`tl.dot` with input_precision "
+                yield RuleMatch("precision_downgrade", call.lineno, f"`tl.dot` with input_precision "
                               f"`{ast.unparse(precision)}`", "the precision could not be resolved to "
                               "'ieee' or 'tf32x3', so the dot may run in TF32", severity="flag")
             else:
-                yield Finding("precision_downgrade", call.lineno, f"`tl.dot` with input_precision={value!r}",
+                yield RuleMatch("precision_downgrade", call.lineno, f"`tl.dot` with input_precision={value!r}",
                               "only 'ieee' and 'tf32x3' keep fp32 accuracy")
             continue
         if isinstance(allow_tf32, ast.Constant) and allow_tf32.value is False:
             continue
         if isinstance(allow_tf32, ast.Constant) and allow_tf32.value is True:
-            yield Finding("precision_downgrade", call.lineno, "`tl.dot` with allow_tf32=True",
+            yield RuleMatch("precision_downgrade", call.lineno, "`tl.dot` with allow_tf32=True",
                           "it runs fp32 operands in TF32")
         elif not accurate_default:
-            yield Finding("precision_downgrade", call.lineno, "`tl.dot` without input_precision",
+            yield RuleMatch("precision_downgrade", call.lineno, "`tl.dot` without input_precision",
                           "on fp32 operands Triton defaults to TF32; use input_precision='ieee' or 'tf32x3'")
 
 
-def _c_precision(text: CText) -> Iterator[Finding]:
+def _c_precision(text: CText) -> Iterator[RuleMatch]:
     for label, pattern in _C_PATTERNS:
         for match in pattern.finditer(text.text):
             if _C_COMPARISON.search(text.text[max(0, match.start() - 4):match.start()]) or \
                     _C_COMPARISON.match(text.text, match.end()):
                 continue  # ``x.scalar_type() == at::kHalf`` checks a dtype, it does not convert
-            yield Finding("precision_downgrade", text.line_of(match.start()),
+            yield RuleMatch("precision_downgrade", text.line_of(match.start()),
                           f"CUDA/C++ {label} `{match.group(0)}`")
     if _CUTLASS_3XTF32 not in text.text:
         low = list(_CUTLASS_LOW.finditer(text.text))
         for match in low:
-            yield Finding("precision_downgrade", text.line_of(match.start()), f"CUTLASS type `{match.group(0)}`",
+            yield RuleMatch("precision_downgrade", text.line_of(match.start()), f"CUTLASS type `{match.group(0)}`",
                           "it is reduced precision unless the 3xTF32 operator OpMultiplyAddFastF32 is used")
         tensor_op = _CUTLASS_TENSOR_OP.search(text.text)
         if tensor_op and not low and not _CUTLASS_FP64.search(text.text):
             # float operands on CUTLASS's tensor-core path are rounded to TF32 (CUTLASS 2's
             # OpMultiplyAdd, CUTLASS 3's SM90 builder alike); int8 / fp8 ones are quantized.
-            yield Finding("precision_downgrade", text.line_of(tensor_op.start()),
+            yield RuleMatch("precision_downgrade", text.line_of(tensor_op.start()),
                           "CUTLASS tensor-core GEMM `OpClassTensorOp` without OpMultiplyAddFastF32",
                           "fp32 operands on the tensor cores are TF32 unless the 3xTF32 operator is used")

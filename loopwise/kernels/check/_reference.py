@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from loopwise.kernels.check._codes import Finding
+from loopwise.kernels.check._codes import RuleMatch
 from loopwise.kernels.check._source import SourceIndex, line_of
 
 _REFERENCE_NAMES = re.compile(
@@ -42,45 +42,45 @@ def _is_main_guard(index: SourceIndex, node: ast.Constant) -> bool:
     return any(isinstance(n, ast.Name) and n.id == "__name__" for n in [parent.left, *parent.comparators])
 
 
-def find_reference_access(index: SourceIndex) -> Iterator[Finding]:
+def find_reference_access(index: SourceIndex) -> Iterator[RuleMatch]:
     """gc walks, frames, sys.modules, __main__, file reads, dynamic code and foreign imports."""
     for node, name in index.names():
         if _REFERENCE_NAMES.match(name) and not isinstance(index.parents.get(node), (ast.Import, ast.alias)):
-            yield Finding("reference_access", line_of(node), f"Use of `{name}`")
+            yield RuleMatch("reference_access", line_of(node), f"Use of `{name}`")
     for node in ast.walk(index.tree):
         if isinstance(node, ast.Attribute) and node.attr in _FRAME_ATTRS:
-            yield Finding("reference_access", node.lineno, f"Access to `.{node.attr}`",
+            yield RuleMatch("reference_access", node.lineno, f"Access to `.{node.attr}`",
                           "frames, globals and class registries lead to the reference")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in _FILE_METHODS:
-                yield Finding("reference_access", node.lineno, f"File read `.{node.func.attr}()`",
+                yield RuleMatch("reference_access", node.lineno, f"File read `.{node.func.attr}()`",
                               "a candidate must not read files at run time")
         elif isinstance(node, ast.Constant) and node.value == "__main__":
             if not index.is_bare_string(node) and not _is_main_guard(index, node):
-                yield Finding("reference_access", node.lineno, "The string `'__main__'`",
+                yield RuleMatch("reference_access", node.lineno, "The string `'__main__'`",
                               "the judge's main module holds the reference")
     yield from _foreign_imports(index)
 
 
-def _foreign_imports(index: SourceIndex) -> Iterator[Finding]:
+def _foreign_imports(index: SourceIndex) -> Iterator[RuleMatch]:
     for node in ast.walk(index.tree):
         modules: list[str] = []
         if isinstance(node, ast.Import):
             modules = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                yield Finding("reference_access", node.lineno, "A relative import",
+                yield RuleMatch("reference_access", node.lineno, "A relative import",
                               "the candidate must not import modules next to it, such as the problem")
                 continue
             modules = [node.module or ""]
         for module in modules:
             if not _allowed_module(module):
-                yield Finding("reference_access", node.lineno, f"Import of `{module}`",
+                yield RuleMatch("reference_access", node.lineno, f"Import of `{module}`",
                               "it is neither the standard library nor a kernel toolchain and may be "
                               "the problem module or the judge")
 
 
-def find_reference_call(index: SourceIndex) -> Iterator[Finding]:
+def find_reference_call(index: SourceIndex) -> Iterator[RuleMatch]:
     """``Model`` (defined here or imported) used by ModelNew, including as a base class."""
     if index.modelnew is None:
         return
@@ -90,11 +90,11 @@ def find_reference_call(index: SourceIndex) -> Iterator[Finding]:
             yield from _model_uses(root)
 
 
-def _model_uses(root: ast.AST) -> Iterator[Finding]:
+def _model_uses(root: ast.AST) -> Iterator[RuleMatch]:
     for node in ast.walk(root):
         if isinstance(node, ast.Name) and node.id == "Model" and isinstance(node.ctx, ast.Load):
-            yield Finding("reference_call", node.lineno, "ModelNew uses the reference class `Model`",
+            yield RuleMatch("reference_call", node.lineno, "ModelNew uses the reference class `Model`",
                           "a candidate must not run the reference")
         elif isinstance(node, ast.Attribute) and node.attr == "Model":
-            yield Finding("reference_call", node.lineno, f"ModelNew uses `{ast.unparse(node)}`",
+            yield RuleMatch("reference_call", node.lineno, f"ModelNew uses `{ast.unparse(node)}`",
                           "a candidate must not run the reference")

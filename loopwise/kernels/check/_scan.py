@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable, Iterable, Iterator
 
 from loopwise.kernels.check import _control, _precision, _reference, _tampering
-from loopwise.kernels.check._codes import CODES, Finding
+from loopwise.kernels.check._codes import CODES, RuleMatch
 from loopwise.kernels.check._source import SourceIndex
 from loopwise.kernels.evaluate.result import Reason
 
@@ -14,7 +14,7 @@ POLICIES = ("fp32", "relaxed")
 # Enough occurrences of one code for a person to see the pattern; the rest only add noise.
 MAX_PER_CODE = 5
 
-Rule = Callable[[SourceIndex], Iterable[Finding]]
+Rule = Callable[[SourceIndex], Iterable[RuleMatch]]
 
 RULES: tuple[Rule, ...] = (
     _control.find_no_custom_kernel,
@@ -53,16 +53,16 @@ def scan(source: str, *, policy: str = "fp32", filename: str = "<candidate>") ->
         tree = ast.parse(source, filename=filename)
     except SyntaxError as error:
         line = error.lineno or 0
-        finding = Finding("syntax_error", line, f"Python syntax error ({error.msg})",
+        finding = RuleMatch("syntax_error", line, f"Python syntax error ({error.msg})",
                           "the candidate does not parse")
         return [_reason(finding, policy, filename)]
     except ValueError as error:  # e.g. NUL bytes in the source
-        return [_reason(Finding("syntax_error", 0, f"Unreadable source ({error})"), policy, filename)]
+        return [_reason(RuleMatch("syntax_error", 0, f"Unreadable source ({error})"), policy, filename)]
     index = SourceIndex(tree)
-    findings: list[Finding] = []
+    findings: list[RuleMatch] = []
     if index.modelnew is None and "ModelNew" not in _module_names(tree):
         last = max((getattr(n, "end_lineno", 0) or 0 for n in tree.body), default=1)
-        findings.append(Finding("missing_modelnew", 1, "No class ModelNew is defined",
+        findings.append(RuleMatch("missing_modelnew", 1, "No class ModelNew is defined",
                                 "the judge has nothing to build", place=f"in lines 1 to {last}"))
     for rule in RULES:
         findings.extend(rule(index))
@@ -79,7 +79,7 @@ def _module_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _deduplicate(findings: Iterable[Finding]) -> Iterator[Finding]:
+def _deduplicate(findings: Iterable[RuleMatch]) -> Iterator[RuleMatch]:
     seen: set[tuple[str, int]] = set()
     per_code: dict[str, int] = {}
     for finding in sorted(findings, key=lambda f: (f.line, f.code)):
@@ -91,7 +91,7 @@ def _deduplicate(findings: Iterable[Finding]) -> Iterator[Finding]:
         yield finding
 
 
-def _reason(finding: Finding, policy: str, filename: str) -> Reason:
+def _reason(finding: RuleMatch, policy: str, filename: str) -> Reason:
     severity = finding.severity or CODES[finding.code].severity
     if finding.code == "precision_downgrade" and policy == "relaxed":
         severity = "info"

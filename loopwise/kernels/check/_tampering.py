@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from loopwise.kernels.check._codes import Finding
+from loopwise.kernels.check._codes import RuleMatch
 from loopwise.kernels.check._source import SourceIndex, constant_str, line_of
 
 _TIMERS = {
@@ -75,13 +75,13 @@ def _imported_modules(index: SourceIndex) -> Iterator[tuple[ast.AST, str]]:
 # -- timer_patch and library_patch ------------------------------------------------------------
 
 
-def _patch_finding(index: SourceIndex, node: ast.AST, target: str, how: str) -> Finding | None:
+def _patch_finding(index: SourceIndex, node: ast.AST, target: str, how: str) -> RuleMatch | None:
     owner = target.rsplit(".", 1)[0]
     if target in _TIMERS or owner in _TIMER_OWNERS:
-        return Finding("timer_patch", line_of(node), f"{how} `{target}`")
+        return RuleMatch("timer_patch", line_of(node), f"{how} `{target}`")
     root = target.split(".")[0]
     if root in _PATCHABLE_ROOTS and not target.startswith(_SETTINGS) and "." in target:
-        return Finding("library_patch", line_of(node), f"{how} `{target}`",
+        return RuleMatch("library_patch", line_of(node), f"{how} `{target}`",
                        "a patched library function changes what the judge computes or measures")
     return None
 
@@ -114,7 +114,7 @@ def _dict_owner(index: SourceIndex, target: ast.AST) -> str | None:
     return None
 
 
-def find_patches(index: SourceIndex) -> Iterator[Finding]:
+def find_patches(index: SourceIndex) -> Iterator[RuleMatch]:
     """Assignments, setattr calls and mock patches that replace library or timer attributes."""
     for node in ast.walk(index.tree):
         for target in _assigned_targets(node):
@@ -126,13 +126,13 @@ def find_patches(index: SourceIndex) -> Iterator[Finding]:
             if name and (finding := _patch_finding(index, node, name, how)):
                 yield finding
             elif name is None and _hidden_timer_target(target):
-                yield Finding("timer_patch", line_of(node), f"{how} `{ast.unparse(target)}`")
+                yield RuleMatch("timer_patch", line_of(node), f"{how} `{ast.unparse(target)}`")
     for call, name in index.calls():
         if name in _SETATTR or (name and _MOCK.search(name)):
             yield from _setattr_patch(index, call, name)
 
 
-def _setattr_patch(index: SourceIndex, call: ast.Call, name: str) -> Iterator[Finding]:
+def _setattr_patch(index: SourceIndex, call: ast.Call, name: str) -> Iterator[RuleMatch]:
     if not call.args:
         return
     first = call.args[0]
@@ -140,7 +140,7 @@ def _setattr_patch(index: SourceIndex, call: ast.Call, name: str) -> Iterator[Fi
     if text is not None:  # mock.patch("time.perf_counter") / monkeypatch.setattr("time.time", f)
         finding = _patch_finding(index, call, text, f"Patching (`{name}`)")
         if finding is None and "mock" in name:
-            finding = Finding("library_patch", line_of(call), f"`{name}` of `{text}`")
+            finding = RuleMatch("library_patch", line_of(call), f"`{name}` of `{text}`")
         if finding:
             yield finding
         return
@@ -148,7 +148,7 @@ def _setattr_patch(index: SourceIndex, call: ast.Call, name: str) -> Iterator[Fi
     attr = constant_str(call.args[1]) if len(call.args) > 1 else None
     if owner is None:
         if attr in _TIMER_ATTRS:
-            yield Finding("timer_patch", line_of(call), f"`{name}` of attribute `{attr}`")
+            yield RuleMatch("timer_patch", line_of(call), f"`{name}` of attribute `{attr}`")
         return
     finding = _patch_finding(index, call, f"{owner}.{attr or '?'}", f"`{name}` on")
     if finding:
@@ -167,47 +167,47 @@ def _module_uses(index: SourceIndex, modules: tuple[str, ...]) -> Iterator[tuple
             yield node, name
 
 
-def find_threads(index: SourceIndex) -> Iterator[Finding]:
+def find_threads(index: SourceIndex) -> Iterator[RuleMatch]:
     """Threads, thread pools, processes and async tasks (work that can outlive ``forward``), in
     Python and in embedded C++/CUDA. An OpenMP region is not one: it joins its threads before the
     call returns."""
     why = "work on another thread or task can run outside the judge's timing"
     for node, name in _module_uses(index, _THREAD_MODULES):
-        yield Finding("thread_injection", line_of(node), f"Use of `{name}`", why)
+        yield RuleMatch("thread_injection", line_of(node), f"Use of `{name}`", why)
     for text in index.c_texts():
         for match in _C_THREAD.finditer(text.text):
-            yield Finding("thread_injection", text.line_of(match.start()), f"C++ `{match.group(0)}`", why)
+            yield RuleMatch("thread_injection", text.line_of(match.start()), f"C++ `{match.group(0)}`", why)
 
 
-def find_processes(index: SourceIndex) -> Iterator[Finding]:
+def find_processes(index: SourceIndex) -> Iterator[RuleMatch]:
     """Shell commands, subprocesses, sockets and foreign-function calls."""
     for node, name in _module_uses(index, _PROCESS_MODULES):
-        yield Finding("process_spawn", line_of(node), f"Use of `{name}`")
+        yield RuleMatch("process_spawn", line_of(node), f"Use of `{name}`")
     for node, name in index.names():
         if _PROCESS_OS.match(name):
-            yield Finding("process_spawn", line_of(node), f"Use of `{name}`")
+            yield RuleMatch("process_spawn", line_of(node), f"Use of `{name}`")
 
 
 # -- environment_read ------------------------------------------------------------------------
 
 
-def find_environment_reads(index: SourceIndex) -> Iterator[Finding]:
+def find_environment_reads(index: SourceIndex) -> Iterator[RuleMatch]:
     """Reads of environment variables: ``os.environ`` / ``os.getenv`` however imported, an
     ``environ`` or ``getenv`` attribute of anything, a string naming it (``getattr(os, "environ")``,
     ``/proc/self/environ``), and ``getenv`` / ``environ`` in embedded C/C++/CUDA. Setting a
     variable (``os.environ["TRITON_F32_DEFAULT"] = "ieee"``) reads nothing and is allowed."""
     for node in ast.walk(index.tree):
         if isinstance(node, ast.Attribute) and node.attr in _ENVIRON_ATTRS and not _env_write(index, node):
-            yield Finding("environment_read", line_of(node), f"Use of `{ast.unparse(node)}`")
+            yield RuleMatch("environment_read", line_of(node), f"Use of `{ast.unparse(node)}`")
     for node, name in index.names():
         if ".".join(name.split(".")[:2]) in _ENVIRON_NAMES and not _env_write(index, node):
-            yield Finding("environment_read", line_of(node), f"Use of `{name}`")
+            yield RuleMatch("environment_read", line_of(node), f"Use of `{name}`")
     for node in index.strings():
         if "environ" in node.value or node.value in _ENVIRON_ATTRS:
-            yield Finding("environment_read", line_of(node), f"The string {node.value[:40]!r}")
+            yield RuleMatch("environment_read", line_of(node), f"The string {node.value[:40]!r}")
     for text in index.c_texts():
         for match in _C_ENVIRON.finditer(text.text):
-            yield Finding("environment_read", text.line_of(match.start()), f"C++ `{match.group(0).strip()}`")
+            yield RuleMatch("environment_read", text.line_of(match.start()), f"C++ `{match.group(0).strip()}`")
 
 
 def _env_write(index: SourceIndex, node: ast.AST) -> bool:
@@ -236,10 +236,10 @@ def _tensor_classes(index: SourceIndex) -> dict[str, ast.ClassDef]:
     return found
 
 
-def find_lazy(index: SourceIndex) -> Iterator[Finding]:
+def find_lazy(index: SourceIndex) -> Iterator[RuleMatch]:
     """Tensor subclasses, torch function/dispatch hooks, and forward returning non-tensor wrappers."""
     for name, cls in _tensor_classes(index).items():
-        yield Finding("lazy_eval", cls.lineno, f"Class `{name}` subclasses torch.Tensor",
+        yield RuleMatch("lazy_eval", cls.lineno, f"Class `{name}` subclasses torch.Tensor",
                       "a Tensor subclass can defer its work until the judge reads it")
     for node in ast.walk(index.tree):
         label = None
@@ -250,13 +250,13 @@ def find_lazy(index: SourceIndex) -> Iterator[Finding]:
         elif isinstance(node, ast.Name) and node.id in _LAZY_NAMES:
             label = f"Use of `{node.id}`"
         if label:
-            yield Finding("lazy_eval", line_of(node), label)
+            yield RuleMatch("lazy_eval", line_of(node), label)
     for node, name in _module_uses(index, _LAZY_MODULES):
-        yield Finding("lazy_eval", line_of(node), f"Use of `{name}`")
+        yield RuleMatch("lazy_eval", line_of(node), f"Use of `{name}`")
     yield from _wrapper_returns(index)
 
 
-def _wrapper_returns(index: SourceIndex) -> Iterator[Finding]:
+def _wrapper_returns(index: SourceIndex) -> Iterator[RuleMatch]:
     forward = index.method(index.modelnew, "forward")
     if forward is None:
         return
@@ -264,15 +264,15 @@ def _wrapper_returns(index: SourceIndex) -> Iterator[Finding]:
     local_classes -= {"ModelNew", "Model"}
     for node in _own_nodes(forward):
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            yield Finding("lazy_eval", line_of(node), "`yield` in ModelNew.forward",
+            yield RuleMatch("lazy_eval", line_of(node), "`yield` in ModelNew.forward",
                           "forward must return tensors, not a generator")
         if not isinstance(node, ast.Return) or node.value is None:
             continue
         value = node.value
         if isinstance(value, (ast.Lambda, ast.GeneratorExp)):
-            yield Finding("lazy_eval", node.lineno, "ModelNew.forward returns a callable or generator")
+            yield RuleMatch("lazy_eval", node.lineno, "ModelNew.forward returns a callable or generator")
         elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in local_classes:
-            yield Finding("lazy_eval", node.lineno, f"ModelNew.forward returns a `{value.func.id}` object",
+            yield RuleMatch("lazy_eval", node.lineno, f"ModelNew.forward returns a `{value.func.id}` object",
                           "forward must return plain tensors, not wrapper objects")
 
 

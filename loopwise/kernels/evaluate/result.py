@@ -6,25 +6,15 @@ are statuses with reasons and logs, never exceptions that stop a caller.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopwise.core.records import Status
 
-class Status(str, Enum):
-    """Outcome of one evaluation. Only ``CORRECT`` carries a speedup."""
-
-    CORRECT = "correct"
-    COMPILE_ERROR = "compile_error"
-    WRONG_OUTPUT = "wrong_output"
-    TIMEOUT = "timeout"
-    CRASH = "crash"
-    OOM = "oom"
-    EXPLOIT = "exploit"
-
-
-Severity = Literal["reject", "flag", "info"]
+NoteLevel = Literal["reject", "flag", "info"]
+"""What a reason does to a verdict: ``reject`` decides the status, ``flag`` asks for review,
+``info`` is context. A consequence for the verdict, not a diagnosis severity."""
 
 
 def headline(message: str) -> str:
@@ -50,7 +40,7 @@ class Reason(BaseModel):
 
     code: str
     message: str
-    severity: Severity = "reject"
+    severity: NoteLevel = "reject"
     evidence: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
 
 

@@ -75,7 +75,7 @@ def _resume_line(run) -> str:
     so it can be pasted)."""
     from rich.markup import escape
 
-    from loopwise.core.resume import resume_command
+    from loopwise.core.run import resume_command
 
     options = []
     if run.s.problem.startswith("kernelbench:"):

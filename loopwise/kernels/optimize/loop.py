@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
+from loopwise.core.propose.factory import make_proposer
 from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)
-from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_proposer, make_search, source_key
+from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_search, source_key
 
 if TYPE_CHECKING:
     from loopwise.kernels.evaluate import Judge
@@ -38,7 +39,9 @@ class OptimizeRun:
     def __init__(self, settings: Settings, cfg: Config, store, judge: Judge, problem) -> None:
         self.s, self.cfg, self.store, self.judge, self.problem = settings, cfg, store, judge, problem
         self.search = make_search(settings)
-        self.proposer = make_proposer(settings, problem, store, precision=cfg.kernels.eval.precision)
+        self.proposer = make_proposer(settings.proposer, "kernels", store=store, exchange_dir=settings.exchange_dir,
+                                      exchange_timeout_s=settings.exchange_timeout, llm=settings.llm,
+                                      problem=problem, seed=settings.seed, precision=cfg.kernels.eval.precision)
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.logs: dict[int, str] = {}  # node -> its sandbox log (what a repair is shown)

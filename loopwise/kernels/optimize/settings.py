@@ -69,35 +69,6 @@ def make_search(settings: Settings):
     return kinds[settings.search](seed=settings.seed, max_evals=settings.budget, repairs=repairs)
 
 
-def make_proposer(settings: Settings, problem, store=None, precision: str = "fp32"):
-    if settings.proposer == "expert":
-        from loopwise.kernels.expert.proposer import ExpertProposer
-
-        return ExpertProposer(problem, seed=settings.seed, precision=precision)
-    if settings.proposer == "exchange":
-        from loopwise.core.propose import ExchangeProposer
-
-        return ExchangeProposer(settings.exchange_dir, timeout_s=settings.exchange_timeout)
-    from loopwise.core.propose.llm import LLMProposer
-
-    try:
-        return LLMProposer.from_config(settings.llm, call_log=(lambda rec: record_llm_call(store, rec)) if store else None)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise UserError(f"--proposer llm: {exc}") from None
-
-
-def record_llm_call(store, rec) -> None:
-    """One model call in the run store: tokens, dollars, latency, retries; prompt and reply as artifacts."""
-    usage = rec.usage
-    store.append("llm_call", {
-        "origin": rec.origin, "outcome": str(rec.outcome), "detail": rec.detail, "attempts": rec.attempts,
-        "waits_s": list(rec.waits), "latency_s": rec.latency_s, "finish_reason": rec.finish_reason,
-        "input_tokens": usage.input_tokens if usage else 0, "output_tokens": usage.output_tokens if usage else 0,
-        "cost_usd": usage.cost_usd if usage else None,
-        "prompt_sha256": store.put_artifact(rec.prompt.as_markdown(), name="prompt.md", media_type="text/markdown"),
-        "reply_sha256": store.put_artifact(rec.reply or "", name="reply.md", media_type="text/markdown")})
-
-
 def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 

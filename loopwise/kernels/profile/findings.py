@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from loopwise.core.records import SEVERITIES, Severity, severity_for
+from loopwise.core.records import Finding as CoreFinding
 from loopwise.kernels.moves import Move, ParameterMove, StructuralMove, move_from_json, moves_text
 from loopwise.kernels.profile.classify import Classification, KernelClass
 from loopwise.kernels.profile.ncu import KernelMetrics
@@ -46,8 +48,6 @@ __all__ = [
     "severity_for",
 ]
 
-Severity = Literal["info", "low", "medium", "high"]
-SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high")
 KERNEL_CLASSES: tuple[KernelClass, ...] = ("memory_bound", "compute_bound", "latency_bound", "underutilized")
 InputName = Literal["sass", "ncu", "classification", "launch", "kernels"]
 INPUTS: tuple[InputName, ...] = ("sass", "ncu", "classification", "launch", "kernels")
@@ -58,47 +58,22 @@ _TypedMove = Annotated[InstanceOf[ParameterMove] | InstanceOf[StructuralMove], W
     {"anyOf": [{"additionalProperties": {"type": "integer"}, "type": "object"}, {"type": "string"}]})]
 
 
-def severity_for(score: float) -> Severity:
-    """Severity band of a score: the score is the estimated fraction of the kernel's time (or of
-    its correctness budget) at stake, and the bands are where a person should start reading."""
-    if score >= 0.6:
-        return "high"
-    if score >= 0.3:
-        return "medium"
-    if score >= 0.1:
-        return "low"
-    return "info"
-
-
-class Finding(BaseModel):
-    """What one tool saw in one kernel.
+class Finding(CoreFinding):
+    """What one tool saw in one kernel: the core finding, whose evidence is required and whose
+    moves are checked against the kernel move vocabulary.
 
     Attributes:
         tool: the tool's registered name.
-        guidance: one sentence in plain language, with the numbers that justify it.
-        evidence: those numbers (and a few flags), by name.
-        severity: ``info`` < ``low`` < ``medium`` < ``high``; follows ``score`` (:func:`severity_for`).
+        evidence: the numbers behind the guidance (at least one).
+        severity: follows ``score`` (:func:`severity_for`).
         score: 0..1, the estimated fraction of the kernel's time recoverable by acting on it (1.0
             for a precision violation, which no speed-up excuses); ranks findings across tools.
         moves: what to try, in the move vocabulary (:mod:`loopwise.kernels.moves`); given as moves or
             in their JSON form (``{"warps": 8}``, ``"vectorize_loads"``), stored in the JSON form.
     """
 
-    model_config = ConfigDict(frozen=True)
-
-    tool: str
-    guidance: str
     evidence: dict[str, float | int | str | bool]
-    severity: Severity
-    score: float = Field(ge=0.0, le=1.0)
     moves: tuple[_TypedMove, ...] = ()
-
-    @field_validator("guidance")
-    @classmethod
-    def _guidance_present(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("a finding needs a sentence of guidance")
-        return value
 
     @field_validator("evidence")
     @classmethod

@@ -180,7 +180,7 @@ class LLMProposer(Proposer):
             self._tools[kind] = tuple(self._toolbox(kind))
         return self._tools[kind]
 
-    def _propose_one(self, prompt: Prompt, kind: str = "kernels",
+    def _propose_one(self, prompt: Prompt, kind: str,
                      tools: tuple[ChatTool, ...] = ()) -> ProposalResult:
         by_name = {tool.name: tool for tool in tools}
         rounds: list[ToolRound] = []
@@ -266,7 +266,7 @@ class LLMProposer(Proposer):
         return Usage(model=model, input_tokens=reply.input_tokens,
                      output_tokens=reply.output_tokens, cost_usd=cost)
 
-    def _from_reply(self, reply: ChatReply, usage: Usage, kind: str = "kernels") -> ProposalResult:
+    def _from_reply(self, reply: ChatReply, usage: Usage, kind: str) -> ProposalResult:
         found = extract_for(kind, reply.text, truncated=reply.truncated)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(reason=found.reason, detail=found.detail,

@@ -7,12 +7,12 @@ the tool's schema, and any error the tool raises all become an error result the 
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loopwise.core.engines import engines
 from loopwise.errors import UserError
 
 MAX_RESULT_CHARS = 16_000
@@ -20,8 +20,6 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
     "object": (dict,), "array": (list,),
 }
-# Tools each engine offers, loaded on first use so that proposing for one engine never imports another.
-ENGINE_TOOLS = {"kernels": "loopwise.kernels.codesearch.tools:cutlass_tools"}
 
 
 class ToolError(Exception):
@@ -51,7 +49,7 @@ class ChatTool(abc.ABC):
 
 
 Toolbox = Callable[[str], Sequence[ChatTool]]
-"""The tools to offer for one engine kind (``kernels``, ``training``, ...)."""
+"""The tools to offer for one registered engine, by its name."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +72,10 @@ class ToolResult:
 
 
 def engine_tools(kind: str) -> list[ChatTool]:
-    """The tools registered for an engine kind in ``ENGINE_TOOLS``; none when it has none."""
-    target = ENGINE_TOOLS.get(kind)
-    if target is None:
-        return []
-    module, _, attribute = target.partition(":")
-    return list(getattr(importlib.import_module(module), attribute)())
+    """The chat tools the engine ``kind`` registered, loaded on first use so that proposing for
+    one engine never imports another; none when it has none or no engine is registered as ``kind``."""
+    registered = engines().get(kind)
+    return registered.tools() if registered is not None else []
 
 
 def _argument_errors(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:

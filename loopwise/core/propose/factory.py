@@ -1,0 +1,51 @@
+"""The proposer a run asks for: the engine's own LLM-free one, a model, or an exchange folder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from loopwise.core.engines import engine as registered_engine
+from loopwise.errors import UserError
+
+__all__ = ["CHOICES", "make_proposer"]
+
+CHOICES = ("expert", "llm", "exchange")
+
+
+def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "",
+                  exchange_timeout_s: float | None = None, llm: Mapping[str, Any] | None = None,
+                  **context: Any) -> Any:
+    """Builds the proposer ``choice`` names for an engine's run.
+
+    Args:
+        choice: ``expert`` (the engine's own LLM-free proposer), ``llm`` or ``exchange``.
+        engine: the registered engine's name.
+        store: the run store every model call is recorded in (``llm``); None records nothing.
+        exchange_dir: the exchange folder (``exchange``).
+        exchange_timeout_s: seconds the exchange proposer waits for answers; None: its default.
+        llm: the fields of ``LLMConfig`` (``llm``).
+        context: what the engine's own proposer factory takes (e.g. the problem and a seed).
+
+    Returns:
+        The proposer; for ``expert``, whatever the engine's factory returns.
+
+    Raises:
+        UserError: an unknown choice, or LLM settings the config rejects.
+    """
+    if choice == "expert":
+        return registered_engine(engine).own_proposer()(**context)
+    if choice == "exchange":
+        from loopwise.core.propose.exchange import ExchangeProposer
+
+        timeout = {} if exchange_timeout_s is None else {"timeout_s": exchange_timeout_s}
+        return ExchangeProposer(exchange_dir, **timeout)
+    if choice != "llm":
+        raise UserError(f"unknown proposer {choice!r}: {', '.join(CHOICES)}")
+    from loopwise.core.propose.llm import LLMProposer, record_llm_call
+
+    call_log = (lambda rec: record_llm_call(store, rec)) if store is not None else None
+    try:
+        return LLMProposer.from_config(llm if llm is not None else {}, call_log=call_log)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise UserError(f"--proposer llm: {exc}") from None

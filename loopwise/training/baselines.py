@@ -1,0 +1,131 @@
+"""The baselines the tree search is compared with: fixed, staged, grid and random schedules.
+
+Each is held to the same compute budget as the tree (see :mod:`loopwise.training.search`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Sequence
+
+from loopwise.errors import UserError
+from loopwise.training.compute import Budget
+from loopwise.training.config import StageConfig
+from loopwise.training.session import Schedule, Session, tree_bounds
+
+def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
+           method: str = "staged") -> Schedule:
+    """``configs`` (default: the default config ``depth`` times) as stages, repeated with new seeds
+    while budget is left; the best repetition by tuning reward."""
+    configs = list(configs or [session.default_config()] * depth)
+    best, used, rep = None, 0, 0
+    while used + len(configs) <= budget:
+        state, traces, tune = session.base_state, [], session.base_tune
+        for i, cfg in enumerate(configs):
+            result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i, label={"rep": rep, "stage": i})
+            state, tune = result.state, result.tune_reward
+            traces.append(result.trace)
+        used += len(configs)
+        if best is None or tune > best.tune_reward:
+            best = Schedule(method, configs, tune, state, 0, traces=traces)
+        rep += 1
+    if best is None:
+        raise UserError(f"a budget of {budget} stages is less than one {method} schedule of {len(configs)}")
+    best.stages_used = used
+    return best
+
+
+def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
+               method: str = "fixed") -> Schedule:
+    """Each config trained without a break for ``depth`` stages' worth of steps (one trainer), as
+    many configs as the budget allows (``budget // depth``); the best by tuning reward."""
+    configs = list(configs or [session.default_config()] * max(1, budget // depth))
+    best, used = None, 0
+    for i, cfg in enumerate(configs):
+        if used + depth > budget:
+            break
+        result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
+                                   label={"rep": i, "stage": 0})
+        used += depth
+        if best is None or result.tune_reward > best.tune_reward:
+            best = Schedule(method, [cfg.model_copy(update={"steps": cfg.steps * depth})], result.tune_reward,
+                            result.state, 0, traces=[result.trace])
+    if best is None:
+        raise UserError(f"a budget of {budget} stages is less than one {method} run of {depth}")
+    best.stages_used = used
+    return best
+
+
+def grid_levels(session: Session) -> dict[str, tuple]:
+    """Each knob the tree's transitions move (:data:`~loopwise.training.transitions.STEPS`) at the
+    default config's value and one transition step down and up, within the tree's bounds
+    (:func:`tree_bounds`); a level that falls outside them, or repeats another, is left out."""
+    from loopwise.training.transitions import STEPS
+
+    base, bounds = session.default_config(), tree_bounds(session)
+    levels = {}
+    for knob, step in STEPS.items():
+        value = getattr(base, knob)
+        moved = [bounds.limit(knob, value, step.move(value, d)) for d in ("down", "up")]
+        levels[knob] = tuple(dict.fromkeys([value, *moved]))
+    return levels
+
+
+def grid_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
+    """``n`` points of :func:`grid_levels`: the whole product when it has at most ``n`` points,
+    else a Latin hypercube over the levels (each knob's levels used equally often, plus or minus
+    one, paired across knobs by a permutation seeded with ``seed``). Points the config rejects
+    (a lopsided clip range) are left out."""
+    levels = grid_levels(session)
+    base, rng = session.default_config(), random.Random(f"grid:{seed}")
+    if math.prod(len(v) for v in levels.values()) <= n:
+        points = [dict(zip(levels, values)) for values in itertools.product(*levels.values())]
+    else:
+        columns = {}
+        for knob, values in levels.items():
+            order = list(values)
+            rng.shuffle(order)
+            column = [order[i % len(order)] for i in range(n)]
+            rng.shuffle(column)
+            columns[knob] = column
+        points = [{k: columns[k][i] for k in levels} for i in range(n)]
+    out = []
+    for p in points:
+        try:
+            out.append(StageConfig(**(base.model_dump() | p)))
+        except ValueError:
+            continue
+    return out
+
+
+def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedule:
+    """The grid's points, as many as the budget buys default runs of ``depth`` stages, each trained
+    continuously (one trainer) on an equal share of the budget: its steps are the most whose cost
+    fits the share."""
+    n = max(1, budget.stages(session.default_config()) // depth)
+    share = budget.amount // n
+    runs = []
+    for cfg in grid_configs(session, n, seed):
+        steps = share // budget.stage_cost(cfg, steps=1)
+        if steps >= 1:
+            runs.append(cfg.model_copy(update={"steps": steps}))
+    if not runs:
+        raise UserError(f"a budget of {budget.amount} {budget.unit} buys no step of any grid point")
+    schedule = continuous(session, len(runs), 1, seed, runs, "grid")
+    schedule.stages_used = max(1, round(sum(c.steps for c in runs) / session.p.stage_steps))
+    return schedule
+
+
+def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
+    """``n`` configs drawn log-uniformly over the grid's ranges (learning rate, KL, temperature)."""
+    rng = random.Random(seed)
+    base = session.default_config()
+    out = []
+    for _ in range(n):
+        out.append(base.model_copy(update={
+            "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-3))),
+            "beta": rng.choice((0.0, math.exp(rng.uniform(math.log(0.005), math.log(0.1))))),
+            "temperature": rng.uniform(0.7, 1.2)}))
+    return out
