@@ -11,7 +11,6 @@ import ast
 from functools import cache
 from pathlib import Path
 
-import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "loopwise"
 ENGINES = ("kernels", "training", "memory")

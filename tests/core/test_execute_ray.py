@@ -96,6 +96,7 @@ def test_hung_cpu_task_times_out(cluster):
     assert not r.ok and "job exceeded 1s" in r.error and r.worker.startswith("ray-task:cpu")
 
 
+@pytest.mark.slow
 def test_kernel_evaluations_match_the_local_executor(cluster):
     problem = (CASES / "problem_matmul_relu.py").read_text()
     cfg = {"static_check": False, "require_custom_kernel": False, "perf_trials": 3, "seed": 1, "energy": False}

@@ -59,6 +59,7 @@ def _built_objects(cache) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in (cache / "extensions").rglob("*") if p.suffix in (".o", ".so")}
 
 
+@pytest.mark.slow
 def test_parallel_precompile_then_judge_uses_the_cache(cache, monkeypatch):
     """The batch's parallel build fills the cache the sandboxes load from; a source the compiler
     rejected there gets its compile error, with the compiler's output, without a second build."""

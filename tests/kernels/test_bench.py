@@ -65,6 +65,7 @@ def _loopwise(env, *args, timeout=900):
                           env=env, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(checkout, tmp_path, cli_env):
     runs = tmp_path / "runs"
     common = ["--kernelbench", str(checkout), "--device", "cpu", "--set", f"store.runs_dir={runs}",

@@ -32,6 +32,7 @@ def _eval(cli_env, runs, *extra):
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_readme_example_is_judged_in_the_interpreter_and_its_speedup_marked(tmp_path, cli_env):
     table = _eval(cli_env, tmp_path / "runs")
     assert table.returncode == 1, table.stderr[-2000:]  # the cheat is rejected

@@ -130,6 +130,7 @@ def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path, cli_env):
     assert len(calls) >= 2 and calls[0]["origin"].endswith("test-model") and calls[0]["input_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_optimize_on_two_workers_judges_a_batch_at_once(tmp_path, cli_env):
     """--workers cpu,cpu: each expansion's candidates go to two worker processes at once; the run
     records them in node order like a run in this process, and every verdict names its worker."""
