@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from plotly.offline import get_plotlyjs
+
+get_plotlyjs = pytest.importorskip("plotly.offline").get_plotlyjs
 
 from loopwise.core.store import SqliteRunStore
 from loopwise.training.config import StageConfig
