@@ -128,12 +128,10 @@ def run_config(runs_dir: str | os.PathLike, run_id: str, kind: str, path: str | 
     Raises:
         UserError: no such run, a run of another ``kind``, or a stored config that is not valid.
     """
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import open_run
 
-    with SqliteRunStore.open(runs_dir, run_id) as store:
+    with open_run(runs_dir, run_id, kind) as store:
         meta = store.meta
-    if meta.kind != kind:
-        raise UserError(f"run {run_id} is a {meta.kind} run, not a {kind} run")
     text = meta.config_text
     try:
         stored = yaml.safe_load(text) or {}

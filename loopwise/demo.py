@@ -34,10 +34,10 @@ def _optimize(console, cfg, on_gpu: bool) -> None:
     from loopwise.core.store import list_runs
 
     run_id = list_runs(cfg.store.runs_dir)[-1].run_id
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import open_run
     from loopwise.kernels.report.optimize_html import build_report
 
-    with SqliteRunStore.open(cfg.store.runs_dir, run_id) as store:
+    with open_run(cfg.store.runs_dir, run_id, "kernels.optimize") as store:
         console.print(f"report: {build_report(store)} (open it in a browser; it works offline)")
 
 

@@ -145,7 +145,7 @@ class KernelLab:
         verdict, the tail of the sandbox log, and the run_id it was recorded under. Takes seconds to
         minutes."""
         from loopwise.config import dump_config
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import create_run
         from loopwise.kernels.evaluate.judge import LocalJudge
         from loopwise.kernels.problem import load_problem
         from loopwise.kernels.eval_runs import finite, record_evaluation
@@ -153,7 +153,7 @@ class KernelLab:
         explicit = {key: value for key, value in (("precision", precision), ("tolerance", tolerance)) if value}
         cfg = self._config(device, {**(config or {}), **explicit})
         prob = load_problem(problem, cfg.kernels.kernelbench)
-        with self._device_turn, SqliteRunStore.create(cfg.store.runs_dir, "kernels.eval", dump_config(cfg)) as store, \
+        with self._device_turn, create_run(cfg.store.runs_dir, "kernels.eval", dump_config(cfg)) as store, \
                 LocalJudge(prob, cfg.kernels.eval, device=cfg.kernels.device, log_dir=store.run_dir / "logs",
                       spares=0) as judge:
             store.append("problem", {"name": prob.name, "sha256": prob.sha256, "device": judge.device_name})

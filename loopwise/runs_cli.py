@@ -35,9 +35,9 @@ def report(run_id: str = typer.Argument(..., help="Run ID (see loopwise runs lis
     from pathlib import Path
 
     from loopwise.core.engines import engine_for_run
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import open_run
 
-    with SqliteRunStore.open(runs_dir, run_id) as store:
+    with open_run(runs_dir, run_id) as store:
         build_report = engine_for_run(store.meta.kind).report_builder(store.meta.kind)
         path = build_report(store, Path(out) if out else None)
     typer.echo(json.dumps({"run_id": run_id, "report": str(path)}) if as_json else f"report written to {path}")
@@ -48,9 +48,9 @@ def show_cmd(run_id: str, runs_dir: str = typer.Option("runs", help="Folder of r
              kind: Optional[str] = typer.Option(None, help="Only events of this kind."),
              as_json: bool = typer.Option(False, "--json")) -> None:
     """The events of one run."""
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import open_run
 
-    with SqliteRunStore.open(runs_dir, run_id) as store:
+    with open_run(runs_dir, run_id) as store:
         events = list(store.events(kind=kind))
         if as_json:
             typer.echo(json.dumps([{"seq": e.seq, "ts": e.ts, "kind": e.kind, "key": e.key, "payload": e.payload}

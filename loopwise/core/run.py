@@ -21,8 +21,8 @@ from typing import Any
 from loopwise.core.store import RunStore, SqliteRunStore
 from loopwise.errors import UserError
 
-__all__ = ["INTERRUPTED", "SETTINGS", "create_run", "interruptible", "open_run", "recorded_settings",
-           "resume_command"]
+__all__ = ["INTERRUPTED", "SETTINGS", "continue_line", "create_run", "interruptible", "open_run",
+           "recorded_settings", "resume_command"]
 
 SETTINGS = "settings"  # the event holding what a run was started with
 INTERRUPTED = "interrupted"  # the event marking where a run was stopped
@@ -86,13 +86,19 @@ def resume_command(command: str, run_id: str, runs_dir: str | os.PathLike[str], 
     return shlex.join(words)
 
 
+def continue_line(command: str, why: str = "stopped") -> str:
+    """The line said when a run ends before its budget: ``<why>; continue with: <command>``."""
+    return f"{why}; continue with: {command}"
+
+
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
 @contextmanager
 def interruptible(store: RunStore, resume_line: Callable[[], str],
-                  say: Callable[[str], None] = _to_stderr) -> Iterator[RunStore]:
+                  say: Callable[[str], None] = _to_stderr,
+                  progress: Callable[[], str] | None = None) -> Iterator[RunStore]:
     """Runs the body on ``store`` and closes the store however the body ends.
 
     On ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the command line raises it) the run is marked
@@ -103,6 +109,7 @@ def interruptible(store: RunStore, resume_line: Callable[[], str],
         store: the run's store.
         resume_line: gives the command that continues the run (see :func:`resume_command`).
         say: where the line goes; stderr by default.
+        progress: gives how far the run got, said after ``stopped``, e.g. ``after 3 of 8 candidates``.
     """
     try:
         yield store
@@ -111,7 +118,7 @@ def interruptible(store: RunStore, resume_line: Callable[[], str],
             store.append(INTERRUPTED, {})
         except RuntimeError:  # the body closed the store already: nothing to mark
             pass
-        say(f"stopped; continue with: {resume_line()}")
+        say(continue_line(resume_line(), f"stopped {progress()}" if progress else "stopped"))
         raise
     finally:
         store.close()

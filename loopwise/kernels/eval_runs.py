@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from contextlib import nullcontext
 
@@ -34,16 +35,36 @@ def _console(as_json: bool):
 
 
 def _open_store(cfg: Config, resume: str | None, kind: str):
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import create_run, open_run
 
     if resume:
-        return SqliteRunStore.open(cfg.store.runs_dir, resume)
-    return SqliteRunStore.create(cfg.store.runs_dir, kind, dump_config(cfg))
+        return open_run(cfg.store.runs_dir, resume, kind)
+    return create_run(cfg.store.runs_dir, kind, dump_config(cfg))
+
+
+def _resume_command(store, cfg: Config, problem_spec: str, sources: list[tuple[str, str]]) -> str:
+    """The command that judges the candidates not judged yet: the same problem and candidate files."""
+    from pathlib import Path
+
+    from loopwise.core.run import resume_command
+
+    options = []
+    if problem_spec.startswith("kernelbench:"):
+        from loopwise.kernels.problem import _find_checkout
+
+        options = ["--kernelbench", str(_find_checkout(cfg.kernels.kernelbench))]
+    else:
+        problem_spec = str(Path(problem_spec).resolve())
+    words = ["loopwise", "kernels", "eval", problem_spec, *(str(Path(name).resolve()) for name, _ in sources)]
+    return resume_command(shlex.join(words), store.meta.run_id, store.run_dir.parent, *options)
 
 
 def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: Config, *, as_json: bool = False,
                         resume: str | None = None) -> int:
     """Judges each candidate, records it, prints a table (or JSON). Returns the exit status."""
+    from rich.markup import escape
+
+    from loopwise.core.run import interruptible
     from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.evaluate.result import Evaluation
     from loopwise.kernels.problem import load_problem
@@ -53,8 +74,12 @@ def evaluate_candidates(problem_spec: str, sources: list[tuple[str, str]], cfg: 
     problem = load_problem(problem_spec, cfg.kernels.kernelbench)
     store = _open_store(cfg, resume, "kernels.eval")
     results: list[Evaluation] = []
-    with store, LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device,
-                      log_dir=store.run_dir / "logs", spares=1 if len(sources) > 1 else 0) as judge:
+    # Ctrl-C or SIGTERM: the verdicts so far are stored, the run says how to continue
+    with interruptible(store, lambda: _resume_command(store, cfg, problem_spec, sources),
+                       lambda line: console.print(escape(line), soft_wrap=True),
+                       lambda: f"after {len(results)} of {len(sources)} candidates"), \
+            LocalJudge(problem, cfg.kernels.eval, device=cfg.kernels.device,
+                       log_dir=store.run_dir / "logs", spares=1 if len(sources) > 1 else 0) as judge:
         done = store.latest_by_key("evaluation")
         store.append("problem", {"name": problem.name, "sha256": problem.sha256, "device": judge.device_name})
         console.print(f"run [bold]{store.meta.run_id}[/] · {problem.name} on {judge.device_name} · "

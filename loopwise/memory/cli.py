@@ -140,7 +140,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         inputs = resolve_inputs(model, target, elem_bytes, batch, seq)
         imported = _load(model, elem_bytes, batch, seq)  # a bad model is an error before any run exists
         store = create_run(runs_dir, inputs)
-    try:
+    with _stoppable(store):
         outcome = _run_plan(store, inputs, imported, as_json)
         run_id = store.meta.run_id
         if outcome.status != "accepted":
@@ -154,8 +154,6 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                 build_report(store, html)
             except OSError as exc:
                 raise UserError(f"cannot write the report to {html}: {exc.strerror}") from None
-    finally:
-        store.close()
     data = {**outcome.data, "run_id": run_id}
     if out is not None:
         try:
@@ -171,27 +169,33 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
         typer.echo(f"report: {html}")
 
 
-def _run_plan(store, inputs: dict, imported, as_json: bool):
-    """The plan run, with a progress bar; on Ctrl-C, the line that continues it."""
+def _stoppable(store):
+    """Ctrl-C or SIGTERM: what was recorded stays in the run, which is marked interrupted and
+    closed, and the line that continues it is printed unwrapped so it can be pasted."""
     from loopwise.core.console import console as make_console
-    from loopwise.memory.plan_run import run_plan
+    from loopwise.core.run import interruptible
     from loopwise.memory.run import resume_line
     from rich.markup import escape
+
+    err = make_console(stderr=True)
+    return interruptible(store, lambda: resume_line(store), lambda line: err.print(escape(line), soft_wrap=True))
+
+
+def _run_plan(store, inputs: dict, imported, as_json: bool):
+    """The plan run, with a progress bar."""
+    from loopwise.core.console import console as make_console
+    from loopwise.memory.plan_run import run_plan
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     def load(model, elem_bytes, batch, seq):
         return imported if imported is not None else _load(model, elem_bytes, batch, seq)
 
     err = make_console(stderr=True)
-    try:
-        with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=as_json) as bar:
-            task = bar.add_task("plan", total=None)
-            return run_plan(store, inputs, load, progress=lambda done, total: bar.update(task, completed=done,
-                                                                                         total=total))
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what was recorded stays in the run
-        err.print(f"stopped; continue with: {escape(resume_line(store))}", soft_wrap=True)
-        raise
+    with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task("plan", total=None)
+        return run_plan(store, inputs, load, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                     total=total))
 
 
 def _print_plan(data: dict, per_operator: bool) -> None:

@@ -19,9 +19,9 @@ def create_run(runs_dir: str | os.PathLike[str], inputs: dict):
     Returns:
         The run's store (a :class:`loopwise.core.store.SqliteRunStore`), open.
     """
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core import run
 
-    store = SqliteRunStore.create(runs_dir, KIND, json.dumps(inputs, indent=1))
+    store = run.create_run(runs_dir, KIND, json.dumps(inputs, indent=1))
     store.append("inputs", inputs, key="inputs")
     return store
 
@@ -32,12 +32,9 @@ def open_run(runs_dir: str | os.PathLike[str], run_id: str):
     Raises:
         UserError: no such run, or a run of another kind.
     """
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core import run
 
-    store = SqliteRunStore.open(runs_dir, run_id)
-    if store.meta.kind != KIND:
-        store.close()
-        raise UserError(f"run {run_id} is a {store.meta.kind} run, not a memory plan")
+    store = run.open_run(runs_dir, run_id, KIND, noun="a memory plan")
     return store, recorded_inputs(store)
 
 

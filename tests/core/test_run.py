@@ -51,3 +51,11 @@ def test_a_body_that_ends_normally_closes_the_store_and_says_nothing(tmp_path):
     assert said == []
     with pytest.raises(RuntimeError):
         store.append("step", {})
+
+
+def test_the_stop_line_says_how_far_the_run_got(tmp_path):
+    said: list[str] = []
+    store = create_run(tmp_path, "demo.search", "{}")
+    with pytest.raises(KeyboardInterrupt), interruptible(store, lambda: "go on", said.append, lambda: "after 2 of 5"):
+        raise KeyboardInterrupt
+    assert said == ["stopped after 2 of 5; continue with: go on"]

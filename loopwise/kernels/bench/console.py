@@ -11,15 +11,13 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     """``executor``: (kind, workers, ray address) as the CLI's --executor, --workers, --ray-address."""
     from loopwise.core.console import console as make_console
     from rich.markup import escape
-    from rich.table import Table
 
     from loopwise.core.execute.dispatch import dispatching
-    from loopwise.core.run import resume_command
-    from loopwise.kernels.bench.run import Bench, aggregate, select_problems
-    from loopwise.kernels.report.bench_html import build_report, table_rows
+    from loopwise.core.run import interruptible, resume_command
+    from loopwise.kernels.bench.run import Bench, select_problems
+    from loopwise.kernels.report.bench_html import build_report
     from loopwise.kernels.problem import _find_checkout
-    from loopwise.kernels.device import MARK
-    from loopwise.kernels.report.terminal import footnote, progress
+    from loopwise.kernels.report.terminal import progress
 
     console = make_console(stderr=True) if as_json else make_console()
     if resume:
@@ -36,30 +34,43 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
                  else f"this process ({cfg.kernels.device})")
         console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
                       f"{','.join(map(str, s.levels))}) · budget {s.budget} each · {where}")
-        with progress(console) as prog:
-            task = prog.add_task("problems", total=len(problems), completed=len(bench.rows))
 
-            def advance(row: dict) -> None:
-                best = f"{row['best_speedup']:.2f}x" if row.get("best_speedup") else "none correct"
-                prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
+        def resume_line() -> str:
+            return resume_command("loopwise kernels bench", bench.store.meta.run_id, bench.store.run_dir.parent,
+                                  "--kernelbench", str(checkout))
 
-            try:
+        # Ctrl-C or SIGTERM: finished problems are stored, the run says how to continue
+        with interruptible(bench.store, resume_line, lambda line: console.print(escape(line), soft_wrap=True),
+                           lambda: f"after {len(bench.rows)} of {len(problems)} problems"):
+            with progress(console) as prog:
+                task = prog.add_task("problems", total=len(problems), completed=len(bench.rows))
+
+                def advance(row: dict) -> None:
+                    best = f"{row['best_speedup']:.2f}x" if row.get("best_speedup") else "none correct"
+                    prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
+
                 rows = bench.run(problems, dispatcher, progress=advance)
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished problems are stored
-                command = resume_command("loopwise kernels bench", bench.store.meta.run_id,
-                                         bench.store.run_dir.parent, "--kernelbench", str(checkout))
-                console.print(f"stopped after {len(bench.rows)} of {len(problems)} problems; continue with: "
-                              f"{escape(command)}", soft_wrap=True)
-                raise
+            path = build_report(bench.store)
+    _print_table(console, bench.store.meta.run_id, rows, path, as_json)
+    return 0
+
+
+def _print_table(console, run_id: str, rows: list[dict], path, as_json: bool) -> None:
+    """The bench's table (or its JSON) and the report's path."""
+    from rich.table import Table
+
+    from loopwise.kernels.bench.run import aggregate
+    from loopwise.kernels.device import MARK
+    from loopwise.kernels.report.bench_html import table_rows
+    from loopwise.kernels.report.terminal import footnote
+
     table = aggregate(rows)
     meaningful = all(r.get("timing_meaningful", True) for r in rows)
-    path = build_report(bench.store)
-    bench.store.close()
     if as_json:
-        sys.stdout.write(json.dumps({"run_id": bench.store.meta.run_id, "table": table, "problems": rows,
+        sys.stdout.write(json.dumps({"run_id": run_id, "table": table, "problems": rows,
                                      "timing_meaningful": meaningful, "report": str(path)}, indent=2,
                                     default=str) + "\n")
-        return 0
+        return
     cols, trows = table_rows(table)
     out = Table(title="best correct candidate vs eager / torch.compile (no correct candidate: the reference)"
                 + ("" if meaningful else f" {MARK}"))
@@ -70,4 +81,3 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     console.print(out)
     footnote(console, not meaningful)
     console.print(f"report: {path}")
-    return 0

@@ -167,20 +167,17 @@ class Bench:
     @classmethod
     def start(cls, settings: BenchSettings, cfg, console=None) -> Bench:
         from loopwise.config import dump_config
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import create_run
 
-        store = SqliteRunStore.create(cfg.store.runs_dir, KIND, dump_config(cfg))
+        store = create_run(cfg.store.runs_dir, KIND, dump_config(cfg))
         store.append("bench_settings", asdict(settings))
         return cls(settings, cfg, store, console)
 
     @classmethod
     def resume(cls, run_id: str, cfg, console=None) -> Bench:
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import open_run
 
-        store = SqliteRunStore.open(cfg.store.runs_dir, run_id)
-        if store.meta.kind != KIND:
-            store.close()
-            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a bench")
+        store = open_run(cfg.store.runs_dir, run_id, KIND, noun="a bench")
         (first,) = list(store.events(kind="bench_settings"))[:1] or [None]
         return cls(BenchSettings(**first.payload), cfg, store, console)
 

@@ -43,19 +43,16 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
     s = run.s
     console.print(f"run [bold]{run.store.meta.run_id}[/] · {run.problem.name} on {run.judge.device_name} · "
                   f"{s.proposer} proposer, {s.search}, budget {s.budget}, objective {s.objective}")
-    try:
-        with console.status("searching") as status:
-            ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI raises it): what is stored stays
-        console.print(f"stopped {_resume_line(run)}", soft_wrap=True)
-        raise
-    finally:
-        run.judge.close()
-    path = run.write_best(out)
-    summary = run.summary()
+    with _stoppable(run, console):
+        try:
+            with console.status("searching") as status:
+                ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
+        finally:
+            run.judge.close()
+        path = run.write_best(out)
+        summary = run.summary()
     summary["best_path"] = str(path) if path else None
     summary["stopped_by_time_limit"] = not ended
-    run.store.close()
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
@@ -66,15 +63,32 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
 
         console.print(f"[yellow]stopped early:[/] {escape(run.stopped)}", soft_wrap=True)
     if not ended:
-        console.print(f"[yellow]time limit reached[/] {_resume_line(run)}", soft_wrap=True)
+        from rich.markup import escape
+
+        from loopwise.core.run import continue_line
+
+        console.print(f"[yellow]time limit reached[/] {escape(continue_line(_resume_command(run), _progress(run)))}",
+                      soft_wrap=True)
     return 0 if path else 1
 
 
-def _resume_line(run) -> str:
-    """How far the run got and the command that continues it (Rich markup escaped, printed unwrapped
-    so it can be pasted)."""
+def _stoppable(run, console):
+    """Ctrl-C or SIGTERM (the CLI raises it): what is stored stays, the run is marked interrupted
+    and closed, and the line that continues it is printed unwrapped so it can be pasted."""
     from rich.markup import escape
 
+    from loopwise.core.run import interruptible
+
+    return interruptible(run.store, lambda: _resume_command(run),
+                         lambda line: console.print(escape(line), soft_wrap=True), lambda: _progress(run))
+
+
+def _progress(run) -> str:
+    return f"after {run.tally.evaluations} of {run.s.budget} candidates"
+
+
+def _resume_command(run) -> str:
+    """The command that continues the run."""
     from loopwise.core.run import resume_command
 
     options = []
@@ -82,8 +96,7 @@ def _resume_line(run) -> str:
         from loopwise.kernels.problem import _find_checkout
 
         options = ["--kernelbench", str(_find_checkout(run.cfg.kernels.kernelbench))]
-    command = resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options)
-    return f"after {run.tally.evaluations} of {run.s.budget} candidates; continue with: {escape(command)}"
+    return resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options)
 
 
 def _print_proposal_failures(console, tally) -> None:

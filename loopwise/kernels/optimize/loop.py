@@ -21,6 +21,7 @@ from loopwise.core.propose.factory import make_proposer
 from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
                                               target)
 from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_search, source_key
+from loopwise.kernels.optimize.status import KIND
 
 if TYPE_CHECKING:
     from loopwise.kernels.evaluate import Judge
@@ -53,25 +54,25 @@ class OptimizeRun:
     # -- starting and resuming ----------------------------------------------------------------
     @classmethod
     def start(cls, settings: Settings, cfg: Config, runs_dir: str, judge: Judge, problem):
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import create_run
 
-        store = SqliteRunStore.create(runs_dir, "kernels.optimize", dump_config(cfg))
-        store.append("settings", settings.__dict__)
+        store = create_run(runs_dir, KIND, dump_config(cfg), settings=settings.__dict__)
         run = cls(settings, cfg, store, judge, problem)
         run.search.add_root("reference", payload={"node": "reference"})
         return run
 
     @classmethod
     def resume(cls, run_id: str, cfg: Config, runs_dir: str, judge_factory, problem_loader):
-        from loopwise.core.store import SqliteRunStore
+        from loopwise.core.run import open_run, recorded_settings
 
-        store = SqliteRunStore.open(runs_dir, run_id)
-        (first,) = list(store.events(kind="settings"))[:1] or [None]
-        if first is None:
+        store = open_run(runs_dir, run_id, KIND)
+        recorded = recorded_settings(store)
+        if recorded is None:
+            store.close()
             from loopwise.errors import UserError
 
             raise UserError(f"run {run_id} is not an optimize run (no settings recorded)")
-        settings = Settings(**{"repairs": 0, **first.payload})  # a run from before repairs replays without them
+        settings = Settings(**{"repairs": 0, **recorded})  # a run from before repairs replays without them
         problem = problem_loader(settings.problem)
         run = cls(settings, cfg, store, judge_factory(problem), problem)
         run.search.add_root("reference", payload={"node": "reference"})

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopwise.errors import UserError
 from loopwise.kernels.optimize.settings import Tally
 
 __all__ = ["KIND", "OptimizeStatus", "Verdict", "optimize_run", "optimize_runs"]
@@ -97,11 +96,9 @@ def optimize_run(runs_dir: str | Path, run_id: str) -> OptimizeStatus:
 
 
 def _read(runs_dir: str | Path, run_id: str, *, verdicts: bool) -> OptimizeStatus:
-    from loopwise.core.store import SqliteRunStore
+    from loopwise.core.run import open_run
 
-    with SqliteRunStore.open(runs_dir, run_id) as store:
-        if store.meta.kind != KIND:
-            raise UserError(f"run {run_id} is a {store.meta.kind} run, not a {KIND} run")
+    with open_run(runs_dir, run_id, KIND) as store:
         settings: dict[str, Any] = {}
         tally, judged, best, ran_dry = Tally(), [], None, False
         for event in store.events():
