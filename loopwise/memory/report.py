@@ -113,9 +113,9 @@ def _candidates_section(ev: dict) -> Section:
                                                                         "violations"], rows=rows, blocks=blocks)
 
 
-def render_run_report(run_id: str, ev: dict) -> str:
+def render_run_report(run_id: str, ev: dict, resume: str = "") -> str:
     """The page for a plan run's recorded events (``ev``: inputs, bounds, candidates, verdicts,
-    result and each candidate's plan JSON)."""
+    result and each candidate's plan JSON); ``resume`` is the command that continues it."""
     inputs, bounds, result = ev["inputs"], ev["bounds"], ev["result"]
     plan, verdict = ev["plans"].get("planner"), ev["verdicts"].get("planner")
     facts = {"run": run_id, "model": inputs.get("model", "?"), "target": inputs.get("target", "?"),
@@ -127,7 +127,7 @@ def render_run_report(run_id: str, ev: dict) -> str:
                       "compulsory (MB)": _mb(bounds["compulsory_bytes"]),
                       "sum of per-operator bounds (MB)": _mb(bounds["operator_bounds_bytes"])})
     if result is None:
-        banner = "This run is unfinished: continue it with loopwise memory plan MODEL --resume RUN."
+        banner = f"This run is unfinished: continue it with {resume}." if resume else "This run is unfinished."
     elif result["status"] != "accepted":
         banner = "The planner's plan failed the verifier's replay: it is recorded as rejected, its numbers are no result."
     elif plan is not None and verdict is not None:
@@ -152,5 +152,7 @@ def render_run_report(run_id: str, ev: dict) -> str:
 def build_report(store, out: Path | None = None) -> Path:
     """Writes the HTML report of a memory plan run and returns its path (default ``RUN/report.html``)."""
     path = out or (store.run_dir / "report.html")
-    path.write_text(render_run_report(store.meta.run_id, _events(store)), encoding="utf-8")
+    from loopwise.memory.run import resume_line
+
+    path.write_text(render_run_report(store.meta.run_id, _events(store), resume_line(store)), encoding="utf-8")
     return path

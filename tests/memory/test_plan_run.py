@@ -99,6 +99,11 @@ def test_an_interrupted_run_resumes_without_recomputing(model, tmp_path, monkeyp
     assert "continue with: loopwise memory plan" in stopped.output and "--resume" in stopped.output
     run_id = json.loads(CliRunner().invoke(app, ["runs", "list", "--runs-dir", str(runs), "--json"]).output)[0]["run_id"]
     assert f"--resume {run_id}" in " ".join(stopped.output.split())
+    report = CliRunner().invoke(app, ["report", run_id, "--runs-dir", str(runs)])
+    assert report.exit_code == 0, report.output
+    page = " ".join((runs / run_id / "report.html").read_text().split())
+    assert "This run is unfinished: continue it with loopwise memory plan" in page
+    assert f"--resume {run_id}" in page  # the command itself, not a placeholder
 
     def never(*args, **kwargs):
         raise AssertionError("recomputed on resume")
