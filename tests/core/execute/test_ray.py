@@ -18,7 +18,7 @@ from loopwise.errors import UserError
 
 H = "executor_handlers"
 HERE = Path(__file__).parent
-CASES = HERE.parent / "kernels" / "judge_cases"
+CASES = HERE.parents[1] / "kernels" / "judge_cases"
 
 
 @pytest.fixture(scope="module")

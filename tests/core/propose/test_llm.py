@@ -187,7 +187,7 @@ def test_retries_run_out_into_an_api_error(server, api):
 @pytest.mark.parametrize("api", APIS)
 def test_a_client_error_is_not_retried(server, api):
     # without tools: with tools a 400 may mean "no tool calling here", which is asked again without
-    # them once (tests/core/test_propose_llm_tools.py); a second 400 is then the answer
+    # them once (tests/core/propose/test_llm_tools.py); a second 400 is then the answer
     server.queue(server_error(400), good())
     [result] = make(server, api, tools=False).propose(REQUEST)
     assert result.reason == FailureReason.API_ERROR and "HTTP 400" in result.detail

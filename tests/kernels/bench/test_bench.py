@@ -13,7 +13,7 @@ import pytest
 from loopwise.errors import UserError
 from loopwise.kernels.bench.run import aggregate, problem_row, select_problems
 
-PROBLEMS = Path(__file__).parent / "expert_problems"
+PROBLEMS = Path(__file__).parents[1] / "expert_problems"
 
 
 @pytest.fixture()

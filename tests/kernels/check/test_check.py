@@ -21,9 +21,9 @@ import yaml
 
 from loopwise.kernels.check import CODES, detect_backends, scan
 
-HERE = Path(__file__).parent
-EXPLOITS = HERE / "exploits"
-CANDIDATES = HERE / "candidates"
+KERNEL_TESTS = Path(__file__).parents[1]
+EXPLOITS = KERNEL_TESTS / "exploits"
+CANDIDATES = KERNEL_TESTS / "candidates"
 LINE = re.compile(r"\bline \d+|\blines \d+ to \d+")
 REQUIRED_CHEATS = {
     "side_stream.py", "thread.py", "timer_patch.py", "lazy_tensor.py", "result_reuse.py",
@@ -584,7 +584,7 @@ def _run_corpus(entries: list[tuple[Path, dict]], device: str) -> dict:
     env = {**os.environ, "TRITON_INTERPRET": "1" if device == "cpu" else "0", "PYTHONDONTWRITEBYTECODE": "1",
            "OPENAI_API_KEY": RUNNER_SECRET}
     done = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(request)], capture_output=True, text=True,
-                          env=env, timeout=540, cwd=HERE)
+                          env=env, timeout=540, cwd=KERNEL_TESTS)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

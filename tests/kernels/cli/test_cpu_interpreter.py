@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
+EXAMPLES = Path(__file__).parents[3] / "loopwise" / "kernels" / "examples"
 NOTICE = "candidates run in Triton's CPU interpreter"
 MARK = "speedups are not meaningful"
 

@@ -248,11 +248,7 @@ def test_the_proposer_tools_search_and_read_and_answer_faults_as_results(checkou
     assert not nothing.is_error and "no match" in nothing.content
 
 
-CORE_TESTS = Path(__file__).parents[1] / "core"  # the fake LLM server and the ChatTool conformance suite
-
-
 def test_the_cutlass_tools_conform_to_the_chat_tool_contract(checkout, monkeypatch):
-    monkeypatch.syspath_prepend(str(CORE_TESTS))
     from chat_tool_conformance import check_chat_tool
 
     search_tool, read_tool = cutlass_tools(checkout)
@@ -261,7 +257,6 @@ def test_the_cutlass_tools_conform_to_the_chat_tool_contract(checkout, monkeypat
 
 
 def test_the_llm_proposer_calls_the_cutlass_tools_by_default_for_kernels(checkout, monkeypatch):
-    monkeypatch.syspath_prepend(str(CORE_TESTS))
     from fake_llm_server import FakeLLMServer, call, good, tool_use
 
     from loopwise.core.propose import ProposalRequest
@@ -285,7 +280,7 @@ def test_the_llm_proposer_calls_the_cutlass_tools_by_default_for_kernels(checkou
 def test_optimize_passes_llm_tool_rounds_to_the_proposer_settings(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the run folder goes here
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    problem = Path(__file__).parent / "candidates" / "problems" / "relu.py"
+    problem = Path(__file__).parents[1] / "candidates" / "problems" / "relu.py"
     result = CliRunner().invoke(app, ["kernels", "optimize", str(problem), "--proposer", "llm", "--llm-model", "m",
                                       "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-tool-rounds", "-1",
                                       "--budget", "1", "--device", "cpu"])

@@ -14,9 +14,9 @@ import pytest
 from loopwise.kernels.evaluate import environment
 from loopwise.kernels.evaluate import pool as pool_mod
 
-HERE = Path(__file__).parent
-CHEAT = HERE / "exploits" / "environment_secret.py"
-PROBLEM = HERE / "exploits" / "problems" / "relu.py"
+KERNEL_TESTS = Path(__file__).parents[1]
+CHEAT = KERNEL_TESTS / "exploits" / "environment_secret.py"
+PROBLEM = KERNEL_TESTS / "exploits" / "problems" / "relu.py"
 SECRET_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN",
                 "TORCH_HUB_TOKEN", "CUDA_API_KEY", "TRITON_PASSWORD", "DB_CREDENTIALS")
 
@@ -107,7 +107,6 @@ def test_an_optimize_run_records_no_secret(tmp_path, cli_env):
     """A model answers with the cheat; the static scan is off so that it runs. Nothing under the run
     folder (the store read as bytes, artifacts, logs, the report) nor the printed output holds the
     secret, though the driver itself holds it (it is the LLM client's key)."""
-    sys.path.insert(0, str(HERE.parent / "core"))
     from fake_llm_server import FakeLLMServer, good
 
     secret = _planted()

@@ -12,7 +12,7 @@ from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
-HONEST = Path(__file__).parent / "candidates"
+HONEST = Path(__file__).parents[1] / "candidates"
 MANIFEST = yaml.safe_load((HONEST / "manifest.yaml").read_text())
 ENTRIES = [e for e in MANIFEST if e["cpu"]]
 GPU_ENTRIES = [e for e in MANIFEST if not e["cpu"] and not e["candidate"].startswith("cpp_")]

@@ -10,7 +10,7 @@ from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.problem import load_problem
 
-CASES = Path(__file__).parent / "judge_cases"
+CASES = Path(__file__).parents[1] / "judge_cases"
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_static_scan_rejects_plain_pytorch_before_running(tmp_path):
 @pytest.mark.gpu
 def test_bundled_example_on_gpu(tmp_path):
     """On a GPU: the fused example is correct and faster, with energy and a floor; the cheat is caught."""
-    root = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
+    root = Path(__file__).parents[3] / "loopwise" / "kernels" / "examples"
     problem = load_problem(str(root / "scaled_gelu_problem.py"))
     with LocalJudge(problem, EvalConfig(perf_trials=30), device="cuda", log_dir=tmp_path, spares=1) as j:
         ev = j.evaluate((root / "scaled_gelu_triton.py").read_text(), "triton")

@@ -20,8 +20,8 @@ from loopwise.kernels.evaluate.result import Evaluation, Status
 from loopwise.kernels.evaluate.workers import ExecutorJudge
 from loopwise.kernels.problem import load_problem
 
-HERE = Path(__file__).parent
-PROBLEM = HERE / "expert_problems" / "chain.py"
+KERNEL_TESTS = Path(__file__).parents[1]
+PROBLEM = KERNEL_TESTS / "expert_problems" / "chain.py"
 NOT_PYTHON = "this is not python ("
 
 

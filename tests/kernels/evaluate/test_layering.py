@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-KERNELS = Path(__file__).parents[2] / "loopwise" / "kernels"
+KERNELS = Path(__file__).parents[3] / "loopwise" / "kernels"
 PARTS = ("evaluate", "check", "roofline", "backends.py")
 
 

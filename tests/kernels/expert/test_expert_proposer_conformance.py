@@ -10,7 +10,7 @@ from loopwise.core.propose.conformance import ProposerConformance
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
 
-PROBLEMS = Path(__file__).parent / "expert_problems"
+PROBLEMS = Path(__file__).parents[1] / "expert_problems"
 
 
 class TestExpertProposer(ProposerConformance):

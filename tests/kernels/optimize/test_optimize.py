@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from judge_doubles import StandInJudge
 
-PROBLEM = Path(__file__).parent / "expert_problems" / "chain.py"
+PROBLEM = Path(__file__).parents[1] / "expert_problems" / "chain.py"
 
 
 def _cmd(tmp_path, *extra):
@@ -105,10 +105,9 @@ def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, e
 def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path, cli_env):
     """The LLM proposer against a local OpenAI-compatible server: a good reply is judged, bad replies
     are recorded as failed proposals, nothing stops the run."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
     from fake_llm_server import FakeLLMServer, good, malformed, no_code
 
-    here = Path(__file__).parent / "candidates"
+    here = Path(__file__).parents[1] / "candidates"
     server = FakeLLMServer().start()
     try:
         server.queue(good((here / "triton_relu.py").read_text()), malformed(), no_code(), no_code())
@@ -207,7 +206,7 @@ def test_the_printed_resume_command_resumes_the_run_from_another_folder(tmp_path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     again = subprocess.run([sys.executable, "-m", *words, "--json"], capture_output=True, text=True,
-                           env=dict(cli_env, PYTHONPATH=str(Path(__file__).parents[2])), cwd=elsewhere, timeout=600)
+                           env=dict(cli_env, PYTHONPATH=str(Path(__file__).parents[3])), cwd=elsewhere, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
     (run_dir,) = runs.iterdir()
@@ -219,7 +218,7 @@ QUICK_LLM = ["--set", "llm.max_retries=1", "--set", "llm.backoff_initial_s=0", "
 
 
 def _llm_run(tmp_path, cli_env, base_url):
-    relu = Path(__file__).parent / "candidates" / "problems" / "relu.py"
+    relu = Path(__file__).parents[1] / "candidates" / "problems" / "relu.py"
     return subprocess.run(_cmd(tmp_path, str(relu), "--proposer", "llm", "--llm-model", "test-model",
                                "--llm-base-url", base_url, "--budget", "2", *QUICK_LLM),
                           capture_output=True, text=True, env=cli_env, timeout=300)
@@ -237,7 +236,6 @@ def test_a_model_that_cannot_be_reached_is_said_so_with_its_cause(tmp_path, cli_
 
 
 def test_a_server_error_and_an_answer_without_valid_code_count_as_failed_proposals(tmp_path, cli_env):
-    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
     from fake_llm_server import FakeLLMServer, malformed, server_error
 
     server = FakeLLMServer().start()

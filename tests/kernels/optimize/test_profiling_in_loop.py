@@ -18,7 +18,7 @@ from loopwise.kernels.problem import load_problem
 from loopwise.kernels.profile.findings import Finding
 from loopwise.kernels.profile.run import KernelReport, ProfileReport
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "loopwise" / "kernels" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "loopwise" / "kernels" / "examples"
 # A 1x1 PNG: what the stand-in profiler leaves as its roofline plot.
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
@@ -193,7 +193,7 @@ def test_structural_moves_become_steps_of_the_templates_knobs():
     assert suggested_moves(wide, "elementwise", {"block": 1024, "warps": 4}) == [{"block": 2048}, {"warps": 8}]
     assert suggested_moves(wide) == [{"warps": 8}]  # without the template, only the knob moves
 
-    problem = load_problem(str(Path(__file__).parent / "expert_problems" / "matmul_plain.py"))
+    problem = load_problem(str(Path(__file__).parents[1] / "expert_problems" / "matmul_plain.py"))
     expert = ExpertProposer(problem, seed=0)
     (first,) = expert.propose(ProposalRequest(task=problem.source, n=1))
     assert "block 128, 8 warps, chunk 32" in first.content

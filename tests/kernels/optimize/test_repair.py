@@ -12,7 +12,7 @@ from pathlib import Path
 from exchange_agent import ScriptedAgent
 from judge_doubles import StandInJudge
 
-PROBLEM = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
+PROBLEM = Path(__file__).parents[3] / "loopwise" / "kernels" / "examples" / "scaled_gelu_problem.py"
 GOOD = (PROBLEM.parent / "scaled_gelu_triton.py").read_text()
 TYPO = GOOD.replace("tl.arange(0, BLOCK)", "tl.arang(0, BLOCK)")
 OTHER = GOOD.replace("1024", "512")

@@ -15,8 +15,8 @@ import torch
 
 from loopwise.kernels.profile.registry import load_tools
 
-CASES = Path(__file__).parent / "profile_cases"
-ROOT = Path(__file__).resolve().parents[2]
+CASES = Path(__file__).parents[1] / "profile_cases"
+ROOT = Path(__file__).resolve().parents[3]
 LABELS = json.loads((CASES / "cases.json").read_text())["cases"]
 
 

@@ -15,7 +15,7 @@ H200 = Ceilings(device="NVIDIA H200", bandwidth_gbs=4256, fp32_tflops=51.4, tf32
                 bf16_tflops=849.5, l2_bytes=62_914_560, measured_at="2026-11-29T00:00:00+00:00")
 SMS = 132
 COPY_BYTES = 2 * 2**30  # 1 GiB read + 1 GiB written
-FIXTURE = Path(__file__).parent / "profile_fixtures" / "ncu" / "raw_page_transcribed.csv"
+FIXTURE = Path(__file__).parents[1] / "profile_fixtures" / "ncu" / "raw_page_transcribed.csv"
 
 
 def copy_kernel(fraction: float) -> KernelSample:

@@ -15,9 +15,9 @@ import pytest
 from loopwise.kernels.profile.findings import ProblemHints
 from loopwise.kernels.profile.run import analyze
 
-HERE = Path(__file__).parent
-RECORDED = HERE / "profile_fixtures" / "recorded"
-LABELS = json.loads((HERE / "profile_cases" / "cases.json").read_text())["cases"]
+KERNEL_TESTS = Path(__file__).parents[1]
+RECORDED = KERNEL_TESTS / "profile_fixtures" / "recorded"
+LABELS = json.loads((KERNEL_TESTS / "profile_cases" / "cases.json").read_text())["cases"]
 CASES = sorted(p.name for p in RECORDED.iterdir() if p.is_dir() and p.name in LABELS) if RECORDED.is_dir() else []
 
 pytestmark = pytest.mark.skipif(not CASES, reason="no recorded profiles yet (bench/profile_fixtures.py on a GPU)")

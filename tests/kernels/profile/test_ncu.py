@@ -16,7 +16,7 @@ from loopwise.kernels.profile.ncu import (
     to_base_unit,
 )
 
-FIXTURE = Path(__file__).parent / "profile_fixtures" / "ncu" / "raw_page_transcribed.csv"
+FIXTURE = Path(__file__).parents[1] / "profile_fixtures" / "ncu" / "raw_page_transcribed.csv"
 ID_HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC"'
 ID_CELLS = '"{id}","7","python","h","{name}","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0"'
 

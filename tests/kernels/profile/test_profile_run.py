@@ -17,7 +17,7 @@ from loopwise.kernels.problem import load_problem
 from loopwise.kernels.profile import run as profile_run
 from loopwise.kernels.roofline.ceilings import Ceilings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "loopwise" / "kernels" / "examples"
 NCU_CSV = ROOT / "tests" / "kernels" / "profile_fixtures" / "ncu" / "raw_page_transcribed.csv"
 H200 = Ceilings(device="NVIDIA H200", bandwidth_gbs=4256, fp32_tflops=51.4, tf32_tflops=420.8,

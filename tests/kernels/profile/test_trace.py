@@ -9,7 +9,7 @@ import pytest
 
 from loopwise.kernels.profile.trace import TraceError, parse, read_trace, record
 
-FIXTURE = Path(__file__).parent / "profile_fixtures" / "trace_two_streams.json"
+FIXTURE = Path(__file__).parents[1] / "profile_fixtures" / "trace_two_streams.json"
 
 
 def test_kernels_gaps_copies_launches_and_syncs():

@@ -96,7 +96,7 @@ def test_an_eval_run_reports_its_candidates_side_by_side_without_a_search_tree(t
     import sys
     from pathlib import Path
 
-    examples = Path(__file__).parents[2] / "loopwise" / "kernels" / "examples"
+    examples = Path(__file__).parents[3] / "loopwise" / "kernels" / "examples"
     runs = tmp_path / "runs"
     judged = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "eval",
                              str(examples / "scaled_gelu_problem.py"), str(examples / "scaled_gelu_triton.py"),
