@@ -25,6 +25,26 @@ def make(folder, lines, timeout_s=5.0):
     return ExchangeProposer(folder, timeout_s=timeout_s, poll_s=0.02, announce=lines.append)
 
 
+class FakeClock:
+    """A monotonic clock that only its own ``sleep`` moves; it records every wait."""
+
+    def __init__(self):
+        self.now, self.waits = 0.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def on_clock(folder, clock, **settings):
+    """An exchange proposer that polls on ``clock`` (no real waiting)."""
+    return ExchangeProposer(folder, announce=settings.pop("announce", [].append), sleep=clock.sleep, clock=clock,
+                            **settings)
+
+
 def write_later(path, parts, pause_s):
     """Writes ``parts`` one after another into ``path``, pausing before each."""
     def run():
@@ -52,10 +72,9 @@ def test_an_answer_file_becomes_a_proposal(tmp_path):
 
 
 def test_no_answer_times_out_with_the_instruction(tmp_path):
-    lines = []
-    start = time.monotonic()
-    [result] = make(tmp_path, lines, timeout_s=0.2).propose(REQUEST)
-    assert time.monotonic() - start < 2
+    lines, clock = [], FakeClock()
+    [result] = on_clock(tmp_path, clock, timeout_s=60, poll_s=2, announce=lines.append).propose(REQUEST)
+    assert clock.now == 60 and clock.waits == [2] * 30  # polled until the timeout, not past it
     assert isinstance(result, ProposalFailure) and result.reason == FailureReason.TIMEOUT
     assert lines[0] in result.detail and "answer-0001.md" in result.detail
 
@@ -79,9 +98,9 @@ def test_prose_before_the_code_is_not_read_early(tmp_path):
 def test_a_done_marker_reads_the_answer_at_once(tmp_path):
     (tmp_path / "answer-0001.md").write_text("I cannot do this one.")
     (tmp_path / "answer-0001.md.done").touch()
-    start = time.monotonic()
-    [result] = make(tmp_path, []).propose(REQUEST)
-    assert time.monotonic() - start < 1
+    clock = FakeClock()
+    [result] = on_clock(tmp_path, clock, timeout_s=5, poll_s=0.02).propose(REQUEST)
+    assert clock.waits == []  # read on the first look, no poll waited
     assert result.reason == FailureReason.NO_CODE
 
 
@@ -122,10 +141,9 @@ def test_several_proposals_get_their_own_numbered_files(tmp_path):
 def test_a_renamed_answer_without_usable_code_is_read_once_it_settles_not_at_the_deadline(tmp_path, text, reason):
     (tmp_path / "answer-0001.md.tmp").write_text(text)
     (tmp_path / "answer-0001.md.tmp").rename(tmp_path / "answer-0001.md")
-    proposer = ExchangeProposer(tmp_path, timeout_s=30, poll_s=0.02, settle_s=0.2, announce=[].append)
-    start = time.monotonic()
-    [result] = proposer.propose(REQUEST)
-    assert time.monotonic() - start < 5
+    clock = FakeClock()
+    [result] = on_clock(tmp_path, clock, timeout_s=30, poll_s=0.5, settle_s=2).propose(REQUEST)
+    assert clock.now == 2  # read at the first look settle_s after it was first seen, not at the 30 s timeout
     assert result.reason == reason and result.raw == text
 
 

@@ -169,10 +169,15 @@ def test_retry_after_is_capped_and_real_sleep_works(server):
     server.queue(rate_limited("0.05"), good())
     import time
 
-    proposer = make(server, "anthropic", sleep=time.sleep)
-    start = time.monotonic()
+    waits = []
+
+    def real_sleep(seconds):
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    proposer = make(server, "anthropic", sleep=real_sleep)
     assert proposer.propose(REQUEST)[0].ok
-    assert time.monotonic() - start >= 0.05
+    assert waits == [pytest.approx(0.05)]  # the server's Retry-After, waited with the real sleep
 
 
 @pytest.mark.parametrize("api", APIS)
