@@ -8,4 +8,4 @@
 # collection here rather than skipped in the suite, so `make test` still fails when they break.
 set -u
 exec python3 -m pytest -q -m gpu tests -p no:cacheprovider -rs \
-  --ignore=tests/core/test_execute_ray.py --ignore=tests/test_mcp.py "$@"
+  --ignore=tests/core/execute/test_ray.py --ignore=tests/test_mcp.py "$@"

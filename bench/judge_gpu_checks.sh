@@ -8,7 +8,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 timeout "${TESTS_S:-330}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs \
-  tests/kernels/test_honest_candidates.py tests/kernels/test_judge.py tests/kernels/test_check.py \
+  tests/kernels/evaluate/test_honest_candidates.py tests/kernels/evaluate/test_judge.py tests/kernels/check/test_check.py \
   > "$OUT/gpu_tests.txt" 2>&1
 echo "gpu tests: rc=$?"; tail -n 25 "$OUT/gpu_tests.txt"
 timeout "${MEMORY_S:-150}" python3 bench/judge_memory.py tests/kernels/candidates/problems/log_softmax_long_rows.py \

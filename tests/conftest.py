@@ -1,8 +1,20 @@
-"""Tests marked ``gpu`` run only where torch sees a CUDA GPU; elsewhere they are skipped."""
+"""Tests marked ``gpu`` run only where torch sees a CUDA GPU; elsewhere they are skipped.
+
+The test doubles and fixture readers shared across folders (``fake_llm_server``,
+``chat_tool_conformance`` in ``tests/core``; ``judge_doubles``, ``sass_fixtures``, ``bench_modules``,
+``ncu_synthetic``, ``exchange_agent`` in ``tests/kernels``) are imported by name from any test folder:
+both folders go on ``sys.path`` here."""
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+for _shared in ("core", "kernels"):
+    _folder = str(Path(__file__).parent / _shared)
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 
 def _restore_triton_interpret(before: str | None) -> None:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).parents[1]
 KERNELS = Path(__file__).parent / "kernels"
 CASES = KERNELS / "judge_cases"
 TOOLS = {"eval", "check", "profile", "tools", "codesearch", "read_source", "optimize_status"}
-# The settings tests/kernels/test_judge.py judges plain-PyTorch candidates on the CPU with (a longer
+# The settings tests/kernels/evaluate/test_judge.py judges plain-PyTorch candidates on the CPU with (a longer
 # timeout: a busy machine must not turn a slow trial into a failure).
 CPU_JUDGE = {"static_check": False, "require_custom_kernel": False, "perf_trials": 5, "warmup": 1,
              "run_timeout_s": 60, "compile_timeout_s": 60, "host_memory_gb": 3, "seed": 7, "energy": False}

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from fake_llm_server import FakeLLMServer, Scripted  # noqa: E402
+from fake_llm_server import FakeLLMServer, Scripted
 
-from loopwise.core.propose import ExchangeProposer, FailureReason, extract_for, extract_json  # noqa: E402
-from loopwise.core.propose.llm import LLMConfig, LLMProposer  # noqa: E402
-from loopwise.training.config import StageConfig  # noqa: E402
-from loopwise.training.findings import make_finding  # noqa: E402
-from loopwise.training.proposer import ModelTransitions, parse_transition  # noqa: E402
-from loopwise.training.transitions import Bounds  # noqa: E402
+from loopwise.core.propose import ExchangeProposer, FailureReason, extract_for, extract_json
+from loopwise.core.propose.llm import LLMConfig, LLMProposer
+from loopwise.training.config import StageConfig
+from loopwise.training.findings import make_finding
+from loopwise.training.proposer import ModelTransitions, parse_transition
+from loopwise.training.transitions import Bounds
 
 BASE = StageConfig(learning_rate=3e-4, temperature=1.0, difficulty=1)
 BOUNDS = Bounds.for_task(6)

@@ -2,7 +2,7 @@
 
 Use it by subclassing in a test module whose folder holds the job handlers it names (a module
 ``executor_handlers`` with ``echo``, ``sleep``, ``interval``, ``die`` and ``fail``; see
-``tests/core/executor_handlers.py``)::
+``tests/core/execute/executor_handlers.py``)::
 
     class TestMyExecutor(ExecutorConformance):
         def make_executor(self, devices, job_timeout_s):

@@ -66,6 +66,8 @@ class ExchangeProposer(Proposer):
             before it is read as final.
         announce: shows the instruction line; defaults to printing it on stderr.
         sleep: how polls wait (tests may pass a faster one).
+        clock: the monotonic clock the timeout and ``settle_s`` are read on (tests pass a fake one
+            that ``sleep`` advances).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class ExchangeProposer(Proposer):
         *,
         announce: Callable[[str], None] = _print_line,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.folder = Path(folder)
         self.timeout_s = timeout_s
@@ -84,6 +87,7 @@ class ExchangeProposer(Proposer):
         self.settle_s = settle_s
         self._announce = announce
         self._sleep = sleep
+        self._clock = clock
 
     def instruction(self, answer_id: str) -> str:
         """The one line that tells the user what to do for ``answer_id``."""
@@ -118,7 +122,7 @@ class ExchangeProposer(Proposer):
 
     def _wait(self, ids: list[str]) -> dict[str, str]:
         """Polls until every answer is complete or the time is up; returns those that are."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._clock() + self.timeout_s
         seen: dict[str, tuple[tuple[int, int], float]] = {}
         answers: dict[str, str] = {}
         while True:
@@ -127,7 +131,7 @@ class ExchangeProposer(Proposer):
                     text = self._read_if_ready(answer_id, seen)
                     if text is not None:
                         answers[answer_id] = text
-            left = deadline - time.monotonic()
+            left = deadline - self._clock()
             if len(answers) == len(ids) or left <= 0:
                 return answers
             self._sleep(min(self.poll_s, left))
@@ -141,7 +145,7 @@ class ExchangeProposer(Proposer):
         except FileNotFoundError:
             return None
         marker = path.with_name(path.name + ".done").exists()
-        signature, now = (stat.st_size, stat.st_mtime_ns), time.monotonic()
+        signature, now = (stat.st_size, stat.st_mtime_ns), self._clock()
         last, since = seen.get(answer_id, (None, now))
         stable = stat.st_size > 0 and last == signature
         seen[answer_id] = (signature, since if stable else now)

@@ -1,0 +1,169 @@
+"""The Ray executor from a driver's point of view: the executor contract every executor passes
+(``loopwise.core.execute.conformance``), plus what is Ray's own: a killed worker's job is retried,
+printed output comes back, CPU jobs run as tasks, and kernel evaluations give what the local
+executor gives."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+from loopwise.core.execute import Job, LocalExecutor, RayExecutor, make_executor
+from loopwise.core.execute.conformance import ExecutorConformance
+from loopwise.errors import UserError
+
+H = "executor_handlers"
+HERE = Path(__file__).parent
+CASES = HERE.parents[1] / "kernels" / "judge_cases"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local cluster for the whole file, started the way a user would start their own:
+    no GPUs (the same on every machine), spare CPUs for tasks, the test handlers importable."""
+    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
+    yield
+    ray.shutdown()
+
+
+class TestRayExecutor(ExecutorConformance):
+    @pytest.fixture(autouse=True)
+    def _cluster(self, cluster):
+        yield
+
+    def make_executor(self, devices, job_timeout_s):
+        return RayExecutor(devices, job_timeout_s=job_timeout_s)
+
+    def wait_ready(self, executor):
+        ray.get([slot.starting for slot in executor._slots], timeout=60)
+
+    def test_the_executor_leaves_a_cluster_it_did_not_start_up(self, two):
+        two.submit(Job("a", f"{H}:echo", {"value": 1}))
+        assert [r.ok for r in two.results(timeout=60)] == [True]
+        two.close()
+        assert ray.is_initialized()
+
+
+def test_killed_worker_job_is_retried_then_given_up(cluster, tmp_path):
+    with RayExecutor(["cpu", "cpu"], job_timeout_s=30, max_retries=2) as ex:
+        ex.submit(Job("flaky", f"{H}:die_once", {"marker": str(tmp_path / "died"), "value": 5}))
+        ex.submit(Job("doomed", f"{H}:die", {}))
+        by_id = {r.job_id: r for r in ex.results(timeout=90)}
+        flaky, doomed = by_id["flaky"], by_id["doomed"]
+        assert flaky.ok and flaky.result["value"] == 5 and flaky.attempts == 2
+        assert not doomed.ok and doomed.attempts == 3
+        assert "worker died after 3 attempts" in doomed.error
+        ex.submit(Job("after", f"{H}:echo", {"value": 1}))
+        assert [r.result["value"] for r in ex.results(timeout=30)] == [1]
+
+
+def test_printed_output_comes_back_in_the_log(cluster, tmp_path):
+    with RayExecutor(["cpu"], job_timeout_s=30, log_dir=str(tmp_path)) as ex:
+        ex.submit(Job("short", f"{H}:chatty", {}))
+        ex.submit(Job("long", f"{H}:chatty", {"repeat": 30_000}))
+        by_id = {r.job_id: r for r in ex.results(timeout=30)}
+    short, long = by_id["short"], by_id["long"]
+    for text in ("hello from stdout", "warning on stderr", "from a child process", "END"):
+        assert text in short.log
+    assert len(long.log) == 20_000 and long.log.rstrip().endswith("xEND")  # the tail is kept
+    assert "hello from stdout" in (tmp_path / "long.log").read_text()  # the file has all of it
+
+
+def test_cpu_jobs_run_as_tasks_not_on_the_actors(cluster):
+    with RayExecutor(["cpu", "cpu"], job_timeout_s=30) as ex:
+        for i in range(2):
+            ex.submit(Job(f"gpu{i}", f"{H}:echo", {"value": i}))
+        for i in range(3):
+            ex.submit(Job(f"cpu{i}", f"{H}:echo", {"value": i}, needs="cpu"))
+        results = list(ex.results(timeout=60))
+    actors = [r for r in results if r.job_id.startswith("gpu")]
+    tasks = [r for r in results if r.job_id.startswith("cpu")]
+    assert len(tasks) == 3 and all(r.ok for r in results)
+    assert all(r.worker.startswith("ray-worker-") for r in actors)
+    assert all(r.worker.startswith("ray-task:cpu") for r in tasks)
+    assert not {r.result["pid"] for r in tasks} & {r.result["pid"] for r in actors}
+
+
+def test_hung_cpu_task_times_out(cluster):
+    with RayExecutor(["cpu"], job_timeout_s=1.0) as ex:
+        ex.submit(Job("hang", f"{H}:sleep", {"seconds": 30}, needs="cpu"))
+        (r,) = list(ex.results(timeout=30))
+    assert not r.ok and "job exceeded 1s" in r.error and r.worker.startswith("ray-task:cpu")
+
+
+@pytest.mark.slow
+def test_kernel_evaluations_match_the_local_executor(cluster):
+    problem = (CASES / "problem_matmul_relu.py").read_text()
+    cfg = {"static_check": False, "require_custom_kernel": False, "perf_trials": 3, "seed": 1, "energy": False}
+    jobs = [Job(name, "loopwise.kernels.evaluate.worker_jobs:evaluate",
+                {"problem_source": problem, "problem_name": "matmul_relu", "device": "cpu", "config": cfg,
+                 "candidate_source": (CASES / f"{name}.py").read_text(), "candidate_name": name})
+            for name in ("ok_torch", "wrong_scale", "segfault")]
+    statuses = []
+    for ex in (LocalExecutor(["cpu", "cpu"], job_timeout_s=120), RayExecutor(["cpu", "cpu"], job_timeout_s=120)):
+        with ex:
+            for job in jobs:
+                ex.submit(job)
+            statuses.append({r.job_id: r.result["status"] for r in ex.results(timeout=240)})
+    assert statuses[0] == statuses[1] == {"ok_torch": "correct", "wrong_scale": "wrong_output", "segfault": "crash"}
+
+
+def test_no_gpu_in_the_cluster_is_a_clear_error(cluster):
+    with pytest.raises(UserError, match="no GPUs"):
+        RayExecutor()
+
+
+def test_without_ray_installed_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(UserError, match=r"pip install 'loopwise\[ray\]'"):
+        RayExecutor(["cpu"])
+
+
+def test_make_executor_names_the_kind_and_rejects_mistakes():
+    with pytest.raises(UserError, match="unknown executor 'nope'"):
+        make_executor("nope")
+    with pytest.raises(UserError, match="only applies to the 'ray' executor"):
+        make_executor("local", ray_address="auto")
+    import torch
+
+    gpus = torch.cuda.device_count()
+    with make_executor("local") as ex:  # by default: one worker per GPU, or one CPU worker
+        assert isinstance(ex, LocalExecutor)
+        assert ex.workers == ([f"worker-{i}:{i}" for i in range(gpus)] if gpus else ["worker-0:cpu"])
+
+
+SCRIPT = """
+import json, ray
+from loopwise.core.execute import Job, RayExecutor
+from loopwise.errors import UserError
+out = {}
+try:
+    RayExecutor(["cpu"], address="127.0.0.1:1")
+except UserError as exc:
+    out["unreachable"] = str(exc)
+with RayExecutor(["cpu"], job_timeout_s=60) as ex:
+    out["started"] = ray.is_initialized()
+    ex.submit(Job("a", "executor_handlers:echo", {"value": 7}))
+    out["values"] = [r.result["value"] for r in ex.results(timeout=60)]
+out["after_close"] = ray.is_initialized()
+print(json.dumps(out))
+"""
+
+
+def test_a_script_gets_its_own_cluster_and_a_clear_error_for_a_bad_address():
+    """In a fresh process, as a user's script: no cluster running, so the executor starts one
+    (and shuts it down on close); an address nobody answers at is one clear line."""
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["unreachable"].startswith("cannot connect to the Ray cluster at '127.0.0.1:1'")
+    assert "\n" not in out["unreachable"]
+    assert out == {"unreachable": out["unreachable"], "started": True, "values": [7], "after_close": False}

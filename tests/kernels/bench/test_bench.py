@@ -1,0 +1,105 @@
+"""`loopwise kernels bench` from a user's point of view: which problems a rule selects, the table's
+arithmetic, and a small bench end to end on CPU stand-in workers that resumes without rework."""
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopwise.errors import UserError
+from loopwise.kernels.bench.run import aggregate, problem_row, select_problems
+
+PROBLEMS = Path(__file__).parents[1] / "expert_problems"
+
+
+@pytest.fixture()
+def checkout(tmp_path):
+    """A KernelBench-shaped checkout: KernelBench/level1/{1_chain,2_activations,6_softmax_rows}.py."""
+    level = tmp_path / "kb" / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    for i, name in ((1, "chain"), (2, "activations"), (6, "softmax_rows")):
+        shutil.copy(PROBLEMS / f"{name}.py", level / f"{i}_{name}.py")
+    (level / "notes.txt").write_text("not a problem")
+    return tmp_path / "kb"
+
+
+def test_rules_select_problems_by_id(checkout):
+    ids = lambda rule: [(lv, i) for lv, i, _ in select_problems(checkout, [1], rule)]  # noqa: E731
+    assert ids("all") == [(1, 1), (1, 2), (1, 6)]
+    assert ids("first:2") == [(1, 1), (1, 2)]
+    assert ids("every:5") == [(1, 1), (1, 6)]
+    assert ids("ids:1/2,1/6") == [(1, 2), (1, 6)]
+    for bad in ("every:0", "some", "first:x", "ids:1/9"):
+        with pytest.raises(UserError):
+            select_problems(checkout, [1], bad)
+    with pytest.raises(UserError, match="not a KernelBench checkout"):
+        select_problems(checkout / "KernelBench" / "level1", [1], "all")
+
+
+def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference():
+    def summary(speedup, eager_ms):
+        best = {"timing": {"median_ms": eager_ms / speedup}, "reference_timing": {"median_ms": eager_ms}} if speedup else None
+        return {"run_id": "r", "evaluations": 4, "best_speedup": speedup, "best": best, "failures": {}}
+
+    base = lambda eager, comp: {"eager": {"timing": {"median_ms": eager}}, "compile": {"status": "ok", "timing": {"median_ms": comp}}}  # noqa: E731
+    rows = [problem_row(1, 1, "a", summary(2.0, 4.0), base(4.0, 2.0)),   # 2x eager; compile is 2x too -> 1x
+            problem_row(1, 2, "b", summary(None, 1.0), base(1.0, 0.5)),  # nothing correct: eager, 0.5x compile
+            problem_row(2, 1, "c", summary(1.2, 1.0), None)]             # no compile timing
+    assert rows[0]["over_compile"] == pytest.approx(1.0) and rows[1]["over_compile"] == pytest.approx(0.5)
+    level1, level2, total = aggregate(rows)
+    assert level1["group"] == "level 1" and level1["problems"] == 2 and level1["correct"] == 1
+    assert level1["geomean_over_eager"] == pytest.approx(2.0 ** 0.5)  # 2x and 1x
+    assert level1["geomean_over_compile"] == pytest.approx(0.5 ** 0.5)
+    assert level1["fast_0_eager"] == 0.5 and level1["fast_1.5_eager"] == 0.5 and level1["fast_2_eager"] == 0.0
+    assert level1["fast_1_compile"] == 0.0 and level1["fast_0_compile"] == 0.5
+    assert level2["geomean_over_compile"] is None and level2["compile_measured"] == 0
+    assert total["problems"] == 3 and total["fast_1_eager"] == pytest.approx(2 / 3)
+
+
+def _loopwise(env, *args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "loopwise", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(checkout, tmp_path, cli_env):
+    runs = tmp_path / "runs"
+    common = ["--kernelbench", str(checkout), "--device", "cpu", "--set", f"store.runs_dir={runs}",
+              "--set", "kernels.eval.perf_trials=3"]
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--levels", "1", "--subset", "ids:1/1,1/6",
+                    "--budget", "2", "--no-compile", "--workers", "cpu,cpu", "--json", *common)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert [r["problem"] for r in result["problems"]] == ["level1/1_chain", "level1/6_softmax_rows"]
+    assert all(r["evaluations"] == 2 for r in result["problems"])
+    level1, total = result["table"]
+    assert level1["problems"] == 2 and level1["correct"] >= 1 and total["group"] == "all"
+    assert Path(result["report"]).read_text().count("level1/6_softmax_rows") >= 1
+    assert result["timing_meaningful"] is False and "speedups are not meaningful" in Path(result["report"]).read_text()
+    # each search's verdicts came from the workers (the evaluation logs name them)
+    logs = set()
+    for row in result["problems"]:
+        db = sqlite3.connect(runs / row["run_id"] / "run.sqlite")
+        for (sha,) in db.execute("SELECT json_extract(payload, '$.log_sha256') FROM events WHERE kind='evaluation'"):
+            blob = (runs / row["run_id"] / "artifacts" / sha[:2] / sha).read_text()
+            logs.add(blob.splitlines()[0])
+        db.close()
+    assert logs <= {"[judged on worker-0:cpu]", "[judged on worker-1:cpu]"} and logs
+    again = _loopwise(cli_env, "kernels", "bench", "--resume", result["run_id"], "--json", *common)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["problems"] == result["problems"]  # nothing judged again
+    report = _loopwise(cli_env, "report", result["run_id"], "--runs-dir", str(runs))
+    assert report.returncode == 0 and "report written" in report.stdout
+
+
+def test_bench_errors_are_one_line(tmp_path, checkout, cli_env):
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--subset", "every:x", "--kernelbench", str(checkout),
+                    "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
+    assert out.returncode != 0 and "--subset" in out.stderr and "Traceback" not in out.stderr
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--workers", "gpu0", "--kernelbench", str(checkout),
+                    "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
+    assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,92 @@
+"""Every judge implementation satisfies the judge interface the optimize loop talks to."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+from judge_doubles import StandInJudge
+
+import loopwise.kernels.evaluate as evaluate
+from loopwise.core.execute import JobResult
+from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate import Judge
+from loopwise.kernels.evaluate.judge import LocalJudge
+from loopwise.kernels.evaluate.result import Evaluation, Status
+from loopwise.kernels.evaluate.workers import ExecutorJudge
+from loopwise.kernels.problem import load_problem
+
+KERNEL_TESTS = Path(__file__).parents[1]
+PROBLEM = KERNEL_TESTS / "expert_problems" / "chain.py"
+NOT_PYTHON = "this is not python ("
+
+
+def _judge_classes() -> set[type]:
+    """Classes in loopwise.kernels.evaluate that define the judge's methods."""
+    found = set()
+    for info in pkgutil.iter_modules(evaluate.__path__):
+        module = importlib.import_module(f"{evaluate.__name__}.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and hasattr(cls, "evaluate_many"):
+                found.add(cls)
+    return found
+
+
+def test_the_package_has_the_two_judges_and_no_other():
+    assert _judge_classes() == {LocalJudge, ExecutorJudge}
+
+
+@pytest.mark.parametrize("cls", [LocalJudge, ExecutorJudge, StandInJudge])
+def test_every_judge_defines_the_whole_interface(cls):
+    for name in ("evaluate", "evaluate_many", "precompile", "close"):
+        assert callable(getattr(cls, name, None)), f"{cls.__name__} has no {name}"
+
+
+class _Dispatcher:
+    """Hands each job straight back with a made-up verdict, as a worker would."""
+
+    workers = ["w0"]
+    executor = object()
+
+    def __init__(self) -> None:
+        self.jobs = []
+
+    def submit(self, job) -> Future:
+        self.jobs.append(job)
+        ev = Evaluation(status=Status.CORRECT, problem="chain", candidate=job.payload["candidate_name"],
+                        speedup=1.5)
+        future: Future = Future()
+        future.set_result(JobResult(job_id=job.job_id, ok=True, result=ev.model_dump(mode="json"), worker="w0"))
+        return future
+
+
+def test_the_executor_judge_judges_a_batch_in_order_and_builds_nothing_ahead():
+    dispatcher = _Dispatcher()
+    judge = ExecutorJudge(load_problem(str(PROBLEM)), EvalConfig(), dispatcher)
+    assert isinstance(judge, Judge)
+    assert judge.device == "remote" and judge.device_name
+    assert judge.precompile(["a", "b"]) == 0
+    verdicts = judge.evaluate_many([("a", "first"), ("b", "second")])
+    assert [v.candidate for v in verdicts] == ["first", "second"]
+    assert judge.evaluate("c", "third").candidate == "third"
+    assert len(dispatcher.jobs) == 3
+    judge.close()
+
+
+def test_the_local_judge_judges_a_batch_in_order_on_the_cpu():
+    """Candidates the static scan rejects never reach a sandbox: the check stays cheap."""
+    with LocalJudge(load_problem(str(PROBLEM)), EvalConfig(energy=False), device="cpu", spares=0) as judge:
+        assert isinstance(judge, Judge)
+        assert judge.device == "cpu" and judge.device_name == "cpu"
+        assert judge.precompile([NOT_PYTHON, NOT_PYTHON + "1"]) == 0  # nothing native to build
+        verdicts = judge.evaluate_many([(NOT_PYTHON, "first"), (NOT_PYTHON + "2", "second")])
+    assert [v.candidate for v in verdicts] == ["first", "second"]
+    assert all(v.status is Status.COMPILE_ERROR for v in verdicts)
+
+
+def test_a_stand_in_judge_satisfies_the_interface():
+    assert isinstance(StandInJudge(), Judge)
