@@ -157,11 +157,11 @@ def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_
     from loopwise.kernels.optimize import OptimizeRun, Settings
     from loopwise.kernels.problem import load_problem
 
-    judged = []
+    judged, now = [], [0.0]  # a clock the judge advances: 0.3 s a verdict
 
     class SlowJudge(StandInJudge):
         def evaluate(self, source, name):
-            time.sleep(0.3)
+            now[0] += 0.3
             judged.append(source)
             return Evaluation(status=Status.CORRECT, problem="chain", candidate=name,
                               candidate_key=str(len(judged)), speedup=1.0 + len(judged) / 10)
@@ -169,7 +169,7 @@ def test_a_time_limit_stops_between_steps_and_the_run_resumes_to_its_budget(tmp_
     cfg, runs = load_config(None, []), str(tmp_path / "runs")
     settings = Settings(problem=str(PROBLEM), search="greedy", budget=6, profiling="none")
     run = OptimizeRun.start(settings, cfg, runs, SlowJudge(), load_problem(str(PROBLEM)))
-    assert run.run(deadline=time.monotonic() + 0.1) is False  # past it once the first step's two are judged
+    assert run.run(deadline=0.1, clock=lambda: now[0]) is False  # past it once the first step's two are judged
     assert run.tally.evaluations == 2
     run_id = run.store.meta.run_id
     run.store.close()
