@@ -1,4 +1,6 @@
-"""Every judge implementation satisfies the judge interface the optimize loop talks to."""
+"""Every judge implementation satisfies the judge interface the optimize loop talks to, and passes
+the judge contract (``loopwise.kernels.evaluate.conformance``): the local judge, and the executor's
+judge over real worker processes."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import loopwise.kernels.evaluate as evaluate
 from loopwise.core.execute import JobResult
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate import Judge
+from loopwise.kernels.evaluate.conformance import JudgeConformance
 from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Evaluation, Status
 from loopwise.kernels.evaluate.workers import ExecutorJudge
@@ -90,3 +93,29 @@ def test_the_local_judge_judges_a_batch_in_order_on_the_cpu():
 
 def test_a_stand_in_judge_satisfies_the_interface():
     assert isinstance(StandInJudge(), Judge)
+
+
+class TestLocalJudge(JudgeConformance):
+    CASES = KERNEL_TESTS / "judge_cases"
+
+    @pytest.fixture
+    def judge(self, problem, config):
+        with LocalJudge(problem, config, device="cpu", spares=0) as judge:
+            yield judge
+
+
+class TestExecutorJudge(JudgeConformance):
+    CASES = KERNEL_TESTS / "judge_cases"
+
+    @pytest.fixture
+    def judge(self, problem, config):
+        from loopwise.core.execute import LocalExecutor
+        from loopwise.core.execute.dispatch import Dispatcher
+
+        executor = LocalExecutor(["cpu", "cpu"], job_timeout_s=120)
+        dispatcher = Dispatcher(executor)
+        judge = ExecutorJudge(problem, config, dispatcher, device="cpu")
+        yield judge
+        judge.close()
+        dispatcher.close()
+        executor.close()
