@@ -41,7 +41,6 @@ def codes(ev):
     ("syntax_error", Status.COMPILE_ERROR, "compile_error"),
     ("no_modelnew", Status.COMPILE_ERROR, "missing_modelnew"),
     ("exits_on_import", Status.COMPILE_ERROR, "compile_error"),
-    ("host_memory_hog", Status.OOM, "host_memory_limit"),
     ("mutates_input", Status.EXPLOIT, "input_mutation"),
 ])
 def test_failures_are_statuses_with_named_reasons(judge, name, status, code):
@@ -50,6 +49,19 @@ def test_failures_are_statuses_with_named_reasons(judge, name, status, code):
     assert code in codes(ev), ev.reasons
     assert ev.speedup is None
     assert all(r.message for r in ev.reasons)
+
+
+def test_a_candidate_that_exhausts_host_memory_is_out_of_memory(tmp_path):
+    """The memory watchdog decides it, not the clock: the trial timeout here is far beyond what the
+    hog needs to pass the limit, so a busy machine cannot turn the verdict into a timeout."""
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=5, warmup=1, run_timeout_s=120,
+                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
+    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+        ev = verdict(judge, "host_memory_hog")
+    assert ev.status is Status.OOM, ev.summary()
+    assert "host_memory_limit" in codes(ev), ev.reasons
+    assert ev.speedup is None and all(r.message for r in ev.reasons)
 
 
 def test_correct_candidate_after_failures_gets_a_speedup(judge):
