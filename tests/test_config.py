@@ -71,3 +71,14 @@ def test_the_resume_command_names_the_runs_folder_and_quotes_it(tmp_path):
     line = resume_command("loopwise training search arithmetic", "20260101-000000-abcdef", runs)
     assert shlex.split(line) == ["loopwise", "training", "search", "arithmetic", "--resume",
                                  "20260101-000000-abcdef", "--runs-dir", str(runs.resolve())]
+
+
+def test_the_config_has_each_registered_engine_section_under_the_engine_name():
+    """The typed config composes the sections the engines register with core, under their names."""
+    from loopwise.config import Config
+    from loopwise.core.engines import engines
+
+    registered = {name: e.section_model() for name, e in engines().items() if e.config_section}
+    assert registered, "no engine registers a config section"
+    for name, model in registered.items():
+        assert Config.model_fields[name].annotation is model, name
