@@ -3,8 +3,9 @@
 A candidate that launches no kernel of its own (no Triton launch, no call into an extension it
 compiled) is plain PyTorch, whatever its source defines: a decoy kernel that is never launched, a
 reference model called in ``forward``, a ``try``/``except`` that falls back to torch. Counting
-happens at the launch paths themselves (Triton's ``JITFunction.run`` and its interpreter twin,
-functions of modules built by ``load_inline`` / ``load``), so it works on CPU and GPU alike and
+happens at the launch paths themselves (Triton's ``JITFunction.run`` and its interpreter twin, a
+compiled kernel launched as ``compiled[grid](...)``, functions of modules built by ``load_inline`` /
+``load``), so it works on CPU and GPU alike and
 costs nothing, unlike a CUDA profiler session. A launch counts only when it returns normally.
 """
 
@@ -72,11 +73,32 @@ def install() -> None:
     except ImportError:
         return
     _patch_method(jit.JITFunction, "run", "triton")
+    _count_compiled_launches()
     try:
         from triton.runtime import interpreter
     except ImportError:
         return
     _patch_method(interpreter.InterpretedFunction, "run", "triton")
+
+
+def _count_compiled_launches() -> None:
+    """A kernel Triton compiled, launched by the candidate as ``compiled[grid](*args)``: the runner
+    that ``CompiledKernel.__getitem__`` returns is counted when it returns. (torch.compile's own
+    launchers call the compiled kernel's ``run`` directly, not through this path.)"""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+    except ImportError:
+        return
+    original = CompiledKernel.__dict__.get("__getitem__")
+    if original is None or getattr(original, _INSTALLED, False):
+        return
+
+    @functools.wraps(original)
+    def getitem(self, grid):
+        return _counted(original(self, grid), "triton")
+
+    setattr(getitem, _INSTALLED, True)
+    CompiledKernel.__getitem__ = getitem
 
 
 def reset() -> None:

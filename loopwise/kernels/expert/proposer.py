@@ -27,7 +27,9 @@ from loopwise.core.propose import (
 )
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.capture import capture
+from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.generate import default_moves, fits, render, variants
+from loopwise.kernels.expert.inductor import standalone as seeded
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.moves import Move, ParameterMove, parse_moves
 
@@ -83,6 +85,9 @@ SPACE = {
     # and split (mma.sync, 3xTF32 or one TF32 product). Not every combination builds:
     # matmul_variants.valid says which do.
     **matmul_variants.SPACE,
+    # Inductor's own code written out (the compiler-seeded root): block / warps shift every
+    # kernel's block sizes and warps by a power of two; cudagraph replays the forward from a graph
+    "inductor": seeded.SPACE,
 }
 
 
@@ -97,11 +102,40 @@ LATER = frozenset({"graph_conv"})
 class ExpertProposer(Proposer):
     """Template-and-moves proposer for one problem."""
 
-    def __init__(self, problem, seed: int = 0, precision: str = "fp32") -> None:
-        self.problem, self.precision = problem, precision
+    def __init__(self, problem, seed: int = 0, precision: str = "fp32", device: str = "",
+                 record_source=None) -> None:
+        self.problem, self.precision, self.device = problem, precision, device
         self._rng = random.Random(seed)
         self._pattern: Pattern | None = None
         self._moves_of: dict[str, dict] = {}
+        # Inductor's record for the problem (None until asked; a reason when there is none), and
+        # where it comes from: record_source(problem, device) -> InductorRecord (the device's by default)
+        self._record = None
+        self._record_source = record_source
+
+    @property
+    def seed_reason(self) -> str:
+        """Why the compiler-seeded root is not proposed ("" when it is, or was not asked for yet)."""
+        return self._record if isinstance(self._record, str) else ""
+
+    def _seeded(self) -> bool:
+        """Whether Inductor's code for the problem can be written out here (extracted once)."""
+        if self._record is None:
+            from loopwise.kernels.expert.inductor.seed import inductor_record
+
+            source = self._record_source or inductor_record
+            try:
+                record = source(self.problem, self.device)
+                seeded.render_seed(record, self.problem, precision=self.precision)  # it writes out
+                self._record = record
+            except Unsupported as exc:
+                self._record = str(exc)
+        return not isinstance(self._record, str)
+
+    def _render(self, moves: dict) -> str:
+        if moves["template"] == "inductor":
+            return seeded.render_seed(self._record, self.problem, moves, precision=self.precision)
+        return render(self.pattern, moves, precision=self.precision)
 
     @property
     def pattern(self) -> Pattern:
@@ -116,9 +150,12 @@ class ExpertProposer(Proposer):
             return [fail] * request.n
         pattern = self.pattern
         kinds = variants(pattern, self.precision)
+        if self.device and self._seeded():  # Inductor's own code first: the search starts from it
+            kinds = ["inductor", *kinds]
         if not kinds:
+            seed = f"; no compiler seed: {self.seed_reason}" if self.seed_reason else ""
             fail = ProposalFailure(reason=FailureReason.NO_CODE, origin="expert",
-                                   detail=f"no template covers this problem yet: {pattern.reason}")
+                                   detail=f"no template covers this problem yet: {pattern.reason}{seed}")
             return [fail] * request.n
         current = self._moves_of.get(request.candidate) or self._parse_moves(request.candidate)
         if current is not None:
@@ -130,7 +167,7 @@ class ExpertProposer(Proposer):
         wanted = self._next_moves(kinds, current, request.n, suggested)
         out = []
         for moves in wanted:
-            source = render(pattern, moves, precision=self.precision)
+            source = self._render(moves)
             self._moves_of[source] = moves
             out.append(Proposal(content=source, origin="expert", note=self._note(current, moves)))
         return out
@@ -161,7 +198,7 @@ class ExpertProposer(Proposer):
         options[first_shuffled:] = tail
         fresh = []
         for m in options:
-            if _key(m) not in seen and m not in fresh and fits(self.pattern, m):
+            if _key(m) not in seen and m not in fresh and (m["template"] == "inductor" or fits(self.pattern, m)):
                 fresh.append(m)
         while len(fresh) < n:  # exploration: a random point of the space, one not tried yet where any is left
             avoid = seen | {_key(m) for m in fresh}
@@ -170,6 +207,8 @@ class ExpertProposer(Proposer):
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
+        if kind == "inductor":
+            return {"template": kind, **seeded.DEFAULTS}
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:
@@ -191,7 +230,7 @@ class ExpertProposer(Proposer):
 
     def _admissible(self, kind: str, moves: dict) -> bool:
         """Whether CUTLASS builds ``moves`` (any, for Triton) and they suit the problem's shape."""
-        return matmul_variants.valid(kind, moves) and fits(self.pattern, moves)
+        return kind == "inductor" or (matmul_variants.valid(kind, moves) and fits(self.pattern, moves))
 
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
@@ -200,6 +239,8 @@ class ExpertProposer(Proposer):
         ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative`` (3xTF32's
         ``split`` is 1 where the note does not name it). A source whose
         first line names no template gives the block / warps / chunk it mentions, if any."""
+        if (inductor := seeded.parse_note(source)) is not None:
+            return inductor
         first = re.match(r'\s*"""(\w+): ([^\n]*)', source or "")
         if first and first.group(1) in matmul_variants.LIBRARY_KINDS:
             kind, moves = first.group(1), {"template": first.group(1)}
@@ -301,7 +342,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
                          "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
-                         "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"})},
+                         "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
+                         "inductor": ({"block": "down"},)},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
                              "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),
@@ -313,11 +355,11 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "vectorize_loads": {"matmul": ({"kmajor": "up"},),
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_norm": ({"block": "up"},), "graph_linear": ({"block": "up"},),
-                        "graph_conv": ({"block": "up"},)},
+                        "graph_conv": ({"block": "up"},), "inductor": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},), "matmul_1xtf32": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
     "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
-                        "graph_conv": ({"cudagraph": "up"},)},
+                        "graph_conv": ({"cudagraph": "up"},), "inductor": ({"cudagraph": "up"},)},
 }
 
 

@@ -42,7 +42,8 @@ class OptimizeRun:
         self.search = make_search(settings)
         self.proposer = make_proposer(settings.proposer, "kernels", store=store, exchange_dir=settings.exchange_dir,
                                       exchange_timeout_s=settings.exchange_timeout, llm=settings.llm,
-                                      problem=problem, seed=settings.seed, precision=cfg.kernels.eval.precision)
+                                      problem=problem, seed=settings.seed, precision=cfg.kernels.eval.precision,
+                                      device=judge.device)
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.logs: dict[int, str] = {}  # node -> its sandbox log (what a repair is shown)

@@ -1,0 +1,250 @@
+"""A standalone ``ModelNew`` from Inductor's module for a problem (an :class:`InductorRecord`).
+
+The file holds Inductor's ``call(args)`` and what it reads, unchanged but for three things:
+
+- each Triton kernel is the record's ``@triton.jit`` function, renamed ``seed_*`` (it is the
+  candidate's own kernel now) and launched through :class:`_Launch` as any Triton kernel is
+  (``kernel[grid](...)``), with the grid from Inductor's rule for it and the block sizes and warps
+  of the configuration: the autotuner's choice, or another one (the moves);
+- the compiler's asynchronous-compile machinery and its benchmark harness are left out;
+- device helpers (``empty_strided_cuda``, the device guard, the raw stream) allocate on the
+  device of the inputs, so the same file runs on CPU under ``TRITON_INTERPRET=1``.
+
+``ModelNew`` runs the reference's ``__init__`` (copied, see
+:func:`~loopwise.kernels.expert.reference_init.reference_init`) and passes ``call`` its own
+parameters and buffers and the forward's arguments in the graph's order. Library calls
+(``extern_kernels.mm``, ``aten.*`` fallbacks) stay library calls, and the file's note says which.
+
+Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a looped reduction's
+R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
+CUDA graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+
+from loopwise.kernels.expert.elementwise import Unsupported
+from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
+
+SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1]}
+DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0}
+_SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
+_MAX_BLOCK = 4096
+_PERSISTENT = "PERSISTENT_REDUCTION"
+# Module-level statements of Inductor's module that belong to its compile machinery or harness.
+_DROPPED_CALLS = ("async_compile", "AsyncCompile")
+# Names the file defines itself (on the inputs' device); Inductor's imports of them are left out.
+_PROVIDED = ("get_raw_stream", "empty_strided_cuda")
+# Device calls in call() that the file answers with helpers of its own.
+_DEVICE_CALLS = {("torch", "cuda", "_DeviceGuard"): "_device_guard", ("torch", "cuda", "set_device"): "_set_device"}
+
+
+def seeded_name(name: str) -> str:
+    return re.sub(r"^triton_", "seed_", name)
+
+
+def module_body(record: InductorRecord) -> str:
+    """Inductor's module without its compile machinery, its kernels' definitions, its harness and
+    the imports nothing left reads (``ctypes``, ``tempfile``); device calls in ``call`` replaced by
+    the file's helpers.
+
+    Raises:
+        Unsupported: a kernel the record does not hold (a C++ kernel, a kernel not launched).
+    """
+    tree = ast.parse(record.module)
+    kept, known = [], {k.name for k in record.kernels}
+    for stmt in tree.body:
+        if _is_machinery(stmt):
+            continue
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and _is_async_compile(stmt.value.func):
+            names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+            missing = [n for n in names if n not in known]
+            if missing:
+                raise Unsupported(f"Inductor's kernel {missing[0]} is not a launched Triton kernel")
+            continue
+        kept.append(_DeviceCalls().visit(stmt))
+    used = {n.id for s in kept if not isinstance(s, (ast.Import, ast.ImportFrom)) for n in ast.walk(s)
+            if isinstance(n, ast.Name)}
+    kept = [s for s in kept if not isinstance(s, (ast.Import, ast.ImportFrom))
+            or any((a.asname or a.name).split(".")[0] in used for a in s.names)]  # imports nothing reads go
+    return "\n".join(ast.unparse(s) for s in kept) + "\n"
+
+
+def launch_config(kernel: KernelRecord, moves: dict) -> tuple[dict, int]:
+    """The kernel's block sizes and warps under ``moves`` (the autotuner's where the grid rule is
+    not symbolic, or the kernel is a persistent reduction for its R0 block)."""
+    config, warps = dict(kernel.config), kernel.num_warps
+    if not kernel.grid_symbolic:
+        return config, warps
+    shift = moves.get("block", 0)
+    for name in _SHIFTED + (() if kernel.kind == _PERSISTENT else ("R0_BLOCK",)):
+        if name in config and shift:
+            config[name] = max(1, min(_MAX_BLOCK, config[name] * 2 ** shift if shift > 0 else config[name] >> -shift))
+    if moves.get("warps", 0):
+        shift = moves["warps"]
+        warps = max(1, min(32, warps * 2 ** shift if shift > 0 else warps >> -shift))
+    return config, warps
+
+
+def grid_function(kernel: KernelRecord) -> str:
+    """``def _grid_<name>(...)``: the kernel's grid from the names its expressions read."""
+    exprs = [kernel.grid.get(axis, "1") for axis in ("x", "y", "z")]
+    read: list[str] = []
+    for text in [*kernel.grid.get("prefix", []), *exprs]:
+        for node in ast.walk(ast.parse(str(text))):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in read:
+                read.append(node.id)
+    assigned = {t.id for line in kernel.grid.get("prefix", []) for s in ast.parse(line).body
+                if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    params = [n for n in read if n not in assigned and not hasattr(builtins, n)]
+    allowed = set(kernel.arg_names) | set(kernel.config) | set(kernel.constants)
+    unknown = [n for n in params if n not in allowed]
+    if unknown:
+        raise Unsupported(f"the grid of {kernel.name} reads {unknown[0]!r}, which is no argument of the kernel")
+    lines = [f"def _grid_{seeded_name(kernel.name)}({', '.join(params + ['**_'])}):"]
+    lines += [f"    {line}" for line in kernel.grid.get("prefix", [])]
+    lines.append(f"    return ({exprs[0]}, {exprs[1]}, {exprs[2]})")
+    return "\n".join(lines) + "\n"
+
+
+def kernel_source(kernel: KernelRecord, helpers: dict[str, str] | None = None) -> str:
+    """The kernel's ``@triton.jit`` function renamed ``seed_*``, after the helper functions its
+    source string defines beside it (a scan's combine function), renamed ``seed_*__<helper>`` so
+    that two kernels' helpers of one name stay apart."""
+    src = kernel.src.strip("\n")
+    if not re.match(rf"def\s+{re.escape(kernel.name)}\s*\(", src):
+        raise Unsupported(f"the source recorded for {kernel.name} is not its function")
+    own = seeded_name(kernel.name)
+    texts = [*(helpers or {}).values(), src]
+    for helper in helpers or {}:
+        texts = [re.sub(rf"\b{re.escape(helper)}\b", f"{own}__{helper.lstrip('_')}", t) for t in texts]
+    texts[-1] = re.sub(rf"^def\s+{re.escape(kernel.name)}\b", f"def {own}", texts[-1])
+    return "\n\n".join("@triton.jit\n" + t.strip("\n") for t in texts) + "\n"
+
+
+def kernel_helpers(record: InductorRecord) -> dict[str, dict[str, str]]:
+    """Per kernel, the other functions its source string in Inductor's module defines (name ->
+    source without decorators), in their order."""
+    out: dict[str, dict[str, str]] = {}
+    for node in ast.walk(ast.parse(record.module)):
+        if not (isinstance(node, ast.Call) and _is_async_compile(node.func) and len(node.args) >= 2
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[:2])):
+            continue
+        name, text = node.args[0].value, node.args[1].value
+        try:
+            defs = [d for d in ast.parse(text).body if isinstance(d, ast.FunctionDef) and d.name != name]
+        except SyntaxError:
+            continue
+        helpers = {}
+        for d in defs:
+            d.decorator_list = []
+            helpers[d.name] = ast.unparse(d)
+        out[name] = helpers
+    return out
+
+
+def argument_expressions(record: InductorRecord) -> list[str]:
+    """What ``ModelNew.forward`` passes ``call`` for each of its arguments."""
+    out = []
+    for path in record.inputs:
+        if path.startswith("self"):
+            out.append(path)
+        elif path.startswith("arg:"):
+            out.append(path[4:])
+        else:
+            raise Unsupported(f"cannot pass {path!r} to Inductor's call")
+    return out
+
+
+def _is_async_compile(func) -> bool:
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "async_compile"
+
+
+def _is_machinery(stmt) -> bool:
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return any(a.name in _DROPPED_CALLS or (a.asname or a.name) in _PROVIDED for a in stmt.names)
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+        f = stmt.value.func
+        return isinstance(f, ast.Name) and f.id in _DROPPED_CALLS
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        return _is_async_compile(stmt.value.func)
+    if isinstance(stmt, ast.Delete):
+        return all(isinstance(t, ast.Name) and t.id in _DROPPED_CALLS for t in stmt.targets)
+    if isinstance(stmt, ast.FunctionDef):
+        return stmt.name in ("benchmark_compiled_module", "get_args")
+    if isinstance(stmt, ast.If):
+        test = ast.unparse(stmt.test)
+        return "__name__" in test and "__main__" in test
+    return False
+
+
+class _DeviceCalls(ast.NodeTransformer):
+    def visit_Attribute(self, node):
+        chain, value = [node.attr], node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if isinstance(value, ast.Name):
+            chain.append(value.id)
+            replacement = _DEVICE_CALLS.get(tuple(reversed(chain)))
+            if replacement:
+                return ast.copy_location(ast.Name(id=replacement, ctx=ast.Load()), node)
+        return self.generic_visit(node)
+
+
+def forward_params(source: str) -> tuple[str, str]:
+    """``Model.forward``'s parameter list (without self) as written, and the same names as a call."""
+    tree = ast.parse(source)
+    models = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "Model"]
+    forwards = [s for s in (models[-1].body if models else []) if isinstance(s, ast.FunctionDef) and s.name == "forward"]
+    if not forwards:
+        raise Unsupported("Model has no forward written in its class body")
+    args = forwards[-1].args
+    if args.kwonlyargs or args.kwarg:
+        raise Unsupported("Model.forward takes keyword-only arguments")
+    args = ast.arguments(posonlyargs=[], args=(args.posonlyargs + args.args)[1:], vararg=args.vararg,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=args.defaults)
+    names = [a.arg for a in args.args] + ([f"*{args.vararg.arg}"] if args.vararg else [])
+    return ast.unparse(args), ", ".join(names)
+
+
+def render_seed(record: InductorRecord, problem, moves: dict | None = None, precision: str = "fp32") -> str:
+    """The ``ModelNew`` file for ``problem`` from Inductor's ``record`` under ``moves`` (SPACE).
+
+    Raises:
+        Unsupported: the record or the problem cannot be written out (the reason says why).
+    """
+    from loopwise.kernels.expert.generate import _templates
+    from loopwise.kernels.expert.reference_init import reference_init
+
+    moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
+    if not record.kernels:
+        raise Unsupported("Inductor's code for this problem launches no Triton kernel of its own "
+                          f"(library calls only: {', '.join(library_calls(record.module)) or 'none'})")
+    init = reference_init(problem.source, problem.load_module())
+    params, call_params = forward_params(problem.source)
+    kernels, helpers = [], kernel_helpers(record)
+    for k in record.kernels:
+        config, warps = launch_config(k, moves)
+        kernels.append({"name": k.name, "seeded": seeded_name(k.name), "source": kernel_source(k, helpers.get(k.name)),
+                        "grid": grid_function(k), "arg_names": k.arg_names, "config": config,
+                        "constants": k.constants, "num_warps": warps, "num_stages": k.num_stages})
+    note = f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}"
+    return _templates().get_template("inductor.py.j2").render(
+        note=note, torch_version=record.torch, device_name=record.device_name or "this device",
+        kernels=kernels, extern=library_calls(record.module), relaxed=precision == "relaxed", block=moves["block"],
+        warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(record),
+        constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
+        arguments=argument_expressions(record), outputs=record.outputs)
+
+
+def parse_note(source: str) -> dict | None:
+    """The moves of a file :func:`render_seed` wrote, from its first line; None for any other file."""
+    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)', source or "")
+    if not found:
+        return None
+    return {"template": "inductor", "block": int(found.group(1)), "warps": int(found.group(2)),
+            "cudagraph": int(found.group(3))}
