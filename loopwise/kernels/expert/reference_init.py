@@ -205,10 +205,12 @@ def _constant(tree: ast.Module, module: ModuleType, name: str) -> str | None:
             return value.__name__  # a submodule torch reaches as an attribute (torch.fft)
     if name in RESERVED:
         raise Unsupported(f"Model.__init__ reads the global {name!r}, a name the generated file binds otherwise")
+    if isinstance(value, torch.dtype) and getattr(torch, str(value).removeprefix("torch."), None) is value:
+        return str(value)  # a dtype (DTYPE = torch.float16): written down as torch's own name for it
     if not _plain_literal(value):
         raise Unsupported(f"Model.__init__ reads the global {name!r} ({type(value).__name__}), which a "
-                          "standalone file cannot copy: only int, float, bool, str, None and tuples or lists "
-                          "of them can be")
+                          "standalone file cannot copy: only int, float, bool, str, None, torch dtypes and "
+                          "tuples or lists of them can be")
     if not _written_as_literal(tree, name):
         raise Unsupported(f"Model.__init__ reads the global {name!r}, which the problem computes when loaded "
                           "rather than writes as a literal (its value may differ where the judge runs)")

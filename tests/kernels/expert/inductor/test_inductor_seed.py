@@ -187,3 +187,17 @@ def test_on_the_gpu_the_extracted_seed_is_judged_correct_with_its_own_launches(t
             ev = judge.evaluate(render_seed(rec, problem, moves), f"seed-{len(moves)}")
             assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
             assert not ev.rejections
+
+
+def test_a_generated_problem_with_a_dtype_global_has_its_init_copied():
+    """The generated suite writes ``DTYPE = torch.float16`` at module level and Model.__init__ reads
+    it; a standalone ModelNew writes the dtype down by torch's own name."""
+    import types
+
+    from loopwise.kernels.expert.reference_init import reference_init
+
+    problem = generate_problem(0, 1)
+    module = types.ModuleType("generated")
+    exec(compile(problem.source, problem.name, "exec"), module.__dict__)
+    init = reference_init(problem.source, module)
+    assert dict(init.constants)["DTYPE"] == f"torch.{problem.chain.dtype}"
