@@ -8,6 +8,8 @@ Anthropic; ``ExchangeProposer`` writes prompts to a folder and waits for answer 
 
 from loopwise.core.propose._base import (
     Attempt,
+    REPROMPT_ROUNDS,
+    REPROMPTABLE,
     BudgetExhausted,
     FailureReason,
     FindingNote,
@@ -34,6 +36,8 @@ from loopwise.core.propose.exchange import ExchangeProposer
 from loopwise.core.propose.factory import make_proposer
 
 __all__ = [
+    "REPROMPTABLE",
+    "REPROMPT_ROUNDS",
     "Attempt",
     "BudgetExhausted",
     "ExchangeProposer",

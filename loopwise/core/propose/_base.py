@@ -19,6 +19,14 @@ class FailureReason(enum.StrEnum):
     API_ERROR = "api_error"
     TIMEOUT = "timeout"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    INVALID = "invalid"  # the reply parsed, but the engine cannot use what it says (e.g. an unknown knob)
+
+
+REPROMPTABLE = frozenset({FailureReason.NO_CODE, FailureReason.TRUNCATED, FailureReason.SYNTAX_ERROR,
+                          FailureReason.INVALID})
+"""Failures answered by asking again with what was wrong (a malformed answer, not a lost call)."""
+REPROMPT_ROUNDS = 2
+"""How many times, within one step, answers that failed so are asked again (every engine)."""
 
 
 class ProposalRole(enum.StrEnum):

@@ -345,7 +345,7 @@ class LocalJudge:
         torch.compile) time and its speed-of-light floor; None with a note where not measured."""
         from loopwise.kernels.evaluate.reference_facts import local_facts
 
-        return local_facts(self, compile)
+        return local_facts(self, compile, REFERENCE_TIMING_SEED)
 
     def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int,
                      runner: TrialRunner) -> None:

@@ -21,13 +21,11 @@ def _brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
 
 
-def local_facts(judge, compile: bool) -> dict:
+def local_facts(judge, compile: bool, seed: int) -> dict:
     """The facts a judge on this machine measures: eager from its own reference timing (the
     figure every speedup of the run divides), torch.compile in a sandbox on a GPU only (on the
     CPU a compile costs minutes and its time means nothing) and only when ``compile``, the floor
-    and the ceilings it judges against."""
-    from loopwise.kernels.evaluate.judge import REFERENCE_TIMING_SEED
-
+    and the ceilings it judges against. ``seed`` draws the inputs the reference was timed on."""
     facts = unknown(judge.device_name, "")
     facts["notes"], facts["statistic"] = [], judge.cfg.statistic
     try:
@@ -40,9 +38,9 @@ def local_facts(judge, compile: bool) -> dict:
         facts["notes"].append(f"torch.compile time {why}")
     else:
         try:
-            args = judge.reference.draw(REFERENCE_TIMING_SEED)
+            args = judge.reference.draw(seed)
             result = judge.ref_times.get(judge.problem.sha256, judge.problem.source, "compile", args, None)
-            judge.reference.drop(REFERENCE_TIMING_SEED)
+            judge.reference.drop(seed)
             if result.timing is not None:
                 facts["compile_ms"] = result.timing.pick(judge.cfg.statistic)
             else:

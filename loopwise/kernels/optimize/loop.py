@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
+from loopwise.core.propose._base import REPROMPT_ROUNDS, REPROMPTABLE
 from loopwise.core.propose.factory import make_proposer
 from loopwise.kernels.optimize.prompt import notes_from, profile_notes, rules
 from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_search, source_key
@@ -24,11 +25,6 @@ from loopwise.kernels.optimize.status import KIND
 
 if TYPE_CHECKING:
     from loopwise.kernels.evaluate import Judge
-
-# A model's answer without usable code, or with code already in the tree, is asked again with what
-# was wrong, at most this many rounds within one step.
-REPROMPT_ROUNDS = 2
-_UNPARSED = ("no_code", "truncated", "syntax_error")
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +231,8 @@ class OptimizeRun:
 
     def _propose(self, parent: int, repair: bool = False) -> list[int]:
         """Asks the proposer for children of ``parent`` (a repair of it when ``repair``), then asks
-        again, with what was wrong, for each answer that had no usable code or repeated a node."""
+        again, with what was wrong, for each answer that had no usable code or repeated a node (at
+        most ``REPROMPT_ROUNDS`` rounds)."""
         from loopwise.kernels.optimize.context import improve_request, repair_request
 
         request, cut = repair_request(self, parent) if repair else improve_request(self, parent)
@@ -279,7 +276,7 @@ class OptimizeRun:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
                                                       "detail": result.detail, "origin": result.origin, "by": by})
                 self.tally.propose(str(result.reason), result.detail)
-                if str(result.reason) in _UNPARSED:
+                if result.reason in REPROMPTABLE:
                     retry.append(result.detail)
                 continue
             key = source_key(result.content)
