@@ -247,8 +247,8 @@ class OptimizeRun:
             for feedback in retry:
                 self.tally.reprompts += 1
                 self.store.append("reprompt", {"parent": parent, "feedback": feedback})
-                got, more = self._take(parent, self.proposer.propose(replace(request, n=1, feedback=feedback)), repair,
-                                       True)
+                again_request = replace(request, n=1, feedback=feedback, directions=())
+                got, more = self._take(parent, self.proposer.propose(again_request), repair, True)
                 children, again = children + got, again + more
             retry = again
         return children
