@@ -2,9 +2,12 @@
 interface (:mod:`loopwise.core.propose`): the same request the expert rules answer, asked as a
 prompt; the reply's ``{"changes": {...}}`` becomes the next stage's config, clamped to the bounds.
 
-A reply that names an unknown knob, a value of the wrong type or a config the schema rejects is
-not used (and says why in :attr:`ModelTransitions.failures`); when fewer usable transitions come
-back than asked for, the expert rules fill the rest, so the search always has siblings.
+The answer format is the one every engine's exchange uses (see :mod:`loopwise.core.propose.exchange`):
+a ``Move:`` line, then one ```json block. A reply without it, with broken JSON, an unknown knob, a
+value of the wrong type or a config the schema rejects is not used: it is a recorded failed
+proposal with its parse error, asked again with that error like a malformed kernel answer; when
+fewer usable transitions come back than asked for, the expert rules fill the rest (a recorded
+``fallback``), so the search always has siblings.
 """
 
 from __future__ import annotations
@@ -90,35 +93,91 @@ def parse_transition(content: str, config: StageConfig, bounds: Bounds, note: st
 
 class ModelTransitions:
     """A transition source for :func:`loopwise.training.search.tree_search` backed by a proposer
-    (``LLMProposer`` or ``ExchangeProposer``); the expert rules fill what it does not give."""
+    (``LLMProposer`` or ``ExchangeProposer``); the expert rules fill what it does not give.
 
-    def __init__(self, proposer, task: str) -> None:
-        self.proposer, self.task = proposer, task
+    Every decision is an event in the run (``record(kind, payload)``, the store's ``append``):
+    ``proposal`` for each reply used, ``proposal_failed`` for each that was not (its reason and
+    parse error), ``reprompt`` for each malformed reply asked again with what was wrong (at most
+    ``REPROMPT_ROUNDS`` rounds, as in kernels), and ``fallback`` when the rules fill in.
+
+    Args:
+        proposer: the model or the exchange folder.
+        task: the task in a few lines.
+        name: who the proposer is in the record (``llm`` or ``exchange``).
+        record: where events go; None keeps them in :attr:`events` only.
+    """
+
+    def __init__(self, proposer, task: str, name: str = "model", record=None) -> None:
+        self.proposer, self.task, self.name = proposer, task, name
+        self._record = record
         self.failures: list[str] = []
+        self.events: list[tuple[str, dict]] = []
         self.used = 0
 
-    def __call__(self, config: StageConfig, findings, rng: random.Random, n: int, bounds: Bounds, *,
-                 reward: float | None = None, trace: Sequence[Mapping] = (), path: Sequence = ()) -> list[Transition]:
-        out: list[Transition] = []
-        request = request_for(self.task, config, findings, trace, reward, path, bounds, n)
-        for result in self.proposer.propose(request):
+    def _event(self, kind: str, payload: dict) -> None:
+        self.events.append((kind, payload))
+        if self._record is not None:
+            self._record(kind, payload)
+
+    def _fail(self, reason: str, detail: str, origin: str) -> None:
+        self.failures.append(f"{reason}: {detail}")
+        self._event("proposal_failed", {"reason": reason, "detail": detail, "origin": origin, "by": self.name})
+
+    def _take(self, results, config: StageConfig, bounds: Bounds, out: list[Transition]) -> list[str]:
+        """Adds the usable replies to ``out``; returns what was wrong with each malformed one."""
+        from dataclasses import replace
+
+        from loopwise.core.propose import REPROMPTABLE, FailureReason
+
+        retry = []
+        for result in results:
             if not result.ok:
-                self.failures.append(f"{result.reason}: {result.detail}")
+                self._fail(str(result.reason), result.detail, result.origin)
+                if result.reason in REPROMPTABLE:
+                    retry.append(result.detail)
                 continue
             try:
                 t = parse_transition(result.content, config, bounds, result.note)
             except (ValueError, json.JSONDecodeError) as exc:
-                self.failures.append(f"unusable reply from {result.origin}: {exc}")
+                self._fail(str(FailureReason.INVALID), str(exc), result.origin)
+                retry.append(f"{exc}")
                 continue
             if all(t.config != o.config for o in out):
-                out.append(t)
+                out.append(replace(t, by=self.name))
                 self.used += 1
+                self._event("proposal", {"by": self.name, "origin": result.origin, "note": t.rationale,
+                                         "changes": {k: list(v) for k, v in t.changes.items()}})
+        return retry
+
+    def __call__(self, config: StageConfig, findings, rng: random.Random, n: int, bounds: Bounds, *,
+                 reward: float | None = None, trace: Sequence[Mapping] = (), path: Sequence = ()) -> list[Transition]:
+        from dataclasses import replace
+
+        from loopwise.core.propose import REPROMPT_ROUNDS
+
+        out: list[Transition] = []
+        first_failure = len(self.failures)
+        request = request_for(self.task, config, findings, trace, reward, path, bounds, n)
+        retry = self._take(self.proposer.propose(request), config, bounds, out)
+        for _ in range(REPROMPT_ROUNDS):
+            again: list[str] = []
+            for feedback in retry:
+                if len(out) >= n:
+                    break
+                self._event("reprompt", {"feedback": feedback, "by": self.name})
+                again += self._take(self.proposer.propose(replace(request, n=1, feedback=feedback)), config, bounds,
+                                    out)
+            retry = again
         if len(out) < n:
+            from_model, filled = len(out), 0
             for t in propose_transitions(config, list(findings), rng, n + len(out), bounds, reward=reward):
                 if len(out) >= n:
                     break
                 if all(t.config != o.config for o in out):
-                    out.append(t)
+                    out.append(replace(t, by="rule fallback"))
+                    filled += 1
+            self._event("fallback", {"wanted": n, "from_model": from_model, "from_rules": filled,
+                                     "why": self.failures[first_failure:] or ["the replies repeated each other"]})
         return out[:n]
 
 

@@ -41,6 +41,7 @@ class TrainingData:
     stages: list[dict]
     results: dict[str, dict]
     schedules: dict[str, Schedule] = field(default_factory=dict)
+    decisions: list[tuple[str, dict]] = field(default_factory=list)  # the model's proposals, failures, re-prompts
 
     @property
     def methods(self) -> list[str]:
@@ -54,6 +55,9 @@ class TrainingData:
     def tree(self) -> dict[int, dict]:
         """The tree's stages by node id (node 0, the base, has no stage)."""
         return {s["node"]: s for s in self.stages if s.get("method") == "tree" and type(s.get("node")) is int}
+
+
+DECISIONS = ("proposal", "proposal_failed", "reprompt", "fallback")  # a model's transitions, as recorded
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -95,6 +99,8 @@ def load_data(store) -> TrainingData:
             data.stages.append(p)
         elif e.kind == "result":
             data.results[e.key or p.get("method", "?")] = p
+        elif e.kind in DECISIONS:
+            data.decisions.append((e.kind, p))
     for m in data.methods:
         data.schedules[m] = _from_result(m, data.results[m], data) if m in data.results else _so_far(m, data)
     return data

@@ -91,10 +91,32 @@ def _summary_one(c: dict) -> str:
 
 def _tree_section(data: TrainingData) -> Section:
     tree, default = data.tree, default_config(data.tree)
-    rows = [[str(n), str(s.get("parent", "-")), str(s.get("depth", "-")), fmt(s.get("tune")), fmt(s.get("train")),
-             node_change(n, tree, default), top_finding(s) or "-"] for n, s in sorted(tree.items())]
-    return Section(f"Tree nodes ({len(tree)})", columns=["node", "parent", "depth", "tune", "train probe", "change",
-                                                         "top diagnosis"], rows=rows, anchor="tree")
+    rows = [[str(n), str(s.get("parent", "-")), str(s.get("depth", "-")), str(s.get("by", "-")), fmt(s.get("tune")),
+             fmt(s.get("train")), node_change(n, tree, default), top_finding(s) or "-"] for n, s in sorted(tree.items())]
+    return Section(f"Tree nodes ({len(tree)})", columns=["node", "parent", "depth", "by", "tune", "train probe",
+                                                         "change", "top diagnosis"], rows=rows, anchor="tree")
+
+
+def _decisions_section(data: TrainingData) -> Section:
+    """The model's transitions as decided: each used reply, each failed one with its parse error,
+    each re-prompt, and each time the rules filled in."""
+    rows = []
+    for kind, p in data.decisions:
+        if kind == "proposal":
+            rows.append(["used", str(p.get("by", "-")), str(p.get("note", ""))])
+        elif kind == "proposal_failed":
+            rows.append(["failed", str(p.get("by", "-")), f"{p.get('reason', '?')}: {p.get('detail', '')}"])
+        elif kind == "reprompt":
+            rows.append(["re-prompt", str(p.get("by", "-")), str(p.get("feedback", ""))])
+        else:
+            rows.append(["rule fallback", "rules", f"{p.get('from_rules', '?')} of {p.get('wanted', '?')} "
+                         f"transitions from the rules: " + "; ".join(str(w) for w in as_list(p.get("why")))])
+    counts = {k: sum(1 for d in data.decisions if d[0] == k) for k in ("proposal", "proposal_failed", "reprompt",
+                                                                        "fallback")}
+    facts = {"used": counts["proposal"], "failed": counts["proposal_failed"], "re-prompts": counts["reprompt"],
+             "rule fallbacks": counts["fallback"]}
+    return Section("The model's proposals and every fallback to the rules", columns=["decision", "by", "detail"],
+                   rows=rows, facts=facts, anchor="decisions")
 
 
 def build_report(store, out: Path | None = None) -> Path:
@@ -119,6 +141,8 @@ def build_report(store, out: Path | None = None) -> Path:
     sections = [_run_section(data, meta, rows), _directions_section(data), _schedule_section(data)]
     if data.tree:
         sections.append(_tree_section(data))
+    if data.decisions:
+        sections.append(_decisions_section(data))
     subtitle = (f"{st.get('task', '?')} · preset {st.get('preset', '?')} · budget {budget_text(data)}, "
                 f"depth {st.get('depth', '?')} · base tune reward {fmt(data.base.get('tune'))}"
                 + ("" if data.results else " · unfinished: no method has a result yet"))

@@ -215,7 +215,8 @@ class TrainingRun:
             return None
         from loopwise.training.proposer import ModelTransitions
 
-        self.model_transitions = ModelTransitions(proposer, self.session.describe())
+        self.model_transitions = ModelTransitions(proposer, self.session.describe(), name=st.proposer,
+                                                  record=self.store.append)
         return self.model_transitions
 
     def close(self) -> None:

@@ -93,27 +93,29 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
             continue
         if exp.node_id == 0:
             extra = transitions(root_cfg, [], rng, width - 1, bounds, reward=session.base_tune) if width > 1 else []
-            proposals = [root_cfg] + [t.config for t in extra]
+            proposals = [(root_cfg, "default")] + [(t.config, t.by) for t in extra]
         else:
             findings = diagnose(parent["trace"], parent["config"])
             history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
-            proposals = [t.config for t in transitions(parent["config"], findings, rng, width, bounds,
-                                                       reward=parent["tune"], trace=parent["trace"], path=history)]
+            proposals = [(t.config, t.by) for t in transitions(parent["config"], findings, rng, width, bounds,
+                                                               reward=parent["tune"], trace=parent["trace"],
+                                                               path=history)]
         added = []
-        for cfg in proposals:
+        for cfg, by in proposals:
             key = config_key(path + [cfg])
             if search.find(key) is not None:
                 continue
-            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, key))
+            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, by))
         if not added:
             search.close(exp.node_id)
             continue
-        for node_id, cfg, _ in added:
+        for node_id, cfg, by in added:
             if not budget.fits(session.spent - start, cfg):
                 out_of_budget = True
                 break
             result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
-                                       label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1})
+                                       label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1,
+                                              "by": by})
             nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
                               "tune": result.tune_reward}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))

@@ -130,11 +130,14 @@ class Transition:
         config: the next stage's config.
         changes: ``{knob: (old, new)}`` for every knob that changed.
         rationale: one sentence naming the findings it answers (or the prior it follows).
+        by: who proposed it: ``expert`` (the rules), ``llm`` or ``exchange`` (a model), or
+            ``rule fallback`` (the rules filling in for replies that could not be used).
     """
 
     config: StageConfig
     changes: Mapping[str, tuple]
     rationale: str
+    by: str = "expert"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "changes", MappingProxyType(dict(self.changes)))

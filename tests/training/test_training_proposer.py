@@ -81,7 +81,8 @@ def test_unusable_replies_are_named_and_the_expert_fills_in():
     assert len(out) == 3 and len({t.config for t in out}) == 3
     assert out[0].changes == {"temperature": (1.0, 1.5), "difficulty": (1, 2)} and source.used == 1
     assert any("fixed by the comparison" in f for f in source.failures) and any("no answer" in f for f in source.failures)
-    [request] = proposer.requests
+    request, again = proposer.requests  # the unusable knob is asked again once, the timeout is not
+    assert "fixed by the comparison" in again.feedback and again.n == 1
     assert request.kind == "training" and request.n == 3
     assert "Entropy fell from 1.9" in request.findings[0].text
     assert '"learning_rate": 0.0003' in request.candidate and "held-out reward 0.610" in request.evaluation
@@ -98,7 +99,7 @@ def test_an_openai_compatible_server_proposes_the_next_stage(monkeypatch):
                                     api_key_env="LOOPWISE_TEST_KEY", timeout_s=5, max_retries=0))
         source = ModelTransitions(llm, "Task arithmetic.")
         out = source(BASE, [COLLAPSE], random.Random(0), 2, BOUNDS, reward=0.9, trace=TRACE)
-        [first, _] = server.posts()
+        first = server.posts()[0]
         system, user = first.body["messages"]
         assert "GRPO" in system["content"] and '{"changes"' in system["content"]
         assert "Entropy fell from 1.9" in user["content"] and "```json" in user["content"]
@@ -129,3 +130,67 @@ def test_an_exchange_folder_answer_becomes_the_next_stage(tmp_path):
     [t] = ModelTransitions(proposer, "Task sorting.")(BASE, [COLLAPSE], random.Random(0), 1, BOUNDS, reward=0.5)
     thread.join()
     assert t.changes == {"beta": (0.0, 0.02)}
+
+
+def test_a_malformed_answer_is_a_recorded_failure_asked_again_with_its_parse_error(tmp_path):
+    """As in kernels: the reply without a ```json block and the one with a knob that does not exist
+    are failed proposals with their parse errors, each asked again with that error; the answers to
+    the re-prompts are used, and every step is an event in the run."""
+    from loopwise.core.propose import Proposal, ProposalFailure, render_prompt
+
+    class Answers:
+        def __init__(self):
+            self.requests = []
+
+        def propose(self, request):
+            self.requests.append(request)
+            if len(self.requests) == 1:
+                return [ProposalFailure(reason=FailureReason.NO_CODE, detail="no ```json block in the reply",
+                                        origin="exchange:a1"),
+                        Proposal(content=json.dumps({"changes": {"warmup": 3}}), origin="exchange:a2")]
+            knob = {2: {"beta": 0.02}, 3: {"entropy_coef": 0.003}}[len(self.requests)]
+            return [Proposal(content=json.dumps({"changes": knob}), note="fixed", origin=f"exchange:a{len(self.requests) + 1}")]
+
+    events = []
+    source = ModelTransitions(Answers(), "Task sorting.", name="exchange",
+                              record=lambda kind, payload: events.append((kind, payload)))
+    out = source(BASE, [COLLAPSE], random.Random(0), 2, BOUNDS, reward=0.5)
+    assert [t.by for t in out] == ["exchange", "exchange"]
+    assert {k for t in out for k in t.changes} == {"beta", "entropy_coef"}
+    kinds = [k for k, _ in events]
+    assert kinds == ["proposal_failed", "proposal_failed", "reprompt", "proposal", "reprompt", "proposal"]
+    failed = [p for k, p in events if k == "proposal_failed"]
+    assert failed[0]["reason"] == "no_code" and "no ```json block" in failed[0]["detail"]
+    assert failed[1]["reason"] == "invalid" and "warmup" in failed[1]["detail"] and "unknown" in failed[1]["detail"]
+    again = source.proposer.requests[1]
+    assert "Your previous answer could not be used: no ```json block" in render_prompt(again).user
+    assert "fallback" not in kinds
+
+
+def test_every_fallback_to_the_rules_is_recorded_and_shown_in_the_report(tmp_path):
+    from loopwise.core.propose import ProposalFailure
+    from loopwise.core.store import SqliteRunStore
+    from loopwise.training.report_html import build_report
+
+    class Silent:
+        def propose(self, request):
+            return [ProposalFailure(reason=FailureReason.TIMEOUT, detail="no answer within 5 s", origin="x")] * request.n
+
+    store = SqliteRunStore.create(tmp_path, "training.search", "{}")
+    store.append("settings", {"task": "sorting", "methods": ["tree"], "budget": 2, "depth": 1, "preset": "smoke"})
+    source = ModelTransitions(Silent(), "Task sorting.", name="llm", record=store.append)
+    out = source(BASE, [COLLAPSE], random.Random(0), 2, BOUNDS, reward=0.5)
+    assert len(out) == 2 and {t.by for t in out} == {"rule fallback"}
+    [fallback] = [e.payload for e in store.events() if e.kind == "fallback"]
+    assert fallback["from_rules"] == 2 and fallback["from_model"] == 0
+    assert fallback["why"] == ["timeout: no answer within 5 s"] * 2
+    assert not [e for e in store.events() if e.kind == "reprompt"]  # a lost answer is not asked again
+    html = build_report(store).read_text()
+    assert "every fallback to the rules" in html and "2 of 2 transitions from the rules" in html
+    store.close()
+
+
+def test_the_tree_records_who_proposed_each_stage():
+    from loopwise.training.transitions import propose_transitions
+
+    assert {t.by for t in propose_transitions(BASE, [COLLAPSE], random.Random(0), 2, BOUNDS)} == {"expert"}

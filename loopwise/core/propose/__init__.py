@@ -7,6 +7,9 @@ Anthropic; ``ExchangeProposer`` writes prompts to a folder and waits for answer 
 """
 
 from loopwise.core.propose._base import (
+    Attempt,
+    REPROMPT_ROUNDS,
+    REPROMPTABLE,
     BudgetExhausted,
     FailureReason,
     FindingNote,
@@ -19,13 +22,23 @@ from loopwise.core.propose._base import (
     Snippet,
     Usage,
 )
-from loopwise.core.propose._extract import ExtractFailure, Extracted, extract_for, extract_json, extract_python
+from loopwise.core.propose._extract import (
+    ExtractFailure,
+    Extracted,
+    extract_for,
+    extract_json,
+    extract_python,
+    reply_block,
+)
 from loopwise.core.propose._log import log_excerpt
-from loopwise.core.propose._prompt import Prompt, render_prompt
+from loopwise.core.propose._prompt import Prompt, prompt_version, render_prompt
 from loopwise.core.propose.exchange import ExchangeProposer
 from loopwise.core.propose.factory import make_proposer
 
 __all__ = [
+    "REPROMPTABLE",
+    "REPROMPT_ROUNDS",
+    "Attempt",
     "BudgetExhausted",
     "ExchangeProposer",
     "ExtractFailure",
@@ -46,5 +59,7 @@ __all__ = [
     "extract_python",
     "log_excerpt",
     "make_proposer",
+    "prompt_version",
     "render_prompt",
+    "reply_block",
 ]

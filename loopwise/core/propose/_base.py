@@ -19,6 +19,14 @@ class FailureReason(enum.StrEnum):
     API_ERROR = "api_error"
     TIMEOUT = "timeout"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    INVALID = "invalid"  # the reply parsed, but the engine cannot use what it says (e.g. an unknown knob)
+
+
+REPROMPTABLE = frozenset({FailureReason.NO_CODE, FailureReason.TRUNCATED, FailureReason.SYNTAX_ERROR,
+                          FailureReason.INVALID})
+"""Failures answered by asking again with what was wrong (a malformed answer, not a lost call)."""
+REPROMPT_ROUNDS = 2
+"""How many times, within one step, answers that failed so are asked again (every engine)."""
 
 
 class ProposalRole(enum.StrEnum):
@@ -62,6 +70,22 @@ class Snippet:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """An earlier candidate shown beside the current one: the best so far, or a sibling (another
+    child of the same parent) with what it tried and how it was judged.
+
+    Attributes:
+        label: which candidate it is, e.g. ``node 4``.
+        summary: its move and its verdict in one line, e.g. ``tiled 2D: correct, 1.31x over eager``.
+        code: its source, possibly trimmed to a budget; empty to show the summary alone.
+    """
+
+    label: str
+    summary: str
+    code: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProposalRequest:
     """Everything a proposer is told about one step of a search.
 
@@ -81,6 +105,11 @@ class ProposalRequest:
         rules: the rules the judge enforces, one sentence each (policy, tolerance, forbidden tricks).
         target: what is known of the device and the times to beat (eager, compiled, floor).
         feedback: why the previous answer to this request could not be used (a re-prompt).
+        best: the best candidate found so far, when it is not ``candidate`` itself.
+        siblings: the other children of ``candidate`` already proposed, with their verdicts.
+        directions: the distinct approaches the ``n`` requests of this step are asked for, one
+            each (request ``i`` takes ``directions[i % len]``); empty: each request is still told
+            its number and asked to differ from the others.
     """
 
     task: str
@@ -97,14 +126,29 @@ class ProposalRequest:
     rules: tuple[str, ...] = ()
     target: str = ""
     feedback: str = ""
+    best: Attempt | None = None
+    siblings: tuple[Attempt, ...] = ()
+    directions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}")
         object.__setattr__(self, "role", ProposalRole(self.role))
+        object.__setattr__(self, "siblings", tuple(self.siblings))
+        object.__setattr__(self, "directions", tuple(self.directions))
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "findings", tuple(self.findings))
         object.__setattr__(self, "snippets", tuple(self.snippets))
+
+    def direction(self, index: int) -> str:
+        """The approach request ``index`` of this step is asked for ("" when none was given)."""
+        return self.directions[index % len(self.directions)] if self.directions else ""
+
+    def other_directions(self, index: int) -> tuple[str, ...]:
+        """The approaches the other requests of this step are asked for."""
+        mine = self.direction(index)
+        others = (self.direction(i) for i in range(self.n) if i != index)
+        return tuple(dict.fromkeys(d for d in others if d and d != mine))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -142,6 +142,13 @@ def extract_json(text: str, *, truncated: bool = False) -> Extracted | ExtractFa
     return ExtractFailure(FailureReason.SYNTAX_ERROR, last_error)
 
 
+def reply_block(kind: str) -> str:
+    """The fenced block a reply to an engine carries, as prompts and instructions name it:
+    ```json where the engine registered ``json`` replies, else ```python."""
+    registered = engines().get(kind)
+    return "```json" if registered is not None and registered.reply == "json" else "```python"
+
+
 def extract_for(kind: str, text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
     """What a reply to an engine carries: a JSON object where the engine registered ``json``
     replies, a Python file otherwise (and for a kind no engine registered)."""

@@ -4,12 +4,20 @@ How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by
 
 1. Run the search with ``ExchangeProposer(folder)`` as its proposer.
 2. For each wanted proposal it writes ``<folder>/prompt-<id>.md`` (the same prompt an LLM
-   proposer would send) and prints one line:
-   ``answer by writing <folder>/answer-<id>.md.tmp containing one ```python block, then renaming it
-   to answer-<id>.md``.
+   proposer would send; the ``n`` prompts of one step each ask for a different approach) and
+   prints one line:
+   ``answer by writing <folder>/answer-<id>.md.tmp containing a Move: line and one ```python block,
+   then renaming it to answer-<id>.md``.
 3. Tell the agent: "read <folder>/prompt-<id>.md, write your answer to
-   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md". The answer is a ``Move:`` line and one ```python block
-   with the complete file, as the prompt asks.
+   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md".
+
+The answer format is one for every engine, and the prompt, the printed line and the reader agree
+on it: one line ``Move: <the change, in a few words>``, then exactly one fenced block, the block
+the engine's replies carry (:func:`~loopwise.core.propose.reply_block`): ```python with the complete
+file for kernels, ```json with ``{"changes": {KNOB: VALUE, ...}}`` for training. Another block
+after it, prose around it and a missing ``Move:`` line (the first prose line is the note then)
+are tolerated; a missing, unclosed or unparsable block is not.
+
 4. Signal that the answer is complete by renaming it into place: write ``answer-<id>.md.tmp``,
    then rename it to ``answer-<id>.md``. The proposer reads an answer that ends in a closed code
    block once it is unchanged between two polls, and any other answer (no code block, an
@@ -39,7 +47,7 @@ from loopwise.core.propose._base import (
     ProposalResult,
     Proposer,
 )
-from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks
+from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks, reply_block
 from loopwise.core.propose._prompt import render_prompt
 
 _PROMPT_NAME = re.compile(r"^prompt-(\d+)\.md$")
@@ -89,10 +97,12 @@ class ExchangeProposer(Proposer):
         self._sleep = sleep
         self._clock = clock
 
-    def instruction(self, answer_id: str) -> str:
-        """The one line that tells the user what to do for ``answer_id``."""
-        return (f"answer by writing {self.answer_path(answer_id)}.tmp containing one ```python block, then "
-                f"renaming it to {self.answer_path(answer_id).name} (the prompt is {self.prompt_path(answer_id)})")
+    def instruction(self, answer_id: str, kind: str = "") -> str:
+        """The one line that tells the user what to do for ``answer_id`` of an engine ``kind``: the
+        block it answers with is the one that engine's prompt asks for (``reply_block``)."""
+        return (f"answer by writing {self.answer_path(answer_id)}.tmp containing a Move: line and one "
+                f"{reply_block(kind)} block, then renaming it to {self.answer_path(answer_id).name} "
+                f"(the prompt is {self.prompt_path(answer_id)})")
 
     def prompt_path(self, answer_id: str) -> Path:
         """Where the prompt of ``answer_id`` is written."""
@@ -104,14 +114,13 @@ class ExchangeProposer(Proposer):
 
     def propose(self, request: ProposalRequest) -> list[ProposalResult]:
         """Writes ``request.n`` prompts, announces them, and waits for the answers."""
-        text = render_prompt(request).as_markdown()
         self.folder.mkdir(parents=True, exist_ok=True)
         ids = self._new_ids(request.n)
-        for answer_id in ids:
+        for index, answer_id in enumerate(ids):  # each prompt asks for its own approach
             tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
-            tmp.write_text(text, encoding="utf-8")
+            tmp.write_text(render_prompt(request, index).as_markdown(), encoding="utf-8")
             os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
-            self._announce(self.instruction(answer_id))
+            self._announce(self.instruction(answer_id, request.kind))
         answers = self._wait(ids)
         return [self._result(answer_id, answers.get(answer_id), request.kind) for answer_id in ids]
 
@@ -160,7 +169,7 @@ class ExchangeProposer(Proposer):
         if text is None:
             text = self._late_text(answer_id)
             if not text:
-                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id)}"
+                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id, kind)}"
                 return ProposalFailure(reason=FailureReason.TIMEOUT, detail=detail, origin=origin)
         found = extract_for(kind, text)
         if isinstance(found, ExtractFailure):

@@ -43,6 +43,13 @@ class Judge(Protocol):
         were built (0 when this judge builds nothing ahead)."""
         ...
 
+    def reference_facts(self, compile: bool = False) -> dict:
+        """What is measured of the reference before any candidate: ``device``, ``statistic``,
+        ``eager_ms``, ``compile_ms`` (asked for with ``compile``), ``floor_ms``, ``floor_bound``,
+        the device's ceilings (``bandwidth_gbs``, ``fp32_tflops``, ``tf32_tflops``, ``bf16_tflops``),
+        each None where not measured, and ``notes`` saying why. Never raises."""
+        ...
+
     def close(self) -> None:
         """Releases what the judge started (sandboxes); a judge is not used after this."""
         ...

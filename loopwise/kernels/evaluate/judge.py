@@ -340,6 +340,13 @@ class LocalJudge:
             self.reference.drop(REFERENCE_TIMING_SEED)
         return self._ref_timing
 
+    def reference_facts(self, compile: bool = False) -> dict:
+        """The device's ceilings, the reference's eager (and, on a GPU with ``compile``,
+        torch.compile) time and its speed-of-light floor; None with a note where not measured."""
+        from loopwise.kernels.evaluate.reference_facts import local_facts
+
+        return local_facts(self, compile, REFERENCE_TIMING_SEED)
+
     def _performance(self, box: Sandbox, ev: Evaluation, outcome: Outcome, base: int,
                      runner: TrialRunner) -> None:
         import random

@@ -42,6 +42,12 @@ def evaluate(payload: dict) -> dict:
     return ev.model_dump(mode="json")
 
 
+def reference_facts(payload: dict) -> dict:
+    """The device's ceilings and the reference's times and floor on this worker
+    (``LocalJudge.reference_facts``): ``payload`` as for ``evaluate`` plus ``compile``."""
+    return _judge(payload).reference_facts(bool(payload.get("compile")))
+
+
 def baseline(payload: dict) -> dict:
     """Times a problem's eager and compiled variants (``kernels baseline``) on this worker's GPU:
     ``payload`` holds problem_source, problem_name, config (a whole loopwise config) and

@@ -80,6 +80,22 @@ class ExecutorJudge:
                           policy=self.cfg.precision, tolerance=self.cfg.tolerance,
                           log=result.log if result else "")
 
+    def reference_facts(self, compile: bool = False) -> dict:
+        """What a worker's judge measures of the reference and its device (one job); a job the
+        executor lost leaves every fact unknown, with its reason."""
+        from loopwise.kernels.evaluate.reference_facts import unknown
+
+        job = Job(f"reference:{self.problem.name}#{next(_ids)}", "loopwise.kernels.evaluate.worker_jobs:reference_facts",
+                  {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
+                   "config": self.cfg.model_dump(mode="json"), "compile": compile}, affinity=self.affinity)
+        future = self.dispatcher.submit(job)
+        wait([future], timeout=self.timeout_s)
+        result: JobResult | None = future.result() if future.done() else None
+        if result is not None and result.ok and isinstance(result.result, dict):
+            return result.result
+        why = result.error.strip().splitlines()[0] if result is not None and result.error else "no result in time"
+        return unknown(self.device_name, f"the reference was not measured on a worker ({why})")
+
     def precompile(self, sources: list[str]) -> int:
         """Builds nothing here: each worker's own judge builds the candidates it is sent, on the
         machine that runs them. Returns 0."""

@@ -117,14 +117,15 @@ def _print_summary(console, run, path) -> None:
     from loopwise.kernels.report.terminal import footnote
 
     table = Table(title=f"{run.problem.name}: {run.tally.line(run.s.budget)}")
-    for col in ("node", "parent", "move", "status", "speedup"):
+    for col in ("node", "parent", "by", "move", "status", "speedup"):
         table.add_column(col)
     best, meaningful = run.best(), run.timing_meaningful()
     for node in run.search.nodes()[1:]:
         e = run.evaluations.get(node.node_id, {})
         speed = marked(f"{e['speedup']:.3f}x", meaningful) if e.get("speedup") and e.get("status") == "correct" else "-"
         mark = " *" if node.node_id == best else ""
-        table.add_row(f"{node.node_id}{mark}", str(node.parent_id), node.note, e.get("status", "pending"), speed)
+        table.add_row(f"{node.node_id}{mark}", str(node.parent_id), run.made_by.get(node.node_id, "-"), node.note,
+                      e.get("status", "pending"), speed)
     console.print(table)
     footnote(console, not meaningful)
     if path:

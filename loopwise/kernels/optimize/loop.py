@@ -17,19 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
+from loopwise.core.propose._base import REPROMPT_ROUNDS, REPROMPTABLE
 from loopwise.core.propose.factory import make_proposer
-from loopwise.kernels.optimize.prompt import (judged_context, notes_from, profile_notes, repair_context, rules,
-                                              target)
+from loopwise.kernels.optimize.prompt import notes_from, profile_notes, rules
 from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_search, source_key
 from loopwise.kernels.optimize.status import KIND
 
 if TYPE_CHECKING:
     from loopwise.kernels.evaluate import Judge
-
-# A model's answer without usable code, or with code already in the tree, is asked again with what
-# was wrong, at most this many rounds within one step.
-REPROMPT_ROUNDS = 2
-_UNPARSED = ("no_code", "truncated", "syntax_error")
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +46,8 @@ class OptimizeRun:
         self.tally = Tally()
         self.profiles: dict[int, tuple] = {}  # node -> FindingNotes of its profile (recorded, replayed)
         self.profiler = None  # profile(problem, candidate, out_dir, **kw) -> ProfileReport; None: the real one
+        self.made_by: dict[int, str] = {}  # node -> "<proposer>/<role>" that proposed it
+        self.reference: dict | None = None  # the judge's reference_facts, measured once, recorded, replayed
 
     # -- starting and resuming ----------------------------------------------------------------
     @classmethod
@@ -102,6 +99,9 @@ class OptimizeRun:
                 source = self.store.get_artifact(p["source_sha256"]).decode()
                 node = self.search.add_child(p["parent"], p["key"], payload={"node": p["key"][:12]}, note=p["note"])
                 self.sources[node] = source
+                if p.get("by"):
+                    self.tally.by[p["by"]] += 1
+                    self.made_by[node] = p["by"]
             elif event.kind == "evaluation":
                 self._tell(p["node"], p["evaluation"])
                 if p.get("log_sha256"):
@@ -110,6 +110,8 @@ class OptimizeRun:
                 self.search.close(p["node"])
             elif event.kind == "profile":
                 self.profiles[p["node"]] = notes_from(p.get("notes") or [])
+            elif event.kind == "reference":
+                self.reference = p
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -120,6 +122,7 @@ class OptimizeRun:
         ``deadline`` (a ``clock()`` value) has passed (False): no step starts after it, the one
         under way finishes, and the run stays resumable."""
         self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
+        self._measure_reference()
         while not self.search.budget_spent:
             if deadline is not None and clock() >= deadline:
                 self.store.append("time_limit", {"evaluations": self.tally.evaluations})
@@ -153,36 +156,15 @@ class OptimizeRun:
         ev = self.cfg.kernels.eval
         return rules(ev.precision, ev.atol, ev.rtol)
 
-    def _repair_request(self, node_id: int):
-        from loopwise.core.propose import ProposalRequest, ProposalRole
-
-        data = self.evaluations[node_id]["data"]
-        summary, findings, log = repair_context(data, self.logs.get(node_id, ""))
-        note = self.search.node(node_id).note
-        return ProposalRequest(task=self.problem.source, candidate=self.sources[node_id],
-                               candidate_summary=f"Node {node_id}" + (f" ({note})" if note else "") + ".",
-                               evaluation=summary, findings=findings, log=log, memory=self.search.memory.summary(),
-                               rules=self._rules(), target=target(self._device_name(), self.evaluations),
-                               n=1, kind="kernels", role=ProposalRole.REPAIR)
+    def _measure_reference(self) -> None:
+        """The device's ceilings and the reference's eager / torch.compile times and floor, asked of
+        the judge once before the first step and recorded (a resumed run reads them back)."""
+        if self.reference is None:
+            self.reference = self.judge.reference_facts(compile=self.cfg.kernels.baseline.compile)
+            self.store.append("reference", self.reference)
 
     def _device_name(self) -> str:
         return self.judge.device_name
-
-    def _request(self, node_id: int):
-        from loopwise.core.propose import ProposalRequest
-
-        ev = self.evaluations.get(node_id)
-        if node_id == 0:
-            summary, findings = "the PyTorch reference", ()
-        elif ev is None:
-            summary, findings = "not judged", ()
-        else:
-            summary, findings = judged_context(ev.get("data") or {"status": ev["status"]})
-        findings = tuple(findings) + self._profile_notes(node_id)
-        return ProposalRequest(task=self.problem.source, candidate=self.sources.get(node_id, ""),
-                               evaluation=summary, findings=findings, memory=self.search.memory.summary(),
-                               rules=self._rules(), target=target(self._device_name(), self.evaluations),
-                               n=self.s.per_step, kind="kernels")
 
     def _device(self) -> str:
         return self.judge.device or "cpu"
@@ -250,33 +232,52 @@ class OptimizeRun:
 
     def _propose(self, parent: int, repair: bool = False) -> list[int]:
         """Asks the proposer for children of ``parent`` (a repair of it when ``repair``), then asks
-        again, with what was wrong, for each answer that had no usable code or repeated a node."""
-        request = self._repair_request(parent) if repair else self._request(parent)
+        again, with what was wrong, for each answer that had no usable code or repeated a node (at
+        most ``REPROMPT_ROUNDS`` rounds)."""
+        from loopwise.kernels.optimize.context import improve_request, repair_request
+
+        request, cut = repair_request(self, parent) if repair else improve_request(self, parent)
+        self._record_request(parent, request, cut)
         if repair:
             self.tally.repairs += 1
             self.store.append("repair", {"node": parent})
-        children, retry = self._take(parent, self.proposer.propose(request), repair)
+        children, retry = self._take(parent, self.proposer.propose(request), repair, False)
         rounds = 0 if self.s.proposer == "expert" else REPROMPT_ROUNDS
         for _ in range(rounds):
             again = []
             for feedback in retry:
                 self.tally.reprompts += 1
                 self.store.append("reprompt", {"parent": parent, "feedback": feedback})
-                got, more = self._take(parent, self.proposer.propose(replace(request, n=1, feedback=feedback)), repair)
+                again_request = replace(request, n=1, feedback=feedback, directions=())
+                got, more = self._take(parent, self.proposer.propose(again_request), repair, True)
                 children, again = children + got, again + more
             retry = again
         return children
 
-    def _take(self, parent: int, results, repair: bool) -> tuple[list[int], list[str]]:
-        """Records the proposer's results; returns the new children and, for each answer worth
-        asking again, what was wrong with it."""
+    def _record_request(self, parent: int, request, cut: list[str]) -> None:
+        """One ``request`` event per request sent: its role, size, directions, template version."""
+        from loopwise.core.propose import prompt_version
+        from loopwise.kernels.optimize.context import size
+
+        self.store.append("request", {"parent": parent, "role": str(request.role), "n": request.n,
+                                      "proposer": self.s.proposer, "prompt_version": prompt_version("kernels"),
+                                      "chars": size(request), "directions": list(request.directions), "cut": cut})
+
+    def _by(self, repair: bool, reprompt: bool) -> str:
+        """Who made a proposal and in which role: ``<proposer>/<improve|repair>[ re-prompt]``."""
+        return f"{self.s.proposer}/{'repair' if repair else 'improve'}" + (" re-prompt" if reprompt else "")
+
+    def _take(self, parent: int, results, repair: bool, reprompt: bool) -> tuple[list[int], list[str]]:
+        """Records the proposer's results, each with who made it and in which role; returns the new
+        children and, for each answer worth asking again, what was wrong with it."""
         children, retry = [], []
+        by = self._by(repair, reprompt)
         for result in results:
             if not result.ok:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
-                                                      "detail": result.detail, "origin": result.origin})
+                                                      "detail": result.detail, "origin": result.origin, "by": by})
                 self.tally.propose(str(result.reason), result.detail)
-                if str(result.reason) in _UNPARSED:
+                if result.reason in REPROMPTABLE:
                     retry.append(result.detail)
                 continue
             key = source_key(result.content)
@@ -284,7 +285,7 @@ class OptimizeRun:
             note = f"repair of node {parent}: {result.note}" if repair else result.note
             if same is not None:  # the same code again: already in the tree
                 self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin,
-                                                         "node": same, "note": note})
+                                                         "node": same, "note": note, "by": by})
                 self.search.add_child(parent, key, note=note)  # counted in the search memory and pruning
                 self.tally.duplicate()
                 status = (self.evaluations.get(same) or {}).get("status", "not judged yet")
@@ -293,10 +294,12 @@ class OptimizeRun:
                 continue
             self.tally.propose(None)
             sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
-            self.store.append("proposal", {"parent": parent, "key": key, "note": note,
+            self.store.append("proposal", {"parent": parent, "key": key, "note": note, "by": by,
                                            "origin": result.origin, "source_sha256": sha})
+            self.tally.by[by] += 1
             node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=note)
             self.sources[node] = result.content
+            self.made_by[node] = by
             children.append(node)
         return children, retry
 
@@ -384,7 +387,9 @@ class OptimizeRun:
                 "best_node": node, "failures": dict(self.tally.failures), "stopped": self.stopped,
                 "proposals": {"answered": self.tally.answered, "failed": dict(self.tally.proposal_failures),
                               "first_failure": dict(self.tally.first_failure), "duplicates": self.tally.duplicates,
-                              "reprompts": self.tally.reprompts, "repairs": self.tally.repairs},
+                              "reprompts": self.tally.reprompts, "repairs": self.tally.repairs,
+                              "by": dict(self.tally.by)},
+                "reference": self.reference,
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
 
 

@@ -38,18 +38,41 @@ def rules(policy: str, atol: float, rtol: float) -> tuple[str, ...]:
     return tuple(out)
 
 
-def target(device_name: str, evaluations: dict[int, dict]) -> str:
-    """The device and, once a candidate was timed, the eager time and the speed-of-light floor."""
-    lines = [f"Device: {device_name}."]
+def _ms(value) -> str:
+    return f"{value:.4f} ms"
+
+
+def target(facts: dict, evaluations: dict[int, dict]) -> str:
+    """The device with its measured ceilings, and the reference's eager and torch.compile times and
+    speed-of-light floor (``facts``, from ``Judge.reference_facts``); a time the facts lack is taken
+    from the latest judged candidate, else stated as unknown with the reason."""
+    notes = facts.get("notes") or []
+    lines = [f"Device: {facts.get('device') or 'unknown'}."]
+    peaks = [(f"copy bandwidth {facts['bandwidth_gbs']:.0f} GB/s" if facts.get("bandwidth_gbs") else "")]
+    peaks += [f"{label} GEMM {facts[key]:.1f} TFLOP/s" for key, label in
+              (("fp32_tflops", "fp32"), ("tf32_tflops", "TF32"), ("bf16_tflops", "bf16")) if facts.get(key)]
+    peaks = [p for p in peaks if p]
+    lines.append("Measured ceilings: " + (", ".join(peaks) if peaks else _unknown(notes, "ceilings")) + ".")
     timed = [e["data"] for e in evaluations.values() if (e.get("data") or {}).get("reference_timing")]
-    if timed:
-        data = timed[-1]
-        eager = (data.get("reference_timing") or {}).get("median_ms")
-        if eager is not None:
-            lines.append(f"Eager PyTorch reference: median {eager:.4f} ms.")
-        if data.get("floor_ms"):
-            lines.append(f"Speed-of-light floor: {data['floor_ms']:.4f} ms.")
+    last = timed[-1] if timed else {}
+    stat = facts.get("statistic") or "median"
+    eager = facts.get("eager_ms") or (last.get("reference_timing") or {}).get("median_ms")
+    lines.append(f"Eager PyTorch reference: {stat} {_ms(eager)}." if eager is not None
+                 else f"Eager PyTorch reference: {_unknown(notes, 'eager')}.")
+    compiled = facts.get("compile_ms")
+    lines.append(f"torch.compile of the reference: {stat} {_ms(compiled)}." if compiled is not None
+                 else f"torch.compile of the reference: {_unknown(notes, 'torch.compile')}.")
+    floor = facts.get("floor_ms") or last.get("floor_ms")
+    bound = facts.get("floor_bound") or last.get("floor_bound")
+    lines.append(f"Speed-of-light floor: {_ms(floor)}" + (f" ({bound}-bound)" if bound else "") + "."
+                 if floor else f"Speed-of-light floor: {_unknown(notes, 'floor')}.")
     return " ".join(lines)
+
+
+def _unknown(notes: list[str], topic: str) -> str:
+    """``unknown`` and the note that says why, when one names ``topic``."""
+    why = next((n for n in notes if topic in n), "")
+    return f"unknown ({why})" if why else "unknown (not measured)"
 
 
 def judged_context(data: dict) -> tuple[str, tuple]:

@@ -86,6 +86,7 @@ class Tally:
     duplicates: int = 0  # answers whose code was already in the tree
     reprompts: int = 0  # requests asked again because the answer had no usable code or was a duplicate
     repairs: int = 0  # repair requests made for failed candidates
+    by: Counter = field(default_factory=Counter)  # new candidates by who made them: "<proposer>/<role>"
 
     def propose(self, reason: str | None, detail: str = "") -> None:
         """Counts one proposal: answered (``reason`` None) or failed for ``reason``."""

@@ -16,8 +16,8 @@ STATUS_COLORS = {"correct": "#1a7f37", "wrong_output": "#cf222e", "compile_error
 
 
 def _load(store) -> dict:
-    data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": ""}}, "evals": {},
-            "profiles": {}}
+    data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": "", "by": ""}},
+            "evals": {}, "profiles": {}, "reference": None, "requests": [], "decisions": []}
     order = 0
     for e in store.events():
         p = e.payload
@@ -26,7 +26,13 @@ def _load(store) -> dict:
         elif e.kind == "proposal":
             order += 1
             data["nodes"][order] = {"parent": p["parent"], "note": p.get("note", ""), "key": p["key"],
-                                    "source": store.get_artifact(p["source_sha256"]).decode()}
+                                    "source": store.get_artifact(p["source_sha256"]).decode(), "by": p.get("by", "")}
+        elif e.kind == "reference":
+            data["reference"] = p
+        elif e.kind == "request":
+            data["requests"].append(p)
+        elif e.kind in ("proposal_failed", "proposal_duplicate", "reprompt"):
+            data["decisions"].append((e.kind, p))
         elif e.kind == "profile":
             data["profiles"][p["node"]] = p
         elif e.kind == "evaluation" and "node" in p:
@@ -152,23 +158,59 @@ def _candidate_sections(data, store) -> list[Section]:
     return out
 
 
+def _decisions_section(data) -> Section:
+    """Who proposed what, in which role, under which prompt version, and every answer that was
+    not used (failed, a duplicate) with the re-prompt it got."""
+    from collections import Counter
+
+    by = Counter(info["by"] or "unrecorded" for n, info in data["nodes"].items() if n)
+    versions = sorted({r.get("prompt_version", "") for r in data["requests"]} - {""})
+    cut = sum(1 for r in data["requests"] if r.get("cut"))
+    rows = []
+    for kind, p in data["decisions"]:
+        if kind == "reprompt":
+            rows.append(["re-prompt", f"node {p.get('parent')}", p.get("feedback", "")])
+        else:
+            what = p.get("reason", "") if kind == "proposal_failed" else f"duplicate of node {p.get('node')}"
+            rows.append([kind.removeprefix("proposal_"), f"node {p.get('parent')} ({p.get('by', '?')})",
+                         f"{what}: {p.get('detail', '')}".rstrip(": ")])
+    facts = {"candidates by proposer/role": ", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "-",
+             "requests": len(data["requests"]), "prompt versions": ", ".join(versions) or "-",
+             "requests cut to the prompt budget": cut}
+    return Section("Proposals and decisions", anchor="decisions", facts=facts,
+                   columns=["decision", "for", "detail"], rows=rows)
+
+
+def _reference_facts(ref: dict | None) -> dict:
+    """The reference's measured times and the device's ceilings, as summary facts."""
+    if not ref:
+        return {}
+    return {"eager": fmt(ref.get("eager_ms"), " ms"), "torch.compile": fmt(ref.get("compile_ms"), " ms"),
+            "speed-of-light floor": fmt(ref.get("floor_ms"), " ms"),
+            "ceilings": ", ".join(f"{k} {fmt(ref[k])}" for k in ("bandwidth_gbs", "fp32_tflops", "tf32_tflops",
+                                                                 "bf16_tflops") if ref.get(k)) or "-"}
+
+
 def build_report(store, out: Path | None = None) -> Path:
     """Writes ``report.html`` for a ``kernels optimize`` run and returns its path."""
     data = _load(store)
     meta, s = store.meta, data["settings"]
-    rows = [[str(n), str(info["parent"]), info["note"], data["evals"].get(n, {}).get("status", "pending"),
-             speedup_cell(data["evals"].get(n, {}))] for n, info in sorted(data["nodes"].items()) if n]
+    rows = [[str(n), str(info["parent"]), info["by"] or "-", info["note"],
+             data["evals"].get(n, {}).get("status", "pending"), speedup_cell(data["evals"].get(n, {}))]
+            for n, info in sorted(data["nodes"].items()) if n]
     first = next(iter(data["evals"].values()), {})
     summary = Section("Candidates", facts={"run": meta.run_id, "kind": meta.kind,
                                            "device": first.get("device", "-"),
                                            "policy / tolerance": f"{first.get('policy', '-')} / "
                                                                  f"{first.get('tolerance', '-')}",
                                            **{k: v for k, v in s.items() if k in ("proposer", "search", "budget",
-                                                                                 "objective", "seed")}},
-                      columns=["node", "parent", "move", "status", "speedup"], rows=rows)
+                                                                                 "objective", "seed")},
+                                           **_reference_facts(data["reference"])},
+                      columns=["node", "parent", "by", "move", "status", "speedup"], rows=rows)
     figures = [_curve(data)] + ([_tree(data)] if meta.kind == "kernels.optimize" else [])
     html = render_html(f"loopwise run {meta.run_id}", f"{first.get('problem', s.get('problem', ''))} · {meta.kind}",
-                       figures, [summary] + _candidate_sections(data, store), banner=cpu_banner(data["evals"].values()))
+                       figures, [summary, _decisions_section(data)] + _candidate_sections(data, store),
+                       banner=cpu_banner(data["evals"].values()))
     path = out or (store.run_dir / "report.html")
     path.write_text(html, encoding="utf-8")
     return path

@@ -67,7 +67,7 @@ def test_an_answer_file_becomes_a_proposal(tmp_path):
     prompt = (tmp_path / "prompt-0001.md").read_text()
     assert prompt == render_prompt(REQUEST).as_markdown() and "relu(x)" in prompt
     [line] = lines
-    assert f"answer by writing {tmp_path / 'answer-0001.md'}.tmp containing one ```python block" in line
+    assert f"answer by writing {tmp_path / 'answer-0001.md'}.tmp containing a Move: line and one ```python block" in line
     assert "\n" not in line
 
 

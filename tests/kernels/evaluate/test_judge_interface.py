@@ -119,3 +119,17 @@ class TestExecutorJudge(JudgeConformance):
         judge.close()
         dispatcher.close()
         executor.close()
+
+
+def test_the_local_judge_measures_the_reference_before_any_candidate_and_says_what_it_did_not():
+    """On the CPU: the eager time it divides every speedup by, the floor and the CPU's ceilings;
+    torch.compile is not timed there (it would cost minutes and mean nothing) and it says so."""
+    with LocalJudge(load_problem(str(PROBLEM)), EvalConfig(energy=False, perf_trials=3), device="cpu",
+                    spares=0) as judge:
+        facts = judge.reference_facts(compile=True)
+        assert facts["eager_ms"] == judge.reference_timing().timing.median_ms > 0
+    assert facts["device"] == "cpu" and facts["statistic"] == "median"
+    assert facts["compile_ms"] is None and "torch.compile time not measured on the CPU" in facts["notes"]
+    assert facts["bandwidth_gbs"] > 0 and facts["fp32_tflops"] > 0
+    assert facts["floor_ms"] is None or facts["floor_ms"] > 0
+    assert set(facts) >= {"eager_ms", "compile_ms", "floor_ms", "floor_bound", "tf32_tflops", "bf16_tflops", "notes"}

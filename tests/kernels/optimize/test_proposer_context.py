@@ -55,7 +55,7 @@ def test_the_first_prompt_states_the_rules_within_its_budget():
     task = "class Model(torch.nn.Module): ...\n" * 20
     data = {"status": "correct", "reference_timing": {"median_ms": 1.25}, "floor_ms": 0.31}
     prompt = render_prompt(ProposalRequest(kind="kernels", task=task, rules=rules("fp32", 1e-4, 1e-4),
-                                           target=target("NVIDIA H200", {1: {"data": data}})))
+                                           target=target({"device": "NVIDIA H200"}, {1: {"data": data}})))
     text = prompt.as_markdown()
     for needle in ("Precision policy fp32", "atol=0.0001, rtol=0.0001", "class ModelNew(torch.nn.Module)",
                    "same arguments", "Forbidden (precision_downgrade)", "Forbidden (timer_patch)",

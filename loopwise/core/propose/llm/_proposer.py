@@ -156,15 +156,16 @@ class LLMProposer(Proposer):
 
     def propose(self, request: ProposalRequest) -> list[ProposalResult]:
         """Asks for ``request.n`` proposals, one conversation each; past the budget, ``BudgetExhausted``."""
-        prompt = render_prompt(request)
         tools = self.tools_for(request.kind)
         if tools:
             self._tool_note = render_template("tools_system.md.j2", tools=tools, max_rounds=self.config.max_tool_rounds)
-            prompt = Prompt(system=prompt.system.rstrip() + "\n" + self._tool_note, user=prompt.user)
         results: list[ProposalResult] = []
-        for _ in range(request.n):
+        for index in range(request.n):  # each proposal is asked for its own approach
+            prompt = render_prompt(request, index)
             if tools and self._tools_refused:  # refused during an earlier proposal of this request
-                tools, prompt = (), self._without_tool_note(prompt)
+                tools = ()
+            if tools:
+                prompt = dataclasses.replace(prompt, system=prompt.system.rstrip() + "\n" + self._tool_note)
             if self.budget.exhausted:
                 results.append(self.budget.exhausted_result(self.origin))
             else:
@@ -242,7 +243,7 @@ class LLMProposer(Proposer):
 
     def _without_tool_note(self, prompt: Prompt) -> Prompt:
         system = prompt.system.replace("\n" + self._tool_note, "") if self._tool_note else prompt.system
-        return Prompt(system=system, user=prompt.user)
+        return dataclasses.replace(prompt, system=system)
 
     def _call_failure(self, outcome: Outcome) -> ProposalFailure:
         error = outcome.error

@@ -16,6 +16,6 @@ def record_llm_call(store: RunStore, rec: CallRecord) -> None:
         "origin": rec.origin, "outcome": str(rec.outcome), "detail": rec.detail, "attempts": rec.attempts,
         "waits_s": list(rec.waits), "latency_s": rec.latency_s, "finish_reason": rec.finish_reason,
         "input_tokens": usage.input_tokens if usage else 0, "output_tokens": usage.output_tokens if usage else 0,
-        "cost_usd": usage.cost_usd if usage else None,
+        "cost_usd": usage.cost_usd if usage else None, "prompt_version": rec.prompt.version,
         "prompt_sha256": store.put_artifact(rec.prompt.as_markdown(), name="prompt.md", media_type="text/markdown"),
         "reply_sha256": store.put_artifact(rec.reply or "", name="reply.md", media_type="text/markdown")})
