@@ -411,11 +411,14 @@ class _Planner:
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
-                    schedule=build_schedule(self, groups))
+                    schedule=build_schedule(self, groups), touched=self._touched())
 
     def baseline(self) -> Plan:
         """Every operator alone with its best tiling, as a plan with its schedule."""
         singles = [self.single(i) for i in range(len(self.ops))]
         per_op = tuple(s.traffic_bytes for s in singles)
         return Plan(tuple(singles), sum(per_op), self.g.compulsory_bytes(), sum(per_op), 0, self.evaluated, per_op,
-                    schedule=build_schedule(self, singles))
+                    schedule=build_schedule(self, singles), touched=self._touched())
+
+    def _touched(self) -> tuple[int, ...]:
+        return tuple(sum(b for b, _, _ in fact.values()) for fact in self.facts)
