@@ -228,6 +228,10 @@ def _print_plan(data: dict, per_operator: bool) -> None:
             f"{_mb(data['compulsory_bytes'])} MB, {data['ratio_to_layer_by_layer']:.3f}x layer by layer "
             f"({_mb(data['layer_by_layer_bytes'])} MB); {data['pairs_removed']} store/load pairs removed "
             f"({data['seconds']} s)")
+    from loopwise.memory.plan_text import time_lines
+
+    for line in time_lines(data):
+        c.print(line)
 
 
 class PlanRejected(UserError):

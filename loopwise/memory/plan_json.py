@@ -14,24 +14,30 @@ def operator_bounds(graph, capacity_bytes: int) -> list[int]:
     return [operator_bound_bytes(op, capacity_bytes) for op in graph.operators]
 
 
-def plan_json(model: str, target_name: str, plan: Plan, imported, bounds: list[int], seconds: float) -> dict:
-    """The plan's JSON data, with its schedule.
+def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], seconds: float) -> dict:
+    """The plan's JSON data, with its schedule, and its time and energy where the target gives the
+    figures for them (``time``: :func:`loopwise.memory.timing.plan_time`, else None).
 
     Args:
         model: the model as the user named it.
-        target_name: the target's name.
+        target: the target (:class:`loopwise.memory.targets.Target`).
         plan: the plan (the planner's, or the layer-by-layer baseline).
         imported: the imported model (:class:`loopwise.memory.imported.Imported`).
         bounds: each operator's own bound (:func:`operator_bounds`).
         seconds: the planning time.
     """
+    from loopwise.memory.timing import operator_work, plan_time, rates
+
     rows, k = [], 0
+    graph_ops = imported.graph.operators
     for gi, grp in enumerate(plan.groups):
         for name, moved in zip(grp.operators, grp.per_operator):
+            flops, engine = operator_work(graph_ops[k])
             rows.append({"operator": name, "group": gi, "plan_bytes": moved,
-                         "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[k]})
+                         "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[k],
+                         "flops": flops, "engine": engine, "touched_bytes": plan.touched[k] if plan.touched else 0})
             k += 1
-    return {"model": str(model), "target": target_name, "total_bytes": plan.total_bytes,
+    data = {"model": str(model), "target": target.name, "total_bytes": plan.total_bytes,
             "compulsory_bytes": plan.compulsory_bytes,
             "operator_bounds_bytes": sum(r["bound_bytes"] for r in rows), "copies_folded": len(imported.folded),
             "unsupported": imported.unsupported,
@@ -39,7 +45,24 @@ def plan_json(model: str, target_name: str, plan: Plan, imported, bounds: list[i
             "ratio_to_compulsory": plan.total_bytes / plan.compulsory_bytes,
             "ratio_to_layer_by_layer": plan.total_bytes / plan.layer_by_layer_bytes,
             "pairs_removed": plan.pairs_removed, "seconds": seconds,
+            "planned_capacity_bytes": plan.planned_capacity_bytes or target.scratchpad.bytes,
             "groups": [_group_json(grp) for grp in plan.groups], "operators": rows, "schedule": plan.schedule}
+    r = rates(target)
+    data["time"] = plan_time(data, r) if r is not None else None
+    return data
+
+
+def compare_objectives(plan: dict, baseline: dict) -> dict | None:
+    """Which of the two candidates (the planner's plan and the layer-by-layer baseline, as JSON)
+    moves the fewer bytes and which runs in less time; None without times. At equal traffic (or
+    time) the planner's plan counts as the better one."""
+    if plan.get("time") is None or baseline.get("time") is None:
+        return None
+    by_traffic = "planner" if plan["total_bytes"] <= baseline["total_bytes"] else "layer-by-layer"
+    by_time = "planner" if plan["time"]["seconds"] <= baseline["time"]["seconds"] else "layer-by-layer"
+    return {"traffic_optimal": by_traffic, "time_optimal": by_time, "agree": by_traffic == by_time,
+            "plan_seconds": plan["time"]["seconds"], "layer_by_layer_seconds": baseline["time"]["seconds"],
+            "plan_bytes": plan["total_bytes"], "layer_by_layer_bytes": baseline["total_bytes"]}
 
 
 def _group_json(grp: Group) -> dict:

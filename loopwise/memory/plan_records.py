@@ -58,3 +58,5 @@ class Plan:
     evaluated: int = field(default=0, compare=False)
     layer_by_layer: tuple[int, ...] = field(default=(), compare=False)  # each operator alone, its best tiling
     schedule: dict | None = field(default=None, compare=False)  # step by step (:mod:`loopwise.memory.schedule`)
+    planned_capacity_bytes: int = field(default=0, compare=False)  # set when planned for less than the scratchpad
+    touched: tuple[int, ...] = field(default=(), compare=False)  # bytes each operator reads and writes, once each

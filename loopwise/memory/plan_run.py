@@ -86,7 +86,7 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
 
 def _propose(store, inputs: dict, imported, progress) -> None:
     """The planner's candidates, with the model's bounds, recorded."""
-    from loopwise.memory.plan_json import operator_bounds, plan_json
+    from loopwise.memory.plan_json import compare_objectives, operator_bounds, plan_json
     from loopwise.memory.planner import plan_with_baseline
     from loopwise.memory.targets import Target
 
@@ -103,8 +103,11 @@ def _propose(store, inputs: dict, imported, progress) -> None:
                             "layer_by_layer_floor_bytes": g.layer_by_layer_floor_bytes(),
                             "operator_bounds_bytes": sum(bounds), "capacity_bytes": capacity,
                             "per_operator": [[op.name, b] for op, b in zip(g.operators, bounds)]}, key="bounds")
+    datas = {name: plan_json(inputs["model"], tgt, candidate, imported, bounds, seconds)
+             for name, candidate in ((BASELINE, baseline), (PLANNER, best))}
+    datas[PLANNER]["objectives"] = compare_objectives(datas[PLANNER], datas[BASELINE])
     for name, candidate in ((BASELINE, baseline), (PLANNER, best)):
-        data = plan_json(inputs["model"], tgt.name, candidate, imported, bounds, seconds)
+        data = datas[name]
         sha = store.put_artifact(json.dumps(data), name=f"{name}.plan.json", media_type="application/json")
         store.append("candidate", {"name": name, "plan": sha, "total_bytes": candidate.total_bytes,
                                    "groups": len(candidate.groups), "pairs_removed": candidate.pairs_removed,

@@ -54,13 +54,14 @@ from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
+from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.slabs import Unit, best_slab, slab_signatures
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> Plan:
     """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``;
     ``progress(done, total)`` is called as operators are searched."""
-    return _Planner(graph, capacity_bytes, max_group).run(progress)
+    return _placed(graph, capacity_bytes, max_group, _Planner(graph, capacity_bytes, max_group).run(progress))
 
 
 def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
@@ -71,12 +72,31 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
     :meth:`_Planner.run`, to continue a stopped search."""
     planner = _Planner(graph, capacity_bytes, max_group)
     best = planner.run(progress, searched, on_searched)
-    return best, planner.baseline()
+    return _placed(graph, capacity_bytes, max_group, best), planner.baseline()
+
+
+def _placed(graph: Graph, capacity: int, max_group: int, best: Plan, attempts: int = 4) -> Plan:
+    """``best``, or when its buffers do not fit the scratchpad by offsets although they fit by bytes
+    (the holes first fit leaves: :mod:`loopwise.memory.placement`), the plan for a scratchpad
+    smaller by what they overflow, placed in the whole scratchpad; the capacity planned for is
+    recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
+    the whole scratchpad."""
+    budget, first = capacity, best
+    for _ in range(attempts):
+        top = max((a[3] + a[4] for g in best.schedule["groups"] for step, _ in static_steps(g["steps"])
+                   for a in step["alloc"]), default=0)
+        if top <= capacity:
+            return best
+        budget -= max(top - capacity, capacity // 100)
+        best = replace(_Planner(graph, budget, max_group, scratchpad=capacity).run(), planned_capacity_bytes=budget,
+                       layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
+    return best
 
 
 class _Planner:
-    def __init__(self, graph: Graph, capacity: int, max_group: int) -> None:
+    def __init__(self, graph: Graph, capacity: int, max_group: int, scratchpad: int | None = None) -> None:
         self.g, self.cap, self.max_group = graph, capacity, max_group
+        self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
         self.ops = graph.operators
         self.outputs = set(graph.outputs())
         self.facts, self.uses = [], {}
@@ -391,11 +411,14 @@ class _Planner:
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
-                    schedule=build_schedule(self, groups))
+                    schedule=build_schedule(self, groups), touched=self._touched())
 
     def baseline(self) -> Plan:
         """Every operator alone with its best tiling, as a plan with its schedule."""
         singles = [self.single(i) for i in range(len(self.ops))]
         per_op = tuple(s.traffic_bytes for s in singles)
         return Plan(tuple(singles), sum(per_op), self.g.compulsory_bytes(), sum(per_op), 0, self.evaluated, per_op,
-                    schedule=build_schedule(self, singles))
+                    schedule=build_schedule(self, singles), touched=self._touched())
+
+    def _touched(self) -> tuple[int, ...]:
+        return tuple(sum(b for b, _, _ in fact.values()) for fact in self.facts)

@@ -1,7 +1,8 @@
 """HTML report of a memory plan run (``loopwise report RUN``, ``loopwise memory plan --html FILE``):
 the traffic of the plan against the compulsory bound, the per-operator bounds and the
 layer-by-layer baseline; the scratchpad's occupancy at each operator as the verifier replayed it,
-against its capacity; the plan per group; and every candidate's verdict. A plan the verifier
+against its capacity; the plan per group; its time and energy on the target; its schedule (loop
+nests, buffer offsets, DMA transfers); and every candidate's verdict. A plan the verifier
 rejected shows its violations, never its numbers."""
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ def render_run_report(run_id: str, ev: dict, resume: str = "") -> str:
         figures = [_totals_figure(plan, bounds), _traffic_figure(plan),
                    _timeline_figure(plan, verdict, bounds["capacity_bytes"])]
         sections.append(_groups_section(plan, verdict))
+        from loopwise.memory.report_schedule import buffers_section, loop_nest_section, time_section
+
+        sections += [time_section(plan), loop_nest_section(plan), buffers_section(plan)]
     sections.insert(0, Section("Run", facts=facts))
     sections.append(_candidates_section(ev))
     title = f"Memory plan: {plan['model'] if plan else inputs.get('model', '?')}"

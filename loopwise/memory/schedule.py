@@ -18,18 +18,27 @@ makes and the buffers it frees, following the group's decisions:
   is allocated slab by slab by its producer and never freed here, so its parts accumulate;
 - an operator run alone with a tiling is one step: its tile's buffers (the largest tile), and the
   loads and stores of every tile added up (:func:`loopwise.memory.tiling.traffic`).
+
+Each group also carries its loop nest (``loop_nest``): how it runs (``whole``, ``slabs`` or
+``tiled``), the loops it shares across its operators, outermost first (a slab loop names its
+dimension in every operator, its extent, its size per iteration and its trip count), and per
+operator its own loops in order, outermost first, with each dimension's extent, tile size and trip
+count (a tiled operator: its tile sizes and the order of its tile loops; an operator run whole: one
+tile of every dimension). Finally every buffer gets its offset in the scratchpad and the loads and
+stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 """
 
 from __future__ import annotations
 
 from loopwise.memory.ir import Operator
+from loopwise.memory.placement import place
 from loopwise.memory.polyhedral import footprint
 from loopwise.memory.tiling import tile_counts, tile_footprints, tile_sizes, traffic
 
 
 def build_schedule(planner, groups) -> dict:
     """The schedule of ``groups`` (a plan of ``planner``'s graph, in order)."""
-    out = {"capacity_bytes": int(planner.cap),
+    out = {"capacity_bytes": int(planner.scratchpad),
            "outputs": [[t, planner.g.nbytes(t)] for t in sorted(planner.outputs)], "groups": []}
     i = 0
     for grp in groups:
@@ -39,9 +48,44 @@ def build_schedule(planner, groups) -> dict:
         else:
             steps = _group_steps(planner, i, j, grp)
         out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
-                              "peak_bytes": int(grp.peak_bytes), "steps": steps})
+                              "peak_bytes": int(grp.peak_bytes), "steps": steps,
+                              "loop_nest": loop_nest(planner.ops[i:j], grp, planner.choices.get(i))})
         i = j
+    place(out)
     return out
+
+
+def _loop(dim: str, extent: int, tile: int) -> dict:
+    return {"dim": dim, "extent": int(extent), "tile": int(tile), "trips": -(-int(extent) // int(tile))}
+
+
+def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
+    """The loops of a group of ``ops`` (``choice``: the tiling of an operator run alone)."""
+    if grp.tiled and choice is not None:
+        op = ops[0]
+        sizes = tile_sizes(op, choice.tiles)
+        return {"runs": "tiled", "loops": [], "operators": [
+            {"operator": op.name, "order": list(choice.order),
+             "loops": [_loop(d, op.dims[d], sizes[d]) for d in choice.order]}]}
+    slab = grp.slab
+    if slab is None:
+        return {"runs": "whole", "loops": [], "operators": [
+            {"operator": op.name, "order": list(op.dims), "loops": [_loop(d, e, e) for d, e in op.dims.items()]}
+            for op in ops]}
+    shared = []
+    if slab.outer_dims:
+        shared.append({"label": "outer", "dims": list(slab.outer_dims), "extent": slab.outer_extent,
+                       "size": slab.outer_size, "trips": -(-slab.outer_extent // slab.outer_size)})
+    shared.append({"label": "slab", "dims": list(slab.dims), "extent": slab.extent, "size": slab.size,
+                   "trips": -(-slab.extent // slab.size)})
+    operators = []
+    for k, op in enumerate(ops):
+        cut = {loop["dims"][k]: loop for loop in shared}
+        order = list(cut) + [d for d in op.dims if d not in cut]
+        loops = [{**_loop(d, op.dims[d], cut[d]["size"]), "loop": cut[d]["label"]} if d in cut
+                 else _loop(d, op.dims[d], op.dims[d]) for d in order]
+        operators.append({"operator": op.name, "order": order, "loops": loops})
+    return {"runs": "slabs", "loops": shared, "operators": operators}
 
 
 def _step(name: str | None, uses=()) -> dict:

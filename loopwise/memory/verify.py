@@ -1,35 +1,45 @@
 """An independent check of a memory plan: replay its schedule step by step and slab by slab, keep
-every scratchpad buffer with its bytes, check the capacity at every step, and recount the DRAM
-traffic from the loads and stores the schedule lists.
+every scratchpad buffer with its bytes and its place, check the capacity and that no two buffers
+alive together overlap at every step, and recount the DRAM traffic from the DMA transfers the
+schedule lists.
 
 This module reads only the plan's JSON (``loopwise memory plan --json`` or ``--out``); it shares no
-code with the planner, so a number the planner claims is re-derived here from the schedule alone.
+code with the planner, nor with the allocator that chose the offsets, so a number the planner
+claims is re-derived here from the schedule alone.
 
 Schedule format (the plan's ``"schedule"`` key)::
 
     {"capacity_bytes": int,
      "outputs": [[tensor, bytes], ...],          # the model's outputs: each must be stored in full
      "groups": [{"operators": [name, ...], "traffic_bytes": int, "peak_bytes": int,
-                 "steps": [STEP | LOOP, ...]}, ...]}
+                 "steps": [STEP | LOOP, ...], "dma": [DMA, ...], "loop_nest": {...}}, ...]}
 
-    STEP = {"operator": name or null,            # null: a transfer with no operator (a prologue)
+    STEP = {"id": str,                           # unique in the group: what a DMA transfer names
+            "operator": name or null,            # null: a transfer with no operator (a prologue)
             "uses": [tensor, ...],               # what the operator touches: must be on chip
-            "alloc": [ENTRY, ...], "load": [ENTRY, ...], "store": [ENTRY, ...],
+            "alloc": [ALLOC, ...],
             "free": [ENTRY or [tensor], ...]}    # [tensor] alone frees all of its bytes
     LOOP = {"loop": label, "extent": int, "size": int, "steps": [STEP | LOOP, ...]}
+    ALLOC = [tensor, bytes, [label, ...], offset, size]   # a buffer at [offset, offset + size)
+    DMA = {"step": id, "tensor": str, "bytes": int, "split": [label, ...], "offset": int,
+           "from": "dram", "to": "scratchpad"}   # a load; a store goes from scratchpad to dram
     ENTRY = [tensor, bytes] or [tensor, bytes, [label, ...]]
 
 A loop runs ``ceil(extent / size)`` times; iteration ``t`` covers units ``[t*size, min(extent,
-(t+1)*size))`` of its dimension. An entry with labels is split over those enclosing loops: its
-``bytes`` are the total over every iteration, and one iteration's share is cut by units without
-remainder (``bytes*hi//extent - bytes*lo//extent``, applied loop by loop in the order given), so
-the shares add up to the total exactly. An entry without labels moves its bytes at every pass.
+(t+1)*size))`` of its dimension. An entry (or a transfer) with labels is split over those
+enclosing loops: its ``bytes`` are the total over every iteration, and one iteration's share is cut
+by units without remainder (``bytes*hi//extent - bytes*lo//extent``, applied loop by loop in the
+order given), so the shares add up to the total exactly. One without labels moves its bytes at
+every pass.
 
 Replay rules, per step in order: allocations add to the tensor's on-chip bytes (a tensor's slab
-parts accumulate in one buffer until freed); then everything on chip must fit the capacity, and
-every tensor the step uses, loads or stores must be on chip; loads and stores are counted; frees
-subtract. At the end of the schedule nothing may be left on chip. Failures are values: every
-violation is reported with where it happened, never raised.
+parts accumulate in one buffer until freed: an allocation at the offset and size of a buffer the
+tensor holds already adds to it, and must stay within its size); a new buffer must lie within
+the capacity and overlap no buffer alive; then everything on chip must fit the capacity, and every
+tensor the step uses, loads or stores must be on chip; the step's DMA transfers are counted, each
+at the offset of a buffer its tensor holds; frees subtract. At the end of the schedule nothing may
+be left on chip. Failures are values: every violation is reported with where it happened, never
+raised.
 """
 
 from __future__ import annotations
@@ -45,7 +55,7 @@ class Violation:
     """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
     (its iteration per loop) and the operator."""
 
-    kind: str  # capacity, missing, overfree, leftover, traffic, peak, output, format
+    kind: str  # capacity, missing, overfree, leftover, traffic, peak, output, overlap, range, offset
     where: str
     message: str
     needed_bytes: int = 0
@@ -72,6 +82,7 @@ class Verdict:
     peak_bytes: int
     groups: tuple[GroupReplay, ...]
     violations: tuple[Violation, ...] = field(default=())
+    address_peak_bytes: int = 0  # the highest offset + size of any buffer: the scratchpad the offsets use
 
     @property
     def ok(self) -> bool:
@@ -123,11 +134,15 @@ class _Replay:
         self.peak_buffers = 0  # buffers on chip at the peak: each share may round by a byte or two
         self.stored: dict[str, int] = {}
         self.held_at: dict[str, int] = {}  # the current group's operators: the most on chip at their step
+        self.buffers: dict[str, list[list[int]]] = {}  # per tensor: [offset, size, bytes held] per buffer
+        self.address_peak = 0
+        self.dma: dict[str, list[dict]] = {}  # the current group's transfers by step id
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
+            self.dma = _transfers_by_step(group)
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -144,7 +159,7 @@ class _Replay:
         if claimed != self.moved:
             self._violate("traffic", "whole plan", f"the schedule moves {self.moved} bytes, the plan claims {claimed}")
         return Verdict(self.capacity, self.moved, claimed, max((g.peak_bytes for g in groups), default=0),
-                       tuple(groups), tuple(self.violations))
+                       tuple(groups), tuple(self.violations), self.address_peak)
 
     def _compare_group(self, gi: int, replay: GroupReplay) -> None:
         if replay.traffic_bytes != replay.claimed_traffic_bytes:
@@ -185,7 +200,9 @@ class _Replay:
         here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
             f"operator {step['operator']}" if step.get("operator") else "transfers")
         for entry in step.get("alloc", []):
-            self.live[entry[0]] = self.live.get(entry[0], 0) + self._share(entry, loops)
+            nbytes = self._share(entry, loops)
+            self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
+            self._place(entry, nbytes, here)
         held = sum(self.live.values())
         if step.get("operator"):
             self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
@@ -195,18 +212,49 @@ class _Replay:
             top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
             self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
                                             f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
-        used = list(step.get("uses", [])) + [e[0] for e in step.get("load", []) + step.get("store", [])]
+        transfers = self.dma.get(step.get("id"), [])
+        used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
                 self._violate("missing", here, f"{t} is used, loaded or stored with no buffer on chip")
-        for entry in step.get("load", []):
-            self.moved += self._share(entry, loops)
-        for entry in step.get("store", []):
-            nbytes = self._share(entry, loops)
+        for d in transfers:
+            nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes
-            self.stored[entry[0]] = self.stored.get(entry[0], 0) + nbytes
+            if d["to"] == "dram":
+                self.stored[d["tensor"]] = self.stored.get(d["tensor"], 0) + nbytes
+            bases = [b[0] for b in self.buffers.get(d["tensor"], [])]
+            if bases and d.get("offset") not in bases:
+                self._violate("offset", here, f"the {'store' if d['to'] == 'dram' else 'load'} of {d['tensor']} "
+                                              f"names offset {d.get('offset')}, its buffer is at "
+                                              f"{', '.join(map(str, bases))}")
         for entry in step.get("free", []):
             self._free(entry, loops, here)
+
+    def _place(self, entry: list, nbytes: int, here: str) -> None:
+        """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
+        accumulate), or a new one, which must lie within the capacity and overlap none alive."""
+        t = entry[0]
+        if len(entry) < 5:
+            self._violate("offset", here, f"{t}: an allocation with no scratchpad offset")
+            return
+        offset, size = int(entry[3]), int(entry[4])
+        mine = self.buffers.setdefault(t, [])
+        same = next((b for b in mine if b[0] == offset and b[1] == size), None)
+        if same is None:
+            if offset < 0 or offset + size > self.capacity:
+                self._violate("range", here, f"{t}: buffer [{offset}, {offset + size}) lies outside the scratchpad "
+                                             f"[0, {self.capacity})", offset + size, self.capacity)
+            for other, theirs in self.buffers.items():
+                for o, z, _ in theirs:
+                    if size and z and offset < o + z and o < offset + size:
+                        self._violate("overlap", here, f"{t} [{offset}, {offset + size}) overlaps {other} "
+                                                       f"[{o}, {o + z}), alive at the same time")
+            same = [offset, size, 0]
+            mine.append(same)
+            self.address_peak = max(self.address_peak, offset + size)
+        same[2] += nbytes
+        if same[2] > size:
+            self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
     def _free(self, entry: list, loops: dict, here: str) -> None:
         t = entry[0]
@@ -217,9 +265,37 @@ class _Replay:
         self.live[t] = self.live.get(t, 0) - nbytes
         if not self.live[t]:
             del self.live[t]
+            self.buffers.pop(t, None)
+            return
+        left = nbytes  # a part freed: from the buffers filled last
+        for b in reversed(self.buffers.get(t, [])):
+            taken = min(left, b[2])
+            b[2], left = b[2] - taken, left - taken
+        self.buffers[t] = [b for b in self.buffers.get(t, []) if b[2] > 0]
 
     def _violate(self, kind: str, where: str, message: str, needed: int = 0, capacity: int = 0) -> None:
         self.violations.append(Violation(kind, where, message, needed, capacity))
+
+
+def _transfers_by_step(group: dict) -> dict[str, list[dict]]:
+    """A group's DMA transfers by the step that makes them; a transfer naming no step of the group,
+    or moving between levels other than DRAM and the scratchpad, is no plan."""
+    ids, stack = set(), list(group["steps"])
+    while stack:
+        step = stack.pop()
+        if "loop" in step:
+            stack.extend(step["steps"])
+        else:
+            ids.add(step.get("id"))
+    out: dict[str, list[dict]] = {}
+    for d in group.get("dma", []):
+        if d["step"] not in ids:
+            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} names step {d['step']!r}, "
+                                  "which its group does not have)")
+        if (d["from"], d["to"]) not in (("dram", "scratchpad"), ("scratchpad", "dram")):
+            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} from {d['from']} to {d['to']})")
+        out.setdefault(d["step"], []).append(d)
+    return out
 
 
 def describe(verdict: Verdict, limit: int = 10) -> list[str]:
@@ -227,7 +303,8 @@ def describe(verdict: Verdict, limit: int = 10) -> list[str]:
     ``limit`` violations."""
     head = "PASS" if verdict.ok else f"FAIL ({len(verdict.violations)} violations)"
     lines = [f"{head}: traffic recounted {verdict.traffic_bytes} bytes, the plan claims "
-             f"{verdict.claimed_traffic_bytes}; peak {verdict.peak_bytes} of {verdict.capacity_bytes} bytes"]
+             f"{verdict.claimed_traffic_bytes}; peak {verdict.peak_bytes} of {verdict.capacity_bytes} bytes, "
+             f"buffers up to offset {verdict.address_peak_bytes}"]
     for v in verdict.violations[:limit]:
         lines.append(f"  {v.kind}: {v.where}: {v.message}")
     if len(verdict.violations) > limit:
@@ -239,5 +316,6 @@ def as_dict(verdict: Verdict) -> dict:
     """The verdict as JSON-ready data."""
     return {"ok": verdict.ok, "capacity_bytes": verdict.capacity_bytes, "traffic_bytes": verdict.traffic_bytes,
             "claimed_traffic_bytes": verdict.claimed_traffic_bytes, "peak_bytes": verdict.peak_bytes,
+            "address_peak_bytes": verdict.address_peak_bytes,
             "groups": [g.__dict__ for g in verdict.groups],
             "violations": [v.__dict__ for v in verdict.violations]}

@@ -130,7 +130,8 @@ def test_a_plan_that_fails_its_replay_is_recorded_as_rejected(model, tmp_path, m
     def without_a_load(model_name, target, plan, *args):
         data = real(model_name, target, plan, *args)
         if plan.pairs_removed:  # the planner's plan, not the baseline
-            next(step for g in data["schedule"]["groups"] for step in g["steps"] if step.get("load"))["load"].pop()
+            dma = next(g["dma"] for g in data["schedule"]["groups"] if any(d["to"] == "scratchpad" for d in g["dma"]))
+            dma.remove(next(d for d in dma if d["to"] == "scratchpad"))
         return data
 
     monkeypatch.setattr(plan_json, "plan_json", without_a_load)

@@ -34,3 +34,17 @@ def test_a_users_yaml_file_is_validated(tmp_path):
         load_target("tpu")
     with pytest.raises(UserError, match="no such file"):
         load_target(str(tmp_path / "missing.yaml"))
+
+
+def test_compute_and_energy_figures_carry_their_source_and_energy_is_left_out_where_unknown(tmp_path):
+    neuron = load_target("neuroncore-v2")
+    assert (neuron.compute.matrix_tflops, neuron.compute.vector_tflops) == (92, 2.3)
+    assert "aws-neuron-sdk" in neuron.compute.source
+    for name in ("neuroncore-v2", "gpu-sm-shared", "scratchpad-1mib", "scratchpad-96mib"):
+        assert load_target(name).energy is None  # nobody publishes these: no figure is made up
+        assert load_target(name).compute is not None
+    unsourced = tmp_path / "unsourced.yaml"
+    unsourced.write_text("name: u\nscratchpad: {bytes: 1024}\ndram: {bandwidth_gbs: 1}\n"
+                         "energy: {dram_pj_per_byte: 20, scratchpad_pj_per_byte: 2}\n")
+    with pytest.raises(UserError, match="energy.source: Field required"):
+        load_target(str(unsourced))

@@ -14,17 +14,22 @@ from loopwise.memory.verify import PlanFormatError, verify
 
 def _tiny(capacity: int, load_w: bool = True) -> dict:
     """x (400 B) streamed in 4 slabs through one operator into y (400 B), which stays on chip for the
-    next group (its parts accumulate); w (20 B) kept for every slab. Then y is read and stored."""
-    body = {"operator": "f", "uses": ["w", "x", "y"], "alloc": [["x", 400, ["slab"]], ["y", 400, ["slab"]]],
-            "load": [["x", 400, ["slab"]]], "store": [], "free": [["x"]]}
-    prologue = {"operator": None, "uses": [], "alloc": [["w", 20]], "load": [["w", 20]] if load_w else [],
-                "store": [], "free": []}
-    epilogue = {"operator": None, "uses": [], "alloc": [], "load": [], "store": [], "free": [["w"]]}
-    first = {"operators": ["f"], "traffic_bytes": 420, "peak_bytes": 520,
+    next group (its parts accumulate); w (20 B) kept for every slab. Then y is read and stored.
+    Buffers: w at 0, y at 20 (all 400 bytes reserved from its first part), x's slab share at 420."""
+    body = {"id": "0.1.0", "operator": "f", "uses": ["w", "x", "y"],
+            "alloc": [["x", 400, ["slab"], 420, 100], ["y", 400, ["slab"], 20, 400]], "free": [["x"]]}
+    prologue = {"id": "0.0", "operator": None, "uses": [], "alloc": [["w", 20, [], 0, 20]], "free": []}
+    epilogue = {"id": "0.2", "operator": None, "uses": [], "alloc": [], "free": [["w"]]}
+    dma = [{"step": "0.0", "tensor": "w", "bytes": 20, "split": [], "from": "dram", "to": "scratchpad", "offset": 0},
+           {"step": "0.1.0", "tensor": "x", "bytes": 400, "split": ["slab"], "from": "dram", "to": "scratchpad",
+            "offset": 420}]
+    first = {"operators": ["f"], "traffic_bytes": 420, "peak_bytes": 520, "dma": dma if load_w else dma[1:],
              "steps": [prologue, {"loop": "slab", "extent": 8, "size": 2, "steps": [body]}, epilogue]}
-    store = {"operator": "g", "uses": ["y", "z"], "alloc": [["z", 400]], "load": [], "store": [["z", 400]],
+    store = {"id": "1.0", "operator": "g", "uses": ["y", "z"], "alloc": [["z", 400, [], 420, 400]],
              "free": [["y"], ["z"]]}
-    second = {"operators": ["g"], "traffic_bytes": 400, "peak_bytes": 800, "steps": [store]}
+    second = {"operators": ["g"], "traffic_bytes": 400, "peak_bytes": 800, "steps": [store],
+              "dma": [{"step": "1.0", "tensor": "z", "bytes": 400, "split": [], "from": "scratchpad", "to": "dram",
+                       "offset": 420}]}
     return {"total_bytes": 820, "schedule": {"capacity_bytes": capacity, "outputs": [["z", 400]],
                                              "groups": [first, second]}}
 
@@ -56,7 +61,7 @@ def test_a_buffer_left_on_chip_an_output_never_stored_and_a_read_with_no_buffer_
     plan = _tiny(capacity=1024)
     second = plan["schedule"]["groups"][1]["steps"][0]
     second["free"] = [["z"]]  # y stays
-    second["store"] = []  # z never leaves
+    plan["schedule"]["groups"][1]["dma"] = []  # z never leaves
     second["uses"].append("q")  # q was never brought in
     plan["total_bytes"] = 420
     plan["schedule"]["groups"][1]["traffic_bytes"] = 0
@@ -66,7 +71,7 @@ def test_a_buffer_left_on_chip_an_output_never_stored_and_a_read_with_no_buffer_
 
 def test_a_split_over_a_loop_that_does_not_enclose_it_is_not_a_plan():
     plan = _tiny(capacity=1024)
-    plan["schedule"]["groups"][1]["steps"][0]["alloc"] = [["z", 400, ["slab"]]]
+    plan["schedule"]["groups"][1]["steps"][0]["alloc"] = [["z", 400, ["slab"], 420, 400]]
     with pytest.raises(PlanFormatError, match="does not enclose it"):
         verify(plan)
 
@@ -85,3 +90,46 @@ def test_verify_command_exit_status_and_one_line_errors(tmp_path):
             path.write_text("hello" if path.name == "text.json" else json.dumps({"model": "x"}))
         result = CliRunner().invoke(app, ["memory", "verify", str(path)])
         assert result.exit_code != 0 and words in str(result.exception) and "\n" not in str(result.exception)
+
+
+def test_buffers_that_overlap_or_leave_the_scratchpad_are_rejected_with_where_and_what():
+    plan = _tiny(capacity=1024)
+    first = plan["schedule"]["groups"][0]
+    first["steps"][1]["steps"][0]["alloc"][0][3] = 300  # x's slab share [300, 400) inside y's [20, 420)
+    first["dma"][1]["offset"] = 300
+    plan["schedule"]["groups"][1]["steps"][0]["alloc"][0][3] = 700  # z [700, 1100) past 1024
+    plan["schedule"]["groups"][1]["dma"][0]["offset"] = 700
+    verdict = verify(plan)
+    assert not verdict.ok
+    overlaps = [v for v in verdict.violations if v.kind == "overlap"]
+    assert len(overlaps) == 4  # once per slab
+    assert [v.where for v in overlaps] == [f"group 0, slab {k}, operator f" for k in (1, 2, 3, 4)]
+    # slab 1 makes y's buffer beside x's; later slabs make x's beside y's
+    assert overlaps[0].message == "y [20, 420) overlaps x [300, 400), alive at the same time"
+    assert overlaps[1].message == "x [300, 400) overlaps y [20, 420), alive at the same time"
+    out_of_range = [v for v in verdict.violations if v.kind == "range"]
+    assert [(v.where, v.message) for v in out_of_range] == [
+        ("group 1, slab -, operator g", "z: buffer [700, 1100) lies outside the scratchpad [0, 1024)")]
+    assert {v.kind for v in verdict.violations} == {"overlap", "range"}  # bytes alone would fit
+    assert verdict.address_peak_bytes == 1100
+
+
+def test_a_transfer_to_another_offset_or_an_allocation_without_one_is_rejected():
+    plan = _tiny(capacity=1024)
+    plan["schedule"]["groups"][1]["dma"][0]["offset"] = 0  # z's store reads from where w was
+    verdict = verify(plan)
+    assert [(v.kind, v.message) for v in verdict.violations] == [
+        ("offset", "the store of z names offset 0, its buffer is at 420")]
+    plan = _tiny(capacity=1024)
+    plan["schedule"]["groups"][1]["steps"][0]["alloc"] = [["z", 400]]
+    assert [v.message for v in verify(plan).violations] == ["z: an allocation with no scratchpad offset"]
+
+
+def test_the_traffic_is_recounted_from_the_dma_list_and_its_steps_must_exist():
+    plan = _tiny(capacity=1024)
+    plan["schedule"]["groups"][0]["dma"][0]["bytes"] = 30  # w moves 30, the plan claims 20 for it
+    verdict = verify(plan)
+    assert verdict.traffic_bytes == 830 and {v.kind for v in verdict.violations} == {"traffic"}
+    plan["schedule"]["groups"][0]["dma"][0]["step"] = "0.7"
+    with pytest.raises(PlanFormatError, match="names step '0.7', which its group does not have"):
+        verify(plan)

@@ -36,14 +36,36 @@ class Dma(_Strict):
     engines: int = Field(1, ge=1)
 
 
+class Compute(_Strict):
+    """Peak throughput at the element type planned: a matrix engine for the operators with
+    multiply-accumulates (2 FLOPs each), a vector engine for the others (one operation per loop
+    iteration); ``source`` says where the figures come from."""
+
+    matrix_tflops: float = Field(gt=0)
+    vector_tflops: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class Energy(_Strict):
+    """Energy per byte moved at each level; ``source`` says where the figures come from."""
+
+    dram_pj_per_byte: float = Field(gt=0)
+    scratchpad_pj_per_byte: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
 class Target(_Strict):
-    """A scratchpad accelerator as the planner sees it: capacity, DRAM bandwidth and DMA rules."""
+    """A scratchpad accelerator as the planner sees it: capacity, DRAM bandwidth and DMA rules; its
+    compute throughput and energy per byte where they are known (a plan's time and energy need
+    them: :mod:`loopwise.memory.timing`)."""
 
     name: str
     scratchpad: Scratchpad
     accumulator: Accumulator = Accumulator()
     dram: Dram
     dma: Dma = Dma()
+    compute: Compute | None = None
+    energy: Energy | None = None
 
 
 def builtin_targets() -> list[str]:
