@@ -114,7 +114,7 @@ class ModelTransitions:
                 out.append(t)
                 self.used += 1
         if len(out) < n:
-            for t in propose_transitions(config, list(findings), rng, n + len(out), bounds, reward=reward):
+            for t in propose_transitions(config, list(findings), rng, n + len(out), bounds):
                 if len(out) >= n:
                     break
                 if all(t.config != o.config for o in out):

@@ -17,7 +17,7 @@ from loopwise.training.compute import Budget
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
-                     warm_max_steps=40, warm_check_every=20)
+                     warm_max_steps=40, warm_check_every=20, probe_n=8)
 
 
 @pytest.fixture
@@ -142,6 +142,31 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
     assert all(0 < r["samples"] <= budget for r in out["results"].values())
     assert out["results"]["staged"]["stages_used"] == 2
     assert 0 < out["warm_start"]["steps"] <= session.PRESETS["smoke"].warm_max_steps
+
+
+def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(tmp_path):
+    """The real smoke preset, as the user runs it: stages long enough that every node's diagnosis is
+    recorded (findings, or an explicit "no finding"), nodes below the first level expanded from it,
+    the settings naming the difficulty trained at, and the pick's knob directions computed from the
+    pick's own stages, each stage saying why it was proposed."""
+    from loopwise.training.config import StageConfig
+    from loopwise.training.transitions import directions
+
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--preset", "smoke",
+                           "--json", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["settings"]["difficulty"] == 1 and out["settings"]["kl_reference"] == "initial"
+    stages = [e.payload for e in SqliteRunStore.open(str(tmp_path), out["run_id"]).events(kind="stage")]
+    judged = {p["node"]: p for p in stages if p["diagnosis_status"] in ("findings", "no finding")}
+    assert len(judged) == len(stages) >= 3
+    assert all((p["diagnosis_status"] == "findings") == bool(p["diagnosis"]) for p in stages)
+    assert all(f["moves"] for p in stages for f in p["diagnosis"])
+    assert any(p["parent"] in judged for p in stages)  # expanded from a diagnosed node
+    tree = out["results"]["tree"]
+    assert tree["directions"] == (directions([StageConfig(**c) for c in tree["configs"]])
+                                  if len(tree["configs"]) > 1 else {})
+    assert len(tree["notes"]) == len(tree["configs"]) and all(tree["notes"])
 
 
 def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
