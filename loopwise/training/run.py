@@ -252,4 +252,4 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
             "stages_used": schedule.stages_used, "seconds": seconds,
             "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
             "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
-            "notes": list(schedule.notes), "traces": schedule.traces}
+            "reasons": list(schedule.reasons), "traces": schedule.traces}

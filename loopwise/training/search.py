@@ -125,7 +125,7 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
     best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
     best, ids = nodes[best_id], lineage(best_id)
     return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
-                    traces=[nodes[i]["trace"] for i in ids], notes=[nodes[i]["why"] for i in ids])
+                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids])
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")

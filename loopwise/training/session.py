@@ -296,6 +296,7 @@ class Schedule:
     test_reward: float = math.nan
     traces: list[list[dict]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
     compute: Compute = field(default_factory=Compute)  # every stage the method trained, not only these
 
 

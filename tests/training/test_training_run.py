@@ -166,7 +166,7 @@ def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(
     tree = out["results"]["tree"]
     assert tree["directions"] == (directions([StageConfig(**c) for c in tree["configs"]])
                                   if len(tree["configs"]) > 1 else {})
-    assert len(tree["notes"]) == len(tree["configs"]) and all(tree["notes"])
+    assert len(tree["reasons"]) == len(tree["configs"]) and all(tree["reasons"])
 
 
 def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
