@@ -8,8 +8,9 @@ normalization: the sum over all completion tokens of the batch divided by their 
 asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to a reference policy
 weighted by ``beta``, an optional entropy bonus, and gradient clipping. The reference is the weights
 the caller names (the schedule's initial policy, see ``StageConfig.kl_reference``) or else the
-weights the stage started from; its KL is measured and logged at every step even when ``beta`` is 0
-(one extra forward pass without gradients per step), so a drift is seen before a KL term exists. The policy runs in eval mode throughout a step (gradients still
+weights the stage started from. Its KL is logged at every step when ``beta`` > 0 and on the probe's
+steps (below) when ``beta`` is 0 (one forward pass without gradients each), so a drift is seen
+before a KL term exists. The policy runs in eval mode throughout a step (gradients still
 flow; dropout does not), so the first update's ratio is exactly 1 (the batch was sampled by the
 same weights); the clip acts from the second on.
 
@@ -93,7 +94,9 @@ class GRPOTrainer:
         self.policy.eval()
         with torch.no_grad():
             old = token_logprobs(self.policy, s, c.temperature)
-            ref = token_logprobs(self.reference, s, c.temperature)
+            # KL is the loss's term when beta > 0, else a measurement taken on the probe's steps
+            measured = c.beta > 0 or self._probe_step(self.step_count + 1)
+            ref = token_logprobs(self.reference, s, c.temperature) if measured else None
         sums = {"loss": 0.0, "grad_norm": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0}
         entropy = 0.0
         for it in range(c.num_iterations):
@@ -102,11 +105,12 @@ class GRPOTrainer:
             unclipped = ratio * advantages
             clipped = ratio.clamp(1 - c.epsilon, 1 + c.epsilon_high) * advantages
             per_token = -torch.minimum(unclipped, clipped)
-            delta = ref - logp
-            kl = torch.exp(delta) - delta - 1  # k3: unbiased, non-negative
-            if c.beta:
-                per_token = per_token + c.beta * kl
-            sums["kl"] += float((kl.detach() * mask).sum() / tokens)
+            if ref is not None:
+                delta = ref - logp
+                kl = torch.exp(delta) - delta - 1  # k3: unbiased, non-negative
+                if c.beta:
+                    per_token = per_token + c.beta * kl
+                sums["kl"] += float((kl.detach() * mask).sum() / tokens)
             if c.entropy_coef:
                 per_token = per_token - c.entropy_coef * ent
             loss = (per_token * mask).sum() / tokens
@@ -131,21 +135,27 @@ class GRPOTrainer:
         row = {
             M.STEP: self.step_count, M.REWARD: float(rewards.mean()), M.REWARD_STD: float(std.mean()),
             M.FRAC_ZERO_STD: float((std.squeeze(1) < 1e-6).float().mean()), M.ENTROPY: entropy,
-            M.KL: sums["kl"] / c.num_iterations, M.MAX_LENGTH: float(lengths.max()),
+            M.MAX_LENGTH: float(lengths.max()),
             M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
             M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
             M.SAMPLES: len(s.texts), M.TOKENS: int(mask.sum()),
             M.GRAD_NORM: sums["grad_norm"] / n, M.LR: c.learning_rate, M.LOSS: sums["loss"] / n,
         }
+        if ref is not None:
+            row[M.KL] = sums["kl"] / n
         half = c.num_generations // 2
         if half >= 2:  # would half the group still carry a signal? each group's halves, measured apart
             halves = groups[:, :2 * half].reshape(-1, half)
             row[M.FRAC_ZERO_STD_HALF] = float((halves.std(1) < 1e-6).float().mean())
-        if self.probe is not None and (self.step_count % self.probe_every == 0 or self.step_count == c.steps):
+        if self.probe is not None and self._probe_step(self.step_count):
             row[M.GREEDY_REWARD] = float(self.probe(self.policy))
         self.trace.append(row)
         return row
+
+    def _probe_step(self, step: int) -> bool:
+        """Whether step ``step`` (counted from 1) is probed: every ``probe_every``-th and the stage's last."""
+        return step % self.probe_every == 0 or step == self.cfg.steps
 
     def run(self, steps: int | None = None, progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
         """``steps`` more steps (default: the rest of the stage's ``config.steps``)."""

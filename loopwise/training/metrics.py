@@ -15,7 +15,7 @@ FRAC_ZERO_STD = "frac_reward_zero_std"  # share of groups whose rewards are all 
 # the same share for each group's two halves taken apart: what half the group size would have given
 FRAC_ZERO_STD_HALF = "frac_reward_zero_std_half"
 ENTROPY = "entropy"  # mean per-token entropy of the sampling distribution, nats
-KL = "kl"  # mean per-token k3 estimate to the reference policy (logged even when beta is 0)
+KL = "kl"  # mean per-token k3 estimate to the reference policy (at beta 0: on the probe's steps)
 CLIP_LOW = "clip_ratio/low_mean"  # share of tokens clipped below (ratio < 1 - epsilon, negative advantage)
 CLIP_HIGH = "clip_ratio/high_mean"  # share clipped above (ratio > 1 + epsilon_high, positive advantage)
 CLIP_REGION = "clip_ratio/region_mean"  # either

@@ -11,11 +11,13 @@ sequence of stages.
 During a stage the trainer probes greedy reward on the first ``probe_n`` tune prompts at the
 stage's difficulty (the tune set's own first prompts when the stage trains at the session's
 difficulty) every ``ceil(steps / PROBE_POINTS)`` updates and after the last (8 probes in a smoke
-stage, 6 in a ``cpu`` one). The cost: ``probe_n`` greedy completions per probe, against the
-``prompts_per_step x num_generations`` sampled completions and the ``1 + num_iterations`` forward
-passes over them that every step makes: at the ``cpu`` preset (32 probe prompts every other step,
-64 completions a step) about a tenth of a stage's time. Like the held-out evaluations at stage
-ends, probes are not counted in a method's budget of generated samples.
+stage, 6 in a ``cpu`` one). The cost of a probe: ``probe_n`` greedy completions (no gradient),
+against the ``prompts_per_step x num_generations`` sampled completions, the ``1 + num_iterations``
+forward passes over them and the ``num_iterations`` backward passes that every step makes (at the
+``cpu`` preset 32 greedy completions every other step against 64 sampled ones a step), plus, at
+``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
+held-out evaluations at stage ends, probes are not counted in a method's budget of generated
+samples.
 """
 
 from __future__ import annotations
