@@ -156,9 +156,9 @@ def _kl_anchor_binding(t: ts.Trace, config: StageConfig | None) -> Finding | Non
         return None  # drifting further (or already too far): the anchor is not what holds it
     return make_finding(
         "kl_anchor_binding",
-        f"KL to the reference stays at {ts.fmt(level)} (change {change:+.2g} over the stage, within the noise band "
-        f"{ts.fmt(band)}) with beta {config.beta:g} while greedy reward is not rising: the KL term holds the policy "
-        "in place; lower beta.",
+        f"KL to the reference stays at {ts.fmt(level)} (change {change:+.2g} over the stage, no rise beyond the noise "
+        f"band {ts.fmt(band)}) with beta {config.beta:g} while greedy reward is not rising: the KL term holds the "
+        "policy in place; lower beta.",
         {"kl": level, "kl_change": change, "noise_band": band, "beta": config.beta}, 0.3, {"beta": "down"})
 
 

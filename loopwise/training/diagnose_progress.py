@@ -29,6 +29,7 @@ def greedy_progress(t: ts.Trace, config: StageConfig | None) -> Finding | None:
     if not ts.comparable(greedy):
         return None
     change, band, rising = ts.recent_trend(greedy)
+    change = round(change, 6) + 0.0  # a flat quantized probe gives +-1e-17, which reads as a trend
     w, level = ts.window(len(greedy)), ts.tail(greedy)
     at = f" at difficulty {config.difficulty}" if config is not None else ""
     evidence = {"greedy_reward": level, "greedy_gain_per_window": change, "noise_band": band, "window": w}

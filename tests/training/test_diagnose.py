@@ -98,7 +98,8 @@ def test_a_trace_shorter_than_min_steps_is_not_judged(kind):
     assert diagnose([]) == []
 
 
-SPIKE = {m.REWARD: 0.0, m.GREEDY_REWARD: 0.0, m.FRAC_ZERO_STD_HALF: 0.0, m.ENTROPY: 0.01, m.KL: 5.0, m.CLIPPED: 1.0, m.LENGTH: 500.0, m.GRAD_NORM: 100.0,
+SPIKE = {m.REWARD: 0.0, m.GREEDY_REWARD: 0.0, m.FRAC_ZERO_STD_HALF: 0.0,
+         m.ENTROPY: 0.01, m.KL: 5.0, m.CLIPPED: 1.0, m.LENGTH: 500.0, m.GRAD_NORM: 100.0,
          m.FRAC_ZERO_STD: 1.0, m.CLIP_REGION: 0.9, m.CLIP_HIGH: 0.9}
 
 
@@ -282,7 +283,8 @@ def test_a_kl_term_that_holds_the_policy_in_place_is_lowered(beta, curves, fires
     found = {f.tool: f for f in diagnose(make_trace(curves), StageConfig(beta=beta))}
     assert ("kl_anchor_binding" in found) is fires
     if fires:
-        assert suggests(found["kl_anchor_binding"]) == {"beta": "down"} and "beta 0.01" in found["kl_anchor_binding"].guidance
+        binding = found["kl_anchor_binding"]
+        assert suggests(binding) == {"beta": "down"} and "beta 0.01" in binding.guidance
 
 
 def test_every_knob_a_finding_moves_has_findings_for_either_direction():

@@ -18,8 +18,8 @@ def found(trace, config=None):
 @pytest.mark.parametrize("half,whole,up,down", [(0.1, 0.05, False, True), (0.35, 0.1, False, False),
                                                  (0.2, 0.7, True, False), (0.9, 0.9, True, False)])
 def test_group_size_moves_either_way_and_never_both(half, whole, up, down):
-    moves = [suggests(f).get("num_generations") for f in found(make_trace(
-        {m.FRAC_ZERO_STD_HALF: (half, half), m.FRAC_ZERO_STD: (whole, whole)}), StageConfig(num_generations=8)).values()]
+    trace = make_trace({m.FRAC_ZERO_STD_HALF: (half, half), m.FRAC_ZERO_STD: (whole, whole)})
+    moves = [suggests(f).get("num_generations") for f in found(trace, StageConfig(num_generations=8)).values()]
     assert ("up" in moves) is up and ("down" in moves) is down
 
 
