@@ -109,6 +109,22 @@ def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
     assert len(trained) + len(again) == len(once)  # none trained twice
 
 
+@pytest.mark.parametrize("reference", ["initial", "stage"])
+def test_the_kl_reference_is_the_base_policy_or_the_stages_start(tiny, reference):
+    """A second stage after a drifting first one: anchored at the base it starts far from its
+    reference; anchored at its own start it starts at it."""
+    s = session.Session("arithmetic", "smoke", difficulty=0, kl_reference=reference)
+    s.prepare()
+    drift = s.default_config().model_copy(update={"learning_rate": 3e-3, "steps": 4})
+    first = s.run_stage(s.base_state, drift, seed=1)
+    second = s.run_stage(first.state, drift.model_copy(update={"learning_rate": 1e-7}), seed=2)
+    kl = [row["kl"] for row in second.trace if "kl" in row]
+    assert second.config.kl_reference == reference and len(kl) == 4
+    assert (min(kl) > 1e-3) if reference == "initial" else (max(kl) < 1e-4)
+    with pytest.raises(UserError, match="unknown KL reference 'parent'"):
+        session.Session("arithmetic", "smoke", kl_reference="parent")
+
+
 def test_mistakes_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="unknown method"):
         Settings("arithmetic", ("tree", "hyperband"))
