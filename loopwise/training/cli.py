@@ -44,6 +44,8 @@ EXECUTOR = typer.Option("local", "--executor", help="Where the methods train: lo
 WORKERS = typer.Option(None, "--workers", help="Train the methods at once on worker processes, one per GPU: a "
                        "count (2), GPU indices (0,1) or CPU stand-ins (cpu,cpu). Default: one after another in "
                        "this process (local), every GPU of the cluster (ray).")
+KL_REF = typer.Option("initial", "--kl-reference", help="The KL term's reference policy: initial (the warm-started "
+                      "base, for every stage) or stage (each stage's starting weights).")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="An existing Ray cluster (e.g. auto or ray://host:10001).")
 
 
@@ -51,7 +53,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
         policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search",
-        seeds: int = 1) -> None:
+        seeds: int = 1, kl_reference: str = "initial") -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
@@ -64,7 +66,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         for i in range(seeds):  # each seed a whole comparison: its own base, data and method seeds
             outs.append(_start_and_run(methods, task, budget, depth, preset, seed + i, difficulty, resume, runs_dir,
                                        as_json, proposer, exchange_dir, llm, device, policy_path, err, dispatcher,
-                                       command))
+                                       command, kl_reference))
     if seeds == 1:
         if as_json:
             typer.echo(json.dumps(outs[0], indent=2, default=str))
@@ -110,7 +112,7 @@ def _span(iv: dict) -> str:
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                   exchange_dir, llm, device, policy_path, err, dispatcher, command) -> dict:
+                   exchange_dir, llm, device, policy_path, err, dispatcher, command, kl_reference="initial") -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,
@@ -128,7 +130,8 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
     else:
         stages, samples, tokens = budget
         run = TrainingRun.start(Settings(task, methods, stages, depth, preset, seed, difficulty, proposer, device,
-                                         exchange_dir or "", llm or {}, policy_path or "", samples, tokens), runs_dir)
+                                         exchange_dir or "", llm or {}, policy_path or "", samples, tokens,
+                                         kl_reference), runs_dir)
     s, b = run.settings, run.budget
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
               f"{b.amount:,} {b.unit} per method, depth {s.depth}, methods {', '.join(s.methods)}")
@@ -223,12 +226,13 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAM
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
                device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
-               ray_address: str = RAY_ADDRESS) -> None:
+               ray_address: str = RAY_ADDRESS, kl_reference: str = KL_REF) -> None:
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
                               "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
     _go(("tree",), task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
-        as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address))
+        as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address),
+        kl_reference=kl_reference)
 
 
 @app.command("baselines")
@@ -238,7 +242,7 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
                   depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                   difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                   device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
-                  ray_address: str = RAY_ADDRESS,
+                  ray_address: str = RAY_ADDRESS, kl_reference: str = KL_REF,
                   seeds: int = typer.Option(1, "--seeds", min=1, help="Run the comparison once per seed (--seed, "
                                             "--seed + 1, ...) and report each method's mean test reward and the "
                                             "tree's paired difference to it with a 95% interval (5 or more for a "
@@ -249,4 +253,4 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
         raise UserError("--methods is empty")
     _go(chosen, task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
         as_json, device=device, policy_path=policy, executor=(executor, workers, ray_address), command="baselines",
-        seeds=seeds)
+        seeds=seeds, kl_reference=kl_reference)

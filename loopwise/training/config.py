@@ -9,6 +9,8 @@ produce and is asked to solve) and *regularization* (how far one update may move
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CAPACITY = ("max_completion_length", "num_generations", "difficulty")
@@ -26,7 +28,7 @@ class StageConfig(BaseModel):
     difficulty: int = Field(1, ge=0, le=20, description="the task's difficulty knob")
     # regularization
     learning_rate: float = Field(3e-4, gt=0, le=1.0)
-    beta: float = Field(0.0, ge=0, le=10.0, description="KL (k3) coefficient to the stage's reference policy")
+    beta: float = Field(0.0, ge=0, le=10.0, description="KL (k3) coefficient to the reference policy")
     entropy_coef: float = Field(0.0, ge=0, le=1.0)
     epsilon: float = Field(0.2, gt=0, le=1.0, description="lower clip range of the ratio")
     epsilon_high: float = Field(0.28, gt=0, le=1.0, description="upper clip range (DAPO's clip-higher)")
@@ -37,6 +39,12 @@ class StageConfig(BaseModel):
     num_iterations: int = Field(2, ge=1, le=16, description="updates per batch of completions (TRL's "
                                 "num_iterations); from the second on the clip range acts")
     max_grad_norm: float = Field(1.0, gt=0)
+    # The KL anchor. ``initial``: the schedule's initial policy (the warm-started base), as in one
+    # continuous GRPO run (TRL keeps its initial reference unless sync_ref_model is set), so a
+    # staged schedule is anchored where the continuous baseline is and drift accumulated over
+    # earlier stages stays visible to the KL detector. ``stage``: the weights the stage starts from
+    # (iterative GRPO's reset), under which every stage starts at KL 0.
+    kl_reference: Literal["initial", "stage"] = Field("initial", description="the KL term's reference policy")
 
     @model_validator(mode="after")
     def _clip_order(self) -> "StageConfig":

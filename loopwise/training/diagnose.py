@@ -17,6 +17,22 @@ test has little power either way; its calls firm up from about 20 steps. A trace
 :data:`~loopwise.training.trace_stats.MIN_STEPS` training rows is too short to judge and gives no findings. Rewards are assumed
 to lie in [0, 1] (verifier rewards such as TinyZero's 0 / 0.1 / 1). Missing keys and NaN/inf
 values are skipped, except that a non-finite KL is itself the KL blow-up.
+
+Progress and difficulty are judged on the greedy probe's reward
+(:mod:`loopwise.training.diagnose_progress`), group size and completion budget in
+:mod:`loopwise.training.diagnose_capacity`; entropy, KL, clipping, collapse and the held-out
+checks are here. Every knob a finding moves has findings for either direction, so a schedule's
+knob trajectory follows what the traces showed, not a direction built into the rules:
+
+- temperature: up on entropy collapse; down on entropy explosion and length explosion.
+- beta: up on KL blow-up, a widening train / held-out gap, held-out regression and sudden
+  collapse; down when the KL term holds the policy in place while greedy reward stalls.
+- learning_rate: up on a plateau whose groups carry signal; down on the instabilities.
+- num_generations: up on zero-signal groups; down on all-solved groups and when half a group
+  would still carry a signal.
+- max_completion_length: up on truncation and length collapse; down when every completion fits in
+  half the cap.
+- difficulty: up when the probe is solved; down when it is unsolved and not rising.
 """
 
 from __future__ import annotations
@@ -29,13 +45,11 @@ from loopwise.core.records import Finding
 from loopwise.training import metrics as m
 from loopwise.training import trace_stats as ts
 from loopwise.training.config import StageConfig
+from loopwise.training.diagnose_capacity import CAPACITY_DETECTORS
+from loopwise.training.diagnose_progress import greedy_progress
 from loopwise.training.findings import make_finding
 
-__all__ = ["DETECTORS", "diagnose"]
-
-# -- reward levels (rewards in [0, 1]) ----------------------------------------------------------
-SOLVED_REWARD = 0.8  # the policy solves most prompts at this difficulty
-UNSOLVED_REWARD = 0.2  # ... or almost none (TinyZero gives 0.1 for format alone: that is "none")
+__all__ = ["DETECTORS", "diagnose", "diagnosis_status"]
 
 # -- thresholds, with where the numbers come from (FACTS.md section 8) --------------------------
 # Entropy collapse: arXiv 2505.22617 reports -73% entropy in the first 200 steps with 76% of the
@@ -45,18 +59,9 @@ ENTROPY_FLOOR = 0.05  # nats; a start below this has nothing left to collapse (a
 # Entropy explosion: rllm #116 saw training fine below ~1 nat and decline at 2.0 (a doubling);
 # +50% over the stage's start with reward not rising fires before the doubling.
 ENTROPY_EXPLOSION_RISE = 0.5
-# Zero-signal groups: Modal's DAPO tutorial, all-correct or all-wrong groups give zero advantage;
-# when half the groups carry no signal the effective batch has halved. (Threshold ours.)
-ZERO_STD_HIGH = 0.5
 # KL: TRL PR #6637 / Gdisbar/RL put healthy per-token k3 KL at 0.01-0.1; the k3 estimate can overflow.
 KL_HEALTHY_MAX = 0.1
-# Truncation: TRL #5697, a 0.5B model at 256 tokens had 97-99% truncated (reward 0) and ~14% at
-# 1024 tokens once fixed; 30% sits between the broken and the working run.
-TRUNCATED_HIGH = 0.3
-# Length explosion / collapse: SofT-GRPO #4, EasyR1 #40 and ms-swift #4758 report the pattern,
-# not a ratio; a doubling / halving of the mean length within one stage is ours.
-LENGTH_EXPLOSION_RATIO = 2.0
-LENGTH_COLLAPSE_RATIO = 0.5
+KL_FLAT_FLOOR = 0.005  # a KL that moved less than this over a stage sits where it is (ours)
 # Sudden collapse: Search-R1 #88/#89 and ConvSearch-R1 #6, reward -> 0 with a grad_norm spike;
 # the drop size and the spike ratio are ours.
 COLLAPSE_DROP = 0.3  # absolute fall of the windowed reward from its peak ...
@@ -89,7 +94,7 @@ def _entropy_collapse(t: ts.Trace, config: StageConfig | None) -> Finding | None
     start, end = ts.head(ent), ts.tail(ent)
     if start < ENTROPY_FLOOR or 1 - end / start < ENTROPY_COLLAPSE_DROP:
         return None
-    if t.reward_progressing() and level < SOLVED_REWARD:
+    if t.reward_progressing() and level < ts.SOLVED_REWARD:
         return None  # still learning: entropy is being spent on progress
     drop = 1 - end / start
     return make_finding(
@@ -120,52 +125,6 @@ def _entropy_explosion(t: ts.Trace, config: StageConfig | None) -> Finding | Non
         {"entropy_coef": "down", "temperature": "down", "learning_rate": "down"})
 
 
-def _reward_plateau(t: ts.Trace, config: StageConfig | None) -> Finding | None:
-    rewards = t.series(m.REWARD)
-    if not ts.comparable(rewards):
-        return None
-    change, band, rising = ts.recent_trend(rewards)
-    if rising:
-        return None
-    w, level = ts.window(len(rewards)), ts.tail(rewards)
-    if level >= SOLVED_REWARD:
-        advice, suggests = "the task is solved at this difficulty; raise it", {"difficulty": "up"}
-    elif level <= UNSOLVED_REWARD:
-        advice, suggests = "too hard to learn from; lower the difficulty and explore more", \
-            {"difficulty": "down", "temperature": "up"}
-    else:
-        advice, suggests = "get more signal per prompt and explore more", \
-            {"num_generations": "up", "temperature": "up"}
-    return make_finding(
-        "reward_plateau",
-        f"Reward's trend over the last {2 * w} steps is {change:+.3g} per {w} steps (now {ts.fmt(level)}), inside "
-        f"the noise band of {ts.fmt(band)}: the stage stopped improving; {advice}.",
-        {"reward_gain_per_window": change, "noise_band": band, "reward": level, "window": w},
-        0.35, suggests)
-
-
-def _zero_signal_groups(t: ts.Trace, config: StageConfig | None) -> Finding | None:
-    frac = t.series(m.FRAC_ZERO_STD)
-    if not ts.comparable(frac) or (share := ts.tail(frac)) < ZERO_STD_HIGH:
-        return None
-    level = t.reward_level()
-    head = f"{share:.0%} of groups had identical rewards"
-    if level is not None and level >= SOLVED_REWARD:
-        kind, suggests = "groups_all_solved", {"difficulty": "up"}
-        text = (f"{head} with reward at {ts.fmt(level)}: every sample solves most prompts, no gradient is left; "
-                "raise the difficulty.")
-    elif level is not None and level <= UNSOLVED_REWARD:
-        kind, suggests = "groups_none_solved", {"difficulty": "down", "temperature": "up", "num_generations": "up"}
-        text = (f"{head} with reward at {ts.fmt(level)}: every sample fails most prompts; lower the difficulty, "
-                "raise the temperature and sample more completions per prompt.")
-    else:
-        kind, suggests = "groups_zero_signal", {"num_generations": "up"}
-        reward = ts.fmt(level) if level is not None else "not logged"
-        text = f"{head} (reward {reward}): sample more completions per prompt."
-    evidence = {"frac_reward_zero_std": share} | ({"reward": level} if level is not None else {})
-    return make_finding(kind, text, evidence, 0.8 * share, suggests)
-
-
 def _kl_blowup(t: ts.Trace, config: StageConfig | None) -> Finding | None:
     bad, kl = t.nonfinite(m.KL), t.series(m.KL)
     suggests = {"beta": "up", "learning_rate": "down"}
@@ -185,41 +144,22 @@ def _kl_blowup(t: ts.Trace, config: StageConfig | None) -> Finding | None:
         0.4 + 0.3 * math.log10(level / KL_HEALTHY_MAX), suggests)
 
 
-def _truncation(t: ts.Trace, config: StageConfig | None) -> Finding | None:
-    clipped = t.series(m.CLIPPED)
-    if not ts.comparable(clipped) or (share := ts.tail(clipped)) < TRUNCATED_HIGH:
+def _kl_anchor_binding(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    """A KL term holds the policy at a fixed distance from its reference while greedy reward does
+    not rise: the anchor, not the reward, decides how far the policy moves."""
+    kl = t.series(m.KL)
+    if config is None or config.beta <= 0 or not ts.comparable(kl) or t.greedy_progressing() is not False:
         return None
-    cap = f"{config.max_completion_length}-token " if config else ""
-    evidence = {"clipped_ratio": share}
-    if config:
-        evidence["max_completion_length"] = config.max_completion_length
+    level = ts.tail(kl)
+    change, band = ts.stage_shift(kl, floor=KL_FLAT_FLOOR)
+    if level > KL_HEALTHY_MAX or change > band:
+        return None  # drifting further (or already too far): the anchor is not what holds it
     return make_finding(
-        "truncation",
-        f"{share:.0%} of completions hit the {cap}length cap (median of the last {ts.window(len(clipped))} "
-        "steps): answers are cut before they end; raise max_completion_length.",
-        evidence, share, {"max_completion_length": "up"})
-
-
-def _length_change(t: ts.Trace, config: StageConfig | None) -> Finding | None:
-    lengths = t.series(m.LENGTH)
-    if not ts.comparable(lengths) or t.reward_progressing() is not False or (start := ts.head(lengths)) <= 0:
-        return None  # a length change while reward rises is the policy learning, not a pathology
-    end = ts.tail(lengths)
-    ratio = end / start
-    evidence = {"length_start": start, "length_end": end, "length_ratio": round(ratio, 4)}
-    if ratio >= LENGTH_EXPLOSION_RATIO:
-        return make_finding(
-            "length_explosion",
-            f"Mean completion length grew from {ts.fmt(start)} to {ts.fmt(end)} tokens (x{ratio:.1f}) without reward "
-            "improving: the policy is rambling; lower the temperature and the learning rate.",
-            evidence, 0.3 + 0.1 * min(4.0, ratio), {"temperature": "down", "learning_rate": "down"})
-    if ratio <= LENGTH_COLLAPSE_RATIO:
-        return make_finding(
-            "length_collapse",
-            f"Mean completion length fell from {ts.fmt(start)} to {ts.fmt(end)} tokens ({ratio - 1:+.0%}) without "
-            "reward improving: short answers are being rewarded; raise max_completion_length.",
-            evidence, 0.4 + 0.4 * (1 - ratio), {"max_completion_length": "up"})
-    return None
+        "kl_anchor_binding",
+        f"KL to the reference stays at {ts.fmt(level)} (change {change:+.2g} over the stage, no rise beyond the noise "
+        f"band {ts.fmt(band)}) with beta {config.beta:g} while greedy reward is not rising: the KL term holds the "
+        "policy in place; lower beta.",
+        {"kl": level, "kl_change": change, "noise_band": band, "beta": config.beta}, 0.3, {"beta": "down"})
 
 
 def _sudden_collapse(t: ts.Trace, config: StageConfig | None) -> Finding | None:
@@ -323,8 +263,8 @@ def _clip_saturation(t: ts.Trace, config: StageConfig | None) -> Finding | None:
 
 
 DETECTORS: tuple[Detector, ...] = (
-    _entropy_collapse, _entropy_explosion, _reward_plateau, _zero_signal_groups, _kl_blowup, _truncation,
-    _length_change, _sudden_collapse, _train_heldout_gap, _heldout_regression, _clip_saturation,
+    _entropy_collapse, _entropy_explosion, greedy_progress, _kl_blowup, _kl_anchor_binding, _sudden_collapse,
+    _train_heldout_gap, _heldout_regression, _clip_saturation, *CAPACITY_DETECTORS,
 )
 
 
@@ -344,3 +284,12 @@ def diagnose(trace: Sequence[Mapping], config: StageConfig | None = None) -> lis
         return []
     findings = [f for detect in DETECTORS if (f := detect(t, config)) is not None]
     return sorted(findings, key=lambda f: -f.score)
+
+
+def diagnosis_status(trace: Sequence[Mapping], findings: Sequence[Finding]) -> str:
+    """What a stage's diagnosis amounted to, for the record: ``findings``, ``no finding`` (judged
+    and healthy) or why it was not judged."""
+    rows = len(ts.Trace(trace).train)
+    if rows < ts.MIN_STEPS:
+        return f"not judged: {rows} training steps, fewer than {ts.MIN_STEPS}"
+    return "findings" if findings else "no finding"

@@ -5,11 +5,20 @@ Per step: ``prompts_per_step`` training prompts, ``num_generations`` sampled com
 normalized within each group (``(r - mean) / (std + 1e-4)``, TRL's ``scale_rewards="group"``), then
 ``num_iterations`` updates on that batch with the token-level clipped objective (DAPO's
 normalization: the sum over all completion tokens of the batch divided by their count) with the
-asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to the stage's
-reference policy (the weights the stage started from) weighted by ``beta``, an optional entropy
-bonus, and gradient clipping. The policy runs in eval mode throughout a step (gradients still
+asymmetric clip ``[1 - epsilon, 1 + epsilon_high]``, an optional k3 KL term to a reference policy
+weighted by ``beta``, an optional entropy bonus, and gradient clipping. The reference is the weights
+the caller names (the schedule's initial policy, see ``StageConfig.kl_reference``) or else the
+weights the stage started from. Its KL is logged at every step when ``beta`` > 0 and on the probe's
+steps (below) when ``beta`` is 0 (one forward pass without gradients each), so a drift is seen
+before a KL term exists. The policy runs in eval mode throughout a step (gradients still
 flow; dropout does not), so the first update's ratio is exactly 1 (the batch was sampled by the
 same weights); the clip acts from the second on.
+
+An optional *probe* (a callable scoring the policy, e.g. greedy reward on a few held-out prompts)
+runs after every ``probe_every``-th update and after the stage's last, and its value is logged as
+``greedy_reward``: the diagnosis reads progress and difficulty off it rather than off the sampled
+reward, which moves with the temperature. It reads the policy only, so training is the same with
+or without it.
 
 Metrics per step carry TRL's names (:mod:`loopwise.training.metrics`). A trainer's whole state
 (policy, optimizer, both random generators, step, trace) is one checkpoint file, written atomically,
@@ -41,16 +50,22 @@ class GRPOTrainer:
     trains in place). ``pool`` is the stage's training examples (the task's ``train`` split at the
     stage's difficulty)."""
 
-    def __init__(self, policy: Policy, vocab: Vocab, task, config: StageConfig, pool: Sequence, *, seed: int = 0) -> None:
+    def __init__(self, policy: Policy, vocab: Vocab, task, config: StageConfig, pool: Sequence, *, seed: int = 0,
+                 reference: dict | None = None, probe: Callable[[Policy], float] | None = None,
+                 probe_every: int = 1) -> None:
         if not pool:
             raise UserError("the stage has no training examples")
+        if probe_every < 1:
+            raise ValueError(f"probe_every must be at least 1, got {probe_every}")
         self.policy, self.vocab, self.task, self.cfg, self.pool = policy, vocab, task, config, list(pool)
+        self.probe, self.probe_every = probe, probe_every
         self.device = next(policy.parameters()).device
-        self.reference: Policy | None = None
-        if config.beta > 0:
-            self.reference = copy.deepcopy(policy).eval()
-            for p in self.reference.parameters():
-                p.requires_grad_(False)
+        # the KL anchor: ``reference`` (a state dict, e.g. the schedule's initial weights) or the stage's start
+        self.reference: Policy = copy.deepcopy(policy).eval()
+        if reference is not None:
+            self.reference.load_state_dict(reference)
+        for p in self.reference.parameters():
+            p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, betas=(0.9, 0.99),
                                            weight_decay=0.0)
         self.rng = random.Random(seed)
@@ -79,7 +94,9 @@ class GRPOTrainer:
         self.policy.eval()
         with torch.no_grad():
             old = token_logprobs(self.policy, s, c.temperature)
-            ref = token_logprobs(self.reference, s, c.temperature) if self.reference is not None else None
+            # KL is the loss's term when beta > 0, else a measurement taken on the probe's steps
+            measured = c.beta > 0 or self._probe_step(self.step_count + 1)
+            ref = token_logprobs(self.reference, s, c.temperature) if measured else None
         sums = {"loss": 0.0, "grad_norm": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0}
         entropy = 0.0
         for it in range(c.num_iterations):
@@ -91,7 +108,8 @@ class GRPOTrainer:
             if ref is not None:
                 delta = ref - logp
                 kl = torch.exp(delta) - delta - 1  # k3: unbiased, non-negative
-                per_token = per_token + c.beta * kl
+                if c.beta:
+                    per_token = per_token + c.beta * kl
                 sums["kl"] += float((kl.detach() * mask).sum() / tokens)
             if c.entropy_coef:
                 per_token = per_token - c.entropy_coef * ent
@@ -117,6 +135,7 @@ class GRPOTrainer:
         row = {
             M.STEP: self.step_count, M.REWARD: float(rewards.mean()), M.REWARD_STD: float(std.mean()),
             M.FRAC_ZERO_STD: float((std.squeeze(1) < 1e-6).float().mean()), M.ENTROPY: entropy,
+            M.MAX_LENGTH: float(lengths.max()),
             M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
             M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
@@ -125,8 +144,18 @@ class GRPOTrainer:
         }
         if ref is not None:
             row[M.KL] = sums["kl"] / n
+        half = c.num_generations // 2
+        if half >= 2:  # would half the group still carry a signal? each group's halves, measured apart
+            halves = groups[:, :2 * half].reshape(-1, half)
+            row[M.FRAC_ZERO_STD_HALF] = float((halves.std(1) < 1e-6).float().mean())
+        if self.probe is not None and self._probe_step(self.step_count):
+            row[M.GREEDY_REWARD] = float(self.probe(self.policy))
         self.trace.append(row)
         return row
+
+    def _probe_step(self, step: int) -> bool:
+        """Whether step ``step`` (counted from 1) is probed: every ``probe_every``-th and the stage's last."""
+        return step % self.probe_every == 0 or step == self.cfg.steps
 
     def run(self, steps: int | None = None, progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
         """``steps`` more steps (default: the rest of the stage's ``config.steps``)."""
@@ -142,7 +171,7 @@ class GRPOTrainer:
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": self.rng.getstate(), "generator": self.generator.get_state(), "step": self.step_count,
                 "trace": list(self.trace), "config": self.cfg.model_dump(),
-                "reference": self.reference.state_dict() if self.reference is not None else None}
+                "reference": self.reference.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         if state["config"] != self.cfg.model_dump():
@@ -152,7 +181,7 @@ class GRPOTrainer:
         self.rng.setstate(state["rng"])
         self.generator.set_state(state["generator"])
         self.step_count, self.trace = state["step"], list(state["trace"])
-        if self.reference is not None and state["reference"] is not None:
+        if state.get("reference") is not None:
             self.reference.load_state_dict(state["reference"])
 
     def save(self, path: str | os.PathLike) -> Path:

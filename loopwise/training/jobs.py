@@ -17,7 +17,7 @@ def run_method(payload: dict) -> dict:
 
     st = Settings.from_dict(payload["settings"])
     device = resolve_device("cpu" if st.device == "cpu" else "auto")  # a worker is pinned to its GPU
-    session = Session(st.task, st.preset, st.seed, st.difficulty, device, st.policy_path or None)
+    session = Session(st.task, st.preset, st.seed, st.difficulty, device, st.policy_path or None, st.kl_reference)
     session.load_base(base64.b64decode(payload["base"]), payload["base_tune"], payload["warm"])
     stages: list[dict] = []
 

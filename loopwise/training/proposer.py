@@ -170,7 +170,7 @@ class ModelTransitions:
             retry = again
         if len(out) < n:
             from_model, filled = len(out), 0
-            for t in propose_transitions(config, list(findings), rng, n + len(out), bounds, reward=reward):
+            for t in propose_transitions(config, list(findings), rng, n + len(out), bounds):
                 if len(out) >= n:
                     break
                 if all(t.config != o.config for o in out):

@@ -31,6 +31,7 @@ class Schedule:
     directions: dict = field(default_factory=dict)
     done: bool = False
     compute: Compute | None = None  # samples and tokens of every stage the method trained
+    reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
 
 
 @dataclass
@@ -112,7 +113,8 @@ def _from_result(method: str, r: dict, data: TrainingData) -> Schedule:
     compute = Compute(int(samples), int(tokens)) if samples is not None and tokens is not None else _spent(method, data)
     return Schedule(method, [as_dict(c) for c in as_list(r.get("configs"))], [_trace(t) for t in as_list(r.get("traces"))],
                     as_number(r.get("tune_reward")), as_number(r.get("test_reward")), r.get("stages_used"),
-                    {str(k): str(v) for k, v in as_dict(r.get("directions")).items()}, True, compute)
+                    {str(k): str(v) for k, v in as_dict(r.get("directions")).items()}, True, compute,
+                    [str(x) for x in as_list(r.get("reasons"))])
 
 
 def _spent(method: str, data: TrainingData) -> Compute:
@@ -155,7 +157,8 @@ def _so_far(method: str, data: TrainingData) -> Schedule:
         path = max(runs, key=lambda r: rank_of(r[-1].get("tune")), default=[])
     return Schedule(method, [as_dict(s.get("config")) for s in path], [_trace(s.get("trace")) for s in path],
                     as_number(path[-1].get("tune")) if path else None,
-                    stages_used=sum(1 for s in data.stages if s.get("method") == method), compute=_spent(method, data))
+                    stages_used=sum(1 for s in data.stages if s.get("method") == method), compute=_spent(method, data),
+                    reasons=[str(s["why"]) for s in path if isinstance(s.get("why"), str)])
 
 
 # -- formatting ---------------------------------------------------------------------------------
@@ -223,7 +226,8 @@ def schedule_summary(s: Schedule) -> str:
 
 
 def top_finding(stage: dict) -> str:
-    """The stage's highest-scored diagnosis, when the event carries one (older runs' events do not)."""
+    """The stage's highest-scored diagnosis, when the event carries one (older runs' events do not);
+    else its recorded diagnosis status ("no finding", or why it was not judged)."""
     for key in ("diagnosis", "findings", "finding"):
         found = stage.get(key)
         items = found if isinstance(found, list) else [found] if found else []
@@ -232,4 +236,5 @@ def top_finding(stage: dict) -> str:
             if isinstance(top, dict):
                 return f"{top.get('kind', 'finding')}: {top.get('guidance', '')}".strip(": ")
             return str(top)
-    return ""
+    status = stage.get("diagnosis_status")
+    return status if isinstance(status, str) else ""

@@ -66,7 +66,8 @@ def _directions_section(data: TrainingData) -> Section:
     knobs = list(KNOBS) + sorted({k for m in have for k in data.schedules[m].directions} - set(KNOBS))
     rows = [[k] + [f"{ARROWS.get(d, '')} {d}".strip() for d in (data.schedules[m].directions.get(k, "-")
                                                                  for m in have)] for k in knobs]
-    return Section("Knob directions along each best schedule", columns=["knob"] + have, rows=rows if have else [],
+    return Section("Knob directions along each best schedule (its own stages, in order)", columns=["knob"] + have,
+                   rows=rows if have else [],
                    facts={} if have else {"directions": "none yet (a finished method of more than one stage has them)"},
                    anchor="directions")
 
@@ -75,13 +76,15 @@ def _schedule_section(data: TrainingData) -> Section:
     rows = []
     for m, s in data.schedules.items():
         prev = None
-        for i, (c, t) in enumerate(zip(s.configs, s.traces + [[]] * len(s.configs)), start=1):
+        reasons = s.reasons if len(s.reasons) == len(s.configs) else [""] * len(s.configs)
+        for i, (c, t, why) in enumerate(zip(s.configs, s.traces + [[]] * len(s.configs), reasons), start=1):
             end = next((r for r in reversed(t) if M.EVAL_REWARD in r), {})
             rows.append([m, str(i), str(c.get("steps", "-")), changes_text(prev, c) if prev else _summary_one(c),
-                         fmt(end.get(M.EVAL_REWARD)), fmt(end.get(M.TRAIN_EVAL_REWARD))])
+                         why or "-", fmt(end.get(M.EVAL_REWARD)), fmt(end.get(M.TRAIN_EVAL_REWARD))])
             prev = c
     return Section("Best schedules, stage by stage", columns=["method", "stage", "steps", "config (vs the stage before)",
-                                                              "held-out reward", "train-probe reward"],
+                                                              "why (the tree's transition)", "held-out reward",
+                                                              "train-probe reward"],
                    rows=rows, anchor="schedules")
 
 

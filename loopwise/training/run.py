@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loopwise.core.propose.factory import CHOICES
 from loopwise.errors import UserError
@@ -43,6 +43,7 @@ class Settings:
     # the equal compute budget; neither set: ``budget`` default stages' worth of samples
     budget_samples: int | None = None
     budget_tokens: int | None = None
+    kl_reference: str = "initial"  # every stage's KL anchor: the base policy (initial) or the stage's start
 
     def __post_init__(self) -> None:
         if self.proposer not in CHOICES:
@@ -76,14 +77,15 @@ class Settings:
         return cls(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"], data["seed"],
                    data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
                    data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""),
-                   data.get("budget_samples"), data.get("budget_tokens"))
+                   data.get("budget_samples"), data.get("budget_tokens"), data.get("kl_reference", "stage"))
 
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
                 "preset": self.preset, "seed": self.seed, "difficulty": self.difficulty, "proposer": self.proposer,
                 "device": self.device, "policy_path": self.policy_path,
                 "exchange_dir": self.exchange_dir, "llm": dict(self.llm),
-                "budget_samples": self.budget_samples, "budget_tokens": self.budget_tokens}
+                "budget_samples": self.budget_samples, "budget_tokens": self.budget_tokens,
+                "kl_reference": self.kl_reference}
 
 
 @dataclass
@@ -103,7 +105,9 @@ class TrainingRun:
         from loopwise.core.run import create_run
 
         session = Session(settings.task, settings.preset, settings.seed, settings.difficulty,
-                          resolve_device(settings.device), settings.policy_path or None)  # validates first
+                          resolve_device(settings.device), settings.policy_path or None,
+                          settings.kl_reference)  # validates first
+        settings = replace(settings, difficulty=session.difficulty)  # recorded as trained, never "None"
         store = create_run(runs_dir, KIND, json.dumps(settings.to_dict(), indent=1), settings=settings.to_dict())
         return cls(settings, store, session)
 
@@ -114,7 +118,8 @@ class TrainingRun:
         store = open_run(runs_dir, run_id, KIND, noun="a training search")
         settings = Settings.from_dict(recorded_settings(store))
         run = cls(settings, store, Session(settings.task, settings.preset, settings.seed, settings.difficulty,
-                                           resolve_device(settings.device), settings.policy_path or None))
+                                           resolve_device(settings.device), settings.policy_path or None,
+                                           settings.kl_reference))
         base = store.latest_by_key("base").get("base")
         if base is not None:
             p = base.payload
@@ -128,14 +133,16 @@ class TrainingRun:
         return run
 
     def _record(self, key: str, result: StageResult, label: dict) -> None:
-        from loopwise.training.diagnose import diagnose
+        from loopwise.training.diagnose import diagnose, diagnosis_status
 
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
-        findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score}
-                    for f in diagnose(result.trace, result.config)]
+        found = diagnose(result.trace, result.config)
+        findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score,
+                     "moves": {m.knob: m.direction for m in f.moves}} for f in found]
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,
-                                    "seconds": result.seconds, "state": sha, "diagnosis": findings, **label}, key=key)
+                                    "seconds": result.seconds, "state": sha, "diagnosis": findings,
+                                    "diagnosis_status": diagnosis_status(result.trace, found), **label}, key=key)
 
     def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
             on_warm: Callable[[int, float], None] | None = None, dispatcher=None) -> dict[str, dict]:
@@ -246,4 +253,4 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
             "stages_used": schedule.stages_used, "seconds": seconds,
             "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
             "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
-            "traces": schedule.traces}
+            "reasons": list(schedule.reasons), "traces": schedule.traces}

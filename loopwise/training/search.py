@@ -17,8 +17,9 @@ trains, not only its best path. The baselines whose configs all cost what the de
 - ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
   its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
   (:func:`~loopwise.training.diagnose.diagnose`) and proposes coordinated transitions
-  (:func:`~loopwise.training.transitions.propose_transitions`); schedules are at most ``depth``
-  stages long.
+  (:func:`~loopwise.training.transitions.propose_transitions`); a node without findings is also
+  continued unchanged (a fresh stage of the same config), as the root is with the default config.
+  Schedules are at most ``depth`` stages long.
 - ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
@@ -48,6 +49,9 @@ from loopwise.training.compute import Budget
 from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
+CONTINUE = "Continues unchanged: the diagnosis found nothing to answer."
+
+
 def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, width: int = 2,
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
@@ -69,10 +73,10 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
     root_cfg = session.default_config()
     if transitions is None:
         def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
-            return propose_transitions(config, findings, rng_, n, bounds_, reward=reward)
+            return propose_transitions(config, findings, rng_, n, bounds_)
     search.add_root("base", payload={"depth": 0})
     nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [], "config": root_cfg,
-                                  "tune": session.base_tune}}
+                                  "tune": session.base_tune, "why": ""}}
 
     def lineage(node_id: int) -> list[int]:
         """The stages from the base to ``node_id``, the base left out."""
@@ -91,38 +95,38 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
         if len(ids) >= depth:
             search.close(exp.node_id)
             continue
-        if exp.node_id == 0:
-            extra = transitions(root_cfg, [], rng, width - 1, bounds, reward=session.base_tune) if width > 1 else []
-            proposals = [(root_cfg, "default")] + [(t.config, t.by) for t in extra]
-        else:
-            findings = diagnose(parent["trace"], parent["config"])
-            history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
-            proposals = [(t.config, t.by) for t in transitions(parent["config"], findings, rng, width, bounds,
-                                                               reward=parent["tune"], trace=parent["trace"],
-                                                               path=history)]
+        findings = diagnose(parent["trace"], parent["config"]) if exp.node_id else []
+        history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
+        # without a finding, one child continues the config unchanged (the root's: the default config)
+        proposals = [] if findings else [(parent["config"], CONTINUE if exp.node_id else "the default config",
+                                          "default")]
+        if width > len(proposals):
+            proposals += [(t.config, t.rationale, t.by) for t in transitions(
+                parent["config"], findings, rng, width - len(proposals), bounds, reward=parent["tune"],
+                trace=parent["trace"], path=history)]
         added = []
-        for cfg, by in proposals:
+        for cfg, why, by in proposals:
             key = config_key(path + [cfg])
             if search.find(key) is not None:
                 continue
-            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, by))
+            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, why, by))
         if not added:
             search.close(exp.node_id)
             continue
-        for node_id, cfg, by in added:
+        for node_id, cfg, why, by in added:
             if not budget.fits(session.spent - start, cfg):
                 out_of_budget = True
                 break
             result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
                                        label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1,
-                                              "by": by})
+                                              "why": why, "by": by})
             nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
-                              "tune": result.tune_reward}
+                              "tune": result.tune_reward, "why": why}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
     best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
     best, ids = nodes[best_id], lineage(best_id)
     return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
-                    traces=[nodes[i]["trace"] for i in ids])
+                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids])
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")

@@ -4,8 +4,20 @@ A :class:`Session` fixes the task, the base policy (a small transformer warm-sta
 training until its sampled pass rate lies in (0, 1)), the difficulty held-out reward is measured
 at, the tuning set (selection) and the test set (reporting). A *stage* trains a copy of a parent's
 weights with one :class:`~loopwise.training.config.StageConfig` (a fresh trainer: new optimizer,
-reference policy = the stage's starting weights) and is scored by greedy held-out reward on the
-tuning set; a :class:`Schedule` is a method's chosen sequence of stages.
+KL reference = the base policy or the stage's starting weights, as ``kl_reference`` says) and is
+scored by greedy held-out reward on the tuning set; a :class:`Schedule` is a method's chosen
+sequence of stages.
+
+During a stage the trainer probes greedy reward on the first ``probe_n`` tune prompts at the
+stage's difficulty (the tune set's own first prompts when the stage trains at the session's
+difficulty) every ``ceil(steps / PROBE_POINTS)`` updates and after the last (8 probes in a smoke
+stage, 6 in a ``cpu`` one). The cost of a probe: ``probe_n`` greedy completions (no gradient),
+against the ``prompts_per_step x num_generations`` sampled completions, the ``1 + num_iterations``
+forward passes over them and the ``num_iterations`` backward passes that every step makes (at the
+``cpu`` preset 32 greedy completions every other step against 64 sampled ones a step), plus, at
+``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
+held-out evaluations at stage ends, probes are not counted in a method's budget of generated
+samples.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ if TYPE_CHECKING:
     from loopwise.training.transitions import Bounds
 
 EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
+PROBE_POINTS = 8  # greedy probes per stage (at most): the diagnosis' trend needs 6 (two 3-point windows)
+KL_REFERENCES = ("initial", "stage")
 
 
 @dataclass(frozen=True)
@@ -43,20 +57,21 @@ class Preset:
     pool_n: int
     warm_max_steps: int
     warm_check_every: int
+    probe_n: int  # tune prompts the greedy probe scores during a stage
 
 
 PRESETS = {
     # a pipeline check: stages just long enough for the diagnosis (trace_stats.MIN_STEPS), so the tree's
     # expansions past the first read findings
     "smoke": Preset("smoke", stage_steps=8, prompts_per_step=4, num_generations=4, eval_n=48, pool_n=400,
-                    warm_max_steps=150, warm_check_every=25),
+                    warm_max_steps=150, warm_check_every=25, probe_n=16),
     # a CPU-sized comparison: stages long enough for the diagnosis (12 steps), a 0.1M-parameter policy
     "cpu": Preset("smoke", stage_steps=12, prompts_per_step=8, num_generations=8, eval_n=128, pool_n=2000,
-                  warm_max_steps=600, warm_check_every=50),
+                  warm_max_steps=600, warm_check_every=50, probe_n=32),
     "small": Preset("small", stage_steps=25, prompts_per_step=16, num_generations=8, eval_n=256, pool_n=4000,
-                    warm_max_steps=3000, warm_check_every=100),
+                    warm_max_steps=3000, warm_check_every=100, probe_n=64),
     "full": Preset("full", stage_steps=60, prompts_per_step=32, num_generations=8, eval_n=512, pool_n=16000,
-                   warm_max_steps=8000, warm_check_every=200),
+                   warm_max_steps=8000, warm_check_every=200, probe_n=128),
 }
 
 
@@ -66,8 +81,12 @@ def _state_bytes(policy) -> bytes:
     return buf.getvalue()
 
 
+def _state_dict(data: bytes) -> dict:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
 def _load_state(policy, data: bytes) -> None:
-    policy.load_state_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+    policy.load_state_dict(_state_dict(data))
 
 
 @dataclass
@@ -90,6 +109,7 @@ class Session:
     difficulty: int | None = None  # held-out reward is measured here; None: the task's default
     device: str = "cpu"
     policy_path: str | None = None  # a Hugging Face causal LM on disk instead of a character transformer
+    kl_reference: str = "initial"  # every stage's KL anchor (StageConfig.kl_reference)
     task: object = field(init=False)
     vocab: Vocab = field(init=False)
     base_state: bytes = field(init=False, default=b"")
@@ -109,6 +129,8 @@ class Session:
 
         if self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}: one of {', '.join(PRESETS)}")
+        if self.kl_reference not in KL_REFERENCES:
+            raise UserError(f"unknown KL reference {self.kl_reference!r}: {' or '.join(KL_REFERENCES)}")
         self.p = PRESETS[self.preset]
         self.task = get_task(self.task_name)
         if self.difficulty is None:
@@ -135,7 +157,7 @@ class Session:
     def default_config(self) -> StageConfig:
         return StageConfig(max_completion_length=self.answer_len + 2, num_generations=self.p.num_generations,
                            prompts_per_step=self.p.prompts_per_step, steps=self.p.stage_steps,
-                           difficulty=self.difficulty,
+                           difficulty=self.difficulty, kl_reference=self.kl_reference,
                            # 3e-4 lowered held-out reward in every default-config stage of a CPU pilot
                            # (docs/log/2026-11-30.md, "Training engine: first figures"); 1e-4: the grid's best there
                            learning_rate=1e-4 if self.p.policy != "full" else 5e-5)
@@ -200,7 +222,10 @@ class Session:
         # stage itself changed
         start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),
                  "eval/train_reward": self._measure(policy, parent, "train")}
-        trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed)
+        reference = _state_dict(self.base_state) if config.kl_reference == "initial" and self.base_state else None
+        trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed, reference=reference,
+                              probe=self._probe(config.difficulty),
+                              probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)))
         trace = trainer.run(progress=progress)
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
@@ -211,6 +236,16 @@ class Session:
         if self.record is not None:
             self.record(key, result, dict(label or {}))
         return result
+
+    def _probe(self, difficulty: int) -> Callable[[object], float]:
+        """Greedy reward on the first ``probe_n`` tune prompts at ``difficulty``."""
+        if difficulty == self.difficulty:
+            examples = self.tune[:self.p.probe_n]
+        else:
+            examples = self.task.dataset("tune", self.p.probe_n, difficulty, seed=self.seed)
+        room = self.max_len - max(len(self.vocab.encode(e.prompt)) for e in examples)
+        length = min(self.task.max_answer_length(difficulty) + 2, room)  # a harder level's prompts are longer
+        return lambda policy: evaluate(policy, self.vocab, self.task, examples, length)
 
     def test_reward(self, state: bytes) -> float:
         """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""
@@ -263,6 +298,7 @@ class Schedule:
     test_reward: float = math.nan
     traces: list[list[dict]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
     compute: Compute = field(default_factory=Compute)  # every stage the method trained, not only these
 
 

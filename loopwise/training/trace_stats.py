@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from loopwise.training import metrics as m
 
 __all__ = [
-    "MIN_STEPS", "MIN_WINDOW", "Trace", "comparable", "fmt", "head", "noise", "number", "recent_trend",
-    "median_slope", "shift", "stage_shift", "tail", "window",
+    "MIN_STEPS", "MIN_WINDOW", "SOLVED_REWARD", "UNSOLVED_REWARD", "ZERO_STD_HIGH", "Trace", "comparable", "fmt",
+    "head", "noise", "number", "recent_trend", "median_slope", "shift", "stage_shift", "tail", "window",
 ]
 
 # -- how much trace a judgement needs, and what counts as a change ------------------------------
@@ -30,6 +30,13 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # SE of a median / SE of a mean, for 
 REPEATED_MEDIAN_SE_FACTOR = 1 / math.sqrt(0.61)  # repeated-median slope's efficiency ~61% of least squares
 TREND_MAX_POINTS = 40  # a trend over more steps is fitted to medians of bins (the fit is quadratic)
 MIN_REWARD_CHANGE = 0.02  # on a noiseless trace, smaller reward moves still count as "no progress"
+
+# -- levels several detectors share (rewards in [0, 1]) -----------------------------------------
+SOLVED_REWARD = 0.8  # the policy solves most prompts at this difficulty
+UNSOLVED_REWARD = 0.2  # ... or almost none (TinyZero gives 0.1 for format alone: that is "none")
+# Zero-signal groups: Modal's DAPO tutorial, all-correct or all-wrong groups give zero advantage;
+# when half the groups carry no signal the effective batch has halved. (Threshold ours.)
+ZERO_STD_HIGH = 0.5
 
 
 def number(value: object) -> float | None:
@@ -153,8 +160,16 @@ class Trace:
         return tail(rewards) if comparable(rewards) else None
 
     def reward_progressing(self) -> bool | None:
-        """Whether reward rose significantly in the last window; None without enough reward."""
+        """Whether sampled reward rose significantly in the last window; None without enough reward."""
         rewards = self.series(m.REWARD)
         if not comparable(rewards):
             return None
         return recent_trend(rewards)[2]
+
+    def greedy_progressing(self) -> bool | None:
+        """Whether the greedy probe's reward rose significantly in the last window; None without
+        enough probes."""
+        greedy = self.series(m.GREEDY_REWARD)
+        if not comparable(greedy):
+            return None
+        return recent_trend(greedy)[2]

@@ -3,12 +3,14 @@
 The rules combine every finding's suggested knob moves into *one* coordinated multi-parameter
 change (a knob two findings disagree on goes the way of the higher-scored one), step each knob by
 its :data:`STEPS` rule (multiplicative for rates and sizes, additive for clip ranges and the
-difficulty) and keep it inside :class:`Bounds`. A healthy stage follows LLMZero's observed pattern
-as a prior: *capacity grows* (difficulty when reward is high, else the response budget), while
-regularization knobs move either way. Siblings for the tree search are seeded variations of the
-coordinated move (half or double steps, one knob left out, the top finding alone, plus a capacity
-step), then single-knob moves of the prior. :func:`directions` classifies a path's knob
-trajectories, to check the capacity-up / regularization-oscillates pattern on our own searches.
+difficulty) and keep it inside :class:`Bounds`. Siblings for the tree search are seeded variations
+of the coordinated move (half or double steps, one knob left out, the top finding alone), then
+single-knob moves, every knob either way. Without a finding (or with none answerable within the
+bounds) there is no coordinated move: the single-knob moves, in seeded order, are all there is, and
+the search itself offers to continue with the config unchanged. No rule prefers a direction for a
+class of knobs, so :func:`directions`, which classifies a path's knob trajectories, reports what
+the findings and the search chose (LLMZero reports capacity knobs growing and regularization knobs
+oscillating; here that is a result to check, not a rule).
 """
 
 from __future__ import annotations
@@ -26,14 +28,9 @@ from loopwise.core.records import Finding
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
 from loopwise.training.findings import suggests
 
-__all__ = ["CAPACITY_GROWS_REWARD", "STEPS", "Bounds", "Step", "Transition", "directions", "propose_transitions"]
+__all__ = ["STEPS", "Bounds", "Step", "Transition", "directions", "propose_transitions"]
 
-CAPACITY_GROWS_REWARD = 0.7  # a healthy stage at or above this reward gets the next difficulty
-# capacity to grow when the difficulty stays: more completions per prompt first (more groups with a
-# reward signal at a low pass rate); a longer completion budget is what the truncation finding asks for
-PRIOR_GROWTH = ("num_generations", "max_completion_length")
-
-Plan = dict[str, tuple[str, str]]  # knob -> (direction, why: a finding's kind, "prior" or "explore")
+Plan = dict[str, tuple[str, str]]  # knob -> (direction, why: a finding's kind or "explore")
 
 
 @dataclass(frozen=True)
@@ -151,15 +148,6 @@ def _plan_from(findings: Sequence[Finding]) -> Plan:
     return plan
 
 
-def _prior_plan(config: StageConfig, reward: float | None, bounds: Bounds) -> Plan:
-    """Capacity grows: the next difficulty when reward is high, else the first growable budget."""
-    growable = [k for k in ("difficulty",) + PRIOR_GROWTH if _build(config, {k: ("up", "prior")}, 1.0, bounds)]
-    if reward is not None and reward >= CAPACITY_GROWS_REWARD and "difficulty" in growable:
-        return {"difficulty": ("up", "prior")}
-    budget = [k for k in growable if k != "difficulty"]
-    return {budget[0]: ("up", "prior")} if budget else {}
-
-
 def _build(config: StageConfig, plan: Plan, scale: float, bounds: Bounds) -> StageConfig | None:
     """The config after the plan's moves, or None when nothing moved or the result is invalid."""
     current = config.model_dump()
@@ -177,33 +165,28 @@ def _variants(plan: Plan, findings: Sequence[Finding]) -> list[tuple[Plan, float
     out: list[tuple[Plan, float, str]] = [(plan, 0.5, "half steps"), (plan, 2.0, "double steps")]
     if len(plan) > 1:
         out += [({k: v for k, v in plan.items() if k != knob}, 1.0, f"without {knob}") for knob in plan]
-        top = max(findings, key=lambda f: f.score).tool if findings else "prior"
+        top = max(findings, key=lambda f: f.score).tool if findings else "explore"
         only = {k: v for k, v in plan.items() if v[1] == top}
         if only and len(only) < len(plan):
             out.append((only, 1.0, f"{top} only"))
-    out += [(plan | {k: ("up", "prior")}, 1.0, f"plus {k} growth") for k in CAPACITY if k not in plan]
     return out
 
 
 def _singles() -> list[tuple[Plan, float, str]]:
-    """One-knob moves of the prior: capacity up only, regularization either way."""
-    moves = [(k, "up", "prior") for k in CAPACITY]
-    moves += [(k, d, "explore") for k in REGULARIZATION for d in ("up", "down")]
-    return [({k: (d, why)}, 1.0, "") for k, d, why in moves]
+    """One-knob moves, every knob either way."""
+    return [({k: (d, "explore")}, 1.0, "") for k in CAPACITY + REGULARIZATION for d in ("up", "down")]
 
 
 def _rationale(plan: Plan, changes: Mapping[str, tuple], note: str) -> str:
     reasons = list(dict.fromkeys(reason for knob, (_, reason) in plan.items() if knob in changes))
-    answered = [r for r in reasons if r not in ("prior", "explore")]
-    head = (f"Answers {', '.join(answered)}" if answered
-            else "Capacity grows (LLMZero's prior for a healthy stage)" if "prior" in reasons
-            else "Explores one regularization knob (LLMZero's prior: these move either way)")
+    answered = [r for r in reasons if r != "explore"]
+    head = f"Answers {', '.join(answered)}" if answered else "Explores one knob (no finding asks for this move)"
     moves = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
     return f"{head}{f' ({note})' if note else ''}: {moves}."
 
 
 def propose_transitions(config: StageConfig, findings: list[Finding], rng: random.Random, n: int = 2,
-                        bounds: Bounds | None = None, *, reward: float | None = None) -> list[Transition]:
+                        bounds: Bounds | None = None) -> list[Transition]:
     """The next stage's configs for a checkpoint, best guess first.
 
     Args:
@@ -212,13 +195,12 @@ def propose_transitions(config: StageConfig, findings: list[Finding], rng: rando
         rng: the seeded generator that orders the sibling variations.
         n: how many distinct transitions are wanted (0 gives none).
         bounds: the knobs' ranges; :class:`Bounds` defaults when None.
-        reward: the stage's final reward (0..1), which the healthy-stage prior needs to decide
-            whether the difficulty grows; None when unknown (the difficulty then stays).
 
     Returns:
         Up to ``n`` transitions with distinct configs, none equal to ``config``; the first is the
-        coordinated rule-based move (or the prior's, with no findings or none answerable within
-        bounds). Only when no knob can move at all is the unchanged config returned, once.
+        coordinated rule-based move when a finding can be answered within the bounds, else a
+        single-knob move in seeded order. Only when no knob can move at all is the unchanged
+        config returned, once.
     """
     if n < 0:
         raise ValueError(f"n must not be negative, got {n}")
@@ -227,10 +209,10 @@ def propose_transitions(config: StageConfig, findings: list[Finding], rng: rando
     bounds = bounds or Bounds()
     plan, note = _plan_from(findings), ""
     if _build(config, plan, 1.0, bounds) is None:
-        if findings:  # every answer to them is at its bound: say so, and follow the prior
+        if findings:  # every answer to them is at its bound: say so, and explore instead
             note = f"{', '.join(f.tool for f in findings)} cannot be answered within bounds"
-        plan = _prior_plan(config, reward, bounds)
-    variants, singles = _variants(plan, findings), _singles()
+        plan = {}
+    variants, singles = (_variants(plan, findings) if plan else []), _singles()
     rng.shuffle(variants)
     rng.shuffle(singles)
     out: list[Transition] = []

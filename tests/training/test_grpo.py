@@ -107,8 +107,10 @@ def test_a_step_reports_every_metric_by_name_with_sane_values():
     assert row[M.ENTROPY] > 0 and row[M.KL] >= 0 and row[M.LR] == cfg.learning_rate
     assert 1 <= row[M.LENGTH] <= 6
     assert row[M.SAMPLES] == 16 and row[M.TOKENS] == round(row[M.LENGTH] * 16)  # the compute a step spent
+    assert 1 <= row[M.MAX_LENGTH] <= 6 and row[M.MAX_LENGTH] >= row[M.LENGTH]
+    assert 0 <= row[M.FRAC_ZERO_STD_HALF] <= 1 and row[M.FRAC_ZERO_STD_HALF] >= row[M.FRAC_ZERO_STD]
     no_kl = GRPOTrainer(_policy(), VOCAB, TASK, cfg.model_copy(update={"beta": 0.0}), _pool(50, 1), seed=0).step()
-    assert M.KL not in no_kl
+    assert no_kl[M.KL] >= 0  # measured without a KL term too: the diagnosis sees drift before beta is on
 
 
 def test_one_update_per_batch_never_clips_and_equal_rewards_give_no_gradient():
@@ -167,3 +169,50 @@ def test_warm_start_then_grpo_raises_the_pass_rate():
     GRPOTrainer(policy, VOCAB, TASK, cfg, train, seed=1).run()
     after = evaluate(policy, VOCAB, TASK, check, 6, greedy=False, seed=5)
     assert after > base + 0.1, (base, after)
+
+
+def _drifted(steps: int = 12) -> tuple[dict, dict, StageConfig]:
+    """The initial weights and the weights after one stage at a large learning rate."""
+    cfg = StageConfig(max_completion_length=6, num_generations=4, prompts_per_step=4, steps=steps, learning_rate=3e-3)
+    policy = _policy()
+    initial = {k: v.clone() for k, v in policy.state_dict().items()}
+    GRPOTrainer(policy, VOCAB, TASK, cfg, _pool(60, 3), seed=0).run()
+    return initial, {k: v.clone() for k, v in policy.state_dict().items()}, cfg
+
+
+def test_a_reference_of_the_initial_weights_lets_the_kl_detector_see_drift():
+    """The second stage of a drifting schedule: measured against its own start its KL is ~0 and
+    nothing fires; against the schedule's initial policy the inherited drift is a KL blow-up."""
+    from loopwise.training.diagnose import diagnose
+
+    initial, drifted, cfg = _drifted()
+
+    def second_stage(reference):
+        policy = _policy()
+        policy.load_state_dict(drifted)
+        slow = cfg.model_copy(update={"learning_rate": 1e-6})
+        return GRPOTrainer(policy, VOCAB, TASK, slow, _pool(60, 3), seed=1, reference=reference).run()
+
+    to_start, to_initial = second_stage(None), second_stage(initial)
+    assert max(r[M.KL] for r in to_start) < 1e-3 < min(r[M.KL] for r in to_initial)
+    assert "kl_blowup" in {f.tool for f in diagnose(to_initial)}
+    assert "kl_blowup" not in {f.tool for f in diagnose(to_start)}
+
+
+def test_the_probe_is_logged_on_its_steps_and_changes_no_training():
+    cfg = StageConfig(max_completion_length=6, num_generations=4, prompts_per_step=4, steps=5)
+    pool, check = _pool(60, 5), _pool(16, 6)
+    calls = []
+
+    def probe(policy):
+        calls.append(1)
+        return evaluate(policy, VOCAB, TASK, check, 6)
+
+    plain = GRPOTrainer(_policy(), VOCAB, TASK, cfg, pool, seed=2).run()  # beta 0: KL measured on every step
+    probed = GRPOTrainer(_policy(), VOCAB, TASK, cfg, pool, seed=2, probe=probe, probe_every=2).run()
+    assert [r[M.STEP] for r in probed if M.GREEDY_REWARD in r] == [2, 4, 5] and len(calls) == 3  # and the last
+    assert [r[M.STEP] for r in probed if M.KL in r] == [2, 4, 5]  # at beta 0, KL on the probe's steps
+    assert [r[M.KL] for r in probed if M.KL in r] == [plain[i][M.KL] for i in (1, 3, 4)]
+    assert [{k: v for k, v in r.items() if k not in (M.GREEDY_REWARD, M.KL)} for r in probed] == \
+        [{k: v for k, v in r.items() if k != M.KL} for r in plain]
+    assert all(0 <= r[M.GREEDY_REWARD] <= 1 for r in probed if M.GREEDY_REWARD in r)

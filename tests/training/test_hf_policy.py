@@ -145,7 +145,7 @@ def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
                                bos_token_id=0, eos_token_id=0)).save_pretrained(path)
     monkeypatch.setitem(session.PRESETS, "smoke", session.Preset("smoke", stage_steps=2, prompts_per_step=2,
                                                                num_generations=2, eval_n=8, pool_n=40,
-                                                               warm_max_steps=4, warm_check_every=2))
+                                                               warm_max_steps=4, warm_check_every=2, probe_n=4))
     run = TrainingRun.start(Settings("sorting", ("staged",), budget=2, depth=1, difficulty=0, device="cpu",
                                      policy_path=str(path)), str(tmp_path / "runs"))
     assert run.session.max_len <= 64 and type(run.session.new_policy()).__name__ == "HFPolicy"

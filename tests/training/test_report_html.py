@@ -230,3 +230,22 @@ def test_an_unfinished_default_budget_is_the_default_stages_in_samples(tmp_path)
     store = _new(tmp_path, ["tree"])
     html = _html(store)
     assert "6 default stages&#39; samples per method" in html
+
+
+def test_the_tree_says_why_each_stage_of_its_pick_and_which_nodes_were_healthy(tmp_path):
+    """The pick's stages carry the transition's reason, and a node judged healthy says "no
+    finding" rather than nothing."""
+    store = _new(tmp_path, ["tree"])
+    best = _tree(store, n_nodes=5)
+    store.append("stage", {"key": "k6", "config": _cfg(beta=0.01), "trace": _trace(3, 0.2, 0.3), "tune": 0.3,
+                           "train": 0.3, "seconds": 0.1, "state": "0" * 64, "method": "tree", "node": 6, "parent": 2,
+                           "depth": 2, "diagnosis": [], "diagnosis_status": "no finding"})
+    reasons = ["the default config", "Answers too_easy: difficulty 1 -> 2.", "Continues unchanged: nothing found."]
+    store.append("result", {"method": "tree", "configs": [p["config"] for p in best], "tune_reward": 0.6,
+                            "test_reward": 0.55, "base_tune_reward": BASE_TUNE, "base_test_reward": BASE_TEST,
+                            "stages_used": 6, "seconds": 1.0, "directions": {"difficulty": "monotone_up"},
+                            "reasons": reasons, "traces": [p["trace"] for p in best]}, key="tree")
+    html = _html(store)
+    assert all(f"<td>{r}</td>" in html for r in ("the default config", "Answers too_easy: difficulty 1 -&gt; 2."))
+    assert re.search(r"<td>6</td><td>2</td><td>2</td>.*?<td>no finding</td>", html)
+    assert "its own stages" in html

@@ -1,5 +1,6 @@
-"""The baselines' search spaces: the grid moves every knob the tree's transitions move, its points
-spread evenly over each knob's levels, and a budget prices stages in samples or tokens."""
+"""The tree's expansions and the baselines' search spaces: a node without findings is continued
+unchanged, one with findings answered; the grid moves every knob the tree's transitions move, its
+points spread evenly over each knob's levels, and a budget prices stages in samples or tokens."""
 
 from __future__ import annotations
 
@@ -49,3 +50,57 @@ def test_a_budget_prices_a_stage_in_samples_or_tokens():
     assert Budget("samples", 200).stages(cfg) == 2
     with pytest.raises(ValueError):
         Budget("stages", 3)
+
+
+class _FakeSession:
+    """Stands in for a Session: every stage returns ``trace`` and a slightly better tune reward."""
+
+    def __init__(self, trace):
+        from types import SimpleNamespace
+
+        self.trace, self.spent, self.base_state, self.base_tune = trace, Compute(), b"base", 0.3
+        self.task = SimpleNamespace(max_difficulty=3)
+        self.tune, self.max_len, self.trained = [SimpleNamespace(prompt="12+34=")], 64, []
+
+    def default_config(self):
+        return StageConfig(steps=8, prompts_per_step=2, num_generations=4, max_completion_length=6)
+
+    def run_stage(self, parent, config, seed, label=None):
+        from loopwise.training.session import StageResult
+
+        self.spent = self.spent + Compute(config.steps * config.prompts_per_step * config.num_generations, 0)
+        self.trained.append((parent, config, label))
+        return StageResult(config, parent + b"+", self.trace, 0.3 + 0.01 * len(self.trained), 0.3, 0.0)
+
+    def value(self, tune):
+        return (tune + 0.01) / (self.base_tune + 0.01)
+
+
+def _tree_children(trace):
+    from loopwise.training.search import tree_search
+
+    fake = _FakeSession(trace)
+    tree_search(fake, Budget("samples", 12 * 64), depth=3, seed=0)
+    by_parent: dict = {}
+    for parent, config, label in fake.trained:
+        by_parent.setdefault(label["parent"], []).append((config, label["why"]))
+    configs = {label["node"]: config for _, config, label in fake.trained}
+    return by_parent, configs
+
+
+def test_a_node_without_findings_is_continued_unchanged_and_one_with_findings_is_answered():
+    from loopwise.training import metrics as m
+    from loopwise.training.search import CONTINUE
+
+    healthy = [{m.STEP: i, m.REWARD: 0.5, m.GREEDY_REWARD: 0.3 + 0.02 * i, m.FRAC_ZERO_STD: 0.3} for i in range(12)]
+    by_parent, configs = _tree_children(healthy)
+    below = [p for p in by_parent if p != 0]
+    assert below and all(any(c == configs[p] and why == CONTINUE for c, why in by_parent[p]) for p in below)
+    stuck = [{m.STEP: i, m.REWARD: 0.05, m.GREEDY_REWARD: 0.1, m.FRAC_ZERO_STD: 0.3} for i in range(12)]
+    by_parent, configs = _tree_children(stuck)
+    below = [p for p in by_parent if p != 0]
+    assert below and all(c != configs[p] for p in below for c, _ in by_parent[p])
+    for p in below:  # lower the difficulty, or at difficulty 0 say that it cannot and explore
+        why = by_parent[p][0][1]
+        assert why.startswith("Answers too_hard: difficulty") if configs[p].difficulty > 0 else \
+            "too_hard cannot be answered within bounds" in why

@@ -8,7 +8,7 @@ from loopwise.training import session
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
-                     warm_max_steps=40, warm_check_every=20)
+                     warm_max_steps=40, warm_check_every=20, probe_n=8)
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ from loopwise.training.compute import Budget
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
-                     warm_max_steps=40, warm_check_every=20)
+                     warm_max_steps=40, warm_check_every=20, probe_n=8)
 
 
 @pytest.fixture
@@ -109,6 +109,22 @@ def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
     assert len(trained) + len(again) == len(once)  # none trained twice
 
 
+@pytest.mark.parametrize("reference", ["initial", "stage"])
+def test_the_kl_reference_is_the_base_policy_or_the_stages_start(tiny, reference):
+    """A second stage after a drifting first one: anchored at the base it starts far from its
+    reference; anchored at its own start it starts at it."""
+    s = session.Session("arithmetic", "smoke", difficulty=0, kl_reference=reference)
+    s.prepare()
+    drift = s.default_config().model_copy(update={"learning_rate": 3e-3, "steps": 4})
+    first = s.run_stage(s.base_state, drift, seed=1)
+    second = s.run_stage(first.state, drift.model_copy(update={"learning_rate": 1e-7}), seed=2)
+    kl = [row["kl"] for row in second.trace if "kl" in row]
+    assert second.config.kl_reference == reference and len(kl) == 4
+    assert (min(kl) > 1e-3) if reference == "initial" else (max(kl) < 1e-4)
+    with pytest.raises(UserError, match="unknown KL reference 'parent'"):
+        session.Session("arithmetic", "smoke", kl_reference="parent")
+
+
 def test_mistakes_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="unknown method"):
         Settings("arithmetic", ("tree", "hyperband"))
@@ -142,6 +158,31 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
     assert all(0 < r["samples"] <= budget for r in out["results"].values())
     assert out["results"]["staged"]["stages_used"] == 2
     assert 0 < out["warm_start"]["steps"] <= session.PRESETS["smoke"].warm_max_steps
+
+
+def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(tmp_path):
+    """The real smoke preset, as the user runs it: stages long enough that every node's diagnosis is
+    recorded (findings, or an explicit "no finding"), nodes below the first level expanded from it,
+    the settings naming the difficulty trained at, and the pick's knob directions computed from the
+    pick's own stages, each stage saying why it was proposed."""
+    from loopwise.training.config import StageConfig
+    from loopwise.training.transitions import directions
+
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--preset", "smoke",
+                           "--json", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["settings"]["difficulty"] == 1 and out["settings"]["kl_reference"] == "initial"
+    stages = [e.payload for e in SqliteRunStore.open(str(tmp_path), out["run_id"]).events(kind="stage")]
+    judged = {p["node"]: p for p in stages if p["diagnosis_status"] in ("findings", "no finding")}
+    assert len(judged) == len(stages) >= 3
+    assert all((p["diagnosis_status"] == "findings") == bool(p["diagnosis"]) for p in stages)
+    assert all(f["moves"] for p in stages for f in p["diagnosis"])
+    assert any(p["parent"] in judged for p in stages)  # expanded from a diagnosed node
+    tree = out["results"]["tree"]
+    assert tree["directions"] == (directions([StageConfig(**c) for c in tree["configs"]])
+                                  if len(tree["configs"]) > 1 else {})
+    assert len(tree["reasons"]) == len(tree["configs"]) and all(tree["reasons"])
 
 
 def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):

@@ -97,18 +97,22 @@ def test_siblings_vary_the_coordinated_move():
         assert set(sibling.changes) & first or "alone" in sibling.rationale or "Explores" in sibling.rationale
 
 
-@pytest.mark.parametrize("reward,knob", [(0.9, "difficulty"), (0.3, "num_generations"),
-                                         (None, "num_generations")])
-def test_a_healthy_stage_grows_capacity(reward, knob):
-    first = propose_transitions(BASE, [], random.Random(0), reward=reward)[0]
-    assert moved(first) == {knob: "up"} and "Capacity grows" in first.rationale
+def test_without_findings_no_direction_is_preferred():
+    """No finding: single-knob moves in seeded order, capacity knobs down as often as up."""
+    firsts = [propose_transitions(BASE, [], random.Random(seed))[0] for seed in range(200)]
+    seen = {(k, d) for t in firsts for k, d in moved(t).items()}
+    for knob in CAPACITY:
+        assert {(knob, "up"), (knob, "down")} <= seen, knob
+    assert all(len(t.changes) == 1 and t.rationale.startswith("Explores one knob") for t in firsts)
+    capacity = [d for t in firsts for k, d in moved(t).items() if k in CAPACITY]
+    assert abs(capacity.count("up") - capacity.count("down")) < len(capacity) / 3
 
 
-def test_findings_blocked_by_bounds_fall_back_to_the_prior():
+def test_findings_blocked_by_bounds_explore_instead():
     config = StageConfig(learning_rate=1e-5)
     blocked = [finding("kl_blowup", 0.9, learning_rate="down")]
-    out = propose_transitions(config, blocked, random.Random(0), reward=0.9)
-    assert out[0].config != config and moved(out[0]) == {"difficulty": "up"}
+    out = propose_transitions(config, blocked, random.Random(0), n=4)
+    assert all(t.config != config and len(t.changes) == 1 for t in out)
     assert "kl_blowup cannot be answered within bounds" in out[0].rationale
 
 
@@ -160,12 +164,17 @@ def test_directions_classifies_each_knob():
     assert set(directions(path[:1]).values()) == set(directions([]).values()) == {"constant"}
 
 
-def test_a_path_of_proposed_transitions_grows_capacity_monotonically():
-    config, path = StageConfig(difficulty=0), []
-    for _ in range(4):
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_capacity_follows_the_findings_either_way(direction):
+    """A path whose findings keep asking for a smaller group and a shorter cap shrinks both: a
+    monotone capacity knob is the findings' doing, in whichever direction they point."""
+    ask = finding("capacity", 0.5, num_generations=direction, max_completion_length=direction)
+    config, path = StageConfig(num_generations=8, max_completion_length=32), []
+    for _ in range(3):
         path.append(config)
-        config = propose_transitions(config, [], random.Random(0), reward=0.9)[0].config
-    assert directions(path + [config])["difficulty"] == "monotone_up"
+        config = propose_transitions(config, [ask], random.Random(0))[0].config
+    got = directions(path + [config])
+    assert got["num_generations"] == got["max_completion_length"] == f"monotone_{direction}"
 
 
 def test_diagnosis_to_transition_end_to_end():

@@ -1,0 +1,127 @@
+"""Whether a stage's capacity knobs (group size, completion budget) fit what the policy does, in
+both directions: groups without a reward signal ask for more completions per prompt, groups whose
+halves would still carry one for fewer; completions cut at the cap ask for a longer cap,
+completions that all fit in half of it for a shorter one.
+
+Lowering a capacity knob is an economy, not a repair: it frees generated samples (or tokens) of
+the equal budget for further steps and stages, so those findings score below the pathologies'.
+"""
+
+from __future__ import annotations
+
+from loopwise.core.records import Finding
+from loopwise.training import metrics as m
+from loopwise.training import trace_stats as ts
+from loopwise.training.config import StageConfig
+from loopwise.training.findings import make_finding
+
+__all__ = ["CAPACITY_DETECTORS"]
+
+# Half the group would still carry a signal in three groups out of four: the samples a halving
+# frees buy more steps than the signal it loses (ours; the up-move needs ZERO_STD_HIGH, twice this,
+# so the two never ask for opposite moves on one trace).
+HALF_ZERO_STD_LOW = 0.25
+ECONOMY_SCORE = 0.3
+# Truncation: TRL #5697, a 0.5B model at 256 tokens had 97-99% truncated (reward 0) and ~14% at
+# 1024 tokens once fixed; 30% sits between the broken and the working run.
+TRUNCATED_HIGH = 0.3
+# Length explosion / collapse: SofT-GRPO #4, EasyR1 #40 and ms-swift #4758 report the pattern,
+# not a ratio; a doubling / halving of the mean length within one stage is ours.
+LENGTH_EXPLOSION_RATIO = 2.0
+LENGTH_COLLAPSE_RATIO = 0.5
+
+
+def _zero_signal_groups(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    frac = t.series(m.FRAC_ZERO_STD)
+    if not ts.comparable(frac) or (share := ts.tail(frac)) < ts.ZERO_STD_HIGH:
+        return None
+    level = t.reward_level()  # sampled: which way the groups are uniform is a property of sampling
+    head = f"{share:.0%} of groups had identical rewards"
+    if level is not None and level >= ts.SOLVED_REWARD:
+        kind, suggests = "groups_all_solved", {"num_generations": "down"}
+        text = (f"{head} with sampled reward at {ts.fmt(level)}: every sample solves most prompts, so the groups "
+                "carry no gradient and more samples per prompt would not find one; halve the group (whether the "
+                "difficulty rises is the greedy probe's call).")
+    elif level is not None and level <= ts.UNSOLVED_REWARD:
+        kind, suggests = "groups_none_solved", {"num_generations": "up"}
+        text = (f"{head} with sampled reward at {ts.fmt(level)}: every sample fails most prompts; sample more "
+                "completions per prompt so that a group holds a success.")
+    else:
+        kind, suggests = "groups_zero_signal", {"num_generations": "up"}
+        reward = ts.fmt(level) if level is not None else "not logged"
+        text = f"{head} (sampled reward {reward}): sample more completions per prompt."
+    evidence = {"frac_reward_zero_std": share} | ({"reward": level} if level is not None else {})
+    return make_finding(kind, text, evidence, 0.8 * share, suggests)
+
+
+def _group_to_spare(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    halves, whole = t.series(m.FRAC_ZERO_STD_HALF), t.series(m.FRAC_ZERO_STD)
+    if not (ts.comparable(halves) and ts.comparable(whole)):
+        return None
+    half, share = ts.tail(halves), ts.tail(whole)
+    if half > HALF_ZERO_STD_LOW or share >= ts.ZERO_STD_HIGH:
+        return None
+    size = f" of {config.num_generations}" if config is not None else ""
+    return make_finding(
+        "group_to_spare",
+        f"Taken apart, the halves of each group{size} had identical rewards in only {half:.0%} of cases (whole groups "
+        f"{share:.0%}): half the group size still carries a reward signal in most groups; halve num_generations and "
+        "spend the samples on more steps.",
+        {"frac_reward_zero_std_half": half, "frac_reward_zero_std": share}, ECONOMY_SCORE,
+        {"num_generations": "down"})
+
+
+def _truncation(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    clipped = t.series(m.CLIPPED)
+    if not ts.comparable(clipped) or (share := ts.tail(clipped)) < TRUNCATED_HIGH:
+        return None
+    cap = f"{config.max_completion_length}-token " if config else ""
+    evidence = {"clipped_ratio": share}
+    if config:
+        evidence["max_completion_length"] = config.max_completion_length
+    return make_finding(
+        "truncation",
+        f"{share:.0%} of completions hit the {cap}length cap (median of the last {ts.window(len(clipped))} "
+        "steps): answers are cut before they end; raise max_completion_length.",
+        evidence, share, {"max_completion_length": "up"})
+
+
+def _short_completions(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    """Every completion of the stage fits in half the cap (none was cut): the cap can halve
+    without cutting anything the policy wrote."""
+    longest, clipped = t.series(m.MAX_LENGTH), t.series(m.CLIPPED)
+    if config is None or not (ts.comparable(longest) and ts.comparable(clipped)):
+        return None
+    cap, most = config.max_completion_length, max(longest)
+    if max(clipped) > 0 or 2 * most > cap:
+        return None
+    return make_finding(
+        "short_completions",
+        f"The stage's longest completion had {most:.0f} tokens, at most half the {cap}-token cap, and none was cut: "
+        "halve max_completion_length.",
+        {"max_length": most, "max_completion_length": cap}, ECONOMY_SCORE, {"max_completion_length": "down"})
+
+
+def _length_change(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    lengths = t.series(m.LENGTH)
+    if not ts.comparable(lengths) or t.reward_progressing() is not False or (start := ts.head(lengths)) <= 0:
+        return None  # a length change while reward rises is the policy learning, not a pathology
+    end = ts.tail(lengths)
+    ratio = end / start
+    evidence = {"length_start": start, "length_end": end, "length_ratio": round(ratio, 4)}
+    if ratio >= LENGTH_EXPLOSION_RATIO:
+        return make_finding(
+            "length_explosion",
+            f"Mean completion length grew from {ts.fmt(start)} to {ts.fmt(end)} tokens (x{ratio:.1f}) without reward "
+            "improving: the policy is rambling; lower the temperature and the learning rate.",
+            evidence, 0.3 + 0.1 * min(4.0, ratio), {"temperature": "down", "learning_rate": "down"})
+    if ratio <= LENGTH_COLLAPSE_RATIO:
+        return make_finding(
+            "length_collapse",
+            f"Mean completion length fell from {ts.fmt(start)} to {ts.fmt(end)} tokens ({ratio - 1:+.0%}) without "
+            "reward improving: short answers are being rewarded; raise max_completion_length.",
+            evidence, 0.4 + 0.4 * (1 - ratio), {"max_completion_length": "up"})
+    return None
+
+
+CAPACITY_DETECTORS = (_zero_signal_groups, _group_to_spare, _truncation, _short_completions, _length_change)
