@@ -34,6 +34,9 @@ DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0}
 _SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
 _MAX_BLOCK = 4096
 _PERSISTENT = "PERSISTENT_REDUCTION"
+# A kernel's scratch memory (a split scan's look-back partials), allocated by call() for the
+# number of programs the autotuner's R0 block gives: a smaller R0 block would overrun it.
+_WORKSPACE = "ws_ptr"
 # Module-level statements of Inductor's module that belong to its compile machinery or harness.
 _DROPPED_CALLS = ("async_compile", "AsyncCompile")
 # Names the file defines itself (on the inputs' device); Inductor's imports of them are left out.
@@ -81,6 +84,8 @@ def launch_config(kernel: KernelRecord, moves: dict) -> tuple[dict, int]:
         return config, warps
     shift = moves.get("block", 0)
     for name in _SHIFTED + (() if kernel.kind == _PERSISTENT else ("R0_BLOCK",)):
+        if name == "R0_BLOCK" and shift < 0 and _WORKSPACE in kernel.arg_names:
+            continue  # more programs along the row than call() sized the kernel's workspace for
         if name in config and shift:
             config[name] = max(1, min(_MAX_BLOCK, config[name] * 2 ** shift if shift > 0 else config[name] >> -shift))
     if moves.get("warps", 0):

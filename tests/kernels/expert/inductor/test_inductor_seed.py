@@ -131,6 +131,9 @@ def test_moves_shift_block_sizes_and_warps_within_bounds_and_keep_a_persistent_r
     assert launch_config(kernel, {"block": 1, "warps": 1}) == ({"XBLOCK": 16, "R0_BLOCK": 512}, 8)
     kernel.kind = "REDUCTION"
     assert launch_config(kernel, {"block": -1, "warps": -1}) == ({"XBLOCK": 4, "R0_BLOCK": 256}, 2)
+    kernel.arg_names = [*kernel.arg_names[:-1], "ws_ptr", "XBLOCK"]  # a split scan's look-back workspace
+    assert launch_config(kernel, {"block": -1})[0] == {"XBLOCK": 4, "R0_BLOCK": 512}  # R0 never below its size
+    assert launch_config(kernel, {"block": 1})[0] == {"XBLOCK": 16, "R0_BLOCK": 1024}
     kernel.grid_symbolic = False  # the grid holds for the autotuner's configuration only
     assert launch_config(kernel, {"block": 1, "warps": 1}) == ({"XBLOCK": 8, "R0_BLOCK": 512}, 4)
 
