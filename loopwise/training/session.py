@@ -24,8 +24,9 @@ import torch
 from loopwise.errors import UserError
 from loopwise.training.compute import Compute, stage_compute
 from loopwise.training.config import StageConfig
-from loopwise.training.grpo import GRPOTrainer, evaluate, warm_start
+from loopwise.training.grpo import GRPOTrainer, evaluate
 from loopwise.training.policy import Vocab, make_policy
+from loopwise.training.warm import warm_start
 
 if TYPE_CHECKING:
     from loopwise.training.transitions import Bounds
@@ -105,7 +106,7 @@ class Session:
     _rewards: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        from loopwise.training.tasks import ALPHABET, get_task
+        from loopwise.training.tasks import get_task, task_characters
 
         if self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}: one of {', '.join(PRESETS)}")
@@ -120,8 +121,8 @@ class Session:
             from loopwise.training.hf_policy import load_hf_policy
 
             self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device)
-        else:
-            self.vocab = Vocab(ALPHABET)
+        else:  # the characters of the task's prompts and answers, and an unknown token for any other
+            self.vocab = Vocab(task_characters(self.task), unk=True)
         self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
@@ -145,9 +146,13 @@ class Session:
         e = self.tune[0]
         policy = (f"the Hugging Face model {self.policy_path}" if self.policy_path
                   else f"a {self.p.policy} character transformer")
-        return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt!r} is "
-                f"answered {e.answer!r}. Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 "
-                f"otherwise. The policy is {policy} warm-started by supervised "
+        from loopwise.training.tasks import TASKS
+
+        reward = ("Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 otherwise." if self.task_name in TASKS
+                  else f"The task: {self.task.description}")
+        answered = f"answered {e.answer!r}" if e.answer is not None else "scored by a verifier (no reference answer)"
+        return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt[:300]!r} is "
+                f"{answered}. {reward} The policy is {policy} warm-started by supervised "
                 f"training (sampled pass rate {self.warm.get('pass_rate', float('nan')):.2f}); each stage trains "
                 f"{self.p.stage_steps} GRPO steps of {self.p.prompts_per_step} prompts.")
 
