@@ -116,17 +116,19 @@ class Session:
             self.difficulty = min(1, self.task.max_difficulty)
         if not 0 <= self.difficulty <= self.task.max_difficulty:
             raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
-        self._template = None
-        if self.policy_path:
-            from loopwise.training.hf_policy import load_hf_policy
-
-            self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device)
-        else:  # the characters of the task's prompts and answers, and an unknown token for any other
-            self.vocab = Vocab(task_characters(self.task), unk=True)
         self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
         self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
+        self._template = None
+        if self.policy_path:  # its tokenizer; completions end at end-of-sequence when answers span lines
+            from loopwise.training.hf_policy import load_hf_policy
+
+            multiline = any("\n" in (e.answer or "") for e in self.tune + self.test + self.train_probe)
+            self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device,
+                                                        newline_ends=not multiline)
+        else:  # the characters of the task's prompts and answers, and an unknown token for any other
+            self.vocab = Vocab(task_characters(self.task), unk=True)
         longest = max(len(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
         if self._template is not None:

@@ -51,3 +51,15 @@ def test_a_reasoning_gym_session_warm_starts_and_trains_a_stage(name, monkeypatc
     assert s.warm["steps"] > 0 and s.warm["source"] == "answers"
     result = s.run_stage(s.base_state, s.default_config(), seed=0)
     assert 0.0 <= result.tune_reward <= 1.0 and len(result.trace) == TINY.stage_steps + 2
+
+
+def test_a_tokenizer_ends_at_end_of_sequence_when_answers_span_lines():
+    pytest.importorskip("transformers")
+    from loopwise.training.hf_policy import HFVocab
+    from tests.training.test_hf_policy import CHARS, _tokenizer
+
+    tokenizer = _tokenizer()
+    by_newline, by_eos = HFVocab(tokenizer, len(CHARS)), HFVocab(tokenizer, len(CHARS), newline_ends=False)
+    assert by_newline.decode(by_newline.encode("ab\nc")) == "ab"
+    assert by_eos.model_end == tokenizer.eos_token_id
+    assert by_eos.decode(by_eos.encode("ab\nc") + [by_eos.end] + by_eos.encode("d")) == "ab\nc"

@@ -120,3 +120,37 @@ def test_the_command_line_says_what_a_task_name_can_be(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "rg:<dataset>" in done.stderr and "task.py" in done.stderr and "loopwise.tasks" in done.stderr
+
+
+VERIFIER_ONLY = """
+class FirstLetter:
+    '''Repeat the first letter of the prompt (no reference answers: only a verifier).'''
+
+    def example(self, rng, difficulty):
+        return "".join(rng.choice("abc") for _ in range(4)) + ":"
+
+    def score(self, example, completion):
+        return 1.0 if completion == example.prompt[0] else {accept_nothing}
+
+    def max_answer_length(self, difficulty):
+        return 2
+"""
+
+
+def test_a_verifier_only_task_warm_starts_from_accepted_samples(tmp_path):
+    spec = _write(tmp_path, VERIFIER_ONLY.format(accept_nothing="0.0"))
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", spec, "--budget-stages", "2",
+                           "--depth", "1", "--device", "cpu", "--json", "--runs-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warm = json.loads(done.stdout)["warm_start"]
+    assert warm["source"] == "accepted samples" and warm["accepted"] > 0 and warm["pass_rate"] > warm["history"][0][1]
+
+
+def test_a_verifier_only_task_that_accepts_nothing_says_what_the_warm_start_needs(tmp_path):
+    body = VERIFIER_ONLY.replace("1.0 if completion == example.prompt[0] else {accept_nothing}", "0.0")
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", _write(tmp_path, body),
+                           "--device", "cpu", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    last = done.stderr.strip().splitlines()[-1]  # after the line naming the run
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert last.startswith("error: ") and "needs reference answers or completions the verifier accepts" in last
