@@ -203,6 +203,13 @@ class Session:
         policy = self.new_policy()
         _load_state(policy, parent)
         pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
+        # a harder difficulty's prompts can outgrow the policy's positions (a reasoning-gym curriculum's
+        # do): the stage trains on those that fit with a whole completion
+        room = self.max_len - config.max_completion_length
+        pool = [e for e in pool if len(self.vocab.encode(e.prompt)) <= room]
+        if not pool:
+            raise UserError(f"difficulty {config.difficulty}: no training prompt fits the policy's {self.max_len} "
+                            f"positions with a {config.max_completion_length}-token completion")
         # the start's rewards too (the parent's end, measured once), so the diagnosis sees what the
         # stage itself changed
         start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),

@@ -4,6 +4,8 @@ reasoning-gym dataset with spaces, letters and multi-line answers trains."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from loopwise.training import session
@@ -63,3 +65,31 @@ def test_a_tokenizer_ends_at_end_of_sequence_when_answers_span_lines():
     assert by_newline.decode(by_newline.encode("ab\nc")) == "ab"
     assert by_eos.model_end == tokenizer.eos_token_id
     assert by_eos.decode(by_eos.encode("ab\nc") + [by_eos.end] + by_eos.encode("d")) == "ab\nc"
+
+
+class Growing:
+    """Prompts that grow with the difficulty, as a reasoning-gym curriculum's do."""
+
+    name, max_difficulty = "growing", 3
+
+    def example(self, rng, difficulty):
+        word = "".join(rng.choice("abc") for _ in range(rng.randint(3, 4 + 12 * difficulty)))
+        return {"prompt": word + "=", "answer": word[0]}
+
+    def score(self, example, completion):
+        return float(completion == example.answer)
+
+    def max_answer_length(self, difficulty):
+        return 1
+
+
+def test_a_harder_stage_trains_on_the_prompts_that_fit_the_policy(tmp_path, monkeypatch):
+    monkeypatch.setitem(session.PRESETS, "smoke", TINY)
+    path = tmp_path / "growing.py"
+    path.write_text("import inspect\n" + inspect.getsource(Growing))
+    s = session.Session(f"{path}:Growing", "smoke", difficulty=0)
+    s.prepare()
+    hard = s.default_config().model_copy(update={"difficulty": 3})
+    assert max(len(e.prompt) for e in s.task.dataset("train", 60, 3)) > s.max_len  # some do not fit
+    result = s.run_stage(s.base_state, hard, seed=0)
+    assert len(result.trace) == TINY.stage_steps + 2

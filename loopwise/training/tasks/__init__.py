@@ -175,16 +175,16 @@ def get_task(name: str, **knobs) -> Task:
             knob, a task whose optional dependency is missing, or a user task that cannot be loaded.
     """
     if name not in _REGISTRY:
-        from loopwise.training.tasks.reasoning_gym_datasets import PREFIX, ReasoningGymDataset
-        from loopwise.training.tasks.user import is_file_spec, load_entry_point, load_file
-
+        # by name, like the registry's modules: they import this package
+        rg = importlib.import_module("loopwise.training.tasks.reasoning_gym_datasets")
+        user = importlib.import_module("loopwise.training.tasks.user")
         if knobs:
             raise UserError(f"task {name!r} takes no knobs")
-        if name.startswith(PREFIX):
-            return ReasoningGymDataset(name[len(PREFIX):])
-        if is_file_spec(name):
-            return load_file(name)
-        task = load_entry_point(name)
+        if name.startswith(rg.PREFIX):
+            return rg.ReasoningGymDataset(name[len(rg.PREFIX):])
+        if user.is_file_spec(name):
+            return user.load_file(name)
+        task = user.load_entry_point(name)
         if task is None:
             raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}, rg:<dataset> (reasoning-gym), "
                             "path/to/task.py[:Class] or an entry point of loopwise.tasks; see loopwise training tasks")
