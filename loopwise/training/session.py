@@ -170,11 +170,21 @@ class Session:
         """Warm-starts the base policy (supervised, on the train split at the session's difficulty)."""
         policy = self.new_policy()
         train = self.task.dataset("train", self.p.pool_n, self.difficulty, seed=self.seed)
+        # examples longer than the policy's positions (a reference past the task's sampled answer
+        # bound, a prompt longer than the evaluation sets'): the warm start leaves them out
+        train = [e for e in train if self._fits(e.prompt, max(self.answer_len + 2, len(self.vocab.encode(e.answer or ""))
+                                                              + 1))]
+        if not train:
+            raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
                                seed=self.seed, progress=progress)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
+
+    def _fits(self, prompt: str, completion_tokens: int) -> bool:
+        """Whether ``prompt`` and a completion of ``completion_tokens`` fit the policy's positions."""
+        return len(self.vocab.encode(prompt)) + completion_tokens <= self.max_len
 
     def load_base(self, state: bytes, tune: float, warm: dict) -> None:
         self.base_state, self.base_tune, self.warm = state, tune, warm
@@ -205,8 +215,7 @@ class Session:
         pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
         # a harder difficulty's prompts can outgrow the policy's positions (a reasoning-gym curriculum's
         # do): the stage trains on those that fit with a whole completion
-        room = self.max_len - config.max_completion_length
-        pool = [e for e in pool if len(self.vocab.encode(e.prompt)) <= room]
+        pool = [e for e in pool if self._fits(e.prompt, config.max_completion_length)]
         if not pool:
             raise UserError(f"difficulty {config.difficulty}: no training prompt fits the policy's {self.max_len} "
                             f"positions with a {config.max_completion_length}-token completion")

@@ -93,3 +93,29 @@ def test_a_harder_stage_trains_on_the_prompts_that_fit_the_policy(tmp_path, monk
     assert max(len(e.prompt) for e in s.task.dataset("train", 60, 3)) > s.max_len  # some do not fit
     result = s.run_stage(s.base_state, hard, seed=0)
     assert len(result.trace) == TINY.stage_steps + 2
+
+
+class RareLongAnswers:
+    """Answers mostly of one character, now and then far longer than the task's stated bound."""
+
+    name = "rare_long"
+
+    def example(self, rng, difficulty):
+        word = "".join(rng.choice("abc") for _ in range(4))
+        return {"prompt": word + "=", "answer": word[0] * (60 if rng.random() < 0.05 else 1)}
+
+    def score(self, example, completion):
+        return float(completion == example.answer)
+
+    def max_answer_length(self, difficulty):
+        return 1
+
+
+def test_the_warm_start_leaves_out_examples_longer_than_the_policy(tmp_path, monkeypatch):
+    monkeypatch.setitem(session.PRESETS, "smoke", TINY)
+    path = tmp_path / "rare_long.py"
+    path.write_text(inspect.getsource(RareLongAnswers))
+    s = session.Session(str(path), "smoke")
+    assert any(len(e.answer) + len(e.prompt) >= s.max_len for e in s.task.dataset("train", TINY.pool_n, 0))
+    s.prepare()
+    assert s.warm["steps"] > 0 and s.base_state

@@ -43,7 +43,7 @@ ALPHABET = "()*+,-/0123456789:="
 
 DEFAULT_ANSWER_LENGTH = 64
 """The completion length (characters) of a task that gives neither answers nor a bound."""
-_SAMPLE = 64  # examples per difficulty that answer lengths are read from
+_SAMPLE = 256  # examples per difficulty that answer lengths are read from
 _VOCABULARY_SAMPLE = 128  # examples, over all difficulties, that a task's characters are read from
 
 SPLITS = ("train", "tune", "test")
