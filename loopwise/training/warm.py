@@ -26,7 +26,7 @@ from loopwise.errors import UserError
 from loopwise.training.grpo import evaluate
 from loopwise.training.policy import Policy, Vocab, completion_ids, left_pad, sample
 
-HARVEST_PROMPTS = 256  # training prompts sampled from at each check of a verifier-only warm start
+HARVEST_PROMPTS = 64  # training prompts sampled from at each check of a verifier-only warm start
 HARVEST_SAMPLES = 8  # completions per prompt
 
 

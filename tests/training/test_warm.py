@@ -69,7 +69,7 @@ def test_a_verifier_that_accepts_nothing_is_a_one_line_error():
     _, policy, train, check = _setup()
     with pytest.raises(UserError, match="needs reference answers or completions the verifier accepts") as caught:
         warm.warm_start(policy, VOCAB, FirstLetter(accept=False), train, check, 3, check_every=10)
-    assert "\n" not in str(caught.value) and "none of 2048 sampled completions" in str(caught.value)
+    assert "\n" not in str(caught.value) and "none of 512 sampled completions" in str(caught.value)
 
 
 def test_accepted_completions_are_kept_as_the_tokens_sampled_with_a_bpe_tokenizer(monkeypatch):
