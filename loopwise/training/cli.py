@@ -13,7 +13,9 @@ from loopwise.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-TASK = typer.Argument(..., help="arithmetic, sorting, countdown or rg_chain_sum (needs reasoning-gym).")
+TASK = typer.Argument(..., help="arithmetic, sorting, countdown, rg_chain_sum, rg:<dataset> (any reasoning-gym "
+                      "dataset), path/to/task.py[:Class] or an entry point of loopwise.tasks (see: loopwise training "
+                      "tasks).")
 BUDGET = typer.Option(8, "--budget-stages", min=1, help="The default budget: this many of the preset's default "
                       "stages, counted in generated samples (each method spends at most as many).")
 SAMPLES = typer.Option(None, "--budget-samples", min=1, help="Generated completions each method may spend "
@@ -254,3 +256,24 @@ def baselines_cmd(task: str = TASK, methods: str = typer.Option("fixed,staged,gr
     _go(chosen, task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
         as_json, device=device, policy_path=policy, executor=(executor, workers, ray_address), command="baselines",
         seeds=seeds, kl_reference=kl_reference)
+
+
+@app.command("tasks")
+def tasks_cmd(as_json: bool = JSON) -> None:
+    """The tasks a search can take: built-in, reasoning-gym datasets (rg:NAME) and installed entry points."""
+    from loopwise.training.tasks import TASKS
+    from loopwise.training.tasks.user import entry_point_names
+
+    try:
+        from loopwise.training.tasks.reasoning_gym_datasets import PREFIX, dataset_names
+
+        rg = [PREFIX + n for n in dataset_names()]
+    except ImportError:
+        rg = []
+    listed = {"builtin": list(TASKS), "reasoning_gym": rg, "entry_points": entry_point_names()}
+    if as_json:
+        typer.echo(json.dumps(listed, indent=2))
+        return
+    for kind, names in listed.items():
+        typer.echo(f"{kind}: {', '.join(names) or '(none)'}")
+    typer.echo("a file: path/to/task.py or path/to/task.py:Class (see examples/tasks/reverse_word.py)")

@@ -25,7 +25,7 @@ class StageConfig(BaseModel):
     # capacity
     max_completion_length: int = Field(16, ge=1, le=4096, description="tokens a completion may have")
     num_generations: int = Field(8, ge=2, le=256, description="completions per prompt (the group)")
-    difficulty: int = Field(1, ge=0, le=20, description="the task's difficulty knob")
+    difficulty: int = Field(1, ge=0, le=1000, description="the task's difficulty knob")
     # regularization
     learning_rate: float = Field(3e-4, gt=0, le=1.0)
     beta: float = Field(0.0, ge=0, le=10.0, description="KL (k3) coefficient to the reference policy")

@@ -28,10 +28,8 @@ from which a stage resumes bit for bit.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import random
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,7 +38,7 @@ import torch
 from loopwise.errors import UserError
 from loopwise.training import metrics as M
 from loopwise.training.config import StageConfig
-from loopwise.training.policy import Policy, Vocab, left_pad, sample, token_logprobs
+from loopwise.training.policy import Policy, Vocab, sample, token_logprobs
 
 ADV_EPS = 1e-4  # TRL's epsilon in the group normalization
 
@@ -213,7 +211,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise UserError(f"checkpoint {path}: unreadable ({type(exc).__name__})") from None
 
 
-# -- evaluation and warm start ------------------------------------------------------------------
+# -- evaluation --------------------------------------------------------------------------------
 @torch.no_grad()
 def evaluate(policy: Policy, vocab: Vocab, task, examples: Sequence, max_new_tokens: int, *, greedy: bool = True,
              temperature: float = 1.0, batch: int = 256, seed: int = 0) -> float:
@@ -228,61 +226,3 @@ def evaluate(policy: Policy, vocab: Vocab, task, examples: Sequence, max_new_tok
         s = sample(policy, vocab, [e.prompt for e in chunk], max_new_tokens, temperature, greedy=greedy, generator=gen)
         total += sum(task.score(e, t) for e, t in zip(chunk, s.texts))
     return total / len(examples)
-
-
-def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Sequence, max_new_tokens: int, *,
-               target: tuple[float, float] = (0.2, 0.8), max_steps: int = 2000, check_every: int = 50,
-               lr: float = 1e-3, batch: int = 64, seed: int = 0,
-               progress: Callable[[int, float], None] | None = None) -> dict:
-    """Supervised training on reference solutions (prompt, answer, end token; loss on the answer)
-    until the sampled pass rate (temperature 1) on ``check`` enters ``target``, so that GRPO groups
-    start with both solved and unsolved members. Returns what happened (steps, pass rate, loss)."""
-    lo, hi = target
-    if not 0.0 <= lo < hi <= 1.0:
-        raise UserError(f"warm-start target {target}: need 0 <= low < high <= 1")
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
-    device = next(policy.parameters()).device
-    history: list[tuple[int, float]] = []
-    rate, loss_value, step = 0.0, math.nan, 0
-    t0 = time.perf_counter()
-    while True:
-        if step % check_every == 0:
-            rate = evaluate(policy, vocab, task, check, max_new_tokens, greedy=False, seed=seed + step)
-            history.append((step, rate))
-            if progress is not None:
-                progress(step, rate)
-            if rate >= lo or step >= max_steps:
-                break
-        chunk = [train[rng.randrange(len(train))] for _ in range(batch)]
-        ids, valid, answer = supervised_batch(vocab, chunk, device)
-        policy.train()
-        logits = policy(ids[:, :-1], valid[:, :-1])
-        target_ids, target_mask = ids[:, 1:], answer[:, 1:]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target_ids.reshape(-1),
-                                                 reduction="none").view_as(target_ids)
-        loss = (loss * target_mask).sum() / target_mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        opt.step()
-        loss_value, step = float(loss.detach()), step + 1
-    return {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
-            "history": history, "seconds": time.perf_counter() - t0}
-
-
-def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows of prompt, answer and end token, left-padded: ids, validity, and the answer mask (the
-    answer's tokens and the end token, where the warm start's loss is taken).
-
-    Prompt and answer are encoded apart, as in GRPO, where the completion's tokens follow the
-    prompt's; the mask counts the answer's tokens, which a subword tokenizer makes fewer than its
-    characters."""
-    answers = [vocab.encode(e.answer) + [vocab.end] for e in examples]
-    rows = [vocab.encode(e.prompt) + a for e, a in zip(examples, answers)]
-    ids, valid = left_pad(rows, vocab.pad, device)
-    width = ids.shape[1]
-    answer = torch.zeros_like(ids, dtype=torch.bool)
-    for i, a in enumerate(answers):
-        answer[i, width - len(a):] = True
-    return ids, valid, answer

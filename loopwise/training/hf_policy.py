@@ -10,7 +10,8 @@ id is already 0). :class:`HFVocab` encodes and decodes in that order; :class:`HF
 to the model's before the forward pass and reorders the logits after it.
 
 End and padding. Loopwise tasks end a completion at ``"\\n"``: ``end`` is the tokenizer's one token for
-``"\\n"``, or its end-of-sequence token when ``"\\n"`` takes more than one. Padding is masked out of
+``"\\n"``, or its end-of-sequence token when ``"\\n"`` takes more than one or the task's answers span
+lines (``newline_ends=False``). Padding is masked out of
 attention by ``valid`` everywhere, and sampling never chooses it, so the padding token must not be the
 end token. It is the first of the tokenizer's pad, end-of-sequence and unknown tokens that is not the
 end token; a model without one is refused (:class:`~loopwise.errors.UserError`). When padding is the
@@ -39,13 +40,14 @@ class HFVocab:
     """A tokenizer behind the :class:`~loopwise.training.policy.Vocab` interface (see the module
     docstring for the id order, ``end`` and ``pad``). ``size`` is the model's logits width."""
 
-    def __init__(self, tokenizer, size: int) -> None:
+    def __init__(self, tokenizer, size: int, newline_ends: bool = True) -> None:
         self.tokenizer, self.size = tokenizer, size
         newline = tokenizer.encode("\n", add_special_tokens=False)
         eos = tokenizer.eos_token_id
-        model_end = newline[0] if len(newline) == 1 else eos
+        model_end = newline[0] if len(newline) == 1 and newline_ends else eos
         if model_end is None:
-            raise UserError("the tokenizer has no single token for '\\n' and no end-of-sequence token")
+            raise UserError("the tokenizer has no end-of-sequence token" if not newline_ends else
+                            "the tokenizer has no single token for '\\n' and no end-of-sequence token")
         candidates = (tokenizer.pad_token_id, eos, tokenizer.unk_token_id)
         model_pad = next((i for i in candidates if i is not None and i != model_end), None)
         if model_pad is None:
@@ -111,9 +113,11 @@ class HFPolicy(nn.Module):
         return logits.index_select(-1, self.order)
 
 
-def load_hf_policy(path: str, device="cpu", max_len: int | None = None) -> tuple[HFPolicy, HFVocab]:
+def load_hf_policy(path: str, device="cpu", max_len: int | None = None,
+                   newline_ends: bool = True) -> tuple[HFPolicy, HFVocab]:
     """The causal LM and tokenizer saved in the folder ``path`` (no network), as a policy on
-    ``device`` and its vocabulary. ``max_len`` defaults to the config's ``max_position_embeddings``."""
+    ``device`` and its vocabulary. ``max_len`` defaults to the config's ``max_position_embeddings``;
+    ``newline_ends=False`` ends completions at end-of-sequence (for answers that span lines)."""
     if not os.path.isdir(path):
         raise UserError(f"model {path}: no such folder")
     try:
@@ -130,7 +134,7 @@ def load_hf_policy(path: str, device="cpu", max_len: int | None = None) -> tuple
     size = head.weight.shape[0] if head is not None else model.config.vocab_size
     if len(tokenizer) > size:
         raise UserError(f"model {path}: its tokenizer has {len(tokenizer)} tokens, its model only {size}")
-    vocab = HFVocab(tokenizer, size)
+    vocab = HFVocab(tokenizer, size, newline_ends)
     if max_len is None:
         max_len = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
     return HFPolicy(model, vocab, max_len).to(device), vocab

@@ -2,8 +2,9 @@
 training engine searches schedules for (0.1-20M parameters; no usable tiny weights exist on PyPI,
 FACTS.md section 8).
 
-A :class:`Vocab` is the task's alphabet plus two special tokens: padding, and ``"\\n"``, which ends a
-completion. Prompts are left-padded so that every row of a batch generates at the same position;
+A :class:`Vocab` is the characters of the task (its alphabet, or those of a sample of its examples,
+:func:`~loopwise.training.tasks.task_characters`) plus special tokens: padding, the end of a
+completion and, for characters the sample missed, an unknown token. Prompts are left-padded so that every row of a batch generates at the same position;
 position ids count from each row's first real token, so padding changes nothing.
 """
 
@@ -18,24 +19,33 @@ from torch.nn import functional as F
 
 from loopwise.errors import UserError
 
-PAD, END = "\x00", "\n"
+PAD, END, UNK = "\x00", "\n", "\ufffd"
 
 
 class Vocab:
-    """Characters <-> token ids: padding is 0, the end token ``"\\n"`` is 1, then the alphabet."""
+    """Characters <-> token ids: padding is 0, the end of a completion is 1, then the alphabet's
+    characters in sorted order, then (``unk=True``) the unknown token, which every character
+    outside the alphabet encodes to and which decodes to ``"\\ufffd"``.
 
-    def __init__(self, alphabet: str) -> None:
-        chars = sorted(set(alphabet) - {PAD, END})
-        if not chars:
+    The end token is no character: a ``"\\n"`` in the alphabet is a token of its own, so answers may
+    span lines; without one, ``"\\n"`` encodes to the end token."""
+
+    def __init__(self, alphabet: str, unk: bool = False) -> None:
+        chars = sorted(set(alphabet) - {PAD})
+        if not chars or chars == [END]:
             raise UserError("the task's alphabet is empty")
-        self.itos = [PAD, END, *chars]
-        self.stoi = {c: i for i, c in enumerate(self.itos)}
+        self.itos = [PAD, END, *chars] + ([UNK] if unk else [])
+        # a "\n" of the alphabet comes after the end token's entry, so it keeps its own id
+        self.stoi = {c: i for i, c in enumerate(self.itos[:2 + len(chars)])}
         self.pad, self.end = 0, 1
+        self.unk = len(self.itos) - 1 if unk else None
 
     def __len__(self) -> int:
         return len(self.itos)
 
     def encode(self, text: str) -> list[int]:
+        if self.unk is not None:
+            return [self.stoi.get(c, self.unk) for c in text]
         try:
             return [self.stoi[c] for c in text]
         except KeyError as exc:

@@ -36,8 +36,9 @@ import torch
 from loopwise.errors import UserError
 from loopwise.training.compute import Compute, stage_compute
 from loopwise.training.config import StageConfig
-from loopwise.training.grpo import GRPOTrainer, evaluate, warm_start
+from loopwise.training.grpo import GRPOTrainer, evaluate
 from loopwise.training.policy import Vocab, make_policy
+from loopwise.training.warm import warm_start
 
 if TYPE_CHECKING:
     from loopwise.training.transitions import Bounds
@@ -125,7 +126,7 @@ class Session:
     _rewards: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        from loopwise.training.tasks import ALPHABET, get_task
+        from loopwise.training.tasks import get_task, task_characters
 
         if self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}: one of {', '.join(PRESETS)}")
@@ -137,17 +138,19 @@ class Session:
             self.difficulty = min(1, self.task.max_difficulty)
         if not 0 <= self.difficulty <= self.task.max_difficulty:
             raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
-        self._template = None
-        if self.policy_path:
-            from loopwise.training.hf_policy import load_hf_policy
-
-            self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device)
-        else:
-            self.vocab = Vocab(ALPHABET)
         self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
         self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
+        self._template = None
+        if self.policy_path:  # its tokenizer; completions end at end-of-sequence when answers span lines
+            from loopwise.training.hf_policy import load_hf_policy
+
+            multiline = any("\n" in (e.answer or "") for e in self.tune + self.test + self.train_probe)
+            self._template, self.vocab = load_hf_policy(self.policy_path, device=self.device,
+                                                        newline_ends=not multiline)
+        else:  # the characters of the task's prompts and answers, and an unknown token for any other
+            self.vocab = Vocab(task_characters(self.task), unk=True)
         longest = max(len(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
         if self._template is not None:
@@ -167,9 +170,13 @@ class Session:
         e = self.tune[0]
         policy = (f"the Hugging Face model {self.policy_path}" if self.policy_path
                   else f"a {self.p.policy} character transformer")
-        return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt!r} is "
-                f"answered {e.answer!r}. Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 "
-                f"otherwise. The policy is {policy} warm-started by supervised "
+        from loopwise.training.tasks import TASKS
+
+        reward = ("Reward 1 for a correct answer, 0.1 for a well-formed wrong one, 0 otherwise." if self.task_name in TASKS
+                  else f"The task: {self.task.description}")
+        answered = f"answered {e.answer!r}" if e.answer is not None else "scored by a verifier (no reference answer)"
+        return (f"Task {self.task_name} at difficulty {self.difficulty}: for example the prompt {e.prompt[:300]!r} is "
+                f"{answered}. {reward} The policy is {policy} warm-started by supervised "
                 f"training (sampled pass rate {self.warm.get('pass_rate', float('nan')):.2f}); each stage trains "
                 f"{self.p.stage_steps} GRPO steps of {self.p.prompts_per_step} prompts.")
 
@@ -185,11 +192,21 @@ class Session:
         """Warm-starts the base policy (supervised, on the train split at the session's difficulty)."""
         policy = self.new_policy()
         train = self.task.dataset("train", self.p.pool_n, self.difficulty, seed=self.seed)
+        # examples longer than the policy's positions (a reference past the task's sampled answer
+        # bound, a prompt longer than the evaluation sets'): the warm start leaves them out
+        train = [e for e in train if self._fits(e.prompt, max(self.answer_len + 2, len(self.vocab.encode(e.answer or ""))
+                                                              + 1))]
+        if not train:
+            raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
                                seed=self.seed, progress=progress)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
+
+    def _fits(self, prompt: str, completion_tokens: int) -> bool:
+        """Whether ``prompt`` and a completion of ``completion_tokens`` fit the policy's positions."""
+        return len(self.vocab.encode(prompt)) + completion_tokens <= self.max_len
 
     def load_base(self, state: bytes, tune: float, warm: dict) -> None:
         self.base_state, self.base_tune, self.warm = state, tune, warm
@@ -218,6 +235,12 @@ class Session:
         policy = self.new_policy()
         _load_state(policy, parent)
         pool = self.task.dataset("train", self.p.pool_n, config.difficulty, seed=seed)
+        # a harder difficulty's prompts can outgrow the policy's positions (a reasoning-gym curriculum's
+        # do): the stage trains on those that fit with a whole completion
+        pool = [e for e in pool if self._fits(e.prompt, config.max_completion_length)]
+        if not pool:
+            raise UserError(f"difficulty {config.difficulty}: no training prompt fits the policy's {self.max_len} "
+                            f"positions with a {config.max_completion_length}-token completion")
         # the start's rewards too (the parent's end, measured once), so the diagnosis sees what the
         # stage itself changed
         start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),

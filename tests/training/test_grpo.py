@@ -14,7 +14,8 @@ import torch
 from loopwise.errors import UserError
 from loopwise.training import metrics as M
 from loopwise.training.config import StageConfig
-from loopwise.training.grpo import GRPOTrainer, evaluate, load_checkpoint, warm_start
+from loopwise.training.grpo import GRPOTrainer, evaluate, load_checkpoint
+from loopwise.training.warm import warm_start
 from loopwise.training.policy import Vocab, make_policy, sample, token_logprobs
 
 

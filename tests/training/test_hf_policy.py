@@ -199,7 +199,7 @@ def _bpe_tokenizer():
 
 
 def test_the_warm_start_learns_exactly_the_answer_tokens():
-    from loopwise.training.grpo import supervised_batch
+    from loopwise.training.warm import supervised_batch
     from tests.training.test_grpo import Ex
 
     tokenizer = _bpe_tokenizer()

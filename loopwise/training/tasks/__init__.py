@@ -1,10 +1,10 @@
-"""RL tasks with programmatic verifiers, sized for small character-level policies.
+"""RL tasks with programmatic verifiers: what the training engine trains a policy on.
 
-A :class:`Task` generates :class:`Example` s (a prompt, a reference answer that scores 1.0, and
-JSON-serialisable metadata) at an integer *difficulty* and scores a policy's completion in [0, 1].
-Prompts and answers are short strings over the task's fixed ``alphabet``; the trainer appends
-:data:`END` (``"\\n"``) to mark the end of a completion, so no alphabet contains it, and a
-completion reaches :meth:`Task.score` already cut at it.
+A :class:`Task` generates :class:`Example` s (a prompt, a reference answer that scores 1.0 or
+``None`` when the task has only a verifier, and task-specific metadata) at an integer *difficulty*
+and scores a policy's completion in [0, 1]. The trainer appends its end token to mark the end of a
+completion, and a completion reaches :meth:`Task.score` already cut at it. The character policy's
+vocabulary is built from the task (:func:`task_characters`), a Hugging Face policy uses its tokenizer.
 
 Splits. :meth:`Task.dataset` draws examples from the task's generator and keeps those whose prompt
 hashes into the requested split's bucket (:func:`split_of`: BLAKE2b of the prompt, 80% ``train``,
@@ -12,10 +12,11 @@ hashes into the requested split's bucket (:func:`split_of`: BLAKE2b of the promp
 a prompt, for any seed or difficulty. Within a split, examples are i.i.d. draws and may repeat when
 the difficulty has few distinct prompts (difficulty 0 of some tasks has only a few hundred).
 
-Built-in tasks (:data:`TASKS`, built by :func:`get_task`): ``arithmetic`` (reversed-digit addition
-and subtraction), ``sorting`` (ascending lists of small numbers), ``countdown`` (reach a target with
-+ - * / and parentheses) and ``rg_chain_sum`` (reasoning-gym's ``chain_sum``, an optional
-dependency).
+Naming a task (:func:`get_task`): a built-in name (:data:`TASKS`: ``arithmetic`` (reversed-digit
+addition and subtraction), ``sorting``, ``countdown``, ``rg_chain_sum``); ``rg:<dataset>`` for any
+reasoning-gym dataset (:mod:`~loopwise.training.tasks.reasoning_gym_datasets`); a Python file
+``path.py`` or ``path.py:Name``, or the name of an entry point in the group ``loopwise.tasks``
+(:mod:`~loopwise.training.tasks.user`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ from dataclasses import dataclass
 
 from loopwise.errors import UserError
 
-__all__ = ["ALPHABET", "END", "SPLITS", "TASKS", "Example", "Task", "get_task", "split_of"]
+__all__ = ["ALPHABET", "DEFAULT_ANSWER_LENGTH", "END", "SPLITS", "TASKS", "Example", "Task", "get_task",
+           "sampled_answer_length", "split_of", "task_characters"]
 
 END = "\n"
-"""The end-of-completion token the trainer uses; never part of a task's alphabet."""
+"""The text a Hugging Face policy ends a completion with (when it is one token); never part of a
+built-in task's alphabet."""
 
 ALPHABET = "()*+,-/0123456789:="
-"""The union of the built-in tasks' alphabets: one character vocabulary that serves all of them."""
+"""The union of the built-in tasks' alphabets."""
+
+DEFAULT_ANSWER_LENGTH = 64
+"""The completion length (characters) of a task that gives neither answers nor a bound."""
+_SAMPLE = 256  # examples per difficulty that answer lengths are read from
+_VOCABULARY_SAMPLE = 128  # examples, over all difficulties, that a task's characters are read from
 
 SPLITS = ("train", "tune", "test")
 _SPLIT_EDGES = ((800, "train"), (900, "tune"), (1000, "test"))  # per-mille buckets of split_of
@@ -57,12 +65,14 @@ class Example:
 
     Attributes:
         prompt: What the policy is given; the completion starts right after its last character.
-        answer: A reference completion that scores 1.0, without the end token.
-        meta: Task-specific facts (operands, numbers, target, ...), JSON-serialisable.
+        answer: A reference completion that scores 1.0, without the end token; ``None`` when the
+            task has only a verifier.
+        meta: Task-specific facts (operands, numbers, target, ...), JSON-serialisable for the
+            built-in tasks.
     """
 
     prompt: str
-    answer: str
+    answer: str | None
     meta: Mapping
 
 
@@ -83,15 +93,21 @@ class Task(abc.ABC):
     :meth:`max_answer_length`; :meth:`dataset` is shared.
 
     Attributes:
-        name: The registry name (``"arithmetic"``, ``"rg_chain_sum"``, ...).
+        name: The registry name (``"arithmetic"``, ``"rg:leg_counting"``, ...).
         alphabet: Every character any prompt or answer can contain, the same at every difficulty;
-            never contains :data:`END`.
+            never contains :data:`END`. Optional: ``""`` when the task does not know it (the
+            character vocabulary then comes from a sample of examples, :func:`task_characters`).
         max_difficulty: The hardest difficulty; difficulties run from 0 to it.
     """
 
     name: str
-    alphabet: str
+    alphabet: str = ""
     max_difficulty: int
+
+    @property
+    def description(self) -> str:
+        """What the task is, in a sentence (a model proposing transitions reads it)."""
+        return (type(self).__doc__ or self.name).strip().splitlines()[0]
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -151,14 +167,28 @@ class Task(abc.ABC):
 
 
 def get_task(name: str, **knobs) -> Task:
-    """Build the task registered as ``name`` with its keyword ``knobs``.
+    """Build the task ``name``: a built-in one (with its keyword ``knobs``), ``rg:<dataset>``, a
+    Python file ``path.py[:Name]`` or an entry point of the group ``loopwise.tasks``.
 
     Raises:
-        UserError: Unknown name (the message lists :data:`TASKS`), unknown knob, or a task whose
-            optional dependency is missing.
+        UserError: Unknown name (the message lists :data:`TASKS` and the other forms), unknown
+            knob, a task whose optional dependency is missing, or a user task that cannot be loaded.
     """
     if name not in _REGISTRY:
-        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+        # by name, like the registry's modules: they import this package
+        rg = importlib.import_module("loopwise.training.tasks.reasoning_gym_datasets")
+        user = importlib.import_module("loopwise.training.tasks.user")
+        if knobs:
+            raise UserError(f"task {name!r} takes no knobs")
+        if name.startswith(rg.PREFIX):
+            return rg.ReasoningGymDataset(name[len(rg.PREFIX):])
+        if user.is_file_spec(name):
+            return user.load_file(name)
+        task = user.load_entry_point(name)
+        if task is None:
+            raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}, rg:<dataset> (reasoning-gym), "
+                            "path/to/task.py[:Class] or an entry point of loopwise.tasks; see loopwise training tasks")
+        return task
     module, cls_name = _REGISTRY[name]
     cls = getattr(importlib.import_module(module), cls_name)
     try:
@@ -167,3 +197,27 @@ def get_task(name: str, **knobs) -> Task:
         known = ", ".join(inspect.signature(cls).parameters) or "none"
         raise UserError(f"task {name!r} does not take knobs {sorted(knobs)}; its knobs: {known}") from None
     return cls(**knobs)
+
+
+def sampled_answer_length(task: Task, difficulty: int) -> int:
+    """The longest reference answer among a fixed sample of ``task``'s examples at ``difficulty``
+    (:data:`DEFAULT_ANSWER_LENGTH` when it gives none): the completion bound of a task that
+    states none. An estimate: an unseen answer may be longer."""
+    rng = random.Random(f"{task.name}/answer-length/{difficulty}")
+    answers = [task.example(rng, difficulty).answer for _ in range(_SAMPLE)]
+    lengths = [len(a) for a in answers if a is not None]
+    return max(lengths) if lengths else DEFAULT_ANSWER_LENGTH
+
+
+def task_characters(task: Task) -> str:
+    """Every character of ``task.alphabet`` and of the prompts and answers of a fixed sample of its
+    examples (spread over its difficulties), sorted: what a character vocabulary needs (characters
+    the sample misses become its unknown token)."""
+    per_level = max(1, _VOCABULARY_SAMPLE // (task.max_difficulty + 1))
+    rng = random.Random(f"{task.name}/vocabulary")
+    seen = set(task.alphabet)
+    for difficulty in range(task.max_difficulty + 1):
+        for _ in range(per_level):
+            example = task.example(rng, difficulty)
+            seen.update(example.prompt, example.answer or "")
+    return "".join(sorted(seen))
