@@ -13,7 +13,7 @@ from loopwise.training.policy import END, PAD, UNK, Vocab
 from loopwise.training.tasks import get_task, task_characters
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=8, pool_n=60,
-                      warm_max_steps=10, warm_check_every=5)
+                      warm_max_steps=10, warm_check_every=5, probe_n=8)
 
 
 def test_a_built_in_tasks_vocabulary_is_its_alphabet_and_an_unknown_token():
