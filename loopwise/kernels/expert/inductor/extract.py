@@ -18,7 +18,8 @@ record (:class:`InductorRecord`, JSON) holds:
 
 The module relies on Inductor's runtime helpers only (``torch._inductor.runtime``), never on
 torch.compile. Everything here uses the torch internals named above; :data:`SUPPORTED_TORCH` lists
-the versions the record format was checked against.
+the versions it ran on (2.11 with CUDA on the H200; 2.13 on the CPU, where the input mapping and
+the module's shape were checked but no Triton kernel is generated).
 
 Run as ``python -m loopwise.kernels.expert.inductor.extract PROBLEM.py OUT.json [--device cuda]``,
 in a process of its own (the caller's process keeps no compiler state): exit 0 with the record
@@ -28,7 +29,6 @@ written, exit 3 with ``{"unsupported": reason}`` written when the problem cannot
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
