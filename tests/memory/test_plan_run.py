@@ -12,21 +12,8 @@ from loopwise.cli import app
 
 
 @pytest.fixture
-def model(tmp_path):
-    """x[1, 64, 256] -> MatMul -> Relu -> MatMul -> y: three operators, two intermediates."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    weights = [helper.make_tensor_value_info("w1", TensorProto.FLOAT, [256, 256]),
-               helper.make_tensor_value_info("w2", TensorProto.FLOAT, [256, 128])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 256]),
-                                             *weights],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 128])])
-    path = tmp_path / "mlp.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return str(path)
+def model(mlp_onnx):
+    return mlp_onnx
 
 
 def _plan(*args: str):

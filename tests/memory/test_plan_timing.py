@@ -66,21 +66,8 @@ def test_the_objectives_disagree_when_the_candidate_with_less_traffic_is_slower(
 
 
 @pytest.fixture
-def mlp(tmp_path):
-    """x[1, 64, 256] -> MatMul -> Relu -> MatMul -> y."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    weights = [helper.make_tensor_value_info("w1", TensorProto.FLOAT, [256, 256]),
-               helper.make_tensor_value_info("w2", TensorProto.FLOAT, [256, 128])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 256]),
-                                             *weights],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 128])])
-    path = tmp_path / "mlp.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return str(path)
+def mlp(mlp_onnx):
+    return mlp_onnx
 
 
 def test_plan_reports_time_and_energy_from_the_target_file(mlp, tmp_path):
