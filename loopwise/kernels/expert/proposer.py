@@ -198,7 +198,7 @@ class ExpertProposer(Proposer):
         options[first_shuffled:] = tail
         fresh = []
         for m in options:
-            if _key(m) not in seen and m not in fresh and (m["template"] == "inductor" or fits(self.pattern, m)):
+            if _key(m) not in seen and m not in fresh and self._fits(m):
                 fresh.append(m)
         while len(fresh) < n:  # exploration: a random point of the space, one not tried yet where any is left
             avoid = seen | {_key(m) for m in fresh}
@@ -230,7 +230,12 @@ class ExpertProposer(Proposer):
 
     def _admissible(self, kind: str, moves: dict) -> bool:
         """Whether CUTLASS builds ``moves`` (any, for Triton) and they suit the problem's shape."""
-        return kind == "inductor" or (matmul_variants.valid(kind, moves) and fits(self.pattern, moves))
+        return matmul_variants.valid(kind, moves) and self._fits(moves)
+
+    def _fits(self, moves: dict) -> bool:
+        """Whether ``moves`` suit the problem's shape (the compiler seed's suit any: its kernels
+        were written for it)."""
+        return moves["template"] == "inductor" or fits(self.pattern, moves)
 
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
