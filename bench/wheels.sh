@@ -4,7 +4,7 @@
 #
 #   bash bench/wheels.sh          # fetch (skips what is already there)
 #   bash bench/wheels.sh --clean  # empty .whl/ first
-#   bash bench/wheels.sh --kernels  # also .whl-kernels/: the kernels engine's wheels alone (about 9 MiB,
+#   bash bench/wheels.sh --kernels  # also .whl-kernels/: the kernels engine's wheels alone (about 21 MiB,
 #                                   # for a call that carries a part of bench/split_wheels.sh; the prelude
 #                                   # takes it with LW_WHEELS=.whl-kernels)
 set -euo pipefail
@@ -51,8 +51,10 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
 
 [ "${1:-}" = "--clean" ] && rm -rf .whl
-# What `loopwise kernels ...` and bench/expert_subset.py, bench/throughput.py import that the image lacks.
-KERNELS=(pydantic pydantic_core annotated_types typing_inspection typing_extensions nvidia_cutlass)
+# What `loopwise kernels ...` and bench/expert_subset.py, bench/throughput.py import that the image lacks:
+# plotly (and narwhals, which it needs) for `kernels bench`'s HTML report, islpy for the memory planner.
+KERNELS=(pydantic pydantic_core annotated_types typing_inspection typing_extensions nvidia_cutlass
+         plotly narwhals islpy)
 mkdir -p .whl
 for spec in "${PACKAGES[@]}"; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
