@@ -62,6 +62,8 @@ SPACE = {
     "matmul": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64], "split": [1, 2, 4, 8, 16, 32, 64],
                "kmajor": [0, 1]},
     "linear": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
+    # a batch of products, one kernel: block and chunk as matmul's (no split-K, no K-major copies)
+    "bmm": {"block": [64, 128], "warps": [4, 8], "chunk": [16, 32]},
     # relaxed: the GEMM in cuBLAS with TF32 (as eager + TF32), the epilogue one Triton pass (block:
     # elements per program)
     "linear_cublas": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8]},
@@ -334,6 +336,7 @@ def _repaired(moves: dict, keep: str) -> dict | None:
 # the mma.sync kernels (stages as a knob) have a shared-memory move.
 STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "reduce_registers": {"matmul": ({"block": "down"}, {"chunk": "down"}), "linear": ({"block": "down"}, {"chunk": "down"}),
+                         "bmm": ({"block": "down"}, {"chunk": "down"}),
                          "conv2d": ({"block": "down"}, {"chunk": "down"}), "conv3d": ({"block": "down"}, {"chunk": "down"}),
                          "conv_transpose": ({"block": "down"}, {"chunk": "down"}),
                          "separable_conv": ({"block": "down"}, {"chunk": "down"}),
@@ -349,7 +352,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "inductor": ({"block": "down"},)},
-    "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},),
+    "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},), "bmm": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
                              "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),
                              "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),

@@ -16,7 +16,7 @@ from loopwise.kernels.expert.capture.cross_entropy import detect_cross_entropy
 from loopwise.kernels.expert.capture.elementwise import detect_elementwise
 from loopwise.kernels.expert.capture.layernorm import detect_layernorm
 from loopwise.kernels.expert.capture.linear import detect_linear_epilogue
-from loopwise.kernels.expert.capture.matmul import detect_matmul
+from loopwise.kernels.expert.capture.matmul import detect_batched_matmul, detect_matmul
 from loopwise.kernels.expert.capture.normalize import detect_normalize
 from loopwise.kernels.expert.capture.pooling import detect_pooling
 from loopwise.kernels.expert.capture.reduce import detect_reduce
@@ -29,7 +29,7 @@ from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
 
 # The whole-forward detectors, most specific first: each returns the forward's pattern or None.
-WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, detect_linear_epilogue, detect_conv,
+WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, detect_batched_matmul, detect_linear_epilogue, detect_conv,
                            detect_separable_conv, detect_conv_epilogue, detect_reduce, detect_scan, detect_normalize,
                            detect_pooling, detect_cross_entropy)
 
