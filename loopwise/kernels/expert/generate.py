@@ -21,7 +21,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "layernorm_welford": {"block": 1024, "warps": 4, "chunk": 16384},
                  "attention": {"block": 64, "warps": 4, "chunk": 64},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1, "kmajor": 0},
-                 "bmm": {"block": 128, "warps": 8, "chunk": 32}, "linear": {"block": 128, "warps": 8, "chunk": 32},
+                 "bmm": {"block": 128, "warps": 8, "chunk": 32}, "topk": {"block": 1024, "warps": 4}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "linear_cublas": {"block": 1024, "warps": 4},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
@@ -32,7 +32,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
-             "matmul": "matmul.py.j2", "bmm": "bmm.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
+             "matmul": "matmul.py.j2", "bmm": "bmm.py.j2", "topk": "topk.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
@@ -141,6 +141,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
         moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
     if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
         moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones were slower (see the docstring)
+    if kind == "topk":  # a whole line in one chunk up to 4096 entries (a chunk costs k selections)
+        moves["block"] = min(max(1 << (dict(pattern.params)["size"] - 1).bit_length(), 256), 4096)
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
@@ -306,6 +308,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     note, extra = _note_and_values(kind, pattern, params, precision)
     if kind == "attention":
         extra = {**extra, **attention_values(pattern, precision)}
+    if kind == "topk":  # the kept list's length: a power of two
+        extra = {**extra, "k_pad": max(2, 1 << (dict(pattern.params)["k"] - 1).bit_length())}
     if kind in ("conv3d", "conv_transpose", "separable_conv"):  # output channels per tile: no wider than the output's, in powers of two
         extra = {**extra, "block_n": min(params["block"], max(16, 1 << (dict(pattern.params)["out_channels"] - 1).bit_length()))}
     if kind == "conv_transpose":

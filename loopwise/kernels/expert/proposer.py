@@ -70,6 +70,8 @@ SPACE = {
     # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
     "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "scan": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8, 16]},
+    # block: a line's entries per chunk (each chunk costs k selections over it); warps per line
+    "topk": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [1, 2, 4, 8]},
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
     "norm": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
@@ -345,7 +347,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "attention": ({"block": "down"}, {"chunk": "down"}),
                          "row_softmax": ({"block": "down"},), "cross_entropy": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
-                         "scan": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
+                         "scan": ({"block": "down"},), "topk": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
                          "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),

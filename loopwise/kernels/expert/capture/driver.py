@@ -23,6 +23,7 @@ from loopwise.kernels.expert.capture.reduce import detect_reduce
 from loopwise.kernels.expert.capture.scan import detect_scan
 from loopwise.kernels.expert.capture.separable_conv import detect_separable_conv
 from loopwise.kernels.expert.capture.softmax import detect_row_softmax
+from loopwise.kernels.expert.capture.topk import detect_topk
 from loopwise.kernels.expert.fx_graph import trace_as_called
 from loopwise.kernels.expert.partition import kinds, partition, plan
 from loopwise.kernels.expert.pattern import Pattern
@@ -30,7 +31,7 @@ from loopwise.kernels.expert.reference_init import reference_init
 
 # The whole-forward detectors, most specific first: each returns the forward's pattern or None.
 WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, detect_batched_matmul, detect_linear_epilogue, detect_conv,
-                           detect_separable_conv, detect_conv_epilogue, detect_reduce, detect_scan, detect_normalize,
+                           detect_separable_conv, detect_conv_epilogue, detect_reduce, detect_topk, detect_scan, detect_normalize,
                            detect_pooling, detect_cross_entropy)
 
 
