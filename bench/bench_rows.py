@@ -1,0 +1,39 @@
+"""Writes the finished problems of every `kernels bench` run under a runs folder as one CSV: also
+those of a bench stopped before its end (a device command's time limit), since each problem's row
+is stored when it finishes.
+
+    python3 bench/bench_rows.py RUNS_DIR OUT.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+FIELDS = ("bench", "problem", "evaluations", "best_speedup", "eager_ms", "compile_ms", "compile_status", "best_ms",
+          "over_compile", "error", "failures")
+
+
+def main(runs_dir: str, out: str) -> int:
+    from loopwise.core.run import open_run
+
+    rows = []
+    for folder in sorted(p.parent for p in Path(runs_dir).glob("*/run.sqlite")):
+        store = open_run(runs_dir, folder.name)
+        for event in store.events(kind="problem_result"):
+            row = dict(event.payload)
+            row["bench"] = folder.name
+            rows.append({k: row.get(k, "") for k in FIELDS})
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{len(rows)} problem rows from {runs_dir} to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    sys.exit(main(*sys.argv[1:]))
