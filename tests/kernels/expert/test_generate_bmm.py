@@ -38,6 +38,22 @@ def test_batched_products_in_other_spellings_are_judged_correct(tmp_path, monkey
     assert {k: dict(pattern.params)[k] for k in params} == params
 
 
+def test_a_product_with_the_models_own_tensor_is_judged_correct(tmp_path, monkeypatch):
+    """``torch.bmm(x, self.w)`` with a parameter made in a dtype global's type (as the generated suite
+    writes it): the reference's __init__ is copied, and the parameter is the kernel's B."""
+    replacements = {
+        "    def __init__(self):\n        super().__init__()\n":
+            "    def __init__(self):\n        super().__init__()\n        self.w = nn.Parameter(torch.randn(BATCH, N, K) * K ** -0.5)\n"
+            "        self.to(DTYPE)\n",
+        "return torch.bmm(A, B)": "return torch.bmm(A, self.w.transpose(1, 2))",
+        "def forward(self, A, B)": "def forward(self, A)",
+        "[torch.randn(BATCH, M, K), torch.randn(BATCH, K, N)]": "[torch.randn(BATCH, M, K, dtype=DTYPE)]",
+        "BATCH = 3": "DTYPE = torch.float32\nBATCH = 3"}
+    pattern = judged_variant(tmp_path, monkeypatch, "bmm_odd.py", "bmm", SMALL, replacements)
+    p = dict(pattern.params)
+    assert (p["a"], p["b"], p["trans_b"], pattern.operands, pattern.inputs) == ("x0", "p0", True, ("w",), 1)
+
+
 def test_batch_dimensions_that_broadcast_are_not_captured(tmp_path):
     """[2, 1, M, K] @ [1, 3, K, N] broadcasts batch dimensions against each other: not covered."""
     path = problem_variant(tmp_path, "bmm_odd.py", {

@@ -72,34 +72,37 @@ _BATCH_PROGRAMS = 65535  # the grid's second axis, one program row per batch ent
 
 
 def detect_batched_matmul(gm, model, args) -> Pattern | None:
-    """A forward that is one batched matrix product of its two inputs (``torch.bmm(A, B)``,
-    ``A @ B`` or ``torch.matmul`` with 3-D or higher operands), either operand's last two dimensions
-    possibly swapped (``.transpose(-1, -2)``, ``.mT``). Both operands carry the same batch
-    dimensions, or one of them is 2-D and shared by every batch entry (``x @ W`` for a batch of
-    ``x``); batch dimensions that broadcast against each other otherwise are not covered. Plain 2-D
-    products are :func:`detect_matmul`'s."""
+    """A forward that is one batched matrix product (``torch.bmm``, ``@`` or ``torch.matmul`` with a
+    3-D or higher operand) of its inputs or the model's own tensors (``torch.bmm(x, self.w)``), either
+    operand's last two dimensions possibly swapped (``.transpose(-1, -2)``, ``.mT``). Both operands
+    carry the same batch dimensions, or one of them is 2-D and shared by every batch entry
+    (``x @ W`` for a batch of ``x``); batch dimensions that broadcast against each other otherwise
+    are not covered. Plain 2-D products of two inputs are :func:`detect_matmul`'s."""
+    import functools
     import operator
 
     import torch
 
-    if len(args) != 2 or not all(isinstance(a, torch.Tensor) and a.dim() >= 2 for a in args):
-        return None
-    if max(a.dim() for a in args) < 3:
-        return None
-    dtype = str(args[0].dtype).removeprefix("torch.")
-    if args[1].dtype != args[0].dtype or dtype not in MATMUL_DTYPES:
+    if not 1 <= len(args) <= 2 or not all(isinstance(a, torch.Tensor) for a in args):
         return None
     placeholders = graph_inputs(gm)
+    sources: dict = {p: (f"x{i}", args[i]) for i, p in enumerate(placeholders)}  # node -> (name, tensor)
+    operands: list[str] = []
     transposed: dict = {}
     product = None
     for node in (n for n in gm.graph.nodes if n.op not in ("placeholder", "output")):
         name = getattr(node.target, "__name__", str(node.target))
-        swaps = (node.op == "call_method" and node.target == "transpose" and _last_two(node.args[1:], node.args[0], args,
-                                                                                      placeholders)) or (
-            node.op == "call_function" and node.target is getattr and node.args[1:] == ("mT",)) or (
-            node.op == "call_function" and node.target is torch.transpose and _last_two(node.args[1:], node.args[0],
-                                                                                         args, placeholders))
-        if swaps and node.args[0] in placeholders:
+        if node.op == "get_attr":
+            value = functools.reduce(getattr, node.target.split("."), model)
+            if not isinstance(value, torch.Tensor):
+                return None
+            operands.append(node.target)
+            sources[node] = (f"p{len(operands) - 1}", value)
+        elif node.args[:1] and node.args[0] in sources and (
+                (node.op == "call_method" and node.target == "transpose" and _last_two(node.args[1:], sources[node.args[0]][1]))
+                or (node.op == "call_function" and node.target is getattr and node.args[1:] == ("mT",))
+                or (node.op == "call_function" and node.target is torch.transpose
+                    and _last_two(node.args[1:], sources[node.args[0]][1]))):
             transposed[node] = node.args[0]
         elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.bmm)
                                                or name in ("matmul", "bmm"))) and product is None:
@@ -108,19 +111,23 @@ def detect_batched_matmul(gm, model, args) -> Pattern | None:
             return None
     if product is None or len(product.args) != 2:
         return None
-    operands = []
+    sides = []
     for arg in product.args:
-        if arg in placeholders:
-            operands.append((placeholders.index(arg), False))
-        elif arg in transposed:
-            operands.append((placeholders.index(transposed[arg]), True))
-        else:
+        source = transposed.get(arg, arg)
+        if source not in sources:
             return None
-    if [i for i, _ in operands] != [0, 1]:
+        sides.append((sources[source], arg in transposed))
+    (a_name, a), trans_a = sides[0]
+    (b_name, b), trans_b = sides[1]
+    if {a_name, b_name} & {f"x{i}" for i in range(len(args))} != {f"x{i}" for i in range(len(args))}:
+        return None  # an input the product does not read
+    if min(a.dim(), b.dim()) < 2 or max(a.dim(), b.dim()) < 3 or a.dtype != b.dtype:
         return None
-    a, b = args
-    (m, k) = tuple(a.shape[-2:])[::-1] if operands[0][1] else tuple(a.shape[-2:])
-    (k2, n) = tuple(b.shape[-2:])[::-1] if operands[1][1] else tuple(b.shape[-2:])
+    dtype = str(a.dtype).removeprefix("torch.")
+    if dtype not in MATMUL_DTYPES:
+        return None
+    (m, k) = tuple(a.shape[-2:])[::-1] if trans_a else tuple(a.shape[-2:])
+    (k2, n) = tuple(b.shape[-2:])[::-1] if trans_b else tuple(b.shape[-2:])
     batch_a, batch_b = tuple(a.shape[:-2]), tuple(b.shape[:-2])
     if k != k2 or (batch_a and batch_b and batch_a != batch_b):
         return None
@@ -129,15 +136,14 @@ def detect_batched_matmul(gm, model, args) -> Pattern | None:
         batch *= int(extent)
     if batch > _BATCH_PROGRAMS:
         return None
-    return Pattern("bmm", inputs=2, ops=("matmul",),
-                   params=(("trans_a", operands[0][1]), ("trans_b", operands[1][1]), ("batch", batch),
+    return Pattern("bmm", inputs=len(args), ops=("matmul",), operands=tuple(operands),
+                   params=(("a", a_name), ("b", b_name), ("trans_a", trans_a), ("trans_b", trans_b), ("batch", batch),
                            ("shared_a", not batch_a), ("shared_b", not batch_b),
                            ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype)))
 
 
-def _last_two(dims, source, args, placeholders) -> bool:
-    """Whether a transpose's two dimensions are its operand's last two."""
-    if len(dims) != 2 or source not in placeholders or not all(isinstance(d, int) for d in dims):
+def _last_two(dims, tensor) -> bool:
+    """Whether a transpose's two dimensions are ``tensor``'s last two."""
+    if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
         return False
-    rank = args[placeholders.index(source)].dim()
-    return {d % rank for d in dims} == {rank - 2, rank - 1}
+    return {d % tensor.dim() for d in dims} == {tensor.dim() - 2, tensor.dim() - 1}
