@@ -45,6 +45,7 @@ from loopwise.core.propose._base import (
     ProposalFailure,
     ProposalRequest,
     ProposalResult,
+    ProposalRole,
     Proposer,
 )
 from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks, reply_block
@@ -97,11 +98,11 @@ class ExchangeProposer(Proposer):
         self._sleep = sleep
         self._clock = clock
 
-    def instruction(self, answer_id: str, kind: str = "") -> str:
-        """The one line that tells the user what to do for ``answer_id`` of an engine ``kind``: the
-        block it answers with is the one that engine's prompt asks for (``reply_block``)."""
+    def instruction(self, answer_id: str, kind: str = "", role: ProposalRole | None = None) -> str:
+        """The one line that tells the user what to do for ``answer_id`` of an engine ``kind`` in
+        ``role``: the block it answers with is the one that prompt asks for (``reply_block``)."""
         return (f"answer by writing {self.answer_path(answer_id)}.tmp containing a Move: line and one "
-                f"{reply_block(kind)} block, then renaming it to {self.answer_path(answer_id).name} "
+                f"{reply_block(kind, role)} block, then renaming it to {self.answer_path(answer_id).name} "
                 f"(the prompt is {self.prompt_path(answer_id)})")
 
     def prompt_path(self, answer_id: str) -> Path:
@@ -120,9 +121,9 @@ class ExchangeProposer(Proposer):
             tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
             tmp.write_text(render_prompt(request, index).as_markdown(), encoding="utf-8")
             os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
-            self._announce(self.instruction(answer_id, request.kind))
+            self._announce(self.instruction(answer_id, request.kind, request.role))
         answers = self._wait(ids)
-        return [self._result(answer_id, answers.get(answer_id), request.kind) for answer_id in ids]
+        return [self._result(answer_id, answers.get(answer_id), request.kind, request.role) for answer_id in ids]
 
     def _new_ids(self, n: int) -> list[str]:
         numbers = [int(m[1]) for p in self.folder.iterdir() if (m := _PROMPT_NAME.match(p.name))]
@@ -164,14 +165,14 @@ class ExchangeProposer(Proposer):
         settled = now - since >= self.settle_s
         return text if marker or settled or _complete(text) else None
 
-    def _result(self, answer_id: str, text: str | None, kind: str) -> ProposalResult:
+    def _result(self, answer_id: str, text: str | None, kind: str, role: ProposalRole) -> ProposalResult:
         origin = f"exchange:{self.answer_path(answer_id)}"
         if text is None:
             text = self._late_text(answer_id)
             if not text:
-                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id, kind)}"
+                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id, kind, role)}"
                 return ProposalFailure(reason=FailureReason.TIMEOUT, detail=detail, origin=origin)
-        found = extract_for(kind, text)
+        found = extract_for(kind, text, role=role)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(
                 reason=found.reason, detail=found.detail, origin=origin, raw=text
