@@ -9,7 +9,9 @@ How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by
    ``answer by writing <folder>/answer-<id>.md.tmp containing a Move: line and one ```python block,
    then renaming it to answer-<id>.md``.
 3. Tell the agent: "read <folder>/prompt-<id>.md, write your answer to
-   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md".
+   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md". The prompt ends with the commands
+   the engine offers (for kernels: code search over CUTLASS / CuTe, the static check, the judge,
+   the profiler), exact command lines the agent may run on a draft of its file first.
 
 The answer format is one for every engine, and the prompt, the printed line and the reader agree
 on it: one line ``Move: <the change, in a few words>``, then exactly one fenced block, the block
@@ -50,6 +52,7 @@ from loopwise.core.propose._base import (
 )
 from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks, reply_block
 from loopwise.core.propose._prompt import render_prompt
+from loopwise.core.propose.commands import agent_commands, commands_section
 
 _PROMPT_NAME = re.compile(r"^prompt-(\d+)\.md$")
 
@@ -119,7 +122,10 @@ class ExchangeProposer(Proposer):
         ids = self._new_ids(request.n)
         for index, answer_id in enumerate(ids):  # each prompt asks for its own approach
             tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
-            tmp.write_text(render_prompt(request, index).as_markdown(), encoding="utf-8")
+            draft = self.folder / f"draft-{answer_id}.py"
+            text = render_prompt(request, index).as_markdown()
+            text += commands_section(agent_commands(request, self.folder, draft), draft)
+            tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
             self._announce(self.instruction(answer_id, request.kind, request.role))
         answers = self._wait(ids)
