@@ -41,6 +41,7 @@ class OptimizeRun:
         self.expert_steps = 0  # steps a hybrid's expert was asked for
         self.handed_over = False  # a hybrid's model has taken over from the best node
         self.reviews: dict[int, dict] = {}  # node -> the reviewer's reading of its suspicious verdict
+        self.plans: dict[int, tuple] = {}  # node -> the profiling tools the analyst asked for on its children
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.logs: dict[int, str] = {}  # node -> its sandbox log (what a repair is shown)
@@ -120,6 +121,8 @@ class OptimizeRun:
                 self.handed_over = True
             elif event.kind in ("review", "review_failed"):
                 self.reviews[p["node"]] = p
+            elif event.kind == "analysis":
+                self.plans[p["node"]] = tuple(p.get("tools") or ())
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -205,11 +208,15 @@ class OptimizeRun:
         if profiler is None:
             from loopwise.kernels.profile.run import profile as profiler
         event: dict = {"node": node, "mode": mode}
+        also = self.plans.get(self.search.node(node).parent_id, ()) if node != 0 else ()
+        asked = {"also": also} if also else {}  # the tools the analyst asked for, besides the mode's
+        if also:
+            event["also"] = list(also)
         try:
             # No system trace in the loop: one child under ncu instead of two (a profile costs
             # several judgements); the kernels come from ncu, without their host gaps.
             report = profiler(self.problem, candidate, folder, device=device, mode=mode, ncu="auto",
-                              precision=self.cfg.kernels.eval.precision, trace=False)
+                              precision=self.cfg.kernels.eval.precision, trace=False, **asked)
         except UserError as exc:  # the candidate would not run under the profiler
             event["error"] = str(exc)
             notes: tuple = ()

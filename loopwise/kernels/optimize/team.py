@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loopwise.core.propose import ProposalRequest, ProposalRole
+from loopwise.core.propose import ProposalRequest, ProposalRole, Snippet
 from loopwise.core.propose.factory import make_proposer
 from loopwise.core.propose.roles import Plan, Review, parse_plan, parse_review
 
@@ -53,16 +53,27 @@ def handover_parent(run, asked: int, name: str) -> int:
     return parent
 
 
+def profiling_tools() -> dict[str, str]:
+    """The installed micro-profiling tools an analyst may ask for: name -> what it looks for."""
+    from loopwise.kernels.profile.registry import load_tools
+
+    return {tool.name: tool.summary for tool in load_tools()}
+
+
 def plan_step(run, parent: int, request: ProposalRequest, name: str, proposer) -> ProposalRequest:
-    """Asks the analyst (when it plays) which move the coder should make from ``parent``; returns
-    the coder's request steered by the plan (its first direction and its own prompt section), or
-    the request unchanged when no usable plan came."""
+    """Asks the analyst (when it plays) which move the coder should make from ``parent`` and which
+    profiling tools to run on the result (kept in ``run.plans``: a child of ``parent`` is profiled
+    with them too); returns the coder's request steered by the plan (its first direction and its
+    own prompt section), or the request unchanged when no usable plan came."""
     if "analyst" not in run.s.roles or name == "expert":
         return request
     from loopwise.kernels.optimize.context import directions_for
 
-    ask = replace(request, role=ProposalRole.ANALYST, n=1, directions=directions_for(request.findings,
-                                                                                      ANALYST_OPTIONS))
+    tools = profiling_tools()
+    listing = Snippet(title="Profiling tools you may ask for", language="text",
+                      code="\n".join(f"- {tool}: {summary}" for tool, summary in tools.items()))
+    ask = replace(request, role=ProposalRole.ANALYST, n=1, snippets=(listing,),
+                  directions=directions_for(request.findings, ANALYST_OPTIONS))
     run._record_request(parent, ask, [], proposer=name)
     [result] = proposer.propose(ask)
     plan = parse_plan(result.content) if result.ok else result
@@ -71,8 +82,12 @@ def plan_step(run, parent: int, request: ProposalRequest, name: str, proposer) -
         run.store.append("analysis_failed", {"node": parent, "reason": str(plan.reason), "detail": plan.detail,
                                              "origin": result.origin, "by": by})
         return request
-    run.store.append("analysis", {"node": parent, "move": plan.move, "rationale": plan.rationale,
-                                  "tools": list(plan.tools), "origin": result.origin, "by": by})
+    known = [t for t in plan.tools if t in tools]
+    run.store.append("analysis", {"node": parent, "move": plan.move, "rationale": plan.rationale, "tools": known,
+                                  "unknown_tools": [t for t in plan.tools if t not in tools],
+                                  "origin": result.origin, "by": by})
+    run.plans[parent] = tuple(known)
+    plan = replace(plan, tools=tuple(known))
     others = tuple(d for d in request.directions if d != plan.move)
     directions = (plan.move, *others)[:request.n] if request.n > 1 else ()
     return replace(request, plan=plan.as_text(), directions=directions)

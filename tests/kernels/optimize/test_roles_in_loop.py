@@ -101,6 +101,44 @@ def test_the_analysts_plan_steers_the_coder_and_the_reviewer_explains_the_exploi
     run.store.close()
 
 
+class _CudaJudge(_Judge):
+    device = device_name = "cuda:0"
+
+
+def test_the_tools_the_analyst_picks_are_run_on_the_profile_of_the_result(tmp_path):
+    """The analyst is shown the installed profiling tools; those it names (an unknown one is
+    dropped and recorded) run on its step's candidate when that is profiled, besides the ones its
+    roofline class selects."""
+    from loopwise.config import load_config
+    from loopwise.kernels.optimize import OptimizeRun, Settings
+    from loopwise.kernels.problem import load_problem
+    from loopwise.kernels.profile.run import ProfileReport
+
+    settings = Settings(problem=str(GELU), proposer="exchange", exchange_dir=str(tmp_path / "x"), budget=2,
+                        per_step=1, search="greedy", roles=["analyst"], profile_within=0)
+    run = OptimizeRun.start(settings, load_config(None, []), str(tmp_path / "runs"), _CudaJudge(),
+                            load_problem(str(GELU)))
+    run.proposer = team = _Team(plan={**PLAN, "tools": ["tail_effect", "no_such_tool"]})
+    team.count = 1
+    calls = []
+
+    def profiler(problem, candidate, out_dir, **kw):
+        calls.append((candidate is not None, kw.get("also", ())))
+        return ProfileReport(problem="p", candidate="c", device="cuda:0", mode=kw["mode"], kernels=[], findings=[],
+                             costs_s={}, notes=[], artifacts={})
+
+    run.profiler = profiler
+    assert run.run() is True
+    analyst = team.requests[0]
+    assert analyst.role is ProposalRole.ANALYST and "- tail_effect: " in analyst.snippets[0].code
+    analyses = _events(run, "analysis")
+    assert analyses[0]["tools"] == ["tail_effect"] and analyses[0]["unknown_tools"] == ["no_such_tool"]
+    assert "Tools it wants run: tail_effect" in team.requests[1].plan
+    assert calls == [(False, ()), (True, ("tail_effect",))]  # the reference, then node 1 with the pick
+    assert [e.get("also") for e in _events(run, "profile")] == [None, ["tail_effect"]]
+    run.store.close()
+
+
 def test_an_analyst_that_gives_no_plan_is_recorded_and_the_coder_goes_on(tmp_path):
     run, _ = _run(tmp_path, roles=["analyst"], budget=1)
     run.proposer = team = _Team(analyst_fails=True)
