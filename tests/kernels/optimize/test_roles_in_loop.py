@@ -94,7 +94,14 @@ def test_the_analysts_plan_steers_the_coder_and_the_reviewer_explains_the_exploi
     summary = run.summary()
     assert summary["reviews"] == {"1": {"verdict": "exploit", "explanation": REVIEW["explanation"],
                                         "by": "exchange/reviewer"}}
+    from rich.console import Console
+
+    from loopwise.kernels.optimize.console import _print_summary
     from loopwise.kernels.report.optimize_html import build_report
+
+    terminal = Console(record=True, width=200)
+    _print_summary(terminal, run, None)
+    assert f"reviewer on node 1: exploit: {REVIEW['explanation']}" in terminal.export_text()
 
     html = build_report(run.store).read_text()
     assert REVIEW["explanation"] in html and ("analyst&#39;s plan" in html or "analyst's plan" in html)
