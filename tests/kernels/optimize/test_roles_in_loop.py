@@ -228,3 +228,32 @@ def test_each_role_is_its_own_model_over_the_wire_and_the_review_reaches_the_rep
     assert report.returncode == 0, report.stderr[-2000:]
     html = (tmp_path / "runs" / summary["run_id"] / "report.html").read_text()
     assert "background thread wrote y" in html
+
+
+def test_a_hybrid_run_over_the_wire_hands_the_experts_best_to_the_model(tmp_path, cli_env):
+    """--proposer hybrid on the CPU with a local OpenAI-compatible server: the expert's candidate
+    first, then the model's, asked to improve the expert's code, both in one tree."""
+    from fake_llm_server import FakeLLMServer, good
+
+    fixed = (GELU.parent / "scaled_gelu_triton.py").read_text().replace("1024", "512")
+    server = FakeLLMServer().start()
+    try:
+        server.queue(good(fixed, "Move: smaller blocks"))
+        cmd = [sys.executable, "-m", "loopwise", "kernels", "optimize", str(GELU), "--proposer", "hybrid",
+               "--llm-model", "m", "--llm-base-url", server.base_url + "/v1", "--hybrid-expert-steps", "1",
+               "--budget", "2", "--per-step", "1", "--search", "greedy", "--device", "cpu",
+               "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3",
+               "--set", "llm.tools=false", "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=600)
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["proposals"]["by"] == {"expert/improve": 1, "llm/improve": 1}, summary["proposals"]
+    [post] = server.posts()
+    user = post.body["messages"][1]["content"]
+    assert "## Current candidate" in user and "4 warps" in user  # the expert's file (block 1024, 4 warps)
+    db = sqlite3.connect(tmp_path / "runs" / summary["run_id"] / "run.sqlite")
+    handover = [json.loads(row[0]) for row in db.execute("SELECT payload FROM events WHERE kind = 'handover'")]
+    db.close()
+    assert [h["node"] for h in handover] == [1]  # the expert's candidate, whatever the search asked for
