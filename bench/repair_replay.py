@@ -6,8 +6,8 @@ the typical mistakes first, in this order: a typo (``tl.arang``), a wrong index 
 its neighbour), no code block, a duplicate of an earlier answer, a plain ``tl.dot`` under the fp32
 policy; then correct files (the honest candidate at other block sizes). It answers every repair
 request (a prompt with "## The candidate that failed") with a correct file. The JSON written says
-per arm and problem: candidates judged, failures by status, repair requests and how many of them
-gave a correct candidate (the repair rate), and the best speedup.
+per arm and problem: candidates judged and correct, failures by status, repair requests and how
+many of them gave a correct candidate (the repair rate), and the best speedup.
 
     python bench/repair_replay.py --out repair_replay.json                 # on CUDA: 2 problems
     TRITON_INTERPRET=1 python bench/repair_replay.py --smoke --out s.json  # CPU: 1 problem, tiny budget
@@ -152,7 +152,8 @@ def run_arm(case: Case, repairs: int, budget: int, device: str, work: Path, perf
     summary = json.loads(out.stdout)
     judged, fixed = repair_outcomes(folder / "runs" / summary["run_id"])
     proposals = summary["proposals"]
-    return {"evaluations": summary["evaluations"], "best_speedup": summary["best_speedup"],
+    return {"evaluations": summary["evaluations"], "correct": summary["evaluations"] - sum(summary["failures"].values()),
+            "best_speedup": summary["best_speedup"],
             "timing_meaningful": summary["timing_meaningful"], "failures": summary["failures"],
             "repair_requests": proposals["repairs"], "repairs_judged": judged, "repairs_correct": fixed,
             "repair_rate": fixed / proposals["repairs"] if proposals["repairs"] else None,
@@ -170,7 +171,8 @@ def totals(arms: dict) -> dict:
         fixed = sum(r["repairs_correct"] for r in rows)
         out[arm] = {"repair_requests": asked, "repairs_correct": fixed, "repair_rate": fixed / asked if asked else None,
                     "best_speedup": {name: problem[arm]["best_speedup"] for name, problem in arms.items()},
-                    "correct_found": sum(1 for r in rows if r["best_speedup"])}
+                    "correct_candidates": sum(r["correct"] for r in rows),
+                    "problems_solved": sum(1 for r in rows if r["best_speedup"])}
     return out
 
 

@@ -32,3 +32,4 @@ def test_the_smoke_run_compares_repair_on_and_off(tmp_path, cli_env):
     assert off["repair_requests"] == 0 and off["answers_used"]["repair"] == 0
     assert off["failures"] == {"crash": 1, "wrong_output": 1, "exploit": 1}, off
     assert on["best_speedup"] and off["best_speedup"] and result["smoke"] is True
+    assert on["correct"] == 2 and off["correct"] == 1  # the two repairs against one honest answer
