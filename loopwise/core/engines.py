@@ -57,6 +57,9 @@ class Engine:
             report builder, ``build(store, out: Path | None) -> Path``.
         proposer: ``"module:function"``, its own LLM-free proposer,
             ``make(settings, store=None, **context) -> Proposer``; empty when it has none.
+        agent_commands: ``"module:function"``, the commands an exchange agent may run while it
+            answers, ``commands(request, folder, draft) -> list[AgentCommand]`` (``draft``: where
+            the agent saves its file to try it); empty when there are none.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Engine:
     chat_tools: str = ""
     run_kinds: dict[str, str] | None = None
     proposer: str = ""
+    agent_commands: str = ""
 
     def section_model(self) -> type | None:
         """The pydantic model of its config section, or None."""
@@ -81,6 +85,10 @@ class Engine:
     def tools(self) -> list:
         """The chat tools offered while proposing for it (loaded now)."""
         return list(load(self.chat_tools)()) if self.chat_tools else []
+
+    def commands(self, request: Any, folder: Path, draft: Path) -> list:
+        """The commands an exchange agent may run for ``request`` (loaded now; none when it has none)."""
+        return list(load(self.agent_commands)(request, folder, draft)) if self.agent_commands else []
 
     def report_builder(self, run_kind: str) -> Callable[..., Path]:
         """The HTML report builder of one of its run kinds.

@@ -1,4 +1,5 @@
-"""The kernels engine as core knows it: its config section, prompts, chat tools, runs and expert.
+"""The kernels engine as core knows it: its config section, prompts, chat tools, runs, expert
+and the commands an exchange agent may run.
 
 Kept cheap: it names modules, it imports none of them.
 """
@@ -17,4 +18,5 @@ ENGINE = Engine(
         "kernels.eval": "loopwise.kernels.report.eval_html:build_eval_report",
     },
     proposer="loopwise.kernels.expert.proposer:ExpertProposer",
+    agent_commands="loopwise.kernels.agent_commands:agent_commands",
 )

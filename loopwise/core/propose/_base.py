@@ -32,10 +32,21 @@ REPROMPT_ROUNDS = 2
 class ProposalRole(enum.StrEnum):
     """What a request asks for; each role has its own user prompt in the engine's prompt folder
     (``<role>.md.j2``, ``user.md.j2`` for ``IMPROVE``). A proposer may decline a role it does not play by
-    answering with ``ProposalFailure``s."""
+    answering with ``ProposalFailure``s.
+
+    ``IMPROVE`` and ``REPAIR`` are answered with the engine's content (code, a config); ``ANALYST``
+    and ``REVIEW`` with a JSON object (``answers_in_json``): the analyst's is the move it picks and
+    why, the reviewer's its reading of a suspicious candidate."""
 
     IMPROVE = "improve"  # a faster version of a correct candidate (or a first one)
     REPAIR = "repair"  # a fixed version of a candidate the judge failed
+    ANALYST = "analyst"  # reads the verdict and profile and picks the next move: {"move", "rationale", ...}
+    REVIEW = "review"  # explains a candidate the judge flagged or rejected as an exploit: {"verdict", "explanation"}
+
+    @property
+    def answers_in_json(self) -> bool:
+        """Whether a reply in this role carries a JSON object whatever the engine's own reply format."""
+        return self in (ProposalRole.ANALYST, ProposalRole.REVIEW)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +121,8 @@ class ProposalRequest:
         directions: the distinct approaches the ``n`` requests of this step are asked for, one
             each (request ``i`` takes ``directions[i % len]``); empty: each request is still told
             its number and asked to differ from the others.
+        plan: the analyst's pick for this step (its move and its rationale, in plain words), shown
+            to the coder; empty when no analyst was asked.
     """
 
     task: str
@@ -129,6 +142,7 @@ class ProposalRequest:
     best: Attempt | None = None
     siblings: tuple[Attempt, ...] = ()
     directions: tuple[str, ...] = ()
+    plan: str = ""
 
     def __post_init__(self) -> None:
         if self.n < 1:

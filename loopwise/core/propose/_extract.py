@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from loopwise.core.engines import engines
-from loopwise.core.propose._base import FailureReason
+from loopwise.core.propose._base import FailureReason, ProposalRole
 
 _FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\s`]*)[^`]*$")
 _PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
@@ -142,17 +142,25 @@ def extract_json(text: str, *, truncated: bool = False) -> Extracted | ExtractFa
     return ExtractFailure(FailureReason.SYNTAX_ERROR, last_error)
 
 
-def reply_block(kind: str) -> str:
+def _json_reply(kind: str, role: ProposalRole | None) -> bool:
+    if role is not None and ProposalRole(role).answers_in_json:
+        return True
+    registered = engines().get(kind)
+    return registered is not None and registered.reply == "json"
+
+
+def reply_block(kind: str, role: ProposalRole | None = None) -> str:
     """The fenced block a reply to an engine carries, as prompts and instructions name it:
-    ```json where the engine registered ``json`` replies, else ```python."""
-    registered = engines().get(kind)
-    return "```json" if registered is not None and registered.reply == "json" else "```python"
+    ```json where the engine registered ``json`` replies or the role answers in JSON (the analyst,
+    the reviewer), else ```python."""
+    return "```json" if _json_reply(kind, role) else "```python"
 
 
-def extract_for(kind: str, text: str, *, truncated: bool = False) -> Extracted | ExtractFailure:
-    """What a reply to an engine carries: a JSON object where the engine registered ``json``
-    replies, a Python file otherwise (and for a kind no engine registered)."""
-    registered = engines().get(kind)
-    if registered is not None and registered.reply == "json":
+def extract_for(kind: str, text: str, *, truncated: bool = False,
+                role: ProposalRole | None = None) -> Extracted | ExtractFailure:
+    """What a reply to an engine in ``role`` carries: a JSON object where the engine registered
+    ``json`` replies or the role answers in JSON, a Python file otherwise (and for a kind no
+    engine registered)."""
+    if _json_reply(kind, role):
         return extract_json(text, truncated=truncated)
     return extract_python(text, truncated=truncated)

@@ -13,7 +13,8 @@ Use it by subclassing in a test module::
 
 The contract is the search's view: a request for ``n`` proposals gets exactly ``n`` results, each
 a ``Proposal`` (with content and an origin) or a ``ProposalFailure`` (a reason and a detail a person
-can act on); nothing a proposer meets (no answer, a bad reply, a role it does not play) is raised.
+can act on); nothing a proposer meets (no answer, a bad reply, a role it does not play: the analyst and the
+reviewer are roles too) is raised.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ class ProposerConformance:
         assert first is not None
         results = proposer.propose(self.request(2, ProposalRole.REPAIR, candidate=first.content))
         self._check(results, 2)
+
+    @pytest.mark.parametrize("role", [ProposalRole.ANALYST, ProposalRole.REVIEW])
+    def test_an_analyst_or_review_request_is_answered_or_declined_never_raised(self, tmp_path: Path,
+                                                                               role: ProposalRole) -> None:
+        results = self.make_proposer(tmp_path).propose(self.request(1, role, candidate="import torch\n"))
+        self._check(results, 1)
 
     def test_an_answer_improves_on_the_candidate_it_was_given(self, tmp_path: Path) -> None:
         proposer = self.make_proposer(tmp_path)

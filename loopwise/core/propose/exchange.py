@@ -9,7 +9,9 @@ How to use it with a coding agent (Claude Code, Codex, Cursor, aider, ...) or by
    ``answer by writing <folder>/answer-<id>.md.tmp containing a Move: line and one ```python block,
    then renaming it to answer-<id>.md``.
 3. Tell the agent: "read <folder>/prompt-<id>.md, write your answer to
-   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md".
+   <folder>/answer-<id>.md.tmp and rename it to answer-<id>.md". The prompt ends with the commands
+   the engine offers (for kernels: code search over CUTLASS / CuTe, the static check, the judge,
+   the profiler), exact command lines the agent may run on a draft of its file first.
 
 The answer format is one for every engine, and the prompt, the printed line and the reader agree
 on it: one line ``Move: <the change, in a few words>``, then exactly one fenced block, the block
@@ -45,10 +47,12 @@ from loopwise.core.propose._base import (
     ProposalFailure,
     ProposalRequest,
     ProposalResult,
+    ProposalRole,
     Proposer,
 )
 from loopwise.core.propose._extract import ExtractFailure, extract_for, fenced_blocks, reply_block
 from loopwise.core.propose._prompt import render_prompt
+from loopwise.core.propose.commands import agent_commands, commands_section
 
 _PROMPT_NAME = re.compile(r"^prompt-(\d+)\.md$")
 
@@ -97,11 +101,11 @@ class ExchangeProposer(Proposer):
         self._sleep = sleep
         self._clock = clock
 
-    def instruction(self, answer_id: str, kind: str = "") -> str:
-        """The one line that tells the user what to do for ``answer_id`` of an engine ``kind``: the
-        block it answers with is the one that engine's prompt asks for (``reply_block``)."""
+    def instruction(self, answer_id: str, kind: str = "", role: ProposalRole | None = None) -> str:
+        """The one line that tells the user what to do for ``answer_id`` of an engine ``kind`` in
+        ``role``: the block it answers with is the one that prompt asks for (``reply_block``)."""
         return (f"answer by writing {self.answer_path(answer_id)}.tmp containing a Move: line and one "
-                f"{reply_block(kind)} block, then renaming it to {self.answer_path(answer_id).name} "
+                f"{reply_block(kind, role)} block, then renaming it to {self.answer_path(answer_id).name} "
                 f"(the prompt is {self.prompt_path(answer_id)})")
 
     def prompt_path(self, answer_id: str) -> Path:
@@ -118,11 +122,14 @@ class ExchangeProposer(Proposer):
         ids = self._new_ids(request.n)
         for index, answer_id in enumerate(ids):  # each prompt asks for its own approach
             tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
-            tmp.write_text(render_prompt(request, index).as_markdown(), encoding="utf-8")
+            draft = self.folder / f"draft-{answer_id}.py"
+            text = render_prompt(request, index).as_markdown()
+            text += commands_section(agent_commands(request, self.folder, draft), draft)
+            tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
-            self._announce(self.instruction(answer_id, request.kind))
+            self._announce(self.instruction(answer_id, request.kind, request.role))
         answers = self._wait(ids)
-        return [self._result(answer_id, answers.get(answer_id), request.kind) for answer_id in ids]
+        return [self._result(answer_id, answers.get(answer_id), request.kind, request.role) for answer_id in ids]
 
     def _new_ids(self, n: int) -> list[str]:
         numbers = [int(m[1]) for p in self.folder.iterdir() if (m := _PROMPT_NAME.match(p.name))]
@@ -164,14 +171,14 @@ class ExchangeProposer(Proposer):
         settled = now - since >= self.settle_s
         return text if marker or settled or _complete(text) else None
 
-    def _result(self, answer_id: str, text: str | None, kind: str) -> ProposalResult:
+    def _result(self, answer_id: str, text: str | None, kind: str, role: ProposalRole) -> ProposalResult:
         origin = f"exchange:{self.answer_path(answer_id)}"
         if text is None:
             text = self._late_text(answer_id)
             if not text:
-                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id, kind)}"
+                detail = f"no answer within {self.timeout_s:g} s: {self.instruction(answer_id, kind, role)}"
                 return ProposalFailure(reason=FailureReason.TIMEOUT, detail=detail, origin=origin)
-        found = extract_for(kind, text)
+        found = extract_for(kind, text, role=role)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(
                 reason=found.reason, detail=found.detail, origin=origin, raw=text

@@ -15,7 +15,7 @@ CHOICES = ("expert", "llm", "exchange")
 
 def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "",
                   exchange_timeout_s: float | None = None, llm: Mapping[str, Any] | None = None,
-                  **context: Any) -> Any:
+                  role_models: Mapping[str, str] | None = None, **context: Any) -> Any:
     """Builds the proposer ``choice`` names for an engine's run.
 
     Args:
@@ -25,6 +25,8 @@ def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "
         exchange_dir: the exchange folder (``exchange``).
         exchange_timeout_s: seconds the exchange proposer waits for answers; None: its default.
         llm: the fields of ``LLMConfig`` (``llm``).
+        role_models: another model for some roles (``{"analyst": MODEL}``, role names as in
+            ``roles.ROLE_NAMES``), on the same server and sharing one budget (``llm``).
         context: what the engine's own proposer factory takes (e.g. the problem and a seed).
 
     Returns:
@@ -45,7 +47,18 @@ def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "
     from loopwise.core.propose.llm import LLMProposer, record_llm_call
 
     call_log = (lambda rec: record_llm_call(store, rec)) if store is not None else None
+    settings = dict(llm if llm is not None else {})
     try:
-        return LLMProposer.from_config(llm if llm is not None else {}, call_log=call_log)
+        default = LLMProposer.from_config(settings, call_log=call_log)
+        if not role_models:
+            return default
+        from loopwise.core.propose.roles import ROLE_NAMES, RoleRouter
+
+        by_model = {settings.get("model"): default}
+        for model in role_models.values():
+            if model not in by_model:  # one proposer per model, all charged to the default's budget
+                by_model[model] = LLMProposer.from_config({**settings, "model": model}, call_log=call_log,
+                                                          budget=default.budget)
     except (TypeError, ValueError, KeyError) as exc:
         raise UserError(f"--proposer llm: {exc}") from None
+    return RoleRouter(default, {ROLE_NAMES[role]: by_model[model] for role, model in role_models.items()})

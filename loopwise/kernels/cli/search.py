@@ -16,7 +16,9 @@ from loopwise.kernels.cli.options import (CONFIG, DEVICE, EXECUTOR, JSON, KERNEL
 
 def optimize_cmd(
     problem: Optional[str] = typer.Argument(None, help="Problem file or kernelbench:LEVEL/ID (not with --resume)."),
-    proposer: str = typer.Option("expert", help="expert (no LLM), llm or exchange."),
+    proposer: str = typer.Option("expert", help="expert (no LLM), llm, exchange, or hybrid (the expert's first "
+                                 "steps, then the model from the best node; the model: --llm-model, else "
+                                 "--exchange-dir)."),
     search: str = typer.Option("mcts", help="mcts, greedy, beam, random or best-of-n."),
     budget: int = typer.Option(20, help="Candidates to judge."),
     objective: str = typer.Option("speed", help="speed, or energy (fewest joules within 3% of the best time)."),
@@ -36,6 +38,14 @@ def optimize_cmd(
     llm_model: Optional[str] = typer.Option(None, help="--proposer llm: the model name."),
     llm_base_url: Optional[str] = typer.Option(None, help="--proposer llm: server URL, e.g. http://localhost:8000/v1."),
     llm_key_env: Optional[str] = typer.Option(None, help="--proposer llm: NAME of the variable holding the API key."),
+    roles: str = typer.Option("", help="Roles a model plays besides coder and repairer, comma-separated: analyst "
+                              "(picks each step's move from the verdict and profile), reviewer (explains every "
+                              "candidate the judge found suspicious)."),
+    llm_role_model: Optional[List[str]] = typer.Option(None, help="ROLE=MODEL: another model for one role (coder, "
+                                                       "repairer, analyst, reviewer) on the same server; repeat "
+                                                       "it per role."),
+    hybrid_expert_steps: int = typer.Option(2, help="--proposer hybrid: steps the expert expands before the model "
+                                            "takes over."),
     llm_tool_rounds: Optional[int] = typer.Option(None, help="--proposer llm: replies per proposal that may call the "
                                                   "CUTLASS code-search tools (default 4; 0: offer no tools)."),
     out: Optional[Path] = typer.Option(None, help="Where to write the best ModelNew (default: in the run folder)."),
@@ -68,10 +78,15 @@ def optimize_cmd(
         raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
     if problem and not problem.startswith("kernelbench:") and Path(problem).is_file():
         problem = str(Path(problem).resolve())  # a resume from another folder finds it
+    from loopwise.core.propose.roles import parse_role_models, parse_roles
+
+    role_names = list(parse_roles(roles))
     settings = Settings(problem=problem or "", proposer=proposer, search=search, budget=budget, objective=objective,
                         seed=seed, per_step=per_step, exchange_dir=exchange_dir or "", llm=llm,
                         profiling=profiling, profile_within=profile_within, exchange_timeout=exchange_timeout,
-                        repairs=repairs)
+                        repairs=repairs, roles=role_names,
+                        role_models=parse_role_models(llm_role_model or [], enabled=role_names),
+                        hybrid_expert_steps=hybrid_expert_steps)
     raise typer.Exit(run_optimize(settings, cfg, resume=resume, out=out, as_json=as_json,
                                   executor=(executor, workers, ray_address), time_limit=time_limit))
 

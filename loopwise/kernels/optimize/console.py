@@ -128,6 +128,10 @@ def _print_summary(console, run, path) -> None:
                       e.get("status", "pending"), speed)
     console.print(table)
     footnote(console, not meaningful)
+    for node, review in sorted(run.reviews.items()):  # the reviewer's reading of each suspicious verdict
+        said = f"{review['verdict']}: {review['explanation']}" if review.get("verdict") else \
+            f"no review ({review.get('detail', '')})"
+        console.print(f"reviewer on node {node}: {said}", soft_wrap=True, markup=False)
     if path:
         console.print(f"best candidate (node {best}) written to {path}")
     else:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from loopwise.config import Config, dump_config
 from loopwise.core.propose._base import REPROMPT_ROUNDS, REPROMPTABLE
-from loopwise.core.propose.factory import make_proposer
 from loopwise.kernels.optimize.prompt import notes_from, profile_notes, rules
 from loopwise.kernels.optimize.settings import ENERGY_SLACK, Settings, Tally, make_search, source_key
 from loopwise.kernels.optimize.status import KIND
@@ -35,10 +34,14 @@ class OptimizeRun:
     def __init__(self, settings: Settings, cfg: Config, store, judge: Judge, problem) -> None:
         self.s, self.cfg, self.store, self.judge, self.problem = settings, cfg, store, judge, problem
         self.search = make_search(settings)
-        self.proposer = make_proposer(settings.proposer, "kernels", store=store, exchange_dir=settings.exchange_dir,
-                                      exchange_timeout_s=settings.exchange_timeout, llm=settings.llm,
-                                      problem=problem, seed=settings.seed, precision=cfg.kernels.eval.precision,
-                                      device=judge.device)
+        from loopwise.kernels.optimize.team import build_proposers
+
+        # the model (or the expert, for an expert run), and a hybrid's expert beside it
+        self.proposer, self.expert = build_proposers(settings, store, cfg, judge, problem)
+        self.expert_steps = 0  # steps a hybrid's expert was asked for
+        self.handed_over = False  # a hybrid's model has taken over from the best node
+        self.reviews: dict[int, dict] = {}  # node -> the reviewer's reading of its suspicious verdict
+        self.plans: dict[int, tuple] = {}  # node -> the profiling tools the analyst asked for on its children
         self.sources: dict[int, str] = {0: ""}
         self.evaluations: dict[int, dict] = {}
         self.logs: dict[int, str] = {}  # node -> its sandbox log (what a repair is shown)
@@ -112,6 +115,14 @@ class OptimizeRun:
                 self.profiles[p["node"]] = notes_from(p.get("notes") or [])
             elif event.kind == "reference":
                 self.reference = p
+            elif event.kind == "request" and p.get("proposer") == "expert" and self.expert is not None:
+                self.expert_steps += 1
+            elif event.kind == "handover":
+                self.handed_over = True
+            elif event.kind in ("review", "review_failed"):
+                self.reviews[p["node"]] = p
+            elif event.kind == "analysis":
+                self.plans[p["node"]] = tuple(p.get("tools") or ())
 
     # -- the loop -----------------------------------------------------------------------------
     def pending(self) -> list[int]:
@@ -132,10 +143,10 @@ class OptimizeRun:
             if exp is None:
                 self._stop_early()
                 break
-            children = self._propose(exp.node_id, repair=exp.repair)
+            parent, children = self._propose(exp.node_id, repair=exp.repair)
             if not children:
-                self.search.close(exp.node_id)
-                self.store.append("close", {"node": exp.node_id})
+                self.search.close(parent)
+                self.store.append("close", {"node": parent})
             self._judge_batch(children[:self.search.budget_left], progress)
         return True
 
@@ -197,11 +208,15 @@ class OptimizeRun:
         if profiler is None:
             from loopwise.kernels.profile.run import profile as profiler
         event: dict = {"node": node, "mode": mode}
+        also = self.plans.get(self.search.node(node).parent_id, ()) if node != 0 else ()
+        asked = {"also": also} if also else {}  # the tools the analyst asked for, besides the mode's
+        if also:
+            event["also"] = list(also)
         try:
             # No system trace in the loop: one child under ncu instead of two (a profile costs
             # several judgements); the kernels come from ncu, without their host gaps.
             report = profiler(self.problem, candidate, folder, device=device, mode=mode, ncu="auto",
-                              precision=self.cfg.kernels.eval.precision, trace=False)
+                              precision=self.cfg.kernels.eval.precision, trace=False, **asked)
         except UserError as exc:  # the candidate would not run under the profiler
             event["error"] = str(exc)
             notes: tuple = ()
@@ -230,48 +245,72 @@ class OptimizeRun:
         return (f"not profiled: {mine:.3g}x is below {self.s.profile_within:g} x the best so far "
                 f"({best:.3g}x)")
 
-    def _propose(self, parent: int, repair: bool = False) -> list[int]:
-        """Asks the proposer for children of ``parent`` (a repair of it when ``repair``), then asks
-        again, with what was wrong, for each answer that had no usable code or repeated a node (at
-        most ``REPROMPT_ROUNDS`` rounds)."""
+    def _propose(self, asked: int, repair: bool = False) -> tuple[int, list[int]]:
+        """Asks this step's proposer (``team.step_proposer``) for children of the node the search
+        ``asked`` for (a repair of it when ``repair``); a hybrid's expert step that gives nothing
+        goes to the model, whose first step expands the best node. Returns the node expanded and
+        its new children."""
+        from loopwise.kernels.optimize.team import handover_parent, step_proposer
+
+        name, proposer = step_proposer(self, repair)
+        if name == "expert" and self.expert is not None:
+            self.expert_steps += 1
+            children = self._ask(asked, False, name, proposer)
+            if children:
+                return asked, children
+            name, proposer = self.s.model_proposer(), self.proposer  # the expert had nothing: the model's turn
+        parent = asked if repair else handover_parent(self, asked, name)
+        return parent, self._ask(parent, repair, name, proposer)
+
+    def _ask(self, parent: int, repair: bool, name: str, proposer) -> list[int]:
+        """Asks ``proposer`` (the analyst first, when it plays) for children of ``parent``, then
+        asks again, with what was wrong, for each answer that had no usable code or repeated a node
+        (at most ``REPROMPT_ROUNDS`` rounds)."""
         from loopwise.kernels.optimize.context import improve_request, repair_request
+        from loopwise.kernels.optimize.team import plan_step
 
         request, cut = repair_request(self, parent) if repair else improve_request(self, parent)
-        self._record_request(parent, request, cut)
+        if not repair:
+            request = plan_step(self, parent, request, name, proposer)
+        self._record_request(parent, request, cut, proposer=name)
         if repair:
             self.tally.repairs += 1
             self.store.append("repair", {"node": parent})
-        children, retry = self._take(parent, self.proposer.propose(request), repair, False)
-        rounds = 0 if self.s.proposer == "expert" else REPROMPT_ROUNDS
+        children, retry = self._take(parent, proposer.propose(request), repair, False, name)
+        rounds = 0 if name == "expert" else REPROMPT_ROUNDS
         for _ in range(rounds):
             again = []
             for feedback in retry:
                 self.tally.reprompts += 1
                 self.store.append("reprompt", {"parent": parent, "feedback": feedback})
                 again_request = replace(request, n=1, feedback=feedback, directions=())
-                got, more = self._take(parent, self.proposer.propose(again_request), repair, True)
+                got, more = self._take(parent, proposer.propose(again_request), repair, True, name)
                 children, again = children + got, again + more
             retry = again
         return children
 
-    def _record_request(self, parent: int, request, cut: list[str]) -> None:
-        """One ``request`` event per request sent: its role, size, directions, template version."""
+    def _record_request(self, parent: int, request, cut: list[str], proposer: str = "") -> None:
+        """One ``request`` event per request sent: who was asked, its role, size, directions and
+        template version."""
         from loopwise.core.propose import prompt_version
         from loopwise.kernels.optimize.context import size
 
         self.store.append("request", {"parent": parent, "role": str(request.role), "n": request.n,
-                                      "proposer": self.s.proposer, "prompt_version": prompt_version("kernels"),
-                                      "chars": size(request), "directions": list(request.directions), "cut": cut})
+                                      "proposer": proposer or self.s.proposer,
+                                      "prompt_version": prompt_version("kernels"), "chars": size(request),
+                                      "directions": list(request.directions), "cut": cut})
 
-    def _by(self, repair: bool, reprompt: bool) -> str:
+    @staticmethod
+    def _by(name: str, repair: bool, reprompt: bool) -> str:
         """Who made a proposal and in which role: ``<proposer>/<improve|repair>[ re-prompt]``."""
-        return f"{self.s.proposer}/{'repair' if repair else 'improve'}" + (" re-prompt" if reprompt else "")
+        return f"{name}/{'repair' if repair else 'improve'}" + (" re-prompt" if reprompt else "")
 
-    def _take(self, parent: int, results, repair: bool, reprompt: bool) -> tuple[list[int], list[str]]:
+    def _take(self, parent: int, results, repair: bool, reprompt: bool,
+              name: str = "") -> tuple[list[int], list[str]]:
         """Records the proposer's results, each with who made it and in which role; returns the new
         children and, for each answer worth asking again, what was wrong with it."""
         children, retry = [], []
-        by = self._by(repair, reprompt)
+        by = self._by(name or self.s.proposer, repair, reprompt)
         for result in results:
             if not result.ok:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
@@ -315,9 +354,12 @@ class OptimizeRun:
         items = [(self.sources[n], f"node-{n}") for n in nodes]
         self._precompile(nodes, [source for source, _ in items])
         verdicts = self.judge.evaluate_many(items)
+        from loopwise.kernels.optimize.team import review
+
         for node, ev in zip(nodes, verdicts):
             self.logs[node] = ev.log or ""
             self._tell(node, record_evaluation(self.store, ev, ev.candidate_key, node=node))
+            review(self, node)
             if progress is not None:
                 progress(self.tally.line(self.s.budget))
 
@@ -390,6 +432,8 @@ class OptimizeRun:
                               "reprompts": self.tally.reprompts, "repairs": self.tally.repairs,
                               "by": dict(self.tally.by)},
                 "reference": self.reference,
+                "reviews": {str(n): {k: r.get(k, "") for k in ("verdict", "explanation", "by")}
+                            for n, r in sorted(self.reviews.items())},
                 "best": json.loads(json.dumps(self.evaluations[node]["data"])) if node is not None else None}
 
 

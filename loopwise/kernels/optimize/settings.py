@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from loopwise.errors import UserError
 
 SEARCHES = ("mcts", "greedy", "beam", "random", "best-of-n")
-PROPOSERS = ("expert", "llm", "exchange")
+PROPOSERS = ("expert", "llm", "exchange", "hybrid")
+# hybrid: the expert expands the first ``hybrid_expert_steps`` steps (and any step a model would have
+# nothing for), then the model (llm when --llm-model is given, else the exchange) takes over from
+# the best node so far; one tree holds both's candidates.
 # What the proposer is told about a candidate besides the judge's verdict (KernelPro's ablation arms):
 # the findings of the tools its kernels' roofline classes select, of every tool, the measurements
 # alone, or nothing. Profiling needs a CUDA device; on the CPU no profile is taken.
@@ -39,6 +42,16 @@ class Settings:
     # (the reference is always profiled; 0: every candidate the search expands). A profile costs
     # several judgements' time (docs/log/2026-11-30.md, 05:11 section): an expert profiles the contenders.
     profile_within: float = 0.9
+    roles: list = field(default_factory=list)  # optional roles switched on: analyst, reviewer
+    role_models: dict = field(default_factory=dict)  # role name -> the model that plays it (llm)
+    hybrid_expert_steps: int = 2
+
+    def model_proposer(self) -> str:
+        """The proposer that plays the model's roles: ``llm`` or ``exchange`` (hybrid: whichever was
+        given, the server first), or ``expert`` for a run without a model."""
+        if self.proposer != "hybrid":
+            return self.proposer
+        return "llm" if self.llm.get("model") else "exchange"
 
     def check(self) -> None:
         if self.search not in SEARCHES:
@@ -59,6 +72,15 @@ class Settings:
             raise UserError(f"--repairs {self.repairs}: expected 0 or more")
         if self.proposer == "exchange" and not self.exchange_dir:
             raise UserError("--proposer exchange needs --exchange-dir FOLDER")
+        if self.proposer == "hybrid" and not (self.llm.get("model") or self.exchange_dir):
+            raise UserError("--proposer hybrid needs a model: --llm-model (a server) or --exchange-dir (an agent)")
+        if self.hybrid_expert_steps < 0:
+            raise UserError(f"--hybrid-expert-steps {self.hybrid_expert_steps}: expected 0 or more")
+        if self.roles and self.proposer == "expert":
+            raise UserError(f"--roles {','.join(self.roles)}: the expert proposer plays no analyst or reviewer; "
+                            "use --proposer llm, exchange or hybrid")
+        if self.role_models and self.model_proposer() != "llm":
+            raise UserError("--llm-role-model needs a model server: --proposer llm (or hybrid) with --llm-model")
 
 
 def make_search(settings: Settings):

@@ -15,6 +15,9 @@ Modes of :func:`select`:
     Every tool, whatever the class (ranking by score then decides what comes first).
 ``raw``
     No tool: the caller wants the measurements alone.
+
+``also`` names tools to run besides those the mode selects, whatever the class (the tools an
+analyst asked for), except in ``raw`` mode.
 """
 
 from __future__ import annotations
@@ -78,8 +81,9 @@ def load_tools() -> tuple[Tool, ...]:
 
 
 def select(classification: Classification | KernelClass | None, mode: Mode = "proactive",
-           tools: tuple[Tool, ...] | None = None) -> list[Tool]:
-    """The tools to run on a kernel of this roofline class in this mode (see the module docstring)."""
+           tools: tuple[Tool, ...] | None = None, also: tuple[str, ...] = ()) -> list[Tool]:
+    """The tools to run on a kernel of this roofline class in this mode, and those named in
+    ``also`` (see the module docstring)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     pool = load_tools() if tools is None else tools
@@ -88,10 +92,11 @@ def select(classification: Classification | KernelClass | None, mode: Mode = "pr
     kernel_class = classification.kernel_class if isinstance(classification, Classification) else classification
     if mode == "all" or kernel_class is None:
         return list(pool)
-    return [t for t in pool if kernel_class in t.applies_to]
+    return [t for t in pool if kernel_class in t.applies_to or t.name in also]
 
 
-def diagnose(inp: ToolInput, mode: Mode = "proactive", tools: tuple[Tool, ...] | None = None) -> list[Finding]:
+def diagnose(inp: ToolInput, mode: Mode = "proactive", tools: tuple[Tool, ...] | None = None,
+             also: tuple[str, ...] = ()) -> list[Finding]:
     """Findings of the selected tools on one kernel, highest score first (ties: tool name).
 
     A score is the share of the kernel's time at stake. A generic tool's symptom (warps stalled on
@@ -100,7 +105,7 @@ def diagnose(inp: ToolInput, mode: Mode = "proactive", tools: tuple[Tool, ...] |
     only the share the strongest specific finding leaves unexplained: ``score x (1 - specific)``.
     Precision findings (score 1.0 for a correctness matter, not time) do not discount.
     """
-    chosen = select(inp.classification, mode, tools)
+    chosen = select(inp.classification, mode, tools, also)
     generic = {t.name for t in chosen if t.generic}
     findings = [f for tool in chosen for f in tool.run(inp)]
     explained = max((f.score for f in findings if f.tool not in generic and f.score < 1.0), default=0.0)

@@ -138,7 +138,7 @@ def _last_line(log: Path) -> str:
 
 def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cuda", mode: Mode = "proactive",
             ncu: NcuChoice = "auto", ncu_set: str = "full", precision: str = "fp32",
-            timeout_s: float = 600.0, trace: bool = True) -> ProfileReport:
+            timeout_s: float = 600.0, trace: bool = True, also: tuple[str, ...] = ()) -> ProfileReport:
     """Profiles ``candidate`` (a file defining ``ModelNew``; ``None``: the reference ``Model``) on
     ``problem`` (a loaded :class:`~loopwise.kernels.problem.Problem`). Artifacts go to ``out_dir``,
     which :func:`analyze` can read again later, on any machine.
@@ -146,6 +146,7 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     ``trace=False`` (the search loop) skips the system-level run when Nsight Compute runs: one child
     process instead of two (the traced run is about half a profile's time: docs/log/2026-11-30.md). The kernels
     then come from ncu, without the host gaps between them (the launch-bound tool estimates them).
+    ``also`` names tools to run besides those ``mode`` selects (the ones an analyst asked for).
 
     Raises:
         UserError: the candidate failed to run, or ncu was required and is missing.
@@ -196,14 +197,14 @@ def profile(problem, candidate: Path | None, out_dir: Path, *, device: str = "cu
     if candidate is not None and COMPENSATED.search(Path(candidate).read_text(errors="replace")):
         hints = hints.model_copy(update={"compensated": True})
     (out_dir / "hints.json").write_text(hints.model_dump_json(indent=1))
-    return analyze(out_dir, mode=mode, hints=hints, problem_name=problem.name,
+    return analyze(out_dir, mode=mode, also=also, hints=hints, problem_name=problem.name,
                    candidate=str(candidate) if candidate else "reference",
                    device=manifest.get("device_name") or device, costs=costs, notes=notes)
 
 
 def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | None = None, problem_name: str = "",
             candidate: str = "", device: str = "", costs: dict | None = None, notes: list | None = None,
-            write: bool = True) -> ProfileReport:
+            write: bool = True, also: tuple[str, ...] = ()) -> ProfileReport:
     """The report of a profile folder: what :func:`profile` left there, or a recorded fixture
     (``ncu.csv``, ``trace.json``, ``*.cubin`` with Triton's ``*.json``, ``*.sass.txt``,
     ``ceilings.json``, ``manifest.json``, ``hints.json``). Needs no GPU: the device's ceilings and SM count are read
@@ -255,7 +256,7 @@ def analyze(folder: Path, *, mode: Mode = "proactive", hints: ProblemHints | Non
                 if m.duration_s:
                     classifications.setdefault(m.name, classify(sample_from_ncu(m), ceilings, sms))
     summaries = launch_summaries(traced, measured, classifications)
-    kernels = _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode)
+    kernels = _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode, also)
     seen, findings = set(), []
     for k in kernels:
         for f in k.findings:
@@ -297,7 +298,8 @@ def _hints(problem, precision: str) -> ProblemHints:
                         min_dram_bytes=budget)
 
 
-def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode) -> list[KernelReport]:
+def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, hints, mode,
+                    also=()) -> list[KernelReport]:
     """One report per distinct kernel: ncu's launches when measured, else the trace's kernels."""
     names: list[str] = []
     for m in measured:
@@ -322,7 +324,7 @@ def _kernel_reports(measured, classifications, sass_kernels, traced, summaries, 
         if hints.matmul_shaped and total_flops and m is not None and (m.fp32_flops or 0) < 0.25 * total_flops:
             own = hints.model_copy(update={"matmul_shaped": False})
         inp = ToolInput(sass=sass, ncu=m, classification=cls, launch=launch, hints=own, kernels=summaries)
-        found = diagnose(inp, mode)
+        found = diagnose(inp, mode, also=tuple(also))
         traced_k = next((k for k in (traced.kernels if traced else ()) if names_match(name, k.name)), None)
         duration = (sum(x.duration_s for x in launches if x.duration_s) / len(launches) * 1e6
                     if launches and any(x.duration_s for x in launches) else

@@ -17,7 +17,7 @@ STATUS_COLORS = {"correct": "#1a7f37", "wrong_output": "#cf222e", "compile_error
 
 def _load(store) -> dict:
     data = {"settings": {}, "nodes": {0: {"parent": None, "note": "PyTorch reference", "source": "", "by": ""}},
-            "evals": {}, "profiles": {}, "reference": None, "requests": [], "decisions": []}
+            "evals": {}, "profiles": {}, "reference": None, "requests": [], "decisions": [], "reviews": {}}
     order = 0
     for e in store.events():
         p = e.payload
@@ -31,7 +31,11 @@ def _load(store) -> dict:
             data["reference"] = p
         elif e.kind == "request":
             data["requests"].append(p)
-        elif e.kind in ("proposal_failed", "proposal_duplicate", "reprompt"):
+        elif e.kind in ("proposal_failed", "proposal_duplicate", "reprompt", "analysis", "analysis_failed",
+                        "handover", "review_failed"):
+            data["decisions"].append((e.kind, p))
+        elif e.kind == "review":
+            data["reviews"][p["node"]] = p
             data["decisions"].append((e.kind, p))
         elif e.kind == "profile":
             data["profiles"][p["node"]] = p
@@ -147,8 +151,10 @@ def _candidate_sections(data, store) -> list[Section]:
         parent = data["nodes"].get(info["parent"], {}).get("source", "")
         diff = "".join(difflib.unified_diff(parent.splitlines(True), info["source"].splitlines(True),
                                             f"node {info['parent']}", f"node {n}")) or "(no parent source)"
+        review = data["reviews"].get(n)
+        facts = {"reviewer": f"{review['verdict']}: {review['explanation']}"} if review else {}
         out.append(Section(f"Node {n}: {info['note']}", anchor=f"node{n}", status=ev.get("status", "pending"),
-                           facts={"parent": info["parent"], "speedup": speedup_cell(ev),
+                           facts={**facts, "parent": info["parent"], "speedup": speedup_cell(ev),
                                   "time (median)": fmt(timing.get("median_ms"), " ms"),
                                   "floor": fmt(ev.get("floor_ms"), " ms"),
                                   "energy": fmt(ev.get("energy_j_per_call"), " J/call")},
@@ -170,6 +176,8 @@ def _decisions_section(data) -> Section:
     for kind, p in data["decisions"]:
         if kind == "reprompt":
             rows.append(["re-prompt", f"node {p.get('parent')}", p.get("feedback", "")])
+        elif kind in ROLE_ROWS:
+            rows.append(ROLE_ROWS[kind](p))
         else:
             what = p.get("reason", "") if kind == "proposal_failed" else f"duplicate of node {p.get('node')}"
             rows.append([kind.removeprefix("proposal_"), f"node {p.get('parent')} ({p.get('by', '?')})",
@@ -179,6 +187,20 @@ def _decisions_section(data) -> Section:
              "requests cut to the prompt budget": cut}
     return Section("Proposals and decisions", anchor="decisions", facts=facts,
                    columns=["decision", "for", "detail"], rows=rows)
+
+
+ROLE_ROWS = {  # the analyst's plans, the reviewer's readings and a hybrid's hand-over, as decision rows
+    "analysis": lambda p: ["analyst's plan", f"node {p['node']} ({p.get('by', '?')})",
+                           f"{p['move']}: {p.get('rationale', '')}".rstrip(": ")],
+    "review": lambda p: ["reviewer", f"node {p['node']} ({p.get('by', '?')})",
+                         f"{p['verdict']}: {p['explanation']}"],
+    "analysis_failed": lambda p: ["no plan", f"node {p['node']} ({p.get('by', '?')})",
+                                  f"{p.get('reason', '')}: {p.get('detail', '')}"],
+    "review_failed": lambda p: ["no review", f"node {p['node']} ({p.get('by', '?')})",
+                                f"{p.get('reason', '')}: {p.get('detail', '')}"],
+    "handover": lambda p: ["hand-over", f"node {p['node']}",
+                           f"the model starts from node {p['node']} (the search asked for node {p['asked']})"],
+}
 
 
 def _reference_facts(ref: dict | None) -> dict:

@@ -18,6 +18,7 @@ from loopwise.core.propose._base import (
     ProposalFailure,
     ProposalRequest,
     ProposalResult,
+    ProposalRole,
     Proposer,
     Usage,
 )
@@ -169,7 +170,7 @@ class LLMProposer(Proposer):
             if self.budget.exhausted:
                 results.append(self.budget.exhausted_result(self.origin))
             else:
-                results.append(self._propose_one(prompt, request.kind, tools))
+                results.append(self._propose_one(prompt, request.kind, tools, request.role))
         return results
 
     def tools_for(self, kind: str) -> tuple[ChatTool, ...]:
@@ -181,8 +182,8 @@ class LLMProposer(Proposer):
             self._tools[kind] = tuple(self._toolbox(kind))
         return self._tools[kind]
 
-    def _propose_one(self, prompt: Prompt, kind: str,
-                     tools: tuple[ChatTool, ...] = ()) -> ProposalResult:
+    def _propose_one(self, prompt: Prompt, kind: str, tools: tuple[ChatTool, ...] = (),
+                     role: ProposalRole = ProposalRole.IMPROVE) -> ProposalResult:
         by_name = {tool.name: tool for tool in tools}
         rounds: list[ToolRound] = []
         spent: Usage | None = None
@@ -219,7 +220,7 @@ class LLMProposer(Proposer):
                 if len(rounds) >= self.config.max_tool_rounds or self.budget.exhausted:
                     closing = render_template("tools_closing.md.j2").strip()
                 continue
-            result = self._from_reply(reply, spent, kind)
+            result = self._from_reply(reply, spent, kind, role)
             self._log(prompt, outcome, reply, usage, result, start, len(rounds))
             return result
 
@@ -267,8 +268,8 @@ class LLMProposer(Proposer):
         return Usage(model=model, input_tokens=reply.input_tokens,
                      output_tokens=reply.output_tokens, cost_usd=cost)
 
-    def _from_reply(self, reply: ChatReply, usage: Usage, kind: str) -> ProposalResult:
-        found = extract_for(kind, reply.text, truncated=reply.truncated)
+    def _from_reply(self, reply: ChatReply, usage: Usage, kind: str, role: ProposalRole) -> ProposalResult:
+        found = extract_for(kind, reply.text, truncated=reply.truncated, role=role)
         if isinstance(found, ExtractFailure):
             return ProposalFailure(reason=found.reason, detail=found.detail,
                                    origin=self.origin, raw=reply.text, usage=usage)

@@ -207,6 +207,12 @@ def test_select_modes():
         registry.select(None, "everything")
 
 
+def test_select_also_runs_the_tools_an_analyst_named_whatever_the_class():
+    memory = {t.name for t in registry.select("memory_bound", also=("tensor_cores_unused",))}
+    assert memory == {t.name for t in registry.select("memory_bound")} | {"tensor_cores_unused"}
+    assert registry.select("memory_bound", "raw", also=("tensor_cores_unused",)) == []
+
+
 def test_diagnose_ranks_by_score_and_raw_mode_says_nothing():
     inp = ToolInput(sass=RECORDS[1], launch=LaunchConfig(grid_blocks=40, num_warps=4),
                     hints=ProblemHints(matmul_shaped=True))

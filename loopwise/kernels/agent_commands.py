@@ -1,0 +1,38 @@
+"""The kernels engine's commands for an exchange agent: search the CUTLASS / CuTe sources, check a
+draft statically, judge it, profile it; the same tools a model gets as tool calls, as exact
+``loopwise kernels`` command lines on this machine's Python. The problem is written next to the
+prompts (``problem.py``) so that the judge and the profiler can run against it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from loopwise.core.propose.commands import AgentCommand
+
+
+def _problem_file(folder: Path, source: str) -> Path:
+    """``folder/problem.py`` holding ``source`` (rewritten only when it changed)."""
+    path = folder / "problem.py"
+    if not path.is_file() or path.read_text(encoding="utf-8") != source:
+        tmp = path.with_suffix(".py.tmp")
+        tmp.write_text(source, encoding="utf-8")
+        os.replace(tmp, path)
+    return path
+
+
+def agent_commands(request, folder: Path, draft: Path) -> list[AgentCommand]:
+    """The commands an agent answering a kernels ``request`` may run on its ``draft`` file."""
+    kernels = (sys.executable, "-m", "loopwise", "kernels")
+    out = [AgentCommand("search the CUTLASS / CuTe sources for real names, signatures and examples "
+                        "(replace QUERY, e.g. 'tma warp specialized gemm')", (*kernels, "codesearch", "QUERY")),
+           AgentCommand("check your file statically for what the judge rejects (exploits, reduced precision)",
+                        (*kernels, "check", str(draft)))]
+    if request.task.strip():
+        problem = str(_problem_file(Path(folder), request.task))
+        out += [AgentCommand("judge your file against the reference: correctness, speedup, reasons "
+                             "(fp32 policy, strict tolerance)", (*kernels, "eval", problem, str(draft))),
+                AgentCommand("profile your file: each kernel's roofline class and the profiling tools' findings",
+                             (*kernels, "profile", problem, str(draft)), needs="an NVIDIA GPU")]
+    return out
