@@ -43,8 +43,9 @@ def test_reductions_the_template_does_not_cover_say_why(tmp_path):
         return capture(load_problem(str(problem_variant(tmp_path, "reduce_dim.py",
                                                  {"torch.sum(x, dim=self.dim, keepdim=True)": expr}))))
 
-    several = pattern_of("torch.sum(x, dim=(1, 2))")
-    assert several.kind == "unsupported" and "one dimension" in several.reason
+    apart = pattern_of("torch.sum(x, dim=(0, 2))")
+    assert apart.kind == "unsupported" and "not a run of adjacent dimensions" in apart.reason
+    assert "the 2-norm" in pattern_of("torch.norm(x, p=1, dim=1)").reason
     assert pattern_of("torch.sum(x)").kind == "unsupported"  # everything: not this template
     assert pattern_of("torch.max(x, dim=1)").kind == "unsupported"  # a tuple out
 
