@@ -70,7 +70,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
                                     "scored 1.0 (give answers, an easier --difficulty, or a --policy that solves some)")
         if answered:
             chunk = [answered[rng.randrange(len(answered))] for _ in range(batch)]
-            pairs = [(vocab.encode(e.prompt), vocab.encode(e.answer)) for e in chunk]
+            pairs = [(vocab.encode_prompt(e.prompt), vocab.encode(e.answer)) for e in chunk]
         else:
             pool = list(accepted.values())
             pairs = [pool[rng.randrange(len(pool))] for _ in range(batch)]
@@ -109,7 +109,7 @@ def harvest(policy: Policy, vocab: Vocab, task, train: Sequence, max_new_tokens:
         s = sample(policy, vocab, [e.prompt for e in part], max_new_tokens, generator=generator)
         for e, text, row in zip(part, s.texts, s.ids[:, s.prompt_width:].tolist()):
             if task.score(e, text) >= 1.0:
-                prompt, completion = vocab.encode(e.prompt), completion_ids(row, vocab.end, vocab.pad)
+                prompt, completion = vocab.encode_prompt(e.prompt), completion_ids(row, vocab.end, vocab.pad)
                 accepted.setdefault((tuple(prompt), tuple(completion)), (prompt, completion))
     return len(rows)
 
@@ -120,7 +120,7 @@ def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Te
     Prompt and answer are encoded apart, as in GRPO, where the completion's tokens follow the
     prompt's; the mask counts the answer's tokens, which a subword tokenizer makes fewer than its
     characters."""
-    return rows_batch(vocab, [(vocab.encode(e.prompt), vocab.encode(e.answer)) for e in examples], device)
+    return rows_batch(vocab, [(vocab.encode_prompt(e.prompt), vocab.encode(e.answer)) for e in examples], device)
 
 
 def rows_batch(vocab: Vocab, pairs: Sequence[tuple[list[int], list[int]]], device
