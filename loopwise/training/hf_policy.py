@@ -64,6 +64,7 @@ class HFVocab:
 
     def __init__(self, tokenizer, size: int, newline_ends: bool = True, chat: bool = False) -> None:
         self.tokenizer, self.size, self.chat = tokenizer, size, chat
+        self._prompts: dict[str, list[int]] = {}  # encode_prompt's results: prompts recur every step
         if chat and not getattr(tokenizer, "chat_template", None):
             raise UserError("the tokenizer has no chat template: leave chat off")
         newline_ends = newline_ends and not chat
@@ -103,10 +104,11 @@ class HFVocab:
     def encode_prompt(self, text: str) -> list[int]:
         """A task's prompt as the policy reads it: in the chat template as one user turn and the
         assistant's opening when the vocabulary is a chat one, else as it is."""
-        if self.chat:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True)
-        return self.encode(text)
+        if text not in self._prompts:
+            wrapped = text if not self.chat else self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+            self._prompts[text] = self.encode(wrapped)
+        return list(self._prompts[text])
 
     def decode(self, ids) -> str:
         """The text of ``ids`` up to (not including) the first end token; padding is skipped."""
@@ -130,7 +132,7 @@ class HFPolicy(nn.Module):
 
     def __init__(self, model: nn.Module, vocab: HFVocab, max_len: int) -> None:
         super().__init__()
-        self.model = model.float()
+        self.model = model
         # transformers 5.24 renamed ``past_key_values`` (argument and output) to ``cache``
         self._cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.spec = HFPolicySpec(vocab_size=len(vocab), max_len=max_len)

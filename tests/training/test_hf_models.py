@@ -153,3 +153,33 @@ def test_sampling_reuses_the_kv_cache_and_changes_no_token(plain_dir, monkeypatc
     assert torch.equal(cached.ids, full.ids) and cached.texts == full.texts
     assert torch.allclose(token_logprobs(policy, cached), token_logprobs(policy, full), atol=1e-5)
 
+
+
+def test_a_comparison_counts_a_chat_prompt_in_tokens(tmp_path, monkeypatch):
+    """A chat template's preamble (SmolLM2's system turn is ~30 tokens) counts towards the
+    policy's positions: the session sizes them by the prompt as the policy reads it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from loopwise.training import session
+    from loopwise.training.run import Settings, TrainingRun
+    from loopwise.training.tasks import ALPHABET
+
+    chars = ["<eos>", "<pad>", "\n", *ALPHABET]
+    tokenizer = _tokenizer(chars=chars)
+    tokenizer.chat_template = "(" * 30 + "{{ messages[0]['content'] }}{% if add_generation_prompt %}:{% endif %}"
+    path = tmp_path / "model"
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=128,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(path)
+    monkeypatch.setitem(session.PRESETS, "smoke", session.Preset("smoke", stage_steps=2, prompts_per_step=2,
+                                                               num_generations=2, eval_n=8, pool_n=40,
+                                                               warm_max_steps=2, warm_check_every=2, probe_n=4))
+    run = TrainingRun.start(Settings("sorting", ("staged",), budget=1, depth=1, difficulty=0, device="cpu",
+                                     policy_path=str(path)), str(tmp_path / "runs"))
+    s = run.session
+    longest = max(len(s.vocab.encode_prompt(e.prompt)) for e in s.tune + s.test + s.train_probe)
+    assert longest > 30 and s.max_len >= longest + s.default_config().max_completion_length
+    [result] = run.run().values()
+    run.close()
+    assert result["stages_used"] == 1 and 0.0 <= result["test_reward"] <= 1.0
