@@ -38,6 +38,7 @@ transformers loads lazily: importing this module costs nothing.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import math
@@ -208,8 +209,26 @@ def load_hf_policy(spec: str, device="cpu", max_len: int | None = None, newline_
     policy on ``device`` and its vocabulary. ``max_len`` defaults to the config's
     ``max_position_embeddings``; ``newline_ends=False`` ends completions at end-of-sequence (for
     answers that span lines); ``chat`` (default: whether the tokenizer has a chat template) wraps
-    prompts in the chat template and ends completions at end-of-sequence."""
-    folder, gguf = resolve_model(spec)
+    prompts in the chat template and ends completions at end-of-sequence.
+
+    A model is read once per process (dequantizing a GGUF file takes seconds): later calls with the
+    same arguments get a copy of it, so each caller may train its own."""
+    key = (resolve_model(spec), newline_ends, chat)
+    if key not in _READ:
+        _READ[key] = _read(spec, *key)
+    policy, vocab = _READ[key]
+    policy = copy.deepcopy(policy)
+    if max_len is not None:
+        policy.spec = HFPolicySpec(vocab_size=policy.spec.vocab_size, max_len=max_len)
+    # in eval mode, as from_pretrained gives the model (sample() restores the mode it finds)
+    return policy.to(device).eval(), vocab
+
+
+_READ: dict[tuple, tuple[HFPolicy, HFVocab]] = {}  # load_hf_policy's models, on the CPU
+
+
+def _read(spec: str, where: tuple[str, str | None], newline_ends: bool, chat: bool | None) -> tuple[HFPolicy, HFVocab]:
+    folder, gguf = where
     try:
         import transformers
     except ImportError:
@@ -220,10 +239,10 @@ def load_hf_policy(spec: str, device="cpu", max_len: int | None = None, newline_
             import gguf as _  # noqa: F401
         except ImportError:
             raise UserError(GGUF_HINT) from None
-    where = {"local_files_only": True} | ({"gguf_file": gguf} if gguf else {})
+    options = {"local_files_only": True} | ({"gguf_file": gguf} if gguf else {})
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **where)
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **where)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **options)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot use
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise UserError(f"model {spec}: not a usable Hugging Face causal LM ({type(exc).__name__}: {reason})") from None
@@ -234,7 +253,5 @@ def load_hf_policy(spec: str, device="cpu", max_len: int | None = None, newline_
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
     vocab = HFVocab(tokenizer, size, newline_ends, chat=chat)
-    if max_len is None:
-        max_len = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
-    # in eval mode, as from_pretrained gives the model (sample() restores the mode it finds)
-    return HFPolicy(model, vocab, max_len).to(device).eval(), vocab
+    max_len = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
+    return HFPolicy(model, vocab, max_len), vocab

@@ -64,6 +64,7 @@ class Preset:
     # one scales the baselines' search range and the tree's bounds with it (a pretrained model
     # fine-tunes at learning rates far below a from-scratch one's)
     learning_rate: float | None = None
+    warm_learning_rate: float = 1e-3  # the warm start's supervised learning rate
 
 
 PRESETS = {
@@ -78,6 +79,13 @@ PRESETS = {
                     warm_max_steps=3000, warm_check_every=100, probe_n=64),
     "full": Preset("full", stage_steps=60, prompts_per_step=32, num_generations=8, eval_n=512, pool_n=16000,
                    warm_max_steps=8000, warm_check_every=200, probe_n=128),
+    # a pretrained chat model (--policy smollm2) on a GPU: fine-tuning learning rates (the baselines'
+    # range 1e-5..1e-4), a short supervised warm start only where the sampled pass rate is below 0.2
+    "lm": Preset("small", stage_steps=8, prompts_per_step=8, num_generations=8, eval_n=64, pool_n=1000,
+                 warm_max_steps=40, warm_check_every=20, probe_n=32, learning_rate=1e-5, warm_learning_rate=1e-5),
+    # the same on a CPU: a pipeline check of minutes, no warm start
+    "lm-cpu": Preset("smoke", stage_steps=8, prompts_per_step=2, num_generations=2, eval_n=8, pool_n=100,
+                     warm_max_steps=0, warm_check_every=1, probe_n=4, learning_rate=1e-5),
 }
 
 
@@ -213,7 +221,7 @@ class Session:
             raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
-                               seed=self.seed, progress=progress)
+                               lr=self.p.warm_learning_rate, seed=self.seed, progress=progress)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
 

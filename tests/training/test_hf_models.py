@@ -183,3 +183,23 @@ def test_a_comparison_counts_a_chat_prompt_in_tokens(tmp_path, monkeypatch):
     [result] = run.run().values()
     run.close()
     assert result["stages_used"] == 1 and 0.0 <= result["test_reward"] <= 1.0
+
+
+def test_a_model_is_read_once_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    import transformers
+
+    path = tmp_path / "m"
+    _save_model(path, _tokenizer())
+    reads, real = [], transformers.AutoModelForCausalLM.from_pretrained
+
+    def counted(*args, **kwargs):
+        reads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", counted)
+    first, _ = load_hf_policy(str(path))
+    second, _ = load_hf_policy(str(path), max_len=16)
+    assert len(reads) == 1 and second.spec.max_len == 16 and first.spec.max_len == 64
+    with torch.no_grad():
+        next(first.parameters()).add_(1.0)
+    assert not torch.equal(next(first.parameters()), next(second.parameters()))
