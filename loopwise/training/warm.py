@@ -36,7 +36,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
                progress: Callable[[int, float], None] | None = None) -> dict:
     """Supervised training (see the module docstring) until the sampled pass rate (temperature 1)
     on ``check`` reaches ``target``'s low end, or ``max_steps``. Returns what happened: steps, pass
-    rate, loss, history, ``source`` (``"answers"`` or ``"accepted samples"``) and, verifier-only,
+    rate, loss (None when no step was taken), history, ``source`` (``"answers"`` or ``"accepted samples"``) and, verifier-only,
     how many distinct accepted completions it learned from.
 
     Raises:
@@ -86,7 +86,9 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         opt.step()
         loss_value, step = float(loss.detach()), step + 1
-    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
+    # no step taken (the first check was in the target): no loss, and None where NaN would be (the
+    # run store keeps strict JSON)
+    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value if step else None,
            "history": history, "seconds": time.perf_counter() - t0,
            "source": "answers" if answered else "accepted samples"}
     if not answered:
