@@ -64,7 +64,9 @@ def _args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="CPU pipeline check: 1 seed, tree and fixed, 1 stage, 1 task")
     p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--budget-stages", type=int, default=4)
+    p.add_argument("--budget-stages", type=int, default=0,
+                   help="default stages per method; 0: the most (2 to 8) whose first seed of every task fits the "
+                        "time budget, from one calibration stage's time")
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--preset", default="lm")
     p.add_argument("--max-seeds", type=int, default=5)
@@ -76,6 +78,26 @@ def _args(argv=None) -> argparse.Namespace:
         a.tasks, a.methods, a.budget_stages, a.depth = TASKS[0].replace("@1", "@0"), "tree,fixed", 1, 1
         a.preset, a.max_seeds, a.device = "lm-cpu", 1, "cpu"
     return a
+
+
+def _calibrate(a, task: str, difficulty: int) -> float:
+    """Seconds of one default stage of ``task`` from the base (a session of its own, thrown away)."""
+    from loopwise.training.run import resolve_device
+    from loopwise.training.session import Session
+
+    s = Session(task, a.preset, 0, difficulty, resolve_device(a.device), a.policy)
+    s.prepare()
+    t0 = time.perf_counter()
+    s.run_stage(s.base_state, s.default_config(), seed=10**6)
+    return time.perf_counter() - t0
+
+
+def _budget(a, stage_seconds: float, n_tasks: int, left: float) -> int:
+    """Default stages per method such that every task's first comparison fits in ``left`` seconds:
+    each of the methods trains about that many stages' worth of steps, plus a fifth for the
+    evaluations and the base."""
+    per_stage = stage_seconds * len(a.methods.split(",")) * n_tasks * 1.2
+    return max(a.depth, min(8, int(left // per_stage)))
 
 
 def _comparison(a, task: str, difficulty: int, seed: int, runs_dir: str) -> tuple[dict, list[dict]]:
@@ -125,21 +147,27 @@ def main(argv=None) -> int:
     print(f"smollm2_study: {a.policy} read in {load_seconds:.1f} s", flush=True)
     outs: dict[str, list[dict]] = {t: [] for t, _ in tasks}
     start, longest = time.perf_counter(), 0.0
-    with tempfile.TemporaryDirectory() as runs_dir:
-        for seed in range(a.max_seeds):
-            for task, difficulty in tasks:
-                elapsed = time.perf_counter() - start
-                if outs[task] and elapsed + longest > a.time_budget:
-                    print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: stopped", flush=True)
-                    continue
-                t0 = time.perf_counter()
+    if not a.budget_stages:
+        stage = _calibrate(a, *tasks[0])
+        a.budget_stages = _budget(a, stage, len(tasks), a.time_budget - (time.perf_counter() - start))
+        rows.append({"kind": "calibration", "task": tasks[0][0], "stage_seconds": round(stage, 2),
+                     "budget_stages": a.budget_stages})
+        print(f"smollm2_study: one stage took {stage:.1f} s: {a.budget_stages} stages per method", flush=True)
+    for seed in range(a.max_seeds):
+        for task, difficulty in tasks:
+            elapsed = time.perf_counter() - start
+            if outs[task] and elapsed + longest > a.time_budget:
+                print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)
+                continue
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
                 summary, new = _comparison(a, task, difficulty, seed, runs_dir)
-                longest = max(longest, time.perf_counter() - t0)
-                outs[task].append(summary)
-                rows += new
-                _write(a.out, rows)
-                tests = ", ".join(f"{r['method']} {r['test_reward']:.3f}" for r in new if r["kind"] == "method")
-                print(f"smollm2_study: {task} seed {seed} in {time.perf_counter() - t0:.0f} s: test {tests}", flush=True)
+            longest = max(longest, time.perf_counter() - t0)
+            outs[task].append(summary)
+            rows += new
+            _write(a.out, rows)
+            tests = ", ".join(f"{r['method']} {r['test_reward']:.3f}" for r in new if r["kind"] == "method")
+            print(f"smollm2_study: {task} seed {seed} in {time.perf_counter() - t0:.0f} s: test {tests}", flush=True)
     seeds = min(len(v) for v in outs.values())
     note = REDUCED.format(seeds=seeds, budget=a.budget_stages, depth=a.depth, preset=a.preset)
     for task, summaries in outs.items():
