@@ -121,7 +121,8 @@ def _comparison(a, task: str, difficulty: int, seed: int, runs_dir: str) -> tupl
         rows.append({"kind": "method", **common, "method": method,
                      **{k: r[k] for k in ("test_reward", "tune_reward", "base_test_reward", "base_tune_reward",
                                           "stages_used", "samples", "tokens", "seconds", "configs")}})
-    summary = {"settings": {"seed": seed}, "results": {m: {"test_reward": r["test_reward"]} for m, r in results.items()}}
+    summary = {"settings": {"seed": seed},
+               "results": {m: {"test_reward": r["test_reward"]} for m, r in results.items()}}
     return summary, rows
 
 

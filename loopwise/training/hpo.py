@@ -4,8 +4,9 @@ Both spend whole stages from the same warm-started base as the methods of
 :mod:`loopwise.training.search`; their ``budget`` is the number of default stages a method's
 compute budget buys (:func:`~loopwise.training.search.run_method`), exact in samples because
 every config here has the default's group size, prompts and steps. They search the same space as
-its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate log-uniform in
-the session's range (:data:`LEARNING_RATE` unless the preset names its own learning rate), KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
+its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate
+log-uniform in the session's range (:data:`LEARNING_RATE` unless the preset names its own learning
+rate), KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
 :data:`TEMPERATURE`; every other knob is the session's default config.
 
 - :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
@@ -28,7 +29,8 @@ from loopwise.training.baselines import random_configs
 from loopwise.training.session import RANDOM_LEARNING_RATE, Schedule, Session
 
 # The search space, the same ranges as random_configs draws from.
-LEARNING_RATE = RANDOM_LEARNING_RATE  # log-uniform; a preset naming its learning rate scales it (Session.learning_rate_range)
+# log-uniform; a preset naming its learning rate scales it (Session.learning_rate_range)
+LEARNING_RATE = RANDOM_LEARNING_RATE
 BETA = (0.005, 0.1)  # log-uniform when the KL term is on; 0.0 is off
 TEMPERATURE = (0.7, 1.2)  # uniform
 KNOBS = ("learning_rate", "beta", "temperature")

@@ -36,8 +36,8 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
                progress: Callable[[int, float], None] | None = None) -> dict:
     """Supervised training (see the module docstring) until the sampled pass rate (temperature 1)
     on ``check`` reaches ``target``'s low end, or ``max_steps``. Returns what happened: steps, pass
-    rate, loss (None when no step was taken), history, ``source`` (``"answers"`` or ``"accepted samples"``) and, verifier-only,
-    how many distinct accepted completions it learned from.
+    rate, loss (None when no step was taken), history, ``source`` (``"answers"`` or ``"accepted
+    samples"``) and, verifier-only, how many distinct accepted completions it learned from.
 
     Raises:
         UserError: A bad target, or a verifier-only task none of whose sampled completions the
