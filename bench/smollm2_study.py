@@ -2,14 +2,16 @@
 random, TPE and PBT baselines on two tasks asked in words through the model's chat template.
 
 A REDUCED study, sized for about nine minutes of one H200: two tasks (``chat:arithmetic`` at
-difficulty 1, three-digit sums; ``chat:rg:letter_counting`` at difficulty 0), the ``lm`` preset
-(stages of 8 GRPO steps of 8 prompts x 8 completions, learning rate 1e-5, 64 tune and 64 test
-prompts), a budget of 4 default stages per method at depth 2, and as many seeds as fit in
-``--time-budget`` seconds (a comparison starts only if the longest one so far still fits). Every
-method spends the same generated samples from the same base (the model itself: its sampled pass
-rate is already above the warm start's target on these tasks, or a short supervised warm start
-at 1e-5 brings it there). Too few seeds and too short a budget for a claim: the output says how
-many seeds ran, and the paired intervals say how little they show.
+difficulty 1, three-digit sums; ``chat:rg:letter_counting`` at difficulty 0; greedy, SmolLM2
+solves some of each on a CPU: 16% and 3 of 16), the ``lm`` preset (stages of 8 GRPO steps of 8
+prompts x 8 completions, learning rate 1e-5, 64 tune and 64 test prompts), depth 2, and a budget
+per method sized from one calibration stage: the most default stages (2 to 8) for which every
+task's first seed fits ``--time-budget`` seconds; then as many more seeds as fit (a comparison
+starts only if the longest one so far still fits). Every method spends the same generated
+samples from the same base: the model itself, after a supervised warm start of at most 40 steps
+at 1e-5 where its sampled pass rate is below 0.2 (the rows say where it ended). Too few seeds
+and too short a budget for a claim: the output says how many seeds and stages ran, and the
+paired intervals say how little they show.
 
 Rows (JSON, a list, rewritten after every comparison so a killed run keeps what finished): one
 ``kind: "method"`` row per task, seed and method (test and tune reward, the base's, samples,
