@@ -161,7 +161,10 @@ class HFPolicy(nn.Module):
         with _autocast(ids.device):
             out = self.model(input_ids=self.order[ids], attention_mask=valid.long(), position_ids=pos,
                              use_cache=True, **{self._cache_name: cache})
-        return self._reorder(out.logits[:, -1]), getattr(out, self._cache_name)
+        cache = out.get("cache", out.get("past_key_values"))  # the output's name follows the argument's
+        if cache is None:
+            raise UserError(f"{type(self.model).__name__} returned no KV cache")
+        return self._reorder(out.logits[:, -1]), cache
 
     def _reorder(self, logits: torch.Tensor) -> torch.Tensor:
         """The model's logits in :class:`HFVocab`'s id order, ids without a token at -inf."""
