@@ -2,23 +2,24 @@
 random, TPE and PBT baselines on two tasks asked in words through the model's chat template.
 
 A REDUCED study, sized for about nine minutes of one H200: two tasks (``chat:arithmetic`` at
-difficulty 1, three-digit sums; ``chat:rg:letter_counting`` at difficulty 0; SmolLM2's
-greedy answers on a CPU: mean reward 0.16 on 24 tune prompts; 3 of 16 solved), the ``lm`` preset
-(stages of 8 GRPO steps of 8 prompts x 8 completions, learning rate 1e-5, 64 tune and 64 test prompts), depth 2, and a budget
-per method sized from one calibration stage: the most default stages (2 to 8) for which every
-task's first seed fits ``--time-budget`` seconds; then as many more seeds as fit (a comparison
-starts only if the longest one so far still fits). Every method spends the same generated
-samples from the same base: the model itself, after a supervised warm start of at most 40 steps
-at 1e-5 where its sampled pass rate is below 0.2 (the rows say where it ended). Too few seeds
-and too short a budget for a claim: the output says how many seeds and stages ran, and the
-paired intervals say how little they show.
+difficulty 1, three-digit sums; ``chat:rg:letter_counting`` at difficulty 0; SmolLM2's greedy
+answers on a CPU: mean reward 0.16 on 24 tune prompts; 3 of 16 solved), the ``lm`` preset (stages of
+8 GRPO steps of 8 prompts x 8 completions, learning rate 1e-5, 64 tune and 64 test prompts), depth
+2, and a budget per method sized from one calibration stage: the most default stages (2 to 8) for
+which every task's first seed fits ``--time-budget`` seconds; then as many more seeds as fit (a
+comparison starts only if the longest one so far still fits). Every method spends the same generated
+samples from the same base: the model itself, after a supervised warm start of at most 40 steps at
+1e-5 where its sampled pass rate is below 0.2 (the rows say where it ended). Too few seeds and too
+short a budget for a claim: the output says how many seeds and stages ran, and the paired intervals
+say how little they show.
 
-Rows (JSON, a list, rewritten after every comparison so a killed run keeps what finished): a
-``kind: "meta"`` row (the model's load time, versions, GPU), a ``kind: "calibration"`` row (one
-stage's seconds, the budget chosen), one ``kind: "method"`` row per task, seed and method (test and tune reward, the base's, samples,
-tokens, stages, seconds, the schedule's configs) and one ``kind: "comparison"`` row per task and
-seed (the warm start, every stage's wall time), then ``kind: "summary"``
-rows per task (each method's mean test reward and the tree's paired difference, 95% intervals).
+Rows (JSON, a list, rewritten after every comparison so a killed run keeps what finished): a ``kind:
+"meta"`` row (the model's load time, versions, GPU), a ``kind: "calibration"`` row (one stage's
+seconds, the budget chosen), one ``kind: "method"`` row per task, seed and method (test and tune
+reward, the base's, samples, tokens, stages, seconds, the schedule's configs) and one ``kind:
+"comparison"`` row per task and seed (the warm start, every stage's wall time), then ``kind:
+"summary"`` rows per task (each method's mean test reward and the tree's paired difference, 95%
+intervals).
 
 Here (CPU, the real model: tree and fixed, one stage each, about ten minutes on a shared 2-core
 CPU; one thread per process is much faster there)::
