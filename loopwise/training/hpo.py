@@ -4,8 +4,9 @@ Both spend whole stages from the same warm-started base as the methods of
 :mod:`loopwise.training.search`; their ``budget`` is the number of default stages a method's
 compute budget buys (:func:`~loopwise.training.search.run_method`), exact in samples because
 every config here has the default's group size, prompts and steps. They search the same space as
-its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate log-uniform in
-:data:`LEARNING_RATE`, KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
+its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate
+log-uniform in the session's range (:data:`LEARNING_RATE` unless the preset names its own learning
+rate), KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
 :data:`TEMPERATURE`; every other knob is the session's default config.
 
 - :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
@@ -25,10 +26,11 @@ from dataclasses import dataclass, field
 from loopwise.errors import UserError
 from loopwise.training.config import StageConfig
 from loopwise.training.baselines import random_configs
-from loopwise.training.session import Schedule, Session
+from loopwise.training.session import RANDOM_LEARNING_RATE, Schedule, Session
 
 # The search space, the same ranges as random_configs draws from.
-LEARNING_RATE = (1e-4, 1e-3)  # log-uniform
+# log-uniform; a preset naming its learning rate scales it (Session.learning_rate_range)
+LEARNING_RATE = RANDOM_LEARNING_RATE
 BETA = (0.005, 0.1)  # log-uniform when the KL term is on; 0.0 is off
 TEMPERATURE = (0.7, 1.2)  # uniform
 KNOBS = ("learning_rate", "beta", "temperature")
@@ -63,8 +65,9 @@ def _import_optuna():
     return optuna
 
 
-def suggest_config(trial, base: StageConfig) -> StageConfig:
-    """``base`` with the three knobs asked of an Optuna trial.
+def suggest_config(trial, base: StageConfig, learning_rate: tuple[float, float] = LEARNING_RATE) -> StageConfig:
+    """``base`` with the three knobs asked of an Optuna trial (the learning rate log-uniform in
+    ``learning_rate``, the session's range).
 
     The KL coefficient is conditional, as in :func:`~loopwise.training.baselines.random_configs`: a
     categorical ``kl`` (off/on, even odds before TPE has data) and, only when on, ``beta``
@@ -73,7 +76,7 @@ def suggest_config(trial, base: StageConfig) -> StageConfig:
     the always-present knobs jointly (multivariate) and ``beta``, absent when KL is off, on its own."""
     beta = trial.suggest_float("beta", *BETA, log=True) if trial.suggest_categorical("kl", (False, True)) else 0.0
     return base.model_copy(update={
-        "learning_rate": trial.suggest_float("learning_rate", *LEARNING_RATE, log=True),
+        "learning_rate": trial.suggest_float("learning_rate", *learning_rate, log=True),
         "beta": beta,
         "temperature": trial.suggest_float("temperature", *TEMPERATURE)})
 
@@ -113,7 +116,7 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
         best, best_trial = None, 0
         for i in range(trials):
             trial = study.ask()
-            cfg = suggest_config(trial, base)
+            cfg = suggest_config(trial, base, session.learning_rate_range)
             result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
                                        label={"rep": i, "stage": 0})
             study.tell(trial, result.tune_reward)
@@ -137,10 +140,10 @@ def quantile_size(population: int, fraction: float = QUANTILE_FRACTION) -> int:
     return min(math.ceil(population * fraction), population // 2)
 
 
-def sample_knob(knob: str, rng: random.Random) -> float:
+def sample_knob(knob: str, rng: random.Random, learning_rate: tuple[float, float] = LEARNING_RATE) -> float:
     """A fresh draw of one knob from the search space (PBT's resample)."""
     if knob == "learning_rate":
-        return math.exp(rng.uniform(math.log(LEARNING_RATE[0]), math.log(LEARNING_RATE[1])))
+        return math.exp(rng.uniform(math.log(learning_rate[0]), math.log(learning_rate[1])))
     if knob == "beta":
         return rng.choice((0.0, math.exp(rng.uniform(math.log(BETA[0]), math.log(BETA[1])))))
     if knob == "temperature":
@@ -148,25 +151,26 @@ def sample_knob(knob: str, rng: random.Random) -> float:
     raise ValueError(f"{knob!r} is not a searched knob: one of {', '.join(KNOBS)}")
 
 
-def clamp_knob(knob: str, value: float) -> float:
+def clamp_knob(knob: str, value: float, learning_rate: tuple[float, float] = LEARNING_RATE) -> float:
     """``value`` brought inside the knob's range; a KL coefficient of 0 (off) stays 0."""
     if knob == "beta" and value == 0.0:
         return 0.0
-    low, high = {"learning_rate": LEARNING_RATE, "beta": BETA, "temperature": TEMPERATURE}[knob]
+    low, high = {"learning_rate": learning_rate, "beta": BETA, "temperature": TEMPERATURE}[knob]
     return min(max(value, low), high)
 
 
 def explore(config: StageConfig, rng: random.Random, resample_probability: float = RESAMPLE_PROBABILITY,
-            perturbation_factors: Sequence[float] = PERTURBATION_FACTORS) -> StageConfig:
+            perturbation_factors: Sequence[float] = PERTURBATION_FACTORS,
+            learning_rate: tuple[float, float] = LEARNING_RATE) -> StageConfig:
     """Ray Tune's PBT explore over :data:`KNOBS`: each knob independently is resampled from the
     search space with probability ``resample_probability``, else multiplied by a factor drawn from
     ``perturbation_factors``; then clamped to its range. KL off stays off unless resampled."""
     update = {}
     for knob in KNOBS:
         if rng.random() < resample_probability:
-            update[knob] = sample_knob(knob, rng)
+            update[knob] = sample_knob(knob, rng, learning_rate)
         else:
-            update[knob] = clamp_knob(knob, getattr(config, knob) * rng.choice(perturbation_factors))
+            update[knob] = clamp_knob(knob, getattr(config, knob) * rng.choice(perturbation_factors), learning_rate)
     return config.model_copy(update=update)
 
 
@@ -180,7 +184,7 @@ class _Member:
 
 
 def _exploit_and_explore(members: list[_Member], rng: random.Random, fraction: float, resample_probability: float,
-                         perturbation_factors: Sequence[float]) -> list[str]:
+                         perturbation_factors: Sequence[float], learning_rate: tuple[float, float]) -> list[str]:
     """Replaces each bottom-quantile member by a perturbed copy of a random top-quantile member."""
     n = quantile_size(len(members), fraction)
     ranked = sorted(range(len(members)), key=lambda m: _score(members[m].tune))  # stable: ties rank by index
@@ -190,7 +194,8 @@ def _exploit_and_explore(members: list[_Member], rng: random.Random, fraction: f
         d = rng.choice(top)
         donor = members[d]
         notes.append(f"member {m} ({members[m].tune:.3f}) takes member {d}'s weights ({donor.tune:.3f})")
-        members[m] = _Member(explore(donor.config, rng, resample_probability, perturbation_factors), donor.state,
+        members[m] = _Member(explore(donor.config, rng, resample_probability, perturbation_factors, learning_rate),
+                             donor.state,
                              donor.tune, list(donor.configs), list(donor.traces))
     return notes
 
@@ -241,7 +246,8 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
             member.traces.append(result.trace)
         if r < depth - 1:
             notes += [f"round {r}: {line}" for line in _exploit_and_explore(
-                members, rng, quantile_fraction, resample_probability, perturbation_factors)]
+                members, rng, quantile_fraction, resample_probability, perturbation_factors,
+                session.learning_rate_range)]
     winner = max(range(size), key=lambda m: (_score(members[m].tune), -m))
     best = members[winner]
     return Schedule("pbt", best.configs, best.tune, best.state, size * depth, traces=best.traces,

@@ -51,6 +51,10 @@ class Vocab:
         except KeyError as exc:
             raise UserError(f"character {exc.args[0]!r} is not in the task's alphabet") from None
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """A task's prompt as the policy reads it: its characters."""
+        return self.encode(text)
+
     def decode(self, ids) -> str:
         """The text of ``ids`` up to (not including) the first end token; padding is skipped."""
         return "".join(self.itos[i] for i in completion_ids(ids, self.end, self.pad))
@@ -182,9 +186,11 @@ class Samples:
 @torch.no_grad()
 def sample(policy: Policy, vocab: Vocab, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
            greedy: bool = False, generator: torch.Generator | None = None) -> Samples:
-    """Samples a completion for every prompt (one row each; repeat a prompt for a group)."""
+    """Samples a completion for every prompt (one row each; repeat a prompt for a group). A policy
+    with ``decode_step(new_ids, valid, cache) -> (next logits, cache)`` (a KV cache) reads the prompt
+    once and then each sampled token; otherwise every step runs the whole sequence."""
     device = next(policy.parameters()).device
-    ids, valid = left_pad([vocab.encode(p) for p in prompts], vocab.pad, device)
+    ids, valid = left_pad([vocab.encode_prompt(p) for p in prompts], vocab.pad, device)
     width = ids.shape[1]
     if width + max_new_tokens > policy.spec.max_len:
         raise UserError(f"prompt ({width}) + max_completion_length ({max_new_tokens}) exceeds the policy's "
@@ -192,8 +198,13 @@ def sample(policy: Policy, vocab: Vocab, prompts: list[str], max_new_tokens: int
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     was_training = policy.training
     policy.eval()
+    step = getattr(policy, "decode_step", None)
+    cache, fresh = None, ids
     for _ in range(max_new_tokens):
-        logits = policy(ids, valid)[:, -1, :]
+        if step is not None:
+            logits, cache = step(fresh, valid, cache)
+        else:
+            logits = policy(ids, valid)[:, -1, :]
         logits[:, vocab.pad] = -math.inf  # padding is never a token the policy may choose
         if greedy:
             nxt = logits.argmax(-1)
@@ -201,7 +212,8 @@ def sample(policy: Policy, vocab: Vocab, prompts: list[str], max_new_tokens: int
             probs = torch.softmax(logits.float() / temperature, -1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         nxt = torch.where(done, torch.full_like(nxt, vocab.pad), nxt)
-        ids = torch.cat([ids, nxt[:, None]], 1)
+        fresh = nxt[:, None]
+        ids = torch.cat([ids, fresh], 1)
         valid = torch.cat([valid, ~done[:, None]], 1)
         done = done | (nxt == vocab.end)
         if bool(done.all()):

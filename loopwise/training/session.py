@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
 PROBE_POINTS = 8  # greedy probes per stage (at most): the diagnosis' trend needs 6 (two 3-point windows)
 KL_REFERENCES = ("initial", "stage")
+RANDOM_LEARNING_RATE = (1e-4, 1e-3)  # the baselines' learning-rate range for the character policies
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class Preset:
     warm_max_steps: int
     warm_check_every: int
     probe_n: int  # tune prompts the greedy probe scores during a stage
+    # the default config's learning rate; None: 1e-4 (5e-5 for the full policy). A preset that names
+    # one scales the baselines' search range and the tree's bounds with it (a pretrained model
+    # fine-tunes at learning rates far below a from-scratch one's)
+    learning_rate: float | None = None
+    warm_learning_rate: float = 1e-3  # the warm start's supervised learning rate
 
 
 PRESETS = {
@@ -73,6 +79,13 @@ PRESETS = {
                     warm_max_steps=3000, warm_check_every=100, probe_n=64),
     "full": Preset("full", stage_steps=60, prompts_per_step=32, num_generations=8, eval_n=512, pool_n=16000,
                    warm_max_steps=8000, warm_check_every=200, probe_n=128),
+    # a pretrained chat model (--policy smollm2) on a GPU: fine-tuning learning rates (the baselines'
+    # range 1e-5..1e-4), a short supervised warm start only where the sampled pass rate is below 0.2
+    "lm": Preset("small", stage_steps=8, prompts_per_step=8, num_generations=8, eval_n=64, pool_n=1000,
+                 warm_max_steps=40, warm_check_every=20, probe_n=32, learning_rate=1e-5, warm_learning_rate=1e-5),
+    # the same on a CPU: a pipeline check of minutes, no warm start
+    "lm-cpu": Preset("smoke", stage_steps=8, prompts_per_step=2, num_generations=2, eval_n=8, pool_n=100,
+                     warm_max_steps=0, warm_check_every=1, probe_n=4, learning_rate=1e-5),
 }
 
 
@@ -151,7 +164,8 @@ class Session:
                                                         newline_ends=not multiline)
         else:  # the characters of the task's prompts and answers, and an unknown token for any other
             self.vocab = Vocab(task_characters(self.task), unk=True)
-        longest = max(len(e.prompt) for e in self.tune + self.test + self.train_probe)
+        # in the policy's tokens: a chat template's turn markers and system preamble count
+        longest = max(self.prompt_tokens(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
         if self._template is not None:
             self.max_len = min(self.max_len, self._template.spec.max_len)
@@ -163,7 +177,14 @@ class Session:
                            difficulty=self.difficulty, kl_reference=self.kl_reference,
                            # 3e-4 lowered held-out reward in every default-config stage of a CPU pilot
                            # (docs/log/2026-11-30.md, "Training engine: first figures"); 1e-4: the grid's best there
-                           learning_rate=1e-4 if self.p.policy != "full" else 5e-5)
+                           learning_rate=self.p.learning_rate or (1e-4 if self.p.policy != "full" else 5e-5))
+
+    @property
+    def learning_rate_range(self) -> tuple[float, float]:
+        """The learning rates random search, TPE and PBT draw from (log-uniform): 1e-4 to 1e-3, or
+        the preset's learning rate to ten times it when the preset names one."""
+        low = self.p.learning_rate or RANDOM_LEARNING_RATE[0]
+        return (low, low * RANDOM_LEARNING_RATE[1] / RANDOM_LEARNING_RATE[0])
 
     def describe(self) -> str:
         """The task in a few lines, for a model proposing transitions."""
@@ -200,13 +221,17 @@ class Session:
             raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
-                               seed=self.seed, progress=progress)
+                               lr=self.p.warm_learning_rate, seed=self.seed, progress=progress)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
 
     def _fits(self, prompt: str, completion_tokens: int) -> bool:
         """Whether ``prompt`` and a completion of ``completion_tokens`` fit the policy's positions."""
-        return len(self.vocab.encode(prompt)) + completion_tokens <= self.max_len
+        return self.prompt_tokens(prompt) + completion_tokens <= self.max_len
+
+    def prompt_tokens(self, prompt: str) -> int:
+        """The positions ``prompt`` takes as the policy reads it (chat template included)."""
+        return len(self.vocab.encode_prompt(prompt))
 
     def load_base(self, state: bytes, tune: float, warm: dict) -> None:
         self.base_state, self.base_tune, self.warm = state, tune, warm
@@ -228,7 +253,7 @@ class Session:
             self._remember(cached.state, tune=cached.tune_reward, train=cached.train_reward)
             self.spent = self.spent + stage_compute(cached.trace, cached.config.model_dump())
             return cached
-        if config.max_completion_length + max(len(e.prompt) for e in self.tune) > self.max_len:
+        if config.max_completion_length + max(self.prompt_tokens(e.prompt) for e in self.tune) > self.max_len:
             raise UserError(f"max_completion_length {config.max_completion_length} does not fit the policy's "
                             f"{self.max_len} positions")
         t0 = time.perf_counter()
@@ -266,7 +291,7 @@ class Session:
             examples = self.tune[:self.p.probe_n]
         else:
             examples = self.task.dataset("tune", self.p.probe_n, difficulty, seed=self.seed)
-        room = self.max_len - max(len(self.vocab.encode(e.prompt)) for e in examples)
+        room = self.max_len - max(self.prompt_tokens(e.prompt) for e in examples)
         length = min(self.task.max_answer_length(difficulty) + 2, room)  # a harder level's prompts are longer
         return lambda policy: evaluate(policy, self.vocab, self.task, examples, length)
 
@@ -330,5 +355,7 @@ def tree_bounds(session: Session) -> Bounds:
     completion lengths that fit the policy's positions."""
     from loopwise.training.transitions import Bounds
 
-    return Bounds.for_task(session.task.max_difficulty,
-                           max_completion_length=(2, session.max_len - max(len(e.prompt) for e in session.tune)))
+    low, high = session.learning_rate_range
+    return Bounds.for_task(session.task.max_difficulty, learning_rate=(low / 10, high * 3),
+                           max_completion_length=(2, session.max_len - max(session.prompt_tokens(e.prompt)
+                                                                           for e in session.tune)))

@@ -36,8 +36,8 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
                progress: Callable[[int, float], None] | None = None) -> dict:
     """Supervised training (see the module docstring) until the sampled pass rate (temperature 1)
     on ``check`` reaches ``target``'s low end, or ``max_steps``. Returns what happened: steps, pass
-    rate, loss, history, ``source`` (``"answers"`` or ``"accepted samples"``) and, verifier-only,
-    how many distinct accepted completions it learned from.
+    rate, loss (None when no step was taken), history, ``source`` (``"answers"`` or ``"accepted
+    samples"``) and, verifier-only, how many distinct accepted completions it learned from.
 
     Raises:
         UserError: A bad target, or a verifier-only task none of whose sampled completions the
@@ -70,7 +70,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
                                     "scored 1.0 (give answers, an easier --difficulty, or a --policy that solves some)")
         if answered:
             chunk = [answered[rng.randrange(len(answered))] for _ in range(batch)]
-            pairs = [(vocab.encode(e.prompt), vocab.encode(e.answer)) for e in chunk]
+            pairs = [(vocab.encode_prompt(e.prompt), vocab.encode(e.answer)) for e in chunk]
         else:
             pool = list(accepted.values())
             pairs = [pool[rng.randrange(len(pool))] for _ in range(batch)]
@@ -86,7 +86,9 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         opt.step()
         loss_value, step = float(loss.detach()), step + 1
-    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value,
+    # no step taken (the first check was in the target): no loss, and None where NaN would be (the
+    # run store keeps strict JSON)
+    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value if step else None,
            "history": history, "seconds": time.perf_counter() - t0,
            "source": "answers" if answered else "accepted samples"}
     if not answered:
@@ -109,7 +111,7 @@ def harvest(policy: Policy, vocab: Vocab, task, train: Sequence, max_new_tokens:
         s = sample(policy, vocab, [e.prompt for e in part], max_new_tokens, generator=generator)
         for e, text, row in zip(part, s.texts, s.ids[:, s.prompt_width:].tolist()):
             if task.score(e, text) >= 1.0:
-                prompt, completion = vocab.encode(e.prompt), completion_ids(row, vocab.end, vocab.pad)
+                prompt, completion = vocab.encode_prompt(e.prompt), completion_ids(row, vocab.end, vocab.pad)
                 accepted.setdefault((tuple(prompt), tuple(completion)), (prompt, completion))
     return len(rows)
 
@@ -120,7 +122,7 @@ def supervised_batch(vocab: Vocab, examples: Sequence, device) -> tuple[torch.Te
     Prompt and answer are encoded apart, as in GRPO, where the completion's tokens follow the
     prompt's; the mask counts the answer's tokens, which a subword tokenizer makes fewer than its
     characters."""
-    return rows_batch(vocab, [(vocab.encode(e.prompt), vocab.encode(e.answer)) for e in examples], device)
+    return rows_batch(vocab, [(vocab.encode_prompt(e.prompt), vocab.encode(e.answer)) for e in examples], device)
 
 
 def rows_batch(vocab: Vocab, pairs: Sequence[tuple[list[int], list[int]]], device

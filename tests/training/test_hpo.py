@@ -39,7 +39,8 @@ class Call:
 
 
 class FakeSession:
-    def __init__(self) -> None:
+    def __init__(self, learning_rate_range: tuple[float, float] = hpo.LEARNING_RATE) -> None:
+        self.learning_rate_range = learning_rate_range
         self.base_state = json.dumps({"reward": 0.0, "seeds": []}).encode()
         self.calls: list[Call] = []
         self.optuna_verbosity: list[int] = []
@@ -284,3 +285,31 @@ def test_pbt_rejects_an_empty_population_and_a_quantile_above_half():
         hpo.pbt(FakeSession(), 6, 2, population=0)
     with pytest.raises(UserError, match="quantile_fraction"):
         hpo.pbt(FakeSession(), 6, 2, quantile_fraction=0.6)
+
+
+def test_a_session_learning_rate_range_moves_every_baselines_draws():
+    """A pretrained model's preset names a learning rate far below a from-scratch policy's; random
+    search, TPE and PBT then draw from that range, never from the character policies' one."""
+    pytest.importorskip("optuna")
+    low, high = 1e-5, 1e-4
+    session = FakeSession((low, high))
+    assert all(low <= c.learning_rate <= high for c in random_configs(session, 50, seed=1))
+    hpo.tpe(session, budget=12, depth=1, seed=0, startup_trials=4)
+    hpo.pbt(session, budget=24, depth=3, seed=0)
+    assert session.calls and all(low <= c.config.learning_rate <= high for c in session.calls)
+
+
+def test_a_preset_with_a_learning_rate_scales_the_range_and_the_trees_bounds(monkeypatch):
+    from loopwise.training import session as session_module
+    from loopwise.training.session import Session, tree_bounds
+
+    plain = Session("arithmetic", "smoke")
+    assert plain.learning_rate_range == hpo.LEARNING_RATE == (1e-4, 1e-3)
+    assert tree_bounds(plain).learning_rate == (1e-5, 3e-3)
+    preset = session_module.PRESETS["smoke"]
+    monkeypatch.setitem(session_module.PRESETS, "smoke", session_module.Preset(
+        **{**preset.__dict__, "learning_rate": 2e-6}))
+    tuned = Session("arithmetic", "smoke")
+    assert tuned.default_config().learning_rate == 2e-6
+    assert tuned.learning_rate_range == pytest.approx((2e-6, 2e-5))
+    assert tree_bounds(tuned).learning_rate == pytest.approx((2e-7, 6e-5))

@@ -61,6 +61,10 @@ class _FakeSession:
         self.trace, self.spent, self.base_state, self.base_tune = trace, Compute(), b"base", 0.3
         self.task = SimpleNamespace(max_difficulty=3)
         self.tune, self.max_len, self.trained = [SimpleNamespace(prompt="12+34=")], 64, []
+        self.learning_rate_range = (1e-4, 1e-3)
+
+    def prompt_tokens(self, prompt):
+        return len(prompt)  # a character policy's
 
     def default_config(self):
         return StageConfig(steps=8, prompts_per_step=2, num_generations=4, max_completion_length=6)

@@ -96,3 +96,17 @@ def test_accepted_completions_are_kept_as_the_tokens_sampled_with_a_bpe_tokenize
     assert list(accepted.values()) == [(vocab.encode("12+34="), split)]
     ids, valid, mask = warm.rows_batch(vocab, list(accepted.values()), "cpu")
     assert [i for i, m in zip(ids[0].tolist(), mask[0].tolist()) if m] == split + [vocab.end]
+
+
+def test_a_policy_already_in_the_target_takes_no_step_and_its_record_is_strict_json(monkeypatch):
+    """A pretrained policy can pass the first check: nothing is trained, and the warm start's
+    record (kept in the run store, which takes strict JSON only) has no NaN for a loss never taken."""
+    import json
+
+    monkeypatch.setattr(warm, "evaluate", lambda *a, **k: 0.5)
+    task, policy, train, check = _setup()
+    before = [p.detach().clone() for p in policy.parameters()]
+    out = warm.warm_start(policy, VOCAB, task, train, check, 2, target=(0.2, 0.8))
+    assert out["steps"] == 0 and out["in_target"] and out["loss"] is None
+    json.dumps(out, allow_nan=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))

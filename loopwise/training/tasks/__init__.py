@@ -14,7 +14,8 @@ the difficulty has few distinct prompts (difficulty 0 of some tasks has only a f
 
 Naming a task (:func:`get_task`): a built-in name (:data:`TASKS`: ``arithmetic`` (reversed-digit
 addition and subtraction), ``sorting``, ``countdown``, ``rg_chain_sum``); ``rg:<dataset>`` for any
-reasoning-gym dataset (:mod:`~loopwise.training.tasks.reasoning_gym_datasets`); a Python file
+reasoning-gym dataset (:mod:`~loopwise.training.tasks.reasoning_gym_datasets`); ``chat:<task>`` for any
+of these asked in words to a chat model (:mod:`~loopwise.training.tasks.chat`); a Python file
 ``path.py`` or ``path.py:Name``, or the name of an entry point in the group ``loopwise.tasks``
 (:mod:`~loopwise.training.tasks.user`).
 """
@@ -167,13 +168,17 @@ class Task(abc.ABC):
 
 
 def get_task(name: str, **knobs) -> Task:
-    """Build the task ``name``: a built-in one (with its keyword ``knobs``), ``rg:<dataset>``, a
+    """Build the task ``name``: a built-in one (with its keyword ``knobs``), ``rg:<dataset>``, ``chat:<task>``, a
     Python file ``path.py[:Name]`` or an entry point of the group ``loopwise.tasks``.
 
     Raises:
         UserError: Unknown name (the message lists :data:`TASKS` and the other forms), unknown
             knob, a task whose optional dependency is missing, or a user task that cannot be loaded.
     """
+    if name.startswith("chat:"):
+        if knobs:
+            raise UserError(f"task {name!r} takes no knobs")
+        return importlib.import_module("loopwise.training.tasks.chat").chat_task(name)
     if name not in _REGISTRY:
         # by name, like the registry's modules: they import this package
         rg = importlib.import_module("loopwise.training.tasks.reasoning_gym_datasets")

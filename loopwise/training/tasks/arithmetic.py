@@ -36,6 +36,7 @@ class ArithmeticTask(Task):
     name = "arithmetic"
     alphabet = "0123456789+-="
     max_difficulty = len(_LEVELS) - 1
+    chat_knobs = {"reverse": False}  # ``chat:arithmetic``: a chat model writes numbers in the usual order
 
     def __init__(self, reverse: bool = True) -> None:
         self.reverse = bool(reverse)
@@ -56,6 +57,12 @@ class ArithmeticTask(Task):
             return 1.0
         well_formed = len(completion) == len(example.answer) and set(completion) <= _DIGITS
         return FORMAT_REWARD if well_formed else 0.0
+
+    def question(self, example: Example) -> str:
+        """The example asked in words (what ``chat:arithmetic`` prompts a chat model with)."""
+        m = example.meta
+        order = " Write its digits in reverse order." if m["reversed"] else ""
+        return f"What is {m['a']} {m['op']} {m['b']}? Answer with the number only.{order}"
 
     def max_answer_length(self, difficulty: int) -> int:
         digits, _ = _LEVELS[self.check_difficulty(difficulty)]
