@@ -200,7 +200,7 @@ class Session:
             raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
-                               seed=self.seed, progress=progress)
+                               seed=self.seed, progress=progress, fresh_policy=self._template is None)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
 
