@@ -122,8 +122,8 @@ def random_configs(session: Session, n: int, seed: int = 0, fits=None) -> list[S
     """``n`` configs drawn from the search space every tuning baseline shares with the tree: each
     knob its transitions move, over its ranges (:func:`~loopwise.training.space.search_space`).
     ``fits`` (a config -> bool, default all): draws it rejects are drawn again (a group too large
-    for one step of a run's budget); :data:`~loopwise.training.space.MAX_DRAWS` rejections in a row
-    are a :class:`UserError`."""
+    for one step of a run's budget, completions too long for the difficulty's prompts);
+    :data:`~loopwise.training.space.MAX_DRAWS` rejections in a row are a :class:`UserError`."""
     from loopwise.training.space import MAX_DRAWS, search_space
 
     rng, space, base = random.Random(seed), search_space(tree_bounds(session)), session.default_config()
@@ -134,15 +134,17 @@ def random_configs(session: Session, n: int, seed: int = 0, fits=None) -> list[S
             out.append(cfg)
             misses = 0
         elif (misses := misses + 1) >= MAX_DRAWS:
-            raise UserError(f"{MAX_DRAWS} random configs in a row cost more than a run's budget buys")
+            raise UserError(f"{MAX_DRAWS} random configs in a row cost more than a run's budget buys or leave "
+                            "no training prompt room for their completions")
     return out
 
 
 def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedule:
     """As many random configs as the budget buys default runs of ``depth`` stages, each trained
     continuously (one trainer) for the steps that cost what ``depth`` default stages cost
-    (:func:`~loopwise.training.space.matched_steps`: a larger group trains fewer steps; a config
-    of which not one step fits is drawn again)."""
+    (:func:`~loopwise.training.space.matched_steps`: a larger group trains fewer steps). A config
+    of which not one step fits, or whose completions leave no training prompt room
+    (:meth:`~loopwise.training.session.Session.trainable`), is drawn again."""
     from loopwise.training.space import matched_steps
 
     base = session.default_config()
@@ -152,7 +154,10 @@ def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -
     def steps(cfg: StageConfig) -> int:
         return matched_steps(cfg, base, base.steps * depth, budget.unit)
 
-    runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=steps)]
+    def fits(cfg: StageConfig) -> bool:
+        return steps(cfg) >= 1 and session.trainable(cfg)
+
+    runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=fits)]
     schedule = continuous(session, len(runs), 1, seed, runs, "random")
     schedule.stages_used = n * depth
     return schedule

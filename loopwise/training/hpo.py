@@ -65,8 +65,8 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
     Trial ``i`` asks one config (:meth:`~loopwise.training.space.SearchSpace.suggest`), trains it
     from the base without a break for the steps that cost what ``depth`` default stages cost in
     ``unit`` (seed ``seed * 1000 + i``, exactly as the ``random`` baseline trains its configs) and
-    tells the study its tuning reward; a config of which not one step fits is told as failed and
-    asked again. The sampler is
+    tells the study its tuning reward; a config of which not one step fits, or that leaves no training
+    prompt room for its completions (``session.trainable``), is told as failed and asked again. The sampler is
     ``TPESampler(seed=seed, n_startup_trials=startup_trials)``: its first ``startup_trials``
     trials (Optuna's default, 10) are random draws, so with the default a budget of at most 10
     trials is random search with Optuna's generator.
@@ -99,11 +99,12 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
             for _ in range(MAX_DRAWS):
                 trial = study.ask()
                 cfg = space.suggest(base, trial)
-                if (steps := matched_steps(cfg, base, base.steps * depth, unit)) >= 1:
+                if (steps := matched_steps(cfg, base, base.steps * depth, unit)) >= 1 and session.trainable(cfg):
                     break
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # asked again: not a trial spent
             else:
-                raise UserError(f"{MAX_DRAWS} tpe configs in a row cost more than a run's budget buys")
+                raise UserError(f"{MAX_DRAWS} tpe configs in a row cost more than a run's budget buys or leave no "
+                                "training prompt room for their completions")
             result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=steps,
                                        label={"rep": i, "stage": 0})
             study.tell(trial, result.tune_reward)
@@ -133,7 +134,7 @@ def explore(config: StageConfig, rng: random.Random, space: SearchSpace,
     """Ray Tune's PBT explore over every knob of ``space``: each independently is resampled with
     probability ``resample_probability``, else multiplied by a factor drawn from
     ``perturbation_factors`` (:meth:`~loopwise.training.space.Knob.perturb`), kept in its range.
-    A result ``fits`` rejects (too costly for one step of a stage) is explored again; after
+    A result ``fits`` rejects (too costly for one step of a stage, or untrainable) is explored again; after
     :data:`~loopwise.training.space.MAX_DRAWS` tries ``config`` is kept."""
     for _ in range(MAX_DRAWS):
         new = space.perturb(config, rng, resample_probability, tuple(perturbation_factors))
@@ -166,8 +167,8 @@ def _exploit_and_explore(members: list[_Member], rng: random.Random, space: Sear
         d = rng.choice(top)
         donor = members[d]
         notes.append(f"member {m} ({members[m].tune:.3f}) takes member {d}'s weights ({donor.tune:.3f})")
-        members[m] = _Member(explore(donor.config, rng, space, resample_probability, perturbation_factors, fits), donor.state,
-                             donor.tune, list(donor.configs), list(donor.traces))
+        config = explore(donor.config, rng, space, resample_probability, perturbation_factors, fits)
+        members[m] = _Member(config, donor.state, donor.tune, list(donor.configs), list(donor.traces))
     return notes
 
 
@@ -188,8 +189,8 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
     random baseline's first ``P`` configs. In round ``r`` member ``m`` trains one stage from its
     weights (seed ``seed * 1000 + r * 100 + m``) of the steps that cost what a default stage costs
     in ``unit`` (:func:`~loopwise.training.space.matched_steps`); configs of which not one step
-    fits are drawn (or explored) again. After every round but the last, members are
-    ranked by tuning reward; each of the bottom :func:`quantile_size` copies the weights, config
+    fits, or that leave no training prompt room (``session.trainable``), are drawn (or explored)
+    again. After every round but the last, members are ranked by tuning reward; each of the bottom :func:`quantile_size` copies the weights, config
     and history of a random top member and perturbs the config with :func:`explore`. The defaults
     are Ray Tune's (FACTS.md §8): quantile fraction 0.25, resample probability 0.25, factors
     (1.2, 0.8); Ray's time-based ``perturbation_interval`` becomes one stage. With ``P = 1``
@@ -213,7 +214,10 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
     def steps(cfg: StageConfig) -> int:
         return matched_steps(cfg, base, base.steps, unit)
 
-    members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=steps)]
+    def fits(cfg: StageConfig) -> bool:
+        return steps(cfg) >= 1 and session.trainable(cfg)
+
+    members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=fits)]
     notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
     for r in range(depth):
         for m, member in enumerate(members):
@@ -225,7 +229,7 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
             member.traces.append(result.trace)
         if r < depth - 1:
             notes += [f"round {r}: {line}" for line in _exploit_and_explore(
-                members, rng, space, quantile_fraction, resample_probability, perturbation_factors, steps)]
+                members, rng, space, quantile_fraction, resample_probability, perturbation_factors, fits)]
     winner = max(range(size), key=lambda m: (_score(members[m].tune), -m))
     best = members[winner]
     return Schedule("pbt", best.configs, best.tune, best.state, size * depth, traces=best.traces,

@@ -52,6 +52,9 @@ class FakeSession:
     def default_config(self) -> StageConfig:
         return StageConfig(steps=STEPS, beta=0.0)
 
+    def trainable(self, config: StageConfig) -> bool:
+        return True
+
     def run_stage(self, parent, config, seed, steps=None, label=None) -> StageResult:
         if steps is not None:
             config = config.model_copy(update={"steps": steps})

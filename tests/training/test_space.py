@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from loopwise.errors import UserError
 from loopwise.training import hpo
 from loopwise.training.baselines import grid_levels, random_configs, random_search
 from loopwise.training.compute import Budget, Compute
@@ -30,9 +31,15 @@ class FakeSession:
     def default_config(self) -> StageConfig:
         return StageConfig(steps=12, prompts_per_step=8, num_generations=8, max_completion_length=6, beta=0.0)
 
+    def trainable(self, config: StageConfig) -> bool:
+        """As if the prompts past difficulty 3 left room for completions of at most 10 tokens."""
+        return config.difficulty <= 3 or config.max_completion_length <= 10
+
     def run_stage(self, parent, config, seed, steps=None, label=None) -> StageResult:
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
+        if not self.trainable(config):  # what Session.run_stage does: no prompt fits
+            raise UserError(f"difficulty {config.difficulty}: no training prompt fits")
         self.calls.append(config)
         self.spent = self.spent + Compute(config.steps * config.prompts_per_step * config.num_generations, 0)
         reward = 1.0 - abs(config.learning_rate - 3e-4) * 1000
@@ -113,3 +120,26 @@ def test_matched_steps_price_samples_or_tokens():
     assert matched_steps(wide, base, 12) == 3 and matched_steps(wide, base, 12, "tokens") == 1
     assert matched_steps(base.model_copy(update={"num_generations": 2}), base, 12) == 48
     assert matched_steps(wide, base, 1, "tokens") == 0
+
+
+@pytest.mark.parametrize("method", ["random", "tpe", "pbt"])
+def test_a_config_no_training_prompt_fits_is_drawn_again_not_trained(method):
+    fake = FakeSession()
+    if method == "random":
+        random_search(fake, Budget("samples", 24 * _samples(fake.default_config())), 1, seed=0)
+    elif method == "tpe":
+        hpo.tpe(fake, budget=24, depth=1, seed=0)
+    else:
+        hpo.pbt(fake, budget=24, depth=3, seed=0)
+    assert len(fake.calls) >= 24 - 1 and all(fake.trainable(c) for c in fake.calls)
+    assert any(c.difficulty > 3 for c in fake.calls)  # the hard difficulties stay, with shorter completions
+
+
+def test_a_session_knows_which_configs_have_prompts_that_fit(session):
+    base = session.default_config()
+    hard = session.task.max_difficulty
+    room = session.max_len - max(len(session.vocab.encode(e.prompt))
+                                 for e in session.task.dataset("train", 200, hard, seed=session.seed))
+    assert session.trainable(base)
+    assert session.trainable(base.model_copy(update={"difficulty": hard, "max_completion_length": max(1, room)}))
+    assert not session.trainable(base.model_copy(update={"difficulty": hard, "max_completion_length": session.max_len}))
