@@ -118,16 +118,46 @@ def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedul
     return schedule
 
 
-def random_configs(session: Session, n: int, seed: int = 0) -> list[StageConfig]:
-    """``n`` configs drawn log-uniformly over the search ranges (learning rate in the session's
-    :attr:`~loopwise.training.session.Session.learning_rate_range`, KL, temperature)."""
-    rng = random.Random(seed)
-    base = session.default_config()
-    low, high = session.learning_rate_range
-    out = []
-    for _ in range(n):
-        out.append(base.model_copy(update={
-            "learning_rate": math.exp(rng.uniform(math.log(low), math.log(high))),
-            "beta": rng.choice((0.0, math.exp(rng.uniform(math.log(0.005), math.log(0.1))))),
-            "temperature": rng.uniform(0.7, 1.2)}))
+def random_configs(session: Session, n: int, seed: int = 0, fits=None) -> list[StageConfig]:
+    """``n`` configs drawn from the search space every tuning baseline shares with the tree: each
+    knob its transitions move, over its ranges (:func:`~loopwise.training.space.search_space`).
+    ``fits`` (a config -> bool, default all): draws it rejects are drawn again (a group too large
+    for one step of a run's budget, completions too long for the difficulty's prompts);
+    :data:`~loopwise.training.space.MAX_DRAWS` rejections in a row are a :class:`UserError`."""
+    from loopwise.training.space import MAX_DRAWS, search_space
+
+    rng, space, base = random.Random(seed), search_space(tree_bounds(session)), session.default_config()
+    out, misses = [], 0
+    while len(out) < n:
+        cfg = space.sample(base, rng)
+        if fits is None or fits(cfg):
+            out.append(cfg)
+            misses = 0
+        elif (misses := misses + 1) >= MAX_DRAWS:
+            raise UserError(f"{MAX_DRAWS} random configs in a row cost more than a run's budget buys or leave "
+                            "no training prompt room for their completions")
     return out
+
+
+def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedule:
+    """As many random configs as the budget buys default runs of ``depth`` stages, each trained
+    continuously (one trainer) for the steps that cost what ``depth`` default stages cost
+    (:func:`~loopwise.training.space.matched_steps`: a larger group trains fewer steps). A config
+    of which not one step fits, or whose completions leave no training prompt room
+    (:meth:`~loopwise.training.session.Session.trainable`), is drawn again."""
+    from loopwise.training.space import matched_steps
+
+    base = session.default_config()
+    n = budget.stages(base) // depth
+    if n < 1:
+        raise UserError(f"a budget of {budget.amount} {budget.unit} is less than one random run of {depth} stages")
+    def steps(cfg: StageConfig) -> int:
+        return matched_steps(cfg, base, base.steps * depth, budget.unit)
+
+    def fits(cfg: StageConfig) -> bool:
+        return steps(cfg) >= 1 and session.trainable(cfg)
+
+    runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=fits)]
+    schedule = continuous(session, len(runs), 1, seed, runs, "random")
+    schedule.stages_used = n * depth
+    return schedule

@@ -43,6 +43,8 @@ LLM_API = typer.Option("openai", "--llm-api", help="--proposer llm: openai (any 
 LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model name.")
 LLM_URL = typer.Option(None, "--llm-base-url", help="--proposer llm: server URL, e.g. http://localhost:8000/v1.")
 LLM_KEY = typer.Option(None, "--llm-key-env", help="--proposer llm: NAME of the variable holding the API key.")
+LLM_IMAGES = typer.Option(False, "--llm-images", help="--proposer llm: the model accepts images; each stage's "
+                          "per-step traces go to it as a plot (a table otherwise).")
 EXECUTOR = typer.Option("local", "--executor", help="Where the methods train: local (this machine) or ray (a Ray "
                         "cluster; pip install 'loopwise\\[ray]').")
 WORKERS = typer.Option(None, "--workers", help="Train the methods at once on worker processes, one per GPU: a "
@@ -229,11 +231,12 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAM
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
                proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
+               llm_images: bool = LLM_IMAGES,
                device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
                ray_address: str = RAY_ADDRESS, kl_reference: str = KL_REF) -> None:
     """Tree search over staged GRPO schedules: diagnose each checkpoint, propose coordinated transitions."""
     llm = {k: v for k, v in {"api": llm_api, "model": llm_model, "base_url": llm_base_url,
-                              "api_key_env": llm_key_env}.items() if v} if proposer == "llm" else {}
+                              "api_key_env": llm_key_env, "images": llm_images}.items() if v} if proposer == "llm" else {}
     _go(("tree",), task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
         as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address),
         kl_reference=kl_reference)

@@ -2,15 +2,14 @@
 
 Both spend whole stages from the same warm-started base as the methods of
 :mod:`loopwise.training.search`; their ``budget`` is the number of default stages a method's
-compute budget buys (:func:`~loopwise.training.search.run_method`), exact in samples because
-every config here has the default's group size, prompts and steps. They search the same space as
-its ``random`` baseline (:func:`~loopwise.training.baselines.random_configs`): learning rate
-log-uniform in the session's range (:data:`LEARNING_RATE` unless the preset names its own learning
-rate), KL coefficient off (0) or log-uniform in :data:`BETA`, temperature uniform in
-:data:`TEMPERATURE`; every other knob is the session's default config.
+compute budget buys (:func:`~loopwise.training.search.run_method`). They search the space the
+``random`` baseline draws from (:mod:`loopwise.training.space`): every knob the tree's transitions
+move, over the tree's ranges. A config with another group size (or, in a token budget, completion
+length) trains the steps that cost what the default's do (:func:`~loopwise.training.space.matched_steps`),
+so a run spends the samples of the default stages it stands for.
 
 - :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
-  baseline's (one trainer for ``depth`` stages' worth of steps), objective = tuning reward.
+  baseline's (one trainer for ``depth`` stages' worth of samples), objective = tuning reward.
 - :func:`pbt`: population-based training with stages as the perturbation interval: every member
   trains one stage per round; between rounds the bottom quantile takes the weights and config of a
   top member and perturbs the config (Ray Tune's exploit/explore, defaults in FACTS.md §8).
@@ -26,14 +25,8 @@ from dataclasses import dataclass, field
 from loopwise.errors import UserError
 from loopwise.training.config import StageConfig
 from loopwise.training.baselines import random_configs
-from loopwise.training.session import RANDOM_LEARNING_RATE, Schedule, Session
-
-# The search space, the same ranges as random_configs draws from.
-# log-uniform; a preset naming its learning rate scales it (Session.learning_rate_range)
-LEARNING_RATE = RANDOM_LEARNING_RATE
-BETA = (0.005, 0.1)  # log-uniform when the KL term is on; 0.0 is off
-TEMPERATURE = (0.7, 1.2)  # uniform
-KNOBS = ("learning_rate", "beta", "temperature")
+from loopwise.training.session import Schedule, Session, tree_bounds
+from loopwise.training.space import MAX_DRAWS, SearchSpace, matched_steps, search_space
 
 # Ray Tune's PopulationBasedTraining defaults (FACTS.md §8, "PBT (Ray Tune)").
 QUANTILE_FRACTION = 0.25
@@ -65,28 +58,15 @@ def _import_optuna():
     return optuna
 
 
-def suggest_config(trial, base: StageConfig, learning_rate: tuple[float, float] = LEARNING_RATE) -> StageConfig:
-    """``base`` with the three knobs asked of an Optuna trial (the learning rate log-uniform in
-    ``learning_rate``, the session's range).
-
-    The KL coefficient is conditional, as in :func:`~loopwise.training.baselines.random_configs`: a
-    categorical ``kl`` (off/on, even odds before TPE has data) and, only when on, ``beta``
-    log-uniform in :data:`BETA`. Zero cannot sit on a log scale, and a float over 0..0.1 would put
-    nine tenths of its prior mass above 0.01, unlike the random baseline's. Optuna 5's TPE models
-    the always-present knobs jointly (multivariate) and ``beta``, absent when KL is off, on its own."""
-    beta = trial.suggest_float("beta", *BETA, log=True) if trial.suggest_categorical("kl", (False, True)) else 0.0
-    return base.model_copy(update={
-        "learning_rate": trial.suggest_float("learning_rate", *learning_rate, log=True),
-        "beta": beta,
-        "temperature": trial.suggest_float("temperature", *TEMPERATURE)})
-
-
-def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_trials: int = 10) -> Schedule:
+def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_trials: int = 10,
+        unit: str = "samples") -> Schedule:
     """Optuna's TPE over the search space, ``budget // depth`` trials through ask/tell.
 
-    Trial ``i`` asks one config (:func:`suggest_config`), trains it from the base without a break
-    for ``depth`` stages' worth of steps (seed ``seed * 1000 + i``, exactly as the ``random``
-    baseline trains its configs) and tells the study its tuning reward. The sampler is
+    Trial ``i`` asks one config (:meth:`~loopwise.training.space.SearchSpace.suggest`), trains it
+    from the base without a break for the steps that cost what ``depth`` default stages cost in
+    ``unit`` (seed ``seed * 1000 + i``, exactly as the ``random`` baseline trains its configs) and
+    tells the study its tuning reward; a config of which not one step fits, or that leaves no training
+    prompt room for its completions (``session.trainable``), is told as failed and asked again. The sampler is
     ``TPESampler(seed=seed, n_startup_trials=startup_trials)``: its first ``startup_trials``
     trials (Optuna's default, 10) are random draws, so with the default a budget of at most 10
     trials is random search with Optuna's generator.
@@ -97,6 +77,7 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
         depth: Stages' worth of steps each trial trains.
         seed: Seeds the sampler and the training runs; the same seed gives the same schedule.
         startup_trials: Random trials before TPE models the results (``n_startup_trials``).
+        unit: What a run's cost is matched in: ``samples`` or ``tokens``.
 
     Returns:
         The best trial by tuning reward (earliest on ties): its config with the run's length as
@@ -107,7 +88,7 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
     """
     optuna = _import_optuna()
     trials = _runs_that_fit(budget, depth, "tpe")
-    base = session.default_config()
+    base, space = session.default_config(), _space(session)
     previous = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # optuna's own logger only: a line per trial otherwise
     try:
@@ -115,13 +96,20 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
         study = optuna.create_study(direction="maximize", sampler=sampler)
         best, best_trial = None, 0
         for i in range(trials):
-            trial = study.ask()
-            cfg = suggest_config(trial, base, session.learning_rate_range)
-            result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
+            for _ in range(MAX_DRAWS):
+                trial = study.ask()
+                cfg = space.suggest(base, trial)
+                if (steps := matched_steps(cfg, base, base.steps * depth, unit)) >= 1 and session.trainable(cfg):
+                    break
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)  # asked again: not a trial spent
+            else:
+                raise UserError(f"{MAX_DRAWS} tpe configs in a row cost more than a run's budget buys or leave no "
+                                "training prompt room for their completions")
+            result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=steps,
                                        label={"rep": i, "stage": 0})
             study.tell(trial, result.tune_reward)
             if best is None or _score(result.tune_reward) > _score(best.tune_reward):
-                best, best_trial = Schedule("tpe", [cfg.model_copy(update={"steps": cfg.steps * depth})],
+                best, best_trial = Schedule("tpe", [cfg.model_copy(update={"steps": steps})],
                                             result.tune_reward, result.state, 0, traces=[result.trace]), i
     finally:
         optuna.logging.set_verbosity(previous)
@@ -140,38 +128,23 @@ def quantile_size(population: int, fraction: float = QUANTILE_FRACTION) -> int:
     return min(math.ceil(population * fraction), population // 2)
 
 
-def sample_knob(knob: str, rng: random.Random, learning_rate: tuple[float, float] = LEARNING_RATE) -> float:
-    """A fresh draw of one knob from the search space (PBT's resample)."""
-    if knob == "learning_rate":
-        return math.exp(rng.uniform(math.log(learning_rate[0]), math.log(learning_rate[1])))
-    if knob == "beta":
-        return rng.choice((0.0, math.exp(rng.uniform(math.log(BETA[0]), math.log(BETA[1])))))
-    if knob == "temperature":
-        return rng.uniform(*TEMPERATURE)
-    raise ValueError(f"{knob!r} is not a searched knob: one of {', '.join(KNOBS)}")
+def explore(config: StageConfig, rng: random.Random, space: SearchSpace,
+            resample_probability: float = RESAMPLE_PROBABILITY,
+            perturbation_factors: Sequence[float] = PERTURBATION_FACTORS, fits=None) -> StageConfig:
+    """Ray Tune's PBT explore over every knob of ``space``: each independently is resampled with
+    probability ``resample_probability``, else multiplied by a factor drawn from
+    ``perturbation_factors`` (:meth:`~loopwise.training.space.Knob.perturb`), kept in its range.
+    A result ``fits`` rejects (too costly for one step of a stage, or untrainable) is explored again; after
+    :data:`~loopwise.training.space.MAX_DRAWS` tries ``config`` is kept."""
+    for _ in range(MAX_DRAWS):
+        new = space.perturb(config, rng, resample_probability, tuple(perturbation_factors))
+        if fits is None or fits(new):
+            return new
+    return config
 
 
-def clamp_knob(knob: str, value: float, learning_rate: tuple[float, float] = LEARNING_RATE) -> float:
-    """``value`` brought inside the knob's range; a KL coefficient of 0 (off) stays 0."""
-    if knob == "beta" and value == 0.0:
-        return 0.0
-    low, high = {"learning_rate": learning_rate, "beta": BETA, "temperature": TEMPERATURE}[knob]
-    return min(max(value, low), high)
-
-
-def explore(config: StageConfig, rng: random.Random, resample_probability: float = RESAMPLE_PROBABILITY,
-            perturbation_factors: Sequence[float] = PERTURBATION_FACTORS,
-            learning_rate: tuple[float, float] = LEARNING_RATE) -> StageConfig:
-    """Ray Tune's PBT explore over :data:`KNOBS`: each knob independently is resampled from the
-    search space with probability ``resample_probability``, else multiplied by a factor drawn from
-    ``perturbation_factors``; then clamped to its range. KL off stays off unless resampled."""
-    update = {}
-    for knob in KNOBS:
-        if rng.random() < resample_probability:
-            update[knob] = sample_knob(knob, rng, learning_rate)
-        else:
-            update[knob] = clamp_knob(knob, getattr(config, knob) * rng.choice(perturbation_factors), learning_rate)
-    return config.model_copy(update=update)
+def _space(session: Session) -> SearchSpace:
+    return search_space(tree_bounds(session))
 
 
 @dataclass
@@ -183,8 +156,8 @@ class _Member:
     traces: list[list[dict]] = field(default_factory=list)
 
 
-def _exploit_and_explore(members: list[_Member], rng: random.Random, fraction: float, resample_probability: float,
-                         perturbation_factors: Sequence[float], learning_rate: tuple[float, float]) -> list[str]:
+def _exploit_and_explore(members: list[_Member], rng: random.Random, space: SearchSpace, fraction: float,
+                         resample_probability: float, perturbation_factors: Sequence[float], fits) -> list[str]:
     """Replaces each bottom-quantile member by a perturbed copy of a random top-quantile member."""
     n = quantile_size(len(members), fraction)
     ranked = sorted(range(len(members)), key=lambda m: _score(members[m].tune))  # stable: ties rank by index
@@ -194,9 +167,8 @@ def _exploit_and_explore(members: list[_Member], rng: random.Random, fraction: f
         d = rng.choice(top)
         donor = members[d]
         notes.append(f"member {m} ({members[m].tune:.3f}) takes member {d}'s weights ({donor.tune:.3f})")
-        members[m] = _Member(explore(donor.config, rng, resample_probability, perturbation_factors, learning_rate),
-                             donor.state,
-                             donor.tune, list(donor.configs), list(donor.traces))
+        config = explore(donor.config, rng, space, resample_probability, perturbation_factors, fits)
+        members[m] = _Member(config, donor.state, donor.tune, list(donor.configs), list(donor.traces))
     return notes
 
 
@@ -209,14 +181,16 @@ def _population_size(budget: int, depth: int, population: int | None) -> int:
 
 def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: int | None = None, *,
         quantile_fraction: float = QUANTILE_FRACTION, resample_probability: float = RESAMPLE_PROBABILITY,
-        perturbation_factors: Sequence[float] = PERTURBATION_FACTORS) -> Schedule:
+        perturbation_factors: Sequence[float] = PERTURBATION_FACTORS, unit: str = "samples") -> Schedule:
     """Population-based training over ``depth`` synchronous rounds of one stage each.
 
     ``P`` members (``population``, default ``max(2, budget // depth)``, always capped so that
     ``P * depth <= budget``) start from the base with ``random_configs(session, P, seed)``, the
     random baseline's first ``P`` configs. In round ``r`` member ``m`` trains one stage from its
-    weights (seed ``seed * 1000 + r * 100 + m``). After every round but the last, members are
-    ranked by tuning reward; each of the bottom :func:`quantile_size` copies the weights, config
+    weights (seed ``seed * 1000 + r * 100 + m``) of the steps that cost what a default stage costs
+    in ``unit`` (:func:`~loopwise.training.space.matched_steps`); configs of which not one step
+    fits, or that leave no training prompt room (``session.trainable``), are drawn (or explored)
+    again. After every round but the last, members are ranked by tuning reward; each of the bottom :func:`quantile_size` copies the weights, config
     and history of a random top member and perturbs the config with :func:`explore`. The defaults
     are Ray Tune's (FACTS.md §8): quantile fraction 0.25, resample probability 0.25, factors
     (1.2, 0.8); Ray's time-based ``perturbation_interval`` becomes one stage. With ``P = 1``
@@ -235,19 +209,27 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
         raise UserError(f"pbt quantile_fraction {quantile_fraction} is outside [0, 0.5]")
     size = _population_size(budget, depth, population)
     rng = random.Random(f"pbt:{seed}")  # apart from random_configs' Random(seed)
-    members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed)]
+    base, space = session.default_config(), _space(session)
+
+    def steps(cfg: StageConfig) -> int:
+        return matched_steps(cfg, base, base.steps, unit)
+
+    def fits(cfg: StageConfig) -> bool:
+        return steps(cfg) >= 1 and session.trainable(cfg)
+
+    members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=fits)]
     notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
     for r in range(depth):
         for m, member in enumerate(members):
-            result = session.run_stage(member.state, member.config, seed * 1000 + r * 100 + m,
+            n = steps(member.config)
+            result = session.run_stage(member.state, member.config, seed * 1000 + r * 100 + m, steps=n,
                                        label={"rep": m, "stage": r})
             member.state, member.tune = result.state, result.tune_reward
-            member.configs.append(member.config)
+            member.configs.append(member.config.model_copy(update={"steps": n}))
             member.traces.append(result.trace)
         if r < depth - 1:
             notes += [f"round {r}: {line}" for line in _exploit_and_explore(
-                members, rng, quantile_fraction, resample_probability, perturbation_factors,
-                session.learning_rate_range)]
+                members, rng, space, quantile_fraction, resample_probability, perturbation_factors, fits)]
     winner = max(range(size), key=lambda m: (_score(members[m].tune), -m))
     best = members[winner]
     return Schedule("pbt", best.configs, best.tune, best.state, size * depth, traces=best.traces,

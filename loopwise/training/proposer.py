@@ -46,8 +46,26 @@ def _summary(trace: Sequence[Mapping], tune: float | None) -> str:
     return "; ".join(parts) + "."
 
 
+def _traces(trace: Sequence[Mapping], images: bool) -> tuple[str, tuple]:
+    """What the request says of the per-step traces, and the images it carries: a plot for a model
+    that accepts images, else a table in the text."""
+    from loopwise.training.trace_view import trace_png, trace_table
+
+    table = trace_table(trace)
+    if not table:
+        return "", ()
+    if images:
+        from loopwise.core.propose import Image
+
+        caption = "the stage's per-step traces (reward, entropy, KL, completion length, ...) against the step"
+        return f"The plot attached shows {caption}.", (Image(data=trace_png(trace), caption=caption),)
+    return f"Per-step traces:\n\n{table}", ()
+
+
 def request_for(task: str, config: StageConfig, findings, trace, tune: float | None, path: Sequence, bounds: Bounds,
-                n: int):
+                n: int, images: bool = False):
+    """The request for ``n`` next stages; ``images``: the per-step traces as an attached plot
+    rather than a table in the text."""
     from loopwise.core.propose import ProposalRequest
 
     ranges = ", ".join(f"{k} {getattr(bounds, k)[0]:g}..{getattr(bounds, k)[1]:g}" for k in CAPACITY + REGULARIZATION)
@@ -56,9 +74,11 @@ def request_for(task: str, config: StageConfig, findings, trace, tune: float | N
     memory = "\n".join(f"- stage {i + 1}: " + ", ".join(f"{k} {v:g}" for k, v in c.model_dump().items()
                                                          if k in CAPACITY + REGULARIZATION)
                        + (f"; held-out reward {r:.3f}" if r is not None else "") for i, (c, r) in enumerate(path))
+    traces, attached = _traces(trace, images)
     return ProposalRequest(task=text, candidate=json.dumps(config.model_dump(), indent=1, sort_keys=True),
-                           evaluation=_summary(trace, tune), findings=tuple(as_note(f) for f in findings),
-                           memory=memory, n=n, kind="training")
+                           evaluation="\n\n".join(filter(None, (_summary(trace, tune), traces))),
+                           findings=tuple(as_note(f) for f in findings), memory=memory, n=n, kind="training",
+                           images=attached)
 
 
 def parse_transition(content: str, config: StageConfig, bounds: Bounds, note: str = "") -> Transition:
@@ -105,10 +125,11 @@ class ModelTransitions:
         task: the task in a few lines.
         name: who the proposer is in the record (``llm`` or ``exchange``).
         record: where events go; None keeps them in :attr:`events` only.
+        images: the model accepts images: the per-step traces go as a PNG plot, else as a table.
     """
 
-    def __init__(self, proposer, task: str, name: str = "model", record=None) -> None:
-        self.proposer, self.task, self.name = proposer, task, name
+    def __init__(self, proposer, task: str, name: str = "model", record=None, images: bool = False) -> None:
+        self.proposer, self.task, self.name, self.images = proposer, task, name, images
         self._record = record
         self.failures: list[str] = []
         self.events: list[tuple[str, dict]] = []
@@ -157,7 +178,7 @@ class ModelTransitions:
 
         out: list[Transition] = []
         first_failure = len(self.failures)
-        request = request_for(self.task, config, findings, trace, reward, path, bounds, n)
+        request = request_for(self.task, config, findings, trace, reward, path, bounds, n, self.images)
         retry = self._take(self.proposer.propose(request), config, bounds, out)
         for _ in range(REPROMPT_ROUNDS):
             again: list[str] = []

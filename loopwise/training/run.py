@@ -223,7 +223,8 @@ class TrainingRun:
         from loopwise.training.proposer import ModelTransitions
 
         self.model_transitions = ModelTransitions(proposer, self.session.describe(), name=st.proposer,
-                                                  record=self.store.append)
+                                                  record=self.store.append,
+                                                  images=st.proposer == "llm" and bool(st.llm.get("images")))
         return self.model_transitions
 
     def close(self) -> None:

@@ -11,8 +11,9 @@ Methods, all from the same base and each held to the same :class:`~loopwise.trai
 of generated samples (or tokens): a method starts a stage only when the stage's cost fits what it
 has left, so it spends at most the budget and stops short of it by less than one of its stages (the
 tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). The tree counts every node it
-trains, not only its best path. The baselines whose configs all cost what the default stage costs
-(fixed, staged, random, tpe, pbt) get the number of default stages the budget buys:
+trains, not only its best path. The baselines get the number of default stages (or runs of
+``depth`` of them) the budget buys; one whose config has another group size trains the steps that
+cost what the default's do:
 
 - ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
   its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
@@ -27,10 +28,11 @@ trains, not only its best path. The baselines whose configs all cost what the de
 - ``grid``: points over every knob the tree's transitions move (:func:`grid_levels`), as many as
   the budget buys default runs of ``depth`` stages, each point trained continuously on an equal
   share of the budget (a point with a larger group trains fewer steps).
-- ``random``: single configs over learning rate, KL and temperature, each trained for ``depth``
-  stages' worth of steps, as many as fit.
-- ``tpe``: Optuna's TPE (ask / tell) over the same knobs and runs; ``pbt``: population-based
-  training over stages (:mod:`loopwise.training.hpo`).
+- ``random``: single configs drawn over every knob the tree's transitions move, within the tree's
+  ranges (:mod:`loopwise.training.space`), each trained for ``depth`` stages' worth of samples, as
+  many as fit.
+- ``tpe``: Optuna's TPE (ask / tell) over the same space and runs; ``pbt``: population-based
+  training over stages in the same space (:mod:`loopwise.training.hpo`).
 
 The session, stages and schedules are in :mod:`loopwise.training.session`, the fixed, staged,
 grid and random baselines in :mod:`loopwise.training.baselines`.
@@ -44,7 +46,7 @@ from __future__ import annotations
 import random
 
 from loopwise.errors import UserError
-from loopwise.training.baselines import continuous, grid, random_configs, staged
+from loopwise.training.baselines import continuous, grid, random_search, staged
 from loopwise.training.compute import Budget
 from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
@@ -150,17 +152,17 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     elif method == "grid":
         schedule = grid(session, budget, depth, seed)
     elif method == "random":
-        schedule = continuous(session, stages, depth, seed, random_configs(session, stages // depth, seed), "random")
+        schedule = random_search(session, budget, depth, seed)
     elif method == "tpe":
         from loopwise.training.hpo import tpe
 
         # Optuna's TPE draws its first 10 trials at random; at a few trials that would be random
         # search again, so a third of them (at least 2) start it here
-        schedule = tpe(session, stages, depth, seed, startup_trials=max(2, (stages // depth) // 3))
+        schedule = tpe(session, stages, depth, seed, startup_trials=max(2, (stages // depth) // 3), unit=budget.unit)
     elif method == "pbt":
         from loopwise.training.hpo import pbt
 
-        schedule = pbt(session, stages, depth, seed)
+        schedule = pbt(session, stages, depth, seed, unit=budget.unit)
     else:
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
     schedule.test_reward = session.test_reward(schedule.state)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from loopwise.training.transitions import Bounds
 
 EPS = 0.01  # added to rewards before they are compared as ratios (a reward can be 0)
+FIT_SAMPLE = 200  # training prompts whose shortest says whether a config's completions fit (trainable)
 PROBE_POINTS = 8  # greedy probes per stage (at most): the diagnosis' trend needs 6 (two 3-point windows)
 KL_REFERENCES = ("initial", "stage")
 RANDOM_LEARNING_RATE = (1e-4, 1e-3)  # the baselines' learning-rate range for the character policies
@@ -137,6 +138,8 @@ class Session:
     spent: Compute = field(init=False, default_factory=Compute)
     # greedy rewards by (weights' sha256, split): each set of weights is measured on a set once
     _rewards: dict = field(init=False, default_factory=dict)
+    # the shortest of FIT_SAMPLE training prompts by difficulty, in tokens (see trainable)
+    _shortest: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         from loopwise.training.tasks import get_task, task_characters
@@ -221,9 +224,19 @@ class Session:
             raise UserError(f"{self.task_name}: no training example fits the policy's {self.max_len} positions")
         self.warm = warm_start(policy, self.vocab, self.task, train, self.tune, self.answer_len + 2,
                                max_steps=self.p.warm_max_steps, check_every=self.p.warm_check_every,
-                               lr=self.p.warm_learning_rate, seed=self.seed, progress=progress)
+                               lr=self.p.warm_learning_rate, seed=self.seed, progress=progress,
+                               fresh_policy=self._template is None)
         self.base_state = _state_bytes(policy)
         self.base_tune = self._measure(policy, self.base_state, "tune")
+
+    def trainable(self, config: StageConfig) -> bool:
+        """Whether a stage of ``config`` has training prompts that fit the policy's positions with a
+        whole completion: the shortest of :data:`FIT_SAMPLE` prompts at its difficulty does (a stage's
+        pool is ten times larger, so it then holds some). The tuning baselines draw only such configs."""
+        if config.difficulty not in self._shortest:
+            sample = self.task.dataset("train", FIT_SAMPLE, config.difficulty, seed=self.seed)
+            self._shortest[config.difficulty] = min(self.prompt_tokens(e.prompt) for e in sample)
+        return self._shortest[config.difficulty] + config.max_completion_length <= self.max_len
 
     def _fits(self, prompt: str, completion_tokens: int) -> bool:
         """Whether ``prompt`` and a completion of ``completion_tokens`` fit the policy's positions."""

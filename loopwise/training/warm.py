@@ -9,6 +9,14 @@ otherwise), sampling again at every check as the policy improves (rejection-samp
 as in STaR, arXiv 2203.14465). When no sampled completion is accepted there is nothing to learn
 from, and the warm start says so (:class:`~loopwise.errors.UserError`).
 
+A freshly initialized character policy samples near-uniformly (its logits start within a few
+tenths of each other), so before running it the warm start of a verifier-only task asks the
+verifier about :data:`UPFRONT_DRAWS` completions drawn uniformly from the vocabulary, the way such
+a policy samples: when it accepts none of them, a harvest of the policy's own samples (fewer, and
+each costing a forward pass per token over the whole prompt) would find none either, and the
+warm start stops with its error in the time the verifier takes. When it accepts one, the warm
+start goes on as before.
+
 Rows are counted in the tokens of the vocabulary in use (a character vocabulary or a Hugging Face
 tokenizer), prompt and answer encoded apart as GRPO sees them.
 """
@@ -28,16 +36,19 @@ from loopwise.training.policy import Policy, Vocab, completion_ids, left_pad, sa
 
 HARVEST_PROMPTS = 64  # training prompts sampled from at each check of a verifier-only warm start
 HARVEST_SAMPLES = 8  # completions per prompt
+UPFRONT_DRAWS = 4096  # uniform draws the verifier scores before a fresh policy's warm start runs it
 
 
 def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Sequence, max_new_tokens: int, *,
                target: tuple[float, float] = (0.2, 0.8), max_steps: int = 2000, check_every: int = 50,
                lr: float = 1e-3, batch: int = 64, seed: int = 0,
-               progress: Callable[[int, float], None] | None = None) -> dict:
+               progress: Callable[[int, float], None] | None = None, fresh_policy: bool = False) -> dict:
     """Supervised training (see the module docstring) until the sampled pass rate (temperature 1)
     on ``check`` reaches ``target``'s low end, or ``max_steps``. Returns what happened: steps, pass
     rate, loss (None when no step was taken), history, ``source`` (``"answers"`` or ``"accepted
     samples"``) and, verifier-only, how many distinct accepted completions it learned from.
+    ``fresh_policy``: the policy is a character policy as initialized, so a verifier-only task is
+    first checked with uniform draws (:func:`uniform_accepted`).
 
     Raises:
         UserError: A bad target, or a verifier-only task none of whose sampled completions the
@@ -48,6 +59,10 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         raise UserError(f"warm-start target {target}: need 0 <= low < high <= 1")
     answered = [e for e in train if e.answer is not None]
     rng = random.Random(seed)
+    # its own generator: the draws leave the warm start's batches as they were
+    if not answered and fresh_policy and not uniform_accepted(vocab, task, train, max_new_tokens,
+                                                              random.Random(f"upfront:{seed}")):
+        raise _nothing_accepted(task, UPFRONT_DRAWS)
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     device = next(policy.parameters()).device
     history: list[tuple[int, float]] = []
@@ -65,9 +80,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
             if not answered:
                 tried = harvest(policy, vocab, task, train, max_new_tokens, rng, accepted, seed=seed + step)
                 if not accepted:
-                    raise UserError(f"{task.name}: the warm start needs reference answers or completions the verifier "
-                                    f"accepts: the task gives no answers and none of {tried} sampled completions "
-                                    "scored 1.0 (give answers, an easier --difficulty, or a --policy that solves some)")
+                    raise _nothing_accepted(task, tried)
         if answered:
             chunk = [answered[rng.randrange(len(answered))] for _ in range(batch)]
             pairs = [(vocab.encode_prompt(e.prompt), vocab.encode(e.answer)) for e in chunk]
@@ -94,6 +107,26 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
     if not answered:
         out["accepted"] = len(accepted)
     return out
+
+
+def _nothing_accepted(task, tried: int) -> UserError:
+    return UserError(f"{task.name}: the warm start needs reference answers or completions the verifier accepts: the "
+                     f"task gives no answers and none of {tried} sampled completions scored 1.0 (give answers, an "
+                     "easier --difficulty, or a --policy that solves some)")
+
+
+def uniform_accepted(vocab: Vocab, task, train: Sequence, max_new_tokens: int, rng: random.Random,
+                     draws: int = UPFRONT_DRAWS) -> bool:
+    """Whether the verifier accepts (scores 1.0) any of ``draws`` completions drawn as a fresh
+    policy samples them: each token uniform over the vocabulary without padding, up to the end
+    token or ``max_new_tokens``, for training examples taken in turn. Stops at the first accepted."""
+    tokens = [i for i in range(len(vocab)) if i != vocab.pad]
+    for i in range(draws):
+        e = train[i % len(train)]
+        ids = [rng.choice(tokens) for _ in range(max_new_tokens)]
+        if task.score(e, vocab.decode(ids)) >= 1.0:
+            return True
+    return False
 
 
 @torch.no_grad()

@@ -91,3 +91,13 @@ def test_the_tasks_command_lists_every_dataset():
     listed = json.loads(done.stdout)
     assert {"arithmetic", "countdown"} <= set(listed["builtin"])
     assert {f"rg:{n}" for n in rg.factory.DATASETS} <= set(listed["reasoning_gym"])
+
+
+def test_a_verifier_only_dataset_the_fresh_policy_cannot_solve_is_a_prompt_one_line_error(tmp_path):
+    """rg:graph_color's answers are colourings no near-uniform draw satisfies: the command says so
+    before sampling from the policy (which took minutes on a 2-core CPU), well within the timeout."""
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "rg:graph_color", "--preset", "cpu",
+                           "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert last.startswith("error: rg:graph_color: the warm start needs reference answers or completions the verifier")

@@ -56,7 +56,10 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
                            * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
         assert (r["samples"], r["tokens"]) == (samples, tokens), m
         # within the budget, and short of it by less than one of the method's runs (two default stages)
-        assert budget - 2 * stage <= r["samples"] <= budget, m
+        # and, where a method draws the group size, less than one step of each stage it trained
+        slack = sum(p["config"]["prompts_per_step"] * p["config"]["num_generations"] for p in own
+                    ) if m in ("random", "tpe", "pbt") else 0
+        assert budget - 2 * stage - slack < r["samples"] <= budget, m
     tree = [p for p in stages if p["method"] == "tree"]
     assert len(tree) == results["tree"]["stages_used"] > len(results["tree"]["configs"])  # every node counts
     # the grid's points trained on equal shares: each within a step's samples of the share

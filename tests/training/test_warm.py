@@ -72,6 +72,39 @@ def test_a_verifier_that_accepts_nothing_is_a_one_line_error():
     assert "\n" not in str(caught.value) and "none of 512 sampled completions" in str(caught.value)
 
 
+def _policy_must_not_run(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the policy was run")
+
+    monkeypatch.setattr(warm, "sample", refuse)
+    monkeypatch.setattr(warm, "evaluate", refuse)
+
+
+def test_a_fresh_policy_s_warm_start_fails_before_running_the_policy_when_no_draw_is_accepted(monkeypatch):
+    _, policy, train, check = _setup()
+    _policy_must_not_run(monkeypatch)
+    with pytest.raises(UserError, match="needs reference answers or completions the verifier accepts") as caught:
+        warm.warm_start(policy, VOCAB, FirstLetter(accept=False), train, check, 3, fresh_policy=True)
+    assert "\n" not in str(caught.value) and f"none of {warm.UPFRONT_DRAWS} sampled completions" in str(caught.value)
+
+
+def test_a_fresh_policy_s_upfront_check_lets_a_task_it_can_learn_through():
+    task, policy, train, check = _setup()
+    out = warm.warm_start(policy, VOCAB, task, train, check, 3, target=(0.5, 1.0), check_every=20, max_steps=300,
+                          fresh_policy=True)
+    assert out["source"] == "accepted samples" and out["accepted"] > 0 and out["pass_rate"] >= 0.5
+
+
+def test_a_reasoning_gym_dataset_no_draw_solves_fails_before_its_policy_runs(monkeypatch):
+    from loopwise.training.session import Session
+
+    session = Session("rg:graph_color", "cpu")
+    _policy_must_not_run(monkeypatch)
+    with pytest.raises(UserError, match="needs reference answers or completions the verifier accepts") as caught:
+        session.prepare()
+    assert "\n" not in str(caught.value) and "rg:graph_color" in str(caught.value)
+
+
 def test_accepted_completions_are_kept_as_the_tokens_sampled_with_a_bpe_tokenizer(monkeypatch):
     from loopwise.training.hf_policy import HFVocab
     from loopwise.training.policy import Samples, left_pad

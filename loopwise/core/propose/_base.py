@@ -81,6 +81,21 @@ class Snippet:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Image:
+    """A picture sent with a request to a model that accepts images (e.g. a plot of metric traces).
+
+    Attributes:
+        data: the encoded image.
+        media_type: its MIME type (``image/png``).
+        caption: what it shows, in one line.
+    """
+
+    data: bytes
+    media_type: str = "image/png"
+    caption: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Attempt:
     """An earlier candidate shown beside the current one: the best so far, or a sibling (another
     child of the same parent) with what it tried and how it was judged.
@@ -123,6 +138,8 @@ class ProposalRequest:
             its number and asked to differ from the others.
         plan: the analyst's pick for this step (its move and its rationale, in plain words), shown
             to the coder; empty when no analyst was asked.
+        images: pictures for a model that accepts images (a proposer for one that does not
+            leaves them out; the text should not depend on them alone).
     """
 
     task: str
@@ -143,6 +160,7 @@ class ProposalRequest:
     siblings: tuple[Attempt, ...] = ()
     directions: tuple[str, ...] = ()
     plan: str = ""
+    images: tuple[Image, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -153,6 +171,7 @@ class ProposalRequest:
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "findings", tuple(self.findings))
         object.__setattr__(self, "snippets", tuple(self.snippets))
+        object.__setattr__(self, "images", tuple(self.images))
 
     def direction(self, index: int) -> str:
         """The approach request ``index`` of this step is asked for ("" when none was given)."""

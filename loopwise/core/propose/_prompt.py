@@ -27,6 +27,7 @@ class Prompt:
     system: str
     user: str
     version: str = ""
+    images: tuple = ()  # the request's Image records, sent after the user text to a model that accepts images
 
     def as_markdown(self) -> str:
         """Both messages as one document, for the exchange folder."""
@@ -103,4 +104,4 @@ def render_prompt(request: ProposalRequest, index: int = 0) -> Prompt:
     step = {"index": index, "number": index + 1, "direction": request.direction(index),
             "others": request.other_directions(index)}
     return Prompt(system=system.render(request=request, step=step), user=user.render(request=request, step=step),
-                  version=prompt_version(request.kind))
+                  version=prompt_version(request.kind), images=request.images)

@@ -8,6 +8,7 @@ is the only one.
 from __future__ import annotations
 
 import abc
+import base64
 import email.utils
 import json
 import os
@@ -174,7 +175,7 @@ class OpenAIChatClient(ChatClient):
         if cfg.extra_body:
             kwargs["extra_body"] = cfg.extra_body
         messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system},
-                                          {"role": "user", "content": prompt.user}]
+                                          {"role": "user", "content": _openai_user(prompt)}]
         if dialogue is not None:
             kwargs["tools"] = [openai_spec(tool) for tool in dialogue.tools]
             messages += _openai_rounds(dialogue)
@@ -202,6 +203,28 @@ class OpenAIChatClient(ChatClient):
             output_tokens=getattr(usage, "completion_tokens", 0) or 0,
             finish_reason=finish, truncated=finish == "length", tool_calls=calls, message=message,
         )
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _openai_user(prompt: Prompt) -> str | list[dict[str, Any]]:
+    """The user message's content: its text, then each image as an ``image_url`` data URL."""
+    if not prompt.images:
+        return prompt.user
+    return [{"type": "text", "text": prompt.user}] + [
+        {"type": "image_url", "image_url": {"url": f"data:{image.media_type};base64,{_base64(image.data)}"}}
+        for image in prompt.images]
+
+
+def _anthropic_user(prompt: Prompt) -> str | list[dict[str, Any]]:
+    """The user message's content: its text, then each image as a base64 ``image`` block."""
+    if not prompt.images:
+        return prompt.user
+    return [{"type": "text", "text": prompt.user}] + [
+        {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": _base64(image.data)}}
+        for image in prompt.images]
 
 
 def _openai_call(call: Any) -> ToolCall:
@@ -244,7 +267,7 @@ class AnthropicChatClient(ChatClient):
             # anthropic 2.x dropped sampling keywords from create(); the API field stays
             extra["temperature"] = cfg.temperature
         kwargs: dict[str, Any] = {"extra_body": extra} if extra else {}
-        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt.user}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": _anthropic_user(prompt)}]
         if dialogue is not None:
             kwargs["tools"] = [anthropic_spec(tool) for tool in dialogue.tools]
             messages += _anthropic_rounds(dialogue)

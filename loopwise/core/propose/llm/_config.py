@@ -59,6 +59,8 @@ class LLMConfig(BaseModel):
             kernels: ``cutlass_search`` and ``cutlass_read`` over the CUTLASS / CuTe sources).
         max_tool_rounds: replies that may call tools in one proposal; after that the model is
             asked for its answer with tools off. 0 offers no tools.
+        images: the model accepts image inputs: a request's images (an engine's plots) are sent
+            as image blocks; without it they are left out and the engine writes text instead.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -80,6 +82,7 @@ class LLMConfig(BaseModel):
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     tools: bool = True
     max_tool_rounds: int = Field(4, ge=0, le=32)
+    images: bool = False
 
     @property
     def key_env(self) -> str:

@@ -163,6 +163,8 @@ class LLMProposer(Proposer):
         results: list[ProposalResult] = []
         for index in range(request.n):  # each proposal is asked for its own approach
             prompt = render_prompt(request, index)
+            if prompt.images and not self.config.images:  # a text-only model is never sent a picture
+                prompt = dataclasses.replace(prompt, images=())
             if tools and self._tools_refused:  # refused during an earlier proposal of this request
                 tools = ()
             if tools:

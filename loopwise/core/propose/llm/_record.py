@@ -18,4 +18,7 @@ def record_llm_call(store: RunStore, rec: CallRecord) -> None:
         "input_tokens": usage.input_tokens if usage else 0, "output_tokens": usage.output_tokens if usage else 0,
         "cost_usd": usage.cost_usd if usage else None, "prompt_version": rec.prompt.version,
         "prompt_sha256": store.put_artifact(rec.prompt.as_markdown(), name="prompt.md", media_type="text/markdown"),
-        "reply_sha256": store.put_artifact(rec.reply or "", name="reply.md", media_type="text/markdown")})
+        "reply_sha256": store.put_artifact(rec.reply or "", name="reply.md", media_type="text/markdown"),
+        # the pictures sent with the prompt (a model that accepts images), each an artifact
+        "image_sha256": [store.put_artifact(image.data, name=f"image-{i}.png", media_type=image.media_type)
+                         for i, image in enumerate(rec.prompt.images)]})
