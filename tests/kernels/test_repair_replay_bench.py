@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench_modules import BENCH, bench_module
 
 
@@ -19,6 +21,7 @@ def test_the_replayed_mistakes_are_the_typical_ones():
         assert "tl.dot(a, b)" in improve[4] and len(set(improve[5:] + repair)) == len(improve[5:] + repair)
 
 
+@pytest.mark.slow  # two whole optimize runs in Triton's interpreter: about 90 s
 def test_the_smoke_run_compares_repair_on_and_off(tmp_path, cli_env):
     out = tmp_path / "replay.json"
     run = subprocess.run([sys.executable, str(BENCH / "repair_replay.py"), "--smoke", "--out", str(out)],
