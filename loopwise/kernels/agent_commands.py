@@ -24,6 +24,8 @@ def _problem_file(folder: Path, source: str) -> Path:
 
 def agent_commands(request, folder: Path, draft: Path) -> list[AgentCommand]:
     """The commands an agent answering a kernels ``request`` may run on its ``draft`` file."""
+    from loopwise.kernels.optimize.prompt import judge_options
+
     kernels = (sys.executable, "-m", "loopwise", "kernels")
     out = [AgentCommand("search the CUTLASS / CuTe sources for real names, signatures and examples "
                         "(replace QUERY, e.g. 'tma warp specialized gemm')", (*kernels, "codesearch", "QUERY")),
@@ -31,8 +33,10 @@ def agent_commands(request, folder: Path, draft: Path) -> list[AgentCommand]:
                         (*kernels, "check", str(draft)))]
     if request.task.strip():
         problem = str(_problem_file(Path(folder), request.task))
+        options = judge_options(request.rules)  # the run's own precision policy and tolerance
         out += [AgentCommand("judge your file against the reference: correctness, speedup, reasons "
-                             "(fp32 policy, strict tolerance)", (*kernels, "eval", problem, str(draft))),
+                             f"({' '.join(options[1::2]) or 'the judge defaults: fp32, strict'})",
+                             (*kernels, "eval", problem, str(draft), *options)),
                 AgentCommand("profile your file: each kernel's roofline class and the profiling tools' findings",
                              (*kernels, "profile", problem, str(draft)), needs="an NVIDIA GPU")]
     return out

@@ -55,3 +55,20 @@ def test_every_listed_command_runs_as_written(tmp_path, cli_env):
     assert '"hits"' in outputs["codesearch"] and '"path"' in outputs["codesearch"]
     assert '"status": "correct"' in outputs["eval"]
     assert (folder / "problem.py").read_text() == PROBLEM.read_text()
+
+
+def test_the_judge_command_uses_the_runs_precision_policy_and_tolerance(tmp_path):
+    """A run under the relaxed policy and legacy tolerance lists `kernels eval` with those options,
+    so the agent's own check judges as the run's judge does; with no rules, the judge's defaults."""
+    from loopwise.kernels.agent_commands import agent_commands
+    from loopwise.kernels.optimize.prompt import rules
+
+    relaxed = ProposalRequest(task=PROBLEM.read_text(), kind="kernels", rules=rules("relaxed", 1e-2, 1e-2))
+    [judge] = [c for c in agent_commands(relaxed, tmp_path, tmp_path / "d.py") if "eval" in c.argv]
+    assert judge.argv[-4:] == ("--precision", "relaxed", "--tolerance", "legacy") and "relaxed legacy" in judge.purpose
+    strict = ProposalRequest(task=PROBLEM.read_text(), kind="kernels", rules=rules("fp32", 1e-4, 1e-4))
+    [judge] = [c for c in agent_commands(strict, tmp_path, tmp_path / "d.py") if "eval" in c.argv]
+    assert judge.argv[-4:] == ("--precision", "fp32", "--tolerance", "strict")
+    bare = ProposalRequest(task=PROBLEM.read_text(), kind="kernels")
+    [judge] = [c for c in agent_commands(bare, tmp_path, tmp_path / "d.py") if "eval" in c.argv]
+    assert judge.argv[-1].endswith("d.py") and "judge defaults" in judge.purpose

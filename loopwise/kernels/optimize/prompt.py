@@ -3,6 +3,8 @@ for a failed candidate everything a repair needs (its reasons, mismatch statisti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 REPAIR_LOG_BUDGET = 4000  # characters of a failed candidate's log shown to a repair
 FAILED_TRIALS_SHOWN = 3
 PROFILE_NOTES = 8  # findings passed on per profile, highest score first
@@ -36,6 +38,23 @@ def rules(policy: str, atol: float, rtol: float) -> tuple[str, ...]:
         out.append(f"Forbidden ({code.name}): {code.meaning}.")
     out.append("A speedup beyond the speed-of-light floor is treated as an exploit until proven otherwise.")
     return tuple(out)
+
+
+def judge_options(stated: Sequence[str]) -> tuple[str, ...]:
+    """The ``kernels eval`` options that judge as ``stated`` (what :func:`rules` wrote) says: its
+    precision policy and its tolerance, each left out when the rules do not name one."""
+    from loopwise.kernels.config import TOLERANCES
+
+    out: tuple[str, ...] = ()
+    policy = next((name for name, text in _POLICIES.items() if text in stated), None)
+    if policy is not None:
+        out += ("--precision", policy)
+    for line in stated:
+        if line.startswith("Tolerance: every output within atol="):
+            atol = float(line.removeprefix("Tolerance: every output within atol=").split(",", 1)[0])
+            name = next((name for name, value in TOLERANCES.items() if value == atol), None)
+            out += ("--tolerance", name) if name is not None else ()
+    return out
 
 
 def _ms(value) -> str:
