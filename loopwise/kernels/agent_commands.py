@@ -27,13 +27,14 @@ def agent_commands(request, folder: Path, draft: Path) -> list[AgentCommand]:
     from loopwise.kernels.optimize.prompt import judge_options
 
     kernels = (sys.executable, "-m", "loopwise", "kernels")
+    options = judge_options(request.rules)  # the run's own precision policy and tolerance
+    policy = options[1:2] if options[:1] == ("--precision",) else ()
     out = [AgentCommand("search the CUTLASS / CuTe sources for real names, signatures and examples "
                         "(replace QUERY, e.g. 'tma warp specialized gemm')", (*kernels, "codesearch", "QUERY")),
            AgentCommand("check your file statically for what the judge rejects (exploits, reduced precision)",
-                        (*kernels, "check", str(draft)))]
+                        (*kernels, "check", str(draft), *(("--policy", *policy) if policy else ())))]
     if request.task.strip():
         problem = str(_problem_file(Path(folder), request.task))
-        options = judge_options(request.rules)  # the run's own precision policy and tolerance
         out += [AgentCommand("judge your file against the reference: correctness, speedup, reasons "
                              f"({' '.join(options[1::2]) or 'the judge defaults: fp32, strict'})",
                              (*kernels, "eval", problem, str(draft), *options)),

@@ -11,7 +11,7 @@ ENGINE = Engine(
     config_section="loopwise.kernels.config:KernelsConfig",
     prompts="loopwise.kernels:prompts",
     reply="python",
-    chat_tools="loopwise.kernels.codesearch.tools:cutlass_tools",
+    chat_tools="loopwise.kernels.chat_tools:kernel_tools",
     run_kinds={
         "kernels.optimize": "loopwise.kernels.report.optimize_html:build_report",
         "kernels.bench": "loopwise.kernels.report.bench_html:build_report",

@@ -66,6 +66,8 @@ def test_the_judge_command_uses_the_runs_precision_policy_and_tolerance(tmp_path
     relaxed = ProposalRequest(task=PROBLEM.read_text(), kind="kernels", rules=rules("relaxed", 1e-2, 1e-2))
     [judge] = [c for c in agent_commands(relaxed, tmp_path, tmp_path / "d.py") if "eval" in c.argv]
     assert judge.argv[-4:] == ("--precision", "relaxed", "--tolerance", "legacy") and "relaxed legacy" in judge.purpose
+    [check] = [c for c in agent_commands(relaxed, tmp_path, tmp_path / "d.py") if "check" in c.argv]
+    assert check.argv[-2:] == ("--policy", "relaxed")
     strict = ProposalRequest(task=PROBLEM.read_text(), kind="kernels", rules=rules("fp32", 1e-4, 1e-4))
     [judge] = [c for c in agent_commands(strict, tmp_path, tmp_path / "d.py") if "eval" in c.argv]
     assert judge.argv[-4:] == ("--precision", "fp32", "--tolerance", "strict")

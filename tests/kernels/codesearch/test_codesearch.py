@@ -202,7 +202,7 @@ def test_without_the_wheel_and_without_a_root_the_error_names_the_pip_command(mo
     monkeypatch.setitem(sys.modules, "cutlass_library", None)  # what find_spec reports for a missing package
     with pytest.raises(UserError, match="pip install nvidia-cutlass"):
         search("SM90_TMA_LOAD")
-    assert cutlass_tools() == []  # the LLM proposer then offers no tools
+    assert cutlass_tools() == []  # no search tools (the static check is still offered)
 
 
 def test_cli_prints_a_table_and_json(wheel):
@@ -272,7 +272,7 @@ def test_the_llm_proposer_calls_the_cutlass_tools_by_default_for_kernels(checkou
     finally:
         server.stop()
     assert result.ok
-    assert [t["function"]["name"] for t in first.body["tools"]] == ["cutlass_search", "cutlass_read"]
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["cutlass_search", "cutlass_read", "check_candidate"]
     answer = second.body["messages"][-1]
     assert answer["role"] == "tool" and "include/cutlass/widget.hpp:1-" in answer["content"]
 
