@@ -170,13 +170,13 @@ def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, exten
     if best is None:
         return None
     traffic, size, outer_size, p, peak, held_at, items, count, outer_count = best
-    occupancy = tuple(int(v) for v in held_at)
+    occupancy = tuple(held_at.astype(np.int64).tolist())
     per_op = charged + outer_count * outer_charged
     for v in items[:p]:
         per_op[v[2]] += v[1]
     for v in items[p:]:
         per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
-    per_op = tuple(int(round(v)) for v in per_op)
+    per_op = tuple(np.rint(per_op).astype(np.int64).tolist())  # halves to even, as round() does
     outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
     slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
                 tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
