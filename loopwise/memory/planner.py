@@ -39,7 +39,14 @@ its best way to run: whole, or the largest slab that fits for each slab dimensio
 (found by propagating the first operator's dimension, or pair of dimensions, through the tensors it
 shares with the next),
 with the largest invariants made resident first while they fit. Groups are extended only while
-they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
+they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds. The dynamic program
+runs as operators are searched, so a group in slabs whose traffic cannot go below what already
+reaches its end is not sized (:mod:`loopwise.memory.grouping`); the plan is the one sizing every
+group gives.
+
+Objective. The grouping minimizes DRAM traffic, or (``objective="time"``) the sum of each group's
+roofline time: the larger of its operators' compute time on the target and its transfers at the
+DRAM bandwidth, ties going to the fewer bytes (:meth:`_Planner.cost`).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import numpy as np
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, with_carries
+from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
@@ -99,10 +107,6 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
         best = replace(planner.run(), planned_capacity_bytes=budget,
                        layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
     return best
-
-
-OBJECTIVES = ("traffic", "time")
-CANNOT_BEAT = Group((), 0, 0, ())  # a group in slabs whose traffic cannot go below a bar (not sized)
 
 
 class _Planner:
@@ -364,56 +368,9 @@ class _Planner:
                 units = self._units(i, j, spec)
                 if units is None:
                     break
-                if not self._slab_group(i, j, spec, extent, outer_extent, units, found, keep):
+                if not slab_group(self, i, j, spec, extent, outer_extent, units, found, keep):
                     break
         return found
-
-    def _slab_group(self, i, j, spec, extent, outer_extent, units, found, keep) -> bool:
-        """Keeps group i..j-1 in slabs over ``spec`` (and its ways of meeting its neighbours) where
-        it beats what ``found`` holds; False when no longer group of this chain can fit. A way
-        whose traffic cannot go below the best found for its key (every invariant loaded once, every
-        outer slab's loads made once) is not sized (:data:`CANNOT_BEAT`); the outcome is that of
-        sizing every way."""
-        def bar(carry=(False, False)):
-            if self.objective != "traffic":
-                return None
-            # below the best of this search for the key, and below what reaches j through a group
-            # found before (an earlier option of the grouping, which wins a tie)
-            grp = found.get((j, *carry))
-            bars = [grp.traffic_bytes] if grp is not None else []
-            start = getattr(self, "start", (0, float("inf")))[1 if carry[0] else 0]
-            if start == float("inf"):
-                return float("-inf")  # nothing reaches i that way: the grouping never uses it
-            reached = getattr(self, "reached", {}).get((j, carry[1]))
-            if reached is not None:
-                bars.append(reached - start)
-            return min(bars) if bars else None
-
-        def evaluate(carry=(False, False), beaten=True):
-            return self.evaluate(i, j, spec, extent, outer_extent, *carry, units=units,
-                                 beat=bar(carry) if beaten else None)
-
-        carries = self._carries(i, j)[1:]
-        grp = evaluate()
-        if grp is CANNOT_BEAT:
-            if self._hopeless(i, j, units, extent, outer_extent):
-                grp = evaluate(beaten=False)  # whether it fits decides whether the chain goes on
-            else:
-                ways = [(carry, evaluate(carry)) for carry in carries]
-                ways = [(carry, g) for carry, g in ways if g is not None and g is not CANNOT_BEAT]
-                # a way to meet the neighbours is kept only where the group fits at all
-                if ways and evaluate(beaten=False) is not None:
-                    for carry, g in ways:
-                        keep(j, g, carry)
-                return True
-        if grp is None:
-            return not self._hopeless(i, j, units, extent, outer_extent)
-        keep(j, grp)
-        for carry in carries:
-            g = evaluate(carry)
-            if g is not CANNOT_BEAT:
-                keep(j, g, carry)
-        return True
 
     def _hopeless(self, i: int, j: int, units, extent: int, outer_extent: int) -> bool:
         """True when even the smallest slabs with every invariant streamed do not fit (then no
@@ -441,7 +398,7 @@ class _Planner:
         self.reached = {}  # (j, carried out): the least traffic to j through a group found so far
         for i in range(n):
             if i > 0:
-                self._close(i, best, by_end)
+                close(self, i, best, by_end)
             self.start = (best[i][0][0], best[i][1][0])
             if searched and i in searched:
                 found = restore_operator(self, i, searched[i])
@@ -458,7 +415,7 @@ class _Planner:
                 self.reached[(j, cout)] = min(self.reached.get((j, cout), float("inf")), here)
             if progress is not None:
                 progress(i + 1, n)
-        self._close(n, best, by_end)
+        close(self, n, best, by_end)
         total, groups = best[n][0]
         groups = [grp.rebuild(self) if isinstance(grp, RecordedGroup) else grp for grp in groups]
         total = total if self.objective == "traffic" else sum(grp.traffic_bytes for grp in groups)
@@ -466,24 +423,6 @@ class _Planner:
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,
                     schedule=build_schedule(self, groups), touched=self._touched())
-
-    def _close(self, j: int, best, by_end) -> None:
-        """best[j] from best[j - 1] and operator j - 1 alone, or every group ending at j (the
-        first of equal options wins: the single, then groups by their first operator)."""
-        single = self.single(j - 1)
-        options = {False: [self._plus(best[j - 1][0][0], self.cost(single))], True: []}
-        choices = {False: [(best[j - 1][0], single)], True: []}
-        for i, cin, cout, grp in by_end.get(j, []):
-            before = best[i][1 if cin else 0]
-            if before[0] == self.inf:
-                continue
-            options[cout].append(self._plus(before[0], self.cost(grp)))
-            choices[cout].append((before, grp))
-        for c in (False, True):
-            if options[c]:
-                k = min(range(len(options[c])), key=options[c].__getitem__)
-                before, grp = choices[c][k]
-                best[j][1 if c else 0] = (options[c][k], before[1] + [grp])
 
     def baseline(self) -> Plan:
         """Every operator alone with its best tiling, as a plan with its schedule."""
