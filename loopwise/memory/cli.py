@@ -121,6 +121,9 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
                                                             "(for loopwise memory verify)."),
              runs_dir: str = RUNS_DIR,
              resume: str = typer.Option(None, "--resume", help="Continue this run (its inputs are the run's own)."),
+             objective: str = typer.Option("traffic", "--objective", help="What the plan minimizes: traffic (DRAM "
+                                           "bytes) or time (roofline time on the target; the report says where "
+                                           "it groups otherwise than the least-traffic plan)."),
              as_json: bool = JSON) -> None:
     """A whole-model plan: consecutive operators grouped so that their intermediates stay in the
     scratchpad (operators too big to run whole are tiled alone); against the compulsory bound and
@@ -137,7 +140,7 @@ def plan_cmd(model: str = MODEL, target: str = TARGET, elem_bytes: int = ELEM, b
             raise UserError(f"run {resume} plans {inputs['model']}, not {model}")
         imported = None
     else:
-        inputs = resolve_inputs(model, target, elem_bytes, batch, seq)
+        inputs = resolve_inputs(model, target, elem_bytes, batch, seq, objective)
         imported = _load(model, elem_bytes, batch, seq)  # a bad model is an error before any run exists
         store = create_run(runs_dir, inputs)
     with _stoppable(store):
@@ -232,6 +235,16 @@ def _print_plan(data: dict, per_operator: bool) -> None:
 
     for line in time_lines(data):
         c.print(line)
+    choices = data.get("choices")
+    if choices:
+        ms = lambda s: "-" if s is None else f"{s * 1e3:.3f} ms"  # noqa: E731
+        c.print(f"objective {choices['objective']}: {ms(choices['plan_seconds'])}, {_mb(choices['plan_bytes'])} MB; the "
+                f"least-traffic plan {ms(choices['least_traffic_seconds'])}, {_mb(choices['least_traffic_bytes'])} MB; "
+                f"{len(choices['differ'])} stretches of operators grouped otherwise")
+        for d in choices["differ"]:
+            mine = ", ".join(f"{g['operators']} ops {g['runs']}" for g in d[f"by_{choices['objective']}"])
+            theirs = ", ".join(f"{g['operators']} ops {g['runs']}" for g in d["by_traffic"])
+            c.print(f"  {d['operators'][0]} .. {d['operators'][1]}: {mine} (least traffic: {theirs})")
 
 
 class PlanRejected(UserError):

@@ -65,6 +65,38 @@ def compare_objectives(plan: dict, baseline: dict) -> dict | None:
             "plan_bytes": plan["total_bytes"], "layer_by_layer_bytes": baseline["total_bytes"]}
 
 
+def compare_choices(chosen: dict, least_traffic: dict, objective: str) -> dict:
+    """Where the plan made for ``objective`` (JSON) groups operators otherwise than the
+    least-traffic plan: each stretch of operators between boundaries both plans share whose groups
+    (or their slabs) differ, with both plans' groups there; and both plans' time and traffic."""
+    def spans(data):
+        out, k = {}, 0
+        for grp in data["groups"]:
+            out[k] = grp
+            k += len(grp["operators"])
+        return out, k
+
+    a, end = spans(chosen)
+    b, _ = spans(least_traffic)
+    shared = sorted((set(a) & set(b)) | {end})
+    differ = []
+    for lo, hi in zip(shared, shared[1:]):
+        mine = [a[k] for k in sorted(a) if lo <= k < hi]
+        theirs = [b[k] for k in sorted(b) if lo <= k < hi]
+        if mine != theirs:
+            differ.append({"operators": [mine[0]["operators"][0], mine[-1]["operators"][-1]],
+                           f"by_{objective}": [_brief(g) for g in mine], "by_traffic": [_brief(g) for g in theirs]})
+    seconds = lambda d: d["time"]["seconds"] if d.get("time") else None  # noqa: E731
+    return {"objective": objective, "differ": differ,
+            "plan_seconds": seconds(chosen), "plan_bytes": chosen["total_bytes"],
+            "least_traffic_seconds": seconds(least_traffic), "least_traffic_bytes": least_traffic["total_bytes"]}
+
+
+def _brief(grp: dict) -> dict:
+    return {"operators": len(grp["operators"]), "first": grp["operators"][0], "runs": describe_runs(grp),
+            "traffic_bytes": grp["traffic_bytes"]}
+
+
 def _group_json(grp: Group) -> dict:
     slab = grp.slab
     return {"operators": list(grp.operators), "traffic_bytes": grp.traffic_bytes, "peak_bytes": grp.peak_bytes,

@@ -46,13 +46,23 @@ class PlanOutcome:
     verdicts: dict[str, dict]
 
 
-def resolve_inputs(model: str, target: str, elem_bytes: int, batch: int, seq: int | None) -> dict:
-    """The inputs a run records: as given, with the target resolved (a YAML file may change later)."""
+def resolve_inputs(model: str, target: str, elem_bytes: int, batch: int, seq: int | None,
+                   objective: str = "traffic") -> dict:
+    """The inputs a run records: as given, with the target resolved (a YAML file may change later).
+    ``objective``: what the planner minimizes, ``traffic`` or ``time`` (the roofline time, which
+    needs the target's compute figures)."""
+    from loopwise.errors import UserError
+    from loopwise.memory.planner import OBJECTIVES
     from loopwise.memory.targets import load_target
+    from loopwise.memory.timing import rates
 
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective {objective}: one of {', '.join(OBJECTIVES)}")
     tgt = load_target(target)
+    if objective == "time" and rates(tgt) is None:
+        raise UserError(f"--objective time: target {tgt.name} gives no compute figures, so a plan has no time there")
     return {"model": str(model), "target": target, "target_resolved": tgt.model_dump(mode="json"),
-            "elem_bytes": elem_bytes, "batch": batch, "seq": seq}
+            "elem_bytes": elem_bytes, "batch": batch, "seq": seq, "objective": objective}
 
 
 def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = None) -> PlanOutcome:
@@ -86,17 +96,20 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
 
 def _propose(store, inputs: dict, imported, progress) -> None:
     """The planner's candidates, with the model's bounds, recorded."""
-    from loopwise.memory.plan_json import compare_objectives, operator_bounds, plan_json
-    from loopwise.memory.planner import plan_with_baseline
+    from loopwise.memory.plan_json import compare_choices, compare_objectives, operator_bounds, plan_json
+    from loopwise.memory.planner import plan, plan_with_baseline
     from loopwise.memory.targets import Target
+    from loopwise.memory.timing import rates
 
     tgt = Target.model_validate(inputs["target_resolved"])
     g = imported.graph
     capacity = tgt.scratchpad.bytes
     searched = {int(i): state for e in store.events(kind="searched") for i, state in e.payload["operators"].items()}
+    objective, r = inputs.get("objective", "traffic"), rates(tgt)
     t0 = time.perf_counter()
     with _SearchLog(store) as log:
-        best, baseline = plan_with_baseline(g, capacity, progress=progress, searched=searched, on_searched=log.add)
+        best, baseline = plan_with_baseline(g, capacity, progress=progress, searched=searched, on_searched=log.add,
+                                            objective=objective, rates=r)
     seconds = round(time.perf_counter() - t0, 2)
     bounds = operator_bounds(g, capacity)
     store.append("bounds", {"compulsory_bytes": g.compulsory_bytes(),
@@ -106,6 +119,11 @@ def _propose(store, inputs: dict, imported, progress) -> None:
     datas = {name: plan_json(inputs["model"], tgt, candidate, imported, bounds, seconds)
              for name, candidate in ((BASELINE, baseline), (PLANNER, best))}
     datas[PLANNER]["objectives"] = compare_objectives(datas[PLANNER], datas[BASELINE])
+    datas[PLANNER]["objective"] = objective
+    if objective != "traffic":
+        # the least-traffic plan beside it, to say where the objective chose otherwise
+        other = plan_json(inputs["model"], tgt, plan(g, capacity), imported, bounds, seconds)
+        datas[PLANNER]["choices"] = compare_choices(datas[PLANNER], other, objective)
     for name, candidate in ((BASELINE, baseline), (PLANNER, best)):
         data = datas[name]
         sha = store.put_artifact(json.dumps(data), name=f"{name}.plan.json", media_type="application/json")

@@ -39,7 +39,14 @@ its best way to run: whole, or the largest slab that fits for each slab dimensio
 (found by propagating the first operator's dimension, or pair of dimensions, through the tensors it
 shares with the next),
 with the largest invariants made resident first while they fit. Groups are extended only while
-they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds.
+they can still fit, which keeps a whole ResNet-50 or GPT-2 within seconds. The dynamic program
+runs as operators are searched, so a group in slabs whose traffic cannot go below what already
+reaches its end is not sized (:mod:`loopwise.memory.grouping`); the plan is the one sizing every
+group gives.
+
+Objective. The grouping minimizes DRAM traffic, or (``objective="time"``) the sum of each group's
+roofline time: the larger of its operators' compute time on the target and its transfers at the
+DRAM bandwidth, ties going to the fewer bytes (:meth:`_Planner.cost`).
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from dataclasses import replace
 import numpy as np
 
 from loopwise.memory.graph import Graph
+from loopwise.memory.group_tally import tally, with_carries
+from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
@@ -58,29 +67,35 @@ from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.slabs import Unit, best_slab, slab_signatures
 
 
-def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None) -> Plan:
-    """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``;
-    ``progress(done, total)`` is called as operators are searched."""
-    return _placed(graph, capacity_bytes, max_group, _Planner(graph, capacity_bytes, max_group).run(progress))
+def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",
+         rates=None) -> Plan:
+    """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``,
+    or (``objective="time"``, with the target's :class:`loopwise.memory.timing.Rates`) the least
+    roofline time (:meth:`_Planner.cost`); ``progress(done, total)`` is called as operators are searched."""
+    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
+    return _placed(planner, planner.run(progress))
 
 
 def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
-                       searched: dict[int, dict] | None = None, on_searched=None) -> tuple[Plan, Plan]:
+                       searched: dict[int, dict] | None = None, on_searched=None, objective: str = "traffic",
+                       rates=None) -> tuple[Plan, Plan]:
     """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
     alone with its best tiling, with its schedule), both from one search: the baseline's groups are
     the single operators the search evaluated anyway. ``searched`` and ``on_searched``: as in
-    :meth:`_Planner.run`, to continue a stopped search."""
-    planner = _Planner(graph, capacity_bytes, max_group)
+    :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`."""
+    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
     best = planner.run(progress, searched, on_searched)
-    return _placed(graph, capacity_bytes, max_group, best), planner.baseline()
+    return _placed(planner, best), planner.baseline()
 
 
-def _placed(graph: Graph, capacity: int, max_group: int, best: Plan, attempts: int = 4) -> Plan:
+def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
     """``best``, or when its buffers do not fit the scratchpad by offsets although they fit by bytes
     (the holes first fit leaves: :mod:`loopwise.memory.placement`), the plan for a scratchpad
     smaller by what they overflow, placed in the whole scratchpad; the capacity planned for is
     recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
     the whole scratchpad."""
+    p = first_planner
+    graph, capacity, max_group = p.g, p.cap, p.max_group
     budget, first = capacity, best
     for _ in range(attempts):
         top = max((a[3] + a[4] for g in best.schedule["groups"] for step, _ in static_steps(g["steps"])
@@ -88,16 +103,32 @@ def _placed(graph: Graph, capacity: int, max_group: int, best: Plan, attempts: i
         if top <= capacity:
             return best
         budget -= max(top - capacity, capacity // 100)
-        best = replace(_Planner(graph, budget, max_group, scratchpad=capacity).run(), planned_capacity_bytes=budget,
+        planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates)
+        best = replace(planner.run(), planned_capacity_bytes=budget,
                        layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
     return best
 
 
 class _Planner:
-    def __init__(self, graph: Graph, capacity: int, max_group: int, scratchpad: int | None = None) -> None:
+    def __init__(self, graph: Graph, capacity: int, max_group: int, scratchpad: int | None = None,
+                 objective: str = "traffic", rates=None) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective {objective!r}: one of {', '.join(OBJECTIVES)}")
+        if objective == "time" and rates is None:
+            raise ValueError("the time objective needs the target's rates (its bandwidth and compute)")
+        self.objective, self.rates = objective, rates
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
         self.ops = graph.operators
+        self.names = tuple(op.name for op in self.ops)
+        self.compute_s = {}  # each operator's compute time on the target (the time objective)
+        if rates is not None:
+            from loopwise.memory.timing import operator_work
+
+            for op in self.ops:
+                flops, engine = operator_work(op)
+                self.compute_s[op.name] = flops / (rates.matrix_flops if engine == "matrix" else rates.vector_flops)
+        self.zero, self.inf = (0, float("inf")) if objective == "traffic" else ((0.0, 0), (float("inf"), float("inf")))
         self.outputs = set(graph.outputs())
         self.facts, self.uses = [], {}
         for i, op in enumerate(self.ops):
@@ -124,11 +155,28 @@ class _Planner:
         n = len(self.ops)
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
+        self.loads: dict[tuple[str, int, int], int | None] = {}
+        self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
         self.singles: dict[int, Group] = {}
         self.choices: dict[int, object] = {}  # each single's tiling, for its schedule
         self.evaluated = 0
 
     # -- the pieces -------------------------------------------------------------------------
+    def cost(self, grp: Group):
+        """What the grouping adds up and minimizes: a group's traffic, or for the time objective
+        (its roofline time, its traffic): the larger of its operators' compute time and its
+        transfers at the DRAM bandwidth, ties going to the fewer bytes. At a fixed compute time the
+        least traffic is also the least roofline time, so a group's slab size is the same under
+        both objectives; the groupings can differ, where traffic hidden under compute costs no time."""
+        if self.objective == "traffic":
+            return grp.traffic_bytes
+        names = grp.operators if isinstance(grp, Group) else self.names[grp.start:grp.end]  # or one recorded
+        compute = sum(self.compute_s[name] for name in names)
+        return (max(compute, grp.traffic_bytes / self.rates.dram_bytes_per_s), grp.traffic_bytes)
+
+    def _plus(self, a, b):
+        return a + b if self.objective == "traffic" else (a[0] + b[0], a[1] + b[1])
+
     def single(self, i: int) -> Group:
         if i not in self.singles:
             choice = best_tiling(self.ops[i], self.cap)
@@ -144,6 +192,14 @@ class _Planner:
         """The operators in first..last that read ``t``."""
         readers = self.readers.get(t, ())
         return readers[bisect.bisect_left(readers, first):bisect.bisect_right(readers, last)]
+
+    def _loaded(self, t: str, first: int, last: int) -> int | None:
+        """Bytes of ``t`` its readers in first..last touch together; None when none reads it."""
+        key = (t, first, last)
+        if key not in self.loads:
+            readers = self._readers_in(t, first, last)
+            self.loads[key] = self.read_union(t, readers) if readers else None
+        return self.loads[key]
 
     def read_union(self, t: str, readers) -> int:
         if len(readers) == 1:
@@ -183,72 +239,39 @@ class _Planner:
         return units
 
     def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
-                 outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None) -> Group | None:
+                 outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None,
+                 beat: int | None = None) -> Group | None:
         """Operators i..j-1 as one group: whole (``spec`` None), or in slabs over the inner
         dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit.
         ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
         them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
         group instead of being stored. A carried tensor is held whole. ``units``: the group's
-        tensors when the caller has them already (:meth:`_units`)."""
+        tensors when the caller has them already (:meth:`_units`). ``beat``: in slabs, the traffic
+        to go below; :data:`CANNOT_BEAT` comes back, unsized, when the group's cannot."""
         units = units if units is not None else self._units(i, j, spec)
         if units is None:
             return None
         carried_in = set(self.crossing[i]) if carry_in else set()
         carried_out = set(self.crossing[j]) if carry_out else set()
         length = j - i
-        resident_t, moved = [], 0
-        charged = np.zeros(length)  # traffic by the operator that moves it (loads at the first reader)
-        outer_charged = np.zeros(length)  # moved again by every outer slab
-        covers = {kind: np.zeros(length + 1) for kind in ("whole", "both", "inner")}
-        outer_moved = 0  # loaded again by every outer slab (sliced by the inner dimension only)
-        invariants = []  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
-        for t, u in units.items():
-            needed_later = t in self.outputs or self.uses[t][-1] >= j
-            if t in carried_in or t in carried_out:
-                first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
-                if spec is not None:
-                    # in slabs it is on chip through the whole loop: later slabs still read what
-                    # is carried in, and the parts earlier slabs made of what is carried out stay
-                    first, last = 0, length - 1
-                # held as its producer made it, even where this group reads only part of it
-                handed = max(u.whole, self.facts[self.producer[t]][t][0])
-                covers["whole"][first] += handed
-                covers["whole"][last + 1] -= handed
-                if t in carried_out and t in self.outputs:
-                    moved += self.facts[u.first][t][0]  # a model output is stored all the same
-                    charged[u.first - i] += self.facts[u.first][t][0]
-                elif t in carried_out:
-                    resident_t.append(t)
-                continue
-            kind = "whole" if spec is None else "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
-            if u.produced:
-                if needed_later:
-                    moved += self.facts[u.first][t][0]  # stored once, as its producer wrote it
-                    charged[u.first - i] += self.facts[u.first][t][0]
-                else:
-                    resident_t.append(t)
-            else:
-                readers = self._readers_in(t, u.first, u.last)
-                loaded = self.read_union(t, readers) if readers else u.whole
-                if kind is None:
-                    invariants.append((u.whole, loaded, u.first - i, u.last - i, t, u.outer))
-                    continue
-                if kind == "inner":
-                    outer_moved += loaded
-                    outer_charged[u.first - i] += loaded
-                else:
-                    moved += loaded
-                    charged[u.first - i] += loaded
-            covers[kind][u.first - i] += u.whole
-            covers[kind][u.last - i + 1] -= u.whole
+        key = (i, j, None if spec is None else tuple(spec))
+        if self.tallied[0] != key:
+            self.tallied = (key, tally(self, i, j, spec, units))
+        got = self.tallied[1]
+        if carried_in or carried_out:
+            got = with_carries(self, got, i, j, spec, units, carried_in, carried_out)
+        moved, outer_moved, invariants, resident_t = got.moved, got.outer_moved, got.invariants, got.resident
+        charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
+        if spec is not None and beat is not None and moved + outer_moved + sum(v[1] for v in invariants) >= beat:
+            return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
         held = {kind: np.cumsum(c)[:length] for kind, c in covers.items()}
-        names = tuple(self.ops[k].name for k in range(i, j))
+        names = self.names[i:j]
         if spec is None:
             peak = int(held["whole"].max())
             if peak > self.cap:
                 return None
-            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(int(v) for v in held["whole"]),
-                         per_operator=tuple(int(v) for v in charged), carried_in=tuple(sorted(carried_in)),
+            return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(held["whole"].astype(np.int64).tolist()),
+                         per_operator=tuple(charged.astype(np.int64).tolist()), carried_in=tuple(sorted(carried_in)),
                          carried_out=tuple(sorted(carried_out)))
         grp = best_slab(self.cap, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
                               tuple(sorted(resident_t)), charged, outer_charged)
@@ -308,7 +331,7 @@ class _Planner:
 
         def keep(j: int, grp: Group | None, carry=(False, False)) -> None:
             key = (j, *carry)
-            if grp is not None and (key not in found or grp.traffic_bytes < found[key].traffic_bytes):
+            if grp is not None and (key not in found or self.cost(grp) < self.cost(found[key])):
                 found[key] = grp
 
         for j in range(i + 1, min(n, i + self.max_group) + 1):  # whole
@@ -345,14 +368,8 @@ class _Planner:
                 units = self._units(i, j, spec)
                 if units is None:
                     break
-                grp = self.evaluate(i, j, spec, extent, outer_extent, units=units)
-                if grp is None:
-                    if self._hopeless(i, j, units, extent, outer_extent):
-                        break
-                    continue
-                keep(j, grp)
-                for carry in self._carries(i, j)[1:]:
-                    keep(j, self.evaluate(i, j, spec, extent, outer_extent, *carry, units=units), carry)
+                if not slab_group(self, i, j, spec, extent, outer_extent, units, found, keep):
+                    break
         return found
 
     def _hopeless(self, i: int, j: int, units, extent: int, outer_extent: int) -> bool:
@@ -372,42 +389,36 @@ class _Planner:
         from loopwise.memory.planner_state import RecordedGroup, operator_state, restore_operator
 
         n = len(self.ops)
-        ends: dict[int, dict[tuple[int, bool, bool], Group]] = {}
+        # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
+        # boundary j kept on chip for the next group; final once every group ending at j is known,
+        # i.e. before the groups starting at j are searched
+        inf = (self.inf, [])
+        best: list[list[tuple[float, list[Group]]]] = [[(self.zero, []), inf]] + [[inf, inf] for _ in range(n)]
+        by_end: dict[int, list[tuple[int, bool, bool, Group]]] = {}
+        self.reached = {}  # (j, carried out): the least traffic to j through a group found so far
         for i in range(n):
+            if i > 0:
+                close(self, i, best, by_end)
+            self.start = (best[i][0][0], best[i][1][0])
             if searched and i in searched:
-                ends[i] = restore_operator(self, i, searched[i])
+                found = restore_operator(self, i, searched[i])
             else:
-                ends[i] = self.candidates(i)
+                found = self.candidates(i)
                 self.single(i)
                 if on_searched is not None:
-                    on_searched(i, operator_state(self, i, ends[i]))
-            if progress is not None:
-                progress(i + 1, n)
-        # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
-        # boundary j kept on chip for the next group
-        inf = (float("inf"), [])
-        best: list[list[tuple[float, list[Group]]]] = [[(0, []), inf]] + [[inf, inf] for _ in range(n)]
-        by_end: dict[int, list[tuple[int, bool, bool, Group]]] = {}
-        for i, found in ends.items():
+                    on_searched(i, operator_state(self, i, found))
             for (j, cin, cout), grp in found.items():
                 by_end.setdefault(j, []).append((i, cin, cout, grp))
-        for j in range(1, n + 1):
-            single = self.single(j - 1)
-            options = {False: [best[j - 1][0][0] + single.traffic_bytes], True: []}
-            choices = {False: [(best[j - 1][0], single)], True: []}
-            for i, cin, cout, grp in by_end.get(j, []):
-                before = best[i][1 if cin else 0]
-                if before[0] == float("inf"):
+                if self.objective != "traffic":
                     continue
-                options[cout].append(before[0] + grp.traffic_bytes)
-                choices[cout].append((before, grp))
-            for c in (False, True):
-                if options[c]:
-                    k = min(range(len(options[c])), key=options[c].__getitem__)
-                    before, grp = choices[c][k]
-                    best[j][1 if c else 0] = (options[c][k], before[1] + [grp])
+                here = self.start[1 if cin else 0] + grp.traffic_bytes
+                self.reached[(j, cout)] = min(self.reached.get((j, cout), float("inf")), here)
+            if progress is not None:
+                progress(i + 1, n)
+        close(self, n, best, by_end)
         total, groups = best[n][0]
         groups = [grp.rebuild(self) if isinstance(grp, RecordedGroup) else grp for grp in groups]
+        total = total if self.objective == "traffic" else sum(grp.traffic_bytes for grp in groups)
         per_op = tuple(self.single(i).traffic_bytes for i in range(n))
         removed = sum(len(g.resident) for g in groups)
         return Plan(tuple(groups), int(total), self.g.compulsory_bytes(), sum(per_op), removed, self.evaluated, per_op,

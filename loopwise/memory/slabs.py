@@ -16,8 +16,9 @@ from loopwise.memory.plan_records import Group, Slab
 def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
     """The loop dimensions of ``op`` that can carry slabs: for each, every tensor's sliced dimension
     (``None``: invariant, the dimension does not index it). A dimension is left out when it is
-    coupled, when it indexes a tensor in any way but alone in one position, or when a tensor the
-    operator writes does not depend on it (a reduction)."""
+    coupled, when it indexes a tensor in any way but in one position, alone or as the start of a
+    block (:func:`_block_of`), or when a tensor the operator writes does not depend on it (a
+    reduction)."""
     out: dict[str, dict[str, int | None]] = {}
     written = {a.tensor for a in op.writes}
     units = {d for d, e in op.dims.items() if e == 1}  # always 0: a term "8*g" with one group is no term
@@ -34,7 +35,7 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
                     ok = False  # read only where a guard on this dimension holds: slabs would not be even
                 for j, expr in enumerate(access.index):
                     if word.search(expr):
-                        if _plain(expr, units) != d:
+                        if _plain(expr, units) != d and not _block_of(expr, d, units, op.dims, t.shape[j]):
                             ok = False
                         positions.add(j)
             if len(positions) > 1 or (not positions and t.name in written):
@@ -47,13 +48,13 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
     return out
 
 
+_BRACKETED = re.compile(r"\(\s*([A-Za-z_]\w*|\d+)\s*\)")  # one name or number in brackets
 _TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)$|^(\d+)$")
 
 
-def _plain(expr: str, units: set[str]) -> str:
-    """``expr`` reduced to one loop dimension when it is that dimension alone, once terms in loop
-    dimensions of extent 1 and zero constants are dropped (``1*p + 1*r - 0`` is ``p`` when r is 0;
-    ``8*g + k`` is ``k`` with one group); anything else comes back as it is."""
+def _linear(expr: str, units: set[str]) -> tuple[dict[str, int], int] | None:
+    """``expr`` as (coefficient per loop dimension, constant), terms in loop dimensions of extent 1
+    dropped; None when it is not a plain sum of terms (floor, mod, parentheses)."""
     text = expr.replace(" ", "").replace("-", "+-")
     coefficients: dict[str, int] = {}
     constant = 0
@@ -61,15 +62,41 @@ def _plain(expr: str, units: set[str]) -> str:
         sign = -1 if term.startswith("-") else 1
         match = _TERM.match(term.lstrip("-"))
         if match is None:
-            return expr  # not a plain sum of terms (floor, mod, parentheses)
+            return None
         if match.group(3) is not None:
             constant += sign * int(match.group(3))
         elif match.group(2) not in units:
             coefficients[match.group(2)] = coefficients.get(match.group(2), 0) + sign * int(match.group(1) or 1)
-    coefficients = {k: v for k, v in coefficients.items() if v}
+    return {k: v for k, v in coefficients.items() if v}, constant
+
+
+def _plain(expr: str, units: set[str]) -> str:
+    """``expr`` reduced to one loop dimension when it is that dimension alone, once terms in loop
+    dimensions of extent 1 and zero constants are dropped (``1*p + 1*r - 0`` is ``p`` when r is 0;
+    ``8*g + k`` is ``k`` with one group); anything else comes back as it is."""
+    parsed = _linear(expr, units)
+    if parsed is None:
+        return expr
+    coefficients, constant = parsed
     if constant == 0 and len(coefficients) == 1 and next(iter(coefficients.values())) == 1:
         return next(iter(coefficients))
     return expr
+
+
+def _block_of(expr: str, dim: str, units: set[str], dims: dict[str, int], size: int) -> bool:
+    """True when ``expr`` is ``c*dim + e`` with ``e`` another loop dimension of extent at most
+    ``c``, inside a tensor dimension of ``size``: each value of ``dim`` reaches a block of its own,
+    all blocks alike (a head's columns of a projection, ``128*h + n``), so slabs over ``dim`` cut
+    the tensor in equal disjoint parts, as a plain index does."""
+    parsed = _linear(_BRACKETED.sub(r"\1", expr), units)  # "128*(l1) + (n)" as an importer writes it
+    if parsed is None:
+        return False
+    coefficients, constant = parsed
+    stride = coefficients.get(dim, 0)
+    rest = [d for d in coefficients if d != dim]
+    if constant != 0 or stride < 2 or len(rest) != 1 or coefficients[rest[0]] != 1:
+        return False
+    return dims[rest[0]] <= stride and stride * (dims[dim] - 1) + dims[rest[0]] <= size
 
 
 @dataclass
@@ -143,13 +170,13 @@ def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, exten
     if best is None:
         return None
     traffic, size, outer_size, p, peak, held_at, items, count, outer_count = best
-    occupancy = tuple(int(v) for v in held_at)
+    occupancy = tuple(held_at.astype(np.int64).tolist())
     per_op = charged + outer_count * outer_charged
     for v in items[:p]:
         per_op[v[2]] += v[1]
     for v in items[p:]:
         per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
-    per_op = tuple(int(round(v)) for v in per_op)
+    per_op = tuple(np.rint(per_op).astype(np.int64).tolist())  # halves to even, as round() does
     outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
     slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
                 tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)

@@ -1,0 +1,109 @@
+"""What a candidate group moves and holds, tensor by tensor, before its slab size is chosen: the
+traffic made once, the traffic made again by every outer slab, the bytes held at each operator by
+how they are sliced, its invariants and the intermediates that stay on chip.
+
+A group is weighed several times, once for each way it can meet its neighbours (tensors carried in
+from the group before, or out to the group after). Only the carried tensors count differently, so
+the tally without carries is made once and a way with carries changes the carried tensors alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KINDS = ("whole", "both", "inner")
+
+
+@dataclass
+class Tally:
+    """A group's traffic and occupancy before its slab size is chosen."""
+
+    moved: int  # made once (stores, and loads of tensors sliced by every slab level)
+    outer_moved: int  # made again by every outer slab (sliced by the inner slab dimension only)
+    charged: np.ndarray  # ``moved`` by the operator that makes it
+    outer_charged: np.ndarray
+    covers: dict[str, np.ndarray]  # bytes held from each operator on (a difference array), by slicing
+    invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
+    resident: list[str]  # made and used up inside the group
+    own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
+
+
+def tally(planner, i: int, j: int, spec, units) -> Tally:
+    """Operators i..j-1 with ``units`` (:meth:`_Planner._units`), no tensor carried."""
+    length = j - i
+    out = Tally(0, 0, np.zeros(length), np.zeros(length), {k: np.zeros(length + 1) for k in KINDS}, [], [])
+    for t, u in units.items():
+        kind = "whole" if spec is None else "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
+        if u.produced:
+            if t in planner.outputs or planner.uses[t][-1] >= j:
+                amount = planner.facts[u.first][t][0]  # stored once, as its producer wrote it
+                out.moved += amount
+                out.charged[u.first - i] += amount
+                out.own[t] = ("moved", amount, kind)
+            else:
+                out.resident.append(t)
+                out.own[t] = ("resident", 0, kind)
+        else:
+            loaded = planner._loaded(t, u.first, u.last)
+            loaded = u.whole if loaded is None else loaded
+            if kind is None:
+                out.invariants.append((u.whole, loaded, u.first - i, u.last - i, t, u.outer))
+                out.own[t] = ("invariant", loaded, None)
+                continue
+            if kind == "inner":
+                out.outer_moved += loaded
+                out.outer_charged[u.first - i] += loaded
+                out.own[t] = ("outer", loaded, kind)
+            else:
+                out.moved += loaded
+                out.charged[u.first - i] += loaded
+                out.own[t] = ("moved", loaded, kind)
+        out.covers[kind][u.first - i] += u.whole
+        out.covers[kind][u.last - i + 1] -= u.whole
+    return out
+
+
+def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: set, carried_out: set) -> Tally:
+    """``base`` with the tensors of ``carried_in`` and ``carried_out`` kept on chip: not loaded,
+    not stored (unless a model output), held whole (in slabs, through the whole loop)."""
+    length = j - i
+    out = Tally(base.moved, base.outer_moved, base.charged.copy(), base.outer_charged.copy(),
+                {k: c.copy() for k, c in base.covers.items()}, base.invariants, list(base.resident))
+    dropped = set()
+    for t, u in units.items():
+        if t not in carried_in and t not in carried_out:
+            continue
+        role, amount, kind = base.own[t]
+        if role == "invariant":
+            dropped.add(t)
+        elif role == "resident":
+            out.resident.remove(t)
+        elif role == "outer":
+            out.outer_moved -= amount
+            out.outer_charged[u.first - i] -= amount
+        else:
+            out.moved -= amount
+            out.charged[u.first - i] -= amount
+        if kind is not None:
+            out.covers[kind][u.first - i] -= u.whole
+            out.covers[kind][u.last - i + 1] += u.whole
+        first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
+        if spec is not None:
+            # in slabs it is on chip through the whole loop: later slabs still read what is
+            # carried in, and the parts earlier slabs made of what is carried out stay
+            first, last = 0, length - 1
+        # held as its producer made it, even where this group reads only part of it
+        handed = max(u.whole, planner.facts[planner.producer[t]][t][0])
+        out.covers["whole"][first] += handed
+        out.covers["whole"][last + 1] -= handed
+        if t in carried_out and t in planner.outputs:
+            stored = planner.facts[u.first][t][0]  # a model output is stored all the same
+            out.moved += stored
+            out.charged[u.first - i] += stored
+        elif t in carried_out:
+            out.resident.append(t)
+    if dropped:
+        out.invariants = [v for v in base.invariants if v[4] not in dropped]
+    return out
