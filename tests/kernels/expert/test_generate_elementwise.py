@@ -75,12 +75,16 @@ def test_variance_of_data_far_from_zero_keeps_fp32_accuracy(tmp_path, monkeypatc
     ("torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)", None, {"block": 512}),  # reversed
     ("torch.cumsum(x * mask, dim=self.dim)", "[torch.rand(5, 2999), torch.rand(5, 2999) > 0.5]", {"block": 1024}),
     ("x.cumsum(-1)", None, {"block": 4096, "warps": 8}),  # one chunk
+    # other dimensions: lines whose entries lie inner apart
+    ("torch.cumsum(x, dim=0)", "[torch.rand(700, 3)]", {"block": 256}),
+    ("torch.cumprod(x.flip(1), dim=1).flip(1)", "[0.5 + torch.rand(4, 300, 5)]", {"block": 128}),
+    ("torch.cumsum(x * mask, dim=-2)", "[torch.rand(3, 400, 2), torch.rand(3, 400, 2) > 0.5]", {"block": 256}),
 ])
-def test_row_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
-    masked = {"def forward(self, x):": "def forward(self, x, mask):",
-              "return [torch.rand(5, 2999)]": f"return {inputs}"} if inputs else {}
+def test_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
+    masked = {"def forward(self, x):": "def forward(self, x, mask):"} if "mask" in forward else {}
+    shapes = {"return [torch.rand(5, 2999)]": f"return {inputs}"} if inputs else {}
     judged_variant(tmp_path, monkeypatch, "scan_rows.py", "scan", moves,
-                    {"torch.cumsum(x, dim=self.dim)": forward, **masked})
+                    {"torch.cumsum(x, dim=self.dim)": forward, **masked, **shapes})
 
 
 @pytest.mark.parametrize("forward,dim,moves", [
@@ -290,8 +294,9 @@ SM90_SIGNATURES = {
         "reduce_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*i64", "R": "i32", "BLOCK_R": "constexpr"},
                                {"BLOCK_R": 512})},
     "scan_rows.py": {"scan_rows_kernel": (
-        {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr",
-         "REVERSE": "constexpr", "MASKED": "constexpr"}, {"BLOCK": 1024, "REVERSE": True, "MASKED": False})},
+        {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "INNER": "i32",
+         "BLOCK": "constexpr", "REVERSE": "constexpr", "MASKED": "constexpr"},
+        {"BLOCK": 1024, "REVERSE": True, "MASKED": False})},
     "rms_norm.py": {
         "norm_inner_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "INNER": "i32",
                                "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),

@@ -1,4 +1,4 @@
-"""The scan detector: a cumulative sum or product along the last dimension."""
+"""The scan detector: a cumulative sum or product along one dimension."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from loopwise.kernels.expert.pattern import Pattern
 
 
 def detect_scan(gm, model, args) -> Pattern | None:
-    """A forward that is a cumulative sum or product along the last dimension of its float32 input,
+    """A forward that is a cumulative sum or product along one dimension of its float32 input,
     possibly reversed (``x.flip(d).cumsum(d).flip(d)``) or of ``x * mask`` with a second input of
     x's shape (bool or float). None when the forward is anything else."""
     import operator
@@ -22,19 +22,20 @@ def detect_scan(gm, model, args) -> Pattern | None:
         return None
     placeholders = graph_inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
-    last = {-1, x.dim() - 1}
-
-    def flips(node, source) -> bool:
-        return (op_name(node) == "flip" and node.args[:1] == (source,)
-                and single(call_arg(node, "dims", 1)) in last)
-
     scans = [n for n in calls if op_name(n) in ("cumsum", "cumprod")]
     if len(scans) != 1:
         return None
     (scan,) = scans
     dim = call_arg(scan, "dim", 1)
-    if dim not in last:
-        raise ew.Unsupported(f"{op_name(scan)} over dim {dim!r}: the template scans the last dimension")
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -x.dim() <= dim < x.dim():
+        raise ew.Unsupported(f"{op_name(scan)} over dim {dim!r}: a constant dimension is what the template scans")
+    dim %= x.dim()
+
+    def flips(node, source) -> bool:
+        along = single(call_arg(node, "dims", 1))
+        return (op_name(node) == "flip" and node.args[:1] == (source,)
+                and isinstance(along, int) and along % x.dim() == dim)
+
     source, rest = scan.args[0], [n for n in calls if n is not scan]
     reverse = masked = False
     if rest and len(rest) == 2 and flips(rest[0], placeholders[0]) and source is rest[0] and flips(rest[1], scan):
@@ -46,6 +47,6 @@ def detect_scan(gm, model, args) -> Pattern | None:
         return None
     op = op_name(scan)
     return Pattern("scan", inputs=len(args), ops=(op,),
-                   params=(("op", op), ("reverse", reverse), ("masked", masked),
+                   params=(("op", op), ("dim", dim), ("reverse", reverse), ("masked", masked),
                            ("neutral", "0.0" if op == "cumsum" else "1.0")))
 
