@@ -186,9 +186,13 @@ class Bench:
         and returns every row, finished before or now."""
         todo = [(lv, i, p) for lv, i, p in problems if f"{lv}/{i}" not in self.rows]
         workers = max(1, len(dispatcher.workers)) if dispatcher is not None else 1
+        # Ctrl-C or SIGTERM arrive in this thread: the searches under way stop after their step
+        # and no queued problem starts (the pool would otherwise run every one before it exits)
+        stop = threading.Event()
         # two searches per worker keep it busy while the other search proposes
-        with ThreadPoolExecutor(max_workers=2 * workers if dispatcher is not None else 1) as pool:
-            futures = {pool.submit(self._one, lv, i, p, dispatcher): f"{lv}/{i}" for lv, i, p in todo}
+        pool = ThreadPoolExecutor(max_workers=2 * workers if dispatcher is not None else 1)
+        try:
+            futures = {pool.submit(self._one, lv, i, p, dispatcher, stop): f"{lv}/{i}" for lv, i, p in todo}
             for future in as_completed(futures):
                 key = futures[future]
                 try:
@@ -201,11 +205,16 @@ class Bench:
                     self.rows[key] = row
                 if progress is not None:
                     progress(row)
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         ordered = [self.rows[f"{lv}/{i}"] for lv, i, _ in problems if f"{lv}/{i}" in self.rows]
         self.store.append("summary", {"table": aggregate(ordered)})
         return ordered
 
-    def _one(self, level: int, pid: int, path: Path, dispatcher) -> dict:
+    def _one(self, level: int, pid: int, path: Path, dispatcher, stop: threading.Event | None = None) -> dict:
         from loopwise.kernels.optimize import OptimizeRun, Settings
         from loopwise.kernels.problem import load_problem
         from loopwise.kernels.evaluate.workers import make_judge
@@ -226,7 +235,7 @@ class Bench:
             run = OptimizeRun.start(settings, self.cfg, runs_dir, judge_for(problem), problem)
             self.store.append("problem_started", {"run_id": run.store.meta.run_id, "path": str(path)}, key=key)
         try:
-            run.run()
+            run.run(stop=stop)
             run.write_best()
             summary = run.summary()
         finally:

@@ -128,15 +128,18 @@ class OptimizeRun:
     def pending(self) -> list[int]:
         return [n.node_id for n in self.search.nodes() if n.node_id and n.outcome is None]
 
-    def run(self, progress=None, deadline: float | None = None, clock=time.monotonic) -> bool:
+    def run(self, progress=None, deadline: float | None = None, clock=time.monotonic, stop=None) -> bool:
         """Searches until the budget is spent or nothing is left to expand (True), or until
-        ``deadline`` (a ``clock()`` value) has passed (False): no step starts after it, the one
-        under way finishes, and the run stays resumable."""
+        ``deadline`` (a ``clock()`` value) has passed or ``stop`` (a ``threading.Event``) is set
+        (False): no step starts after it, the one under way finishes, and the run stays
+        resumable."""
         self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
         self._measure_reference()
         while not self.search.budget_spent:
             if deadline is not None and clock() >= deadline:
                 self.store.append("time_limit", {"evaluations": self.tally.evaluations})
+                return False
+            if stop is not None and stop.is_set():
                 return False
             exp = self.search.ask()
             self.store.append("ask", {"node": exp.node_id if exp else None})

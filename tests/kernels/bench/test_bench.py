@@ -75,6 +75,8 @@ def test_a_bench_on_two_workers_gives_the_table_and_resumes_without_rework(check
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert [r["problem"] for r in result["problems"]] == ["level1/1_chain", "level1/6_softmax_rows"]
+    # not a terminal: a line per finished problem, so a log shows how far a long bench got
+    assert "1/2 level1/" in out.stderr and "2/2 level1/" in out.stderr
     assert all(r["evaluations"] == 2 for r in result["problems"])
     level1, total = result["table"]
     assert level1["problems"] == 2 and level1["correct"] >= 1 and total["group"] == "all"
@@ -103,3 +105,37 @@ def test_bench_errors_are_one_line(tmp_path, checkout, cli_env):
     out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--workers", "gpu0", "--kernelbench", str(checkout),
                     "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
     assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_interrupted_bench_starts_no_further_problem_and_stops_the_running_search(checkout, tmp_path):
+    """Ctrl-C or SIGTERM (raised in the main thread) while a problem's search runs on the pool's
+    thread: the queued problems are dropped, the running search is told to stop after its step,
+    and the interrupt reaches the caller (before, every queued problem still ran to its end)."""
+    import threading
+
+    from loopwise.config import load_config
+    from loopwise.kernels.bench.run import Bench, BenchSettings
+
+    cfg = load_config(None, [f"store.runs_dir={tmp_path / 'runs'}"])
+    started, stop_seen = [], threading.Event()
+
+    class Probe(Bench):
+        def _one(self, level, pid, path, dispatcher, stop=None):
+            started.append(pid)
+            if len(started) == 1:
+                return {"level": level, "id": pid, "problem": f"{level}/{pid}", "evaluations": 1,
+                        "best_speedup": 1.0, "over_compile": None}
+            stop_seen.set() if stop is not None and stop.wait(5) else None
+            return {"level": level, "id": pid, "problem": f"{level}/{pid}", "evaluations": 0,
+                    "best_speedup": None, "over_compile": None}
+
+    bench = Probe.start(BenchSettings(levels=[1]), cfg)
+
+    def interrupt(row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        bench.run(select_problems(checkout, [1], "all"), progress=interrupt)
+    assert started[:1] == [1] and len(started) <= 2  # at most the one already running when it came
+    assert stop_seen.is_set() or len(started) == 1
+    bench.store.close()

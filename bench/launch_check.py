@@ -1,0 +1,147 @@
+"""Where a candidate's time goes under the judge's clock: GPU work or host launch.
+
+The judge (``loopwise.kernels.evaluate.timing.Clock``) queues its L2 flush just ahead of the start
+event, so the host's launch of the timed call overlaps the flush; a call whose launch path takes
+longer than the flush is timed with part of its host cost. This script times, per problem, eager,
+torch.compile, the compiler seed (Inductor's code as a standalone ModelNew) and the seed replayed
+as a CUDA graph, four ways:
+
+- ``judge_ms``: the judge's own clock and protocol (median of the trials);
+- ``queued_ms``: the same, with the GPU kept busy (``torch.cuda._sleep``) after the flush, so the
+  whole call is launched before the start event can run: GPU time only, L2 still cold;
+- ``launch_us``: the host time one call takes to return while the GPU is busy (its launch cost);
+- ``kernels_ms``: the sum of the CUDA kernels' own durations per call (torch.profiler).
+
+    python bench/launch_check.py PROBLEM.py... --out DIR [--trials 50]
+
+Writes DIR/launch_check.json after every problem (a row per problem, also on failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+BUSY_CYCLES = 4_000_000  # ~2 ms at the H200's clocks: longer than any launch path here
+
+
+def _load(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launch_us(fn, repeats: int = 20) -> float:
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(BUSY_CYCLES)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def _kernels_ms(fn, calls: int = 10) -> tuple[float, int]:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    total_us = sum(e.device_time for e in events)
+    return total_us / calls / 1e3, round(len(events) / calls)
+
+
+def _timings(fn, trials: int) -> dict:
+    from loopwise.kernels.evaluate.timing import Clock
+
+    clock = Clock("cuda")
+    with torch.no_grad():
+        judged = clock.run(fn, trials, 3)
+        plain_flush = clock.flush
+
+        def flush_then_busy():
+            plain_flush()
+            torch.cuda._sleep(BUSY_CYCLES)
+
+        clock.flush = flush_then_busy
+        queued = clock.run(fn, trials, 3)
+        launch = _launch_us(fn)
+        kernels, launches = _kernels_ms(fn)
+    return {"judge_ms": round(statistics.median(judged.event_ms), 4),
+            "queued_ms": round(statistics.median(queued.event_ms), 4),
+            "launch_us": round(launch, 1), "kernels_ms": round(kernels, 4), "launches": launches}
+
+
+def check(problem, out: Path, trials: int) -> dict:
+    from loopwise.kernels.expert.inductor.seed import inductor_record
+    from loopwise.kernels.expert.inductor.standalone import render_seed
+
+    row = {"name": problem.name}
+    t0 = time.perf_counter()
+    record = inductor_record(problem, "cuda")
+    row["extract_s"] = round(time.perf_counter() - t0, 1)
+    ref = problem.load_module()
+    torch.manual_seed(42)
+    model = ref.Model(*ref.get_init_inputs()).cuda()
+    torch.manual_seed(42)
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()]
+    with torch.no_grad():
+        compiled = torch.compile(model)
+        compiled(*inputs)
+    sides = {"eager": model, "compile": compiled}
+    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1})):
+        path = out / "seeds" / f"{Path(problem.name).name}_{label}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_seed(record, problem, moves))
+        torch.manual_seed(42)
+        sides[label] = _load(path).ModelNew(*ref.get_init_inputs()).cuda()
+    for label, module in sides.items():
+        try:
+            row[label] = _timings(lambda m=module: m(*inputs), trials)
+        except Exception as exc:  # noqa: BLE001 - a row per side, whatever fails
+            row[label] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        print(label, json.dumps(row[label]), flush=True)
+    return row
+
+
+def main() -> None:
+    from loopwise.kernels.problem import load_problem
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--trials", type=int, default=50)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for item in args.problems:
+        problem = load_problem(item, validate=False)
+        start = time.perf_counter()
+        try:
+            row = check(problem, out, args.trials)
+        except Exception as exc:  # noqa: BLE001
+            row = {"name": problem.name, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                   "trace": traceback.format_exc()[-1500:]}
+        row["wall_s"] = round(time.perf_counter() - start, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        (out / "launch_check.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
