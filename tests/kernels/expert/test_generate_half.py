@@ -1,0 +1,113 @@
+"""Half-precision (fp16 / bf16) elementwise chains and partitioned groups: read in their own type,
+computed in fp32 inside the kernel, stored in the dtype PyTorch's type promotion gives the output;
+judged correct in Triton's CPU interpreter and compiled ahead of time for Hopper."""
+
+import pytest
+
+from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.partition import plan
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+
+
+def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str) -> str:
+    """A problem file in the generated suite's style: DTYPE at module level, the model cast with
+    ``self.to(DTYPE)`` where ``init`` says so, inputs made in DTYPE."""
+    path = tmp_path / f"{name}_{dtype}.py"
+    body = "\n".join("        " + line for line in forward.splitlines())
+    setup = "\n".join("        " + line for line in init.splitlines()) if init else "        pass"
+    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nDTYPE = torch.{dtype}\n\n\n"
+                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{setup}\n\n"
+                    f"    def forward(self, x):\n{body}\n        return x\n\n\n"
+                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    return str(path)
+
+
+CHAIN = ("x = x * 0.5 + 0.25\nx = x / (1.0 + torch.abs(self.w))\nx = torch.tanh(x) * self.b\nx = F.silu(x)")
+CHAIN_INIT = "self.w = nn.Parameter(torch.randn(37))\nself.register_buffer('b', torch.randn(5, 1))\nself.to(DTYPE)"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_elementwise_chain_is_judged_correct(tmp_path, monkeypatch, dtype):
+    """A chain over an input and the model's own parameter and buffer, all in ``dtype`` (the
+    generated suite's ``self.to(DTYPE)``): one fused pass that upcasts what it loads, computes in
+    fp32 and writes the output in ``dtype``; a ragged last block."""
+    path = _problem(tmp_path, "chain", CHAIN_INIT, CHAIN, "torch.randn(3, 5, 37, dtype=DTYPE)", dtype)
+    pattern = capture(load_problem(path))
+    assert pattern.kind == "elementwise", pattern.reason
+    assert pattern.operands == ("w", "b")
+    source = judged_correct(path, {"block": 256}, tmp_path, monkeypatch)
+    assert ".to(tl.float32)" in source and "out_ptr.dtype.element_ty" in source
+    assert f"dtype=torch.{dtype}" in source
+
+
+def test_mixed_precision_inputs_store_the_promoted_dtype(tmp_path, monkeypatch):
+    """An fp16 input with a float32 parameter of the same rank promotes to float32 in PyTorch: the
+    fused pass stores float32 (the judge compares dtypes); a bf16 parameter against fp16 inputs
+    promotes to float32 as well."""
+    for init in ("self.w = nn.Parameter(torch.randn(37))",
+                 "self.w = nn.Parameter(torch.randn(37, dtype=torch.bfloat16))"):
+        path = _problem(tmp_path, f"mixed{len(init)}", init, "x = torch.sigmoid(x * self.w) + 1.0",
+                        "torch.randn(6, 37, dtype=DTYPE)", "float16")
+        assert capture(load_problem(path)).kind == "elementwise"
+        source = judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+        assert "dtype=torch.float32" in source
+
+
+def test_float32_chains_are_written_as_before(tmp_path):
+    """The fp32 path reads and writes without casts (its arithmetic is fp32 already)."""
+    path = _problem(tmp_path, "chain", CHAIN_INIT, CHAIN, "torch.randn(3, 5, 37, dtype=DTYPE)", "float32")
+    source, pattern = generate(load_problem(path))
+    assert pattern.kind == "elementwise"
+    assert ".to(tl.float32)" not in source and "element_ty" not in source and "torch.empty_like(x" in source
+
+
+def test_double_inputs_are_refused_with_the_reason(tmp_path):
+    """float64 would lose precision through an fp32 kernel: no template, and the reason says why."""
+    path = _problem(tmp_path, "chain", "", "x = torch.relu(x) * 2.0", "torch.randn(4, 8, dtype=DTYPE)", "float64")
+    pattern = capture(load_problem(path))
+    assert pattern.kind == "unsupported" and "float64" in pattern.reason, pattern.reason
+
+
+LINEAR = ("x = torch.clamp(x, -1.5, 1.5) * 2.0\nx = self.fc(x)\nx = F.softsign(x) + self.shift")
+LINEAR_INIT = "self.fc = nn.Linear(45, 24)\nself.shift = nn.Parameter(torch.randn(24))\nself.to(DTYPE)"
+REDUCE = "x = torch.sigmoid(x) * 1.5 - 0.5\nx = torch.amax(x, dim=1)\nx = torch.relu(x - 0.25) * 2.0"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("forward,init,inputs,pytorch", [
+    (LINEAR, LINEAR_INIT, "torch.randn(33, 45, dtype=DTYPE)", ("Linear",)),
+    (REDUCE, "", "torch.randn(7, 19, 13, dtype=DTYPE)", ("amax",)),
+], ids=["linear", "reduction"])
+def test_half_precision_groups_next_to_a_gemm_or_a_reduction_are_judged_correct(tmp_path, monkeypatch, dtype,
+                                                                               forward, init, inputs, pytorch):
+    """A Linear or a reduction stays in PyTorch (in ``dtype``); the elementwise work before and after
+    it is two fused passes in ``dtype``, judged correct against the reference."""
+    path = _problem(tmp_path, "graph", init, forward, inputs, dtype)
+    pattern = capture(load_problem(path))
+    assert pattern.kind == "graph", pattern.reason
+    chosen = plan(pattern, "graph")
+    assert chosen["pytorch"] == pytorch and len(chosen["groups"]) == 2
+    source = judged_correct(path, {"block": 128}, tmp_path, monkeypatch)
+    assert source.count("out_ptr.dtype.element_ty") == 2
+
+
+@pytest.mark.parametrize("dtype,forward,init,inputs,kind", [
+    ("float16", CHAIN, CHAIN_INIT, "torch.randn(4096, 5, 37, dtype=DTYPE)", "elementwise"),
+    ("bfloat16", "x = torch.sigmoid(x) * 1.5 - 0.5\nx = torch.amax(x, dim=1)", "", "torch.randn(64, 1024, 33, dtype=DTYPE)",
+     "graph"),
+], ids=["fp16_chain", "bf16_group"])
+def test_half_precision_passes_compile_for_hopper_without_a_gpu(tmp_path, dtype, forward, init, inputs, kind):
+    """The fp16 chain's pass and a bf16 partitioned group's pass (the reduction after it in PyTorch)
+    compile for sm_90 with the arguments their launch gives them, without spills (Triton's
+    interpreter runs neither the GPU compiler nor its type rules)."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert.aot import compile_for_hopper, launch
+
+    problem = load_problem(_problem(tmp_path, "aot", init, forward, inputs, dtype))
+    source, pattern = generate(problem)
+    assert pattern.kind == kind, pattern.reason
+    _, args, _ = launch(source, problem)
+    assert str(args[0].dtype) == f"torch.{dtype}"
+    assert compile_for_hopper(source, problem)["spill_bytes"] == 0
