@@ -1,4 +1,5 @@
-"""Elementwise PyTorch operations as Triton expressions (fp32 arithmetic throughout)."""
+"""Elementwise PyTorch operations as Triton expressions (fp32 arithmetic throughout: half-precision
+values are upcast as they are loaded and the result cast to the output's dtype as it is stored)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sig
 MODULES = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.GELU: "gelu", nn.SiLU: "silu",
            nn.Softsign: "softsign", nn.Softplus: "softplus", nn.ELU: "elu", nn.SELU: "selu",
            nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish", nn.Mish: "mish"}
+
+
+# The dtypes a fused pass reads and writes: its arithmetic is fp32, so float64 would lose precision.
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class Unsupported(Exception):

@@ -11,7 +11,7 @@ from loopwise.kernels.problem import load_problem
 from expert_judging import judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
 
 
-def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str) -> str:
+def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str):
     """A problem file in the generated suite's style: DTYPE at module level, the model cast with
     ``self.to(DTYPE)`` where ``init`` says so, inputs made in DTYPE."""
     path = tmp_path / f"{name}_{dtype}.py"
@@ -21,7 +21,7 @@ def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: s
                     f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{setup}\n\n"
                     f"    def forward(self, x):\n{body}\n        return x\n\n\n"
                     f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    return str(path)
+    return path
 
 
 CHAIN = ("x = x * 0.5 + 0.25\nx = x / (1.0 + torch.abs(self.w))\nx = torch.tanh(x) * self.b\nx = F.silu(x)")
@@ -34,7 +34,7 @@ def test_a_half_precision_elementwise_chain_is_judged_correct(tmp_path, monkeypa
     generated suite's ``self.to(DTYPE)``): one fused pass that upcasts what it loads, computes in
     fp32 and writes the output in ``dtype``; a ragged last block."""
     path = _problem(tmp_path, "chain", CHAIN_INIT, CHAIN, "torch.randn(3, 5, 37, dtype=DTYPE)", dtype)
-    pattern = capture(load_problem(path))
+    pattern = capture(load_problem(str(path)))
     assert pattern.kind == "elementwise", pattern.reason
     assert pattern.operands == ("w", "b")
     source = judged_correct(path, {"block": 256}, tmp_path, monkeypatch)
@@ -50,7 +50,7 @@ def test_mixed_precision_inputs_store_the_promoted_dtype(tmp_path, monkeypatch):
                  "self.w = nn.Parameter(torch.randn(37, dtype=torch.bfloat16))"):
         path = _problem(tmp_path, f"mixed{len(init)}", init, "x = torch.sigmoid(x * self.w) + 1.0",
                         "torch.randn(6, 37, dtype=DTYPE)", "float16")
-        assert capture(load_problem(path)).kind == "elementwise"
+        assert capture(load_problem(str(path))).kind == "elementwise"
         source = judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
         assert "dtype=torch.float32" in source
 
@@ -58,7 +58,7 @@ def test_mixed_precision_inputs_store_the_promoted_dtype(tmp_path, monkeypatch):
 def test_float32_chains_are_written_as_before(tmp_path):
     """The fp32 path reads and writes without casts (its arithmetic is fp32 already)."""
     path = _problem(tmp_path, "chain", CHAIN_INIT, CHAIN, "torch.randn(3, 5, 37, dtype=DTYPE)", "float32")
-    source, pattern = generate(load_problem(path))
+    source, pattern = generate(load_problem(str(path)))
     assert pattern.kind == "elementwise"
     assert ".to(tl.float32)" not in source and "element_ty" not in source and "torch.empty_like(x" in source
 
@@ -66,7 +66,7 @@ def test_float32_chains_are_written_as_before(tmp_path):
 def test_double_inputs_are_refused_with_the_reason(tmp_path):
     """float64 would lose precision through an fp32 kernel: no template, and the reason says why."""
     path = _problem(tmp_path, "chain", "", "x = torch.relu(x) * 2.0", "torch.randn(4, 8, dtype=DTYPE)", "float64")
-    pattern = capture(load_problem(path))
+    pattern = capture(load_problem(str(path)))
     assert pattern.kind == "unsupported" and "float64" in pattern.reason, pattern.reason
 
 
@@ -85,7 +85,7 @@ def test_half_precision_groups_next_to_a_gemm_or_a_reduction_are_judged_correct(
     """A Linear or a reduction stays in PyTorch (in ``dtype``); the elementwise work before and after
     it is two fused passes in ``dtype``, judged correct against the reference."""
     path = _problem(tmp_path, "graph", init, forward, inputs, dtype)
-    pattern = capture(load_problem(path))
+    pattern = capture(load_problem(str(path)))
     assert pattern.kind == "graph", pattern.reason
     chosen = plan(pattern, "graph")
     assert chosen["pytorch"] == pytorch and len(chosen["groups"]) == 2
@@ -105,7 +105,7 @@ def test_half_precision_passes_compile_for_hopper_without_a_gpu(tmp_path, dtype,
     pytest.importorskip("triton")
     from loopwise.kernels.expert.aot import compile_for_hopper, launch
 
-    problem = load_problem(_problem(tmp_path, "aot", init, forward, inputs, dtype))
+    problem = load_problem(str(_problem(tmp_path, "aot", init, forward, inputs, dtype)))
     source, pattern = generate(problem)
     assert pattern.kind == kind, pattern.reason
     _, args, _ = launch(source, problem)

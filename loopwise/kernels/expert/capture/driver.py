@@ -37,12 +37,16 @@ WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, de
 
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
+    import torch
+
     model = None
     try:
         module, model, args = _meta_model(problem)
         gm, whole = _trace(model, args)
         if whole is None:
-            pattern = detect_row_softmax(gm, model, args) or detect_elementwise(gm, model, args)
+            # the row softmax reads float32 only; the elementwise pass also fp16 / bf16 (upcast)
+            float32 = all(a.dtype == torch.float32 for a in args if isinstance(a, torch.Tensor))
+            pattern = (float32 and detect_row_softmax(gm, model, args)) or detect_elementwise(gm, model, args)
             if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
                 init = reference_init(problem.source, module)
                 pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
@@ -87,8 +91,9 @@ def _trace(model, args):
     numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     if len(tensors) + len(numbers) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors and plain numbers")
-    if any(t.dtype != torch.float32 for t in tensors):
-        raise ew.Unsupported("inputs not float32")
+    odd = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in ew.FLOAT_DTYPES})
+    if odd:
+        raise ew.Unsupported(f"inputs of dtype {', '.join(odd)} (fused passes read float32, float16 and bfloat16)")
     return (gm if gm is not None else trace_as_called(model, args)), None
 
 
