@@ -63,7 +63,8 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
         name = "linear" if linear else "conv2d"
         epilogue = None
         for i, (out, xs, ps, cone) in enumerate(outputs):
-            if i in taken or xs != [anchor] or any(u not in cone for u in anchor.users):
+            # a pass that reads half precision keeps its own launch: the GEMM's epilogue reads fp32
+            if i in taken or groups[i].upcast or xs != [anchor] or any(u not in cone for u in anchor.users):
                 continue
             if all(s in per_column for s in operand_shapes(model, ps)):
                 epilogue = i

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import check_operand, expression
-from loopwise.kernels.expert.partition.nodes import arg_nodes, float32_shape, statements
+from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 
 
@@ -35,7 +35,7 @@ def _fusible(gm, model, node) -> bool:
     if node.op not in ("call_function", "call_method", "call_module") or (
             _in_place(gm, node) and not _private_in_place(gm, node)):
         return False
-    shape = float32_shape(node)
+    shape = float_shape(node)
     if shape is None:
         return False
     exprs = {}
@@ -45,7 +45,7 @@ def _fusible(gm, model, node) -> bool:
                 check_operand(model, arg.target, shape)
             except ew.Unsupported:
                 return False
-        elif float32_shape(arg) != shape:
+        elif float_shape(arg) != shape:
             return False
         exprs[arg.name] = "a"
     try:
@@ -104,7 +104,9 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
                 continue  # computed from the model's tensors alone: its shape is theirs
             body, ops, expr = statements(
                 gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            groups.append(Group(len(xs), tuple(p.target for p in ps), body, expr, ops))
+            dtypes = {dtype_name(n) for n in (out, *xs)} | set(operand_dtypes(model, ps))
+            groups.append(Group(len(xs), tuple(p.target for p in ps), body, expr, ops,
+                                upcast=dtypes != {"float32"}, out_dtype=dtype_name(out)))
             outputs.append((out, xs, ps, ordered))
     keep = sorted(range(len(groups)), key=lambda i: order[outputs[i][0]])
     return [groups[i] for i in keep], [outputs[i] for i in keep]

@@ -18,6 +18,9 @@ class Group:
     body: tuple[str, ...]  # one Triton statement per operation
     expr: str
     ops: tuple[str, ...]
+    # a pass that reads or writes fp16 / bf16: every load upcast to fp32, the store cast to out_dtype
+    upcast: bool = False
+    out_dtype: str = "float32"
 
 
 @dataclass(frozen=True)
