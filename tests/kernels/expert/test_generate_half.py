@@ -111,3 +111,17 @@ def test_half_precision_passes_compile_for_hopper_without_a_gpu(tmp_path, dtype,
     _, args, _ = launch(source, problem)
     assert str(args[0].dtype) == f"torch.{dtype}"
     assert compile_for_hopper(source, problem)["spill_bytes"] == 0
+
+
+@pytest.mark.parametrize("dtype,forward,moves", [
+    ("float16", "x = torch.softmax(x, dim=-1)", {"block": 64}),  # online: three blocks a row
+    ("bfloat16", "x = F.log_softmax(x, dim=1)", {"block": 256}),  # one block a row
+])
+def test_a_half_precision_row_softmax_is_judged_correct(tmp_path, monkeypatch, dtype, forward, moves):
+    """Softmax and log-softmax over the last dimension of an fp16 / bf16 input: the row kernel reads
+    it upcast to fp32 (max, sum and exponentials in fp32, as PyTorch computes them) and stores the
+    input's dtype."""
+    path = _problem(tmp_path, "softmax", "", forward, "torch.randn(9, 150, dtype=DTYPE) * 4", dtype)
+    assert capture(load_problem(str(path))).kind == "row_softmax"
+    source = judged_correct(path, moves, tmp_path, monkeypatch)
+    assert ".to(tl.float32)" in source and "out_ptr.dtype.element_ty" in source
