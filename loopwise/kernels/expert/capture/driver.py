@@ -37,16 +37,12 @@ WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, de
 
 def capture(problem) -> Pattern:
     """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
-    import torch
-
     model = None
     try:
         module, model, args = _meta_model(problem)
         gm, whole = _trace(model, args)
         if whole is None:
-            # the row softmax reads float32 only; the elementwise pass also fp16 / bf16 (upcast)
-            float32 = all(a.dtype == torch.float32 for a in args if isinstance(a, torch.Tensor))
-            pattern = (float32 and detect_row_softmax(gm, model, args)) or detect_elementwise(gm, model, args)
+            pattern = detect_row_softmax(gm, model, args) or detect_elementwise(gm, model, args)
             if pattern.operands:  # ModelNew must hold the same tensors: it runs the reference's __init__
                 init = reference_init(problem.source, module)
                 pattern = replace(pattern, init=init.text, constants=init.constants, helpers=init.helpers)
