@@ -125,3 +125,19 @@ def test_a_half_precision_row_softmax_is_judged_correct(tmp_path, monkeypatch, d
     assert capture(load_problem(str(path))).kind == "row_softmax"
     source = judged_correct(path, moves, tmp_path, monkeypatch)
     assert ".to(tl.float32)" in source and "out_ptr.dtype.element_ty" in source
+
+
+MATH = ("x = torch.sin(x) + torch.cos(x * 0.5)\nx = torch.erf(x) * torch.rsqrt(x * x + 1.0)\n"
+        "x = torch.log1p(torch.abs(x)) - torch.expm1(x * 0.1)\nx = torch.reciprocal(x + 4.0) + torch.square(x).sin()")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_math_functions_are_fused_and_judged_correct(tmp_path, monkeypatch, dtype):
+    """sin, cos, erf, rsqrt, log1p, expm1, reciprocal and square (functions and methods) are
+    statements of a fused pass: fp32-accurate under the strict tolerance (log1p and expm1 near 0
+    without cancelling), and in bf16."""
+    path = _problem(tmp_path, "math", "", MATH, "torch.randn(7, 300, dtype=DTYPE) * 2", dtype)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "elementwise", pattern.reason
+    assert {"sin", "cos", "erf", "rsqrt", "log1p", "expm1", "reciprocal", "square"} <= set(pattern.ops)
+    judged_correct(path, {"block": 512}, tmp_path, monkeypatch)
