@@ -25,6 +25,8 @@ def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: s
 
 
 CHAIN = ("x = x * 0.5 + 0.25\nx = x / (1.0 + torch.abs(self.w))\nx = torch.tanh(x) * self.b\nx = F.silu(x)")
+MATH = ("x = torch.sin(x) + torch.cos(x * 0.5)\nx = torch.erf(x) * torch.rsqrt(x * x + 1.0)\n"
+        "x = torch.log1p(torch.abs(x)) - torch.expm1(x * 0.1)\nx = torch.reciprocal(x + 4.0) + torch.square(x).sin()")
 CHAIN_INIT = "self.w = nn.Parameter(torch.randn(37))\nself.register_buffer('b', torch.randn(5, 1))\nself.to(DTYPE)"
 
 
@@ -97,7 +99,8 @@ def test_half_precision_groups_next_to_a_gemm_or_a_reduction_are_judged_correct(
     ("float16", CHAIN, CHAIN_INIT, "torch.randn(4096, 5, 37, dtype=DTYPE)", "elementwise"),
     ("bfloat16", "x = torch.sigmoid(x) * 1.5 - 0.5\nx = torch.amax(x, dim=1)", "", "torch.randn(64, 1024, 33, dtype=DTYPE)",
      "graph"),
-], ids=["fp16_chain", "bf16_group"])
+    ("bfloat16", MATH, "", "torch.randn(4096, 300, dtype=DTYPE)", "elementwise"),
+], ids=["fp16_chain", "bf16_group", "bf16_math"])
 def test_half_precision_passes_compile_for_hopper_without_a_gpu(tmp_path, dtype, forward, init, inputs, kind):
     """The fp16 chain's pass and a bf16 partitioned group's pass (the reduction after it in PyTorch)
     compile for sm_90 with the arguments their launch gives them, without spills (Triton's
@@ -126,9 +129,6 @@ def test_a_half_precision_row_softmax_is_judged_correct(tmp_path, monkeypatch, d
     source = judged_correct(path, moves, tmp_path, monkeypatch)
     assert ".to(tl.float32)" in source and "out_ptr.dtype.element_ty" in source
 
-
-MATH = ("x = torch.sin(x) + torch.cos(x * 0.5)\nx = torch.erf(x) * torch.rsqrt(x * x + 1.0)\n"
-        "x = torch.log1p(torch.abs(x)) - torch.expm1(x * 0.1)\nx = torch.reciprocal(x + 4.0) + torch.square(x).sin()")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
