@@ -141,3 +141,17 @@ def test_math_functions_are_fused_and_judged_correct(tmp_path, monkeypatch, dtyp
     assert pattern.kind == "elementwise", pattern.reason
     assert {"sin", "cos", "erf", "rsqrt", "log1p", "expm1", "reciprocal", "square"} <= set(pattern.ops)
     judged_correct(path, {"block": 512}, tmp_path, monkeypatch)
+
+
+def test_a_half_precision_value_pytorch_also_reads_is_loaded_not_recomputed(tmp_path, monkeypatch):
+    """``a`` is read by a cummax left in PyTorch (which sees it rounded to fp16) and by the pass
+    after it: recomputed unrounded there, ``cummax(a) - a`` would be a rounding error instead of
+    0 where ``a`` is the running maximum (times 100, far outside the tolerance). The later pass
+    loads the fp16 ``a`` as PyTorch has it."""
+    forward = "a = x * 3.0 + 1.0\nc = torch.cummax(a, dim=1).values\nx = (c - a) * 100.0 + torch.tanh(a)"
+    path = _problem(tmp_path, "reread", "", forward, "torch.rand(16, 200, dtype=DTYPE) + 1.0", "float16")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "graph", pattern.reason
+    groups = plan(pattern, "graph")["groups"]
+    assert [g.ops for g in groups] == [("mul", "add"), ("sub", "mul", "tanh", "add")]
+    judged_correct(path, {"block": 256}, tmp_path, monkeypatch)
