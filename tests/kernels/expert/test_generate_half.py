@@ -146,8 +146,9 @@ def test_math_functions_are_fused_and_judged_correct(tmp_path, monkeypatch, dtyp
 def test_a_half_precision_value_pytorch_also_reads_is_loaded_not_recomputed(tmp_path, monkeypatch):
     """``a`` is read by a cummax left in PyTorch (which sees it rounded to fp16) and by the pass
     after it: recomputed unrounded there, ``cummax(a) - a`` would be a rounding error instead of
-    0 where ``a`` is the running maximum (times 100, far outside the tolerance). The later pass
-    loads the fp16 ``a`` as PyTorch has it."""
+    0 where ``a`` is the running maximum (a chain of cumulative sums minus their inputs in bf16
+    came out 10x further from float64 than the reference so). The later pass loads the fp16 ``a``
+    as PyTorch has it, and is judged correct."""
     forward = "a = x * 3.0 + 1.0\nc = torch.cummax(a, dim=1).values\nx = (c - a) * 100.0 + torch.tanh(a)"
     path = _problem(tmp_path, "reread", "", forward, "torch.rand(16, 200, dtype=DTYPE) + 1.0", "float16")
     pattern = capture(load_problem(str(path)))

@@ -79,6 +79,10 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
     groups, outputs = [], []
     for nodes in components.values():
         inside = set(nodes)
+        # a half-precision value read outside the group exists there rounded to its dtype: a pass
+        # that needs it loads that value (recomputed unrounded, it would not cancel against what was
+        # computed from the rounded one, as cumsum(a) - a must)
+        shared = {n for n in nodes if dtype_name(n) != "float32" and any(u not in inside for u in n.users)}
         for out in nodes:
             if all(user in inside for user in out.users):
                 continue  # read only inside the group: not an output
@@ -88,7 +92,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
                 if current in cone:
                     continue
                 cone.add(current)
-                stack.extend(a for a in arg_nodes(current) if a in inside)
+                stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared)
             if len(cone) < min_ops:
                 continue
             ordered = sorted(cone, key=order.__getitem__)
