@@ -5,6 +5,7 @@ judged correct in Triton's CPU interpreter and compiled ahead of time for Hopper
 import pytest
 
 from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.generate import variants
 from loopwise.kernels.expert.partition import plan
 from loopwise.kernels.problem import load_problem
 
@@ -156,3 +157,37 @@ def test_a_half_precision_value_pytorch_also_reads_is_loaded_not_recomputed(tmp_
     groups = plan(pattern, "graph")["groups"]
     assert [g.ops for g in groups] == [("mul", "add"), ("sub", "mul", "tanh", "add")]
     judged_correct(path, {"block": 256}, tmp_path, monkeypatch)
+
+
+EPILOGUE = "x = self.fc(x)\nx = F.gelu(x) * self.scale + 0.5"
+EPILOGUE_INIT = "self.fc = nn.Linear(72, 40)\nself.scale = nn.Parameter(torch.rand(40) + 0.5)\nself.to(DTYPE)"
+
+
+@pytest.mark.parametrize("moves", [{"template": "graph_linear", "tile": 32, "chunk": 16},
+                                   {"template": "graph_linear", "cublas": 1, "block": 256}], ids=["triton", "cublas"])
+def test_an_fp16_linear_with_its_epilogue_is_a_gemm_plan_judged_correct(tmp_path, monkeypatch, moves):
+    """An fp16 nn.Linear followed by elementwise work on its output: the graph_linear plan's GEMM
+    reads fp16 on the tensor cores, sums in fp32, applies the bias and the epilogue to the fp32 tile
+    and stores fp16; with the cublas move the product is cuBLAS's and the epilogue one pass in place."""
+    path = _problem(tmp_path, "gemm", EPILOGUE_INIT, EPILOGUE, "torch.randn(50, 72, dtype=DTYPE)", "float16")
+    pattern = capture(load_problem(str(path)))
+    assert "graph_linear" in variants(pattern), pattern.reason
+    (gemm,) = plan(pattern, "graph_linear")["gemms"]
+    assert gemm.ops == ("linear", "gelu", "mul", "add") and gemm.dtype == "float16"
+    source = judged_correct(path, moves, tmp_path, monkeypatch)
+    assert "out_ptr.dtype.element_ty" in source or "y_ptr.dtype.element_ty" in source
+
+
+def test_a_bf16_linear_gemm_compiles_to_wgmma_for_hopper(tmp_path):
+    """The bf16 GEMM with its epilogue, at a size of the generated suite, compiled for sm_90 as its
+    launch specialises it: on Hopper's warp-group MMA, without spills."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert.aot import compile_for_hopper
+    from loopwise.kernels.expert.generate import render
+
+    init = EPILOGUE_INIT.replace("nn.Linear(72, 40)", "nn.Linear(1024, 2048)").replace("torch.rand(40)", "torch.rand(2048)")
+    problem = load_problem(str(_problem(tmp_path, "gemm_aot", init, EPILOGUE, "torch.randn(8192, 1024, dtype=DTYPE)",
+                                        "bfloat16")))
+    source = render(capture(problem), {"template": "graph_linear"})
+    compiled = compile_for_hopper(source, problem)
+    assert compiled["wgmma"] and compiled["spill_bytes"] == 0, compiled
