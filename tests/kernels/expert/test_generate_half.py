@@ -191,3 +191,15 @@ def test_a_bf16_linear_gemm_compiles_to_wgmma_for_hopper(tmp_path):
     source = render(capture(problem), {"template": "graph_linear"})
     compiled = compile_for_hopper(source, problem)
     assert compiled["wgmma"] and compiled["spill_bytes"] == 0, compiled
+
+
+def test_a_partition_whose_only_plan_is_its_gemms_is_generated_without_naming_it(tmp_path):
+    """Linear -> ELU -> Linear in bf16: one operation between the GEMMs is no pass of its own, so the
+    only plan is graph_linear (the ELU the first GEMM's epilogue); generate() without moves writes
+    that plan rather than the missing elementwise one."""
+    init = "self.fc1 = nn.Linear(64, 48)\nself.fc2 = nn.Linear(48, 32)\nself.to(DTYPE)"
+    path = _problem(tmp_path, "mlp", init, "x = self.fc2(F.elu(self.fc1(x)))", "torch.randn(40, 64, dtype=DTYPE)",
+                    "bfloat16")
+    source, pattern = generate(load_problem(str(path)))
+    assert variants(pattern) == ["graph_linear"]
+    assert source.startswith('"""graph_linear:') and "def linear_1_kernel" in source
