@@ -204,3 +204,18 @@ def test_a_partition_whose_only_plan_is_its_gemms_is_generated_without_naming_it
     source, pattern = generate(load_problem(str(path)))
     assert variants(pattern) == ["graph_linear"]
     assert source.startswith('"""graph_linear:') and "def linear_1_kernel" in source
+
+
+def test_a_group_that_promotes_half_to_float32_stores_float32(tmp_path, monkeypatch):
+    """An fp16 Linear's output times a float32 parameter is float32 in PyTorch: the pass after the
+    Linear reads fp16 and fp32, and stores float32 (so the GEMM plan leaves it a pass of its own)."""
+    init = "self.fc = nn.Linear(45, 24)\nself.to(DTYPE)\nself.w = nn.Parameter(torch.randn(24))"
+    path = _problem(tmp_path, "promote", init, "x = torch.relu(self.fc(x)) * self.w + 1.0",
+                    "torch.randn(33, 45, dtype=DTYPE)", "float16")
+    pattern = capture(load_problem(str(path)))
+    (group,) = plan(pattern, "graph")["groups"]
+    assert group.upcast and group.out_dtype == "float32"
+    (gemm,) = plan(pattern, "graph_linear")["gemms"]
+    assert gemm.ops == ("linear",) and len(plan(pattern, "graph_linear")["groups"]) == 1
+    source = judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+    assert "dtype=torch.float32" in source
