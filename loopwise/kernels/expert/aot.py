@@ -12,6 +12,14 @@ from __future__ import annotations
 import tempfile
 
 
+def _pointer_types() -> dict:
+    """Triton's pointer type for each torch dtype a launch passes a tensor of."""
+    import torch
+
+    return {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
+            torch.int64: "*i64"}
+
+
 def launch(source: str, problem) -> tuple:
     """(kernel, positional args, keyword args) of the one kernel launch ``source``'s ModelNew makes
     on ``problem``'s inputs, run on the meta device."""
@@ -62,7 +70,7 @@ def compile_for_hopper(source: str, problem) -> dict:
             constants[param.name] = value
             continue
         if isinstance(value, torch.Tensor):
-            signature[param.name] = {torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}[value.dtype]
+            signature[param.name] = _pointer_types()[value.dtype]
         else:
             signature[param.name] = "i64" if abs(int(value)) >= 2**31 else "i32"
         if isinstance(value, torch.Tensor) or int(value) % 16 == 0:

@@ -1,4 +1,5 @@
-"""Elementwise PyTorch operations as Triton expressions (fp32 arithmetic throughout)."""
+"""Elementwise PyTorch operations as Triton expressions (fp32 arithmetic throughout: half-precision
+values are upcast as they are loaded and the result cast to the output's dtype as it is stored)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ UNARY = {
     "hardsigmoid": "tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
     "hardswish": "({a} * tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0))",
     "relu6": "tl.minimum(tl.maximum({a}, 0.0), 6.0)",
+    "sin": "tl.sin({a})", "cos": "tl.cos({a})", "erf": "tl.math.erf({a})", "rsqrt": "tl.rsqrt({a})",
+    "reciprocal": "(1.0 / {a})", "square": "({a} * {a})",
+    # near 0, log(1 + a) and exp(a) - 1 cancel: there their Taylor series (error below a**5 / 5)
+    "log1p": "tl.where(tl.abs({a}) < 1e-2, {a} * (1.0 - {a} * (0.5 - {a} * (0.3333333333333333 - 0.25 * {a}))), "
+             "tl.log(1.0 + {a}))",
+    "expm1": "tl.where(tl.abs({a}) < 1e-2, {a} * (1.0 + {a} * (0.5 + {a} * (0.16666666666666666 + "
+             "0.041666666666666664 * {a}))), tl.exp({a}) - 1.0)",
 }
 # mish(x) = x * tanh(softplus(x)); softplus >= 0, where this tanh form is stable.
 UNARY["mish"] = "({a} * " + UNARY["tanh"].replace("{a}", UNARY["softplus"]) + ")"
@@ -39,10 +47,16 @@ FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sig
              torch.abs: "abs", torch.neg: "neg", operator.neg: "neg", F.gelu: "gelu", F.silu: "silu",
              F.softsign: "softsign", F.softplus: "softplus", F.elu: "elu", F.selu: "selu",
              torch.selu: "selu", F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish", F.mish: "mish",
-             F.relu6: "relu6"}
+             F.relu6: "relu6", torch.sin: "sin", torch.cos: "cos", torch.erf: "erf", torch.special.erf: "erf",
+             torch.rsqrt: "rsqrt", torch.reciprocal: "reciprocal", torch.square: "square", torch.log1p: "log1p",
+             torch.special.log1p: "log1p", torch.expm1: "expm1", torch.special.expm1: "expm1"}
 MODULES = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.GELU: "gelu", nn.SiLU: "silu",
            nn.Softsign: "softsign", nn.Softplus: "softplus", nn.ELU: "elu", nn.SELU: "selu",
            nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish", nn.Mish: "mish"}
+
+
+# The dtypes a fused pass reads and writes: its arithmetic is fp32, so float64 would lose precision.
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class Unsupported(Exception):

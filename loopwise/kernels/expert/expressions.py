@@ -11,8 +11,8 @@ from loopwise.kernels.expert import elementwise as ew
 
 def check_operand(model, target: str, shape: tuple[int, ...]) -> None:
     """The model's tensor at attribute path ``target`` (a parameter, buffer or plain tensor attribute,
-    which ModelNew will hold under the same path) is float32 and broadcasts against ``shape`` the one
-    way the kernel indexes it."""
+    which ModelNew will hold under the same path) is float32, float16 or bfloat16 (a pass reads it
+    upcast to float32) and broadcasts against ``shape`` the one way the kernel indexes it."""
     import torch
 
     try:
@@ -22,8 +22,8 @@ def check_operand(model, target: str, shape: tuple[int, ...]) -> None:
     if not isinstance(value, torch.Tensor):
         raise ew.Unsupported(f"model attribute {target!r} is a {type(value).__name__} after tracing, not a tensor "
                              "(does forward reassign it?)")
-    if value.dtype != torch.float32:
-        raise ew.Unsupported(f"model tensor {target!r} is {value.dtype}, not float32")
+    if value.dtype not in ew.FLOAT_DTYPES:
+        raise ew.Unsupported(f"model tensor {target!r} is {value.dtype}, not float32, float16 or bfloat16")
     if ew.broadcast_run(shape, tuple(value.shape)) is None:
         raise ew.Unsupported(f"model tensor {target!r} of shape {tuple(value.shape)} does not broadcast against "
                              f"the input shape {shape} as one contiguous run of dimensions")

@@ -300,7 +300,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         ValueError: the variant cannot compute this pattern, or CUTLASS would not build its knobs.
     """
     moves = dict(moves or {})
-    kind = moves.pop("template", pattern.kind)
+    # a partitioned forward's own template is its first plan (the elementwise one, where it has one)
+    kind = moves.pop("template", kinds(pattern)[0] if pattern.kind == "graph" else pattern.kind)
     params = {**default_moves(pattern, kind, precision), **moves}
     if kind in ("layernorm", "layernorm_welford"):
         # A chunk is a whole number of blocks.

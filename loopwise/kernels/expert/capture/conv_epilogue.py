@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.capture.elementwise import chain
+from loopwise.kernels.expert.capture.elementwise import chain, half_precision
 from loopwise.kernels.expert.fx_graph import graph_inputs
 from loopwise.kernels.expert.pattern import Pattern
 
@@ -36,5 +36,6 @@ def detect_conv_epilogue(gm, model, args) -> Pattern | None:
         raise ew.Unsupported("inputs after the first do not have the convolution's output shape")
     exprs = {calls[0].name: "x0"} | {p.name: f"x{i}" for i, p in enumerate(placeholders) if i}
     fused = chain(gm, model, calls[1:], exprs, len(placeholders), shape)
-    return replace(fused, ops=(type(conv).__name__.lower(),) + fused.ops, prologue=calls[0].target)
+    return replace(fused, ops=(type(conv).__name__.lower(),) + fused.ops, prologue=calls[0].target,
+                   params=half_precision(gm, model, args, fused.operands))  # a half-precision tensor of the model
 

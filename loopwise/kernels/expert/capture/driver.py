@@ -87,8 +87,9 @@ def _trace(model, args):
     numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     if len(tensors) + len(numbers) != len(args) or not tensors:
         raise ew.Unsupported("inputs other than tensors and plain numbers")
-    if any(t.dtype != torch.float32 for t in tensors):
-        raise ew.Unsupported("inputs not float32")
+    odd = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in ew.FLOAT_DTYPES})
+    if odd:
+        raise ew.Unsupported(f"inputs of dtype {', '.join(odd)} (fused passes read float32, float16 and bfloat16)")
     return (gm if gm is not None else trace_as_called(model, args)), None
 
 

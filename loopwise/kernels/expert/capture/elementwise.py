@@ -12,7 +12,8 @@ from loopwise.kernels.expert.pattern import Pattern
 
 def detect_elementwise(gm, model, args) -> Pattern:
     """The elementwise pattern of a forward that no whole-forward detector took: its operations as
-    one fused pass over its inputs (and the model's float32 tensors that broadcast against them).
+    one fused pass over its inputs (and the model's tensors that broadcast against them), in fp32
+    arithmetic whatever their float dtype (:func:`half_precision`).
 
     Raises:
         ew.Unsupported: an operation the pass cannot express, or inputs that do not broadcast
@@ -42,8 +43,36 @@ def detect_elementwise(gm, model, args) -> Pattern:
     params = (("full", full), ("broadcast", broadcast), ("unsqueeze", tuple(_unsqueezes(views).items())),
               ("unused", unused)) if broadcast or unused or views else ()
     # plain-number inputs (a scale passed to forward) are kernel arguments: tensors keep their order
-    return replace(fused, params=params,
+    return replace(fused, params=params + half_precision(gm, model, args, fused.operands),
                    scalars=tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)))
+
+
+def half_precision(gm, model, args, operands) -> tuple:
+    """The template parameters of a fused pass that reads or writes fp16 / bf16: ``upcast`` (every
+    load is cast to float32, the arithmetic stays fp32, the store casts to the output's dtype) and
+    ``out_dtype``, the dtype PyTorch's type promotion gives the forward's output (run on the meta
+    device); () where everything is float32, so that pass is written as it always was.
+
+    Raises:
+        ew.Unsupported: the output is not float32, float16 or bfloat16.
+    """
+    import functools
+
+    import torch
+
+    dtypes = [a.dtype for a in args if isinstance(a, torch.Tensor)]
+    dtypes += [functools.reduce(getattr, path.split("."), model).dtype for path in operands]
+    try:
+        with torch.no_grad():
+            out = gm(*args)
+    except Exception as exc:  # noqa: BLE001 - an operation without a meta kernel
+        raise ew.Unsupported(f"the output's dtype could not be read on the meta device ({type(exc).__name__})") from None
+    if not isinstance(out, torch.Tensor) or out.dtype not in ew.FLOAT_DTYPES:
+        raise ew.Unsupported(f"the output is {getattr(out, 'dtype', type(out).__name__)}, not float32, float16 or "
+                             "bfloat16")
+    if all(d == torch.float32 for d in (*dtypes, out.dtype)):
+        return ()
+    return ("upcast", True), ("out_dtype", str(out.dtype).removeprefix("torch."))
 
 
 def chain(gm, model, nodes, exprs: dict, count: int, shape: tuple[int, ...] | None) -> Pattern:

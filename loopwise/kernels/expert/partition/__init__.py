@@ -2,18 +2,21 @@
 the operations that stay in PyTorch.
 
 The forward is captured with torch.fx and its shapes propagated on the meta device. Every
-operation the elementwise translator can express (:func:`~loopwise.kernels.expert.expressions.expression`), whose inputs are float32
-tensors of its own output shape or the model's float32 tensors that broadcast against it, is a
-fusion candidate; connected candidates form a group, and each group output (a value read outside
-the group, or returned) becomes one Triton pass that computes it from the group's inputs
-(recomputing what two outputs share, which for elementwise work costs less than a second pass
-over memory). A group of fewer than :data:`MIN_OPS` operations is left to PyTorch: a one-operation
-Triton pass saves no memory traffic and costs a launch. Everything else (convolutions, norms,
-reductions, pooling, matrix products with their own modules) stays in PyTorch, in the traced
-order, with the reference's own modules and weights: ModelNew runs the reference's ``__init__``.
+operation the elementwise translator can express (:func:`~loopwise.kernels.expert.expressions.expression`), whose inputs are float32,
+float16 or bfloat16 tensors of its own output shape or the model's tensors of those dtypes that
+broadcast against it, is a fusion candidate; connected candidates form a group, and each group
+output (a value read outside the group, or returned) becomes one Triton pass that computes it from
+the group's inputs in fp32 arithmetic (half-precision values upcast as they are loaded, the result
+stored in the output's own dtype), recomputing what two outputs share, which for elementwise work
+costs less than a second pass over memory; a half-precision value read outside the group is
+loaded instead, as rounded there. A group of fewer than :data:`MIN_OPS` operations is left to
+PyTorch: a one-operation Triton pass saves no memory traffic and costs a launch. Everything else
+(convolutions, norms, reductions, pooling, matrix products with their own modules) stays in
+PyTorch, in the traced order, with the reference's own modules and weights: ModelNew runs the
+reference's ``__init__``.
 
-A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32 input
-a Triton GEMM, with the elementwise work that reads only its output fused as its epilogue (there a
+A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32, float16
+or bfloat16 input a Triton GEMM (a half-precision one on its own type, summed in fp32), with the elementwise work that reads only its output fused as its epilogue (there a
 single operation is worth fusing: it costs no pass of its own). A third (``graph_conv``) makes every
 nn.Conv2d (groups 1, zero padding) an implicit GEMM on the tensor cores as well, its epilogue the
 elementwise work that reads only its output with tensors of one value per output channel, and

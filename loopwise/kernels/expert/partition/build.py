@@ -19,9 +19,10 @@ def partition(problem):
     """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
     when the forward has an nn.GroupNorm or nn.BatchNorm, or a softmax over channels, ``graph_norm``
-    (the norms and softmaxes in Triton with their prologues and epilogues), when it has an nn.Linear on a 2-D float32 input ``graph_linear`` (each such
-    Linear a Triton GEMM on the tensor cores, with the elementwise pass that reads only its output
-    and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
+    (the norms and softmaxes in Triton with their prologues and epilogues), when it has an
+    nn.Linear on a 2-D float32, float16 or bfloat16 input ``graph_linear`` (each such Linear a
+    Triton GEMM on the tensor cores, with the elementwise pass that reads only its output and
+    per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
     search measures them as siblings.
 
     Raises:

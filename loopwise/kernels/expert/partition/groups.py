@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import check_operand, expression
-from loopwise.kernels.expert.partition.nodes import arg_nodes, float32_shape, statements
+from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 
 
@@ -35,7 +35,7 @@ def _fusible(gm, model, node) -> bool:
     if node.op not in ("call_function", "call_method", "call_module") or (
             _in_place(gm, node) and not _private_in_place(gm, node)):
         return False
-    shape = float32_shape(node)
+    shape = float_shape(node)
     if shape is None:
         return False
     exprs = {}
@@ -45,7 +45,7 @@ def _fusible(gm, model, node) -> bool:
                 check_operand(model, arg.target, shape)
             except ew.Unsupported:
                 return False
-        elif float32_shape(arg) != shape:
+        elif float_shape(arg) != shape:
             return False
         exprs[arg.name] = "a"
     try:
@@ -79,6 +79,10 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
     groups, outputs = [], []
     for nodes in components.values():
         inside = set(nodes)
+        # a half-precision value read outside the group exists there rounded to its dtype: a pass
+        # that needs it loads that value (recomputed unrounded, it would not cancel against what was
+        # computed from the rounded one, as cumsum(a) - a must)
+        shared = {n for n in nodes if dtype_name(n) != "float32" and any(u not in inside for u in n.users)}
         for out in nodes:
             if all(user in inside for user in out.users):
                 continue  # read only inside the group: not an output
@@ -88,7 +92,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
                 if current in cone:
                     continue
                 cone.add(current)
-                stack.extend(a for a in arg_nodes(current) if a in inside)
+                stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared)
             if len(cone) < min_ops:
                 continue
             ordered = sorted(cone, key=order.__getitem__)
@@ -104,7 +108,9 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
                 continue  # computed from the model's tensors alone: its shape is theirs
             body, ops, expr = statements(
                 gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            groups.append(Group(len(xs), tuple(p.target for p in ps), body, expr, ops))
+            dtypes = {dtype_name(n) for n in (out, *xs)} | set(operand_dtypes(model, ps))
+            groups.append(Group(len(xs), tuple(p.target for p in ps), body, expr, ops,
+                                upcast=dtypes != {"float32"}, out_dtype=dtype_name(out)))
             outputs.append((out, xs, ps, ordered))
     keep = sorted(range(len(groups)), key=lambda i: order[outputs[i][0]])
     return [groups[i] for i in keep], [outputs[i] for i in keep]

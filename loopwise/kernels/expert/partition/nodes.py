@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import functools
 
+from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import expression
 
 
 def operand_shapes(model, ps) -> list[tuple]:
     """The shapes of the model's tensors that the get_attr nodes ``ps`` read."""
     return [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
+
+
+def operand_dtypes(model, ps) -> list[str]:
+    """The dtypes (``float16``) of the model's tensors that the get_attr nodes ``ps`` read."""
+    return [str(functools.reduce(getattr, p.target.split("."), model).dtype).removeprefix("torch.") for p in ps]
 
 
 def statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
@@ -32,6 +38,20 @@ def float32_shape(node):
     if meta is None or not hasattr(meta, "dtype") or meta.dtype != torch.float32:
         return None
     return tuple(meta.shape)
+
+
+def float_shape(node):
+    """The node's output shape when it is one float32, float16 or bfloat16 tensor (what a fused pass
+    reads and writes, in fp32 arithmetic), else None."""
+    meta = node.meta.get("tensor_meta")
+    if meta is None or not hasattr(meta, "dtype") or meta.dtype not in ew.FLOAT_DTYPES:
+        return None
+    return tuple(meta.shape)
+
+
+def dtype_name(node) -> str:
+    """The dtype of the node's output tensor, as torch names it without the prefix (``float16``)."""
+    return str(node.meta["tensor_meta"].dtype).removeprefix("torch.")
 
 
 def arg_nodes(node) -> list:

@@ -89,11 +89,12 @@ def norm_passes(gm, model, groups, outputs, norm_nodes):
         def channel_wise(ps):
             return all(s in per_channel for s in operand_shapes(model, ps))
 
-        pre = next((i for i, (out, _, ps, _) in enumerate(outputs)
-                    if i not in taken and out is src and list(out.users) == [node] and channel_wise(ps)), None)
-        post = next((i for i, (_, xs, ps, cone) in enumerate(outputs)
-                     if i not in taken and i != pre and xs == [node] and all(u in cone for u in node.users)
-                     and channel_wise(ps)), None)
+        # a pass that reads half precision keeps its own launch: the norm's passes read fp32
+        free = [i for i in range(len(outputs)) if i not in taken and not groups[i].upcast]
+        pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [node]
+                    and channel_wise(outputs[i][2])), None)
+        post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
+                     and channel_wise(outputs[i][2])), None)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
         if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
             taken.add(pre)

@@ -18,6 +18,9 @@ class Group:
     body: tuple[str, ...]  # one Triton statement per operation
     expr: str
     ops: tuple[str, ...]
+    # a pass that reads or writes fp16 / bf16: every load upcast to fp32, the store cast to out_dtype
+    upcast: bool = False
+    out_dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class Gemm:
     expr: str
     ops: tuple[str, ...]
     conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation, in_channels); () for a Linear
+    # the input's and weights' dtype (a Linear's may be float16 / bfloat16: products summed in fp32,
+    # the bias and the epilogue applied in fp32) and the stored output's
+    dtype: str = "float32"
+    out_dtype: str = "float32"
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
