@@ -17,6 +17,7 @@ from typing import Any
 from loopwise.core.propose.llm import ChatTool, ToolContext, ToolError
 
 PROFILE_RESULT_CHARS = 4000  # a profile's guidance as the model reads it, cut to whole lines
+PROFILE_TIMEOUT_S = 300.0  # per profiler child (the command allows 600): a tool call holds up a proposal
 
 
 def run_policy(context: ToolContext) -> str:
@@ -125,7 +126,7 @@ class ProfileCandidate(ChatTool):
             draft = _write(folder / "draft.py", source)
             problem = load_problem(str(problem_file))
             report = profiler(problem, draft, folder / "profile", device=device, mode="proactive", ncu="auto",
-                              precision=self.policy)
+                              precision=self.policy, timeout_s=PROFILE_TIMEOUT_S)
             return guidance_text(report, PROFILE_RESULT_CHARS)
 
     @contextlib.contextmanager

@@ -142,7 +142,7 @@ def test_a_profile_runs_the_profile_pipeline_on_the_draft_against_the_runs_probl
     """The tool hands the profiler what ``loopwise kernels profile`` would get (the run's problem,
     the draft as a file, the run's device and policy) and answers with its guidance, cut to the budget;
     the profiler here reads a profile recorded on an H200 instead of running one."""
-    from loopwise.kernels.chat_tools import PROFILE_RESULT_CHARS, ProfileCandidate
+    from loopwise.kernels.chat_tools import PROFILE_RESULT_CHARS, ProfileCandidate, kernel_tools
     from loopwise.kernels.profile.guidance import finding_line
     from loopwise.kernels.profile.run import analyze
 
@@ -158,11 +158,15 @@ def test_a_profile_runs_the_profile_pipeline_on_the_draft_against_the_runs_probl
     result = run_tool_call({tool.name: tool}, ToolCall("p1", "profile_candidate", json.dumps({"source": honest})))
     assert not result.is_error, result.content
     assert seen["problem"].source == context.task and seen["draft"] == honest
-    assert (seen["device"], seen["precision"], seen["mode"]) == ("cuda:0", "relaxed", "proactive")
+    assert (seen["device"], seen["precision"], seen["mode"], seen["ncu"]) == ("cuda:0", "relaxed", "proactive", "auto")
     assert Path(seen["out_dir"]).is_relative_to(tmp_path / "tools")
     report = analyze(RECORDED / "unfused_chain", mode="proactive", write=False)
     assert report.findings and finding_line(report.findings[0]) in result.content
     assert "kernels (" in result.content and len(result.content) <= PROFILE_RESULT_CHARS
+    from chat_tool_conformance import check_chat_tool
+
+    assert check_chat_tool(tool, {"source": honest}) == result.content
+    assert check_chat_tool(kernel_tools(context)[-2], {"source": honest}).startswith("clean under the relaxed policy")
 
 
 def test_the_profile_guidance_is_cut_to_whole_lines_within_the_budget():
