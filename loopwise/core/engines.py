@@ -51,8 +51,9 @@ class Engine:
         prompts: ``"package:folder"``, where its prompt templates live (``system.md.j2``,
             ``user.md.j2``, ``<role>.md.j2``); empty when it has none.
         reply: what a model's reply to it carries: a ``python`` file or a ``json`` object.
-        chat_tools: ``"module:function"``, a function returning the tools a model may call while
-            proposing for it; empty when there are none.
+        chat_tools: ``"module:function"``, ``tools(context) -> list[ChatTool]``, the tools a model
+            may call while proposing for it, made for the run ``context`` (a ``ToolContext``:
+            the problem, the rules, the device, the run's folder) describes; empty when there are none.
         run_kinds: ``{run kind: "module:function"}``, the runs it records and each one's HTML
             report builder, ``build(store, out: Path | None) -> Path``.
         proposer: ``"module:function"``, its own LLM-free proposer,
@@ -82,9 +83,9 @@ class Engine:
         package, _, folder = self.prompts.partition(":")
         return Path(str(resources.files(package) / folder))
 
-    def tools(self) -> list:
-        """The chat tools offered while proposing for it (loaded now)."""
-        return list(load(self.chat_tools)()) if self.chat_tools else []
+    def tools(self, context: Any) -> list:
+        """The chat tools offered while proposing for it in the run ``context`` describes (loaded now)."""
+        return list(load(self.chat_tools)(context)) if self.chat_tools else []
 
     def commands(self, request: Any, folder: Path, draft: Path) -> list:
         """The commands an exchange agent may run for ``request`` (loaded now; none when it has none)."""

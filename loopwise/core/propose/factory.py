@@ -11,6 +11,7 @@ from loopwise.errors import UserError
 __all__ = ["CHOICES", "make_proposer"]
 
 CHOICES = ("expert", "llm", "exchange")
+TOOLS_FOLDER = "chat-tools"  # under the run's folder: what a model's tool calls wrote (e.g. profiles)
 
 
 def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "",
@@ -27,7 +28,8 @@ def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "
         llm: the fields of ``LLMConfig`` (``llm``).
         role_models: another model for some roles (``{"analyst": MODEL}``, role names as in
             ``roles.ROLE_NAMES``), on the same server and sharing one budget (``llm``).
-        context: what the engine's own proposer factory takes (e.g. the problem and a seed).
+        context: what the engine's own proposer factory takes (e.g. the problem and a seed); its
+            ``device`` also goes to a model's tools, with the run store's folder.
 
     Returns:
         The proposer; for ``expert``, whatever the engine's factory returns.
@@ -48,8 +50,11 @@ def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "
 
     call_log = (lambda rec: record_llm_call(store, rec)) if store is not None else None
     settings = dict(llm if llm is not None else {})
+    run_dir = getattr(store, "run_dir", None)  # the tools write under the run's folder when it has one
+    for_tools = {"device": str(context.get("device") or ""),
+                 "tool_folder": run_dir / TOOLS_FOLDER if run_dir is not None else None}
     try:
-        default = LLMProposer.from_config(settings, call_log=call_log)
+        default = LLMProposer.from_config(settings, call_log=call_log, **for_tools)
         if not role_models:
             return default
         from loopwise.core.propose.roles import ROLE_NAMES, RoleRouter
@@ -58,7 +63,7 @@ def make_proposer(choice: str, engine: str, *, store=None, exchange_dir: str = "
         for model in role_models.values():
             if model not in by_model:  # one proposer per model, all charged to the default's budget
                 by_model[model] = LLMProposer.from_config({**settings, "model": model}, call_log=call_log,
-                                                          budget=default.budget)
+                                                          budget=default.budget, **for_tools)
     except (TypeError, ValueError, KeyError) as exc:
         raise UserError(f"--proposer llm: {exc}") from None
     return RoleRouter(default, {ROLE_NAMES[role]: by_model[model] for role, model in role_models.items()})

@@ -67,6 +67,7 @@ def profile_cmd(
 
 def _print_profile(report) -> None:
     from loopwise.core.console import console as make_console
+    from loopwise.kernels.profile.guidance import FINDINGS_SHOWN, finding_line
     from rich.table import Table
 
     console = make_console()
@@ -86,9 +87,8 @@ def _print_profile(report) -> None:
     console.print(table)
     if report.findings:
         console.print("[bold]findings[/] (highest first):")
-        for f in report.findings[:12]:
-            moves = ", ".join(m if isinstance(m, str) else json.dumps(m) for m in (move.to_json() for move in f.moves))
-            console.print(f"  [{f.severity}] {f.tool}: {f.guidance}" + (f"  → try: {moves}" if moves else ""))
+        for f in report.findings[:FINDINGS_SHOWN]:
+            console.print(f"  {finding_line(f)}")
     else:
         console.print("no findings" + (" (raw mode)" if report.mode == "raw" else ""))
     for note in report.notes:
@@ -100,6 +100,7 @@ def _print_profile(report) -> None:
 def tools_cmd(as_json: bool = JSON) -> None:
     """The installed micro-profiling tools: what each reads and for which roofline classes it runs."""
     from loopwise.core.console import console as make_console
+    from loopwise.kernels.profile.guidance import FINDINGS_SHOWN, finding_line
     from rich.table import Table
 
     from loopwise.kernels.profile.registry import load_tools
@@ -169,6 +170,7 @@ def sass_cmd(
 
 def _print_sass(out: list[dict]) -> None:
     from loopwise.core.console import console as make_console
+    from loopwise.kernels.profile.guidance import FINDINGS_SHOWN, finding_line
     from rich.table import Table
 
     console = make_console()

@@ -22,6 +22,7 @@ from loopwise.core.propose.llm import (
     LLMProposer,
     ModelPrice,
     ToolCall,
+    ToolContext,
     ToolError,
     run_tool_call,
 )
@@ -66,7 +67,7 @@ def make(server, api, tool, *, calls=None, budget=None, **overrides):
     fields.update(overrides)
     return LLMProposer(LLMConfig(**fields), call_log=calls.append if calls is not None else None,
                        budget=budget, sleep=lambda s: None, rng=random.Random(0),
-                       toolbox=lambda kind: [tool] if kind == "kernels" else [])
+                       toolbox=lambda context: [tool] if context.kind == "kernels" else [])
 
 
 def tool_messages(api: str, body: dict) -> list[dict]:
@@ -182,7 +183,8 @@ def test_tools_off_or_another_kind_sends_no_tools(server):
     assert make(server, "openai", Lookup(), max_tool_rounds=0).propose(REQUEST)[0].ok
     assert all("tools" not in p.body for p in server.posts())
     proposer = make(server, "openai", Lookup())
-    assert proposer.tools_for("training") == () and [t.name for t in proposer.tools_for("kernels")] == ["lookup"]
+    assert proposer.tools_for(ToolContext(kind="training")) == ()
+    assert [t.name for t in proposer.tools_for(ToolContext(kind="kernels"))] == ["lookup"]
 
 
 def test_the_test_tool_conforms():
@@ -257,3 +259,20 @@ def test_a_client_error_without_tools_too_is_the_answer(server, api):
     [result] = make(server, api, Lookup()).propose(REQUEST)
     assert result.reason == FailureReason.API_ERROR and "HTTP 400" in result.detail
     assert len(server.posts()) == 2  # once with tools, once without; no retry beyond
+
+
+def test_the_tools_are_made_once_for_the_run_each_request_comes_from(server, tmp_path):
+    """The toolbox is told the request's engine, problem and rules, and the proposer's device and folder."""
+    made = []
+    server.queue(good(), good(), good())
+    config = LLMConfig(model="fake-model", base_url=server.base_url + "/v1", api_key_env="LOOPWISE_TEST_KEY",
+                       max_retries=0)
+    proposer = LLMProposer(config, toolbox=lambda context: made.append(context) or [Lookup()], device="cuda:0",
+                           tool_folder=tmp_path)
+    request = ProposalRequest(kind="kernels", task="class Model: ...", rules=("Precision policy relaxed.",))
+    proposer.propose(request)
+    proposer.propose(request)
+    proposer.propose(ProposalRequest(kind="kernels", task="another problem"))
+    assert made == [ToolContext(kind="kernels", task="class Model: ...", rules=("Precision policy relaxed.",),
+                                device="cuda:0", folder=tmp_path),
+                    ToolContext(kind="kernels", task="another problem", device="cuda:0", folder=tmp_path)]

@@ -272,7 +272,8 @@ def test_the_llm_proposer_calls_the_cutlass_tools_by_default_for_kernels(checkou
     finally:
         server.stop()
     assert result.ok
-    assert [t["function"]["name"] for t in first.body["tools"]] == ["cutlass_search", "cutlass_read", "check_candidate"]
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["cutlass_search", "cutlass_read", "check_candidate",
+                                                                  "profile_candidate"]
     answer = second.body["messages"][-1]
     assert answer["role"] == "tool" and "include/cutlass/widget.hpp:1-" in answer["content"]
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_modules import bench_module
 from exchange_agent import ScriptedAgent
 from judge_doubles import StandInJudge
 
@@ -16,19 +17,9 @@ PROBLEM = Path(__file__).parents[3] / "loopwise" / "kernels" / "examples" / "sca
 GOOD = (PROBLEM.parent / "scaled_gelu_triton.py").read_text()
 TYPO = GOOD.replace("tl.arange(0, BLOCK)", "tl.arang(0, BLOCK)")
 OTHER = GOOD.replace("1024", "512")
-DOT = GOOD + '''
-
-@triton.jit
-def unused_dot_kernel(a_ptr, b_ptr, c_ptr):
-    r = tl.arange(0, 16)
-    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
-    b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
-    tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
-'''
-
-
-def answer(code: str, move: str) -> str:
-    return f"Move: {move}\n\n```python\n{code}```\n"
+REPLAY = bench_module("repair_replay")  # the mistakes bench/repair_replay.py replays, written once there
+DOT = GOOD + REPLAY.DOT  # a plain fp32 tl.dot
+answer = REPLAY.answer
 
 
 def test_the_loop_repairs_a_typo_a_plain_dot_no_code_and_a_duplicate(tmp_path, cli_env):

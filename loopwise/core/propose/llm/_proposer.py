@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loopwise.core.propose._base import (
@@ -38,6 +39,7 @@ from loopwise.core.propose.llm._tools import (
     ChatTool,
     Toolbox,
     ToolCall,
+    ToolContext,
     ToolResult,
     engine_tools,
     run_tool_call,
@@ -105,7 +107,10 @@ class LLMProposer(Proposer):
         client: a ready backend; defaults to the one ``config.api`` names.
         sleep: how retries wait (tests pass a recorder).
         rng: the source of backoff jitter.
-        toolbox: the tools to offer per kind; defaults to the engines' own (``engine_tools``).
+        toolbox: the tools to offer per request; defaults to the engines' own (``engine_tools``),
+            made for the run each request comes from (a ``ToolContext``).
+        device: the device the run judges on, for the tools (empty: unknown).
+        tool_folder: where the tools may write files for the run (None: nowhere of the run's).
 
     Raises:
         UserError: no API key is set for a hosted API.
@@ -121,6 +126,8 @@ class LLMProposer(Proposer):
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         toolbox: Toolbox = engine_tools,
+        device: str = "",
+        tool_folder: Path | None = None,
     ) -> None:
         self.config = config
         self.budget = budget or Budget(config.budget)
@@ -130,7 +137,9 @@ class LLMProposer(Proposer):
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._toolbox = toolbox
-        self._tools: dict[str, tuple[ChatTool, ...]] = {}
+        self._device = device
+        self._tool_folder = tool_folder
+        self._tools: dict[ToolContext, tuple[ChatTool, ...]] = {}
         self._tools_refused = False
         self._tool_note = ""
         self._policy = RetryPolicy(
@@ -157,7 +166,7 @@ class LLMProposer(Proposer):
 
     def propose(self, request: ProposalRequest) -> list[ProposalResult]:
         """Asks for ``request.n`` proposals, one conversation each; past the budget, ``BudgetExhausted``."""
-        tools = self.tools_for(request.kind)
+        tools = self.tools_for(self.tool_context(request))
         if tools:
             self._tool_note = render_template("tools_system.md.j2", tools=tools, max_rounds=self.config.max_tool_rounds)
         results: list[ProposalResult] = []
@@ -175,14 +184,20 @@ class LLMProposer(Proposer):
                 results.append(self._propose_one(prompt, request.kind, tools, request.role))
         return results
 
-    def tools_for(self, kind: str) -> tuple[ChatTool, ...]:
-        """The tools offered for proposals of ``kind``: none when tools are off or there are none,
-        or when the server refused them once."""
+    def tool_context(self, request: ProposalRequest) -> ToolContext:
+        """What the tools are told about the run ``request`` comes from: its engine, problem and
+        rules, and this proposer's device and folder."""
+        return ToolContext(kind=request.kind, task=request.task, rules=request.rules, device=self._device,
+                           folder=self._tool_folder)
+
+    def tools_for(self, context: ToolContext) -> tuple[ChatTool, ...]:
+        """The tools offered for proposals in ``context`` (made once per context): none when tools
+        are off or there are none, or when the server refused them once."""
         if not self.config.tools or self.config.max_tool_rounds == 0 or self._tools_refused:
             return ()
-        if kind not in self._tools:
-            self._tools[kind] = tuple(self._toolbox(kind))
-        return self._tools[kind]
+        if context not in self._tools:
+            self._tools[context] = tuple(self._toolbox(context))
+        return self._tools[context]
 
     def _propose_one(self, prompt: Prompt, kind: str, tools: tuple[ChatTool, ...] = (),
                      role: ProposalRole = ProposalRole.IMPROVE) -> ProposalResult:
@@ -203,7 +218,7 @@ class LLMProposer(Proposer):
                 self._log(prompt, outcome, None, None, failure, start, len(rounds))
                 log.warning("%s refused the tools (%s); asking without them from now on",
                             self.origin, outcome.error.detail)
-                self._tools = {k: () for k in (*self._tools, kind)}
+                self._tools.clear()
                 self._tools_refused = True
                 tools, by_name = (), {}
                 prompt = self._without_tool_note(prompt)

@@ -10,6 +10,7 @@ import abc
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loopwise.core.engines import engines
@@ -48,8 +49,31 @@ class ChatTool(abc.ABC):
         """
 
 
-Toolbox = Callable[[str], Sequence[ChatTool]]
-"""The tools to offer for one registered engine, by its name."""
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a run knows that its engine's tools may answer with, built by the proposer for each request.
+
+    Attributes:
+        kind: the registered engine asking (the request's ``kind``).
+        task: the problem as the request states it (for kernels: the reference problem file's source).
+        rules: the rules the judge enforces, one sentence each; the run's precision policy and
+            tolerance among them, in the engine's own words.
+        device: the device the run judges on (``cuda:0``, ``cpu``, ...); empty when unknown.
+        folder: a folder of the run where tools may write files; None when the run has none.
+    """
+
+    kind: str
+    task: str = ""
+    rules: tuple[str, ...] = ()
+    device: str = ""
+    folder: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+
+
+Toolbox = Callable[[ToolContext], Sequence[ChatTool]]
+"""The tools to offer for one request: those of the engine ``context.kind`` names, for its run."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +95,12 @@ class ToolResult:
     is_error: bool = False
 
 
-def engine_tools(kind: str) -> list[ChatTool]:
-    """The chat tools the engine ``kind`` registered, loaded on first use so that proposing for
-    one engine never imports another; none when it has none or no engine is registered as ``kind``."""
-    registered = engines().get(kind)
-    return registered.tools() if registered is not None else []
+def engine_tools(context: ToolContext) -> list[ChatTool]:
+    """The chat tools the engine ``context.kind`` registered, made for the run ``context``
+    describes; loaded on first use so that proposing for one engine never imports another; none
+    when it has none or no engine is registered under that name."""
+    registered = engines().get(context.kind)
+    return registered.tools(context) if registered is not None else []
 
 
 def _argument_errors(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
