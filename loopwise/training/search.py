@@ -52,6 +52,7 @@ from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
 CONTINUE = "Continues unchanged: the diagnosis found nothing to answer."
+MAX_PROBES_PER_EXPANSION = 4  # signal probes one expansion may spend (each one step's samples)
 
 
 def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, width: int = 2,
@@ -66,6 +67,7 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
     ``path`` (:class:`loopwise.training.proposer.ModelTransitions` for a model or an exchange folder)."""
     from loopwise.core.search import MCTS, Outcome
     from loopwise.training.diagnose import diagnose
+    from loopwise.training.learning_signal import NO_SIGNAL_SHARE, sampling_changed, zero_variance_share
     from loopwise.training.transitions import propose_transitions
 
     search = MCTS(seed=seed)
@@ -88,6 +90,7 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
             node_id = nodes[node_id]["parent"]
         return out[::-1]
 
+    notes: list[str] = []
     while not out_of_budget:
         exp = search.ask()
         if exp is None:
@@ -99,36 +102,57 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
             continue
         findings = diagnose(parent["trace"], parent["config"]) if exp.node_id else []
         history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
+
+        def propose(n: int) -> list[tuple]:
+            return [(t.config, t.rationale, t.by) for t in transitions(
+                parent["config"], findings, rng, n, bounds, reward=parent["tune"], trace=parent["trace"],
+                path=history)]
+
         # without a finding, one child continues the config unchanged (the root's: the default config)
-        proposals = [] if findings else [(parent["config"], CONTINUE if exp.node_id else "the default config",
-                                          "default")]
-        if width > len(proposals):
-            proposals += [(t.config, t.rationale, t.by) for t in transitions(
-                parent["config"], findings, rng, width - len(proposals), bounds, reward=parent["tune"],
-                trace=parent["trace"], path=history)]
-        added = []
-        for cfg, why, by in proposals:
+        queue = [] if findings else [(parent["config"], CONTINUE if exp.node_id else "the default config", "default")]
+        if width > len(queue):
+            queue += propose(width - len(queue))
+        tried: set[str] = set()
+        added = probes = 0
+        refilled = False
+        while queue and added < width:
+            cfg, why, by = queue.pop(0)
             key = config_key(path + [cfg])
-            if search.find(key) is not None:
+            if key in tried or search.find(key) is not None:
                 continue
-            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, why, by))
-        if not added:
-            search.close(exp.node_id)
-            continue
-        for node_id, cfg, why, by in added:
-            if not budget.fits(session.spent - start, cfg):
+            tried.add(key)
+            # a config that samples or scores differently is first probed: one step's sampling from the parent
+            check = sampling_changed(parent["config"], cfg)
+            if not budget.fits(session.spent - start, cfg, steps=cfg.steps + check):
                 out_of_budget = True
                 break
-            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
-                                       label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1,
-                                              "why": why, "by": by})
+            label = {"node": len(search), "parent": exp.node_id, "depth": len(ids) + 1, "why": why, "by": by}
+            if check:
+                if probes >= MAX_PROBES_PER_EXPANSION:
+                    continue
+                probes += 1
+                probe = session.probe_signal(parent["state"], cfg, seed * 1000 + len(search), label=label)
+                if not probe.learnable:
+                    notes.append(f"node {exp.node_id}: not applied ({why}): {probe.describe()}")
+                    if not queue and not refilled:  # the proposer's next offers, once per expansion
+                        queue, refilled = propose(width + len(tried)), True
+                    continue
+            node_id = search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1})
+            added += 1
+            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id, label=label | {"node": node_id})
             nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
                               "tune": result.tune_reward, "why": why}
             search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
+            share = zero_variance_share(result.trace)
+            if share is not None and share >= NO_SIGNAL_SHARE:  # it learned (almost) nothing: not expanded
+                search.close(node_id)
+                notes.append(f"node {node_id}: closed: {share:.0%} of its groups had no reward variance ({why})")
+        if not added and not out_of_budget:
+            search.close(exp.node_id)
     best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
     best, ids = nodes[best_id], lineage(best_id)
     return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
-                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids])
+                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids], notes=notes)
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
@@ -142,7 +166,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
-    before = session.spent
+    before, groups = session.spent, session.groups
     if method == "tree":
         schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
@@ -167,4 +191,5 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
     schedule.test_reward = session.test_reward(schedule.state)
     schedule.compute = session.spent - before
+    schedule.groups = session.groups - groups
     return schedule

@@ -76,6 +76,14 @@ class _FakeSession:
         self.trained.append((parent, config, label))
         return StageResult(config, parent + b"+", self.trace, 0.3 + 0.01 * len(self.trained), 0.3, 0.0)
 
+    def probe_signal(self, parent, config, seed, label=None):
+        from loopwise.training.learning_signal import SignalProbe
+
+        probe = SignalProbe(config, config.prompts_per_step, 0, 0.5,
+                            Compute(config.prompts_per_step * config.num_generations, 0))
+        self.spent = self.spent + probe.compute
+        return probe
+
     def value(self, tune):
         return (tune + 0.01) / (self.base_tune + 0.01)
 
