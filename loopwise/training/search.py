@@ -20,7 +20,13 @@ cost what the default's do:
   (:func:`~loopwise.training.diagnose.diagnose`) and proposes coordinated transitions
   (:func:`~loopwise.training.transitions.propose_transitions`); a node without findings is also
   continued unchanged (a fresh stage of the same config), as the root is with the default config.
-  Schedules are at most ``depth`` stages long.
+  Schedules are at most ``depth`` stages long. A transition that changes what the next stage
+  samples or how it is scored (difficulty, temperature, completion cap, group) is first probed:
+  one step's sampling from the parent, no update
+  (:meth:`~loopwise.training.session.Session.probe_signal`, its samples paid from the budget); when
+  at least :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the probe's groups have no
+  reward variance the transition is not applied and the proposer's next offer takes its place. A
+  trained node whose stage had that share of uniform groups learned nothing and is not expanded.
 - ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
@@ -59,8 +65,10 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
 
-    Every node trained counts against ``budget``; the search ends at the first proposed stage that
-    does not fit what is left.
+    Every node trained and every signal probe taken counts against ``budget``; the search ends at
+    the first proposed stage that does not fit what is left (with its probe, when it needs one).
+    The schedule's ``notes`` say which transitions a probe stopped and which nodes were closed for
+    want of a reward signal.
 
     ``transitions`` is where the next configs come from: None for the expert rules, or a callable
     with :func:`~loopwise.training.transitions.propose_transitions`' arguments plus ``trace`` and

@@ -17,7 +17,9 @@ forward passes over them and the ``num_iterations`` backward passes that every s
 ``cpu`` preset 32 greedy completions every other step against 64 sampled ones a step), plus, at
 ``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
 held-out evaluations at stage ends, probes are not counted in a method's budget of generated
-samples.
+samples. The tree's *signal* probes (:meth:`Session.probe_signal`: one step's sampling under a new
+config, to see whether any group carries a reward signal) are sampled like a training step and
+are counted.
 """
 
 from __future__ import annotations
