@@ -73,94 +73,134 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
     ``transitions`` is where the next configs come from: None for the expert rules, or a callable
     with :func:`~loopwise.training.transitions.propose_transitions`' arguments plus ``trace`` and
     ``path`` (:class:`loopwise.training.proposer.ModelTransitions` for a model or an exchange folder)."""
-    from loopwise.core.search import MCTS, Outcome
-    from loopwise.training.diagnose import diagnose
-    from loopwise.training.learning_signal import NO_SIGNAL_SHARE, sampling_changed, zero_variance_share
+    from loopwise.core.search import MCTS
     from loopwise.training.transitions import propose_transitions
 
-    search = MCTS(seed=seed)
-    rng = random.Random(seed)
-    start, out_of_budget = session.spent, False
-    bounds = tree_bounds(session)
-    root_cfg = session.default_config()
     if transitions is None:
         def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
             return propose_transitions(config, findings, rng_, n, bounds_)
-    search.add_root("base", payload={"depth": 0})
-    nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [], "config": root_cfg,
-                                  "tune": session.base_tune, "why": ""}}
+    tree = _Tree(session, budget, depth, seed, width, transitions, MCTS(seed=seed))
+    while not tree.out_of_budget:
+        exp = tree.search.ask()
+        if exp is None:
+            break
+        tree.expand(exp.node_id)
+    return tree.schedule()
 
-    def lineage(node_id: int) -> list[int]:
+
+class _Tree:
+    """The tree search's state: the MCTS, each node's checkpoint, trace and config, and the notes."""
+
+    def __init__(self, session: Session, budget: Budget, depth: int, seed: int, width: int, transitions,
+                 search) -> None:
+        self.session, self.budget, self.depth, self.seed, self.width = session, budget, depth, seed, width
+        self.transitions, self.search = transitions, search
+        self.rng, self.bounds = random.Random(seed), tree_bounds(session)
+        self.start, self.out_of_budget, self.notes = session.spent, False, []
+        search.add_root("base", payload={"depth": 0})
+        self.nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [],
+                                           "config": session.default_config(), "tune": session.base_tune, "why": ""}}
+
+    def lineage(self, node_id: int) -> list[int]:
         """The stages from the base to ``node_id``, the base left out."""
         out = []
         while node_id:
             out.append(node_id)
-            node_id = nodes[node_id]["parent"]
+            node_id = self.nodes[node_id]["parent"]
         return out[::-1]
 
-    notes: list[str] = []
-    while not out_of_budget:
-        exp = search.ask()
-        if exp is None:
-            break
-        parent, ids = nodes[exp.node_id], lineage(exp.node_id)
-        path = [nodes[i]["config"] for i in ids]
-        if len(ids) >= depth:
-            search.close(exp.node_id)
-            continue
-        findings = diagnose(parent["trace"], parent["config"]) if exp.node_id else []
-        history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
+    def expand(self, node_id: int) -> None:
+        """Diagnoses ``node_id``, then trains up to ``width`` of the proposed children; a child a
+        signal probe rejects is replaced by the proposer's next offer (asked once more at most)."""
+        from loopwise.training.diagnose import diagnose
+
+        parent, ids = self.nodes[node_id], self.lineage(node_id)
+        if len(ids) >= self.depth:
+            self.search.close(node_id)
+            return
+        findings = diagnose(parent["trace"], parent["config"]) if node_id else []
+        history = [(self.nodes[i]["config"], self.nodes[i]["tune"]) for i in ids]
 
         def propose(n: int) -> list[tuple]:
-            return [(t.config, t.rationale, t.by) for t in transitions(
-                parent["config"], findings, rng, n, bounds, reward=parent["tune"], trace=parent["trace"],
+            return [(t.config, t.rationale, t.by) for t in self.transitions(
+                parent["config"], findings, self.rng, n, self.bounds, reward=parent["tune"], trace=parent["trace"],
                 path=history)]
 
         # without a finding, one child continues the config unchanged (the root's: the default config)
-        queue = [] if findings else [(parent["config"], CONTINUE if exp.node_id else "the default config", "default")]
-        if width > len(queue):
-            queue += propose(width - len(queue))
+        queue = [] if findings else [(parent["config"], CONTINUE if node_id else "the default config", "default")]
+        if self.width > len(queue):
+            queue += propose(self.width - len(queue))
+        path = [self.nodes[i]["config"] for i in ids]
         tried: set[str] = set()
         added = probes = 0
         refilled = False
-        while queue and added < width:
+        while queue and added < self.width and not self.out_of_budget:
             cfg, why, by = queue.pop(0)
             key = config_key(path + [cfg])
-            if key in tried or search.find(key) is not None:
+            if key in tried or self.search.find(key) is not None:
                 continue
             tried.add(key)
-            # a config that samples or scores differently is first probed: one step's sampling from the parent
-            check = sampling_changed(parent["config"], cfg)
-            if not budget.fits(session.spent - start, cfg, steps=cfg.steps + check):
-                out_of_budget = True
-                break
-            label = {"node": len(search), "parent": exp.node_id, "depth": len(ids) + 1, "why": why, "by": by}
-            if check:
-                if probes >= MAX_PROBES_PER_EXPANSION:
-                    continue
-                probes += 1
-                probe = session.probe_signal(parent["state"], cfg, seed * 1000 + len(search), label=label)
-                if not probe.learnable:
-                    notes.append(f"node {exp.node_id}: not applied ({why}): {probe.describe()}")
-                    if not queue and not refilled:  # the proposer's next offers, once per expansion
-                        queue, refilled = propose(width + len(tried)), True
-                    continue
-            node_id = search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1})
-            added += 1
-            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id, label=label | {"node": node_id})
-            nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
-                              "tune": result.tune_reward, "why": why}
-            search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
-            share = zero_variance_share(result.trace)
-            if share is not None and share >= NO_SIGNAL_SHARE:  # it learned (almost) nothing: not expanded
-                search.close(node_id)
-                notes.append(f"node {node_id}: closed: {share:.0%} of its groups had no reward variance ({why})")
-        if not added and not out_of_budget:
-            search.close(exp.node_id)
-    best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
-    best, ids = nodes[best_id], lineage(best_id)
-    return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
-                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids], notes=notes)
+            verdict = self._admit(node_id, cfg, why, probes < MAX_PROBES_PER_EXPANSION)
+            probes += verdict in ("probed", "rejected")
+            if verdict == "rejected" and not queue and not refilled:  # the proposer's next offers
+                queue, refilled = propose(self.width + len(tried)), True
+            if verdict in ("direct", "probed"):
+                self._train(node_id, key, cfg, {"depth": len(ids) + 1, "why": why, "by": by})
+                added += 1
+        if not added and not self.out_of_budget:
+            self.search.close(node_id)
+
+    def _admit(self, node_id: int, cfg, why: str, may_probe: bool) -> str:
+        """Whether ``cfg`` may be trained below ``node_id``: ``direct`` (it samples as its parent
+        does), ``probed`` (a signal probe found groups with a signal), ``rejected`` (it found
+        none), ``skipped`` (it needs a probe and the expansion has spent its probes) or ``budget``
+        (the stage, with its probe, does not fit what is left)."""
+        from loopwise.training.learning_signal import sampling_changed
+
+        parent = self.nodes[node_id]
+        check = sampling_changed(parent["config"], cfg)
+        if not self.budget.fits(self.session.spent - self.start, cfg, steps=cfg.steps + check):
+            self.out_of_budget = True
+            return "budget"
+        if not check:
+            return "direct"
+        if not may_probe:
+            return "skipped"
+        # one step's sampling from the parent; the node id the child would take seeds it
+        probe = self.session.probe_signal(parent["state"], cfg, self.seed * 1000 + len(self.search),
+                                          label={"node": len(self.search), "parent": node_id, "why": why})
+        if probe.learnable:
+            return "probed"
+        self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}")
+        return "rejected"
+
+    def _train(self, node_id: int, key: str, cfg, label: dict) -> None:
+        """Trains the child ``cfg`` of ``node_id`` and tells the search; a child whose stage had no
+        reward signal in (almost) any group learned nothing and is closed."""
+        from loopwise.core.search import Outcome
+        from loopwise.training.learning_signal import NO_SIGNAL_SHARE, zero_variance_share
+
+        parent = self.nodes[node_id]
+        child = self.search.add_child(node_id, key, payload={"depth": label["depth"]})
+        result = self.session.run_stage(parent["state"], cfg, self.seed * 1000 + child,
+                                        label={"node": child, "parent": node_id, **label})
+        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace, "config": cfg,
+                             "tune": result.tune_reward, "why": label["why"]}
+        self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))
+        share = zero_variance_share(result.trace)
+        if share is not None and share >= NO_SIGNAL_SHARE:
+            self.search.close(child)
+            self.notes.append(f"node {child}: closed: {share:.0%} of its groups had no reward variance "
+                              f"({label['why']})")
+
+    def schedule(self) -> Schedule:
+        """The best node by tune reward (the earliest among equals) and the stages that lead to it."""
+        nodes = self.nodes
+        best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
+        ids = self.lineage(best_id)
+        return Schedule("tree", [nodes[i]["config"] for i in ids], nodes[best_id]["tune"], nodes[best_id]["state"],
+                        self.search.n_evals, traces=[nodes[i]["trace"] for i in ids],
+                        reasons=[nodes[i]["why"] for i in ids], notes=self.notes)
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
