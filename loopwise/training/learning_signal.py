@@ -11,7 +11,9 @@ cuts every answer, the temperature makes every sample noise, or the prompts are 
 - :class:`GroupTally` counts uniform groups over the stages a method trained, for its report;
 - :func:`probe` samples one step's prompts from a checkpoint under a new config without training:
   the search's check, before a transition is applied, that the next stage can learn anything.
-  Its samples are generated like a training step's and count in the method's budget;
+  It draws what that stage's first step draws; a rejected probe's samples count in the method's
+  budget, an admitted one's are the stage's first step
+  (:meth:`~loopwise.training.session.Session.probe_signal`);
 - :func:`sampling_changed`: whether a transition changes what the next stage samples and how it is
   scored (otherwise the parent's own trace already tells, and no probe is needed).
 """

@@ -22,11 +22,12 @@ cost what the default's do:
   continued unchanged (a fresh stage of the same config), as the root is with the default config.
   Schedules are at most ``depth`` stages long. A transition that changes what the next stage
   samples or how it is scored (difficulty, temperature, completion cap, group) is first probed:
-  one step's sampling from the parent, no update
-  (:meth:`~loopwise.training.session.Session.probe_signal`, its samples paid from the budget); when
-  at least :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the probe's groups have no
-  reward variance the transition is not applied and the proposer's next offer takes its place. A
-  trained node whose stage had that share of uniform groups learned nothing and is not expanded.
+  the sampling of the stage's first step, from the parent, before any update
+  (:meth:`~loopwise.training.session.Session.probe_signal`); when at least
+  :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the probe's groups have no reward
+  variance the transition is not applied (the probe's samples are paid from the budget) and the
+  proposer's next offer takes its place; otherwise the probe is the stage's first step. A trained
+  node whose stage had that share of uniform groups learned nothing and is not expanded.
 - ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
@@ -65,8 +66,8 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
 
-    Every node trained and every signal probe taken counts against ``budget``; the search ends at
-    the first proposed stage that does not fit what is left (with its probe, when it needs one).
+    Every node trained and every signal probe that stopped a transition counts against
+    ``budget``; the search ends at the first proposed stage that does not fit what is left.
     The schedule's ``notes`` say which transitions a probe stopped and which nodes were closed for
     want of a reward signal.
 
@@ -140,41 +141,41 @@ class _Tree:
             if key in tried or self.search.find(key) is not None:
                 continue
             tried.add(key)
-            verdict = self._admit(node_id, cfg, why, probes < MAX_PROBES_PER_EXPANSION)
-            probes += verdict in ("probed", "rejected")
+            verdict, probe = self._admit(node_id, cfg, why, probes < MAX_PROBES_PER_EXPANSION)
+            probes += probe is not None
             if verdict == "rejected" and not queue and not refilled:  # the proposer's next offers
                 queue, refilled = propose(self.width + len(tried)), True
             if verdict in ("direct", "probed"):
-                self._train(node_id, key, cfg, {"depth": len(ids) + 1, "why": why, "by": by})
+                self._train(node_id, key, cfg, {"depth": len(ids) + 1, "why": why, "by": by}, probe)
                 added += 1
         if not added and not self.out_of_budget:
             self.search.close(node_id)
 
-    def _admit(self, node_id: int, cfg, why: str, may_probe: bool) -> str:
-        """Whether ``cfg`` may be trained below ``node_id``: ``direct`` (it samples as its parent
-        does), ``probed`` (a signal probe found groups with a signal), ``rejected`` (it found
-        none), ``skipped`` (it needs a probe and the expansion has spent its probes) or ``budget``
-        (the stage, with its probe, does not fit what is left)."""
+    def _admit(self, node_id: int, cfg, why: str, may_probe: bool):
+        """Whether ``cfg`` may be trained below ``node_id``, and the probe taken if any:
+        ``direct`` (it samples as its parent does), ``probed`` (a signal probe found groups with a
+        signal), ``rejected`` (it found none), ``skipped`` (it needs a probe and the expansion has
+        spent its probes) or ``budget`` (the stage does not fit what is left; a probe costs at most
+        one of its steps, and an admitted stage's first step is its probe)."""
         from loopwise.training.learning_signal import sampling_changed
 
         parent = self.nodes[node_id]
-        check = sampling_changed(parent["config"], cfg)
-        if not self.budget.fits(self.session.spent - self.start, cfg, steps=cfg.steps + check):
+        if not self.budget.fits(self.session.spent - self.start, cfg):
             self.out_of_budget = True
-            return "budget"
-        if not check:
-            return "direct"
+            return "budget", None
+        if not sampling_changed(parent["config"], cfg):
+            return "direct", None
         if not may_probe:
-            return "skipped"
-        # one step's sampling from the parent; the node id the child would take seeds it
+            return "skipped", None
+        # the first step of the stage the child would train (seeded by the node id it would take)
         probe = self.session.probe_signal(parent["state"], cfg, self.seed * 1000 + len(self.search),
                                           label={"node": len(self.search), "parent": node_id, "why": why})
         if probe.learnable:
-            return "probed"
+            return "probed", probe
         self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}")
-        return "rejected"
+        return "rejected", probe
 
-    def _train(self, node_id: int, key: str, cfg, label: dict) -> None:
+    def _train(self, node_id: int, key: str, cfg, label: dict, probe=None) -> None:
         """Trains the child ``cfg`` of ``node_id`` and tells the search; a child whose stage had no
         reward signal in (almost) any group learned nothing and is closed."""
         from loopwise.core.search import Outcome
@@ -183,7 +184,7 @@ class _Tree:
         parent = self.nodes[node_id]
         child = self.search.add_child(node_id, key, payload={"depth": label["depth"]})
         result = self.session.run_stage(parent["state"], cfg, self.seed * 1000 + child,
-                                        label={"node": child, "parent": node_id, **label})
+                                        label={"node": child, "parent": node_id, **label}, probed=probe)
         self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace, "config": cfg,
                              "tune": result.tune_reward, "why": label["why"]}
         self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))

@@ -17,9 +17,9 @@ forward passes over them and the ``num_iterations`` backward passes that every s
 ``cpu`` preset 32 greedy completions every other step against 64 sampled ones a step), plus, at
 ``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
 held-out evaluations at stage ends, probes are not counted in a method's budget of generated
-samples. The tree's *signal* probes (:meth:`Session.probe_signal`: one step's sampling under a new
-config, to see whether any group carries a reward signal) are sampled like a training step and
-are counted.
+samples. The tree's *signal* probes (:meth:`Session.probe_signal`: a stage's first step's
+sampling, to see whether any group carries a reward signal before the stage is trained) are
+counted: the stage they admit does not pay for its first step again.
 """
 
 from __future__ import annotations
@@ -260,19 +260,25 @@ class Session:
 
     # -- one stage ---------------------------------------------------------------------------
     def run_stage(self, parent: bytes, config: StageConfig, seed: int, steps: int | None = None,
-                  progress: Callable[[int, int, dict], None] | None = None, label: dict | None = None) -> StageResult:
+                  progress: Callable[[int, int, dict], None] | None = None, label: dict | None = None,
+                  probed: SignalProbe | None = None) -> StageResult:
         """Trains a copy of ``parent`` for one stage of ``config`` (``steps`` overrides its length).
         A stage trained before (same parent weights, config, seed and length: training is
         deterministic) comes from :attr:`cache` instead, which is how a killed run resumes.
         ``label`` (where the stage sits in its method: node and parent, or repetition and index)
-        goes to :attr:`record` with the result."""
+        goes to :attr:`record` with the result. ``probed``: this stage's signal probe
+        (:meth:`probe_signal` with the same weights, config and seed), already paid for: it sampled
+        exactly the stage's first step, so those samples are not charged again."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
+        if probed is not None and self.probes.get(_probe_key(parent, config, seed)) is not probed:
+            raise ValueError("the probe given is not this stage's first step (another weights, config or seed)")
+        paid = probed.compute if probed is not None else Compute()
         key = stage_key(parent, config, seed)
         if key in self.cache:
             cached = self.cache[key]
             self._remember(cached.state, tune=cached.tune_reward, train=cached.train_reward)
-            self.spent = self.spent + stage_compute(cached.trace, cached.config.model_dump())
+            self.spent = self.spent + stage_compute(cached.trace, cached.config.model_dump()) - paid
             self.groups = self.groups + stage_groups(cached.trace, cached.config)
             return cached
         t0 = time.perf_counter()
@@ -293,7 +299,7 @@ class Session:
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
         result = StageResult(config, state, trace, tune, train, time.perf_counter() - t0)
         self.cache[key] = result
-        self.spent = self.spent + stage_compute(trace, config.model_dump())
+        self.spent = self.spent + stage_compute(trace, config.model_dump()) - paid
         self.groups = self.groups + stage_groups(trace, config)
         if self.record is not None:
             self.record(key, result, dict(label or {}))
@@ -316,11 +322,14 @@ class Session:
     def probe_signal(self, parent: bytes, config: StageConfig, seed: int, label: dict | None = None) -> SignalProbe:
         """One step's sampling of ``config`` from the weights ``parent``, without an update
         (:func:`~loopwise.training.learning_signal.probe`): whether a stage of it would have groups
-        with a reward signal. Its samples count in :attr:`spent`; a probe taken before (same weights,
-        config and seed) comes from :attr:`probes`, and ``label`` goes to :attr:`record_probe`."""
+        with a reward signal. It draws the prompts and completions the first step of a stage of
+        ``config`` with ``seed`` from ``parent`` draws (the same pool, generators and weights), so
+        that stage, given the probe (``run_stage(..., probed=)``), does not pay for them twice. Its
+        samples count in :attr:`spent`; a probe taken before (same weights, config and seed) comes
+        from :attr:`probes`, and ``label`` goes to :attr:`record_probe`."""
         from loopwise.training.learning_signal import probe
 
-        key = "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed)
+        key = _probe_key(parent, config, seed)
         if key not in self.probes:
             policy = self.new_policy()
             _load_state(policy, parent)
@@ -372,6 +381,11 @@ def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
     h.update(json.dumps(config.model_dump(), sort_keys=True).encode())
     h.update(str(seed).encode())
     return h.hexdigest()
+
+
+def _probe_key(parent: bytes, config: StageConfig, seed: int) -> str:
+    """What identifies a signal probe: a stage's key at one step (the probe is any length's first)."""
+    return "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed)
 
 
 def config_key(path: Sequence[StageConfig]) -> str:

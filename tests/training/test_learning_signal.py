@@ -61,11 +61,12 @@ class _ScriptedSession:
     def hard(config):
         return config.difficulty >= 2
 
-    def run_stage(self, parent, config, seed, label=None):
+    def run_stage(self, parent, config, seed, label=None, probed=None):
         from loopwise.training.session import StageResult
 
         samples = config.steps * config.prompts_per_step * config.num_generations
-        self.spent = self.spent + Compute(samples, 0)
+        # a stage admitted by a probe trains on the probe's samples as its first step
+        self.spent = self.spent + Compute(samples, 0) - (probed.compute if probed is not None else Compute())
         self.trained.append((config, label))
         trace = _trace(0.0, 1.0, 0.0) if self.hard(config) else _trace(0.9, 0.3, 0.95)
         # a stage without signal leaves the weights (and so the tune reward) where they were
@@ -93,10 +94,11 @@ def test_the_tree_does_not_train_a_transition_whose_probe_finds_no_signal():
     assert len(fake.trained) >= 4 and not any(fake.hard(c) for c, _ in fake.trained)
     assert any(fake.hard(c) for c, _ in fake.probed)  # the diagnosis did ask for a harder difficulty
     assert any("not applied" in n and "no reward variance" in n for n in schedule.notes)
-    # the probes were paid for: what was spent is the stages' samples plus the probes'
+    # the rejected probes were paid for: what was spent is the stages' samples plus theirs (an
+    # admitted probe is its stage's first step)
     stages = sum(c.steps * c.prompts_per_step * c.num_generations for c, _ in fake.trained)
-    probes = sum(c.prompts_per_step * c.num_generations for c, _ in fake.probed)
-    assert fake.spent.samples == stages + probes <= budget.amount
+    rejected = sum(c.prompts_per_step * c.num_generations for c, _ in fake.probed if fake.hard(c))
+    assert rejected and fake.spent.samples == stages + rejected <= budget.amount
 
 
 def test_a_node_that_learned_nothing_is_not_expanded():
@@ -139,3 +141,24 @@ def test_a_probe_samples_one_step_of_the_new_config_and_counts_its_samples(tmp_p
     assert s.spent == easy.compute + hard.compute
     assert s.probe_signal(state, config, seed=3) == easy  # taken once; paid for each time it is asked
     assert s.spent.samples == 96
+
+
+def test_an_admitted_probe_is_its_stages_first_step_and_is_not_paid_twice():
+    """The probe draws what the stage's first step draws (prompts, completions, rewards), so the
+    stage given it charges only its other steps; a probe of another stage is refused."""
+    from loopwise.training import metrics as mt
+    from loopwise.training import session as session_mod
+    from loopwise.training.compute import stage_compute
+
+    s = session_mod.Session("arithmetic", "smoke", difficulty=0)
+    state = session_mod._state_bytes(s.new_policy())
+    config = s.default_config().model_copy(update={"steps": 2, "temperature": 1.5})
+    probe = s.probe_signal(state, config, seed=7)
+    result = s.run_stage(state, config, seed=7, probed=probe)
+    first = next(row for row in result.trace if mt.REWARD in row)
+    assert (first[mt.SAMPLES], first[mt.TOKENS]) == (probe.compute.samples, probe.compute.tokens)
+    assert first[mt.REWARD] == pytest.approx(probe.reward)
+    assert first[mt.FRAC_ZERO_STD] == pytest.approx(probe.share)
+    assert s.spent == stage_compute(result.trace, config.model_dump())  # the probe's samples once
+    with pytest.raises(ValueError, match="not this stage's first step"):
+        s.run_stage(state, config, seed=8, probed=probe)

@@ -69,10 +69,11 @@ class _FakeSession:
     def default_config(self):
         return StageConfig(steps=8, prompts_per_step=2, num_generations=4, max_completion_length=6)
 
-    def run_stage(self, parent, config, seed, label=None):
+    def run_stage(self, parent, config, seed, label=None, probed=None):
         from loopwise.training.session import StageResult
 
         self.spent = self.spent + Compute(config.steps * config.prompts_per_step * config.num_generations, 0)
+        self.spent = self.spent - (probed.compute if probed is not None else Compute())
         self.trained.append((parent, config, label))
         return StageResult(config, parent + b"+", self.trace, 0.3 + 0.01 * len(self.trained), 0.3, 0.0)
 

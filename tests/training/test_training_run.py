@@ -46,8 +46,9 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
     for r in results.values():
         assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
         assert r["budget"] == {"unit": "samples", "amount": budget}
-    # compute: every stage a method trained and every signal probe it took (one step's sampling
-    # each), re-derived from the stage events' configs and traces and the probe events' configs
+    # compute: every stage a method trained and every signal probe that stopped a transition (one
+    # step's sampling each; an admitted probe is its stage's first step), re-derived from the stage
+    # events' configs and traces and the probe events' configs
     store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
     stages = [e.payload for e in store.events(kind="stage")]
     probes = [e.payload for e in store.events(kind="probe")]
@@ -56,10 +57,10 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
         own = [p for p in stages if p["method"] == m]
         samples = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] * p["config"]["num_generations"]
                       for p in own) + sum(p["config"]["prompts_per_step"] * p["config"]["num_generations"]
-                                          for p in probes if p["method"] == m)
+                                          for p in probes if p["method"] == m and not p["learnable"])
         tokens = sum(round(row["completions/mean_length"] * p["config"]["prompts_per_step"]
                            * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
-        tokens += sum(p["tokens"] for p in probes if p["method"] == m)
+        tokens += sum(p["tokens"] for p in probes if p["method"] == m and not p["learnable"])
         assert (r["samples"], r["tokens"]) == (samples, tokens), m
         # the share of groups without reward variance: per stage of the pick, and over every stage trained
         assert len(r["zero_variance"]) == len(r["configs"]) and all(0 <= z <= 1 for z in r["zero_variance"]), m
