@@ -268,7 +268,8 @@ class Session:
         ``label`` (where the stage sits in its method: node and parent, or repetition and index)
         goes to :attr:`record` with the result. ``probed``: this stage's signal probe
         (:meth:`probe_signal` with the same weights, config and seed), already paid for: it sampled
-        exactly the stage's first step, so those samples are not charged again."""
+        exactly the stage's first step, so those samples are not charged again (the trainer draws
+        the same tokens again rather than being handed them: CPU time, not budget)."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         if probed is not None and self.probes.get(_probe_key(parent, config, seed)) is not probed:
