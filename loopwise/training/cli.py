@@ -94,8 +94,16 @@ def summarize_seeds(outs: list[dict]) -> list[dict]:
     rewards = {o["settings"]["seed"]: {m: r["test_reward"] for m, r in o["results"].items()} for o in outs}
     return [{"method": s.method, "test": asdict(s.test),
              "versus_tree": asdict(s.versus_reference) if s.versus_reference else None,
-             "verdict": s.versus_reference.verdict() if s.versus_reference else "-"}
+             "verdict": s.versus_reference.verdict() if s.versus_reference else "-",
+             "zero_variance": _pooled_share(outs, s.method)}
             for s in summarize(rewards)]
+
+
+def _pooled_share(outs: list[dict], method: str) -> float | None:
+    """The share of the method's groups without reward variance, over every seed's stages."""
+    tallies = [o["results"][method].get("zero_variance_groups") or {} for o in outs if method in o["results"]]
+    groups = sum(t.get("groups", 0) for t in tallies)
+    return sum(t.get("zero", 0) for t in tallies) / groups if groups else None
 
 
 def _seeds_table(summaries: list[dict], n: int) -> None:
@@ -104,12 +112,13 @@ def _seeds_table(summaries: list[dict], n: int) -> None:
     from loopwise.core.console import console as make_console
 
     t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)")
-    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict"):
+    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict",
+                "groups without reward variance"):
         t.add_column(col, justify="left" if col in ("method", "verdict") else "right")
     for s in summaries:
-        v = s["versus_tree"]
+        v, z = s["versus_tree"], s.get("zero_variance")
         t.add_row(s["method"], f"{s['test']['mean']:.3f}", _span(s["test"]), f"{v['mean']:+.3f}" if v else "-",
-                  _span(v) if v else "-", s["verdict"])
+                  _span(v) if v else "-", s["verdict"], "-" if z is None else f"{z:.0%}")
     make_console().print(t)
 
 
@@ -194,11 +203,26 @@ def _table(run, results: dict) -> None:
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
     c.print(t)
+    for m, r in results.items():
+        if line := _signal_line(r):
+            c.print(f"{m}: {line}")
     dirs = {m: r["directions"] for m, r in results.items() if r.get("directions")}
     for m, d in dirs.items():
         moving = {k: v for k, v in d.items() if v != "constant"}
         c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
                                                                  or "all constant"))
+
+
+def _signal_line(r: dict) -> str:
+    """How many of the method's groups had no reward variance, over every stage it trained and per
+    stage of its pick, and what the tree's guard did; empty for a result written before these."""
+    groups = r.get("zero_variance_groups")
+    if not isinstance(groups, dict) or not groups.get("groups"):
+        return ""
+    per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
+    guard = [n for n in r.get("notes") or [] if "not applied" in n or "closed" in n]
+    return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
+            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else ""))
 
 
 def _count(v) -> str:

@@ -30,6 +30,9 @@ knob trajectory follows what the traces showed, not a direction built into the r
 - learning_rate: up on a plateau whose groups carry signal; down on the instabilities.
 - num_generations: up on zero-signal groups; down on all-solved groups and when half a group
   would still carry a signal.
+- a stage whose groups (almost) all lacked reward variance (``no_learning_signal``): difficulty
+  down and completion cap up when nothing was solved, difficulty up when everything was,
+  temperature up when each prompt's completions agreed.
 - max_completion_length: up on truncation and length collapse; down when every completion fits in
   half the cap.
 - difficulty: up when the probe is solved; down when it is unsolved and not rising.

@@ -1,7 +1,10 @@
 """Whether a stage's capacity knobs (group size, completion budget) fit what the policy does, in
 both directions: groups without a reward signal ask for more completions per prompt, groups whose
 halves would still carry one for fewer; completions cut at the cap ask for a longer cap,
-completions that all fit in half of it for a shorter one.
+completions that all fit in half of it for a shorter one. A stage whose groups were (almost) all
+without reward variance learned nothing from its samples: ``no_learning_signal`` says so, with the
+share, and which way back leads (an easier difficulty when nothing was solved, a harder one when
+everything was, a higher temperature when each prompt's completions agreed but prompts differed).
 
 Lowering a capacity knob is an economy, not a repair: it frees generated samples (or tokens) of
 the equal budget for further steps and stages, so those findings score below the pathologies'.
@@ -14,6 +17,7 @@ from loopwise.training import metrics as m
 from loopwise.training import trace_stats as ts
 from loopwise.training.config import StageConfig
 from loopwise.training.findings import make_finding
+from loopwise.training.learning_signal import NO_SIGNAL_SHARE, zero_variance_share
 
 __all__ = ["CAPACITY_DETECTORS"]
 
@@ -52,6 +56,26 @@ def _zero_signal_groups(t: ts.Trace, config: StageConfig | None) -> Finding | No
         text = f"{head} (sampled reward {reward}): sample more completions per prompt."
     evidence = {"frac_reward_zero_std": share} | ({"reward": level} if level is not None else {})
     return make_finding(kind, text, evidence, 0.8 * share, suggests)
+
+
+def _no_learning_signal(t: ts.Trace, config: StageConfig | None) -> Finding | None:
+    """Over the whole stage (not its last window), at least :data:`NO_SIGNAL_SHARE` of the groups
+    had no reward variance: its advantages were zero and its samples taught the policy nothing."""
+    share, rewards = zero_variance_share(t.train), t.series(m.REWARD)
+    if share is None or share < NO_SIGNAL_SHARE or not rewards:
+        return None
+    level = sum(rewards) / len(rewards)
+    if level <= ts.UNSOLVED_REWARD:
+        why, suggests = "every sample failed", {"difficulty": "down", "max_completion_length": "up"}
+    elif level >= ts.SOLVED_REWARD:
+        why, suggests = "every sample solved its prompt", {"difficulty": "up"}
+    else:
+        why, suggests = "each prompt's completions scored alike", {"temperature": "up"}
+    return make_finding(
+        "no_learning_signal",
+        f"{share:.0%} of the stage's groups had no reward variance (mean sampled reward {ts.fmt(level)}: {why}): its "
+        "advantages were zero and it learned nothing from its samples; go back to where the groups disagree.",
+        {"zero_variance_share": share, "reward": level}, 0.9 + 0.1 * share, suggests)
 
 
 def _group_to_spare(t: ts.Trace, config: StageConfig | None) -> Finding | None:
@@ -124,4 +148,4 @@ def _length_change(t: ts.Trace, config: StageConfig | None) -> Finding | None:
     return None
 
 
-CAPACITY_DETECTORS = (_zero_signal_groups, _group_to_spare, _truncation, _short_completions, _length_change)
+CAPACITY_DETECTORS = (_no_learning_signal, _zero_signal_groups, _group_to_spare, _truncation, _short_completions, _length_change)

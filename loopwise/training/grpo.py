@@ -38,9 +38,27 @@ import torch
 from loopwise.errors import UserError
 from loopwise.training import metrics as M
 from loopwise.training.config import StageConfig
-from loopwise.training.policy import Policy, Vocab, sample, token_logprobs
+from loopwise.training.policy import Policy, Samples, Vocab, sample, token_logprobs
 
 ADV_EPS = 1e-4  # TRL's epsilon in the group normalization
+
+
+def sample_groups(policy: Policy, vocab: Vocab, task, examples: Sequence, config: StageConfig,
+                  generator: torch.Generator) -> tuple[Samples, torch.Tensor]:
+    """``config.num_generations`` completions for each of ``examples`` (at the config's temperature
+    and length cap) and their rewards, one row per example (a group)."""
+    n = config.num_generations
+    s = sample(policy, vocab, [e.prompt for e in examples for _ in range(n)], config.max_completion_length,
+               config.temperature, generator=generator)
+    rewards = torch.tensor([task.score(examples[i // n], text) for i, text in enumerate(s.texts)],
+                           dtype=torch.float32, device=next(policy.parameters()).device)
+    return s, rewards.view(len(examples), n)
+
+
+def uniform_groups(groups: torch.Tensor) -> torch.Tensor:
+    """Per group (row), whether all its rewards are equal: its advantages are all 0, so it gives the
+    policy-gradient term nothing to learn from."""
+    return groups.std(1) < 1e-6
 
 
 class GRPOTrainer:
@@ -76,11 +94,8 @@ class GRPOTrainer:
     def step(self) -> dict:
         c = self.cfg
         examples = [self.pool[self.rng.randrange(len(self.pool))] for _ in range(c.prompts_per_step)]
-        prompts = [e.prompt for e in examples for _ in range(c.num_generations)]
-        s = sample(self.policy, self.vocab, prompts, c.max_completion_length, c.temperature, generator=self.generator)
-        rewards = torch.tensor([self.task.score(examples[i // c.num_generations], text) for i, text in enumerate(s.texts)],
-                               dtype=torch.float32, device=self.device)
-        groups = rewards.view(c.prompts_per_step, c.num_generations)
+        s, groups = sample_groups(self.policy, self.vocab, self.task, examples, c, self.generator)
+        rewards = groups.reshape(-1)
         mean, std = groups.mean(1, keepdim=True), groups.std(1, keepdim=True)
         advantages = ((groups - mean) / (std + ADV_EPS)).reshape(-1, 1)
         mask = s.completion_mask.float()
@@ -132,7 +147,7 @@ class GRPOTrainer:
         self.step_count += 1
         row = {
             M.STEP: self.step_count, M.REWARD: float(rewards.mean()), M.REWARD_STD: float(std.mean()),
-            M.FRAC_ZERO_STD: float((std.squeeze(1) < 1e-6).float().mean()), M.ENTROPY: entropy,
+            M.FRAC_ZERO_STD: float(uniform_groups(groups).float().mean()), M.ENTROPY: entropy,
             M.MAX_LENGTH: float(lengths.max()),
             M.CLIP_LOW: sums["low"] / n, M.CLIP_HIGH: sums["high"] / n, M.CLIP_REGION: (sums["low"] + sums["high"]) / n,
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
@@ -145,7 +160,7 @@ class GRPOTrainer:
         half = c.num_generations // 2
         if half >= 2:  # would half the group still carry a signal? each group's halves, measured apart
             halves = groups[:, :2 * half].reshape(-1, half)
-            row[M.FRAC_ZERO_STD_HALF] = float((halves.std(1) < 1e-6).float().mean())
+            row[M.FRAC_ZERO_STD_HALF] = float(uniform_groups(halves).float().mean())
         if self.probe is not None and self._probe_step(self.step_count):
             row[M.GREEDY_REWARD] = float(self.probe(self.policy))
         self.trace.append(row)

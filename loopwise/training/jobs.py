@@ -10,7 +10,8 @@ def run_method(payload: dict) -> dict:
     """One method of a comparison from the run's base policy, on this worker's device: its result
     (as ``run.result_payload``) and every stage it trained (weights base64-encoded, so the
     driver records them in the run store as if it had trained them itself). ``payload`` holds the
-    run's settings, the base (weights, tune reward, warm-start facts) and the method."""
+    run's settings, the base (weights, tune reward, warm-start facts) and the method. The signal
+    probes it took come back too (``probes``), to be recorded with the stages."""
     from loopwise.training.run import Settings, resolve_device, result_payload
     from loopwise.training.search import run_method as run_one
     from loopwise.training.session import Session
@@ -27,7 +28,10 @@ def run_method(payload: dict) -> dict:
                        "state": base64.b64encode(result.state).decode(), "label": label})
 
     session.record = record
+    probes: list[dict] = []
+    session.record_probe = lambda key, probe, label: probes.append({"key": key, **probe.to_dict(), "label": label})
     t0 = time.perf_counter()
     budget = st.compute_budget(session.default_config())
     schedule = run_one(payload["method"], session, budget, st.depth, st.seed)
-    return {"result": result_payload(schedule, session, time.perf_counter() - t0, budget), "stages": stages}
+    return {"result": result_payload(schedule, session, time.perf_counter() - t0, budget), "stages": stages,
+            "probes": probes}

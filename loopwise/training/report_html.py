@@ -10,12 +10,14 @@ from pathlib import Path
 
 from loopwise.core.report import Section, render_html
 from loopwise.training import metrics as M
+from loopwise.training.learning_signal import zero_variance_share
 from loopwise.training.report_data import (
     ARROWS,
     KNOBS,
     TrainingData,
     as_dict,
     as_list,
+    as_number,
     base_test_reward,
     budget_text,
     changes_text,
@@ -95,9 +97,20 @@ def _summary_one(c: dict) -> str:
 def _tree_section(data: TrainingData) -> Section:
     tree, default = data.tree, default_config(data.tree)
     rows = [[str(n), str(s.get("parent", "-")), str(s.get("depth", "-")), str(s.get("by", "-")), fmt(s.get("tune")),
-             fmt(s.get("train")), node_change(n, tree, default), top_finding(s) or "-"] for n, s in sorted(tree.items())]
+             fmt(s.get("train")), _share(s), node_change(n, tree, default), top_finding(s) or "-"]
+            for n, s in sorted(tree.items())]
     return Section(f"Tree nodes ({len(tree)})", columns=["node", "parent", "depth", "by", "tune", "train probe",
-                                                         "change", "top diagnosis"], rows=rows, anchor="tree")
+                                                         "groups without reward variance", "change", "top diagnosis"],
+                   rows=rows, anchor="tree")
+
+
+def _share(stage: dict) -> str:
+    """The share of the stage's groups whose rewards were all equal (from its trace when the event
+    does not carry it)."""
+    share = as_number(stage.get("zero_variance_share"))
+    if share is None and isinstance(stage.get("trace"), list):
+        share = zero_variance_share(stage["trace"])
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _decisions_section(data: TrainingData) -> Section:

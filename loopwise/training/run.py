@@ -5,8 +5,12 @@ for a given start, config and seed, see :func:`loopwise.training.session.stage_k
 
 Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' artifact), ``stage``
 (key = the stage's key; its config, metric trace, diagnosis, rewards, weights' artifact, and where it sits:
-``method`` with ``node`` / ``parent`` / ``depth`` in the tree, ``rep`` / ``stage`` in a baseline),
-``result`` (key = the method).
+``method`` with ``node`` / ``parent`` / ``depth`` in the tree, ``rep`` / ``stage`` in a baseline;
+``zero_variance_share``: the share of its groups without reward variance), ``probe`` (key = the
+probe's key: a signal probe the tree took before applying a transition, with its samples and
+whether it let the transition through; a rejected probe's samples count in the method's budget, an
+admitted one's are its stage's first step; ``node`` is the id the child would take), ``result``
+(key = the method).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from loopwise.core.propose.factory import CHOICES
 from loopwise.errors import UserError
 from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
+from loopwise.training.learning_signal import SignalProbe, zero_variance_share
 from loopwise.training.search import METHODS, run_method
 from loopwise.training.session import Schedule, Session, StageResult
 
@@ -129,6 +134,8 @@ class TrainingRun:
             run.session.cache[p["key"]] = StageResult(StageConfig.model_validate(p["config"]),
                                                       store.get_artifact(p["state"]), p["trace"], p["tune"],
                                                       p["train"], p["seconds"])
+        for ev in store.events(kind="probe"):
+            run.session.probes[ev.payload["key"]] = SignalProbe.from_dict(ev.payload)
         run.results = {k: ev.payload for k, ev in store.latest_by_key("result").items()}
         return run
 
@@ -142,7 +149,11 @@ class TrainingRun:
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
                                     "tune": result.tune_reward, "train": result.train_reward,
                                     "seconds": result.seconds, "state": sha, "diagnosis": findings,
-                                    "diagnosis_status": diagnosis_status(result.trace, found), **label}, key=key)
+                                    "diagnosis_status": diagnosis_status(result.trace, found),
+                                    "zero_variance_share": zero_variance_share(result.trace), **label}, key=key)
+
+    def _record_probe(self, key: str, probe: SignalProbe, label: dict) -> None:
+        self.store.append("probe", {"key": key, **probe.to_dict(), **label}, key=key)
 
     def run(self, on_stage: Callable[[str, int, StageResult | None], None] | None = None,
             on_warm: Callable[[int, float], None] | None = None, dispatcher=None) -> dict[str, dict]:
@@ -170,10 +181,12 @@ class TrainingRun:
                     on_stage(method, done[0], result)
 
             s.record = record
+            s.record_probe = lambda key, probe, label, method=method: self._record_probe(key, probe,
+                                                                                        {"method": method, **label})
             t0 = time.perf_counter()
             schedule = run_method(method, s, self.budget, self.settings.depth, self.settings.seed,
                                   transitions=self._transitions() if method == "tree" else None)
-            s.record = None
+            s.record = s.record_probe = None
             payload = result_payload(schedule, s, time.perf_counter() - t0, self.budget)
             self.store.append("result", payload, key=method)
             self.results[method] = payload
@@ -198,6 +211,9 @@ class TrainingRun:
             if not result.ok:
                 raise RuntimeError(f"method {method} failed on {result.worker or 'a worker'}: {result.error}")
             done = 0
+            for pr in result.result.get("probes", []):
+                s.probes.setdefault(pr["key"], SignalProbe.from_dict(pr))
+                self._record_probe(pr["key"], SignalProbe.from_dict(pr), {"method": method, **pr["label"]})
             for st in result.result["stages"]:
                 stage = StageResult(StageConfig.model_validate(st["config"]), base64.b64decode(st["state"]),
                                     st["trace"], st["tune"], st["train"], st["seconds"])
@@ -254,4 +270,8 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
             "stages_used": schedule.stages_used, "seconds": seconds,
             "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
             "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
-            "reasons": list(schedule.reasons), "traces": schedule.traces}
+            "reasons": list(schedule.reasons), "notes": list(schedule.notes),
+            # the share of groups without reward variance: each stage of the schedule's, and over
+            # every stage the method trained
+            "zero_variance": [zero_variance_share(t) for t in schedule.traces],
+            "zero_variance_groups": schedule.groups.to_dict(), "traces": schedule.traces}

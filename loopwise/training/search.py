@@ -20,7 +20,14 @@ cost what the default's do:
   (:func:`~loopwise.training.diagnose.diagnose`) and proposes coordinated transitions
   (:func:`~loopwise.training.transitions.propose_transitions`); a node without findings is also
   continued unchanged (a fresh stage of the same config), as the root is with the default config.
-  Schedules are at most ``depth`` stages long.
+  Schedules are at most ``depth`` stages long. A transition that changes what the next stage
+  samples or how it is scored (difficulty, temperature, completion cap, group) is first probed:
+  the sampling of the stage's first step, from the parent, before any update
+  (:meth:`~loopwise.training.session.Session.probe_signal`); when at least
+  :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the probe's groups have no reward
+  variance the transition is not applied (the probe's samples are paid from the budget) and the
+  proposer's next offer takes its place; otherwise the probe is the stage's first step. A trained
+  node whose stage had that share of uniform groups learned nothing and is not expanded.
 - ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
@@ -52,83 +59,149 @@ from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
 CONTINUE = "Continues unchanged: the diagnosis found nothing to answer."
+MAX_PROBES_PER_EXPANSION = 4  # signal probes one expansion may spend (each one step's samples)
 
 
 def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, width: int = 2,
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
 
-    Every node trained counts against ``budget``; the search ends at the first proposed stage that
-    does not fit what is left.
+    Every node trained and every signal probe that stopped a transition counts against
+    ``budget``; the search ends at the first proposed stage that does not fit what is left.
+    The schedule's ``notes`` say which transitions a probe stopped and which nodes were closed for
+    want of a reward signal.
 
     ``transitions`` is where the next configs come from: None for the expert rules, or a callable
     with :func:`~loopwise.training.transitions.propose_transitions`' arguments plus ``trace`` and
     ``path`` (:class:`loopwise.training.proposer.ModelTransitions` for a model or an exchange folder)."""
-    from loopwise.core.search import MCTS, Outcome
-    from loopwise.training.diagnose import diagnose
+    from loopwise.core.search import MCTS
     from loopwise.training.transitions import propose_transitions
 
-    search = MCTS(seed=seed)
-    rng = random.Random(seed)
-    start, out_of_budget = session.spent, False
-    bounds = tree_bounds(session)
-    root_cfg = session.default_config()
     if transitions is None:
         def transitions(config, findings, rng_, n, bounds_, *, reward=None, trace=(), path=()):
             return propose_transitions(config, findings, rng_, n, bounds_)
-    search.add_root("base", payload={"depth": 0})
-    nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [], "config": root_cfg,
-                                  "tune": session.base_tune, "why": ""}}
+    tree = _Tree(session, budget, depth, seed, width, transitions, MCTS(seed=seed))
+    while not tree.out_of_budget:
+        exp = tree.search.ask()
+        if exp is None:
+            break
+        tree.expand(exp.node_id)
+    return tree.schedule()
 
-    def lineage(node_id: int) -> list[int]:
+
+class _Tree:
+    """The tree search's state: the MCTS, each node's checkpoint, trace and config, and the notes."""
+
+    def __init__(self, session: Session, budget: Budget, depth: int, seed: int, width: int, transitions,
+                 search) -> None:
+        self.session, self.budget, self.depth, self.seed, self.width = session, budget, depth, seed, width
+        self.transitions, self.search = transitions, search
+        self.rng, self.bounds = random.Random(seed), tree_bounds(session)
+        self.start, self.out_of_budget, self.notes = session.spent, False, []
+        search.add_root("base", payload={"depth": 0})
+        self.nodes: dict[int, dict] = {0: {"parent": None, "state": session.base_state, "trace": [],
+                                           "config": session.default_config(), "tune": session.base_tune, "why": ""}}
+
+    def lineage(self, node_id: int) -> list[int]:
         """The stages from the base to ``node_id``, the base left out."""
         out = []
         while node_id:
             out.append(node_id)
-            node_id = nodes[node_id]["parent"]
+            node_id = self.nodes[node_id]["parent"]
         return out[::-1]
 
-    while not out_of_budget:
-        exp = search.ask()
-        if exp is None:
-            break
-        parent, ids = nodes[exp.node_id], lineage(exp.node_id)
-        path = [nodes[i]["config"] for i in ids]
-        if len(ids) >= depth:
-            search.close(exp.node_id)
-            continue
-        findings = diagnose(parent["trace"], parent["config"]) if exp.node_id else []
-        history = [(nodes[i]["config"], nodes[i]["tune"]) for i in ids]
+    def expand(self, node_id: int) -> None:
+        """Diagnoses ``node_id``, then trains up to ``width`` of the proposed children; a child a
+        signal probe rejects is replaced by the proposer's next offer (asked once more at most)."""
+        from loopwise.training.diagnose import diagnose
+
+        parent, ids = self.nodes[node_id], self.lineage(node_id)
+        if len(ids) >= self.depth:
+            self.search.close(node_id)
+            return
+        findings = diagnose(parent["trace"], parent["config"]) if node_id else []
+        history = [(self.nodes[i]["config"], self.nodes[i]["tune"]) for i in ids]
+
+        def propose(n: int) -> list[tuple]:
+            return [(t.config, t.rationale, t.by) for t in self.transitions(
+                parent["config"], findings, self.rng, n, self.bounds, reward=parent["tune"], trace=parent["trace"],
+                path=history)]
+
         # without a finding, one child continues the config unchanged (the root's: the default config)
-        proposals = [] if findings else [(parent["config"], CONTINUE if exp.node_id else "the default config",
-                                          "default")]
-        if width > len(proposals):
-            proposals += [(t.config, t.rationale, t.by) for t in transitions(
-                parent["config"], findings, rng, width - len(proposals), bounds, reward=parent["tune"],
-                trace=parent["trace"], path=history)]
-        added = []
-        for cfg, why, by in proposals:
+        queue = [] if findings else [(parent["config"], CONTINUE if node_id else "the default config", "default")]
+        if self.width > len(queue):
+            queue += propose(self.width - len(queue))
+        path = [self.nodes[i]["config"] for i in ids]
+        tried: set[str] = set()
+        added = probes = 0
+        refilled = False
+        while queue and added < self.width and not self.out_of_budget:
+            cfg, why, by = queue.pop(0)
             key = config_key(path + [cfg])
-            if search.find(key) is not None:
+            if key in tried or self.search.find(key) is not None:
                 continue
-            added.append((search.add_child(exp.node_id, key, payload={"depth": len(ids) + 1}), cfg, why, by))
-        if not added:
-            search.close(exp.node_id)
-            continue
-        for node_id, cfg, why, by in added:
-            if not budget.fits(session.spent - start, cfg):
-                out_of_budget = True
-                break
-            result = session.run_stage(parent["state"], cfg, seed * 1000 + node_id,
-                                       label={"node": node_id, "parent": exp.node_id, "depth": len(ids) + 1,
-                                              "why": why, "by": by})
-            nodes[node_id] = {"parent": exp.node_id, "state": result.state, "trace": result.trace, "config": cfg,
-                              "tune": result.tune_reward, "why": why}
-            search.tell(node_id, Outcome("correct", session.value(result.tune_reward)))
-    best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
-    best, ids = nodes[best_id], lineage(best_id)
-    return Schedule("tree", [nodes[i]["config"] for i in ids], best["tune"], best["state"], search.n_evals,
-                    traces=[nodes[i]["trace"] for i in ids], reasons=[nodes[i]["why"] for i in ids])
+            tried.add(key)
+            verdict, probe = self._admit(node_id, cfg, why, probes < MAX_PROBES_PER_EXPANSION)
+            probes += probe is not None
+            if verdict == "rejected" and not queue and not refilled:  # the proposer's next offers
+                queue, refilled = propose(self.width + len(tried)), True
+            if verdict in ("direct", "probed"):
+                self._train(node_id, key, cfg, {"depth": len(ids) + 1, "why": why, "by": by}, probe)
+                added += 1
+        if not added and not self.out_of_budget:
+            self.search.close(node_id)
+
+    def _admit(self, node_id: int, cfg, why: str, may_probe: bool):
+        """Whether ``cfg`` may be trained below ``node_id``, and the probe taken if any:
+        ``direct`` (it samples as its parent does), ``probed`` (a signal probe found groups with a
+        signal), ``rejected`` (it found none), ``skipped`` (it needs a probe and the expansion has
+        spent its probes) or ``budget`` (the stage does not fit what is left; a probe costs at most
+        one of its steps, and an admitted stage's first step is its probe)."""
+        from loopwise.training.learning_signal import sampling_changed
+
+        parent = self.nodes[node_id]
+        if not self.budget.fits(self.session.spent - self.start, cfg):
+            self.out_of_budget = True
+            return "budget", None
+        if not sampling_changed(parent["config"], cfg):
+            return "direct", None
+        if not may_probe:
+            return "skipped", None
+        # the first step of the stage the child would train (seeded by the node id it would take)
+        probe = self.session.probe_signal(parent["state"], cfg, self.seed * 1000 + len(self.search),
+                                          label={"node": len(self.search), "parent": node_id, "why": why})
+        if probe.learnable:
+            return "probed", probe
+        self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}")
+        return "rejected", probe
+
+    def _train(self, node_id: int, key: str, cfg, label: dict, probe=None) -> None:
+        """Trains the child ``cfg`` of ``node_id`` and tells the search; a child whose stage had no
+        reward signal in (almost) any group learned nothing and is closed."""
+        from loopwise.core.search import Outcome
+        from loopwise.training.learning_signal import NO_SIGNAL_SHARE, zero_variance_share
+
+        parent = self.nodes[node_id]
+        child = self.search.add_child(node_id, key, payload={"depth": label["depth"]})
+        result = self.session.run_stage(parent["state"], cfg, self.seed * 1000 + child,
+                                        label={"node": child, "parent": node_id, **label}, probed=probe)
+        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace, "config": cfg,
+                             "tune": result.tune_reward, "why": label["why"]}
+        self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))
+        share = zero_variance_share(result.trace)
+        if share is not None and share >= NO_SIGNAL_SHARE:
+            self.search.close(child)
+            self.notes.append(f"node {child}: closed: {share:.0%} of its groups had no reward variance "
+                              f"({label['why']})")
+
+    def schedule(self) -> Schedule:
+        """The best node by tune reward (the earliest among equals) and the stages that lead to it."""
+        nodes = self.nodes
+        best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
+        ids = self.lineage(best_id)
+        return Schedule("tree", [nodes[i]["config"] for i in ids], nodes[best_id]["tune"], nodes[best_id]["state"],
+                        self.search.n_evals, traces=[nodes[i]["trace"] for i in ids],
+                        reasons=[nodes[i]["why"] for i in ids], notes=self.notes)
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
@@ -142,7 +215,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
-    before = session.spent
+    before, groups = session.spent, session.groups
     if method == "tree":
         schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
@@ -167,4 +240,5 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
     schedule.test_reward = session.test_reward(schedule.state)
     schedule.compute = session.spent - before
+    schedule.groups = session.groups - groups
     return schedule

@@ -243,7 +243,7 @@ def test_finding_rejects_bad_fields(bad):
 
 
 def test_every_detector_is_registered_once():
-    assert len(DETECTORS) == len(set(DETECTORS)) == 14 and all(callable(d) for d in DETECTORS)
+    assert len(DETECTORS) == len(set(DETECTORS)) == 15 and all(callable(d) for d in DETECTORS)
 
 
 def _evaluated(start: tuple[float, float], end: tuple[float, float]) -> list[dict]:

@@ -112,6 +112,8 @@ def test_finished_run_with_tree_staged_and_grid(tmp_path):
     assert "<td>+0.125 (+25.0%)</td>" in html  # tree vs the base's test reward
     assert "<td>+0.194 (+44.9%)</td>" in html  # tree vs grid
     assert "Stage tree: 5 nodes + the base" in html and "Tree nodes (5)" in html
+    # each node's share of groups without reward variance, from its trace (these events do not carry it)
+    assert "groups without reward variance" in html and html.count("<td>50%</td>") == 5
     for knob in KNOBS:
         assert knob in html
     assert "entropy_collapse: Entropy fell to 0.1." in html  # the top finding, not the lower-scored one

@@ -69,12 +69,21 @@ class _FakeSession:
     def default_config(self):
         return StageConfig(steps=8, prompts_per_step=2, num_generations=4, max_completion_length=6)
 
-    def run_stage(self, parent, config, seed, label=None):
+    def run_stage(self, parent, config, seed, label=None, probed=None):
         from loopwise.training.session import StageResult
 
         self.spent = self.spent + Compute(config.steps * config.prompts_per_step * config.num_generations, 0)
+        self.spent = self.spent - (probed.compute if probed is not None else Compute())
         self.trained.append((parent, config, label))
         return StageResult(config, parent + b"+", self.trace, 0.3 + 0.01 * len(self.trained), 0.3, 0.0)
+
+    def probe_signal(self, parent, config, seed, label=None):
+        from loopwise.training.learning_signal import SignalProbe
+
+        probe = SignalProbe(config, config.prompts_per_step, 0, 0.5,
+                            Compute(config.prompts_per_step * config.num_generations, 0))
+        self.spent = self.spent + probe.compute
+        return probe
 
     def value(self, tune):
         return (tune + 0.01) / (self.base_tune + 0.01)

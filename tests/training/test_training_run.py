@@ -46,15 +46,29 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
     for r in results.values():
         assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
         assert r["budget"] == {"unit": "samples", "amount": budget}
-    # compute: every stage a method trained, re-derived from the stage events' configs and traces
-    stages = [e.payload for e in SqliteRunStore.open(str(tmp_path), run.store.meta.run_id).events(kind="stage")]
+    # compute: every stage a method trained and every signal probe that stopped a transition (one
+    # step's sampling each; an admitted probe is its stage's first step), re-derived from the stage
+    # events' configs and traces and the probe events' configs
+    store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
+    stages = [e.payload for e in store.events(kind="stage")]
+    probes = [e.payload for e in store.events(kind="probe")]
+    assert probes and {p["method"] for p in probes} == {"tree"}  # the baselines apply no transitions
     for m, r in results.items():
         own = [p for p in stages if p["method"] == m]
         samples = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] * p["config"]["num_generations"]
-                      for p in own)
+                      for p in own) + sum(p["config"]["prompts_per_step"] * p["config"]["num_generations"]
+                                          for p in probes if p["method"] == m and not p["learnable"])
         tokens = sum(round(row["completions/mean_length"] * p["config"]["prompts_per_step"]
                            * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
+        tokens += sum(p["tokens"] for p in probes if p["method"] == m and not p["learnable"])
         assert (r["samples"], r["tokens"]) == (samples, tokens), m
+        # the share of groups without reward variance: per stage of the pick, and over every stage trained
+        assert len(r["zero_variance"]) == len(r["configs"]) and all(0 <= z <= 1 for z in r["zero_variance"]), m
+        groups = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] for p in own)
+        zero = sum(row["frac_reward_zero_std"] * p["config"]["prompts_per_step"] for p in own for row in p["trace"]
+                   if "reward" in row)
+        assert r["zero_variance_groups"]["groups"] == groups and r["zero_variance_groups"]["zero"] == round(zero), m
+        assert all(p["zero_variance_share"] is not None for p in own), m
         # within the budget, and short of it by less than one of the method's runs (two default stages)
         # and, where a method draws the group size, less than one step of each stage it trained
         slack = sum(p["config"]["prompts_per_step"] * p["config"]["num_generations"] for p in own
@@ -215,7 +229,10 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     common = {"base_tune_reward": 0.2, "base_test_reward": 0.25, "tune_reward": 0.3, "test_reward": 0.3,
               "stages_used": 2, "seconds": 1.0, "directions": {}}
     results = {"tree": {**common, "configs": [config, {**config, "num_generations": 8}], "samples": 12345,
-                        "tokens": 67890},
+                        "tokens": 67890, "zero_variance": [0.25, 1.0],
+                        "zero_variance_groups": {"zero": 100, "groups": 400, "share": 0.25},
+                        "notes": ["node 1: not applied (difficulty 1 -> 3): 8 of 8 probe groups (100%) had no "
+                                  "reward variance (mean reward 0.000)"]},
                "staged": {**common, "configs": [config, config]}}  # a result without compute
     run = SimpleNamespace(session=SimpleNamespace(warm={"steps": 10, "pass_rate": 0.3}),
                           settings=SimpleNamespace(task="custom"))
@@ -226,6 +243,9 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     staged = next(line for line in out.splitlines() if "│ staged" in line)
     assert "12,345" in tree and "67,890" in tree and "num_generations 4->8" in tree
     assert [c.strip() for c in staged.split("│")][2:5] == ["2", "-", "-"]
+    said = " ".join(out.split())
+    assert "tree: 25% of its 400 groups had no reward variance (its pick's stages: 25%, 100%)" in said
+    assert "1 guard note(s): node 1: not applied" in said and "staged: " not in said
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():
@@ -248,3 +268,7 @@ def test_seeds_run_whole_comparisons_and_report_paired_differences(tmp_path):
     diffs = [r["results"]["tree"]["test_reward"] - r["results"]["staged"]["test_reward"] for r in out["runs"]]
     assert stats["staged"]["versus_tree"]["mean"] == pytest.approx(sum(diffs) / 2)
     assert stats["staged"]["verdict"] in ("higher", "lower", "no difference")
+    for m in ("tree", "staged"):  # the share of groups without reward variance, pooled over the seeds
+        tallies = [r["results"][m]["zero_variance_groups"] for r in out["runs"]]
+        assert stats[m]["zero_variance"] == pytest.approx(sum(t["zero"] for t in tallies)
+                                                          / sum(t["groups"] for t in tallies))
