@@ -18,6 +18,7 @@ in their names share one search.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from loopwise.memory.graph import operator_compulsory_bytes
@@ -112,21 +113,54 @@ class _Search:
         return self.scores[key]
 
     def run(self) -> TilingChoice:
-        tiles = self.shrink_to_fit(dict(self.op.dims))
-        best, order = self.score(tiles)
         floor = operator_compulsory_bytes(self.op)  # every touched element once: nothing does better
-        while best > floor and self.evaluated < self.budget:
-            trials = [t for t in self.moves(tiles) if tuple(t.values()) not in self.scores]
+        starts = [self.shrink_to_fit(dict(self.op.dims))] + self.stationary_starts()
+        starts = list({tuple(t.values()): t for t in starts}.values())
+        share = self.budget // len(starts)  # each start its share of the traffic counts
+        best = None
+        for tiles in sorted(starts, key=lambda t: self.score(t)[0]):
+            found = self.descend(tiles, floor, self.evaluated + share)
+            if best is None or found[0] < best[0]:
+                best = found
+            if best[0] <= floor:
+                break
+        value, order, tiles = best
+        return TilingChoice(self.op.name, tiles, order, value, self.buffer(tiles), evaluated=self.evaluated)
+
+    def descend(self, tiles: dict[str, int], floor: int, budget: int):
+        """From ``tiles``, the best move of each round while one lowers the traffic: (traffic, order, tiles)."""
+        best, order = self.score(tiles)
+        while best > floor and self.evaluated < budget:
             improved = False
-            for trial in trials:
-                if self.evaluated >= self.budget:
+            for trial in self.moves(tiles):
+                if self.evaluated >= budget:
                     break
                 value, od = self.score(trial)
                 if value < best:
                     best, order, tiles, improved = value, od, trial, True
             if not improved:
                 break
-        return TilingChoice(self.op.name, tiles, order, best, self.buffer(tiles), evaluated=self.evaluated)
+        return best, order, tiles
+
+    def stationary_starts(self) -> list[dict[str, int]]:
+        """For each tensor that fits whole with every other dimension at 1: that tiling, with the
+        other dimensions then grown one at a time (the growth with the least traffic first) while
+        one fits. The tensor stays on chip while the others stream past it."""
+        out = []
+        for t in self.op.tensors:
+            indexing = {d for a in self.op.accesses(t.name) for e in a.index for d in self.op.dims
+                        if re.search(rf"\b{re.escape(d)}\b", e)}
+            tiles = {d: (e if d in indexing or d not in self.free else 1) for d, e in self.op.dims.items()}
+            if tiles == self.op.dims or not self.fits(tiles):
+                continue
+            while True:
+                grown = [g for d in self.free if d not in indexing and (g := self.grown(tiles, d))]
+                if not grown:
+                    break
+                tiles = min(grown, key=lambda g: self.score(g)[0])
+                indexing |= {d for d in self.free if tiles[d] != 1}
+            out.append(tiles)
+        return out
 
     @property
     def evaluated(self) -> int:

@@ -50,6 +50,15 @@ def test_a_layer_whose_input_fits_beside_a_weight_column_block_reads_its_input_o
     assert choice.traffic_bytes == operator_compulsory_bytes(op) and choice.buffer_bytes <= 232448
 
 
+
+def test_a_stationary_input_far_from_the_first_fitting_tiling_is_found():
+    """ConvNeXt-T's stage-4 fc1 (49 x 768 -> 3072) on 227 KiB: the first tiling that fits keeps half
+    the output columns and a sliver of the reduction (the input read twice); holding the whole input
+    with 96 columns at a time is many steps away in both dimensions and moves every operand once."""
+    op = matmul("fc1", 49, 3072, 768)
+    choice = best_tiling(op, 232448)
+    assert choice.traffic_bytes == operator_compulsory_bytes(op) and choice.buffer_bytes <= 232448
+
 @pytest.mark.parametrize("op,capacity", [(matmul("mm", 40, 96, 24), 3000), (matmul("mm", 36, 20, 50), 2400)])
 def test_the_search_finds_the_best_tiling_of_an_exhaustive_enumeration(op, capacity):
     """Small products whose every tiling (each dimension's divisors, halvings and powers of two, in
