@@ -58,7 +58,55 @@ def export_onnx(model: str, batch: int, path: Path) -> None:
         module, kwargs = Text(), {}
     torch.onnx.export(module, args, str(path), kwargs=kwargs or None, dynamo=False, opset_version=13,
                       input_names=["input"])
-    onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(path))), str(path))
+    onnx.save(static_shapes(onnx.load(str(path))), str(path))
+
+
+def static_shapes(model):
+    """``model`` with every shape inferred: a Shape of a tensor whose shape is known becomes a
+    constant, and so does a Reshape's or Expand's target computed from constants alone (ViT's class
+    token expanded to the batch), until nothing changes (ZigZag needs each layer's shapes)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    const = lambda name, value: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=np.int64)))
+    for _ in range(8):
+        del model.graph.value_info[:]
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        g = model.graph
+        known = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                 for v in list(g.value_info) + list(g.input) + list(g.output)}
+        inits = {i.name: i for i in g.initializer}
+        nodes = [const(n.output[0], known[n.input[0]]) if n.op_type == "Shape" and not n.attribute
+                 and known.get(n.input[0]) and all(known[n.input[0]]) else n for n in g.node]
+        changed = sum(a is not b for a, b in zip(nodes, g.node))
+        made = {o: k for k, n in enumerate(nodes) for o in n.output}
+        for n in list(nodes):
+            if n.op_type not in ("Expand", "Reshape") or n.input[1] not in made or nodes[made[n.input[1]]].op_type == "Constant":
+                continue
+            cone, todo = set(), [n.input[1]]
+            while todo:
+                name = todo.pop()
+                if name in made and name not in cone:
+                    cone.add(name)
+                    todo += [x for x in nodes[made[name]].input if x]
+            sub = [nodes[k] for k in sorted({made[c] for c in cone})]
+            needs = {x for s in sub for x in s.input if x} - cone
+            if needs - set(inits) or any(s.op_type in ("Conv", "MatMul", "Gemm") for s in sub):
+                continue
+            graph = helper.make_graph(sub, "target", [], [helper.make_tensor_value_info(n.input[1], 7, None)],
+                                      [inits[x] for x in needs])
+            value = ReferenceEvaluator(helper.make_model(graph, opset_imports=model.opset_import)).run(None, {})[0]
+            nodes[made[n.input[1]]] = const(n.input[1], value)
+            changed += 1
+        del g.node[:]
+        g.node.extend(nodes)
+        if not changed:
+            break
+    del model.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(model)
 
 
 def zigzag_layers(onnx_path: Path, target: str, cache: Path) -> dict:
