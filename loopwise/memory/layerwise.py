@@ -114,8 +114,11 @@ class _Search:
 
     def run(self) -> TilingChoice:
         floor = operator_compulsory_bytes(self.op)  # every touched element once: nothing does better
-        starts = [self.shrink_to_fit(dict(self.op.dims))] + self.stationary_starts()
-        starts = list({tuple(t.values()): t for t in starts}.values())
+        first = self.shrink_to_fit(dict(self.op.dims))
+        if self.score(first)[0] <= floor:  # the whole operator, or the first tiling that fits, is best
+            value, order = self.score(first)
+            return TilingChoice(self.op.name, first, order, value, self.buffer(first), evaluated=self.evaluated)
+        starts = list({tuple(t.values()): t for t in [first] + self.stationary_starts()}.values())
         share = self.budget // len(starts)  # each start its share of the traffic counts
         best = None
         for tiles in sorted(starts, key=lambda t: self.score(t)[0]):
