@@ -85,7 +85,8 @@ def static_shapes(model):
         changed = sum(a is not b for a, b in zip(nodes, g.node))
         made = {o: k for k, n in enumerate(nodes) for o in n.output}
         for n in list(nodes):
-            if n.op_type not in ("Expand", "Reshape") or n.input[1] not in made or nodes[made[n.input[1]]].op_type == "Constant":
+            target = n.input[1] if n.op_type in ("Expand", "Reshape") else None
+            if target not in made or nodes[made[target]].op_type == "Constant":
                 continue
             cone, todo = set(), [n.input[1]]
             while todo:

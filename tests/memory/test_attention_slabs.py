@@ -65,7 +65,8 @@ def _fused_attention() -> Graph:
     qkv = act("QKV", B, M, 3 * H * D)
     scores = Operator("scores", {"b": B, "h": H, "i": M, "j": M, "d": D},
                       (qkv, act("S", B, H, M, M)),
-                      reads=(Access("QKV", ("b", "i", f"{D}*(h) + (d)")), Access("QKV", ("b", "j", f"{H * D} + {D}*(h) + (d)"))),
+                      reads=(Access("QKV", ("b", "i", f"{D}*(h) + (d)")),
+                             Access("QKV", ("b", "j", f"{H * D} + {D}*(h) + (d)"))),
                       writes=(Access("S", ("b", "h", "i", "j")),), macs=B * H * M * M * D)
     softmax = Operator("softmax", {"b": B, "h": H, "i": M, "j": M}, (act("S", B, H, M, M), act("P", B, H, M, M)),
                        reads=(Access("S", ("b", "h", "i", "j")),), writes=(Access("P", ("b", "h", "i", "j")),),
