@@ -235,6 +235,10 @@ class _Planner:
                     if u.produced and (u.sliced != si or u.outer != so):
                         return None  # an intermediate read whole by a later operator: no slabs
                     u.last, u.whole = k, max(u.whole, nbytes)
+                    if not u.produced and not w:
+                        # read again from outside: held as what its readers touch together (the
+                        # parts of a fused projection that two operators read are all on chip)
+                        u.whole = max(u.whole, self._loaded(t, u.first, k))
                     u.sliced, u.outer, u.produced = u.sliced and si, u.outer and so, u.produced or w
         return units
 

@@ -29,20 +29,25 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
         sig: dict[str, int | None] = {}
         ok = True
         for t in op.tensors:
-            positions = set()
+            positions, blind = set(), False
             for access in op.accesses(t.name):
                 if word.search(access.guard):
                     ok = False  # read only where a guard on this dimension holds: slabs would not be even
+                found = False
                 for j, expr in enumerate(access.index):
                     if word.search(expr):
                         if _plain(expr, units) != d and not _block_of(expr, d, units, op.dims, t.shape[j]):
                             ok = False
                         positions.add(j)
-            if len(positions) > 1 or (not positions and t.name in written):
+                        found = True
+                blind = blind or not found
+            if len(positions) > 1 or ((not positions or blind) and t.name in written):
                 ok = False
             if not ok:
                 break
-            sig[t.name] = positions.pop() if positions else None
+            # read at d by one access and whole by another (query rows at i, key rows at every j):
+            # every slab needs all of it read whole, so it is an invariant of the slabs
+            sig[t.name] = positions.pop() if positions and not blind else None
         if ok:
             out[d] = sig
     return out
@@ -84,19 +89,20 @@ def _plain(expr: str, units: set[str]) -> str:
 
 
 def _block_of(expr: str, dim: str, units: set[str], dims: dict[str, int], size: int) -> bool:
-    """True when ``expr`` is ``c*dim + e`` with ``e`` another loop dimension of extent at most
-    ``c``, inside a tensor dimension of ``size``: each value of ``dim`` reaches a block of its own,
-    all blocks alike (a head's columns of a projection, ``128*h + n``), so slabs over ``dim`` cut
-    the tensor in equal disjoint parts, as a plain index does."""
+    """True when ``expr`` is ``a + c*dim + e`` (a constant ``a`` >= 0) with ``e`` another loop
+    dimension of extent at most ``c``, inside a tensor dimension of ``size``: each value of ``dim``
+    reaches a block of its own, all blocks alike (a head's columns of a projection, ``128*h + n``;
+    the keys' part of a fused projection, ``768 + 64*h + k``), so slabs over ``dim`` cut what the
+    access reaches in equal disjoint parts, as a plain index does."""
     parsed = _linear(_BRACKETED.sub(r"\1", expr), units)  # "128*(l1) + (n)" as an importer writes it
     if parsed is None:
         return False
     coefficients, constant = parsed
     stride = coefficients.get(dim, 0)
     rest = [d for d in coefficients if d != dim]
-    if constant != 0 or stride < 2 or len(rest) != 1 or coefficients[rest[0]] != 1:
+    if constant < 0 or stride < 2 or len(rest) != 1 or coefficients[rest[0]] != 1:
         return False
-    return dims[rest[0]] <= stride and stride * (dims[dim] - 1) + dims[rest[0]] <= size
+    return dims[rest[0]] <= stride and constant + stride * (dims[dim] - 1) + dims[rest[0]] <= size
 
 
 @dataclass

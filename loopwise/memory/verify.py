@@ -37,7 +37,8 @@ parts accumulate in one buffer until freed: an allocation at the offset and size
 tensor holds already adds to it, and must stay within its size); a new buffer must lie within
 the capacity and overlap no buffer alive; then everything on chip must fit the capacity, and every
 tensor the step uses, loads or stores must be on chip; the step's DMA transfers are counted, each
-at the offset of a buffer its tensor holds; frees subtract. At the end of the schedule nothing may
+at the offset of a buffer its tensor holds, and outside a tiled operator (whose transfers add up
+every tile's) a load must fit in what its tensor holds on chip; frees subtract. At the end of the schedule nothing may
 be left on chip. Failures are values: every violation is reported with where it happened, never
 raised.
 """
@@ -55,7 +56,7 @@ class Violation:
     """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
     (its iteration per loop) and the operator."""
 
-    kind: str  # capacity, missing, overfree, leftover, traffic, peak, output, overlap, range, offset
+    kind: str  # capacity, missing, overfree, leftover, traffic, peak, output, overlap, range, offset, overfill
     where: str
     message: str
     needed_bytes: int = 0
@@ -137,12 +138,14 @@ class _Replay:
         self.buffers: dict[str, list[list[int]]] = {}  # per tensor: [offset, size, bytes held] per buffer
         self.address_peak = 0
         self.dma: dict[str, list[dict]] = {}  # the current group's transfers by step id
+        self.tiled = False  # the current group is one operator run tile by tile
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
             self.dma = _transfers_by_step(group)
+            self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -222,6 +225,9 @@ class _Replay:
             self.moved += nbytes
             if d["to"] == "dram":
                 self.stored[d["tensor"]] = self.stored.get(d["tensor"], 0) + nbytes
+            elif not self.tiled and nbytes > self.live.get(d["tensor"], 0) + 2 * len(d.get("split", [])):
+                self._violate("overfill", here, f"a load of {nbytes} bytes of {d['tensor']}, which holds "
+                                                f"{self.live.get(d['tensor'], 0)} bytes on chip")
             bases = [b[0] for b in self.buffers.get(d["tensor"], [])]
             if bases and d.get("offset") not in bases:
                 self._violate("offset", here, f"the {'store' if d['to'] == 'dram' else 'load'} of {d['tensor']} "

@@ -56,3 +56,52 @@ def test_attention_over_heads_keeps_every_score_on_chip_head_by_head():
     verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
     assert verdict.ok, "\n".join(describe(verdict))
     assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
+
+
+def _fused_attention() -> Graph:
+    """Attention reading Q, K and V out of one fused projection output QKV[b, j, 3*H*D], as GPT-2's
+    imported attention does: Q at ``D*h + d``, K at ``H*D + D*h + d``, V at ``2*H*D + D*h + e``."""
+    act = lambda name, *shape: Tensor(name, shape)  # noqa: E731
+    qkv = act("QKV", B, M, 3 * H * D)
+    scores = Operator("scores", {"b": B, "h": H, "i": M, "j": M, "d": D},
+                      (qkv, act("S", B, H, M, M)),
+                      reads=(Access("QKV", ("b", "i", f"{D}*(h) + (d)")),
+                             Access("QKV", ("b", "j", f"{H * D} + {D}*(h) + (d)"))),
+                      writes=(Access("S", ("b", "h", "i", "j")),), macs=B * H * M * M * D)
+    softmax = Operator("softmax", {"b": B, "h": H, "i": M, "j": M}, (act("S", B, H, M, M), act("P", B, H, M, M)),
+                       reads=(Access("S", ("b", "h", "i", "j")),), writes=(Access("P", ("b", "h", "i", "j")),),
+                       coupled=frozenset({"j"}))
+    mix = Operator("mix", {"b": B, "h": H, "i": M, "e": D, "j": M},
+                   (act("P", B, H, M, M), qkv, act("O", B, H, M, D)),
+                   reads=(Access("P", ("b", "h", "i", "j")), Access("QKV", ("b", "j", f"{2 * H * D} + {D}*h + e"))),
+                   writes=(Access("O", ("b", "h", "i", "e")),), macs=B * H * M * M * D)
+    return Graph("fused-attention", (scores, softmax, mix))
+
+
+def test_a_tensor_read_at_rows_i_and_at_all_rows_j_is_not_sliced_by_i():
+    """QK^T out of one fused tensor reads its query rows at i and its key rows at every j: a slab of
+    query rows needs every key row, so QKV is an invariant of slabs over i (or j), not sliced; the
+    heads slice it, each head reading its own block of columns past a constant offset."""
+    from loopwise.memory.slabs import slab_signatures
+
+    scores, _, mix = _fused_attention().operators
+    sig = slab_signatures(scores)
+    assert sig["i"] == {"QKV": None, "S": 2} and sig["j"] == {"QKV": None, "S": 3}
+    assert sig["h"] == {"QKV": 2, "S": 1}
+    assert slab_signatures(mix)["h"] == {"P": 1, "QKV": 2, "O": 1}
+
+
+def test_attention_out_of_a_fused_projection_runs_head_by_head_and_fits_as_replayed():
+    """The fused attention runs head by head with its scores on chip; QKV, read in three parts by
+    two operators, is held as the union of the parts (the replay checks every load fits its buffer)."""
+    from loopwise.memory.verify import describe, verify
+
+    g = _fused_attention()
+    capacity = 24 * 1024
+    p = plan(g, capacity_bytes=capacity)
+    (grp,) = p.groups
+    assert grp.slab is not None and "h" in (grp.slab.outer_dims or ()) + grp.slab.dims
+    assert p.total_bytes == p.compulsory_bytes
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert verdict.ok, "\n".join(describe(verdict))
+    assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
