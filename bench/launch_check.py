@@ -12,6 +12,10 @@ as a CUDA graph, four ways:
 - ``launch_us``: the host time one call takes to return while the GPU is busy (its launch cost);
 - ``kernels_ms``: the sum of the CUDA kernels' own durations per call (torch.profiler).
 
+The seed is also timed with its kernels launched through Triton's compiled launcher directly
+(``seed_direct``: the call ``CompiledKernel.__getitem__``'s runner makes, with the stream Inductor
+passes), and the host side of its calls is profiled (``DIR/seed_host_profile.txt``, cProfile).
+
     python bench/launch_check.py PROBLEM.py... --out DIR [--trials 50]
 
 Writes DIR/launch_check.json after every problem (a row per problem, also on failure).
@@ -65,6 +69,46 @@ def _kernels_ms(fn, calls: int = 10) -> tuple[float, int]:
     return total_us / calls / 1e3, round(len(events) / calls)
 
 
+def _direct(module) -> int:
+    """Patches the seed module's launches to call each compiled kernel's launcher directly once
+    it is compiled; returns how many launches it patched."""
+    launches = [v for v in vars(module).values() if type(v).__name__ == "_Launch"]
+    for launch in launches:
+        plain = launch.run
+
+        def run(*args, stream=None, _plain=plain, _launch=launch, **kw):
+            key = tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
+            hit = _launch.compiled.get(key)
+            if hit is None:
+                return _plain(*args, stream=stream, **kw)
+            kernel, grid = hit
+            if stream is None:
+                stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+            kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
+                       None, None, *args, *_launch.tail)
+
+        launch.run = run
+    return len(launches)
+
+
+def _host_profile(fn, path: Path, calls: int = 200) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    path.write_text(f"{calls} calls\n" + text.getvalue())
+
+
 def _timings(fn, trials: int) -> dict:
     from loopwise.kernels.evaluate.timing import Clock
 
@@ -103,12 +147,25 @@ def check(problem, out: Path, trials: int) -> dict:
         compiled = torch.compile(model)
         compiled(*inputs)
     sides = {"eager": model, "compile": compiled}
-    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1})):
+    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1}), ("seed_direct", {})):
         path = out / "seeds" / f"{Path(problem.name).name}_{label}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_seed(record, problem, moves))
         torch.manual_seed(42)
-        sides[label] = _load(path).ModelNew(*ref.get_init_inputs()).cuda()
+        module = _load(path)
+        if label == "seed_direct":
+            row["direct_patched"] = _direct(module)
+        sides[label] = module.ModelNew(*ref.get_init_inputs()).cuda()
+        if label != "seed_graph":
+            with torch.no_grad():
+                got = sides[label](*inputs)
+                want = model(*inputs)
+            row[f"{label}_max_err"] = float((got.float() - want.float()).abs().max())
+    try:
+        with torch.no_grad():
+            _host_profile(lambda: sides["seed"](*inputs), out / "seed_host_profile.txt")
+    except Exception as exc:  # noqa: BLE001
+        row["host_profile"] = f"{type(exc).__name__}: {exc}"
     for label, module in sides.items():
         try:
             row[label] = _timings(lambda m=module: m(*inputs), trials)
