@@ -27,21 +27,12 @@ import argparse
 import json
 import statistics
 import time
-import traceback
 from pathlib import Path
 
 import torch
+from inductor_seed_check import _load, each_problem, reference  # this folder, as Python runs a script
 
 BUSY_CYCLES = 4_000_000  # ~2 ms at the H200's clocks: longer than any launch path here
-
-
-def _load(path: Path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _launch_us(fn, repeats: int = 20) -> float:
@@ -138,11 +129,7 @@ def check(problem, out: Path, trials: int) -> dict:
     t0 = time.perf_counter()
     record = inductor_record(problem, "cuda")
     row["extract_s"] = round(time.perf_counter() - t0, 1)
-    ref = problem.load_module()
-    torch.manual_seed(42)
-    model = ref.Model(*ref.get_init_inputs()).cuda()
-    torch.manual_seed(42)
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()]
+    ref, model, inputs = reference(problem)
     with torch.no_grad():
         compiled = torch.compile(model)
         compiled(*inputs)
@@ -176,8 +163,6 @@ def check(problem, out: Path, trials: int) -> dict:
 
 
 def main() -> None:
-    from loopwise.kernels.problem import load_problem
-
     parser = argparse.ArgumentParser()
     parser.add_argument("problems", nargs="+")
     parser.add_argument("--out", required=True)
@@ -185,20 +170,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for item in args.problems:
-        problem = load_problem(item, validate=False)
-        start = time.perf_counter()
-        try:
-            row = check(problem, out, args.trials)
-        except Exception as exc:  # noqa: BLE001
-            row = {"name": problem.name, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
-                   "trace": traceback.format_exc()[-1500:]}
-        row["wall_s"] = round(time.perf_counter() - start, 1)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        (out / "launch_check.json").write_text(json.dumps(rows, indent=1))
-
+    each_problem(args.problems, lambda problem: check(problem, out, args.trials), out / "launch_check.json")
 
 if __name__ == "__main__":
     main()
