@@ -41,14 +41,11 @@ def test_a_head_reads_its_own_block_of_columns_so_heads_can_carry_slabs():
     assert "h" not in slab_signatures(wide)
 
 
-def test_attention_over_heads_keeps_every_score_on_chip_head_by_head():
-    """One head's scores (8 KiB) and probabilities fit beside its keys and values, all heads' do
-    not, nor do every head's keys and values for row slabs alone: the chain runs head by head (and
-    query block by query block), and only Q, K, V and O move."""
+def _assert_one_group_head_by_head_at_compulsory_traffic(g: Graph, capacity: int) -> None:
+    """``g`` plans as one group with slabs over the heads, at its compulsory traffic, and the
+    independent replay passes the plan, recounting the same traffic within ``capacity``."""
     from loopwise.memory.verify import describe, verify
 
-    g = _heads_attention()
-    capacity = 20 * 1024
     p = plan(g, capacity_bytes=capacity)
     (grp,) = p.groups
     assert grp.slab is not None and "h" in (grp.slab.outer_dims or ()) + grp.slab.dims
@@ -56,6 +53,13 @@ def test_attention_over_heads_keeps_every_score_on_chip_head_by_head():
     verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
     assert verdict.ok, "\n".join(describe(verdict))
     assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
+
+
+def test_attention_over_heads_keeps_every_score_on_chip_head_by_head():
+    """One head's scores (8 KiB) and probabilities fit beside its keys and values, all heads' do
+    not, nor do every head's keys and values for row slabs alone: the chain runs head by head (and
+    query block by query block), and only Q, K, V and O move."""
+    _assert_one_group_head_by_head_at_compulsory_traffic(_heads_attention(), 20 * 1024)
 
 
 def _fused_attention() -> Graph:
@@ -94,14 +98,4 @@ def test_a_tensor_read_at_rows_i_and_at_all_rows_j_is_not_sliced_by_i():
 def test_attention_out_of_a_fused_projection_runs_head_by_head_and_fits_as_replayed():
     """The fused attention runs head by head with its scores on chip; QKV, read in three parts by
     two operators, is held as the union of the parts (the replay checks every load fits its buffer)."""
-    from loopwise.memory.verify import describe, verify
-
-    g = _fused_attention()
-    capacity = 24 * 1024
-    p = plan(g, capacity_bytes=capacity)
-    (grp,) = p.groups
-    assert grp.slab is not None and "h" in (grp.slab.outer_dims or ()) + grp.slab.dims
-    assert p.total_bytes == p.compulsory_bytes
-    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
-    assert verdict.ok, "\n".join(describe(verdict))
-    assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
+    _assert_one_group_head_by_head_at_compulsory_traffic(_fused_attention(), 24 * 1024)
