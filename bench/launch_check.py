@@ -172,5 +172,6 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     each_problem(args.problems, lambda problem: check(problem, out, args.trials), out / "launch_check.json")
 
+
 if __name__ == "__main__":
     main()

@@ -100,7 +100,6 @@ def _print_profile(report) -> None:
 def tools_cmd(as_json: bool = JSON) -> None:
     """The installed micro-profiling tools: what each reads and for which roofline classes it runs."""
     from loopwise.core.console import console as make_console
-    from loopwise.kernels.profile.guidance import FINDINGS_SHOWN, finding_line
     from rich.table import Table
 
     from loopwise.kernels.profile.registry import load_tools
@@ -170,7 +169,6 @@ def sass_cmd(
 
 def _print_sass(out: list[dict]) -> None:
     from loopwise.core.console import console as make_console
-    from loopwise.kernels.profile.guidance import FINDINGS_SHOWN, finding_line
     from rich.table import Table
 
     console = make_console()
