@@ -32,12 +32,8 @@ def statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str,
 
 def float32_shape(node):
     """The node's output shape when it is one float32 tensor, else None."""
-    import torch
-
-    meta = node.meta.get("tensor_meta")
-    if meta is None or not hasattr(meta, "dtype") or meta.dtype != torch.float32:
-        return None
-    return tuple(meta.shape)
+    shape = float_shape(node)
+    return shape if shape is not None and dtype_name(node) == "float32" else None
 
 
 def float_shape(node):
