@@ -95,6 +95,24 @@ def _one_thread_unless_chosen() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Click's usage-error and abort classes: click's own, and the copy newer typer versions
+    carry inside them (a typo in a command name is raised as the latter)."""
+    import click
+
+    import typer.exceptions
+
+    usage, abort = [click.exceptions.ClickException], [click.exceptions.Abort]
+    try:
+        from typer._click import exceptions as bundled
+    except ImportError:
+        bundled = None
+    for found, name in ((usage, "ClickException"), (abort, "Abort")):
+        found += [c for c in (getattr(bundled, name, None), getattr(typer.exceptions, name, None))
+                  if isinstance(c, type)]
+    return tuple(usage), tuple(abort)
+
+
 def main() -> None:
     """Console entry point: user mistakes are one line on stderr and exit status 2; SIGINT and
     SIGTERM stop cleanly with 130 and 143."""
@@ -110,12 +128,11 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors come here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+        usage, abort = _click_exceptions()
+        if isinstance(exc, usage):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, abort):
             sys.exit(1)
         if os.environ.get("LOOPWISE_DEBUG"):
             raise

@@ -71,6 +71,12 @@ def test_missing_candidate_and_bad_override_are_one_line(tmp_path):
     assert out.returncode == 2 and "perf_trials" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_mistyped_command_is_a_usage_error_not_an_internal_one():
+    out = run("kernels", "evaluate")
+    assert out.returncode == 2
+    assert "No such command 'evaluate'" in out.stderr and "internal error" not in out.stderr
+
+
 def test_unknown_kernelbench_checkout_says_how_to_give_one(tmp_path):
     out = run("kernels", "eval", "kernelbench:1/19", str(CASES / "ok_torch.py"), cwd=tmp_path,
               env_extra={"LOOPWISE_KERNELBENCH": ""})
