@@ -26,6 +26,12 @@ class EvalConfig(BaseModel):
             ``fp32_error_factor`` times the reference's own largest error and their normwise error
             is at most ``fp32_error_factor`` times the reference's; ``allclose`` fails them.
         perf_trials: timed calls (after warm-up), each after an L2 flush.
+        clock: the time a speedup is computed from (candidate and references alike):
+            ``kernelbench`` (KernelBench's protocol: events around the call, queued right after
+            the flush, so a launch longer than the flush is partly counted), ``gpu`` (the call
+            fully queued behind a GPU sleep: the GPU's time alone) or ``steady`` (per trial the
+            larger of the GPU time and the host's launch time: a call's cost when calls are
+            issued back to back). All three are reported whichever is chosen.
         reuse_inputs: one judge draws its trial inputs once, from a secret seed of its own, and
             judges every candidate on them, keeping the draws and the reference outputs (within
             memory budgets) instead of redrawing and recomputing them per candidate; off: every
@@ -43,6 +49,7 @@ class EvalConfig(BaseModel):
     stress_trials: int = Field(2, ge=0, le=100)
     perf_trials: int = Field(100, ge=1, le=100000)
     warmup: int = Field(3, ge=0, le=1000)
+    clock: Literal["kernelbench", "gpu", "steady"] = "kernelbench"
     fresh_inputs: bool = False
     reuse_inputs: bool = True
     draw_device: Literal["auto", "cpu"] = "auto"

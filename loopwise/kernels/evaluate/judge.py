@@ -360,7 +360,7 @@ class LocalJudge:
             reply, wall = timed(box, sets, self.cfg, keep, self.transfer)
         self.pool.replenish()  # the next candidate's sandbox starts while this one's checks finish
         guard_reasons(reply, outcome, self.cfg.precision)
-        ev.timing = timing_from(reply)
+        ev.timing = timing_from(reply, self.cfg.clock)
         audit_timing(reply, wall, ev, outcome, self.device)
         if not outcome.rejected:
             known = {k: runner.reference_outputs(base + k) for k in range(2)}

@@ -38,16 +38,26 @@ def versions() -> dict[str, str]:
     return out
 
 
-def timing_from(reply: dict) -> TimingStats:
-    """Statistics computed here, in the judge, from the raw per-call samples the sandbox sent."""
+def timing_from(reply: dict, clock: str = "kernelbench") -> TimingStats:
+    """Statistics computed here, in the judge, from the raw per-call samples the sandbox sent,
+    under ``clock`` (timing.CLOCKS)."""
+    import statistics
+
     from loopwise.kernels.evaluate import timing
 
-    ev, host = timing.stats(reply["event_ms"]), timing.stats(reply["host_ms"])
-    slowest = max(range(len(reply["event_ms"])), key=reply["event_ms"].__getitem__)
+    samples = timing.clock_samples(reply, clock)
+    ev, host = timing.stats(samples), timing.stats(reply["host_ms"])
+    slowest = max(range(len(samples)), key=samples.__getitem__)
+    slowest_host = reply["host_ms"][slowest] if clock == "kernelbench" and slowest < len(reply["host_ms"]) else None
+    queued = "gpu_ms" in reply
     return TimingStats(trials=ev["trials"], median_ms=ev["median_ms"], mean_ms=ev["mean_ms"], std_ms=ev["std_ms"],
                        min_ms=ev["min_ms"], max_ms=ev["max_ms"], host_median_ms=host["median_ms"],
-                       method=reply["method"], slowest_trial=slowest,
-                       slowest_host_ms=reply["host_ms"][slowest] if slowest < len(reply["host_ms"]) else None)
+                       method=reply["method"], slowest_trial=slowest, slowest_host_ms=slowest_host,
+                       clock=clock if queued else "kernelbench",
+                       kernelbench_median_ms=statistics.median(reply["event_ms"]),
+                       gpu_median_ms=statistics.median(reply["gpu_ms"]) if queued else None,
+                       launch_median_ms=statistics.median(reply["launch_ms"]) if queued else None,
+                       uncovered_trials=reply.get("uncovered"))
 
 
 def timed(box: Sandbox, sets: list, cfg: EvalConfig, keep: list[int] | None = None,
@@ -118,7 +128,7 @@ class ReferenceTimes:
     def _key(self, problem_sha: str, kind: str) -> str:
         v = versions()
         parts = [problem_sha[:16], kind, self.device_name, v["torch"], v["triton"], str(self.cfg.perf_trials),
-                 str(self.cfg.warmup), str(self.cfg.fresh_inputs), str(self.cfg.energy)]
+                 str(self.cfg.warmup), str(self.cfg.fresh_inputs), str(self.cfg.energy), self.cfg.clock]
         return re.sub(r"[^A-Za-z0-9_.+-]", "_", "-".join(parts))
 
     def _path(self, key: str) -> Path:
@@ -191,7 +201,7 @@ def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: Eval
         pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
         reply, _ = timed(box, [args] + list(fresh or []), cfg)
         energy = energy_in(box, cfg) if cfg.energy and pool.device.startswith("cuda") else None
-        return VariantResult(kind, timing_from(reply), energy, "ok", load_s=load_s)
+        return VariantResult(kind, timing_from(reply, cfg.clock), energy, "ok", load_s=load_s)
     except SandboxFailure as fail:
         return VariantResult(kind, None, None, fail.status, f"{fail.code}: {fail.message}")
     finally:
@@ -230,4 +240,4 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
             result = measure_energy(call, device_index=torch.device(device).index or 0,
                                     min_seconds=cfg.energy_min_s, sync=clock.sync)
         energy = result.joules_per_call if result else None
-    return VariantResult("eager", timing_from(reply), energy, "ok", load_s=_time.perf_counter() - t0)
+    return VariantResult("eager", timing_from(reply, cfg.clock), energy, "ok", load_s=_time.perf_counter() - t0)

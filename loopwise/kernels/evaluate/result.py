@@ -45,7 +45,8 @@ class Reason(BaseModel):
 
 
 class TimingStats(BaseModel):
-    """Per-call times of one model in milliseconds (CUDA events, or the host clock on CPU)."""
+    """Per-call times of one model in milliseconds (CUDA events, or the host clock on CPU) under
+    the judge's clock (see :mod:`loopwise.kernels.evaluate.timing`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -59,6 +60,13 @@ class TimingStats(BaseModel):
     method: str = "cuda_event"
     slowest_trial: int | None = None  # index of the max_ms trial (is an outlier early, late, periodic?)
     slowest_host_ms: float | None = None  # the host clock's time of that trial
+    # Which figure median_ms .. max_ms are (timing.CLOCKS), and the three side by side (medians):
+    # the KernelBench protocol's event time, the GPU time with the call queued, the host's launch.
+    clock: str = "kernelbench"
+    kernelbench_median_ms: float | None = None
+    gpu_median_ms: float | None = None
+    launch_median_ms: float | None = None
+    uncovered_trials: int | None = None  # queued trials whose launch outlasted the GPU sleep
 
     def pick(self, statistic: str) -> float:
         """The time a speedup is computed from: ``median`` or ``mean``."""

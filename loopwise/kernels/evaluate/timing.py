@@ -8,6 +8,15 @@ caller around the whole loop (a Triton launch that starts after the flush has en
 The host clock runs around the same region; a calibrated no-op gives its fixed overhead, so host
 time far above event time means work escaped the timed stream (a side stream or a thread).
 
+A second, shorter pass times the same call queued: after the flush the GPU is kept busy (a
+device-side sleep, sized from the launch times seen) while the host launches the call, so the
+start event runs only once the whole call is queued. Its event time is the GPU's time alone (L2
+still cold), and the host time of the call while the GPU is busy is its launch cost. Under the
+KernelBench protocol above a call whose launch outlasts the flush is timed with part of its host
+cost, which varies from run to run with the host; the judge's ``clock`` setting picks which figure
+a speedup is computed from (``kernelbench``, ``gpu``, or ``steady``: per trial the larger of the
+two, what a call costs when calls are issued back to back).
+
 The functions used here are captured at import, before any candidate code runs, so a candidate
 that patches ``torch.cuda.Event`` or ``time.perf_counter`` cannot change our clock (and the guards
 report the patch).
@@ -15,6 +24,7 @@ report the patch).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import statistics
@@ -28,11 +38,41 @@ FLUSH_BYTES = 256 * 1024 * 1024
 DISCARD_FIRST = 1
 
 
+# Trials of the queued pass (at most; fewer when the judge asks for fewer trials).
+QUEUED_TRIALS = 30
+# The GPU sleep that queues a call lasts this many times the longest launch seen so far (at least
+# MIN_SLEEP_MS); a trial whose launch took longer than the sleep it had is counted as uncovered.
+SLEEP_MARGIN = 3.0
+MIN_SLEEP_MS = 0.2
+FIRST_SLEEP_MS = 2.0
+CLOCKS = ("kernelbench", "gpu", "steady")
+
+
+@contextlib.contextmanager
+def _collector_off():
+    keep_gc = os.environ.get("LOOPWISE_TIMING_GC", "off") == "on" or not gc.isenabled()
+    if not keep_gc:
+        gc.collect()
+        gc.disable()
+    try:
+        yield
+    finally:
+        if not keep_gc:
+            gc.enable()
+
+
 @dataclass
 class Samples:
     event_ms: list[float]
     host_ms: list[float]
     method: str
+
+
+@dataclass
+class Queued:
+    gpu_ms: list[float]
+    launch_ms: list[float]
+    uncovered: int  # trials whose launch outlasted the GPU sleep ahead of them
 
 
 class Clock:
@@ -44,10 +84,12 @@ class Clock:
         self.device = device
         self.cuda = device.startswith("cuda")
         self._sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        self._cycles_per_ms: float | None = None
         if self.cuda:
             self._event_cls = torch.cuda.Event
             self._record = torch.cuda.Event.record
             self._elapsed = torch.cuda.Event.elapsed_time
+            self._sleep = torch.cuda._sleep
             self._flush = torch.empty(FLUSH_BYTES // 8, dtype=torch.int64, device=device)
         else:
             self._flush = torch.empty(64 * 1024 * 1024 // 8, dtype=torch.int64)
@@ -68,15 +110,8 @@ class Clock:
         collection inside a timed window delays the next launch, and when the host falls behind
         the GPU the event time grows by the delay. ``LOOPWISE_TIMING_GC=on`` keeps it on.
         """
-        keep_gc = os.environ.get("LOOPWISE_TIMING_GC", "off") == "on" or not gc.isenabled()
-        if not keep_gc:
-            gc.collect()
-            gc.disable()
-        try:
+        with _collector_off():
             return self._run(fn, trials, warmup, before, after)
-        finally:
-            if not keep_gc:
-                gc.enable()
 
     def _run(self, fn, trials, warmup, before, after) -> Samples:
         # The loop holds the previous call's result while the next call runs (as KernelBench's
@@ -129,14 +164,80 @@ class Clock:
         return Samples(event_ms, host_ms, "cuda_event" if self.cuda else "host_clock")
 
 
+    def _busy(self, ms: float) -> None:
+        """Keeps the GPU busy for about ``ms`` milliseconds from now (in stream order)."""
+        if self._cycles_per_ms is None:
+            start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
+            self._sync()
+            self._record(start)
+            self._sleep(1_000_000)
+            self._record(end)
+            self._sync()
+            self._cycles_per_ms = 1_000_000 / max(self._elapsed(start, end), 1e-3)
+        self._sleep(int(ms * self._cycles_per_ms))
+
+    def queued(self, fn: Callable[[], object], trials: int,
+               before: Callable[[int], None] | None = None) -> Queued:
+        """Times ``fn`` with the whole call queued before its start event can run (CUDA; on the
+        CPU both figures are the call's host time). Run after :meth:`run`: the call is warm. The
+        garbage collector is off as in :meth:`run`."""
+        with _collector_off():
+            return self._queued(fn, trials, before)
+
+    def _queued(self, fn, trials, before) -> Queued:
+        gpu_ms: list[float] = []
+        launch_ms: list[float] = []
+        uncovered = 0
+        sleep_ms = FIRST_SLEEP_MS
+        start = end = None
+        if self.cuda:
+            start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
+        for i in range(trials):
+            if before is not None:
+                before(i)
+            self._sync()
+            self.flush()
+            if self.cuda:
+                self._busy(sleep_ms)
+                self._record(start)
+                t0 = _perf_counter()
+                fn()
+                t1 = _perf_counter()
+                self._record(end)
+                self._sync()
+                launch = (t1 - t0) * 1e3
+                gpu_ms.append(self._elapsed(start, end))
+                uncovered += launch > sleep_ms
+                sleep_ms = max(MIN_SLEEP_MS, SLEEP_MARGIN * max(launch_ms + [launch]))
+            else:
+                t0 = _perf_counter()
+                fn()
+                launch = (_perf_counter() - t0) * 1e3
+                gpu_ms.append(launch)
+            launch_ms.append(launch)
+        return Queued(gpu_ms, launch_ms, uncovered)
+
+
+def clock_samples(reply: dict, clock: str) -> list[float]:
+    """The per-trial times a speedup under ``clock`` is computed from (see the module's text);
+    a reply without the queued pass (an older cache) has the KernelBench figure only."""
+    if clock == "kernelbench" or "gpu_ms" not in reply:
+        return reply["event_ms"]
+    if clock == "gpu":
+        return reply["gpu_ms"]
+    return [max(g, l) for g, l in zip(reply["gpu_ms"], reply["launch_ms"])]
+
+
 def measure(clock: Clock, fn: Callable[[], object], trials: int, warmup: int,
             before: Callable[[int], None] | None = None,
             after: Callable[[int, object], None] | None = None) -> dict:
     """The raw samples the judge audits: per-call event and host times, and the host time of the
     same loop around an empty call (its fixed overhead)."""
     samples = clock.run(fn, trials, warmup, before, after)
+    queued = clock.queued(fn, min(trials, QUEUED_TRIALS), before)
     noop = clock.run(lambda: None, min(trials, 50), 3)
     return {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
+            "gpu_ms": queued.gpu_ms, "launch_ms": queued.launch_ms, "uncovered": queued.uncovered,
             "method": samples.method}
 
 

@@ -68,3 +68,44 @@ def test_kept_output_buffers_are_made_only_for_dense_layouts():
     assert _dense(x) and _dense(x.t()) and _dense(x.unsqueeze(1))
     assert _dense(torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last))
     assert not _dense(x[:, ::2]) and not _dense(x.expand(3, 4, 6)) and not _dense(x[:, :5])
+
+
+def test_measure_adds_a_queued_pass_with_its_own_refills():
+    befores = []
+    reply = timing.measure(timing.Clock("cpu"), lambda: None, trials=40, warmup=1, before=befores.append)
+    assert len(reply["event_ms"]) == 40
+    assert len(reply["gpu_ms"]) == len(reply["launch_ms"]) == timing.QUEUED_TRIALS
+    assert befores[-timing.QUEUED_TRIALS:] == list(range(timing.QUEUED_TRIALS))
+    assert reply["uncovered"] == 0
+
+
+def test_each_clock_computes_its_speedup_from_its_own_figure():
+    from loopwise.kernels.evaluate.measure import timing_from
+
+    # A launch-bound call: 0.1 ms of GPU work behind 0.3 ms of host launch; the KernelBench
+    # protocol saw it at 0.2 ms (part of the launch hidden behind the flush).
+    reply = {"event_ms": [0.2] * 5, "host_ms": [0.4] * 5, "gpu_ms": [0.1, 0.1, 0.12, 0.1, 0.1],
+             "launch_ms": [0.3, 0.05, 0.3, 0.3, 0.3], "uncovered": 0, "method": "cuda_event"}
+    kb, gpu, steady = (timing_from(reply, c) for c in timing.CLOCKS)
+    assert kb.median_ms == 0.2 and gpu.median_ms == 0.1 and steady.median_ms == 0.3
+    assert steady.min_ms == 0.1  # per trial the larger of the two: trial 1 was GPU-bound
+    for t in (kb, gpu, steady):
+        assert (t.kernelbench_median_ms, t.gpu_median_ms, t.launch_median_ms) == (0.2, 0.1, 0.3)
+    assert steady.clock == "steady"
+
+
+def test_a_reply_without_the_queued_pass_reads_as_the_kernelbench_figure():
+    from loopwise.kernels.evaluate.measure import timing_from
+
+    old = {"event_ms": [0.2] * 3, "host_ms": [0.4] * 3, "method": "cuda_event"}
+    t = timing_from(old, "steady")
+    assert t.median_ms == 0.2 and t.clock == "kernelbench" and t.gpu_median_ms is None
+
+
+def test_the_reference_cache_tells_clocks_apart(tmp_path):
+    from loopwise.kernels.config import EvalConfig
+    from loopwise.kernels.evaluate.measure import ReferenceTimes
+
+    keys = {ReferenceTimes(None, EvalConfig(clock=c), "gpu0", use_disk=False)._key("ab" * 20, "compile")
+            for c in timing.CLOCKS}
+    assert len(keys) == 3
