@@ -113,6 +113,9 @@ def aggregate(rows: list[dict]) -> list[dict]:
         line["geomean_over_eager"] = _geomean(over_eager)
         line["geomean_over_compile"] = _geomean(over_compile)
         line["compile_measured"] = len(over_compile)
+        for k in ("kernelbench", "gpu", "steady"):  # problems with a correct candidate, same worker
+            line[f"geomean_over_compile_{k}"] = _geomean([r[f"over_compile_{k}"] for r in mine
+                                                          if r.get(f"over_compile_{k}")])
         for p in FAST_P:
             line[f"fast_{p:g}_eager"] = sum(1 for r in mine if r.get("best_speedup") and r["best_speedup"] > p) / len(mine)
             line[f"fast_{p:g}_compile"] = (sum(1 for r in mine if r.get("best_speedup") and r.get("over_compile")
@@ -143,7 +146,29 @@ def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | Non
         row["over_compile"] = ours * comp_ms / base_eager
     else:
         row["over_compile"] = None
+    row.update(clock_columns(best.get("timing") or {}, (comp.get("timing") or {}) if comp_ms else {}))
     return row
+
+
+def clock_columns(best: dict, compile_: dict) -> dict:
+    """The best candidate and torch.compile under each of the judge's clocks (medians, ms), and
+    the ratios over compile they give: the KernelBench protocol's event time, the GPU's time with
+    the call queued, the host's launch time, and ``steady`` (the larger of the last two)."""
+    out: dict = {"clock": best.get("clock")}
+    for who, t in (("best", best), ("compile", compile_)):
+        for k in ("kernelbench", "gpu", "launch"):
+            out[f"{who}_{k}_ms"] = t.get(f"{k}_median_ms")
+    for k in ("kernelbench", "gpu", "steady"):
+        ours, theirs = (_clock_ms(t, k) for t in (best, compile_))
+        out[f"over_compile_{k}"] = theirs / ours if ours and theirs else None
+    return out
+
+
+def _clock_ms(t: dict, clock: str) -> float | None:
+    if clock == "steady":
+        gpu, launch = t.get("gpu_median_ms"), t.get("launch_median_ms")
+        return max(gpu, launch) if gpu is not None and launch is not None else None
+    return t.get(f"{clock}_median_ms")
 
 
 # ---------------------------------------------------------------------------------------------

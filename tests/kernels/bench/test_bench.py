@@ -60,6 +60,24 @@ def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference(
     assert total["problems"] == 3 and total["fast_1_eager"] == pytest.approx(2 / 3)
 
 
+def test_a_row_gives_the_ratio_over_compile_under_each_clock():
+    # ours: 0.1 ms of GPU work, 0.3 ms of launch; compile: 0.12 ms of GPU work, 0.15 ms of launch
+    best = {"timing": {"median_ms": 0.2, "kernelbench_median_ms": 0.2, "gpu_median_ms": 0.1,
+                       "launch_median_ms": 0.3, "clock": "kernelbench"},
+            "reference_timing": {"median_ms": 0.4}}
+    summary = {"run_id": "r", "evaluations": 2, "best_speedup": 2.0, "best": best, "failures": {}}
+    base = {"eager": {"timing": {"median_ms": 0.4}},
+            "compile": {"status": "ok", "timing": {"median_ms": 0.25, "kernelbench_median_ms": 0.25,
+                                                   "gpu_median_ms": 0.12, "launch_median_ms": 0.15}}}
+    row = problem_row(1, 1, "a", summary, base)
+    assert row["over_compile_kernelbench"] == pytest.approx(1.25)
+    assert row["over_compile_gpu"] == pytest.approx(1.2)
+    assert row["over_compile_steady"] == pytest.approx(0.5)  # launch-bound: 0.15 / 0.3
+    assert row["best_launch_ms"] == 0.3 and row["compile_gpu_ms"] == 0.12
+    old = problem_row(1, 1, "a", summary, {"eager": base["eager"], "compile": {"status": "ok", "timing": {"median_ms": 0.25}}})
+    assert old["over_compile_steady"] is None and old["over_compile"] == pytest.approx(1.25)
+
+
 def _loopwise(env, *args, timeout=900):
     return subprocess.run([sys.executable, "-m", "loopwise", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
