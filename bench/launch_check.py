@@ -6,17 +6,19 @@ longer than the flush is timed with part of its host cost. This script times, pe
 torch.compile, the compiler seed (Inductor's code as a standalone ModelNew) and the seed replayed
 as a CUDA graph, four ways:
 
-- ``judge_ms``: the judge's own clock and protocol (median of the trials);
-- ``queued_ms``: the same, with the GPU kept busy (``torch.cuda._sleep``) after the flush, so the
-  whole call is launched before the start event can run: GPU time only, L2 still cold;
+- ``kernelbench_ms``, ``gpu_ms``, ``launch_ms``, ``steady_ms``: the judge's own measurement
+  (``timing.measure``): the KernelBench protocol's event time, and from its queued pass the GPU's
+  time with the call queued behind a device sleep, the host's launch time, and per trial the larger
+  of the two (medians; ``uncovered``: queued trials whose launch outlasted the sleep);
+- ``busy2ms_ms``: the KernelBench protocol with a fixed 2 ms GPU sleep after the flush (a
+  cross-check of the queued pass's adaptive sleep);
 - ``launch_us``: the host time one call takes to return while the GPU is busy (its launch cost);
 - ``kernels_ms``: the sum of the CUDA kernels' own durations per call (torch.profiler).
 
-The seed is also timed with its kernels launched through Triton's compiled launcher directly
-(``seed_direct``: the call ``CompiledKernel.__getitem__``'s runner makes, with the stream Inductor
-passes), and the host side of its calls is profiled (``DIR/seed_host_profile.txt``, cProfile).
+Every side is measured ``--repeats`` times, the sides in turn, to show how each figure repeats.
+The host side of the seed's calls is profiled (``DIR/seed_host_profile.txt``, cProfile).
 
-    python bench/launch_check.py PROBLEM.py... --out DIR [--trials 50]
+    python bench/launch_check.py PROBLEM.py... --out DIR [--trials 50] [--repeats 3]
 
 Writes DIR/launch_check.json after every problem (a row per problem, also on failure).
 """
@@ -60,28 +62,6 @@ def _kernels_ms(fn, calls: int = 10) -> tuple[float, int]:
     return total_us / calls / 1e3, round(len(events) / calls)
 
 
-def _direct(module) -> int:
-    """Patches the seed module's launches to call each compiled kernel's launcher directly once
-    it is compiled; returns how many launches it patched."""
-    launches = [v for v in vars(module).values() if type(v).__name__ == "_Launch"]
-    for launch in launches:
-        plain = launch.run
-
-        def run(*args, stream=None, _plain=plain, _launch=launch, **kw):
-            key = tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
-            hit = _launch.compiled.get(key)
-            if hit is None:
-                return _plain(*args, stream=stream, **kw)
-            kernel, grid = hit
-            if stream is None:
-                stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
-            kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
-                       None, None, *args, *_launch.tail)
-
-        launch.run = run
-    return len(launches)
-
-
 def _host_profile(fn, path: Path, calls: int = 200) -> None:
     import cProfile
     import io
@@ -101,11 +81,14 @@ def _host_profile(fn, path: Path, calls: int = 200) -> None:
 
 
 def _timings(fn, trials: int) -> dict:
-    from loopwise.kernels.evaluate.timing import Clock
+    """The judge's own measurement (``timing.measure``: the KernelBench pass and the queued pass),
+    the GPU kept busy for a fixed 2 ms instead (a cross-check of the queued pass's adaptive sleep),
+    the host launch, and the profiler's kernel durations."""
+    from loopwise.kernels.evaluate import timing
 
-    clock = Clock("cuda")
+    clock = timing.Clock("cuda")
     with torch.no_grad():
-        judged = clock.run(fn, trials, 3)
+        judged = timing.measure(clock, fn, trials, 3)
         plain_flush = clock.flush
 
         def flush_then_busy():
@@ -113,15 +96,18 @@ def _timings(fn, trials: int) -> dict:
             torch.cuda._sleep(BUSY_CYCLES)
 
         clock.flush = flush_then_busy
-        queued = clock.run(fn, trials, 3)
+        busy = clock.run(fn, trials, 3)
         launch = _launch_us(fn)
         kernels, launches = _kernels_ms(fn)
-    return {"judge_ms": round(statistics.median(judged.event_ms), 4),
-            "queued_ms": round(statistics.median(queued.event_ms), 4),
+    gpu, host = statistics.median(judged["gpu_ms"]), statistics.median(judged["launch_ms"])
+    steady = statistics.median(max(g, h) for g, h in zip(judged["gpu_ms"], judged["launch_ms"]))
+    return {"kernelbench_ms": round(statistics.median(judged["event_ms"]), 4), "gpu_ms": round(gpu, 4),
+            "launch_ms": round(host, 4), "steady_ms": round(steady, 4), "uncovered": judged["uncovered"],
+            "busy2ms_ms": round(statistics.median(busy.event_ms), 4),
             "launch_us": round(launch, 1), "kernels_ms": round(kernels, 4), "launches": launches}
 
 
-def check(problem, out: Path, trials: int) -> dict:
+def check(problem, out: Path, trials: int, repeats: int) -> dict:
     from loopwise.kernels.expert.inductor.seed import inductor_record
     from loopwise.kernels.expert.inductor.standalone import render_seed
 
@@ -134,14 +120,12 @@ def check(problem, out: Path, trials: int) -> dict:
         compiled = torch.compile(model)
         compiled(*inputs)
     sides = {"eager": model, "compile": compiled}
-    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1}), ("seed_direct", {})):
+    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1})):
         path = out / "seeds" / f"{Path(problem.name).name}_{label}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_seed(record, problem, moves))
         torch.manual_seed(42)
         module = _load(path)
-        if label == "seed_direct":
-            row["direct_patched"] = _direct(module)
         sides[label] = module.ModelNew(*ref.get_init_inputs()).cuda()
         if label != "seed_graph":
             with torch.no_grad():
@@ -153,12 +137,14 @@ def check(problem, out: Path, trials: int) -> dict:
             _host_profile(lambda: sides["seed"](*inputs), out / "seed_host_profile.txt")
     except Exception as exc:  # noqa: BLE001
         row["host_profile"] = f"{type(exc).__name__}: {exc}"
-    for label, module in sides.items():
-        try:
-            row[label] = _timings(lambda m=module: m(*inputs), trials)
-        except Exception as exc:  # noqa: BLE001 - a row per side, whatever fails
-            row[label] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        print(label, json.dumps(row[label]), flush=True)
+    for r in range(repeats):  # the sides in turn, then again: drift hits every side alike
+        for label, module in sides.items():
+            try:
+                got = _timings(lambda m=module: m(*inputs), trials)
+            except Exception as exc:  # noqa: BLE001 - a row per side, whatever fails
+                got = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            row.setdefault(label, []).append(got)
+            print(label, r, json.dumps(got), flush=True)
     return row
 
 
@@ -167,10 +153,11 @@ def main() -> None:
     parser.add_argument("problems", nargs="+")
     parser.add_argument("--out", required=True)
     parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=1, help="times every side is measured, in turn")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    each_problem(args.problems, lambda problem: check(problem, out, args.trials), out / "launch_check.json")
+    each_problem(args.problems, lambda problem: check(problem, out, args.trials, args.repeats), out / "launch_check.json")
 
 
 if __name__ == "__main__":
