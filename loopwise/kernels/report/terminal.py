@@ -27,6 +27,16 @@ def _time(ev, timing):
     return timing.pick(ev.statistic)
 
 
+def _queued(ev) -> bool:
+    t = ev.timing
+    return t is not None and t.method == "cuda_event" and t.gpu_median_ms is not None
+
+
+def _clock_note(evaluations) -> str:
+    clocks = {e.timing.clock for e in evaluations if e.timing is not None}
+    return f" · clock {', '.join(sorted(clocks))}" if clocks else ""
+
+
 def print_evaluations(console, evaluations, run_id: str) -> None:
     from rich.table import Table
 
@@ -34,13 +44,16 @@ def print_evaluations(console, evaluations, run_id: str) -> None:
         return
     first = evaluations[0]
     table = Table(title=f"{first.problem} on {first.device} · policy {first.policy} · tolerance {first.tolerance} "
-                        f"· {first.statistic} of timed calls")
+                        f"· {first.statistic} of timed calls" + _clock_note(evaluations))
     columns = [("candidate", lambda e: e.candidate),
                ("status", lambda e: f"[{STATUS_STYLE.get(e.status.value, '')}]{e.status.value}[/]"),
                ("speedup", lambda e: marked(f"{e.speedup:.2f}x", e.timing_meaningful) if e.speedup is not None
                 else "-"),
                ("ms", lambda e: _ms(_time(e, e.timing))),
                ("eager ms", lambda e: _ms(_time(e, e.reference_timing)))]
+    if any(_queued(e) for e in evaluations):  # the judge's queued pass: GPU time and host launch apart
+        columns += [("gpu ms", lambda e: _ms(_queued(e) and e.timing.gpu_median_ms)),
+                    ("launch ms", lambda e: _ms(_queued(e) and e.timing.launch_median_ms))]
     if any(e.floor_ms for e in evaluations):
         columns.append(("floor ms", lambda e: _ms(e.floor_ms)))
     if any(e.energy_j_per_call for e in evaluations):
