@@ -28,6 +28,7 @@ from which a stage resumes bit for bit.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import random
 from collections.abc import Callable, Sequence
@@ -50,8 +51,12 @@ def sample_groups(policy: Policy, vocab: Vocab, task, examples: Sequence, config
     n = config.num_generations
     s = sample(policy, vocab, [e.prompt for e in examples for _ in range(n)], config.max_completion_length,
                config.temperature, generator=generator)
-    rewards = torch.tensor([task.score(examples[i // n], text) for i, text in enumerate(s.texts)],
-                           dtype=torch.float32, device=next(policy.parameters()).device)
+    scores = [task.score(examples[i // n], text) for i, text in enumerate(s.texts)]
+    bad = next((i for i, r in enumerate(scores) if not math.isfinite(r)), None)
+    if bad is not None:
+        raise UserError(f"task {getattr(task, 'name', type(task).__name__)!r} scored {scores[bad]} for the "
+                        f"completion {s.texts[bad][:60]!r}: a reward must be a finite number")
+    rewards = torch.tensor(scores, dtype=torch.float32, device=next(policy.parameters()).device)
     return s, rewards.view(len(examples), n)
 
 
@@ -111,9 +116,11 @@ class GRPOTrainer:
             measured = c.beta > 0 or self._probe_step(self.step_count + 1)
             ref = token_logprobs(self.reference, s, c.temperature) if measured else None
         sums = {"loss": 0.0, "grad_norm": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0}
-        entropy = 0.0
+        entropy, skipped = 0.0, 0
         for it in range(c.num_iterations):
             logp, ent = token_logprobs(self.policy, s, c.temperature, with_entropy=True)
+            if it == 0:  # the sampling distribution's, before any update of the step
+                entropy = float((ent.detach() * mask).sum() / tokens)
             ratio = torch.exp(logp - old)
             unclipped = ratio * advantages
             clipped = ratio.clamp(1 - c.epsilon, 1 + c.epsilon_high) * advantages
@@ -123,13 +130,19 @@ class GRPOTrainer:
                 kl = torch.exp(delta) - delta - 1  # k3: unbiased, non-negative
                 if c.beta:
                     per_token = per_token + c.beta * kl
-                sums["kl"] += float((kl.detach() * mask).sum() / tokens)
+                kl_mean = float((kl.detach() * mask).sum() / tokens)
             if c.entropy_coef:
                 per_token = per_token - c.entropy_coef * ent
             loss = (per_token * mask).sum() / tokens
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+            if not (torch.isfinite(loss) and torch.isfinite(norm)):
+                # a non-finite loss or gradient (an overflow in reduced precision) would write NaN
+                # into every weight: the update is skipped, counted, and left out of the averages
+                self.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
             self.optimizer.step()
             with torch.no_grad():
                 low = ((ratio < 1 - c.epsilon) & (advantages < 0)).float()
@@ -138,9 +151,9 @@ class GRPOTrainer:
                 sums["high"] += float((high * mask).sum() / tokens)
             sums["loss"] += float(loss.detach())
             sums["grad_norm"] += float(norm)
-            if it == 0:
-                entropy = float((ent.detach() * mask).sum() / tokens)
-        n = c.num_iterations
+            if ref is not None:
+                sums["kl"] += kl_mean
+        n = max(c.num_iterations - skipped, 1)
         lengths = mask.sum(1)
         ended = [not t for t in s.truncated]
         terminated = [float(lengths[i]) for i, ok in enumerate(ended) if ok]
@@ -153,9 +166,11 @@ class GRPOTrainer:
             M.LENGTH: float(lengths.mean()), M.CLIPPED: sum(s.truncated) / len(s.truncated),
             M.TERMINATED_LENGTH: (sum(terminated) / len(terminated)) if terminated else 0.0,
             M.SAMPLES: len(s.texts), M.TOKENS: int(mask.sum()),
-            M.GRAD_NORM: sums["grad_norm"] / n, M.LR: c.learning_rate, M.LOSS: sums["loss"] / n,
+            M.LR: c.learning_rate, M.SKIPPED_UPDATES: skipped,
         }
-        if ref is not None:
+        if skipped < c.num_iterations:
+            row.update({M.GRAD_NORM: sums["grad_norm"] / n, M.LOSS: sums["loss"] / n})
+        if ref is not None and skipped < c.num_iterations:
             row[M.KL] = sums["kl"] / n
         half = c.num_generations // 2
         if half >= 2:  # would half the group still carry a signal? each group's halves, measured apart

@@ -27,7 +27,8 @@ SAMPLES = "completions/samples"  # completions generated in the step (prompts x 
 TOKENS = "completions/tokens"  # completion tokens generated in the step, end tokens included
 GRAD_NORM = "grad_norm"  # before clipping
 LR = "learning_rate"
-LOSS = "loss"
+LOSS = "loss"  # with GRAD_NORM, averaged over the step's applied updates (absent when none was)
+SKIPPED_UPDATES = "nonfinite_updates"  # updates skipped: the loss or the gradient was not finite
 # greedy reward on a fixed probe of tune prompts at the stage's difficulty, measured during the stage
 # (every few steps and after the last): unlike ``reward`` it does not move with the temperature
 GREEDY_REWARD = "greedy_reward"
@@ -36,4 +37,4 @@ TRAIN_EVAL_REWARD = "eval/train_reward"  # the same measurement on training prom
 
 ALL = (REWARD, REWARD_STD, FRAC_ZERO_STD, FRAC_ZERO_STD_HALF, ENTROPY, KL, CLIP_LOW, CLIP_HIGH, CLIP_REGION, LENGTH,
        MAX_LENGTH, CLIPPED, TERMINATED_LENGTH, SAMPLES, TOKENS, GRAD_NORM, LR, LOSS, GREEDY_REWARD, EVAL_REWARD,
-       TRAIN_EVAL_REWARD)
+       TRAIN_EVAL_REWARD, SKIPPED_UPDATES)

@@ -16,6 +16,7 @@ admitted one's are its stage's first step; ``node`` is the id the child would ta
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -146,7 +147,7 @@ class TrainingRun:
         found = diagnose(result.trace, result.config)
         findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score,
                      "moves": {m.knob: m.direction for m in f.moves}} for f in found]
-        self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": result.trace,
+        self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": finite(result.trace),
                                     "tune": result.tune_reward, "train": result.train_reward,
                                     "seconds": result.seconds, "state": sha, "diagnosis": findings,
                                     "diagnosis_status": diagnosis_status(result.trace, found),
@@ -275,3 +276,15 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
             # every stage the method trained
             "zero_variance": [zero_variance_share(t) for t in schedule.traces],
             "zero_variance_groups": schedule.groups.to_dict(), "traces": schedule.traces}
+
+
+def finite(obj):
+    """``obj`` with every NaN or infinite float replaced by None: a metric that overflowed is
+    stored as missing (the run's store holds strict JSON), not lost with the whole stage."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

@@ -217,3 +217,38 @@ def test_the_probe_is_logged_on_its_steps_and_changes_no_training():
     assert [{k: v for k, v in r.items() if k not in (M.GREEDY_REWARD, M.KL)} for r in probed] == \
         [{k: v for k, v in r.items() if k != M.KL} for r in plain]
     assert all(0 <= r[M.GREEDY_REWARD] <= 1 for r in probed if M.GREEDY_REWARD in r)
+
+
+def test_an_update_with_a_non_finite_loss_is_skipped_and_counted(monkeypatch):
+    """An overflow (reduced precision) makes the loss NaN: the weights stay as they were, the row
+    says how many updates were skipped, and it carries no NaN."""
+    import loopwise.training.grpo as grpo
+
+    cfg = StageConfig(max_completion_length=4, num_generations=4, prompts_per_step=4, num_iterations=2)
+    plain, calls = grpo.token_logprobs, []
+
+    def overflowing(policy, s, temperature=1.0, with_entropy=False):
+        out = plain(policy, s, temperature, with_entropy)
+        if with_entropy:
+            calls.append(1)
+            logp, ent = out
+            return logp * float("nan"), ent
+        return out
+
+    monkeypatch.setattr(grpo, "token_logprobs", overflowing)
+    policy = _policy()
+    before = [p.detach().clone() for p in policy.parameters()]
+    row = GRPOTrainer(policy, VOCAB, TASK, cfg, _pool(20, 2), seed=0).step()
+    assert len(calls) == 2 and row[M.SKIPPED_UPDATES] == 2
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert M.LOSS not in row and all(not isinstance(v, float) or math.isfinite(v) for v in row.values())
+
+
+def test_a_reward_that_is_not_a_number_is_a_one_line_error():
+    class Broken(Reverse):
+        def score(self, e, completion):
+            return float("nan")
+
+    cfg = StageConfig(max_completion_length=4, num_generations=2, prompts_per_step=2)
+    with pytest.raises(UserError, match="reward must be a finite number"):
+        GRPOTrainer(_policy(), VOCAB, Broken(), cfg, _pool(10, 2), seed=0).step()
