@@ -115,7 +115,9 @@ def _comparison(a, task: str, difficulty: int, seed: int, runs_dir: str) -> tupl
     ready = time.perf_counter() - t0  # the model's read (once per process) and the evaluation sets
     results = run.run()
     stages = [{"method": ev.payload.get("method"), "steps": ev.payload["config"]["steps"],
-               "seconds": round(ev.payload["seconds"], 2)} for ev in run.store.events(kind="stage")]
+               "seconds": round(ev.payload["seconds"], 2),
+               "nonfinite_updates": sum(r.get("nonfinite_updates") or 0 for r in ev.payload["trace"])}
+              for ev in run.store.events(kind="stage")]
     run.close()
     s = run.session
     common = {"task": task, "difficulty": difficulty, "seed": seed, "device": run.session.device,
@@ -166,18 +168,29 @@ def main(argv=None) -> int:
                 print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)
                 continue
             t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
-                summary, new = _comparison(a, task, difficulty, seed, runs_dir)
+            try:
+                with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
+                    summary, new = _comparison(a, task, difficulty, seed, runs_dir)
+            except Exception as exc:  # noqa: BLE001 - a failed comparison is a row; the others still run
+                import traceback
+
+                rows.append({"kind": "error", "task": task, "seed": seed, "error": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()[-3000:]})
+                _write(a.out, rows)
+                print(f"smollm2_study: {task} seed {seed} failed: {type(exc).__name__}: {exc}", flush=True)
+                outs[task].append(None)
+                continue
             longest = max(longest, time.perf_counter() - t0)
             outs[task].append(summary)
             rows += new
             _write(a.out, rows)
             tests = ", ".join(f"{r['method']} {r['test_reward']:.3f}" for r in new if r["kind"] == "method")
             print(f"smollm2_study: {task} seed {seed} in {time.perf_counter() - t0:.0f} s: test {tests}", flush=True)
+    outs = {t: [x for x in v if x is not None] for t, v in outs.items()}
     seeds = min(len(v) for v in outs.values())
     note = REDUCED.format(seeds=seeds, budget=a.budget_stages, depth=a.depth, preset=a.preset)
     for task, summaries in outs.items():
-        for s in summarize_seeds(summaries):
+        for s in summarize_seeds(summaries) if summaries else []:
             rows.append({"kind": "summary", "task": task, "seeds": len(summaries), "note": note, **s})
             v = s["versus_tree"]
             span = "" if not v or math.isnan(v["low"]) else f" [{v['low']:+.3f}, {v['high']:+.3f}]"
