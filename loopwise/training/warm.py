@@ -67,7 +67,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
     device = next(policy.parameters()).device
     history: list[tuple[int, float]] = []
     accepted: dict[tuple, tuple[list[int], list[int]]] = {}  # verifier-only: distinct (prompt, completion) ids
-    rate, loss_value, step = 0.0, math.nan, 0
+    rate, loss_value, step, skipped = 0.0, math.nan, 0, 0
     t0 = time.perf_counter()
     while True:
         if step % check_every == 0:
@@ -96,12 +96,19 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         loss = (loss * target_mask).sum() / target_mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        step += 1
+        if not (torch.isfinite(loss) and torch.isfinite(norm)):
+            # an overflow (reduced precision): the step would write NaN into every weight
+            opt.zero_grad(set_to_none=True)
+            skipped += 1
+            continue
         opt.step()
-        loss_value, step = float(loss.detach()), step + 1
+        loss_value = float(loss.detach())
     # no step taken (the first check was in the target): no loss, and None where NaN would be (the
     # run store keeps strict JSON)
-    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi, "loss": loss_value if step else None,
+    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi,
+           "loss": loss_value if math.isfinite(loss_value) else None, "nonfinite_steps": skipped,
            "history": history, "seconds": time.perf_counter() - t0,
            "source": "answers" if answered else "accepted samples"}
     if not answered:

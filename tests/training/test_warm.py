@@ -143,3 +143,20 @@ def test_a_policy_already_in_the_target_takes_no_step_and_its_record_is_strict_j
     assert out["steps"] == 0 and out["in_target"] and out["loss"] is None
     json.dumps(out, allow_nan=False)
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_a_step_whose_loss_overflows_is_skipped_and_the_weights_stay_finite(monkeypatch):
+    """A supervised step whose loss is not finite (an overflow in reduced precision) would write
+    NaN into every weight, and the next sampling would fail on a NaN distribution."""
+    import json
+
+    task, policy, train, check = _setup()
+    answered = [Ex(e.prompt, e.prompt[0]) for e in train]
+    monkeypatch.setattr(warm, "evaluate", lambda *a, **k: 0.0)
+    plain = torch.nn.functional.cross_entropy
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", lambda *a, **k: plain(*a, **k) * float("nan"))
+    before = [p.detach().clone() for p in policy.parameters()]
+    out = warm.warm_start(policy, VOCAB, task, answered, check, 2, max_steps=3, check_every=1)
+    assert out["steps"] == 3 and out["nonfinite_steps"] == 3 and out["loss"] is None
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    json.dumps(out, allow_nan=False)
