@@ -122,6 +122,55 @@ def test_a_product_read_again_after_the_pointwise_kernel_is_not_fused(tmp_path, 
     judged(problem, source, "seed-gemm-twice", tmp_path, monkeypatch)
 
 
+BMM_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(72))
+
+    def forward(self, a, b):
+        return torch.nn.functional.silu(torch.bmm(a, b) + self.bias)
+
+
+def get_inputs():
+    return [torch.randn(4, 20, 40), torch.randn(4, 40, 72)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_batch_of_products_fuses_its_epilogue_over_the_batch(tmp_path, monkeypatch):
+    """``extern_kernels.bmm`` into a (4, 20, 72) buffer, then the same SiLU kernel over its 5760
+    elements: the batch runs along the grid's second axis, the epilogue's index crosses it."""
+    rec = record("handwritten__linear_silu")
+    edits = {"assert_size_stride(arg0_1, (72, 40), (40, 1))": "assert_size_stride(arg0_1, (72, ), (1, ))",
+             "assert_size_stride(arg1_1, (72, ), (1, ))": "assert_size_stride(arg1_1, (4, 20, 40), (800, 40, 1))",
+             "assert_size_stride(arg2_1, (80, 40), (40, 1))": "assert_size_stride(arg2_1, (4, 40, 72), (2880, 72, 1))",
+             "empty_strided_cuda((80, 72), (72, 1), torch.float32)": "empty_strided_cuda((4, 20, 72), (1440, 72, 1), torch.float32)",
+             "extern_kernels.mm(arg2_1, reinterpret_tensor(arg0_1, (40, 72), (1, 40), 0), out=buf0)":
+                 "extern_kernels.bmm(arg1_1, arg2_1, out=buf0)",
+             ".run(buf1, arg1_1, 5760": ".run(buf1, arg0_1, 5760",
+             "del arg1_1\n        return": "del arg0_1\n        return",
+             "del arg0_1\n            del arg2_1": "del arg1_1\n            del arg2_1"}
+    for old, new in edits.items():
+        assert old in rec.module, old
+        rec.module = rec.module.replace(old, new)
+    rec.inputs = ["self.get_parameter('bias')", "arg:a", "arg:b"]
+    path = tmp_path / "bmm_silu.py"
+    path.write_text(BMM_PROBLEM)
+    problem = load_problem(str(path))
+    judged(problem, render_seed(rec, problem), "seed-bmm-library", tmp_path, monkeypatch)  # the record is right
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "extern_kernels.bmm(" not in source and "with triton_poi_fused_addmm_silu_0 as its epilogue" in source
+    assert "seed_gemm_0_launch(*_seed_gemm_0_operands, buf1, buf1, arg0_1, 5760)" in source
+    judged(problem, source, "seed-bmm-fused", tmp_path, monkeypatch)
+
+
 def test_the_recorded_linear_gelu_layernorm_gets_the_gemm_and_is_judged_correct(tmp_path, monkeypatch):
     """Inductor's LayerNorm reduction reads the product: the GEMM is replaced, the reduction kept."""
     rec = scaled(record("h200__1_linear_gelu_layernorm"), {4096: 64, 2048: 48, 1024: 32})
