@@ -234,3 +234,21 @@ def test_the_move_is_offered_where_a_library_gemm_is_and_its_note_says_what_it_d
         assert all(parse_note(c.content)["gemm"] == 0 for c in children if parse_note(c.content))
     with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(record("handwritten__softmax_problem"), softmax, {"gemm": 1})
+
+
+def test_the_products_follow_the_policy_and_the_buffers_type():
+    """fp32: tf32x3 under the fp32 policy, TF32 under relaxed; a half buffer: its own products (no
+    input_precision), the epilogue reading the accumulator rounded to the buffer's type."""
+    problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
+    rec = record("handwritten__linear_silu")
+    for precision, dot in (("fp32", 'input_precision="tf32x3"'), ("relaxed", 'input_precision="tf32"')):
+        source = render_seed(rec, problem, {"gemm": 1}, precision=precision)
+        assert f"acc = tl.dot(g_a, g_b, acc, {dot})" in source, precision
+    rec.module = rec.module.replace("empty_strided_cuda((80, 72), (72, 1), torch.float32)",
+                                    "empty_strided_cuda((80, 72), (72, 1), torch.float16)")
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "acc = tl.dot(g_a, g_b, acc)\n" in source and "input_precision" not in source
+    assert "BK=64" in source and "(float16 products, fp32 sums)" in source
+    rec.module = rec.module.replace("torch.float16)", "torch.int32)")  # no GEMM of ours: the library's call stays
+    with pytest.raises(Unsupported, match="no library GEMM to replace"):
+        render_seed(rec, problem, {"gemm": 1})
