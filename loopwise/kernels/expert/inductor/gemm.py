@@ -28,7 +28,7 @@ from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecor
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
 _DTYPES = ("float32", "float16", "bfloat16")
 # Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
-GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
+GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
                         "s_bn", "s_cb", "s_cm", "s_cn", "s_db", "s_dm", "s_dn", "BM", "BN", "BK", "GROUP_M", "g_pid",
                         "g_batch", "g_num_m", "g_num_n", "g_group", "g_first_m", "g_size_m", "g_pid_m", "g_pid_n",
                         "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside"})

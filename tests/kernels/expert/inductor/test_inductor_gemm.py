@@ -248,7 +248,7 @@ def test_the_products_follow_the_policy_and_the_buffers_type():
                                     "empty_strided_cuda((80, 72), (72, 1), torch.float16)")
     source = render_seed(rec, problem, {"gemm": 1})
     assert "acc = tl.dot(g_a, g_b, acc)\n" in source and "input_precision" not in source
-    assert "BK=64" in source and "(float16 products, fp32 sums)" in source
+    assert '"BK": 64' in source and "(float16 products, fp32 sums)" in source
     rec.module = rec.module.replace("torch.float16)", "torch.int32)")  # no GEMM of ours: the library's call stays
     with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(rec, problem, {"gemm": 1})
