@@ -11,8 +11,10 @@ kernel's body becomes the GEMM's epilogue: its flat index over the product (``xi
 tile element's offset in the product's buffer, its loads of the product are the accumulator (cast
 to the buffer's type, as the stored product would be), and its loads and stores are masked to the
 tile's elements inside the product. The product is then never written, and the pointwise kernel
-is not launched. A pointwise kernel this cannot map (another index into the product, its own
-program ids, assertions) leaves the GEMM unfused; a call this cannot read stays a library call.
+is not launched. A product read elsewhere too, a kernel after it of another kind (a reduction)
+or a pointwise kernel this cannot map (another index into the product, its own program ids,
+assertions) leaves the GEMM unfused: it writes the product, the kernels after it read it as they
+did. A call this cannot read stays a library call.
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", 
                         "s_bn", "s_cb", "s_cm", "s_cn", "s_db", "s_dm", "s_dn", "BM", "BN", "BK", "GROUP_M", "g_pid",
                         "g_batch", "g_num_m", "g_num_n", "g_group", "g_first_m", "g_size_m", "g_pid_m", "g_pid_n",
                         "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside"})
-# Statements of call() that may stand between a product and the kernel fused into it: they
-# neither launch work nor read the product.
+# The pointwise kernel's own index and mask over its flat range: the GEMM defines them over its tile.
 _INDEX_NAMES = ("xoffset", "xindex", "xmask")
 
 
@@ -308,8 +309,10 @@ def epilogue(kernel: KernelRecord, param: str) -> list[str]:
     Raises:
         NotFusable: the body does anything else with the product, its block or its program.
     """
-    tree = ast.parse(textwrap.dedent(kernel.src))
-    fn = tree.body[0]
+    try:
+        fn = ast.parse(textwrap.dedent(kernel.src)).body[0]
+    except (SyntaxError, IndexError):
+        raise NotFusable(f"the source recorded for {kernel.name} does not parse") from None
     if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args][-2:] != ["xnumel", "XBLOCK"]:
         raise NotFusable(f"{kernel.name} is not a kernel over one flat index with an XBLOCK")
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {a.arg for a in fn.args.args}
@@ -363,8 +366,9 @@ class _Epilogue(ast.NodeTransformer):
         keyword = next((k for k in node.keywords if k.arg == "mask"), None)
         mask = keyword.value if keyword else (node.args[position] if len(node.args) > position else None)
         xmask = ast.Name(id="xmask", ctx=ast.Load())
-        tile = xmask if mask is None or (isinstance(mask, ast.Constant) and mask.value is None) \
-            or (isinstance(mask, ast.Name) and mask.id == "xmask") else ast.BinOp(left=xmask, op=ast.BitAnd(), right=mask)
+        unmasked = mask is None or (isinstance(mask, ast.Constant) and mask.value is None)
+        tile = xmask if unmasked or (isinstance(mask, ast.Name) and mask.id == "xmask") \
+            else ast.BinOp(left=xmask, op=ast.BitAnd(), right=mask)
         if keyword:
             keyword.value = tile
         elif len(node.args) > position:

@@ -248,7 +248,8 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
         kernels.append({"name": k.name, "seeded": seeded_name(k.name), "source": kernel_source(k, helpers.get(k.name)),
                         "grid": grid_function(k), "arg_names": k.arg_names, "config": config,
                         "constants": k.constants, "num_warps": warps, "num_stages": k.num_stages})
-    note = f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}, gemm {moves['gemm']}"
+    note = (f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}, "
+            f"gemm {moves['gemm']}")
     return _templates().get_template("inductor.py.j2").render(
         note=note, torch_version=record.torch, device_name=record.device_name or "this device",
         kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],

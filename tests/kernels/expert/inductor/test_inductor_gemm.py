@@ -252,3 +252,15 @@ def test_the_products_follow_the_policy_and_the_buffers_type():
     rec.module = rec.module.replace("torch.float16)", "torch.int32)")  # no GEMM of ours: the library's call stays
     with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(rec, problem, {"gemm": 1})
+
+
+def test_loads_and_stores_inductor_left_unmasked_are_masked_to_the_tile():
+    """Where its block divides the range Inductor masks nothing (``None``); on a GEMM tile past the
+    product's edge every access is masked, and a kernel's own mask is kept beside the tile's."""
+    (kernel,) = record("handwritten__linear_silu").kernels
+    kernel.src = (kernel.src.replace("tl.load(in_ptr0 + (x0), xmask,", "tl.load(in_ptr0 + (x0), None,")
+                  .replace("tl.store(in_out_ptr0 + (x2), tmp4, xmask)", "tl.store(in_out_ptr0 + (x2), tmp4, tmp4 > 0)"))
+    lines = epilogue(kernel, "in_out_ptr0")
+    assert "tmp1 = tl.load(in_ptr0 + x0, xmask, eviction_policy='evict_last')" in lines
+    assert lines[-1] == "tl.store(in_out_ptr0 + x2, tmp4, xmask & (tmp4 > 0))"
+    assert not any(line.startswith(("xoffset", "xindex =", "xmask =")) for line in lines)
