@@ -15,7 +15,7 @@ from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor.extract import InductorRecord
 from loopwise.kernels.expert.inductor.gemm import NotFusable, epilogue, find_sites
 from loopwise.kernels.expert.inductor.standalone import parse_note, render_seed
-from loopwise.kernels.expert.proposer import ExpertProposer
+from loopwise.kernels.expert.proposer import ExpertProposer, suggested_moves
 from loopwise.kernels.problem import load_problem
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # the expert tests' shared helpers
@@ -173,6 +173,8 @@ def test_a_batch_of_products_fuses_its_epilogue_over_the_batch(tmp_path, monkeyp
 
 def test_the_recorded_linear_gelu_layernorm_gets_the_gemm_and_is_judged_correct(tmp_path, monkeypatch):
     """Inductor's LayerNorm reduction reads the product: the GEMM is replaced, the reduction kept."""
+    from loopwise.kernels.check import scan
+
     rec = scaled(record("h200__1_linear_gelu_layernorm"), {4096: 64, 2048: 48, 1024: 32})
     problem = variant(tmp_path, LAYERNORM, {"torch.randn(4096, 1024)": "torch.randn(64, 32)",
                                             "return [1024, 2048]": "return [32, 48]"})
@@ -180,6 +182,7 @@ def test_the_recorded_linear_gelu_layernorm_gets_the_gemm_and_is_judged_correct(
     assert site.fused is None and site.reason == "triton_red_fused_addmm_gelu_native_layer_norm_0 is not a pointwise kernel"
     source = render_seed(rec, problem, {"gemm": 1})
     assert "extern_kernels.mm(" not in source and "Library calls: none" in source
+    assert [r.code for r in scan(source) if r.severity != "info"] == []
     assert "seed_gemm_0_launch(arg2_1, reinterpret_tensor(arg0_1, (32, 48), (1, 32), 0), None, buf0)" in source
     assert "triton_red_fused_addmm_gelu_native_layer_norm_0.run(buf4," in source
     marker = "from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math\n"
@@ -225,6 +228,11 @@ def test_the_move_is_offered_where_a_library_gemm_is_and_its_note_says_what_it_d
     moved = [c for c in children if (parse_note(c.content) or {}).get("gemm") == 1]  # beside the linear template
     assert moved and moved[0].note.startswith("inductor: gemm 0->1 (extern_kernels.mm into buf0 -> Triton GEMM "
                                               "(tf32x3) with triton_poi_fused_addmm_silu_0 as its epilogue)")
+
+    class Finding:  # a profiling tool's suggestion for the seed: fuse its kernels
+        evidence = {"moves": "fuse_kernels"}
+    at_root = {"template": "inductor", **parse_note(root.content)}
+    assert suggested_moves([Finding()], "inductor", at_root) == [{"gemm": 1}]
 
     softmax = load_problem(str(ROOT / "loopwise" / "kernels" / "examples" / "softmax_problem.py"))
     plain = ExpertProposer(softmax, seed=1, device="cuda", record_source=lambda p, d: record("handwritten__softmax_problem"))
