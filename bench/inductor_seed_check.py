@@ -98,7 +98,7 @@ def check(problem, out: Path, repeats: int) -> dict:
         compiled = torch.compile(model)
         compiled(*inputs)
         row["compile_ms"] = round(_time(compiled, inputs, repeats), 4)
-    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1})):
+    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1}), ("seed_gemm", {"gemm": 1})):
         try:
             source = render_seed(record, problem, moves)
         except Unsupported as exc:

@@ -20,9 +20,10 @@ def _pointer_types() -> dict:
             torch.int64: "*i64"}
 
 
-def launch(source: str, problem) -> tuple:
+def launch(source: str, problem, kernel: str | None = None) -> tuple:
     """(kernel, positional args, keyword args) of the one kernel launch ``source``'s ModelNew makes
-    on ``problem``'s inputs, run on the meta device."""
+    on ``problem``'s inputs, run on the meta device; with ``kernel``, of the one launch of the
+    kernel of that name among its launches."""
     import torch
     from triton.runtime.jit import JITFunction
 
@@ -43,14 +44,16 @@ def launch(source: str, problem) -> tuple:
             model(*reference.get_inputs())
     finally:
         JITFunction.run = original
+    if kernel is not None:
+        seen = [s for s in seen if s[0].__name__ == kernel]
     if len(seen) != 1:
-        raise RuntimeError(f"expected one kernel launch, saw {len(seen)}")
+        raise RuntimeError(f"expected one kernel launch{' of ' + kernel if kernel else ''}, saw {len(seen)}")
     return seen[0]
 
 
-def compile_for_hopper(source: str, problem) -> dict:
+def compile_for_hopper(source: str, problem, kernel: str | None = None) -> dict:
     """``{"registers", "spill_bytes", "shared_bytes", "wgmma"}`` of the kernel ``source`` launches
-    on ``problem``, compiled for sm_90a with the profiling tools'
+    on ``problem`` (the one named ``kernel`` where it launches several), compiled for sm_90a with the profiling tools'
     :func:`~loopwise.kernels.profile.sass_tools.compile_triton` and
     :func:`~loopwise.kernels.profile.sass_tools.ptxas_resources`; a launch asking more shared memory than
     :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES` fails."""
@@ -58,7 +61,7 @@ def compile_for_hopper(source: str, problem) -> dict:
 
     from loopwise.kernels.profile.sass_tools import compile_triton, ptxas_resources
 
-    kernel, args, kwargs = launch(source, problem)
+    kernel, args, kwargs = launch(source, problem, kernel)
     kwargs = dict(kwargs)
     num_warps, num_stages = kwargs.pop("num_warps", 4), kwargs.pop("num_stages", 3)
     signature, constants, aligned = {}, {}, []

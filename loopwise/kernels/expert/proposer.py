@@ -90,7 +90,8 @@ SPACE = {
     # matmul_variants.valid says which do.
     **matmul_variants.SPACE,
     # Inductor's own code written out (the compiler-seeded root): block / warps shift every
-    # kernel's block sizes and warps by a power of two; cudagraph replays the forward from a graph
+    # kernel's block sizes and warps by a power of two; cudagraph replays the forward from a graph;
+    # gemm launches its library GEMMs as Triton GEMMs, a pointwise kernel after one as its epilogue
     "inductor": seeded.SPACE,
 }
 
@@ -136,6 +137,12 @@ class ExpertProposer(Proposer):
                 self._record = str(exc)
         return not isinstance(self._record, str)
 
+    def _gemm_summary(self) -> str:
+        """What the seed's ``gemm`` move does to its library GEMMs ("" where it has none to replace)."""
+        if "_gemm_text" not in self.__dict__:
+            self._gemm_text = seeded.gemm_summary(self._record, self.precision) if self._seeded() else ""
+        return self._gemm_text
+
     def _render(self, moves: dict) -> str:
         if moves["template"] == "inductor":
             return seeded.render_seed(self._record, self.problem, moves, precision=self.precision)
@@ -173,7 +180,10 @@ class ExpertProposer(Proposer):
         for moves in wanted:
             source = self._render(moves)
             self._moves_of[source] = moves
-            out.append(Proposal(content=source, origin="expert", note=self._note(current, moves)))
+            note = self._note(current, moves)
+            if moves["template"] == "inductor" and moves.get("gemm"):  # what the move did, call by call
+                note += f" ({self._gemm_summary()})"
+            out.append(Proposal(content=source, origin="expert", note=note))
         return out
 
     def _next_moves(self, kinds: list[str], current: dict | None, n: int, suggested: list[dict] = ()) -> list[dict]:
@@ -238,8 +248,11 @@ class ExpertProposer(Proposer):
 
     def _fits(self, moves: dict) -> bool:
         """Whether ``moves`` suit the problem's shape (the compiler seed's suit any: its kernels
-        were written for it)."""
-        return moves["template"] == "inductor" or fits(self.pattern, moves)
+        were written for it; its ``gemm`` move only where Inductor's code has a library GEMM the
+        move replaces)."""
+        if moves["template"] == "inductor":
+            return not moves.get("gemm") or bool(self._gemm_summary())
+        return fits(self.pattern, moves)
 
     @staticmethod
     def _parse_moves(source: str) -> dict | None:
@@ -354,6 +367,9 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "inductor": ({"block": "down"},)},
+    # the seed's library GEMMs as Triton GEMMs (tf32x3 on the tensor cores under fp32), with the
+    # pointwise kernel after each as its epilogue
+    "fuse_kernels": {"inductor": ({"gemm": "up"},)}, "use_tf32x3": {"inductor": ({"gemm": "up"},)},
     "reduce_shared_memory": {"matmul": ({"chunk": "down"},), "linear": ({"chunk": "down"},), "bmm": ({"chunk": "down"},),
                              "conv2d": ({"chunk": "down"},), "conv3d": ({"chunk": "down"},),
                              "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),

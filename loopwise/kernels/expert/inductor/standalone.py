@@ -17,20 +17,24 @@ parameters and buffers and the forward's arguments in the graph's order. Library
 
 Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a looped reduction's
 R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
-CUDA graph.
+CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form, each with the
+pointwise kernel that alone reads its product fused as its epilogue where there is one
+(:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where the record has such a call).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import re
 
 from loopwise.kernels.expert.elementwise import Unsupported
+from loopwise.kernels.expert.inductor import gemm
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
 
-SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1]}
-DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0}
+SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1]}
+DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0}
 _SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
 _MAX_BLOCK = 4096
 _PERSISTENT = "PERSISTENT_REDUCTION"
@@ -232,24 +236,38 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     init = reference_init(problem.source, problem.load_module())
     params, call_params = forward_params(problem.source)
     kernels, helpers = [], kernel_helpers(record)
+    sites = gemm.find_sites(record) if moves["gemm"] else []
+    if moves["gemm"] and not sites:
+        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem")
+    fused = {s.fused.name for s in sites if s.fused is not None}
+    written = dataclasses.replace(record, module=gemm.rewrite(record, sites)) if sites else record
     for k in record.kernels:
+        if k.name in fused:
+            continue
         config, warps = launch_config(k, moves)
         kernels.append({"name": k.name, "seeded": seeded_name(k.name), "source": kernel_source(k, helpers.get(k.name)),
                         "grid": grid_function(k), "arg_names": k.arg_names, "config": config,
                         "constants": k.constants, "num_warps": warps, "num_stages": k.num_stages})
-    note = f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}"
+    note = (f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}, "
+            f"gemm {moves['gemm']}")
     return _templates().get_template("inductor.py.j2").render(
         note=note, torch_version=record.torch, device_name=record.device_name or "this device",
-        kernels=kernels, extern=library_calls(record.module), relaxed=precision == "relaxed", block=moves["block"],
-        warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(record),
+        kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],
+        gemms=[{"source": gemm.kernel_source(s, precision), "summary": s.summary(precision)} for s in sites],
+        warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs)
 
 
 def parse_note(source: str) -> dict | None:
     """The moves of a file :func:`render_seed` wrote, from its first line; None for any other file."""
-    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)', source or "")
+    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)(?:, gemm (\d))?', source or "")
     if not found:
         return None
     return {"template": "inductor", "block": int(found.group(1)), "warps": int(found.group(2)),
-            "cudagraph": int(found.group(3))}
+            "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0)}
+
+
+def gemm_summary(record: InductorRecord, precision: str = "fp32") -> str:
+    """What the ``gemm`` move does to ``record``'s library GEMMs ("" where it has none to replace)."""
+    return "; ".join(s.summary(precision) for s in gemm.find_sites(record))

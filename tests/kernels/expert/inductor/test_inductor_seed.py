@@ -31,12 +31,13 @@ RECORDS = sorted((Path(__file__).parent / "records").glob("*.json"))
 RECORDED = [p for p in RECORDS if p.name.startswith("h200__")]
 HANDWRITTEN = [p for p in RECORDS if p.name.startswith("handwritten__")]
 _FOLDERS = (ROOT / "loopwise" / "kernels" / "examples", ROOT / "bench" / "uncovered" / "level1",
-            ROOT / "bench" / "uncovered" / "level2")
+            ROOT / "bench" / "uncovered" / "level2", Path(__file__).parent / "problems")
 
 
 def problem_of(record_path: Path, tmp_path: Path):
     """The problem a record was made for: ``ORIGIN__NAME.json`` names the problem file NAME.py (a
-    bundled example, bench/uncovered, or the generated suite's NNN_sSEED_... problem)."""
+    bundled example, bench/uncovered, problems/ beside this file, or the generated suite's
+    NNN_sSEED_... problem)."""
     name = record_path.stem.split("__", 1)[1]
     for folder in _FOLDERS:
         if (folder / f"{name}.py").exists():

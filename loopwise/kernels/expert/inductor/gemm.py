@@ -1,0 +1,401 @@
+"""The compiler seed's ``gemm`` move: Inductor's library GEMMs as the expert's Triton GEMM.
+
+Inductor leaves a matrix product to the library (``extern_kernels.mm`` / ``addmm`` / ``bmm`` into
+a buffer it allocated) and runs what follows in its own Triton kernels. Under this move each such
+call whose operands and output it can read (an ``out=`` buffer allocated by ``empty_strided`` in
+float32, float16 or bfloat16) is launched as a Triton GEMM of the expert's form instead: grouped
+tiles, the products on the tensor cores under the precision policy (tf32x3 on fp32 operands under
+``fp32``, TF32 under ``relaxed``, a half type's own products summed in fp32), addmm's bias added
+to the tile. Where the product feeds exactly one pointwise kernel, and nothing else reads it, that
+kernel's body becomes the GEMM's epilogue: its flat index over the product (``xindex``) is each
+tile element's offset in the product's buffer, its loads of the product are the accumulator (cast
+to the buffer's type, as the stored product would be), and its loads and stores are masked to the
+tile's elements inside the product. The product is then never written, and the pointwise kernel
+is not launched. A product read elsewhere too, a kernel after it of another kind (a reduction)
+or a pointwise kernel this cannot map (another index into the product, its own program ids,
+assertions) leaves the GEMM unfused: it writes the product, the kernels after it read it as they
+did. A call this cannot read stays a library call.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
+
+_OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
+_DTYPES = ("float32", "float16", "bfloat16")
+# Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
+GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
+                        "s_bn", "s_cb", "s_cm", "s_cn", "s_db", "s_dm", "s_dn", "BM", "BN", "BK", "GROUP_M", "g_pid",
+                        "g_batch", "g_num_m", "g_num_n", "g_group", "g_first_m", "g_size_m", "g_pid_m", "g_pid_n",
+                        "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside"})
+# The pointwise kernel's own index and mask over its flat range: the GEMM defines them over its tile.
+_INDEX_NAMES = ("xoffset", "xindex", "xmask")
+
+
+class NotFusable(Exception):
+    """The pointwise kernel after a product cannot be its epilogue (the message says why)."""
+
+
+@dataclass
+class Site:
+    """One library GEMM of ``call()`` that the move replaces."""
+
+    index: int  # its rank among the replaced calls: the kernel is seed_gemm_<index>
+    op: str  # mm / addmm / bmm
+    out: str  # the buffer the library call writes
+    dtype: str
+    shape: tuple[int, ...]
+    alpha: float = 1.0
+    beta: float = 1.0
+    fused: KernelRecord | None = None  # the pointwise kernel that becomes the epilogue
+    param: str = ""  # the fused kernel's parameter that is the product
+    epilogue: list[str] = field(default_factory=list)  # its statements, as the GEMM runs them
+    reason: str = ""  # why a following kernel was not fused ("" when fused or none follows)
+
+    @property
+    def name(self) -> str:
+        return f"seed_gemm_{self.index}"
+
+    def summary(self, precision: str) -> str:
+        """``extern_kernels.mm -> Triton GEMM (tf32x3) with triton_poi_... as its epilogue``."""
+        text = f"extern_kernels.{self.op} into {self.out} -> Triton GEMM ({dot_precision(self.dtype, precision)})"
+        if self.fused is not None:
+            return f"{text} with {self.fused.name} as its epilogue"
+        return text + (f", unfused: {self.reason}" if self.reason else "")
+
+
+def dot_precision(dtype: str, precision: str) -> str:
+    """How the products run: tf32x3 on fp32 operands under ``fp32``, TF32 under ``relaxed``, a
+    half type natively."""
+    if dtype != "float32":
+        return f"{dtype} products, fp32 sums"
+    return "tf32x3" if precision == "fp32" else "tf32"
+
+
+def tiles(site: Site) -> dict:
+    """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64), 32 fp32 or 64
+    half elements along K per step, 8 warps (4 for 64 x 64), 3 stages: the expert's matmul
+    defaults, which fit Hopper's shared memory in both types."""
+    m, n = site.shape[-2], site.shape[-1]
+    bm, bn = (64 if m <= 64 else 128), (64 if n <= 64 else 128)
+    return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" else 64,
+            "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3}
+
+
+def find_sites(record: InductorRecord) -> list[Site]:
+    """The library GEMMs of the record's ``call()`` this move replaces, each with the pointwise
+    kernel fused into it where one can be."""
+    call = _call_function(ast.parse(record.module))
+    if call is None:
+        return []
+    allocations = _allocations(call)
+    kernels = {k.name: k for k in record.kernels}
+    sites: list[Site] = []
+    for body in _statement_lists(call):
+        for i, stmt in enumerate(body):
+            site = _library_gemm(stmt, allocations, len(sites))
+            if site is None:
+                continue
+            try:
+                _fuse(site, body, i, call, kernels)
+            except NotFusable as exc:
+                site.reason = str(exc)
+            sites.append(site)
+    return sites
+
+
+def rewrite(record: InductorRecord, sites: list[Site]) -> str:
+    """Inductor's module with each site's library call replaced by its GEMM's launch (the fused
+    kernel's launch replaced by it, the operands kept from the product's place until then)."""
+    tree = ast.parse(record.module)
+    call = _call_function(tree)
+    by_order = iter(sites)
+    allocations = _allocations(call)
+    for body in _statement_lists(call):
+        i = 0
+        while i < len(body):
+            site = _library_gemm(body[i], allocations, 0)
+            if site is None:
+                i += 1
+                continue
+            site = next(by_order)
+            args = body[i].value.args
+            bias = args[0] if site.op == "addmm" else ast.Constant(None)
+            a, b = args[-2], args[-1]
+            if site.fused is None:
+                body[i] = _statement(f"{site.name}_launch(a, b, bias, {site.out})", a=a, b=b, bias=bias)
+                i += 1
+                continue
+            held = f"_{site.name}_operands"
+            body[i] = _statement(f"{held} = (a, b, bias)", a=a, b=b, bias=bias)
+            j = next(j for j in range(i + 1, len(body)) if _launched(body[j]) == site.fused.name)
+            launch = body[j].value
+            product = next(a for a, n in zip(launch.args, site.fused.arg_names) if n == site.param)
+            body[j:j + 1] = [_statement(f"{site.name}_launch(*{held}, product, *args)", product=product,
+                                        args=ast.Tuple(elts=list(launch.args), ctx=ast.Load())),
+                             ast.parse(f"del {held}").body[0]]
+            i = j + 2
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _statement(text: str, **values) -> ast.stmt:
+    """``text`` parsed, its names in ``values`` replaced by those expressions (a starred tuple
+    spread into the call's arguments)."""
+    stmt = ast.parse(text).body[0]
+
+    class Fill(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return values.get(node.id, node)
+
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            args = []
+            for arg in node.args:
+                spread = isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Tuple)
+                args.extend(arg.value.elts if spread else [arg])
+            node.args = args
+            return node
+
+    return Fill().visit(stmt)
+
+
+def _call_function(tree) -> ast.FunctionDef | None:
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
+
+
+def _statement_lists(node) -> list[list[ast.stmt]]:
+    """Every list of statements in ``node`` (its body, a ``with``'s body, ...), outermost first."""
+    out = []
+    for child in ast.walk(node):
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(child, name, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                out.append(value)
+    return out
+
+
+def _allocations(call) -> dict[str, tuple]:
+    """Buffer name -> (sizes, strides, dtype) of call()'s ``empty_strided_*`` allocations, also
+    under the names a buffer is reused as (``buf4 = buf0``)."""
+    found: dict[str, tuple] = {}
+    for node in ast.walk(call):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        target, value = node.targets[0].id, node.value
+        if isinstance(value, ast.Name) and value.id in found:
+            found[target] = found[value.id]
+        elif isinstance(value, ast.Call) and re.fullmatch(r"empty_strided(_\w+)?", ast.unparse(value.func)) \
+                and len(value.args) == 3:
+            try:
+                sizes, strides = ast.literal_eval(value.args[0]), ast.literal_eval(value.args[1])
+            except ValueError:
+                continue
+            found[target] = (tuple(sizes), tuple(strides), ast.unparse(value.args[2]).removeprefix("torch."))
+    return found
+
+
+def _library_gemm(stmt, allocations: dict, index: int) -> Site | None:
+    """The site ``stmt`` is, if it is a library GEMM into a dense buffer this move can write."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return None
+    func, call = stmt.value.func, stmt.value
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "extern_kernels"
+            and func.attr in _OPERANDS and len(call.args) == _OPERANDS[func.attr]):
+        return None
+    keywords = {k.arg: k.value for k in call.keywords}
+    out = keywords.pop("out", None)
+    scalars = {}
+    for name in ("alpha", "beta"):
+        value = keywords.pop(name, ast.Constant(1))
+        if not (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))):
+            return None
+        scalars[name] = float(value.value)
+    if keywords or not isinstance(out, ast.Name) or out.id not in allocations:
+        return None
+    sizes, strides, dtype = allocations[out.id]
+    if dtype not in _DTYPES or len(sizes) != (3 if func.attr == "bmm" else 2) or not _dense(sizes, strides):
+        return None
+    return Site(index=index, op=func.attr, out=out.id, dtype=dtype, shape=tuple(sizes), **scalars)
+
+
+def _dense(sizes, strides) -> bool:
+    """Whether a buffer of ``sizes`` and ``strides`` holds each element once, with no gap."""
+    expected = 1
+    for size, stride in sorted(zip(sizes, strides), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _launched(stmt) -> str | None:
+    """The kernel ``stmt`` launches (``kernel.run(...)``), if it is a launch."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr == "run" and isinstance(func.value, ast.Name):
+            return func.value.id
+    return None
+
+
+def _between(stmt, names: set[str]) -> bool:
+    """Whether ``stmt`` may stand between a product and its epilogue: a ``del``, a stream handle,
+    an allocation, or the product's buffer reused under another name (added to ``names``)."""
+    if isinstance(stmt, ast.Delete):
+        return True
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        value = stmt.value
+        if isinstance(value, ast.Name):
+            if value.id in names:
+                names.add(stmt.targets[0].id)
+            return True
+        if isinstance(value, ast.Call) and re.fullmatch(r"(empty_strided(_\w+)?|get_raw_stream)",
+                                                        ast.unparse(value.func)):
+            return not any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(value))
+    return False
+
+
+def _fuse(site: Site, body: list, i: int, call, kernels: dict[str, KernelRecord]) -> None:
+    """Makes the pointwise kernel launched next after ``body[i]`` the site's epilogue.
+
+    Raises:
+        NotFusable: no such kernel, or it cannot be an epilogue (the reason says why).
+    """
+    names = {site.out}
+    j = i + 1
+    while j < len(body) and _between(body[j], names):
+        j += 1
+    name = _launched(body[j]) if j < len(body) else None
+    if name is None:
+        raise NotFusable("the product is not read by a Triton kernel launched right after it")
+    kernel = kernels.get(name)
+    if kernel is None or kernel.kind.upper() != "POINTWISE" or kernel.constants:
+        raise NotFusable(f"{name} is not a pointwise kernel")
+    launch = body[j].value
+    params = [n for n in kernel.arg_names if n not in kernel.config]
+    if len(launch.args) != len(params) or params[-1:] != ["xnumel"]:
+        raise NotFusable(f"{name} is not launched over one flat index")
+    passed = [p for a, p in zip(launch.args, params) if isinstance(a, ast.Name) and a.id in names]
+    if len(passed) != 1:
+        raise NotFusable(f"{name} takes the product {len(passed)} times")
+    numel = launch.args[-1]
+    if not (isinstance(numel, ast.Constant) and numel.value == math.prod(site.shape)):
+        raise NotFusable(f"{name} does not run over the product's {math.prod(site.shape)} elements")
+    site.param = passed[0]
+    if not site.param.startswith("in_out_ptr") and _read_after(call, body[j], names):
+        raise NotFusable("the product is read again after the pointwise kernel")
+    site.epilogue = epilogue(kernel, site.param)
+    site.fused = kernel
+
+
+def _read_after(call, launch, names: set[str]) -> bool:
+    """Whether call() reads a buffer of ``names`` after ``launch`` (``del`` is no read)."""
+    deleted = {id(t) for n in ast.walk(call) if isinstance(n, ast.Delete) for t in n.targets}
+    return any(isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load) and id(n) not in deleted
+               and n.lineno > launch.end_lineno for n in ast.walk(call))
+
+
+def epilogue(kernel: KernelRecord, param: str) -> list[str]:
+    """The statements of pointwise ``kernel`` as a GEMM epilogue in which ``param`` is the product:
+    without its own index and mask (the GEMM defines ``xindex`` and ``xmask`` over the tile), its
+    loads of ``param`` at ``xindex`` as the accumulator, every load and store masked by ``xmask``,
+    its ``[XBLOCK]`` shapes the tile's.
+
+    Raises:
+        NotFusable: the body does anything else with the product, its block or its program.
+    """
+    try:
+        fn = ast.parse(textwrap.dedent(kernel.src)).body[0]
+    except (SyntaxError, IndexError):
+        raise NotFusable(f"the source recorded for {kernel.name} does not parse") from None
+    if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args][-2:] != ["xnumel", "XBLOCK"]:
+        raise NotFusable(f"{kernel.name} is not a kernel over one flat index with an XBLOCK")
+    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {a.arg for a in fn.args.args}
+    if used & GEMM_NAMES:
+        raise NotFusable(f"{kernel.name} uses a name the GEMM defines ({sorted(used & GEMM_NAMES)[0]})")
+    rewriter = _Epilogue(param)
+    out = []
+    for stmt in fn.body:
+        target = stmt.targets[0].id if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name) else None
+        if target in _INDEX_NAMES:
+            continue
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            raise NotFusable(f"{kernel.name} has a {type(stmt).__name__} statement")
+        if target and isinstance(stmt.value, ast.Name) and stmt.value.id in rewriter.index:
+            rewriter.index.add(target)
+        out.append(ast.unparse(ast.fix_missing_locations(rewriter.visit(stmt))))
+    return out
+
+
+class _Epilogue(ast.NodeTransformer):
+    def __init__(self, param: str):
+        self.param, self.index = param, {"xindex"}
+
+    def visit_Call(self, node):
+        name = ast.unparse(node.func)
+        if name in ("tl.program_id", "tl.arange", "tl.device_assert", "tl.debug_barrier"):
+            raise NotFusable(f"the kernel calls {name}")
+        if name in ("tl.load", "tl.store"):
+            pointer = node.args[0] if node.args else None
+            product = self._is_product(pointer)
+            if product:
+                if not (isinstance(pointer, ast.BinOp) and isinstance(pointer.op, ast.Add)
+                        and isinstance(pointer.left, ast.Name) and isinstance(pointer.right, ast.Name)
+                        and pointer.right.id in self.index):
+                    raise NotFusable("the kernel reads or writes the product elsewhere than at its own index")
+                if name == "tl.load":
+                    return ast.parse(f"acc.to({self.param}.dtype.element_ty)", mode="eval").body
+            self._mask(node, 1 if name == "tl.load" else 2)
+            node.args = node.args[:1] + [self.visit(a) for a in node.args[1:]] if product else \
+                [self.visit(a) for a in node.args]
+            node.keywords = [self.visit(k) for k in node.keywords]
+            return node
+        return self.generic_visit(node)
+
+    def _is_product(self, pointer) -> bool:
+        return pointer is not None and any(isinstance(n, ast.Name) and n.id == self.param for n in ast.walk(pointer))
+
+    @staticmethod
+    def _mask(node, position: int) -> None:
+        """The call's mask (positional at ``position``, or ``mask=``) as ``xmask & (mask)``."""
+        keyword = next((k for k in node.keywords if k.arg == "mask"), None)
+        mask = keyword.value if keyword else (node.args[position] if len(node.args) > position else None)
+        xmask = ast.Name(id="xmask", ctx=ast.Load())
+        unmasked = mask is None or (isinstance(mask, ast.Constant) and mask.value is None)
+        tile = xmask if unmasked or (isinstance(mask, ast.Name) and mask.id == "xmask") \
+            else ast.BinOp(left=xmask, op=ast.BitAnd(), right=mask)
+        if keyword:
+            keyword.value = tile
+        elif len(node.args) > position:
+            node.args[position] = tile
+        else:
+            node.keywords.append(ast.keyword(arg="mask", value=tile))
+
+    def visit_List(self, node):
+        if len(node.elts) == 1 and isinstance(node.elts[0], ast.Name) and node.elts[0].id == "XBLOCK":
+            return ast.List(elts=[ast.Name(id="BM", ctx=ast.Load()), ast.Name(id="BN", ctx=ast.Load())], ctx=ast.Load())
+        return self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if node.id in ("XBLOCK", "xoffset"):
+            raise NotFusable(f"the kernel uses {node.id} other than as a shape")
+        if node.id == self.param:
+            raise NotFusable("the kernel uses the product other than by loads and stores at its index")
+        return node
+
+
+def kernel_source(site: Site, precision: str) -> str:
+    """The site's Triton GEMM and its launcher, rendered for ``precision``."""
+    from loopwise.kernels.expert.generate import _templates
+
+    params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
+    return _templates().get_template("inductor_gemm.py.j2").render(
+        name=site.name, op=f"extern_kernels.{site.op}", out=site.out, fused=site.fused.name if site.fused else "",
+        params=params, dtype=site.dtype, bias=site.op == "addmm", alpha=site.alpha, beta=site.beta,
+        dot_precision="tf32x3" if precision == "fp32" else "tf32", precision_text=dot_precision(site.dtype, precision),
+        epilogue=site.epilogue, wide=math.prod(site.shape) >= 2**31, batched=site.op == "bmm", **tiles(site))
