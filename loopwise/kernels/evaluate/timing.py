@@ -163,7 +163,6 @@ class Clock:
                 after(i, result)
         return Samples(event_ms, host_ms, "cuda_event" if self.cuda else "host_clock")
 
-
     def _busy(self, ms: float) -> None:
         """Keeps the GPU busy for about ``ms`` milliseconds from now (in stream order)."""
         if self._cycles_per_ms is None:
