@@ -27,11 +27,16 @@ def _x(v) -> str:
 def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     """The aggregate table as columns and text rows (the console and the page print the same)."""
     cols = ["group", "problems", "correct", "geomean vs eager", "geomean vs compile"]
+    clocks = any(t.get("geomean_over_compile_gpu") for t in table)
+    if clocks:  # the same ratio from the GPU time alone and from the larger of GPU and launch time
+        cols.append("vs compile: gpu / steady clock")
     cols += [f"fast_{p:g} eager / compile" for p in FAST_P]
     rows = []
     for t in table:
         line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
                 f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']})"]
+        if clocks:
+            line.append(f"{_x(t.get('geomean_over_compile_gpu'))} / {_x(t.get('geomean_over_compile_steady'))}")
         line += [f"{t[f'fast_{p:g}_eager']:.0%} / " + (f"{t[f'fast_{p:g}_compile']:.0%}" if t["compile_measured"] else "-")
                  for p in FAST_P]  # no torch.compile time (--no-compile): no second denominator
         rows.append(line)

@@ -76,6 +76,11 @@ def test_a_row_gives_the_ratio_over_compile_under_each_clock():
     assert row["best_launch_ms"] == 0.3 and row["compile_gpu_ms"] == 0.12
     old = problem_row(1, 1, "a", summary, {"eager": base["eager"], "compile": {"status": "ok", "timing": {"median_ms": 0.25}}})
     assert old["over_compile_steady"] is None and old["over_compile"] == pytest.approx(1.25)
+    from loopwise.kernels.report.bench_html import table_rows
+
+    cols, rows = table_rows(aggregate([row]))
+    assert rows[0][cols.index("vs compile: gpu / steady clock")] == "1.20x / 0.50x"
+    assert "vs compile: gpu / steady clock" not in table_rows(aggregate([old]))[0]
 
 
 def _loopwise(env, *args, timeout=900):
