@@ -206,6 +206,10 @@ def sample(policy: Policy, vocab: Vocab, prompts: list[str], max_new_tokens: int
         else:
             logits = policy(ids, valid)[:, -1, :]
         logits[:, vocab.pad] = -math.inf  # padding is never a token the policy may choose
+        if bool(torch.isnan(logits).any()):  # on a GPU, sampling from NaN is a device assert
+            policy.train(was_training)
+            raise UserError("the policy's next-token logits hold NaN: its weights or its forward pass "
+                            "overflowed (a lower learning rate, or fp32 instead of bf16, may avoid it)")
         if greedy:
             nxt = logits.argmax(-1)
         else:

@@ -252,3 +252,15 @@ def test_a_reward_that_is_not_a_number_is_a_one_line_error():
     cfg = StageConfig(max_completion_length=4, num_generations=2, prompts_per_step=2)
     with pytest.raises(UserError, match="reward must be a finite number"):
         GRPOTrainer(_policy(), VOCAB, Broken(), cfg, _pool(10, 2), seed=0).step()
+
+
+def test_sampling_from_a_policy_whose_weights_are_nan_is_a_one_line_error():
+    """On a GPU, torch.multinomial on NaN probabilities is a device-side assert that leaves the
+    process's CUDA context unusable; the sampler says what happened instead."""
+    policy = _policy()
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.fill_(float("nan"))
+    for greedy in (False, True):
+        with pytest.raises(UserError, match="logits hold NaN"):
+            sample(policy, VOCAB, ["abc="], 3, greedy=greedy)
