@@ -79,12 +79,33 @@ def test_variance_of_data_far_from_zero_keeps_fp32_accuracy(tmp_path, monkeypatc
     ("torch.cumsum(x, dim=0)", "[torch.rand(700, 3)]", {"block": 256}),
     ("torch.cumprod(x.flip(1), dim=1).flip(1)", "[0.5 + torch.rand(4, 300, 5)]", {"block": 128}),
     ("torch.cumsum(x * mask, dim=-2)", "[torch.rand(3, 400, 2), torch.rand(3, 400, 2) > 0.5]", {"block": 256}),
+    # few long lines: split into segments (totals, their exclusive scan, the segments from it)
+    ("torch.cumsum(x, dim=self.dim)", "[torch.rand(2, 9000)]", {"block": 256}),
+    # (a product's rounding grows with its length, and the CPU reference accumulates in float64:
+    # a line of 700 near 1, so what is carried across the segment boundary matters)
+    ("torch.cumprod(x.flip(self.dim), dim=self.dim).flip(self.dim)", "[0.9 + 0.2 * torch.rand(2, 700)]",
+     {"block": 32}),
+    ("torch.cumsum(x * mask, dim=0)", "[torch.rand(6000, 2), torch.rand(6000, 2) > 0.5]", {"block": 256}),
 ])
 def test_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
     masked = {"def forward(self, x):": "def forward(self, x, mask):"} if "mask" in forward else {}
     shapes = {"return [torch.rand(5, 2999)]": f"return {inputs}"} if inputs else {}
     judged_variant(tmp_path, monkeypatch, "scan_rows.py", "scan", moves,
                     {"torch.cumsum(x, dim=self.dim)": forward, **masked, **shapes})
+
+
+def test_few_long_lines_are_split_into_segments_and_many_lines_are_not(tmp_path):
+    import torch
+
+    path = problem_variant(tmp_path, "scan_rows.py", {})
+    source, _ = generate(load_problem(str(path)), {"block": 1024})
+    module = load_candidate(source, tmp_path, "scan_split")
+    cpu = torch.device("cpu")  # counted as 4 multiprocessors
+    assert module.segments(1, 1_000_000, cpu) == 16  # one line: 4 programs per multiprocessor
+    assert module.segments(4, 1_000_000, cpu) == 4
+    assert module.segments(64, 1_000_000, cpu) == 1  # enough lines to keep every multiprocessor busy
+    assert module.segments(1, 3 * 8 * 1024, cpu) == 3  # no segment shorter than 8 chunks
+    assert module.segments(1, 4000, cpu) == 1
 
 
 @pytest.mark.parametrize("forward,dim,moves", [
@@ -294,9 +315,14 @@ SM90_SIGNATURES = {
         "reduce_last_kernel": ({"x_ptr": "*fp32", "out_ptr": "*i64", "R": "i32", "BLOCK_R": "constexpr"},
                                {"BLOCK_R": 512})},
     "scan_rows.py": {"scan_rows_kernel": (
-        {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "INNER": "i32",
-         "BLOCK": "constexpr", "REVERSE": "constexpr", "MASKED": "constexpr"},
-        {"BLOCK": 1024, "REVERSE": True, "MASKED": False})},
+        {"x_ptr": "*fp32", "m_ptr": "*fp32", "out_ptr": "*fp32", "c_ptr": "*fp32", "n_cols": "i32", "INNER": "i32",
+         "SEG": "i32", "n_seg": "i32", "BLOCK": "constexpr", "REVERSE": "constexpr", "MASKED": "constexpr",
+         "CARRY": "constexpr"},
+        {"BLOCK": 1024, "REVERSE": True, "MASKED": False, "CARRY": True}),
+        "segment_totals_kernel": (
+        {"x_ptr": "*fp32", "m_ptr": "*fp32", "tot_ptr": "*fp32", "n_cols": "i32", "INNER": "i32", "SEG": "i32",
+         "n_seg": "i32", "BLOCK": "constexpr", "REVERSE": "constexpr", "MASKED": "constexpr"},
+        {"BLOCK": 1024, "REVERSE": False, "MASKED": True})},
     "rms_norm.py": {
         "norm_inner_kernel": ({"x_ptr": "*fp32", "out_ptr": "*fp32", "R": "i32", "INNER": "i32",
                                "BLOCK_I": "constexpr", "BLOCK_R": "constexpr"}, {"BLOCK_I": 64, "BLOCK_R": 32}),
