@@ -18,8 +18,9 @@ forward passes over them and the ``num_iterations`` backward passes that every s
 ``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
 held-out evaluations at stage ends, probes are not counted in a method's budget of generated
 samples. The tree's *signal* probes (:meth:`Session.probe_signal`: a stage's first step's
-sampling, to see whether any group carries a reward signal before the stage is trained) are
-counted: the stage they admit does not pay for its first step again.
+sampling, topped up with further prompts where a verdict needs them, to see whether the stage's
+groups would carry a reward signal before it is trained) are counted: the stage they admit does not
+pay for its first step again.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ class Session:
             config = config.model_copy(update={"steps": steps})
         if probed is not None and self.probes.get(_probe_key(parent, config, seed)) is not probed:
             raise ValueError("the probe given is not this stage's first step (another weights, config or seed)")
-        paid = probed.compute if probed is not None else Compute()
+        paid = probed.first if probed is not None else Compute()
         key = stage_key(parent, config, seed)
         if key in self.cache:
             cached = self.cache[key]
@@ -321,20 +322,23 @@ class Session:
         return pool
 
     def probe_signal(self, parent: bytes, config: StageConfig, seed: int, label: dict | None = None) -> SignalProbe:
-        """One step's sampling of ``config`` from the weights ``parent``, without an update
-        (:func:`~loopwise.training.learning_signal.probe`): whether a stage of it would have groups
-        with a reward signal. It draws the prompts and completions the first step of a stage of
-        ``config`` with ``seed`` from ``parent`` draws (the same pool, generators and weights), so
-        that stage, given the probe (``run_stage(..., probed=)``), does not pay for them twice. Its
+        """The first step's sampling of a stage of ``config`` from the weights ``parent``, without
+        an update, topped up to the groups a verdict needs where the stage is long enough for that
+        to pay (:func:`~loopwise.training.learning_signal.probe`,
+        :func:`~loopwise.training.learning_signal.probe_groups`): whether the stage's groups would
+        carry a reward signal. Its first step draws the prompts and completions the stage's first
+        step with ``seed`` from ``parent`` draws (the same pool, generators and weights), so that
+        stage, given the probe (``run_stage(..., probed=)``), does not pay for them twice. All its
         samples count in :attr:`spent`; a probe taken before (same weights, config and seed) comes
         from :attr:`probes`, and ``label`` goes to :attr:`record_probe`."""
-        from loopwise.training.learning_signal import probe
+        from loopwise.training.learning_signal import probe, probe_groups
 
         key = _probe_key(parent, config, seed)
         if key not in self.probes:
             policy = self.new_policy()
             _load_state(policy, parent)
-            self.probes[key] = probe(policy, self.vocab, self.task, self._pool(config, seed), config, seed)
+            self.probes[key] = probe(policy, self.vocab, self.task, self._pool(config, seed), config, seed,
+                                     groups=probe_groups(config))
             if self.record_probe is not None:
                 self.record_probe(key, self.probes[key], dict(label or {}))
         self.spent = self.spent + self.probes[key].compute
@@ -385,8 +389,13 @@ def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
 
 
 def _probe_key(parent: bytes, config: StageConfig, seed: int) -> str:
-    """What identifies a signal probe: a stage's key at one step (the probe is any length's first)."""
-    return "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed)
+    """What identifies a signal probe: a stage's key at one step (its first step is any length's
+    first), and the groups it may top up to when more than that step's (the stage's length decides)."""
+    from loopwise.training.learning_signal import probe_groups
+
+    groups = probe_groups(config) or config.prompts_per_step
+    more = f"-{groups}" if groups > config.prompts_per_step else ""
+    return "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed) + more
 
 
 def config_key(path: Sequence[StageConfig]) -> str:
