@@ -69,8 +69,9 @@ def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, wid
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
 
-    Every node trained and every signal probe that stopped a transition counts against
-    ``budget``; the search ends at the first proposed stage that does not fit what is left.
+    Every node trained, every signal probe that stopped a transition and every probe's top-up
+    counts against ``budget``; the search ends at the first proposed stage that does not fit what
+    is left.
     The schedule's ``notes`` say which transitions a probe stopped and which nodes were closed for
     want of a reward signal.
 
