@@ -158,13 +158,14 @@ class _Tree:
     def _admit(self, node_id: int, cfg, why: str, may_probe: bool):
         """Whether ``cfg`` may be trained below ``node_id``, and the probe taken if any:
         ``direct`` (it samples as its parent does), ``probed`` (a signal probe found groups with a
-        signal), ``rejected`` (it showed there would be none), ``skipped`` (it needs a probe and the
-        expansion has spent its probes, or the probe's top-up does not fit with the stage) or
-        ``budget`` (the stage does not fit what is left). A stage too short for a probe to pay is
-        ``direct``: its own trace closes it if it learned nothing. A probe costs at most its stage's
-        samples, and an admitted stage's first step is its probe's."""
+        signal), ``rejected`` (it showed there would be none, or the groups that could show it do
+        not fit the budget and its first step had no signal), ``skipped`` (it needs a probe and the
+        expansion has spent its probes) or ``budget`` (the stage does not fit what is left). A stage
+        too short for a probe to pay is ``direct``: its own trace closes it if it learned nothing. A
+        probe costs at most its stage's samples, and an admitted stage's first step is its probe's."""
         from loopwise.training.compute import Compute
-        from loopwise.training.learning_signal import probe_groups, sampling_changed
+        from loopwise.training.learning_signal import NO_SIGNAL_SHARE, probe_groups, sampling_changed, \
+            uniform_share_bound
 
         parent, spent = self.nodes[node_id], self.session.spent - self.start
         if not self.budget.fits(spent, cfg):
@@ -173,12 +174,21 @@ class _Tree:
         groups = probe_groups(cfg)
         if not sampling_changed(parent["config"], cfg) or groups is None:
             return "direct", None
-        top_up = (groups - cfg.prompts_per_step) * cfg.num_generations
-        if not may_probe or not self.budget.fits(spent + Compute(top_up, top_up * cfg.max_completion_length), cfg):
+        if not may_probe:
             return "skipped", None
-        # the first step of the stage the child would train (seeded by the node id it would take)
+        rest = groups - cfg.prompts_per_step
+        room = self.budget.fits(spent + Compute(rest * cfg.num_generations,
+                                                rest * cfg.num_generations * cfg.max_completion_length), cfg)
+        # the first step of the stage the child would train (seeded by the node id it would take),
+        # topped up where the budget has room for it next to the stage
         probe = self.session.probe_signal(parent["state"], cfg, self.seed * 1000 + len(self.search),
-                                          label={"node": len(self.search), "parent": node_id, "why": why})
+                                          label={"node": len(self.search), "parent": node_id, "why": why},
+                                          top_up=room)
+        if not room and uniform_share_bound(probe.zero_variance + rest, groups) >= NO_SIGNAL_SHARE:
+            # a stop was still possible, and the groups that would settle it do not fit the budget
+            self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}; the {groups} groups a "
+                              "verdict needs do not fit the budget with the stage")
+            return "rejected", probe
         if probe.learnable:
             return "probed", probe
         self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}")

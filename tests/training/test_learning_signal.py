@@ -73,14 +73,15 @@ class _ScriptedSession:
         tune = 0.3 if self.hard(config) else 0.3 + 0.01 * len(self.trained)
         return StageResult(config, parent + b"+", trace, tune, 0.3, 0.0)
 
-    def probe_signal(self, parent, config, seed, label=None):
-        # as the real probe: the first step; topped up to a verdict's groups while every group is uniform
+    def probe_signal(self, parent, config, seed, label=None, top_up=True):
+        # as the real probe: the first step; topped up to a verdict's groups (where the caller has
+        # room for them) while every group is uniform
         n, first = config.num_generations, config.prompts_per_step
-        groups = probe_groups(config) if self.hard(config) and self.probe_sees else first
-        probe = SignalProbe(config, groups, groups if self.hard(config) and self.probe_sees else 0, 0.0,
-                            Compute(groups * n, 0), Compute(first * n, 0))
+        dead = self.hard(config) and self.probe_sees
+        groups = probe_groups(config) if dead and top_up else first
+        probe = SignalProbe(config, groups, groups if dead else 0, 0.0, Compute(groups * n, 0), Compute(first * n, 0))
         self.spent = self.spent + probe.compute
-        self.probed.append((config, label))
+        self.probed.append((config, label, probe))
         return probe
 
     def value(self, tune):
@@ -94,13 +95,18 @@ def test_the_tree_does_not_train_a_transition_whose_probe_finds_no_signal():
     budget = Budget("samples", 12 * 320)  # twelve default stages
     schedule = tree_search(fake, budget, depth=3, seed=0)
     assert len(fake.trained) >= 4 and not any(fake.hard(c) for c, _ in fake.trained)
-    assert any(fake.hard(c) for c, _ in fake.probed)  # the diagnosis did ask for a harder difficulty
+    assert any(fake.hard(c) for c, _, _ in fake.probed)  # the diagnosis did ask for a harder difficulty
     assert any("not applied" in n and "no reward variance" in n for n in schedule.notes)
     # the rejected probes were paid for: what was spent is the stages' samples plus theirs, each
-    # topped up to the groups a verdict needs (an admitted probe is its stage's first step)
+    # topped up to the groups a verdict needs where the budget had room for them next to the stage
+    # (an admitted probe is its stage's first step)
     stages = sum(c.steps * c.prompts_per_step * c.num_generations for c, _ in fake.trained)
-    rejected = sum(probe_groups(c) * c.num_generations for c, _ in fake.probed if fake.hard(c))
-    assert rejected and fake.spent.samples == stages + rejected <= budget.amount
+    rejected = [p for c, _, p in fake.probed if fake.hard(c)]
+    assert any(p.groups == probe_groups(p.config) for p in rejected)
+    # near the budget's end the first step alone, uniform, leaves a transition out rather than trained
+    assert any(p.groups == p.config.prompts_per_step for p in rejected)
+    assert any("groups a verdict needs do not fit the budget" in n for n in schedule.notes)
+    assert rejected and fake.spent.samples == stages + sum(p.compute.samples for p in rejected) <= budget.amount
 
 
 def test_a_node_that_learned_nothing_is_not_expanded():
