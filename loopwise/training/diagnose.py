@@ -35,7 +35,8 @@ knob trajectory follows what the traces showed, not a direction built into the r
   temperature up when each prompt's completions agreed.
 - max_completion_length: up on truncation and length collapse; down when every completion fits in
   half the cap.
-- difficulty: up when the probe is solved; down when it is unsolved and not rising.
+- difficulty: up when the probe is solved and the stage's answers were not cut at its cap (a cap
+  that cuts them is ``truncation``, whatever the probe says); down when it is unsolved and not rising.
 """
 
 from __future__ import annotations

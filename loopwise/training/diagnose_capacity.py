@@ -5,6 +5,9 @@ completions that all fit in half of it for a shorter one. A stage whose groups w
 without reward variance learned nothing from its samples: ``no_learning_signal`` says so, with the
 share, and which way back leads (an easier difficulty when nothing was solved, a harder one when
 everything was, a higher temperature when each prompt's completions agreed but prompts differed).
+When the cap cuts the answers (``truncation``), failing samples are the cap's doing: the stage
+without a signal then asks for a longer cap only, and the none-solved groups ask for no more
+samples (they would be cut as well).
 
 Lowering a capacity knob is an economy, not a repair: it frees generated samples (or tokens) of
 the equal budget for further steps and stages, so those findings score below the pathologies'.
@@ -26,9 +29,6 @@ __all__ = ["CAPACITY_DETECTORS"]
 # so the two never ask for opposite moves on one trace).
 HALF_ZERO_STD_LOW = 0.25
 ECONOMY_SCORE = 0.3
-# Truncation: TRL #5697, a 0.5B model at 256 tokens had 97-99% truncated (reward 0) and ~14% at
-# 1024 tokens once fixed; 30% sits between the broken and the working run.
-TRUNCATED_HIGH = 0.3
 # Length explosion / collapse: SofT-GRPO #4, EasyR1 #40 and ms-swift #4758 report the pattern,
 # not a ratio; a doubling / halving of the mean length within one stage is ours.
 LENGTH_EXPLOSION_RATIO = 2.0
@@ -47,6 +47,8 @@ def _zero_signal_groups(t: ts.Trace, config: StageConfig | None) -> Finding | No
                 "carry no gradient and more samples per prompt would not find one; halve the group (whether the "
                 "difficulty rises is the greedy probe's call).")
     elif level is not None and level <= ts.UNSOLVED_REWARD:
+        if t.answers_cut():
+            return None  # failing because the answers are cut: more samples are cut too (truncation says so)
         kind, suggests = "groups_none_solved", {"num_generations": "up"}
         text = (f"{head} with sampled reward at {ts.fmt(level)}: every sample fails most prompts; sample more "
                 "completions per prompt so that a group holds a success.")
@@ -65,7 +67,11 @@ def _no_learning_signal(t: ts.Trace, config: StageConfig | None) -> Finding | No
     if share is None or share < NO_SIGNAL_SHARE or not rewards:
         return None
     level = sum(rewards) / len(rewards)
-    if level <= ts.UNSOLVED_REWARD:
+    if level <= ts.UNSOLVED_REWARD and t.answers_cut():
+        cap = f" at the {config.max_completion_length}-token cap" if config is not None else " at the length cap"
+        why = f"every sample failed, {t.truncated_share():.0%} of the completions cut{cap}"
+        suggests = {"max_completion_length": "up"}
+    elif level <= ts.UNSOLVED_REWARD:
         why, suggests = "every sample failed", {"difficulty": "down", "max_completion_length": "up"}
     elif level >= ts.SOLVED_REWARD:
         why, suggests = "every sample solved its prompt", {"difficulty": "up"}
@@ -96,16 +102,16 @@ def _group_to_spare(t: ts.Trace, config: StageConfig | None) -> Finding | None:
 
 
 def _truncation(t: ts.Trace, config: StageConfig | None) -> Finding | None:
-    clipped = t.series(m.CLIPPED)
-    if not ts.comparable(clipped) or (share := ts.tail(clipped)) < TRUNCATED_HIGH:
+    if not t.answers_cut():
         return None
+    share = t.truncated_share()
     cap = f"{config.max_completion_length}-token " if config else ""
     evidence = {"clipped_ratio": share}
     if config:
         evidence["max_completion_length"] = config.max_completion_length
     return make_finding(
         "truncation",
-        f"{share:.0%} of completions hit the {cap}length cap (median of the last {ts.window(len(clipped))} "
+        f"{share:.0%} of completions hit the {cap}length cap (median of the last {ts.window(len(t.series(m.CLIPPED)))} "
         "steps): answers are cut before they end; raise max_completion_length.",
         evidence, share, {"max_completion_length": "up"})
 

@@ -7,7 +7,10 @@ prompts at the stage's difficulty moves only when the policy's answers do, and i
 search itself scores (greedy reward on the tune split). A trace without probes (a TRL log) gets
 none of these findings.
 
-One detector, three findings: ``too_easy`` (the probe is solved, whatever its trend),
+One detector, three findings: ``too_easy`` (the probe is solved, whatever its trend, and the
+stage's own answers were not cut at its cap: the probe answers at the task's full answer length,
+so a cap that cuts every sampled answer leaves it solved while the stage learns nothing; that is
+``truncation``'s call),
 ``too_hard`` (almost nothing solved and not rising), ``reward_plateau`` (in between and not
 rising; the answer depends on whether the groups still carry a reward signal).
 """
@@ -33,7 +36,12 @@ def greedy_progress(t: ts.Trace, config: StageConfig | None) -> Finding | None:
     w, level = ts.window(len(greedy)), ts.tail(greedy)
     at = f" at difficulty {config.difficulty}" if config is not None else ""
     evidence = {"greedy_reward": level, "greedy_gain_per_window": change, "noise_band": band, "window": w}
+    cut = t.truncated_share()
+    if cut is not None:
+        evidence["clipped_ratio"] = cut
     if level >= ts.SOLVED_REWARD:
+        if t.answers_cut():
+            return None
         return make_finding(
             "too_easy",
             f"Greedy reward on held-out prompts{at} is {ts.fmt(level)} (median of the last {w} probes): the policy "

@@ -7,9 +7,11 @@ Events: ``settings``, ``base`` (warm start, base tuning reward, the weights' art
 (key = the stage's key; its config, metric trace, diagnosis, rewards, weights' artifact, and where it sits:
 ``method`` with ``node`` / ``parent`` / ``depth`` in the tree, ``rep`` / ``stage`` in a baseline;
 ``zero_variance_share``: the share of its groups without reward variance), ``probe`` (key = the
-probe's key: a signal probe the tree took before applying a transition, with its samples and
+probe's key: a signal probe the tree took before applying a transition, with its groups, its
+samples (``first_samples``: its first step's), the bound on the stage's share of uniform groups and
 whether it let the transition through; a rejected probe's samples count in the method's budget, an
-admitted one's are its stage's first step; ``node`` is the id the child would take), ``result``
+admitted one's first step is its stage's and its top-up counts; ``node`` is the id the child would
+take), ``result``
 (key = the method).
 """
 

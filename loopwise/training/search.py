@@ -21,13 +21,16 @@ cost what the default's do:
   (:func:`~loopwise.training.transitions.propose_transitions`); a node without findings is also
   continued unchanged (a fresh stage of the same config), as the root is with the default config.
   Schedules are at most ``depth`` stages long. A transition that changes what the next stage
-  samples or how it is scored (difficulty, temperature, completion cap, group) is first probed:
-  the sampling of the stage's first step, from the parent, before any update
-  (:meth:`~loopwise.training.session.Session.probe_signal`); when at least
-  :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the probe's groups have no reward
-  variance the transition is not applied (the probe's samples are paid from the budget) and the
-  proposer's next offer takes its place; otherwise the probe is the stage's first step. A trained
-  node whose stage had that share of uniform groups learned nothing and is not expanded.
+  samples or how it is scored (difficulty, temperature, completion cap, group) is first probed
+  where its stage is long enough for a probe to pay: the sampling of the stage's first step, from
+  the parent, before any update, topped up while a stop is possible
+  (:meth:`~loopwise.training.session.Session.probe_signal`); when the probe shows at
+  :data:`~loopwise.training.learning_signal.CONFIDENCE` that at least
+  :data:`~loopwise.training.learning_signal.NO_SIGNAL_SHARE` of the stage's groups would have no
+  reward variance the transition is not applied (the probe's samples are paid from the budget) and
+  the proposer's next offer takes its place; otherwise the probe's first step is the stage's (its
+  top-up is paid). A trained node whose stage had that share of uniform groups learned nothing and
+  is not expanded.
 - ``fixed``: the default config trained continuously for ``depth`` stages' worth of steps (one
   trainer), repeated with other seeds while budget is left.
 - ``staged``: the default config in ``depth`` stages (a fresh trainer at each boundary, no
@@ -59,15 +62,16 @@ from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
 CONTINUE = "Continues unchanged: the diagnosis found nothing to answer."
-MAX_PROBES_PER_EXPANSION = 4  # signal probes one expansion may spend (each one step's samples)
+MAX_PROBES_PER_EXPANSION = 4  # signal probes one expansion may spend (each at most a third of a cpu stage)
 
 
 def tree_search(session: Session, budget: Budget, depth: int, seed: int = 0, width: int = 2,
                 transitions=None) -> Schedule:
     """MCTS over stages: diagnose each checkpoint, propose ``width`` coordinated transitions.
 
-    Every node trained and every signal probe that stopped a transition counts against
-    ``budget``; the search ends at the first proposed stage that does not fit what is left.
+    Every node trained, every signal probe that stopped a transition and every probe's top-up
+    counts against ``budget``; the search ends at the first proposed stage that does not fit what
+    is left.
     The schedule's ``notes`` say which transitions a probe stopped and which nodes were closed for
     want of a reward signal.
 
@@ -154,22 +158,37 @@ class _Tree:
     def _admit(self, node_id: int, cfg, why: str, may_probe: bool):
         """Whether ``cfg`` may be trained below ``node_id``, and the probe taken if any:
         ``direct`` (it samples as its parent does), ``probed`` (a signal probe found groups with a
-        signal), ``rejected`` (it found none), ``skipped`` (it needs a probe and the expansion has
-        spent its probes) or ``budget`` (the stage does not fit what is left; a probe costs at most
-        one of its steps, and an admitted stage's first step is its probe)."""
-        from loopwise.training.learning_signal import sampling_changed
+        signal), ``rejected`` (it showed there would be none, or the groups that could show it do
+        not fit the budget and its first step had no signal), ``skipped`` (it needs a probe and the
+        expansion has spent its probes) or ``budget`` (the stage does not fit what is left). A stage
+        too short for a probe to pay is ``direct``: its own trace closes it if it learned nothing. A
+        probe costs at most its stage's samples, and an admitted stage's first step is its probe's."""
+        from loopwise.training.compute import Compute
+        from loopwise.training.learning_signal import NO_SIGNAL_SHARE, probe_groups, sampling_changed, \
+            uniform_share_bound
 
-        parent = self.nodes[node_id]
-        if not self.budget.fits(self.session.spent - self.start, cfg):
+        parent, spent = self.nodes[node_id], self.session.spent - self.start
+        if not self.budget.fits(spent, cfg):
             self.out_of_budget = True
             return "budget", None
-        if not sampling_changed(parent["config"], cfg):
+        groups = probe_groups(cfg)
+        if not sampling_changed(parent["config"], cfg) or groups is None:
             return "direct", None
         if not may_probe:
             return "skipped", None
-        # the first step of the stage the child would train (seeded by the node id it would take)
+        rest = groups - cfg.prompts_per_step
+        room = self.budget.fits(spent + Compute(rest * cfg.num_generations,
+                                                rest * cfg.num_generations * cfg.max_completion_length), cfg)
+        # the first step of the stage the child would train (seeded by the node id it would take),
+        # topped up where the budget has room for it next to the stage
         probe = self.session.probe_signal(parent["state"], cfg, self.seed * 1000 + len(self.search),
-                                          label={"node": len(self.search), "parent": node_id, "why": why})
+                                          label={"node": len(self.search), "parent": node_id, "why": why},
+                                          top_up=room)
+        if not room and uniform_share_bound(probe.zero_variance + rest, groups) >= NO_SIGNAL_SHARE:
+            # a stop was still possible, and the groups that would settle it do not fit the budget
+            self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}; the {groups} groups a "
+                              "verdict needs do not fit the budget with the stage")
+            return "rejected", probe
         if probe.learnable:
             return "probed", probe
         self.notes.append(f"node {node_id}: not applied ({why}): {probe.describe()}")

@@ -18,8 +18,9 @@ forward passes over them and the ``num_iterations`` backward passes that every s
 ``beta`` 0, the reference's forward pass for the KL measured on the probe's steps. Like the
 held-out evaluations at stage ends, probes are not counted in a method's budget of generated
 samples. The tree's *signal* probes (:meth:`Session.probe_signal`: a stage's first step's
-sampling, to see whether any group carries a reward signal before the stage is trained) are
-counted: the stage they admit does not pay for its first step again.
+sampling, topped up with further prompts where a verdict needs them, to see whether the stage's
+groups would carry a reward signal before it is trained) are counted: the stage they admit does not
+pay for its first step again.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from loopwise.errors import UserError
 from loopwise.training.compute import Compute, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate
-from loopwise.training.learning_signal import GroupTally, SignalProbe, stage_groups
+from loopwise.training.learning_signal import GroupTally, SignalProbe, probe_groups, stage_groups
 from loopwise.training.policy import Vocab, make_policy
 from loopwise.training.warm import warm_start
 
@@ -272,9 +273,11 @@ class Session:
         the same tokens again rather than being handed them: CPU time, not budget)."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
-        if probed is not None and self.probes.get(_probe_key(parent, config, seed)) is not probed:
+        first = config.prompts_per_step
+        if probed is not None and all(self.probes.get(_probe_key(parent, config, seed, groups)) is not probed
+                                      for groups in {probe_groups(config) or first, first}):
             raise ValueError("the probe given is not this stage's first step (another weights, config or seed)")
-        paid = probed.compute if probed is not None else Compute()
+        paid = probed.first if probed is not None else Compute()
         key = stage_key(parent, config, seed)
         if key in self.cache:
             cached = self.cache[key]
@@ -320,21 +323,27 @@ class Session:
                             f"positions with a {config.max_completion_length}-token completion")
         return pool
 
-    def probe_signal(self, parent: bytes, config: StageConfig, seed: int, label: dict | None = None) -> SignalProbe:
-        """One step's sampling of ``config`` from the weights ``parent``, without an update
-        (:func:`~loopwise.training.learning_signal.probe`): whether a stage of it would have groups
-        with a reward signal. It draws the prompts and completions the first step of a stage of
-        ``config`` with ``seed`` from ``parent`` draws (the same pool, generators and weights), so
-        that stage, given the probe (``run_stage(..., probed=)``), does not pay for them twice. Its
-        samples count in :attr:`spent`; a probe taken before (same weights, config and seed) comes
-        from :attr:`probes`, and ``label`` goes to :attr:`record_probe`."""
+    def probe_signal(self, parent: bytes, config: StageConfig, seed: int, label: dict | None = None,
+                     top_up: bool = True) -> SignalProbe:
+        """The first step's sampling of a stage of ``config`` from the weights ``parent``, without
+        an update, topped up to the groups a verdict needs where the stage is long enough for that
+        to pay (:func:`~loopwise.training.learning_signal.probe`,
+        :func:`~loopwise.training.learning_signal.probe_groups`): whether the stage's groups would
+        carry a reward signal. Its first step draws the prompts and completions the stage's first
+        step with ``seed`` from ``parent`` draws (the same pool, generators and weights), so that
+        stage, given the probe (``run_stage(..., probed=)``), does not pay for them twice. All its
+        samples count in :attr:`spent`; a probe taken before (same weights, config, seed and size)
+        comes from :attr:`probes`, and ``label`` goes to :attr:`record_probe`. ``top_up=False``: the
+        first step alone (the caller has no room in its budget for more)."""
         from loopwise.training.learning_signal import probe
 
-        key = _probe_key(parent, config, seed)
+        groups = (probe_groups(config) if top_up else None) or config.prompts_per_step
+        key = _probe_key(parent, config, seed, groups)
         if key not in self.probes:
             policy = self.new_policy()
             _load_state(policy, parent)
-            self.probes[key] = probe(policy, self.vocab, self.task, self._pool(config, seed), config, seed)
+            self.probes[key] = probe(policy, self.vocab, self.task, self._pool(config, seed), config, seed,
+                                     groups=groups)
             if self.record_probe is not None:
                 self.record_probe(key, self.probes[key], dict(label or {}))
         self.spent = self.spent + self.probes[key].compute
@@ -384,9 +393,11 @@ def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
     return h.hexdigest()
 
 
-def _probe_key(parent: bytes, config: StageConfig, seed: int) -> str:
-    """What identifies a signal probe: a stage's key at one step (the probe is any length's first)."""
-    return "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed)
+def _probe_key(parent: bytes, config: StageConfig, seed: int, groups: int) -> str:
+    """What identifies a signal probe: a stage's key at one step (its first step is any length's
+    first), and the groups it may top up to when more than that step's."""
+    more = f"-{groups}" if groups > config.prompts_per_step else ""
+    return "probe-" + stage_key(parent, config.model_copy(update={"steps": 1}), seed) + more
 
 
 def config_key(path: Sequence[StageConfig]) -> str:

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from loopwise.training import metrics as m
 
 __all__ = [
-    "MIN_STEPS", "MIN_WINDOW", "SOLVED_REWARD", "UNSOLVED_REWARD", "ZERO_STD_HIGH", "Trace", "comparable", "fmt",
+    "MIN_STEPS", "MIN_WINDOW", "SOLVED_REWARD", "TRUNCATED_HIGH", "UNSOLVED_REWARD", "ZERO_STD_HIGH", "Trace",
+    "comparable", "fmt",
     "head", "noise", "number", "recent_trend", "median_slope", "shift", "stage_shift", "tail", "window",
 ]
 
@@ -37,6 +38,10 @@ UNSOLVED_REWARD = 0.2  # ... or almost none (TinyZero gives 0.1 for format alone
 # Zero-signal groups: Modal's DAPO tutorial, all-correct or all-wrong groups give zero advantage;
 # when half the groups carry no signal the effective batch has halved. (Threshold ours.)
 ZERO_STD_HIGH = 0.5
+# Truncation: TRL #5697, a 0.5B model at 256 tokens had 97-99% truncated (reward 0) and ~14% at
+# 1024 tokens once fixed; 30% sits between the broken and the working run. From this share on the
+# stage's rewards are read as the cap's doing, not the policy's.
+TRUNCATED_HIGH = 0.3
 
 
 def number(value: object) -> float | None:
@@ -158,6 +163,17 @@ class Trace:
     def reward_level(self) -> float | None:
         rewards = self.series(m.REWARD)
         return tail(rewards) if comparable(rewards) else None
+
+    def truncated_share(self) -> float | None:
+        """The share of completions cut at the length cap in the last window; None when not logged."""
+        clipped = self.series(m.CLIPPED)
+        return tail(clipped) if comparable(clipped) else None
+
+    def answers_cut(self) -> bool:
+        """Whether at least :data:`TRUNCATED_HIGH` of the last window's completions hit the cap: a
+        reward pattern is then the cap's, not the policy's."""
+        share = self.truncated_share()
+        return share is not None and share >= TRUNCATED_HIGH
 
     def reward_progressing(self) -> bool | None:
         """Whether sampled reward rose significantly in the last window; None without enough reward."""

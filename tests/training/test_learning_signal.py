@@ -13,7 +13,7 @@ from loopwise.training import metrics as m
 from loopwise.training.compute import Budget, Compute
 from loopwise.training.config import StageConfig
 from loopwise.training.diagnose import diagnose
-from loopwise.training.learning_signal import NO_SIGNAL_SHARE, SignalProbe, zero_variance_share
+from loopwise.training.learning_signal import NO_SIGNAL_SHARE, SignalProbe, probe_groups, zero_variance_share
 
 
 def _trace(reward: float, zero: float, greedy: float, steps: int = 12) -> list[dict]:
@@ -54,8 +54,8 @@ class _ScriptedSession:
     def prompt_tokens(self, prompt):
         return len(prompt)
 
-    def default_config(self):
-        return StageConfig(steps=8, prompts_per_step=2, num_generations=4, max_completion_length=6)
+    def default_config(self):  # long enough stages for a probe to pay (probe_groups)
+        return StageConfig(steps=40, prompts_per_step=2, num_generations=4, max_completion_length=6)
 
     @staticmethod
     def hard(config):
@@ -73,12 +73,15 @@ class _ScriptedSession:
         tune = 0.3 if self.hard(config) else 0.3 + 0.01 * len(self.trained)
         return StageResult(config, parent + b"+", trace, tune, 0.3, 0.0)
 
-    def probe_signal(self, parent, config, seed, label=None):
-        groups = config.prompts_per_step
-        probe = SignalProbe(config, groups, groups if self.hard(config) and self.probe_sees else 0, 0.0,
-                            Compute(groups * config.num_generations, 0))
+    def probe_signal(self, parent, config, seed, label=None, top_up=True):
+        # as the real probe: the first step; topped up to a verdict's groups (where the caller has
+        # room for them) while every group is uniform
+        n, first = config.num_generations, config.prompts_per_step
+        dead = self.hard(config) and self.probe_sees
+        groups = probe_groups(config) if dead and top_up else first
+        probe = SignalProbe(config, groups, groups if dead else 0, 0.0, Compute(groups * n, 0), Compute(first * n, 0))
         self.spent = self.spent + probe.compute
-        self.probed.append((config, label))
+        self.probed.append((config, label, probe))
         return probe
 
     def value(self, tune):
@@ -89,33 +92,40 @@ def test_the_tree_does_not_train_a_transition_whose_probe_finds_no_signal():
     from loopwise.training.search import tree_search
 
     fake = _ScriptedSession()
-    budget = Budget("samples", 12 * 64)
+    budget = Budget("samples", 12 * 320)  # twelve default stages
     schedule = tree_search(fake, budget, depth=3, seed=0)
     assert len(fake.trained) >= 4 and not any(fake.hard(c) for c, _ in fake.trained)
-    assert any(fake.hard(c) for c, _ in fake.probed)  # the diagnosis did ask for a harder difficulty
+    assert any(fake.hard(c) for c, _, _ in fake.probed)  # the diagnosis did ask for a harder difficulty
     assert any("not applied" in n and "no reward variance" in n for n in schedule.notes)
-    # the rejected probes were paid for: what was spent is the stages' samples plus theirs (an
-    # admitted probe is its stage's first step)
+    # the rejected probes were paid for: what was spent is the stages' samples plus theirs, each
+    # topped up to the groups a verdict needs where the budget had room for them next to the stage
+    # (an admitted probe is its stage's first step)
     stages = sum(c.steps * c.prompts_per_step * c.num_generations for c, _ in fake.trained)
-    rejected = sum(c.prompts_per_step * c.num_generations for c, _ in fake.probed if fake.hard(c))
-    assert rejected and fake.spent.samples == stages + rejected <= budget.amount
+    rejected = [p for c, _, p in fake.probed if fake.hard(c)]
+    assert any(p.groups == probe_groups(p.config) for p in rejected)
+    # near the budget's end the first step alone, uniform, leaves a transition out rather than trained
+    assert any(p.groups == p.config.prompts_per_step for p in rejected)
+    assert any("groups a verdict needs do not fit the budget" in n for n in schedule.notes)
+    assert rejected and fake.spent.samples == stages + sum(p.compute.samples for p in rejected) <= budget.amount
 
 
 def test_a_node_that_learned_nothing_is_not_expanded():
     from loopwise.training.search import tree_search
 
     fake = _ScriptedSession(probe_sees=False)  # the probe is fooled; the stage's own trace is not
-    schedule = tree_search(fake, Budget("samples", 12 * 64), depth=3, seed=0)
+    schedule = tree_search(fake, Budget("samples", 12 * 320), depth=3, seed=0)
     dead = {label["node"] for c, label in fake.trained if fake.hard(c)}
     assert dead and not any(label["parent"] in dead for _, label in fake.trained)
     assert sum("closed" in n for n in schedule.notes) == len(dead)
 
 
-def test_a_probe_samples_one_step_of_the_new_config_and_counts_its_samples(tmp_path):
+def test_a_probe_samples_the_first_step_tops_it_up_for_a_verdict_and_counts_its_samples(tmp_path):
     """A real session on a task of the user's whose difficulty 2 no completion can solve: the probe
-    there finds every group uniform, at difficulty 0 some group with a signal, and each probe's
-    samples are added to what the session spent."""
+    there finds the first step's 8 groups uniform, tops them up to the groups a verdict needs and
+    finds those uniform too; at difficulty 0 a group of the first step has a signal and nothing is
+    added. Each probe's samples are added to what the session spent."""
     from loopwise.training import session as session_mod
+    from loopwise.training.learning_signal import DECISION_GROUPS
 
     path = tmp_path / "scripted.py"
     path.write_text(
@@ -131,16 +141,17 @@ def test_a_probe_samples_one_step_of_the_new_config_and_counts_its_samples(tmp_p
         "        return 1\n")
     s = session_mod.Session(str(path), "smoke", difficulty=0)
     state = session_mod._state_bytes(s.new_policy())  # an untrained policy samples almost uniformly
-    config = s.default_config().model_copy(update={"num_generations": 4, "prompts_per_step": 8})
+    config = s.default_config().model_copy(update={"num_generations": 4, "prompts_per_step": 8, "steps": 8})
     easy = s.probe_signal(state, config, seed=3)
     assert easy.groups == 8 and easy.zero_variance < 8 and easy.learnable
-    assert s.spent == easy.compute and easy.compute.samples == 32 and easy.compute.tokens >= 32
+    assert s.spent == easy.compute == easy.first and easy.compute.samples == 32 and easy.compute.tokens >= 32
     hard = s.probe_signal(state, config.model_copy(update={"difficulty": 2}), seed=3)
-    assert hard.zero_variance == hard.groups == 8 and hard.share >= NO_SIGNAL_SHARE and not hard.learnable
-    assert "8 of 8 probe groups (100%) had no reward variance" in hard.describe()
+    assert hard.zero_variance == hard.groups == DECISION_GROUPS and hard.share >= NO_SIGNAL_SHARE
+    assert not hard.learnable and hard.first.samples == 32 and hard.compute.samples == 4 * DECISION_GROUPS
+    assert "29 of 29 probe groups (100%) had no reward variance" in hard.describe()
     assert s.spent == easy.compute + hard.compute
     assert s.probe_signal(state, config, seed=3) == easy  # taken once; paid for each time it is asked
-    assert s.spent.samples == 96
+    assert s.spent.samples == 32 + 116 + 32
 
 
 def test_an_admitted_probe_is_its_stages_first_step_and_is_not_paid_twice():

@@ -20,17 +20,28 @@ TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generation
                      warm_max_steps=40, warm_check_every=20, probe_n=8)
 
 
+# stages long enough for the tree's signal probes to pay (learning_signal.probe_groups): a first
+# step of 16 groups, topped up to a verdict's 29 where a stop is still possible
+PROBED = session.Preset("smoke", stage_steps=3, prompts_per_step=16, num_generations=2, eval_n=16, pool_n=120,
+                        warm_max_steps=40, warm_check_every=20, probe_n=8)
+
+
 @pytest.fixture
 def tiny(monkeypatch):
     monkeypatch.setitem(session.PRESETS, "smoke", TINY)
+
+
+@pytest.fixture
+def probed(monkeypatch):
+    monkeypatch.setitem(session.PRESETS, "smoke", PROBED)
 
 
 def _summary(results: dict) -> dict:
     return {m: (r["tune_reward"], r["test_reward"], r["stages_used"], r["configs"]) for m, r in results.items()}
 
 
-def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp_path):
-    stage = TINY.stage_steps * TINY.prompts_per_step * TINY.num_generations  # a default stage's samples
+def test_every_method_spends_the_same_sample_budget_from_the_same_base(probed, tmp_path):
+    stage = PROBED.stage_steps * PROBED.prompts_per_step * PROBED.num_generations  # a default stage's samples
     budget = 5 * stage + 10
     methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
     run = TrainingRun.start(Settings("arithmetic", methods, budget=4, depth=2, difficulty=0, budget_samples=budget),
@@ -41,26 +52,28 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(tiny, tmp
     assert len({(r["base_tune_reward"], r["base_test_reward"]) for r in results.values()}) == 1
     staged = results["staged"]["configs"]
     assert len(staged) == 2 and staged[0] == staged[1]  # staging alone: the same config, a fresh trainer each stage
-    assert len(results["fixed"]["configs"]) == 1 and results["fixed"]["configs"][0]["steps"] == 2 * TINY.stage_steps
+    assert len(results["fixed"]["configs"]) == 1 and results["fixed"]["configs"][0]["steps"] == 2 * PROBED.stage_steps
     assert len(results["tree"]["configs"]) <= 2
     for r in results.values():
         assert 0.0 <= r["test_reward"] <= 1.0 and 0.0 <= r["tune_reward"] <= 1.0
         assert r["budget"] == {"unit": "samples", "amount": budget}
-    # compute: every stage a method trained and every signal probe that stopped a transition (one
-    # step's sampling each; an admitted probe is its stage's first step), re-derived from the stage
-    # events' configs and traces and the probe events' configs
+    # compute: every stage a method trained and every signal probe that stopped a transition, and
+    # the top-up of every probe that admitted one (its first step is its stage's), re-derived from
+    # the stage events' configs and traces and the probe events' counts
     store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
     stages = [e.payload for e in store.events(kind="stage")]
     probes = [e.payload for e in store.events(kind="probe")]
     assert probes and {p["method"] for p in probes} == {"tree"}  # the baselines apply no transitions
     for m, r in results.items():
         own = [p for p in stages if p["method"] == m]
+        mine = [p for p in probes if p["method"] == m]
         samples = sum(p["config"]["steps"] * p["config"]["prompts_per_step"] * p["config"]["num_generations"]
-                      for p in own) + sum(p["config"]["prompts_per_step"] * p["config"]["num_generations"]
-                                          for p in probes if p["method"] == m and not p["learnable"])
+                      for p in own) + sum(p["samples"] - p["first_samples"] * p["learnable"] for p in mine)
+        assert all(p["first_samples"] == p["config"]["prompts_per_step"] * p["config"]["num_generations"]
+                   for p in mine)
         tokens = sum(round(row["completions/mean_length"] * p["config"]["prompts_per_step"]
                            * p["config"]["num_generations"]) for p in own for row in p["trace"] if "reward" in row)
-        tokens += sum(p["tokens"] for p in probes if p["method"] == m and not p["learnable"])
+        tokens += sum(p["tokens"] - p["first_tokens"] * p["learnable"] for p in mine)
         assert (r["samples"], r["tokens"]) == (samples, tokens), m
         # the share of groups without reward variance: per stage of the pick, and over every stage trained
         assert len(r["zero_variance"]) == len(r["configs"]) and all(0 <= z <= 1 for z in r["zero_variance"]), m
