@@ -206,9 +206,7 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
             continue
         try:
             fields = indexed_pass(ordered, out, xs, ps, cut, gathers, upcast, gm)
-        except ew.Unsupported as exc:
-            import os
-            if os.environ.get('DBG'): raise
+        except ew.Unsupported:
             continue  # left to PyTorch: a value read at two sets of positions, a shape not found
         yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), **fields),
                (out, xs, ps, ordered))
