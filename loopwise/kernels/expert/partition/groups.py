@@ -110,7 +110,8 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif relabel_shape(n, "s") is not None and n.args[0] in member:
+            elif relabel_shape(n, "s") is not None and n.args[0] in member and not any(
+                    _in_place(gm, u) for u in (*n.users, *n.args[0].users)):  # a write through an alias
                 member.add(n)
     return member, gathers
 
