@@ -60,7 +60,7 @@ def partition(problem):
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
         refusals = gather_refusals(traced)
-        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch"
+        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
                              + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None
     first = dict(plans[0][1])
