@@ -113,6 +113,18 @@ def test_chained_gathers_across_a_flatten_are_one_pass(tmp_path, monkeypatch):
     judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
 
 
+def test_table_work_read_elsewhere_too_is_written_once_and_gathered_from_memory(tmp_path, monkeypatch):
+    """The table's tanh and scale are also added to the gathered rows: computed at two sets of
+    positions, so they are a pass of their own, written once, and the second pass gathers from it
+    (and recomputes them where it reads them unshuffled)."""
+    init = "self.register_buffer('perm', torch.tensor([4, 0, 3, 1, 2, 2]))"
+    forward = "y = torch.tanh(x) * 2.0\nx = torch.index_select(y, 0, self.perm) + y\nx = torch.relu(x)"
+    path = _problem(tmp_path, "shared", init, forward, "torch.randn(6, 7, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    assert [g.ops for g in plan(pattern, "graph")["groups"]] == [("tanh", "mul"), ("tanh", "mul", "index_select", "add", "relu")]
+    judged_correct(path, {"block": 32}, tmp_path, monkeypatch)
+
+
 def test_a_lone_gather_that_is_the_whole_forward_is_a_pass_of_its_own(tmp_path, monkeypatch):
     """index_select alone: nothing else stays in PyTorch, so the one pass replaces the one kernel."""
     init = "self.register_buffer('idx', torch.arange(9) * 5 % 12)"
@@ -143,4 +155,14 @@ def test_the_gather_pass_compiles_for_hopper_without_a_gpu(tmp_path):
     source, _ = generate(problem)
     report = compile_for_hopper(source, problem)
     assert "tl.load(x0_ptr + (offsets // g0_inner) % g0_count" in source
+    assert report["registers"] > 0 and report["spill_bytes"] == 0
+    init = "self.register_buffer('i1', torch.arange(3000) * 7 % 2400)\nself.register_buffer('i2', torch.arange(2000) * 11 % 3000)"
+    forward = ("x = torch.tanh(x)\nx = torch.flatten(x, 0, 1)\nx = torch.index_select(x, 0, self.i1)\n"
+               "x = torch.index_select(x, 0, self.i2)\nx = torch.gather(x, 1, idx)")
+    path = _problem(tmp_path, "chain_aot", init, forward, "torch.randn(40, 60, 96), torch.randint(0, 96, (2000, 96))",
+                    args="x, idx")
+    problem = load_problem(str(path))
+    source, _ = generate(problem)
+    assert source.count("tl.where(i") == 3  # three gathers, one pass
+    report = compile_for_hopper(source, problem)
     assert report["registers"] > 0 and report["spill_bytes"] == 0
