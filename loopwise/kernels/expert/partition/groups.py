@@ -101,7 +101,7 @@ REPEAT = 4  # the most times a gather may compute its table's elementwise work p
 def _members(gm, model) -> tuple[set, dict]:
     """The nodes a fused pass can compute: elementwise operations, gathers of float tables by
     integer indices, relabelings of what a pass computes; and the gathers among them."""
-    member, gathers = set(), {}
+    member, gathers, relabels = set(), {}, set()
     for n in gm.graph.nodes:
         if _fusible(gm, model, n):
             member.add(n)
@@ -110,9 +110,14 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif relabel_shape(n, "s") is not None and n.args[0] in member and not any(
+            elif relabel_shape(n, "s") is not None and (n.args[0] in member or n.args[0] in relabels) and not any(
                     _in_place(gm, u) for u in (*n.users, *n.args[0].users)):  # a write through an alias
-                member.add(n)
+                relabels.add(n)
+    # a relabeling only between operations of a pass: one at its end stays a view in PyTorch, so the
+    # pass ends with an operation (and can still be a GEMM's epilogue or a norm's prologue)
+    for n in reversed(list(gm.graph.nodes)):
+        if n in relabels and any(u in member for u in n.users):
+            member.add(n)
     return member, gathers
 
 
