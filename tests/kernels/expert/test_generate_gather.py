@@ -100,6 +100,16 @@ def test_flatten_inside_an_elementwise_chain_stays_one_pass(tmp_path, monkeypatc
     judged_correct(path, {"block": 128}, tmp_path, monkeypatch)
 
 
+def test_a_view_after_the_last_operation_stays_a_view_so_the_work_is_still_an_epilogue(tmp_path):
+    """ReLU and a scale after a Linear, then a view: the view stays in PyTorch (free), so the work
+    before it is still the GEMM's epilogue in the Linear plan."""
+    path = _problem(tmp_path, "linview", "self.fc = nn.Linear(16, 32)", "x = torch.relu(self.fc(x)) * 2.0\nx = x.view(4, 8, 4)",
+                    "torch.randn(4, 16, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    assert [g.ops for g in plan(pattern, "graph_linear")["gemms"]] == [("linear", "relu", "mul")]
+    assert plan(pattern, "graph_linear")["pytorch"] == ("view",)
+
+
 def test_chained_gathers_across_a_flatten_are_one_pass(tmp_path, monkeypatch):
     """tanh, flatten, index_select, index_select, gather by an input: every gather in one pass,
     each reading the next one's index through its own (the generated suite's chains)."""
