@@ -135,6 +135,17 @@ def test_table_work_read_elsewhere_too_is_written_once_and_gathered_from_memory(
     judged_correct(path, {"block": 32}, tmp_path, monkeypatch)
 
 
+def test_table_work_a_gather_would_repeat_many_times_per_element_is_written_once(tmp_path, monkeypatch):
+    """30 rows gathered from a table of 5: computing the table's tanh and scale at every gathered
+    position would repeat them 6 times per element, so they are a pass of their own."""
+    init = "self.register_buffer('idx', torch.arange(30) * 3 % 5)"
+    forward = "x = torch.tanh(x) * 2.0\nx = torch.index_select(x, 0, self.idx)\nx = torch.relu(x) + 1.0"
+    path = _problem(tmp_path, "repeat", init, forward, "torch.randn(5, 4, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    assert [g.ops for g in plan(pattern, "graph")["groups"]] == [("tanh", "mul"), ("index_select", "relu", "add")]
+    judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+
+
 def test_a_lone_gather_that_is_the_whole_forward_is_a_pass_of_its_own(tmp_path, monkeypatch):
     """index_select alone: nothing else stays in PyTorch, so the one pass replaces the one kernel."""
     init = "self.register_buffer('idx', torch.arange(9) * 5 % 12)"
