@@ -187,3 +187,40 @@ def test_the_gather_pass_compiles_for_hopper_without_a_gpu(tmp_path):
     assert source.count("tl.where(i") == 3  # three gathers, one pass
     report = compile_for_hopper(source, problem)
     assert report["registers"] > 0 and report["spill_bytes"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_permute_between_operations_is_read_through_in_the_pass(tmp_path, monkeypatch, dtype):
+    """sigmoid and a scale, a view into heads, permute and contiguous (the copy), a shift: one pass
+    that reads each output element's source position through the permutation."""
+    forward = ("x = torch.sigmoid(x) * 2.0\nx = x.view(2, 5, 3, 4).permute(0, 2, 1, 3).contiguous()\nx = x - 1.0")
+    path = _problem(tmp_path, "permute", "", forward, "torch.randn(2, 5, 12, dtype=DTYPE)", dtype)
+    ops, pytorch = _graph_ops(path)
+    assert ops == ("sigmoid", "mul", "permute", "sub") and pytorch == ()
+    judged_correct(path, {"block": 64}, tmp_path, monkeypatch)
+
+
+def test_a_transposing_copy_after_work_is_the_passs_own_store(tmp_path, monkeypatch):
+    """ReLU, then transpose(0, 1).contiguous() as the last step (PyTorch's copy kernel): the pass
+    writes its output in the transposed order; a transpose alone as the whole forward is a pass too."""
+    path = _problem(tmp_path, "tcopy", "", "x = torch.relu(x) + 1.0\nx = x.transpose(0, 1).contiguous()",
+                    "torch.randn(7, 3, 5, dtype=DTYPE)")
+    assert _graph_ops(path) == (("relu", "add", "permute"), ())
+    judged_correct(path, {"block": 32}, tmp_path, monkeypatch)
+    path = _problem(tmp_path, "talone", "", "x = x.transpose(1, 2).contiguous()", "torch.randn(7, 3, 5, dtype=DTYPE)")
+    assert _graph_ops(path) == (("permute",), ())
+    judged_correct(path, {"block": 32}, tmp_path, monkeypatch)
+
+
+def test_the_permute_pass_compiles_for_hopper_without_a_gpu(tmp_path):
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert import generate
+    from loopwise.kernels.expert.aot import compile_for_hopper
+
+    forward = ("x = torch.sigmoid(x) * 2.0\nx = x.view(8, 128, 16, 64).permute(0, 2, 1, 3).contiguous()\nx = x - 1.0")
+    path = _problem(tmp_path, "permute_aot", "", forward, "torch.randn(8, 128, 1024, dtype=DTYPE)", "bfloat16")
+    problem = load_problem(str(path))
+    source, _ = generate(problem)
+    assert "permute" in source
+    report = compile_for_hopper(source, problem)
+    assert report["registers"] > 0 and report["spill_bytes"] == 0
