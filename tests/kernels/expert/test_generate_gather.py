@@ -221,6 +221,15 @@ def test_the_permute_pass_compiles_for_hopper_without_a_gpu(tmp_path):
     path = _problem(tmp_path, "permute_aot", "", forward, "torch.randn(8, 128, 1024, dtype=DTYPE)", "bfloat16")
     problem = load_problem(str(path))
     source, _ = generate(problem)
-    assert "permute" in source
+    assert "# permute (0, 2, 1, 3)" in source
     report = compile_for_hopper(source, problem)
     assert report["registers"] > 0 and report["spill_bytes"] == 0
+
+
+def test_a_permuted_input_read_by_one_operation_is_no_pass_of_its_own(tmp_path):
+    """ReLU of a transposed input then a Linear: PyTorch's ReLU reads the transposed view as it is,
+    so a pass would save nothing; no Triton part in the elementwise plan."""
+    path = _problem(tmp_path, "tview", "self.fc = nn.Linear(7, 4)", "x = self.fc(torch.relu(x.transpose(0, 1)))",
+                    "torch.randn(7, 3, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    assert "graph" not in [k for k, _ in dict(pattern.params).get("plans", ())], pattern.reason

@@ -158,3 +158,52 @@ def relabel_shape(node, source: str) -> str | None:
             return None
         return "(" + ", ".join(f"math.prod({source}) // {known}" if s == -1 else str(s) for s in sizes) + ",)"
     return None
+
+
+def permutation_of(node) -> tuple[int, ...] | None:
+    """The dimensions of its input that ``node``'s dimensions are (output dimension d is input
+    dimension perm[d]) where ``node`` permutes them (permute, transpose, t), else None."""
+    import torch
+
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    function = node.op == "call_function"
+    if node.op not in ("call_function", "call_method") or node.kwargs or not node.args:
+        return None
+    shape = _shape(node.args[0])
+    if shape is None or not hasattr(node.args[0], "op"):
+        return None
+    rank = len(shape)
+    rest = node.args[1:]
+    if name == "permute" and (not function or node.target is torch.permute):
+        dims = tuple(rest[0]) if len(rest) == 1 and isinstance(rest[0], (tuple, list)) else tuple(rest)
+        if not all(isinstance(d, int) and -rank <= d < rank for d in dims) or len(dims) != rank:
+            return None
+        perm = tuple(d % rank for d in dims)
+        return perm if sorted(perm) == list(range(rank)) else None
+    if name in ("transpose", "swapaxes") and (not function or node.target in (torch.transpose, torch.swapaxes)):
+        if len(rest) != 2 or not all(isinstance(d, int) and -rank <= d < rank for d in rest):
+            return None
+        perm = list(range(rank))
+        a, b = rest[0] % rank, rest[1] % rank
+        perm[a], perm[b] = perm[b], perm[a]
+        return tuple(perm)
+    if name == "t" and not function and not rest and rank <= 2:
+        return tuple(reversed(range(rank)))
+    return None
+
+
+def copied_permutes(cone) -> set:
+    """The permutes among ``cone`` that a relabeling in it copies (PyTorch's copy kernel, which the
+    pass does in its loads): the nearest permute behind each relabeling, through other views. A
+    permute nothing in the pass copies is read through at no saving (PyTorch's elementwise kernels
+    read a permuted view as it is)."""
+    found = set()
+    for node in cone:
+        if relabel_shape(node, "s") is None:
+            continue
+        source = node.args[0]
+        while source in cone and permutation_of(source) is None and relabel_shape(source, "s") is not None:
+            source = source.args[0]
+        if source in cone and permutation_of(source) is not None:
+            found.add(source)
+    return found

@@ -6,7 +6,7 @@ import math
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import check_operand, expression
-from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, gather_of, relabel_shape
+from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, copied_permutes, gather_of, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.indexed import indexed_pass
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
@@ -110,15 +110,29 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif relabel_shape(n, "s") is not None and (n.args[0] in member or n.args[0] in relabels) and not any(
+            elif (relabel_shape(n, "s") is not None and (n.args[0] in member or n.args[0] in relabels)
+                  or permutation_of(n) is not None and float_shape(n.args[0]) is not None) and not any(
                     _in_place(gm, u) for u in (*n.users, *n.args[0].users)):  # a write through an alias
                 relabels.add(n)
-    # a relabeling only between operations of a pass: one at its end stays a view in PyTorch, so the
-    # pass ends with an operation (and can still be a GEMM's epilogue or a norm's prologue)
+    # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
+    # ends with an operation (and can still be a GEMM's epilogue or a norm's prologue); but a
+    # relabeling of a permuted value is PyTorch's copy kernel, which the pass's store can be
     for n in reversed(list(gm.graph.nodes)):
-        if n in relabels and any(u in member for u in n.users):
+        if n in relabels and (any(u in member for u in n.users) or _copies_a_permute(n, relabels)):
             member.add(n)
     return member, gathers
+
+
+def _copies_a_permute(node, views) -> bool:
+    """Whether ``node`` relabels (so copies, in PyTorch) a permutation, through other views."""
+    if permutation_of(node) is not None:
+        return False
+    source = node.args[0]
+    while source in views:
+        if permutation_of(source) is not None:
+            return True
+        source = source.args[0]
+    return False
 
 
 def _numel(node) -> int:
@@ -139,7 +153,7 @@ def _private_table(gather, table, member) -> bool:
 
 def covers_forward(gm, cone) -> bool:
     """Whether the pass computing ``cone`` is the whole forward: every call but relabelings in it."""
-    return all(n in cone or relabel_shape(n, "s") is not None
+    return all(n in cone or relabel_shape(n, "s") is not None or permutation_of(n) is not None
                for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
@@ -187,8 +201,10 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
             cone.add(current)
             stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut)
         ordered = sorted(cone, key=order.__getitem__)
-        indexed = [n for n in ordered if n in gathers or (relabel_shape(n, "s") is not None and n not in gathers)]
-        ops = len(cone) - sum(1 for n in indexed if n not in gathers)
+        relabels = [n for n in ordered if n not in gathers and relabel_shape(n, "s") is not None]
+        indexed = relabels + [n for n in ordered if n in gathers or permutation_of(n) is not None]
+        permutes = [n for n in ordered if permutation_of(n) is not None]
+        ops = len(cone) - len(relabels) - len(set(permutes) - copied_permutes(cone))
         if ops < min_ops and not covers_forward(gm, cone) or ops == 0:
             continue
         xs, ps = [], []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import expression
-from loopwise.kernels.expert.partition.gathers import relabel_shape
+from loopwise.kernels.expert.partition.gathers import copied_permutes, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.nodes import arg_nodes
 
 
@@ -64,6 +64,7 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
     ctx.assign(out, 0)
     leaves: dict = {}  # (leaf node, context) -> the variable it is loaded into
     index_lines, gather_ctx = [], {}  # gather node -> (number k, its table's context, its own context)
+    permute_ctx = {}  # permute node -> (number k, its input's context, its own context, the permutation)
 
     def read(node, arg, c: int) -> None:
         if arg in members and (node, arg) not in cut:
@@ -86,12 +87,19 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
                             f"i{k} = tl.where(i{k} < 0, i{k} + g{k}_size, i{k})  # a negative index counts from the end",
                             f"o{k} = (({var} // g{k}_span) * g{k}_size + i{k}) * g{k}_inner + {var} % g{k}_inner"
                             f"  # {g.op} along dim {g.dim}"]
+        elif permutation_of(node) is not None:
+            perm, k = permutation_of(node), len(permute_ctx)
+            source = ctx.number(f"q{k}", _shape(node.args[0]))
+            permute_ctx[node] = (k, source, c, perm)
+            read(node, node.args[0], source)
+            index_lines.append(" + ".join(f"(({var} // q{k}_s{d}) % q{k}_n{d}) * q{k}_t{d}" for d in range(len(perm)))
+                               .join((f"q{k} = ", f"  # permute {perm}")))
         elif relabel_shape(node, "s") is not None:
             read(node, node.args[0], ctx.number(var, _shape(node.args[0])))
         else:
             for arg in arg_nodes(node):
                 read(node, arg, c)
-    shapes, sizes = _context_shapes(ctx, leaves, gathers, gather_ctx, names, cone)
+    shapes, sizes = _context_shapes(ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, names, cone)
     int_args, loads = [], []
     up = ".to(tl.float32)" if upcast else ""
     for (leaf, c), var in leaves.items():
@@ -108,7 +116,9 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
                                  f"{ctx.keys[c][1]}")
     for node, (k, t, _) in gather_ctx.items():
         int_args += [f"g{k}_span", f"g{k}_size", f"g{k}_inner", f"g{k}_count"]
-    body, ops, exprs = _statements(gm, cone, ctx, leaves, gathers, gather_ctx, cut, members)
+    for node, (k, _, _, perm) in permute_ctx.items():
+        int_args += [f"q{k}_{v}{d}" for d in range(len(perm)) for v in "snt"]
+    body, ops, exprs = _statements(gm, cone, ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, cut, members)
     return {"prelude": (*index_lines, *loads), "body": body, "expr": exprs[out], "ops": ops,
             "sizes": (*shapes, *sizes, "shape = s0"), "int_args": tuple(int_args)}
 
@@ -130,7 +140,11 @@ def _context_shapes(ctx, leaves, gathers, gather_ctx, names, cone) -> tuple[list
             raise ew.Unsupported("a shape inside the pass cannot be found from its inputs")
     shapes = [f"s{c} = tuple({source})" for c, source in known.items()]
     sizes = []
-    for node, (k, t, _) in gather_ctx.items():
+    for node, (k, t, c, *perm) in gather_ctx.items():
+        if perm:  # a permute: each output dimension's stride and size, and its input dimension's stride
+            sizes += [f"q{k}_s{d}, q{k}_n{d}, q{k}_t{d} = math.prod(s{c}[{d + 1}:]), s{c}[{d}], math.prod(s{t}[{p + 1}:])"
+                      for d, p in enumerate(perm[0])]
+            continue
         g = gathers[node]
         count = f"{names[g.index]}.numel()" if g.select else f"{names[g.index]}.shape[{g.dim}]"
         sizes += [f"g{k}_size, g{k}_inner, g{k}_count = s{t}[{g.dim}], math.prod(s{t}[{g.dim + 1}:]), {count}",
@@ -147,7 +161,11 @@ def _shape_source(c, shape, ctx, leaves, gathers, gather_ctx, names, cone, known
     for node in cone:
         if ctx.of.get(node) != c:
             continue
-        if node in gather_ctx:
+        if node in gather_ctx and node not in gathers:  # a permute of its input's shape
+            k, t, _, perm = gather_ctx[node]
+            if t in known:
+                return "(" + "".join(f"s{t}[{p}], " for p in perm) + ")"
+        elif node in gather_ctx:
             k, t, _ = gather_ctx[node]
             g = gathers[node]
             if not g.select:
@@ -165,6 +183,7 @@ def _statements(gm, cone, ctx, leaves, gathers, gather_ctx, cut, members) -> tup
     """One Triton statement per elementwise node of ``cone`` (gathers and relabelings name the value
     they read): (statements, operation names, each node's expression)."""
     exprs, body, ops = {}, [], []
+    copied = copied_permutes(cone)
 
     def value(node, arg, c: int) -> str:
         return exprs[arg] if arg in members and (node, arg) not in cut else leaves[(arg, c)]
@@ -175,6 +194,9 @@ def _statements(gm, cone, ctx, leaves, gathers, gather_ctx, cut, members) -> tup
             g = gathers[node]
             exprs[node] = value(node, g.table, gather_ctx[node][1])
             ops.append(g.op)
+        elif node in gather_ctx:  # a permute (an operation where the pass does PyTorch's copy of it)
+            exprs[node] = value(node, node.args[0], gather_ctx[node][1])
+            ops += ["permute"] if node in copied else []
         elif relabel_shape(node, "s") is not None:
             exprs[node] = value(node, node.args[0], ctx.number(ctx.keys[c][0], _shape(node.args[0])))
         else:
