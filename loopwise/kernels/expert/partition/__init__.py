@@ -15,7 +15,8 @@ whole forward, replacing PyTorch's one kernel). A gather (embedding lookup, inde
 ``x[idx]``, torch.gather) by an integer index tensor is fusible too: the pass reads the index and
 then the table at the positions it names, computing the table's own elementwise work there where no
 one else reads that work and it is repeated at most a few times per table element; a relabeling
-(flatten, view, reshape, contiguous) between operations of a pass costs it nothing (see
+(flatten, view, reshape, contiguous) between operations of a pass costs it nothing, and a permute
+is read through (a copy of it, PyTorch's own kernel, is then the pass's store) (see
 :mod:`gathers` and :mod:`indexed`). Everything else
 (convolutions, norms, reductions, pooling, matrix products with their own modules) stays in
 PyTorch, in the traced order, with the reference's own modules and weights: ModelNew runs the

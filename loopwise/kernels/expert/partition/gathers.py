@@ -1,4 +1,4 @@
-"""Gathers and relabelings among a forward's operations: what a fused pass can read through.
+"""Gathers, relabelings and permutes among a forward's operations: what a fused pass can read through.
 
 A gather reads its table at positions an integer index tensor names: ``F.embedding`` /
 ``nn.Embedding`` (rows of a 2-D table), ``torch.index_select`` and ``x[idx]`` on one dimension (the
@@ -11,6 +11,8 @@ output's shape), the table is read at ``((o // (count * inner)) * size + i) * in
 
 A relabeling (``flatten``, ``view``, ``reshape``, ``contiguous``) of a value a pass computes keeps
 every element at its flat position: the pass reads through it at no cost, only the shape changes.
+A permute (``permute``, ``transpose``, ``t``) moves elements: the pass reads its input at the
+position each output coordinate names, one integer division per dimension.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""A fused pass that reads through gathers and relabelings: where each of its values is read.
+"""A fused pass that reads through gathers, relabelings and permutes: where each of its values is read.
 
 The pass walks its output's flat positions (``offsets``). Every value it computes is computed at
 the positions of one *context*: an index variable (a flat position in some tensor) and the shape
 the value has there. An elementwise operation computes its inputs in its own context; a relabeling
 (flatten, view, reshape) keeps the index variable and changes the shape; a gather reads its table in
-a new context, whose index variable it computes from its integer index (see :mod:`gathers`). The
+a new context, whose index variable it computes from its integer index, and a permute its input,
+whose index variable it computes from the output's coordinates (see :mod:`gathers`). The
 pass's inputs are loaded once per context that reads them: a tensor of the context's shape at the
 index variable itself, a model tensor of another shape through its broadcast index against the
 context's shape.
@@ -99,7 +100,7 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
         else:
             for arg in arg_nodes(node):
                 read(node, arg, c)
-    shapes, sizes = _context_shapes(ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, names, cone)
+    shapes, sizes = _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone)
     int_args, loads = [], []
     up = ".to(tl.float32)" if upcast else ""
     for (leaf, c), var in leaves.items():
@@ -123,16 +124,16 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
             "sizes": (*shapes, *sizes, "shape = s0"), "int_args": tuple(int_args)}
 
 
-def _context_shapes(ctx, leaves, gathers, gather_ctx, names, cone) -> tuple[list[str], list[str]]:
+def _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone) -> tuple[list[str], list[str]]:
     """The launcher's statements naming every context's shape ``s<c>`` (each from what is known
-    before it), and those computing each gather's sizes."""
+    before it), and those computing each gather's sizes and each permute's strides."""
     known: dict[int, str] = {}
     while len(known) < len(ctx.keys):
         progress = False
         for c, (_, shape) in enumerate(ctx.keys):
             if c in known:
                 continue
-            source = _shape_source(c, shape, ctx, leaves, gathers, gather_ctx, names, cone, known)
+            source = _shape_source(c, shape, ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, names, cone, known)
             if source is not None:
                 known[c] = source
                 progress = True
@@ -140,11 +141,10 @@ def _context_shapes(ctx, leaves, gathers, gather_ctx, names, cone) -> tuple[list
             raise ew.Unsupported("a shape inside the pass cannot be found from its inputs")
     shapes = [f"s{c} = tuple({source})" for c, source in known.items()]
     sizes = []
-    for node, (k, t, c, *perm) in gather_ctx.items():
-        if perm:  # a permute: each output dimension's stride and size, and its input dimension's stride
-            sizes += [f"q{k}_s{d}, q{k}_n{d}, q{k}_t{d} = math.prod(s{c}[{d + 1}:]), s{c}[{d}], math.prod(s{t}[{p + 1}:])"
-                      for d, p in enumerate(perm[0])]
-            continue
+    for k, t, c, perm in permute_ctx.values():  # each output dimension's stride and size, its input's stride
+        sizes += [f"q{k}_s{d}, q{k}_n{d}, q{k}_t{d} = math.prod(s{c}[{d + 1}:]), s{c}[{d}], math.prod(s{t}[{p + 1}:])"
+                  for d, p in enumerate(perm)]
+    for node, (k, t, _) in gather_ctx.items():
         g = gathers[node]
         count = f"{names[g.index]}.numel()" if g.select else f"{names[g.index]}.shape[{g.dim}]"
         sizes += [f"g{k}_size, g{k}_inner, g{k}_count = s{t}[{g.dim}], math.prod(s{t}[{g.dim + 1}:]), {count}",
@@ -153,8 +153,9 @@ def _context_shapes(ctx, leaves, gathers, gather_ctx, names, cone) -> tuple[list
 
 
 def _shape_source(c, shape, ctx, leaves, gathers, gather_ctx, names, cone, known) -> str | None:
-    """Python source of context ``c``'s shape from a tensor of that shape, a relabeling or a
-    gather computed there whose input shapes are ``known``; None when none is known yet."""
+    """Python source of context ``c``'s shape from a tensor of that shape, or a relabeling, permute
+    or gather computed there whose input shapes are ``known``; None when none is known yet
+    (``gather_ctx`` holds the permutes' contexts too)."""
     for (leaf, lc), _ in leaves.items():
         if lc == c and _shape(leaf) == shape and leaf.meta["tensor_meta"].dtype.is_floating_point:
             return f"{names[leaf]}.shape"
