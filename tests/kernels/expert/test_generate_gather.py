@@ -1,7 +1,8 @@
 """Gathers in partitioned passes: embedding lookups, index_select, ``x[idx]`` and torch.gather read
 through their integer index inside the fused pass, with the elementwise work on the table before
 and on the gathered values after; flatten / view / reshape between fused operations as pure
-relabelings; permutes read through, their copy done by the pass's store. Judged correct in Triton's CPU interpreter, compiled ahead of time for Hopper."""
+relabelings; permutes read through, their copy done by the pass's store. Judged correct in
+Triton's CPU interpreter, compiled ahead of time for Hopper."""
 
 import pytest
 
