@@ -39,12 +39,15 @@ class ProblemSignature:
         input_dtypes: dtype name of each item (``"float32"``), ``None`` for non-tensors.
         init_args: ``repr`` of ``get_init_inputs()``, shortened when long.
         skipped: sub-checks that could not run on the meta device, each with the reason.
+        model_dtypes: the dtype names of the model's floating-point parameters and buffers, each
+            once, in order (a bf16 table read by int64 indices computes in bf16).
     """
 
     input_shapes: tuple[tuple[int, ...] | None, ...] = ()
     input_dtypes: tuple[str | None, ...] = ()
     init_args: str = "[]"
     skipped: tuple[str, ...] = ()
+    model_dtypes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,14 +225,24 @@ def validate_problem(problem: Problem) -> ProblemSignature:
     module = _import(problem)
     model_cls, get_inputs, get_init_inputs = _contract_names(module, path)
     skipped: list[str] = []
+    model = None
     with torch.device("meta"):
         init_args = _call_listy(get_init_inputs, "get_init_inputs", path, skipped)
         inputs = _call_listy(get_inputs, "get_inputs", path, skipped)
         if init_args is not None:
-            _construct(model_cls, init_args, path, skipped)
+            model = _construct(model_cls, init_args, path, skipped)
     shapes, dtypes = _describe_inputs(inputs or [])
     init_text = "?" if init_args is None else _short_repr(init_args)
-    return ProblemSignature(shapes, dtypes, init_text, tuple(skipped))
+    return ProblemSignature(shapes, dtypes, init_text, tuple(skipped), _model_dtypes(model))
+
+
+def _model_dtypes(model) -> tuple[str, ...]:
+    """The dtype names of ``model``'s floating-point parameters and buffers, each once, in order."""
+    if model is None:
+        return ()
+    found = [str(t.dtype).removeprefix("torch.") for t in (*model.parameters(), *model.buffers())
+             if t.is_floating_point()]
+    return tuple(dict.fromkeys(found))
 
 
 def _import(problem: Problem) -> types.ModuleType:
@@ -279,13 +292,15 @@ def _call_listy(fn: Callable, name: str, path: str, skipped: list[str]) -> list 
     return list(result)
 
 
-def _construct(model_cls: type, init_args: list, path: str, skipped: list[str]) -> None:
+def _construct(model_cls: type, init_args: list, path: str, skipped: list[str]):
+    """The model built from ``init_args``, or None where only the meta device got in the way."""
     try:
-        model_cls(*init_args)
+        return model_cls(*init_args)
     except Exception as error:  # noqa: BLE001 - any fault in user code is reported, not raised
         if not _is_meta_failure(error):
             raise ProblemError(path, f"Model(*get_init_inputs()) raised {_one_line(error, path)}") from None
         skipped.append(f"Model(...) on the meta device ({_first_line(error)})")
+        return None
 
 
 def _is_meta_failure(error: BaseException) -> bool:

@@ -181,3 +181,38 @@ def test_kernelbench_spec_errors(tmp_path: Path, spec: str, checkout: str, messa
         load_problem(spec, kernelbench=str(tmp_path / checkout))
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+EMBEDDING_BF16 = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8).to(torch.bfloat16)
+
+    def forward(self, ids):
+        return self.emb(ids)
+
+
+def get_inputs():
+    return [torch.randint(0, 50, (4, 3))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_whose_tensors_are_half_precision_computes_in_it_whatever_its_inputs(tmp_path: Path) -> None:
+    """A bf16 embedding table read by int64 indices: the signature lists the model's tensor dtypes,
+    and the static scan treats bf16 as the problem's own precision, as for bf16 inputs."""
+    from loopwise.kernels.evaluate.verdict import static_policy
+
+    problem = load_problem(str(_write(tmp_path, "emb_bf16.py", EMBEDDING_BF16)))
+    assert problem.signature.input_dtypes == ("int64",)
+    assert problem.signature.model_dtypes == ("bfloat16",)
+    assert static_policy(problem, "fp32") == "relaxed"
+    fp32 = load_problem(str(_write(tmp_path, "emb_fp32.py", EMBEDDING_BF16.replace(".to(torch.bfloat16)", ""))))
+    assert fp32.signature.model_dtypes == ("float32",) and static_policy(fp32, "fp32") == "fp32"

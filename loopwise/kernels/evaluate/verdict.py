@@ -36,11 +36,12 @@ HALF_DTYPES = ("bfloat16", "float16")
 
 def static_policy(problem, policy: str) -> str:
     """The precision policy the static scan applies to ``problem``'s candidates: under ``fp32`` a
-    problem whose inputs are already bf16 / fp16 computes in that precision itself, so half-precision
-    types and tensor-core paths in a candidate are its own precision, not a downgrade (they are
-    reported as info, and the float64 comparisons still judge the numbers)."""
+    problem whose inputs or model tensors (a bf16 table its int64 inputs index) are already bf16 /
+    fp16 computes in that precision itself, so half-precision types and tensor-core paths in a
+    candidate are its own precision, not a downgrade (they are reported as info, and the float64
+    comparisons still judge the numbers)."""
     signature = getattr(problem, "signature", None)
-    dtypes = tuple(getattr(signature, "input_dtypes", ()) or ())
+    dtypes = (*(getattr(signature, "input_dtypes", ()) or ()), *(getattr(signature, "model_dtypes", ()) or ()))
     if policy == "fp32" and any(d in HALF_DTYPES for d in dtypes if d):
         return "relaxed"
     return policy

@@ -42,13 +42,30 @@ def expression(gm, node, exprs) -> tuple[str, str]:
     if target in ew.BINARY and len(args) == 2 and not kw:
         op = getattr(target, "__name__", str(target))
         return ew.BINARY[target].format(a=_arg(args[0], exprs), b=_arg(args[1], exprs)), op
-    a = _arg(args[0], exprs)
     name = ew.FUNCTIONS.get(target) if node.op == "call_function" else target
+    try:
+        a = _arg(args[0], exprs)
+    except ew.Unsupported:
+        if name in ew.UNARY or target in _SPECIALS:
+            raise
+        # an operation no pass expresses whatever its arguments (einsum's equation): name it
+        raise ew.Unsupported(f"operation {getattr(target, '__name__', target)}") from None
     if name == "gelu" and kw.get("approximate", "none") == "tanh":
         return _gelu_tanh(a), "gelu_tanh"
     if name in ew.UNARY:
         return ew.UNARY[name].format(a=a), name
     return _special(target, args, kw, a)
+
+
+def _special_targets() -> frozenset:
+    import torch
+    import torch.nn.functional as F
+
+    return frozenset({F.leaky_relu, "leaky_relu", torch.clamp, "clamp", torch.clip, "clip", F.hardtanh,
+                      operator.pow, torch.pow, "pow"})
+
+
+_SPECIALS = _special_targets()  # the operations _special writes
 
 
 def _special(target, args, kw, a) -> tuple[str, str]:

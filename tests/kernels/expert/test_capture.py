@@ -144,6 +144,17 @@ def test_a_recurrent_layer_is_named_as_the_reason_not_its_inputs_shapes(tmp_path
     assert "broadcast" not in pattern.reason, pattern.reason
 
 
+def test_an_operation_with_a_string_argument_is_named_as_the_reason_not_its_string(tmp_path):
+    """``torch.einsum("ik,kj->ij", x, self.w)`` is a product no elementwise pass expresses: the
+    reason names the operation, not its equation as a "non-numeric constant"."""
+    path = tmp_path / "einsum.py"
+    path.write_text(model_source("self.w = nn.Parameter(torch.randn(9, 4))", 'return torch.einsum("ik,kj->ij", x, self.w)',
+                                 shape="6, 9"))
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "unsupported" and pattern.reason.startswith("operation einsum"), pattern.reason
+    assert "non-numeric" not in pattern.reason, pattern.reason
+
+
 def test_parameters_the_inputs_leave_out_are_captured_at_their_defaults(tmp_path):
     """KernelBench's LSTM and NetVLAD forwards take ``h0=None`` / ``mask=None`` beyond their
     inputs: the forward is captured as the call makes it (the defaults' branch), not as an FX trace

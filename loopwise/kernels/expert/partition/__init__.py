@@ -10,7 +10,14 @@ the group's inputs in fp32 arithmetic (half-precision values upcast as they are 
 stored in the output's own dtype), recomputing what two outputs share, which for elementwise work
 costs less than a second pass over memory; a half-precision value read outside the group is
 loaded instead, as rounded there. A group of fewer than :data:`MIN_OPS` operations is left to
-PyTorch: a one-operation Triton pass saves no memory traffic and costs a launch. Everything else
+PyTorch: a one-operation Triton pass saves no memory traffic and costs a launch (unless it is the
+whole forward, replacing PyTorch's one kernel). A gather (embedding lookup, index_select,
+``x[idx]``, torch.gather) by an integer index tensor is fusible too: the pass reads the index and
+then the table at the positions it names, computing the table's own elementwise work there where no
+one else reads that work and it is repeated at most a few times per table element; a relabeling
+(flatten, view, reshape, contiguous) between operations of a pass costs it nothing, and a permute
+is read through (a copy of it, PyTorch's own kernel, is then the pass's store) (see
+:mod:`gathers` and :mod:`indexed`). Everything else
 (convolutions, norms, reductions, pooling, matrix products with their own modules) stays in
 PyTorch, in the traced order, with the reference's own modules and weights: ModelNew runs the
 reference's ``__init__``.

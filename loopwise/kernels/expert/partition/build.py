@@ -7,7 +7,7 @@ import copy
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.fx_graph import trace_as_called
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
-from loopwise.kernels.expert.partition.groups import find_groups
+from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
 from loopwise.kernels.expert.partition.norms import norm_calls, norm_passes, softmax_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
@@ -46,8 +46,9 @@ def partition(problem):
         groups, outputs = find_groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = attach_epilogues(gm, model, groups, outputs, anchors)
         groups, outputs, norms = norm_passes(gm, model, groups, outputs, norm_nodes)
-        # a one-operation pass that did not become an epilogue or a prologue is not worth its launch
-        short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS}
+        # a one-operation pass that did not become an epilogue or a prologue is not worth its launch,
+        # unless it is the whole forward (then it replaces PyTorch's one kernel)
+        short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS and not covers_forward(gm, outputs[i][3])}
         groups = [g for i, g in enumerate(groups) if i not in short]
         outputs = [o for i, o in enumerate(outputs) if i not in short]
         if not groups and not gemms and not norms:
@@ -58,7 +59,9 @@ def partition(problem):
                              ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
-        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations outside what stays in PyTorch")
+        refusals = gather_refusals(traced)
+        raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
+                             + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None
     first = dict(plans[0][1])
     ops = tuple(op for part in ("groups", "gemms", "norms") for g in first[part] for op in g.ops)

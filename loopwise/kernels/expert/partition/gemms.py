@@ -70,7 +70,7 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
             # dtype (the cublas move applies it in place on the product)
             if dtype == "float32" and groups[i].upcast or dtype != "float32" and groups[i].out_dtype != dtype:
                 continue
-            if i in taken or xs != [anchor] or any(u not in cone for u in anchor.users):
+            if i in taken or xs != [anchor] or groups[i].prelude or any(u not in cone for u in anchor.users):
                 continue
             if all(s in per_column for s in operand_shapes(model, ps)):
                 epilogue = i

@@ -90,7 +90,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes):
             return all(s in per_channel for s in operand_shapes(model, ps))
 
         # a pass that reads half precision keeps its own launch: the norm's passes read fp32
-        free = [i for i in range(len(outputs)) if i not in taken and not groups[i].upcast]
+        free = [i for i in range(len(outputs)) if i not in taken and not groups[i].upcast and not groups[i].prelude]
         pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [node]
                     and channel_wise(outputs[i][2])), None)
         post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
 MIN_OPS = 2  # operations a group needs before it is worth a Triton pass of its own
 
 
@@ -21,6 +20,11 @@ class Group:
     # a pass that reads or writes fp16 / bf16: every load upcast to fp32, the store cast to out_dtype
     upcast: bool = False
     out_dtype: str = "float32"
+    # a pass that reads through gathers or relabelings (partition/indexed.py): its index arithmetic
+    # and loads, the launcher's statements computing the output's ``shape`` and ``int_args``
+    prelude: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = ()
+    int_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,210 @@
+"""A fused pass that reads through gathers, relabelings and permutes: where each of its values is read.
+
+The pass walks its output's flat positions (``offsets``). Every value it computes is computed at
+the positions of one *context*: an index variable (a flat position in some tensor) and the shape
+the value has there. An elementwise operation computes its inputs in its own context; a relabeling
+(flatten, view, reshape) keeps the index variable and changes the shape; a gather reads its table in
+a new context, whose index variable it computes from its integer index, and a permute its input,
+whose index variable it computes from the output's coordinates (see :mod:`gathers`). The
+pass's inputs are loaded once per context that reads them: a tensor of the context's shape at the
+index variable itself, a model tensor of another shape through its broadcast index against the
+context's shape.
+
+The launcher finds every context's shape from the tensors it is given, as PyTorch would: a tensor
+of that shape, a relabeling of a known shape, or a gather's output shape from its table's and its
+index's; the gathers' sizes and the broadcast indices follow from those shapes.
+"""
+
+from __future__ import annotations
+
+from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.expressions import expression
+from loopwise.kernels.expert.partition.gathers import copied_permutes, permutation_of, relabel_shape
+from loopwise.kernels.expert.partition.nodes import arg_nodes
+
+
+def _shape(node) -> tuple:
+    return tuple(node.meta["tensor_meta"].shape)
+
+
+class _Contexts:
+    """The contexts of one pass: (index variable, shape) pairs, numbered as they are met."""
+
+    def __init__(self, root_shape: tuple) -> None:
+        self.keys = [("offsets", root_shape)]
+        self.of: dict = {}  # node computed in the pass -> its context's number
+
+    def number(self, var: str, shape: tuple) -> int:
+        if (var, shape) not in self.keys:
+            self.keys.append((var, shape))
+        return self.keys.index((var, shape))
+
+    def assign(self, node, c: int) -> None:
+        if self.of.get(node, c) != c:
+            raise ew.Unsupported(f"{node.name} is read at two different sets of positions in one pass")
+        self.of[node] = c
+
+
+def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dict:
+    """The Group fields of the pass computing ``out`` from the nodes ``cone`` (graph order), its
+    inputs ``xs`` (activations and integer indices) and ``ps`` (get_attr nodes): ``prelude``
+    (the index arithmetic and the loads), ``body``, ``expr``, ``ops``, ``sizes`` (the launcher's
+    statements computing ``shape``, the output's, and ``int_args``) and ``int_args``.
+
+    Args:
+        cut: (gather, table) edges along which the table is read from memory, not computed here.
+        gathers: every gather node of the cone with its :class:`~gathers.Gather`.
+
+    Raises:
+        ew.Unsupported: a value read in two contexts, or a context whose shape the launcher
+            cannot find.
+    """
+    members = set(cone)
+    names = {x: f"x{i}" for i, x in enumerate(xs)} | {p: f"p{j}" for j, p in enumerate(ps)}
+    ctx = _Contexts(_shape(out))
+    ctx.assign(out, 0)
+    leaves: dict = {}  # (leaf node, context) -> the variable it is loaded into
+    index_lines, gather_ctx = [], {}  # gather node -> (number k, its table's context, its own context)
+    permute_ctx = {}  # permute node -> (number k, its input's context, its own context, the permutation)
+
+    def read(node, arg, c: int) -> None:
+        if arg in members and (node, arg) not in cut:
+            ctx.assign(arg, c)
+        else:
+            leaves.setdefault((arg, c), f"{names[arg]}_c{c}" if c else names[arg])
+
+    for node in reversed(cone):  # users before what they read: each node's context is known when met
+        c = ctx.of.get(node)
+        if c is None:
+            raise ew.Unsupported(f"{node.name} is not read by the pass's output")
+        var = ctx.keys[c][0]
+        if node in gathers:
+            g, k = gathers[node], len(gather_ctx)
+            t = ctx.number(f"o{k}", _shape(g.table))
+            gather_ctx[node] = (k, t, c)
+            read(node, g.table, t)
+            at = f"({var} // g{k}_inner) % g{k}_count" if g.select else var
+            index_lines += [f"i{k} = tl.load({names[g.index]}_ptr + {at}, mask=mask, other=0).to(tl.int64)",
+                            f"i{k} = tl.where(i{k} < 0, i{k} + g{k}_size, i{k})  # a negative index counts from the end",
+                            f"o{k} = (({var} // g{k}_span) * g{k}_size + i{k}) * g{k}_inner + {var} % g{k}_inner"
+                            f"  # {g.op} along dim {g.dim}"]
+        elif permutation_of(node) is not None:
+            perm, k = permutation_of(node), len(permute_ctx)
+            source = ctx.number(f"q{k}", _shape(node.args[0]))
+            permute_ctx[node] = (k, source, c, perm)
+            read(node, node.args[0], source)
+            index_lines.append(" + ".join(f"(({var} // q{k}_s{d}) % q{k}_n{d}) * q{k}_t{d}" for d in range(len(perm)))
+                               .join((f"q{k} = ", f"  # permute {perm}")))
+        elif relabel_shape(node, "s") is not None:
+            read(node, node.args[0], ctx.number(var, _shape(node.args[0])))
+        else:
+            for arg in arg_nodes(node):
+                read(node, arg, c)
+    shapes, sizes = _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone)
+    int_args, loads = [], []
+    up = ".to(tl.float32)" if upcast else ""
+    for (leaf, c), var in leaves.items():
+        index = ctx.keys[c][0]
+        if _shape(leaf) == ctx.keys[c][1]:
+            loads.append(f"{var} = tl.load({names[leaf]}_ptr + {index}, mask=mask, other=0.0){up}")
+        elif leaf.op == "get_attr":  # a model tensor broadcast against the context's shape
+            div, mod = f"{names[leaf]}_div{c}", f"{names[leaf]}_mod{c}"
+            sizes.append(f"{div}, {mod} = broadcast_index(s{c}, {names[leaf]}.shape)")
+            int_args += [div, mod]
+            loads.append(f"{var} = tl.load({names[leaf]}_ptr + ({index} // {div}) % {mod}, mask=mask, other=0.0){up}")
+        else:
+            raise ew.Unsupported(f"{leaf.name} of shape {_shape(leaf)} is read where the pass computes shape "
+                                 f"{ctx.keys[c][1]}")
+    for node, (k, t, _) in gather_ctx.items():
+        int_args += [f"g{k}_span", f"g{k}_size", f"g{k}_inner", f"g{k}_count"]
+    for node, (k, _, _, perm) in permute_ctx.items():
+        int_args += [f"q{k}_{v}{d}" for d in range(len(perm)) for v in "snt"]
+    body, ops, exprs = _statements(gm, cone, ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, cut, members)
+    return {"prelude": (*index_lines, *loads), "body": body, "expr": exprs[out], "ops": ops,
+            "sizes": (*shapes, *sizes, "shape = s0"), "int_args": tuple(int_args)}
+
+
+def _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone) -> tuple[list[str], list[str]]:
+    """The launcher's statements naming every context's shape ``s<c>`` (each from what is known
+    before it), and those computing each gather's sizes and each permute's strides."""
+    known: dict[int, str] = {}
+    while len(known) < len(ctx.keys):
+        progress = False
+        for c, (_, shape) in enumerate(ctx.keys):
+            if c in known:
+                continue
+            source = _shape_source(c, shape, ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, names, cone, known)
+            if source is not None:
+                known[c] = source
+                progress = True
+        if not progress:
+            raise ew.Unsupported("a shape inside the pass cannot be found from its inputs")
+    shapes = [f"s{c} = tuple({source})" for c, source in known.items()]
+    sizes = []
+    for k, t, c, perm in permute_ctx.values():  # each output dimension's stride and size, its input's stride
+        sizes += [f"q{k}_s{d}, q{k}_n{d}, q{k}_t{d} = math.prod(s{c}[{d + 1}:]), s{c}[{d}], math.prod(s{t}[{p + 1}:])"
+                  for d, p in enumerate(perm)]
+    for node, (k, t, _) in gather_ctx.items():
+        g = gathers[node]
+        count = f"{names[g.index]}.numel()" if g.select else f"{names[g.index]}.shape[{g.dim}]"
+        sizes += [f"g{k}_size, g{k}_inner, g{k}_count = s{t}[{g.dim}], math.prod(s{t}[{g.dim + 1}:]), {count}",
+                  f"g{k}_span = g{k}_count * g{k}_inner"]
+    return shapes, sizes
+
+
+def _shape_source(c, shape, ctx, leaves, gathers, gather_ctx, names, cone, known) -> str | None:
+    """Python source of context ``c``'s shape from a tensor of that shape, or a relabeling, permute
+    or gather computed there whose input shapes are ``known``; None when none is known yet
+    (``gather_ctx`` holds the permutes' contexts too)."""
+    for (leaf, lc), _ in leaves.items():
+        if lc == c and _shape(leaf) == shape and leaf.meta["tensor_meta"].dtype.is_floating_point:
+            return f"{names[leaf]}.shape"
+    for node in cone:
+        if ctx.of.get(node) != c:
+            continue
+        if node in gather_ctx and node not in gathers:  # a permute of its input's shape
+            k, t, _, perm = gather_ctx[node]
+            if t in known:
+                return "(" + "".join(f"s{t}[{p}], " for p in perm) + ")"
+        elif node in gather_ctx:
+            k, t, _ = gather_ctx[node]
+            g = gathers[node]
+            if not g.select:
+                return f"{names[g.index]}.shape"
+            if t in known:
+                return f"s{t}[:{g.dim}] + tuple({names[g.index]}.shape) + s{t}[{g.dim + 1}:]"
+        elif relabel_shape(node, "s") is not None:
+            inner = ctx.keys.index((ctx.keys[c][0], _shape(node.args[0])))
+            if inner in known:
+                return relabel_shape(node, f"s{inner}")
+    return None
+
+
+def _statements(gm, cone, ctx, leaves, gathers, gather_ctx, cut, members) -> tuple[tuple, tuple, dict]:
+    """One Triton statement per elementwise node of ``cone`` (gathers and relabelings name the value
+    they read): (statements, operation names, each node's expression)."""
+    exprs, body, ops = {}, [], []
+    copied = copied_permutes(cone)
+
+    def value(node, arg, c: int) -> str:
+        return exprs[arg] if arg in members and (node, arg) not in cut else leaves[(arg, c)]
+
+    for node in cone:
+        c = ctx.of[node]
+        if node in gathers:
+            g = gathers[node]
+            exprs[node] = value(node, g.table, gather_ctx[node][1])
+            ops.append(g.op)
+        elif node in gather_ctx:  # a permute (an operation where the pass does PyTorch's copy of it)
+            exprs[node] = value(node, node.args[0], gather_ctx[node][1])
+            ops += ["permute"] if node in copied else []
+        elif relabel_shape(node, "s") is not None:
+            exprs[node] = value(node, node.args[0], ctx.number(ctx.keys[c][0], _shape(node.args[0])))
+        else:
+            named = {arg.name: value(node, arg, c) for arg in arg_nodes(node)}
+            expr, op = expression(gm, node, named)
+            exprs[node] = f"t{len(body)}"
+            body.append(f"{exprs[node]} = {expr}  # {op}")
+            ops.append(op)
+    return tuple(body), tuple(ops), exprs
+
