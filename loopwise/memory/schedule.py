@@ -124,42 +124,58 @@ def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
     if slab is not None:
         spec = [(slab.outer_dims[k] if slab.outer_dims else None, slab.dims[k]) for k in range(j - i)]
     units = planner._units(i, j, spec)
+    segs = (slab.loops if slab is not None else ()) or (0,) * (j - i)
     ops = [_step(planner.ops[k].name, planner.facts[k]) for k in range(i, j)]
-    pre, post, outer_pre, outer_post = _step(None), _step(None), _step(None), _step(None)
+    pre, post = _step(None), _step(None)
+    seg_pre = {s: _step(None) for s in set(segs)}  # before and after each inner loop, in the outer slab
+    seg_post = {s: _step(None) for s in set(segs)}
     outer = slab is not None and slab.outer_dims is not None
+
+    def split(t: str, k: int | None = None) -> list[str]:
+        """The loops an entry of ``t`` is split over (at operator k: as that operator slices it)."""
+        if slab is None:
+            return []
+        u = units[t]
+        sliced = u.sliced if k is None else planner.sigs[k][slab.dims[k - i]][t] is not None
+        return (["outer"] if outer and u.outer else []) + (["slab"] if sliced else [])
+
     for t, u in units.items():
         a, z = u.first - i, u.last - i
-        split = [] if slab is None else (["outer"] if outer and u.outer else []) + (["slab"] if u.sliced else [])
+        last_step = seg_post[segs[z]] if u.spans else ops[z]  # a spanning tensor: after its last loop
         if t in grp.carried_in:
             (ops[z] if slab is None else post)["free"].append([t])
             continue
-        if t in grp.carried_out:
-            ops[a]["alloc"].append([t, u.whole, split])
-            if t in planner.outputs:
-                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
-            continue
         if u.produced:
-            ops[a]["alloc"].append([t, u.whole, split])
-            if t in planner.outputs or planner.uses[t][-1] >= j:
-                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
-            ops[z]["free"].append([t])
+            made = split(t, u.first)
+            ops[a]["alloc"].append([t, u.whole, made])
+            if t in planner.outputs or (t not in grp.carried_out and planner.uses[t][-1] >= j):
+                ops[a]["store"].append([t, planner.facts[u.first][t][0], made])
+            if t not in grp.carried_out:
+                last_step["free"].append([t])
             continue
         readers = planner._readers_in(t, u.first, u.last)
         loaded = planner.read_union(t, readers) if readers else u.whole
-        if slab is not None and not u.sliced and t in slab.resident:
-            before, after = (outer_pre, outer_post) if "outer" in split else (pre, post)
-            before["alloc"].append([t, u.whole, split])
-            before["load"].append([t, loaded, split])
+        if slab is not None and not u.sliced and (t in slab.resident or u.spans):
+            if t in slab.resident:
+                before, after = (seg_pre[segs[a]], seg_post[segs[z]]) if "outer" in split(t) else (pre, post)
+            else:
+                before, after = seg_pre[segs[a]], seg_post[segs[z]]  # loaded again by every outer slab
+            before["alloc"].append([t, u.whole, split(t)])
+            before["load"].append([t, loaded, split(t)])
             after["free"].append([t])
             continue
-        ops[a]["alloc"].append([t, u.whole, split])
-        ops[a]["load"].append([t, loaded, split])
+        ops[a]["alloc"].append([t, u.whole, split(t)])
+        ops[a]["load"].append([t, loaded, split(t)])
         ops[z]["free"].append([t])
     if slab is None:
         return ops
-    body: list[dict] = [{"loop": "slab", "extent": slab.extent, "size": slab.size, "steps": ops}]
+    body: list[dict] = []
+    for s in sorted(set(segs)):
+        inner = [step for step, at in zip(ops, segs) if at == s]
+        body += [step for step in (seg_pre[s],) if _moves(step)]
+        body.append({"loop": "slab", "extent": slab.extent, "size": slab.size, "steps": inner})
+        body += [step for step in (seg_post[s],) if _moves(step)]
     if outer:
-        body = [s for s in (outer_pre,) if _moves(s)] + body + [s for s in (outer_post,) if _moves(s)]
         body = [{"loop": "outer", "extent": slab.outer_extent, "size": slab.outer_size, "steps": body}]
     return [s for s in (pre,) if _moves(s)] + body + [s for s in (post,) if _moves(s)]
 
