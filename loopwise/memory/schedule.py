@@ -89,7 +89,7 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
 
 
 def _step(name: str | None, uses=()) -> dict:
-    return {"operator": name, "uses": sorted(uses), "alloc": [], "load": [], "store": [], "free": []}
+    return {"operator": name, "uses": sorted(uses), "needs": [], "alloc": [], "load": [], "store": [], "free": []}
 
 
 def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
@@ -131,14 +131,20 @@ def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
     seg_post = {s: _step(None) for s in set(segs)}
     outer = slab is not None and slab.outer_dims is not None
 
-    def split(t: str, k: int | None = None) -> list[str]:
-        """The loops an entry of ``t`` is split over (at operator k: as that operator slices it)."""
+    def split(t: str, k: int | None = None, by_operator: bool = False) -> list[str]:
+        """The loops an entry of ``t`` is split over (at operator k: as that operator slices it;
+        ``by_operator``: at both levels)."""
         if slab is None:
             return []
         u = units[t]
         sliced = u.sliced if k is None else planner.sigs[k][slab.dims[k - i]][t] is not None
-        return (["outer"] if outer and u.outer else []) + (["slab"] if sliced else [])
+        by_outer = u.outer if not (outer and by_operator) else planner.sigs[k][slab.outer_dims[k - i]][t] is not None
+        return (["outer"] if outer and by_outer else []) + (["slab"] if sliced else [])
 
+    for k in range(i, j):
+        for t, (nbytes, read, _) in planner.facts[k].items():
+            if read:  # what it reads must be on chip: in a later loop, every slab its producer made
+                ops[k - i]["needs"].append([t, nbytes, split(t, k, by_operator=True)])
     for t, u in units.items():
         a, z = u.first - i, u.last - i
         last_step = seg_post[segs[z]] if u.spans else ops[z]  # a spanning tensor: after its last loop
