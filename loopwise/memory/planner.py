@@ -17,7 +17,11 @@ whose intermediates never touch DRAM. It runs in one of two ways:
   way by its producer and every consumer, or the group cannot run in slabs;
 - in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
   its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
-  an invariant of the inner slabs, kept for them or loaded again by each.
+  an invariant of the inner slabs, kept for them or loaded again by each;
+- in several inner loops within one outer slab: where an operator needs all of what the loop so
+  far made (the attention after the projection that made its keys row block by row block), a new
+  loop over the same extent starts once every slab of the one before has run; a tensor used in
+  more than one loop is held at the outer slab's size (:mod:`loopwise.memory.segments`).
 
 A tensor the group reads from outside is loaded once per pass (its exact footprint over the group's
 readers); one it produces that a later group or the model's output needs is stored once. A group

@@ -2,8 +2,9 @@
 replay (:mod:`loopwise.memory.verify`, whose docstring defines the format) can check it.
 
 Per group, the steps are its operators in order; a group run in slabs wraps them in a loop over
-the inner slab dimension (label ``slab``), inside a loop over the outer one (label ``outer``) when
-it has two levels. Each operator's step lists the buffers it allocates, the loads and stores it
+the inner slab dimension (label ``slab``; several such loops one after the other when its
+operators run in several, each with the transfers before and after it), inside a loop over the
+outer one (label ``outer``) when it has two levels. Each operator's step lists the buffers it allocates, the loads and stores it
 makes and the buffers it frees, following the group's decisions:
 
 - a tensor the group loads or produces is allocated at its first operator in the group and freed
@@ -13,6 +14,9 @@ makes and the buffers it frees, following the group's decisions:
 - an invariant kept for every slab is loaded before the loop (before the inner loop, at its outer
   slab's share, when the outer dimension indexes it) and freed after it; a streamed invariant is
   loaded by every slab at its first reader;
+- a tensor used in several inner loops is held for the outer slab: loaded before its first loop
+  (or allocated slab by slab by its producer) and freed after its last; every operator lists what
+  it reads (``needs``), so the replay checks a later loop finds all of it on chip;
 - a tensor carried in from the group before is on chip already; it is freed after its last reader
   (after the loop, in slabs: later slabs still read it); a tensor carried out to the group after
   is allocated slab by slab by its producer and never freed here, so its parts accumulate;
@@ -23,7 +27,9 @@ Each group also carries its loop nest (``loop_nest``): how it runs (``whole``, `
 ``tiled``), the loops it shares across its operators, outermost first (a slab loop names its
 dimension in every operator, its extent, its size per iteration and its trip count), and per
 operator its own loops in order, outermost first, with each dimension's extent, tile size and trip
-count (a tiled operator: its tile sizes and the order of its tile loops; an operator run whole: one
+count, and which of the group's inner loops it runs in when the outer slab holds several
+(:mod:`loopwise.memory.segments`: each such loop runs over the inner dimension after the one before
+has run all its slabs) (a tiled operator: its tile sizes and the order of its tile loops; an operator run whole: one
 tile of every dimension). Finally every buffer gets its offset in the scratchpad and the loads and
 stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 """
@@ -84,7 +90,8 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
         order = list(cut) + [d for d in op.dims if d not in cut]
         loops = [{**_loop(d, op.dims[d], cut[d]["size"]), "loop": cut[d]["label"]} if d in cut
                  else _loop(d, op.dims[d], op.dims[d]) for d in order]
-        operators.append({"operator": op.name, "order": order, "loops": loops})
+        operators.append({"operator": op.name, "order": order, "loops": loops,
+                          "inner_loop": slab.loops[k] if slab.loops else 0})
     return {"runs": "slabs", "loops": shared, "operators": operators}
 
 
