@@ -60,3 +60,23 @@ def test_the_fused_projection_output_stays_on_chip_between_its_loop_and_the_atte
     verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
     assert verdict.ok, "\n".join(describe(verdict))
     assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= CAPACITY
+
+
+def test_the_schedule_says_what_each_operator_needs_so_a_reader_moved_into_the_producer_loop_fails():
+    """The plan's schedule lists what every operator reads; moved into the projection's loop, the
+    scores would read QKV while only some of its row blocks are made, and the replay says so."""
+    from loopwise.memory.schedule_loops import static_steps
+    from loopwise.memory.verify import verify
+
+    p = plan(_gpt2_block(), capacity_bytes=CAPACITY)
+    (group,) = [g for g in p.schedule["groups"] if "project" in g["operators"]]
+    (outer,) = [s for s in group["steps"] if s.get("loop") == "outer"]
+    loops = [s for s in outer["steps"] if s.get("loop") == "slab"]
+    assert len(loops) == 2 and [s["operator"] for s in loops[0]["steps"]] == ["project"]
+    (scores,) = [s for s, _ in static_steps(group["steps"]) if s["operator"] == "scores"]
+    # the query and key parts of QKV, a sequence at a time
+    assert ["QKV", 2 * _gpt2_block().nbytes("QKV") // 3, ["outer"]] in scores["needs"]
+    loops[1]["steps"].remove(scores)
+    loops[0]["steps"].append(scores)
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert "incomplete" in {v.kind for v in verdict.violations}
