@@ -68,7 +68,7 @@ from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
-from loopwise.memory.segments import agreement, fresh_dims, segments, written
+from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slabs import Unit, best_slab, slab_signatures
 
 
@@ -324,13 +324,15 @@ class _Planner:
             outer_state = {t: pos for t, pos in self.sigs[i][outer].items() if pos is not None} if outer else {}
             produced = written(self.ops[i])
             loop_made = set(produced)  # what the current inner loop made (:mod:`loopwise.memory.segments`)
+            loops = 1
             for j in range(i + 1, min(n, i + self.max_group) + 1):
                 if j > i + 1:
                     k = j - 1
                     outer_k = self._consistent(outer_state, k, outer_extent, produced) if outer else [None]
                     pair = self._pair(outer_k, self._consistent(inner_state, k, extent, loop_made))
                     if pair is None:  # a new inner loop, once every slab of this one has run
-                        pair = self._pair(outer_k, fresh_dims(self, k, extent))
+                        loops += 1
+                        pair = self._pair(outer_k, fresh_dims(self, k, extent)) if loops <= MAX_LOOPS else None
                         inner_state, loop_made = {}, set()
                     if pair is None:
                         break

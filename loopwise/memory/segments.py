@@ -17,6 +17,10 @@ accounting and the schedule agree on them without recording them.
 
 from __future__ import annotations
 
+# The most inner loops the search gives one outer slab: a bound on the search, like the longest
+# group (a projection's loop and the attention's, with what follows it, are two).
+MAX_LOOPS = 2
+
 
 def agreement(sig: dict[str, int | None], state: dict[str, int], produced: set[str]) -> int | None:
     """How many tensors a dimension whose signature is ``sig`` slices as the current loop does
@@ -41,21 +45,34 @@ def written(op) -> set[str]:
 
 def segments(planner, i: int, spec) -> tuple[int, ...]:
     """The inner loop each operator of the group starting at ``i`` runs in under ``spec`` (per
-    operator: outer dimension or None, inner dimension), numbered from 0 in order."""
-    out: list[int] = []
-    state: dict[str, int] = {}
-    produced: set[str] = set()
-    seg = 0
-    for k, (_, inner) in enumerate(spec):
-        sig = planner.sigs[i + k][inner]
+    operator: outer dimension or None, inner dimension), numbered from 0 in order. The search
+    grows a group one operator at a time, so the loops of the spec one shorter are extended (kept
+    for the groups starting at ``i`` only)."""
+    key = tuple(spec)
+    cache = getattr(planner, "_loops", None)
+    if cache is None or cache[0] != i:
+        cache = planner._loops = (i, {})
+    known = cache[1]
+    if key in known:
+        return known[key][0]
+    prefix = known.get(key[:-1]) if len(key) > 1 else None
+    if prefix is None:
+        start, segs, state, produced = 0, (), {}, set()
+    else:
+        start, (segs, state, produced) = len(key) - 1, prefix
+        state, produced = dict(state), set(produced)
+    for k in range(start, len(key)):
+        sig = planner.sigs[i + k][key[k][1]]
+        seg = segs[-1] if segs else 0
         if k and agreement(sig, state, produced) is None:
             seg, state, produced = seg + 1, {}, set()
-        out.append(seg)
+        segs += (seg,)
         for t, pos in sig.items():
             if pos is not None:
                 state.setdefault(t, pos)
         produced |= written(planner.ops[i + k])
-    return tuple(out)
+    known[key] = (segs, state, produced)
+    return segs
 
 
 def bounds(segs: tuple[int, ...], start: int) -> dict[int, tuple[int, int]]:
