@@ -69,7 +69,7 @@ from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
-from loopwise.memory.slabs import Unit, best_slab, slab_signatures
+from loopwise.memory.slabs import best_slab, slab_signatures
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",

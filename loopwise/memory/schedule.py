@@ -4,8 +4,9 @@ replay (:mod:`loopwise.memory.verify`, whose docstring defines the format) can c
 Per group, the steps are its operators in order; a group run in slabs wraps them in a loop over
 the inner slab dimension (label ``slab``; several such loops one after the other when its
 operators run in several, each with the transfers before and after it), inside a loop over the
-outer one (label ``outer``) when it has two levels. Each operator's step lists the buffers it allocates, the loads and stores it
-makes and the buffers it frees, following the group's decisions:
+outer one (label ``outer``) when it has two levels. Each operator's step lists the buffers it
+allocates, the loads and stores it makes and the buffers it frees, following the group's
+decisions:
 
 - a tensor the group loads or produces is allocated at its first operator in the group and freed
   after its last one, at its slab's share when the slab dimensions index it; an input is loaded

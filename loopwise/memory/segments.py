@@ -40,6 +40,7 @@ def agreement(sig: dict[str, int | None], state: dict[str, int], produced: set[s
 
 
 def written(op) -> set[str]:
+    """The tensors ``op`` writes."""
     return {a.tensor for a in op.writes}
 
 
