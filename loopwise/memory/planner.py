@@ -330,7 +330,9 @@ class _Planner:
                     k = j - 1
                     outer_k = self._consistent(outer_state, k, outer_extent, produced) if outer else [None]
                     pair = self._pair(outer_k, self._consistent(inner_state, k, extent, loop_made))
-                    if pair is None:  # a new inner loop, once every slab of this one has run
+                    if pair is None and outer is not None:  # a new inner loop, once every slab of this one has run
+                        # (with no outer level, a tensor held whole from one loop to the next is
+                        # what carrying it across a group boundary does already)
                         loops += 1
                         pair = self._pair(outer_k, fresh_dims(self, k, extent)) if loops <= MAX_LOOPS else None
                         inner_state, loop_made = {}, set()
