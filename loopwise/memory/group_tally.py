@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-KINDS = ("whole", "both", "inner")
+from loopwise.memory.segments import bounds, segments
+from loopwise.memory.slabs import Unit
+
+KINDS = ("whole", "both", "inner", "span")  # span: held at the outer slab's size (several inner loops)
 
 
 @dataclass
@@ -25,9 +28,52 @@ class Tally:
     charged: np.ndarray  # ``moved`` by the operator that makes it
     outer_charged: np.ndarray
     covers: dict[str, np.ndarray]  # bytes held from each operator on (a difference array), by slicing
-    invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension)
+    invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension, in several loops)
     resident: list[str]  # made and used up inside the group
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
+
+
+def units(planner, i: int, j: int, spec) -> dict | None:
+    """The group's tensors (as :class:`loopwise.memory.slabs.Unit`) for operators i..j-1 under the
+    slab choice ``spec`` (per operator: outer dimension or None, inner dimension); None when an
+    intermediate would be sliced one way by its producer and another by a consumer of the same
+    inner loop, or when one used in several inner loops is not sliced by the outer dimension
+    wherever it is used (:mod:`loopwise.memory.segments`)."""
+    segs = segments(planner, i, spec) if spec is not None else (0,) * (j - i)
+    out: dict[str, Unit] = {}
+    for k in range(i, j):
+        seg = segs[k - i]
+        if spec is None:
+            sig_o = sig_i = None
+        else:
+            outer, inner = spec[k - i]
+            sig_o = planner.sigs[k][outer] if outer is not None else None
+            sig_i = planner.sigs[k][inner]
+        for t, (nbytes, _, w) in planner.facts[k].items():
+            so = spec is not None and (sig_o is None or sig_o[t] is not None)  # no outer level: as sliced
+            si = spec is not None and sig_i[t] is not None
+            u = out.get(t)
+            if u is None:
+                out[t] = Unit(k, k, nbytes, si, w, so, seg)
+                continue
+            if u.produced and (u.outer != so or (u.seg == seg and not u.spans and u.sliced != si)):
+                return None  # an intermediate read whole by a later operator of its loop: no slabs
+            u.last, u.whole = k, max(u.whole, nbytes)
+            if not u.produced and not w:
+                # read again from outside: held as what its readers touch together (the parts of
+                # a fused projection that two operators read are all on chip)
+                u.whole = max(u.whole, planner._loaded(t, u.first, k))
+            u.spans = u.spans or u.seg != seg
+            u.sliced, u.outer, u.produced, u.seg = u.sliced and si, u.outer and so, u.produced or w, seg
+    if len(set(segs)) > 1:
+        loops = bounds(segs, i)
+        for u in out.values():
+            if u.spans:
+                if u.produced and not u.outer:
+                    return None
+                u.sliced = False
+                u.hold_first, u.hold_last = loops[segs[u.first - i]][0], loops[segs[u.last - i]][1]
+    return out
 
 
 def tally(planner, i: int, j: int, spec, units) -> Tally:
@@ -35,7 +81,7 @@ def tally(planner, i: int, j: int, spec, units) -> Tally:
     length = j - i
     out = Tally(0, 0, np.zeros(length), np.zeros(length), {k: np.zeros(length + 1) for k in KINDS}, [], [])
     for t, u in units.items():
-        kind = "whole" if spec is None else "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
+        kind = _kind(spec, u)
         if u.produced:
             if t in planner.outputs or planner.uses[t][-1] >= j:
                 amount = planner.facts[u.first][t][0]  # stored once, as its producer wrote it
@@ -49,7 +95,8 @@ def tally(planner, i: int, j: int, spec, units) -> Tally:
             loaded = planner._loaded(t, u.first, u.last)
             loaded = u.whole if loaded is None else loaded
             if kind is None:
-                out.invariants.append((u.whole, loaded, u.first - i, u.last - i, t, u.outer))
+                a, z = u.held
+                out.invariants.append((u.whole, loaded, a - i, z - i, t, u.outer, u.spans))
                 out.own[t] = ("invariant", loaded, None)
                 continue
             if kind == "inner":
@@ -60,9 +107,20 @@ def tally(planner, i: int, j: int, spec, units) -> Tally:
                 out.moved += loaded
                 out.charged[u.first - i] += loaded
                 out.own[t] = ("moved", loaded, kind)
-        out.covers[kind][u.first - i] += u.whole
-        out.covers[kind][u.last - i + 1] -= u.whole
+        a, z = u.held
+        out.covers[kind][a - i] += u.whole
+        out.covers[kind][z - i + 1] -= u.whole
     return out
+
+
+def _kind(spec, u: Unit) -> str | None:
+    """How a tensor is held in a group: whole, sliced by both slab levels, by the inner one, at
+    the outer slab's size (used in several inner loops), or None (an invariant of the slabs)."""
+    if spec is None:
+        return "whole"
+    if u.spans:
+        return "span" if u.outer else None
+    return "both" if (u.sliced and u.outer) else "inner" if u.sliced else None
 
 
 def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: set, carried_out: set) -> Tally:
@@ -87,8 +145,9 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             out.moved -= amount
             out.charged[u.first - i] -= amount
         if kind is not None:
-            out.covers[kind][u.first - i] -= u.whole
-            out.covers[kind][u.last - i + 1] += u.whole
+            a, z = u.held
+            out.covers[kind][a - i] -= u.whole
+            out.covers[kind][z - i + 1] += u.whole
         first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
         if spec is not None:
             # in slabs it is on chip through the whole loop: later slabs still read what is

@@ -107,7 +107,7 @@ def _group_json(grp: Group) -> dict:
                 "outer_size": slab.outer_size, "outer_extent": slab.outer_extent,
                 "outer_dims": list(slab.outer_dims) if slab.outer_dims else None,
                 "dims": list(slab.dims), "resident": list(slab.resident),
-                "streamed": list(slab.streamed)}}
+                "streamed": list(slab.streamed), "loops": list(slab.loops)}}
 
 
 def describe_runs(group: dict) -> str:
@@ -119,4 +119,4 @@ def describe_runs(group: dict) -> str:
         return "whole"
     outer = tuple(s["outer_dims"]) if s["outer_dims"] else None
     return Slab(tuple(s["dims"]), s["extent"], s["size"], tuple(s["resident"]), tuple(s["streamed"]), outer,
-                s["outer_extent"], s["outer_size"]).describe()
+                s["outer_extent"], s["outer_size"], tuple(s.get("loops", ()))).describe()

@@ -21,6 +21,7 @@ class Slab:
     outer_dims: tuple[str, ...] | None = None
     outer_extent: int = 1
     outer_size: int = 1
+    loops: tuple[int, ...] = ()  # the inner loop of each operator, when there are several in an outer slab
 
     @property
     def count(self) -> int:
@@ -29,6 +30,8 @@ class Slab:
     def describe(self) -> str:
         """``32 slabs of 1/32 of n``, or with an outer level ``... within 1/32 of l0``."""
         inner = f"{self.size}/{self.extent} of {self.dims[0]}"
+        if self.loops:
+            inner += f" in {self.loops[-1] + 1} loops"
         if self.outer_dims:
             return f"{self.count} slabs: {inner} within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
         return f"{self.count} slabs of {inner}"

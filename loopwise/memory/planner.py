@@ -17,7 +17,11 @@ whose intermediates never touch DRAM. It runs in one of two ways:
   way by its producer and every consumer, or the group cannot run in slabs;
 - in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
   its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
-  an invariant of the inner slabs, kept for them or loaded again by each.
+  an invariant of the inner slabs, kept for them or loaded again by each;
+- in several inner loops within one outer slab: where an operator needs all of what the loop so
+  far made (the attention after the projection that made its keys row block by row block), a new
+  loop over the same extent starts once every slab of the one before has run; a tensor used in
+  more than one loop is held at the outer slab's size (:mod:`loopwise.memory.segments`).
 
 A tensor the group reads from outside is loaded once per pass (its exact footprint over the group's
 readers); one it produces that a later group or the model's output needs is stored once. A group
@@ -57,14 +61,15 @@ from dataclasses import replace
 import numpy as np
 
 from loopwise.memory.graph import Graph
-from loopwise.memory.group_tally import tally, with_carries
+from loopwise.memory.group_tally import tally, units, with_carries
 from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
-from loopwise.memory.slabs import Unit, best_slab, slab_signatures
+from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
+from loopwise.memory.slabs import best_slab, slab_signatures
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",
@@ -214,33 +219,8 @@ class _Planner:
         return self.unions[key]
 
     def _units(self, i: int, j: int, spec: list[tuple[str | None, str]] | None):
-        """The group's tensors (as :class:`Unit`) for operators i..j-1 under the slab choice
-        ``spec`` (per operator: outer dimension or None, inner dimension); None when an
-        intermediate would be sliced one way by its producer and another by a consumer."""
-        units: dict[str, Unit] = {}
-        for k in range(i, j):
-            if spec is None:
-                sig_o = sig_i = None
-            else:
-                outer, inner = spec[k - i]
-                sig_o = self.sigs[k][outer] if outer is not None else None
-                sig_i = self.sigs[k][inner]
-            for t, (nbytes, _, w) in self.facts[k].items():
-                so = spec is not None and (sig_o is None or sig_o[t] is not None)  # no outer level: as sliced
-                si = spec is not None and sig_i[t] is not None
-                u = units.get(t)
-                if u is None:
-                    units[t] = Unit(k, k, nbytes, si, w, so)
-                else:
-                    if u.produced and (u.sliced != si or u.outer != so):
-                        return None  # an intermediate read whole by a later operator: no slabs
-                    u.last, u.whole = k, max(u.whole, nbytes)
-                    if not u.produced and not w:
-                        # read again from outside: held as what its readers touch together (the
-                        # parts of a fused projection that two operators read are all on chip)
-                        u.whole = max(u.whole, self._loaded(t, u.first, k))
-                    u.sliced, u.outer, u.produced = u.sliced and si, u.outer and so, u.produced or w
-        return units
+        """The group's tensors (:func:`loopwise.memory.group_tally.units`)."""
+        return units(self, i, j, spec)
 
     def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
                  outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None,
@@ -278,7 +258,7 @@ class _Planner:
                          per_operator=tuple(charged.astype(np.int64).tolist()), carried_in=tuple(sorted(carried_in)),
                          carried_out=tuple(sorted(carried_out)))
         grp = best_slab(self.cap, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-                              tuple(sorted(resident_t)), charged, outer_charged)
+                        tuple(sorted(resident_t)), charged, outer_charged, segments(self, i, spec))
         if grp is None or not (carried_in or carried_out):
             return grp
         return replace(grp, carried_in=tuple(sorted(carried_in)), carried_out=tuple(sorted(carried_out)))
@@ -304,16 +284,8 @@ class _Planner:
         for d, sig in self.sigs[k].items():
             if self.ops[k].dims[d] != extent or d == exclude:
                 continue
-            ok, agree = True, 0
-            for t, pos in sig.items():
-                if t in state:
-                    if pos is not None and pos != state[t]:
-                        ok = False
-                    elif pos is None and t in produced:
-                        ok = False
-                    elif pos is not None:
-                        agree += 1
-            if ok:
+            agree = agreement(sig, state, produced)
+            if agree is not None:
                 options.append((agree, d))
         return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
@@ -350,16 +322,20 @@ class _Planner:
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
             outer_state = {t: pos for t, pos in self.sigs[i][outer].items() if pos is not None} if outer else {}
-            produced = {t for t, (_, _, w) in self.facts[i].items() if w}
+            produced = written(self.ops[i])
+            loop_made = set(produced)  # what the current inner loop made (:mod:`loopwise.memory.segments`)
+            loops = 1
             for j in range(i + 1, min(n, i + self.max_group) + 1):
                 if j > i + 1:
                     k = j - 1
-                    inner_k = self._consistent(inner_state, k, extent, produced)
-                    if outer is not None:
-                        outer_k = self._consistent(outer_state, k, outer_extent, produced)
-                        pair = next(((o, d) for o in outer_k for d in inner_k if o != d), None)
-                    else:
-                        pair = (None, inner_k[0]) if inner_k else None
+                    outer_k = self._consistent(outer_state, k, outer_extent, produced) if outer else [None]
+                    pair = self._pair(outer_k, self._consistent(inner_state, k, extent, loop_made))
+                    if pair is None and outer is not None:  # a new inner loop, once every slab of this one has run
+                        # (with no outer level, a tensor held whole from one loop to the next is
+                        # what carrying it across a group boundary does already)
+                        loops += 1
+                        pair = self._pair(outer_k, fresh_dims(self, k, extent)) if loops <= MAX_LOOPS else None
+                        inner_state, loop_made = {}, set()
                     if pair is None:
                         break
                     spec.append(pair)
@@ -368,13 +344,19 @@ class _Planner:
                             for t, pos in self.sigs[k][dim].items():
                                 if pos is not None:
                                     state.setdefault(t, pos)
-                    produced |= {t for t, (_, _, w) in self.facts[k].items() if w}
+                    produced |= written(self.ops[k])
+                    loop_made |= written(self.ops[k])
                 units = self._units(i, j, spec)
                 if units is None:
                     break
                 if not slab_group(self, i, j, spec, extent, outer_extent, units, found, keep):
                     break
         return found
+
+    @staticmethod
+    def _pair(outer_k: list, inner_k: list) -> tuple[str | None, str] | None:
+        """The first (outer, inner) pair of distinct dimensions, in order of preference."""
+        return next(((o, d) for o in outer_k for d in inner_k if o != d), None)
 
     def _hopeless(self, i: int, j: int, units, extent: int, outer_extent: int) -> bool:
         """True when even the smallest slabs with every invariant streamed do not fit (then no
@@ -383,8 +365,9 @@ class _Planner:
         cover = np.zeros(length + 1)
         for u in units.values():
             size = u.whole / (extent if u.sliced else 1) / (outer_extent if u.outer else 1)
-            cover[u.first - i] += size
-            cover[u.last - i + 1] -= size
+            a, z = u.held
+            cover[a - i] += size
+            cover[z - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
     def run(self, progress=None, searched: dict[int, dict] | None = None, on_searched=None) -> Plan:

@@ -2,9 +2,11 @@
 replay (:mod:`loopwise.memory.verify`, whose docstring defines the format) can check it.
 
 Per group, the steps are its operators in order; a group run in slabs wraps them in a loop over
-the inner slab dimension (label ``slab``), inside a loop over the outer one (label ``outer``) when
-it has two levels. Each operator's step lists the buffers it allocates, the loads and stores it
-makes and the buffers it frees, following the group's decisions:
+the inner slab dimension (label ``slab``; several such loops one after the other when its
+operators run in several, each with the transfers before and after it), inside a loop over the
+outer one (label ``outer``) when it has two levels. Each operator's step lists the buffers it
+allocates, the loads and stores it makes and the buffers it frees, following the group's
+decisions:
 
 - a tensor the group loads or produces is allocated at its first operator in the group and freed
   after its last one, at its slab's share when the slab dimensions index it; an input is loaded
@@ -13,6 +15,9 @@ makes and the buffers it frees, following the group's decisions:
 - an invariant kept for every slab is loaded before the loop (before the inner loop, at its outer
   slab's share, when the outer dimension indexes it) and freed after it; a streamed invariant is
   loaded by every slab at its first reader;
+- a tensor used in several inner loops is held for the outer slab: loaded before its first loop
+  (or allocated slab by slab by its producer) and freed after its last; every operator lists what
+  it reads (``needs``), so the replay checks a later loop finds all of it on chip;
 - a tensor carried in from the group before is on chip already; it is freed after its last reader
   (after the loop, in slabs: later slabs still read it); a tensor carried out to the group after
   is allocated slab by slab by its producer and never freed here, so its parts accumulate;
@@ -23,7 +28,9 @@ Each group also carries its loop nest (``loop_nest``): how it runs (``whole``, `
 ``tiled``), the loops it shares across its operators, outermost first (a slab loop names its
 dimension in every operator, its extent, its size per iteration and its trip count), and per
 operator its own loops in order, outermost first, with each dimension's extent, tile size and trip
-count (a tiled operator: its tile sizes and the order of its tile loops; an operator run whole: one
+count, and which of the group's inner loops it runs in when the outer slab holds several
+(:mod:`loopwise.memory.segments`: each such loop runs over the inner dimension after the one before
+has run all its slabs) (a tiled operator: its tile sizes and the order of its tile loops; an operator run whole: one
 tile of every dimension). Finally every buffer gets its offset in the scratchpad and the loads and
 stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 """
@@ -84,12 +91,13 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
         order = list(cut) + [d for d in op.dims if d not in cut]
         loops = [{**_loop(d, op.dims[d], cut[d]["size"]), "loop": cut[d]["label"]} if d in cut
                  else _loop(d, op.dims[d], op.dims[d]) for d in order]
-        operators.append({"operator": op.name, "order": order, "loops": loops})
+        operators.append({"operator": op.name, "order": order, "loops": loops,
+                          "inner_loop": slab.loops[k] if slab.loops else 0})
     return {"runs": "slabs", "loops": shared, "operators": operators}
 
 
 def _step(name: str | None, uses=()) -> dict:
-    return {"operator": name, "uses": sorted(uses), "alloc": [], "load": [], "store": [], "free": []}
+    return {"operator": name, "uses": sorted(uses), "needs": [], "alloc": [], "load": [], "store": [], "free": []}
 
 
 def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
@@ -124,42 +132,64 @@ def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
     if slab is not None:
         spec = [(slab.outer_dims[k] if slab.outer_dims else None, slab.dims[k]) for k in range(j - i)]
     units = planner._units(i, j, spec)
+    segs = (slab.loops if slab is not None else ()) or (0,) * (j - i)
     ops = [_step(planner.ops[k].name, planner.facts[k]) for k in range(i, j)]
-    pre, post, outer_pre, outer_post = _step(None), _step(None), _step(None), _step(None)
+    pre, post = _step(None), _step(None)
+    seg_pre = {s: _step(None) for s in set(segs)}  # before and after each inner loop, in the outer slab
+    seg_post = {s: _step(None) for s in set(segs)}
     outer = slab is not None and slab.outer_dims is not None
+
+    def split(t: str, k: int | None = None, by_operator: bool = False) -> list[str]:
+        """The loops an entry of ``t`` is split over (at operator k: as that operator slices it;
+        ``by_operator``: at both levels)."""
+        if slab is None:
+            return []
+        u = units[t]
+        sliced = u.sliced if k is None else planner.sigs[k][slab.dims[k - i]][t] is not None
+        by_outer = u.outer if not (outer and by_operator) else planner.sigs[k][slab.outer_dims[k - i]][t] is not None
+        return (["outer"] if outer and by_outer else []) + (["slab"] if sliced else [])
+
+    for k in range(i, j):
+        for t, (nbytes, read, _) in planner.facts[k].items():
+            if read:  # what it reads must be on chip: in a later loop, every slab its producer made
+                ops[k - i]["needs"].append([t, nbytes, split(t, k, by_operator=True)])
     for t, u in units.items():
         a, z = u.first - i, u.last - i
-        split = [] if slab is None else (["outer"] if outer and u.outer else []) + (["slab"] if u.sliced else [])
+        last_step = seg_post[segs[z]] if u.spans else ops[z]  # a spanning tensor: after its last loop
         if t in grp.carried_in:
             (ops[z] if slab is None else post)["free"].append([t])
             continue
-        if t in grp.carried_out:
-            ops[a]["alloc"].append([t, u.whole, split])
-            if t in planner.outputs:
-                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
-            continue
         if u.produced:
-            ops[a]["alloc"].append([t, u.whole, split])
-            if t in planner.outputs or planner.uses[t][-1] >= j:
-                ops[a]["store"].append([t, planner.facts[u.first][t][0], split])
-            ops[z]["free"].append([t])
+            made = split(t, u.first)
+            ops[a]["alloc"].append([t, u.whole, made])
+            if t in planner.outputs or (t not in grp.carried_out and planner.uses[t][-1] >= j):
+                ops[a]["store"].append([t, planner.facts[u.first][t][0], made])
+            if t not in grp.carried_out:
+                last_step["free"].append([t])
             continue
         readers = planner._readers_in(t, u.first, u.last)
         loaded = planner.read_union(t, readers) if readers else u.whole
-        if slab is not None and not u.sliced and t in slab.resident:
-            before, after = (outer_pre, outer_post) if "outer" in split else (pre, post)
-            before["alloc"].append([t, u.whole, split])
-            before["load"].append([t, loaded, split])
+        if slab is not None and not u.sliced and (t in slab.resident or u.spans):
+            if t in slab.resident:
+                before, after = (seg_pre[segs[a]], seg_post[segs[z]]) if "outer" in split(t) else (pre, post)
+            else:
+                before, after = seg_pre[segs[a]], seg_post[segs[z]]  # loaded again by every outer slab
+            before["alloc"].append([t, u.whole, split(t)])
+            before["load"].append([t, loaded, split(t)])
             after["free"].append([t])
             continue
-        ops[a]["alloc"].append([t, u.whole, split])
-        ops[a]["load"].append([t, loaded, split])
+        ops[a]["alloc"].append([t, u.whole, split(t)])
+        ops[a]["load"].append([t, loaded, split(t)])
         ops[z]["free"].append([t])
     if slab is None:
         return ops
-    body: list[dict] = [{"loop": "slab", "extent": slab.extent, "size": slab.size, "steps": ops}]
+    body: list[dict] = []
+    for s in sorted(set(segs)):
+        inner = [step for step, at in zip(ops, segs) if at == s]
+        body += [step for step in (seg_pre[s],) if _moves(step)]
+        body.append({"loop": "slab", "extent": slab.extent, "size": slab.size, "steps": inner})
+        body += [step for step in (seg_post[s],) if _moves(step)]
     if outer:
-        body = [s for s in (outer_pre,) if _moves(s)] + body + [s for s in (outer_post,) if _moves(s)]
         body = [{"loop": "outer", "extent": slab.outer_extent, "size": slab.outer_size, "steps": body}]
     return [s for s in (pre,) if _moves(s)] + body + [s for s in (post,) if _moves(s)]
 

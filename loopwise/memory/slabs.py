@@ -115,6 +115,15 @@ class Unit:
     sliced: bool  # by the inner slab dimension, at every operator of the group that touches it
     produced: bool
     outer: bool = True  # by the outer slab dimension (True when there is none)
+    seg: int = 0  # the inner loop that touched it last (:mod:`loopwise.memory.segments`)
+    spans: bool = False  # touched in more than one inner loop: held at the outer slab's size
+    hold_first: int = -1  # where a spanning tensor is held: its loops' first and last operators
+    hold_last: int = -1
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """The operators it is held at (a spanning tensor: through its loops, whole)."""
+        return (self.hold_first, self.hold_last) if self.spans else (self.first, self.last)
 
 
 def _sizes_below(extent: int) -> list[int]:
@@ -127,18 +136,21 @@ def _sizes_below(extent: int) -> list[int]:
 
 
 def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
-              resident_t, charged, outer_charged) -> Group | None:
+              resident_t, charged, outer_charged, loops=()) -> Group | None:
     """The group of operators ``names`` run in slabs over ``spec`` with the least traffic: for
     every slab size (and outer slab size) that fits ``capacity``, the largest invariants made
-    resident first while they fit; None when no slab size fits."""
+    resident first while they fit; None when no slab size fits. ``loops``: the inner loop of each
+    operator when there are several (:mod:`loopwise.memory.segments`); an invariant used in
+    several (its last field) is loaded again by every outer slab when not kept, not by every
+    inner slab."""
     length = len(held["both"])
     best = None
     for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         # an invariant of the inner slabs held at its size for one outer slab; the largest first
-        items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer)
-                        for whole, loaded, a, z, name, by_outer in invariants), key=lambda v: -v[0])
+        items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer, spans)
+                        for whole, loaded, a, z, name, by_outer, spans in invariants), key=lambda v: -v[0])
         # streamed_cover[p]: bytes the p largest invariants hold at each operator, if streamed
         sizes_held = np.array([v[0] for v in items], dtype=float)
         steps = np.zeros((len(items), length + 1))
@@ -152,14 +164,17 @@ def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, exten
         # what the invariants beyond the p largest move when streamed: per inner slab, or per
         # inner slab of every outer slab (an invariant of both levels)
         loaded = np.array([v[1] for v in items], dtype=float)
-        per_inner = np.array([v[1] if v[5] else 0.0 for v in items])
-        per_both = loaded - per_inner
+        per_inner = np.array([v[1] if v[5] and not v[6] else 0.0 for v in items])
+        per_outer = np.array([v[1] if v[6] else 0.0 for v in items])  # by every outer slab
+        per_both = loaded - per_inner - per_outer
         resident_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
         inner_suffix = np.concatenate([np.cumsum(per_inner[::-1])[::-1], [0.0]])
         both_suffix = np.concatenate([np.cumsum(per_both[::-1])[::-1], [0.0]])
+        outer_suffix = np.concatenate([np.cumsum(per_outer[::-1])[::-1], [0.0]])
         for size in _sizes_below(extent):
             count = math.ceil(extent / size)
-            work = held["both"] * fo * size / extent + held["inner"] * size / extent + held["whole"]
+            work = (held["both"] * fo * size / extent + held["inner"] * size / extent + held["whole"]
+                    + held["span"] * fo)
             peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + kept
             fits = np.nonzero(peaks <= capacity)[0]
             if not len(fits):
@@ -167,7 +182,7 @@ def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, exten
             p = int(fits.max())
             # resident: loaded once; streamed: by every inner slab (of every outer slab, for an
             # invariant of both levels)
-            traffic = moved + outer_count * outer_moved + resident_prefix[p] + count * (
+            traffic = moved + outer_count * (outer_moved + outer_suffix[p]) + resident_prefix[p] + count * (
                 inner_suffix[p] + outer_count * both_suffix[p])
             # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
             if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
@@ -181,9 +196,10 @@ def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, exten
     for v in items[:p]:
         per_op[v[2]] += v[1]
     for v in items[p:]:
-        per_op[v[2]] += v[1] * count * (1 if v[5] else outer_count)
+        per_op[v[2]] += v[1] * (outer_count if v[6] else count * (1 if v[5] else outer_count))
     per_op = tuple(np.rint(per_op).astype(np.int64).tolist())  # halves to even, as round() does
     outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
     slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
-                tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size)
+                tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size,
+                tuple(loops) if len(set(loops)) > 1 else ())
     return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy, per_operator=per_op)

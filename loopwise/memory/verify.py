@@ -17,6 +17,7 @@ Schedule format (the plan's ``"schedule"`` key)::
     STEP = {"id": str,                           # unique in the group: what a DMA transfer names
             "operator": name or null,            # null: a transfer with no operator (a prologue)
             "uses": [tensor, ...],               # what the operator touches: must be on chip
+            "needs": [ENTRY, ...],               # optional: bytes of a tensor it reads that must be on chip
             "alloc": [ALLOC, ...],
             "free": [ENTRY or [tensor], ...]}    # [tensor] alone frees all of its bytes
     LOOP = {"loop": label, "extent": int, "size": int, "steps": [STEP | LOOP, ...]}
@@ -36,7 +37,9 @@ Replay rules, per step in order: allocations add to the tensor's on-chip bytes (
 parts accumulate in one buffer until freed: an allocation at the offset and size of a buffer the
 tensor holds already adds to it, and must stay within its size); a new buffer must lie within
 the capacity and overlap no buffer alive; then everything on chip must fit the capacity, and every
-tensor the step uses, loads or stores must be on chip; the step's DMA transfers are counted, each
+tensor the step uses, loads or stores must be on chip, and of every tensor it needs at least its
+share (a consumer in a loop after its producer's reads what every slab of the producer made; one
+inside that loop would read part of it); the step's DMA transfers are counted, each
 at the offset of a buffer its tensor holds, and outside a tiled operator (whose transfers add up
 every tile's) a load must fit in what its tensor holds on chip; frees subtract. At the end of the schedule nothing may
 be left on chip. Failures are values: every violation is reported with where it happened, never
@@ -56,7 +59,7 @@ class Violation:
     """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
     (its iteration per loop) and the operator."""
 
-    kind: str  # capacity, missing, overfree, leftover, traffic, peak, output, overlap, range, offset, overfill
+    kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset, overfill
     where: str
     message: str
     needed_bytes: int = 0
@@ -220,6 +223,10 @@ class _Replay:
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
                 self._violate("missing", here, f"{t} is used, loaded or stored with no buffer on chip")
+        for entry in step.get("needs", []):
+            nbytes, held_t = self._share(entry, loops), self.live.get(entry[0], 0)
+            if held_t > 0 and nbytes > held_t + 2 * len(entry[2] if len(entry) > 2 else []):
+                self._violate("incomplete", here, f"{entry[0]}: needs {nbytes} bytes on chip, holds {held_t}")
         for d in transfers:
             nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes

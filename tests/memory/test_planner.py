@@ -86,9 +86,10 @@ def test_weights_that_do_not_stay_are_loaded_again_by_every_slab():
             assert grp.traffic_bytes >= grp.slab.count * w2 // 2
 
 
-def test_an_intermediate_read_whole_by_a_later_operator_stops_the_slabs():
+def test_an_intermediate_read_whole_by_a_later_operator_starts_a_second_loop():
     """Attention's keys: produced row by row, but every query row reads all of them, so the product
-    that makes them and the one that reads them cannot share a slab over rows."""
+    that makes them and the one that reads them cannot share one loop over rows: the reader runs
+    in a second loop, after every row block of the keys is made, the keys held whole between."""
     from loopwise.memory.graph import Graph
     from loopwise.memory.ir import matmul
     from loopwise.memory.planner import _Planner
@@ -103,7 +104,10 @@ def test_an_intermediate_read_whole_by_a_later_operator_stops_the_slabs():
                       reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),))
     g = Graph("attn", (keys, scores), frozenset({"B"}))
     planner = _Planner(g, 1 << 20, 16)
-    assert planner.evaluate(0, 2, [(None, "m"), (None, "i")], 64) is None  # K sliced by its producer, read whole by scores
+    grp = planner.evaluate(0, 2, [(None, "m"), (None, "i")], 64)  # K sliced by its producer, read whole by scores
+    assert grp.slab.loops == (0, 1) and "K" in grp.resident
+    k_bytes = 64 * 32 * 2
+    assert grp.occupancy[1] > k_bytes  # all of K, beside Q's and S's slabs
     assert planner.evaluate(0, 2, None, 1) is not None  # whole, it fits
 
 
@@ -143,19 +147,20 @@ def test_each_group_traffic_is_attributed_to_its_operators():
 
 def test_a_tensor_kept_on_chip_between_two_groups_is_neither_stored_nor_loaded():
     """Keys made by one group (whole) and read by every row slab of the next: the two cannot be one
-    group (the scores of all rows do not fit beside the keys), but the keys can stay on chip across
-    the boundary, so the plan moves only the compulsory traffic."""
+    group (the scores of all rows do not fit beside the keys, and the 48 key rows are no loop over
+    the 64 query rows), but the keys can stay on chip across the boundary, so the plan moves only
+    the compulsory traffic."""
     from loopwise.memory.graph import Graph
     from loopwise.memory.ir import Access, Operator, Tensor
 
-    keys = Operator("keys", {"m": 64, "n": 32, "k": 32}, (Tensor("A", (64, 32)), Tensor("B", (32, 32)), Tensor("K", (64, 32))),
+    keys = Operator("keys", {"m": 48, "n": 32, "k": 32}, (Tensor("A", (48, 32)), Tensor("B", (32, 32)), Tensor("K", (48, 32))),
                     reads=(Access("A", ("m", "k")), Access("B", ("k", "n"))), writes=(Access("K", ("m", "n")),))
     # the scores with their softmax fused: a row of S needs every key (j is coupled)
-    scores = Operator("scores", {"i": 64, "j": 64, "d": 32}, (Tensor("Q", (64, 32)), Tensor("K", (64, 32)), Tensor("S", (64, 64))),
+    scores = Operator("scores", {"i": 64, "j": 48, "d": 32}, (Tensor("Q", (64, 32)), Tensor("K", (48, 32)), Tensor("S", (64, 48))),
                       reads=(Access("Q", ("i", "d")), Access("K", ("j", "d"))), writes=(Access("S", ("i", "j")),),
                       coupled=frozenset({"j"}))
     g = Graph("keys-then-scores", (keys, scores), frozenset({"B"}))
-    capacity = 12 * 1024  # keys whole: 10 KiB; scores whole: 16 KiB; a row of scores beside all keys: ~4.2 KiB
+    capacity = 12 * 1024  # keys whole: 8 KiB; scores whole: 13 KiB; a row of scores beside all keys: ~3.2 KiB
     p = plan(g, capacity_bytes=capacity)
     assert [grp.operators for grp in p.groups] == [("keys",), ("scores",)]
     assert p.groups[0].carried_out == ("K",) and p.groups[1].carried_in == ("K",)
