@@ -171,6 +171,7 @@ def test_a_batch_of_products_fuses_its_epilogue_over_the_batch(tmp_path, monkeyp
     judged(problem, source, "seed-bmm-fused", tmp_path, monkeypatch)
 
 
+@pytest.mark.slow  # about 100 s in Triton's interpreter on a CI core
 def test_the_recorded_linear_gelu_layernorm_gets_the_gemm_and_is_judged_correct(tmp_path, monkeypatch):
     """Inductor's LayerNorm reduction reads the product: the GEMM is replaced, the reduction kept."""
     from loopwise.kernels.check import scan
