@@ -7,6 +7,8 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor
 from loopwise.memory.planner import plan
 
+from .attention_graphs import fused_attention_ops
+
 B, H, M, D = 1, 4, 64, 32
 
 
@@ -65,21 +67,7 @@ def test_attention_over_heads_keeps_every_score_on_chip_head_by_head():
 def _fused_attention() -> Graph:
     """Attention reading Q, K and V out of one fused projection output QKV[b, j, 3*H*D], as GPT-2's
     imported attention does: Q at ``D*h + d``, K at ``H*D + D*h + d``, V at ``2*H*D + D*h + e``."""
-    act = lambda name, *shape: Tensor(name, shape)  # noqa: E731
-    qkv = act("QKV", B, M, 3 * H * D)
-    scores = Operator("scores", {"b": B, "h": H, "i": M, "j": M, "d": D},
-                      (qkv, act("S", B, H, M, M)),
-                      reads=(Access("QKV", ("b", "i", f"{D}*(h) + (d)")),
-                             Access("QKV", ("b", "j", f"{H * D} + {D}*(h) + (d)"))),
-                      writes=(Access("S", ("b", "h", "i", "j")),), macs=B * H * M * M * D)
-    softmax = Operator("softmax", {"b": B, "h": H, "i": M, "j": M}, (act("S", B, H, M, M), act("P", B, H, M, M)),
-                       reads=(Access("S", ("b", "h", "i", "j")),), writes=(Access("P", ("b", "h", "i", "j")),),
-                       coupled=frozenset({"j"}))
-    mix = Operator("mix", {"b": B, "h": H, "i": M, "e": D, "j": M},
-                   (act("P", B, H, M, M), qkv, act("O", B, H, M, D)),
-                   reads=(Access("P", ("b", "h", "i", "j")), Access("QKV", ("b", "j", f"{2 * H * D} + {D}*h + e"))),
-                   writes=(Access("O", ("b", "h", "i", "e")),), macs=B * H * M * M * D)
-    return Graph("fused-attention", (scores, softmax, mix))
+    return Graph("fused-attention", fused_attention_ops(B, H, M, D))
 
 
 def test_a_tensor_read_at_rows_i_and_at_all_rows_j_is_not_sliced_by_i():

@@ -8,6 +8,8 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor
 from loopwise.memory.planner import plan
 
+from .attention_graphs import fused_attention_ops
+
 B, H, M, D = 4, 4, 64, 16
 C = H * D
 
@@ -22,17 +24,7 @@ def _gpt2_block() -> Graph:
                        (act("X", B, M, C), act("W", C, 3 * C), qkv),
                        reads=(Access("X", ("b", "i", "k")), Access("W", ("k", "n"))),
                        writes=(Access("QKV", ("b", "i", "n")),), macs=B * M * 3 * C * C)
-    scores = Operator("scores", {"b": B, "h": H, "i": M, "j": M, "d": D}, (qkv, act("S", B, H, M, M)),
-                      reads=(Access("QKV", ("b", "i", f"{D}*(h) + (d)")),
-                             Access("QKV", ("b", "j", f"{C} + {D}*(h) + (d)"))),
-                      writes=(Access("S", ("b", "h", "i", "j")),), macs=B * H * M * M * D)
-    softmax = Operator("softmax", {"b": B, "h": H, "i": M, "j": M}, (act("S", B, H, M, M), act("P", B, H, M, M)),
-                       reads=(Access("S", ("b", "h", "i", "j")),), writes=(Access("P", ("b", "h", "i", "j")),),
-                       coupled=frozenset({"j"}))
-    mix = Operator("mix", {"b": B, "h": H, "i": M, "e": D, "j": M},
-                   (act("P", B, H, M, M), qkv, act("O", B, H, M, D)),
-                   reads=(Access("P", ("b", "h", "i", "j")), Access("QKV", ("b", "j", f"{2 * C} + {D}*h + e"))),
-                   writes=(Access("O", ("b", "h", "i", "e")),), macs=B * H * M * M * D)
+    scores, softmax, mix = fused_attention_ops(B, H, M, D)
     out = Operator("out", {"b": B, "i": M, "n": C, "k": C},
                    (act("O", B, H, M, D), act("WO", C, C), act("Y", B, M, C)),
                    reads=(Access("O", ("b", f"floor((k)/{D})", "i", f"(k) mod {D}")), Access("WO", ("k", "n"))),
