@@ -8,23 +8,12 @@ loses nothing already judged and ``--resume RUN`` picks up where it stopped.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from contextlib import nullcontext
 
 from loopwise.config import Config, dump_config
-
-
-def finite(obj):
-    """JSON-safe copy: NaN and infinities become None (the store keeps strict JSON)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
+from loopwise.core.store import finite
 
 
 def _console(as_json: bool):

@@ -18,12 +18,12 @@ take), ``result``
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from loopwise.core.propose.factory import CHOICES
+from loopwise.core.store import finite
 from loopwise.errors import UserError
 from loopwise.training.compute import Budget, stage_compute
 from loopwise.training.config import StageConfig
@@ -279,14 +279,3 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
             "zero_variance": [zero_variance_share(t) for t in schedule.traces],
             "zero_variance_groups": schedule.groups.to_dict(), "traces": schedule.traces}
 
-
-def finite(obj):
-    """``obj`` with every NaN or infinite float replaced by None: a metric that overflowed is
-    stored as missing (the run's store holds strict JSON), not lost with the whole stage."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj

@@ -288,7 +288,7 @@ def test_seeds_run_whole_comparisons_and_report_paired_differences(tmp_path):
 
 
 def test_a_stage_record_stores_overflowed_metrics_as_missing():
-    from loopwise.training.run import finite
+    from loopwise.core.store import finite
 
     trace = [{"step": 1, "loss": float("nan"), "kl": float("inf"), "reward": 0.5}, {"nested": [1.0, float("-inf")]}]
     assert finite(trace) == [{"step": 1, "loss": None, "kl": None, "reward": 0.5}, {"nested": [1.0, None]}]

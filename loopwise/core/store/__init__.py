@@ -8,7 +8,7 @@ pytest).
 
 from loopwise.core.store._base import RunStore
 from loopwise.core.store._memory import InMemoryRunStore
-from loopwise.core.store._records import ArtifactError, ArtifactInfo, Event, RunMeta
+from loopwise.core.store._records import ArtifactError, ArtifactInfo, Event, RunMeta, finite
 from loopwise.core.store._sqlite import SCHEMA_VERSION, SqliteRunStore, list_runs
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "RunMeta",
     "RunStore",
     "SqliteRunStore",
+    "finite",
     "list_runs",
 ]

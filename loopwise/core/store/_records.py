@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import secrets
 import time
@@ -102,6 +103,18 @@ def check_event_fields(kind: str, key: str | None) -> None:
         raise ValueError(f"event kind must be a non-empty string, got {kind!r}")
     if key is not None and not isinstance(key, str):
         raise TypeError(f"event key must be a string or None, got {type(key).__name__}")
+
+
+def finite(obj: Any) -> Any:
+    """A copy of ``obj`` (dicts, lists, tuples) with every NaN or infinite float replaced by None:
+    what :func:`encode_payload` accepts, a value that overflowed stored as missing."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def encode_payload(payload: Mapping[str, Any]) -> str:
