@@ -141,3 +141,18 @@ def matmul_pattern(dtype: str, trans_a: bool = False, trans_b: bool = False, m: 
     """A matrix product's pattern of the given dtype, layout and sizes."""
     return Pattern("matmul", inputs=2, ops=("matmul",),
                    params=(("trans_a", trans_a), ("trans_b", trans_b), ("m", m), ("n", n), ("k", k), ("dtype", dtype)))
+
+
+def generated_style_problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str = "float32",
+                            args: str = "x"):
+    """A problem file in the generated suite's style: DTYPE at module level, ``init`` lines in
+    __init__ (the model cast with ``self.to(DTYPE)`` where they say so), ``forward`` lines in
+    forward(``args``) ending with ``x``, ``inputs`` from get_inputs."""
+    path = tmp_path / f"{name}_{dtype}.py"
+    body = "\n".join("        " + line for line in forward.splitlines())
+    setup = "\n".join("        " + line for line in init.splitlines()) if init else "        pass"
+    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nDTYPE = torch.{dtype}\n\n\n"
+                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{setup}\n\n"
+                    f"    def forward(self, {args}):\n{body}\n        return x\n\n\n"
+                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    return path

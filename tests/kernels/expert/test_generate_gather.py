@@ -10,21 +10,7 @@ from loopwise.kernels.expert import capture
 from loopwise.kernels.expert.partition import plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
-
-
-def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str = "float32",
-             args: str = "x"):
-    """A problem file in the generated suite's style: DTYPE at module level, ``init`` lines in
-    __init__, ``forward`` lines in forward(``args``) ending with ``x``, ``inputs`` from get_inputs."""
-    path = tmp_path / f"{name}_{dtype}.py"
-    body = "\n".join("        " + line for line in forward.splitlines())
-    setup = "\n".join("        " + line for line in init.splitlines()) if init else "        pass"
-    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nDTYPE = torch.{dtype}\n\n\n"
-                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{setup}\n\n"
-                    f"    def forward(self, {args}):\n{body}\n        return x\n\n\n"
-                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    return path
+from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 def _graph_ops(path) -> tuple:

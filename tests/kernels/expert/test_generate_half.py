@@ -9,20 +9,7 @@ from loopwise.kernels.expert.generate import variants
 from loopwise.kernels.expert.partition import plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
-
-
-def _problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str):
-    """A problem file in the generated suite's style: DTYPE at module level, the model cast with
-    ``self.to(DTYPE)`` where ``init`` says so, inputs made in DTYPE."""
-    path = tmp_path / f"{name}_{dtype}.py"
-    body = "\n".join("        " + line for line in forward.splitlines())
-    setup = "\n".join("        " + line for line in init.splitlines()) if init else "        pass"
-    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nDTYPE = torch.{dtype}\n\n\n"
-                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{setup}\n\n"
-                    f"    def forward(self, x):\n{body}\n        return x\n\n\n"
-                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    return path
+from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 CHAIN = ("x = x * 0.5 + 0.25\nx = x / (1.0 + torch.abs(self.w))\nx = torch.tanh(x) * self.b\nx = F.silu(x)")
