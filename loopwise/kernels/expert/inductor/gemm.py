@@ -397,5 +397,5 @@ def kernel_source(site: Site, precision: str) -> str:
     return _templates().get_template("inductor_gemm.py.j2").render(
         name=site.name, op=f"extern_kernels.{site.op}", out=site.out, fused=site.fused.name if site.fused else "",
         params=params, dtype=site.dtype, bias=site.op == "addmm", alpha=site.alpha, beta=site.beta,
-        dot_precision="tf32x3" if precision == "fp32" else "tf32", precision_text=dot_precision(site.dtype, precision),
+        dot_precision=dot_precision("float32", precision), precision_text=dot_precision(site.dtype, precision),
         epilogue=site.epilogue, wide=math.prod(site.shape) >= 2**31, batched=site.op == "bmm", **tiles(site))
