@@ -161,6 +161,26 @@ def repair_outcomes(run_dir: Path) -> tuple[int, int]:
     return len(repaired), sum(1 for n in repaired if status[n] == "correct")
 
 
+def candidate_rows(events: list[tuple[float, str, dict]]) -> list[dict]:
+    """One row per judged candidate, in order: its node, who proposed it, its status, its speedup
+    and the times it came from (the candidate's and the reference's KernelBench-clock medians,
+    and the GPU-clock and launch medians of the queued pass), so a best speedup can be traced to
+    the clock that made it."""
+    by, node, rows = {}, 0, []
+    for _, kind, p in events:
+        if kind == "proposal":
+            node += 1
+            by[node] = p.get("by", "")
+        elif kind == "evaluation" and "node" in p:
+            e = p["evaluation"]
+            t, r = e.get("timing") or {}, e.get("reference_timing") or {}
+            rows.append({"node": p["node"], "by": by.get(p["node"], ""), "status": e["status"],
+                         "speedup": e.get("speedup"), "ms": t.get("median_ms"),
+                         "gpu_ms": t.get("gpu_median_ms"), "launch_ms": t.get("launch_median_ms"),
+                         "reference_ms": r.get("median_ms"), "reference_gpu_ms": r.get("gpu_median_ms")})
+    return rows
+
+
 def _events(run_dir: Path) -> list[tuple[float, str, dict]]:
     """The run's events as (time, kind, payload), in order; none when its store was never written."""
     if not (run_dir / "run.sqlite").is_file():
@@ -260,7 +280,8 @@ def run_arm(case: Case, repairs: int, budget: int, device: str, work: Path, perf
         "timing_meaningful": summary["timing_meaningful"], "failures": summary["failures"],
         "repair_requests": proposals["repairs"], "repairs_judged": judged, "repairs_correct": fixed,
         "repair_rate": fixed / proposals["repairs"] if proposals["repairs"] else None,
-        "reprompts": proposals["reprompts"], "duplicates": proposals["duplicates"], "run_id": summary["run_id"]}
+        "reprompts": proposals["reprompts"], "duplicates": proposals["duplicates"], "run_id": summary["run_id"],
+        "candidates": candidate_rows(events)}
 
 
 def totals(arms: dict) -> dict:

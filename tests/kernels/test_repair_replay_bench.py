@@ -41,6 +41,7 @@ def test_the_smoke_run_compares_repair_on_and_off(tmp_path, cli_env):
     assert on["best_speedup"] and off["best_speedup"] and result["smoke"] is True
     assert on["correct"] == 2 and off["correct"] == 1  # the two repairs against one honest answer
     assert result["complete"] is True and result["totals"]["problems_compared"] == ["relu"]
+    assert [c["status"] for c in on["candidates"]].count("correct") == on["correct"]
     for row in (on, off):
         timing = row["timing"]
         assert timing["judged"] == 4 and timing["judging_s"] > 0 and timing["proposing_s"] > 0
@@ -49,6 +50,22 @@ def test_the_smoke_run_compares_repair_on_and_off(tmp_path, cli_env):
     lines = run.stdout.splitlines()
     assert any(re.match(r"\[\d\d:\d\d:\d\d \+ *[\d.]+s\] relu repairs on: start", ln) for ln in lines), lines
     assert any("relu repairs off: " in ln and "judged" in ln and "judging" in ln for ln in lines), lines
+
+
+def test_each_judged_candidate_is_a_row_with_the_times_its_speedup_came_from():
+    replay = bench_module("repair_replay")
+    timing = {"median_ms": 0.04, "gpu_median_ms": 0.01, "launch_median_ms": 0.03}
+    reference = {"median_ms": 0.01, "gpu_median_ms": 0.011}
+    events = [(0.0, "reference", {}), (1.0, "proposal", {"by": "exchange/improve"}),
+              (2.0, "evaluation", {"node": 1, "evaluation": {"status": "compile_error"}}),
+              (3.0, "proposal", {"by": "exchange/repair"}),
+              (4.0, "evaluation", {"node": 2, "evaluation": {"status": "correct", "speedup": 0.25,
+                                                            "timing": timing, "reference_timing": reference}})]
+    first, second = replay.candidate_rows(events)
+    assert first == {"node": 1, "by": "exchange/improve", "status": "compile_error", "speedup": None, "ms": None,
+                     "gpu_ms": None, "launch_ms": None, "reference_ms": None, "reference_gpu_ms": None}
+    assert second == {"node": 2, "by": "exchange/repair", "status": "correct", "speedup": 0.25, "ms": 0.04,
+                      "gpu_ms": 0.01, "launch_ms": 0.03, "reference_ms": 0.01, "reference_gpu_ms": 0.011}
 
 
 def _row(judged: int = 6) -> dict:
