@@ -177,9 +177,9 @@ class Clock:
 
     def queued(self, fn: Callable[[], object], trials: int,
                before: Callable[[int], None] | None = None) -> Queued:
-        """Times ``fn`` with the whole call queued before its start event can run (CUDA; on the
-        CPU both figures are the call's host time). Run after :meth:`run`: the call is warm. The
-        garbage collector is off as in :meth:`run`."""
+        """Times ``fn`` with the whole call queued before its start event can run (CUDA only: on
+        the CPU there is no queue, and :meth:`run`'s host times are already the call's cost). Run
+        after :meth:`run`: the call is warm. The garbage collector is off as in :meth:`run`."""
         with _collector_off():
             return self._queued(fn, trials, before)
 
@@ -188,31 +188,23 @@ class Clock:
         launch_ms: list[float] = []
         uncovered = 0
         sleep_ms = FIRST_SLEEP_MS
-        start = end = None
-        if self.cuda:
-            start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
+        start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
         for i in range(trials):
             if before is not None:
                 before(i)
             self._sync()
             self.flush()
-            if self.cuda:
-                self._busy(sleep_ms)
-                self._record(start)
-                t0 = _perf_counter()
-                fn()
-                t1 = _perf_counter()
-                self._record(end)
-                self._sync()
-                launch = (t1 - t0) * 1e3
-                gpu_ms.append(self._elapsed(start, end))
-                uncovered += launch > sleep_ms
-                sleep_ms = max(MIN_SLEEP_MS, SLEEP_MARGIN * max(launch_ms + [launch]))
-            else:
-                t0 = _perf_counter()
-                fn()
-                launch = (_perf_counter() - t0) * 1e3
-                gpu_ms.append(launch)
+            self._busy(sleep_ms)
+            self._record(start)
+            t0 = _perf_counter()
+            fn()
+            t1 = _perf_counter()
+            self._record(end)
+            self._sync()
+            launch = (t1 - t0) * 1e3
+            gpu_ms.append(self._elapsed(start, end))
+            uncovered += launch > sleep_ms
+            sleep_ms = max(MIN_SLEEP_MS, SLEEP_MARGIN * max(launch_ms + [launch]))
             launch_ms.append(launch)
         return Queued(gpu_ms, launch_ms, uncovered)
 
@@ -230,14 +222,16 @@ def clock_samples(reply: dict, clock: str) -> list[float]:
 def measure(clock: Clock, fn: Callable[[], object], trials: int, warmup: int,
             before: Callable[[int], None] | None = None,
             after: Callable[[int, object], None] | None = None) -> dict:
-    """The raw samples the judge audits: per-call event and host times, and the host time of the
-    same loop around an empty call (its fixed overhead)."""
+    """The raw samples the judge audits: per-call event and host times, the host time of the
+    same loop around an empty call (its fixed overhead), and on CUDA the queued pass's GPU and
+    launch times (a reply without them reads as the KernelBench figure under every clock)."""
     samples = clock.run(fn, trials, warmup, before, after)
-    queued = clock.queued(fn, min(trials, QUEUED_TRIALS), before)
-    noop = clock.run(lambda: None, min(trials, 50), 3)
-    return {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "noop_host_ms": noop.host_ms,
-            "gpu_ms": queued.gpu_ms, "launch_ms": queued.launch_ms, "uncovered": queued.uncovered,
-            "method": samples.method}
+    reply = {"event_ms": samples.event_ms, "host_ms": samples.host_ms, "method": samples.method}
+    if clock.cuda:
+        queued = clock.queued(fn, min(trials, QUEUED_TRIALS), before)
+        reply |= {"gpu_ms": queued.gpu_ms, "launch_ms": queued.launch_ms, "uncovered": queued.uncovered}
+    reply["noop_host_ms"] = clock.run(lambda: None, min(trials, 50), 3).host_ms
+    return reply
 
 
 def refill(bufs: list, source: list) -> None:

@@ -70,13 +70,45 @@ def test_kept_output_buffers_are_made_only_for_dense_layouts():
     assert not _dense(x[:, ::2]) and not _dense(x.expand(3, 4, 6)) and not _dense(x[:, :5])
 
 
+class _HostEvent:
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+
+class _QueueingClock(timing.Clock):
+    """The CUDA clock's protocol with host stand-ins for its events and its device sleep."""
+
+    def __init__(self) -> None:
+        import time
+
+        super().__init__("cpu")
+        self.cuda, self.slept = True, []
+        self._event_cls = _HostEvent
+        self._record = lambda event: setattr(event, "t", time.perf_counter())
+        self._elapsed = lambda a, b: (b.t - a.t) * 1e3
+        self._sleep = self.slept.append
+
+
 def test_measure_adds_a_queued_pass_with_its_own_refills():
-    befores = []
-    reply = timing.measure(timing.Clock("cpu"), lambda: None, trials=40, warmup=1, before=befores.append)
-    assert len(reply["event_ms"]) == 40
+    befores, clock = [], _QueueingClock()
+    reply = timing.measure(clock, lambda: None, trials=40, warmup=1, before=befores.append)
+    assert len(reply["event_ms"]) == 40 and reply["method"] == "cuda_event"
     assert len(reply["gpu_ms"]) == len(reply["launch_ms"]) == timing.QUEUED_TRIALS
     assert befores[-timing.QUEUED_TRIALS:] == list(range(timing.QUEUED_TRIALS))
     assert reply["uncovered"] == 0
+    assert len(clock.slept) == timing.QUEUED_TRIALS + 1  # one sleep per queued trial, after one calibration
+
+
+def test_on_the_cpu_there_is_no_queued_pass():
+    """No queue to hide a launch behind: the CPU's reply is the timed loop's alone, and each clock
+    reads it as the KernelBench figure (no call beyond the protocol's)."""
+    from loopwise.kernels.evaluate.measure import timing_from
+
+    calls = []
+    reply = timing.measure(timing.Clock("cpu"), lambda: calls.append(1), trials=40, warmup=1)
+    assert "gpu_ms" not in reply and "launch_ms" not in reply
+    assert len(calls) == 2 + timing.DISCARD_FIRST + 40
+    assert timing_from(reply, "gpu").clock == "kernelbench"
 
 
 def test_each_clock_computes_its_speedup_from_its_own_figure():
