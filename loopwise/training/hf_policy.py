@@ -171,10 +171,12 @@ class HFPolicy(nn.Module):
 
     def _mask(self, valid: torch.Tensor, queries: int) -> torch.Tensor:
         """The attention mask of the last ``queries`` positions: :func:`attention_mask` where the
-        model's attention takes a mask per query (``sdpa``, ``eager``), else the padding mask
-        (attention that drops padding itself, as the flash-attention kernels do)."""
+        model's attention takes a mask per query (``sdpa``, ``eager``) and a row holds padding, else
+        the padding mask (no padding: the model's own causal attention, which sdpa runs without a
+        mask tensor on its fastest kernel; attention that drops padding itself, as the
+        flash-attention kernels do)."""
         implementation = getattr(self.model.config, "_attn_implementation", None)
-        if implementation not in MASKED_ATTENTION:
+        if implementation not in MASKED_ATTENTION or bool(valid.all()):
             return valid.long()
         allowed = attention_mask(valid, queries)
         if implementation == "sdpa":
