@@ -122,3 +122,18 @@ def test_the_policys_attention_never_runs_on_cudnn_kernels(strict):
         policy.decode_step(ids, ids != vocab.pad)
     assert strict.cudnn_allowed and not any(strict.cudnn_allowed)
     assert torch.backends.cuda.cudnn_sdp_enabled()  # as it was, outside the policy
+
+
+def test_the_gpu_check_script_tells_the_old_padding_mask_from_the_policys(strict, tmp_path):
+    """bench/attention_nan_check.py under an attention without the empty-row special case: the
+    model given the 2-D padding mask has NaN at real positions, the policy has none."""
+    from bench_modules import bench_module
+
+    check = bench_module("attention_nan_check")
+    policy, vocab = _llama()
+    ids, valid = check._batch(vocab, 24, torch.Generator().manual_seed(0))
+    assert (~valid).any(1).sum() >= 4 and valid.all(1).any()
+    found = {way: check._check(policy, way, ids, valid, ids[:, 1:]) for way in check.WAYS}
+    assert found["padding_mask"]["real_logits_nan"] and found["padding_mask"]["nonfinite_grad_tensors"] > 0
+    assert found["policy"] == {"real_logits_nan": False, "padding_logits_nan": False, "loss_finite": True,
+                               "nonfinite_grad_tensors": 0, "grad_tensors": found["policy"]["grad_tensors"]}
