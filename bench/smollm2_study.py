@@ -117,6 +117,12 @@ def _args(argv=None) -> argparse.Namespace:
     a.argv = list(sys.argv[1:] if argv is None else argv)  # the meta row's record of the command
     if a.smoke:
         a.tasks, a.seeds, a.device = TASKS[0].replace("@1", "@0"), "0", "cpu"
+    return _smoke_settings(a)
+
+
+def _smoke_settings(a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` with ``--smoke``'s settings where it says ``--smoke``."""
+    if a.smoke:
         for key, value in SMOKE.items():
             setattr(a, key, ",".join(value) if key == "methods" else value)
     return a
@@ -130,10 +136,7 @@ def _given(a: argparse.Namespace) -> dict:
 
 def _from_argv(argv: list[str]) -> dict:
     """The settings an earlier run's command line gave (its defaults where it named none)."""
-    a, _ = _parser().parse_known_args(argv)
-    if a.smoke:
-        for key, value in SMOKE.items():
-            setattr(a, key, ",".join(value) if key == "methods" else value)
+    a = _smoke_settings(_parser().parse_known_args(argv)[0])
     return {k: DEFAULTS[k] if v is None else v for k, v in _given(a).items()}
 
 
@@ -166,6 +169,9 @@ def _settings(rows: list[dict], a: argparse.Namespace, tasks: list[tuple[str, in
     """The study's settings: the resumed rows' (refusing any given that differ), else those given,
     else the defaults (budget 0 until calibrated)."""
     given = _given(a)
+    unknown = [m for m in given["methods"] or () if m not in METHODS]
+    if unknown:
+        raise StudyError(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
     recorded = recorded_settings(rows, _from_argv)
     if recorded is not None:
         changed = differences(recorded, given)

@@ -180,6 +180,7 @@ def test_an_older_rows_file_gives_its_settings_through_its_command_line(study, t
 @pytest.mark.parametrize("argv, said", [
     (["--tasks", "chat:arithmetic"], "TASK@DIFFICULTY"),
     (["--seeds", "a-b"], "seeds like 0-4"),
+    (["--out", "/nonexistent/rows.json", "--methods", "tree,annealing"], "unknown annealing"),
     ([], "name the rows file"),
     (["--resume", "/nonexistent/rows.json"], "no such file to resume"),
 ])
