@@ -292,3 +292,31 @@ def test_a_stage_record_stores_overflowed_metrics_as_missing():
 
     trace = [{"step": 1, "loss": float("nan"), "kl": float("inf"), "reward": 0.5}, {"nested": [1.0, float("-inf")]}]
     assert finite(trace) == [{"step": 1, "loss": None, "kl": None, "reward": 0.5}, {"nested": [1.0, None]}]
+
+
+
+def test_the_exchange_wait_is_set_from_the_command_line_and_kept_on_resume(tmp_path):
+    """--exchange-timeout works for training as for kernels: checked as given, recorded with the
+    run, and a resumed run waits as long."""
+    bad = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--proposer",
+                          "exchange", "--exchange-dir", str(tmp_path / "x"), "--exchange-timeout", "0",
+                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: --exchange-timeout 0: expected a positive "
+                                                          "number of seconds"), bad.stderr[-2000:]
+    settings = Settings("arithmetic", budget=2, depth=1, difficulty=0, proposer="exchange",
+                        exchange_dir=str(tmp_path / "x"), exchange_timeout=7.5)
+    run = TrainingRun.start(settings, str(tmp_path / "runs"))
+    run_id = run.store.meta.run_id
+    run.close()
+    assert TrainingRun.resume(str(tmp_path / "runs"), run_id).settings.exchange_timeout == 7.5
+
+
+@pytest.mark.slow  # a warm start and two stages: about 20 s on a loaded 2-core CPU
+def test_an_exchange_step_without_answers_times_out_and_the_rules_fill_in(tiny, tmp_path):
+    settings = Settings("arithmetic", budget=2, depth=1, difficulty=0, proposer="exchange",
+                        exchange_dir=str(tmp_path / "x"), exchange_timeout=0.2)
+    run = TrainingRun.start(settings, str(tmp_path / "runs"))
+    run.run()
+    why = [w for ev in run.store.events(kind="fallback") for w in ev.payload["why"]]
+    run.close()
+    assert why and all(w.startswith("timeout: no answer within 0.2 s") for w in why), why
