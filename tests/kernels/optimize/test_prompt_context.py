@@ -143,6 +143,7 @@ def test_siblings_show_their_notes_speedups_and_code_and_the_best_code_is_shown(
     assert request.best.label == "node 2" and "2.500x" in request.best.summary and "# fast" in request.best.code
     user = render_prompt(request).user
     assert "## Best so far: node 2" in user and "- node 1: move 1.0: correct, 1.200x over eager" in user
+    assert by_label["node 2"].code == "" and user.count("# fast") == 1  # a sibling that is the best: its code once
     best_request, _ = improve_request(run, 2)
     assert best_request.best is None  # the parent is the best: its code is shown once, as the candidate
     run.store.close()
