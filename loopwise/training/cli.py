@@ -170,12 +170,24 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
             err.print(escape(line), soft_wrap=True)
 
         # Ctrl-C or SIGTERM: finished stages are stored, the run says how to continue
+        proposals = None
         with interruptible(run.store, lambda: _resume_command(command, s.task, run), say):
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
+            proposals = run.proposals() if s.proposer != "expert" else None
     if not as_json:
-        _table(run, results)
-    return {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
-            "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
+        _table(run, results, proposals)
+    summary = {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
+               "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
+    return summary | ({"proposals": proposals} if proposals is not None else {})
+
+
+def _proposals_line(counts: dict) -> str:
+    """The model's transitions in one line: used, failed by reason, re-prompts, rule fallbacks."""
+    failed = counts["failed"]
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(failed.items()))
+    return (f"model proposals: {counts['answered']} used, {sum(failed.values())} failed"
+            + (f" ({reasons})" if reasons else "") + f", {counts['reprompts']} re-prompts, "
+            f"{counts['from_rules']} transitions from the rules")
 
 
 def _resume_command(command: str, task: str, run) -> str:
@@ -185,7 +197,7 @@ def _resume_command(command: str, task: str, run) -> str:
                           run.store.run_dir.parent)
 
 
-def _table(run, results: dict) -> None:
+def _table(run, results: dict, proposals: dict | None = None) -> None:
     from loopwise.core.console import console as make_console
     from rich.table import Table
 
@@ -214,6 +226,8 @@ def _table(run, results: dict) -> None:
         moving = {k: v for k, v in d.items() if v != "constant"}
         c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
                                                                  or "all constant"))
+    if proposals is not None:
+        c.print(_proposals_line(proposals))
 
 
 def _signal_line(r: dict) -> str:

@@ -251,6 +251,12 @@ class TrainingRun:
                                                   images=st.proposer == "llm" and bool(st.llm.get("images")))
         return self.model_transitions
 
+    def proposals(self) -> dict:
+        """The model's transitions so far, counted (``report_data.decision_counts``)."""
+        from loopwise.training.report_data import DECISIONS, decision_counts
+
+        return decision_counts([(e.kind, e.payload) for e in self.store.events() if e.kind in DECISIONS])
+
     def close(self) -> None:
         self.store.close()
 

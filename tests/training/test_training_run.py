@@ -311,12 +311,18 @@ def test_the_exchange_wait_is_set_from_the_command_line_and_kept_on_resume(tmp_p
     assert TrainingRun.resume(str(tmp_path / "runs"), run_id).settings.exchange_timeout == 7.5
 
 
-@pytest.mark.slow  # a warm start and two stages: about 20 s on a loaded 2-core CPU
-def test_an_exchange_step_without_answers_times_out_and_the_rules_fill_in(tiny, tmp_path):
-    settings = Settings("arithmetic", budget=2, depth=1, difficulty=0, proposer="exchange",
-                        exchange_dir=str(tmp_path / "x"), exchange_timeout=0.2)
-    run = TrainingRun.start(settings, str(tmp_path / "runs"))
-    run.run()
-    why = [w for ev in run.store.events(kind="fallback") for w in ev.payload["why"]]
-    run.close()
-    assert why and all(w.startswith("timeout: no answer within 0.2 s") for w in why), why
+@pytest.mark.slow  # a warm start and two smoke stages from the command line: about 30 s on a loaded 2-core CPU
+def test_an_exchange_step_without_answers_times_out_and_the_summary_counts_it(tmp_path):
+    """No agent answers: each step waits --exchange-timeout, the rules fill in, and the JSON summary
+    counts the failed proposals by reason and the fallbacks, as the kernels summary does."""
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--proposer",
+                           "exchange", "--exchange-dir", str(tmp_path / "x"), "--exchange-timeout", "0.2",
+                           "--budget-stages", "2", "--depth", "1", "--difficulty", "0", "--device", "cpu",
+                           "--runs-dir", str(tmp_path / "runs"), "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    proposals = json.loads(done.stdout)["proposals"]
+    failed = proposals["failed"]
+    assert set(failed) == {"timeout"} and failed["timeout"] >= 1, proposals
+    assert proposals["answered"] == 0 and proposals["reprompts"] == 0
+    assert proposals["from_rules"] == failed["timeout"] and proposals["fallbacks"] >= 1
+    assert proposals["first_failure"]["timeout"].startswith("no answer within 0.2 s")
