@@ -39,6 +39,8 @@ JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout
 PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
                                                      "LLM), llm or exchange.")
 EXCHANGE = typer.Option(None, "--exchange-dir", help="Folder for prompt/answer files (--proposer exchange).")
+EXCHANGE_TIMEOUT = typer.Option(3600.0, "--exchange-timeout", help="--proposer exchange: seconds to wait for the "
+                                "answers of one step before counting them as timed out (the rules fill in).")
 LLM_API = typer.Option("openai", "--llm-api", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic.")
 LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model name.")
 LLM_URL = typer.Option(None, "--llm-base-url", help="--proposer llm: server URL, e.g. http://localhost:8000/v1.")
@@ -59,7 +61,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
         policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search",
-        seeds: int = 1, kl_reference: str = "initial") -> None:
+        seeds: int = 1, kl_reference: str = "initial", exchange_timeout: float = 3600.0) -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
@@ -72,7 +74,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         for i in range(seeds):  # each seed a whole comparison: its own base, data and method seeds
             outs.append(_start_and_run(methods, task, budget, depth, preset, seed + i, difficulty, resume, runs_dir,
                                        as_json, proposer, exchange_dir, llm, device, policy_path, err, dispatcher,
-                                       command, kl_reference))
+                                       command, kl_reference, exchange_timeout))
     if seeds == 1:
         if as_json:
             typer.echo(json.dumps(outs[0], indent=2, default=str))
@@ -127,7 +129,8 @@ def _span(iv: dict) -> str:
 
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
-                   exchange_dir, llm, device, policy_path, err, dispatcher, command, kl_reference="initial") -> dict:
+                   exchange_dir, llm, device, policy_path, err, dispatcher, command, kl_reference="initial",
+                   exchange_timeout=3600.0) -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,
@@ -146,7 +149,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
         stages, samples, tokens = budget
         run = TrainingRun.start(Settings(task, methods, stages, depth, preset, seed, difficulty, proposer, device,
                                          exchange_dir or "", llm or {}, policy_path or "", samples, tokens,
-                                         kl_reference), runs_dir)
+                                         kl_reference, exchange_timeout), runs_dir)
     s, b = run.settings, run.budget
     err.print(f"run [bold]{run.store.meta.run_id}[/] in {runs_dir}: {s.task}, preset {s.preset}, "
               f"{b.amount:,} {b.unit} per method, depth {s.depth}, methods {', '.join(s.methods)}")
@@ -167,12 +170,24 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
             err.print(escape(line), soft_wrap=True)
 
         # Ctrl-C or SIGTERM: finished stages are stored, the run says how to continue
+        proposals = None
         with interruptible(run.store, lambda: _resume_command(command, s.task, run), say):
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
+            proposals = run.proposals() if s.proposer != "expert" else None
     if not as_json:
-        _table(run, results)
-    return {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
-            "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
+        _table(run, results, proposals)
+    summary = {"run_id": run.store.meta.run_id, "settings": s.to_dict(), "warm_start": run.session.warm,
+               "results": {m: {k: v for k, v in r.items() if k != "traces"} for m, r in results.items()}}
+    return summary | ({"proposals": proposals} if proposals is not None else {})
+
+
+def _proposals_line(counts: dict) -> str:
+    """The model's transitions in one line: used, failed by reason, re-prompts, rule fallbacks."""
+    failed = counts["failed"]
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(failed.items()))
+    return (f"model proposals: {counts['answered']} used, {sum(failed.values())} failed"
+            + (f" ({reasons})" if reasons else "") + f", {counts['reprompts']} re-prompts, "
+            f"{counts['from_rules']} transitions from the rules")
 
 
 def _resume_command(command: str, task: str, run) -> str:
@@ -182,7 +197,7 @@ def _resume_command(command: str, task: str, run) -> str:
                           run.store.run_dir.parent)
 
 
-def _table(run, results: dict) -> None:
+def _table(run, results: dict, proposals: dict | None = None) -> None:
     from loopwise.core.console import console as make_console
     from rich.table import Table
 
@@ -211,6 +226,8 @@ def _table(run, results: dict) -> None:
         moving = {k: v for k, v in d.items() if v != "constant"}
         c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
                                                                  or "all constant"))
+    if proposals is not None:
+        c.print(_proposals_line(proposals))
 
 
 def _signal_line(r: dict) -> str:
@@ -253,7 +270,8 @@ def _describe(configs: list[dict]) -> str:
 def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAMPLES,
                budget_tokens: int = TOKENS, depth: int = DEPTH, preset: str = PRESET, seed: int = SEED,
                difficulty: int = DIFFICULTY, resume: str = RESUME, runs_dir: str = RUNS, as_json: bool = JSON,
-               proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, llm_api: str = LLM_API,
+               proposer: str = PROPOSER, exchange_dir: str = EXCHANGE, exchange_timeout: float = EXCHANGE_TIMEOUT,
+               llm_api: str = LLM_API,
                llm_model: str = LLM_MODEL, llm_base_url: str = LLM_URL, llm_key_env: str = LLM_KEY,
                llm_images: bool = LLM_IMAGES,
                device: str = DEVICE, policy: str = POLICY, executor: str = EXECUTOR, workers: str = WORKERS,
@@ -263,7 +281,7 @@ def search_cmd(task: str = TASK, budget: int = BUDGET, budget_samples: int = SAM
                               "api_key_env": llm_key_env, "images": llm_images}.items() if v} if proposer == "llm" else {}
     _go(("tree",), task, (budget, budget_samples, budget_tokens), depth, preset, seed, difficulty, resume, runs_dir,
         as_json, proposer, exchange_dir, llm, device, policy, executor=(executor, workers, ray_address),
-        kl_reference=kl_reference)
+        kl_reference=kl_reference, exchange_timeout=exchange_timeout)
 
 
 @app.command("baselines")

@@ -61,6 +61,23 @@ class TrainingData:
 DECISIONS = ("proposal", "proposal_failed", "reprompt", "fallback")  # a model's transitions, as recorded
 
 
+def decision_counts(decisions: list[tuple[str, dict]]) -> dict:
+    """A model's transitions counted, as the kernels summary counts its proposals: replies used,
+    failed ones by reason (with the first detail of each), re-prompts, and the steps where the rules
+    filled in (``fallbacks``) with the transitions they gave (``from_rules``)."""
+    failed: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for kind, p in decisions:
+        if kind == "proposal_failed":
+            reason = str(p.get("reason", "?"))
+            failed[reason] = failed.get(reason, 0) + 1
+            first.setdefault(reason, str(p.get("detail", "")))
+    fallbacks = [p for kind, p in decisions if kind == "fallback"]
+    return {"answered": sum(kind == "proposal" for kind, _ in decisions), "failed": failed, "first_failure": first,
+            "reprompts": sum(kind == "reprompt" for kind, _ in decisions), "fallbacks": len(fallbacks),
+            "from_rules": sum(int(as_number(p.get("from_rules")) or 0) for p in fallbacks)}
+
+
 # -- reading -----------------------------------------------------------------------------------
 def as_number(v) -> float | None:
     """``v`` as a finite float, or None (booleans, NaN and non-numbers are None)."""

@@ -21,6 +21,7 @@ from loopwise.training.report_data import (
     base_test_reward,
     budget_text,
     changes_text,
+    decision_counts,
     fmt,
     load_data,
     rank_of,
@@ -127,10 +128,9 @@ def _decisions_section(data: TrainingData) -> Section:
         else:
             rows.append(["rule fallback", "rules", f"{p.get('from_rules', '?')} of {p.get('wanted', '?')} "
                          f"transitions from the rules: " + "; ".join(str(w) for w in as_list(p.get("why")))])
-    counts = {k: sum(1 for d in data.decisions if d[0] == k) for k in ("proposal", "proposal_failed", "reprompt",
-                                                                        "fallback")}
-    facts = {"used": counts["proposal"], "failed": counts["proposal_failed"], "re-prompts": counts["reprompt"],
-             "rule fallbacks": counts["fallback"]}
+    counts = decision_counts(data.decisions)
+    facts = {"used": counts["answered"], "failed": sum(counts["failed"].values()), "re-prompts": counts["reprompts"],
+             "rule fallbacks": counts["fallbacks"]}
     return Section("The model's proposals and every fallback to the rules", columns=["decision", "by", "detail"],
                    rows=rows, facts=facts, anchor="decisions")
 

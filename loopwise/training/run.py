@@ -52,12 +52,15 @@ class Settings:
     budget_samples: int | None = None
     budget_tokens: int | None = None
     kl_reference: str = "initial"  # every stage's KL anchor: the base policy (initial) or the stage's start
+    exchange_timeout: float = 3600.0  # seconds the exchange proposer waits for the answers of one step
 
     def __post_init__(self) -> None:
         if self.proposer not in CHOICES:
             raise UserError(f"unknown proposer {self.proposer!r}: expert, llm or exchange")
         if self.proposer == "exchange" and not self.exchange_dir:
             raise UserError("--proposer exchange needs --exchange-dir FOLDER")
+        if self.exchange_timeout <= 0:
+            raise UserError(f"--exchange-timeout {self.exchange_timeout:g}: expected a positive number of seconds")
         if self.proposer == "llm" and not self.llm.get("model"):
             raise UserError("--proposer llm needs --llm-model (and --llm-base-url for a local server)")
         unknown = [m for m in self.methods if m not in METHODS]
@@ -85,7 +88,8 @@ class Settings:
         return cls(data["task"], tuple(data["methods"]), data["budget"], data["depth"], data["preset"], data["seed"],
                    data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
                    data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""),
-                   data.get("budget_samples"), data.get("budget_tokens"), data.get("kl_reference", "stage"))
+                   data.get("budget_samples"), data.get("budget_tokens"), data.get("kl_reference", "stage"),
+                   data.get("exchange_timeout", 3600.0))
 
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,
@@ -93,7 +97,7 @@ class Settings:
                 "device": self.device, "policy_path": self.policy_path,
                 "exchange_dir": self.exchange_dir, "llm": dict(self.llm),
                 "budget_samples": self.budget_samples, "budget_tokens": self.budget_tokens,
-                "kl_reference": self.kl_reference}
+                "kl_reference": self.kl_reference, "exchange_timeout": self.exchange_timeout}
 
 
 @dataclass
@@ -236,7 +240,8 @@ class TrainingRun:
         from loopwise.training.engine import ENGINE
 
         st = self.settings
-        proposer = make_proposer(st.proposer, ENGINE.name, store=self.store, exchange_dir=st.exchange_dir, llm=st.llm)
+        proposer = make_proposer(st.proposer, ENGINE.name, store=self.store, exchange_dir=st.exchange_dir,
+                                 exchange_timeout_s=st.exchange_timeout, llm=st.llm)
         if proposer is None:  # the expert rules: the search applies them itself
             return None
         from loopwise.training.proposer import ModelTransitions
@@ -245,6 +250,12 @@ class TrainingRun:
                                                   record=self.store.append,
                                                   images=st.proposer == "llm" and bool(st.llm.get("images")))
         return self.model_transitions
+
+    def proposals(self) -> dict:
+        """The model's transitions so far, counted (``report_data.decision_counts``)."""
+        from loopwise.training.report_data import DECISIONS, decision_counts
+
+        return decision_counts([(e.kind, e.payload) for e in self.store.events() if e.kind in DECISIONS])
 
     def close(self) -> None:
         self.store.close()

@@ -292,3 +292,35 @@ def test_a_stage_record_stores_overflowed_metrics_as_missing():
 
     trace = [{"step": 1, "loss": float("nan"), "kl": float("inf"), "reward": 0.5}, {"nested": [1.0, float("-inf")]}]
     assert finite(trace) == [{"step": 1, "loss": None, "kl": None, "reward": 0.5}, {"nested": [1.0, None]}]
+
+
+
+def test_the_exchange_wait_is_set_from_the_command_line_and_kept_on_resume(tmp_path):
+    """--exchange-timeout works for training as for kernels: checked as given, recorded with the
+    run, and a resumed run waits as long."""
+    bad = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--proposer",
+                          "exchange", "--exchange-dir", str(tmp_path / "x"), "--exchange-timeout", "0",
+                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: --exchange-timeout 0: expected a positive "
+                                                          "number of seconds"), bad.stderr[-2000:]
+    settings = Settings("arithmetic", proposer="exchange", exchange_dir=str(tmp_path / "x"), exchange_timeout=7.5)
+    assert Settings.from_dict(settings.to_dict()).exchange_timeout == 7.5  # what a resumed run reads back
+    older = {k: v for k, v in settings.to_dict().items() if k != "exchange_timeout"}  # recorded before the option
+    assert Settings.from_dict(older).exchange_timeout == 3600.0
+
+
+@pytest.mark.slow  # a warm start and two smoke stages from the command line: about 30 s on a loaded 2-core CPU
+def test_an_exchange_step_without_answers_times_out_and_the_summary_counts_it(tmp_path):
+    """No agent answers: each step waits --exchange-timeout, the rules fill in, and the JSON summary
+    counts the failed proposals by reason and the fallbacks, as the kernels summary does."""
+    done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--proposer",
+                           "exchange", "--exchange-dir", str(tmp_path / "x"), "--exchange-timeout", "0.2",
+                           "--budget-stages", "2", "--depth", "1", "--difficulty", "0", "--device", "cpu",
+                           "--runs-dir", str(tmp_path / "runs"), "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    proposals = json.loads(done.stdout)["proposals"]
+    failed = proposals["failed"]
+    assert set(failed) == {"timeout"} and failed["timeout"] >= 1, proposals
+    assert proposals["answered"] == 0 and proposals["reprompts"] == 0
+    assert proposals["from_rules"] == failed["timeout"] and proposals["fallbacks"] >= 1
+    assert proposals["first_failure"]["timeout"].startswith("no answer within 0.2 s")

@@ -84,10 +84,12 @@ def attempt(node, ev: dict | None, source: str, code_limit: int) -> Attempt:
     return Attempt(label=f"node {node.node_id}", summary=f"{node.note or 'no note'}: {verdict}", code=code)
 
 
-def siblings(search, parent: int, evaluations: dict, sources: dict) -> tuple[Attempt, ...]:
-    """The parent's children proposed so far, newest first: the correct ones with their code."""
+def siblings(search, parent: int, evaluations: dict, sources: dict, best: int | None = None) -> tuple[Attempt, ...]:
+    """The parent's children proposed so far, newest first: the correct ones with their code, but
+    for ``best``, whose code the prompt shows once, as the best so far."""
     children = [n for n in search.nodes() if n.parent_id == parent and n.node_id in sources]
-    return tuple(attempt(n, evaluations.get(n.node_id), sources[n.node_id], SIBLING_CODE_BUDGET)
+    return tuple(attempt(n, evaluations.get(n.node_id), sources[n.node_id],
+                         0 if n.node_id == best else SIBLING_CODE_BUDGET)
                  for n in reversed(children[-SIBLINGS_SHOWN:]))
 
 
@@ -167,12 +169,12 @@ def improve_request(run, node_id: int) -> tuple[ProposalRequest, list[str]]:
     else:
         summary, findings = judged_context(ev.get("data") or {"status": ev["status"]})
     findings = tuple(findings) + run._profile_notes(node_id)
-    n = run.s.per_step
+    n, best_id = run.s.per_step, run.best()
+    best = best_so_far(run.search, best_id, node_id, run.evaluations, run.sources)
     request = ProposalRequest(
         task=run.problem.source, candidate=run.sources.get(node_id, ""), evaluation=summary, findings=findings,
         memory=run.search.memory.summary(), rules=run._rules(), target=target(run.reference or {}, run.evaluations),
-        best=best_so_far(run.search, run.best(), node_id, run.evaluations, run.sources),
-        siblings=siblings(run.search, node_id, run.evaluations, run.sources),
+        best=best, siblings=siblings(run.search, node_id, run.evaluations, run.sources, best_id),
         directions=directions_for(findings, n), n=n, kind="kernels")
     return fit(request)
 

@@ -61,6 +61,11 @@ def _ms(value) -> str:
     return f"{value:.4f} ms"
 
 
+def _figure(value: float) -> str:
+    """One decimal from 1 up, two significant digits below (a CPU's 0.023, not 0.0)."""
+    return f"{value:.1f}" if value >= 1 else f"{value:.2g}"
+
+
 def target(facts: dict, evaluations: dict[int, dict]) -> str:
     """The device with its measured ceilings, and the reference's eager and torch.compile times and
     speed-of-light floor (``facts``, from ``Judge.reference_facts``); a time the facts lack is taken
@@ -68,7 +73,7 @@ def target(facts: dict, evaluations: dict[int, dict]) -> str:
     notes = facts.get("notes") or []
     lines = [f"Device: {facts.get('device') or 'unknown'}."]
     peaks = [(f"copy bandwidth {facts['bandwidth_gbs']:.0f} GB/s" if facts.get("bandwidth_gbs") else "")]
-    peaks += [f"{label} GEMM {facts[key]:.1f} TFLOP/s" for key, label in
+    peaks += [f"{label} GEMM {_figure(facts[key])} TFLOP/s" for key, label in
               (("fp32_tflops", "fp32"), ("tf32_tflops", "TF32"), ("bf16_tflops", "bf16")) if facts.get(key)]
     peaks = [p for p in peaks if p]
     lines.append("Measured ceilings: " + (", ".join(peaks) if peaks else _unknown(notes, "ceilings")) + ".")

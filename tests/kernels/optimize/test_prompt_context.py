@@ -143,6 +143,7 @@ def test_siblings_show_their_notes_speedups_and_code_and_the_best_code_is_shown(
     assert request.best.label == "node 2" and "2.500x" in request.best.summary and "# fast" in request.best.code
     user = render_prompt(request).user
     assert "## Best so far: node 2" in user and "- node 1: move 1.0: correct, 1.200x over eager" in user
+    assert by_label["node 2"].code == "" and user.count("# fast") == 1  # a sibling that is the best: its code once
     best_request, _ = improve_request(run, 2)
     assert best_request.best is None  # the parent is the best: its code is shown once, as the candidate
     run.store.close()
@@ -184,3 +185,12 @@ def test_every_request_and_every_candidate_is_recorded_with_its_proposer_role_an
     html = build_report(run.store).read_text()
     assert "exchange/improve" in html and prompt_version("kernels") in html
     run.store.close()
+
+
+def test_a_slow_devices_ceilings_are_stated_in_figures_not_as_zero():
+    from loopwise.kernels.optimize.prompt import target
+
+    cpu = {"device": "cpu", "bandwidth_gbs": 9.9, "fp32_tflops": 0.023, "tf32_tflops": 0.029, "bf16_tflops": 0.136}
+    stated = target(cpu, {})
+    assert "fp32 GEMM 0.023 TFLOP/s, TF32 GEMM 0.029 TFLOP/s, bf16 GEMM 0.14 TFLOP/s" in stated, stated
+    assert "fp32 GEMM 50.2 TFLOP/s" in target(H200, {})

@@ -1,6 +1,7 @@
 """A model in the loop that learns from its mistakes: a scripted exchange agent makes the typical
-ones (a typo, a plain fp32 ``tl.dot``, no code block, a duplicate) and the loop repairs each within
-two turns, telling the agent exactly what went wrong."""
+ones (a typo, a plain fp32 ``tl.dot``, no code block, a duplicate), and a scripted model behind a
+local OpenAI-compatible server others (a typo, no code block, a wrong index); the loop repairs each
+within two turns, telling the model exactly what went wrong."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bench_modules import bench_module
 from exchange_agent import ScriptedAgent
@@ -140,3 +143,35 @@ def test_a_duplicate_answer_is_recorded_counted_re_prompted_and_replayed(tmp_pat
     assert again.tally.duplicates == 1 and again.tally.reprompts == 1
     assert again.search.memory.summary() == run.search.memory.summary()
     again.store.close()
+
+
+@pytest.mark.slow  # four candidates judged in Triton's interpreter: about 20 s on the loaded 2-core CPU
+def test_a_model_over_the_openai_wire_is_repaired_after_a_typo_no_code_and_a_wrong_index(tmp_path, cli_env):
+    """The same loop with a scripted model behind a local OpenAI-compatible server: each mistake is
+    answered, within two turns, by the request that names it (the crash's log, the parse error, the
+    mismatch), and the repairs are counted."""
+    from fake_llm_server import FakeLLMServer, good, no_code
+
+    wrong_index = GOOD.replace("x_ptr + offs,", "x_ptr + (offs ^ 1),")
+    assert wrong_index != GOOD
+    server = FakeLLMServer().start()
+    try:
+        server.queue(good(TYPO, "Move: fused kernel"), good(GOOD, "Move: fix the arange typo"), no_code(),
+                     good(wrong_index, "Move: new indexing"), good(OTHER, "Move: indexing fixed, 512"))
+        cmd = [sys.executable, "-m", "loopwise", "kernels", "optimize", str(PROBLEM), "--proposer", "llm",
+               "--llm-model", "m", "--llm-base-url", server.base_url + "/v1", "--budget", "4", "--per-step", "1",
+               "--device", "cpu", "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3",
+               "--set", "llm.tools=false", "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=600)
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    users = [post.body["messages"][1]["content"] for post in server.posts()]
+    assert len(users) == 5, [u[-300:] for u in users]
+    assert "## The candidate that failed" in users[1] and "no attribute 'arang'" in users[1]
+    assert "Your previous answer could not be used: no ```python block" in users[3]
+    assert "## The candidate that failed" in users[4] and "wrong_output" in users[4] and "max_abs_err" in users[4]
+    assert summary["evaluations"] == 4 and summary["proposals"]["repairs"] == 2
+    assert summary["failures"] == {"crash": 1, "wrong_output": 1}, summary["failures"]
+    assert summary["proposals"]["by"] == {"llm/improve": 1, "llm/repair": 2, "llm/improve re-prompt": 1}
