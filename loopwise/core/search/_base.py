@@ -56,6 +56,7 @@ class Search(abc.ABC):
         self._rng = random.Random(seed)
         self._tree = _Tree(self.pruning)
         self._events: list[list[Any]] = []
+        self._moves: dict[int, str] = {}  # node id -> the kind the memory counts it under
         self._n_evals = 0
 
     # -- the driver's side ------------------------------------------------------------------
@@ -78,7 +79,7 @@ class Search(abc.ABC):
         self._record(self._tree.entries[node_id], Outcome("correct", value))
         return node_id
 
-    def add_child(self, parent_id: int, key: str, payload: Any = None, *, note: str = "") -> int:
+    def add_child(self, parent_id: int, key: str, payload: Any = None, *, note: str = "", move: str = "") -> int:
         """Adds a proposed child of ``parent_id``, unless a node with ``key`` already exists.
 
         Args:
@@ -86,7 +87,9 @@ class Search(abc.ABC):
                 have failed and be offered for repair.
             key: the child candidate's stable key.
             payload: anything the driver wants back from ``Node.payload``.
-            note: the proposal's note or move name, for the search memory.
+            note: the proposal's note, kept with the node.
+            move: the kind of change the search memory counts it under (a move name, the approach
+                it was asked for); empty: the note is the kind (a proposer whose notes are move names).
 
         Returns:
             The new node's id, or the id of the existing node with ``key``.
@@ -95,9 +98,11 @@ class Search(abc.ABC):
         if parent.state not in (NodeState.OPEN, NodeState.CLOSED) and parent is not self._tree.repairable(self.repairs):
             raise ValueError(f"node {parent_id} is {parent.state.value}; only correct nodes "
                              "and failed nodes offered for repair have children")
-        self._events.append(["child", parent_id, key, payload, note])
+        self._events.append(["child", parent_id, key, payload, note] + ([move] if move else []))
         node_id, created = self._tree.add(key, parent, payload, note)
-        self.memory.record_proposal(note, duplicate=not created)
+        if created:
+            self._moves[node_id] = move or note
+        self.memory.record_proposal(move or note, duplicate=not created)
         if not created:
             self._tree.note_duplicate(parent)
         return node_id
@@ -116,7 +121,7 @@ class Search(abc.ABC):
         self._record(entry, outcome)
         self._n_evals += 1
         parent_value = entry.parent.value if entry.parent is not None else None
-        self.memory.record_outcome(entry.note, outcome, parent_value)
+        self.memory.record_outcome(self._moves.get(node_id, entry.note), outcome, parent_value)
 
     def ask(self) -> Expansion | None:
         """Returns the node to expand next, or None when the budget is spent or nothing is open."""
@@ -213,7 +218,7 @@ class Search(abc.ABC):
         if kind == "root":
             self.add_root(*args)
         elif kind == "child":
-            self.add_child(args[0], args[1], args[2], note=args[3])
+            self.add_child(args[0], args[1], args[2], note=args[3], move=args[4] if len(args) > 4 else "")
         elif kind == "tell":
             self.tell(args[0], Outcome.from_dict(args[1]))
         elif kind == "close":

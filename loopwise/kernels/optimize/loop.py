@@ -92,7 +92,7 @@ class OptimizeRun:
             elif event.kind == "proposal_duplicate":
                 self.tally.duplicate()
                 if "note" in p:  # told to the search (its memory and pruning count it) since notes are recorded
-                    self.search.add_child(p["parent"], p["key"], note=p["note"])
+                    self.search.add_child(p["parent"], p["key"], note=p["note"], move=p.get("move", ""))
             elif event.kind == "reprompt":
                 self.tally.reprompts += 1
             elif event.kind == "repair":
@@ -100,7 +100,8 @@ class OptimizeRun:
             elif event.kind == "proposal":
                 self.tally.propose(None)
                 source = self.store.get_artifact(p["source_sha256"]).decode()
-                node = self.search.add_child(p["parent"], p["key"], payload={"node": p["key"][:12]}, note=p["note"])
+                node = self.search.add_child(p["parent"], p["key"], payload={"node": p["key"][:12]}, note=p["note"],
+                                             move=p.get("move", ""))
                 self.sources[node] = source
                 if p.get("by"):
                     self.tally.by[p["by"]] += 1
@@ -279,18 +280,28 @@ class OptimizeRun:
         if repair:
             self.tally.repairs += 1
             self.store.append("repair", {"node": parent})
-        children, retry = self._take(parent, proposer.propose(request), repair, False, name)
+        moves = [self._move(request, i, repair, name) for i in range(request.n)]
+        children, retry = self._take(parent, proposer.propose(request), repair, False, name, moves)
         rounds = 0 if name == "expert" else REPROMPT_ROUNDS
         for _ in range(rounds):
             again = []
-            for feedback in retry:
+            for feedback, move in retry:
                 self.tally.reprompts += 1
                 self.store.append("reprompt", {"parent": parent, "feedback": feedback})
                 again_request = replace(request, n=1, feedback=feedback, directions=())
-                got, more = self._take(parent, proposer.propose(again_request), repair, True, name)
+                got, more = self._take(parent, proposer.propose(again_request), repair, True, name, [move])
                 children, again = children + got, again + more
             retry = again
         return children
+
+    @staticmethod
+    def _move(request, index: int, repair: bool, name: str) -> str:
+        """The kind of change answer ``index`` of ``request`` is counted under in the search memory:
+        the expert's notes are already move names (""); a model's repair is a repair; a model's
+        improvement is the approach its request asked for (its note is free text, one of a kind)."""
+        if name == "expert":
+            return ""
+        return "repair" if repair else request.direction(index)
 
     def _record_request(self, parent: int, request, cut: list[str], proposer: str = "") -> None:
         """One ``request`` event per request sent: who was asked, its role, size, directions and
@@ -308,38 +319,40 @@ class OptimizeRun:
         """Who made a proposal and in which role: ``<proposer>/<improve|repair>[ re-prompt]``."""
         return f"{name}/{'repair' if repair else 'improve'}" + (" re-prompt" if reprompt else "")
 
-    def _take(self, parent: int, results, repair: bool, reprompt: bool,
-              name: str = "") -> tuple[list[int], list[str]]:
-        """Records the proposer's results, each with who made it and in which role; returns the new
-        children and, for each answer worth asking again, what was wrong with it."""
+    def _take(self, parent: int, results, repair: bool, reprompt: bool, name: str = "",
+              moves: list[str] = ()) -> tuple[list[int], list[tuple[str, str]]]:
+        """Records the proposer's results, each with who made it, in which role and under which
+        move (``moves[i]`` for result ``i``, see :meth:`_move`); returns the new children and, for
+        each answer worth asking again, what was wrong with it and its move."""
         children, retry = [], []
         by = self._by(name or self.s.proposer, repair, reprompt)
-        for result in results:
+        for index, result in enumerate(results):
+            move = moves[index] if index < len(moves) else ""
             if not result.ok:
                 self.store.append("proposal_failed", {"parent": parent, "reason": str(result.reason),
                                                       "detail": result.detail, "origin": result.origin, "by": by})
                 self.tally.propose(str(result.reason), result.detail)
                 if result.reason in REPROMPTABLE:
-                    retry.append(result.detail)
+                    retry.append((result.detail, move))
                 continue
             key = source_key(result.content)
             same = self.search.find(key)
             note = f"repair of node {parent}: {result.note}" if repair else result.note
             if same is not None:  # the same code again: already in the tree
                 self.store.append("proposal_duplicate", {"parent": parent, "key": key, "origin": result.origin,
-                                                         "node": same, "note": note, "by": by})
-                self.search.add_child(parent, key, note=note)  # counted in the search memory and pruning
+                                                         "node": same, "note": note, "by": by, "move": move})
+                self.search.add_child(parent, key, note=note, move=move)  # counted in the search memory and pruning
                 self.tally.duplicate()
                 status = (self.evaluations.get(same) or {}).get("status", "not judged yet")
-                retry.append(f"its code is identical to node {same}'s, already in the search ({status}); "
-                             "propose a different change")
+                retry.append((f"its code is identical to node {same}'s, already in the search ({status}); "
+                              "propose a different change", move))
                 continue
             self.tally.propose(None)
             sha = self.store.put_artifact(result.content, name=f"candidate-{key[:12]}.py", media_type="text/x-python")
-            self.store.append("proposal", {"parent": parent, "key": key, "note": note, "by": by,
+            self.store.append("proposal", {"parent": parent, "key": key, "note": note, "by": by, "move": move,
                                            "origin": result.origin, "source_sha256": sha})
             self.tally.by[by] += 1
-            node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=note)
+            node = self.search.add_child(parent, key, payload={"node": key[:12]}, note=note, move=move)
             self.sources[node] = result.content
             self.made_by[node] = by
             children.append(node)

@@ -197,6 +197,21 @@ def test_memory_records_what_was_tried_worked_and_failed() -> None:
     assert SearchMemory.from_dict(json.loads(json.dumps(memory.to_dict()))) == memory
 
 
+def test_memory_counts_a_child_under_its_move_and_keeps_its_note_and_replays_both() -> None:
+    search = Greedy()
+    search.add_root("root", value=1.0)
+    a = search.add_child(0, "a", note="I fused the two loops", move="fuse")
+    b = search.add_child(0, "b", note="fusing, with a wider block", move="fuse")
+    search.tell(a, Outcome("correct", 0.9))
+    search.tell(b, Outcome("wrong_output"))
+    search.add_child(0, "a", note="the same again", move="fuse")  # duplicate
+    notes = search.memory.notes()
+    assert list(notes) == ["fuse"] and notes["fuse"].tried == 3 and notes["fuse"].duplicates == 1
+    assert notes["fuse"].failures == {"wrong_output": 1} and search.node(a).note == "I fused the two loops"
+    assert "Correct but never faster: fuse." in search.memory.summary()
+    assert Greedy.from_state_dict(search.state_dict()).memory == search.memory
+
+
 def test_memory_summary_respects_the_limit() -> None:
     search = BestOfN()
     search.add_root("root")

@@ -194,3 +194,38 @@ def test_a_slow_devices_ceilings_are_stated_in_figures_not_as_zero():
     stated = target(cpu, {})
     assert "fp32 GEMM 0.023 TFLOP/s, TF32 GEMM 0.029 TFLOP/s, bf16 GEMM 0.14 TFLOP/s" in stated, stated
     assert "fp32 GEMM 50.2 TFLOP/s" in target(H200, {})
+
+
+def test_the_search_memory_counts_a_models_answers_by_the_approach_asked_not_by_their_free_notes(tmp_path):
+    """A model's notes are free text, one of a kind: grouped by them, the memory could never say
+    what kind of change worked or never did. Its answers are counted under the approach each
+    request asked for, and the free note stays with the node (and resume rebuilds the same)."""
+    tags = "abcdef"
+    run, script = _run(tmp_path, MeasuringJudge(H200, {f"# {t}": 0.9 for t in tags}),
+                       [_variant(t) for t in tags], budget=6)
+    run.run()
+    asked = [d for request in script.requests for d in request.directions]
+    assert len(script.requests) == 2 and set(asked) == set(script.requests[0].directions)
+    notes = run.search.memory.notes()
+    assert set(notes) == set(asked) and all(r.tried == 2 and not r.improved for r in notes.values())
+    assert "Correct but never faster: " in run.search.memory.summary()
+    assert run.search.node(1).note == "move 1.0"
+    run_id = run.store.meta.run_id
+    run.store.close()
+    from loopwise.config import load_config
+    from loopwise.kernels.optimize import OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    again = OptimizeRun.resume(run_id, load_config(None, []), str(tmp_path / "runs"),
+                               lambda problem: MeasuringJudge(H200), load_problem)
+    assert again.search.memory == run.search.memory
+    again.store.close()
+
+
+def test_a_models_repair_is_counted_as_a_repair():
+    from loopwise.kernels.optimize.loop import OptimizeRun
+
+    request = ProposalRequest(task="t", n=2, directions=("fuse", "tile"))
+    assert [OptimizeRun._move(request, i, False, "llm") for i in range(2)] == ["fuse", "tile"]
+    assert OptimizeRun._move(request, 1, True, "llm") == "repair"
+    assert OptimizeRun._move(request, 0, False, "expert") == ""
