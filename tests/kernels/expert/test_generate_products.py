@@ -121,3 +121,20 @@ def test_an_einsum_of_two_inputs_that_is_one_product_is_the_product_template(tmp
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == kind and {k: dict(pattern.params)[k] for k in params} == params, pattern
     judged_correct(path, {"block": 64, "chunk": 16, "warps": 4}, tmp_path, monkeypatch)
+
+
+def test_under_relaxed_the_product_runs_in_cublas_and_its_epilogue_in_triton(tmp_path, monkeypatch):
+    """The ``cublas`` move: the einsum with the matrix on the left and its summed dimension in the
+    middle is ``F.linear`` over the moved input and the transposed matrix, the subtraction after it
+    one Triton pass in place; judged correct under the relaxed policy."""
+    from loopwise.kernels.expert.generate import generate
+
+    from expert_judging import judge_on_cpu
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    name, init, forward, inputs, _ = PRODUCTS[4]
+    problem = load_problem(str(_problem(tmp_path, name, init, forward, inputs)))
+    source, _ = generate(problem, {"template": "graph_linear", "cublas": 1, "block": 64}, precision="relaxed")
+    assert "y = F.linear(x0, w)" in source and "linear_0_epilogue_kernel" in source
+    judge_on_cpu(problem, source, "cublas-einsum", tmp_path, precision="relaxed")
