@@ -105,6 +105,8 @@ WHOLE = [
      {"batch": 6, "trans_a": False, "trans_b": True}),
     ("bkm,bkn->bmn", "torch.randn(3, 24, 19, dtype=DTYPE), torch.randn(3, 24, 21, dtype=DTYPE)", "bmm",
      {"batch": 3, "trans_a": True, "trans_b": False}),
+    ("bij,bjk->bki", "torch.randn(2, 19, 24, dtype=DTYPE), torch.randn(2, 24, 21, dtype=DTYPE)", "bmm",
+     {"a": "x1", "b": "x0", "trans_a": True, "trans_b": True, "m": 21, "n": 19}),
     ("ij,kj->ik", "torch.randn(19, 24, dtype=DTYPE), torch.randn(21, 24, dtype=DTYPE)", "matmul",
      {"trans_a": False, "trans_b": True, "m": 19, "n": 21, "k": 24}),
 ]
@@ -115,7 +117,8 @@ WHOLE = [
 def test_an_einsum_of_two_inputs_that_is_one_product_is_the_product_template(tmp_path, monkeypatch, equation, inputs,
                                                                               kind, params, dtype):
     """A batched product with the second factor transposed (attention's scores), the first factor
-    transposed, a plain product with B transposed: the whole forward is the ``bmm`` / ``matmul``
+    transposed, the output transposed (the factors swapped, both read transposed), a plain product
+    with B transposed: the whole forward is the ``bmm`` / ``matmul``
     template with those transposes, judged correct."""
     path = _problem(tmp_path, "einsum2", "", f'x = torch.einsum("{equation}", x, y)', inputs, dtype, args="x, y")
     pattern = capture(load_problem(str(path)))
