@@ -145,13 +145,15 @@ def test_a_recurrent_layer_is_named_as_the_reason_not_its_inputs_shapes(tmp_path
 
 
 def test_an_operation_with_a_string_argument_is_named_as_the_reason_not_its_string(tmp_path):
-    """``torch.einsum("ik,kj->ij", x, self.w)`` is a product no elementwise pass expresses: the
-    reason names the operation, not its equation as a "non-numeric constant"."""
+    """``torch.einsum("ij,ij->i", x, self.w)`` (row-wise dots, no GEMM with the model's matrix) is
+    an operation no elementwise pass expresses: the reason names the operation and why the equation
+    is no GEMM, not the equation as a "non-numeric constant"."""
     path = tmp_path / "einsum.py"
-    path.write_text(model_source("self.w = nn.Parameter(torch.randn(9, 4))", 'return torch.einsum("ik,kj->ij", x, self.w)',
+    path.write_text(model_source("self.w = nn.Parameter(torch.randn(6, 9))", 'return torch.einsum("ij,ij->i", x, self.w)',
                                  shape="6, 9"))
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == "unsupported" and pattern.reason.startswith("operation einsum"), pattern.reason
+    assert "einsum 'ij,ij->i': the 2-D weight is not one summed dimension and one output column" in pattern.reason
     assert "non-numeric" not in pattern.reason, pattern.reason
 
 

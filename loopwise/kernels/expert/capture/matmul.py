@@ -41,21 +41,15 @@ def detect_matmul(gm, model, args) -> Pattern | None:
             if source not in placeholders:
                 return None
             transposed[node] = source
-        elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.mm)
+        elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.mm, torch.einsum)
                                                or name in _MATMULS)) and product is None:
             product = node
         else:
             return None
-    if product is None or len(product.args) != 2:
+    sides = _product_sides(product, transposed) if product is not None else None
+    if sides is None or not all(source in placeholders for source, _ in sides):
         return None
-    operands = []
-    for arg in product.args:
-        if arg in placeholders:
-            operands.append((placeholders.index(arg), False))
-        elif arg in transposed:
-            operands.append((placeholders.index(transposed[arg]), True))
-        else:
-            return None
+    operands = [(placeholders.index(source), flipped) for source, flipped in sides]
     if [i for i, _ in operands] != [0, 1]:
         return None
     (m, k) = args[0].shape[::-1] if operands[0][1] else args[0].shape
@@ -104,19 +98,15 @@ def detect_batched_matmul(gm, model, args) -> Pattern | None:
                 or (node.op == "call_function" and node.target is torch.transpose
                     and _last_two(node.args[1:], sources[node.args[0]][1]))):
             transposed[node] = node.args[0]
-        elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.bmm)
+        elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.bmm, torch.einsum)
                                                or name in ("matmul", "bmm"))) and product is None:
             product = node
         else:
             return None
-    if product is None or len(product.args) != 2:
+    found = _product_sides(product, transposed) if product is not None else None
+    if found is None or not all(source in sources for source, _ in found):
         return None
-    sides = []
-    for arg in product.args:
-        source = transposed.get(arg, arg)
-        if source not in sources:
-            return None
-        sides.append((sources[source], arg in transposed))
+    sides = [(sources[source], flipped) for source, flipped in found]
     (a_name, a), trans_a = sides[0]
     (b_name, b), trans_b = sides[1]
     if {a_name, b_name} & {f"x{i}" for i in range(len(args))} != {f"x{i}" for i in range(len(args))}:
@@ -140,6 +130,43 @@ def detect_batched_matmul(gm, model, args) -> Pattern | None:
                    params=(("a", a_name), ("b", b_name), ("trans_a", trans_a), ("trans_b", trans_b), ("batch", batch),
                            ("shared_a", not batch_a), ("shared_b", not batch_b),
                            ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype)))
+
+
+def _product_sides(product, transposed: dict) -> list | None:
+    """The product's two operands in order, each (the node it reads, whether it reads it with its
+    last two dimensions swapped): a matmul's arguments through the transposes in ``transposed``, or
+    an einsum's operands where its equation is a (batched) matrix product (:func:`einsum_sides`)."""
+    import torch
+
+    if product.target is torch.einsum:
+        if len(product.args) != 3 or not isinstance(product.args[0], str) or product.kwargs:
+            return None
+        found = einsum_sides(product.args[0])
+        return None if found is None else [(product.args[1 + i], flipped) for i, flipped in found]
+    if len(product.args) != 2:
+        return None
+    return [(transposed.get(arg, arg), arg in transposed) for arg in product.args]
+
+
+def einsum_sides(equation: str) -> list[tuple[int, bool]] | None:
+    """How the einsum ``equation`` over two tensors is one (batched) matrix product: [(operand, whether
+    its last two dimensions are read swapped)] for the product's left and right factors, or None.
+    The batch letters must lead both operands and the output in one order, then one row, one
+    column and the summed letter (``"bhqd,bhkd->bhqk"``: the second operand transposed;
+    ``"ij,jk->ki"``: the factors swapped)."""
+    from loopwise.kernels.expert.contraction import NotAProduct, contraction
+
+    try:
+        c = contraction(equation)
+    except NotAProduct:
+        return None
+    nb = len(c.batch)
+    if len(c.rows) != 1 or len(c.cols) != 1 or not c.a[:nb] == c.b[:nb] == c.out[:nb] == c.batch:
+        return None
+    terms = {0: c.a[nb:], 1: c.b[nb:]}
+    row, col = c.out[nb:]
+    left = 0 if row in terms[0] else 1
+    return [(left, terms[left] != row + c.summed), (1 - left, terms[1 - left] != c.summed + col)]
 
 
 def _last_two(dims, tensor) -> bool:

@@ -22,12 +22,15 @@ is read through (a copy of it, PyTorch's own kernel, is then the pass's store) (
 PyTorch, in the traced order, with the reference's own modules and weights: ModelNew runs the
 reference's ``__init__``.
 
-A second plan (template kind ``graph_linear``) also makes every nn.Linear on a 2-D float32, float16
-or bfloat16 input a Triton GEMM (a half-precision one on its own type, summed in fp32), with the elementwise work that reads only its output fused as its epilogue (there a
-single operation is worth fusing: it costs no pass of its own). A third (``graph_conv``) makes every
+A second plan (template kind ``graph_linear``) also makes every product of a float32, float16 or
+bfloat16 activation with a model matrix a Triton GEMM over the activation's rows (nn.Linear,
+``F.linear``, ``addmm``, ``x @ W``, ``torch.mm`` / ``torch.matmul``, an einsum that is such a
+product; see :mod:`products`; a half-precision one on its own type, summed in fp32), with the
+elementwise work that reads only its output fused as its epilogue (there a single operation is
+worth fusing: it costs no pass of its own). A third (``graph_conv``) makes every
 nn.Conv2d (groups 1, zero padding) an implicit GEMM on the tensor cores as well, its epilogue the
 elementwise work that reads only its output with tensors of one value per output channel, and
-the Linears GEMMs as in ``graph_linear``: under the fp32 policy tf32x3 on the tensor cores against
+the products GEMMs as in ``graph_linear``: under the fp32 policy tf32x3 on the tensor cores against
 cuDNN's fp32 path on the CUDA cores. Another (``graph_norm``) runs every nn.GroupNorm and
 nn.BatchNorm in Triton: Welford statistics over chunks (per sample and group; per channel over the
 batch in training, the running statistics updated as PyTorch does), then one normalize-and-affine

@@ -8,6 +8,7 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.fx_graph import trace_as_called
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
 from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
+from loopwise.kernels.expert.partition.products import refusals as product_refusals
 from loopwise.kernels.expert.partition.norms import norm_calls, norm_passes, softmax_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
@@ -19,15 +20,16 @@ def partition(problem):
     """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
     when the forward has an nn.GroupNorm or nn.BatchNorm, or a softmax over channels, ``graph_norm``
-    (the norms and softmaxes in Triton with their prologues and epilogues), when it has an
-    nn.Linear on a 2-D float32, float16 or bfloat16 input ``graph_linear`` (each such Linear a
-    Triton GEMM on the tensor cores, with the elementwise pass that reads only its output and
-    per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
+    (the norms and softmaxes in Triton with their prologues and epilogues), when it has a
+    product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
+    ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
+    pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
     search measures them as siblings.
 
     Raises:
         ew.Unsupported: no plan launches a kernel of its own (no chain of :data:`MIN_OPS`
-            fusible operations, no Linear, convolution or norm), or the forward could not be
+            fusible operations, no product with a model matrix, convolution or norm; the reason
+            names each gather and einsum that stays in PyTorch and why), or the forward could not be
             written down standalone.
     """
     module = problem.load_module()
@@ -59,7 +61,7 @@ def partition(problem):
                              ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
-        refusals = gather_refusals(traced)
+        refusals = gather_refusals(traced) + product_refusals(traced, model)
         raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
                              + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None

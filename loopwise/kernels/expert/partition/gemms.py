@@ -1,9 +1,13 @@
-"""nn.Linear and nn.Conv2d calls as Triton GEMMs, each with the elementwise work after it as its epilogue."""
+"""Products with a model matrix (:mod:`.products`) and nn.Conv2d calls as Triton GEMMs, each with the
+elementwise work after it as its epilogue."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loopwise.kernels.expert.fx_graph import zero_padding
 from loopwise.kernels.expert.partition.nodes import dtype_name, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.products import gemm_site
 from loopwise.kernels.expert.partition.records import Gemm
 
 
@@ -29,10 +33,9 @@ def _modules_on(gm, ndim: int, accepts, dtypes: tuple[str, ...]) -> list:
 
 
 def linear_calls(gm, model) -> list:
-    """The nn.Linear calls on a 2-D float32, float16 or bfloat16 input with weights of its dtype."""
-    import torch.nn as nn
-
-    return _modules_on(gm, 2, lambda sub: isinstance(sub, nn.Linear), ("float32", "float16", "bfloat16"))
+    """The calls that multiply a float32, float16 or bfloat16 activation of two or more dimensions
+    by a model matrix of its dtype (nn.Linear, ``x @ W``, a product einsum; :func:`gemm_site`)."""
+    return [node for node in gm.graph.nodes if gemm_site(gm, model, node) is not None]
 
 
 def conv_calls(gm, model) -> list:
@@ -49,21 +52,31 @@ def _conv_shape(sub) -> tuple:
 
 
 def attach_epilogues(gm, model, groups, outputs, anchors):
-    """Each Linear and Conv2d of ``anchors`` becomes a GEMM; an elementwise group whose only
-    activation input is its output (read by nothing else) and whose tensors hold one value per
-    output column (a Linear's features, a convolution's channels) becomes that GEMM's epilogue.
+    """Each product with a model matrix and each Conv2d of ``anchors`` becomes a GEMM; an
+    elementwise group whose only activation input is its output (read by nothing else) and whose
+    tensors hold one value per output column (a product's last dimension, a convolution's
+    channels) becomes that GEMM's epilogue.
     Returns the groups left, their outputs, and [(Gemm, (out node, input node))]."""
     import torch.nn as nn
 
     gemms, taken = [], set()
     for anchor in anchors:
-        sub = gm.get_submodule(anchor.target)
-        linear = isinstance(sub, nn.Linear)
-        n = sub.out_features if linear else sub.out_channels
-        per_column = ((n,), (1, n)) if linear else ((n,), (n, 1, 1), (1, n, 1, 1))
-        conv = () if linear else _conv_shape(sub)
-        name = "linear" if linear else "conv2d"
+        sub = gm.get_submodule(anchor.target) if anchor.op == "call_module" else None
+        if isinstance(sub, nn.Conv2d):
+            n, rank, conv, name = sub.out_channels, 4, _conv_shape(sub), "conv2d"
+            bare = Gemm(anchor.target, f"{anchor.target}.weight", f"{anchor.target}.bias" if sub.bias is not None else "",
+                        (), (), "x0", (name,), conv)
+            source = anchor.args[0]
+        else:
+            site = gemm_site(gm, model, anchor)
+            n, rank, conv, name, source = site.n, len(float_shape(anchor)), (), site.op, site.source
+            label = anchor.target if site.op == "linear" and anchor.op == "call_module" else f"{site.op} with {site.weight}"
+            bare = Gemm(label, site.weight, site.bias, (), (), "x0", (name,), weight_kn=site.weight_kn,
+                        summed_axis=site.summed_axis)
+        # one value per output column: a product's last dimension, a convolution's channels
+        per_column = {(1,) * j + (n,) for j in range(rank)} if not conv else {(n,), (n, 1, 1), (1, n, 1, 1)}
         dtype = dtype_name(anchor)
+        bare = replace(bare, dtype=dtype, out_dtype=dtype)
         epilogue = None
         for i, (out, xs, ps, cone) in enumerate(outputs):
             # an fp32 GEMM takes an fp32 epilogue; a half-precision one an epilogue that stores its
@@ -76,14 +89,13 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
                 epilogue = i
                 break
         if epilogue is None:
-            gemms.append((Gemm(anchor.target, sub.bias is not None, (), (), "x0", (name,), conv, dtype, dtype),
-                          (anchor, anchor.args[0])))
+            gemms.append((bare, (anchor, source)))
             continue
         taken.add(epilogue)
         out, _, ps, cone = outputs[epilogue]
         body, ops, expr = statements(gm, cone, {anchor.name: "x0"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, out)
-        gemms.append((Gemm(anchor.target, sub.bias is not None, tuple(p.target for p in ps), body, expr,
-                           (name, *ops), conv, dtype, dtype_name(out)), (out, anchor.args[0])))
+        gemms.append((replace(bare, operands=tuple(p.target for p in ps), body=body, expr=expr, ops=(name, *ops),
+                              out_dtype=dtype_name(out)), (out, source)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], gemms
 

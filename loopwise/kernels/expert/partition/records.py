@@ -55,20 +55,28 @@ class Norm:
 
 @dataclass(frozen=True)
 class Gemm:
-    """nn.Linear as a Triton GEMM: ``out = epilogue(x0 @ W.T + b)``, the epilogue reading per-column
-    tensors q0, q1, ... (attribute paths)."""
+    """A product with a model matrix (nn.Linear, ``x @ W``, a product einsum; see
+    :mod:`.products`) or an nn.Conv2d as a Triton GEMM: ``out = epilogue(x0 @ W + b)`` over the
+    rows of x0, the epilogue reading per-column tensors q0, q1, ... (attribute paths)."""
 
-    module: str  # the Linear's (or the Conv2d's) attribute path
-    has_bias: bool
+    module: str  # what the GEMM computes, for its docstring: the module's attribute path, or the operation and its matrix
+    weight: str  # the matrix's (the convolution's weights') attribute path
+    bias: str  # the bias's attribute path, "" for none
     operands: tuple[str, ...]  # epilogue tensors, each one value per output column (channel)
     body: tuple[str, ...]
     expr: str
     ops: tuple[str, ...]
-    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation, in_channels); () for a Linear
+    conv: tuple = ()  # a Conv2d: (kh, kw, stride, padding, dilation, in_channels); () for a product
     # the input's and weights' dtype (a Linear's may be float16 / bfloat16: products summed in fp32,
     # the bias and the epilogue applied in fp32) and the stored output's
     dtype: str = "float32"
     out_dtype: str = "float32"
+    weight_kn: bool = False  # the matrix is stored (K, N) (``x @ W``), not (N, K) as nn.Linear's
+    summed_axis: int = -1  # the input's dimension summed, from the end; the others are the rows in order
+
+    @property
+    def has_bias(self) -> bool:
+        return bool(self.bias)
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)

@@ -59,7 +59,7 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
         swap(out, f"fused_{i}", (*xs, *ps))
     for k, (gemm, (out, source)) in enumerate(gemms):
         swap(out, f"{'conv' if gemm.conv else 'linear'}_{k}", (source,),
-             (f"{gemm.module}.weight", *([f"{gemm.module}.bias"] if gemm.has_bias else []), *gemm.operands))
+             (gemm.weight, *([gemm.bias] if gemm.bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
         # the module itself (its weights, running statistics and mode); a softmax reads none
         swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs,
