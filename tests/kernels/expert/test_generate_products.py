@@ -42,7 +42,7 @@ def _gemms(path) -> list:
     return plan(pattern, "graph_linear")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float16", marks=pytest.mark.slow)])  # half: slow tier
 @pytest.mark.parametrize("case", PRODUCTS, ids=[c[0] for c in PRODUCTS])
 def test_a_product_with_a_model_matrix_is_a_gemm_with_its_epilogue(tmp_path, monkeypatch, case, dtype):
     """Each form is one GEMM (nothing left in PyTorch) whose epilogue is the work after it, and the
@@ -112,7 +112,7 @@ WHOLE = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float16", marks=pytest.mark.slow)])  # half: slow tier
 @pytest.mark.parametrize("equation, inputs, kind, params", WHOLE, ids=[w[0] for w in WHOLE])
 def test_an_einsum_of_two_inputs_that_is_one_product_is_the_product_template(tmp_path, monkeypatch, equation, inputs,
                                                                               kind, params, dtype):
