@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Steps in a row whose every request timed out (nothing answered, not even badly) after which the
+# run stops: an agent that is gone would otherwise cost one full wait per open node.
+SILENT_STEPS = 2
+
 
 class OptimizeRun:
     """One optimization run: a search, a proposer, a judge and a store."""
@@ -136,6 +140,7 @@ class OptimizeRun:
         resumable."""
         self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
         self._measure_reference()
+        silent = 0
         while not self.search.budget_spent:
             if deadline is not None and clock() >= deadline:
                 self.store.append("time_limit", {"evaluations": self.tally.evaluations})
@@ -147,7 +152,13 @@ class OptimizeRun:
             if exp is None:
                 self._stop_early()
                 break
+            before = (self.tally.answered, self.tally.proposal_failures["timeout"])
             parent, children = self._propose(exp.node_id, repair=exp.repair)
+            timed_out = self.tally.proposal_failures["timeout"] > before[1]
+            silent = silent + 1 if timed_out and self.tally.answered == before[0] else 0
+            if silent >= SILENT_STEPS:
+                self._stop_silent(silent)
+                break
             if not children:
                 self.search.close(parent)
                 self.store.append("close", {"node": parent})
@@ -166,6 +177,14 @@ class OptimizeRun:
             self.stopped = (f"nothing left to expand after {t.evaluations} of {self.s.budget} candidates "
                             f"(every node closed or failed)")
         self.store.append("stopped", {"reason": self.stopped, "evaluations": t.evaluations})
+
+    def _stop_silent(self, steps: int) -> None:
+        """Stops a run whose model answered nothing for ``steps`` steps in a row (each request
+        timed out), and records why; the run stays resumable."""
+        detail = self.tally.first_failure.get("timeout", "")
+        self.stopped = (f"the model answered none of the requests of the last {steps} steps, each timed out "
+                        f"({detail}); `--resume {self.store.meta.run_id}` continues the run once it answers")
+        self.store.append("stopped", {"reason": self.stopped, "evaluations": self.tally.evaluations})
 
     def _rules(self) -> tuple:
         ev = self.cfg.kernels.eval

@@ -229,3 +229,42 @@ def test_a_models_repair_is_counted_as_a_repair():
     assert [OptimizeRun._move(request, i, False, "llm") for i in range(2)] == ["fuse", "tile"]
     assert OptimizeRun._move(request, 1, True, "llm") == "repair"
     assert OptimizeRun._move(request, 0, False, "expert") == ""
+
+
+class Silent:
+    """A proposer whose agent is gone: every request times out; ``answer_at`` lists the calls
+    (1-based) that get a correct answer instead."""
+
+    def __init__(self, answer_at=()):
+        self.calls, self.answer_at = 0, set(answer_at)
+
+    def propose(self, request):
+        from loopwise.core.propose import FailureReason, ProposalFailure
+
+        self.calls += 1
+        if self.calls in self.answer_at:
+            return [Proposal(content=_variant(f"answer {self.calls}.{i}"), note="n", origin="s") for i in range(request.n)]
+        return [ProposalFailure(reason=FailureReason.TIMEOUT, detail="no answer within 30 s", origin="s")] * request.n
+
+
+def test_a_model_that_stops_answering_stops_the_run_after_two_silent_steps_not_one_wait_per_node(tmp_path):
+    from loopwise.kernels.optimize.loop import SILENT_STEPS
+
+    speeds = {f"# answer 1.{i}": 1.1 + i / 10 for i in range(3)}
+    run, _ = _run(tmp_path, MeasuringJudge(H200, speeds), [], budget=12, per_step=3)
+    run.proposer = silent = Silent(answer_at={1})
+    assert run.run() is True and run.tally.evaluations == 3  # three open nodes left, one wait each without the rule
+    assert SILENT_STEPS == 2 and silent.calls == 1 + SILENT_STEPS
+    assert run.stopped.startswith("the model answered none of the requests of the last 2 steps")
+    assert "no answer within 30 s" in run.stopped and f"--resume {run.store.meta.run_id}" in run.stopped
+    assert [e.payload["reason"] for e in run.store.events() if e.kind == "stopped"] == [run.stopped]
+    run.store.close()
+
+
+def test_an_answer_between_silent_steps_keeps_the_run_going(tmp_path):
+    speeds = {f"# answer {c}.{i}": 1.1 + c + i / 10 for c in (1, 3) for i in range(3)}
+    run, _ = _run(tmp_path, MeasuringJudge(H200, speeds), [], budget=12, per_step=3)
+    run.proposer = silent = Silent(answer_at={1, 3})
+    run.run()
+    assert silent.calls == 5 and run.tally.evaluations == 6  # answered, silent, answered, silent, silent
+    run.store.close()
