@@ -258,7 +258,20 @@ def test_a_model_that_stops_answering_stops_the_run_after_two_silent_steps_not_o
     assert run.stopped.startswith("the model answered none of the requests of the last 2 steps")
     assert "no answer within 30 s" in run.stopped and f"--resume {run.store.meta.run_id}" in run.stopped
     assert [e.payload["reason"] for e in run.store.events() if e.kind == "stopped"] == [run.stopped]
+    run_id = run.store.meta.run_id
     run.store.close()
+    from loopwise.config import load_config
+    from loopwise.kernels.optimize import OptimizeRun
+    from loopwise.kernels.problem import load_problem
+
+    speeds |= {f"# answer 11.{i}": 2.0 for i in range(3)}
+    again = OptimizeRun.resume(run_id, load_config(None, []), str(tmp_path / "runs"),
+                               lambda problem: MeasuringJudge(H200, speeds), load_problem)
+    again.proposer = back = Silent(answer_at={11})  # the agent is back, with new answers
+    back.calls = 10
+    again.run()
+    assert again.tally.evaluations == 6  # three new candidates judged after the resume (then silent again)
+    again.store.close()
 
 
 def test_an_answer_between_silent_steps_keeps_the_run_going(tmp_path):
