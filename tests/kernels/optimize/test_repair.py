@@ -1,7 +1,7 @@
 """A model in the loop that learns from its mistakes: a scripted exchange agent makes the typical
 ones (a typo, a plain fp32 ``tl.dot``, no code block, a duplicate), and a scripted model behind a
-local OpenAI-compatible server others (a typo, no code block, a wrong index); the loop repairs each
-within two turns, telling the model exactly what went wrong."""
+local OpenAI-compatible server the same and a wrong index; the loop repairs each within two turns,
+telling the model exactly what went wrong."""
 
 from __future__ import annotations
 
@@ -145,33 +145,44 @@ def test_a_duplicate_answer_is_recorded_counted_re_prompted_and_replayed(tmp_pat
     again.store.close()
 
 
-@pytest.mark.slow  # four candidates judged in Triton's interpreter: about 20 s on the loaded 2-core CPU
-def test_a_model_over_the_openai_wire_is_repaired_after_a_typo_no_code_and_a_wrong_index(tmp_path, cli_env):
-    """The same loop with a scripted model behind a local OpenAI-compatible server: each mistake is
-    answered, within two turns, by the request that names it (the crash's log, the parse error, the
-    mismatch), and the repairs are counted."""
+@pytest.mark.slow  # six candidates judged in Triton's interpreter: about 30 s on the loaded 2-core CPU
+def test_a_model_over_the_openai_wire_is_repaired_after_each_typical_mistake(tmp_path, cli_env):
+    """The same loop with a scripted model behind a local OpenAI-compatible server making all five
+    typical mistakes (a typo, no code block, a duplicate, a plain fp32 ``tl.dot``, a wrong index):
+    each is answered, within two turns, by the request that names it (the crash's log, the parse
+    error, the duplicate's node, the rule broken, the mismatch), and the repairs are counted."""
     from fake_llm_server import FakeLLMServer, good, no_code
 
     wrong_index = GOOD.replace("x_ptr + offs,", "x_ptr + (offs ^ 1),")
-    assert wrong_index != GOOD
+    again = GOOD.replace("1024", "2048")
+    assert len({wrong_index, again, GOOD, OTHER}) == 4
     server = FakeLLMServer().start()
     try:
-        server.queue(good(TYPO, "Move: fused kernel"), good(GOOD, "Move: fix the arange typo"), no_code(),
-                     good(wrong_index, "Move: new indexing"), good(OTHER, "Move: indexing fixed, 512"))
+        server.queue(good(TYPO, "Move: fused kernel"),                 # improve the reference -> crash
+                     good(GOOD, "Move: fix the arange typo"),          # its repair -> correct
+                     no_code(),                                        # improve -> no code block
+                     good(GOOD, "Move: fused kernel again"),           # re-prompt -> a duplicate
+                     good(DOT, "Move: fused kernel with a dot"),       # re-prompt -> exploit (plain fp32 dot)
+                     good(OTHER, "Move: ieee dot removed, 512"),       # its repair -> correct
+                     good(wrong_index, "Move: new indexing"),          # improve -> wrong output
+                     good(again, "Move: indexing fixed, 2048"))        # its repair -> correct
         cmd = [sys.executable, "-m", "loopwise", "kernels", "optimize", str(PROBLEM), "--proposer", "llm",
-               "--llm-model", "m", "--llm-base-url", server.base_url + "/v1", "--budget", "4", "--per-step", "1",
+               "--llm-model", "m", "--llm-base-url", server.base_url + "/v1", "--budget", "6", "--per-step", "1",
                "--device", "cpu", "--runs-dir", str(tmp_path / "runs"), "--set", "kernels.eval.perf_trials=3",
                "--set", "llm.tools=false", "--json"]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=600)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=900)
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
     users = [post.body["messages"][1]["content"] for post in server.posts()]
-    assert len(users) == 5, [u[-300:] for u in users]
+    assert len(users) == 8, [u[-300:] for u in users]
     assert "## The candidate that failed" in users[1] and "no attribute 'arang'" in users[1]
     assert "Your previous answer could not be used: no ```python block" in users[3]
-    assert "## The candidate that failed" in users[4] and "wrong_output" in users[4] and "max_abs_err" in users[4]
-    assert summary["evaluations"] == 4 and summary["proposals"]["repairs"] == 2
-    assert summary["failures"] == {"crash": 1, "wrong_output": 1}, summary["failures"]
-    assert summary["proposals"]["by"] == {"llm/improve": 1, "llm/repair": 2, "llm/improve re-prompt": 1}
+    assert "identical to node 2" in users[4]
+    assert "`tl.dot` without input_precision" in users[5] and "## The candidate that failed" in users[5]
+    assert "## The candidate that failed" in users[7] and "wrong_output" in users[7] and "max_abs_err" in users[7]
+    assert summary["evaluations"] == 6 and summary["proposals"]["repairs"] == 3
+    assert summary["proposals"]["duplicates"] == 1 and summary["proposals"]["reprompts"] == 2
+    assert summary["failures"] == {"crash": 1, "exploit": 1, "wrong_output": 1}, summary["failures"]
+    assert summary["proposals"]["by"] == {"llm/improve": 2, "llm/repair": 3, "llm/improve re-prompt": 1}
