@@ -29,3 +29,43 @@ def test_a_compile_error_reads_on_one_line_with_its_place_and_cause():
     ev = Evaluation(status="compile_error", problem="p", candidate="c",
                     reasons=[Reason(code="compile_error", message=message, severity="reject")])
     assert ev.summary() == "compile_error (compile_error: at 24:13: ... AssertionError('Both inputs must be 2D'))"
+
+
+BAD_DOT = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def bad(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offs)
+    acc = tl.dot(a, a)
+    tl.store(out_ptr + offs, acc)
+'''
+
+
+def test_tritons_own_compile_error_keeps_the_failing_line_and_its_cause(tmp_path):
+    """Triton's real CompilationError (its front end, compiling for sm_90 ahead of time on this
+    machine): the repair request gets the line, the caret and the cause, not only "at 4:10:"."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    (tmp_path / "bad_dot.py").write_text(BAD_DOT)
+    spec = importlib.util.spec_from_file_location("bad_dot", tmp_path / "bad_dot.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = ASTSource(module.bad, {"x_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 32})
+    try:
+        triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    except Exception as exc:  # noqa: BLE001 - the exception under test
+        error = exc
+    else:
+        raise AssertionError("a 1-D tl.dot compiled")
+    fail = classify_exception(error, "forward")
+    assert fail.status == "compile_error", (type(error), fail)
+    lines = fail.message.splitlines()
+    assert lines[0].startswith("CompilationError: at ") and "acc = tl.dot(a, a)" in fail.message
+    assert any(line.strip() == "^" for line in lines) and lines[-1].strip() not in ("", "^")  # the cause
