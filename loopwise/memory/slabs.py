@@ -188,10 +188,10 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
               resident_t, charged, outer_charged, loops=()) -> Group | None:
     """The group of operators ``names`` run in slabs over ``spec`` with the least traffic: for
     every slab size (and outer slab size) that fits ``capacity``, the largest invariants made
-    resident first while they fit; None when no slab size fits. ``inv``: its invariants; ``loops``: the inner loop of each
-    operator when there are several (:mod:`loopwise.memory.segments`); an invariant used in
-    several (its last field) is loaded again by every outer slab when not kept, not by every
-    inner slab."""
+    resident first while they fit; None when no slab size fits. ``inv``: its invariants.
+    ``loops``: the inner loop of each operator when there are several
+    (:mod:`loopwise.memory.segments`); an invariant used in several (its last field) is loaded
+    again by every outer slab when not kept, not by every inner slab."""
     length = len(held["both"])
     sizes = _sizes_below(extent)
     size_col = np.array(sizes, dtype=float)[:, None]
@@ -234,6 +234,7 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
     per_op = tuple(np.rint(per_op).astype(np.int64).tolist())  # halves to even, as round() does
     outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
     ranked = [inv.names[k] for k in order.tolist()]
-    slab = Slab(tuple(d for _, d in spec), extent, size, tuple(ranked[:p]), tuple(ranked[p:]), outer, outer_extent, outer_size,
+    slab = Slab(tuple(d for _, d in spec), extent, size, tuple(ranked[:p]), tuple(ranked[p:]), outer, outer_extent,
+                outer_size,
                 tuple(loops) if len(set(loops)) > 1 else ())
     return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy, per_operator=per_op)
