@@ -248,7 +248,8 @@ class _Planner:
         charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
         if spec is not None and beat is not None and moved + outer_moved + got.invariant_table().total_loaded >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
-        held = {kind: np.cumsum(c)[:length] for kind, c in covers.items()}
+        stacked = np.cumsum(np.array(list(covers.values())), axis=1)[:, :length]
+        held = dict(zip(covers, stacked))
         names = self.names[i:j]
         if spec is None:
             peak = int(held["whole"].max())

@@ -204,7 +204,8 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
         # each count of resident invariants (columns)
         works = (held["both"] * fo * size_col / extent + held["inner"] * size_col / extent + held["whole"]
                  + held["span"] * fo)
-        peaks_all = (works[:, None, :] + cover[-1][None, None, :] - cover[None, :, :]).max(axis=2) + kept
+        works_all = works + cover[-1]  # with every invariant streamed
+        peaks_all = (works_all[:, None, :] - cover[None, :, :]).max(axis=2) + kept
         fitting = peaks_all <= capacity
         for row, size in enumerate(sizes):
             fits = np.nonzero(fitting[row])[0]
@@ -219,7 +220,7 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
                 per_inner + outer_count * per_both)
             # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
             if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
-                held_at = works[row] + cover[-1] - cover[p] + kept[p]
+                held_at = works_all[row] - cover[p] + kept[p]
                 best = (traffic, size, outer_size, p, int(peaks_all[row, p]), held_at, order, count, outer_count)
     if best is None:
         return None
