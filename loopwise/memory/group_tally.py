@@ -9,12 +9,12 @@ the tally without carries is made once and a way with carries changes the carrie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from loopwise.memory.segments import bounds, segments
-from loopwise.memory.slabs import Unit
+from loopwise.memory.slabs import Invariants, Unit
 
 KINDS = ("whole", "both", "inner", "span")  # span: held at the outer slab's size (several inner loops)
 
@@ -31,6 +31,12 @@ class Tally:
     invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension, in several loops)
     resident: list[str]  # made and used up inside the group
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
+    table: Invariants | None = None  # ``invariants`` as columns, made when first asked for
+
+    def invariant_table(self) -> Invariants:
+        if self.table is None:
+            self.table = Invariants(self.invariants)
+        return self.table
 
 
 def units(planner, i: int, j: int, spec) -> dict | None:
@@ -38,61 +44,90 @@ def units(planner, i: int, j: int, spec) -> dict | None:
     slab choice ``spec`` (per operator: outer dimension or None, inner dimension); None when an
     intermediate would be sliced one way by its producer and another by a consumer of the same
     inner loop, or when one used in several inner loops is not sliced by the outer dimension
-    wherever it is used (:mod:`loopwise.memory.segments`)."""
+    wherever it is used (:mod:`loopwise.memory.segments`). The result is shared: not to be changed."""
     segs = segments(planner, i, spec) if spec is not None else (0,) * (j - i)
-    out: dict[str, Unit] = {}
-    for k in range(i, j):
-        seg = segs[k - i]
-        if spec is None:
-            sig_o = sig_i = None
-        else:
-            outer, inner = spec[k - i]
-            sig_o = planner.sigs[k][outer] if outer is not None else None
-            sig_i = planner.sigs[k][inner]
-        for t, (nbytes, _, w) in planner.facts[k].items():
-            so = spec is not None and (sig_o is None or sig_o[t] is not None)  # no outer level: as sliced
-            si = spec is not None and sig_i[t] is not None
-            u = out.get(t)
-            if u is None:
-                out[t] = Unit(k, k, nbytes, si, w, so, seg)
-                continue
-            if u.produced and (u.outer != so or (u.seg == seg and not u.spans and u.sliced != si)):
-                return None  # an intermediate read whole by a later operator of its loop: no slabs
-            u.last, u.whole = k, max(u.whole, nbytes)
-            if not u.produced and not w:
-                # read again from outside: held as what its readers touch together (the parts of
-                # a fused projection that two operators read are all on chip)
-                u.whole = max(u.whole, planner._loaded(t, u.first, k))
-            u.spans = u.spans or u.seg != seg
-            u.sliced, u.outer, u.produced, u.seg = u.sliced and si, u.outer and so, u.produced or w, seg
-    if len(set(segs)) > 1:
-        loops = bounds(segs, i)
-        for u in out.values():
-            if u.spans:
-                if u.produced and not u.outer:
-                    return None
-                u.sliced = False
-                u.hold_first, u.hold_last = loops[segs[u.first - i]][0], loops[segs[u.last - i]][1]
+    out = _chain(planner, i, j, spec, segs)
+    if out is None or len(set(segs)) == 1:
+        return out
+    loops = bounds(segs, i)
+    out = dict(out)
+    for t, u in out.items():
+        if u.spans:
+            if u.produced and not u.outer:
+                return None
+            out[t] = replace(u, sliced=False, hold_first=loops[segs[u.first - i]][0],
+                             hold_last=loops[segs[u.last - i]][1])
     return out
+
+
+def _chain(planner, i: int, j: int, spec, segs) -> dict | None:
+    """Each tensor's :class:`Unit` over operators i..j-1 before the loops are joined up. The search
+    grows a group one operator at a time, so the last chain is extended when ``spec`` continues it
+    (its units are copied where they change, never changed in place)."""
+    key = (i, j, None if spec is None else tuple(spec))
+    last = getattr(planner, "_unit_chain", None)
+    if last is not None and last[0][:2] == (i, j - 1) and (
+            (spec is None and last[0][2] is None) or (spec is not None and last[0][2] == key[2][:-1])):
+        out, start = dict(last[1]), j - 1
+    else:
+        out, start = {}, i
+    for k in range(start, j):
+        if not _extend(planner, out, k, i, spec, segs[k - i]):
+            return None
+    planner._unit_chain = (key, out)
+    return out
+
+
+def _extend(planner, out: dict, k: int, i: int, spec, seg: int) -> bool:
+    """``out`` with operator k's tensors added (a new :class:`Unit` for each one it changes);
+    False when an intermediate is sliced otherwise than before in its loop."""
+    if spec is None:
+        sig_o = sig_i = None
+    else:
+        outer, inner = spec[k - i]
+        sig_o = planner.sigs[k][outer] if outer is not None else None
+        sig_i = planner.sigs[k][inner]
+    for t, (nbytes, _, w) in planner.facts[k].items():
+        so = spec is not None and (sig_o is None or sig_o[t] is not None)  # no outer level: as sliced
+        si = spec is not None and sig_i[t] is not None
+        u = out.get(t)
+        if u is None:
+            out[t] = Unit(k, k, nbytes, si, w, so, seg)
+            continue
+        if u.produced and (u.outer != so or (u.seg == seg and not u.spans and u.sliced != si)):
+            return False  # an intermediate read whole by a later operator of its loop: no slabs
+        whole = max(u.whole, nbytes)
+        if not u.produced and not w:
+            # read again from outside: held as what its readers touch together (the parts of
+            # a fused projection that two operators read are all on chip)
+            whole = max(whole, planner._loaded(t, u.first, k))
+        out[t] = Unit(u.first, k, whole, u.sliced and si, u.produced or w, u.outer and so, seg,
+                      u.spans or u.seg != seg)
+    return True
 
 
 def tally(planner, i: int, j: int, spec, units) -> Tally:
     """Operators i..j-1 with ``units`` (:meth:`_Planner._units`), no tensor carried."""
     length = j - i
-    out = Tally(0, 0, np.zeros(length), np.zeros(length), {k: np.zeros(length + 1) for k in KINDS}, [], [])
+    # summed in Python integers (bytes), made arrays once at the end
+    charged, outer_charged = [0] * length, [0] * length
+    covers = {k: [0] * (length + 1) for k in KINDS}
+    out = Tally(0, 0, None, None, None, [], [])
+    outputs, uses, facts, loads = planner.outputs, planner.uses, planner.facts, planner.loads
     for t, u in units.items():
         kind = _kind(spec, u)
         if u.produced:
-            if t in planner.outputs or planner.uses[t][-1] >= j:
-                amount = planner.facts[u.first][t][0]  # stored once, as its producer wrote it
+            if t in outputs or uses[t][-1] >= j:
+                amount = facts[u.first][t][0]  # stored once, as its producer wrote it
                 out.moved += amount
-                out.charged[u.first - i] += amount
+                charged[u.first - i] += amount
                 out.own[t] = ("moved", amount, kind)
             else:
                 out.resident.append(t)
                 out.own[t] = ("resident", 0, kind)
         else:
-            loaded = planner._loaded(t, u.first, u.last)
+            key = (t, u.first, u.last)
+            loaded = loads[key] if key in loads else planner._loaded(t, u.first, u.last)
             loaded = u.whole if loaded is None else loaded
             if kind is None:
                 a, z = u.held
@@ -101,15 +136,17 @@ def tally(planner, i: int, j: int, spec, units) -> Tally:
                 continue
             if kind == "inner":
                 out.outer_moved += loaded
-                out.outer_charged[u.first - i] += loaded
+                outer_charged[u.first - i] += loaded
                 out.own[t] = ("outer", loaded, kind)
             else:
                 out.moved += loaded
-                out.charged[u.first - i] += loaded
+                charged[u.first - i] += loaded
                 out.own[t] = ("moved", loaded, kind)
-        a, z = u.held
-        out.covers[kind][a - i] += u.whole
-        out.covers[kind][z - i + 1] -= u.whole
+        a, z = (u.hold_first, u.hold_last) if u.spans else (u.first, u.last)
+        covers[kind][a - i] += u.whole
+        covers[kind][z - i + 1] -= u.whole
+    out.charged, out.outer_charged = np.array(charged, dtype=float), np.array(outer_charged, dtype=float)
+    out.covers = {k: np.array(c, dtype=float) for k, c in covers.items()}
     return out
 
 
@@ -130,8 +167,9 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     out = Tally(base.moved, base.outer_moved, base.charged.copy(), base.outer_charged.copy(),
                 {k: c.copy() for k, c in base.covers.items()}, base.invariants, list(base.resident))
     dropped = set()
-    for t, u in units.items():
-        if t not in carried_in and t not in carried_out:
+    for t in sorted(carried_in | carried_out):
+        u = units.get(t)
+        if u is None:
             continue
         role, amount, kind = base.own[t]
         if role == "invariant":
@@ -165,4 +203,6 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             out.resident.append(t)
     if dropped:
         out.invariants = [v for v in base.invariants if v[4] not in dropped]
+    else:
+        out.table = base.invariant_table()  # the same invariants: what each slab size makes of them too
     return out

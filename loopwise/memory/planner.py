@@ -244,11 +244,12 @@ class _Planner:
         got = self.tallied[1]
         if carried_in or carried_out:
             got = with_carries(self, got, i, j, spec, units, carried_in, carried_out)
-        moved, outer_moved, invariants, resident_t = got.moved, got.outer_moved, got.invariants, got.resident
+        moved, outer_moved, resident_t = got.moved, got.outer_moved, got.resident
         charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
-        if spec is not None and beat is not None and moved + outer_moved + sum(v[1] for v in invariants) >= beat:
+        if spec is not None and beat is not None and moved + outer_moved + got.invariant_table().total_loaded >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
-        held = {kind: np.cumsum(c)[:length] for kind, c in covers.items()}
+        stacked = np.cumsum(np.array(list(covers.values())), axis=1)[:, :length]
+        held = dict(zip(covers, stacked))
         names = self.names[i:j]
         if spec is None:
             peak = int(held["whole"].max())
@@ -257,7 +258,7 @@ class _Planner:
             return Group(names, moved, peak, tuple(sorted(resident_t)), occupancy=tuple(held["whole"].astype(np.int64).tolist()),
                          per_operator=tuple(charged.astype(np.int64).tolist()), carried_in=tuple(sorted(carried_in)),
                          carried_out=tuple(sorted(carried_out)))
-        grp = best_slab(self.cap, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+        grp = best_slab(self.cap, names, moved, outer_moved, held, got.invariant_table(), spec, extent, outer_extent,
                         tuple(sorted(resident_t)), charged, outer_charged, segments(self, i, spec))
         if grp is None or not (carried_in or carried_out):
             return grp

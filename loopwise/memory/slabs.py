@@ -135,71 +135,107 @@ def _sizes_below(extent: int) -> list[int]:
     return out
 
 
-def best_slab(capacity, names, moved, outer_moved, held, invariants, spec, extent, outer_extent,
+class Invariants:
+    """A group's invariants, each ``(bytes held, bytes loaded, first and last operator, name, sliced
+    by the outer dimension, used in several inner loops)``, as columns in the order given;
+    ``moves``: what each moves when streamed, by row: per inner slab, per inner slab of every outer
+    slab, per outer slab. Made once for a group and shared by its ways of meeting its neighbours
+    that keep the same invariants, with what each outer slab size makes of them (:meth:`level`)."""
+
+    def __init__(self, invariants) -> None:
+        self.total_loaded = sum(v[1] for v in invariants)
+        self.levels: dict[tuple[float, int], tuple] = {}
+        cols = list(zip(*invariants)) or [()] * 7
+        self.whole = np.array(cols[0], dtype=float)
+        self.loaded = np.array(cols[1], dtype=float)
+        self.first = np.array(cols[2], dtype=np.intp)
+        self.last = np.array(cols[3], dtype=np.intp)
+        self.names = cols[4]
+        self.by_outer = np.array(cols[5], dtype=bool)
+        self.spans = np.array(cols[6], dtype=bool)
+        inner = self.by_outer & ~self.spans
+        self.moves = self.loaded * np.stack([inner, ~inner & ~self.spans, self.spans])
+
+    def level(self, fo: float, length: int) -> tuple:
+        """:func:`_level`, once for each outer slab share."""
+        key = (fo, length)
+        if key not in self.levels:
+            self.levels[key] = _level(self, fo, length)
+        return self.levels[key]
+
+
+def _level(inv: Invariants, fo: float, length: int) -> tuple:
+    """For one outer slab size (``fo``: its share of the outer extent), the invariants largest
+    first (an invariant of the inner slabs held at its size for one outer slab) and, for every
+    count ``p`` of them made resident: ``cover[p]``, the bytes the p largest hold at each operator
+    if streamed; ``kept[p]``, what the p largest hold resident; ``resident[p]``, what they load;
+    ``streamed[:, p]``, what the rest move per inner slab, per inner slab of every outer slab and
+    per outer slab."""
+    held = np.where(inv.by_outer, inv.whole * fo, inv.whole)
+    order = np.argsort(-held, kind="stable")
+    sizes_held = held[order]
+    ops = np.arange(length)
+    rows = ((ops >= inv.first[order][:, None]) & (ops <= inv.last[order][:, None])) * sizes_held[:, None]
+    cover = np.vstack([np.zeros(length), np.cumsum(rows, axis=0)])
+    kept = np.concatenate([[0.0], np.cumsum(sizes_held)])
+    resident = np.concatenate([[0.0], np.cumsum(inv.loaded[order])])
+    streamed = np.zeros((3, len(order) + 1))
+    streamed[:, :-1] = np.cumsum(inv.moves[:, order[::-1]], axis=1)[:, ::-1]
+    return order, cover, kept, resident, streamed
+
+
+def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, extent, outer_extent,
               resident_t, charged, outer_charged, loops=()) -> Group | None:
     """The group of operators ``names`` run in slabs over ``spec`` with the least traffic: for
     every slab size (and outer slab size) that fits ``capacity``, the largest invariants made
-    resident first while they fit; None when no slab size fits. ``loops``: the inner loop of each
-    operator when there are several (:mod:`loopwise.memory.segments`); an invariant used in
-    several (its last field) is loaded again by every outer slab when not kept, not by every
-    inner slab."""
+    resident first while they fit; None when no slab size fits. ``inv``: its invariants.
+    ``loops``: the inner loop of each operator when there are several
+    (:mod:`loopwise.memory.segments`); an invariant used in several (its last field) is loaded
+    again by every outer slab when not kept, not by every inner slab."""
     length = len(held["both"])
+    sizes = _sizes_below(extent)
+    size_col = np.array(sizes, dtype=float)[:, None]
     best = None
     for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
-        # an invariant of the inner slabs held at its size for one outer slab; the largest first
-        items = sorted(((whole * fo if by_outer else whole, loaded, a, z, name, by_outer, spans)
-                        for whole, loaded, a, z, name, by_outer, spans in invariants), key=lambda v: -v[0])
-        # streamed_cover[p]: bytes the p largest invariants hold at each operator, if streamed
-        sizes_held = np.array([v[0] for v in items], dtype=float)
-        steps = np.zeros((len(items), length + 1))
-        if items:
-            rows = np.arange(len(items))
-            np.add.at(steps, (rows, [v[2] for v in items]), sizes_held)
-            np.add.at(steps, (rows, [v[3] + 1 for v in items]), -sizes_held)
-        streamed_cover = np.vstack([np.zeros(length), np.cumsum(np.cumsum(steps, axis=1)[:, :length], axis=0)])
-        kept = np.concatenate([[0.0], np.cumsum(sizes_held)])
-        total_cover = streamed_cover[-1]
-        # what the invariants beyond the p largest move when streamed: per inner slab, or per
-        # inner slab of every outer slab (an invariant of both levels)
-        loaded = np.array([v[1] for v in items], dtype=float)
-        per_inner = np.array([v[1] if v[5] and not v[6] else 0.0 for v in items])
-        per_outer = np.array([v[1] if v[6] else 0.0 for v in items])  # by every outer slab
-        per_both = loaded - per_inner - per_outer
-        resident_prefix = np.concatenate([[0.0], np.cumsum(loaded)])
-        inner_suffix = np.concatenate([np.cumsum(per_inner[::-1])[::-1], [0.0]])
-        both_suffix = np.concatenate([np.cumsum(per_both[::-1])[::-1], [0.0]])
-        outer_suffix = np.concatenate([np.cumsum(per_outer[::-1])[::-1], [0.0]])
-        for size in _sizes_below(extent):
-            count = math.ceil(extent / size)
-            work = (held["both"] * fo * size / extent + held["inner"] * size / extent + held["whole"]
-                    + held["span"] * fo)
-            peaks = (work[None, :] + total_cover[None, :] - streamed_cover).max(axis=1) + kept
-            fits = np.nonzero(peaks <= capacity)[0]
+        order, cover, kept, resident, streamed = inv.level(fo, length)
+        # every inner slab size at once (rows): what is held at each operator, and the peak for
+        # each count of resident invariants (columns)
+        works = (held["both"] * fo * size_col / extent + held["inner"] * size_col / extent + held["whole"]
+                 + held["span"] * fo)
+        works_all = works + cover[-1]  # with every invariant streamed
+        peaks_all = (works_all[:, None, :] - cover[None, :, :]).max(axis=2) + kept
+        fitting = peaks_all <= capacity
+        for row, size in enumerate(sizes):
+            fits = np.nonzero(fitting[row])[0]
             if not len(fits):
                 break  # a larger slab holds more
             p = int(fits.max())
+            count = math.ceil(extent / size)
             # resident: loaded once; streamed: by every inner slab (of every outer slab, for an
             # invariant of both levels)
-            traffic = moved + outer_count * (outer_moved + outer_suffix[p]) + resident_prefix[p] + count * (
-                inner_suffix[p] + outer_count * both_suffix[p])
+            per_inner, per_both, per_outer = streamed[:, p].tolist()
+            traffic = moved + outer_count * (outer_moved + per_outer) + resident[p] + count * (
+                per_inner + outer_count * per_both)
             # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
             if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
-                held_at = work + total_cover - streamed_cover[p] + kept[p]
-                best = (traffic, size, outer_size, p, int(peaks[p]), held_at, items, count, outer_count)
+                held_at = works_all[row] - cover[p] + kept[p]
+                best = (traffic, size, outer_size, p, int(peaks_all[row, p]), held_at, order, count, outer_count)
     if best is None:
         return None
-    traffic, size, outer_size, p, peak, held_at, items, count, outer_count = best
+    traffic, size, outer_size, p, peak, held_at, order, count, outer_count = best
     occupancy = tuple(held_at.astype(np.int64).tolist())
+    # each invariant's loads by the operator that first reads it: once if resident, else per
+    # outer slab (several loops), per inner slab, or per inner slab of every outer slab
+    times = np.where(inv.spans, outer_count, count * np.where(inv.by_outer, 1, outer_count))
+    times[order[:p]] = 1
     per_op = charged + outer_count * outer_charged
-    for v in items[:p]:
-        per_op[v[2]] += v[1]
-    for v in items[p:]:
-        per_op[v[2]] += v[1] * (outer_count if v[6] else count * (1 if v[5] else outer_count))
+    np.add.at(per_op, inv.first, inv.loaded * times)
     per_op = tuple(np.rint(per_op).astype(np.int64).tolist())  # halves to even, as round() does
     outer = tuple(o for o, _ in spec) if spec[0][0] is not None else None
-    slab = Slab(tuple(d for _, d in spec), extent, size, tuple(v[4] for v in items[:p]),
-                tuple(v[4] for v in items[p:]), outer, outer_extent, outer_size,
+    ranked = [inv.names[k] for k in order.tolist()]
+    slab = Slab(tuple(d for _, d in spec), extent, size, tuple(ranked[:p]), tuple(ranked[p:]), outer, outer_extent,
+                outer_size,
                 tuple(loops) if len(set(loops)) > 1 else ())
     return Group(names, int(traffic), peak, resident_t, slab=slab, occupancy=occupancy, per_operator=per_op)

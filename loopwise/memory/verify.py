@@ -42,7 +42,12 @@ share (a consumer in a loop after its producer's reads what every slab of the pr
 inside that loop would read part of it); the step's DMA transfers are counted, each
 at the offset of a buffer its tensor holds, and outside a tiled operator (whose transfers add up
 every tile's) a load must fit in what its tensor holds on chip; frees subtract. At the end of the schedule nothing may
-be left on chip. Failures are values: every violation is reported with where it happened, never
+be left on chip. A loop labelled ``"key"`` runs an attention key block by key block with an
+online softmax; only a chain whose operators' kinds (the part of each name before ``:``) are
+matmul, [mul or div], [add], softmax, matmul can, and the softmax's running row maximum and sum
+(buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on chip at every key block
+(``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by block). Failures are
+values: every violation is reported with where it happened, never
 raised.
 """
 
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +65,8 @@ class Violation:
     """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
     (its iteration per loop) and the operator."""
 
-    kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset, overfill
+    kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
+    # overfill, key_blocks
     where: str
     message: str
     needed_bytes: int = 0
@@ -91,6 +98,10 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+
+KEY_LOOP = "key"  # the label of a loop over key blocks (flash-style attention)
+_SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
 
 
 class PlanFormatError(ValueError):
@@ -189,9 +200,29 @@ class _Replay:
         if extent < 1 or size < 1:
             raise PlanFormatError(f"not a plan (loop {loop['loop']!r} of extent {extent} by {size})")
         count = math.ceil(extent / size)
+        state = self._key_loop_state(loop, where, path) if loop["loop"] == KEY_LOOP else ()
         for t in range(count):
+            here = f"{where}, slab {'.'.join(str(x + 1) for x in path + [t])}, key block"
+            for name in state:
+                if self.live.get(name, 0) <= 0:
+                    self._violate("key_blocks", here, f"{name}: the online softmax's state is not on chip")
             inner = dict(loops, **{loop["loop"]: (t * size, min(extent, (t + 1) * size), extent, count)})
             self._steps(loop["steps"], where, inner, path + [t])
+
+    def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
+        """A loop over key blocks runs an attention's softmax online: its operators, by the kind
+        each name starts with, must be a score product, a scale and a mask add (each optional), a
+        softmax and the value product; returns the buffers of the softmax's running row maximum
+        and sum, which must be on chip at every key block (none when the chain is not one)."""
+        names = [s["operator"] for s in _flat(loop["steps"]) if s.get("operator")]
+        kinds = " ".join(n.partition(":")[0].lstrip("_").lower() if ":" in n else "?" for n in names)
+        if not _SOFTMAX_CHAIN.match(kinds):
+            here = f"{where}, slab {'.'.join(str(x + 1) for x in path) or '-'}"
+            self._violate("key_blocks", here, f"a loop over key blocks runs {', '.join(names) or 'nothing'}: only "
+                                              "matmul, [mul or div], [add], softmax, matmul can (an online softmax)")
+            return ()
+        softmax = next(n for n in names if n.partition(":")[0].lstrip("_").lower() == "softmax")
+        return (f"rowmax:{softmax}", f"rowsum:{softmax}")
 
     def _share(self, entry: list, loops: dict) -> int:
         nbytes = int(entry[1])
@@ -288,6 +319,14 @@ class _Replay:
 
     def _violate(self, kind: str, where: str, message: str, needed: int = 0, capacity: int = 0) -> None:
         self.violations.append(Violation(kind, where, message, needed, capacity))
+
+
+def _flat(steps: list) -> list[dict]:
+    """The steps of ``steps`` and of the loops in it, in order."""
+    out = []
+    for step in steps:
+        out += _flat(step["steps"]) if "loop" in step else [step]
+    return out
 
 
 def _transfers_by_step(group: dict) -> dict[str, list[dict]]:
