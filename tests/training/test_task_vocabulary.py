@@ -44,7 +44,7 @@ def test_an_answer_that_spans_lines_round_trips_and_ends_at_the_end_token():
     assert legacy.encode("1\n") == [legacy.stoi["1"], legacy.end]
 
 
-@pytest.mark.parametrize("name", ["rg:leg_counting", "rg:mini_sudoku"])
+@pytest.mark.parametrize("name", ["rg:leg_counting", pytest.param("rg:mini_sudoku", marks=pytest.mark.slow)])
 def test_a_reasoning_gym_session_warm_starts_and_trains_a_stage(name, monkeypatch):
     pytest.importorskip("reasoning_gym")
     monkeypatch.setitem(session.PRESETS, "smoke", TINY)

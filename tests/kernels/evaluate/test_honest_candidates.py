@@ -14,7 +14,8 @@ from loopwise.kernels.problem import load_problem
 
 HONEST = Path(__file__).parents[1] / "candidates"
 MANIFEST = yaml.safe_load((HONEST / "manifest.yaml").read_text())
-ENTRIES = [e for e in MANIFEST if e["cpu"]]
+# The C++ build and the interpreted odd-K GEMM take 20-30 s each: the slow tier judges them.
+SLOW = {"cpp_swish.py@swish", "triton_matmul_ieee.py@matmul_odd_k"}
 GPU_ENTRIES = [e for e in MANIFEST if not e["cpu"] and not e["candidate"].startswith("cpp_")]
 
 
@@ -34,6 +35,9 @@ def interpret_triton(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+ENTRIES = [pytest.param(e, marks=pytest.mark.slow) if _entry_id(e) in SLOW else e for e in MANIFEST if e["cpu"]]
 
 
 @pytest.mark.usefixtures("interpret_triton")

@@ -25,6 +25,7 @@ DOT = GOOD + REPLAY.DOT  # a plain fp32 tl.dot
 answer = REPLAY.answer
 
 
+@pytest.mark.slow  # four candidates judged in Triton's interpreter through a whole command: about 40 s
 def test_the_loop_repairs_a_typo_a_plain_dot_no_code_and_a_duplicate(tmp_path, cli_env):
     exchange = tmp_path / "exchange"
     answers = [answer(TYPO, "fused kernel"),               # 1: improve the reference -> crash
