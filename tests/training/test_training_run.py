@@ -215,6 +215,7 @@ def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(
     assert len(tree["reasons"]) == len(tree["configs"]) and all(tree["reasons"])
 
 
+@pytest.mark.slow  # a comparison run twice, once on two workers: about 20 s
 def test_methods_on_two_workers_give_the_results_of_one_process(tmp_path):
     """--workers cpu,cpu trains the methods at once in two worker processes, from the same base;
     on the CPU (deterministic) every method ends exactly where the in-process run ends."""

@@ -75,7 +75,8 @@ def test_killed_run_resumes_and_judges_nothing_twice(tmp_path, cli_env):
     assert json.loads(out.stdout)["evaluations"] == 6
 
 
-@pytest.mark.parametrize("executor", [[], ["--executor", "ray", "--workers", "cpu"]], ids=["local", "ray"])
+@pytest.mark.parametrize("executor", [[], pytest.param(["--executor", "ray", "--workers", "cpu"], marks=pytest.mark.slow)],
+                         ids=["local", "ray"])  # ray: a cluster started, about 14 s
 def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, executor):
     """`kill`, `timeout` and a Slurm time limit send SIGTERM: the run stops as with Ctrl-C (exit
     143, one line, the resume command), not with a traceback, and with Ray not with the stack dump
@@ -188,6 +189,7 @@ def test_a_time_limit_must_be_a_positive_number_of_seconds(tmp_path):
         "error: --time-limit 0: expected a number of seconds above 0"], out.stderr
 
 
+@pytest.mark.slow  # two whole commands judging in the interpreter: about 16 s
 def test_the_printed_resume_command_resumes_the_run_from_another_folder(tmp_path, cli_env):
     """A run stopped by --time-limit prints the command that continues it; pasted as printed in
     another folder it finds the run (its runs folder is in the command) and judges the rest under

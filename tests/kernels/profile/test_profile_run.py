@@ -87,6 +87,7 @@ def test_without_trace_one_child_runs_under_ncu_and_the_kernels_come_from_it(fak
     assert plain.costs_s["run_s"] > 0 and "trace" in plain.artifacts
 
 
+@pytest.mark.slow  # a profile run per mode: about 17 s
 def test_modes_gate_the_tools(fake_ncu, tmp_path):
     problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
     raw = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "raw", device="cpu",
