@@ -24,6 +24,21 @@ CHARS = ["<eos>", "<pad>", "\n", *"abcd="]
 EXTRA = 3
 
 
+def tiny_gpt2_on_disk(path):
+    """A random one-layer GPT-2 and a character tokenizer over the tasks' alphabet, saved at
+    ``path`` as a Hugging Face model folder (what ``--policy PATH`` reads); returns ``path``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from loopwise.training.tasks import ALPHABET
+
+    chars = ["<eos>", "<pad>", "\n", *ALPHABET]
+    _tokenizer(chars=chars).save_pretrained(path)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=64,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(path)
+    return path
+
+
 def _tokenizer(pad: str | None = "<pad>", chars=CHARS):
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
@@ -131,18 +146,10 @@ def test_bad_folders_are_one_line_errors(tmp_path, monkeypatch):
 
 def test_a_comparison_runs_on_a_model_from_disk(tmp_path, monkeypatch):
     """`loopwise training ... --policy PATH`: the session trains and evaluates the user's model."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     from loopwise.training import session
     from loopwise.training.run import Settings, TrainingRun
-    from loopwise.training.tasks import ALPHABET
 
-    chars = ["<eos>", "<pad>", "\n", *ALPHABET]
-    path = tmp_path / "model"
-    _tokenizer(chars=chars).save_pretrained(path)
-    torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=64,
-                               bos_token_id=0, eos_token_id=0)).save_pretrained(path)
+    path = tiny_gpt2_on_disk(tmp_path / "model")
     monkeypatch.setitem(session.PRESETS, "smoke", session.Preset("smoke", stage_steps=2, prompts_per_step=2,
                                                                num_generations=2, eval_n=8, pool_n=40,
                                                                warm_max_steps=4, warm_check_every=2, probe_n=4))

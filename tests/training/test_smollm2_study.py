@@ -200,19 +200,10 @@ def test_an_existing_out_file_is_not_overwritten_without_resume(study, tmp_path,
 @pytest.mark.slow
 def test_the_study_runs_and_resumes_on_a_tiny_model_from_disk(tmp_path):
     """The real engine: two seeds of one task in two runs on a tiny GPT-2, rows pooled."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from loopwise.training.tasks import ALPHABET
-    from tests.training.test_hf_policy import _tokenizer
+    from tests.training.test_hf_policy import tiny_gpt2_on_disk
 
     study = bench_module("smollm2_study")
-    chars = ["<eos>", "<pad>", "\n", *ALPHABET]
-    model = tmp_path / "model"
-    _tokenizer(chars=chars).save_pretrained(model)
-    torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(chars), n_positions=64,
-                               bos_token_id=0, eos_token_id=0)).save_pretrained(model)
+    model = tiny_gpt2_on_disk(tmp_path / "model")
     out = tmp_path / "study.json"
     args = ["--device", "cpu", "--tasks", "sorting@0", "--methods", "tree,fixed", "--depth", "1"]
     assert study.main([*args, "--policy", str(model), "--preset", "lm-cpu", "--budget-stages", "1",
