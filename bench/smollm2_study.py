@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct as the GRPO policy: the tree search against the fixed, staged, grid,
 random, TPE and PBT baselines on two tasks asked in words through the model's chat template.
 
-A REDUCED study, sized for about nine minutes of one H200: two tasks (``chat:arithmetic`` at
+By default a reduced study, sized for about nine minutes of one H200: two tasks (``chat:arithmetic`` at
 difficulty 1, three-digit sums; ``chat:rg:letter_counting`` at difficulty 0; SmolLM2's greedy
 answers on a CPU: mean reward 0.16 on 24 tune prompts; 3 of 16 solved), the ``lm`` preset (stages of
 8 GRPO steps of 8 prompts x 8 completions, learning rate 1e-5, 64 tune and 64 test prompts), depth
@@ -22,6 +22,15 @@ seed (the warm start, every stage's wall time), ``kind: "error"`` rows for compa
 then ``kind: "summary"`` rows per task over every finished seed (each method's mean test reward and
 the tree's paired difference, 95% intervals). The file is rewritten after every comparison, so a
 killed run keeps what finished.
+
+The full-size study (the tiny policies' comparison: 8 default stages per method, depth 4, 5
+seeds) takes longer than one 10-minute call per comparison: ``--by-method`` runs a comparison a
+method at a time, writes a ``part`` row after each, and writes the comparison's row when its last
+method is in (every part must start from the same base: the same base tuning reward), so the study
+continues across calls and sessions::
+
+    python3 bench/smollm2_study.py --out S.json --budget-stages 8 --depth 4 --by-method --time-budget 500
+    python3 bench/smollm2_study.py --resume S.json --out S.json --by-method --time-budget 500   # and again
 
 A study accumulates over runs: ``--resume FILE`` reads FILE's rows, keeps its settings (a setting
 given that differs from them is refused; the budget is never calibrated again, so every seed spends
@@ -75,8 +84,11 @@ from study_rows import (  # noqa: E402 - bench/ is put on the path above
     StudySettings,
     differences,
     finished,
+    longest_part_seconds,
     longest_seconds,
+    merged_comparison,
     read_rows,
+    remaining_methods,
     recorded_settings,
     summary_line,
     summary_rows,
@@ -107,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, help="the tree's depth (default 2)")
     p.add_argument("--preset", help="default lm")
     p.add_argument("--time-budget", type=float, default=480.0, help="seconds; no comparison starts past it")
+    p.add_argument("--by-method", action="store_true",
+                   help="run a comparison a method at a time (rows after each), for comparisons longer than one call")
     p.add_argument("--device", default="auto")
     p.add_argument("--policy", help="default smollm2")
     return p
@@ -210,12 +224,12 @@ def _budget(settings: StudySettings, stage_seconds: float, n_tasks: int, left: f
 
 
 def _comparison(settings: StudySettings, device: str, task: str, difficulty: int, seed: int,
-                runs_dir: str) -> list[dict]:
-    """One task and seed: every method from one base. Returns its comparison row and method rows."""
+                runs_dir: str, methods: tuple[str, ...]) -> list[dict]:
+    """One task and seed: ``methods`` from one base. Returns its comparison row and method rows."""
     from loopwise.training.run import Settings, TrainingRun
 
     t0 = time.perf_counter()
-    run = TrainingRun.start(Settings(task, settings.methods, settings.budget_stages, settings.depth, settings.preset,
+    run = TrainingRun.start(Settings(task, methods, settings.budget_stages, settings.depth, settings.preset,
                                      seed, difficulty, device=device, policy_path=settings.policy), runs_dir)
     ready = time.perf_counter() - t0  # the model's read (once per process) and the evaluation sets
     results = run.run()
@@ -237,12 +251,13 @@ def _comparison(settings: StudySettings, device: str, task: str, difficulty: int
     return rows
 
 
-def _attempt(settings: StudySettings, device: str, task: str, difficulty: int, seed: int) -> list[dict]:
-    """The comparison's rows, or one ``error`` row when it fails (the others still run)."""
+def _attempt(settings: StudySettings, device: str, task: str, difficulty: int, seed: int,
+             methods: tuple[str, ...]) -> list[dict]:
+    """The comparison's rows for ``methods``, or one ``error`` row when it fails (the others still run)."""
     t0 = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as runs_dir:  # each stage's weights are an artifact: 0.5 GB
-            new = _comparison(settings, device, task, difficulty, seed, runs_dir)
+            new = _comparison(settings, device, task, difficulty, seed, runs_dir, methods)
     except Exception as exc:  # noqa: BLE001 - a failed comparison is a row; the others still run
         import traceback
 
@@ -254,11 +269,40 @@ def _attempt(settings: StudySettings, device: str, task: str, difficulty: int, s
     return new
 
 
+def _run_by_method(a: argparse.Namespace, settings: StudySettings, unit: tuple[str, int, int], rows: list[dict],
+                   out: str, start: float) -> int:
+    """One comparison a method at a time, each only if it is expected to end within the time budget
+    (the task's longest method so far, or any task's); a ``part`` row per method, and the
+    comparison's row when its last method is done. Returns how many methods it ran."""
+    task, difficulty, seed = unit
+    ran = 0
+    for method in remaining_methods(rows, task, seed, settings.methods):
+        estimate = longest_part_seconds(rows)
+        guess = estimate.get(task, max(estimate.values(), default=0.0))
+        if time.perf_counter() - start + guess > a.time_budget:
+            print(f"smollm2_study: {task} seed {seed} {method} would end past {a.time_budget:.0f} s: not run", flush=True)
+            break
+        new = _attempt(settings, a.device, task, difficulty, seed, (method,))
+        if new[0]["kind"] == "comparison":
+            new[0] = {**new[0], "kind": "part", "methods": [method]}
+        rows.extend(new)
+        ran += 1
+        if new[0]["kind"] == "error":
+            break
+        if not remaining_methods(rows, task, seed, settings.methods):
+            rows.append(merged_comparison(rows, task, seed))
+        _write(out, rows, settings)
+    _write(out, rows, settings)
+    return ran
+
+
 def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: list[tuple[str, int, int]],
                        rows: list[dict], out: str, start: float) -> int:
     """Runs the comparisons of ``todo`` in order that are expected to end within the time budget
     (a task's longest comparison so far, or any task's, is the estimate), adding their rows to
     ``rows`` and rewriting ``out`` after each. Returns how many it ran."""
+    if a.by_method:
+        return sum(_run_by_method(a, settings, unit, rows, out, start) for unit in todo)
     estimate = longest_seconds(rows)
     ran = 0
     for task, difficulty, seed in todo:
@@ -267,7 +311,8 @@ def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: lis
             print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)
             continue
         t0 = time.perf_counter()
-        new = _attempt(settings, a.device, task, difficulty, seed)
+        new = _attempt(settings, a.device, task, difficulty, seed, remaining_methods(rows, task, seed,
+                                                                                  settings.methods))
         if new[0]["kind"] == "comparison":
             estimate[task] = max(estimate.get(task, 0.0), time.perf_counter() - t0)
         rows.extend(new)
@@ -341,8 +386,10 @@ def _study(a: argparse.Namespace) -> int:
     for row in read_rows(out):
         if row["kind"] == "summary":
             print(summary_line(row))
-    left = len(todo) - ran
-    print(f"smollm2_study: {ran} comparison(s) run here, {left} of these tasks and seeds left"
+    left = len([u for u in todo if (u[0], u[2]) not in finished(rows)])
+    what = (f"{ran} method(s) run here, {len(todo) - left} comparison(s) finished" if a.by_method
+            else f"{ran} comparison(s) run here")
+    print(f"smollm2_study: {what}, {left} of these tasks and seeds left"
           + (f" (continue with --resume {out})" if left else "") + f"; rows in {out}")
     return 0
 

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-REDUCED = ("reduced study: {seeds} seed(s), a budget of {budget} default stages per method at depth {depth}, "
-           "preset {preset}; too small for a claim")
+SIZE = "{seeds} seed(s), a budget of {budget} default stages per method at depth {depth}, preset {preset}"
+REDUCED = "reduced study: " + SIZE + "; smaller than the tiny policies' comparison (5 seeds, 8 stages, depth 4)"
+FULL = (5, 8, 4)  # seeds, default stages, depth: the size of the tiny policies' comparison
 
 
 class StudyError(Exception):
@@ -107,8 +108,49 @@ def _shown(value) -> str:
 
 
 def task_difficulties(rows: list[dict]) -> dict[str, int]:
-    """Each task's difficulty in the rows' comparisons."""
-    return {r["task"]: r["difficulty"] for r in rows if r["kind"] == "comparison"}
+    """Each task's difficulty in the rows' comparisons (and parts of comparisons)."""
+    return {r["task"]: r["difficulty"] for r in rows if r["kind"] in ("comparison", "part")}
+
+
+def remaining_methods(rows: list[dict], task: str, seed: int, methods: tuple[str, ...]) -> tuple[str, ...]:
+    """The methods of ``methods`` that have no row yet for ``task`` and ``seed``, in order."""
+    done = {r["method"] for r in rows if r["kind"] == "method" and (r["task"], r["seed"]) == (task, seed)}
+    return tuple(m for m in methods if m not in done)
+
+
+def longest_part_seconds(rows: list[dict]) -> dict[str, float]:
+    """Per task, the longest single method's wall time so far (a ``part`` row, else a whole
+    comparison's time over its methods): the estimate of the next method's."""
+    out: dict[str, float] = {}
+    for r in rows:
+        if r["kind"] == "part":
+            seconds = float(r["seconds"])
+        elif r["kind"] == "comparison":
+            n = sum(1 for m in rows if m["kind"] == "method" and (m["task"], m["seed"]) == (r["task"], r["seed"]))
+            seconds = float(r["seconds"]) / max(n, 1)
+        else:
+            continue
+        out[r["task"]] = max(out.get(r["task"], 0.0), seconds)
+    return out
+
+
+def merged_comparison(rows: list[dict], task: str, seed: int) -> dict:
+    """The comparison row of a comparison run a method at a time, from its ``part`` rows: their
+    seconds added, their stages joined; the base's tuning reward, which every part must share.
+
+    Raises:
+        StudyError: the parts started from different bases.
+    """
+    parts = [r for r in rows if r["kind"] == "part" and (r["task"], r["seed"]) == (task, seed)]
+    bases = {r.get("base_tune_reward") for r in parts}
+    if len(bases) != 1:
+        raise StudyError(f"{task} seed {seed}: its methods started from different bases (tuning rewards "
+                         f"{sorted(bases, key=str)}): not one comparison")
+    first = parts[0]
+    keep = {k: v for k, v in first.items() if k not in ("kind", "methods", "seconds", "stages", "session_seconds")}
+    return {**keep, "kind": "comparison", "parts": len(parts), "seconds": round(sum(float(r["seconds"]) for r in parts), 1),
+            "session_seconds": round(sum(float(r.get("session_seconds") or 0) for r in parts), 2),
+            "stages": [st for r in parts for st in r.get("stages", [])]}
 
 
 def finished(rows: list[dict], retry_failed: bool = False) -> set[tuple[str, int]]:
@@ -154,8 +196,9 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
     and the tree's paired difference with 95% intervals (``summarize``: ``summarize_seeds``)."""
     out = []
     for task, seeds in sorted(seed_results(rows).items()):
-        note = REDUCED.format(seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth,
-                              preset=settings.preset)
+        size = (len(seeds), settings.budget_stages, settings.depth)
+        note = (SIZE if all(a >= b for a, b in zip(size, FULL)) else REDUCED).format(
+            seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth, preset=settings.preset)
         for s in summarize(seeds):
             out.append({"kind": "summary", "task": task, "seeds": len(seeds),
                         "seed_list": [e["settings"]["seed"] for e in seeds], "note": note, **s})

@@ -27,18 +27,22 @@ class StandIn:
 
     def __init__(self, kill_at: int | None = None, seconds: float = 1.0) -> None:
         self.calls: list[tuple[str, int, int]] = []
+        self.methods: list[tuple[str, ...]] = []
+        self.base = lambda seed: 0.25 + 0.01 * seed  # the base's tuning reward: one per seed
         self.calibrated = 0
         self.kill_at, self.seconds = kill_at, seconds
 
-    def comparison(self, settings, device, task, difficulty, seed, runs_dir):
+    def comparison(self, settings, device, task, difficulty, seed, runs_dir, methods):
         self.calls.append((task, difficulty, seed))
+        self.methods.append(tuple(methods))
         if len(self.calls) == self.kill_at:
             raise KeyboardInterrupt
         common = {"task": task, "difficulty": difficulty, "seed": seed, "device": device,
                   "preset": settings.preset, "policy": settings.policy}
-        return [{"kind": "comparison", **common, "seconds": self.seconds}] + [
+        return [{"kind": "comparison", **common, "seconds": self.seconds, "base_tune_reward": self.base(seed),
+                 "stages": [{"method": m} for m in methods]}] + [
             {"kind": "method", **common, "method": m, "test_reward": _reward(task, seed, m),
-             "samples": 64 * settings.budget_stages} for m in settings.methods]
+             "samples": 64 * settings.budget_stages} for m in methods]
 
     def calibrate(self, settings, device, task, difficulty):
         self.calibrated += 1
@@ -99,6 +103,50 @@ def test_a_killed_study_resumes_where_it_stopped_and_summarizes_every_seed(study
             gaps = [_reward(task, s, "tree") - _reward(task, s, method) for s in range(3)]
             assert row["versus_tree"]["mean"] == pytest.approx(statistics.mean(gaps))
             assert row["versus_tree"]["n"] == 3 and math.isfinite(row["versus_tree"]["low"])
+
+
+def test_a_study_run_a_method_at_a_time_resumes_inside_a_comparison(study, tmp_path, capsys):
+    """--by-method: a comparison longer than one call is run a method at a time; a killed call
+    keeps the methods it finished, the next runs only the rest, and the comparison counts in the
+    summary only when its last method is in."""
+    out = tmp_path / "study.json"
+    args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0-1", "--budget-stages", "8", "--by-method"]
+    study.stand_in.kill_at = 3  # seed 0's third method
+    with pytest.raises(KeyboardInterrupt):
+        study.main([*args, "--out", str(out)])
+    partial = _rows(out)
+    assert [r["methods"] for r in _kinds(partial, "part")] == [["tree"], ["fixed"]]
+    assert not _kinds(partial, "comparison") and not _kinds(partial, "summary")
+
+    study.stand_in.calls.clear()
+    study.stand_in.methods.clear()
+    study.stand_in.kill_at, study.stand_in.seconds = None, 300.0
+    assert study.main(["--resume", str(out), "--device", "cpu", "--tasks", "chat:arithmetic@1", "--seeds", "0-1",
+                       "--by-method", "--time-budget", "250"]) == 0
+    assert study.stand_in.methods == [("grid",)]  # then a method is estimated at 300 s: past 250 s
+    assert "seed 1 tree would end past 250 s" in capsys.readouterr().out
+    rows = _rows(out)
+    [comparison] = _kinds(rows, "comparison")
+    assert (comparison["seed"], comparison["parts"], comparison["seconds"]) == (0, 3, 302.0)
+    assert [st["method"] for st in comparison["stages"]] == ["tree", "fixed", "grid"]
+    assert {r["seeds"] for r in _kinds(rows, "summary")} == {1}
+
+    assert study.main(["--resume", str(out), "--device", "cpu", "--tasks", "chat:arithmetic@1", "--seeds", "0-1",
+                       "--by-method", "--time-budget", "1000"]) == 0
+    assert study.stand_in.methods == [("grid",), ("tree",), ("fixed",), ("grid",)]
+    assert "3 method(s) run here, 1 comparison(s) finished, 0 of these tasks and seeds left" in capsys.readouterr().out
+    rows = _rows(out)
+    assert [r["seed"] for r in _kinds(rows, "comparison")] == [0, 1]
+    assert {r["seeds"] for r in _kinds(rows, "summary")} == {2}
+
+
+def test_parts_of_a_comparison_from_different_bases_are_not_merged():
+    rows_module = bench_module("study_rows")
+    part = {"kind": "part", "task": "t", "seed": 0, "seconds": 1.0, "base_tune_reward": 0.25, "stages": []}
+    rows = [{**part, "methods": ["tree"]}, {**part, "methods": ["fixed"], "base_tune_reward": 0.5}]
+    with pytest.raises(rows_module.StudyError, match="started from different bases"):
+        rows_module.merged_comparison(rows, "t", 0)
+    assert rows_module.merged_comparison(rows[:1] * 2, "t", 0)["seconds"] == 2.0
 
 
 @pytest.mark.parametrize("change, named", [
