@@ -9,6 +9,7 @@ import shlex
 
 import typer
 
+from loopwise.core.propose import EXCHANGE_TIMEOUT_S
 from loopwise.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -39,7 +40,7 @@ JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout
 PROPOSER = typer.Option("expert", "--proposer", help="Where the tree's transitions come from: expert (rules, no "
                                                      "LLM), llm or exchange.")
 EXCHANGE = typer.Option(None, "--exchange-dir", help="Folder for prompt/answer files (--proposer exchange).")
-EXCHANGE_TIMEOUT = typer.Option(3600.0, "--exchange-timeout", help="--proposer exchange: seconds to wait for the "
+EXCHANGE_TIMEOUT = typer.Option(EXCHANGE_TIMEOUT_S, "--exchange-timeout", help="--proposer exchange: seconds to wait for the "
                                 "answers of one step before counting them as timed out (the rules fill in).")
 LLM_API = typer.Option("openai", "--llm-api", help="--proposer llm: openai (any OpenAI-compatible server) or anthropic.")
 LLM_MODEL = typer.Option(None, "--llm-model", help="--proposer llm: the model name.")
@@ -61,7 +62,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         difficulty: int | None, resume: str | None, runs_dir: str, as_json: bool, proposer: str = "expert",
         exchange_dir: str | None = None, llm: dict | None = None, device: str = "auto",
         policy_path: str | None = None, executor: tuple = ("local", None, None), command: str = "search",
-        seeds: int = 1, kl_reference: str = "initial", exchange_timeout: float = 3600.0) -> None:
+        seeds: int = 1, kl_reference: str = "initial", exchange_timeout: float = EXCHANGE_TIMEOUT_S) -> None:
     from loopwise.core.console import console as make_console
 
     from loopwise.core.execute.dispatch import dispatching
@@ -130,7 +131,7 @@ def _span(iv: dict) -> str:
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
                    exchange_dir, llm, device, policy_path, err, dispatcher, command, kl_reference="initial",
-                   exchange_timeout=3600.0) -> dict:
+                   exchange_timeout=EXCHANGE_TIMEOUT_S) -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,

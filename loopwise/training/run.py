@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from loopwise.core.propose import EXCHANGE_TIMEOUT_S
 from loopwise.core.propose.factory import CHOICES
 from loopwise.core.store import finite
 from loopwise.errors import UserError
@@ -52,7 +53,7 @@ class Settings:
     budget_samples: int | None = None
     budget_tokens: int | None = None
     kl_reference: str = "initial"  # every stage's KL anchor: the base policy (initial) or the stage's start
-    exchange_timeout: float = 3600.0  # seconds the exchange proposer waits for the answers of one step
+    exchange_timeout: float = EXCHANGE_TIMEOUT_S  # seconds the exchange proposer waits for the answers of one step
 
     def __post_init__(self) -> None:
         if self.proposer not in CHOICES:
@@ -89,7 +90,7 @@ class Settings:
                    data["difficulty"], data.get("proposer", "expert"), data.get("device", "auto"),
                    data.get("exchange_dir", ""), data.get("llm", {}), data.get("policy_path", ""),
                    data.get("budget_samples"), data.get("budget_tokens"), data.get("kl_reference", "stage"),
-                   data.get("exchange_timeout", 3600.0))
+                   data.get("exchange_timeout", EXCHANGE_TIMEOUT_S))
 
     def to_dict(self) -> dict:
         return {"task": self.task, "methods": list(self.methods), "budget": self.budget, "depth": self.depth,

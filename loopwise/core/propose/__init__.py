@@ -7,6 +7,7 @@ Anthropic; ``ExchangeProposer`` writes prompts to a folder and waits for answer 
 """
 
 from loopwise.core.propose._base import (
+    EXCHANGE_TIMEOUT_S,
     Attempt,
     REPROMPT_ROUNDS,
     REPROMPTABLE,

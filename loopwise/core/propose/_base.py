@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+EXCHANGE_TIMEOUT_S = 3600.0  # how long an exchange waits for the answers of one step, unless told
+
 
 class FailureReason(enum.StrEnum):
     """Why a proposal attempt gave no usable content; recorded as is, never raised."""

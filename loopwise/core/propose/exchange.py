@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loopwise.core.propose._base import (
+    EXCHANGE_TIMEOUT_S,
     FailureReason,
     Proposal,
     ProposalFailure,
@@ -85,7 +86,7 @@ class ExchangeProposer(Proposer):
     def __init__(
         self,
         folder: str | os.PathLike,
-        timeout_s: float = 3600.0,
+        timeout_s: float = EXCHANGE_TIMEOUT_S,
         poll_s: float = 2.0,
         settle_s: float = 10.0,
         *,

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from loopwise.core.propose import EXCHANGE_TIMEOUT_S
 from loopwise.errors import UserError
 from loopwise.kernels.cli.options import (CONFIG, DEVICE, EXECUTOR, JSON, KERNELBENCH, RAY_ADDRESS, RUNS, SET,
                                           WORKERS, command_config, where)
@@ -30,7 +31,7 @@ def optimize_cmd(
     profile_within: float = typer.Option(0.9, help="Profile a candidate only when its speedup is at least this "
                                          "share of the best so far (0: every expanded candidate)."),
     exchange_dir: Optional[str] = typer.Option(None, help="Folder for prompt/answer files (--proposer exchange)."),
-    exchange_timeout: float = typer.Option(3600.0, help="--proposer exchange: seconds to wait for the answers of "
+    exchange_timeout: float = typer.Option(EXCHANGE_TIMEOUT_S, help="--proposer exchange: seconds to wait for the answers of "
                                            "one step before counting them as timed out."),
     repairs: int = typer.Option(1, help="Repairs in a row a failed candidate of a model (llm, exchange) gets: a "
                                 "request with its reasons and log (0: none; the expert does not repair)."),

@@ -7,6 +7,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+from loopwise.core.propose import EXCHANGE_TIMEOUT_S
 from loopwise.errors import UserError
 
 SEARCHES = ("mcts", "greedy", "beam", "random", "best-of-n")
@@ -33,7 +34,7 @@ class Settings:
     seed: int = 0
     per_step: int = 2
     exchange_dir: str = ""
-    exchange_timeout: float = 3600.0  # seconds the exchange proposer waits for the answers of one step
+    exchange_timeout: float = EXCHANGE_TIMEOUT_S  # seconds the exchange proposer waits for the answers of one step
     # Repairs in a row a failed candidate of a model (llm, exchange) gets; the expert does not repair.
     repairs: int = 1
     llm: dict = field(default_factory=dict)
