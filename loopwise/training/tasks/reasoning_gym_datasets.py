@@ -7,7 +7,8 @@ partial credit included, clipped to [0, 1] (a verifier that raises scores 0).
 Difficulty. Where reasoning-gym registers a curriculum for the dataset, difficulty ``d`` is the
 curriculum's global level ``d`` (every attribute at level ``min(d, its last level)``, ranges
 cumulative from level 0, reasoning-gym's default context); ``max_difficulty`` is the last level of
-the attribute with the most. Without a curriculum the task has one fixed difficulty, 0: the
+the attribute with the most, or the level below the first one reasoning-gym cannot build (a few
+curricula step past their own dataset's limits, e.g. a Caesar rotation above 25). Without a curriculum the task has one fixed difficulty, 0: the
 dataset's default configuration (the task's :attr:`description` says so).
 
 Items. Example ``i`` of a difficulty is item ``i`` of a dataset of :data:`SIZE` items built with
@@ -61,6 +62,17 @@ class ReasoningGymDataset(Task):
         self._datasets: dict[int, object] = {}
         self._lengths: dict[int, int] = {}
         self._dataset(0)  # a dataset reasoning-gym cannot build fails here, not mid-run
+        self.max_difficulty = self._last_buildable_level()
+
+    def _last_buildable_level(self) -> int:
+        """The level below the first one whose configuration reasoning-gym's own dataset refuses
+        (some curricula step past their dataset's limits), else the curriculum's last."""
+        for level in range(1, self.max_difficulty + 1):
+            try:
+                self._dataset(level)
+            except UserError:
+                return level - 1
+        return self.max_difficulty
 
     @property
     def description(self) -> str:
