@@ -127,3 +127,18 @@ def test_difficulty_stops_below_the_first_curriculum_level_reasoning_gym_refuses
     assert task.score(example, example.answer) == 1.0
     with pytest.raises(UserError, match=f"0, {refused - 1}"):
         task.dataset("train", 4, refused)
+
+
+def test_a_dataset_that_cannot_hold_the_default_number_of_items_is_built_smaller():
+    """reasoning-gym's word_ladder refuses 32,768 items ("Dataset size too large"): the task is
+    built with fewer, and its examples are still reasoning-gym's items."""
+    from reasoning_gym.factory import create_curriculum
+
+    task = get_task("rg:word_ladder")
+    curriculum = create_curriculum("word_ladder")
+    curriculum.set_global_level(0)
+    dataset = rg.factory.DATASETS["word_ladder"][0](config=curriculum.generate_configuration({"seed": 0, "size": 4096}))
+    for example in task.dataset("train", 4, 0):
+        entry = dataset[example.meta["index"]]
+        assert example.prompt == entry["question"] and example.answer == entry["answer"]
+        assert task.score(example, example.answer) == 1.0
