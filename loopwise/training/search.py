@@ -1,7 +1,7 @@
 """Schedules of GRPO stages, searched and compared at equal compute budgets.
 
 A :class:`Session` fixes what every method shares: the task, the base policy (a small transformer
-warm-started by supervised training until its sampled pass rate lies in (0, 1)), the difficulty
+warm-started by supervised training until its sampled pass rate reaches 0.2 or the preset's step limit), the difficulty
 held-out reward is measured at, the tuning set (selection) and the test set (reporting). A
 *stage* trains a copy of a parent's weights with one :class:`StageConfig` (a fresh trainer: new
 optimizer, reference policy = the stage's starting weights) and is scored by greedy held-out

@@ -1,7 +1,7 @@
 """The session every training method shares, and what a stage and a schedule are.
 
 A :class:`Session` fixes the task, the base policy (a small transformer warm-started by supervised
-training until its sampled pass rate lies in (0, 1)), the difficulty held-out reward is measured
+training until its sampled pass rate reaches 0.2 or the preset's step limit), the difficulty held-out reward is measured
 at, the tuning set (selection) and the test set (reporting). A *stage* trains a copy of a parent's
 weights with one :class:`~loopwise.training.config.StageConfig` (a fresh trainer: new optimizer,
 KL reference = the base policy or the stage's starting weights, as ``kl_reference`` says) and is

@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
+NO_SPREAD = 1e-9  # an interval narrower than this has no width: the seeds agreed to rounding
+# the fewest seeds that all differ the same way at two-sided p = 2^(1 - n) < 1 - CONFIDENCE (sign test)
+SIGN_TEST_SEEDS = 1 + math.ceil(math.log2(1 / (1 - CONFIDENCE)))
 
 
 def _t_density(x: float, df: int) -> float:
@@ -55,9 +58,15 @@ class Interval:
     n: int
 
     def verdict(self) -> str:
-        """``higher`` or ``lower`` when the interval lies above or below 0, else ``no difference``."""
+        """``higher`` or ``lower`` when the interval lies above or below 0, else ``no difference``.
+
+        An interval without width (every seed gave the same value: quantized rewards do that) is
+        no measured spread; its direction is taken only where a sign test would take it, every
+        seed the same way and at least :data:`SIGN_TEST_SEEDS` of them."""
         if self.n < 2 or math.isnan(self.low):
             return "one seed: no interval" if self.n == 1 else "no seeds"
+        if math.isclose(self.low, self.high, rel_tol=0.0, abs_tol=NO_SPREAD) and self.n < SIGN_TEST_SEEDS:
+            return "no difference"
         if self.low > 0:
             return "higher"
         return "lower" if self.high < 0 else "no difference"

@@ -101,3 +101,44 @@ def test_a_verifier_only_dataset_the_fresh_policy_cannot_solve_is_a_prompt_one_l
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert last.startswith("error: rg:graph_color: the warm start needs reference answers or completions the verifier")
+
+
+@pytest.mark.parametrize("name", ["caesar_cipher", "survo", "modulo_grid"])
+def test_difficulty_stops_below_the_first_curriculum_level_reasoning_gym_refuses(name):
+    """Past some level these curricula ask for a configuration their own dataset rejects: the
+    task's difficulties end below it, so its vocabulary builds and no search can step into it."""
+    from reasoning_gym.factory import create_curriculum
+
+    from loopwise.training.tasks import task_characters
+
+    curriculum = create_curriculum(name)
+    refused = None
+    for level in range(max(len(a.levels) for a in curriculum.attributes.values())):
+        try:
+            _entry(name, level, 0)
+        except Exception:  # noqa: BLE001 - whatever reasoning-gym raises for a configuration it refuses
+            refused = level
+            break
+    assert refused is not None and refused > 0  # a level reasoning-gym itself refuses
+    task = get_task(f"rg:{name}")
+    assert task.max_difficulty == refused - 1
+    assert task_characters(task)
+    example = task.dataset("train", 4, task.max_difficulty)[0]
+    assert task.score(example, example.answer) == 1.0
+    with pytest.raises(UserError, match=f"0, {refused - 1}"):
+        task.dataset("train", 4, refused)
+
+
+def test_a_dataset_that_cannot_hold_the_default_number_of_items_is_built_smaller():
+    """reasoning-gym's word_ladder refuses 32,768 items ("Dataset size too large"): the task is
+    built with fewer, and its examples are still reasoning-gym's items."""
+    from reasoning_gym.factory import create_curriculum
+
+    task = get_task("rg:word_ladder")
+    curriculum = create_curriculum("word_ladder")
+    curriculum.set_global_level(0)
+    dataset = rg.factory.DATASETS["word_ladder"][0](config=curriculum.generate_configuration({"seed": 0, "size": 4096}))
+    for example in task.dataset("train", 4, 0):
+        entry = dataset[example.meta["index"]]
+        assert example.prompt == entry["question"] and example.answer == entry["answer"]
+        assert task.score(example, example.answer) == 1.0

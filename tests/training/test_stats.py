@@ -52,3 +52,21 @@ def test_summaries_compare_every_method_to_the_tree():
     assert (tree.method, tree.versus_reference) == ("tree", None) and tree.test.mean == pytest.approx(0.55)
     assert grid.method == "grid" and grid.versus_reference.mean == pytest.approx(0.0966667, abs=1e-6)
     assert summarize({0: {"grid": 0.4}, 1: {"grid": 0.5}})[0].versus_reference is None
+
+
+def test_seeds_that_all_differ_by_the_same_amount_are_no_evidence_of_a_direction_below_six_seeds():
+    """Greedy rewards on a few dozen prompts are quantized: three seeds where the tree scored one
+    partial credit (0.1 / 48) above the grid each time give a zero-width t-interval, which is not a
+    measured spread. Its direction needs what a sign test needs: every seed the same way, at
+    least six seeds (two-sided p = 2^(1-n) < 0.05)."""
+    tree = {0: 0.0833333, 1: 0.0833333, 2: 0.1104167}
+    grid = {s: r - 0.1 / 48 for s, r in tree.items()}
+    same = paired_difference(tree, grid)
+    assert same.low == pytest.approx(same.high) and same.low > 0
+    assert same.verdict() == "no difference"
+    six = paired_difference({s: 0.5 for s in range(6)}, {s: 0.4 for s in range(6)})
+    assert six.verdict() == "higher"
+    assert paired_difference({s: 0.4 for s in range(6)}, {s: 0.5 for s in range(6)}).verdict() == "lower"
+    assert paired_difference({0: 0.3, 1: 0.3}, {0: 0.3, 1: 0.3}).verdict() == "no difference"
+    spread = paired_difference({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.3, 1: 0.35, 2: 0.42})
+    assert spread.low < spread.high and spread.verdict() == "higher"  # a measured spread: the t-interval decides

@@ -7,12 +7,14 @@ partial credit included, clipped to [0, 1] (a verifier that raises scores 0).
 Difficulty. Where reasoning-gym registers a curriculum for the dataset, difficulty ``d`` is the
 curriculum's global level ``d`` (every attribute at level ``min(d, its last level)``, ranges
 cumulative from level 0, reasoning-gym's default context); ``max_difficulty`` is the last level of
-the attribute with the most. Without a curriculum the task has one fixed difficulty, 0: the
+the attribute with the most, or the level below the first one reasoning-gym cannot build (a few
+curricula step past their own dataset's limits, e.g. a Caesar rotation above 25). Without a curriculum the task has one fixed difficulty, 0: the
 dataset's default configuration (the task's :attr:`description` says so).
 
 Items. Example ``i`` of a difficulty is item ``i`` of a dataset of :data:`SIZE` items built with
 seed 0 (reasoning-gym seeds item ``i`` from the dataset's seed and ``i``); a few datasets generate
-every item up front, which bounds the size.
+every item up front, which bounds the size, and a dataset that refuses that many items (it cannot
+make them distinct) is built with the first of :data:`SMALLER_SIZES` it accepts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from loopwise.errors import UserError
 from loopwise.training.tasks import Example, Task, sampled_answer_length
 
 SIZE = 2**15
+SMALLER_SIZES = (2**12, 2**9)  # tried in turn when reasoning-gym refuses SIZE items
 PREFIX = "rg:"
 LIST_HINT = "see the names with: loopwise training tasks"
 INSTALL_HINT = "reasoning-gym is not installed: pip install 'loopwise[training]' (or pip install reasoning-gym)"
@@ -61,6 +64,17 @@ class ReasoningGymDataset(Task):
         self._datasets: dict[int, object] = {}
         self._lengths: dict[int, int] = {}
         self._dataset(0)  # a dataset reasoning-gym cannot build fails here, not mid-run
+        self.max_difficulty = self._last_buildable_level()
+
+    def _last_buildable_level(self) -> int:
+        """The level below the first one whose configuration reasoning-gym's own dataset refuses
+        (some curricula step past their dataset's limits), else the curriculum's last."""
+        for level in range(1, self.max_difficulty + 1):
+            try:
+                self._dataset(level)
+            except UserError:
+                return level - 1
+        return self.max_difficulty
 
     @property
     def description(self) -> str:
@@ -71,7 +85,7 @@ class ReasoningGymDataset(Task):
 
     def example(self, rng: random.Random, difficulty: int) -> Example:
         dataset = self._dataset(difficulty)
-        index = rng.randrange(SIZE)
+        index = rng.randrange(len(dataset))
         entry = dataset[index]
         return Example(prompt=entry["question"], answer=entry["answer"],
                        meta={"source": self.source, "difficulty": difficulty, "index": index, "entry": entry})
@@ -93,18 +107,25 @@ class ReasoningGymDataset(Task):
     def _dataset(self, difficulty: int):
         self.check_difficulty(difficulty)
         if difficulty not in self._datasets:
-            try:
-                if self._curriculum is None:
-                    dataset = self._factory.create_dataset(self.source, seed=0, size=SIZE)
-                else:
-                    self._curriculum.set_global_level(difficulty)
-                    config = self._curriculum.generate_configuration({"seed": 0, "size": SIZE})
-                    if hasattr(config, "validate"):
-                        config.validate()
-                    dataset = self._factory.DATASETS[self.source][0](config=config)
-            except Exception as exc:  # noqa: BLE001 - reasoning-gym raises many kinds for a config it refuses
-                reason = (str(exc).strip().splitlines() or [""])[0][:160]
+            refusal = None
+            for size in (SIZE, *SMALLER_SIZES):
+                try:
+                    self._datasets[difficulty] = self._build(difficulty, size)
+                    break
+                except Exception as exc:  # noqa: BLE001 - reasoning-gym raises many kinds for a config it refuses
+                    refusal = refusal or exc
+            else:
+                reason = (str(refusal).strip().splitlines() or [""])[0][:160]
                 raise UserError(f"{self.name}: reasoning-gym cannot build it at difficulty {difficulty} "
-                                f"({type(exc).__name__}: {reason})") from None
-            self._datasets[difficulty] = dataset
+                                f"({type(refusal).__name__}: {reason})")
         return self._datasets[difficulty]
+
+    def _build(self, difficulty: int, size: int):
+        """reasoning-gym's dataset of ``size`` items at ``difficulty`` (raises what it raises)."""
+        if self._curriculum is None:
+            return self._factory.create_dataset(self.source, seed=0, size=size)
+        self._curriculum.set_global_level(difficulty)
+        config = self._curriculum.generate_configuration({"seed": 0, "size": size})
+        if hasattr(config, "validate"):
+            config.validate()
+        return self._factory.DATASETS[self.source][0](config=config)
