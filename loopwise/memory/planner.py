@@ -247,7 +247,7 @@ class _Planner:
             got = with_carries(self, got, i, j, spec, units, carried_in, carried_out)
         moved, outer_moved, resident_t = got.moved, got.outer_moved, got.resident
         charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
-        if spec is not None and beat is not None and moved + outer_moved + got.invariant_table().total_loaded >= beat:
+        if spec is not None and beat is not None and moved + outer_moved + got.loaded_once >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
         stacked = np.cumsum(np.array(list(covers.values())), axis=1)[:, :length]
         held = dict(zip(covers, stacked))
