@@ -37,7 +37,8 @@ def test_the_floor_is_never_above_the_best_slab_traffic():
     rng = random.Random(7)
     tight = 0
     for _ in range(400):
-        (capacity, names, moved, outer_moved, held, inv, spec, extent, outer_extent, resident), charged = _random_group(rng)
+        args, charged = _random_group(rng)
+        capacity, names, moved, outer_moved, held, inv, spec, extent, outer_extent, resident = args
         grp = best_slab(capacity, names, moved, outer_moved, held, inv, spec, extent, outer_extent, resident, charged,
                         charged.copy())
         floor = slab_floor(capacity, moved, outer_moved, held, inv, extent, outer_extent)
