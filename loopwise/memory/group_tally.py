@@ -32,10 +32,16 @@ class Tally:
     resident: list[str]  # made and used up inside the group
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
     table: Invariants | None = None  # ``invariants`` as columns, made when first asked for
+    shares: Tally | None = None  # the tally with the same invariants, whose table this one uses
+
+    @property
+    def loaded_once(self) -> int:
+        """Bytes the invariants load when each is loaded once (the table is not made for it)."""
+        return self.table.total_loaded if self.table is not None else sum(v[1] for v in self.invariants)
 
     def invariant_table(self) -> Invariants:
         if self.table is None:
-            self.table = Invariants(self.invariants)
+            self.table = self.shares.invariant_table() if self.shares is not None else Invariants(self.invariants)
         return self.table
 
 
@@ -204,5 +210,5 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     if dropped:
         out.invariants = [v for v in base.invariants if v[4] not in dropped]
     else:
-        out.table = base.invariant_table()  # the same invariants: what each slab size makes of them too
+        out.shares = base  # the same invariants: what each slab size makes of them too
     return out

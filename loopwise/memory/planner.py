@@ -69,6 +69,7 @@ from loopwise.memory.polyhedral import count, footprint, touched
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
+from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
 
 
@@ -246,10 +247,13 @@ class _Planner:
             got = with_carries(self, got, i, j, spec, units, carried_in, carried_out)
         moved, outer_moved, resident_t = got.moved, got.outer_moved, got.resident
         charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
-        if spec is not None and beat is not None and moved + outer_moved + got.invariant_table().total_loaded >= beat:
+        if spec is not None and beat is not None and moved + outer_moved + got.loaded_once >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
         stacked = np.cumsum(np.array(list(covers.values())), axis=1)[:, :length]
         held = dict(zip(covers, stacked))
+        if spec is not None and beat is not None and slab_floor(
+                self.cap, moved, outer_moved, held, got.invariant_table(), extent, outer_extent) - 0.5 >= beat:
+            return CANNOT_BEAT  # not even its floor goes below: no slab size needs weighing
         names = self.names[i:j]
         if spec is None:
             peak = int(held["whole"].max())

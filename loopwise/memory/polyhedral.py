@@ -51,8 +51,8 @@ def _relation(dims: tuple[str, ...], tensor: str, shape: tuple[int, ...], maps: 
 def count(points) -> int:
     """The number of points of an islpy set, exactly. ``count_val`` walks the points row by row,
     which for a batch of 32 feature maps takes a tenth of a second per count; a basic set whose
-    variables split into independent groups (no constraint joins two groups, no existential
-    variables) is the product of those groups, each counted alone and small. The set is first made
+    variables split into independent factors (no constraint and no existential variable joins two
+    of them) is the product of those factors, each counted alone and small. The set is first made
     a disjoint union, so the pieces add up; any piece that does not split is counted by isl."""
     isl = _isl()
     total = 0
@@ -64,27 +64,11 @@ def count(points) -> int:
 def _count_basic(isl, piece) -> int:
     kind = isl.dim_type.set
     n = piece.dim(kind)
-    if n == 0 or piece.dim(isl.dim_type.div):
-        return int(isl.Set.from_basic_set(piece).count_val().to_python())
-    parent = list(range(n))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for c in piece.get_constraints():
-        used = [j for j in range(n) if not c.get_coefficient_val(kind, j).is_zero()]
-        for j in used[1:]:
-            parent[root(j)] = root(used[0])
-    groups: dict[int, list[int]] = {}
-    for j in range(n):
-        groups.setdefault(root(j), []).append(j)
-    if len(groups) == 1:
+    factors = _factors(isl, piece) if n else []
+    if len(factors) < 2:
         return int(isl.Set.from_basic_set(piece).count_val().to_python())
     total = 1
-    for members in groups.values():
+    for members in factors:
         part = piece
         for j in reversed(range(n)):
             if j not in members:
@@ -93,6 +77,49 @@ def _count_basic(isl, piece) -> int:
         if total == 0:
             return 0
     return total
+
+
+def _factors(isl, piece) -> list[set[int]]:
+    """The set variables of ``piece`` in groups that no constraint joins: variables are joined by a
+    constraint naming both, and through an existential variable (a stride's ``exists e: i = 2e``,
+    or a division ``floor((t + i)/2)``) that a constraint or a division names along with them. An
+    empty list when some group holds existential variables only (a constraint on them alone could
+    make the set empty, which no product of the other groups would show)."""
+    kind, local = isl.dim_type.set, isl.dim_type.div
+    n, divs = piece.dim(kind), piece.dim(local)
+    parent = list(range(n + divs))  # set variables 0..n-1, then the existential ones
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def join(nodes: list[int]) -> None:
+        for j in nodes[1:]:
+            parent[root(j)] = root(nodes[0])
+
+    space = piece.get_local_space()
+    for k in range(divs):
+        try:  # an existential variable defined as the floor of an expression of the set variables
+            division = space.get_div(k)
+        except isl.Error:  # one known by its constraints alone
+            continue
+        if _named(division, local, division.dim(local), 0):  # a division inside a division: join all
+            join(list(range(n + divs)))
+        join([n + k] + _named(division, isl.dim_type.in_, n, 0))
+    for c in piece.get_constraints():
+        join(_named(c, kind, n, 0) + _named(c, local, divs, n))
+    groups: dict[int, set[int]] = {}
+    for j in range(n + divs):
+        groups.setdefault(root(j), set()).add(j)
+    factors = [{j for j in g if j < n} for g in groups.values()]
+    return [] if any(not f for f in factors) else factors
+
+
+def _named(expression, kind, size: int, offset: int) -> list[int]:
+    """The variables of ``kind`` with a nonzero coefficient in ``expression``, numbered from ``offset``."""
+    return [offset + j for j in range(size) if not expression.get_coefficient_val(kind, j).is_zero()]
 
 
 def access_relation(op: Operator, tensor: str):
