@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 class Slab:
     """How a group runs in slabs: ``size`` units of a dimension of extent ``extent`` per slab, and,
     when ``outer_dims`` is set, those slabs inside slabs of ``outer_size`` units of a second
-    dimension (one sequence at a time, then a block of its query rows)."""
+    dimension (one sequence at a time, then a block of its query rows); when ``key_dims`` is set,
+    each slab runs an attention's softmax chain in blocks of ``key_size`` keys inside it
+    (:mod:`loopwise.memory.key_blocks`)."""
 
     dims: tuple[str, ...]  # the loop dimension that carries slabs, per operator of the group
     extent: int
@@ -22,6 +24,9 @@ class Slab:
     outer_extent: int = 1
     outer_size: int = 1
     loops: tuple[int, ...] = ()  # the inner loop of each operator, when there are several in an outer slab
+    key_dims: tuple[str, ...] | None = None  # per operator: the key dimension of an attention run in key blocks
+    key_extent: int = 1
+    key_size: int = 1
 
     @property
     def count(self) -> int:
@@ -32,6 +37,8 @@ class Slab:
         inner = f"{self.size}/{self.extent} of {self.dims[0]}"
         if self.loops:
             inner += f" in {self.loops[-1] + 1} loops"
+        if self.key_dims:
+            inner += f", key blocks of {self.key_size}/{self.key_extent} of {self.key_dims[0]}"
         if self.outer_dims:
             return f"{self.count} slabs: {inner} within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
         return f"{self.count} slabs of {inner}"

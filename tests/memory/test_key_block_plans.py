@@ -1,0 +1,98 @@
+"""Flash-style plans from the planner: at a scratchpad too small for one head's keys, an attention's
+softmax chain runs key block by key block inside its query blocks, with the online softmax's
+running row maximum and sum on chip; its traffic is Q and O once and K and V once per query block,
+and the independent replay agrees. A row operation that is not a softmax is never key-blocked."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwise.memory.graph import Graph
+from loopwise.memory.ir import Access, Operator, Tensor
+from loopwise.memory.planner import plan
+from loopwise.memory.verify import describe, verify
+
+HEADS, SEQ, D = 2, 512, 64
+EACH = HEADS * SEQ * D * 2  # bytes of each of Q, K, V and O (bf16)
+CAPACITY = 48 * 1024  # one head's K alone (64 KiB) does not fit
+
+
+def _attention(row_kind: str = "softmax") -> Graph:
+    """scores = Q K^T per head; a row operation over the keys (``row_kind``); O = P V."""
+    t = lambda name, *shape: Tensor(name, shape)  # noqa: E731
+    scores = Operator("matmul:scores", {"h": HEADS, "i": SEQ, "j": SEQ, "d": D},
+                      (t("Q", HEADS, SEQ, D), t("K", HEADS, SEQ, D), t("S", HEADS, SEQ, SEQ)),
+                      reads=(Access("Q", ("h", "i", "d")), Access("K", ("h", "j", "d"))),
+                      writes=(Access("S", ("h", "i", "j")),), macs=HEADS * SEQ * SEQ * D)
+    row = Operator(f"{row_kind}:p", {"h": HEADS, "i": SEQ, "j": SEQ}, (t("S", HEADS, SEQ, SEQ), t("P", HEADS, SEQ, SEQ)),
+                   reads=(Access("S", ("h", "i", "j")),), writes=(Access("P", ("h", "i", "j")),),
+                   coupled=frozenset({"j"}))
+    mix = Operator("matmul:mix", {"h": HEADS, "i": SEQ, "e": D, "j": SEQ},
+                   (t("P", HEADS, SEQ, SEQ), t("V", HEADS, SEQ, D), t("O", HEADS, SEQ, D)),
+                   reads=(Access("P", ("h", "i", "j")), Access("V", ("h", "j", "e"))),
+                   writes=(Access("O", ("h", "i", "e")),), macs=HEADS * SEQ * SEQ * D)
+    return Graph(f"attention-{row_kind}", (scores, row, mix))
+
+
+def _replayed(p) -> None:
+    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
+    assert verdict.ok, "\n".join(describe(verdict))
+    assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= CAPACITY
+
+
+def test_attention_too_large_for_the_scratchpad_runs_in_key_blocks_at_the_hand_count():
+    p = plan(_attention(), capacity_bytes=CAPACITY)
+    (grp,) = p.groups
+    slab = grp.slab
+    assert slab is not None and slab.key_dims == ("j", "j", "j") and slab.key_size < SEQ
+    assert slab.dims == ("i", "i", "i") and slab.size < SEQ
+    query_blocks = -(-SEQ // slab.size)
+    assert p.total_bytes == EACH + EACH + query_blocks * (EACH + EACH)  # Q, O once; K, V per query block
+    assert set(grp.resident) == {"S", "P"}  # scores and probabilities never touch DRAM
+    _replayed(p)
+    # the best the planner can do: no other grouping of these operators comes near
+    assert p.total_bytes < p.layer_by_layer_bytes / 2
+
+
+def test_the_schedule_names_the_key_loop_and_the_online_softmax_state():
+    p = plan(_attention(), capacity_bytes=CAPACITY)
+    (group,) = p.schedule["groups"]
+    nest = group["loop_nest"]
+    assert [loop["label"] for loop in nest["loops"]][-2:] == ["slab", "key"]
+    assert nest["state"] == ["rowmax:softmax:p", "rowsum:softmax:p"]
+    by_op = {o["operator"]: o for o in nest["operators"]}
+    assert [loop.get("loop") for loop in by_op["matmul:mix"]["loops"] if loop.get("loop")][-1] == "key"
+
+    def find(steps, label):
+        for s in steps:
+            if s.get("loop") == label:
+                return s
+            if "loop" in s:
+                got = find(s["steps"], label)
+                if got is not None:
+                    return got
+        return None
+
+    slab_loop = find(group["steps"], "slab")
+    before, key_loop, after = slab_loop["steps"]
+    assert key_loop["loop"] == "key"
+    assert {a[0] for a in before["alloc"]} >= {"Q", "O", "rowmax:softmax:p", "rowsum:softmax:p"}
+    assert {f[0] for f in after["free"]} >= {"O", "rowmax:softmax:p", "rowsum:softmax:p"}
+    stores = [d for d in group["dma"] if d["to"] == "dram"]
+    assert [d["tensor"] for d in stores] == ["O"] and stores[0]["step"] == after["id"]
+
+
+def test_a_layer_norm_over_the_keys_is_never_key_blocked():
+    p = plan(_attention("native_layer_norm"), capacity_bytes=CAPACITY)
+    assert all(g.slab is None or g.slab.key_dims is None for g in p.groups)
+    _replayed(p)
+    # the scores go out to DRAM and come back: far above the key-blocked softmax's traffic
+    assert p.total_bytes > plan(_attention(), capacity_bytes=CAPACITY).total_bytes
+
+
+@pytest.mark.parametrize("capacity", [4 * 1024 * 1024])
+def test_attention_that_fits_in_query_blocks_is_not_key_blocked(capacity):
+    """Where every score row fits, query blocks alone reach the compulsory traffic."""
+    p = plan(_attention(), capacity_bytes=capacity)
+    assert p.total_bytes == p.compulsory_bytes
+    assert all(g.slab is None or g.slab.key_dims is None for g in p.groups)
