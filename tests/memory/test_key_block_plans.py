@@ -96,3 +96,26 @@ def test_attention_that_fits_in_query_blocks_is_not_key_blocked(capacity):
     p = plan(_attention(), capacity_bytes=capacity)
     assert p.total_bytes == p.compulsory_bytes
     assert all(g.slab is None or g.slab.key_dims is None for g in p.groups)
+
+
+def test_the_report_names_the_key_loop_and_the_online_softmax_state():
+    from loopwise.memory.report_schedule import loop_nest_section
+
+    p = plan(_attention(), capacity_bytes=CAPACITY)
+    section = loop_nest_section({"schedule": p.schedule})
+    shared = {row[2] for row in section.rows}
+    assert len(shared) == 1
+    (text,) = shared
+    assert "key: 512 by" in text and "online softmax state: rowmax:softmax:p, rowsum:softmax:p" in text
+
+
+def test_a_search_continued_from_its_record_makes_the_same_key_blocked_plan():
+    import json
+
+    from loopwise.memory.planner import plan_with_baseline
+
+    states = {}
+    first, _ = plan_with_baseline(_attention(), CAPACITY,
+                                  on_searched=lambda i, state: states.__setitem__(i, json.loads(json.dumps(state))))
+    again, _ = plan_with_baseline(_attention(), CAPACITY, searched=states)
+    assert again.groups == first.groups and again.groups[0].slab.key_dims is not None
