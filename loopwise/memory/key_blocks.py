@@ -1,9 +1,9 @@
 """An attention's softmax chain run key block by key block (flash-style), as one group of the plan.
 
 A recognised chain (:mod:`loopwise.memory.softmax_chains`: scores, [scale], [mask], softmax, value
-product) runs in three loops: an optional outer loop over one leading dimension of its scores (a
-head, a sequence), a loop over blocks of query rows (label ``slab``), and inside it a loop over
-blocks of keys (label ``key``). Per query block:
+product) runs in nested loops: none, one or two outer loops over leading dimensions of its scores
+(labels ``outer`` and, outside it, ``batch``: a head, a sequence), a loop over blocks of query rows
+(label ``slab``), and inside it a loop over blocks of keys (label ``key``). Per query block:
 
 - before the key loop: what the chain reads that the key dimension does not index (the queries) is
   loaded and held, the output block is allocated, and the online softmax's running row maximum and
@@ -14,8 +14,8 @@ blocks of keys (label ``key``). Per query block:
   made and used on chip, never stored;
 - after it: the output block, complete, is stored; everything is freed.
 
-So the queries and the output move once, the keys and values once per query block (of every outer
-slab that does not cut them). A tensor's part in one iteration is its share of every loop that
+So the queries and the output move once, the keys and values once per query block (and per
+iteration of an outer loop that does not cut them). A tensor's part in one iteration is its share of every loop that
 cuts it (:func:`share_bound`, an upper bound of the schedule's exact shares). The block sizes are
 powers of two; the group takes the least traffic that fits, ties going to the largest blocks.
 
@@ -25,6 +25,7 @@ powers of two; the group takes the least traffic that fits, ties going to the la
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 from loopwise.memory.plan_records import Group, Slab
 from loopwise.memory.softmax_chains import softmax_chains
 
-OUTER, SLAB, KEY = "outer", "slab", "key"
+BATCH, OUTER, SLAB, KEY = "batch", "outer", "slab", "key"
+LABELS = (BATCH, OUTER, SLAB, KEY)  # the loops, outermost first (batch: a second outer loop, outside the first)
 STATE_BYTES = 4  # an fp32 running maximum (and sum) per query row
 BEFORE, AFTER = -1, 1 << 30  # positions of the steps before and after the key loop
 
@@ -56,21 +58,22 @@ class Held:
 
 @dataclass(frozen=True)
 class KeyLoops:
-    """A chain's three loops (per operator: the outer dimension or None, the query dimension,
-    the key dimension), their extents, and its tensors as held."""
+    """A chain's loops, outermost first: each a label (:data:`LABELS`), its dimension in every
+    operator and its extent; and the chain's tensors as held."""
 
-    outer: tuple[str, ...] | None
-    query: tuple[str, ...]
-    key: tuple[str, ...]
-    outer_extent: int
-    query_extent: int
-    key_extent: int
+    loops: tuple[tuple[str, tuple[str, ...], int], ...]
     held: tuple[Held, ...]
-    softmax: str
 
-    @property
-    def state(self) -> tuple[str, str]:
-        return (f"rowmax:{self.softmax}", f"rowsum:{self.softmax}")
+    def dims(self, label: str) -> tuple[str, ...] | None:
+        return next((dims for lab, dims, _ in self.loops if lab == label), None)
+
+    def extent(self, label: str) -> int:
+        return next((extent for lab, _, extent in self.loops if lab == label), 1)
+
+
+def state_buffers(softmax: str) -> tuple[str, str]:
+    """The buffers of the online softmax's running row maximum and sum (as the replay names them)."""
+    return (f"rowmax:{softmax}", f"rowsum:{softmax}")
 
 
 def chain_spans(graph) -> dict[int, int]:
@@ -97,81 +100,75 @@ def _row_indices(ops) -> list[tuple[str, ...]] | None:
     return out
 
 
-def outer_positions(ops) -> list[int | None]:
-    """The outer loops a chain may take: none, or a leading position of its scores' index."""
+def outer_positions(ops) -> list[tuple[int, ...]]:
+    """The outer loops a chain may take: none, one or two leading positions of its scores' index
+    (outermost first)."""
     rows = _row_indices(ops)
     if rows is None:
         return []
-    leading = range(len(rows[0]) - 2)
-    return [None] + [p for p in leading if all(op.dims[r[p]] > 1 for op, r in zip(ops, rows))]
+    leading = [p for p in range(len(rows[0]) - 2) if all(op.dims[r[p]] > 1 for op, r in zip(ops, rows))]
+    return [()] + [(p,) for p in leading] + [(p, q) for p in leading for q in leading if p < q]
 
 
-def key_loops(planner, i: int, j: int, outer_position: int | None) -> KeyLoops | None:
-    """Chain i..j-1 with its outer loop at ``outer_position`` of its scores' index (None: no outer
-    loop), or None when a tensor cannot be held that way (an intermediate not cut by every loop,
-    an output cut by the keys, a loop dimension that cannot carry slabs)."""
+def key_loops(planner, i: int, j: int, positions: tuple[int, ...]) -> KeyLoops | None:
+    """Chain i..j-1 with outer loops at ``positions`` of its scores' index, or None when a tensor
+    cannot be held that way (an intermediate not cut by every loop, an output cut by the keys, a
+    loop dimension that cannot carry slabs)."""
     ops = planner.ops[i:j]
     rows = _row_indices(ops)
     if rows is None:
         return None
-    outer = tuple(r[outer_position] for r in rows) if outer_position is not None else None
-    query, key = tuple(r[-2] for r in rows), tuple(r[-1] for r in rows)
+    labels = LABELS[len(LABELS) - 2 - len(positions):]
+    at = list(positions) + [-2, -1]
+    loops = tuple((label, tuple(r[p] for r in rows), ops[0].dims[rows[0][p]]) for label, p in zip(labels, at))
     for k, op in enumerate(ops):
-        if query[k] not in planner.sigs[i + k] or (outer and outer[k] not in planner.sigs[i + k]):
+        if any(dims[k] not in planner.sigs[i + k] for label, dims, _ in loops if label != KEY):
             return None
-        if any(re.search(rf"\b{re.escape(key[k])}\b", a.guard) for a in op.reads + op.writes):
+        key = loops[-1][1][k]
+        if any(re.search(rf"\b{re.escape(key)}\b", a.guard) for a in op.reads + op.writes):
             return None
-    held = _held(planner, i, j, outer, query, key)
-    if held is None:
-        return None
-    first = ops[0]
-    return KeyLoops(outer, query, key, first.dims[outer[0]] if outer else 1, first.dims[query[0]],
-                    first.dims[key[0]], held, ops[_softmax_at(ops)].name)
+    held = _held(planner, i, j, loops)
+    return None if held is None else KeyLoops(loops, held)
 
 
 def _softmax_at(ops) -> int:
     return next(k for k, op in enumerate(ops) if op.coupled)
 
 
-def _labels(planner, i: int, k: int, t: str, outer, query, key) -> tuple[str, ...]:
-    """The loops that cut ``t`` at chain operator k: by the slab signatures (outer and query) and,
-    for the keys, a plain index in one position of every access."""
+def _labels(planner, i: int, k: int, t: str, loops) -> set[str]:
+    """The loops that cut ``t`` at chain operator k: by the slab signatures (the loops outside the
+    key loop) and, for the keys, a plain index in one position of every access."""
     sigs = planner.sigs[i + k]
-    out = []
-    if outer and sigs[outer[k]][t] is not None:
-        out.append(OUTER)
-    if sigs[query[k]][t] is not None:
-        out.append(SLAB)
-    accesses = planner.ops[i + k].accesses(t)
-    if all(sum(1 for e in a.index if re.search(rf"\b{re.escape(key[k])}\b", e)) == 1
-           and key[k] in [e.strip("() ") for e in a.index] for a in accesses):
-        out.append(KEY)
-    return tuple(out)
+    out = {label for label, dims, _ in loops if label != KEY and sigs[dims[k]][t] is not None}
+    key = loops[-1][1][k]
+    if all(sum(1 for e in a.index if re.search(rf"\b{re.escape(key)}\b", e)) == 1
+           and key in [e.strip("() ") for e in a.index] for a in planner.ops[i + k].accesses(t)):
+        out.add(KEY)
+    return out
 
 
-def _held(planner, i: int, j: int, outer, query, key) -> tuple[Held, ...] | None:
+def _held(planner, i: int, j: int, loops) -> tuple[Held, ...] | None:
     """Each tensor of chain i..j-1 as held (:class:`Held`); None when one cannot be."""
     users: dict[str, list[int]] = {}
     for k in range(j - i):
         for t in planner.facts[i + k]:
             users.setdefault(t, []).append(k)
+    full = tuple(label for label, _, _ in loops)
     out = []
     last_op = j - i - 1
     for t, at in users.items():
-        labels = [set(_labels(planner, i, k, t, outer, query, key)) for k in at]
-        common = set.intersection(*labels)
-        cut = tuple(x for x in (OUTER, SLAB, KEY) if x in common)
+        common = set.intersection(*(_labels(planner, i, k, t, loops) for k in at))
+        cut = tuple(x for x in full if x in common)
         made = [k for k in at if planner.facts[i + k][t][2]]
         if not made:
             nbytes = planner._loaded(t, i + at[0], i + at[-1])
             first, last = (at[0], at[-1]) if KEY in cut else (BEFORE, AFTER)
             out.append(Held(t, nbytes, cut, "load", first, last, at[0]))
             continue
-        full = tuple(x for x in (OUTER, SLAB, KEY) if x != OUTER or outer)
         nbytes = max(planner.facts[i + k][t][0] for k in at)
         if made == [last_op] and at == [last_op]:  # the output: cut by the query loops, summed over keys
             needed = t in planner.outputs or planner.uses[t][-1] >= j
-            if KEY in cut or cut != full[:-1] or not needed:
+            if cut != full[:-1] or not needed:
                 return None
             out.append(Held(t, nbytes, cut, "store", BEFORE, AFTER, last_op))
             continue
@@ -180,9 +177,7 @@ def _held(planner, i: int, j: int, outer, query, key) -> tuple[Held, ...] | None
         out.append(Held(t, nbytes, cut, "made", at[0], at[-1], at[0]))
     soft = planner.ops[i + _softmax_at(planner.ops[i:j])]
     rows = math.prod(e for d, e in soft.dims.items() if d not in soft.coupled)
-    state = tuple(x for x in (OUTER, SLAB) if x != OUTER or outer)
-    out += [Held(f"{kind}:{soft.name}", STATE_BYTES * rows, state, "state", BEFORE, AFTER, 0)
-            for kind in ("rowmax", "rowsum")]
+    out += [Held(name, STATE_BYTES * rows, full[:-1], "state", BEFORE, AFTER, 0) for name in state_buffers(soft.name)]
     return tuple(out)
 
 
@@ -229,8 +224,8 @@ def key_blocked(planner, i: int, j: int) -> Group | None:
     """Chain i..j-1 run in key blocks with the least traffic that fits the scratchpad, over its
     outer loops and block sizes; None when none fits."""
     best = None
-    for position in outer_positions(planner.ops[i:j]):
-        loops = key_loops(planner, i, j, position)
+    for positions in outer_positions(planner.ops[i:j]):
+        loops = key_loops(planner, i, j, positions)
         if loops is None:
             continue
         for found in _sized(planner.cap, loops, j - i):
@@ -244,22 +239,32 @@ def key_blocked(planner, i: int, j: int) -> Group | None:
 
 
 def _sized(capacity: int, loops: KeyLoops, length: int):
-    """(traffic, per operator, held, block volume, sizes) for every outer and key block size,
-    with the largest query block that fits."""
-    outer_sizes = _powers_below(loops.outer_extent) if loops.outer else [1]
-    for outer_size in outer_sizes:
-        for key_size in _powers_below(loops.key_extent):
+    """(traffic, per operator, held, block volume, sizes) for every size of the outer loops and
+    of the key blocks, with the largest query block that fits."""
+    outside = [(label, extent) for label, _, extent in loops.loops[:-2]]
+    query_extent, key_extent = loops.extent(SLAB), loops.extent(KEY)
+    for outer_sizes in itertools.product(*(_powers_below(extent) for _, extent in outside)):
+        for key_size in _powers_below(key_extent):
             fitting = None
-            for query_size in _powers_below(loops.query_extent) + [loops.query_extent]:
-                sizes = {SLAB: (query_size, loops.query_extent), KEY: (key_size, loops.key_extent)}
-                if loops.outer:
-                    sizes = {OUTER: (outer_size, loops.outer_extent), **sizes}
+            for query_size in _powers_below(query_extent) + [query_extent]:
+                sizes = {label: (size, extent) for (label, extent), size in zip(outside, outer_sizes)}
+                sizes.update({SLAB: (query_size, query_extent), KEY: (key_size, key_extent)})
                 traffic, per_op, held = weigh(loops, sizes, length)
                 if max(held) > capacity:
                     break
-                fitting = (traffic, per_op, held, outer_size * query_size * key_size, sizes)
+                fitting = (traffic, per_op, held, math.prod(outer_sizes) * query_size * key_size, sizes)
             if fitting is not None:
                 yield fitting
+
+
+def slab_sizes(slab: Slab) -> dict[str, tuple[int, int]]:
+    """Each loop's (size, extent) of a group run in key blocks, by label, outermost first."""
+    sizes = {}
+    if slab.batch_dims:
+        sizes[BATCH] = (slab.batch_size, slab.batch_extent)
+    if slab.outer_dims:
+        sizes[OUTER] = (slab.outer_size, slab.outer_extent)
+    return {**sizes, SLAB: (slab.size, slab.extent), KEY: (slab.key_size, slab.key_extent)}
 
 
 def _group(planner, i, j, loops: KeyLoops, sizes, traffic, per_op, held) -> Group:
@@ -267,7 +272,9 @@ def _group(planner, i, j, loops: KeyLoops, sizes, traffic, per_op, held) -> Grou
     made = tuple(sorted(h.tensor for h in loops.held if h.role == "made"))
     streamed = tuple(sorted(h.tensor for h in loops.held if h.role == "load" and KEY in h.labels))
     outer_size, outer_extent = sizes.get(OUTER, (1, 1))
-    slab = Slab(loops.query, loops.query_extent, sizes[SLAB][0], (), streamed, loops.outer, outer_extent,
-                outer_size, key_dims=loops.key, key_extent=loops.key_extent, key_size=sizes[KEY][0])
+    batch_size, batch_extent = sizes.get(BATCH, (1, 1))
+    slab = Slab(loops.dims(SLAB), loops.extent(SLAB), sizes[SLAB][0], (), streamed, loops.dims(OUTER), outer_extent,
+                outer_size, key_dims=loops.dims(KEY), key_extent=loops.extent(KEY), key_size=sizes[KEY][0],
+                batch_dims=loops.dims(BATCH), batch_extent=batch_extent, batch_size=batch_size)
     return Group(names, int(traffic), int(max(held)), made, slab=slab, occupancy=tuple(int(h) for h in held),
                  per_operator=tuple(int(x) for x in per_op))

@@ -27,10 +27,14 @@ class Slab:
     key_dims: tuple[str, ...] | None = None  # per operator: the key dimension of an attention run in key blocks
     key_extent: int = 1
     key_size: int = 1
+    batch_dims: tuple[str, ...] | None = None  # per operator: a second outer loop, outside the first (key blocks)
+    batch_extent: int = 1
+    batch_size: int = 1
 
     @property
     def count(self) -> int:
-        return math.ceil(self.extent / self.size) * math.ceil(self.outer_extent / self.outer_size)
+        return (math.ceil(self.extent / self.size) * math.ceil(self.outer_extent / self.outer_size)
+                * math.ceil(self.batch_extent / self.batch_size))
 
     def describe(self) -> str:
         """``32 slabs of 1/32 of n``, or with an outer level ``... within 1/32 of l0``."""
@@ -39,6 +43,9 @@ class Slab:
             inner += f" in {self.loops[-1] + 1} loops"
         if self.key_dims:
             inner += f", key blocks of {self.key_size}/{self.key_extent} of {self.key_dims[0]}"
+        if self.batch_dims:
+            inner += f" within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
+            return f"{self.count} slabs: {inner} within {self.batch_size}/{self.batch_extent} of {self.batch_dims[0]}"
         if self.outer_dims:
             return f"{self.count} slabs: {inner} within {self.outer_size}/{self.outer_extent} of {self.outer_dims[0]}"
         return f"{self.count} slabs of {inner}"

@@ -43,6 +43,7 @@ stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 from __future__ import annotations
 
 from loopwise.memory.ir import Operator
+from loopwise.memory.key_blocks import state_buffers
 from loopwise.memory.key_schedule import key_block_steps, key_loop_nest
 from loopwise.memory.placement import place
 from loopwise.memory.polyhedral import footprint
@@ -106,7 +107,7 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
     nest = {"runs": "slabs", "loops": shared, "operators": operators}
     if slab.key_dims:
         soft = next(op.name for op in ops if op.coupled)
-        nest["state"] = [f"rowmax:{soft}", f"rowsum:{soft}"]  # the online softmax's, per query row
+        nest["state"] = list(state_buffers(soft))  # the online softmax's, per query row
     return nest
 
 

@@ -17,20 +17,23 @@ EACH = HEADS * SEQ * D * 2  # bytes of each of Q, K, V and O (bf16)
 CAPACITY = 48 * 1024  # one head's K alone (64 KiB) does not fit
 
 
-def _attention(row_kind: str = "softmax") -> Graph:
-    """scores = Q K^T per head; a row operation over the keys (``row_kind``); O = P V."""
-    t = lambda name, *shape: Tensor(name, shape)  # noqa: E731
-    scores = Operator("matmul:scores", {"h": HEADS, "i": SEQ, "j": SEQ, "d": D},
-                      (t("Q", HEADS, SEQ, D), t("K", HEADS, SEQ, D), t("S", HEADS, SEQ, SEQ)),
-                      reads=(Access("Q", ("h", "i", "d")), Access("K", ("h", "j", "d"))),
-                      writes=(Access("S", ("h", "i", "j")),), macs=HEADS * SEQ * SEQ * D)
-    row = Operator(f"{row_kind}:p", {"h": HEADS, "i": SEQ, "j": SEQ}, (t("S", HEADS, SEQ, SEQ), t("P", HEADS, SEQ, SEQ)),
-                   reads=(Access("S", ("h", "i", "j")),), writes=(Access("P", ("h", "i", "j")),),
+def _attention(row_kind: str = "softmax", lead: dict[str, int] | None = None) -> Graph:
+    """scores = Q K^T per head; a row operation over the keys (``row_kind``); O = P V; ``lead``:
+    the leading dimensions (the heads by default) and their extents."""
+    lead = lead or {"h": HEADS}
+    n = tuple(lead)
+    t = lambda name, *shape: Tensor(name, (*lead.values(), *shape))  # noqa: E731
+    scores = Operator("matmul:scores", {**lead, "i": SEQ, "j": SEQ, "d": D},
+                      (t("Q", SEQ, D), t("K", SEQ, D), t("S", SEQ, SEQ)),
+                      reads=(Access("Q", (*n, "i", "d")), Access("K", (*n, "j", "d"))),
+                      writes=(Access("S", (*n, "i", "j")),), macs=HEADS * SEQ * SEQ * D)
+    row = Operator(f"{row_kind}:p", {**lead, "i": SEQ, "j": SEQ}, (t("S", SEQ, SEQ), t("P", SEQ, SEQ)),
+                   reads=(Access("S", (*n, "i", "j")),), writes=(Access("P", (*n, "i", "j")),),
                    coupled=frozenset({"j"}))
-    mix = Operator("matmul:mix", {"h": HEADS, "i": SEQ, "e": D, "j": SEQ},
-                   (t("P", HEADS, SEQ, SEQ), t("V", HEADS, SEQ, D), t("O", HEADS, SEQ, D)),
-                   reads=(Access("P", ("h", "i", "j")), Access("V", ("h", "j", "e"))),
-                   writes=(Access("O", ("h", "i", "e")),), macs=HEADS * SEQ * SEQ * D)
+    mix = Operator("matmul:mix", {**lead, "i": SEQ, "e": D, "j": SEQ},
+                   (t("P", SEQ, SEQ), t("V", SEQ, D), t("O", SEQ, D)),
+                   reads=(Access("P", (*n, "i", "j")), Access("V", (*n, "j", "e"))),
+                   writes=(Access("O", (*n, "i", "e")),), macs=HEADS * SEQ * SEQ * D)
     return Graph(f"attention-{row_kind}", (scores, row, mix))
 
 
@@ -52,6 +55,19 @@ def test_attention_too_large_for_the_scratchpad_runs_in_key_blocks_at_the_hand_c
     _replayed(p)
     # the best the planner can do: no other grouping of these operators comes near
     assert p.total_bytes < p.layer_by_layer_bytes / 2
+
+
+def test_with_a_batch_and_heads_both_run_as_outer_loops_around_the_query_blocks():
+    """A sequence and a head at a time: the blocks of one head fit as they do with one sequence."""
+    p = plan(_attention(lead={"b": 2, "h": HEADS}), capacity_bytes=CAPACITY)
+    (grp,) = p.groups
+    slab = grp.slab
+    assert (slab.batch_dims, slab.outer_dims) == (("b",) * 3, ("h",) * 3) and slab.key_dims == ("j",) * 3
+    assert (slab.batch_size, slab.outer_size) == (1, 1)
+    assert p.total_bytes == 2 * (EACH + EACH + -(-SEQ // slab.size) * (EACH + EACH))
+    _replayed(p)
+    nest = p.schedule["groups"][0]["loop_nest"]
+    assert [loop["label"] for loop in nest["loops"]] == ["batch", "outer", "slab", "key"]
 
 
 def test_the_schedule_names_the_key_loop_and_the_online_softmax_state():
