@@ -57,6 +57,7 @@ def test_attention_too_large_for_the_scratchpad_runs_in_key_blocks_at_the_hand_c
     assert p.total_bytes < p.layer_by_layer_bytes / 2
 
 
+@pytest.mark.slow  # the layer-by-layer tilings of its four-dimensional operators: ~15 s here
 def test_with_a_batch_and_heads_both_run_as_outer_loops_around_the_query_blocks():
     """A sequence and a head at a time: the blocks of one head fit as they do with one sequence."""
     p = plan(_attention(lead={"b": 2, "h": HEADS}), capacity_bytes=CAPACITY)
@@ -135,3 +136,14 @@ def test_a_search_continued_from_its_record_makes_the_same_key_blocked_plan():
                                   on_searched=lambda i, state: states.__setitem__(i, json.loads(json.dumps(state))))
     again, _ = plan_with_baseline(_attention(), CAPACITY, searched=states)
     assert again.groups == first.groups and again.groups[0].slab.key_dims is not None
+
+
+def test_the_time_objective_takes_key_blocks_where_transfers_bound_the_attention():
+    from loopwise.memory.timing import Rates
+
+    rates = Rates(dram_bytes_per_s=1e9, matrix_flops=1e12, vector_flops=1e11, capacity_bytes=CAPACITY)
+    by_time = plan(_attention(), CAPACITY, objective="time", rates=rates)
+    (grp,) = by_time.groups
+    assert grp.slab is not None and grp.slab.key_dims is not None
+    assert by_time.total_bytes == plan(_attention(), CAPACITY).total_bytes
+    _replayed(by_time)
