@@ -57,7 +57,7 @@ def test_attention_too_large_for_the_scratchpad_runs_in_key_blocks_at_the_hand_c
     assert p.total_bytes < p.layer_by_layer_bytes / 2
 
 
-@pytest.mark.slow  # the layer-by-layer tilings of its four-dimensional operators: ~15 s here
+@pytest.mark.slow  # the layer-by-layer tilings of its four-dimensional operators take long
 def test_with_a_batch_and_heads_both_run_as_outer_loops_around_the_query_blocks():
     """A sequence and a head at a time: the blocks of one head fit as they do with one sequence."""
     p = plan(_attention(lead={"b": 2, "h": HEADS}), capacity_bytes=CAPACITY)
