@@ -15,9 +15,10 @@ product) runs in nested loops: none, one or two outer loops over leading dimensi
 - after it: the output block, complete, is stored; everything is freed.
 
 So the queries and the output move once, the keys and values once per query block (and per
-iteration of an outer loop that does not cut them). A tensor's part in one iteration is its share of every loop that
-cuts it (:func:`share_bound`, an upper bound of the schedule's exact shares). The block sizes are
-powers of two; the group takes the least traffic that fits, ties going to the largest blocks.
+iteration of an outer loop that does not cut them). A tensor's part in one iteration is its share
+of every loop that cuts it (:func:`share_bound`, an upper bound of the schedule's exact shares).
+The block sizes are powers of two; the group takes the least traffic that fits, ties going to the
+largest blocks.
 
 :func:`key_loops` says how each tensor is held (one :class:`Held` each); the planner's tally
 (:func:`key_blocked`) and the schedule (:mod:`loopwise.memory.key_schedule`) both read it.
