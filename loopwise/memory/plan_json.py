@@ -107,7 +107,10 @@ def _group_json(grp: Group) -> dict:
                 "outer_size": slab.outer_size, "outer_extent": slab.outer_extent,
                 "outer_dims": list(slab.outer_dims) if slab.outer_dims else None,
                 "dims": list(slab.dims), "resident": list(slab.resident),
-                "streamed": list(slab.streamed), "loops": list(slab.loops)}}
+                "streamed": list(slab.streamed), "loops": list(slab.loops),
+                "key_dims": list(slab.key_dims) if slab.key_dims else None, "key_extent": slab.key_extent,
+                "key_size": slab.key_size, "batch_dims": list(slab.batch_dims) if slab.batch_dims else None,
+                "batch_extent": slab.batch_extent, "batch_size": slab.batch_size}}
 
 
 def describe_runs(group: dict) -> str:
@@ -119,4 +122,7 @@ def describe_runs(group: dict) -> str:
         return "whole"
     outer = tuple(s["outer_dims"]) if s["outer_dims"] else None
     return Slab(tuple(s["dims"]), s["extent"], s["size"], tuple(s["resident"]), tuple(s["streamed"]), outer,
-                s["outer_extent"], s["outer_size"], tuple(s.get("loops", ()))).describe()
+                s["outer_extent"], s["outer_size"], tuple(s.get("loops", ())),
+                tuple(s["key_dims"]) if s.get("key_dims") else None, s.get("key_extent", 1),
+                s.get("key_size", 1), tuple(s["batch_dims"]) if s.get("batch_dims") else None,
+                s.get("batch_extent", 1), s.get("batch_size", 1)).describe()

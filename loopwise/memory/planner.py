@@ -18,6 +18,9 @@ whose intermediates never touch DRAM. It runs in one of two ways:
 - in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
   its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
   an invariant of the inner slabs, kept for them or loaded again by each;
+- an attention's softmax chain alone, key block by key block inside its query blocks, with an
+  online softmax (:mod:`loopwise.memory.key_blocks`): the scores never leave the chip even where
+  one head's keys do not fit;
 - in several inner loops within one outer slab: where an operator needs all of what the loop so
   far made (the attention after the projection that made its keys row block by row block), a new
   loop over the same extent starts once every slab of the one before has run; a tensor used in
@@ -63,6 +66,7 @@ import numpy as np
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
 from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
+from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
@@ -145,6 +149,7 @@ class _Planner:
             for t in op.tensors:
                 self.uses.setdefault(t.name, []).append(i)
         self.sigs = [slab_signatures(op) for op in self.ops]
+        self.chains = chain_spans(graph)  # attention softmax chains that may run in key blocks
         self.readers: dict[str, tuple[int, ...]] = {}
         for k, fact in enumerate(self.facts):
             for t, (_, r, _) in fact.items():
@@ -356,6 +361,8 @@ class _Planner:
                     break
                 if not slab_group(self, i, j, spec, extent, outer_extent, units, found, keep):
                     break
+        if i in self.chains:  # after the groups above, so that they win a tie
+            keep(self.chains[i], key_blocked(self, i, self.chains[i]))
         return found
 
     @staticmethod

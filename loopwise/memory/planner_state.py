@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loopwise.memory.key_blocks import key_blocked
 from loopwise.memory.layerwise import TilingChoice
 from loopwise.memory.plan_records import Group
 
@@ -21,14 +22,17 @@ class RecordedGroup:
     carry_in: bool
     carry_out: bool
     traffic_bytes: int
-    slab: list | None  # [outer dimension per operator or None, inner dimension per operator, extent, outer extent]
+    slab: list | None  # [outer dimension per operator or None, inner dimension per operator, extent, outer extent,
+    # key dimension per operator or None (recorded before key blocks: absent)]
 
     def rebuild(self, planner) -> Group:
         """The group itself, evaluated again by ``planner`` (the same graph and capacity)."""
-        if self.slab is None:
+        if self.slab is not None and len(self.slab) > 4 and self.slab[4]:  # run in key blocks
+            grp = key_blocked(planner, self.start, self.end)
+        elif self.slab is None:
             grp = planner.evaluate(self.start, self.end, None, 1, carry_in=self.carry_in, carry_out=self.carry_out)
         else:
-            outer, inner, extent, outer_extent = self.slab
+            outer, inner, extent, outer_extent = self.slab[:4]
             spec = list(zip(outer or [None] * len(inner), inner))
             grp = planner.evaluate(self.start, self.end, spec, extent, outer_extent, self.carry_in, self.carry_out)
         if grp is None or grp.traffic_bytes != self.traffic_bytes:
@@ -39,7 +43,10 @@ class RecordedGroup:
 
 def _slab(grp: Group) -> list | None:
     s = grp.slab
-    return None if s is None else [list(s.outer_dims) if s.outer_dims else None, list(s.dims), s.extent, s.outer_extent]
+    if s is None:
+        return None
+    return [list(s.outer_dims) if s.outer_dims else None, list(s.dims), s.extent, s.outer_extent,
+            list(s.key_dims) if s.key_dims else None]
 
 
 def operator_state(planner, i: int, found: dict) -> dict:

@@ -46,6 +46,8 @@ def loop_nest_section(plan: dict) -> Section:
     for gi, group in enumerate(plan["schedule"]["groups"]):
         nest = group["loop_nest"]
         shared = " > ".join(f"{s['label']}: {s['extent']} by {s['size']} x{s['trips']}" for s in nest["loops"])
+        if nest.get("state"):  # a key loop's online softmax: its running state, held per query block
+            shared += f" (online softmax state: {', '.join(nest['state'])})"
         for op in nest["operators"]:
             rows.append([str(gi), nest["runs"], shared or "-", op["operator"], _loops(op["loops"])])
             if len(rows) >= MAX_ROWS:

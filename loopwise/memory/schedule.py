@@ -24,9 +24,14 @@ decisions:
 - an operator run alone with a tiling is one step: its tile's buffers (the largest tile), and the
   loads and stores of every tile added up (:func:`loopwise.memory.tiling.traffic`).
 
+A group that runs an attention's softmax chain in key blocks has a ``key`` loop inside its slab
+loop, with the online softmax's running state allocated before it and the output stored after it
+(:mod:`loopwise.memory.key_schedule`).
+
 Each group also carries its loop nest (``loop_nest``): how it runs (``whole``, ``slabs`` or
 ``tiled``), the loops it shares across its operators, outermost first (a slab loop names its
-dimension in every operator, its extent, its size per iteration and its trip count), and per
+dimension in every operator, its extent, its size per iteration and its trip count; a key loop
+comes last, and the online softmax's running state is named in ``state``), and per
 operator its own loops in order, outermost first, with each dimension's extent, tile size and trip
 count, and which of the group's inner loops it runs in when the outer slab holds several
 (:mod:`loopwise.memory.segments`: each such loop runs over the inner dimension after the one before
@@ -38,6 +43,8 @@ stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 from __future__ import annotations
 
 from loopwise.memory.ir import Operator
+from loopwise.memory.key_blocks import state_buffers
+from loopwise.memory.key_schedule import key_block_steps, key_loop_nest
 from loopwise.memory.placement import place
 from loopwise.memory.polyhedral import footprint
 from loopwise.memory.tiling import tile_counts, tile_footprints, tile_sizes, traffic
@@ -52,6 +59,8 @@ def build_schedule(planner, groups) -> dict:
         j = i + len(grp.operators)
         if planner.singles.get(i) is grp:
             steps = _alone(planner.ops[i], grp, planner.choices.get(i), planner.facts[i])
+        elif grp.slab is not None and grp.slab.key_dims:
+            steps = key_block_steps(planner, i, j, grp)
         else:
             steps = _group_steps(planner, i, j, grp)
         out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
@@ -85,6 +94,8 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
                        "size": slab.outer_size, "trips": -(-slab.outer_extent // slab.outer_size)})
     shared.append({"label": "slab", "dims": list(slab.dims), "extent": slab.extent, "size": slab.size,
                    "trips": -(-slab.extent // slab.size)})
+    if slab.key_dims:
+        shared = key_loop_nest(slab, shared)
     operators = []
     for k, op in enumerate(ops):
         cut = {loop["dims"][k]: loop for loop in shared}
@@ -93,7 +104,11 @@ def loop_nest(ops: list[Operator], grp, choice=None) -> dict:
                  else _loop(d, op.dims[d], op.dims[d]) for d in order]
         operators.append({"operator": op.name, "order": order, "loops": loops,
                           "inner_loop": slab.loops[k] if slab.loops else 0})
-    return {"runs": "slabs", "loops": shared, "operators": operators}
+    nest = {"runs": "slabs", "loops": shared, "operators": operators}
+    if slab.key_dims:
+        soft = next(op.name for op in ops if op.coupled)
+        nest["state"] = list(state_buffers(soft))  # the online softmax's, per query row
+    return nest
 
 
 def _step(name: str | None, uses=()) -> dict:
