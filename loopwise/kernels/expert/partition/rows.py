@@ -1,0 +1,108 @@
+"""Row operations of a partitioned forward: a softmax, log-softmax, reduction or scan along one
+dimension (or, for a reduction that takes several, a run of adjacent ones) of a float tensor, at
+any position of the forward and over any dimension (leading, middle or last). Each becomes one
+Triton part of the ``graph_norm`` plan (kind ``row`` of :class:`~.records.Norm`), the elementwise
+work only it reads computed as it is read and the work only its output feeds applied before the
+store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
+
+from __future__ import annotations
+
+import operator
+
+from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, dims_and_options
+from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
+from loopwise.kernels.expert.fx_graph import call_arg, op_name
+from loopwise.kernels.expert.partition.nodes import float_shape
+from loopwise.kernels.expert.partition.records import RowOp
+
+_SCANS = {"cumsum": "0.0", "cumprod": "1.0"}
+_SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
+
+
+def row_calls(gm, taken=()) -> dict:
+    """{node: its :class:`RowOp`} for each row operation of ``gm`` that a row part computes, in
+    graph order, leaving out the nodes in ``taken`` (parts of another kind already)."""
+    found = {}
+    for node in gm.graph.nodes:
+        if node in taken or node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        try:
+            row = _row_op(gm, node)
+        except (ew.Unsupported, KeyError, IndexError, TypeError):
+            row = None  # options a row part does not read: the operation stays in PyTorch
+        if row is not None:
+            found[node] = row
+    return found
+
+
+def row_source(node):
+    """(the tensor a row part's operation reads, the node that reads it): for ``torch.max(x,
+    dim)[0]`` the max call reads it, for the others the row node itself."""
+    reader = node.args[0] if _picked_extreme(node) else node
+    return reader.args[0], reader
+
+
+def _row_op(gm, node) -> RowOp | None:
+    """What ``node`` computes as a row part, or None when it is no row operation."""
+    if _picked_extreme(node):
+        call, pick = node.args[0], node.args[1]
+        op = op_name(call) if pick in (0, "values") else "arg" + op_name(call)
+        return _reduction(call, op, op_name(call))
+    if node.op != "call_module" and op_name(node) in REDUCTIONS and op_name(node) not in ("max", "min"):
+        return _reduction(node, REDUCTIONS[op_name(node)], op_name(node))
+    src = _float_source(node)
+    if src is None:
+        return None
+    rank = len(float_shape(src))
+    if softmax_dim(gm, node) is not None:
+        given = dict(zip(("input", "dim", "_stacklevel", "dtype"), node.args)) | dict(node.kwargs)
+        dim = softmax_dim(gm, node)
+        if given.get("dtype") is not None or not _constant_dim(dim, rank) or float_shape(node) != float_shape(src):
+            return None
+        name = "log_softmax" if is_log_softmax(gm, node) else "softmax"
+        return RowOp(name, dim % rank, dim % rank, neutral=_SOFTMAX_NEUTRAL)
+    if node.op != "call_module" and op_name(node) in _SCANS:
+        dim = call_arg(node, "dim", 1)
+        if set(node.kwargs) - {"dim"} or len(node.args) > 2 or not _constant_dim(dim, rank) \
+                or float_shape(node) != float_shape(src):
+            return None
+        return RowOp(op_name(node), dim % rank, dim % rank, neutral=_SCANS[op_name(node)])
+    return None
+
+
+def _reduction(node, op: str, name: str) -> RowOp | None:
+    """A reduction call's :class:`RowOp` (capture/reduce.py reads its options), or None."""
+    src = _float_source(node)
+    if src is None or node.op == "call_module" or any(k not in KEYWORDS.get(op, ("dim", "keepdim")) for k in node.kwargs):
+        return None
+    if op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None):
+        return None
+    if name in ("max", "min") and len(node.args) < 2 and "dim" not in node.kwargs:
+        return None  # torch.max(x): the whole tensor's, no dimension
+    first, last, keepdim, correction = dims_and_options(node, op, len(float_shape(src)))
+    if op in ("argmax", "argmin", "max", "min") and first != last:
+        return None
+    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
+
+
+def _picked_extreme(node) -> bool:
+    """Whether ``node`` picks the values or the indices of ``torch.max(x, dim)`` / ``torch.min``
+    (``[0]``, ``.values``, ``[1]``, ``.indices``), the call read by nothing else."""
+    if node.op != "call_function" or node.target not in (operator.getitem, getattr) or len(node.args) != 2:
+        return False
+    call, pick = node.args
+    return (getattr(call, "op", None) in ("call_function", "call_method") and op_name(call) in ("max", "min")
+            and pick in ((0, 1) if node.target is operator.getitem else ("values", "indices"))
+            and len(call.users) == 1)
+
+
+def _float_source(node):
+    """The node's first argument when it is a float tensor of at least one dimension, else None."""
+    src = node.args[0] if node.args else None
+    shape = float_shape(src) if hasattr(src, "meta") else None
+    return src if shape is not None and len(shape) >= 1 else None
+
+
+def _constant_dim(dim, rank: int) -> bool:
+    return isinstance(dim, int) and not isinstance(dim, bool) and -rank <= dim < rank
