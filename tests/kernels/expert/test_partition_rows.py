@@ -34,12 +34,16 @@ CASES = {
 SLOW_CASES = {
     "logsumexp_last_kept": ("x = torch.logsumexp(torch.relu(x), dim=-1, keepdim=True) * 0.5",
                             [("relu", "logsumexp", "mul")], "", "5, 130"),
-    "amax_amin": ("x = torch.amax(x, dim=0) - torch.amin(x, dim=0)", [("amax",), ("amin",)], "", "75, 6"),
+    "amax_amin": ("x = torch.amax(x, dim=(0, 1)) - torch.amin(x, dim=0).sum(0)", [("max",), ("min",), ("sum",)], "",
+                  "75, 3, 6"),
     "sum_run_kept": ("x = torch.sum(x * x, dim=(1, 2), keepdim=True) + 1.0", [("mul", "sum", "add")], "", "2, 5, 7, 3"),
     "max_values": ("x = torch.max(torch.tanh(x), dim=2).values * 3.0", [("tanh", "max", "mul")], "", "4, 3, 66"),
     "min_indices": ("x = torch.min(x + 1.0, 1)[1]", [("add", "argmin")], "", "3, 70, 2"),
     "cumprod_leading": ("x = torch.cumprod(1.0 + 0.05 * torch.tanh(x), dim=0)", [("tanh", "mul", "add", "cumprod")],
                         "", "90, 6"),
+    "cummax_values": ("x = torch.cummax(x * 2.0, dim=1).values - 1.0", [("mul", "cummax", "sub")], "", "3, 100, 2"),
+    "cummin_values": ("x = torch.cummin(x, 0)[0]", [("cummin",)], "", "70, 4"),
+    "logcumsumexp": ("x = torch.logcumsumexp(x * 3.0, dim=-1)", [("mul", "logcumsumexp")], "", "4, 90"),
     # offset data: the deviations' statistics (no sum of squares to cancel)
     "std_run": ("x = torch.std(x * 3.0 + 100.0, dim=(0, 1))", [("mul", "add", "std")], "", "9, 8, 5"),
     "chained": ("x = torch.softmax(x, dim=1)\nx = torch.cumsum(x, dim=0)\nx = x.sum(1) * 0.5",

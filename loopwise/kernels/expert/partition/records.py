@@ -27,11 +27,15 @@ class Group:
     int_args: tuple[str, ...] = ()
 
 
+SCANS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin")  # the row operations whose output is a scan
+
+
 @dataclass(frozen=True)
 class RowOp:
     """What a row part (a :class:`Norm` of kind ``row``) computes along dimensions ``first``..``last``
     of its input, viewed as (outer, reduced, inner): a softmax or log-softmax, a reduction (capture/reduce.py's
-    names: sum, mean, max, min, argmax, argmin, logsumexp, var, std, norm) or a scan (cumsum, cumprod)."""
+    names: sum, mean, max, min, argmax, argmin, logsumexp, var, std, norm) or a scan (cumsum, cumprod,
+    logcumsumexp, cummax and cummin's values)."""
 
     op: str
     first: int  # the dimensions, non-negative; first == last but for a reduction over a run of them
@@ -44,7 +48,11 @@ class RowOp:
     @property
     def reduces(self) -> bool:
         """Whether the output drops (or keeps as 1) the dimensions, rather than having the input's shape."""
-        return self.op not in ("softmax", "log_softmax", "cumsum", "cumprod")
+        return self.op not in ("softmax", "log_softmax", *SCANS)
+
+    @property
+    def scans(self) -> bool:
+        return self.op in SCANS
 
 
 @dataclass(frozen=True)

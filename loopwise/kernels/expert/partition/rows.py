@@ -16,7 +16,9 @@ from loopwise.kernels.expert.fx_graph import call_arg, op_name
 from loopwise.kernels.expert.partition.nodes import float_shape
 from loopwise.kernels.expert.partition.records import RowOp
 
-_SCANS = {"cumsum": "0.0", "cumprod": "1.0"}
+_SCANS = {"cumsum": "0.0", "cumprod": "1.0", "logcumsumexp": '-float("inf")', "cummax": '-float("inf")',
+          "cummin": 'float("inf")'}
+_VALUES_OF = ("cummax", "cummin")  # scans returning (values, indices): a part computes the values
 _SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
 
 
@@ -38,36 +40,36 @@ def row_calls(gm, taken=()) -> dict:
 
 def row_source(node):
     """(the tensor a row part's operation reads, the node that reads it): for ``torch.max(x,
-    dim)[0]`` the max call reads it, for the others the row node itself."""
-    reader = node.args[0] if _picked_extreme(node) else node
+    dim)[0]`` (or a cummax's values) the call reads it, for the others the row node itself."""
+    reader, _ = _picked(node)
     return reader.args[0], reader
 
 
 def _row_op(gm, node) -> RowOp | None:
     """What ``node`` computes as a row part, or None when it is no row operation."""
-    if _picked_extreme(node):
-        call, pick = node.args[0], node.args[1]
-        op = op_name(call) if pick in (0, "values") else "arg" + op_name(call)
-        return _reduction(call, op, op_name(call))
-    if node.op != "call_module" and op_name(node) in REDUCTIONS and op_name(node) not in ("max", "min"):
-        return _reduction(node, REDUCTIONS[op_name(node)], op_name(node))
-    src = _float_source(node)
+    call, pick = _picked(node)
+    name = op_name(call) if call.op != "call_module" else ""
+    if name in ("max", "min") and pick is not None:
+        return _reduction(call, name if pick in (0, "values") else "arg" + name, name)
+    if pick is None and name in REDUCTIONS and name not in ("max", "min"):
+        return _reduction(call, REDUCTIONS[name], name)
+    src = _float_source(call)
     if src is None:
         return None
     rank = len(float_shape(src))
-    if softmax_dim(gm, node) is not None:
+    if pick is None and softmax_dim(gm, node) is not None:
         given = dict(zip(("input", "dim", "_stacklevel", "dtype"), node.args)) | dict(node.kwargs)
         dim = softmax_dim(gm, node)
         if given.get("dtype") is not None or not _constant_dim(dim, rank) or float_shape(node) != float_shape(src):
             return None
         name = "log_softmax" if is_log_softmax(gm, node) else "softmax"
         return RowOp(name, dim % rank, dim % rank, neutral=_SOFTMAX_NEUTRAL)
-    if node.op != "call_module" and op_name(node) in _SCANS:
-        dim = call_arg(node, "dim", 1)
-        if set(node.kwargs) - {"dim"} or len(node.args) > 2 or not _constant_dim(dim, rank) \
+    if name in _SCANS and (pick is not None) == (name in _VALUES_OF):
+        dim = call_arg(call, "dim", 1)
+        if set(call.kwargs) - {"dim"} or len(call.args) > 2 or not _constant_dim(dim, rank) \
                 or float_shape(node) != float_shape(src):
             return None
-        return RowOp(op_name(node), dim % rank, dim % rank, neutral=_SCANS[op_name(node)])
+        return RowOp(name, dim % rank, dim % rank, neutral=_SCANS[name])
     return None
 
 
@@ -81,20 +83,24 @@ def _reduction(node, op: str, name: str) -> RowOp | None:
     if name in ("max", "min") and len(node.args) < 2 and "dim" not in node.kwargs:
         return None  # torch.max(x): the whole tensor's, no dimension
     first, last, keepdim, correction = dims_and_options(node, op, len(float_shape(src)))
-    if op in ("argmax", "argmin", "max", "min") and first != last:
-        return None
+    if op in ("argmax", "argmin") and first != last:
+        return None  # an index into one dimension
     return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
 
 
-def _picked_extreme(node) -> bool:
-    """Whether ``node`` picks the values or the indices of ``torch.max(x, dim)`` / ``torch.min``
-    (``[0]``, ``.values``, ``[1]``, ``.indices``), the call read by nothing else."""
+def _picked(node):
+    """(call, pick) where ``node`` picks the values or the indices of ``torch.max(x, dim)`` /
+    ``torch.min`` (``[0]``, ``.values``, ``[1]``, ``.indices``) or the values of a cummax / cummin,
+    the call read by nothing else; else (node, None)."""
     if node.op != "call_function" or node.target not in (operator.getitem, getattr) or len(node.args) != 2:
-        return False
+        return node, None
     call, pick = node.args
-    return (getattr(call, "op", None) in ("call_function", "call_method") and op_name(call) in ("max", "min")
-            and pick in ((0, 1) if node.target is operator.getitem else ("values", "indices"))
-            and len(call.users) == 1)
+    if getattr(call, "op", None) not in ("call_function", "call_method") or len(call.users) != 1:
+        return node, None
+    picks = (0, 1) if node.target is operator.getitem else ("values", "indices")
+    if op_name(call) in ("max", "min") and pick in picks or op_name(call) in _VALUES_OF and pick == picks[0]:
+        return call, pick
+    return node, None
 
 
 def _float_source(node):
