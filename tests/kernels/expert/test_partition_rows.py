@@ -108,3 +108,16 @@ def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_pa
     assert pattern.kind == "graph", pattern.reason
     for kind in kinds(pattern):
         assert left in plan(pattern, kind)["pytorch"]
+
+
+def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):
+    """An int64 index input read by a gather of a log-softmax's output (over the leading
+    dimension): the log-softmax is a Triton part, the gather and the work after it a fused pass
+    reading through the index; judged correct."""
+    forward = "x = torch.log_softmax(x * 2.0, dim=0)\nx = torch.sigmoid(torch.gather(x, 1, idx)) * 3.0"
+    path = _problem(tmp_path, "gather", "", forward, "torch.randn(40, 6), torch.randint(0, 6, (40, 9))", args="x, idx")
+    pattern = capture(load_problem(str(path)))
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [("mul", "log_softmax")]
+    assert [g.ops for g in chosen["groups"]] == [("gather", "sigmoid", "mul")] and chosen["pytorch"] == ()
+    judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
