@@ -121,3 +121,13 @@ def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):
     assert [n.ops for n in chosen["norms"]] == [("mul", "log_softmax")]
     assert [g.ops for g in chosen["groups"]] == [("gather", "sigmoid", "mul")] and chosen["pytorch"] == ()
     judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+def test_a_reduction_over_the_whole_tensor_stays_in_pytorch_with_the_reason(tmp_path):
+    """A sum over every dimension of a (512, 512) tensor would be one program walking it all while
+    the GPU idles: it stays in PyTorch and the refusal says so; over one dimension it is a part."""
+    path = _problem(tmp_path, "whole", "", "x = torch.sum(torch.tanh(x), dim=(0, 1))", "torch.randn(512, 512)")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "unsupported" and "1 program(s) would each walk 262144 elements" in pattern.reason
+    path = _problem(tmp_path, "rows", "", "x = torch.sum(torch.tanh(x), dim=1)", "torch.randn(512, 512)")
+    assert [n.ops for n in plan(capture(load_problem(str(path))), "graph_norm")["norms"]] == [("tanh", "sum")]

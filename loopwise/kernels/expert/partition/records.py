@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 MIN_OPS = 2  # operations a group needs before it is worth a Triton pass of its own
@@ -44,6 +45,7 @@ class RowOp:
     correction: int = 1  # var / std's
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
+    STRIP: ClassVar[int] = 64  # the most inner columns (contiguous) one program takes
 
     @property
     def reduces(self) -> bool:

@@ -7,6 +7,7 @@ store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
 
 from __future__ import annotations
 
+import math
 import operator
 
 from loopwise.kernels.expert import elementwise as ew
@@ -24,8 +25,24 @@ _SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
 
 def row_calls(gm, taken=()) -> dict:
     """{node: its :class:`RowOp`} for each row operation of ``gm`` that a row part computes, in
-    graph order, leaving out the nodes in ``taken`` (parts of another kind already)."""
-    found = {}
+    graph order, leaving out the nodes in ``taken`` (parts of another kind already) and those whose
+    parts would leave the GPU idle (:func:`row_refusals` says which)."""
+    return {node: row for node, row, why in _rows(gm, taken) if not why}
+
+
+def row_refusals(gm) -> list[str]:
+    """Why each row operation that no part computes for lack of parallel work stays in PyTorch."""
+    return [why for _, _, why in _rows(gm, ()) if why]
+
+
+# A row part runs one program per strip of RowOp.STRIP inner columns of each outer slice: with
+# fewer programs than this, each walking more entries than _MOST_WALKED, most of the GPU would sit
+# idle while a few programs walk the whole tensor (a reduction over every dimension).
+_FEWEST_PROGRAMS, _MOST_WALKED = 128, 65536
+
+
+def _rows(gm, taken):
+    """(node, RowOp, "" or why a part would not pay) for each row operation of ``gm``."""
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method", "call_module"):
             continue
@@ -34,8 +51,20 @@ def row_calls(gm, taken=()) -> dict:
         except (ew.Unsupported, KeyError, IndexError, TypeError):
             row = None  # options a row part does not read: the operation stays in PyTorch
         if row is not None:
-            found[node] = row
-    return found
+            yield node, row, _idle(row, float_shape(row_source(node)[0]))
+
+
+def _idle(row: RowOp, shape) -> str:
+    """Why a part computing ``row`` on an input of ``shape`` would leave the GPU idle, or ""."""
+    outer, size = math.prod(shape[:row.first]), math.prod(shape[row.first:row.last + 1])
+    inner = math.prod(shape[row.last + 1:])
+    programs = outer * -(-inner // row.STRIP)
+    walked = size * min(inner, row.STRIP)
+    if programs >= _FEWEST_PROGRAMS or walked <= _MOST_WALKED:
+        return ""
+    return (f"{row.op} over dimension{'s' if row.first != row.last else ''} {row.first}"
+            f"{'..' + str(row.last) if row.first != row.last else ''} of {tuple(shape)}: {programs} program(s) "
+            f"would each walk {walked} elements")
 
 
 def row_source(node):
