@@ -20,6 +20,8 @@ CASES = {
     # over a middle dimension of four, a (37, 1) tensor added first; the row longer than a chunk
     "softmax_middle": ("x = torch.softmax(x + self.b, dim=2) - 0.5", [("add", "softmax", "sub")],
                        "self.b = nn.Parameter(torch.randn(37, 1))", "2, 3, 37, 4"),
+    # 40 columns after the dimension: strips narrowed to 16 (more programs), the last one ragged
+    "softmax_leading_narrowed": ("x = torch.softmax(x, dim=0) * 2.0", [("softmax", "mul")], "", "12, 40"),
     # a reduction's epilogue reads a tensor broadcast against the reduced output
     "mean_middle": ("x = torch.mean(torch.square(x), dim=1) + self.b", [("square", "mean", "add")],
                     "self.b = nn.Parameter(torch.randn(6))", "4, 9, 6"),

@@ -45,7 +45,11 @@ class RowOp:
     correction: int = 1  # var / std's
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
-    STRIP: ClassVar[int] = 64  # the most inner columns (contiguous) one program takes
+    # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
+    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy
+    STRIP: ClassVar[int] = 64
+    NARROWEST: ClassVar[int] = 16
+    FEWEST_PROGRAMS: ClassVar[int] = 128
 
     @property
     def reduces(self) -> bool:

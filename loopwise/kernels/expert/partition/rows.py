@@ -35,10 +35,10 @@ def row_refusals(gm) -> list[str]:
     return [why for _, _, why in _rows(gm, ()) if why]
 
 
-# A row part runs one program per strip of RowOp.STRIP inner columns of each outer slice: with
-# fewer programs than this, each walking more entries than _MOST_WALKED, most of the GPU would sit
-# idle while a few programs walk the whole tensor (a reduction over every dimension).
-_FEWEST_PROGRAMS, _MOST_WALKED = 128, 65536
+# The most entries one program of a row part walks when there are fewer than RowOp.FEWEST_PROGRAMS
+# programs: past it most of the GPU would sit idle while a few programs walk the whole tensor (a
+# reduction over every dimension).
+_MOST_WALKED = 65536
 
 
 def _rows(gm, taken):
@@ -58,9 +58,9 @@ def _idle(row: RowOp, shape) -> str:
     """Why a part computing ``row`` on an input of ``shape`` would leave the GPU idle, or ""."""
     outer, size = math.prod(shape[:row.first]), math.prod(shape[row.first:row.last + 1])
     inner = math.prod(shape[row.last + 1:])
-    programs = outer * -(-inner // row.STRIP)
-    walked = size * min(inner, row.STRIP)
-    if programs >= _FEWEST_PROGRAMS or walked <= _MOST_WALKED:
+    programs = outer * -(-inner // row.NARROWEST)  # the strips at their narrowest
+    walked = size * min(inner, row.NARROWEST)
+    if programs >= row.FEWEST_PROGRAMS or walked <= _MOST_WALKED:
         return ""
     return (f"{row.op} over dimension{'s' if row.first != row.last else ''} {row.first}"
             f"{'..' + str(row.last) if row.first != row.last else ''} of {tuple(shape)}: {programs} program(s) "
