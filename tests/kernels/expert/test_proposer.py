@@ -35,7 +35,7 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
     later = expert.propose(ProposalRequest(task="", candidate=first[0].content, n=12))
     assert "graph_conv" in {ExpertProposer._parse_moves(p.content)["template"] for p in later}
     alone = tmp_path / "alone.py"  # a convolution's ReLU is no pass of its own: graph_conv is the only plan
-    alone.write_text(PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return torch.softmax(x, -1)", extra=""))
+    alone.write_text(PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return torch.sort(x, -1).values", extra=""))
     only = ExpertProposer(load_problem(str(alone)), seed=0).propose(ProposalRequest(task="", n=2))
     assert all(ExpertProposer._parse_moves(p.content)["template"] == "graph_conv" for p in only)
     wide = problem_variant(tmp_path, "partial_groupnorm.py", {"in_channels=3": "in_channels=16",

@@ -10,16 +10,16 @@ from loopwise.kernels.expert.pattern import Pattern
 
 # torch's reductions, by the name the template knows them under; max / min with a dim return
 # (values, indices), picked by [0] / [1] or .values / .indices.
-_REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "argmax": "argmax", "argmin": "argmin",
+REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "argmax": "argmax", "argmin": "argmin",
                "max": "max", "min": "min", "logsumexp": "logsumexp", "var": "var", "std": "std", "norm": "norm",
                "linalg_vector_norm": "norm", "vector_norm": "norm"}
 
-_NEUTRAL = {"sum": "0.0", "mean": "0.0", "max": '-float("inf")', "argmax": '-float("inf")',
+NEUTRAL = {"sum": "0.0", "mean": "0.0", "max": '-float("inf")', "argmax": '-float("inf")',
             "min": 'float("inf")', "argmin": 'float("inf")', "logsumexp": '-float("inf")', "var": "0.0",
             "std": "0.0", "norm": "0.0"}
 
 # what each reduction's keyword arguments may be (others are not the template's)
-_KEYWORDS = {"var": ("dim", "keepdim", "unbiased", "correction"), "std": ("dim", "keepdim", "unbiased", "correction"),
+KEYWORDS = {"var": ("dim", "keepdim", "unbiased", "correction"), "std": ("dim", "keepdim", "unbiased", "correction"),
              "norm": ("dim", "keepdim", "p", "ord", "out", "dtype")}
 
 _FLOATS = ("float32", "float16", "bfloat16")
@@ -42,13 +42,13 @@ def detect_reduce(gm, model, args) -> Pattern | None:
         return None
     node = calls[0]
     name = op_name(node)
-    if name not in _REDUCTIONS:
+    if name not in REDUCTIONS:
         return None
-    op = _REDUCTIONS[name]
-    if any(k not in _KEYWORDS.get(op, ("dim", "keepdim")) for k in node.kwargs) or (
+    op = REDUCTIONS[name]
+    if any(k not in KEYWORDS.get(op, ("dim", "keepdim")) for k in node.kwargs) or (
             op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None)):
         return None
-    first, last, keepdim, correction = _dims_and_options(node, op, args[0].dim())
+    first, last, keepdim, correction = dims_and_options(node, op, args[0].dim())
     if op in ("argmax", "argmin", "max", "min") and first != last:
         raise ew.Unsupported(f"{name} over dimensions {first}..{last}: one dimension is what it reduces")
     if name in ("max", "min"):  # (values, indices): which one is returned
@@ -65,11 +65,11 @@ def detect_reduce(gm, model, args) -> Pattern | None:
         return None
     return Pattern("reduce", inputs=1, ops=(op,),
                    params=(("op", op), ("dim", first), ("last", last), ("keepdim", keepdim),
-                           ("neutral", _NEUTRAL[op]), ("correction", correction),
+                           ("neutral", NEUTRAL[op]), ("correction", correction),
                            ("dtype", str(args[0].dtype).removeprefix("torch."))))
 
 
-def _dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
+def dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
     """(first, last reduced dimension, keepdim, var/std's correction) of a reduction call, the
     dimensions as non-negative indices of a run of adjacent ones.
 

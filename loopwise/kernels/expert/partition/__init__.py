@@ -19,7 +19,7 @@ one else reads that work and it is repeated at most a few times per table elemen
 is read through (a copy of it, PyTorch's own kernel, is then the pass's store) (see
 :mod:`gathers` and :mod:`indexed`). Everything else
 (convolutions, norms, reductions, pooling, matrix products with their own modules) stays in
-PyTorch, in the traced order, with the reference's own modules and weights: ModelNew runs the
+PyTorch in this plan, in the traced order, with the reference's own modules and weights: ModelNew runs the
 reference's ``__init__``.
 
 A second plan (template kind ``graph_linear``) also makes every product of a float32, float16 or
@@ -38,7 +38,12 @@ pass, with the elementwise work whose output only the norm reads computed in bot
 of written out and read back (L2/21's add, scale and sigmoid, L2/61's ReLU) and the work that reads
 only the norm's output applied before its store (a ReLU after a BatchNorm); a softmax over the
 channels of an (N, C, ...) tensor is one pass of that plan too, every channel of a run of positions
-in one program (L2/6's, 2/91's after a convolution). The search measures the plans side by side.
+in one program (L2/6's, 2/91's after a convolution), and so is every other row operation
+(:mod:`rows`: a softmax, log-softmax, reduction or scan over one dimension, leading, middle or
+last, or a reduction over a run of them): the input viewed as (outer, reduced, inner), a program
+walks a strip of inner columns along the reduced dimension in chunks (a softmax twice), with the
+elementwise work only it reads computed as it is read and the work only its output feeds applied
+before the store, tensors broadcast as in a fused pass. The search measures the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what

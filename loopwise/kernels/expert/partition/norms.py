@@ -1,11 +1,14 @@
-"""GroupNorm, BatchNorm, LayerNorm and softmax-over-channels calls as Triton passes with their prologues and epilogues."""
+"""GroupNorm, BatchNorm, LayerNorm, softmax-over-channels calls and row operations (:mod:`.rows`)
+as Triton passes with their prologues and epilogues."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from loopwise.kernels.expert.partition.nodes import float32_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, operand_shapes, statements
 from loopwise.kernels.expert.partition.records import Norm
+from loopwise.kernels.expert.partition.rows import row_source
 
 
 _NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch",
@@ -68,30 +71,25 @@ def softmax_calls(gm) -> list:
     return found
 
 
-def norm_passes(gm, model, groups, outputs, norm_nodes):
+def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
     """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
     output only the norm reads becomes its prologue, one whose only activation input is the norm's
-    output (read by nothing else) its epilogue, where their tensors hold one value per channel.
-    Returns the groups left, their outputs, and [(Norm, (the node it computes, activation nodes))]."""
+    output (read by nothing else) its epilogue, where their tensors hold one value per channel (for
+    a row operation, ``rows``' nodes (:mod:`.rows`), any tensors a fused pass reads: they are read
+    broadcast as there). Returns the groups left, their outputs, and [(Norm, (the node it computes,
+    activation nodes))]."""
+    rows = rows or {}
     norms, taken = [], set()
     for node in norm_nodes:
+        row = rows.get(node)
         module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
-        kind = _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
-        src = node.args[0]
-        shape = float32_shape(src)
-        if kind == "layer":  # one value per position of the normalized (trailing) dimensions
-            normalized = tuple(gm.get_submodule(node.target).normalized_shape)
-            per_channel = tuple((1,) * j + normalized for j in range(len(shape) - len(normalized) + 1))
-        else:
-            c, rest = shape[1], (1,) * (len(shape) - 2)
-            per_channel = ((c,), (c, *rest), (1, c, *rest))
-
-        def channel_wise(ps):
-            return all(s in per_channel for s in operand_shapes(model, ps))
-
-        # a pass that reads half precision keeps its own launch: the norm's passes read fp32
-        free = [i for i in range(len(outputs)) if i not in taken and not groups[i].upcast and not groups[i].prelude]
-        pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [node]
+        kind = "row" if row else _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
+        src, reader = row_source(node) if row else (node.args[0], node)
+        channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float32_shape(src))
+        # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
+        free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
+                and (row or not groups[i].upcast)]
+        pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [reader]
                     and channel_wise(outputs[i][2])), None)
         post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
                      and channel_wise(outputs[i][2])), None)
@@ -100,7 +98,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes):
             taken.add(pre)
             xs, g = outputs[pre][1], groups[pre]
             values = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
-        values["ops"] = (*values["ops"], "softmax" if kind == "softmax" else f"{kind}_norm")
+        values["ops"] = (*values["ops"], row.op if row else "softmax" if kind == "softmax" else f"{kind}_norm")
         computed = node
         if post is not None:
             taken.add(post)
@@ -108,7 +106,24 @@ def norm_passes(gm, model, groups, outputs, norm_nodes):
             body, ops, expr = statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
+        if row:
+            values["row"] = replace(row, out_dtype=dtype_name(computed))
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
 
+
+def _any_tensors(ps) -> bool:
+    return True
+
+
+def _channel_tensors(gm, model, node, kind, shape):
+    """Whether the model's tensors a norm's prologue or epilogue reads (get_attr nodes) each hold one
+    value per channel (for a LayerNorm, per position of its normalized dimensions)."""
+    if kind == "layer":  # one value per position of the normalized (trailing) dimensions
+        normalized = tuple(gm.get_submodule(node.target).normalized_shape)
+        per_channel = tuple((1,) * j + normalized for j in range(len(shape) - len(normalized) + 1))
+    else:
+        c, rest = shape[1], (1,) * (len(shape) - 2)
+        per_channel = ((c,), (c, *rest), (1, c, *rest))
+    return lambda ps: all(s in per_channel for s in operand_shapes(model, ps))

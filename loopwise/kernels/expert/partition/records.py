@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 MIN_OPS = 2  # operations a group needs before it is worth a Triton pass of its own
@@ -27,6 +28,39 @@ class Group:
     int_args: tuple[str, ...] = ()
 
 
+SCANS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin")  # the row operations whose output is a scan
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """What a row part (a :class:`Norm` of kind ``row``) computes along dimensions ``first``..``last``
+    of its input, viewed as (outer, reduced, inner): a softmax or log-softmax, a reduction (capture/reduce.py's
+    names: sum, mean, max, min, argmax, argmin, logsumexp, var, std, norm) or a scan (cumsum, cumprod,
+    logcumsumexp, cummax and cummin's values)."""
+
+    op: str
+    first: int  # the dimensions, non-negative; first == last but for a reduction over a run of them
+    last: int
+    keepdim: bool = False  # a reduction's reduced dimensions kept (as 1)
+    correction: int = 1  # var / std's
+    neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
+    out_dtype: str = "float32"  # the part's stored output (after its epilogue)
+    # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
+    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy
+    STRIP: ClassVar[int] = 64
+    NARROWEST: ClassVar[int] = 16
+    FEWEST_PROGRAMS: ClassVar[int] = 128
+
+    @property
+    def reduces(self) -> bool:
+        """Whether the output drops (or keeps as 1) the dimensions, rather than having the input's shape."""
+        return self.op not in ("softmax", "log_softmax", *SCANS)
+
+    @property
+    def scans(self) -> bool:
+        return self.op in SCANS
+
+
 @dataclass(frozen=True)
 class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
@@ -34,7 +68,9 @@ class Norm:
     updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
     then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm over rows of at most
     _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
-    one value per position of the normalized dimensions). Or (kind ``softmax``) a softmax over the channels of an
+    one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
+    softmax, log-softmax, reduction or scan over any dimension as one pass (two reads for a softmax),
+    its prologue's and epilogue's tensors broadcast as a fused pass's are. Or (kind ``softmax``) a softmax over the channels of an
     (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
     all C channels of a run of positions, so the maximum, the sum and the output come from one read.
     The elementwise work whose output only the norm reads is its prologue, computed where it is
@@ -42,7 +78,7 @@ class Norm:
     the elementwise work that reads only the norm's output is its epilogue, applied before the store."""
 
     module: str  # the norm's attribute path ("" for a softmax: nothing of the model to read)
-    kind: str  # "group", "batch", "layer" or "softmax"
+    kind: str  # "group", "batch", "layer", "softmax" or "row"
     inputs: int  # activations x0, x1, ... of the norm's input shape
     operands: tuple[str, ...]  # the prologue's tensors p0, p1, ..., one value per channel
     body: tuple[str, ...]
@@ -51,6 +87,7 @@ class Norm:
     post_operands: tuple[str, ...] = ()  # the epilogue's tensors q0, q1, ..., one value per channel
     post_body: tuple[str, ...] = ()
     post_expr: str = "y"
+    row: RowOp | None = None  # a row part's operation
 
 
 @dataclass(frozen=True)
@@ -80,5 +117,5 @@ class Gemm:
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
-LAUNCHERS = {"softmax": "softmax", "layer": "lnorm"}
+LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop"}
 

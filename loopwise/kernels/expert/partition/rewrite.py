@@ -92,7 +92,7 @@ def pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|lnorm|softmax)_\d+$",
+        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|lnorm|softmax|rowop)_\d+$",
                                                           getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)

@@ -164,9 +164,9 @@ def test_the_expert_proposes_the_seed_first_and_moves_from_it(tmp_path):
 
 
 def test_an_uncovered_problem_gets_the_seed_and_without_a_gpu_says_why_not(tmp_path):
-    path = tmp_path / "exclusive_cumprod.py"
-    path.write_text((ROOT / "bench" / "uncovered" / "level1" / "6_exclusive_cumprod.py").read_text()
-                    .replace("128, 4000", "16, 300"))
+    path = tmp_path / "causal_depthwise_conv1d.py"
+    path.write_text((ROOT / "bench" / "uncovered" / "level1" / "4_causal_depthwise_conv1d.py").read_text()
+                    .replace("16, 1536, 2048", "2, 8, 30").replace("[1536, 4]", "[8, 4]"))
     problem = load_problem(str(path))
     rec = record()  # any Triton kernel: the proposal is what is tested, not the numbers
     seeded = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec).propose(ProposalRequest(task="", candidate="", n=1))

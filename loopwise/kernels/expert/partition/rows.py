@@ -1,0 +1,143 @@
+"""Row operations of a partitioned forward: a softmax, log-softmax, reduction or scan along one
+dimension (or, for a reduction that takes several, a run of adjacent ones) of a float tensor, at
+any position of the forward and over any dimension (leading, middle or last). Each becomes one
+Triton part of the ``graph_norm`` plan (kind ``row`` of :class:`~.records.Norm`), the elementwise
+work only it reads computed as it is read and the work only its output feeds applied before the
+store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, dims_and_options
+from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
+from loopwise.kernels.expert.fx_graph import call_arg, op_name
+from loopwise.kernels.expert.partition.nodes import float_shape
+from loopwise.kernels.expert.partition.records import RowOp
+
+_SCANS = {"cumsum": "0.0", "cumprod": "1.0", "logcumsumexp": '-float("inf")', "cummax": '-float("inf")',
+          "cummin": 'float("inf")'}
+_VALUES_OF = ("cummax", "cummin")  # scans returning (values, indices): a part computes the values
+_SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
+
+
+def row_calls(gm, taken=()) -> dict:
+    """{node: its :class:`RowOp`} for each row operation of ``gm`` that a row part computes, in
+    graph order, leaving out the nodes in ``taken`` (parts of another kind already) and those whose
+    parts would leave the GPU idle (:func:`row_refusals` says which)."""
+    return {node: row for node, row, why in _rows(gm, taken) if not why}
+
+
+def row_refusals(gm) -> list[str]:
+    """Why each row operation that no part computes for lack of parallel work stays in PyTorch."""
+    return [why for _, _, why in _rows(gm, ()) if why]
+
+
+# The most entries one program of a row part walks when there are fewer than RowOp.FEWEST_PROGRAMS
+# programs: past it most of the GPU would sit idle while a few programs walk the whole tensor (a
+# reduction over every dimension).
+_MOST_WALKED = 65536
+
+
+def _rows(gm, taken):
+    """(node, RowOp, "" or why a part would not pay) for each row operation of ``gm``."""
+    for node in gm.graph.nodes:
+        if node in taken or node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        try:
+            row = _row_op(gm, node)
+        except (ew.Unsupported, KeyError, IndexError, TypeError):
+            row = None  # options a row part does not read: the operation stays in PyTorch
+        if row is not None:
+            yield node, row, _idle(row, float_shape(row_source(node)[0]))
+
+
+def _idle(row: RowOp, shape) -> str:
+    """Why a part computing ``row`` on an input of ``shape`` would leave the GPU idle, or ""."""
+    outer, size = math.prod(shape[:row.first]), math.prod(shape[row.first:row.last + 1])
+    inner = math.prod(shape[row.last + 1:])
+    programs = outer * -(-inner // row.NARROWEST)  # the strips at their narrowest
+    walked = size * min(inner, row.NARROWEST)
+    if programs >= row.FEWEST_PROGRAMS or walked <= _MOST_WALKED:
+        return ""
+    return (f"{row.op} over dimension{'s' if row.first != row.last else ''} {row.first}"
+            f"{'..' + str(row.last) if row.first != row.last else ''} of {tuple(shape)}: {programs} program(s) "
+            f"would each walk {walked} elements")
+
+
+def row_source(node):
+    """(the tensor a row part's operation reads, the node that reads it): for ``torch.max(x,
+    dim)[0]`` (or a cummax's values) the call reads it, for the others the row node itself."""
+    reader, _ = _picked(node)
+    return reader.args[0], reader
+
+
+def _row_op(gm, node) -> RowOp | None:
+    """What ``node`` computes as a row part, or None when it is no row operation."""
+    call, pick = _picked(node)
+    name = op_name(call) if call.op != "call_module" else ""
+    if name in ("max", "min") and pick is not None:
+        return _reduction(call, name if pick in (0, "values") else "arg" + name, name)
+    if pick is None and name in REDUCTIONS and name not in ("max", "min"):
+        return _reduction(call, REDUCTIONS[name], name)
+    src = _float_source(call)
+    if src is None:
+        return None
+    rank = len(float_shape(src))
+    if pick is None and softmax_dim(gm, node) is not None:
+        given = dict(zip(("input", "dim", "_stacklevel", "dtype"), node.args)) | dict(node.kwargs)
+        dim = softmax_dim(gm, node)
+        if given.get("dtype") is not None or not _constant_dim(dim, rank) or float_shape(node) != float_shape(src):
+            return None
+        name = "log_softmax" if is_log_softmax(gm, node) else "softmax"
+        return RowOp(name, dim % rank, dim % rank, neutral=_SOFTMAX_NEUTRAL)
+    if name in _SCANS and (pick is not None) == (name in _VALUES_OF):
+        dim = call_arg(call, "dim", 1)
+        if set(call.kwargs) - {"dim"} or len(call.args) > 2 or not _constant_dim(dim, rank) \
+                or float_shape(node) != float_shape(src):
+            return None
+        return RowOp(name, dim % rank, dim % rank, neutral=_SCANS[name])
+    return None
+
+
+def _reduction(node, op: str, name: str) -> RowOp | None:
+    """A reduction call's :class:`RowOp` (capture/reduce.py reads its options), or None."""
+    src = _float_source(node)
+    if src is None or node.op == "call_module" or any(k not in KEYWORDS.get(op, ("dim", "keepdim")) for k in node.kwargs):
+        return None
+    if op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None):
+        return None
+    if name in ("max", "min") and len(node.args) < 2 and "dim" not in node.kwargs:
+        return None  # torch.max(x): the whole tensor's, no dimension
+    first, last, keepdim, correction = dims_and_options(node, op, len(float_shape(src)))
+    if op in ("argmax", "argmin") and first != last:
+        return None  # an index into one dimension
+    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
+
+
+def _picked(node):
+    """(call, pick) where ``node`` picks the values or the indices of ``torch.max(x, dim)`` /
+    ``torch.min`` (``[0]``, ``.values``, ``[1]``, ``.indices``) or the values of a cummax / cummin,
+    the call read by nothing else; else (node, None)."""
+    if node.op != "call_function" or node.target not in (operator.getitem, getattr) or len(node.args) != 2:
+        return node, None
+    call, pick = node.args
+    if getattr(call, "op", None) not in ("call_function", "call_method") or len(call.users) != 1:
+        return node, None
+    picks = (0, 1) if node.target is operator.getitem else ("values", "indices")
+    if op_name(call) in ("max", "min") and pick in picks or op_name(call) in _VALUES_OF and pick == picks[0]:
+        return call, pick
+    return node, None
+
+
+def _float_source(node):
+    """The node's first argument when it is a float tensor of at least one dimension, else None."""
+    src = node.args[0] if node.args else None
+    shape = float_shape(src) if hasattr(src, "meta") else None
+    return src if shape is not None and len(shape) >= 1 else None
+
+
+def _constant_dim(dim, rank: int) -> bool:
+    return isinstance(dim, int) and not isinstance(dim, bool) and -rank <= dim < rank

@@ -1,0 +1,135 @@
+"""Row operations of a partitioned forward (softmax, log-softmax, reductions and scans over any
+dimension) as Triton parts of the graph_norm plan, the elementwise work around them fused in,
+judged against the reference in Triton's interpreter."""
+
+import pytest
+
+from loopwise.kernels.expert import capture
+from loopwise.kernels.expert.partition import kinds, launches, plan
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+
+# (forward lines, the parts' operations, model tensors, input shape): each row operation one part,
+# the elementwise work only it reads before it, the work only its output feeds after it
+CASES = {
+    # over the leading dimension, a tensor broadcast over the others read in the prologue
+    "log_softmax_leading": ("x = torch.log_softmax(x * self.s, dim=0)\nx = torch.exp(x) * 2.0",
+                            [("mul", "log_softmax", "exp", "mul")], "self.s = nn.Parameter(torch.randn(3, 5))",
+                            "70, 3, 5"),
+    # over a middle dimension of four, a (37, 1) tensor added first; the row longer than a chunk
+    "softmax_middle": ("x = torch.softmax(x + self.b, dim=2) - 0.5", [("add", "softmax", "sub")],
+                       "self.b = nn.Parameter(torch.randn(37, 1))", "2, 3, 37, 4"),
+    # 40 columns after the dimension: strips narrowed to 16 (more programs), the last one ragged
+    "softmax_leading_narrowed": ("x = torch.softmax(x, dim=0) * 2.0", [("softmax", "mul")], "", "12, 40"),
+    # a reduction's epilogue reads a tensor broadcast against the reduced output
+    "mean_middle": ("x = torch.mean(torch.square(x), dim=1) + self.b", [("square", "mean", "add")],
+                    "self.b = nn.Parameter(torch.randn(6))", "4, 9, 6"),
+    # a scan carried from chunk to chunk (150 positions, 32 a chunk at block 64), a tensor after it
+    "cumsum_middle": ("x = torch.cumsum(torch.sigmoid(x), dim=1) * self.w", [("sigmoid", "cumsum", "mul")],
+                      "self.w = nn.Parameter(torch.randn(150, 2))", "3, 150, 2"),
+    # an index output (int64): the prologue only
+    "argmax_middle": ("x = torch.argmax(torch.abs(x) * self.w, dim=1)", [("abs", "mul", "argmax")],
+                      "self.w = nn.Parameter(torch.randn(40, 1))", "3, 40, 5"),
+}
+
+SLOW_CASES = {
+    "logsumexp_last_kept": ("x = torch.logsumexp(torch.relu(x), dim=-1, keepdim=True) * 0.5",
+                            [("relu", "logsumexp", "mul")], "", "5, 130"),
+    "amax_amin": ("x = torch.amax(x, dim=(0, 1)) - torch.amin(x, dim=0).sum(0)", [("max",), ("min",), ("sum",)], "",
+                  "75, 3, 6"),
+    "sum_run_kept": ("x = torch.sum(x * x, dim=(1, 2), keepdim=True) + 1.0", [("mul", "sum", "add")], "", "2, 5, 7, 3"),
+    "max_values": ("x = torch.max(torch.tanh(x), dim=2).values * 3.0", [("tanh", "max", "mul")], "", "4, 3, 66"),
+    "min_indices": ("x = torch.min(x + 1.0, 1)[1]", [("add", "argmin")], "", "3, 70, 2"),
+    "cumprod_leading": ("x = torch.cumprod(1.0 + 0.05 * torch.tanh(x), dim=0)", [("tanh", "mul", "add", "cumprod")],
+                        "", "90, 6"),
+    "cummax_values": ("x = torch.cummax(x * 2.0, dim=1).values - 1.0", [("mul", "cummax", "sub")], "", "3, 100, 2"),
+    "cummin_values": ("x = torch.cummin(x, 0)[0]", [("cummin",)], "", "70, 4"),
+    "logcumsumexp": ("x = torch.logcumsumexp(x * 3.0, dim=-1)", [("mul", "logcumsumexp")], "", "4, 90"),
+    # offset data: the deviations' statistics (no sum of squares to cancel)
+    "std_run": ("x = torch.std(x * 3.0 + 100.0, dim=(0, 1))", [("mul", "add", "std")], "", "9, 8, 5"),
+    "chained": ("x = torch.softmax(x, dim=1)\nx = torch.cumsum(x, dim=0)\nx = x.sum(1) * 0.5",
+                [("softmax",), ("cumsum",), ("sum", "mul")], "", "33, 5"),
+}
+
+
+def _judged(tmp_path, monkeypatch, name, forward, parts, init, shape, dtype="float32"):
+    """The graph_norm plan of the problem has one row part per entry of ``parts`` (its operations),
+    nothing else in Triton, none of those operations left in PyTorch; judged correct."""
+    path = _problem(tmp_path, name, init, forward, f"torch.randn({shape}, dtype=DTYPE)", dtype)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == parts and not chosen["groups"]
+    assert {n.kind for n in chosen["norms"]} == {"row"}
+    assert launches(chosen) == len(parts) + len(chosen["pytorch"])
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert "rowop_0_kernel[" in source
+    return chosen
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_row_operation_over_any_dimension_is_a_triton_part_with_the_work_around_it(tmp_path, monkeypatch, name):
+    """Softmax, log-softmax, a reduction and a scan over a leading, middle or last dimension: one
+    Triton part each, the elementwise work only it reads (model tensors broadcast included) computed
+    as it is read, the work only its output feeds applied before the store; judged correct."""
+    forward, parts, init, shape = CASES[name]
+    chosen = _judged(tmp_path, monkeypatch, name, forward, parts, init, shape)
+    assert chosen["pytorch"] == ()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SLOW_CASES))
+def test_more_row_operations_are_judged_correct(tmp_path, monkeypatch, name):
+    """logsumexp (dimension kept), amax / amin, a sum and a std over a run of dimensions,
+    torch.max's values and torch.min's indices, cumprod, and row parts reading each other's output."""
+    forward, parts, init, shape = SLOW_CASES[name]
+    _judged(tmp_path, monkeypatch, name, forward, parts, init, shape)
+
+
+@pytest.mark.parametrize("dtype,forward,parts", [
+    ("float16", "x = torch.softmax(x * 0.5, dim=0) + 1.0", [("mul", "softmax", "add")]),
+    ("bfloat16", "x = torch.sum(torch.relu(x), dim=0)", [("relu", "sum")]),
+])
+def test_half_precision_row_parts_compute_in_fp32_and_store_their_dtype(tmp_path, monkeypatch, dtype, forward, parts):
+    """An fp16 / bf16 row part reads upcast, computes in fp32 and stores the output's dtype."""
+    chosen = _judged(tmp_path, monkeypatch, "half", forward, parts, "", "33, 10", dtype)
+    assert chosen["norms"][0].row.out_dtype == dtype
+
+
+@pytest.mark.parametrize("forward,left", [
+    ("x = torch.cumsum(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0", "cumsum"),
+    ("x = torch.softmax(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0",
+     "softmax"),
+    ("x = torch.sum(torch.sigmoid(x * 2.0)) + x * 3.0", "sum"),
+])
+def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_path, forward, left):
+    """A dtype argument or a reduction over every dimension: the operation stays in PyTorch."""
+    path = _problem(tmp_path, "left", "", forward, "torch.randn(4, 6, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "graph", pattern.reason
+    for kind in kinds(pattern):
+        assert left in plan(pattern, kind)["pytorch"]
+
+
+def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):
+    """An int64 index input read by a gather of a log-softmax's output (over the leading
+    dimension): the log-softmax is a Triton part, the gather and the work after it a fused pass
+    reading through the index; judged correct."""
+    forward = "x = torch.log_softmax(x * 2.0, dim=0)\nx = torch.sigmoid(torch.gather(x, 1, idx)) * 3.0"
+    path = _problem(tmp_path, "gather", "", forward, "torch.randn(40, 6), torch.randint(0, 6, (40, 9))", args="x, idx")
+    pattern = capture(load_problem(str(path)))
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [("mul", "log_softmax")]
+    assert [g.ops for g in chosen["groups"]] == [("gather", "sigmoid", "mul")] and chosen["pytorch"] == ()
+    judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+def test_a_reduction_over_the_whole_tensor_stays_in_pytorch_with_the_reason(tmp_path):
+    """A sum over every dimension of a (512, 512) tensor would be one program walking it all while
+    the GPU idles: it stays in PyTorch and the refusal says so; over one dimension it is a part."""
+    path = _problem(tmp_path, "whole", "", "x = torch.sum(torch.tanh(x), dim=(0, 1))", "torch.randn(512, 512)")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "unsupported" and "1 program(s) would each walk 262144 elements" in pattern.reason
+    path = _problem(tmp_path, "rows", "", "x = torch.sum(torch.tanh(x), dim=1)", "torch.randn(512, 512)")
+    assert [n.ops for n in plan(capture(load_problem(str(path))), "graph_norm")["norms"]] == [("tanh", "sum")]
