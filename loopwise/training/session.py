@@ -294,9 +294,10 @@ class Session:
         start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),
                  "eval/train_reward": self._measure(policy, parent, "train")}
         reference = _state_dict(self.base_state) if config.kl_reference == "initial" and self.base_state else None
+        probe, probe_prompts = self._probe(config.difficulty)
         trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed, reference=reference,
-                              probe=self._probe(config.difficulty),
-                              probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)))
+                              probe=probe, probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)),
+                              probe_prompts=probe_prompts)
         trace = trainer.run(progress=progress)
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
@@ -349,15 +350,15 @@ class Session:
         self.spent = self.spent + self.probes[key].compute
         return self.probes[key]
 
-    def _probe(self, difficulty: int) -> Callable[[object], float]:
-        """Greedy reward on the first ``probe_n`` tune prompts at ``difficulty``."""
+    def _probe(self, difficulty: int) -> tuple[Callable[[object], float], int]:
+        """Greedy reward on the first ``probe_n`` tune prompts at ``difficulty``, and how many prompts that is."""
         if difficulty == self.difficulty:
             examples = self.tune[:self.p.probe_n]
         else:
             examples = self.task.dataset("tune", self.p.probe_n, difficulty, seed=self.seed)
         room = self.max_len - max(self.prompt_tokens(e.prompt) for e in examples)
         length = min(self.task.max_answer_length(difficulty) + 2, room)  # a harder level's prompts are longer
-        return lambda policy: evaluate(policy, self.vocab, self.task, examples, length)
+        return (lambda policy: evaluate(policy, self.vocab, self.task, examples, length)), len(examples)
 
     def test_reward(self, state: bytes) -> float:
         """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""
