@@ -163,7 +163,6 @@ class Session:
             self.difficulty = min(1, self.task.max_difficulty)
         if not 0 <= self.difficulty <= self.task.max_difficulty:
             raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
-        self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
         self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
@@ -176,6 +175,7 @@ class Session:
                                                         newline_ends=not multiline)
         else:  # the characters of the task's prompts and answers, and an unknown token for any other
             self.vocab = Vocab(task_characters(self.task), unk=True)
+        self.answer_len = self.answer_tokens(self.difficulty, self.tune + self.test + self.train_probe)
         # in the policy's tokens: a chat template's turn markers and system preamble count
         longest = max(self.prompt_tokens(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
@@ -357,8 +357,16 @@ class Session:
         else:
             examples = self.task.dataset("tune", self.p.probe_n, difficulty, seed=self.seed)
         room = self.max_len - max(self.prompt_tokens(e.prompt) for e in examples)
-        length = min(self.task.max_answer_length(difficulty) + 2, room)  # a harder level's prompts are longer
+        length = min(self.answer_tokens(difficulty, examples) + 2, room)  # a harder level's prompts are longer
         return (lambda policy: evaluate(policy, self.vocab, self.task, examples, length)), len(examples)
+
+    def answer_tokens(self, difficulty: int, examples: Sequence) -> int:
+        """The longest answer at ``difficulty`` in the policy's tokens: the task's bound (in
+        characters, one token each in a character vocabulary) or, when a tokenizer needs more, the
+        longest reference answer of ``examples`` tokenized. Completion caps add the end token and
+        one spare position to it."""
+        bound = self.task.max_answer_length(difficulty)
+        return max([bound] + [len(self.vocab.encode(e.answer)) for e in examples if e.answer])
 
     def test_reward(self, state: bytes) -> float:
         """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""
