@@ -361,12 +361,14 @@ class Session:
         return (lambda policy: evaluate(policy, self.vocab, self.task, examples, length)), len(examples)
 
     def answer_tokens(self, difficulty: int, examples: Sequence) -> int:
-        """The longest answer at ``difficulty`` in the policy's tokens: the task's bound (in
-        characters, one token each in a character vocabulary) or, when a tokenizer needs more, the
-        longest reference answer of ``examples`` tokenized. Completion caps add the end token and
-        one spare position to it."""
+        """The task's answer bound at ``difficulty`` (characters) in the policy's tokens: the bound,
+        or the longest reference answer of ``examples`` within it, tokenized, when a tokenizer needs
+        more tokens than characters for it. A character vocabulary spends one token a character, so
+        its caps are the bound; an answer longer than the task's own bound is not made room for.
+        Completion caps add the end token and one spare position to it."""
         bound = self.task.max_answer_length(difficulty)
-        return max([bound] + [len(self.vocab.encode(e.answer)) for e in examples if e.answer])
+        within = [e.answer for e in examples if e.answer and len(e.answer) <= bound]
+        return max([bound] + [len(self.vocab.encode(answer)) for answer in within])
 
     def test_reward(self, state: bytes) -> float:
         """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""
