@@ -27,7 +27,9 @@ knob trajectory follows what the traces showed, not a direction built into the r
 - temperature: up on entropy collapse; down on entropy explosion and length explosion.
 - beta: up on KL blow-up, a widening train / held-out gap, held-out regression and sudden
   collapse; down when the KL term holds the policy in place while greedy reward stalls.
-- learning_rate: up on a plateau whose groups carry signal; down on the instabilities.
+- learning_rate: up on a plateau whose groups carry signal (a plateau, like a too-hard task, needs
+  evidence of no gain; a probe too small to show it gives ``progress_undecided``, which moves
+  nothing); down on the instabilities.
 - num_generations: up on zero-signal groups; down on all-solved groups and when half a group
   would still carry a signal.
 - a stage whose groups (almost) all lacked reward variance (``no_learning_signal``): difficulty
@@ -36,7 +38,8 @@ knob trajectory follows what the traces showed, not a direction built into the r
 - max_completion_length: up on truncation and length collapse; down when every completion fits in
   half the cap.
 - difficulty: up when the probe is solved and the stage's answers were not cut at its cap (a cap
-  that cuts them is ``truncation``, whatever the probe says); down when it is unsolved and not rising.
+  that cuts them is ``truncation``, whatever the probe says); down when it is unsolved and shows no
+  useful gain.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ same weights); the clip acts from the second on.
 
 An optional *probe* (a callable scoring the policy, e.g. greedy reward on a few held-out prompts)
 runs after every ``probe_every``-th update and after the stage's last, and its value is logged as
-``greedy_reward``: the diagnosis reads progress and difficulty off it rather than off the sampled
-reward, which moves with the temperature. It reads the policy only, so training is the same with
-or without it.
+``greedy_reward`` (with ``greedy_prompts``, the probe's size, when given: what its reward can
+resolve): the diagnosis reads progress and difficulty off it rather than off the sampled reward,
+which moves with the temperature. It reads the policy only, so training is the same with or
+without it.
 
 Metrics per step carry TRL's names (:mod:`loopwise.training.metrics`). A trainer's whole state
 (policy, optimizer, both random generators, step, trace) is one checkpoint file, written atomically,
@@ -73,13 +74,13 @@ class GRPOTrainer:
 
     def __init__(self, policy: Policy, vocab: Vocab, task, config: StageConfig, pool: Sequence, *, seed: int = 0,
                  reference: dict | None = None, probe: Callable[[Policy], float] | None = None,
-                 probe_every: int = 1) -> None:
+                 probe_every: int = 1, probe_prompts: int | None = None) -> None:
         if not pool:
             raise UserError("the stage has no training examples")
         if probe_every < 1:
             raise ValueError(f"probe_every must be at least 1, got {probe_every}")
         self.policy, self.vocab, self.task, self.cfg, self.pool = policy, vocab, task, config, list(pool)
-        self.probe, self.probe_every = probe, probe_every
+        self.probe, self.probe_every, self.probe_prompts = probe, probe_every, probe_prompts
         self.device = next(policy.parameters()).device
         # the KL anchor: ``reference`` (a state dict, e.g. the schedule's initial weights) or the stage's start
         self.reference: Policy = copy.deepcopy(policy).eval()
@@ -178,6 +179,8 @@ class GRPOTrainer:
             row[M.FRAC_ZERO_STD_HALF] = float(uniform_groups(halves).float().mean())
         if self.probe is not None and self._probe_step(self.step_count):
             row[M.GREEDY_REWARD] = float(self.probe(self.policy))
+            if self.probe_prompts is not None:
+                row[M.GREEDY_PROMPTS] = self.probe_prompts
         self.trace.append(row)
         return row
 

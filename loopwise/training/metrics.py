@@ -32,9 +32,10 @@ SKIPPED_UPDATES = "nonfinite_updates"  # updates skipped: the loss or the gradie
 # greedy reward on a fixed probe of tune prompts at the stage's difficulty, measured during the stage
 # (every few steps and after the last): unlike ``reward`` it does not move with the temperature
 GREEDY_REWARD = "greedy_reward"
+GREEDY_PROMPTS = "greedy_prompts"  # how many prompts that probe scored (what its reward can resolve)
 EVAL_REWARD = "eval/reward"  # held-out reward (tuning split), at stage ends
 TRAIN_EVAL_REWARD = "eval/train_reward"  # the same measurement on training prompts, for the gap
 
 ALL = (REWARD, REWARD_STD, FRAC_ZERO_STD, FRAC_ZERO_STD_HALF, ENTROPY, KL, CLIP_LOW, CLIP_HIGH, CLIP_REGION, LENGTH,
-       MAX_LENGTH, CLIPPED, TERMINATED_LENGTH, SAMPLES, TOKENS, GRAD_NORM, LR, LOSS, GREEDY_REWARD, EVAL_REWARD,
+       MAX_LENGTH, CLIPPED, TERMINATED_LENGTH, SAMPLES, TOKENS, GRAD_NORM, LR, LOSS, GREEDY_REWARD, GREEDY_PROMPTS, EVAL_REWARD,
        TRAIN_EVAL_REWARD, SKIPPED_UPDATES)

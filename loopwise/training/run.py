@@ -153,7 +153,7 @@ class TrainingRun:
         sha = self.store.put_artifact(result.state, name=f"stage-{key[:12]}.pt", media_type="application/octet-stream")
         found = diagnose(result.trace, result.config)
         findings = [{"kind": f.tool, "guidance": f.guidance, "severity": f.severity, "score": f.score,
-                     "moves": {m.knob: m.direction for m in f.moves}} for f in found]
+                     "moves": {m.knob: m.direction for m in f.moves}, "evidence": dict(f.evidence)} for f in found]
         self.store.append("stage", {"key": key, "config": result.config.model_dump(), "trace": finite(result.trace),
                                     "tune": result.tune_reward, "train": result.train_reward,
                                     "seconds": result.seconds, "state": sha, "diagnosis": findings,

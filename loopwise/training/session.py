@@ -163,7 +163,6 @@ class Session:
             self.difficulty = min(1, self.task.max_difficulty)
         if not 0 <= self.difficulty <= self.task.max_difficulty:
             raise UserError(f"difficulty {self.difficulty}: {self.task_name} has 0..{self.task.max_difficulty}")
-        self.answer_len = self.task.max_answer_length(self.difficulty)
         self.tune = self.task.dataset("tune", self.p.eval_n, self.difficulty, seed=self.seed)
         self.test = self.task.dataset("test", self.p.eval_n, self.difficulty, seed=self.seed)
         self.train_probe = self.task.dataset("train", self.p.eval_n, self.difficulty, seed=self.seed + 1)
@@ -176,6 +175,7 @@ class Session:
                                                         newline_ends=not multiline)
         else:  # the characters of the task's prompts and answers, and an unknown token for any other
             self.vocab = Vocab(task_characters(self.task), unk=True)
+        self.answer_len = self.answer_tokens(self.difficulty, self.tune + self.test + self.train_probe)
         # in the policy's tokens: a chat template's turn markers and system preamble count
         longest = max(self.prompt_tokens(e.prompt) for e in self.tune + self.test + self.train_probe)
         self.max_len = longest + 4 * self.answer_len + 8
@@ -294,9 +294,10 @@ class Session:
         start = {"step": 0, "eval/reward": self._measure(policy, parent, "tune"),
                  "eval/train_reward": self._measure(policy, parent, "train")}
         reference = _state_dict(self.base_state) if config.kl_reference == "initial" and self.base_state else None
+        probe, probe_prompts = self._probe(config.difficulty)
         trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed, reference=reference,
-                              probe=self._probe(config.difficulty),
-                              probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)))
+                              probe=probe, probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)),
+                              probe_prompts=probe_prompts)
         trace = trainer.run(progress=progress)
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
@@ -349,15 +350,25 @@ class Session:
         self.spent = self.spent + self.probes[key].compute
         return self.probes[key]
 
-    def _probe(self, difficulty: int) -> Callable[[object], float]:
-        """Greedy reward on the first ``probe_n`` tune prompts at ``difficulty``."""
+    def _probe(self, difficulty: int) -> tuple[Callable[[object], float], int]:
+        """Greedy reward on the first ``probe_n`` tune prompts at ``difficulty``, and how many prompts that is."""
         if difficulty == self.difficulty:
             examples = self.tune[:self.p.probe_n]
         else:
             examples = self.task.dataset("tune", self.p.probe_n, difficulty, seed=self.seed)
         room = self.max_len - max(self.prompt_tokens(e.prompt) for e in examples)
-        length = min(self.task.max_answer_length(difficulty) + 2, room)  # a harder level's prompts are longer
-        return lambda policy: evaluate(policy, self.vocab, self.task, examples, length)
+        length = min(self.answer_tokens(difficulty, examples) + 2, room)  # a harder level's prompts are longer
+        return (lambda policy: evaluate(policy, self.vocab, self.task, examples, length)), len(examples)
+
+    def answer_tokens(self, difficulty: int, examples: Sequence) -> int:
+        """The task's answer bound at ``difficulty`` (characters) in the policy's tokens: the bound,
+        or the longest reference answer of ``examples`` within it, tokenized, when a tokenizer needs
+        more tokens than characters for it. A character vocabulary spends one token a character, so
+        its caps are the bound; an answer longer than the task's own bound is not made room for.
+        Completion caps add the end token and one spare position to it."""
+        bound = self.task.max_answer_length(difficulty)
+        within = [e.answer for e in examples if e.answer and len(e.answer) <= bound]
+        return max([bound] + [len(self.vocab.encode(answer)) for answer in within])
 
     def test_reward(self, state: bytes) -> float:
         """Greedy reward of the weights ``state`` on the test set (measured once per weights)."""

@@ -19,7 +19,7 @@ from loopwise.training import metrics as m
 __all__ = [
     "MIN_STEPS", "MIN_WINDOW", "SOLVED_REWARD", "TRUNCATED_HIGH", "UNSOLVED_REWARD", "ZERO_STD_HIGH", "Trace",
     "comparable", "fmt",
-    "head", "noise", "number", "recent_trend", "median_slope", "shift", "stage_shift", "tail", "window",
+    "head", "noise", "number", "recent_gain", "recent_trend", "median_slope", "shift", "stage_shift", "tail", "window",
 ]
 
 # -- how much trace a judgement needs, and what counts as a change ------------------------------
@@ -94,34 +94,48 @@ def stage_shift(values: Sequence[float], floor: float = MIN_REWARD_CHANGE) -> tu
     return shift(values[:w], values[-w:], noise(values), floor)
 
 
-def recent_trend(values: Sequence[float], floor: float = MIN_REWARD_CHANGE) -> tuple[float, float, bool]:
-    """How reward moved over the last two windows.
-
-    Returns:
-        The gain per window from the robust slope (over medians of bins when the windows are long,
-        to bound the quadratic cost), the smallest gain that is not noise, and whether the gain
-        exceeds it with all points or without the one furthest from the robust line: one noisy step
-        cannot make a trace look stalled (it can hide a stall, the direction that fires nothing).
-    """
+def _recent_points(values: Sequence[float]) -> tuple[list[float], list[float], float, int]:
+    """The last two windows as points to fit (medians of bins when the windows are long, to bound
+    the fit's quadratic cost), the per-point noise sigma, and the window length."""
     w = window(len(values))
     tail = values[-2 * w:]
     size = math.ceil(len(tail) / TREND_MAX_POINTS)
     bins = [tail[k:k + size] for k in range(0, len(tail), size)]
     xs = [k * size + (len(b) - 1) / 2 for k, b in enumerate(bins)]
     ys = [statistics.median(b) for b in bins]
-    sigma = noise(values) * (MEDIAN_SE_FACTOR / math.sqrt(size) if size > 1 else 1.0)
+    return xs, ys, noise(values) * (MEDIAN_SE_FACTOR / math.sqrt(size) if size > 1 else 1.0), w
 
-    def fit(px: Sequence[float], py: Sequence[float]) -> tuple[float, float, float]:
-        slope, centre = median_slope(px, py), statistics.fmean(px)
-        sxx = sum((x - centre) ** 2 for x in px)
-        se = REPEATED_MEDIAN_SE_FACTOR * sigma / math.sqrt(sxx)  # least squares' slope SE, widened
-        return slope, slope * w, max(floor, SIGNIFICANCE_Z * se * w)
 
-    slope, gain, band = fit(xs, ys)
+def _fit(xs: Sequence[float], ys: Sequence[float], sigma: float, w: int) -> tuple[float, float, float]:
+    """The robust slope, its gain per window and the gain's standard error (least squares' slope
+    SE, widened)."""
+    slope, centre = median_slope(xs, ys), statistics.fmean(xs)
+    sxx = sum((x - centre) ** 2 for x in xs)
+    return slope, slope * w, REPEATED_MEDIAN_SE_FACTOR * sigma / math.sqrt(sxx) * w
+
+
+def recent_gain(values: Sequence[float]) -> tuple[float, float]:
+    """The gain per window over the last two windows (robust slope) and its standard error, from
+    the step-to-step noise alone."""
+    return _fit(*_recent_points(values))[1:]
+
+
+def recent_trend(values: Sequence[float], floor: float = MIN_REWARD_CHANGE) -> tuple[float, float, bool]:
+    """How reward moved over the last two windows.
+
+    Returns:
+        The gain per window from the robust slope (:func:`recent_gain`), the smallest gain that is
+        not noise, and whether the gain exceeds it with all points or without the one furthest
+        from the robust line: one noisy step cannot make a trace look stalled (it can hide a stall,
+        the direction that fires nothing).
+    """
+    xs, ys, sigma, w = _recent_points(values)
+    slope, gain, se = _fit(xs, ys, sigma, w)
+    band = max(floor, SIGNIFICANCE_Z * se)
     base = statistics.median(y - slope * x for x, y in zip(xs, ys))
     worst = max(range(len(xs)), key=lambda k: abs(ys[k] - base - slope * xs[k]))
-    _, gain_without, band_without = fit(xs[:worst] + xs[worst + 1:], ys[:worst] + ys[worst + 1:])
-    return gain, band, gain > band or gain_without > band_without
+    _, gain_without, se_without = _fit(xs[:worst] + xs[worst + 1:], ys[:worst] + ys[worst + 1:], sigma, w)
+    return gain, band, gain > band or gain_without > max(floor, SIGNIFICANCE_Z * se_without)
 
 
 def comparable(values: Sequence[float]) -> bool:

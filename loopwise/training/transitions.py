@@ -209,8 +209,9 @@ def propose_transitions(config: StageConfig, findings: list[Finding], rng: rando
     bounds = bounds or Bounds()
     plan, note = _plan_from(findings), ""
     if _build(config, plan, 1.0, bounds) is None:
-        if findings:  # every answer to them is at its bound: say so, and explore instead
-            note = f"{', '.join(f.tool for f in findings)} cannot be answered within bounds"
+        asking = [f.tool for f in findings if f.moves]  # a finding without moves asks for nothing
+        if asking:  # every answer to them is at its bound: say so, and explore instead
+            note = f"{', '.join(asking)} cannot be answered within bounds"
         plan = {}
     variants, singles = (_variants(plan, findings) if plan else []), _singles()
     rng.shuffle(variants)

@@ -21,7 +21,7 @@ FRACTIONS = {m.REWARD, m.GREEDY_REWARD, m.FRAC_ZERO_STD, m.FRAC_ZERO_STD_HALF, m
 HEALTHY = {m.REWARD: (0.2, 0.7), m.GREEDY_REWARD: (0.25, 0.65), m.ENTROPY: (1.5, 1.45), m.KL: (0.02, 0.03),
            m.CLIP_LOW: (0.01, 0.01), m.CLIP_HIGH: (0.01, 0.01), m.FRAC_ZERO_STD: (0.3, 0.2),
            m.FRAC_ZERO_STD_HALF: (0.5, 0.4), m.CLIPPED: (0.05, 0.05), m.LENGTH: (10.0, 11.0),
-           m.MAX_LENGTH: (14.0, 15.0), m.GRAD_NORM: (1.0, 1.0)}
+           m.MAX_LENGTH: (14.0, 15.0), m.GRAD_NORM: (1.0, 1.0), m.GREEDY_PROMPTS: (512, 512)}
 NEVER_CUT = -1.0  # a clipped ratio this far below 0 stays at 0 after the noise (and the clamp)
 
 

@@ -48,3 +48,44 @@ def test_a_trace_without_probes_gets_no_progress_finding():
     trace = [{k: v for k, v in row.items() if k != m.GREEDY_REWARD}
              for row in make_trace({m.REWARD: (0.05, 0.05)})]
     assert not PROGRESS & set(found(trace))
+
+
+# -- a stall needs evidence of no gain: a probe too small to tell withholds the verdict -------------
+
+def probed(greedy, prompts):
+    """A smoke-sized stage: 8 steps, each probed on ``prompts`` prompts with these greedy rewards."""
+    trace = make_trace(n=len(greedy))
+    for row, value in zip(trace, greedy):
+        row[m.GREEDY_REWARD], row[m.GREEDY_PROMPTS] = value, prompts
+    return trace
+
+
+def test_a_flat_probe_of_few_prompts_withholds_the_stall_verdict_and_says_why():
+    findings = found(probed([0.0625] * 8, prompts=16))  # no answer moved on 16 prompts: a gain could hide
+    assert not PROGRESS & set(findings)
+    undecided = findings["progress_undecided"]
+    assert not suggests(undecided)
+    assert undecided.evidence["probe_prompts"] == 16
+    assert undecided.evidence["gain_upper_95"] >= undecided.evidence["min_useful_gain"]
+
+
+def test_a_flat_probe_of_many_prompts_is_a_stall():
+    hard = found(probed([0.0625] * 8, prompts=512))
+    assert "too_hard" in hard and "progress_undecided" not in hard
+    assert hard["too_hard"].evidence["gain_upper_95"] < hard["too_hard"].evidence["min_useful_gain"]
+    assert "reward_plateau" in found(probed([0.5] * 8, prompts=512))
+
+
+def test_a_probe_that_rises_step_by_step_is_no_stall_at_any_size():
+    for prompts in (16, 512):
+        rising = [0.1 + k / 16 for k in range(8)]
+        assert not PROGRESS & set(found(probed(rising, prompts))) - {"too_easy"}
+        assert "progress_undecided" not in found(probed(rising, prompts))
+
+
+def test_a_probe_of_unknown_size_cannot_prove_a_stall():
+    trace = make_trace({m.GREEDY_REWARD: (0.1, 0.1)})
+    for row in trace:
+        row.pop(m.GREEDY_PROMPTS, None)
+    findings = found(trace)
+    assert "too_hard" not in findings and "progress_undecided" in findings

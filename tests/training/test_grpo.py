@@ -210,11 +210,13 @@ def test_the_probe_is_logged_on_its_steps_and_changes_no_training():
         return evaluate(policy, VOCAB, TASK, check, 6)
 
     plain = GRPOTrainer(_policy(), VOCAB, TASK, cfg, pool, seed=2).run()  # beta 0: KL measured on every step
-    probed = GRPOTrainer(_policy(), VOCAB, TASK, cfg, pool, seed=2, probe=probe, probe_every=2).run()
+    probed = GRPOTrainer(_policy(), VOCAB, TASK, cfg, pool, seed=2, probe=probe, probe_every=2,
+                         probe_prompts=len(check)).run()
     assert [r[M.STEP] for r in probed if M.GREEDY_REWARD in r] == [2, 4, 5] and len(calls) == 3  # and the last
+    assert [r[M.GREEDY_PROMPTS] for r in probed if M.GREEDY_REWARD in r] == [16, 16, 16]  # what it can resolve
     assert [r[M.STEP] for r in probed if M.KL in r] == [2, 4, 5]  # at beta 0, KL on the probe's steps
     assert [r[M.KL] for r in probed if M.KL in r] == [plain[i][M.KL] for i in (1, 3, 4)]
-    assert [{k: v for k, v in r.items() if k not in (M.GREEDY_REWARD, M.KL)} for r in probed] == \
+    assert [{k: v for k, v in r.items() if k not in (M.GREEDY_REWARD, M.GREEDY_PROMPTS, M.KL)} for r in probed] == \
         [{k: v for k, v in r.items() if k != M.KL} for r in plain]
     assert all(0 <= r[M.GREEDY_REWARD] <= 1 for r in probed if M.GREEDY_REWARD in r)
 

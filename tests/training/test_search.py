@@ -109,7 +109,8 @@ def test_a_node_without_findings_is_continued_unchanged_and_one_with_findings_is
     by_parent, configs = _tree_children(healthy)
     below = [p for p in by_parent if p != 0]
     assert below and all(any(c == configs[p] and why == CONTINUE for c, why in by_parent[p]) for p in below)
-    stuck = [{m.STEP: i, m.REWARD: 0.05, m.GREEDY_REWARD: 0.1, m.FRAC_ZERO_STD: 0.3} for i in range(12)]
+    stuck = [{m.STEP: i, m.REWARD: 0.05, m.GREEDY_REWARD: 0.1, m.GREEDY_PROMPTS: 512, m.FRAC_ZERO_STD: 0.3}
+             for i in range(12)]  # a probe large enough to show the stall
     by_parent, configs = _tree_children(stuck)
     below = [p for p in by_parent if p != 0]
     assert below and all(c != configs[p] for p in below for c, _ in by_parent[p])

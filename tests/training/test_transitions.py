@@ -183,3 +183,9 @@ def test_diagnosis_to_transition_end_to_end():
     first = propose_transitions(config, diagnose(trace, config), random.Random(0))[0]
     assert isinstance(first, Transition)
     assert first.changes["max_completion_length"] == (16, 32) and "truncation" in first.rationale
+
+
+def test_a_finding_that_asks_for_nothing_is_not_reported_as_unanswerable():
+    undecided = finding("progress_undecided", 0.0)
+    for t in propose_transitions(StageConfig(), [undecided], random.Random(0), n=3):
+        assert "cannot be answered" not in t.rationale and t.rationale.startswith("Explores one knob")
