@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CASES = Path(__file__).parent / "kernels" / "judge_cases"
 EXAMPLES = Path(__file__).parents[1] / "loopwise" / "kernels" / "examples"
 
@@ -94,6 +96,7 @@ def test_check_exit_status_and_json():
     assert run("kernels", "check", str(honest)).returncode == 0
 
 
+@pytest.mark.slow
 def test_eval_json_records_the_run_and_resume_skips_judged_candidates(tmp_path):
     args = ["kernels", "eval", str(EXAMPLES / "scaled_gelu_problem.py"), str(EXAMPLES / "scaled_gelu_triton.py"),
             str(EXAMPLES / "scaled_gelu_wrong.py"), "--device", "cpu", "--json",

@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from loopwise.core.propose import ExchangeProposer, ProposalRequest
 
 HERE = Path(__file__).parent / "candidates"
@@ -23,6 +25,7 @@ def _listed(prompt: str) -> list[tuple[str, list[str]]]:
     return [(lines[i], shlex.split(lines[i + 1])) for i in range(0, len(lines), 2)]
 
 
+@pytest.mark.slow
 def test_every_listed_command_runs_as_written(tmp_path, cli_env):
     folder = tmp_path / "x"
     proposer = ExchangeProposer(folder, timeout_s=30, poll_s=0.01, announce=lambda line: None)

@@ -46,6 +46,7 @@ def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path, cli_env)
     assert run.returncode == 0, run.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_and_judges_nothing_twice(tmp_path, cli_env):
     proc = subprocess.Popen(_cmd(tmp_path, str(PROBLEM), "--budget", "6"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=cli_env, start_new_session=True)
