@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from loopwise.memory.plan_records import Group, Slab
+from loopwise.memory.slabs import sizes_below
 from loopwise.memory.softmax_chains import softmax_chains
 
 BATCH, OUTER, SLAB, KEY = "batch", "outer", "slab", "key"
@@ -213,14 +214,6 @@ def weigh(loops: KeyLoops, sizes: dict[str, tuple[int, int]], length: int):
     return sum(per_op), per_op, held
 
 
-def _powers_below(extent: int) -> list[int]:
-    out, size = [], 1
-    while size < extent:
-        out.append(size)
-        size *= 2
-    return out
-
-
 def key_blocked(planner, i: int, j: int) -> Group | None:
     """Chain i..j-1 run in key blocks with the least traffic that fits the scratchpad, over its
     outer loops and block sizes; None when none fits."""
@@ -244,10 +237,10 @@ def _sized(capacity: int, loops: KeyLoops, length: int):
     of the key blocks, with the largest query block that fits."""
     outside = [(label, extent) for label, _, extent in loops.loops[:-2]]
     query_extent, key_extent = loops.extent(SLAB), loops.extent(KEY)
-    for outer_sizes in itertools.product(*(_powers_below(extent) for _, extent in outside)):
-        for key_size in _powers_below(key_extent):
+    for outer_sizes in itertools.product(*(sizes_below(extent) for _, extent in outside)):
+        for key_size in sizes_below(key_extent):
             fitting = None
-            for query_size in _powers_below(query_extent) + [query_extent]:
+            for query_size in sizes_below(query_extent) + [query_extent]:
                 sizes = {label: (size, extent) for (label, extent), size in zip(outside, outer_sizes)}
                 sizes.update({SLAB: (query_size, query_extent), KEY: (key_size, key_extent)})
                 traffic, per_op, held = weigh(loops, sizes, length)

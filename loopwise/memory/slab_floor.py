@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from loopwise.memory.slabs import Invariants, _sizes_below
+from loopwise.memory.slabs import Invariants, sizes_below
 
 # float sums of byte counts are exact, but the peaks best_slab compares with the capacity take
 # other paths through the same numbers: a size is left out only when it is past this slack
@@ -35,7 +35,7 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
         return math.inf
     per_inner, per_both, per_outer = _loads(inv)
     floor = math.inf
-    for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
+    for outer_size in (sizes_below(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         sliced = held["both"] * fo + held["inner"]  # bytes held per unit of slab share
@@ -56,7 +56,7 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
 @lru_cache(maxsize=256)
 def _slabs(extent: int) -> tuple[np.ndarray, np.ndarray]:
     """Each slab size's share of the extent, and the count of slabs."""
-    sizes = _sizes_below(extent)
+    sizes = sizes_below(extent)
     return np.array(sizes, dtype=float) / extent, np.array([math.ceil(extent / s) for s in sizes], dtype=float)
 
 

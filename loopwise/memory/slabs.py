@@ -126,8 +126,8 @@ class Unit:
         return (self.hold_first, self.hold_last) if self.spans else (self.first, self.last)
 
 
-def _sizes_below(extent: int) -> list[int]:
-    """Slab sizes tried: powers of two below the extent."""
+def sizes_below(extent: int) -> list[int]:
+    """Slab (and block) sizes tried: powers of two below the extent."""
     out, size = [], 1
     while size < extent:
         out.append(size)
@@ -193,10 +193,10 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
     (:mod:`loopwise.memory.segments`); an invariant used in several (its last field) is loaded
     again by every outer slab when not kept, not by every inner slab."""
     length = len(held["both"])
-    sizes = _sizes_below(extent)
+    sizes = sizes_below(extent)
     size_col = np.array(sizes, dtype=float)[:, None]
     best = None
-    for outer_size in (_sizes_below(outer_extent) if outer_extent > 1 else [1]):
+    for outer_size in (sizes_below(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         order, cover, kept, resident, streamed = inv.level(fo, length)
