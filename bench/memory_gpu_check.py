@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -97,7 +96,7 @@ def main() -> int:
     import torch
     import triton
 
-    from loopwise.kernels.profile.ncu import ncu_command, parse_raw_csv
+    from loopwise.kernels.profile.ncu import NcuRunError, run_ncu
     from loopwise.kernels.profile.run import find_ncu
 
     out = Path(os.environ.get("OUT", "bench_out"))
@@ -135,14 +134,11 @@ def main() -> int:
         if ncu is None:
             row["error"] = "ncu not found"
             continue
-        cmd = ncu_command(argv, ".*", csv_path, metrics=METRICS, ncu=ncu, nvtx_range=RANGE)
-        t1 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        row["ncu_s"] = round(time.perf_counter() - t1, 1)
-        if done.returncode != 0 or not csv_path.is_file():
-            row["error"] = f"ncu rc {done.returncode}: {(done.stderr or done.stdout)[-400:]}"
+        try:
+            launches, row["ncu_s"] = run_ncu(argv, csv_path, ncu=ncu, timeout=300, metrics=METRICS, nvtx_range=RANGE)
+        except NcuRunError as exc:
+            row["error"] = str(exc)
             continue
-        launches = parse_raw_csv(csv_path.read_text(errors="replace"))
         row["kernels"] = [launch_.name for launch_ in launches]
 
         row["read"], row["write"] = _total(launches, "dram__bytes_read.sum"), _total(launches, "dram__bytes_write.sum")

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,7 +115,7 @@ def measure(args, block, eps, out: Path) -> list[dict]:
     import torch
 
     from loopwise.errors import UserError
-    from loopwise.kernels.profile.ncu import ncu_command, parse_raw_csv
+    from loopwise.kernels.profile.ncu import NcuRunError, run_ncu
     from loopwise.kernels.profile.run import find_ncu
     from loopwise.memory.gpu_block import dram_bytes, fused, layer_by_layer, make_tensors
 
@@ -148,17 +147,11 @@ def measure(args, block, eps, out: Path) -> list[dict]:
             continue
         csv_path = out / f"memory_group_{row['variant']}.csv"
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", row["variant"], "--spec", str(spec_path)]
-        cmd = ncu_command(argv, ".*", csv_path, metrics=METRICS, ncu=ncu, nvtx_range=RANGE,
-                          replay_mode="application", cache_control="none")
-        t1 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
-        row["ncu_s"] = round(time.perf_counter() - t1, 1)
-        if done.returncode != 0 or not csv_path.is_file():
-            row["error"] = f"ncu rc {done.returncode}: {(done.stderr or done.stdout)[-400:]}"
-            continue
         try:
-            row.update(dram_bytes(parse_raw_csv(csv_path.read_text(errors="replace"))))
-        except UserError as exc:
+            launches, row["ncu_s"] = run_ncu(argv, csv_path, ncu=ncu, timeout=400, metrics=METRICS, nvtx_range=RANGE,
+                                             replay_mode="application", cache_control="none")
+            row.update(dram_bytes(launches))
+        except (NcuRunError, UserError) as exc:
             row["error"] = str(exc)
             continue
         row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] else None

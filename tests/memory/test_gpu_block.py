@@ -186,3 +186,21 @@ def test_the_kernel_compiles_for_hopper_at_the_checked_sizes():
     compiled = triton.compile(ASTSource(gpu_block._kernel(), {**signature, **{k: "constexpr" for k in consts}}, consts),
                               target=GPUTarget("cuda", 90, 32))
     assert "mma" in compiled.asm["ptx"]  # the two products on the tensor cores
+
+
+def test_run_ncu_parses_what_ncu_wrote_and_names_a_failure(tmp_path, monkeypatch):
+    """A stand-in ncu (a script that copies a recorded CSV to its --log-file, or fails): the
+    launches come back parsed; a failure is one line with ncu's exit status and its output."""
+    from loopwise.kernels.profile.ncu import NcuRunError, run_ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --log-file ] && cp \"$FIXTURE\" \"$2\"; shift; done\n"
+                    "[ -n \"$FAIL\" ] && echo 'no kernels were profiled' >&2 && exit 3\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("FIXTURE", os.path.join(FIXTURES, "convnext_t_b32_fused.csv"))
+    launches, seconds = run_ncu(["python", "x.py"], tmp_path / "out.csv", ncu=str(fake), timeout=30,
+                                metrics=("dram__bytes_read.sum",))
+    assert [launch.name for launch in launches][1] == "mlp_block" and seconds >= 0
+    monkeypatch.setenv("FAIL", "1")
+    with pytest.raises(NcuRunError, match="ncu rc 3: no kernels were profiled"):
+        run_ncu(["python", "x.py"], tmp_path / "out2.csv", ncu=str(fake), timeout=30, metrics=("dram__bytes_read.sum",))

@@ -246,6 +246,31 @@ def ncu_command(
     return argv + list(python_argv)
 
 
+class NcuRunError(RuntimeError):
+    """ncu exited with an error or wrote no CSV: its exit status and the tail of what it printed."""
+
+
+def run_ncu(python_argv: Sequence[str], out_csv: str | Path, *, ncu: str, timeout: float,
+            kernel_regex: str = ".*", **options) -> tuple[list[KernelLaunch], float]:
+    """Profiles ``python_argv`` under ncu (:func:`ncu_command` with ``options``) and parses the CSV
+    it writes to ``out_csv``: the launches, and the seconds ncu took.
+
+    Raises:
+        NcuRunError: ncu failed or wrote no CSV.
+    """
+    import subprocess
+    import time
+
+    out_csv = Path(out_csv)
+    t0 = time.perf_counter()
+    done = subprocess.run(ncu_command(python_argv, kernel_regex, out_csv, ncu=ncu, **options), capture_output=True,
+                          text=True, timeout=timeout)
+    seconds = round(time.perf_counter() - t0, 1)
+    if done.returncode != 0 or not out_csv.is_file():
+        raise NcuRunError(f"ncu rc {done.returncode}: {(done.stderr or done.stdout)[-400:]}")
+    return parse_raw_csv(out_csv.read_text(errors="replace")), seconds
+
+
 def parse_raw_csv(text: str) -> list[KernelLaunch]:
     """Parses ncu ``--csv --page raw`` output into one record per profiled launch.
 
