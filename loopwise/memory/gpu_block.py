@@ -32,6 +32,7 @@ from math import prod
 from loopwise.errors import UserError
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Operator
+from loopwise.memory.softmax_chains import name_kind
 
 ACTIVATIONS = ("gelu", "relu")
 
@@ -81,13 +82,8 @@ class Block:
         return prod(-(-e // t) for e, t in zip(self.token_extents, self.token_tiles))
 
 
-def _kind(name: str) -> str:
-    head, sep, _ = name.partition(":")
-    return head.lstrip("_").lower() if sep else ""
-
-
 def _pattern(names: list[str]) -> bool:
-    kinds = [_kind(n) for n in names]
+    kinds = [name_kind(n) for n in names]
     if len(kinds) < 4 or kinds[:2] != ["layer_norm", "linear"] or kinds[2] not in ACTIVATIONS or kinds[3] != "linear":
         return False
     rest = kinds[4:]
@@ -155,7 +151,7 @@ def _roles(ops: list[Operator], graph: Graph) -> dict:
 
     (x,), (ln_w, ln_b) = read(ln, False), read(ln, True)
     prev = ln.writes[0].tensor
-    out: dict = {"x": x, "ln_weight": ln_w, "ln_bias": ln_b, "activation": _kind(act.name), "scale": None,
+    out: dict = {"x": x, "ln_weight": ln_w, "ln_bias": ln_b, "activation": name_kind(act.name), "scale": None,
                  "residual": None}
     for op, key in ((fc1, "1"), (act, None), (fc2, "2")):
         chained(op, prev)
@@ -165,7 +161,7 @@ def _roles(ops: list[Operator], graph: Graph) -> dict:
         prev = op.writes[0].tensor
     for op in rest:
         chained(op, prev)
-        if _kind(op.name) == "mul":
+        if name_kind(op.name) == "mul":
             (out["scale"],) = read(op, True) or [None]
             if out["scale"] is None or op.tensor(out["scale"]).shape != (fc2.dims["n"],):
                 raise UserError(f"{op.name} is not a per-channel scale by a parameter")

@@ -41,7 +41,12 @@ class SoftmaxChain:
 def operator_kind(op: Operator) -> str:
     """The kind an importer gives ``op`` (``matmul:node`` is a matmul, ONNX ``Softmax:n`` a
     softmax, torch's ``_softmax:n`` too), lower case; "" when its name carries none."""
-    head, sep, _ = op.name.partition(":")
+    return name_kind(op.name)
+
+
+def name_kind(name: str) -> str:
+    """:func:`operator_kind` from an operator's name alone (as a plan's JSON lists it)."""
+    head, sep, _ = name.partition(":")
     return head.lstrip("_").lower() if sep else ""
 
 
