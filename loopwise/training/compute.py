@@ -67,12 +67,12 @@ UNITS = ("samples", "tokens")
 class Budget:
     """What one method may spend: ``amount`` generated samples or tokens (``unit``).
 
-    A method starts a stage only when the stage's cost (:meth:`stage_cost`) fits what it has left,
-    so it never spends more than ``amount`` and stops short of it by less than one of its stages
-    (one of its runs, for a method that trains whole runs). A stage's samples are known before it
-    runs (steps x prompts per step x group size); its tokens are not, so a token budget charges each
-    completion its full ``max_completion_length`` when deciding (the bound is never exceeded, but a
-    method may stop further below it than one stage's actual tokens)."""
+    A stage's samples are known before it runs (steps x prompts per step x group size), so in
+    samples a method starts a stage only when its cost (:meth:`stage_cost`) fits what it has left:
+    it never spends more than ``amount`` and stops short of it by less than one of its stages (one
+    of its runs, for a method that trains whole runs). A stage's tokens are known only once it has
+    run: in tokens a method plans with an expected completion length and is held to the budget by
+    an :class:`Allowance`, checked before every step."""
 
     unit: str
     amount: int
@@ -83,22 +83,56 @@ class Budget:
         if self.amount < 1:
             raise ValueError(f"a budget needs at least 1 {self.unit[:-1]}, not {self.amount}")
 
-    def stage_cost(self, config, steps: int | None = None) -> int:
-        """The most a stage of ``config`` (``steps`` overriding its length) can spend in this unit."""
+    def stage_cost(self, config, steps: int | None = None, length: float | None = None) -> int:
+        """What a stage of ``config`` (``steps`` overriding its length) spends in this unit: its
+        samples, or in tokens its samples times ``length`` (an expected completion length, at most
+        the cap) or, without one, times the cap ``max_completion_length`` (the most it can spend)."""
         samples = (config.steps if steps is None else steps) * config.prompts_per_step * config.num_generations
-        return samples if self.unit == "samples" else samples * config.max_completion_length
+        if self.unit == "samples":
+            return samples
+        cap = config.max_completion_length
+        return samples * cap if length is None else max(1, round(samples * min(length, cap)))
 
     def of(self, compute: Compute) -> int:
         """``compute`` in this budget's unit."""
         return compute.samples if self.unit == "samples" else compute.tokens
 
     def fits(self, spent: Compute, config, steps: int | None = None) -> bool:
-        """Whether a stage of ``config`` fits after ``spent``."""
+        """Whether a stage of ``config`` fits after ``spent`` at its most."""
         return self.of(spent) + self.stage_cost(config, steps) <= self.amount
 
-    def stages(self, config) -> int:
-        """How many stages of ``config`` fit in the whole budget."""
-        return self.amount // self.stage_cost(config)
+    def stages(self, config, length: float | None = None) -> int:
+        """How many stages of ``config`` fit in the whole budget (at ``length``, see :meth:`stage_cost`)."""
+        return self.amount // self.stage_cost(config, length=length)
 
     def to_dict(self) -> dict:
         return {"unit": self.unit, "amount": self.amount}
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """A ceiling on what a session has spent, in ``budget``'s unit: a step starts only when its
+    most (prompts x group size, times the completion cap in tokens) fits under ``ceiling``, so
+    training never passes it and stops within one step's most of it."""
+
+    budget: Budget
+    ceiling: int
+
+    def step_fits(self, spent: Compute, config) -> bool:
+        """Whether one more step of ``config`` fits after ``spent``."""
+        return self.budget.of(spent) + self.budget.stage_cost(config, steps=1) <= self.ceiling
+
+    def steps_allowed(self, spent: Compute, config, steps: Iterable[Compute]) -> int:
+        """How many of ``steps`` (each step's spend, in order) start under the ceiling after ``spent``."""
+        n = 0
+        for step in steps:
+            if not self.step_fits(spent, config):
+                break
+            spent, n = spent + step, n + 1
+        return n
+
+    def share(self, start: Compute, i: int, n: int) -> Allowance:
+        """The ceiling for the ``i``-th of ``n`` runs sharing what is left after ``start`` equally
+        (cumulative: a run that spends less than its share leaves it to the next)."""
+        begin = self.budget.of(start)
+        return Allowance(self.budget, begin + (self.ceiling - begin) * (i + 1) // n)

@@ -57,7 +57,7 @@ import random
 
 from loopwise.errors import UserError
 from loopwise.training.baselines import continuous, grid, random_search, staged
-from loopwise.training.compute import Budget
+from loopwise.training.compute import Allowance, Budget
 from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
@@ -168,7 +168,8 @@ class _Tree:
             uniform_share_bound
 
         parent, spent = self.nodes[node_id], self.session.spent - self.start
-        if not self.budget.fits(spent, cfg):
+        # a token budget's allowance admits a stage whose first step fits (it is cut where the next would not)
+        if not (self.session.room(cfg) if self.session.allowance is not None else self.budget.fits(spent, cfg)):
             self.out_of_budget = True
             return "budget", None
         groups = probe_groups(cfg)
@@ -204,8 +205,11 @@ class _Tree:
         child = self.search.add_child(node_id, key, payload={"depth": label["depth"]})
         result = self.session.run_stage(parent["state"], cfg, self.seed * 1000 + child,
                                         label={"node": child, "parent": node_id, **label}, probed=probe)
-        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace, "config": cfg,
-                             "tune": result.tune_reward, "why": label["why"]}
+        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace,
+                             "config": result.config, "tune": result.tune_reward, "why": label["why"]}
+        if result.config.steps < cfg.steps:  # the allowance cut it: the budget is spent
+            self.out_of_budget = True
+            self.notes.append(f"node {child}: cut after {result.config.steps} of {cfg.steps} steps (the budget)")
         self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))
         share = zero_variance_share(result.trace)
         if share is not None and share >= NO_SIGNAL_SHARE:
@@ -230,11 +234,25 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
                transitions=None) -> Schedule:
     """One method's best schedule within ``budget``, schedules at most ``depth`` stages, with its
     test reward and what it spent (``compute``)."""
-    stages = budget.stages(session.default_config())  # default stages the budget buys
+    # default stages the budget buys (in tokens at the base's expected completion length)
+    stages = budget.stages(session.default_config(), length=session.base_length)
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
     before, groups = session.spent, session.groups
+    # a token budget holds the method to it step by step (a stage's tokens are known once it ran)
+    allowance = Allowance(budget, budget.of(before) + budget.amount) if budget.unit == "tokens" else None
+    with session.held_to(allowance):
+        schedule = _search(method, session, budget, depth, stages, seed, transitions)
+    schedule.test_reward = session.test_reward(schedule.state)
+    schedule.compute = session.spent - before
+    schedule.groups = session.groups - groups
+    return schedule
+
+
+def _search(method: str, session: Session, budget: Budget, depth: int, stages: int, seed: int,
+            transitions) -> Schedule:
+    """``method``'s schedule, ``stages`` default stages of ``budget`` the most it trains."""
     if method == "tree":
         schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
@@ -257,7 +275,4 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
         schedule = pbt(session, stages, depth, seed, unit=budget.unit)
     else:
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
-    schedule.test_reward = session.test_reward(schedule.state)
-    schedule.compute = session.spent - before
-    schedule.groups = session.groups - groups
     return schedule
