@@ -167,7 +167,8 @@ def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -
     """As many random configs as the budget buys default runs of ``depth`` stages, each trained
     continuously (one trainer) for the steps that cost what ``depth`` default stages cost
     (:func:`~loopwise.training.space.matched_steps`: a larger group trains fewer steps). A config
-    of which not one step fits, or whose completions leave no training prompt room
+    of which not one step fits (in a token budget: at its cap, in a run's share), or whose
+    completions leave no training prompt room
     (:meth:`~loopwise.training.session.Session.trainable`), is drawn again."""
     from loopwise.training.space import matched_steps
 
@@ -178,8 +179,10 @@ def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -
     def steps(cfg: StageConfig) -> int:
         return matched_steps(cfg, base, base.steps * depth, budget.unit, session.base_length)
 
+    whole, start = session.allowance, session.spent
+
     def fits(cfg: StageConfig) -> bool:
-        return steps(cfg) >= 1 and session.trainable(cfg)
+        return steps(cfg) >= 1 and session.trainable(cfg) and (whole is None or whole.share_fits(start, n, cfg))
 
     runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=fits)]
     schedule = continuous(session, len(runs), 1, seed, runs, "random")

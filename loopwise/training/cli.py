@@ -21,8 +21,8 @@ BUDGET = typer.Option(8, "--budget-stages", min=1, help="The default budget: thi
                       "stages, counted in generated samples (each method spends at most as many).")
 SAMPLES = typer.Option(None, "--budget-samples", min=1, help="Generated completions each method may spend "
                        "(the equal budget; every stage the tree trains counts). Overrides --budget-stages.")
-TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; a "
-                      "stage starts only if it fits with every completion at full length.")
+TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; "
+                      "training stops before a step that could pass it, so each method spends within one step of it.")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
 PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
                                                  "small or full (GPU); for a pretrained --policy: lm (GPU) or lm-cpu.")

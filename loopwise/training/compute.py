@@ -131,6 +131,11 @@ class Allowance:
             spent, n = spent + step, n + 1
         return n
 
+    def share_fits(self, start: Compute, n: int, config) -> bool:
+        """Whether one step of ``config`` at its most fits each of ``n`` equal shares of what is
+        left after ``start`` (so a run of it always has room to start in its :meth:`share`)."""
+        return self.budget.stage_cost(config, steps=1) <= (self.ceiling - self.budget.of(start)) // n
+
     def share(self, start: Compute, i: int, n: int) -> Allowance:
         """The ceiling for the ``i``-th of ``n`` runs sharing what is left after ``start`` equally
         (cumulative: a run that spends less than its share leaves it to the next)."""

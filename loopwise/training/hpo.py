@@ -6,7 +6,9 @@ compute budget buys (:func:`~loopwise.training.search.run_method`). They search 
 ``random`` baseline draws from (:mod:`loopwise.training.space`): every knob the tree's transitions
 move, over the tree's ranges. A config with another group size (or, in a token budget, completion
 length) trains the steps that cost what the default's do (:func:`~loopwise.training.space.matched_steps`),
-so a run spends the samples of the default stages it stands for.
+so a run spends the samples of the default stages it stands for. In a token budget each run
+trains until its equal cumulative share of the budget stops it (the session's allowance); its
+steps, priced at the base's expected completion length, are then what it plans.
 
 - :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
   baseline's (one trainer for ``depth`` stages' worth of samples), objective = tuning reward.
@@ -101,7 +103,7 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
                 trial = study.ask()
                 cfg = space.suggest(base, trial)
                 steps = matched_steps(cfg, base, base.steps * depth, unit, session.base_length)
-                if steps >= 1 and session.trainable(cfg):
+                if steps >= 1 and session.trainable(cfg) and (whole is None or whole.share_fits(start, trials, cfg)):
                     break
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # asked again: not a trial spent
             else:
@@ -217,12 +219,14 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
     def steps(cfg: StageConfig) -> int:
         return matched_steps(cfg, base, base.steps, unit, session.base_length)
 
+    whole, start = session.allowance, session.spent  # a token budget: each member's stage trains to its share
+
     def fits(cfg: StageConfig) -> bool:
-        return steps(cfg) >= 1 and session.trainable(cfg)
+        return steps(cfg) >= 1 and session.trainable(cfg) and (
+            whole is None or whole.share_fits(start, depth * size, cfg))
 
     members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=fits)]
     notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
-    whole, start = session.allowance, session.spent  # a token budget: each member's stage trains to its share
     for r in range(depth):
         for m, member in enumerate(members):
             with session.held_to(whole and whole.share(start, r * size + m, depth * size)):

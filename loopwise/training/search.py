@@ -8,12 +8,17 @@ optimizer, reference policy = the stage's starting weights) and is scored by gre
 reward on the tuning set.
 
 Methods, all from the same base and each held to the same :class:`~loopwise.training.compute.Budget`
-of generated samples (or tokens): a method starts a stage only when the stage's cost fits what it
-has left, so it spends at most the budget and stops short of it by less than one of its stages (the
-tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). The tree counts every node it
-trains, not only its best path. The baselines get the number of default stages (or runs of
-``depth`` of them) the budget buys; one whose config has another group size trains the steps that
-cost what the default's do:
+of generated samples (or tokens). In samples a method starts a stage only when the stage's cost
+fits what it has left, so it spends at most the budget and stops short of it by less than one of
+its stages (the tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). In tokens (known
+only once generated) the session's :class:`~loopwise.training.compute.Allowance` stops training
+before any step whose completions, all at their cap, could pass the budget: the tree and staged
+start stages while a step fits and the last is cut short, the run-based methods' runs each train
+until their equal cumulative share of the budget stops them; every method spends within one step
+of the budget. The tree counts every node it trains, not only its best path. The baselines get the
+number of default stages (or runs of ``depth`` of them) the budget buys, in tokens at the base's
+mean sampled completion length (:attr:`~loopwise.training.session.Session.base_length`); one whose
+config has another group size trains the steps that cost what the default's do:
 
 - ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
   its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
@@ -171,6 +176,10 @@ class _Tree:
         # a token budget's allowance admits a stage whose first step fits (it is cut where the next would not)
         if not (self.session.room(cfg) if self.session.allowance is not None else self.budget.fits(spent, cfg)):
             self.out_of_budget = True
+            if self.session.allowance is not None:
+                self.notes.append(f"stopped below node {node_id}: a step of {cfg.prompts_per_step * cfg.num_generations}"
+                                  f" completions of up to {cfg.max_completion_length} tokens ({why}) does not fit "
+                                  f"the {self.budget.amount - self.budget.of(spent):,} tokens left")
             return "budget", None
         groups = probe_groups(cfg)
         if not sampling_changed(parent["config"], cfg) or groups is None:
