@@ -131,6 +131,23 @@ class Allowance:
             spent, n = spent + step, n + 1
         return n
 
+    def stop_rule(self, spent: Compute, config):
+        """A trainer's ``stop`` for a stage of ``config`` begun after ``spent``: true, given the
+        stage's training rows so far, when the next step does not fit."""
+        return lambda rows: not self.step_fits(spent + stage_compute(rows, config.model_dump()), config)
+
+    def allows(self, spent: Compute, config, trace: list) -> bool:
+        """Whether every training row of a stage's ``trace`` (of ``config``) starts under the
+        ceiling after ``spent``: the stage as trained under this allowance would not be cut."""
+        per_step = config.prompts_per_step * config.num_generations
+        rows = [step_compute(r, per_step) for r in trace if isinstance(r, dict) and M.REWARD in r]
+        return self.steps_allowed(spent, config, rows) == len(rows)
+
+    def most_steps(self, spent: Compute, config) -> int:
+        """More steps of ``config`` than can fit after ``spent``: every completion spends at least
+        one token (its end), so no more than the rest over one token a completion."""
+        return (self.ceiling - self.budget.of(spent)) // (config.prompts_per_step * config.num_generations)
+
     def share_fits(self, start: Compute, n: int, config) -> bool:
         """Whether one step of ``config`` at its most fits each of ``n`` equal shares of what is
         left after ``start`` (so a run of it always has room to start in its :meth:`share`)."""

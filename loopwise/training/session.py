@@ -38,8 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from loopwise.errors import UserError
-from loopwise.training import metrics as M
-from loopwise.training.compute import Allowance, Compute, stage_compute, step_compute
+from loopwise.training.compute import Allowance, Compute, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate
 from loopwise.training.learning_signal import GroupTally, SignalProbe, probe_groups, stage_groups
@@ -350,24 +349,15 @@ class Session:
         if self.allowance is None:
             return trainer.run(progress=progress)
         allowance, spent = self.allowance, self.spent - paid
-        steps = config.steps
-        if to_allowance:  # every completion spends at least one token (its end): an upper bound
-            per_step = max(1, allowance.budget.stage_cost(config, steps=1, length=1))
-            steps = max(steps, (allowance.ceiling - allowance.budget.of(spent)) // per_step)
-        trace = trainer.run(steps=steps, progress=progress, stop=lambda rows: not allowance.step_fits(
-            spent + stage_compute(rows, config.model_dump()), config))
+        steps = max(config.steps, allowance.most_steps(spent, config)) if to_allowance else config.steps
+        trace = trainer.run(steps=steps, progress=progress, stop=allowance.stop_rule(spent, config))
         if not trainer.step_count:
             raise ValueError("not one step of the stage fits the allowance: ask Session.room first")
         return trace
 
     def _whole(self, cached: StageResult, paid: Compute) -> bool:
         """Whether the :attr:`allowance` lets every step of the cached stage ``cached`` start."""
-        if self.allowance is None:
-            return True
-        c = cached.config
-        rows = [step_compute(r, c.prompts_per_step * c.num_generations) for r in cached.trace
-                if isinstance(r, dict) and M.REWARD in r]
-        return self.allowance.steps_allowed(self.spent - paid, c, rows) == len(rows)
+        return self.allowance is None or self.allowance.allows(self.spent - paid, cached.config, cached.trace)
 
     def _pool(self, config: StageConfig, seed: int) -> list:
         """A stage's training prompts: the train split at its difficulty, those that fit the
