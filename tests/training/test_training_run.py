@@ -128,6 +128,17 @@ def test_a_token_budget_is_spent_to_within_one_step_and_never_exceeded(tiny, tmp
         assert all(p["config"]["steps"] == sum("reward" in row for row in p["trace"]) for p in own), m
 
 
+@pytest.mark.slow
+def test_at_the_smoke_preset_every_method_spends_4000_tokens_to_within_one_of_its_steps(tmp_path):
+    methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
+    run = TrainingRun.start(Settings("arithmetic", methods, budget_tokens=4000), str(tmp_path))
+    results = run.run()
+    store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
+    run.close()
+    for m, r in results.items():
+        assert 4000 - _step_caps(store, m, r["notes"]) < r["tokens"] <= 4000, m
+
+
 def _cut_in_staged(method: str, result, seen: list) -> bool:
     """staged's stage that the allowance cut short (its last repetition's)."""
     return method == "staged" and result.config.steps < TINY.stage_steps
