@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 
 from loopwise.errors import UserError
-from loopwise.training.compute import Budget
+from loopwise.training.compute import BUDGET_NOTE, Budget
 from loopwise.training.config import StageConfig
 from loopwise.training.session import Schedule, Session, tree_bounds
 
@@ -29,13 +29,13 @@ def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Se
         used += len(ran)
         if len(ran) < len(configs) or ran[-1].steps < configs[len(ran) - 1].steps:
             notes.append(f"repetition {rep} ended after {sum(c.steps for c in ran)} of "
-                         f"{sum(c.steps for c in configs)} steps (the budget)")
+                         f"{sum(c.steps for c in configs)} steps {BUDGET_NOTE}")
         if best is None or tune > best.tune_reward:
-            best = Schedule(method, ran, tune, state, 0, traces=traces)
+            best, best_rep = Schedule(method, ran, tune, state, 0, traces=traces), rep
         rep += 1
     if best is None:
         raise UserError(f"a budget of {budget} stages is less than one {method} schedule of {len(configs)}")
-    best.stages_used, best.notes = used, notes
+    best.stages_used, best.notes = used, notes + ([f"the best is repetition {best_rep}"] if held else [])
     return best
 
 

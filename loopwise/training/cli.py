@@ -238,9 +238,14 @@ def _signal_line(r: dict) -> str:
     if not isinstance(groups, dict) or not groups.get("groups"):
         return ""
     per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
-    guard = [n for n in r.get("notes") or [] if "not applied" in n or "closed" in n]
+    from loopwise.training.compute import BUDGET_NOTE
+
+    notes = r.get("notes") or []
+    guard = [n for n in notes if "not applied" in n or "closed" in n]
+    budget = [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")]
     return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
-            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else ""))
+            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else "")
+            + ("; " + "; ".join(budget) if budget else ""))
 
 
 def _count(v) -> str:

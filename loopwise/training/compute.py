@@ -61,6 +61,7 @@ def stage_compute(trace: Iterable, config: dict | None = None) -> Compute:
 
 
 UNITS = ("samples", "tokens")
+BUDGET_NOTE = "(the budget)"  # ends a method's note on where a token budget cut or stopped its training
 
 
 @dataclass(frozen=True)

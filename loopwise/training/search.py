@@ -62,7 +62,7 @@ import random
 
 from loopwise.errors import UserError
 from loopwise.training.baselines import continuous, grid, random_search, staged
-from loopwise.training.compute import Allowance, Budget
+from loopwise.training.compute import BUDGET_NOTE, Allowance, Budget
 from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class _Tree:
             if self.session.allowance is not None:
                 self.notes.append(f"stopped below node {node_id}: a step of {cfg.prompts_per_step * cfg.num_generations}"
                                   f" completions of up to {cfg.max_completion_length} tokens ({why}) does not fit "
-                                  f"the {self.budget.amount - self.budget.of(spent):,} tokens left")
+                                  f"the {self.budget.amount - self.budget.of(spent):,} tokens left {BUDGET_NOTE}")
             return "budget", None
         groups = probe_groups(cfg)
         if not sampling_changed(parent["config"], cfg) or groups is None:
@@ -218,7 +218,7 @@ class _Tree:
                              "config": result.config, "tune": result.tune_reward, "why": label["why"]}
         if result.config.steps < cfg.steps:  # the allowance cut it: the budget is spent
             self.out_of_budget = True
-            self.notes.append(f"node {child}: cut after {result.config.steps} of {cfg.steps} steps (the budget)")
+            self.notes.append(f"node {child}: cut after {result.config.steps} of {cfg.steps} steps {BUDGET_NOTE}")
         self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))
         share = zero_variance_share(result.trace)
         if share is not None and share >= NO_SIGNAL_SHARE:

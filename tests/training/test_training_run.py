@@ -318,7 +318,8 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
                         "tokens": 67890, "zero_variance": [0.25, 1.0],
                         "zero_variance_groups": {"zero": 100, "groups": 400, "share": 0.25},
                         "notes": ["node 1: not applied (difficulty 1 -> 3): 8 of 8 probe groups (100%) had no "
-                                  "reward variance (mean reward 0.000)"]},
+                                  "reward variance (mean reward 0.000)",
+                                  "node 2: cut after 3 of 8 steps (the budget)"]},
                "staged": {**common, "configs": [config, config]}}  # a result without compute
     run = SimpleNamespace(session=SimpleNamespace(warm={"steps": 10, "pass_rate": 0.3}),
                           settings=SimpleNamespace(task="custom"))
@@ -332,6 +333,7 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     said = " ".join(out.split())
     assert "tree: 25% of its 400 groups had no reward variance (its pick's stages: 25%, 100%)" in said
     assert "1 guard note(s): node 1: not applied" in said and "staged: " not in said
+    assert "; node 2: cut after 3 of 8 steps (the budget)" in said  # where a token budget cut it
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():
