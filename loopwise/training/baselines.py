@@ -11,47 +11,71 @@ import random
 from collections.abc import Sequence
 
 from loopwise.errors import UserError
-from loopwise.training.compute import Budget
+from loopwise.training.compute import BUDGET_NOTE, Budget
 from loopwise.training.config import StageConfig
 from loopwise.training.session import Schedule, Session, tree_bounds
 
 def staged(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
            method: str = "staged") -> Schedule:
     """``configs`` (default: the default config ``depth`` times) as stages, repeated with new seeds
-    while budget is left; the best repetition by tuning reward."""
+    while budget is left: ``budget`` stages, or under the session's allowance (a token budget)
+    while a step fits it, the last repetition then ending where the allowance cuts it (its tuning
+    reward is that of the shorter schedule, and a note says so); the best repetition by tuning reward."""
     configs = list(configs or [session.default_config()] * depth)
-    best, used, rep = None, 0, 0
-    while used + len(configs) <= budget:
-        state, traces, tune = session.base_state, [], session.base_tune
-        for i, cfg in enumerate(configs):
-            result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i, label={"rep": rep, "stage": i})
-            state, tune = result.state, result.tune_reward
-            traces.append(result.trace)
-        used += len(configs)
+    held = session.allowance is not None
+    best, used, rep, notes = None, 0, 0, []
+    while (session.room(configs[0]) if held else used + len(configs) <= budget):
+        ran, state, tune, traces = _repetition(session, configs, seed, rep)
+        used += len(ran)
+        if len(ran) < len(configs) or ran[-1].steps < configs[len(ran) - 1].steps:
+            notes.append(f"repetition {rep} ended after {sum(c.steps for c in ran)} of "
+                         f"{sum(c.steps for c in configs)} steps {BUDGET_NOTE}")
         if best is None or tune > best.tune_reward:
-            best = Schedule(method, configs, tune, state, 0, traces=traces)
+            best, best_rep = Schedule(method, ran, tune, state, 0, traces=traces), rep
         rep += 1
     if best is None:
         raise UserError(f"a budget of {budget} stages is less than one {method} schedule of {len(configs)}")
-    best.stages_used = used
+    best.stages_used, best.notes = used, notes + ([f"the best is repetition {best_rep}"] if held else [])
     return best
+
+
+def _repetition(session: Session, configs: list[StageConfig], seed: int, rep: int):
+    """One repetition of ``configs`` from the base: the configs it ran (a stage the allowance cut
+    short ends it), its weights, tuning reward and traces."""
+    state, ran, traces, tune = session.base_state, [], [], session.base_tune
+    for i, cfg in enumerate(configs):
+        if not session.room(cfg):
+            break
+        result = session.run_stage(state, cfg, seed * 1000 + rep * 100 + i, label={"rep": rep, "stage": i})
+        state, tune = result.state, result.tune_reward
+        ran.append(result.config)
+        traces.append(result.trace)
+        if result.config.steps < cfg.steps:
+            break
+    return ran, state, tune, traces
 
 
 def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs: Sequence[StageConfig] | None = None,
                method: str = "fixed") -> Schedule:
     """Each config trained without a break for ``depth`` stages' worth of steps (one trainer), as
-    many configs as the budget allows (``budget // depth``); the best by tuning reward."""
+    many configs as the budget allows (``budget // depth``); the best by tuning reward. Under the
+    session's allowance (a token budget) the runs share what it leaves equally: each trains until
+    its cumulative share stops it, past its steps or short of them (a run whose share has no room
+    for one step is left out)."""
     configs = list(configs or [session.default_config()] * max(1, budget // depth))
+    whole, start = session.allowance, session.spent
     best, used = None, 0
     for i, cfg in enumerate(configs):
         if used + depth > budget:
             break
-        result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
-                                   label={"rep": i, "stage": 0})
+        with session.held_to(whole and whole.share(start, i, len(configs))):
+            if not session.room(cfg):
+                continue
+            result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
+                                       label={"rep": i, "stage": 0}, to_allowance=whole is not None)
         used += depth
         if best is None or result.tune_reward > best.tune_reward:
-            best = Schedule(method, [cfg.model_copy(update={"steps": cfg.steps * depth})], result.tune_reward,
-                            result.state, 0, traces=[result.trace])
+            best = Schedule(method, [result.config], result.tune_reward, result.state, 0, traces=[result.trace])
     if best is None:
         raise UserError(f"a budget of {budget} stages is less than one {method} run of {depth}")
     best.stages_used = used
@@ -104,11 +128,11 @@ def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedul
     """The grid's points, as many as the budget buys default runs of ``depth`` stages, each trained
     continuously (one trainer) on an equal share of the budget: its steps are the most whose cost
     fits the share."""
-    n = max(1, budget.stages(session.default_config()) // depth)
+    n = max(1, budget.stages(session.default_config(), length=session.base_length) // depth)
     share = budget.amount // n
     runs = []
     for cfg in grid_configs(session, n, seed):
-        steps = share // budget.stage_cost(cfg, steps=1)
+        steps = share // budget.stage_cost(cfg, steps=1, length=session.base_length)
         if steps >= 1:
             runs.append(cfg.model_copy(update={"steps": steps}))
     if not runs:
@@ -143,19 +167,22 @@ def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -
     """As many random configs as the budget buys default runs of ``depth`` stages, each trained
     continuously (one trainer) for the steps that cost what ``depth`` default stages cost
     (:func:`~loopwise.training.space.matched_steps`: a larger group trains fewer steps). A config
-    of which not one step fits, or whose completions leave no training prompt room
+    of which not one step fits (in a token budget: at its cap, in a run's share), or whose
+    completions leave no training prompt room
     (:meth:`~loopwise.training.session.Session.trainable`), is drawn again."""
     from loopwise.training.space import matched_steps
 
     base = session.default_config()
-    n = budget.stages(base) // depth
+    n = budget.stages(base, length=session.base_length) // depth
     if n < 1:
         raise UserError(f"a budget of {budget.amount} {budget.unit} is less than one random run of {depth} stages")
     def steps(cfg: StageConfig) -> int:
-        return matched_steps(cfg, base, base.steps * depth, budget.unit)
+        return matched_steps(cfg, base, base.steps * depth, budget.unit, session.base_length)
+
+    whole, start = session.allowance, session.spent
 
     def fits(cfg: StageConfig) -> bool:
-        return steps(cfg) >= 1 and session.trainable(cfg)
+        return steps(cfg) >= 1 and session.trainable(cfg) and (whole is None or whole.share_fits(start, n, cfg))
 
     runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=fits)]
     schedule = continuous(session, len(runs), 1, seed, runs, "random")

@@ -21,8 +21,8 @@ BUDGET = typer.Option(8, "--budget-stages", min=1, help="The default budget: thi
                       "stages, counted in generated samples (each method spends at most as many).")
 SAMPLES = typer.Option(None, "--budget-samples", min=1, help="Generated completions each method may spend "
                        "(the equal budget; every stage the tree trains counts). Overrides --budget-stages.")
-TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; a "
-                      "stage starts only if it fits with every completion at full length.")
+TOKENS = typer.Option(None, "--budget-tokens", min=1, help="Generated tokens each method may spend instead; "
+                      "training stops before a step that could pass it, so each method spends within one step of it.")
 DEPTH = typer.Option(4, "--depth", min=1, help="Stages in one schedule (the tree's depth).")
 PRESET = typer.Option("smoke", "--preset", help="smoke (CPU, seconds: a pipeline check), cpu (CPU, a minute), "
                                                  "small or full (GPU); for a pretrained --policy: lm (GPU) or lm-cpu.")
@@ -238,9 +238,14 @@ def _signal_line(r: dict) -> str:
     if not isinstance(groups, dict) or not groups.get("groups"):
         return ""
     per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
-    guard = [n for n in r.get("notes") or [] if "not applied" in n or "closed" in n]
+    from loopwise.training.compute import BUDGET_NOTE
+
+    notes = r.get("notes") or []
+    guard = [n for n in notes if "not applied" in n or "closed" in n]
+    budget = [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")]
     return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
-            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else ""))
+            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else "")
+            + ("; " + "; ".join(budget) if budget else ""))
 
 
 def _count(v) -> str:

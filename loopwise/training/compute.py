@@ -61,18 +61,19 @@ def stage_compute(trace: Iterable, config: dict | None = None) -> Compute:
 
 
 UNITS = ("samples", "tokens")
+BUDGET_NOTE = "(the budget)"  # ends a method's note on where a token budget cut or stopped its training
 
 
 @dataclass(frozen=True)
 class Budget:
     """What one method may spend: ``amount`` generated samples or tokens (``unit``).
 
-    A method starts a stage only when the stage's cost (:meth:`stage_cost`) fits what it has left,
-    so it never spends more than ``amount`` and stops short of it by less than one of its stages
-    (one of its runs, for a method that trains whole runs). A stage's samples are known before it
-    runs (steps x prompts per step x group size); its tokens are not, so a token budget charges each
-    completion its full ``max_completion_length`` when deciding (the bound is never exceeded, but a
-    method may stop further below it than one stage's actual tokens)."""
+    A stage's samples are known before it runs (steps x prompts per step x group size), so in
+    samples a method starts a stage only when its cost (:meth:`stage_cost`) fits what it has left:
+    it never spends more than ``amount`` and stops short of it by less than one of its stages (one
+    of its runs, for a method that trains whole runs). A stage's tokens are known only once it has
+    run: in tokens a method plans with an expected completion length and is held to the budget by
+    an :class:`Allowance`, checked before every step."""
 
     unit: str
     amount: int
@@ -83,22 +84,78 @@ class Budget:
         if self.amount < 1:
             raise ValueError(f"a budget needs at least 1 {self.unit[:-1]}, not {self.amount}")
 
-    def stage_cost(self, config, steps: int | None = None) -> int:
-        """The most a stage of ``config`` (``steps`` overriding its length) can spend in this unit."""
+    def stage_cost(self, config, steps: int | None = None, length: float | None = None) -> int:
+        """What a stage of ``config`` (``steps`` overriding its length) spends in this unit: its
+        samples, or in tokens its samples times ``length`` (an expected completion length, at most
+        the cap) or, without one, times the cap ``max_completion_length`` (the most it can spend)."""
         samples = (config.steps if steps is None else steps) * config.prompts_per_step * config.num_generations
-        return samples if self.unit == "samples" else samples * config.max_completion_length
+        if self.unit == "samples":
+            return samples
+        cap = config.max_completion_length
+        return samples * cap if length is None else max(1, round(samples * min(length, cap)))
 
     def of(self, compute: Compute) -> int:
         """``compute`` in this budget's unit."""
         return compute.samples if self.unit == "samples" else compute.tokens
 
     def fits(self, spent: Compute, config, steps: int | None = None) -> bool:
-        """Whether a stage of ``config`` fits after ``spent``."""
+        """Whether a stage of ``config`` fits after ``spent`` at its most."""
         return self.of(spent) + self.stage_cost(config, steps) <= self.amount
 
-    def stages(self, config) -> int:
-        """How many stages of ``config`` fit in the whole budget."""
-        return self.amount // self.stage_cost(config)
+    def stages(self, config, length: float | None = None) -> int:
+        """How many stages of ``config`` fit in the whole budget (at ``length``, see :meth:`stage_cost`)."""
+        return self.amount // self.stage_cost(config, length=length)
 
     def to_dict(self) -> dict:
         return {"unit": self.unit, "amount": self.amount}
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """A ceiling on what a session has spent, in ``budget``'s unit: a step starts only when its
+    most (prompts x group size, times the completion cap in tokens) fits under ``ceiling``, so
+    training never passes it and stops within one step's most of it."""
+
+    budget: Budget
+    ceiling: int
+
+    def step_fits(self, spent: Compute, config) -> bool:
+        """Whether one more step of ``config`` fits after ``spent``."""
+        return self.budget.of(spent) + self.budget.stage_cost(config, steps=1) <= self.ceiling
+
+    def steps_allowed(self, spent: Compute, config, steps: Iterable[Compute]) -> int:
+        """How many of ``steps`` (each step's spend, in order) start under the ceiling after ``spent``."""
+        n = 0
+        for step in steps:
+            if not self.step_fits(spent, config):
+                break
+            spent, n = spent + step, n + 1
+        return n
+
+    def stop_rule(self, spent: Compute, config):
+        """A trainer's ``stop`` for a stage of ``config`` begun after ``spent``: true, given the
+        stage's training rows so far, when the next step does not fit."""
+        return lambda rows: not self.step_fits(spent + stage_compute(rows, config.model_dump()), config)
+
+    def allows(self, spent: Compute, config, trace: list) -> bool:
+        """Whether every training row of a stage's ``trace`` (of ``config``) starts under the
+        ceiling after ``spent``: the stage as trained under this allowance would not be cut."""
+        per_step = config.prompts_per_step * config.num_generations
+        rows = [step_compute(r, per_step) for r in trace if isinstance(r, dict) and M.REWARD in r]
+        return self.steps_allowed(spent, config, rows) == len(rows)
+
+    def most_steps(self, spent: Compute, config) -> int:
+        """More steps of ``config`` than can fit after ``spent``: every completion spends at least
+        one token (its end), so no more than the rest over one token a completion."""
+        return (self.ceiling - self.budget.of(spent)) // (config.prompts_per_step * config.num_generations)
+
+    def share_fits(self, start: Compute, n: int, config) -> bool:
+        """Whether one step of ``config`` at its most fits each of ``n`` equal shares of what is
+        left after ``start`` (so a run of it always has room to start in its :meth:`share`)."""
+        return self.budget.stage_cost(config, steps=1) <= (self.ceiling - self.budget.of(start)) // n
+
+    def share(self, start: Compute, i: int, n: int) -> Allowance:
+        """The ceiling for the ``i``-th of ``n`` runs sharing what is left after ``start`` equally
+        (cumulative: a run that spends less than its share leaves it to the next)."""
+        begin = self.budget.of(start)
+        return Allowance(self.budget, begin + (self.ceiling - begin) * (i + 1) // n)

@@ -188,10 +188,12 @@ class GRPOTrainer:
         """Whether step ``step`` (counted from 1) is probed: every ``probe_every``-th and the stage's last."""
         return step % self.probe_every == 0 or step == self.cfg.steps
 
-    def run(self, steps: int | None = None, progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
-        """``steps`` more steps (default: the rest of the stage's ``config.steps``)."""
+    def run(self, steps: int | None = None, progress: Callable[[int, int, dict], None] | None = None,
+            stop: Callable[[list[dict]], bool] | None = None) -> list[dict]:
+        """``steps`` more steps (default: the rest of the stage's ``config.steps``); ``stop``, asked
+        with the trace before each step, ends the run early when it says so."""
         total = self.cfg.steps if steps is None else self.step_count + steps
-        while self.step_count < total:
+        while self.step_count < total and not (stop is not None and stop(self.trace)):
             row = self.step()
             if progress is not None:
                 progress(self.step_count, total, row)
@@ -249,13 +251,22 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 def evaluate(policy: Policy, vocab: Vocab, task, examples: Sequence, max_new_tokens: int, *, greedy: bool = True,
              temperature: float = 1.0, batch: int = 256, seed: int = 0) -> float:
     """Mean verifier score of the policy's completions for ``examples`` (greedy by default)."""
+    return evaluate_lengths(policy, vocab, task, examples, max_new_tokens, greedy=greedy, temperature=temperature,
+                            batch=batch, seed=seed)[0]
+
+
+def evaluate_lengths(policy: Policy, vocab: Vocab, task, examples: Sequence, max_new_tokens: int, *,
+                     greedy: bool = True, temperature: float = 1.0, batch: int = 256,
+                     seed: int = 0) -> tuple[float, float]:
+    """:func:`evaluate`'s mean score, and the completions' mean length in tokens (end token included)."""
     if not examples:
         raise UserError("nothing to evaluate on")
     gen = torch.Generator(device=next(policy.parameters()).device)
     gen.manual_seed(seed)
-    total = 0.0
+    total, tokens = 0.0, 0
     for i in range(0, len(examples), batch):
         chunk = examples[i:i + batch]
         s = sample(policy, vocab, [e.prompt for e in chunk], max_new_tokens, temperature, greedy=greedy, generator=gen)
         total += sum(task.score(e, t) for e, t in zip(chunk, s.texts))
-    return total / len(examples)
+        tokens += int(s.completion_mask.sum())
+    return total / len(examples), tokens / len(examples)

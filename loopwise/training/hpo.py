@@ -6,7 +6,9 @@ compute budget buys (:func:`~loopwise.training.search.run_method`). They search 
 ``random`` baseline draws from (:mod:`loopwise.training.space`): every knob the tree's transitions
 move, over the tree's ranges. A config with another group size (or, in a token budget, completion
 length) trains the steps that cost what the default's do (:func:`~loopwise.training.space.matched_steps`),
-so a run spends the samples of the default stages it stands for.
+so a run spends the samples of the default stages it stands for. In a token budget each run
+trains until its equal cumulative share of the budget stops it (the session's allowance); its
+steps, priced at the base's expected completion length, are then what it plans.
 
 - :func:`tpe`: Optuna's TPE through ask/tell, one config per trial, each trained like the ``random``
   baseline's (one trainer for ``depth`` stages' worth of samples), objective = tuning reward.
@@ -89,6 +91,7 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
     optuna = _import_optuna()
     trials = _runs_that_fit(budget, depth, "tpe")
     base, space = session.default_config(), _space(session)
+    whole, start = session.allowance, session.spent  # a token budget: each trial trains to its share
     previous = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # optuna's own logger only: a line per trial otherwise
     try:
@@ -99,17 +102,19 @@ def tpe(session: Session, budget: int, depth: int, seed: int = 0, *, startup_tri
             for _ in range(MAX_DRAWS):
                 trial = study.ask()
                 cfg = space.suggest(base, trial)
-                if (steps := matched_steps(cfg, base, base.steps * depth, unit)) >= 1 and session.trainable(cfg):
+                steps = matched_steps(cfg, base, base.steps * depth, unit, session.base_length)
+                if steps >= 1 and session.trainable(cfg) and (whole is None or whole.share_fits(start, trials, cfg)):
                     break
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # asked again: not a trial spent
             else:
                 raise UserError(f"{MAX_DRAWS} tpe configs in a row cost more than a run's budget buys or leave no "
                                 "training prompt room for their completions")
-            result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=steps,
-                                       label={"rep": i, "stage": 0})
+            with session.held_to(whole and whole.share(start, i, trials)):
+                result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=steps,
+                                           label={"rep": i, "stage": 0}, to_allowance=whole is not None)
             study.tell(trial, result.tune_reward)
             if best is None or _score(result.tune_reward) > _score(best.tune_reward):
-                best, best_trial = Schedule("tpe", [cfg.model_copy(update={"steps": steps})],
+                best, best_trial = Schedule("tpe", [result.config],
                                             result.tune_reward, result.state, 0, traces=[result.trace]), i
     finally:
         optuna.logging.set_verbosity(previous)
@@ -212,20 +217,24 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
     base, space = session.default_config(), _space(session)
 
     def steps(cfg: StageConfig) -> int:
-        return matched_steps(cfg, base, base.steps, unit)
+        return matched_steps(cfg, base, base.steps, unit, session.base_length)
+
+    whole, start = session.allowance, session.spent  # a token budget: each member's stage trains to its share
 
     def fits(cfg: StageConfig) -> bool:
-        return steps(cfg) >= 1 and session.trainable(cfg)
+        return steps(cfg) >= 1 and session.trainable(cfg) and (
+            whole is None or whole.share_fits(start, depth * size, cfg))
 
     members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=fits)]
     notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
     for r in range(depth):
         for m, member in enumerate(members):
-            n = steps(member.config)
-            result = session.run_stage(member.state, member.config, seed * 1000 + r * 100 + m, steps=n,
-                                       label={"rep": m, "stage": r})
+            with session.held_to(whole and whole.share(start, r * size + m, depth * size)):
+                result = session.run_stage(member.state, member.config, seed * 1000 + r * 100 + m,
+                                           steps=steps(member.config), label={"rep": m, "stage": r},
+                                           to_allowance=whole is not None)
             member.state, member.tune = result.state, result.tune_reward
-            member.configs.append(member.config.model_copy(update={"steps": n}))
+            member.configs.append(result.config)
             member.traces.append(result.trace)
         if r < depth - 1:
             notes += [f"round {r}: {line}" for line in _exploit_and_explore(

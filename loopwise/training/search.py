@@ -8,12 +8,17 @@ optimizer, reference policy = the stage's starting weights) and is scored by gre
 reward on the tuning set.
 
 Methods, all from the same base and each held to the same :class:`~loopwise.training.compute.Budget`
-of generated samples (or tokens): a method starts a stage only when the stage's cost fits what it
-has left, so it spends at most the budget and stops short of it by less than one of its stages (the
-tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). The tree counts every node it
-trains, not only its best path. The baselines get the number of default stages (or runs of
-``depth`` of them) the budget buys; one whose config has another group size trains the steps that
-cost what the default's do:
+of generated samples (or tokens). In samples a method starts a stage only when the stage's cost
+fits what it has left, so it spends at most the budget and stops short of it by less than one of
+its stages (the tree, staged, pbt) or one of its runs (fixed, grid, random, tpe). In tokens (known
+only once generated) the session's :class:`~loopwise.training.compute.Allowance` stops training
+before any step whose completions, all at their cap, could pass the budget: the tree and staged
+start stages while a step fits and the last is cut short, the run-based methods' runs each train
+until their equal cumulative share of the budget stops them; every method spends within one step
+of the budget. The tree counts every node it trains, not only its best path. The baselines get the
+number of default stages (or runs of ``depth`` of them) the budget buys, in tokens at the base's
+mean sampled completion length (:attr:`~loopwise.training.session.Session.base_length`); one whose
+config has another group size trains the steps that cost what the default's do:
 
 - ``tree``: the shared MCTS (:mod:`loopwise.core.search`) over stages: a node is a checkpoint with
   its config and metric trace, an edge one stage. Expanding a node diagnoses its trace
@@ -57,7 +62,7 @@ import random
 
 from loopwise.errors import UserError
 from loopwise.training.baselines import continuous, grid, random_search, staged
-from loopwise.training.compute import Budget
+from loopwise.training.compute import BUDGET_NOTE, Allowance, Budget
 from loopwise.training.session import Schedule, Session, config_key, tree_bounds
 
 # -- the tree ---------------------------------------------------------------------------------
@@ -168,8 +173,13 @@ class _Tree:
             uniform_share_bound
 
         parent, spent = self.nodes[node_id], self.session.spent - self.start
-        if not self.budget.fits(spent, cfg):
+        # a token budget's allowance admits a stage whose first step fits (it is cut where the next would not)
+        if not (self.session.room(cfg) if self.session.allowance is not None else self.budget.fits(spent, cfg)):
             self.out_of_budget = True
+            if self.session.allowance is not None:
+                self.notes.append(f"stopped below node {node_id}: a step of {cfg.prompts_per_step * cfg.num_generations}"
+                                  f" completions of up to {cfg.max_completion_length} tokens ({why}) does not fit "
+                                  f"the {self.budget.amount - self.budget.of(spent):,} tokens left {BUDGET_NOTE}")
             return "budget", None
         groups = probe_groups(cfg)
         if not sampling_changed(parent["config"], cfg) or groups is None:
@@ -204,8 +214,11 @@ class _Tree:
         child = self.search.add_child(node_id, key, payload={"depth": label["depth"]})
         result = self.session.run_stage(parent["state"], cfg, self.seed * 1000 + child,
                                         label={"node": child, "parent": node_id, **label}, probed=probe)
-        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace, "config": cfg,
-                             "tune": result.tune_reward, "why": label["why"]}
+        self.nodes[child] = {"parent": node_id, "state": result.state, "trace": result.trace,
+                             "config": result.config, "tune": result.tune_reward, "why": label["why"]}
+        if result.config.steps < cfg.steps:  # the allowance cut it: the budget is spent
+            self.out_of_budget = True
+            self.notes.append(f"node {child}: cut after {result.config.steps} of {cfg.steps} steps {BUDGET_NOTE}")
         self.search.tell(child, Outcome("correct", self.session.value(result.tune_reward)))
         share = zero_variance_share(result.trace)
         if share is not None and share >= NO_SIGNAL_SHARE:
@@ -230,11 +243,25 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
                transitions=None) -> Schedule:
     """One method's best schedule within ``budget``, schedules at most ``depth`` stages, with its
     test reward and what it spent (``compute``)."""
-    stages = budget.stages(session.default_config())  # default stages the budget buys
+    # default stages the budget buys (in tokens at the base's expected completion length)
+    stages = budget.stages(session.default_config(), length=session.base_length)
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
     before, groups = session.spent, session.groups
+    # a token budget holds the method to it step by step (a stage's tokens are known once it ran)
+    allowance = Allowance(budget, budget.of(before) + budget.amount) if budget.unit == "tokens" else None
+    with session.held_to(allowance):
+        schedule = _search(method, session, budget, depth, stages, seed, transitions)
+    schedule.test_reward = session.test_reward(schedule.state)
+    schedule.compute = session.spent - before
+    schedule.groups = session.groups - groups
+    return schedule
+
+
+def _search(method: str, session: Session, budget: Budget, depth: int, stages: int, seed: int,
+            transitions) -> Schedule:
+    """``method``'s schedule, ``stages`` default stages of ``budget`` the most it trains."""
     if method == "tree":
         schedule = tree_search(session, budget, depth, seed, transitions=transitions)
     elif method == "fixed":
@@ -257,7 +284,4 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
         schedule = pbt(session, stages, depth, seed, unit=budget.unit)
     else:
         raise UserError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
-    schedule.test_reward = session.test_reward(schedule.state)
-    schedule.compute = session.spent - before
-    schedule.groups = session.groups - groups
     return schedule

@@ -30,14 +30,15 @@ import io
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from loopwise.errors import UserError
-from loopwise.training.compute import Compute, stage_compute
+from loopwise.training.compute import Allowance, Compute, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate
 from loopwise.training.learning_signal import GroupTally, SignalProbe, probe_groups, stage_groups
@@ -145,6 +146,8 @@ class Session:
     spent: Compute = field(init=False, default_factory=Compute)
     # the groups those stages sampled and how many had no reward variance (probes left out)
     groups: GroupTally = field(init=False, default_factory=GroupTally)
+    # a ceiling on spent (a token budget's, see run_stage); None: stages run their steps
+    allowance: Allowance | None = field(init=False, default=None)
     # greedy rewards by (weights' sha256, split): each set of weights is measured on a set once
     _rewards: dict = field(init=False, default_factory=dict)
     # the shortest of FIT_SAMPLE training prompts by difficulty, in tokens (see trainable)
@@ -259,10 +262,30 @@ class Session:
         self.base_state, self.base_tune, self.warm = state, tune, warm
         self._remember(state, tune=tune)
 
+    @property
+    def base_length(self) -> float | None:
+        """The base's mean sampled completion length in tokens (the warm start's last pass-rate
+        check): what a token budget expects a completion to cost. None for a base recorded without it."""
+        length = self.warm.get("length")
+        return float(length) if isinstance(length, (int, float)) and length > 0 else None
+
+    def room(self, config: StageConfig) -> bool:
+        """Whether one step of ``config`` fits the :attr:`allowance` (always, without one)."""
+        return self.allowance is None or self.allowance.step_fits(self.spent, config)
+
+    @contextmanager
+    def held_to(self, allowance: Allowance | None) -> Iterator[None]:
+        """:attr:`allowance` set to ``allowance`` inside the block, restored after it."""
+        before, self.allowance = self.allowance, allowance
+        try:
+            yield
+        finally:
+            self.allowance = before
+
     # -- one stage ---------------------------------------------------------------------------
     def run_stage(self, parent: bytes, config: StageConfig, seed: int, steps: int | None = None,
                   progress: Callable[[int, int, dict], None] | None = None, label: dict | None = None,
-                  probed: SignalProbe | None = None) -> StageResult:
+                  probed: SignalProbe | None = None, to_allowance: bool = False) -> StageResult:
         """Trains a copy of ``parent`` for one stage of ``config`` (``steps`` overrides its length).
         A stage trained before (same parent weights, config, seed and length: training is
         deterministic) comes from :attr:`cache` instead, which is how a killed run resumes.
@@ -270,7 +293,14 @@ class Session:
         goes to :attr:`record` with the result. ``probed``: this stage's signal probe
         (:meth:`probe_signal` with the same weights, config and seed), already paid for: it sampled
         exactly the stage's first step, so those samples are not charged again (the trainer draws
-        the same tokens again rather than being handed them: CPU time, not budget)."""
+        the same tokens again rather than being handed them: CPU time, not budget).
+
+        Under an :attr:`allowance` a step starts only when its most fits it: a stage cut short is
+        the stage of the steps it ran (its config's ``steps``, key and record), so no later lookup
+        reads it as the longer one. ``to_allowance``: the stage trains on past its steps until the
+        allowance stops it (a token budget's run spending its share, whatever its completions'
+        lengths); such a stage, and one the allowance would cut, is trained rather than read from
+        the cache (training is deterministic: the same steps again)."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         first = config.prompts_per_step
@@ -279,7 +309,7 @@ class Session:
             raise ValueError("the probe given is not this stage's first step (another weights, config or seed)")
         paid = probed.first if probed is not None else Compute()
         key = stage_key(parent, config, seed)
-        if key in self.cache:
+        if key in self.cache and not to_allowance and self._whole(self.cache[key], paid):
             cached = self.cache[key]
             self._remember(cached.state, tune=cached.tune_reward, train=cached.train_reward)
             self.spent = self.spent + stage_compute(cached.trace, cached.config.model_dump()) - paid
@@ -298,7 +328,10 @@ class Session:
         trainer = GRPOTrainer(policy, self.vocab, self.task, config, pool, seed=seed, reference=reference,
                               probe=probe, probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)),
                               probe_prompts=probe_prompts)
-        trace = trainer.run(progress=progress)
+        trace = self._train(trainer, config, paid, to_allowance, progress)
+        if trainer.step_count != config.steps:  # cut short, or run on, by the allowance
+            config = config.model_copy(update={"steps": trainer.step_count})
+            key = stage_key(parent, config, seed)
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
@@ -309,6 +342,22 @@ class Session:
         if self.record is not None:
             self.record(key, result, dict(label or {}))
         return result
+
+    def _train(self, trainer: GRPOTrainer, config: StageConfig, paid: Compute, to_allowance: bool,
+               progress) -> list[dict]:
+        """The trainer's steps, stopped before any whose most would pass the :attr:`allowance`."""
+        if self.allowance is None:
+            return trainer.run(progress=progress)
+        allowance, spent = self.allowance, self.spent - paid
+        steps = max(config.steps, allowance.most_steps(spent, config)) if to_allowance else config.steps
+        trace = trainer.run(steps=steps, progress=progress, stop=allowance.stop_rule(spent, config))
+        if not trainer.step_count:
+            raise ValueError("not one step of the stage fits the allowance: ask Session.room first")
+        return trace
+
+    def _whole(self, cached: StageResult, paid: Compute) -> bool:
+        """Whether the :attr:`allowance` lets every step of the cached stage ``cached`` start."""
+        return self.allowance is None or self.allowance.allows(self.spent - paid, cached.config, cached.trace)
 
     def _pool(self, config: StageConfig, seed: int) -> list:
         """A stage's training prompts: the train split at its difficulty, those that fit the

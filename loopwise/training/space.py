@@ -149,9 +149,11 @@ def search_space(bounds) -> SearchSpace:
     return SearchSpace(knobs)
 
 
-def matched_steps(config: StageConfig, reference: StageConfig, steps: int, unit: str = "samples") -> int:
+def matched_steps(config: StageConfig, reference: StageConfig, steps: int, unit: str = "samples",
+                  length: float | None = None) -> int:
     """The most steps of ``config`` that cost no more than ``steps`` steps of ``reference`` in
-    ``unit`` (samples: prompts x group size a step; tokens: times the completion length); 0 when
+    ``unit`` (samples: prompts x group size a step; tokens: times the completion length, ``length``
+    expected or else the cap, see :meth:`~loopwise.training.compute.Budget.stage_cost`); 0 when
     not even one does."""
     cost = Budget(unit, 1).stage_cost
-    return (steps * cost(reference, steps=1)) // cost(config, steps=1)
+    return (steps * cost(reference, steps=1, length=length)) // cost(config, steps=1, length=length)

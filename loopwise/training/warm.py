@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from loopwise.errors import UserError
-from loopwise.training.grpo import evaluate
+from loopwise.training.grpo import evaluate_lengths
 from loopwise.training.policy import Policy, Vocab, completion_ids, left_pad, sample
 
 HARVEST_PROMPTS = 64  # training prompts sampled from at each check of a verifier-only warm start
@@ -71,7 +71,7 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
     t0 = time.perf_counter()
     while True:
         if step % check_every == 0:
-            rate = evaluate(policy, vocab, task, check, max_new_tokens, greedy=False, seed=seed + step)
+            rate, length = evaluate_lengths(policy, vocab, task, check, max_new_tokens, greedy=False, seed=seed + step)
             history.append((step, rate))
             if progress is not None:
                 progress(step, rate)
@@ -107,7 +107,9 @@ def warm_start(policy: Policy, vocab: Vocab, task, train: Sequence, check: Seque
         loss_value = float(loss.detach())
     # no step taken (the first check was in the target): no loss, and None where NaN would be (the
     # run store keeps strict JSON)
-    out = {"steps": step, "pass_rate": rate, "in_target": lo <= rate <= hi,
+    # length: the last check's mean completion length, what a token budget expects a completion of
+    # the base to cost
+    out = {"steps": step, "pass_rate": rate, "length": length, "in_target": lo <= rate <= hi,
            "loss": loss_value if math.isfinite(loss_value) else None, "nonfinite_steps": skipped,
            "history": history, "seconds": time.perf_counter() - t0,
            "source": "answers" if answered else "accepted samples"}

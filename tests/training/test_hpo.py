@@ -6,6 +6,7 @@ moves) is tested in test_space.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -18,6 +19,7 @@ import pytest
 
 from loopwise.errors import UserError
 from loopwise.training import hpo
+from loopwise.training.compute import Compute
 from loopwise.training.config import StageConfig
 from loopwise.training.baselines import random_configs
 from loopwise.training.session import RANDOM_LEARNING_RATE, StageResult, tree_bounds
@@ -49,6 +51,14 @@ class FakeSession:
         self.tune, self.max_len = [SimpleNamespace(prompt="12+34=")], 60
         self.calls: list[Call] = []
         self.optuna_verbosity: list[int] = []
+        self.allowance, self.base_length, self.spent = None, None, Compute()  # a sample budget's session
+
+    def held_to(self, allowance):
+        assert allowance is None
+        return contextlib.nullcontext()
+
+    def room(self, config: StageConfig) -> bool:
+        return True
 
     def default_config(self) -> StageConfig:
         return StageConfig(steps=STEPS, beta=0.0)
@@ -59,7 +69,7 @@ class FakeSession:
     def prompt_tokens(self, prompt: str) -> int:
         return len(prompt)
 
-    def run_stage(self, parent, config, seed, steps=None, label=None) -> StageResult:
+    def run_stage(self, parent, config, seed, steps=None, label=None, to_allowance=False) -> StageResult:
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         before = json.loads(parent)

@@ -84,6 +84,8 @@ class _ScriptedSession:
         self.probed.append((config, label, probe))
         return probe
 
+    allowance = None  # a sample budget's session
+
     def value(self, tune):
         return (tune + 0.01) / (self.base_tune + 0.01)
 

@@ -85,6 +85,8 @@ class _FakeSession:
         self.spent = self.spent + probe.compute
         return probe
 
+    allowance = None  # a sample budget's session
+
     def value(self, tune):
         return (tune + 0.01) / (self.base_tune + 0.01)
 

@@ -4,6 +4,7 @@ default's does."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from types import SimpleNamespace
 
@@ -28,6 +29,14 @@ class FakeSession:
         self.learning_rate_range = (1e-4, 1e-3)  # a character policy's (Session.learning_rate_range)
         self.base_state, self.base_tune, self.spent = b"base", 0.1, Compute()
         self.calls: list[StageConfig] = []
+        self.allowance, self.base_length = None, None  # a sample budget's session
+
+    def held_to(self, allowance):
+        assert allowance is None
+        return contextlib.nullcontext()
+
+    def room(self, config: StageConfig) -> bool:
+        return True
 
     def default_config(self) -> StageConfig:
         return StageConfig(steps=12, prompts_per_step=8, num_generations=8, max_completion_length=6, beta=0.0)
@@ -39,7 +48,7 @@ class FakeSession:
         """As if the prompts past difficulty 3 left room for completions of at most 10 tokens."""
         return config.difficulty <= 3 or config.max_completion_length <= 10
 
-    def run_stage(self, parent, config, seed, steps=None, label=None) -> StageResult:
+    def run_stage(self, parent, config, seed, steps=None, label=None, to_allowance=False) -> StageResult:
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         if not self.trainable(config):  # what Session.run_stage does: no prompt fits

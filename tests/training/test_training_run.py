@@ -97,16 +97,86 @@ def test_every_method_spends_the_same_sample_budget_from_the_same_base(probed, t
         assert share - per_step < c["steps"] * per_step <= share
 
 
-def test_a_token_budget_is_never_exceeded(tiny, tmp_path):
-    default = session.Session("arithmetic", "smoke", difficulty=0).default_config()
-    budget = 5 * Budget("tokens", 1).stage_cost(default)  # five default stages at full length
-    run = TrainingRun.start(Settings("arithmetic", ("tree", "fixed", "grid"), budget=4, depth=2, difficulty=0,
-                                     budget_tokens=budget), str(tmp_path))
+def _step_caps(store, method: str, notes: list[str]) -> int:
+    """The most tokens one step of the method could spend: the largest step, at the cap, of the
+    stages it trained or (the tree's stop note) would have trained next."""
+    import re
+
+    caps = [c["prompts_per_step"] * c["num_generations"] * c["max_completion_length"]
+            for c in (e.payload["config"] for e in store.events(kind="stage") if e.payload["method"] == method)]
+    for note in notes:
+        if (m := re.search(r"a step of (\d+) completions of up to (\d+) tokens", note)):
+            caps.append(int(m.group(1)) * int(m.group(2)))
+    return max(caps)
+
+
+TOKEN_RUN = dict(budget=4, depth=2, difficulty=0, budget_tokens=950)  # staged cuts its last stage
+
+
+def test_a_token_budget_is_spent_to_within_one_step_and_never_exceeded(tiny, tmp_path):
+    methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
+    run = TrainingRun.start(Settings("arithmetic", methods, **TOKEN_RUN), str(tmp_path))
     results = run.run()
+    store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
     run.close()
+    budget = TOKEN_RUN["budget_tokens"]
     for m, r in results.items():
         assert r["budget"] == {"unit": "tokens", "amount": budget}, m
-        assert 0 < r["tokens"] <= budget and r["samples"] > 0, m
+        assert budget - _step_caps(store, m, r["notes"]) < r["tokens"] <= budget and r["samples"] > 0, m
+        # the tokens are those generated: the stages' rows, not their configs' caps
+        own = [e.payload for e in store.events(kind="stage") if e.payload["method"] == m]
+        assert all(p["config"]["steps"] == sum("reward" in row for row in p["trace"]) for p in own), m
+
+
+@pytest.mark.slow
+def test_at_the_smoke_preset_every_method_spends_4000_tokens_to_within_one_of_its_steps(tmp_path):
+    methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
+    run = TrainingRun.start(Settings("arithmetic", methods, budget_tokens=4000), str(tmp_path))
+    results = run.run()
+    store = SqliteRunStore.open(str(tmp_path), run.store.meta.run_id)
+    run.close()
+    for m, r in results.items():
+        assert 4000 - _step_caps(store, m, r["notes"]) < r["tokens"] <= 4000, m
+
+
+def _cut_in_staged(method: str, result, seen: list) -> bool:
+    """staged's stage that the allowance cut short (its last repetition's)."""
+    return method == "staged" and result.config.steps < TINY.stage_steps
+
+
+def _third_of_pbt(method: str, result, seen: list) -> bool:
+    """pbt's third stage: its first round done, its runs each trained to a share of the budget."""
+    return seen.count("pbt") == 3
+
+
+@pytest.mark.parametrize("kill_at", [_cut_in_staged, pytest.param(_third_of_pbt, marks=pytest.mark.slow)])
+def test_a_killed_token_run_resumes_to_the_same_rows(tiny, tmp_path, kill_at):
+    settings = Settings("arithmetic", ("tree", "staged", "random", "pbt"), **TOKEN_RUN)
+    straight = TrainingRun.start(settings, str(tmp_path / "a"))
+    expected = straight.run()
+    straight.close()
+
+    class Killed(Exception):
+        pass
+
+    seen = []
+
+    def kill(method, done, result):
+        seen.append(method)
+        if kill_at(method, result, seen):
+            raise Killed
+
+    first = TrainingRun.start(settings, str(tmp_path / "b"))
+    with pytest.raises(Killed):
+        first.run(on_stage=kill)
+    run_id = first.store.meta.run_id
+    first.close()
+    resumed = TrainingRun.resume(str(tmp_path / "b"), run_id)
+    results = resumed.run()
+    resumed.close()
+    for m in settings.methods:
+        same = ("configs", "tune_reward", "test_reward", "samples", "tokens", "stages_used", "notes", "traces")
+        assert {k: results[m][k] for k in same} == {k: expected[m][k] for k in same}, m
 
 
 def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
@@ -248,7 +318,8 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
                         "tokens": 67890, "zero_variance": [0.25, 1.0],
                         "zero_variance_groups": {"zero": 100, "groups": 400, "share": 0.25},
                         "notes": ["node 1: not applied (difficulty 1 -> 3): 8 of 8 probe groups (100%) had no "
-                                  "reward variance (mean reward 0.000)"]},
+                                  "reward variance (mean reward 0.000)",
+                                  "node 2: cut after 3 of 8 steps (the budget)"]},
                "staged": {**common, "configs": [config, config]}}  # a result without compute
     run = SimpleNamespace(session=SimpleNamespace(warm={"steps": 10, "pass_rate": 0.3}),
                           settings=SimpleNamespace(task="custom"))
@@ -262,6 +333,7 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     said = " ".join(out.split())
     assert "tree: 25% of its 400 groups had no reward variance (its pick's stages: 25%, 100%)" in said
     assert "1 guard note(s): node 1: not applied" in said and "staged: " not in said
+    assert "; node 2: cut after 3 of 8 steps (the budget)" in said  # where a token budget cut it
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():

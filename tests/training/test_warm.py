@@ -77,7 +77,7 @@ def _policy_must_not_run(monkeypatch):
         raise AssertionError("the policy was run")
 
     monkeypatch.setattr(warm, "sample", refuse)
-    monkeypatch.setattr(warm, "evaluate", refuse)
+    monkeypatch.setattr(warm, "evaluate_lengths", refuse)
 
 
 def test_a_fresh_policy_s_warm_start_fails_before_running_the_policy_when_no_draw_is_accepted(monkeypatch):
@@ -136,7 +136,7 @@ def test_a_policy_already_in_the_target_takes_no_step_and_its_record_is_strict_j
     record (kept in the run store, which takes strict JSON only) has no NaN for a loss never taken."""
     import json
 
-    monkeypatch.setattr(warm, "evaluate", lambda *a, **k: 0.5)
+    monkeypatch.setattr(warm, "evaluate_lengths", lambda *a, **k: (0.5, 3.0))
     task, policy, train, check = _setup()
     before = [p.detach().clone() for p in policy.parameters()]
     out = warm.warm_start(policy, VOCAB, task, train, check, 2, target=(0.2, 0.8))
@@ -152,7 +152,7 @@ def test_a_step_whose_loss_overflows_is_skipped_and_the_weights_stay_finite(monk
 
     task, policy, train, check = _setup()
     answered = [Ex(e.prompt, e.prompt[0]) for e in train]
-    monkeypatch.setattr(warm, "evaluate", lambda *a, **k: 0.0)
+    monkeypatch.setattr(warm, "evaluate_lengths", lambda *a, **k: (0.0, 3.0))
     plain = torch.nn.functional.cross_entropy
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", lambda *a, **k: plain(*a, **k) * float("nan"))
     before = [p.detach().clone() for p in policy.parameters()]
