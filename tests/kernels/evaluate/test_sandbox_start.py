@@ -2,6 +2,7 @@
 moment, and spawned when the server cannot serve (import-time settings differ, or a forked child
 dies before it is ready)."""
 
+import multiprocessing
 import os
 
 import pytest
@@ -84,6 +85,11 @@ def test_a_forked_child_that_dies_at_start_switches_to_spawn(tmp_path, monkeypat
         calls.append(self.method)
         if len(calls) == 1:
             self.proc.kill()  # as a child that cannot bring CUDA up would die
+            self.proc.join()
+            # ... before its ready message: one it may have sent before the kill (a forked child
+            # can be ready within milliseconds on a busy machine) is dropped with its pipe
+            self.conn, other = multiprocessing.Pipe()
+            other.close()
 
     monkeypatch.setattr(Sandbox, "_start", start_then_die)
     monkeypatch.setattr(pool_mod, "_method", "forkserver")
