@@ -300,7 +300,8 @@ class Session:
         reads it as the longer one. ``to_allowance``: the stage trains on past its steps until the
         allowance stops it (a token budget's run spending its share, whatever its completions'
         lengths); such a stage, and one the allowance would cut, is trained rather than read from
-        the cache (training is deterministic: the same steps again)."""
+        the cache (training is deterministic: the same steps again) and, when the cache held it
+        (a resumed run), not recorded again."""
         if steps is not None:
             config = config.model_copy(update={"steps": steps})
         first = config.prompts_per_step
@@ -336,10 +337,12 @@ class Session:
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
         result = StageResult(config, state, trace, tune, train, time.perf_counter() - t0)
+        # trained again (a stage an allowance shaped, on a resume): the same stage, already recorded
+        known = key in self.cache
         self.cache[key] = result
         self.spent = self.spent + stage_compute(trace, config.model_dump()) - paid
         self.groups = self.groups + stage_groups(trace, config)
-        if self.record is not None:
+        if self.record is not None and not known:
             self.record(key, result, dict(label or {}))
         return result
 

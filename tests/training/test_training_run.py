@@ -154,6 +154,7 @@ def test_a_killed_token_run_resumes_to_the_same_rows(tiny, tmp_path, kill_at):
     settings = Settings("arithmetic", ("tree", "staged", "random", "pbt"), **TOKEN_RUN)
     straight = TrainingRun.start(settings, str(tmp_path / "a"))
     expected = straight.run()
+    straight_id = straight.store.meta.run_id
     straight.close()
 
     class Killed(Exception):
@@ -177,6 +178,15 @@ def test_a_killed_token_run_resumes_to_the_same_rows(tiny, tmp_path, kill_at):
     for m in settings.methods:
         same = ("configs", "tune_reward", "test_reward", "samples", "tokens", "stages_used", "notes", "traces")
         assert {k: results[m][k] for k in same} == {k: expected[m][k] for k in same}, m
+    # the stages trained again on the resume are not recorded twice (the report's spend reads them)
+    assert _stage_keys(tmp_path / "b", run_id) == _stage_keys(tmp_path / "a", straight_id)
+
+
+def _stage_keys(runs_dir, run_id) -> list[str]:
+    store = SqliteRunStore.open(str(runs_dir), run_id)
+    keys = sorted(e.payload["key"] for e in store.events(kind="stage"))
+    store.close()
+    return keys
 
 
 def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
