@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, operand_shapes, statements
-from loopwise.kernels.expert.partition.records import Norm
+from loopwise.kernels.expert.partition.records import Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
 
 
@@ -75,15 +75,15 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
     """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
     output only the norm reads becomes its prologue, one whose only activation input is the norm's
     output (read by nothing else) its epilogue, where their tensors hold one value per channel (for
-    a row operation, ``rows``' nodes (:mod:`.rows`), any tensors a fused pass reads: they are read
-    broadcast as there). Returns the groups left, their outputs, and [(Norm, (the node it computes,
+    a row operation or a pooling, ``rows``' nodes (:mod:`.rows`, :mod:`.pools`: their RowOp or
+    PoolOp), any tensors a fused pass reads: they are read broadcast as there). Returns the groups left, their outputs, and [(Norm, (the node it computes,
     activation nodes))]."""
     rows = rows or {}
     norms, taken = [], set()
     for node in norm_nodes:
         row = rows.get(node)
         module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
-        kind = "row" if row else _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
+        kind = ("pool" if isinstance(row, PoolOp) else "row") if row else _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
         src, reader = row_source(node) if row else (node.args[0], node)
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float32_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
@@ -107,7 +107,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
         if row:
-            values["row"] = replace(row, out_dtype=dtype_name(computed))
+            values[kind] = replace(row, out_dtype=dtype_name(computed))
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms

@@ -84,6 +84,9 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     return "\n".join("    " + line for line in lines) + "\n", used, tuple(sorted(imports))
 
 
+_LAUNCHER_NAMES = rf"({'|'.join(sorted({'fused', 'linear', 'conv', 'gnorm', *LAUNCHERS.values()}))})_\d+$"
+
+
 def pytorch_ops(gm) -> tuple[str, ...]:
     """What the rewritten forward still runs in PyTorch, by name, in order."""
     names = []
@@ -92,8 +95,7 @@ def pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|lnorm|softmax|rowop)_\d+$",
-                                                          getattr(node.target, "__name__", "")):
+        elif node.op == "call_function" and not re.match(_LAUNCHER_NAMES, getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 
