@@ -21,6 +21,7 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import expression
 from loopwise.kernels.expert.partition.gathers import copied_permutes, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.nodes import arg_nodes
+from loopwise.kernels.expert.partition.slices import cat_of, narrow_of
 
 
 def _shape(node) -> tuple:
@@ -66,6 +67,7 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
     leaves: dict = {}  # (leaf node, context) -> the variable it is loaded into
     index_lines, gather_ctx = [], {}  # gather node -> (number k, its table's context, its own context)
     permute_ctx = {}  # permute node -> (number k, its input's context, its own context, the permutation)
+    slice_ctx = {}  # narrow node -> (k, its input's context, its own, dim); cat -> (k, its pieces' contexts, its own, dim)
 
     def read(node, arg, c: int) -> None:
         if arg in members and (node, arg) not in cut:
@@ -95,12 +97,14 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
             read(node, node.args[0], source)
             index_lines.append(" + ".join(f"(({var} // q{k}_s{d}) % q{k}_n{d}) * q{k}_t{d}" for d in range(len(perm)))
                                .join((f"q{k} = ", f"  # permute {perm}")))
+        elif narrow_of(node) is not None or cat_of(node) is not None:
+            index_lines += _slice_lines(node, var, c, len(slice_ctx), ctx, slice_ctx, read)
         elif relabel_shape(node, "s") is not None:
             read(node, node.args[0], ctx.number(var, _shape(node.args[0])))
         else:
             for arg in arg_nodes(node):
                 read(node, arg, c)
-    shapes, sizes = _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone)
+    shapes, sizes = _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx | slice_ctx, names, cone)
     int_args, loads = [], []
     up = ".to(tl.float32)" if upcast else ""
     for (leaf, c), var in leaves.items():
@@ -119,14 +123,50 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
         int_args += [f"g{k}_span", f"g{k}_size", f"g{k}_inner", f"g{k}_count"]
     for node, (k, _, _, perm) in permute_ctx.items():
         int_args += [f"q{k}_{v}{d}" for d in range(len(perm)) for v in "snt"]
-    body, ops, exprs = _statements(gm, cone, ctx, leaves, gathers, {**gather_ctx, **permute_ctx}, cut, members)
+    for node, (k, t, _, _) in slice_ctx.items():
+        int_args += ([f"n{k}_{v}" for v in ("span", "size", "count", "inner", "start")] if narrow_of(node) is not None
+                     else [f"c{k}_inner", f"c{k}_total"] + [f"c{k}_start{i}" for i in range(len(t) + 1)])
+    body, ops, exprs = _statements(gm, cone, ctx, leaves, gathers, {**gather_ctx, **permute_ctx, **slice_ctx}, cut, members)
     return {"prelude": (*index_lines, *loads), "body": body, "expr": exprs[out], "ops": ops,
             "sizes": (*shapes, *sizes, "shape = s0"), "int_args": tuple(int_args)}
 
 
+def _slice_lines(node, var: str, c: int, k: int, ctx, slice_ctx: dict, read) -> list[str]:
+    """The index arithmetic of the narrow or cat ``node`` (the ``k``-th of the pass), computed in
+    context ``c`` (index variable ``var``): each input read in a context of its own."""
+    if narrow_of(node) is not None:
+        dim, _ = narrow_of(node)
+        source = ctx.number(f"n{k}", _shape(node.args[0]))
+        slice_ctx[node] = (k, source, c, dim)
+        read(node, node.args[0], source)
+        return [f"n{k} = (({var} // n{k}_span) * n{k}_size + ({var} // n{k}_inner) % n{k}_count + n{k}_start) * n{k}_inner"
+                f" + {var} % n{k}_inner  # narrow along dim {dim}"]
+    pieces, dim = cat_of(node)
+    lines, contexts = [f"r{k} = ({var} // c{k}_inner) % c{k}_total  # the coordinate along dim {dim} of a cat"], []
+    for i, piece in enumerate(pieces):
+        contexts.append(ctx.number(f"c{k}_{i}", _shape(piece)))
+        read(node, piece, contexts[-1])
+        inside, length = f"(r{k} >= c{k}_start{i}) & (r{k} < c{k}_start{i + 1})", f"(c{k}_start{i + 1} - c{k}_start{i})"
+        lines.append(f"c{k}_{i} = tl.where({inside}, (({var} // (c{k}_total * c{k}_inner)) * {length} + r{k} - c{k}_start{i})"
+                     f" * c{k}_inner + {var} % c{k}_inner, 0)  # piece {i}, read at 0 outside its run")
+    slice_ctx[node] = (k, tuple(contexts), c, dim)
+    return lines
+
+
+def _slice_sizes(node, k: int, t, c: int, dim: int) -> list[str]:
+    """The launcher's statements computing a narrow's or a cat's sizes (``t``: its input's context,
+    or its pieces')."""
+    if narrow_of(node) is not None:
+        return [f"n{k}_size, n{k}_count, n{k}_inner = s{t}[{dim}], s{c}[{dim}], math.prod(s{t}[{dim + 1}:])",
+                f"n{k}_span, n{k}_start = n{k}_count * n{k}_inner, {narrow_of(node)[1]}"]
+    return [f"c{k}_inner, c{k}_total, c{k}_start0 = math.prod(s{c}[{dim + 1}:]), s{c}[{dim}], 0",
+            *(f"c{k}_start{i + 1} = c{k}_start{i} + s{p}[{dim}]" for i, p in enumerate(t))]
+
+
 def _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone) -> tuple[list[str], list[str]]:
     """The launcher's statements naming every context's shape ``s<c>`` (each from what is known
-    before it), and those computing each gather's sizes and each permute's strides."""
+    before it), and those computing each gather's sizes and each permute's strides (``permute_ctx``
+    holds the narrows' and cats' contexts too, and their sizes are computed here)."""
     known: dict[int, str] = {}
     while len(known) < len(ctx.keys):
         progress = False
@@ -141,7 +181,10 @@ def _context_shapes(ctx, leaves, gathers, gather_ctx, permute_ctx, names, cone) 
             raise ew.Unsupported("a shape inside the pass cannot be found from its inputs")
     shapes = [f"s{c} = tuple({source})" for c, source in known.items()]
     sizes = []
-    for k, t, c, perm in permute_ctx.values():  # each output dimension's stride and size, its input's stride
+    for node, (k, t, c, perm) in permute_ctx.items():  # each output dimension's stride and size, its input's stride
+        if narrow_of(node) is not None or cat_of(node) is not None:
+            sizes += _slice_sizes(node, k, t, c, perm)
+            continue
         sizes += [f"q{k}_s{d}, q{k}_n{d}, q{k}_t{d} = math.prod(s{c}[{d + 1}:]), s{c}[{d}], math.prod(s{t}[{p + 1}:])"
                   for d, p in enumerate(perm)]
     for node, (k, t, _) in gather_ctx.items():
@@ -162,7 +205,13 @@ def _shape_source(c, shape, ctx, leaves, gathers, gather_ctx, names, cone, known
     for node in cone:
         if ctx.of.get(node) != c:
             continue
-        if node in gather_ctx and node not in gathers:  # a permute of its input's shape
+        if node in gather_ctx and (narrow_of(node) is not None or cat_of(node) is not None):
+            _, t, _, dim = gather_ctx[node]
+            pieces = (t,) if narrow_of(node) is not None else t
+            if all(p in known for p in pieces):
+                length = _shape(node)[dim] if narrow_of(node) is not None else " + ".join(f"s{p}[{dim}]" for p in pieces)
+                return f"s{pieces[0]}[:{dim}] + ({length},) + s{pieces[0]}[{dim + 1}:]"
+        elif node in gather_ctx and node not in gathers:  # a permute of its input's shape
             k, t, _, perm = gather_ctx[node]
             if t in known:
                 return "(" + "".join(f"s{t}[{p}], " for p in perm) + ")"
@@ -195,6 +244,16 @@ def _statements(gm, cone, ctx, leaves, gathers, gather_ctx, cut, members) -> tup
             g = gathers[node]
             exprs[node] = value(node, g.table, gather_ctx[node][1])
             ops.append(g.op)
+        elif node in gather_ctx and narrow_of(node) is not None:  # a view: the value read at its input's position
+            exprs[node] = value(node, node.args[0], gather_ctx[node][1])
+        elif node in gather_ctx and cat_of(node) is not None:  # each position's value from the piece holding it
+            k, pieces, _, _ = gather_ctx[node]
+            picked = value(node, cat_of(node)[0][-1], pieces[-1])
+            for i in reversed(range(len(pieces) - 1)):
+                picked = f"tl.where(r{k} < c{k}_start{i + 1}, {value(node, cat_of(node)[0][i], pieces[i])}, {picked})"
+            exprs[node] = f"t{len(body)}"
+            body.append(f"{exprs[node]} = {picked}  # cat")
+            ops.append("cat")
         elif node in gather_ctx:  # a permute (an operation where the pass does PyTorch's copy of it)
             exprs[node] = value(node, node.args[0], gather_ctx[node][1])
             ops += ["permute"] if node in copied else []
