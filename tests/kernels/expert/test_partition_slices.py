@@ -27,6 +27,11 @@ CASES = {
     # three uneven chunks (3, 3, 2) of the leading dimension reordered, then a shift
     "three_chunks": ("a, b, c = torch.chunk(x, 3, 0)\nx = torch.cat((c, a, b)) - 1.0",
                      "torch.randn(8, 3, 2, dtype=DTYPE)", ("cat", "sub")),
+    # a permute copied by contiguous, then the halves of its leading dimension swapped: the copy
+    # computed at each half's positions
+    "permuted_chunks": ("x = torch.tanh(x).permute(2, 1, 0).contiguous()\na, b = x.chunk(2, dim=0)\n"
+                        "x = torch.cat([b, a], dim=0) - 1.0", "torch.randn(4, 3, 6, dtype=DTYPE)",
+                        ("tanh", "permute", "cat", "sub")),
 }
 
 

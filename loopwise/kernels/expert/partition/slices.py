@@ -29,15 +29,16 @@ def _float_rank(node) -> int | None:
 
 def narrow_of(node) -> tuple[int, int] | None:
     """(dimension, start) where ``node`` is ``torch.narrow`` / ``Tensor.narrow`` of a float tensor
-    with numbers for its dimension and start (made non-negative), else None."""
+    with numbers for its dimension, start (made non-negative) and length, else None."""
     import torch
 
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     if name != "narrow" or node.kwargs or len(node.args) != 4 or (node.op == "call_function" and node.target is not torch.narrow):
         return None
-    source, dim, start, _ = node.args
+    source, dim, start, length = node.args
     rank = _float_rank(source)
-    if rank is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in (dim, start)) or not -rank <= dim < rank:
+    if rank is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in (dim, start, length)) \
+            or not -rank <= dim < rank:
         return None
     size = _meta(source).shape[dim]
     return dim % rank, start % size if start < 0 else start
