@@ -103,3 +103,18 @@ def test_a_pooling_of_few_outputs_over_long_windows_stays_in_pytorch_with_the_re
     path = _problem(tmp_path, "idle", "", "x = F.adaptive_max_pool1d(torch.tanh(x), 1)", "torch.randn(4, 300000)")
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == "unsupported" and "4 output(s) would each walk" in pattern.reason
+
+
+@pytest.mark.parametrize("forward", ["x = F.max_pool2d(torch.relu(x), 3, stride=2, padding=1) * 2.0",
+                                     "x = F.adaptive_avg_pool2d(x * 0.5, (7, 5)) + 1.0"])
+def test_the_pool_part_compiles_for_hopper_without_a_gpu(tmp_path, forward):
+    """A fixed and an adaptive pool part, bf16, at a realistic size: compiled for sm_90a without spills."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert import generate
+    from loopwise.kernels.expert.aot import compile_for_hopper
+
+    path = _problem(tmp_path, "pool_aot", "", forward, "torch.randn(8, 64, 56, 56, dtype=DTYPE)", "bfloat16")
+    problem = load_problem(str(path))
+    source, _ = generate(problem, {"template": "graph_norm"})
+    report = compile_for_hopper(source, problem, "poolop_0_kernel")
+    assert report["registers"] > 0 and report["spill_bytes"] == 0

@@ -54,3 +54,17 @@ def test_a_cat_of_two_inputs_and_a_narrow_in_half_precision(tmp_path, monkeypatc
                     "float16", args="x, y")
     assert _graph_ops(path) == (("mul", "cat", "relu", "add"), ())
     judged_correct(path, {"block": 32}, tmp_path, monkeypatch)
+
+
+def test_the_cat_pass_compiles_for_hopper_without_a_gpu(tmp_path):
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert import generate
+    from loopwise.kernels.expert.aot import compile_for_hopper
+
+    forward = "a, b = x.chunk(2, dim=2)\nx = torch.cat([b, a], dim=2)\nx = F.silu(x) * 2.0"
+    path = _problem(tmp_path, "cat_aot", "", forward, "torch.randn(16, 512, 1024, dtype=DTYPE)", "bfloat16")
+    problem = load_problem(str(path))
+    source, _ = generate(problem)
+    assert "# cat" in source
+    report = compile_for_hopper(source, problem)
+    assert report["registers"] > 0 and report["spill_bytes"] == 0
