@@ -27,6 +27,9 @@ CASES = {
     # three uneven chunks (3, 3, 2) of the leading dimension reordered, then a shift
     "three_chunks": ("a, b, c = torch.chunk(x, 3, 0)\nx = torch.cat((c, a, b)) - 1.0",
                      "torch.randn(8, 3, 2, dtype=DTYPE)", ("cat", "sub")),
+    # basic slices (an Ellipsis, a negative start) of one input concatenated with work between
+    "basic_slices": ("x = torch.cat([torch.exp(x[..., -3:]), x[:, 1:4] * 2.0], dim=-1)", "torch.randn(5, 6, dtype=DTYPE)",
+                     ("exp", "mul", "cat")),
     # a permute copied by contiguous, then the halves of its leading dimension swapped: the copy
     # computed at each half's positions
     "permuted_chunks": ("x = torch.tanh(x).permute(2, 1, 0).contiguous()\na, b = x.chunk(2, dim=0)\n"

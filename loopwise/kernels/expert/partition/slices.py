@@ -64,11 +64,20 @@ def cat_of(node) -> tuple[list, int] | None:
 
 def pieces_as_narrows(gm) -> None:
     """Each piece ``chunk(x, n, dim)[i]`` / ``split(x, size, dim)[i]`` (function or method) of a
-    float tensor written as ``torch.narrow(x, dim, start, length)``, the same view, with start and
-    length read off the shapes the pieces were propagated with; the call and its pickers go where
-    nothing else reads the call."""
+    float tensor, and each basic slice ``x[:, a:b]`` / ``x[..., :k]`` (one dimension sliced, step
+    1), written as ``torch.narrow(x, dim, start, length)``, the same view, with start and length
+    read off the shapes the pieces were propagated with; the call and its pickers go where nothing
+    else reads the call."""
     import torch
 
+    for node in list(gm.graph.nodes):
+        found = _basic_slice(node)
+        if found is not None:
+            with gm.graph.inserting_before(node):
+                piece = gm.graph.call_function(torch.narrow, (node.args[0], *found))
+            piece.meta = dict(node.meta)
+            node.replace_all_uses_with(piece)
+            gm.graph.erase_node(node)
     for call in list(gm.graph.nodes):
         name = call.target if call.op == "call_method" else getattr(call.target, "__name__", "")
         if name not in ("chunk", "split") or call.op not in ("call_function", "call_method"):
@@ -93,3 +102,28 @@ def pieces_as_narrows(gm) -> None:
             user.replace_all_uses_with(piece)
             gm.graph.erase_node(user)
         gm.graph.erase_node(call)
+
+
+def _basic_slice(node) -> tuple[int, int, int] | None:
+    """(dimension, start, length) where ``node`` is ``x[...]`` of a float tensor with full slices
+    (or one Ellipsis standing for them) but in one dimension, sliced by numbers with step 1."""
+    if node.op != "call_function" or node.target is not operator.getitem or len(node.args) != 2:
+        return None
+    source, index = node.args
+    rank, meta = _float_rank(source), _meta(node)
+    parts = index if isinstance(index, tuple) else (index,)
+    if rank is None or meta is None or not all(isinstance(p, slice) or p is Ellipsis for p in parts) \
+            or sum(p is Ellipsis for p in parts) > 1 or len(parts) - (Ellipsis in parts) > rank:
+        return None
+    if Ellipsis in parts:
+        at = parts.index(Ellipsis)
+        parts = parts[:at] + (slice(None),) * (rank - len(parts) + 1) + parts[at + 1:]
+    cut = [d for d, p in enumerate(parts) if p != slice(None)]
+    if len(cut) != 1 or parts[cut[0]].step not in (None, 1):
+        return None
+    dim, given = cut[0], parts[cut[0]]
+    if not all(v is None or isinstance(v, int) and not isinstance(v, bool) for v in (given.start, given.stop)):
+        return None
+    start, _, _ = given.indices(_meta(source).shape[dim])
+    length = meta.shape[dim]
+    return (dim, start, length) if length > 0 else None
