@@ -112,10 +112,8 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif (relabel_shape(n, "s") is not None and (n.args[0] in member or n.args[0] in relabels)
-                  or permutation_of(n) is not None and float_shape(n.args[0]) is not None
-                  or narrow_of(n) is not None or cat_of(n) is not None) and not any(
-                    _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):  # a write through an alias
+            elif _index_map(n, member | relabels) and not any(  # a write through an alias
+                    _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
                 relabels.add(n)
     # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
     # ends with an operation (and can still be a GEMM's epilogue or a norm's prologue); but a
@@ -126,6 +124,14 @@ def _members(gm, model) -> tuple[set, dict]:
                               or relabel_shape(n, "s") is not None and _copies_a_permute(n, relabels)):
             member.add(n)
     return member, gathers
+
+
+def _index_map(node, computed) -> bool:
+    """Whether a pass can read through ``node``: a relabeling of a value in ``computed``, a permute,
+    a slice or a concatenation of float tensors."""
+    return (relabel_shape(node, "s") is not None and node.args[0] in computed
+            or permutation_of(node) is not None and float_shape(node.args[0]) is not None
+            or narrow_of(node) is not None or cat_of(node) is not None)
 
 
 def _copies_a_permute(node, views) -> bool:
