@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
 from loopwise.kernels.expert.partition.records import Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
 
@@ -19,8 +19,9 @@ _LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held 
 
 
 def norm_calls(gm) -> list:
-    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32 (N, C, ...) tensor (no other
-    arguments)."""
+    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32, float16 or bfloat16
+    (N, C, ...) tensor (no other arguments; their passes read it upcast and compute in fp32), and
+    the nn.LayerNorm calls on a float32 one."""
     import torch.fx as fx
 
     found = []
@@ -28,10 +29,11 @@ def norm_calls(gm) -> list:
         if node.op != "call_module" or type(gm.get_submodule(node.target)).__name__ not in _NORMS:
             continue
         src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
-        shape = float32_shape(src) if isinstance(src, fx.Node) else None
-        if shape is None or len(shape) < 2 or float32_shape(node) != shape:
-            continue
         sub = gm.get_submodule(node.target)
+        shape_of = float32_shape if type(sub).__name__ == "LayerNorm" else float_shape
+        shape = shape_of(src) if isinstance(src, fx.Node) else None
+        if shape is None or len(shape) < 2 or shape_of(node) != shape:
+            continue
         if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
             normalized = tuple(sub.normalized_shape)
             if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
@@ -85,10 +87,10 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
         kind = ("pool" if isinstance(row, PoolOp) else "row") if row else _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
         src, reader = row_source(node) if row else (node.args[0], node)
-        channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float32_shape(src))
+        channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
-                and (row or not groups[i].upcast)]
+                and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
         pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [reader]
                     and channel_wise(outputs[i][2])), None)
         post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
