@@ -67,27 +67,30 @@ def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_
     assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
 
 
-def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch) -> str:
+def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch, after=()) -> str:
     """The graph_norm plan of ``path`` has one part, a one-launch norm of ``ops`` (``op_name`` no
-    longer in PyTorch), and its candidate is judged correct; its source."""
+    longer in PyTorch), then the one-launch parts ``after`` (their operations), and its candidate
+    is judged correct; its source."""
     pattern = capture(load_problem(str(path)))
     assert "graph_norm" in kinds(pattern), pattern.reason
     chosen = plan(pattern, "graph_norm")
-    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
-    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    assert [n.ops for n in chosen["norms"]] == [ops, *after] and not chosen["groups"]
+    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(after) + len(chosen["pytorch"])
     return judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
+@pytest.mark.parametrize("conv,bias,pool,body,shape,ops,after", [
     # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
-     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid")),
-    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling left in PyTorch; a scale before it
+     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid"),
+     []),
+    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling a pool part of its own; a scale before it
     ("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
-     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub")),
+     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub"),
+     [("max_pool3d",)]),
 ])
 def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
-                                                                      shape, ops):
+                                                                      shape, ops, after):
     """A softmax over the channels of a convolution's output (KernelBench L2/6, 2/91) is one Triton
     pass in the graph_norm plan: each program holds all channels of a run of positions; the
     elementwise work only the softmax reads is computed as it is read, the work only its output
@@ -95,7 +98,7 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     path = tmp_path / "channel_softmax.py"
     path.write_text(model_source(f"self.conv = nn.{conv}\nself.bias = nn.Parameter(torch.randn({bias}))\n"
                                   f"self.pool = nn.{pool}", f"x = self.conv(x)\n{body}\nreturn self.pool(x)", shape))
-    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch)
+    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch, after)
     assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
 
 
