@@ -193,3 +193,42 @@ def test_half_precision_group_and_batch_norms_run_in_triton_in_fp32(tmp_path, mo
     chosen = plan(capture(load_problem(str(path))), "graph_norm")
     assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
     judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_functional_batch_norm_is_a_batch_norm_part(tmp_path, monkeypatch, training):
+    """``F.batch_norm`` with the model's running statistics, weight and bias: in inference the
+    running statistics normalize, in training the batch's (and the running ones move by the
+    momentum, as the reference's do); a BatchNorm part with the work before and after it; judged
+    correct, and three forwards leave the same outputs and running statistics as the reference's."""
+    from expert_judging import generated_style_problem
+
+    init = ("self.register_buffer('mean', torch.linspace(-0.5, 0.5, 5))\n"
+            "self.register_buffer('var', torch.linspace(0.5, 1.5, 5))\n"
+            "self.w = nn.Parameter(1.0 + 0.1 * torch.randn(5))\nself.b = nn.Parameter(0.1 * torch.randn(5))")
+    forward = (f"x = F.batch_norm(x * 2.0, self.mean, self.var, self.w, self.b, training={training}, momentum=0.2, "
+               "eps=1e-3)\nx = torch.tanh(x)")
+    path = generated_style_problem(tmp_path, "functional_bn", init, forward, "torch.randn(3, 5, 7)")
+    chosen = plan(capture(load_problem(str(path))), "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [("mul", "batch_norm", "tanh")] and not chosen["groups"]
+    assert chosen["norms"][0].call.training is training and chosen["pytorch"] == ()
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    (tmp_path / "reference.py").write_text(path.read_text())
+    (tmp_path / "candidate.py").write_text(source)
+    check = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import candidate, reference
+torch.manual_seed(3)
+old = reference.Model()
+torch.manual_seed(3)
+new = candidate.ModelNew()
+for _ in range(3):
+    x = reference.get_inputs()[0]
+    torch.testing.assert_close(new(x), old(x), rtol=1e-4, atol=1e-5)
+torch.testing.assert_close(new.mean, old.mean, rtol=1e-5, atol=1e-6)
+torch.testing.assert_close(new.var, old.var, rtol=1e-5, atol=1e-6)
+"""
+    run = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]

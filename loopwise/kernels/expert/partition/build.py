@@ -9,7 +9,7 @@ from loopwise.kernels.expert.fx_graph import trace_as_called
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
 from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
 from loopwise.kernels.expert.partition.products import refusals as product_refusals
-from loopwise.kernels.expert.partition.norms import norm_calls, norm_passes, softmax_calls
+from loopwise.kernels.expert.partition.norms import batch_norm_calls, norm_calls, norm_passes, softmax_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
@@ -44,7 +44,7 @@ def partition(problem):
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = linear_calls(gm, model) if linear else []
         convs = conv_calls(gm, model) if conv else []
-        rows = row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) if norm else {}
+        rows = row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | batch_norm_calls(gm) if norm else {}
         norm_nodes = sorted(norm_calls(gm) + softmax_calls(gm) + list(rows), key=list(gm.graph.nodes).index) if norm else []
         if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes):
             continue

@@ -96,6 +96,27 @@ class PoolOp:
 
 
 @dataclass(frozen=True)
+class BatchNormCall:
+    """An ``F.batch_norm`` call as a BatchNorm part (a :class:`Norm` of kind ``batch``) reads it:
+    the attribute paths of the model's running statistics, weight and bias, and the call's options
+    (training: the batch's statistics normalize and the running ones move by ``momentum``; else the
+    running ones normalize)."""
+
+    running_mean: str
+    running_var: str
+    weight: str
+    bias: str
+    training: bool
+    momentum: float
+    eps: float
+
+    @property
+    def paths(self) -> tuple[str, str, str, str]:
+        """The tensors the part's launcher takes, in its order."""
+        return (self.running_mean, self.running_var, self.weight, self.bias)
+
+
+@dataclass(frozen=True)
 class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
@@ -124,6 +145,7 @@ class Norm:
     post_expr: str = "y"
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
+    call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
 
 
 @dataclass(frozen=True)
