@@ -16,13 +16,13 @@ CASES = {
     # overlapping windows (stride below the kernel), padding and dilation; a per-channel tensor before
     "max_pool1d_padded_dilated": ("x = F.max_pool1d(x * self.s, 3, stride=2, padding=1, dilation=2) + 1.0",
                                   [("mul", "max_pool1d", "add")], "self.s = nn.Parameter(torch.randn(5, 1))",
-                                  "2, 5, 17"),
+                                  "1, 5, 17"),
     # the padding left out of the mean
     "avg_pool1d_without_pad": ("x = F.avg_pool1d(x, 4, stride=3, padding=2, count_include_pad=False) - 0.5",
                                [("avg_pool1d", "sub")], "", "6, 23"),
     # windows that overlap and differ in length: floor(o * L / O) to ceil((o + 1) * L / O)
     "adaptive_max_pool2d": ("x = torch.sigmoid(F.adaptive_max_pool2d(x, (5, 3)))",
-                            [("adaptive_max_pool2d", "sigmoid")], "", "2, 3, 13, 7"),
+                            [("adaptive_max_pool2d", "sigmoid")], "", "1, 2, 13, 7"),
     # one output per row: a window longer than a step, walked in several
     "adaptive_avg_pool1d_to_one": ("x = F.adaptive_avg_pool1d(torch.tanh(x), 1) * 2.0",
                                    [("tanh", "adaptive_avg_pool1d", "mul")], "", "3, 150"),
@@ -80,7 +80,7 @@ def test_more_poolings_are_judged_correct(tmp_path, monkeypatch, name):
 
 def test_a_half_precision_pool_part_computes_in_fp32_and_stores_its_dtype(tmp_path, monkeypatch):
     chosen = _judged(tmp_path, monkeypatch, "half", "x = F.avg_pool2d(x * 0.5, 2) + 1.0",
-                     [("mul", "avg_pool2d", "add")], "", "2, 3, 8, 6", "float16")
+                     [("mul", "avg_pool2d", "add")], "", "1, 3, 8, 6", "float16")
     assert chosen["norms"][0].pool.out_dtype == "float16"
 
 
