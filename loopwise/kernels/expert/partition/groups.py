@@ -112,7 +112,7 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif _index_map(n, member | relabels) and not any(  # a write through an alias
+            elif _index_map(n, (member, relabels)) and not any(  # a write through an alias
                     _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
                 relabels.add(n)
     # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
@@ -127,9 +127,9 @@ def _members(gm, model) -> tuple[set, dict]:
 
 
 def _index_map(node, computed) -> bool:
-    """Whether a pass can read through ``node``: a relabeling of a value in ``computed``, a permute,
-    a slice or a concatenation of float tensors."""
-    return (relabel_shape(node, "s") is not None and node.args[0] in computed
+    """Whether a pass can read through ``node``: a relabeling of a value in one of the sets
+    ``computed``, a permute, a slice or a concatenation of float tensors."""
+    return (relabel_shape(node, "s") is not None and any(node.args[0] in nodes for nodes in computed)
             or permutation_of(node) is not None and float_shape(node.args[0]) is not None
             or narrow_of(node) is not None or cat_of(node) is not None)
 
