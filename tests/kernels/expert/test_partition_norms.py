@@ -67,27 +67,30 @@ def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_
     assert "gnorm_0_stats_kernel[" in source and "self.norm(" not in source
 
 
-def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch) -> str:
+def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch, after=()) -> str:
     """The graph_norm plan of ``path`` has one part, a one-launch norm of ``ops`` (``op_name`` no
-    longer in PyTorch), and its candidate is judged correct; its source."""
+    longer in PyTorch), then the one-launch parts ``after`` (their operations), and its candidate
+    is judged correct; its source."""
     pattern = capture(load_problem(str(path)))
     assert "graph_norm" in kinds(pattern), pattern.reason
     chosen = plan(pattern, "graph_norm")
-    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
-    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(chosen["pytorch"])
+    assert [n.ops for n in chosen["norms"]] == [ops, *after] and not chosen["groups"]
+    assert op_name not in chosen["pytorch"] and launches(chosen) == 1 + len(after) + len(chosen["pytorch"])
     return judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("conv,bias,pool,body,shape,ops", [
+@pytest.mark.parametrize("conv,bias,pool,body,shape,ops,after", [
     # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
-     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid")),
-    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling left in PyTorch; a scale before it
+     "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid"),
+     []),
+    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling a pool part of its own; a scale before it
     ("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
-     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub")),
+     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub"),
+     [("max_pool3d",)]),
 ])
 def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
-                                                                      shape, ops):
+                                                                      shape, ops, after):
     """A softmax over the channels of a convolution's output (KernelBench L2/6, 2/91) is one Triton
     pass in the graph_norm plan: each program holds all channels of a run of positions; the
     elementwise work only the softmax reads is computed as it is read, the work only its output
@@ -95,7 +98,7 @@ def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path
     path = tmp_path / "channel_softmax.py"
     path.write_text(model_source(f"self.conv = nn.{conv}\nself.bias = nn.Parameter(torch.randn({bias}))\n"
                                   f"self.pool = nn.{pool}", f"x = self.conv(x)\n{body}\nreturn self.pool(x)", shape))
-    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch)
+    source = _one_pass_part_judged(path, ops, "softmax", tmp_path, monkeypatch, after)
     assert "softmax_0_kernel[" in source and "torch.softmax(" not in source
 
 
@@ -170,3 +173,62 @@ for momentum in (0.1, None):
                          env=dict(os.environ, TRITON_INTERPRET="1"))
     assert run.returncode == 0, run.stderr[-3000:]
 
+
+
+@pytest.mark.parametrize("dtype,init,ops", [
+    ("bfloat16", "self.norm = nn.GroupNorm(2, 4)", ("mul", "group_norm", "relu")),
+    ("float16", "self.norm = nn.BatchNorm2d(4)\nself.norm.running_mean.uniform_(-1, 1)\nself.norm.running_var.uniform_(0.5, 2)"
+                "\nself.eval()", ("mul", "batch_norm", "relu")),
+    ("bfloat16", "self.norm = nn.BatchNorm1d(4)", ("mul", "batch_norm", "relu")),
+])
+def test_half_precision_group_and_batch_norms_run_in_triton_in_fp32(tmp_path, monkeypatch, dtype, init, ops):
+    """A bf16 GroupNorm, an fp16 BatchNorm2d in eval and a bf16 BatchNorm1d in training (batch
+    statistics), each with a prologue and an epilogue: read upcast, computed in fp32, stored in
+    the input's dtype; judged at the half tolerance."""
+    from expert_judging import generated_style_problem
+
+    shape = "3, 4, 5, 6" if "2d" in init or "Group" in init else "6, 4, 33"
+    path = generated_style_problem(tmp_path, "half_norm", init + "\nself.to(DTYPE)", "x = torch.relu(self.norm(x * 2.0))",
+                                   f"torch.randn({shape}, dtype=DTYPE)", dtype)
+    chosen = plan(capture(load_problem(str(path))), "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [ops] and not chosen["groups"]
+    judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_functional_batch_norm_is_a_batch_norm_part(tmp_path, monkeypatch, training):
+    """``F.batch_norm`` with the model's running statistics, weight and bias: in inference the
+    running statistics normalize, in training the batch's (and the running ones move by the
+    momentum, as the reference's do); a BatchNorm part with the work before and after it; judged
+    correct, and three forwards leave the same outputs and running statistics as the reference's."""
+    from expert_judging import generated_style_problem
+
+    init = ("self.register_buffer('mean', torch.linspace(-0.5, 0.5, 5))\n"
+            "self.register_buffer('var', torch.linspace(0.5, 1.5, 5))\n"
+            "self.w = nn.Parameter(1.0 + 0.1 * torch.randn(5))\nself.b = nn.Parameter(0.1 * torch.randn(5))")
+    forward = (f"x = F.batch_norm(x * 2.0, self.mean, self.var, self.w, self.b, training={training}, momentum=0.2, "
+               "eps=1e-3)\nx = torch.tanh(x)")
+    path = generated_style_problem(tmp_path, "functional_bn", init, forward, "torch.randn(3, 5, 7)")
+    chosen = plan(capture(load_problem(str(path))), "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == [("mul", "batch_norm", "tanh")] and not chosen["groups"]
+    assert chosen["norms"][0].call.training is training and chosen["pytorch"] == ()
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    (tmp_path / "reference.py").write_text(path.read_text())
+    (tmp_path / "candidate.py").write_text(source)
+    check = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import candidate, reference
+torch.manual_seed(3)
+old = reference.Model()
+torch.manual_seed(3)
+new = candidate.ModelNew()
+for _ in range(3):
+    x = reference.get_inputs()[0]
+    torch.testing.assert_close(new(x), old(x), rtol=1e-4, atol=1e-5)
+torch.testing.assert_close(new.mean, old.mean, rtol=1e-5, atol=1e-6)
+torch.testing.assert_close(new.var, old.var, rtol=1e-5, atol=1e-6)
+"""
+    run = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]

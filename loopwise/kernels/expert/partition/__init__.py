@@ -16,8 +16,10 @@ whole forward, replacing PyTorch's one kernel). A gather (embedding lookup, inde
 then the table at the positions it names, computing the table's own elementwise work there where no
 one else reads that work and it is repeated at most a few times per table element; a relabeling
 (flatten, view, reshape, contiguous) between operations of a pass costs it nothing, and a permute
-is read through (a copy of it, PyTorch's own kernel, is then the pass's store) (see
-:mod:`gathers` and :mod:`indexed`). Everything else
+is read through (a copy of it, PyTorch's own kernel, is then the pass's store), and so are slices
+(narrow, chunk and split pieces, ``x[:, a:b]``) and ``torch.cat``, each output position read from
+the piece that holds it, a value read at several sets of positions computed at each (see
+:mod:`gathers`, :mod:`slices` and :mod:`indexed`). Everything else
 (convolutions, norms, reductions, pooling, matrix products with their own modules) stays in
 PyTorch in this plan, in the traced order, with the reference's own modules and weights: ModelNew runs the
 reference's ``__init__``.
@@ -43,7 +45,9 @@ in one program (L2/6's, 2/91's after a convolution), and so is every other row o
 last, or a reduction over a run of them): the input viewed as (outer, reduced, inner), a program
 walks a strip of inner columns along the reduced dimension in chunks (a softmax twice), with the
 elementwise work only it reads computed as it is read and the work only its output feeds applied
-before the store, tensors broadcast as in a fused pass. The search measures the plans side by side.
+before the store, tensors broadcast as in a fused pass; a max or average pooling (:mod:`pools`:
+1-D to 3-D, fixed or adaptive windows) is a part of it in the same way, a program taking a run of
+output positions and walking their windows. The search measures the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what

@@ -10,6 +10,7 @@ from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, copied_permu
 from loopwise.kernels.expert.partition.indexed import indexed_pass
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
+from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
 
 
 def _in_place(gm, node) -> bool:
@@ -66,6 +67,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
     table where that work is read by nothing else and is computed at most :data:`REPEAT` times per
     table element (:mod:`gathers`); a relabeling (flatten, view) joins the group it relabels."""
     embeddings_as_functions(gm)
+    pieces_as_narrows(gm)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     member, gathers = _members(gm, model)
     cut = {(node, g.table) for node, g in gathers.items()
@@ -110,17 +112,26 @@ def _members(gm, model) -> tuple[set, dict]:
             if found is not None:
                 gathers[n] = found
                 member.add(n)
-            elif (relabel_shape(n, "s") is not None and (n.args[0] in member or n.args[0] in relabels)
-                  or permutation_of(n) is not None and float_shape(n.args[0]) is not None) and not any(
-                    _in_place(gm, u) for u in (*n.users, *n.args[0].users)):  # a write through an alias
+            elif _index_map(n, (member, relabels)) and not any(  # a write through an alias
+                    _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
                 relabels.add(n)
     # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
     # ends with an operation (and can still be a GEMM's epilogue or a norm's prologue); but a
-    # relabeling of a permuted value is PyTorch's copy kernel, which the pass's store can be
+    # relabeling of a permuted value, or a concatenation, is PyTorch's copy kernel, which the pass's
+    # store can be
     for n in reversed(list(gm.graph.nodes)):
-        if n in relabels and (any(u in member for u in n.users) or _copies_a_permute(n, relabels)):
+        if n in relabels and (cat_of(n) is not None or any(u in member for u in n.users)
+                              or relabel_shape(n, "s") is not None and _copies_a_permute(n, relabels)):
             member.add(n)
     return member, gathers
+
+
+def _index_map(node, computed) -> bool:
+    """Whether a pass can read through ``node``: a relabeling of a value in one of the sets
+    ``computed``, a permute, a slice or a concatenation of float tensors."""
+    return (relabel_shape(node, "s") is not None and any(node.args[0] in nodes for nodes in computed)
+            or permutation_of(node) is not None and float_shape(node.args[0]) is not None
+            or narrow_of(node) is not None or cat_of(node) is not None)
 
 
 def _copies_a_permute(node, views) -> bool:
@@ -153,7 +164,7 @@ def _private_table(gather, table, member) -> bool:
 
 def covers_forward(gm, cone) -> bool:
     """Whether the pass computing ``cone`` is the whole forward: every call but relabelings in it."""
-    return all(n in cone or relabel_shape(n, "s") is not None or permutation_of(n) is not None
+    return all(n in cone or relabel_shape(n, "s") is not None or permutation_of(n) is not None or narrow_of(n) is not None
                for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
@@ -202,9 +213,11 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
             stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut)
         ordered = sorted(cone, key=order.__getitem__)
         relabels = [n for n in ordered if n not in gathers and relabel_shape(n, "s") is not None]
-        indexed = relabels + [n for n in ordered if n in gathers or permutation_of(n) is not None]
+        narrows = [n for n in ordered if narrow_of(n) is not None]
+        indexed = relabels + narrows + [n for n in ordered if n in gathers or permutation_of(n) is not None
+                                        or cat_of(n) is not None]
         permutes = [n for n in ordered if permutation_of(n) is not None]
-        ops = len(cone) - len(relabels) - len(set(permutes) - copied_permutes(cone))
+        ops = len(cone) - len(relabels) - len(narrows) - len(set(permutes) - copied_permutes(cone))
         if ops < min_ops and not covers_forward(gm, cone) or ops == 0:
             continue
         xs, ps = [], []

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, operand_shapes, statements
-from loopwise.kernels.expert.partition.records import Norm
+from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
 
 
@@ -19,8 +19,9 @@ _LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held 
 
 
 def norm_calls(gm) -> list:
-    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32 (N, C, ...) tensor (no other
-    arguments)."""
+    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32, float16 or bfloat16
+    (N, C, ...) tensor (no other arguments; their passes read it upcast and compute in fp32), and
+    the nn.LayerNorm calls on a float32 one."""
     import torch.fx as fx
 
     found = []
@@ -28,10 +29,11 @@ def norm_calls(gm) -> list:
         if node.op != "call_module" or type(gm.get_submodule(node.target)).__name__ not in _NORMS:
             continue
         src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
-        shape = float32_shape(src) if isinstance(src, fx.Node) else None
-        if shape is None or len(shape) < 2 or float32_shape(node) != shape:
-            continue
         sub = gm.get_submodule(node.target)
+        shape_of = float32_shape if type(sub).__name__ == "LayerNorm" else float_shape
+        shape = shape_of(src) if isinstance(src, fx.Node) else None
+        if shape is None or len(shape) < 2 or shape_of(node) != shape:
+            continue
         if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
             normalized = tuple(sub.normalized_shape)
             if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
@@ -71,24 +73,63 @@ def softmax_calls(gm) -> list:
     return found
 
 
+_BATCH_NORM_ARGS = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+
+
+def batch_norm_calls(gm) -> dict:
+    """{node: its :class:`BatchNormCall`} for each ``F.batch_norm`` of a float (N, C, ...) tensor
+    whose running statistics, weight and bias are the model's tensors and whose options are
+    numbers: a BatchNorm part computes it as it computes an nn.BatchNorm in the same mode."""
+    import torch.nn.functional as F
+
+    found = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not F.batch_norm or not node.args:
+            continue
+        given = dict(zip(_BATCH_NORM_ARGS, node.args)) | dict(node.kwargs)
+        tensors = [given.get(name) for name in _BATCH_NORM_ARGS[1:5]]
+        shape = float_shape(node.args[0]) if hasattr(node.args[0], "op") else None
+        options = (given.get("training", False), given.get("momentum", 0.1), given.get("eps", 1e-5))
+        if (shape is None or len(shape) < 2 or float_shape(node) != shape or set(given) - set(_BATCH_NORM_ARGS)
+                or not all(getattr(t, "op", None) == "get_attr" for t in tensors)
+                or not isinstance(options[0], bool) or not all(isinstance(v, (int, float)) for v in options[1:])):
+            continue
+        found[node] = BatchNormCall(*(t.target for t in tensors), options[0], float(options[1]), float(options[2]))
+    return found
+
+
+def _part_kind(gm, node, row) -> str:
+    """The kind of the part computing ``node`` (``row``: its record from :mod:`.rows`, :mod:`.pools`
+    or :func:`batch_norm_calls`, or None)."""
+    if isinstance(row, BatchNormCall):
+        return "batch"
+    if row is not None:
+        return "pool" if isinstance(row, PoolOp) else "row"
+    if node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS:
+        return _NORMS[type(gm.get_submodule(node.target)).__name__]
+    return "softmax"
+
+
 def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
     """Each norm of ``norm_nodes`` becomes Triton passes (:class:`Norm`); an elementwise group whose
     output only the norm reads becomes its prologue, one whose only activation input is the norm's
     output (read by nothing else) its epilogue, where their tensors hold one value per channel (for
-    a row operation, ``rows``' nodes (:mod:`.rows`), any tensors a fused pass reads: they are read
-    broadcast as there). Returns the groups left, their outputs, and [(Norm, (the node it computes,
-    activation nodes))]."""
+    a row operation or a pooling, ``rows``' nodes (:mod:`.rows`, :mod:`.pools`: their RowOp or
+    PoolOp), any tensors a fused pass reads: they are read broadcast as there; ``rows`` also maps
+    each functional batch_norm to its :class:`BatchNormCall`). Returns the groups left, their
+    outputs, and [(Norm, (the node it computes, activation nodes))]."""
     rows = rows or {}
     norms, taken = [], set()
     for node in norm_nodes:
-        row = rows.get(node)
-        module = node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in _NORMS
-        kind = "row" if row else _NORMS[type(gm.get_submodule(node.target)).__name__] if module else "softmax"
+        row, kind = rows.get(node), _part_kind(gm, node, rows.get(node))
+        call = row if isinstance(row, BatchNormCall) else None
+        row = None if call else row
+        module = node.op == "call_module" and kind in ("group", "batch", "layer")
         src, reader = row_source(node) if row else (node.args[0], node)
-        channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float32_shape(src))
+        channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
-                and (row or not groups[i].upcast)]
+                and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
         pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [reader]
                     and channel_wise(outputs[i][2])), None)
         post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
@@ -107,7 +148,9 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
         if row:
-            values["row"] = replace(row, out_dtype=dtype_name(computed))
+            values[kind] = replace(row, out_dtype=dtype_name(computed))
+        if call:
+            values["call"] = call
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms

@@ -62,6 +62,61 @@ class RowOp:
 
 
 @dataclass(frozen=True)
+class PoolOp:
+    """What a pool part (a :class:`Norm` of kind ``pool``) computes over the last ``len(kernel)``
+    dimensions of its input (the ones before are outer positions): the maximum or the mean of each
+    output position's window. A fixed window (``max_pool2d``, ``avg_pool1d``) is ``kernel`` entries
+    ``dilation`` apart per dimension, starting at ``o * stride - padding``; an adaptive one
+    (``adaptive_max_pool2d``) spans ``floor(o * L / O)`` to ``ceil((o + 1) * L / O)`` of a
+    dimension of length L pooled to ``out_size`` O. Entries outside the input are skipped; a mean
+    divides by the whole window when it counts the padding (``count_include_pad``), else by the
+    entries read."""
+
+    op: str  # the operation's name: max_pool1d, avg_pool2d, adaptive_max_pool2d, ...
+    reduce: str  # "max" or "avg"
+    kernel: tuple[int, ...] = ()  # per pooled dimension, for a fixed window
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    out_size: tuple = ()  # per pooled dimension, for an adaptive window (None: the input's length)
+    include_pad: bool = True
+    out_dtype: str = "float32"
+    # about as many window entries as fit BLOCK_W lanes are read per step; outputs per program
+    # narrowed (down to one) while there are fewer than FEWEST_PROGRAMS programs
+    WIDEST: ClassVar[int] = 64
+    FEWEST_PROGRAMS: ClassVar[int] = 128
+
+    @property
+    def dims(self) -> int:
+        return len(self.out_size or self.kernel)
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(self.out_size)
+
+
+@dataclass(frozen=True)
+class BatchNormCall:
+    """An ``F.batch_norm`` call as a BatchNorm part (a :class:`Norm` of kind ``batch``) reads it:
+    the attribute paths of the model's running statistics, weight and bias, and the call's options
+    (training: the batch's statistics normalize and the running ones move by ``momentum``; else the
+    running ones normalize)."""
+
+    running_mean: str
+    running_var: str
+    weight: str
+    bias: str
+    training: bool
+    momentum: float
+    eps: float
+
+    @property
+    def paths(self) -> tuple[str, str, str, str]:
+        """The tensors the part's launcher takes, in its order."""
+        return (self.running_mean, self.running_var, self.weight, self.bias)
+
+
+@dataclass(frozen=True)
 class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
@@ -70,7 +125,8 @@ class Norm:
     _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
     one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
     softmax, log-softmax, reduction or scan over any dimension as one pass (two reads for a softmax),
-    its prologue's and epilogue's tensors broadcast as a fused pass's are. Or (kind ``softmax``) a softmax over the channels of an
+    its prologue's and epilogue's tensors broadcast as a fused pass's are, or (kind ``pool``, see
+    :class:`PoolOp`) a max or average pooling, fixed or adaptive, as one pass. Or (kind ``softmax``) a softmax over the channels of an
     (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
     all C channels of a run of positions, so the maximum, the sum and the output come from one read.
     The elementwise work whose output only the norm reads is its prologue, computed where it is
@@ -88,6 +144,8 @@ class Norm:
     post_body: tuple[str, ...] = ()
     post_expr: str = "y"
     row: RowOp | None = None  # a row part's operation
+    pool: PoolOp | None = None  # a pool part's operation
+    call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
 
 
 @dataclass(frozen=True)
@@ -117,5 +175,5 @@ class Gemm:
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
-LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop"}
+LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop", "pool": "poolop"}
 

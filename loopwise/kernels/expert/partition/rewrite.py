@@ -61,9 +61,10 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
         swap(out, f"{'conv' if gemm.conv else 'linear'}_{k}", (source,),
              (gemm.weight, *([gemm.bias] if gemm.bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
-        # the module itself (its weights, running statistics and mode); a softmax reads none
-        swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs,
-             ((norm.module,) if norm.module else ()) + (*norm.operands, *norm.post_operands))
+        # the module itself (its weights, running statistics and mode), or a functional batch_norm's
+        # tensors; a softmax reads none
+        own = norm.call.paths if norm.call else (norm.module,) if norm.module else ()
+        swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs, (*own, *norm.operands, *norm.post_operands))
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
@@ -84,6 +85,9 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     return "\n".join("    " + line for line in lines) + "\n", used, tuple(sorted(imports))
 
 
+_LAUNCHER_NAMES = rf"({'|'.join(sorted({'fused', 'linear', 'conv', 'gnorm', *LAUNCHERS.values()}))})_\d+$"
+
+
 def pytorch_ops(gm) -> tuple[str, ...]:
     """What the rewritten forward still runs in PyTorch, by name, in order."""
     names = []
@@ -92,8 +96,7 @@ def pytorch_ops(gm) -> tuple[str, ...]:
             names.append(type(gm.get_submodule(node.target)).__name__)
         elif node.op == "call_method":
             names.append(str(node.target))
-        elif node.op == "call_function" and not re.match(r"(fused|linear|conv|gnorm|lnorm|softmax|rowop)_\d+$",
-                                                          getattr(node.target, "__name__", "")):
+        elif node.op == "call_function" and not re.match(_LAUNCHER_NAMES, getattr(node.target, "__name__", "")):
             names.append(getattr(node.target, "__name__", str(node.target)))
     return tuple(names)
 
