@@ -33,11 +33,14 @@ class Tally:
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
     table: Invariants | None = None  # ``invariants`` as columns, made when first asked for
     shares: Tally | None = None  # the tally with the same invariants, whose table this one uses
+    loaded: int | None = None  # ``loaded_once``, when known
 
     @property
     def loaded_once(self) -> int:
         """Bytes the invariants load when each is loaded once (the table is not made for it)."""
-        return self.table.total_loaded if self.table is not None else sum(v[1] for v in self.invariants)
+        if self.loaded is None:
+            self.loaded = self.table.total_loaded if self.table is not None else sum(v[1] for v in self.invariants)
+        return self.loaded
 
     def invariant_table(self) -> Invariants:
         if self.table is None:
@@ -143,7 +146,7 @@ class _Running:
     when the tensor changes (one part: its unit, whether it is stored, what it adds where)."""
 
     def __init__(self, length: int) -> None:
-        self.moved = self.outer_moved = 0
+        self.moved = self.outer_moved = self.loaded = 0
         self.charged, self.outer_charged = [0] * length, [0] * length
         self.covers = {k: [0] * (length + 1) for k in KINDS}
         self.parts: dict[str, tuple] = {}
@@ -181,7 +184,9 @@ class _Running:
     def _add(self, part: tuple, sign: int) -> None:
         own, charge, cover, _ = part
         role, amount, kind = own
-        if role == "moved":
+        if role == "invariant":
+            self.loaded += sign * amount
+        elif role == "moved":
             self.moved += sign * amount
             self.charged[charge] += sign * amount
         elif role == "outer":
@@ -199,7 +204,7 @@ class _Running:
                      np.array(self.outer_charged, dtype=float),
                      {k: np.array(c, dtype=float) for k, c in self.covers.items()},
                      [inv[t] for t in units if t in inv] if inv else [],
-                     [t for t in units if t in resident] if resident else [], dict(self.own))
+                     [t for t in units if t in resident] if resident else [], dict(self.own), loaded=self.loaded)
 
 
 def _part(planner, t: str, u: Unit, i: int, spec, stored: bool) -> tuple:
@@ -279,5 +284,5 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     if dropped:
         out.invariants = [v for v in base.invariants if v[4] not in dropped]
     else:
-        out.shares = base  # the same invariants: what each slab size makes of them too
+        out.shares, out.loaded = base, base.loaded  # the same invariants: what each slab size makes of them too
     return out

@@ -15,7 +15,8 @@ ROOMY = 64 * CAPACITY
 
 def _snapshot(got):
     return (got.moved, got.outer_moved, got.charged.tolist(), got.outer_charged.tolist(),
-            {k: c.tolist() for k, c in got.covers.items()}, list(got.invariants), list(got.resident), dict(got.own))
+            {k: c.tolist() for k, c in got.covers.items()}, list(got.invariants), list(got.resident), dict(got.own),
+            got.loaded_once, sum(v[1] for v in got.invariants))
 
 
 def _record(monkeypatch):
@@ -41,6 +42,7 @@ def test_tallies_brought_up_to_date_equal_tallies_made_from_scratch(monkeypatch)
     assert any(s[2] is None and s[1] - s[0] > 2 for s in seen[small:]), "and, with room, long groups run whole"
     for n, (i, j, spec, units, got, at_the_time) in enumerate(seen):
         assert _snapshot(got) == at_the_time, f"the tally of group {i}..{j} changed after it was given out"
+        assert at_the_time[-2] == at_the_time[-1], f"group {i}..{j}: the invariants' loads"
         fresh = tally(_Planner(g, CAPACITY if n < small else ROOMY, 512), i, j, spec, units)
         assert _snapshot(fresh) == at_the_time, f"group {i}..{j} {spec}"
 
