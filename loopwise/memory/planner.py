@@ -374,13 +374,12 @@ class _Planner:
         """True when even the smallest slabs with every invariant streamed do not fit (then no
         longer group of this chain fits either)."""
         length = j - i
-        fields = [(u.whole, u.sliced, u.outer, *u.held) for u in units.values()]
-        whole, sliced, outer, first, last = (np.array(c) for c in zip(*fields))
-        size = whole / np.where(sliced, extent, 1) / np.where(outer, outer_extent, 1)
-        # each tensor's bytes from its first operator to its last, added in the order of the units
-        # (np.add.at adds one at a time) so that the sums are those of a loop over them
-        cover = np.zeros(length + 1)
-        np.add.at(cover, np.stack([first - i, last - i + 1], axis=1).ravel(), np.stack([size, -size], axis=1).ravel())
+        cover = [0.0] * (length + 1)  # Python floats: the same sums as float64, without indexing an array
+        for u in units.values():
+            size = u.whole / (extent if u.sliced else 1) / (outer_extent if u.outer else 1)
+            a, z = (u.hold_first, u.hold_last) if u.spans else (u.first, u.last)
+            cover[a - i] += size
+            cover[z - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)
 
     def run(self, progress=None, searched: dict[int, dict] | None = None, on_searched=None) -> Plan:
