@@ -27,7 +27,7 @@ class Tally:
     outer_moved: int  # made again by every outer slab (sliced by the inner slab dimension only)
     charged: np.ndarray  # ``moved`` by the operator that makes it
     outer_charged: np.ndarray
-    covers: dict[str, np.ndarray]  # bytes held from each operator on (a difference array), by slicing
+    held: dict[str, np.ndarray]  # bytes held at each operator, by slicing (whole bytes: exact in floats)
     invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension, in several loops)
     resident: list[str]  # made and used up inside the group
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
@@ -200,9 +200,9 @@ class _Running:
     def tally(self, units) -> Tally:
         """The tally as it stands (arrays and lists of its own; invariants in the order of ``units``)."""
         inv, resident = self.invariants, self.resident
+        held = np.cumsum(np.array(list(self.covers.values()), dtype=float), axis=1)[:, :len(self.charged)]
         return Tally(self.moved, self.outer_moved, np.array(self.charged, dtype=float),
-                     np.array(self.outer_charged, dtype=float),
-                     {k: np.array(c, dtype=float) for k, c in self.covers.items()},
+                     np.array(self.outer_charged, dtype=float), dict(zip(self.covers, held)),
                      [inv[t] for t in units if t in inv] if inv else [],
                      [t for t in units if t in resident] if resident else [], dict(self.own), loaded=self.loaded)
 
@@ -214,7 +214,8 @@ def _part(planner, t: str, u: Unit, i: int, spec, stored: bool) -> tuple:
     kind = _kind(spec, u)
     if u.produced:
         if stored:
-            return ("moved", planner.facts[u.first][t][0], kind), u.first - i, _cover(u, i), None  # as its producer wrote it
+            stored_bytes = planner.facts[u.first][t][0]  # as its producer wrote it
+            return ("moved", stored_bytes, kind), u.first - i, _cover(u, i), None
         return ("resident", 0, kind), None, _cover(u, i), None
     key = (t, u.first, u.last)
     loaded = planner.loads[key] if key in planner.loads else planner._loaded(t, u.first, u.last)
@@ -245,7 +246,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     not stored (unless a model output), held whole (in slabs, through the whole loop)."""
     length = j - i
     out = Tally(base.moved, base.outer_moved, base.charged.copy(), base.outer_charged.copy(),
-                {k: c.copy() for k, c in base.covers.items()}, base.invariants, list(base.resident))
+                {k: h.copy() for k, h in base.held.items()}, base.invariants, list(base.resident))
     dropped = set()
     for t in sorted(carried_in | carried_out):
         u = units.get(t)
@@ -264,8 +265,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             out.charged[u.first - i] -= amount
         if kind is not None:
             a, z = u.held
-            out.covers[kind][a - i] -= u.whole
-            out.covers[kind][z - i + 1] += u.whole
+            out.held[kind][a - i:z - i + 1] -= u.whole
         first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
         if spec is not None:
             # in slabs it is on chip through the whole loop: later slabs still read what is
@@ -273,8 +273,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             first, last = 0, length - 1
         # held as its producer made it, even where this group reads only part of it
         handed = max(u.whole, planner.facts[planner.producer[t]][t][0])
-        out.covers["whole"][first] += handed
-        out.covers["whole"][last + 1] -= handed
+        out.held["whole"][first:last + 1] += handed
         if t in carried_out and t in planner.outputs:
             stored = planner.facts[u.first][t][0]  # a model output is stored all the same
             out.moved += stored

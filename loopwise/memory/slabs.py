@@ -145,6 +145,7 @@ class Invariants:
     def __init__(self, invariants) -> None:
         self.total_loaded = sum(v[1] for v in invariants)
         self.levels: dict[tuple[float, int], tuple] = {}
+        self.floor_parts: dict = {}  # what :mod:`loopwise.memory.slab_floor` makes of the table
         cols = list(zip(*invariants)) or [()] * 7
         self.whole = np.array(cols[0], dtype=float)
         self.loaded = np.array(cols[1], dtype=float)

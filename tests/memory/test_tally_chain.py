@@ -15,7 +15,7 @@ ROOMY = 64 * CAPACITY
 
 def _snapshot(got):
     return (got.moved, got.outer_moved, got.charged.tolist(), got.outer_charged.tolist(),
-            {k: c.tolist() for k, c in got.covers.items()}, list(got.invariants), list(got.resident), dict(got.own),
+            {k: h.tolist() for k, h in got.held.items()}, list(got.invariants), list(got.resident), dict(got.own),
             got.loaded_once, sum(v[1] for v in got.invariants))
 
 
