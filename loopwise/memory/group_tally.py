@@ -27,17 +27,20 @@ class Tally:
     outer_moved: int  # made again by every outer slab (sliced by the inner slab dimension only)
     charged: np.ndarray  # ``moved`` by the operator that makes it
     outer_charged: np.ndarray
-    covers: dict[str, np.ndarray]  # bytes held from each operator on (a difference array), by slicing
+    held: dict[str, np.ndarray]  # bytes held at each operator, by slicing (whole bytes: exact in floats)
     invariants: list  # (bytes, bytes loaded, first, last, name, sliced by the outer dimension, in several loops)
     resident: list[str]  # made and used up inside the group
     own: dict[str, tuple] = field(default_factory=dict)  # each tensor's part, to take out again
     table: Invariants | None = None  # ``invariants`` as columns, made when first asked for
     shares: Tally | None = None  # the tally with the same invariants, whose table this one uses
+    loaded: int | None = None  # ``loaded_once``, when known
 
     @property
     def loaded_once(self) -> int:
         """Bytes the invariants load when each is loaded once (the table is not made for it)."""
-        return self.table.total_loaded if self.table is not None else sum(v[1] for v in self.invariants)
+        if self.loaded is None:
+            self.loaded = self.table.total_loaded if self.table is not None else sum(v[1] for v in self.invariants)
+        return self.loaded
 
     def invariant_table(self) -> Invariants:
         if self.table is None:
@@ -113,47 +116,119 @@ def _extend(planner, out: dict, k: int, i: int, spec, seg: int) -> bool:
 
 
 def tally(planner, i: int, j: int, spec, units) -> Tally:
-    """Operators i..j-1 with ``units`` (:meth:`_Planner._units`), no tensor carried."""
-    length = j - i
-    # summed in Python integers (bytes), made arrays once at the end
-    charged, outer_charged = [0] * length, [0] * length
-    covers = {k: [0] * (length + 1) for k in KINDS}
-    out = Tally(0, 0, None, None, None, [], [])
-    outputs, uses, facts, loads = planner.outputs, planner.uses, planner.facts, planner.loads
-    for t, u in units.items():
-        kind = _kind(spec, u)
-        if u.produced:
-            if t in outputs or uses[t][-1] >= j:
-                amount = facts[u.first][t][0]  # stored once, as its producer wrote it
-                out.moved += amount
-                charged[u.first - i] += amount
-                out.own[t] = ("moved", amount, kind)
-            else:
-                out.resident.append(t)
-                out.own[t] = ("resident", 0, kind)
+    """Operators i..j-1 with ``units`` (:meth:`_Planner._units`), no tensor carried. The search
+    grows a group one operator at a time: the running tally of the group one shorter over the same
+    slab choice is brought up to date where tensors changed, those of operator j - 1 and those held
+    through several inner loops (their loops grew); the rest are held as before, as :func:`units`
+    gives them the same, and stored or not as before (operator j - 1 does not use them). Any other
+    group is tallied from scratch."""
+    key = (i, j, None if spec is None else tuple(spec))
+    last = getattr(planner, "_tally_chain", None)
+    if last is not None and last[0][:2] == (i, j - 1) and (
+            (spec is None and last[0][2] is None) or (spec is not None and last[0][2] == key[2][:-1])):
+        running = last[1]
+        running.grow()
+        changed = [t for t in (*planner.facts[j - 1], *running.spans) if t in units]
+    else:
+        running, changed = _Running(j - i), units
+    for t in changed:
+        running.put(planner, t, units[t], i, j, spec)
+    if len(running.parts) != len(units):  # not the tensors of the shorter group and operator j - 1: start again
+        running = _Running(j - i)
+        for t, u in units.items():
+            running.put(planner, t, u, i, j, spec)
+    planner._tally_chain = (key, running)
+    return running.tally(units)
+
+
+class _Running:
+    """A group's tally as Python integers, each tensor's part kept so that it can be taken out
+    when the tensor changes (one part: its unit, whether it is stored, what it adds where)."""
+
+    def __init__(self, length: int) -> None:
+        self.moved = self.outer_moved = self.loaded = 0
+        self.charged, self.outer_charged = [0] * length, [0] * length
+        self.covers = {k: [0] * (length + 1) for k in KINDS}
+        self.parts: dict[str, tuple] = {}
+        self.own: dict[str, tuple] = {}
+        self.invariants: dict[str, tuple] = {}
+        self.resident: set[str] = set()
+        self.spans: set[str] = set()
+
+    def grow(self) -> None:
+        """One operator more."""
+        self.charged.append(0)
+        self.outer_charged.append(0)
+        for c in self.covers.values():
+            c.append(0)
+
+    def put(self, planner, t: str, u: Unit, i: int, j: int, spec) -> None:
+        """Tensor ``t`` held as ``u`` in group i..j-1 (its old part replaced where it changed)."""
+        stored = u.produced and (t in planner.outputs or planner.uses[t][-1] >= j)
+        old = self.parts.get(t)
+        if old is not None:
+            if old[0] is u and old[1] == stored:
+                return
+            self._add(old[2], -1)
+        part = _part(planner, t, u, i, spec, stored)
+        self._add(part, 1)
+        self.parts[t] = (u, stored, part)
+        self.own[t] = part[0]
+        if part[3] is not None:
+            self.invariants[t] = part[3]
         else:
-            key = (t, u.first, u.last)
-            loaded = loads[key] if key in loads else planner._loaded(t, u.first, u.last)
-            loaded = u.whole if loaded is None else loaded
-            if kind is None:
-                a, z = u.held
-                out.invariants.append((u.whole, loaded, a - i, z - i, t, u.outer, u.spans))
-                out.own[t] = ("invariant", loaded, None)
-                continue
-            if kind == "inner":
-                out.outer_moved += loaded
-                outer_charged[u.first - i] += loaded
-                out.own[t] = ("outer", loaded, kind)
-            else:
-                out.moved += loaded
-                charged[u.first - i] += loaded
-                out.own[t] = ("moved", loaded, kind)
-        a, z = (u.hold_first, u.hold_last) if u.spans else (u.first, u.last)
-        covers[kind][a - i] += u.whole
-        covers[kind][z - i + 1] -= u.whole
-    out.charged, out.outer_charged = np.array(charged, dtype=float), np.array(outer_charged, dtype=float)
-    out.covers = {k: np.array(c, dtype=float) for k, c in covers.items()}
-    return out
+            self.invariants.pop(t, None)
+        (self.resident.add if part[0][0] == "resident" else self.resident.discard)(t)
+        (self.spans.add if u.spans else self.spans.discard)(t)
+
+    def _add(self, part: tuple, sign: int) -> None:
+        own, charge, cover, _ = part
+        role, amount, kind = own
+        if role == "invariant":
+            self.loaded += sign * amount
+        elif role == "moved":
+            self.moved += sign * amount
+            self.charged[charge] += sign * amount
+        elif role == "outer":
+            self.outer_moved += sign * amount
+            self.outer_charged[charge] += sign * amount
+        if cover is not None:
+            a, z, whole = cover
+            self.covers[kind][a] += sign * whole
+            self.covers[kind][z + 1] -= sign * whole
+
+    def tally(self, units) -> Tally:
+        """The tally as it stands (arrays and lists of its own; invariants in the order of ``units``)."""
+        inv, resident = self.invariants, self.resident
+        held = np.cumsum(np.array(list(self.covers.values()), dtype=float), axis=1)[:, :len(self.charged)]
+        return Tally(self.moved, self.outer_moved, np.array(self.charged, dtype=float),
+                     np.array(self.outer_charged, dtype=float), dict(zip(self.covers, held)),
+                     [inv[t] for t in units if t in inv] if inv else [],
+                     [t for t in units if t in resident] if resident else [], dict(self.own), loaded=self.loaded)
+
+
+def _part(planner, t: str, u: Unit, i: int, spec, stored: bool) -> tuple:
+    """What tensor ``t`` adds to the tally of a group starting at operator i: ``(role, amount,
+    kind)`` (its :attr:`Tally.own`), the operator its traffic is charged to, the bytes it holds
+    from one operator to another (or None), and its invariant entry (or None)."""
+    kind = _kind(spec, u)
+    if u.produced:
+        if stored:
+            stored_bytes = planner.facts[u.first][t][0]  # as its producer wrote it
+            return ("moved", stored_bytes, kind), u.first - i, _cover(u, i), None
+        return ("resident", 0, kind), None, _cover(u, i), None
+    key = (t, u.first, u.last)
+    loaded = planner.loads[key] if key in planner.loads else planner._loaded(t, u.first, u.last)
+    loaded = u.whole if loaded is None else loaded
+    if kind is None:
+        a, z = u.held
+        return ("invariant", loaded, None), None, None, (u.whole, loaded, a - i, z - i, t, u.outer, u.spans)
+    return ("outer" if kind == "inner" else "moved", loaded, kind), u.first - i, _cover(u, i), None
+
+
+def _cover(u: Unit, i: int) -> tuple[int, int, int]:
+    a, z = (u.hold_first, u.hold_last) if u.spans else (u.first, u.last)
+    return a - i, z - i, u.whole
 
 
 def _kind(spec, u: Unit) -> str | None:
@@ -171,7 +246,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     not stored (unless a model output), held whole (in slabs, through the whole loop)."""
     length = j - i
     out = Tally(base.moved, base.outer_moved, base.charged.copy(), base.outer_charged.copy(),
-                {k: c.copy() for k, c in base.covers.items()}, base.invariants, list(base.resident))
+                {k: h.copy() for k, h in base.held.items()}, base.invariants, list(base.resident))
     dropped = set()
     for t in sorted(carried_in | carried_out):
         u = units.get(t)
@@ -190,8 +265,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             out.charged[u.first - i] -= amount
         if kind is not None:
             a, z = u.held
-            out.covers[kind][a - i] -= u.whole
-            out.covers[kind][z - i + 1] += u.whole
+            out.held[kind][a - i:z - i + 1] -= u.whole
         first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
         if spec is not None:
             # in slabs it is on chip through the whole loop: later slabs still read what is
@@ -199,8 +273,7 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
             first, last = 0, length - 1
         # held as its producer made it, even where this group reads only part of it
         handed = max(u.whole, planner.facts[planner.producer[t]][t][0])
-        out.covers["whole"][first] += handed
-        out.covers["whole"][last + 1] -= handed
+        out.held["whole"][first:last + 1] += handed
         if t in carried_out and t in planner.outputs:
             stored = planner.facts[u.first][t][0]  # a model output is stored all the same
             out.moved += stored
@@ -210,5 +283,5 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
     if dropped:
         out.invariants = [v for v in base.invariants if v[4] not in dropped]
     else:
-        out.shares = base  # the same invariants: what each slab size makes of them too
+        out.shares, out.loaded = base, base.loaded  # the same invariants: what each slab size makes of them too
     return out

@@ -243,7 +243,6 @@ class _Planner:
             return None
         carried_in = set(self.crossing[i]) if carry_in else set()
         carried_out = set(self.crossing[j]) if carry_out else set()
-        length = j - i
         key = (i, j, None if spec is None else tuple(spec))
         if self.tallied[0] != key:
             self.tallied = (key, tally(self, i, j, spec, units))
@@ -251,11 +250,9 @@ class _Planner:
         if carried_in or carried_out:
             got = with_carries(self, got, i, j, spec, units, carried_in, carried_out)
         moved, outer_moved, resident_t = got.moved, got.outer_moved, got.resident
-        charged, outer_charged, covers = got.charged, got.outer_charged, got.covers
+        charged, outer_charged, held = got.charged, got.outer_charged, got.held
         if spec is not None and beat is not None and moved + outer_moved + got.loaded_once >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
-        stacked = np.cumsum(np.array(list(covers.values())), axis=1)[:, :length]
-        held = dict(zip(covers, stacked))
         if spec is not None and beat is not None and slab_floor(
                 self.cap, moved, outer_moved, held, got.invariant_table(), extent, outer_extent) - 0.5 >= beat:
             return CANNOT_BEAT  # not even its floor goes below: no slab size needs weighing
@@ -374,10 +371,10 @@ class _Planner:
         """True when even the smallest slabs with every invariant streamed do not fit (then no
         longer group of this chain fits either)."""
         length = j - i
-        cover = np.zeros(length + 1)
+        cover = [0.0] * (length + 1)  # Python floats: the same sums as float64, without indexing an array
         for u in units.values():
             size = u.whole / (extent if u.sliced else 1) / (outer_extent if u.outer else 1)
-            a, z = u.held
+            a, z = (u.hold_first, u.hold_last) if u.spans else (u.first, u.last)
             cover[a - i] += size
             cover[z - i + 1] -= size
         return bool(np.cumsum(cover)[:length].max() > self.cap)

@@ -14,7 +14,6 @@ alone do not fit are left out; the floor is the least over the rest (infinite wh
 from __future__ import annotations
 
 import math
-import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -60,13 +59,9 @@ def _slabs(extent: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(sizes, dtype=float) / extent, np.array([math.ceil(extent / s) for s in sizes], dtype=float)
 
 
-_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per invariant table, what it gives
-
-
 def _made(inv: Invariants) -> dict:
-    if inv not in _MADE:
-        _MADE[inv] = {}
-    return _MADE[inv]
+    """What the floor has made of an invariant table (kept with the table)."""
+    return inv.floor_parts
 
 
 def _loads(inv: Invariants) -> tuple[float, float, float]:

@@ -145,6 +145,7 @@ class Invariants:
     def __init__(self, invariants) -> None:
         self.total_loaded = sum(v[1] for v in invariants)
         self.levels: dict[tuple[float, int], tuple] = {}
+        self.floor_parts: dict = {}  # what :mod:`loopwise.memory.slab_floor` makes of the table
         cols = list(zip(*invariants)) or [()] * 7
         self.whole = np.array(cols[0], dtype=float)
         self.loaded = np.array(cols[1], dtype=float)
@@ -200,15 +201,14 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         order, cover, kept, resident, streamed = inv.level(fo, length)
-        # every inner slab size at once (rows): what is held at each operator, and the peak for
-        # each count of resident invariants (columns)
+        # every inner slab size at once (rows): what is held at each operator
         works = (held["both"] * fo * size_col / extent + held["inner"] * size_col / extent + held["whole"]
                  + held["span"] * fo)
         works_all = works + cover[-1]  # with every invariant streamed
-        peaks_all = (works_all[:, None, :] - cover[None, :, :]).max(axis=2) + kept
-        fitting = peaks_all <= capacity
         for row, size in enumerate(sizes):
-            fits = np.nonzero(fitting[row])[0]
+            # the peak for each count of resident invariants
+            peaks = (works_all[row] - cover).max(axis=1) + kept
+            fits = np.nonzero(peaks <= capacity)[0]
             if not len(fits):
                 break  # a larger slab holds more
             p = int(fits.max())
@@ -221,7 +221,7 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
             # at equal traffic the larger slab wins: fewer slabs, fewer DMA descriptors
             if best is None or traffic < best[0] or (traffic == best[0] and size * outer_size > best[1] * best[2]):
                 held_at = works_all[row] - cover[p] + kept[p]
-                best = (traffic, size, outer_size, p, int(peaks_all[row, p]), held_at, order, count, outer_count)
+                best = (traffic, size, outer_size, p, int(peaks[p]), held_at, order, count, outer_count)
     if best is None:
         return None
     traffic, size, outer_size, p, peak, held_at, order, count, outer_count = best
