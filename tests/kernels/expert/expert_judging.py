@@ -64,6 +64,24 @@ def judged_correct(path, moves, tmp_path, monkeypatch, edit=None) -> str:
     return source
 
 
+def judged_parts(tmp_path, monkeypatch, name, forward, parts, init, shape, kind, dtype="float32"):
+    """The graph_norm plan of the generated-style problem has one ``kind`` part (row, pool) per entry
+    of ``parts`` (its operations), nothing else in Triton, none of those operations left in
+    PyTorch, and its candidate is judged correct; the plan."""
+    from loopwise.kernels.expert.partition import kinds, launches, plan
+
+    path = generated_style_problem(tmp_path, name, init, forward, f"torch.randn({shape}, dtype=DTYPE)", dtype)
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == parts and not chosen["groups"]
+    assert {n.kind for n in chosen["norms"]} == {kind}
+    assert launches(chosen) == len(parts) + len(chosen["pytorch"])
+    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+    assert f"{kind}op_0_kernel[" in source
+    return chosen
+
+
 def judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
     """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
     caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""

@@ -5,10 +5,10 @@ reference in Triton's interpreter."""
 import pytest
 
 from loopwise.kernels.expert import capture
-from loopwise.kernels.expert.partition import kinds, launches, plan
+from loopwise.kernels.expert.partition import kinds, plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import generated_style_problem as _problem, judged_parts  # noqa: E402 - tests/kernels/expert on sys.path
 
 # (forward lines, the parts' operations, model tensors, input shape): each pooling one part, the
 # elementwise work only it reads before it, the work only its output feeds after it
@@ -44,18 +44,7 @@ SLOW_CASES = {
 
 
 def _judged(tmp_path, monkeypatch, name, forward, parts, init, shape, dtype="float32"):
-    """The graph_norm plan of the problem has one pool part per entry of ``parts`` (its
-    operations), nothing else in Triton, none of those operations left in PyTorch; judged correct."""
-    path = _problem(tmp_path, name, init, forward, f"torch.randn({shape}, dtype=DTYPE)", dtype)
-    pattern = capture(load_problem(str(path)))
-    assert "graph_norm" in kinds(pattern), pattern.reason
-    chosen = plan(pattern, "graph_norm")
-    assert [n.ops for n in chosen["norms"]] == parts and not chosen["groups"]
-    assert {n.kind for n in chosen["norms"]} == {"pool"}
-    assert launches(chosen) == len(parts) + len(chosen["pytorch"])
-    source = judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
-    assert "poolop_0_kernel[" in source
-    return chosen
+    return judged_parts(tmp_path, monkeypatch, name, forward, parts, init, shape, "pool", dtype)
 
 
 @pytest.mark.parametrize("name", list(CASES))
