@@ -157,29 +157,41 @@ def test_a_killed_token_run_resumes_to_the_same_rows(tiny, tmp_path, kill_at):
     straight_id = straight.store.meta.run_id
     straight.close()
 
-    class Killed(Exception):
-        pass
-
     seen = []
 
-    def kill(method, done, result):
+    def kill_when(method, result):
         seen.append(method)
-        if kill_at(method, result, seen):
-            raise Killed
+        return kill_at(method, result, seen)
 
-    first = TrainingRun.start(settings, str(tmp_path / "b"))
-    with pytest.raises(Killed):
-        first.run(on_stage=kill)
-    run_id = first.store.meta.run_id
-    first.close()
-    resumed = TrainingRun.resume(str(tmp_path / "b"), run_id)
-    results = resumed.run()
-    resumed.close()
+    results, run_id = _killed_then_resumed(settings, tmp_path / "b", kill_when)
     for m in settings.methods:
         same = ("configs", "tune_reward", "test_reward", "samples", "tokens", "stages_used", "notes", "traces")
         assert {k: results[m][k] for k in same} == {k: expected[m][k] for k in same}, m
     # the stages trained again on the resume are not recorded twice (the report's spend reads them)
     assert _stage_keys(tmp_path / "b", run_id) == _stage_keys(tmp_path / "a", straight_id)
+
+
+class _Killed(Exception):
+    """Stops a run from its stage callback, as a crash would."""
+
+
+def _killed_then_resumed(settings, runs_dir, kill_when, on_resume=None):
+    """A run of ``settings`` stopped after the stage where ``kill_when(method, result)`` first says
+    so, then resumed to its end (``on_resume`` its stage callback): its results and run id."""
+
+    def kill(method, done, result):
+        if kill_when(method, result):
+            raise _Killed
+
+    first = TrainingRun.start(settings, str(runs_dir))
+    with pytest.raises(_Killed):
+        first.run(on_stage=kill)
+    run_id = first.store.meta.run_id
+    first.close()
+    resumed = TrainingRun.resume(str(runs_dir), run_id)
+    results = resumed.run(on_stage=on_resume)
+    resumed.close()
+    return results, run_id
 
 
 def _stage_keys(runs_dir, run_id) -> list[str]:
@@ -196,25 +208,14 @@ def test_a_killed_run_resumes_without_training_a_stage_twice(tiny, tmp_path):
     expected = _summary(straight.run(on_stage=lambda m, d, r: once.append(m)))
     straight.close()
 
-    class Killed(Exception):
-        pass
+    trained, again = [], []
 
-    trained = []
-
-    def kill_after_three(method, done, result):
+    def kill_after_three(method, result):
         trained.append(method)
-        if len(trained) == 3:
-            raise Killed
+        return len(trained) == 3
 
-    first = TrainingRun.start(settings, str(tmp_path / "b"))
-    with pytest.raises(Killed):
-        first.run(on_stage=kill_after_three)
-    run_id = first.store.meta.run_id
-    first.close()
-    resumed = TrainingRun.resume(str(tmp_path / "b"), run_id)
-    again = []
-    results = resumed.run(on_stage=lambda m, d, r: again.append(m))
-    resumed.close()
+    results, _ = _killed_then_resumed(settings, tmp_path / "b", kill_after_three,
+                                      on_resume=lambda m, d, r: again.append(m))
     assert _summary(results) == expected
     assert len(trained) + len(again) == len(once)  # none trained twice
 
