@@ -64,12 +64,15 @@ def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs
     for one step is left out)."""
     configs = list(configs or [session.default_config()] * max(1, budget // depth))
     whole, start = session.allowance, session.spent
-    best, used = None, 0
+    best, used, left_out = None, 0, []
     for i, cfg in enumerate(configs):
         if used + depth > budget:
             break
         with session.held_to(whole and whole.share(start, i, len(configs))):
             if not session.room(cfg):
+                left_out.append(f"run {i} left out: one step of {cfg.prompts_per_step * cfg.num_generations} "
+                                f"completions of up to {cfg.max_completion_length} tokens does not fit its share "
+                                f"{BUDGET_NOTE}")
                 continue
             result = session.run_stage(session.base_state, cfg, seed * 1000 + i, steps=cfg.steps * depth,
                                        label={"rep": i, "stage": 0}, to_allowance=whole is not None)
@@ -79,6 +82,7 @@ def continuous(session: Session, budget: int, depth: int, seed: int = 0, configs
     if best is None:
         raise UserError(f"a budget of {budget} stages is less than one {method} run of {depth}")
     best.stages_used = used
+    best.notes += left_out
     return best
 
 

@@ -113,3 +113,17 @@ def test_a_run_to_its_allowance_trains_past_its_steps_until_the_allowance_stops_
     _held(session, 6 * cap)
     result = session.run_stage(session.base_state, cfg, seed=1, steps=2, to_allowance=True)
     assert result.config.steps > 2 and 5 * cap < session.spent.tokens <= 6 * cap
+
+
+def test_a_run_whose_share_has_no_room_for_a_step_is_left_out_with_a_note(session):
+    from loopwise.training.baselines import continuous
+
+    small = session.default_config()
+    large = small.model_copy(update={"num_generations": 4 * small.num_generations})  # a step 4x the cost
+    cap = Budget("tokens", 1).stage_cost(small, steps=1)
+    _held(session, 6 * cap)  # a third each: room for a step of `small`, not of `large`
+    picked = continuous(session, 3, 1, 0, [small, large, small], "grid")
+    assert [n for n in picked.notes if "left out" in n] == [
+        f"run 1 left out: one step of {4 * small.prompts_per_step * small.num_generations} completions of up "
+        f"to {small.max_completion_length} tokens does not fit its share (the budget)"]
+    assert picked.stages_used == 2
