@@ -84,10 +84,11 @@ def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch, after=()) -
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
      "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid"),
      []),
-    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling a pool part of its own; a scale before it
-    ("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
-     "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub"),
-     [("max_pool3d",)]),
+    # L2/6's: Conv3d, softmax (as a module call of F, dim=-4 of 5), max pooling a pool part of its own; a
+    # scale before it (slow tier: about 12 s in the interpreter)
+    pytest.param("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
+                 "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub"),
+                 [("max_pool3d",)], marks=pytest.mark.slow),
 ])
 def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
                                                                       shape, ops, after):
