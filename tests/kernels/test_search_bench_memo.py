@@ -7,11 +7,14 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from bench_modules import bench_module
 
 RECORDED = Path(__file__).parent / "profile_fixtures" / "recorded" / "kernelbench_1_40"
 
 
+@pytest.mark.slow
 def test_each_candidate_is_measured_once_and_read_by_every_mode(tmp_path, monkeypatch):
     from loopwise.kernels.profile import run as profile_run
 

@@ -59,6 +59,7 @@ def test_a_stationary_input_far_from_the_first_fitting_tiling_is_found():
     choice = best_tiling(op, 232448)
     assert choice.traffic_bytes == operator_compulsory_bytes(op) and choice.buffer_bytes <= 232448
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op,capacity", [(matmul("mm", 40, 96, 24), 3000), (matmul("mm", 36, 20, 50), 2400)])
 def test_the_search_finds_the_best_tiling_of_an_exhaustive_enumeration(op, capacity):
     """Small products whose every tiling (each dimension's divisors, halvings and powers of two, in

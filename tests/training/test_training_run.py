@@ -353,6 +353,7 @@ def test_every_preset_runs_stages_long_enough_to_diagnose():
     assert all(p.stage_steps >= MIN_STEPS for p in session.PRESETS.values())
 
 
+@pytest.mark.slow
 def test_seeds_run_whole_comparisons_and_report_paired_differences(tmp_path):
     done = subprocess.run([sys.executable, "-m", "loopwise", "training", "baselines", "arithmetic", "--methods",
                            "tree,staged", "--budget-stages", "1", "--depth", "1", "--difficulty", "0", "--seeds", "2",

@@ -53,6 +53,7 @@ def test_readme_example_is_judged_in_the_interpreter_and_its_speedup_marked(tmp_
     assert NOTICE not in again.stdout and NOTICE in again.stderr
 
 
+@pytest.mark.slow
 def test_a_cuda_candidate_on_the_cpu_is_told_it_needs_an_nvidia_gpu(tmp_path, cli_env):
     cand = tmp_path / "cuda_copy.py"
     cand.write_text("import torch\nfrom torch.utils.cpp_extension import load_inline\n"

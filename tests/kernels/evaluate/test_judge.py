@@ -51,6 +51,7 @@ def test_failures_are_statuses_with_named_reasons(judge, name, status, code):
     assert all(r.message for r in ev.reasons)
 
 
+@pytest.mark.slow
 def test_a_candidate_that_exhausts_host_memory_is_out_of_memory(tmp_path):
     """The memory watchdog decides it, not the clock: the trial timeout here is far beyond what the
     hog needs to pass the limit, so a busy machine cannot turn the verdict into a timeout."""
@@ -224,6 +225,7 @@ def test_one_judge_draws_once_and_judges_every_candidate_on_the_same_inputs(tmp_
         assert second.phases.get("correctness.draw", 0) > 0
 
 
+@pytest.mark.slow
 def test_judging_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
     """Every sandbox's scratch (its copy of the candidate, its private cache) and the pool's own log
     folder are removed when the judge closes, for candidates that passed, crashed or were killed."""

@@ -249,6 +249,7 @@ def test_networks_built_by_helpers_copy_them_and_hold_the_same_weights(tmp_path,
     assert pattern.kind == "unsupported" and "refers to Model itself" in pattern.reason, pattern.reason
 
 
+@pytest.mark.slow
 def test_copied_members_come_in_source_order_whatever_the_hash_seed():
     """The members of Model that __init__ uses (a class attribute, a helper method) are copied in the
     order Model lists them, so the same problem gives the same candidate source (and cache key) in

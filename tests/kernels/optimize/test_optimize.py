@@ -29,6 +29,7 @@ def _verdicts(run_dir: Path) -> list[str]:
         db.close()
 
 
+@pytest.mark.slow
 def test_optimize_writes_a_best_modelnew_that_runs_on_its_own(tmp_path, cli_env):
     out = subprocess.run(_cmd(tmp_path, str(PROBLEM), "--budget", "3", "--json"), capture_output=True, text=True,
                          env=cli_env, timeout=600)
@@ -104,6 +105,7 @@ def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, e
     assert f"continue with: loopwise kernels optimize --resume {run_id}" in " ".join(out.split())
 
 
+@pytest.mark.slow
 def test_optimize_with_an_llm_over_the_real_wire_protocol(tmp_path, cli_env):
     """The LLM proposer against a local OpenAI-compatible server: a good reply is judged, bad replies
     are recorded as failed proposals, nothing stops the run."""
@@ -227,6 +229,7 @@ def _llm_run(tmp_path, cli_env, base_url):
                           capture_output=True, text=True, env=cli_env, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_be_reached_is_said_so_with_its_cause(tmp_path, cli_env):
     """Nothing listens on 127.0.0.1:9: the run ends with no candidate, and says that the model
     could not be reached and why, and how many proposals failed, not just 'failures: none'."""
@@ -238,6 +241,7 @@ def test_a_model_that_cannot_be_reached_is_said_so_with_its_cause(tmp_path, cli_
     assert "(2 attempts)" in text and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_server_error_and_an_answer_without_valid_code_count_as_failed_proposals(tmp_path, cli_env):
     from fake_llm_server import FakeLLMServer, malformed, server_error
 

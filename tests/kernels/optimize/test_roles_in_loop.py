@@ -195,6 +195,7 @@ def test_bad_role_options_are_one_line(tmp_path, args, message):
     assert out.returncode == 2 and len(lines) == 1 and message in lines[0], out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_each_role_is_its_own_model_over_the_wire_and_the_review_reaches_the_report(tmp_path, cli_env):
     """Per-role models against a local OpenAI-compatible server, judged for real on the CPU: the
     analyst, the coder and the reviewer are three models; the cheat is rejected and explained."""
@@ -230,6 +231,7 @@ def test_each_role_is_its_own_model_over_the_wire_and_the_review_reaches_the_rep
     assert "background thread wrote y" in html
 
 
+@pytest.mark.slow
 def test_a_hybrid_run_over_the_wire_hands_the_experts_best_to_the_model(tmp_path, cli_env):
     """--proposer hybrid on the CPU with a local OpenAI-compatible server: the expert's candidate
     first, then the model's, asked to improve the expert's code, both in one tree."""

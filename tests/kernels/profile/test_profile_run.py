@@ -120,6 +120,7 @@ def test_ncu_on_without_ncu_is_a_user_error(tmp_path, monkeypatch):
         profile_run.profile(problem, None, tmp_path / "out", device="cpu", ncu="on")
 
 
+@pytest.mark.slow
 def test_a_profile_folder_is_analyzed_again_without_a_gpu(fake_ncu, tmp_path, monkeypatch):
     """What `kernels profile` left (or a recorded fixture) is read again on a machine with no GPU,
     in another mode, with the ceilings and hints recorded next to the measurements."""

@@ -89,6 +89,7 @@ def _page_text(html: str) -> str:
     return re.sub(r"<script.*?</script>", "", html, flags=re.S)
 
 
+@pytest.mark.slow
 def test_an_eval_run_reports_its_candidates_side_by_side_without_a_search_tree(tmp_path, cli_env):
     """`kernels eval` judges unrelated candidates: its report is a table of them with their verdicts
     and sources, with no parent, diff or tree; an optimize run's report keeps those."""
