@@ -6,6 +6,13 @@ planned by `loopwise memory plan zoo:MODEL --batch B --target T --out PLAN.json`
 
     OMP_NUM_THREADS=1 python3 bench/memory_zigzag_table.py --models resnet50,mobilenet_v2 [--batch 32]
         [--target neuroncore-v2] [--work DIR] [--out FILE.csv] [--loopwise-layers]
+    OMP_NUM_THREADS=1 python3 bench/memory_zigzag_table.py --models llama7b_layer_prefill,gpt2 --products
+
+``--products`` is for models the exporter cannot hand to ZigZag whole: each matrix product of the
+model as loopwise imports it goes to ZigZag alone as ``[m, k] x [k, n]`` (a batched product counts
+as its batch of independent products, which is what a layer-by-layer mapping does with them), at
+ZigZag's loop prime factor limit 7 (its search of big products at the default limit of 1 stays far
+above what it finds at 7; at 8 it asks this machine for 86 GiB).
 
 ZigZag counts only the layers it models (convolutions and matrix products: their inputs, weights
 and outputs), in elements; they are turned into bytes at loopwise's element size (bf16: 2). The
@@ -111,13 +118,13 @@ def static_shapes(model):
     return onnx.shape_inference.infer_shapes(model)
 
 
-def zigzag_layers(onnx_path: Path, target: str, cache: Path) -> dict:
+def zigzag_layers(onnx_path: Path, target: str, cache: Path, lpf_limit: int = 1) -> dict:
     if not cache.exists():
         from loopwise.memory.targets import load_target
         from loopwise.memory.zigzag_compare import run_zigzag
 
         t0 = time.time()
-        layers = run_zigzag(onnx_path, load_target(target), 2, 1)
+        layers = run_zigzag(onnx_path, load_target(target), 2, lpf_limit)
         cache.write_text(json.dumps({"seconds": round(time.time() - t0, 1), "layers": layers}, indent=1))
     return json.loads(cache.read_text())
 
@@ -130,6 +137,25 @@ def layer_floor(model: str, batch: int) -> int:
 
     graph = load_torch(f"zoo:{model}", batch=batch, elem_bytes=2).graph
     return sum(operator_compulsory_bytes(op) for op in graph.operators if op.name.split(":")[0] in LAYERS)
+
+
+def product_row(model: str, batch: int, target: str, lpf_limit: int, work: Path, plan_bytes: int) -> dict:
+    """ZigZag's best mapping of each matrix product of the model (cached in ``work``), in bytes."""
+    from loopwise.memory.targets import load_target
+    from loopwise.memory.torch_import import load_torch
+    from loopwise.memory.zigzag_compare import matrix_products, zigzag_products
+
+    cache = work / f"zz_products_{model}_b{batch}_{target}_lpf{lpf_limit}.json"
+    if not cache.exists():
+        products = matrix_products(load_torch(f"zoo:{model}", batch=batch, elem_bytes=2).graph, LAYERS)
+        t0 = time.time()
+        moved = zigzag_products(products, load_target(target), 2, lpf_limit, work / "products")
+        cache.write_text(json.dumps({"seconds": round(time.time() - t0, 1), "lpf_limit": lpf_limit,
+                                     "products": moved}, indent=1))
+    got = json.loads(cache.read_text())
+    zz_bytes = 2 * sum(got["products"].values())
+    return {"zigzag_layers": len(got["products"]), "zigzag_bytes": zz_bytes, "zigzag_seconds": got["seconds"],
+            "plan_vs_zigzag": round(plan_bytes / zz_bytes, 4)}
 
 
 def plan_and_verify(model: str, batch: int, target: str, work: Path) -> tuple[int, str]:
@@ -151,23 +177,31 @@ def main() -> None:
     ap.add_argument("--loopwise-layers", action="store_true")
     ap.add_argument("--floor-only", action="store_true",
                     help="no ZigZag: the plan against the layer-by-layer floor (every layer's operands once)")
+    ap.add_argument("--products", action="store_true",
+                    help="for models that cannot be exported whole: ZigZag on each matrix product of the "
+                         "model as loopwise imports it, one shape at a time (batched products: the batch "
+                         "of independent products), beside the floor")
+    ap.add_argument("--lpf-limit", type=int, default=None,
+                    help="ZigZag's loop prime factor limit (default: 1 for whole models, 7 for --products)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     rows = []
     for model in a.models.split(","):
         onnx_path = a.work / f"{model}_b{a.batch}.onnx"
-        if a.floor_only:
+        if a.floor_only or a.products:
             plan_bytes, verdict = plan_and_verify(model, a.batch, a.target, a.work)
             floor = layer_floor(model, a.batch)
             row = dict.fromkeys(FIELDS, "") | {"model": model, "batch": a.batch, "target": a.target,
                                                "plan_bytes": plan_bytes, "verify": verdict, "layer_floor_bytes": floor,
                                                "plan_vs_layer_floor": round(plan_bytes / floor, 4)}
+            if a.products:
+                row |= product_row(model, a.batch, a.target, a.lpf_limit or 7, a.work, plan_bytes)
             rows.append(row)
             print(json.dumps(row), flush=True)
             continue
         if not onnx_path.exists():
             export_onnx(model, a.batch, onnx_path)
-        zz = zigzag_layers(onnx_path, a.target, a.work / f"zz_{model}_b{a.batch}_{a.target}.json")
+        zz = zigzag_layers(onnx_path, a.target, a.work / f"zz_{model}_b{a.batch}_{a.target}.json", a.lpf_limit or 1)
         zz_bytes = 2 * sum(sum(v.values()) for v in zz["layers"].values())
         plan_bytes, verdict = plan_and_verify(model, a.batch, a.target, a.work)
         row = {"model": model, "batch": a.batch, "target": a.target, "zigzag_layers": len(zz["layers"]),

@@ -148,3 +148,79 @@ def compare(model: Path, target: Target, elem_bytes: int = 2, lpf_limit: int = 1
     if missing:
         raise UserError(f"{model}: ZigZag layers loopwise did not import: {', '.join(missing[:5])}")
     return [LayerRow(name, zz[name], ours[name]) for name in zz]
+
+
+@dataclass(frozen=True)
+class MatrixProduct:
+    """A matrix-product operator read as ``batch`` independent ``[m, k] x [k, n]`` products: a
+    dimension of both operands and the output is a batch dimension, of the first operand and the
+    output a row (m), of the second operand and the output a column (n), of both operands only the
+    contraction (k)."""
+
+    name: str
+    batch: int
+    m: int
+    k: int
+    n: int
+
+
+def _dims_of(access, dims) -> set[str]:
+    import re
+
+    return {word for expr in access.index for word in re.findall(r"[A-Za-z_]\w*", expr) if word in dims}
+
+
+def matrix_products(graph, kinds=("linear", "matmul", "bmm", "mm", "addmm", "MatMul", "Gemm")) -> list[MatrixProduct]:
+    """The graph's matrix products (operators named ``kind:...``), each split into batch, m, k and n
+    extents from its access maps; an operator of those kinds whose dimensions do not split that way
+    is a :class:`UserError`."""
+    out = []
+    for op in graph.operators:
+        if op.name.split(":")[0] not in kinds:
+            continue
+        a, b, o = (_dims_of(x, op.dims) for x in (op.reads[0], op.reads[1], op.writes[0]))
+        roles = {"batch": a & b & o, "m": (a & o) - b, "n": (b & o) - a, "k": (a & b) - o}
+        if set().union(*roles.values()) != set(op.dims) or not all(roles[r] for r in ("m", "n", "k")):
+            raise UserError(f"{op.name}: not a matrix product of two operands ({op.dims})")
+        size = {r: _product(op.dims[d] for d in ds) for r, ds in roles.items()}
+        out.append(MatrixProduct(op.name, size["batch"], size["m"], size["k"], size["n"]))
+    return out
+
+
+def _product(values) -> int:
+    total = 1
+    for v in values:
+        total *= v
+    return total
+
+
+def matmul_onnx(m: int, k: int, n: int, path: Path) -> Path:
+    """A one-layer ONNX model, ``[m, k] x [k, n]`` with the second operand as weights (what ZigZag's
+    parser maps as a matrix product); the weights are zeros, only their shape is read."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.zeros((k, n), dtype=np.float16), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "product",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [m, n])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def zigzag_products(products: list[MatrixProduct], target: Target, elem_bytes: int = 2,
+                    lpf_limit: int = 7, work: Path | None = None) -> dict[str, int]:
+    """ZigZag's best mapping of each product, as DRAM elements moved (one ZigZag run per distinct
+    shape; a batched product is its batch of independent products)."""
+    work = work or Path(tempfile.mkdtemp(prefix="loopwise-zigzag-products-"))
+    work.mkdir(parents=True, exist_ok=True)
+    runs: dict[tuple[int, int, int], int] = {}
+    out = {}
+    for p in products:
+        shape = (p.m, p.k, p.n)
+        if shape not in runs:
+            layers = run_zigzag(matmul_onnx(*shape, work / f"mm_{p.m}_{p.k}_{p.n}.onnx"), target, elem_bytes, lpf_limit)
+            runs[shape] = sum(sum(v.values()) for v in layers.values())
+        out[p.name] = p.batch * runs[shape]
+    return out
