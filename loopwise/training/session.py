@@ -297,7 +297,9 @@ class Session:
 
         Under an :attr:`allowance` a step starts only when its most fits it: a stage cut short is
         the stage of the steps it ran (its config's ``steps``, key and record), so no later lookup
-        reads it as the longer one. ``to_allowance``: the stage trains on past its steps until the
+        reads it as the longer one; its greedy probes keep the planned length's schedule, so its key
+        and record (``planned_steps``) also name that length, and a stage asked for with the steps
+        it ran is not read as it either. ``to_allowance``: the stage trains on past its steps until the
         allowance stops it (a token budget's run spending its share, whatever its completions'
         lengths); such a stage, and one the allowance would cut, is trained rather than read from
         the cache (training is deterministic: the same steps again) and, when the cache held it
@@ -331,8 +333,11 @@ class Session:
                               probe_prompts=probe_prompts)
         trace = self._train(trainer, config, paid, to_allowance, progress)
         if trainer.step_count != config.steps:  # cut short, or run on, by the allowance
-            config = config.model_copy(update={"steps": trainer.step_count})
-            key = stage_key(parent, config, seed)
+            # its greedy probes and KL rows kept the planned length's schedule: a stage of the steps
+            # it ran, asked for as such, probes on its own, so the key and record name both lengths
+            planned, config = config.steps, config.model_copy(update={"steps": trainer.step_count})
+            key = stage_key(parent, config, seed, planned=planned)
+            label = {**(label or {}), "planned_steps": planned}
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
@@ -448,11 +453,15 @@ class Session:
         return (tune + EPS) / (self.base_tune + EPS)
 
 
-def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
-    """What identifies a stage's result: its starting weights, its config and its seed."""
+def stage_key(parent: bytes, config: StageConfig, seed: int, planned: int | None = None) -> str:
+    """What identifies a stage's result: its starting weights, its config and its seed, and for a
+    stage an allowance stopped at other than its planned steps, those ``planned`` steps (they set
+    where its trace has greedy probes)."""
     h = hashlib.sha256(hashlib.sha256(parent).digest())
     h.update(json.dumps(config.model_dump(), sort_keys=True).encode())
     h.update(str(seed).encode())
+    if planned is not None and planned != config.steps:
+        h.update(f"planned {planned}".encode())
     return h.hexdigest()
 
 
