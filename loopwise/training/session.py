@@ -492,6 +492,8 @@ class Schedule:
     reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
     compute: Compute = field(default_factory=Compute)  # every stage the method trained, not only these
     groups: GroupTally = field(default_factory=GroupTally)  # ... and their groups without reward variance
+    # every path the method expanded, its start config first (the tree's: each node's, from the base)
+    paths: list[list[StageConfig]] = field(default_factory=list)
 
 
 def tree_bounds(session: Session) -> Bounds:

@@ -274,11 +274,9 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
 def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(tmp_path):
     """The real smoke preset, as the user runs it: stages long enough that every node's diagnosis is
     recorded (findings, or an explicit "no finding"), nodes below the first level expanded from it,
-    the settings naming the difficulty trained at, and the pick's knob directions computed from the
-    pick's own stages, each stage saying why it was proposed."""
-    from loopwise.training.config import StageConfig
-    from loopwise.training.transitions import directions
-
+    the settings naming the difficulty trained at, each stage of the pick saying why it was
+    proposed, and the knob directions, from the default config, of the pick and of every node's
+    path counted (re-derived here from the stage events)."""
     done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--preset", "smoke",
                            "--json", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -293,9 +291,30 @@ def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(
     assert all(isinstance(f["evidence"], dict) for p in stages for f in p["diagnosis"])  # the numbers behind each
     assert any(p["parent"] in judged for p in stages)  # expanded from a diagnosed node
     tree = out["results"]["tree"]
-    assert tree["directions"] == (directions([StageConfig(**c) for c in tree["configs"]])
-                                  if len(tree["configs"]) > 1 else {})
     assert len(tree["reasons"]) == len(tree["configs"]) and all(tree["reasons"])
+    default = next(p["config"] for p in stages if p["parent"] == 0 and p["by"] == "default")
+    nodes = {p["node"]: p for p in stages}
+
+    def path(n: int) -> list[dict]:
+        return path(nodes[n]["parent"]) + [nodes[n]["config"]] if n else [default]
+
+    def changes(configs: list[dict], knob: str) -> list[bool]:  # True: up
+        return [b[knob] > a[knob] for a, b in zip(configs, configs[1:]) if b[knob] != a[knob]]
+
+    def kind(ups: list[bool]) -> str:
+        return ("constant" if not ups else "oscillating" if len(set(ups)) == 2
+                else "monotone_up" if ups[0] else "monotone_down")
+
+    knobs = tree["directions"]
+    assert len(knobs) == 9 and knobs == {k: kind(changes([default] + tree["configs"], k)) for k in knobs}
+    counted, paths = tree["path_directions"], [path(n) for n in nodes]
+    assert counted["paths"] == len(paths) == tree["stages_used"]
+    assert counted["long_enough"] == sum(len(p) >= 3 for p in paths)
+    for knob in knobs:
+        kinds = [kind(changes(p, knob)) for p in paths]
+        assert counted["knobs"][knob] == {c: kinds.count(c) for c in ("monotone_up", "monotone_down", "oscillating",
+                                                                      "constant")} | {
+            "moved_twice": sum(len(changes(p, knob)) >= 2 for p in paths)}, knob
 
 
 @pytest.mark.slow  # a comparison run twice, once on two workers: about 20 s
