@@ -222,11 +222,9 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
     for m, r in results.items():
         if line := _signal_line(r):
             c.print(f"{m}: {line}")
-    dirs = {m: r["directions"] for m, r in results.items() if r.get("directions")}
-    for m, d in dirs.items():
-        moving = {k: v for k, v in d.items() if v != "constant"}
-        c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
-                                                                 or "all constant"))
+    for m, r in results.items():
+        for line in _directions_lines(r):
+            c.print(f"{m}: {line}")
     if proposals is not None:
         c.print(_proposals_line(proposals))
 
@@ -246,6 +244,27 @@ def _signal_line(r: dict) -> str:
     return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
             f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else "")
             + ("; " + "; ".join(budget) if budget else ""))
+
+
+def _directions_lines(r: dict) -> list[str]:
+    """The knob directions of the method's pick and, for the tree, counted over every path it expanded."""
+    from loopwise.training.report_data import moves_text
+
+    lines = []
+    if d := r.get("directions"):
+        moving = ", ".join(f"{k} {v}" for k, v in d.items() if v != "constant")
+        n = len(r.get("configs") or [])
+        lines.append(f"knob directions from the default config along its pick ({n} stage{'' if n == 1 else 's'}): "
+                     + (moving or "all constant"))
+    if p := r.get("path_directions"):
+        knobs = p["knobs"]
+        moved = [f"{k} up {c['monotone_up']}, down {c['monotone_down']}, oscillating {c['oscillating']} (changed "
+                 f"twice on {c['moved_twice']}), constant {c['constant']}" for k, c in knobs.items()
+                 if c["constant"] < p["paths"]]
+        still = [k for k, c in knobs.items() if c["constant"] == p["paths"]]
+        lines.append(f"knob directions over its {p['paths']} root-to-node paths ({moves_text(p)}): "
+                     + "; ".join(moved + [f"constant on every path: {', '.join(still) or '-'}"]))
+    return lines
 
 
 def _count(v) -> str:

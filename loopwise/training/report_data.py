@@ -242,6 +242,25 @@ def schedule_summary(s: Schedule) -> str:
     return f"{len(s.configs)} stages ({steps} steps): " + ("; ".join(moves) or "the same config throughout")
 
 
+def tree_paths(tree: dict[int, dict]) -> list[list[dict]]:
+    """Every node's path of configs from the default config (the base's first child's, as
+    tree_search proposes it first) down to the node."""
+    first = min((n for n in tree if parent_of(tree, n) == 0), default=None)
+    if first is None:
+        return []
+    start = as_dict(tree[first].get("config"))
+    return [[start] + [as_dict(s.get("config")) for s in tree_path(tree, n)] for n in sorted(tree)]
+
+
+def moves_text(counts: dict) -> str:
+    """:func:`~loopwise.training.transitions.path_directions`' paths by their number of moves, and
+    how many are long enough for a knob to reverse."""
+    moves = as_dict(counts.get("moves"))
+    by = ", ".join(f"{n} move{'' if n == '1' else 's'}: {k}" for n, k in moves.items())
+    return (f"{by or 'no path'}; {counts.get('long_enough', 0)} of the {counts.get('paths', 0)} paths have the two "
+            "or more moves a reversal needs")
+
+
 def top_finding(stage: dict) -> str:
     """The stage's highest-scored diagnosis, when the event carries one (older runs' events do not);
     else its recorded diagnosis status ("no finding", or why it was not judged)."""

@@ -126,6 +126,20 @@ def test_finished_run_with_tree_staged_and_grid(tmp_path):
     assert "Other metrics per step of the best tree schedule, by stage" in figures
 
 
+def test_directions_are_counted_over_every_tree_path_from_the_default_config(tmp_path):
+    """Node 5's path (default, node 1, node 4, node 5) lowers the temperature and raises it back:
+    the one of the five paths long enough to show it, among the three of two or more moves."""
+    store = _new(tmp_path, ["tree"])
+    _tree(store)
+    html = _html(store)
+    assert "Knob directions over the tree&#39;s 5 root-to-node paths" in html
+    assert ("1 move: 2, 2 moves: 2, 3 moves: 1; 3 of the 5 paths have the two or more moves a reversal needs"
+            in html)
+    # knob, monotone_up, monotone_down, oscillating, constant, changed twice or more
+    assert "<td>temperature</td><td>0</td><td>1</td><td>1</td><td>3</td><td>1</td>" in html
+    assert "<td>difficulty</td><td>2</td><td>0</td><td>0</td><td>3</td><td>0</td>" in html
+
+
 def test_unfinished_run_with_two_tree_stages_and_no_results(tmp_path):
     store = _new(tmp_path, ["tree", "fixed"])
     _tree(store, n_nodes=2)
@@ -250,4 +264,4 @@ def test_the_tree_says_why_each_stage_of_its_pick_and_which_nodes_were_healthy(t
     html = _html(store)
     assert all(f"<td>{r}</td>" in html for r in ("the default config", "Answers too_easy: difficulty 1 -&gt; 2."))
     assert re.search(r"<td>6</td><td>2</td><td>2</td>.*?<td>no finding</td>", html)
-    assert "its own stages" in html
+    assert "from the default config, then its stages in order" in html

@@ -366,6 +366,33 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     assert "; node 2: cut after 3 of 8 steps (the budget)" in said  # where a token budget cut it
 
 
+def test_the_table_says_the_directions_of_the_pick_and_of_every_tree_path(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from loopwise.training.cli import _table
+    from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
+    from loopwise.training.transitions import path_directions
+
+    monkeypatch.setenv("COLUMNS", "220")
+    start = StageConfig(learning_rate=1e-4)
+    up = start.model_copy(update={"learning_rate": 2e-4})
+    paths = [[start, start], [start, up], [start, up, start]]
+    config = up.model_dump()
+    common = {"base_tune_reward": 0.2, "base_test_reward": 0.25, "tune_reward": 0.3, "test_reward": 0.3,
+              "stages_used": 3, "seconds": 1.0, "configs": [config]}
+    constant = dict.fromkeys(CAPACITY + REGULARIZATION, "constant")
+    results = {"tree": {**common, "directions": constant | {"learning_rate": "monotone_up"},
+                        "path_directions": path_directions(paths)},
+               "fixed": {**common, "directions": constant}}
+    _table(SimpleNamespace(session=SimpleNamespace(warm={}), settings=SimpleNamespace(task="custom")), results)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "tree: knob directions from the default config along its pick (1 stage): learning_rate monotone_up" in said
+    assert "fixed: knob directions from the default config along its pick (1 stage): all constant" in said
+    assert ("tree: knob directions over its 3 root-to-node paths (1 move: 2, 2 moves: 1; 1 of the 3 paths have the "
+            "two or more moves a reversal needs): learning_rate up 1, down 0, oscillating 1 (changed twice on 1), "
+            "constant 1; constant on every path: ") in said
+
+
 def test_every_preset_runs_stages_long_enough_to_diagnose():
     from loopwise.training.trace_stats import MIN_STEPS
 
