@@ -202,6 +202,8 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
     from loopwise.core.console import console as make_console
     from rich.table import Table
 
+    from loopwise.training.report_data import stages_text
+
     c = make_console()
     any_result = next(iter(results.values()))
     base_tune, base_test = any_result["base_tune_reward"], any_result["base_test_reward"]
@@ -214,7 +216,7 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), _budget(r.get("budget")), _count(r.get("samples")),
+        t.add_row(m, stages_text(r["stages_used"], r.get("trained")), _budget(r.get("budget")), _count(r.get("samples")),
                   _count(r.get("tokens")),
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
@@ -231,19 +233,20 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
 
 def _signal_line(r: dict) -> str:
     """How many of the method's groups had no reward variance, over every stage it trained and per
-    stage of its pick, and what the tree's guard did; empty for a result written before these."""
-    groups = r.get("zero_variance_groups")
-    if not isinstance(groups, dict) or not groups.get("groups"):
-        return ""
-    per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
+    stage of its pick, what the tree's guard did, and where the budget cut or left out its
+    training; empty when the result has none of these."""
     from loopwise.training.compute import BUDGET_NOTE
 
     notes = r.get("notes") or []
-    guard = [n for n in notes if "not applied" in n or "closed" in n]
-    budget = [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")]
-    return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
-            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else "")
-            + ("; " + "; ".join(budget) if budget else ""))
+    parts = []
+    groups = r.get("zero_variance_groups")
+    if isinstance(groups, dict) and groups.get("groups"):
+        per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
+        parts.append(f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's "
+                     f"stages: {per_stage or '-'})")
+        guard = [n for n in notes if "not applied" in n or "closed" in n]
+        parts += [f"{len(guard)} guard note(s): " + "; ".join(guard)] if guard else []
+    return "; ".join(parts + [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")])
 
 
 def _directions_lines(r: dict) -> list[str]:

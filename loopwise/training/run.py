@@ -282,7 +282,7 @@ def result_payload(schedule: Schedule, session: Session, seconds: float, budget:
     return {"method": schedule.method, "configs": [c.model_dump() for c in schedule.configs],
             "tune_reward": schedule.tune_reward, "test_reward": schedule.test_reward,
             "base_tune_reward": session.base_tune, "base_test_reward": base_test,
-            "stages_used": schedule.stages_used, "seconds": seconds,
+            "stages_used": schedule.stages_used, "trained": schedule.trained.to_dict(), "seconds": seconds,
             "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
             # from the default config, where every method starts: the first stage's move counts
             "directions": directions([session.default_config()] + schedule.configs) if schedule.configs else {},

@@ -250,7 +250,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
-    before, groups = session.spent, session.groups
+    before, groups, trained = session.spent, session.groups, session.trained
     # a token budget holds the method to it step by step (a stage's tokens are known once it ran)
     allowance = Allowance(budget, budget.of(before) + budget.amount) if budget.unit == "tokens" else None
     with session.held_to(allowance):
@@ -258,6 +258,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     schedule.test_reward = session.test_reward(schedule.state)
     schedule.compute = session.spent - before
     schedule.groups = session.groups - groups
+    schedule.trained = session.trained - trained
     return schedule
 
 

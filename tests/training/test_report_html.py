@@ -15,7 +15,7 @@ get_plotlyjs = pytest.importorskip("plotly.offline").get_plotlyjs
 
 from loopwise.core.store import SqliteRunStore
 from loopwise.training.config import StageConfig
-from loopwise.training.report_data import KNOBS
+from loopwise.training.report_data import KNOBS, stages_text
 from loopwise.training.report_html import build_report
 
 BASE_TUNE, BASE_TEST = 0.25, 0.5
@@ -138,6 +138,25 @@ def test_directions_are_counted_over_every_tree_path_from_the_default_config(tmp
     # knob, monotone_up, monotone_down, oscillating, constant, changed twice or more
     assert "<td>temperature</td><td>0</td><td>1</td><td>1</td><td>3</td><td>1</td>" in html
     assert "<td>difficulty</td><td>2</td><td>0</td><td>0</td><td>3</td><td>0</td>" in html
+
+
+@pytest.mark.parametrize("used, trained, text", [
+    (8, None, "8"),
+    (8, {"stages": 2, "cut": 0, "longer": 0, "steps": 96}, "8"),
+    (7, {"stages": 7, "cut": 1, "longer": 0, "steps": 75}, "6 + 1 cut"),
+    (8, {"stages": 2, "cut": 1, "longer": 1, "steps": 101}, "8 (2 runs: 1 cut short, 1 longer than planned)"),
+    (8, {"stages": 8, "cut": 3, "longer": 5, "steps": 190}, "8 (3 cut short, 5 longer than planned)"),
+    (None, None, "-"),
+])
+def test_stages_are_reported_as_they_ran(used, trained, text):
+    assert stages_text(used, trained) == text
+
+
+def test_an_unfinished_method_counts_the_stages_its_events_say_were_cut(tmp_path):
+    store = _new(tmp_path, ["staged"])
+    _stage(store, _cfg(), 0.3, method="staged", rep=0, stage=0)
+    _stage(store, _cfg(steps=1), 0.3, method="staged", rep=0, stage=1, planned_steps=3)
+    assert re.search(r"<td>staged</td><td>unfinished</td><td>1 \+ 1 cut</td>", _html(store))
 
 
 def test_unfinished_run_with_two_tree_stages_and_no_results(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
 from loopwise.training import search, session
-from loopwise.training.compute import Budget
+from loopwise.training.compute import Budget, Compute, stage_compute
+from loopwise.training.report_data import stages_text
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
@@ -126,6 +127,23 @@ def test_a_token_budget_is_spent_to_within_one_step_and_never_exceeded(tiny, tmp
         # the tokens are those generated: the stages' rows, not their configs' caps
         own = [e.payload for e in store.events(kind="stage") if e.payload["method"] == m]
         assert all(p["config"]["steps"] == sum("reward" in row for row in p["trace"]) for p in own), m
+        # what ran, as the stage events have it: samples and tokens (and the tree's signal probes'),
+        # stages (a run of the run-based methods standing for `depth` of them), and those an
+        # allowance stopped short of, or ran past, the steps they were planned with
+        spent = sum((stage_compute(p["trace"], p["config"]) for p in own), Compute())
+        spent += sum((Compute(p["samples"] - p["first_samples"] * p["learnable"],
+                              p["tokens"] - p["first_tokens"] * p["learnable"])
+                      for e in store.events(kind="probe") if (p := e.payload)["method"] == m), Compute())
+        assert (r["samples"], r["tokens"]) == (spent.samples, spent.tokens), m
+        planned = [(p.get("planned_steps", p["config"]["steps"]), p["config"]["steps"]) for p in own]
+        assert r["trained"] == {"stages": len(own), "steps": sum(ran for _, ran in planned),
+                                "cut": sum(ran < plan for plan, ran in planned),
+                                "longer": sum(ran > plan for plan, ran in planned)}, m
+        if m != "grid":  # the grid counts its points' steps in default stages
+            assert r["stages_used"] == len(own) * (1 if m in ("tree", "staged", "pbt") else TOKEN_RUN["depth"]), m
+    staged = results["staged"]
+    assert staged["trained"]["cut"] == 1 and staged["trained"]["longer"] == 0
+    assert stages_text(staged["stages_used"], staged["trained"]) == f"{staged['stages_used'] - 1} + 1 cut"
 
 
 @pytest.mark.slow
