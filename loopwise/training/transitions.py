@@ -8,8 +8,9 @@ of the coordinated move (half or double steps, one knob left out, the top findin
 single-knob moves, every knob either way. Without a finding (or with none answerable within the
 bounds) there is no coordinated move: the single-knob moves, in seeded order, are all there is, and
 the search itself offers to continue with the config unchanged. No rule prefers a direction for a
-class of knobs, so :func:`directions`, which classifies a path's knob trajectories, reports what
-the findings and the search chose (LLMZero reports capacity knobs growing and regularization knobs
+class of knobs, so :func:`directions`, which classifies a path's knob trajectories, and
+:func:`path_directions`, which counts them over every path a search expanded, report what the
+findings and the search chose (LLMZero reports capacity knobs growing and regularization knobs
 oscillating; here that is a result to check, not a rule).
 """
 
