@@ -216,8 +216,8 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, stages_text(r["stages_used"], r.get("trained")), _budget(r.get("budget")), _count(r.get("samples")),
-                  _count(r.get("tokens")),
+        t.add_row(m, stages_text(r["stages_used"], r.get("trained")), _budget(r.get("budget")),
+                  _count(r.get("samples")), _count(r.get("tokens")),
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
     c.print(t)

@@ -88,7 +88,8 @@ def test_a_stage_is_cut_before_a_step_that_could_pass_the_allowance_and_kept_as_
     ran = [row for row in result.trace if "reward" in row]
     assert 3 * cap - cap < session.spent.tokens <= 3 * cap
     assert 3 <= result.config.steps == len(ran) < 40  # shorter completions than the cap buy more steps
-    assert recorded == [stage_key(session.base_state, result.config, 5, planned=40)]  # the cut stage, not the one asked for
+    # the cut stage (its steps, and the steps it was planned with), not the one asked for
+    assert recorded == [stage_key(session.base_state, result.config, 5, planned=40)]
     # asked again (a resumed run: its cache holds the cut stage), it is trained and cut at the same
     # step, and not recorded a second time
     session.spent = Compute()

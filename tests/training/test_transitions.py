@@ -200,7 +200,8 @@ def test_the_counts_favour_no_direction():
     for knob in ("learning_rate", "difficulty"):
         a, b = there["knobs"][knob], back["knobs"][knob]
         assert (a["monotone_up"], a["monotone_down"]) == (b["monotone_down"], b["monotone_up"])
-        assert (a["oscillating"], a["constant"], a["moved_twice"]) == (b["oscillating"], b["constant"], b["moved_twice"])
+        assert [a[k] for k in ("oscillating", "constant", "moved_twice")] == [
+            b[k] for k in ("oscillating", "constant", "moved_twice")]
 
 
 def test_directions_read_configs_as_records_or_as_dicts():
