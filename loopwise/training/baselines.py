@@ -134,15 +134,21 @@ def grid(session: Session, budget: Budget, depth: int, seed: int = 0) -> Schedul
     fits the share."""
     n = max(1, budget.stages(session.default_config(), length=session.base_length) // depth)
     share = budget.amount // n
-    runs = []
-    for cfg in grid_configs(session, n, seed):
+    runs, notes = [], []
+    for i, cfg in enumerate(grid_configs(session, n, seed)):
         steps = share // budget.stage_cost(cfg, steps=1, length=session.base_length)
         if steps >= 1:
             runs.append(cfg.model_copy(update={"steps": steps}))
+        else:
+            notes.append(f"point {i} left out: one step of {cfg.prompts_per_step * cfg.num_generations} completions "
+                         f"costs more than its share of {share:,} {budget.unit} {BUDGET_NOTE}")
     if not runs:
         raise UserError(f"a budget of {budget.amount} {budget.unit} buys no step of any grid point")
+    before = session.trained
     schedule = continuous(session, len(runs), 1, seed, runs, "grid")
-    schedule.stages_used = max(1, round(sum(c.steps for c in runs) / session.p.stage_steps))
+    # the steps its points trained (a token budget's runs train to their shares), in default stages
+    schedule.stages_used = max(1, round((session.trained - before).steps / session.p.stage_steps))
+    schedule.notes += notes
     return schedule
 
 
@@ -190,5 +196,5 @@ def random_search(session: Session, budget: Budget, depth: int, seed: int = 0) -
 
     runs = [cfg.model_copy(update={"steps": steps(cfg)}) for cfg in random_configs(session, n, seed, fits=fits)]
     schedule = continuous(session, len(runs), 1, seed, runs, "random")
-    schedule.stages_used = n * depth
+    schedule.stages_used *= depth  # the runs it trained (one whose share had no room for a step is left out)
     return schedule

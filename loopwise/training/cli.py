@@ -202,6 +202,8 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
     from loopwise.core.console import console as make_console
     from rich.table import Table
 
+    from loopwise.training.report_data import stages_text
+
     c = make_console()
     any_result = next(iter(results.values()))
     base_tune, base_test = any_result["base_tune_reward"], any_result["base_test_reward"]
@@ -214,38 +216,58 @@ def _table(run, results: dict, proposals: dict | None = None) -> None:
         t.add_column(col, justify="right" if col not in ("method", "schedule") else "left")
     for m, r in results.items():
         rel = (r["test_reward"] - base_test) / base_test if base_test > 0 else math.nan
-        t.add_row(m, str(r["stages_used"]), _budget(r.get("budget")), _count(r.get("samples")),
-                  _count(r.get("tokens")),
+        t.add_row(m, stages_text(r["stages_used"], r.get("trained")), _budget(r.get("budget")),
+                  _count(r.get("samples")), _count(r.get("tokens")),
                   f"{r['tune_reward']:.3f}", f"{r['test_reward']:.3f}", f"{rel:+.1%}", _describe(r["configs"]),
                   f"{r['seconds']:.0f}")
     c.print(t)
     for m, r in results.items():
         if line := _signal_line(r):
             c.print(f"{m}: {line}")
-    dirs = {m: r["directions"] for m, r in results.items() if r.get("directions")}
-    for m, d in dirs.items():
-        moving = {k: v for k, v in d.items() if v != "constant"}
-        c.print(f"{m}: knob directions along its schedule: " + (", ".join(f"{k} {v}" for k, v in moving.items())
-                                                                 or "all constant"))
+    for m, r in results.items():
+        for line in _directions_lines(r):
+            c.print(f"{m}: {line}")
     if proposals is not None:
         c.print(_proposals_line(proposals))
 
 
 def _signal_line(r: dict) -> str:
     """How many of the method's groups had no reward variance, over every stage it trained and per
-    stage of its pick, and what the tree's guard did; empty for a result written before these."""
-    groups = r.get("zero_variance_groups")
-    if not isinstance(groups, dict) or not groups.get("groups"):
-        return ""
-    per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
+    stage of its pick, what the tree's guard did, and where the budget cut or left out its
+    training; empty when the result has none of these."""
     from loopwise.training.compute import BUDGET_NOTE
 
     notes = r.get("notes") or []
-    guard = [n for n in notes if "not applied" in n or "closed" in n]
-    budget = [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")]
-    return (f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's stages: "
-            f"{per_stage or '-'})" + (f"; {len(guard)} guard note(s): " + "; ".join(guard) if guard else "")
-            + ("; " + "; ".join(budget) if budget else ""))
+    parts = []
+    groups = r.get("zero_variance_groups")
+    if isinstance(groups, dict) and groups.get("groups"):
+        per_stage = ", ".join("-" if z is None else f"{z:.0%}" for z in r.get("zero_variance") or [])
+        parts.append(f"{groups['share']:.0%} of its {groups['groups']:,} groups had no reward variance (its pick's "
+                     f"stages: {per_stage or '-'})")
+        guard = [n for n in notes if "not applied" in n or "closed" in n]
+        parts += [f"{len(guard)} guard note(s): " + "; ".join(guard)] if guard else []
+    return "; ".join(parts + [n for n in notes if BUDGET_NOTE in n or n.startswith("the best is repetition")])
+
+
+def _directions_lines(r: dict) -> list[str]:
+    """The knob directions of the method's pick and, for the tree, counted over every path it expanded."""
+    from loopwise.training.report_data import moves_text
+
+    lines = []
+    if d := r.get("directions"):
+        moving = ", ".join(f"{k} {v}" for k, v in d.items() if v != "constant")
+        n = len(r.get("configs") or [])
+        lines.append(f"knob directions from the default config along its pick ({n} stage{'' if n == 1 else 's'}): "
+                     + (moving or "all constant"))
+    if p := r.get("path_directions"):
+        knobs = p["knobs"]
+        moved = [f"{k} up {c['monotone_up']}, down {c['monotone_down']}, oscillating {c['oscillating']} (changed "
+                 f"twice on {c['moved_twice']}), constant {c['constant']}" for k, c in knobs.items()
+                 if c["constant"] < p["paths"]]
+        still = [k for k, c in knobs.items() if c["constant"] == p["paths"]]
+        lines.append(f"knob directions over its {p['paths']} root-to-node paths ({moves_text(p)}): "
+                     + "; ".join(moved + [f"constant on every path: {', '.join(still) or '-'}"]))
+    return lines
 
 
 def _count(v) -> str:

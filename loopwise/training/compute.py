@@ -29,6 +29,33 @@ class Compute:
         return Compute(self.samples - other.samples, self.tokens - other.tokens)
 
 
+@dataclass(frozen=True)
+class StageTally:
+    """Stages trained, and those an allowance stopped short of (``cut``) or ran past (``longer``)
+    the steps they were planned with; ``steps``: the steps they trained."""
+
+    stages: int = 0
+    cut: int = 0
+    longer: int = 0
+    steps: int = 0
+
+    @classmethod
+    def of(cls, planned: int, ran: int) -> StageTally:
+        """One stage planned with ``planned`` steps that trained ``ran``."""
+        return cls(1, int(ran < planned), int(ran > planned), ran)
+
+    def __add__(self, other: StageTally) -> StageTally:
+        return StageTally(self.stages + other.stages, self.cut + other.cut, self.longer + other.longer,
+                          self.steps + other.steps)
+
+    def __sub__(self, other: StageTally) -> StageTally:
+        return StageTally(self.stages - other.stages, self.cut - other.cut, self.longer - other.longer,
+                          self.steps - other.steps)
+
+    def to_dict(self) -> dict:
+        return {"stages": self.stages, "cut": self.cut, "longer": self.longer, "steps": self.steps}
+
+
 def _count(v) -> float | None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
     return float(v) if ok else None

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from loopwise.training import metrics as M
-from loopwise.training.compute import Compute, stage_compute
+from loopwise.training.compute import Compute, StageTally, stage_compute
 
 KNOBS = ("learning_rate", "beta", "temperature", "difficulty", "max_completion_length", "num_generations",
          "entropy_coef", "epsilon_high")
@@ -31,6 +31,7 @@ class Schedule:
     directions: dict = field(default_factory=dict)
     done: bool = False
     compute: Compute | None = None  # samples and tokens of every stage the method trained
+    trained: dict = field(default_factory=dict)  # those stages counted, cut and run-on ones apart (StageTally's)
     reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
 
 
@@ -131,7 +132,8 @@ def _from_result(method: str, r: dict, data: TrainingData) -> Schedule:
     return Schedule(method, [as_dict(c) for c in as_list(r.get("configs"))], [_trace(t) for t in as_list(r.get("traces"))],
                     as_number(r.get("tune_reward")), as_number(r.get("test_reward")), r.get("stages_used"),
                     {str(k): str(v) for k, v in as_dict(r.get("directions")).items()}, True, compute,
-                    [str(x) for x in as_list(r.get("reasons"))])
+                    reasons=[str(x) for x in as_list(r.get("reasons"))],
+                    trained=as_dict(r.get("trained")) or _trained(method, data))
 
 
 def _spent(method: str, data: TrainingData) -> Compute:
@@ -141,6 +143,18 @@ def _spent(method: str, data: TrainingData) -> Compute:
         if s.get("method") == method:
             total = total + stage_compute(s.get("trace"), s.get("config"))
     return total
+
+
+def _trained(method: str, data: TrainingData) -> dict:
+    """The method's stage events counted as :class:`~loopwise.training.compute.StageTally` counts
+    them (an event without ``planned_steps`` ran its planned steps)."""
+    total = StageTally()
+    for s in data.stages:
+        ran = as_number(as_dict(s.get("config")).get("steps"))
+        if s.get("method") == method and ran is not None:
+            planned = as_number(s.get("planned_steps"))
+            total = total + StageTally.of(int(ran if planned is None else planned), int(ran))
+    return total.to_dict()
 
 
 def parent_of(tree: dict[int, dict], n: int) -> int:
@@ -175,7 +189,8 @@ def _so_far(method: str, data: TrainingData) -> Schedule:
     return Schedule(method, [as_dict(s.get("config")) for s in path], [_trace(s.get("trace")) for s in path],
                     as_number(path[-1].get("tune")) if path else None,
                     stages_used=sum(1 for s in data.stages if s.get("method") == method), compute=_spent(method, data),
-                    reasons=[str(s["why"]) for s in path if isinstance(s.get("why"), str)])
+                    reasons=[str(s["why"]) for s in path if isinstance(s.get("why"), str)],
+                    trained=_trained(method, data))
 
 
 # -- formatting ---------------------------------------------------------------------------------
@@ -229,6 +244,24 @@ def changes_text(old: dict, new: dict) -> str:
     return ", ".join(diff) or "no change"
 
 
+def stages_text(used, trained) -> str:
+    """A method's stages as they ran: ``used`` (in default stages: a run of a run-based method
+    stands for several) with those an allowance cut short or ran past their planned steps, from
+    ``trained`` (:class:`~loopwise.training.compute.StageTally`'s dict; a result written before
+    it has none): ``5 + 1 cut``, or ``8 (2 runs: 1 cut short, 1 longer than planned)``."""
+    used = as_number(used)
+    if used is None:
+        return "-"
+    t = {k: int(as_number(as_dict(trained).get(k)) or 0) for k in ("stages", "cut", "longer")}
+    if not (t["cut"] or t["longer"]):
+        return f"{used:.0f}"
+    if t["stages"] == used and not t["longer"]:
+        return f"{used - t['cut']:.0f} + {t['cut']} cut"
+    parts = [f"{t['cut']} cut short"] * bool(t["cut"]) + [f"{t['longer']} longer than planned"] * bool(t["longer"])
+    runs = "" if t["stages"] == used else f"{t['stages']} runs: "
+    return f"{used:.0f} ({runs}{', '.join(parts)})"
+
+
 def schedule_summary(s: Schedule) -> str:
     """A schedule in one line: its length and the knobs that move along it (or the one config's)."""
     if not s.configs:
@@ -240,6 +273,25 @@ def schedule_summary(s: Schedule) -> str:
     moves = [f"{k} " + "→".join(value_text(c.get(k)) for c in s.configs) for k in s.configs[0]
              if k != "steps" and len({repr(c.get(k)) for c in s.configs}) > 1]
     return f"{len(s.configs)} stages ({steps} steps): " + ("; ".join(moves) or "the same config throughout")
+
+
+def tree_paths(tree: dict[int, dict]) -> list[list[dict]]:
+    """Every node's path of configs from the default config (the base's first child's, as
+    tree_search proposes it first) down to the node."""
+    first = min((n for n in tree if parent_of(tree, n) == 0), default=None)
+    if first is None:
+        return []
+    start = as_dict(tree[first].get("config"))
+    return [[start] + [as_dict(s.get("config")) for s in tree_path(tree, n)] for n in sorted(tree)]
+
+
+def moves_text(counts: dict) -> str:
+    """:func:`~loopwise.training.transitions.path_directions`' paths by their number of moves, and
+    how many are long enough for a knob to reverse."""
+    moves = as_dict(counts.get("moves"))
+    by = ", ".join(f"{n} move{'' if n == '1' else 's'}: {k}" for n, k in moves.items())
+    return (f"{by or 'no path'}; {counts.get('long_enough', 0)} of the {counts.get('paths', 0)} paths have the two "
+            "or more moves a reversal needs")
 
 
 def top_finding(stage: dict) -> str:

@@ -24,6 +24,7 @@ from loopwise.training.report_data import (
     parent_of,
     rank_of,
     schedule_summary,
+    stages_text,
     top_finding,
     tree_path,
 )
@@ -36,7 +37,7 @@ def headline_rows(data: TrainingData) -> list[list[str]]:
     for m, s in data.schedules.items():
         status = "done" if s.done else ("unfinished" if s.configs else "not started")
         c = s.compute
-        rows.append([m, status, str(s.stages_used if s.stages_used is not None else "-"),
+        rows.append([m, status, stages_text(s.stages_used, s.trained),
                      count_text(c.samples if c else None), count_text(c.tokens if c else None), fmt(s.tune), fmt(s.test),
                      delta_text(s.test, base_test), delta_text(s.test, grid.test) if grid and m != "grid" else "-",
                      schedule_summary(s)])

@@ -24,8 +24,10 @@ from loopwise.training.report_data import (
     decision_counts,
     fmt,
     load_data,
+    moves_text,
     rank_of,
     top_finding,
+    tree_paths,
     value_text,
 )
 from loopwise.training.report_figures import (
@@ -69,10 +71,23 @@ def _directions_section(data: TrainingData) -> Section:
     knobs = list(KNOBS) + sorted({k for m in have for k in data.schedules[m].directions} - set(KNOBS))
     rows = [[k] + [f"{ARROWS.get(d, '')} {d}".strip() for d in (data.schedules[m].directions.get(k, "-")
                                                                  for m in have)] for k in knobs]
-    return Section("Knob directions along each best schedule (its own stages, in order)", columns=["knob"] + have,
-                   rows=rows if have else [],
-                   facts={} if have else {"directions": "none yet (a finished method of more than one stage has them)"},
+    return Section("Knob directions along each best schedule (from the default config, then its stages in order)",
+                   columns=["knob"] + have, rows=rows if have else [],
+                   facts={} if have else {"directions": "none yet (a finished method has them)"},
                    anchor="directions")
+
+
+def _paths_section(data: TrainingData) -> Section:
+    """The directions of every root-to-node path of the tree, counted per knob."""
+    from loopwise.training.transitions import DIRECTIONS, path_directions
+
+    counts = path_directions(tree_paths(data.tree))
+    rows = [[k] + [str(c[d]) for d in DIRECTIONS + ("moved_twice",)] for k, c in counts["knobs"].items()]
+    return Section(f"Knob directions over the tree's {counts['paths']} root-to-node paths (each node's, from the "
+                   "default config; a path's prefixes are paths of their own)",
+                   facts={"paths by moves": moves_text(counts)},
+                   columns=["knob"] + [f"{ARROWS[d]} {d}" for d in DIRECTIONS] + ["changed twice or more"],
+                   rows=rows, anchor="paths")
 
 
 def _schedule_section(data: TrainingData) -> Section:
@@ -156,7 +171,7 @@ def build_report(store, out: Path | None = None) -> Path:
         figures.append(warm_figure(history))
     sections = [_run_section(data, meta, rows), _directions_section(data), _schedule_section(data)]
     if data.tree:
-        sections.append(_tree_section(data))
+        sections += [_paths_section(data), _tree_section(data)]
     if data.decisions:
         sections.append(_decisions_section(data))
     subtitle = (f"{st.get('task', '?')} · preset {st.get('preset', '?')} · budget {budget_text(data)}, "

@@ -276,15 +276,17 @@ def resolve_device(device: str) -> str:
 
 
 def result_payload(schedule: Schedule, session: Session, seconds: float, budget: Budget) -> dict:
-    from loopwise.training.transitions import directions
+    from loopwise.training.transitions import directions, path_directions
 
     base_test = session.test_reward(session.base_state)
     return {"method": schedule.method, "configs": [c.model_dump() for c in schedule.configs],
             "tune_reward": schedule.tune_reward, "test_reward": schedule.test_reward,
             "base_tune_reward": session.base_tune, "base_test_reward": base_test,
-            "stages_used": schedule.stages_used, "seconds": seconds,
+            "stages_used": schedule.stages_used, "trained": schedule.trained.to_dict(), "seconds": seconds,
             "samples": schedule.compute.samples, "tokens": schedule.compute.tokens, "budget": budget.to_dict(),
-            "directions": directions(schedule.configs) if len(schedule.configs) > 1 else {},
+            # from the default config, where every method starts: the first stage's move counts
+            "directions": directions([session.default_config()] + schedule.configs) if schedule.configs else {},
+            **({"path_directions": path_directions(schedule.paths)} if schedule.paths else {}),
             "reasons": list(schedule.reasons), "notes": list(schedule.notes),
             # the share of groups without reward variance: each stage of the schedule's, and over
             # every stage the method trained

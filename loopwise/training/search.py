@@ -227,13 +227,15 @@ class _Tree:
                               f"({label['why']})")
 
     def schedule(self) -> Schedule:
-        """The best node by tune reward (the earliest among equals) and the stages that lead to it."""
+        """The best node by tune reward (the earliest among equals) and the stages that lead to it,
+        with every node's path from the base's (the default) config."""
         nodes = self.nodes
         best_id = max((n for n in nodes if n != 0), key=lambda n: (nodes[n]["tune"], -n), default=0)
         ids = self.lineage(best_id)
+        paths = [[nodes[0]["config"]] + [nodes[i]["config"] for i in self.lineage(n)] for n in sorted(nodes) if n]
         return Schedule("tree", [nodes[i]["config"] for i in ids], nodes[best_id]["tune"], nodes[best_id]["state"],
                         self.search.n_evals, traces=[nodes[i]["trace"] for i in ids],
-                        reasons=[nodes[i]["why"] for i in ids], notes=self.notes)
+                        reasons=[nodes[i]["why"] for i in ids], notes=self.notes, paths=paths)
 
 
 METHODS = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
@@ -248,7 +250,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     if stages < depth:
         raise UserError(f"a budget of {budget.amount:,} {budget.unit} buys {stages} default stages, below the "
                         f"schedule depth {depth}")
-    before, groups = session.spent, session.groups
+    before, groups, trained = session.spent, session.groups, session.trained
     # a token budget holds the method to it step by step (a stage's tokens are known once it ran)
     allowance = Allowance(budget, budget.of(before) + budget.amount) if budget.unit == "tokens" else None
     with session.held_to(allowance):
@@ -256,6 +258,7 @@ def run_method(method: str, session: Session, budget: Budget, depth: int, seed: 
     schedule.test_reward = session.test_reward(schedule.state)
     schedule.compute = session.spent - before
     schedule.groups = session.groups - groups
+    schedule.trained = session.trained - trained
     return schedule
 
 

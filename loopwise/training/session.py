@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from loopwise.errors import UserError
-from loopwise.training.compute import Allowance, Compute, stage_compute
+from loopwise.training.compute import Allowance, Compute, StageTally, stage_compute
 from loopwise.training.config import StageConfig
 from loopwise.training.grpo import GRPOTrainer, evaluate
 from loopwise.training.learning_signal import GroupTally, SignalProbe, probe_groups, stage_groups
@@ -146,6 +146,8 @@ class Session:
     spent: Compute = field(init=False, default_factory=Compute)
     # the groups those stages sampled and how many had no reward variance (probes left out)
     groups: GroupTally = field(init=False, default_factory=GroupTally)
+    # the stages asked for, cached ones included, and those an allowance cut or ran on
+    trained: StageTally = field(init=False, default_factory=StageTally)
     # a ceiling on spent (a token budget's, see run_stage); None: stages run their steps
     allowance: Allowance | None = field(init=False, default=None)
     # greedy rewards by (weights' sha256, split): each set of weights is measured on a set once
@@ -297,7 +299,9 @@ class Session:
 
         Under an :attr:`allowance` a step starts only when its most fits it: a stage cut short is
         the stage of the steps it ran (its config's ``steps``, key and record), so no later lookup
-        reads it as the longer one. ``to_allowance``: the stage trains on past its steps until the
+        reads it as the longer one; its greedy probes keep the planned length's schedule, so its key
+        and record (``planned_steps``) also name that length, and a stage asked for with the steps
+        it ran is not read as it either. ``to_allowance``: the stage trains on past its steps until the
         allowance stops it (a token budget's run spending its share, whatever its completions'
         lengths); such a stage, and one the allowance would cut, is trained rather than read from
         the cache (training is deterministic: the same steps again) and, when the cache held it
@@ -315,6 +319,7 @@ class Session:
             self._remember(cached.state, tune=cached.tune_reward, train=cached.train_reward)
             self.spent = self.spent + stage_compute(cached.trace, cached.config.model_dump()) - paid
             self.groups = self.groups + stage_groups(cached.trace, cached.config)
+            self.trained = self.trained + StageTally.of(config.steps, cached.config.steps)
             return cached
         t0 = time.perf_counter()
         pool = self._pool(config, seed)
@@ -330,9 +335,13 @@ class Session:
                               probe=probe, probe_every=max(1, math.ceil(config.steps / PROBE_POINTS)),
                               probe_prompts=probe_prompts)
         trace = self._train(trainer, config, paid, to_allowance, progress)
-        if trainer.step_count != config.steps:  # cut short, or run on, by the allowance
+        planned = config.steps
+        if trainer.step_count != planned:  # cut short, or run on, by the allowance
+            # its greedy probes and KL rows kept the planned length's schedule: a stage of the steps
+            # it ran, asked for as such, probes on its own, so the key and record name both lengths
             config = config.model_copy(update={"steps": trainer.step_count})
-            key = stage_key(parent, config, seed)
+            key = stage_key(parent, config, seed, planned=planned)
+            label = {**(label or {}), "planned_steps": planned}
         state = _state_bytes(policy)
         tune, train = self._measure(policy, state, "tune"), self._measure(policy, state, "train")
         trace = [start] + trace + [{"step": trainer.step_count, "eval/reward": tune, "eval/train_reward": train}]
@@ -342,6 +351,7 @@ class Session:
         self.cache[key] = result
         self.spent = self.spent + stage_compute(trace, config.model_dump()) - paid
         self.groups = self.groups + stage_groups(trace, config)
+        self.trained = self.trained + StageTally.of(planned, config.steps)
         if self.record is not None and not known:
             self.record(key, result, dict(label or {}))
         return result
@@ -448,11 +458,15 @@ class Session:
         return (tune + EPS) / (self.base_tune + EPS)
 
 
-def stage_key(parent: bytes, config: StageConfig, seed: int) -> str:
-    """What identifies a stage's result: its starting weights, its config and its seed."""
+def stage_key(parent: bytes, config: StageConfig, seed: int, planned: int | None = None) -> str:
+    """What identifies a stage's result: its starting weights, its config and its seed, and for a
+    stage an allowance stopped at other than its planned steps, those ``planned`` steps (they set
+    where its trace has greedy probes)."""
     h = hashlib.sha256(hashlib.sha256(parent).digest())
     h.update(json.dumps(config.model_dump(), sort_keys=True).encode())
     h.update(str(seed).encode())
+    if planned is not None and planned != config.steps:
+        h.update(f"planned {planned}".encode())
     return h.hexdigest()
 
 
@@ -483,6 +497,9 @@ class Schedule:
     reasons: list[str] = field(default_factory=list)  # per stage, why its config was chosen (the tree's)
     compute: Compute = field(default_factory=Compute)  # every stage the method trained, not only these
     groups: GroupTally = field(default_factory=GroupTally)  # ... and their groups without reward variance
+    trained: StageTally = field(default_factory=StageTally)  # ... and how many, cut or run on by an allowance
+    # every path the method expanded, its start config first (the tree's: each node's, from the base)
+    paths: list[list[StageConfig]] = field(default_factory=list)
 
 
 def tree_bounds(session: Session) -> Bounds:

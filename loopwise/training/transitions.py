@@ -8,8 +8,9 @@ of the coordinated move (half or double steps, one knob left out, the top findin
 single-knob moves, every knob either way. Without a finding (or with none answerable within the
 bounds) there is no coordinated move: the single-knob moves, in seeded order, are all there is, and
 the search itself offers to continue with the config unchanged. No rule prefers a direction for a
-class of knobs, so :func:`directions`, which classifies a path's knob trajectories, reports what
-the findings and the search chose (LLMZero reports capacity knobs growing and regularization knobs
+class of knobs, so :func:`directions`, which classifies a path's knob trajectories, and
+:func:`path_directions`, which counts them over every path a search expanded, report what the
+findings and the search chose (LLMZero reports capacity knobs growing and regularization knobs
 oscillating; here that is a result to check, not a rule).
 """
 
@@ -28,7 +29,8 @@ from loopwise.core.records import Finding
 from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
 from loopwise.training.findings import suggests
 
-__all__ = ["STEPS", "Bounds", "Step", "Transition", "directions", "propose_transitions"]
+__all__ = ["DIRECTIONS", "STEPS", "Bounds", "Step", "Transition", "directions", "path_directions",
+           "propose_transitions"]
 
 Plan = dict[str, tuple[str, str]]  # knob -> (direction, why: a finding's kind or "explore")
 
@@ -231,19 +233,51 @@ def propose_transitions(config: StageConfig, findings: list[Finding], rng: rando
     return out or [Transition(config, {}, "Nothing can change: every knob is at the bound it would move past.")]
 
 
-def directions(configs: Sequence[StageConfig]) -> dict[str, str]:
-    """How each knob moved along a path of stage configs (root first).
+DIRECTIONS = ("monotone_up", "monotone_down", "oscillating", "constant")
+
+
+def _trajectory(values: Sequence) -> tuple[str, int]:
+    """How a knob's values moved along a path, and how many times it changed."""
+    signs = [1 if b > a else -1 for a, b in itertools.pairwise(values) if b != a]
+    # with stays dropped, a path that both rises and falls must reverse somewhere
+    kind = ("constant" if not signs else "oscillating" if len(set(signs)) == 2
+            else "monotone_up" if signs[0] == 1 else "monotone_down")
+    return kind, len(signs)
+
+
+def _values(configs: Sequence, knob: str) -> list:
+    return [c.get(knob) if isinstance(c, Mapping) else getattr(c, knob) for c in configs]
+
+
+def directions(configs: Sequence[StageConfig | Mapping]) -> dict[str, str]:
+    """How each knob moved along a path of stage configs (its start first), read from records or
+    from their dicts.
 
     Returns:
         ``{knob: "monotone_up" | "monotone_down" | "oscillating" | "constant"}`` for every
         capacity and regularization knob; a knob that reverses direction at least once (ignoring
-        stages where it stays put) is oscillating.
+        stages where it stays put) is oscillating, so telling one needs a path of two moves.
     """
-    out: dict[str, str] = {}
-    for knob in CAPACITY + REGULARIZATION:
-        values = [getattr(c, knob) for c in configs]
-        signs = {1 if b > a else -1 for a, b in itertools.pairwise(values) if b != a}
-        # with stays dropped, a path that both rises and falls must reverse somewhere
-        out[knob] = ("constant" if not signs else "oscillating" if len(signs) == 2
-                     else "monotone_up" if signs == {1} else "monotone_down")
-    return out
+    return {knob: _trajectory(_values(configs, knob))[0] for knob in CAPACITY + REGULARIZATION}
+
+
+def path_directions(paths: Sequence[Sequence[StageConfig | Mapping]]) -> dict:
+    """:func:`directions` over many paths (each its start config first), counted.
+
+    Returns:
+        ``paths`` (how many), ``moves`` (paths by their number of moves, as text keys),
+        ``long_enough`` (paths of at least two moves: the fewest in which any knob can reverse) and
+        ``knobs``: per knob, the paths in each of :data:`DIRECTIONS` and ``moved_twice``, the paths
+        in which that knob changed at least twice (only those can show it oscillating).
+    """
+    knobs = {k: dict.fromkeys(DIRECTIONS + ("moved_twice",), 0) for k in CAPACITY + REGULARIZATION}
+    moves: dict[str, int] = {}
+    for path in paths:
+        n = max(len(path) - 1, 0)
+        moves[str(n)] = moves.get(str(n), 0) + 1
+        for knob, counts in knobs.items():
+            kind, changes = _trajectory(_values(path, knob))
+            counts[kind] += 1
+            counts["moved_twice"] += changes >= 2
+    return {"paths": len(paths), "moves": dict(sorted(moves.items(), key=lambda kv: int(kv[0]))),
+            "long_enough": sum(len(p) >= 3 for p in paths), "knobs": knobs}

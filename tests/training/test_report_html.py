@@ -15,7 +15,7 @@ get_plotlyjs = pytest.importorskip("plotly.offline").get_plotlyjs
 
 from loopwise.core.store import SqliteRunStore
 from loopwise.training.config import StageConfig
-from loopwise.training.report_data import KNOBS
+from loopwise.training.report_data import KNOBS, stages_text
 from loopwise.training.report_html import build_report
 
 BASE_TUNE, BASE_TEST = 0.25, 0.5
@@ -124,6 +124,39 @@ def test_finished_run_with_tree_staged_and_grid(tmp_path):
     figures = _figures(html)
     assert len(figures) == 6, figures  # headline, rewards, tree, knobs, metrics, warm start
     assert "Other metrics per step of the best tree schedule, by stage" in figures
+
+
+def test_directions_are_counted_over_every_tree_path_from_the_default_config(tmp_path):
+    """Node 5's path (default, node 1, node 4, node 5) lowers the temperature and raises it back:
+    the one of the five paths long enough to show it, among the three of two or more moves."""
+    store = _new(tmp_path, ["tree"])
+    _tree(store)
+    html = _html(store)
+    assert "Knob directions over the tree&#39;s 5 root-to-node paths" in html
+    assert ("1 move: 2, 2 moves: 2, 3 moves: 1; 3 of the 5 paths have the two or more moves a reversal needs"
+            in html)
+    # knob, monotone_up, monotone_down, oscillating, constant, changed twice or more
+    assert "<td>temperature</td><td>0</td><td>1</td><td>1</td><td>3</td><td>1</td>" in html
+    assert "<td>difficulty</td><td>2</td><td>0</td><td>0</td><td>3</td><td>0</td>" in html
+
+
+@pytest.mark.parametrize("used, trained, text", [
+    (8, None, "8"),
+    (8, {"stages": 2, "cut": 0, "longer": 0, "steps": 96}, "8"),
+    (7, {"stages": 7, "cut": 1, "longer": 0, "steps": 75}, "6 + 1 cut"),
+    (8, {"stages": 2, "cut": 1, "longer": 1, "steps": 101}, "8 (2 runs: 1 cut short, 1 longer than planned)"),
+    (8, {"stages": 8, "cut": 3, "longer": 5, "steps": 190}, "8 (3 cut short, 5 longer than planned)"),
+    (None, None, "-"),
+])
+def test_stages_are_reported_as_they_ran(used, trained, text):
+    assert stages_text(used, trained) == text
+
+
+def test_an_unfinished_method_counts_the_stages_its_events_say_were_cut(tmp_path):
+    store = _new(tmp_path, ["staged"])
+    _stage(store, _cfg(), 0.3, method="staged", rep=0, stage=0)
+    _stage(store, _cfg(steps=1), 0.3, method="staged", rep=0, stage=1, planned_steps=3)
+    assert re.search(r"<td>staged</td><td>unfinished</td><td>1 \+ 1 cut</td>", _html(store))
 
 
 def test_unfinished_run_with_two_tree_stages_and_no_results(tmp_path):
@@ -250,4 +283,4 @@ def test_the_tree_says_why_each_stage_of_its_pick_and_which_nodes_were_healthy(t
     html = _html(store)
     assert all(f"<td>{r}</td>" in html for r in ("the default config", "Answers too_easy: difficulty 1 -&gt; 2."))
     assert re.search(r"<td>6</td><td>2</td><td>2</td>.*?<td>no finding</td>", html)
-    assert "its own stages" in html
+    assert "from the default config, then its stages in order" in html

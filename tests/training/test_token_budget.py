@@ -88,13 +88,39 @@ def test_a_stage_is_cut_before_a_step_that_could_pass_the_allowance_and_kept_as_
     ran = [row for row in result.trace if "reward" in row]
     assert 3 * cap - cap < session.spent.tokens <= 3 * cap
     assert 3 <= result.config.steps == len(ran) < 40  # shorter completions than the cap buy more steps
-    assert recorded == [stage_key(session.base_state, result.config, 5)]  # the cut stage, not the one asked for
+    # the cut stage (its steps, and the steps it was planned with), not the one asked for
+    assert recorded == [stage_key(session.base_state, result.config, 5, planned=40)]
     # asked again (a resumed run: its cache holds the cut stage), it is trained and cut at the same
     # step, and not recorded a second time
     session.spent = Compute()
     again = session.run_stage(session.base_state, cfg, seed=5)
     assert again.config == result.config and again.state == result.state
-    assert recorded == [stage_key(session.base_state, result.config, 5)]
+    assert recorded == [stage_key(session.base_state, result.config, 5, planned=40)]
+
+
+def test_a_cut_stage_does_not_stand_in_for_a_stage_asked_for_with_the_steps_it_ran(session):
+    """A stage cut after n of its steps probed greedy reward on the schedule of its planned length;
+    a stage asked for with n steps probes on its own schedule. The training is the same, the traces
+    are not, so the cut one is kept apart (and says what it was planned for)."""
+    import math
+
+    from loopwise.training.metrics import GREEDY_REWARD
+    from loopwise.training.session import PROBE_POINTS
+
+    cfg = session.default_config().model_copy(update={"steps": 40})
+    labels = []
+    session.record = lambda key, result, label: labels.append(label)
+    _held(session, 3 * Budget("tokens", 1).stage_cost(cfg, steps=1))
+    cut = session.run_stage(session.base_state, cfg, seed=5)
+    n = cut.config.steps
+    assert n < 40 and labels == [{"planned_steps": 40}]
+    session.allowance = None
+    fresh = session.run_stage(session.base_state, cfg.model_copy(update={"steps": n}), seed=5)
+    every = math.ceil(n / PROBE_POINTS)
+    assert fresh.state == cut.state  # the probes do not touch the training
+    assert [r["step"] for r in fresh.trace if GREEDY_REWARD in r] == [k for k in range(1, n + 1)
+                                                                      if k % every == 0 or k == n]
+    assert len(labels) == 2 and labels[1] == {}  # trained and recorded as a stage of its own
 
 
 def test_a_cached_stage_the_allowance_would_cut_is_trained_again_and_cut(session):

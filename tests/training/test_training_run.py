@@ -13,7 +13,8 @@ import pytest
 from loopwise.core.store import SqliteRunStore
 from loopwise.errors import UserError
 from loopwise.training import search, session
-from loopwise.training.compute import Budget
+from loopwise.training.compute import Budget, Compute, stage_compute
+from loopwise.training.report_data import stages_text
 from loopwise.training.run import Settings, TrainingRun
 
 TINY = session.Preset("smoke", stage_steps=2, prompts_per_step=4, num_generations=4, eval_n=16, pool_n=120,
@@ -126,6 +127,23 @@ def test_a_token_budget_is_spent_to_within_one_step_and_never_exceeded(tiny, tmp
         # the tokens are those generated: the stages' rows, not their configs' caps
         own = [e.payload for e in store.events(kind="stage") if e.payload["method"] == m]
         assert all(p["config"]["steps"] == sum("reward" in row for row in p["trace"]) for p in own), m
+        # what ran, as the stage events have it: samples and tokens (and the tree's signal probes'),
+        # stages (a run of the run-based methods standing for `depth` of them), and those an
+        # allowance stopped short of, or ran past, the steps they were planned with
+        spent = sum((stage_compute(p["trace"], p["config"]) for p in own), Compute())
+        spent += sum((Compute(p["samples"] - p["first_samples"] * p["learnable"],
+                              p["tokens"] - p["first_tokens"] * p["learnable"])
+                      for e in store.events(kind="probe") if (p := e.payload)["method"] == m), Compute())
+        assert (r["samples"], r["tokens"]) == (spent.samples, spent.tokens), m
+        planned = [(p.get("planned_steps", p["config"]["steps"]), p["config"]["steps"]) for p in own]
+        assert r["trained"] == {"stages": len(own), "steps": sum(ran for _, ran in planned),
+                                "cut": sum(ran < plan for plan, ran in planned),
+                                "longer": sum(ran > plan for plan, ran in planned)}, m
+        if m != "grid":  # the grid counts its points' steps in default stages
+            assert r["stages_used"] == len(own) * (1 if m in ("tree", "staged", "pbt") else TOKEN_RUN["depth"]), m
+    staged = results["staged"]
+    assert staged["trained"]["cut"] == 1 and staged["trained"]["longer"] == 0
+    assert stages_text(staged["stages_used"], staged["trained"]) == f"{staged['stages_used'] - 1} + 1 cut"
 
 
 @pytest.mark.slow
@@ -274,11 +292,9 @@ def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
 def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(tmp_path):
     """The real smoke preset, as the user runs it: stages long enough that every node's diagnosis is
     recorded (findings, or an explicit "no finding"), nodes below the first level expanded from it,
-    the settings naming the difficulty trained at, and the pick's knob directions computed from the
-    pick's own stages, each stage saying why it was proposed."""
-    from loopwise.training.config import StageConfig
-    from loopwise.training.transitions import directions
-
+    the settings naming the difficulty trained at, each stage of the pick saying why it was
+    proposed, and the knob directions, from the default config, of the pick and of every node's
+    path counted (re-derived here from the stage events)."""
     done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", "arithmetic", "--preset", "smoke",
                            "--json", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -293,9 +309,30 @@ def test_a_smoke_search_diagnoses_its_nodes_and_says_why_each_stage_of_its_pick(
     assert all(isinstance(f["evidence"], dict) for p in stages for f in p["diagnosis"])  # the numbers behind each
     assert any(p["parent"] in judged for p in stages)  # expanded from a diagnosed node
     tree = out["results"]["tree"]
-    assert tree["directions"] == (directions([StageConfig(**c) for c in tree["configs"]])
-                                  if len(tree["configs"]) > 1 else {})
     assert len(tree["reasons"]) == len(tree["configs"]) and all(tree["reasons"])
+    default = next(p["config"] for p in stages if p["parent"] == 0 and p["by"] == "default")
+    nodes = {p["node"]: p for p in stages}
+
+    def path(n: int) -> list[dict]:
+        return path(nodes[n]["parent"]) + [nodes[n]["config"]] if n else [default]
+
+    def changes(configs: list[dict], knob: str) -> list[bool]:  # True: up
+        return [b[knob] > a[knob] for a, b in zip(configs, configs[1:]) if b[knob] != a[knob]]
+
+    def kind(ups: list[bool]) -> str:
+        return ("constant" if not ups else "oscillating" if len(set(ups)) == 2
+                else "monotone_up" if ups[0] else "monotone_down")
+
+    knobs = tree["directions"]
+    assert len(knobs) == 9 and knobs == {k: kind(changes([default] + tree["configs"], k)) for k in knobs}
+    counted, paths = tree["path_directions"], [path(n) for n in nodes]
+    assert counted["paths"] == len(paths) == tree["stages_used"]
+    assert counted["long_enough"] == sum(len(p) >= 3 for p in paths)
+    for knob in knobs:
+        kinds = [kind(changes(p, knob)) for p in paths]
+        assert counted["knobs"][knob] == {c: kinds.count(c) for c in ("monotone_up", "monotone_down", "oscillating",
+                                                                      "constant")} | {
+            "moved_twice": sum(len(changes(p, knob)) >= 2 for p in paths)}, knob
 
 
 @pytest.mark.slow  # a comparison run twice, once on two workers: about 20 s
@@ -345,6 +382,33 @@ def test_the_table_shows_each_methods_compute(capsys, monkeypatch):
     assert "tree: 25% of its 400 groups had no reward variance (its pick's stages: 25%, 100%)" in said
     assert "1 guard note(s): node 1: not applied" in said and "staged: " not in said
     assert "; node 2: cut after 3 of 8 steps (the budget)" in said  # where a token budget cut it
+
+
+def test_the_table_says_the_directions_of_the_pick_and_of_every_tree_path(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from loopwise.training.cli import _table
+    from loopwise.training.config import CAPACITY, REGULARIZATION, StageConfig
+    from loopwise.training.transitions import path_directions
+
+    monkeypatch.setenv("COLUMNS", "220")
+    start = StageConfig(learning_rate=1e-4)
+    up = start.model_copy(update={"learning_rate": 2e-4})
+    paths = [[start, start], [start, up], [start, up, start]]
+    config = up.model_dump()
+    common = {"base_tune_reward": 0.2, "base_test_reward": 0.25, "tune_reward": 0.3, "test_reward": 0.3,
+              "stages_used": 3, "seconds": 1.0, "configs": [config]}
+    constant = dict.fromkeys(CAPACITY + REGULARIZATION, "constant")
+    results = {"tree": {**common, "directions": constant | {"learning_rate": "monotone_up"},
+                        "path_directions": path_directions(paths)},
+               "fixed": {**common, "directions": constant}}
+    _table(SimpleNamespace(session=SimpleNamespace(warm={}), settings=SimpleNamespace(task="custom")), results)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "tree: knob directions from the default config along its pick (1 stage): learning_rate monotone_up" in said
+    assert "fixed: knob directions from the default config along its pick (1 stage): all constant" in said
+    assert ("tree: knob directions over its 3 root-to-node paths (1 move: 2, 2 moves: 1; 1 of the 3 paths have the "
+            "two or more moves a reversal needs): learning_rate up 1, down 0, oscillating 1 (changed twice on 1), "
+            "constant 1; constant on every path: ") in said
 
 
 def test_every_preset_runs_stages_long_enough_to_diagnose():

@@ -15,6 +15,7 @@ from loopwise.training.transitions import (
     Step,
     Transition,
     directions,
+    path_directions,
     propose_transitions,
 )
 
@@ -162,6 +163,50 @@ def test_directions_classifies_each_knob():
     assert got["beta"] == got["num_generations"] == "constant"
     assert set(got) == set(CAPACITY + REGULARIZATION)
     assert set(directions(path[:1]).values()) == set(directions([]).values()) == {"constant"}
+
+
+def _paths():
+    """Four root-to-node paths from a start: unchanged; learning rate up; up then down; up, down,
+    then difficulty up."""
+    start = StageConfig(learning_rate=1e-4, difficulty=1)
+    up = start.model_copy(update={"learning_rate": 2e-4})
+    back = up.model_copy(update={"learning_rate": 1e-4})
+    harder = back.model_copy(update={"difficulty": 2})
+    return [[start, start], [start, up], [start, up, back], [start, up, back, harder]]
+
+
+def test_directions_over_every_path_are_counted_per_knob_with_the_paths_that_could_reverse():
+    got = path_directions(_paths())
+    assert got["paths"] == 4 and got["moves"] == {"1": 2, "2": 1, "3": 1}
+    assert got["long_enough"] == 2  # a reversal needs two moves
+    assert got["knobs"]["learning_rate"] == {"monotone_up": 1, "monotone_down": 0, "oscillating": 2, "constant": 1,
+                                             "moved_twice": 2}
+    assert got["knobs"]["difficulty"] == {"monotone_up": 1, "monotone_down": 0, "oscillating": 0, "constant": 3,
+                                          "moved_twice": 0}
+    assert set(got["knobs"]) == set(CAPACITY + REGULARIZATION)
+    classes = ("monotone_up", "monotone_down", "oscillating", "constant")
+    assert all(sum(c[k] for k in classes) == 4 for c in got["knobs"].values())
+    assert path_directions([]) == {"paths": 0, "moves": {}, "long_enough": 0,
+                                   "knobs": {k: dict.fromkeys(classes + ("moved_twice",), 0)
+                                             for k in CAPACITY + REGULARIZATION}}
+
+
+def test_the_counts_favour_no_direction():
+    """Paths mirrored (every move the other way) give the counts mirrored."""
+    def mirror(c):
+        return c.model_copy(update={"learning_rate": 1e-8 / c.learning_rate, "difficulty": 10 - c.difficulty})
+
+    there, back = path_directions(_paths()), path_directions([[mirror(c) for c in p] for p in _paths()])
+    for knob in ("learning_rate", "difficulty"):
+        a, b = there["knobs"][knob], back["knobs"][knob]
+        assert (a["monotone_up"], a["monotone_down"]) == (b["monotone_down"], b["monotone_up"])
+        assert [a[k] for k in ("oscillating", "constant", "moved_twice")] == [
+            b[k] for k in ("oscillating", "constant", "moved_twice")]
+
+
+def test_directions_read_configs_as_records_or_as_dicts():
+    path = _paths()[3]
+    assert directions([c.model_dump() for c in path]) == directions(path)
 
 
 @pytest.mark.parametrize("direction", ["up", "down"])
