@@ -13,7 +13,7 @@ from loopwise.kernels.expert.partition.norms import batch_norm_calls, norm_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
-from loopwise.kernels.expert.partition.rows import row_calls, row_refusals
+from loopwise.kernels.expert.partition.rows import row_calls
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
 
@@ -65,7 +65,7 @@ def partition(problem):
                              ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
-        refusals = gather_refusals(traced) + product_refusals(traced, model) + row_refusals(traced) + pool_refusals(traced)
+        refusals = gather_refusals(traced) + product_refusals(traced, model) + pool_refusals(traced)
         raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
                              + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None

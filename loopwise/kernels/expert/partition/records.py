@@ -46,10 +46,13 @@ class RowOp:
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
-    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy
+    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
+    # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced
+    # dimension is split among programs (partial results stored, then merged by a second launch)
     STRIP: ClassVar[int] = 64
     NARROWEST: ClassVar[int] = 16
     FEWEST_PROGRAMS: ClassVar[int] = 128
+    LONGEST_WALK: ClassVar[int] = 65536
 
     @property
     def reduces(self) -> bool:

@@ -7,7 +7,6 @@ store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
 
 from __future__ import annotations
 
-import math
 import operator
 
 from loopwise.kernels.expert import elementwise as ew
@@ -25,24 +24,8 @@ _SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
 
 def row_calls(gm, taken=()) -> dict:
     """{node: its :class:`RowOp`} for each row operation of ``gm`` that a row part computes, in
-    graph order, leaving out the nodes in ``taken`` (parts of another kind already) and those whose
-    parts would leave the GPU idle (:func:`row_refusals` says which)."""
-    return {node: row for node, row, why in _rows(gm, taken) if not why}
-
-
-def row_refusals(gm) -> list[str]:
-    """Why each row operation that no part computes for lack of parallel work stays in PyTorch."""
-    return [why for _, _, why in _rows(gm, ()) if why]
-
-
-# The most entries one program of a row part walks when there are fewer than RowOp.FEWEST_PROGRAMS
-# programs: past it most of the GPU would sit idle while a few programs walk the whole tensor (a
-# reduction over every dimension).
-_MOST_WALKED = 65536
-
-
-def _rows(gm, taken):
-    """(node, RowOp, "" or why a part would not pay) for each row operation of ``gm``."""
+    graph order, leaving out the nodes in ``taken`` (parts of another kind already)."""
+    calls = {}
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method", "call_module"):
             continue
@@ -51,20 +34,8 @@ def _rows(gm, taken):
         except (ew.Unsupported, KeyError, IndexError, TypeError):
             row = None  # options a row part does not read: the operation stays in PyTorch
         if row is not None:
-            yield node, row, _idle(row, float_shape(row_source(node)[0]))
-
-
-def _idle(row: RowOp, shape) -> str:
-    """Why a part computing ``row`` on an input of ``shape`` would leave the GPU idle, or ""."""
-    outer, size = math.prod(shape[:row.first]), math.prod(shape[row.first:row.last + 1])
-    inner = math.prod(shape[row.last + 1:])
-    programs = outer * -(-inner // row.NARROWEST)  # the strips at their narrowest
-    walked = size * min(inner, row.NARROWEST)
-    if programs >= row.FEWEST_PROGRAMS or walked <= _MOST_WALKED:
-        return ""
-    return (f"{row.op} over dimension{'s' if row.first != row.last else ''} {row.first}"
-            f"{'..' + str(row.last) if row.first != row.last else ''} of {tuple(shape)}: {programs} program(s) "
-            f"would each walk {walked} elements")
+            calls[node] = row
+    return calls
 
 
 def row_source(node):
