@@ -184,3 +184,24 @@ def test_a_half_precision_split_reduction(tmp_path, monkeypatch):
     """An fp16 sum split among programs: partial results in fp32, the store in fp16."""
     _judged_split(tmp_path, monkeypatch, "half_split", "x = torch.sum(torch.relu(x), dim=0) * 0.5",
                   [("relu", "sum", "mul")], "", "301, 5", "float16")
+
+
+@pytest.mark.parametrize("forward,shape,dtype", [
+    ("x = torch.log_softmax(x * 2.0, dim=0) + 1.0", "65536, 512", "float32"),
+    ("x = torch.argmax(x * 2.0, dim=0)", "1048576, 3", "bfloat16"),
+    ("x = torch.cumsum(x * 2.0, dim=0) + 1.0", "65536, 64", "float32"),
+])
+def test_split_row_parts_compile_for_hopper_at_real_sizes(tmp_path, forward, shape, dtype):
+    """Long reduced dimensions at realistic sizes (no threshold lowered): both launches of the split
+    part (partial results, then the merge) compile for sm_90a without spills."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert import generate
+    from loopwise.kernels.expert.aot import compile_for_hopper
+
+    path = _problem(tmp_path, "split_aot", "", forward, f"torch.randn({shape}, dtype=DTYPE)", dtype)
+    problem = load_problem(str(path))
+    source, pattern = generate(problem, {"template": "graph_norm"})
+    assert source is not None, pattern.reason
+    for pick in (0, 1):
+        report = compile_for_hopper(source, problem, "rowop_0_kernel", pick)
+        assert report["registers"] > 0 and report["spill_bytes"] == 0

@@ -3,7 +3,6 @@ as Triton passes with their prologues and epilogues."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
@@ -15,7 +14,6 @@ _NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", 
           "LayerNorm": "layer"}
 
 
-_LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held whole in one program
 
 
 def norm_calls(gm) -> list:
@@ -34,9 +32,9 @@ def norm_calls(gm) -> list:
         shape = shape_of(src) if isinstance(src, fx.Node) else None
         if shape is None or len(shape) < 2 or shape_of(node) != shape:
             continue
-        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
+        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions
             normalized = tuple(sub.normalized_shape)
-            if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
+            if shape[len(shape) - len(normalized):] != normalized:
                 continue
         found.append(node)
     return found

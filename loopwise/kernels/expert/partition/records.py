@@ -124,9 +124,9 @@ class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
     updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
-    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm over rows of at most
-    _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
-    one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
+    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm as one pass, a row of at
+    most LAYER_WHOLE elements held whole in a program, a longer one walked twice in chunks of that
+    many (its tensors then hold one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
     softmax, log-softmax, reduction or scan over any dimension as one pass (two reads for a softmax),
     its prologue's and epilogue's tensors broadcast as a fused pass's are, or (kind ``pool``, see
     :class:`PoolOp`) a max or average pooling, fixed or adaptive, as one pass. Or (kind ``softmax``) a softmax over the channels of an
@@ -149,6 +149,7 @@ class Norm:
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
+    LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
 
 
 @dataclass(frozen=True)
