@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from loopwise.kernels.expert.partition.depthwise import folded_pad
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -124,6 +125,9 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         row = None if call else row
         module = node.op == "call_module" and kind in ("group", "batch", "layer")
         src, reader = row_source(node) if row else (node.args[0], node)
+        pad = folded_pad(gm, node) if isinstance(row, PoolOp) and row.reduce == "conv" else None
+        if pad is not None:  # a depthwise convolution reads the pad's input, zeros outside it
+            src, reader = pad.args[0], pad
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude

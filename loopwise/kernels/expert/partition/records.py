@@ -73,17 +73,24 @@ class PoolOp:
     (``adaptive_max_pool2d``) spans ``floor(o * L / O)`` to ``ceil((o + 1) * L / O)`` of a
     dimension of length L pooled to ``out_size`` O. Entries outside the input are skipped; a mean
     divides by the whole window when it counts the padding (``count_include_pad``), else by the
-    entries read."""
+    entries read. A depthwise convolution (reduce ``conv``: groups == channels, one input and one
+    output channel a group) is a fixed window too, each channel's entries weighted by its own kernel
+    (the model's tensor ``weight``, shaped (C, 1, *kernel)) and its ``bias`` added; a zero padding
+    before it (``F.pad``) is folded into ``padding`` / ``pad_after``, so entries outside the input
+    count as zeros."""
 
-    op: str  # the operation's name: max_pool1d, avg_pool2d, adaptive_max_pool2d, ...
-    reduce: str  # "max" or "avg"
+    op: str  # the operation's name: max_pool1d, avg_pool2d, adaptive_max_pool2d, conv1d, ...
+    reduce: str  # "max", "avg" or "conv"
     kernel: tuple[int, ...] = ()  # per pooled dimension, for a fixed window
     stride: tuple[int, ...] = ()
-    padding: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()  # before each dimension's entries
     dilation: tuple[int, ...] = ()
     out_size: tuple = ()  # per pooled dimension, for an adaptive window (None: the input's length)
     include_pad: bool = True
     out_dtype: str = "float32"
+    pad_after: tuple[int, ...] = ()  # after each dimension's entries, where it differs from ``padding``
+    weight: str = ""  # a depthwise convolution's weights and bias (attribute paths; bias "" for none)
+    bias: str = ""
     # about as many window entries as fit BLOCK_W lanes are read per step; outputs per program
     # narrowed (down to one) while there are fewer than FEWEST_PROGRAMS programs
     WIDEST: ClassVar[int] = 64
@@ -96,6 +103,16 @@ class PoolOp:
     @property
     def adaptive(self) -> bool:
         return bool(self.out_size)
+
+    @property
+    def after(self) -> tuple[int, ...]:
+        """The padding after each dimension's entries."""
+        return self.pad_after or self.padding
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The model's tensors the part's launcher takes, in its order: a convolution's weights and bias."""
+        return tuple(path for path in (self.weight, self.bias) if path)
 
 
 @dataclass(frozen=True)
