@@ -90,10 +90,9 @@ def test_half_precision_row_parts_compute_in_fp32_and_store_their_dtype(tmp_path
     ("x = torch.cumsum(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0", "cumsum"),
     ("x = torch.softmax(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0",
      "softmax"),
-    ("x = torch.sum(torch.sigmoid(x * 2.0)) + x * 3.0", "sum"),
 ])
 def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_path, forward, left):
-    """A dtype argument or a reduction over every dimension: the operation stays in PyTorch."""
+    """A dtype argument: the operation stays in PyTorch."""
     path = _problem(tmp_path, "left", "", forward, "torch.randn(4, 6, dtype=DTYPE)")
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == "graph", pattern.reason
@@ -143,6 +142,12 @@ SLOW_SPLIT_CASES = {
     "amax_whole": ("x = torch.amax(x, dim=(0, 1)) + 1.0", [("max", "add")], "", "40, 51"),
     "softmax_last": ("x = torch.softmax(torch.tanh(x) * 3.0, dim=-1) + 1.0", [("tanh", "mul", "softmax", "add")], "", "2, 333"),
     "mean_middle": ("x = x.mean(dim=1) - 1.0", [("mean", "sub")], "", "2, 211, 3"),
+    # no dimension named: the whole tensor's (a 0-d output; argmax's index into it flattened)
+    "sum_no_dim": ("x = torch.sum(torch.tanh(x)) * 2.0", [("tanh", "sum", "mul")], "", "23, 31"),
+    "argmax_no_dim": ("x = torch.argmax(torch.tanh(x) * 3.0)", [("tanh", "mul", "argmax")], "", "23, 31"),
+    "max_no_dim": ("x = torch.max(x * 2.0) - 1.0", [("mul", "max", "sub")], "", "23, 31"),
+    "std_no_dim_kept": ("x = torch.std(x * 2.0 + 10.0, keepdim=True) * 2.0", [("mul", "add", "std", "mul")], "",
+                        "23, 31"),
 }
 
 
@@ -175,7 +180,8 @@ def test_a_long_reduced_dimension_is_split_among_programs_and_merged(tmp_path, m
 @pytest.mark.parametrize("name", list(SLOW_SPLIT_CASES))
 def test_more_split_row_operations_are_judged_correct(tmp_path, monkeypatch, name):
     """argmax with ties across splits, scans carried across splits, a maximum over the whole tensor,
-    a softmax over the last dimension and a mean over a middle one, each split and merged."""
+    a softmax over the last dimension, a mean over a middle one, and reductions naming no
+    dimension (sum, argmax, max, std), each split and merged."""
     _judged_split(tmp_path, monkeypatch, name, *SLOW_SPLIT_CASES[name])
 
 

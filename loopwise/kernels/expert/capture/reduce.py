@@ -69,9 +69,10 @@ def detect_reduce(gm, model, args) -> Pattern | None:
                            ("dtype", str(args[0].dtype).removeprefix("torch."))))
 
 
-def dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
+def dims_and_options(node, op: str, rank: int, whole: bool = False) -> tuple[int, int, bool, int]:
     """(first, last reduced dimension, keepdim, var/std's correction) of a reduction call, the
-    dimensions as non-negative indices of a run of adjacent ones.
+    dimensions as non-negative indices of a run of adjacent ones; with ``whole``, a call that names
+    no dimension reduces them all.
 
     Raises:
         ew.Unsupported: what the template cannot reduce, with why.
@@ -86,7 +87,7 @@ def dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
         dim, keepdim = single(call_arg(node, "dim", 1)), call_arg(node, "keepdim", 2, False)
     if len(node.args) > {"norm": 4, "var": 2, "std": 2}.get(op, 3) or not isinstance(keepdim, bool):
         raise ew.Unsupported(f"{op} with positional options the template does not read")
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    dims = dim if isinstance(dim, (tuple, list)) else tuple(range(rank)) if whole and dim is None else (dim,)
     if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -rank <= d < rank for d in dims):
         raise ew.Unsupported(f"{op} over {dim!r}: constant dimensions (one, or a run of adjacent ones) are what "
                              "the template reduces")

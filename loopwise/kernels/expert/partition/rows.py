@@ -51,8 +51,10 @@ def _row_op(gm, node) -> RowOp | None:
     name = op_name(call) if call.op != "call_module" else ""
     if name in ("max", "min") and pick is not None:
         return _reduction(call, name if pick in (0, "values") else "arg" + name, name)
-    if pick is None and name in REDUCTIONS and name not in ("max", "min"):
-        return _reduction(call, REDUCTIONS[name], name)
+    if pick is None and name in REDUCTIONS:
+        if name in ("max", "min") and (len(call.args) > 1 or call.kwargs):
+            return None  # (values, indices) along a dimension, or the elementwise max of two tensors
+        return _reduction(call, REDUCTIONS[name], name)  # torch.max(x): the whole tensor's
     src = _float_source(call)
     if src is None:
         return None
@@ -80,11 +82,10 @@ def _reduction(node, op: str, name: str) -> RowOp | None:
         return None
     if op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None):
         return None
-    if name in ("max", "min") and len(node.args) < 2 and "dim" not in node.kwargs:
-        return None  # torch.max(x): the whole tensor's, no dimension
-    first, last, keepdim, correction = dims_and_options(node, op, len(float_shape(src)))
-    if op in ("argmax", "argmin") and first != last:
-        return None  # an index into one dimension
+    rank = len(float_shape(src))
+    first, last, keepdim, correction = dims_and_options(node, op, rank, whole=True)
+    if op in ("argmax", "argmin") and first != last and (first, last) != (0, rank - 1):
+        return None  # an index into one dimension, or into the whole tensor flattened
     return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
 
 
