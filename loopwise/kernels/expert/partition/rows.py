@@ -1,6 +1,7 @@
 """Row operations of a partitioned forward: a softmax, log-softmax, reduction or scan along one
-dimension (or, for a reduction that takes several, a run of adjacent ones) of a float tensor, at
-any position of the forward and over any dimension (leading, middle or last). Each becomes one
+dimension (or, for a reduction that takes several, a run of adjacent ones, or all of them when it
+names none) of a float tensor, at any position of the forward and over any dimension (leading,
+middle or last), of any length (a long one split among programs: templates/_rowop.j2). Each becomes one
 Triton part of the ``graph_norm`` plan (kind ``row`` of :class:`~.records.Norm`), the elementwise
 work only it reads computed as it is read and the work only its output feeds applied before the
 store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
