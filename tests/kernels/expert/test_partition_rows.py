@@ -28,6 +28,9 @@ CASES = {
     # a scan carried from chunk to chunk (150 positions, 32 a chunk at block 64), a tensor after it
     "cumsum_middle": ("x = torch.cumsum(torch.sigmoid(x), dim=1) * self.w", [("sigmoid", "cumsum", "mul")],
                       "self.w = nn.Parameter(torch.randn(150, 2))", "3, 150, 2"),
+    # dimensions apart (0 and 2, the middle one kept), kept as 1, a tensor broadcast before it
+    "std_apart_kept": ("x = torch.std(x * self.s + 10.0, dim=(0, 2), keepdim=True) * 2.0",
+                       [("mul", "add", "std", "mul")], "self.s = nn.Parameter(torch.randn(5, 1))", "7, 5, 9"),
     # an index output (int64): the prologue only
     "argmax_middle": ("x = torch.argmax(torch.abs(x) * self.w, dim=1)", [("abs", "mul", "argmax")],
                       "self.w = nn.Parameter(torch.randn(40, 1))", "3, 40, 5"),
@@ -59,7 +62,8 @@ def _judged(tmp_path, monkeypatch, name, forward, parts, init, shape, dtype="flo
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_row_operation_over_any_dimension_is_a_triton_part_with_the_work_around_it(tmp_path, monkeypatch, name):
-    """Softmax, log-softmax, a reduction and a scan over a leading, middle or last dimension: one
+    """Softmax, log-softmax, a reduction and a scan over a leading, middle or last dimension (a
+    std over dimensions apart): one
     Triton part each, the elementwise work only it reads (model tensors broadcast included) computed
     as it is read, the work only its output feeds applied before the store; judged correct."""
     forward, parts, init, shape = CASES[name]
@@ -142,6 +146,10 @@ SLOW_SPLIT_CASES = {
     "amax_whole": ("x = torch.amax(x, dim=(0, 1)) + 1.0", [("max", "add")], "", "40, 51"),
     "softmax_last": ("x = torch.softmax(torch.tanh(x) * 3.0, dim=-1) + 1.0", [("tanh", "mul", "softmax", "add")], "", "2, 333"),
     "mean_middle": ("x = x.mean(dim=1) - 1.0", [("mean", "sub")], "", "2, 211, 3"),
+    # dimensions apart, split: each kept position's reduced entries walked at their strides
+    "logsumexp_apart": ("x = torch.logsumexp(x * self.s, dim=(0, 2))", [("mul", "logsumexp")],
+                        "self.s = nn.Parameter(torch.randn(3, 1))", "17, 3, 19"),
+    "mean_apart_three": ("x = x.mean((0, 2, 3)) + 1.0", [("mean", "add")], "", "3, 2, 11, 9"),
     # no dimension named: the whole tensor's (a 0-d output; argmax's index into it flattened)
     "sum_no_dim": ("x = torch.sum(torch.tanh(x)) * 2.0", [("tanh", "sum", "mul")], "", "23, 31"),
     "argmax_no_dim": ("x = torch.argmax(torch.tanh(x) * 3.0)", [("tanh", "mul", "argmax")], "", "23, 31"),
@@ -180,8 +188,8 @@ def test_a_long_reduced_dimension_is_split_among_programs_and_merged(tmp_path, m
 @pytest.mark.parametrize("name", list(SLOW_SPLIT_CASES))
 def test_more_split_row_operations_are_judged_correct(tmp_path, monkeypatch, name):
     """argmax with ties across splits, scans carried across splits, a maximum over the whole tensor,
-    a softmax over the last dimension, a mean over a middle one, and reductions naming no
-    dimension (sum, argmax, max, std), each split and merged."""
+    a softmax over the last dimension, a mean over a middle one, reductions over dimensions apart,
+    and reductions naming no dimension (sum, argmax, max, std), each split and merged."""
     _judged_split(tmp_path, monkeypatch, name, *SLOW_SPLIT_CASES[name])
 
 
@@ -196,6 +204,7 @@ def test_a_half_precision_split_reduction(tmp_path, monkeypatch):
     ("x = torch.log_softmax(x * 2.0, dim=0) + 1.0", "65536, 512", "float32"),
     ("x = torch.argmax(x * 2.0, dim=0)", "1048576, 3", "bfloat16"),
     ("x = torch.cumsum(x * 2.0, dim=0) + 1.0", "65536, 64", "float32"),
+    ("x = torch.sum(x * 2.0, dim=(0, 2)) + 1.0", "4096, 8, 1024", "float32"),
 ])
 def test_split_row_parts_compile_for_hopper_at_real_sizes(tmp_path, forward, shape, dtype):
     """Long reduced dimensions at realistic sizes (no threshold lowered): both launches of the split

@@ -45,6 +45,10 @@ class RowOp:
     correction: int = 1  # var / std's
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
+    # a reduction over dimensions that are not a run (first and last then the outermost and
+    # innermost of them): the input's ``rank``, its kept positions the outer ones, no inner
+    dims: tuple[int, ...] = ()
+    rank: int = 0
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
     # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
     # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced

@@ -1,6 +1,6 @@
 """Row operations of a partitioned forward: a softmax, log-softmax, reduction or scan along one
-dimension (or, for a reduction that takes several, a run of adjacent ones, or all of them when it
-names none) of a float tensor, at any position of the forward and over any dimension (leading,
+dimension (or, for a reduction that takes several, any set of them, all of them when it names
+none) of a float tensor, at any position of the forward and over any dimension (leading,
 middle or last), of any length (a long one split among programs: templates/_rowop.j2). Each becomes one
 Triton part of the ``graph_norm`` plan (kind ``row`` of :class:`~.records.Norm`), the elementwise
 work only it reads computed as it is read and the work only its output feeds applied before the
@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, dims_and_options
+from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, reduced_dims
 from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
 from loopwise.kernels.expert.fx_graph import call_arg, op_name
 from loopwise.kernels.expert.partition.nodes import float_shape
@@ -84,10 +84,12 @@ def _reduction(node, op: str, name: str) -> RowOp | None:
     if op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None):
         return None
     rank = len(float_shape(src))
-    first, last, keepdim, correction = dims_and_options(node, op, rank, whole=True)
-    if op in ("argmax", "argmin") and first != last and (first, last) != (0, rank - 1):
+    dims, keepdim, correction = reduced_dims(node, op, rank, whole=True)
+    first, last = dims[0], dims[-1]
+    if op in ("argmax", "argmin") and first != last and dims != tuple(range(rank)):
         return None  # an index into one dimension, or into the whole tensor flattened
-    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
+    apart = dims != tuple(range(first, last + 1))  # kept dimensions between reduced ones
+    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op], dims=dims if apart else (), rank=rank if apart else 0)
 
 
 def _picked(node):
