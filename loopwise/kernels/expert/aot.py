@@ -20,10 +20,10 @@ def _pointer_types() -> dict:
             torch.int64: "*i64"}
 
 
-def launch(source: str, problem, kernel: str | None = None) -> tuple:
+def launch(source: str, problem, kernel: str | None = None, pick: int | None = None) -> tuple:
     """(kernel, positional args, keyword args) of the one kernel launch ``source``'s ModelNew makes
     on ``problem``'s inputs, run on the meta device; with ``kernel``, of the one launch of the
-    kernel of that name among its launches."""
+    kernel of that name among its launches (with ``pick``, of its launch of that index)."""
     import torch
     from triton.runtime.jit import JITFunction
 
@@ -46,22 +46,25 @@ def launch(source: str, problem, kernel: str | None = None) -> tuple:
         JITFunction.run = original
     if kernel is not None:
         seen = [s for s in seen if s[0].__name__ == kernel]
+    if pick is not None and kernel is not None and -len(seen) <= pick < len(seen):
+        seen = [seen[pick]]
     if len(seen) != 1:
         raise RuntimeError(f"expected one kernel launch{' of ' + kernel if kernel else ''}, saw {len(seen)}")
     return seen[0]
 
 
-def compile_for_hopper(source: str, problem, kernel: str | None = None) -> dict:
+def compile_for_hopper(source: str, problem, kernel: str | None = None, pick: int | None = None) -> dict:
     """``{"registers", "spill_bytes", "shared_bytes", "wgmma"}`` of the kernel ``source`` launches
     on ``problem`` (the one named ``kernel`` where it launches several), compiled for sm_90a with the profiling tools'
     :func:`~loopwise.kernels.profile.sass_tools.compile_triton` and
     :func:`~loopwise.kernels.profile.sass_tools.ptxas_resources`; a launch asking more shared memory than
-    :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES` fails."""
+    :data:`~loopwise.kernels.expert.generate.HOPPER_SHARED_BYTES` fails. ``pick``: which launch of
+    ``kernel``, where it is launched several times."""
     import torch
 
     from loopwise.kernels.profile.sass_tools import compile_triton, ptxas_resources
 
-    kernel, args, kwargs = launch(source, problem, kernel)
+    kernel, args, kwargs = launch(source, problem, kernel, pick)
     kwargs = dict(kwargs)
     num_warps, num_stages = kwargs.pop("num_warps", 4), kwargs.pop("num_stages", 3)
     signature, constants, aligned = {}, {}, []

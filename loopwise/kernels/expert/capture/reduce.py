@@ -69,12 +69,26 @@ def detect_reduce(gm, model, args) -> Pattern | None:
                            ("dtype", str(args[0].dtype).removeprefix("torch."))))
 
 
-def dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
+def dims_and_options(node, op: str, rank: int, whole: bool = False) -> tuple[int, int, bool, int]:
     """(first, last reduced dimension, keepdim, var/std's correction) of a reduction call, the
-    dimensions as non-negative indices of a run of adjacent ones.
+    dimensions as non-negative indices of a run of adjacent ones; with ``whole``, a call that names
+    no dimension reduces them all.
 
     Raises:
         ew.Unsupported: what the template cannot reduce, with why.
+    """
+    ordered, keepdim, correction = reduced_dims(node, op, rank, whole)
+    if list(ordered) != list(range(ordered[0], ordered[-1] + 1)):
+        raise ew.Unsupported(f"{op} over dimensions {ordered}: not a run of adjacent dimensions")
+    return ordered[0], ordered[-1], keepdim, correction
+
+
+def reduced_dims(node, op: str, rank: int, whole: bool = False) -> tuple[tuple[int, ...], bool, int]:
+    """(the reduced dimensions, non-negative and in order, keepdim, var/std's correction) of a
+    reduction call; with ``whole``, a call that names no dimension reduces them all.
+
+    Raises:
+        ew.Unsupported: options or dimensions a reduction's template does not read, with why.
     """
     if op == "norm":
         order = node.kwargs.get("p", node.kwargs.get("ord", node.args[1] if len(node.args) > 1 else 2))
@@ -86,16 +100,16 @@ def dims_and_options(node, op: str, rank: int) -> tuple[int, int, bool, int]:
         dim, keepdim = single(call_arg(node, "dim", 1)), call_arg(node, "keepdim", 2, False)
     if len(node.args) > {"norm": 4, "var": 2, "std": 2}.get(op, 3) or not isinstance(keepdim, bool):
         raise ew.Unsupported(f"{op} with positional options the template does not read")
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    dims = dim if isinstance(dim, (tuple, list)) else tuple(range(rank)) if whole and dim is None else (dim,)
     if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -rank <= d < rank for d in dims):
         raise ew.Unsupported(f"{op} over {dim!r}: constant dimensions (one, or a run of adjacent ones) are what "
                              "the template reduces")
-    ordered = sorted({d % rank for d in dims})
-    if ordered != list(range(ordered[0], ordered[-1] + 1)) or len(ordered) != len(dims):
-        raise ew.Unsupported(f"{op} over dimensions {tuple(dims)}: not a run of adjacent dimensions")
+    ordered = tuple(sorted({d % rank for d in dims}))
+    if len(ordered) != len(dims):
+        raise ew.Unsupported(f"{op} over dimensions {tuple(dims)}: a dimension named twice")
     correction = 1
     if op in ("var", "std"):
         unbiased, corr = node.kwargs.get("unbiased"), node.kwargs.get("correction")
         correction = int(corr) if isinstance(corr, (int, float)) and not isinstance(corr, bool) else (
             0 if unbiased is False else 1)
-    return ordered[0], ordered[-1], keepdim, correction
+    return ordered, keepdim, correction

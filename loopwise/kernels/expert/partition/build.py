@@ -6,6 +6,7 @@ import copy
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.fx_graph import trace_as_called
+from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
 from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
 from loopwise.kernels.expert.partition.products import refusals as product_refusals
@@ -13,7 +14,7 @@ from loopwise.kernels.expert.partition.norms import batch_norm_calls, norm_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
-from loopwise.kernels.expert.partition.rows import row_calls, row_refusals
+from loopwise.kernels.expert.partition.rows import row_calls
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
 
@@ -22,8 +23,8 @@ def partition(problem):
     """The ``graph`` pattern of ``problem`` (see the module's docstring): its ``plans`` parameter
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
     when the forward has an nn.GroupNorm or nn.BatchNorm, a softmax over channels, a row operation
-    (:mod:`.rows`: a softmax, log-softmax, reduction or scan over a dimension) or a pooling
-    (:mod:`.pools`), ``graph_norm`` (the norms, softmaxes, row operations and poolings in Triton with their prologues and epilogues), when it has a
+    (:mod:`.rows`: a softmax, log-softmax, reduction or scan over a dimension), a pooling
+    (:mod:`.pools`) or a depthwise convolution (:mod:`.depthwise`), ``graph_norm`` (the norms, softmaxes, row operations and poolings in Triton with their prologues and epilogues), when it has a
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
@@ -44,7 +45,8 @@ def partition(problem):
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         linears = linear_calls(gm, model) if linear else []
         convs = conv_calls(gm, model) if conv else []
-        rows = row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | batch_norm_calls(gm) if norm else {}
+        rows = (row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | depthwise_calls(gm)
+                | batch_norm_calls(gm)) if norm else {}
         norm_nodes = sorted(norm_calls(gm) + softmax_calls(gm) + list(rows), key=list(gm.graph.nodes).index) if norm else []
         if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes):
             continue
@@ -65,7 +67,7 @@ def partition(problem):
                              ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
-        refusals = gather_refusals(traced) + product_refusals(traced, model) + row_refusals(traced) + pool_refusals(traced)
+        refusals = gather_refusals(traced) + product_refusals(traced, model) + pool_refusals(traced)
         raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
                              + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None

@@ -3,9 +3,9 @@ as Triton passes with their prologues and epilogues."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
+from loopwise.kernels.expert.partition.depthwise import folded_pad
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -15,7 +15,6 @@ _NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", 
           "LayerNorm": "layer"}
 
 
-_LAYER_MAX_ELEMENTS = 16384  # a LayerNorm's row (its normalized elements) held whole in one program
 
 
 def norm_calls(gm) -> list:
@@ -34,9 +33,9 @@ def norm_calls(gm) -> list:
         shape = shape_of(src) if isinstance(src, fx.Node) else None
         if shape is None or len(shape) < 2 or shape_of(node) != shape:
             continue
-        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions, a row short enough to hold
+        if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions
             normalized = tuple(sub.normalized_shape)
-            if shape[len(shape) - len(normalized):] != normalized or math.prod(normalized) > _LAYER_MAX_ELEMENTS:
+            if shape[len(shape) - len(normalized):] != normalized:
                 continue
         found.append(node)
     return found
@@ -126,6 +125,9 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         row = None if call else row
         module = node.op == "call_module" and kind in ("group", "batch", "layer")
         src, reader = row_source(node) if row else (node.args[0], node)
+        pad = folded_pad(gm, node) if isinstance(row, PoolOp) and row.reduce == "conv" else None
+        if pad is not None:  # a depthwise convolution reads the pad's input, zeros outside it
+            src, reader = pad.args[0], pad
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude

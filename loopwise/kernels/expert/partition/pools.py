@@ -90,7 +90,7 @@ def _pool_op(gm, node) -> PoolOp | None:
     return _adaptive(name, kind, dims, given) if adaptive else _fixed(name, kind, dims, given)
 
 
-def _per_dim(value, dims: int) -> tuple | None:
+def per_dim(value, dims: int) -> tuple | None:
     """A pooling argument as one integer per pooled dimension, or None where it is not one."""
     value = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
     if len(value) != dims or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -99,10 +99,10 @@ def _per_dim(value, dims: int) -> tuple | None:
 
 
 def _fixed(name: str, kind: str, dims: int, given: dict) -> PoolOp | None:
-    kernel = _per_dim(given.get("kernel_size"), dims)
+    kernel = per_dim(given.get("kernel_size"), dims)
     stride = given.get("stride")
-    stride = kernel if stride is None or stride == () or stride == [] else _per_dim(stride, dims)
-    padding, dilation = _per_dim(given.get("padding", 0), dims), _per_dim(given.get("dilation", 1), dims)
+    stride = kernel if stride is None or stride == () or stride == [] else per_dim(stride, dims)
+    padding, dilation = per_dim(given.get("padding", 0), dims), per_dim(given.get("dilation", 1), dims)
     if None in (kernel, stride, padding, dilation) or min(kernel + stride + dilation) < 1 or min(padding) < 0:
         return None
     return PoolOp(name, kind, kernel, stride, padding, dilation, include_pad=bool(given.get("count_include_pad", True)))

@@ -45,11 +45,18 @@ class RowOp:
     correction: int = 1  # var / std's
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
+    # a reduction over dimensions that are not a run (first and last then the outermost and
+    # innermost of them): the input's ``rank``, its kept positions the outer ones, no inner
+    dims: tuple[int, ...] = ()
+    rank: int = 0
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
-    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy
+    # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
+    # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced
+    # dimension is split among programs (partial results stored, then merged by a second launch)
     STRIP: ClassVar[int] = 64
     NARROWEST: ClassVar[int] = 16
     FEWEST_PROGRAMS: ClassVar[int] = 128
+    LONGEST_WALK: ClassVar[int] = 65536
 
     @property
     def reduces(self) -> bool:
@@ -70,17 +77,24 @@ class PoolOp:
     (``adaptive_max_pool2d``) spans ``floor(o * L / O)`` to ``ceil((o + 1) * L / O)`` of a
     dimension of length L pooled to ``out_size`` O. Entries outside the input are skipped; a mean
     divides by the whole window when it counts the padding (``count_include_pad``), else by the
-    entries read."""
+    entries read. A depthwise convolution (reduce ``conv``: groups == channels, one input and one
+    output channel a group) is a fixed window too, each channel's entries weighted by its own kernel
+    (the model's tensor ``weight``, shaped (C, 1, *kernel)) and its ``bias`` added; a zero padding
+    before it (``F.pad``) is folded into ``padding`` / ``pad_after``, so entries outside the input
+    count as zeros."""
 
-    op: str  # the operation's name: max_pool1d, avg_pool2d, adaptive_max_pool2d, ...
-    reduce: str  # "max" or "avg"
+    op: str  # the operation's name: max_pool1d, avg_pool2d, adaptive_max_pool2d, conv1d, ...
+    reduce: str  # "max", "avg" or "conv"
     kernel: tuple[int, ...] = ()  # per pooled dimension, for a fixed window
     stride: tuple[int, ...] = ()
-    padding: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()  # before each dimension's entries
     dilation: tuple[int, ...] = ()
     out_size: tuple = ()  # per pooled dimension, for an adaptive window (None: the input's length)
     include_pad: bool = True
     out_dtype: str = "float32"
+    pad_after: tuple[int, ...] = ()  # after each dimension's entries, where it differs from ``padding``
+    weight: str = ""  # a depthwise convolution's weights and bias (attribute paths; bias "" for none)
+    bias: str = ""
     # about as many window entries as fit BLOCK_W lanes are read per step; outputs per program
     # narrowed (down to one) while there are fewer than FEWEST_PROGRAMS programs
     WIDEST: ClassVar[int] = 64
@@ -93,6 +107,16 @@ class PoolOp:
     @property
     def adaptive(self) -> bool:
         return bool(self.out_size)
+
+    @property
+    def after(self) -> tuple[int, ...]:
+        """The padding after each dimension's entries."""
+        return self.pad_after or self.padding
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The model's tensors the part's launcher takes, in its order: a convolution's weights and bias."""
+        return tuple(path for path in (self.weight, self.bias) if path)
 
 
 @dataclass(frozen=True)
@@ -121,9 +145,9 @@ class Norm:
     """One nn.GroupNorm or nn.BatchNorm1d/2d/3d as Triton passes: Welford statistics over chunks
     (per sample and group; per channel over the batch for a BatchNorm in training, which also
     updates the running statistics as PyTorch does; a BatchNorm in eval reads its running ones),
-    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm over rows of at most
-    _LAYER_MAX_ELEMENTS elements as one pass, whole rows held in a program (its tensors then hold
-    one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
+    then normalize and the affine map. Or (kind ``layer``) an nn.LayerNorm as one pass, a row of at
+    most LAYER_WHOLE elements held whole in a program, a longer one walked twice in chunks of that
+    many (its tensors then hold one value per position of the normalized dimensions). Or (kind ``row``, see :class:`RowOp`) a
     softmax, log-softmax, reduction or scan over any dimension as one pass (two reads for a softmax),
     its prologue's and epilogue's tensors broadcast as a fused pass's are, or (kind ``pool``, see
     :class:`PoolOp`) a max or average pooling, fixed or adaptive, as one pass. Or (kind ``softmax``) a softmax over the channels of an
@@ -146,6 +170,7 @@ class Norm:
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
+    LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
 
 
 @dataclass(frozen=True)

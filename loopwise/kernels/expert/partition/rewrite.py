@@ -62,8 +62,8 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
              (gemm.weight, *([gemm.bias] if gemm.bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
         # the module itself (its weights, running statistics and mode), or a functional batch_norm's
-        # tensors; a softmax reads none
-        own = norm.call.paths if norm.call else (norm.module,) if norm.module else ()
+        # or a depthwise convolution's tensors; a softmax reads none
+        own = norm.call.paths if norm.call else norm.pool.paths if norm.pool else (norm.module,) if norm.module else ()
         swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs, (*own, *norm.operands, *norm.post_operands))
     graph.eliminate_dead_code()
     _inline_traced_constants(gm)

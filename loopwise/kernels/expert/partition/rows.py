@@ -1,17 +1,17 @@
 """Row operations of a partitioned forward: a softmax, log-softmax, reduction or scan along one
-dimension (or, for a reduction that takes several, a run of adjacent ones) of a float tensor, at
-any position of the forward and over any dimension (leading, middle or last). Each becomes one
+dimension (or, for a reduction that takes several, any set of them, all of them when it names
+none) of a float tensor, at any position of the forward and over any dimension (leading,
+middle or last), of any length (a long one split among programs: templates/_rowop.j2). Each becomes one
 Triton part of the ``graph_norm`` plan (kind ``row`` of :class:`~.records.Norm`), the elementwise
 work only it reads computed as it is read and the work only its output feeds applied before the
 store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
 
 from __future__ import annotations
 
-import math
 import operator
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, dims_and_options
+from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, reduced_dims
 from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
 from loopwise.kernels.expert.fx_graph import call_arg, op_name
 from loopwise.kernels.expert.partition.nodes import float_shape
@@ -25,24 +25,8 @@ _SOFTMAX_NEUTRAL = '-float("inf")'  # a softmax's first pass is a logsumexp
 
 def row_calls(gm, taken=()) -> dict:
     """{node: its :class:`RowOp`} for each row operation of ``gm`` that a row part computes, in
-    graph order, leaving out the nodes in ``taken`` (parts of another kind already) and those whose
-    parts would leave the GPU idle (:func:`row_refusals` says which)."""
-    return {node: row for node, row, why in _rows(gm, taken) if not why}
-
-
-def row_refusals(gm) -> list[str]:
-    """Why each row operation that no part computes for lack of parallel work stays in PyTorch."""
-    return [why for _, _, why in _rows(gm, ()) if why]
-
-
-# The most entries one program of a row part walks when there are fewer than RowOp.FEWEST_PROGRAMS
-# programs: past it most of the GPU would sit idle while a few programs walk the whole tensor (a
-# reduction over every dimension).
-_MOST_WALKED = 65536
-
-
-def _rows(gm, taken):
-    """(node, RowOp, "" or why a part would not pay) for each row operation of ``gm``."""
+    graph order, leaving out the nodes in ``taken`` (parts of another kind already)."""
+    calls = {}
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method", "call_module"):
             continue
@@ -51,20 +35,8 @@ def _rows(gm, taken):
         except (ew.Unsupported, KeyError, IndexError, TypeError):
             row = None  # options a row part does not read: the operation stays in PyTorch
         if row is not None:
-            yield node, row, _idle(row, float_shape(row_source(node)[0]))
-
-
-def _idle(row: RowOp, shape) -> str:
-    """Why a part computing ``row`` on an input of ``shape`` would leave the GPU idle, or ""."""
-    outer, size = math.prod(shape[:row.first]), math.prod(shape[row.first:row.last + 1])
-    inner = math.prod(shape[row.last + 1:])
-    programs = outer * -(-inner // row.NARROWEST)  # the strips at their narrowest
-    walked = size * min(inner, row.NARROWEST)
-    if programs >= row.FEWEST_PROGRAMS or walked <= _MOST_WALKED:
-        return ""
-    return (f"{row.op} over dimension{'s' if row.first != row.last else ''} {row.first}"
-            f"{'..' + str(row.last) if row.first != row.last else ''} of {tuple(shape)}: {programs} program(s) "
-            f"would each walk {walked} elements")
+            calls[node] = row
+    return calls
 
 
 def row_source(node):
@@ -80,8 +52,10 @@ def _row_op(gm, node) -> RowOp | None:
     name = op_name(call) if call.op != "call_module" else ""
     if name in ("max", "min") and pick is not None:
         return _reduction(call, name if pick in (0, "values") else "arg" + name, name)
-    if pick is None and name in REDUCTIONS and name not in ("max", "min"):
-        return _reduction(call, REDUCTIONS[name], name)
+    if pick is None and name in REDUCTIONS:
+        if name in ("max", "min") and (len(call.args) > 1 or call.kwargs):
+            return None  # (values, indices) along a dimension, or the elementwise max of two tensors
+        return _reduction(call, REDUCTIONS[name], name)  # torch.max(x): the whole tensor's
     src = _float_source(call)
     if src is None:
         return None
@@ -109,12 +83,13 @@ def _reduction(node, op: str, name: str) -> RowOp | None:
         return None
     if op == "norm" and (node.kwargs.get("out") is not None or node.kwargs.get("dtype") is not None):
         return None
-    if name in ("max", "min") and len(node.args) < 2 and "dim" not in node.kwargs:
-        return None  # torch.max(x): the whole tensor's, no dimension
-    first, last, keepdim, correction = dims_and_options(node, op, len(float_shape(src)))
-    if op in ("argmax", "argmin") and first != last:
-        return None  # an index into one dimension
-    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op])
+    rank = len(float_shape(src))
+    dims, keepdim, correction = reduced_dims(node, op, rank, whole=True)
+    first, last = dims[0], dims[-1]
+    if op in ("argmax", "argmin") and first != last and dims != tuple(range(rank)):
+        return None  # an index into one dimension, or into the whole tensor flattened
+    apart = dims != tuple(range(first, last + 1))  # kept dimensions between reduced ones
+    return RowOp(op, first, last, keepdim, correction, NEUTRAL[op], dims=dims if apart else (), rank=rank if apart else 0)
 
 
 def _picked(node):
