@@ -11,34 +11,13 @@ from loopwise.kernels.expert.partition.indexed import indexed_pass
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
-
-
-def _in_place(gm, node) -> bool:
-    if node.kwargs.get("inplace") or (node.op == "call_method" and str(node.target).endswith("_")):
-        return True
-    return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
-
-
-# Modules whose output is a fresh tensor (never a view of their input or of a parameter).
-_FRESH_OUTPUT = ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Linear",
-                 "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d")
-
-
-def _private_in_place(gm, node) -> bool:
-    """An in-place module or function call (``nn.ReLU(inplace=True)``) whose input is a fresh module
-    output read by nothing else: no one can see the write, so computing it out of place is the
-    same program (VGG's and ResNet's ReLUs after a convolution or a norm)."""
-    if node.op not in ("call_module", "call_function") or not node.args:
-        return False
-    src = node.args[0]
-    return (getattr(src, "op", None) == "call_module" and len(src.users) == 1
-            and type(gm.get_submodule(src.target)).__name__ in _FRESH_OUTPUT)
+from loopwise.kernels.expert.partition.writes import in_place, private_in_place, written_memory
 
 
 def _fusible(gm, model, node) -> bool:
     """Whether ``node`` can be one statement of a fused pass."""
     if node.op not in ("call_function", "call_method", "call_module") or (
-            _in_place(gm, node) and not _private_in_place(gm, node)):
+            in_place(gm, node) and not private_in_place(gm, node)):
         return False
     shape = float_shape(node)
     if shape is None:
@@ -104,7 +83,10 @@ def _members(gm, model) -> tuple[set, dict]:
     """The nodes a fused pass can compute: elementwise operations, gathers of float tables by
     integer indices, relabelings of what a pass computes; and the gathers among them."""
     member, gathers, relabels = set(), {}, set()
+    written = written_memory(gm)
     for n in gm.graph.nodes:
+        if any(a in written for a in arg_nodes(n)):
+            continue  # it reads memory written in place: its reads stay where PyTorch makes them
         if _fusible(gm, model, n):
             member.add(n)
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:
@@ -113,7 +95,7 @@ def _members(gm, model) -> tuple[set, dict]:
                 gathers[n] = found
                 member.add(n)
             elif _index_map(n, (member, relabels)) and not any(  # a write through an alias
-                    _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
+                    in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
                 relabels.add(n)
     # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
     # ends with an operation (and can still be a GEMM's epilogue or a norm's prologue); but a

@@ -6,6 +6,7 @@ import re
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.partition.records import LAUNCHERS
+from loopwise.kernels.expert.partition.writes import eliminate_dead_code
 
 
 _ALLOWED_GLOBALS = {"torch", "operator", "inf", "nan"}
@@ -65,7 +66,7 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
         # tensors; a softmax reads none
         own = norm.call.paths if norm.call else (norm.module,) if norm.module else ()
         swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs, (*own, *norm.operands, *norm.post_operands))
-    graph.eliminate_dead_code()
+    eliminate_dead_code(gm)
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
     src, imports = code.src, []
