@@ -8,10 +8,11 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import check_operand, expression
 from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, copied_permutes, gather_of, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.indexed import indexed_pass
+from loopwise.kernels.expert.partition.offsets import pass_wide
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
-from loopwise.kernels.expert.partition.writes import in_place, private_in_place, written_memory
+from loopwise.kernels.expert.partition.writes import in_place, late_writes, private_in_place
 
 
 def _fusible(gm, model, node) -> bool:
@@ -83,10 +84,10 @@ def _members(gm, model) -> tuple[set, dict]:
     """The nodes a fused pass can compute: elementwise operations, gathers of float tables by
     integer indices, relabelings of what a pass computes; and the gathers among them."""
     member, gathers, relabels = set(), {}, set()
-    written = written_memory(gm)
+    written, order = late_writes(gm), {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in gm.graph.nodes:
-        if any(a in written for a in arg_nodes(n)):
-            continue  # it reads memory written in place: its reads stay where PyTorch makes them
+        if any(written.get(a, -1) > order[n] for a in arg_nodes(n)):
+            continue  # it reads memory written in place later on: its reads stay where PyTorch makes them
         if _fusible(gm, model, n):
             member.add(n)
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:
@@ -212,18 +213,20 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
                     bucket.append(arg)
         if not xs:
             continue  # computed from the model's tensors alone: its shape is theirs
+        wide = pass_wide(n.meta["tensor_meta"].shape for n in (out, *xs, *ordered)
+                         if hasattr(n.meta.get("tensor_meta"), "shape"))
         dtypes = {dtype_name(n) for n in (out, *xs)} | set(operand_dtypes(model, ps))
         dtypes -= set(INDEX_DTYPES)  # an index is read as an integer, never upcast
         upcast = dtypes != {"float32"}
         if not indexed:
             body, ops, expr = statements(
                 gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            yield (Group(len(xs), tuple(p.target for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out)),
+            yield (Group(len(xs), tuple(p.target for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out), wide=wide),
                    (out, xs, ps, ordered))
             continue
         try:
             fields = indexed_pass(ordered, out, xs, ps, cut, gathers, upcast, gm)
         except ew.Unsupported:
             continue  # left to PyTorch: a value read at two sets of positions, a shape not found
-        yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), **fields),
+        yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), wide=wide, **fields),
                (out, xs, ps, ordered))

@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
 
@@ -150,6 +151,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         values["out_dtype"] = dtype_name(computed)  # the graph's dtype: an epilogue may promote a half norm's
         if row:
             values[kind] = replace(row, out_dtype=dtype_name(computed))
+        if isinstance(row, PoolOp):
+            values["wide"] = pool_wide(row, float_shape(src), float_shape(node))
         if call:
             values["call"] = call
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))

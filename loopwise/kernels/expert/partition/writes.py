@@ -26,18 +26,23 @@ def private_in_place(gm, node) -> bool:
             and type(gm.get_submodule(src.target)).__name__ in _FRESH_OUTPUT)
 
 
-def written_memory(gm) -> set:
-    """The nodes whose memory an operation left in PyTorch writes in place (``x.mul_(0)``,
-    ``x += 1``, ``x[:, :3] = 0``, ``out=x``, an in-place module anyone else can see), through any
-    view of it, with every view of it. A pass launches where its output is and reads its inputs
-    there, so one that read such memory could read it on the wrong side of the write."""
-    writes = [n for n in gm.graph.nodes if _writes(gm, n)]
-    roots = {_storage(gm, target) for n in writes for target in _written_args(gm, n)}
-    aliases = set(roots)
+def late_writes(gm) -> dict:
+    """{node: the position in the graph of the last in-place write to its memory} for the nodes
+    whose memory an operation left in PyTorch writes in place (``x.mul_(0)``, ``x[:, :3].zero_()``,
+    ``out=x``, an in-place module anyone else can see), through any view of it, and every view of
+    it. A pass launches where its output is and reads its inputs there: an operation that reads such
+    a node before its last write cannot be part of a pass (it would read it after the write)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    writes = in_place_writes(gm)
+    last: dict = {}
+    for n in writes:
+        for target in _written_args(gm, n):
+            root = _storage(gm, target)
+            last[root] = max(last.get(root, -1), order[n])
     for n in gm.graph.nodes:  # graph order: a view comes after what it views
-        if n.args and (_is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in aliases:
-            aliases.add(n)
-    return aliases
+        if n.args and (_is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
+            last[n] = last[n.args[0]]
+    return last
 
 
 _WRITING_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
@@ -84,7 +89,13 @@ def _storage(gm, node):
     return node
 
 
-def eliminate_dead_code(gm) -> None:
-    """fx's dead-code elimination, keeping every in-place write (fx would drop ``x.mul_(0)`` whose
-    result no one reads, though a later read of x sees it)."""
-    gm.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure() or _writes(gm, n))
+def in_place_writes(gm) -> set:
+    """The nodes that write memory in place that someone else can see (see :func:`late_writes`)."""
+    return {n for n in gm.graph.nodes if _writes(gm, n)}
+
+
+def eliminate_dead_code(gm, writes) -> None:
+    """fx's dead-code elimination, keeping the in-place ``writes`` (found before the graph was
+    rewritten: fx would drop ``x.mul_(0)`` whose result no one reads, though a later read of x
+    sees it)."""
+    gm.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure() or n in writes)
