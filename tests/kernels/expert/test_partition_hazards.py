@@ -101,7 +101,7 @@ def test_the_64_bit_index_path_is_judged_correct(tmp_path, monkeypatch, forward,
     path = _problem(tmp_path, "wide", "", forward, inputs)
     source = judged_correct(path, {"template": "graph_norm" if "pool" in forward else "graph", "block": 32},
                             tmp_path, monkeypatch)
-    assert "to(tl.int64)" in source
+    assert ("I64=True" if "pool" in forward else "tl.program_id(0).to(tl.int64) * BLOCK") in source
 
 
 NANS = {
