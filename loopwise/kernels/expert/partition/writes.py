@@ -71,7 +71,7 @@ _VIEWS = {"getitem", "narrow", "view", "view_as", "reshape", "flatten", "unflatt
           "swapaxes", "swapdims", "t", "contiguous", "expand", "expand_as", "squeeze", "unsqueeze", "select",
           "chunk", "split", "unbind", "tensor_split", "split_with_sizes", "diagonal", "movedim", "moveaxis", "detach",
           "unfold", "as_strided", "real", "imag", "view_as_real", "view_as_complex", "dropout", "alpha_dropout",
-          "type_as", "to", "float", "half", "bfloat16", "double", "clone_if_needed", "T", "mT", "align_as"}
+          "type_as", "to", "float", "half", "bfloat16", "double", "T", "mT", "align_as"}
 _VIEW_MODULES = {"Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
 
 
