@@ -10,28 +10,31 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# tl.maximum / tl.minimum skip a NaN by default; PyTorch's relu, clamp, maximum and the rest return it
+KEEP_NAN = "propagate_nan=tl.PropagateNan.ALL"
+
 BINARY = {operator.add: "({a} + {b})", operator.sub: "({a} - {b})", operator.mul: "({a} * {b})",
           operator.truediv: "({a} / {b})", torch.add: "({a} + {b})", torch.sub: "({a} - {b})",
           torch.mul: "({a} * {b})", torch.div: "({a} / {b})", "add": "({a} + {b})", "sub": "({a} - {b})",
-          "mul": "({a} * {b})", "div": "({a} / {b})", torch.maximum: "tl.maximum({a}, {b})",
-          torch.minimum: "tl.minimum({a}, {b})"}
+          "mul": "({a} * {b})", "div": "({a} / {b})", torch.maximum: "tl.maximum({a}, {b}, " + KEEP_NAN + ")",
+          torch.minimum: "tl.minimum({a}, {b}, " + KEEP_NAN + ")"}
 
 SIGMOID = "(1.0 / (1.0 + tl.exp(-{a})))"
 UNARY = {
-    "relu": "tl.maximum({a}, 0.0)",
+    "relu": "tl.maximum({a}, 0.0, " + KEEP_NAN + ")",
     "sigmoid": SIGMOID,
     "tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {a})) - 1.0)",
     "exp": "tl.exp({a})", "log": "tl.log({a})", "sqrt": "tl.sqrt({a})", "abs": "tl.abs({a})", "neg": "(-{a})",
     "gelu": "(0.5 * {a} * (1.0 + tl.math.erf({a} * 0.7071067811865476)))",
     "silu": "({a} * " + SIGMOID + ")",
     "softsign": "({a} / (1.0 + tl.abs({a})))",
-    "softplus": "tl.where({a} > 20.0, {a}, tl.log(1.0 + tl.exp(tl.minimum({a}, 20.0))))",
-    "elu": "tl.where({a} > 0.0, {a}, tl.exp(tl.minimum({a}, 0.0)) - 1.0)",
+    "softplus": "tl.where({a} > 20.0, {a}, tl.log(1.0 + tl.exp(tl.minimum({a}, 20.0, " + KEEP_NAN + "))))",
+    "elu": "tl.where({a} > 0.0, {a}, tl.exp(tl.minimum({a}, 0.0, " + KEEP_NAN + ")) - 1.0)",
     "selu": "(1.0507009873554805 * tl.where({a} > 0.0, {a}, 1.6732632423543772 * "
-            "(tl.exp(tl.minimum({a}, 0.0)) - 1.0)))",
-    "hardsigmoid": "tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0)",
-    "hardswish": "({a} * tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0), 1.0))",
-    "relu6": "tl.minimum(tl.maximum({a}, 0.0), 6.0)",
+            "(tl.exp(tl.minimum({a}, 0.0, " + KEEP_NAN + ")) - 1.0)))",
+    "hardsigmoid": "tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0, " + KEEP_NAN + "), 1.0, " + KEEP_NAN + ")",
+    "hardswish": "({a} * tl.minimum(tl.maximum({a} / 6.0 + 0.5, 0.0, " + KEEP_NAN + "), 1.0, " + KEEP_NAN + "))",
+    "relu6": "tl.minimum(tl.maximum({a}, 0.0, " + KEEP_NAN + "), 6.0, " + KEEP_NAN + ")",
     "sin": "tl.sin({a})", "cos": "tl.cos({a})", "erf": "tl.math.erf({a})", "rsqrt": "tl.rsqrt({a})",
     "reciprocal": "(1.0 / {a})", "square": "({a} * {a})",
     # near 0, log(1 + a) and exp(a) - 1 cancel: there their Taylor series (error below a**5 / 5)
@@ -78,9 +81,9 @@ def leaky_relu(a: str, slope: float) -> str:
 def clamp(a: str, lo, hi) -> str:
     out = a
     if lo is not None:
-        out = f"tl.maximum({out}, {literal(lo)})"
+        out = f"tl.maximum({out}, {literal(lo)}, {KEEP_NAN})"
     if hi is not None:
-        out = f"tl.minimum({out}, {literal(hi)})"
+        out = f"tl.minimum({out}, {literal(hi)}, {KEEP_NAN})"
     return out
 
 

@@ -15,6 +15,7 @@ from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
 from loopwise.kernels.expert.partition.rows import row_calls
+from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
 
@@ -99,6 +100,6 @@ def _traced(module):
         raise ew.Unsupported(f"shapes could not be propagated ({type(exc).__name__}: {str(exc)[:120]})") from None
     # work the output does not depend on (KernelBench L3/36 computes a Linear and returns the LSTM's
     # state) is no part of a plan: its kernel would never run, and the judge rejects a decoy
-    gm.graph.eliminate_dead_code()
+    eliminate_dead_code(gm, in_place_writes(gm))
     return gm, model
 

@@ -8,37 +8,17 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.expressions import check_operand, expression
 from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, copied_permutes, gather_of, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.indexed import indexed_pass
+from loopwise.kernels.expert.partition.offsets import pass_wide
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
-
-
-def _in_place(gm, node) -> bool:
-    if node.kwargs.get("inplace") or (node.op == "call_method" and str(node.target).endswith("_")):
-        return True
-    return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
-
-
-# Modules whose output is a fresh tensor (never a view of their input or of a parameter).
-_FRESH_OUTPUT = ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Linear",
-                 "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d")
-
-
-def _private_in_place(gm, node) -> bool:
-    """An in-place module or function call (``nn.ReLU(inplace=True)``) whose input is a fresh module
-    output read by nothing else: no one can see the write, so computing it out of place is the
-    same program (VGG's and ResNet's ReLUs after a convolution or a norm)."""
-    if node.op not in ("call_module", "call_function") or not node.args:
-        return False
-    src = node.args[0]
-    return (getattr(src, "op", None) == "call_module" and len(src.users) == 1
-            and type(gm.get_submodule(src.target)).__name__ in _FRESH_OUTPUT)
+from loopwise.kernels.expert.partition.writes import in_place, late_writes, private_in_place
 
 
 def _fusible(gm, model, node) -> bool:
     """Whether ``node`` can be one statement of a fused pass."""
     if node.op not in ("call_function", "call_method", "call_module") or (
-            _in_place(gm, node) and not _private_in_place(gm, node)):
+            in_place(gm, node) and not private_in_place(gm, node)):
         return False
     shape = float_shape(node)
     if shape is None:
@@ -104,7 +84,10 @@ def _members(gm, model) -> tuple[set, dict]:
     """The nodes a fused pass can compute: elementwise operations, gathers of float tables by
     integer indices, relabelings of what a pass computes; and the gathers among them."""
     member, gathers, relabels = set(), {}, set()
+    written, order = late_writes(gm), {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in gm.graph.nodes:
+        if any(written.get(a, -1) > order[n] for a in arg_nodes(n)):
+            continue  # it reads memory written in place later on: its reads stay where PyTorch makes them
         if _fusible(gm, model, n):
             member.add(n)
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:
@@ -113,7 +96,7 @@ def _members(gm, model) -> tuple[set, dict]:
                 gathers[n] = found
                 member.add(n)
             elif _index_map(n, (member, relabels)) and not any(  # a write through an alias
-                    _in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
+                    in_place(gm, u) for u in (*n.users, *(u for a in arg_nodes(n) for u in a.users))):
                 relabels.add(n)
     # a view only between operations of a pass: one at its end stays a view in PyTorch, so the pass
     # ends with an operation (and can still be a GEMM's epilogue or a norm's prologue); but a
@@ -230,18 +213,20 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
                     bucket.append(arg)
         if not xs:
             continue  # computed from the model's tensors alone: its shape is theirs
+        wide = pass_wide(n.meta["tensor_meta"].shape for n in (out, *xs, *ordered)
+                         if hasattr(n.meta.get("tensor_meta"), "shape"))
         dtypes = {dtype_name(n) for n in (out, *xs)} | set(operand_dtypes(model, ps))
         dtypes -= set(INDEX_DTYPES)  # an index is read as an integer, never upcast
         upcast = dtypes != {"float32"}
         if not indexed:
             body, ops, expr = statements(
                 gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            yield (Group(len(xs), tuple(p.target for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out)),
+            yield (Group(len(xs), tuple(p.target for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out), wide=wide),
                    (out, xs, ps, ordered))
             continue
         try:
             fields = indexed_pass(ordered, out, xs, ps, cut, gathers, upcast, gm)
         except ew.Unsupported:
             continue  # left to PyTorch: a value read at two sets of positions, a shape not found
-        yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), **fields),
+        yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), wide=wide, **fields),
                (out, xs, ps, ordered))

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
 from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
 
@@ -133,7 +134,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
                 and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
         pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [reader]
-                    and channel_wise(outputs[i][2])), None)
+                    and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
         post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
                      and channel_wise(outputs[i][2])), None)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
@@ -149,13 +150,28 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
             body, ops, expr = statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
+        values["out_dtype"] = dtype_name(computed)  # the graph's dtype: an epilogue may promote a half norm's
         if row:
             values[kind] = replace(row, out_dtype=dtype_name(computed))
+        if isinstance(row, PoolOp):
+            values["wide"] = pool_wide(row, float_shape(src), float_shape(node))
         if call:
             values["call"] = call
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+
+
+def _running(node, kind, call) -> set:
+    """The running statistics a BatchNorm part updates in place before its normalize pass (attribute
+    paths): a prologue that reads them would read them moved there, so it keeps its own pass."""
+    if call:
+        return {call.running_mean, call.running_var}
+    return {f"{node.target}.running_mean", f"{node.target}.running_var"} if kind == "batch" else set()
+
+
+def _targets(ps) -> set:
+    return {p.target for p in ps}
 
 
 def _any_tensors(ps) -> bool:

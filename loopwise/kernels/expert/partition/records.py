@@ -26,6 +26,7 @@ class Group:
     prelude: tuple[str, ...] = ()
     sizes: tuple[str, ...] = ()
     int_args: tuple[str, ...] = ()
+    wide: bool = False  # 64-bit index arithmetic: some index it computes reaches 2**31 at the captured shapes
 
 
 SCANS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin")  # the row operations whose output is a scan
@@ -170,6 +171,8 @@ class Norm:
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
+    out_dtype: str = "float32"  # the stored output's, as the captured graph has it (after the epilogue)
+    wide: bool = False  # 64-bit index arithmetic: some index it computes reaches 2**31 at the captured shapes
     LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
 
 

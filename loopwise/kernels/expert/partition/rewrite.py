@@ -6,6 +6,7 @@ import re
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.partition.records import LAUNCHERS
+from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 
 
 _ALLOWED_GLOBALS = {"torch", "operator", "inf", "nan"}
@@ -40,6 +41,7 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     the forward still reads the model (so ModelNew needs the reference's __init__), and the import
     lines the forward needs beyond torch."""
     graph = gm.graph
+    writes = in_place_writes(gm)  # before the launchers read what they replace
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
 
     def swap(out, name: str, nodes, paths=()) -> None:
@@ -65,7 +67,7 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
         # or a depthwise convolution's tensors; a softmax reads none
         own = norm.call.paths if norm.call else norm.pool.paths if norm.pool else (norm.module,) if norm.module else ()
         swap(out, f"{LAUNCHERS.get(norm.kind, 'gnorm')}_{k}", xs, (*own, *norm.operands, *norm.post_operands))
-    graph.eliminate_dead_code()
+    eliminate_dead_code(gm, writes)
     _inline_traced_constants(gm)
     code = graph.python_code(root_module="self")
     src, imports = code.src, []

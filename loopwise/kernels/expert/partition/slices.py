@@ -29,7 +29,7 @@ def _float_rank(node) -> int | None:
 
 def narrow_of(node) -> tuple[int, int] | None:
     """(dimension, start) where ``node`` is ``torch.narrow`` / ``Tensor.narrow`` of a float tensor
-    with numbers for its dimension, start (made non-negative) and length, else None."""
+    with numbers for its dimension, start (made non-negative) and length (at least 1), else None."""
     import torch
 
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
@@ -38,15 +38,15 @@ def narrow_of(node) -> tuple[int, int] | None:
     source, dim, start, length = node.args
     rank = _float_rank(source)
     if rank is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in (dim, start, length)) \
-            or not -rank <= dim < rank:
-        return None
+            or not -rank <= dim < rank or length <= 0:
+        return None  # an empty piece: its index would divide by its zero length
     size = _meta(source).shape[dim]
     return dim % rank, start % size if start < 0 else start
 
 
 def cat_of(node) -> tuple[list, int] | None:
     """(pieces, dimension made non-negative) where ``node`` is ``torch.cat`` / ``torch.concat`` of
-    float tensors of one dtype and rank, else None."""
+    float tensors of one dtype and rank, none of them empty, else None."""
     import torch
 
     if node.op != "call_function" or node.target not in (torch.cat, torch.concat, torch.concatenate):
@@ -57,8 +57,9 @@ def cat_of(node) -> tuple[list, int] | None:
         return None
     ranks = {_float_rank(p) for p in pieces}
     dtypes = {_meta(p).dtype for p in pieces if _meta(p) is not None}
-    if len(ranks) != 1 or None in ranks or len(dtypes) != 1 or not -min(ranks) <= dim < min(ranks):
-        return None
+    if len(ranks) != 1 or None in ranks or len(dtypes) != 1 or not -min(ranks) <= dim < min(ranks) \
+            or any(0 in _meta(p).shape for p in pieces):
+        return None  # an empty piece has no element to read, even at 0
     return list(pieces), dim % min(ranks)
 
 

@@ -1,0 +1,101 @@
+"""In-place writes among a forward's operations: which memory they write, so that no fused pass
+reads it on the wrong side of a write, and which nodes dead-code elimination must keep."""
+
+from __future__ import annotations
+
+
+def in_place(gm, node) -> bool:
+    if node.kwargs.get("inplace") or (node.op == "call_method" and str(node.target).endswith("_")):
+        return True
+    return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
+
+
+# Modules whose output is a fresh tensor (never a view of their input or of a parameter).
+_FRESH_OUTPUT = ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Linear",
+                 "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d")
+
+
+def private_in_place(gm, node) -> bool:
+    """An in-place module or function call (``nn.ReLU(inplace=True)``) whose input is a fresh module
+    output read by nothing else: no one can see the write, so computing it out of place is the
+    same program (VGG's and ResNet's ReLUs after a convolution or a norm)."""
+    if node.op not in ("call_module", "call_function") or not node.args:
+        return False
+    src = node.args[0]
+    return (getattr(src, "op", None) == "call_module" and len(src.users) == 1
+            and type(gm.get_submodule(src.target)).__name__ in _FRESH_OUTPUT)
+
+
+def late_writes(gm) -> dict:
+    """{node: the position in the graph of the last in-place write to its memory} for the nodes
+    whose memory an operation left in PyTorch writes in place (``x.mul_(0)``, ``x[:, :3].zero_()``,
+    ``out=x``, an in-place module anyone else can see), through any view of it, and every view of
+    it. A pass launches where its output is and reads its inputs there: an operation that reads such
+    a node before its last write cannot be part of a pass (it would read it after the write)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    writes = in_place_writes(gm)
+    last: dict = {}
+    for n in writes:
+        for target in _written_args(gm, n):
+            root = _storage(gm, target)
+            last[root] = max(last.get(root, -1), order[n])
+    for n in gm.graph.nodes:  # graph order: a view comes after what it views
+        if n.args and (_is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
+            last[n] = last[n.args[0]]
+    return last
+
+
+_WRITING_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+                      "ilshift", "irshift", "imatmul", "setitem")
+
+
+def _writes(gm, node) -> bool:
+    if node.op not in ("call_function", "call_method", "call_module") or private_in_place(gm, node):
+        return False
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
+        return name in _WRITING_OPERATORS
+    underscored = node.op != "call_module" and isinstance(name, str) and name.endswith("_") and not name.startswith("_")
+    return underscored or in_place(gm, node) or "out" in node.kwargs
+
+
+def _written_args(gm, node) -> list:
+    found = [node.kwargs["out"]] if "out" in node.kwargs else []
+    if node.args and hasattr(node.args[0], "op") and not found:
+        found.append(node.args[0])
+    return [n for n in found if hasattr(n, "op")]
+
+
+# Operations whose output may share its input's memory (views, and what returns its input itself).
+_VIEWS = {"getitem", "narrow", "view", "view_as", "reshape", "flatten", "unflatten", "permute", "transpose",
+          "swapaxes", "swapdims", "t", "contiguous", "expand", "expand_as", "squeeze", "unsqueeze", "select",
+          "chunk", "split", "unbind", "tensor_split", "split_with_sizes", "diagonal", "movedim", "moveaxis", "detach",
+          "unfold", "as_strided", "real", "imag", "view_as_real", "view_as_complex", "dropout", "alpha_dropout",
+          "type_as", "to", "float", "half", "bfloat16", "double", "T", "mT", "align_as"}
+_VIEW_MODULES = {"Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
+
+
+def _is_view(gm, node) -> bool:
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__ in _VIEW_MODULES
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return node.op in ("call_function", "call_method") and name in _VIEWS
+
+
+def _storage(gm, node):
+    """The node whose memory ``node`` is (through views and in-place writes, which return their input)."""
+    while node.args and hasattr(node.args[0], "op") and (_is_view(gm, node) or _writes(gm, node)):
+        node = node.args[0]
+    return node
+
+
+def in_place_writes(gm) -> set:
+    """The nodes that write memory in place that someone else can see (see :func:`late_writes`)."""
+    return {n for n in gm.graph.nodes if _writes(gm, n)}
+
+
+def eliminate_dead_code(gm, writes) -> None:
+    """fx's dead-code elimination, keeping the in-place ``writes`` (found before the graph was
+    rewritten: fx would drop ``x.mul_(0)`` whose result no one reads, though a later read of x
+    sees it)."""
+    gm.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure() or n in writes)
