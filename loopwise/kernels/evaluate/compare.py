@@ -186,6 +186,23 @@ def normwise_error(x, ref64) -> float:
     return num / denom
 
 
+def nonfinite_mismatch(i: int, ref64, cand) -> Verdict | None:
+    """A failing verdict where output ``i`` is NaN or infinite and the float64 reference is finite,
+    or where the reference is NaN and the output is not, or an infinity and the output is not the
+    same infinity; None where they agree (the error bounds look at finite entries only)."""
+    import torch
+
+    for rs, cs in _slices(ref64, cand):
+        finite = torch.isfinite(rs)
+        if bool((finite & ~torch.isfinite(cs)).any()):
+            return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
+        same = torch.where(rs != rs, cs != cs, cs.double() == rs)
+        if bool((~finite & ~same).any()):
+            return Verdict(False, "nan_output", f"output {i}: {int((~finite & ~same).sum())} elements differ where "
+                           "the float64 reference is NaN or infinite")
+    return None
+
+
 def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: float) -> Verdict:
     """Judges stress outputs by error against float64, relative to the fp32 reference's own error.
 
@@ -206,8 +223,9 @@ def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: fl
             return Verdict(False, "unwritten_output", f"output {i}: {unwritten} elements were never written")
         if not c.is_floating_point():
             continue
-        if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
-            return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
+        bad = nonfinite_mismatch(i, r64, c)
+        if bad is not None:
+            return bad
         ref_err = normwise_error(r32, r64)
         err = normwise_error(c, r64)
         allowed = max(ratio * ref_err, floor)
@@ -353,8 +371,9 @@ def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float
         if unwritten:
             return Verdict(False, "unwritten_output", f"output {i}: {unwritten} of {c.numel()} elements were never written",
                            evidence={"unwritten": unwritten, "numel": c.numel()})
-        if any(bool((torch.isfinite(rs) & ~torch.isfinite(cs)).any()) for rs, cs in _slices(r64, c)):
-            return Verdict(False, "nan_output", f"output {i}: NaN/Inf where the float64 reference is finite")
+        bad = nonfinite_mismatch(i, r64, c)
+        if bad is not None:
+            return bad
         if rule == "half":
             v = _half_bound(i, r, r64, c, half_factor, max(atol, HALF_TOLERANCE))
         else:

@@ -173,3 +173,24 @@ def test_fp32_outputs_of_another_correct_summation_order_pass_the_float64_bound(
     assert not spent.passed and "normwise" in spent.message
     # without an fp32 factor, fp32 outputs keep allclose alone
     assert not compare_float64_bound([ref], [ref64], [seq], 2.0, None).passed
+
+
+def test_a_number_where_the_float64_reference_is_nan_or_infinite_fails():
+    """Where the float64 reference is NaN the candidate must be NaN, and where it is an infinity
+    the same infinity (a max that skips NaN, an overflow clipped): by the float64 bound and by the
+    stress rule alike; the same non-finite values pass."""
+    from loopwise.kernels.evaluate.compare import compare_float64_bound
+
+    torch.manual_seed(0)
+    ref = torch.randn(64)
+    ref[3], ref[7] = float("nan"), float("inf")
+    ref64 = ref.double()
+    assert compare_float64_bound([ref], [ref64], [ref.clone()], 2.0, fp32_factor=4.0).passed
+    assert compare_stress([ref], [ref64], [ref.clone()], 4.0, 1e-6).passed
+    for where, value in ((3, 1.5), (7, 6.0e4), (7, float("-inf")), (7, float("nan"))):
+        wrong = ref.clone()
+        wrong[where] = value
+        for v in (compare_float64_bound([ref], [ref64], [wrong], 2.0, fp32_factor=4.0),
+                  compare_float64_bound([ref.half()], [ref64], [wrong.half()], 2.0),
+                  compare_stress([ref], [ref64], [wrong], 4.0, 1e-6)):
+            assert not v.passed and v.code == "nan_output", (where, value, v)
