@@ -242,6 +242,9 @@ class _Replay:
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
         here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
             f"operator {step['operator']}" if step.get("operator") else "transfers")
+        for entry in step.get("free", []):
+            if len(entry) > 1:
+                self._track(entry)
         dying = self._freed_in_place(step, loops)
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
@@ -343,6 +346,13 @@ class _Replay:
                 else:
                     other_kind = True
         return freeing, other_kind
+
+    def _track(self, entry: list) -> None:
+        """A tensor about to be freed part by part, held whole in one buffer: its parts are in it."""
+        t, total = entry[0], int(entry[1])
+        mine = self.buffers.get(t, [])
+        if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
+            self.parts.held[(t, mine[0][0])] = [(0, total)]
 
     def _freed_in_place(self, step: dict, loops: dict) -> dict:
         """The parts the step frees of tensors it reads (its output may be written over them)."""
