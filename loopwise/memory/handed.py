@@ -2,11 +2,15 @@
 
 A tensor carried into a group run in slabs is on chip whole when the loop starts. When the group
 reads all of it and its last reader in the group slices it by every slab level the group has, the
-part of one slab is dead once that reader has run on the slab: the group frees it there (its
-outer slab's part at the end of the last reader's inner loop, when that reader slices it by the
-outer dimension only). A tensor carried out is made part by part by its producer and its parts
-stay on chip. So at a slab, what the two hold is the parts of the first still to be read and the
-parts of the second made so far, not both whole: about one of them plus a slab.
+part of one slab is dead once that reader has run on the slab: the group can free it there. A
+tensor carried out is made part by part by its producer and its parts stay on chip. Where a group
+carries one tensor in and one out, of the same size, cut alike in the same inner loop, the second
+made no earlier than the first's slab is read (a residual stream: ``x + f(x)``), the second is
+written over the first slab by slab, in the same place (:func:`handed_pair`), and what the two
+hold at a slab is the parts of the first still to be read and the parts of the second made so
+far, not both whole: about one of them plus a slab. Both must be cut into parts that follow each
+other in the tensor's layout (:func:`_in_order`), so that the parts one group made are the parts
+the next frees. Anywhere else a carried tensor is held whole through the loop, as before.
 
 Both are linear in the slab's index within the outer slab and in the outer slab's index, except
 at the last (a smaller last slab, the first tensor all read), so the most they hold together at
@@ -14,9 +18,9 @@ an operator is reached at one of the slab pairs (first, second to last, last) x 
 outer slabs): :func:`handed_cover` weighs those nine (a tensor read alone holds the most at the
 first slab, one made alone at the last).
 
-The schedule (:mod:`loopwise.memory.schedule`) frees such a tensor slab by slab where
-:func:`freed_by_slab` says, and writes the tensor carried out over it when the two are cut alike
-(:func:`written_over`); the replay checks both from the listed accesses alone.
+The schedule (:mod:`loopwise.memory.schedule`) frees the tensor carried in slab by slab and
+places the one carried out over it (:mod:`loopwise.memory.placement`); the replay checks both
+from the listed accesses alone.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def freed_by_slab(planner, i: int, spec, units: dict, t: str, loops) -> Handed |
     seg = loops or (0,) * len(spec)
     readers = [k for k in planner.uses[t] if i <= k <= u.last and seg[k - i] == seg[last]]
     by_inner = all(_by(planner, k, spec[k - i], t, 1) for k in readers)
-    if not by_inner and spec[last][0] is None:
+    if (not by_inner and spec[last][0] is None) or not _in_order(planner, u.last, spec[last], t, by_inner):
         return None
     return Handed(t, u.whole, last, by_inner, False)
 
@@ -66,7 +70,8 @@ def made_by_slab(planner, i: int, spec, units: dict, t: str) -> Handed | None:
     if spec is None or u is None or not u.produced or not u.outer:
         return None
     first = u.first - i
-    if not (_by(planner, u.first, spec[first], t, 0) and _by(planner, u.first, spec[first], t, 1)):
+    if not (_by(planner, u.first, spec[first], t, 0) and _by(planner, u.first, spec[first], t, 1)
+            and _in_order(planner, u.first, spec[first], t, True)):
         return None
     return Handed(t, planner.facts[u.first][t][0], first, True, True)
 
@@ -76,6 +81,16 @@ def _by(planner, k: int, pair, t: str, level: int) -> bool:
     dimension that is not there slices everything)."""
     dim = pair[level]
     return dim is None or planner.sigs[k][dim][t] is not None
+
+
+def _in_order(planner, k: int, pair, t: str, by_inner: bool) -> bool:
+    """Whether the slabs of operator k cut ``t`` into parts that lie one after the other in its
+    row-major layout: the outer dimension slices its first dimension of more than one element,
+    the inner one the next (so parts made by one group and freed by another are the same bytes)."""
+    shape = planner.g.tensors()[t].shape
+    cut = [planner.sigs[k][d][t] for d in (pair[0], pair[1] if by_inner else None) if d is not None]
+    wide = [p for p, extent in enumerate(shape) if extent > 1]
+    return cut == wide[:len(cut)]
 
 
 def written_over(carried_in: list[Handed], carried_out: list[Handed], loops) -> tuple[str, str] | None:
