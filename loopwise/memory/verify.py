@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopwise.memory.verify_parts import Parts, cut, overlap
+from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ class _Replay:
         for entry in step.get("free", []):
             if len(entry) > 1:
                 self._track(entry)
-        dying = self._freed_in_place(step, loops)
+        dying = freed_in_place(step, loops)
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
@@ -310,7 +310,7 @@ class _Replay:
             mine.append(same)
             self.address_peak = max(self.address_peak, offset + size)
             whole = [(offset, offset + size)]
-            if accumulates and self._meets(same, whole, dying) == (True, False):
+            if accumulates and self.parts.meets(self.buffers, same, whole, dying) == (True, False):
                 self.parts.partwise.add((t, offset))  # placed over parts freed slab by slab
             else:
                 self._overlaps(t, same, whole, here, dying)
@@ -333,32 +333,12 @@ class _Replay:
                     self._violate("overlap", here, f"{t} [{claim[0][0]}, {claim[0][1]}) overlaps {other} "
                                                    f"[{hit[0]}, {hit[1]}), alive at the same time")
 
-    def _meets(self, buffer: list, claim: list, dying: dict) -> tuple[bool, bool]:
-        """Whether ``claim`` meets the range of a buffer whose tensor is freed slab by slab, and
-        whether it meets that of any other."""
-        freeing = other_kind = False
-        for other, theirs in self.buffers.items():
-            for b in theirs:
-                if b is buffer or not b[1] or overlap(claim, [(b[0], b[0] + b[1])]) is None:
-                    continue
-                if (other, b[0]) in self.parts.held and (self.parts.dead.get(other) or other in dying):
-                    freeing = True
-                else:
-                    other_kind = True
-        return freeing, other_kind
-
     def _track(self, entry: list) -> None:
         """A tensor about to be freed part by part, held whole in one buffer: its parts are in it."""
         t, total = entry[0], int(entry[1])
         mine = self.buffers.get(t, [])
         if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
             self.parts.held[(t, mine[0][0])] = [(0, total)]
-
-    def _freed_in_place(self, step: dict, loops: dict) -> dict:
-        """The parts the step frees of tensors it reads (its output may be written over them)."""
-        read = set(step.get("uses", [])) | {e[0] for e in step.get("needs", [])}
-        return {e[0]: [cut(int(e[1]), e[2] if len(e) > 2 else [], loops)]
-                for e in step.get("free", []) if len(e) > 1 and e[0] in read}
 
     def _free(self, entry: list, loops: dict, here: str) -> None:
         t = entry[0]

@@ -117,3 +117,24 @@ class Parts:
         if key in self.held and (key in self.partwise or dead):
             return shifted(minus(self.held[key], dead), offset)
         return [(offset, offset + size)]
+
+    def meets(self, buffers: dict, buffer: list, claim: Ranges, dying: dict) -> tuple[bool, bool]:
+        """Whether ``claim`` meets the range of a buffer (of ``buffers``, by tensor) whose tensor
+        is freed slab by slab, and whether it meets that of any other."""
+        freeing = other_kind = False
+        for other, theirs in buffers.items():
+            for b in theirs:
+                if b is buffer or not b[1] or overlap(claim, [(b[0], b[0] + b[1])]) is None:
+                    continue
+                if (other, b[0]) in self.held and (self.dead.get(other) or other in dying):
+                    freeing = True
+                else:
+                    other_kind = True
+        return freeing, other_kind
+
+
+def freed_in_place(step: dict, loops: dict) -> dict[str, Ranges]:
+    """The parts a step frees of tensors it reads (its output may be written over them)."""
+    read = set(step.get("uses", [])) | {e[0] for e in step.get("needs", [])}
+    return {e[0]: [cut(int(e[1]), e[2] if len(e) > 2 else [], loops)]
+            for e in step.get("free", []) if len(e) > 1 and e[0] in read}

@@ -95,3 +95,15 @@ def test_freeing_a_slab_twice_and_writing_over_a_slab_not_yet_read_are_rejected(
     overlaps = [v for v in verify(plan).violations if v.kind == "overlap"]
     assert overlaps and overlaps[0].where == "group 1, slab 1, operator g"
     assert overlaps[0].message == "y [100, 200) overlaps x [100, 400), alive at the same time"
+
+
+def test_a_tensor_loaded_whole_can_be_freed_slab_by_slab_and_written_over():
+    plan = _handed()
+    plan["schedule"]["groups"][0] = {
+        "operators": ["f"], "traffic_bytes": 400, "peak_bytes": 400,
+        "steps": [{"id": "0.0", "operator": "f", "uses": ["x"], "alloc": [["x", 400, [], 0, 400]], "free": []}],
+        "dma": [{"step": "0.0", "tensor": "x", "bytes": 400, "split": [], "from": "dram", "to": "scratchpad",
+                 "offset": 0}]}
+    verdict = verify(plan)
+    assert verdict.ok, verdict.violations
+    assert [g.peak_bytes for g in verdict.groups] == [400, 560, 500]
