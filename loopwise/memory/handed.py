@@ -87,7 +87,7 @@ def _in_order(planner, k: int, pair, t: str, by_inner: bool) -> bool:
     """Whether the slabs of operator k cut ``t`` into parts that lie one after the other in its
     row-major layout: the outer dimension slices its first dimension of more than one element,
     the inner one the next (so parts made by one group and freed by another are the same bytes)."""
-    shape = planner.g.tensors()[t].shape
+    shape = next(x.shape for x in planner.ops[k].tensors if x.name == t)
     cut = [planner.sigs[k][d][t] for d in (pair[0], pair[1] if by_inner else None) if d is not None]
     wide = [p for p, extent in enumerate(shape) if extent > 1]
     return cut == wide[:len(cut)]
@@ -112,10 +112,12 @@ def handed_pair(planner, i: int, spec, units: dict, carried_in, carried_out) -> 
     one carried in, part by part, and that one, by name (none: both held whole)."""
     if spec is None or len(carried_in) != 1 or len(carried_out) != 1:
         return {}
+    made = made_by_slab(planner, i, spec, units, next(iter(carried_out)))
+    if made is None:
+        return {}
     loops = segments(planner, i, spec)
     read = freed_by_slab(planner, i, spec, units, next(iter(carried_in)), loops)
-    made = made_by_slab(planner, i, spec, units, next(iter(carried_out)))
-    if read is None or made is None or written_over([read], [made], loops) is None:
+    if read is None or written_over([read], [made], loops) is None:
         return {}
     return {read.name: read, made.name: made}
 
