@@ -16,7 +16,8 @@ Both are linear in the slab's index within the outer slab and in the outer slab'
 at the last (a smaller last slab, the first tensor all read), so the most they hold together at
 an operator is reached at one of the slab pairs (first, second to last, last) x (the same for the
 outer slabs): :func:`handed_cover` weighs those nine (a tensor read alone holds the most at the
-first slab, one made alone at the last).
+first slab, one made alone at the last). The place of a pair is reserved for the whole loop, so
+they count at least the size of the first there.
 
 The schedule (:mod:`loopwise.memory.schedule`) frees the tensor carried in slab by slab and
 places the one carried out over it (:mod:`loopwise.memory.placement`); the replay checks both
@@ -142,8 +143,10 @@ def handed_cover(parts: tuple[Handed, ...], loops: tuple, length: int, extent: i
     else:
         o = np.array(sorted({1, max(1, outer_count - 1), outer_count}), dtype=float)[:, None, None, None]
         s = np.stack([np.ones_like(count), np.maximum(1, count - 1), count])[None]  # (1, 3, rows, 1)
-    held = sum(_held(h, seg, ops, o, s, fo * h.nbytes, size / extent) for h in parts)
-    return held.max(axis=(0, 1))
+    held = sum(_held(h, seg, ops, o, s, fo * h.nbytes, size / extent) for h in parts).max(axis=(0, 1))
+    if len({h.made for h in parts}) == 2:  # one written over the other: their place is theirs throughout
+        held = np.maximum(held, max(h.nbytes for h in parts))
+    return held
 
 
 def sizes_below(extent: int) -> list[int]:

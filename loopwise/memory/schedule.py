@@ -177,12 +177,8 @@ def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
     for t, u in units.items():
         a, z = u.first - i, u.last - i
         last_step = seg_post[segs[z]] if u.spans else ops[z]  # a spanning tensor: after its last loop
-        if t in freed:  # part by part, as the group reads it
-            h = freed[t]
-            if h.by_inner:
-                ops[z]["free"].append([t, h.nbytes, split(t, u.last, by_operator=True)])
-            else:
-                seg_post[segs[z]]["free"].append([t, h.nbytes, ["outer"]])
+        if t in freed:  # slab by slab, as its last reader reads it
+            ops[z]["free"].append([t, freed[t].nbytes, split(t, u.last, by_operator=True)])
             continue
         if t in grp.carried_in:
             (ops[z] if slab is None else post)["free"].append([t])
