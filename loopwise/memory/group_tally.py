@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from loopwise.memory.handed import handed_pair
 from loopwise.memory.segments import bounds, segments
 from loopwise.memory.slabs import Invariants, Unit
 
@@ -34,6 +35,7 @@ class Tally:
     table: Invariants | None = None  # ``invariants`` as columns, made when first asked for
     shares: Tally | None = None  # the tally with the same invariants, whose table this one uses
     loaded: int | None = None  # ``loaded_once``, when known
+    handed: tuple = ()  # carried tensors held part by part (:mod:`loopwise.memory.handed`)
 
     @property
     def loaded_once(self) -> int:
@@ -243,8 +245,11 @@ def _kind(spec, u: Unit) -> str | None:
 
 def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: set, carried_out: set) -> Tally:
     """``base`` with the tensors of ``carried_in`` and ``carried_out`` kept on chip: not loaded,
-    not stored (unless a model output), held whole (in slabs, through the whole loop)."""
+    not stored (unless a model output), held whole (in slabs, through the whole loop), or in
+    slabs part by part where one carried out is written over one carried in
+    (:mod:`loopwise.memory.handed`)."""
     length = j - i
+    pair = handed_pair(planner, i, spec, units, carried_in, carried_out)
     out = Tally(base.moved, base.outer_moved, base.charged.copy(), base.outer_charged.copy(),
                 {k: h.copy() for k, h in base.held.items()}, base.invariants, list(base.resident))
     dropped = set()
@@ -266,14 +271,18 @@ def with_carries(planner, base: Tally, i: int, j: int, spec, units, carried_in: 
         if kind is not None:
             a, z = u.held
             out.held[kind][a - i:z - i + 1] -= u.whole
+        parts = pair.get(t)
         first, last = (0, u.last - i) if t in carried_in else (u.first - i, length - 1)
-        if spec is not None:
+        if parts is not None:
+            out.handed += (parts,)
+        elif spec is not None:
             # in slabs it is on chip through the whole loop: later slabs still read what is
             # carried in, and the parts earlier slabs made of what is carried out stay
             first, last = 0, length - 1
         # held as its producer made it, even where this group reads only part of it
         handed = max(u.whole, planner.facts[planner.producer[t]][t][0])
-        out.held["whole"][first:last + 1] += handed
+        if parts is None:
+            out.held["whole"][first:last + 1] += handed
         if t in carried_out and t in planner.outputs:
             stored = planner.facts[u.first][t][0]  # a model output is stored all the same
             out.moved += stored

@@ -8,6 +8,10 @@ the loop's first step, since later iterations run while it holds the earlier par
 reserved at its full size from the start. A buffer allocated and freed within one iteration is
 reserved at the largest share any iteration holds.
 
+A part freed inside a loop leaves the buffer alive to the loop's end. A buffer written over
+another tensor's buffer part by part as that tensor is freed (the schedule names it: ``over``)
+takes that buffer's place, which stays reserved until the second is freed.
+
 Offsets are chosen by first fit in program order (each step once, loops not unrolled): the lowest
 offset where the buffer fits between the buffers alive at its first step. First fit can leave
 holes that no later buffer fits (fragmentation): a plan that fits by bytes at every step may not
@@ -62,18 +66,20 @@ def place(schedule: dict) -> list[str]:
     ``[tensor, bytes, labels, offset, size]``) and turns each step's loads and stores into its
     group's ``dma`` list; returns the buffers first fit could not place within the capacity."""
     name_steps(schedule)
-    flat, owner, loop_start = [], [], {}
+    flat, owner, loop_start, loop_end = [], [], {}, {}
     for gi, group in enumerate(schedule["groups"]):
         for step, loops in static_steps(group["steps"]):
             for loop in loops:
                 loop_start.setdefault(id(loop), len(flat))
+                loop_end[id(loop)] = len(flat)
             flat.append((step, loops))
             owner.append(gi)
     frees: dict[str, list[int]] = {}
-    for i, (step, _) in enumerate(flat):
+    for i, (step, loops) in enumerate(flat):
         for entry in step.get("free", []):
-            frees.setdefault(entry[0], []).append(i)
-    buffers = []
+            # a part freed inside a loop: the buffer holds the other parts until the loop ends
+            frees.setdefault(entry[0], []).append(loop_end[id(loops[0])] if len(entry) > 1 and loops else i)
+    buffers, over = [], {}
     for i, (step, loops) in enumerate(flat):
         for entry in step.get("alloc", []):
             ends = frees.get(entry[0], [])
@@ -83,6 +89,10 @@ def place(schedule: dict) -> list[str]:
             outlived = loops[len(common):]
             start = loop_start[id(outlived[0])] if outlived else i
             buffers.append(_Buffer(entry, start, end, _reserve(entry, loops, common), len(buffers)))
+            if entry[0] in step.get("over", {}):
+                over[len(buffers) - 1] = step["over"][entry[0]]
+        step.pop("over", None)
+    buffers, followers = _written_over(buffers, over)
     capacity = int(schedule["capacity_bytes"])
     unplaced = _first_fit(buffers, capacity)
     if unplaced:
@@ -93,12 +103,33 @@ def place(schedule: dict) -> list[str]:
                 b.offset = offset
         else:
             unplaced = by_size
-    for b in buffers:
+    for b, lead in followers:
+        b.offset = lead.offset
+    for b in buffers + [b for b, _ in followers]:
         tensor, nbytes = b.entry[0], b.entry[1]
         labels = b.entry[2] if len(b.entry) > 2 else []
         b.entry[:] = [tensor, nbytes, list(labels), b.offset, b.size]
     _dma_lists(schedule, flat, owner)
     return unplaced
+
+
+def _written_over(buffers: list[_Buffer], over: dict[int, str]) -> tuple[list[_Buffer], list]:
+    """The buffers to place, and each buffer written over another tensor's part by part
+    (:mod:`loopwise.memory.handed`) with the buffer it takes the place of: that one is placed for
+    both, alive until the second is freed."""
+    if not over:
+        return buffers, []
+    latest: dict[str, _Buffer] = {}
+    followers, lead_of = [], {}
+    for k, b in enumerate(buffers):
+        if k in over and over[k] in latest and b.size <= latest[over[k]].size:
+            lead = lead_of.get(id(latest[over[k]]), latest[over[k]])
+            lead.end = max(lead.end, b.end)
+            lead_of[id(b)] = lead
+            followers.append((b, lead))
+        latest[b.entry[0]] = b
+    dropped = {id(b) for b, _ in followers}
+    return [b for b in buffers if id(b) not in dropped], followers
 
 
 def _common(a: tuple, b: tuple) -> tuple:

@@ -253,8 +253,10 @@ class _Planner:
         charged, outer_charged, held = got.charged, got.outer_charged, got.held
         if spec is not None and beat is not None and moved + outer_moved + got.loaded_once >= beat:
             return CANNOT_BEAT  # at least one slab, one outer slab, every invariant loaded once
+        loops = segments(self, i, spec) if spec is not None else ()
         if spec is not None and beat is not None and slab_floor(
-                self.cap, moved, outer_moved, held, got.invariant_table(), extent, outer_extent) - 0.5 >= beat:
+                self.cap, moved, outer_moved, held, got.invariant_table(), extent, outer_extent, got.handed,
+                loops) - 0.5 >= beat:
             return CANNOT_BEAT  # not even its floor goes below: no slab size needs weighing
         names = self.names[i:j]
         if spec is None:
@@ -265,7 +267,7 @@ class _Planner:
                          per_operator=tuple(charged.astype(np.int64).tolist()), carried_in=tuple(sorted(carried_in)),
                          carried_out=tuple(sorted(carried_out)))
         grp = best_slab(self.cap, names, moved, outer_moved, held, got.invariant_table(), spec, extent, outer_extent,
-                        tuple(sorted(resident_t)), charged, outer_charged, segments(self, i, spec))
+                        tuple(sorted(resident_t)), charged, outer_charged, loops, got.handed)
         if grp is None or not (carried_in or carried_out):
             return grp
         return replace(grp, carried_in=tuple(sorted(carried_in)), carried_out=tuple(sorted(carried_out)))

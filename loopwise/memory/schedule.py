@@ -19,8 +19,10 @@ decisions:
   (or allocated slab by slab by its producer) and freed after its last; every operator lists what
   it reads (``needs``), so the replay checks a later loop finds all of it on chip;
 - a tensor carried in from the group before is on chip already; it is freed after its last reader
-  (after the loop, in slabs: later slabs still read it); a tensor carried out to the group after
-  is allocated slab by slab by its producer and never freed here, so its parts accumulate;
+  (after the loop, in slabs: later slabs still read it), or in slabs part by part, the part of a
+  slab after the last reader of that slab, where the tensor carried out is written over it
+  (:mod:`loopwise.memory.handed`); a tensor carried out to the group after is allocated slab by
+  slab by its producer and never freed here, so its parts accumulate;
 - an operator run alone with a tiling is one step: its tile's buffers (the largest tile), and the
   loads and stores of every tile added up (:func:`loopwise.memory.tiling.traffic`).
 
@@ -42,6 +44,7 @@ stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 
 from __future__ import annotations
 
+from loopwise.memory.handed import handed_pair
 from loopwise.memory.ir import Operator
 from loopwise.memory.key_blocks import state_buffers
 from loopwise.memory.key_schedule import key_block_steps, key_loop_nest
@@ -168,12 +171,20 @@ def _group_steps(planner, i: int, j: int, grp) -> list[dict]:
         for t, (nbytes, read, _) in planner.facts[k].items():
             if read:  # what it reads must be on chip: in a later loop, every slab its producer made
                 ops[k - i]["needs"].append([t, nbytes, split(t, k, by_operator=True)])
+    pair = handed_pair(planner, i, spec, units, grp.carried_in, grp.carried_out)
+    freed = {t: h for t, h in pair.items() if not h.made}
+    over = next(((t, *freed) for t, h in pair.items() if h.made), None)
     for t, u in units.items():
         a, z = u.first - i, u.last - i
         last_step = seg_post[segs[z]] if u.spans else ops[z]  # a spanning tensor: after its last loop
+        if t in freed:  # slab by slab, as its last reader reads it
+            ops[z]["free"].append([t, freed[t].nbytes, split(t, u.last, by_operator=True)])
+            continue
         if t in grp.carried_in:
             (ops[z] if slab is None else post)["free"].append([t])
             continue
+        if over is not None and t == over[0]:
+            ops[a]["over"] = {t: over[1]}  # its buffer lies where the one it is written over was
         if u.produced:
             made = split(t, u.first)
             ops[a]["alloc"].append([t, u.whole, made])

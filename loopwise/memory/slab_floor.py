@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from loopwise.memory.handed import handed_cover
 from loopwise.memory.slabs import Invariants, sizes_below
 
 # float sums of byte counts are exact, but the peaks best_slab compares with the capacity take
@@ -26,9 +27,10 @@ _SLACK = 1e-6
 
 
 def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.ndarray], inv: Invariants,
-               extent: int, outer_extent: int) -> float:
+               extent: int, outer_extent: int, handed=(), loops=()) -> float:
     """At most the traffic :func:`~loopwise.memory.slabs.best_slab` finds for the same group
-    (``held``: bytes held at each operator by how they are sliced, as best_slab takes them)."""
+    (``held``: bytes held at each operator by how they are sliced, ``handed`` and ``loops``: the
+    carried tensors held part by part and each operator's inner loop, as best_slab takes them)."""
     shares, counts = _slabs(extent)
     if not len(counts):
         return math.inf
@@ -38,7 +40,10 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         sliced = held["both"] * fo + held["inner"]  # bytes held per unit of slab share
-        works = np.max(shares[:, None] * sliced + (held["whole"] + held["span"] * fo), axis=1)
+        works = shares[:, None] * sliced + (held["whole"] + held["span"] * fo)
+        if handed:
+            works = works + handed_cover(handed, loops, len(sliced), extent, outer_size, outer_extent)
+        works = np.max(works, axis=1)
         room = capacity * (1 + _SLACK) + 1 - works
         fits = room >= 0
         if not fits.any():

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loopwise.memory.handed import handed_cover, sizes_below
 from loopwise.memory.ir import Operator
 from loopwise.memory.plan_records import Group, Slab
 
@@ -126,15 +127,6 @@ class Unit:
         return (self.hold_first, self.hold_last) if self.spans else (self.first, self.last)
 
 
-def sizes_below(extent: int) -> list[int]:
-    """Slab (and block) sizes tried: powers of two below the extent."""
-    out, size = [], 1
-    while size < extent:
-        out.append(size)
-        size *= 2
-    return out
-
-
 class Invariants:
     """A group's invariants, each ``(bytes held, bytes loaded, first and last operator, name, sliced
     by the outer dimension, used in several inner loops)``, as columns in the order given;
@@ -186,13 +178,14 @@ def _level(inv: Invariants, fo: float, length: int) -> tuple:
 
 
 def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, extent, outer_extent,
-              resident_t, charged, outer_charged, loops=()) -> Group | None:
+              resident_t, charged, outer_charged, loops=(), handed=()) -> Group | None:
     """The group of operators ``names`` run in slabs over ``spec`` with the least traffic: for
     every slab size (and outer slab size) that fits ``capacity``, the largest invariants made
     resident first while they fit; None when no slab size fits. ``inv``: its invariants.
     ``loops``: the inner loop of each operator when there are several
     (:mod:`loopwise.memory.segments`); an invariant used in several (its last field) is loaded
-    again by every outer slab when not kept, not by every inner slab."""
+    again by every outer slab when not kept, not by every inner slab. ``handed``: carried tensors
+    held part by part (:func:`loopwise.memory.handed.handed_cover`)."""
     length = len(held["both"])
     sizes = sizes_below(extent)
     size_col = np.array(sizes, dtype=float)[:, None]
@@ -204,6 +197,8 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
         # every inner slab size at once (rows): what is held at each operator
         works = (held["both"] * fo * size_col / extent + held["inner"] * size_col / extent + held["whole"]
                  + held["span"] * fo)
+        if handed:
+            works = works + handed_cover(handed, loops, length, extent, outer_size, outer_extent)
         works_all = works + cover[-1]  # with every invariant streamed
         for row, size in enumerate(sizes):
             # the peak for each count of resident invariants

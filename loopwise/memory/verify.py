@@ -41,7 +41,10 @@ tensor the step uses, loads or stores must be on chip, and of every tensor it ne
 share (a consumer in a loop after its producer's reads what every slab of the producer made; one
 inside that loop would read part of it); the step's DMA transfers are counted, each
 at the offset of a buffer its tensor holds, and outside a tiled operator (whose transfers add up
-every tile's) a load must fit in what its tensor holds on chip; frees subtract. At the end of the schedule nothing may
+every tile's) a load must fit in what its tensor holds on chip; frees subtract. A free with labels
+frees the current iteration's part of its tensor: a later step that needs that part is rejected
+(``freed``), and a buffer may be placed over parts so freed, part by part, even by the step that
+reads them (:mod:`loopwise.memory.verify_parts`). At the end of the schedule nothing may
 be left on chip. A loop labelled ``"key"`` runs an attention key block by key block with an
 online softmax; only a chain whose operators' kinds (the part of each name before ``:``) are
 matmul, [mul or div], [add], softmax, matmul can, and the softmax's running row maximum and sum
@@ -59,6 +62,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -66,7 +71,7 @@ class Violation:
     (its iteration per loop) and the operator."""
 
     kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
-    # overfill, key_blocks
+    # overfill, key_blocks, freed
     where: str
     message: str
     needed_bytes: int = 0
@@ -153,6 +158,7 @@ class _Replay:
         self.address_peak = 0
         self.dma: dict[str, list[dict]] = {}  # the current group's transfers by step id
         self.tiled = False  # the current group is one operator run tile by tile
+        self.parts = Parts()  # what is freed slab by slab (:mod:`loopwise.memory.verify_parts`)
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
@@ -236,10 +242,14 @@ class _Replay:
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
         here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
             f"operator {step['operator']}" if step.get("operator") else "transfers")
+        for entry in step.get("free", []):
+            if len(entry) > 1:
+                self._track(entry)
+        dying = freed_in_place(step, loops)
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
-            self._place(entry, nbytes, here)
+            self._place(entry, nbytes, here, loops, dying)
         held = sum(self.live.values())
         if step.get("operator"):
             self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
@@ -258,6 +268,9 @@ class _Replay:
             nbytes, held_t = self._share(entry, loops), self.live.get(entry[0], 0)
             if held_t > 0 and nbytes > held_t + 2 * len(entry[2] if len(entry) > 2 else []):
                 self._violate("incomplete", here, f"{entry[0]}: needs {nbytes} bytes on chip, holds {held_t}")
+            dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
+            if dead is not None:
+                self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
         for d in transfers:
             nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes
@@ -274,35 +287,66 @@ class _Replay:
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
-    def _place(self, entry: list, nbytes: int, here: str) -> None:
+    def _place(self, entry: list, nbytes: int, here: str, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
-        accumulate), or a new one, which must lie within the capacity and overlap none alive."""
+        accumulate), or a new one, which must lie within the capacity. What the allocation takes
+        (a new buffer, or the new part of a buffer whose parts accumulate) must overlap nothing
+        alive (:mod:`loopwise.memory.verify_parts`; ``dying``: parts the step frees in place)."""
         t = entry[0]
         if len(entry) < 5:
             self._violate("offset", here, f"{t}: an allocation with no scratchpad offset")
             return
         offset, size = int(entry[3]), int(entry[4])
+        labels = entry[2] if len(entry) > 2 else []
+        part = cut(int(entry[1]), labels, loops)
+        accumulates = bool(labels) and size >= int(entry[1])
         mine = self.buffers.setdefault(t, [])
         same = next((b for b in mine if b[0] == offset and b[1] == size), None)
         if same is None:
             if offset < 0 or offset + size > self.capacity:
                 self._violate("range", here, f"{t}: buffer [{offset}, {offset + size}) lies outside the scratchpad "
                                              f"[0, {self.capacity})", offset + size, self.capacity)
-            for other, theirs in self.buffers.items():
-                for o, z, _ in theirs:
-                    if size and z and offset < o + z and o < offset + size:
-                        self._violate("overlap", here, f"{t} [{offset}, {offset + size}) overlaps {other} "
-                                                       f"[{o}, {o + z}), alive at the same time")
             same = [offset, size, 0]
             mine.append(same)
             self.address_peak = max(self.address_peak, offset + size)
+            whole = [(offset, offset + size)]
+            if accumulates and self.parts.meets(self.buffers, same, whole, dying) == (True, False):
+                self.parts.partwise.add((t, offset))  # placed over parts freed slab by slab
+            else:
+                self._overlaps(t, same, whole, here, dying)
+        if (t, offset) in self.parts.partwise:
+            self._overlaps(t, same, [(offset + part[0], offset + part[1])], here, dying)
+        self.parts.allocated(t, part, offset if accumulates else None)
         same[2] += nbytes
         if same[2] > size:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
+    def _overlaps(self, t: str, buffer: list, claim: list, here: str, dying: dict) -> None:
+        """Reports where ``claim`` meets what a buffer alive occupies now."""
+        if not claim[0][1] > claim[0][0]:
+            return
+        for other, theirs in self.buffers.items():
+            for b in theirs:
+                hit = None if b is buffer or not b[1] else overlap(
+                    claim, self.parts.occupied(other, b, dying.get(other, [])))
+                if hit is not None:
+                    self._violate("overlap", here, f"{t} [{claim[0][0]}, {claim[0][1]}) overlaps {other} "
+                                                   f"[{hit[0]}, {hit[1]}), alive at the same time")
+
+    def _track(self, entry: list) -> None:
+        """A tensor about to be freed part by part, held whole in one buffer: its parts are in it."""
+        t, total = entry[0], int(entry[1])
+        mine = self.buffers.get(t, [])
+        if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
+            self.parts.held[(t, mine[0][0])] = [(0, total)]
+
     def _free(self, entry: list, loops: dict, here: str) -> None:
         t = entry[0]
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
+        if len(entry) == 1:
+            self.parts.forget(t)
+        elif not self.parts.freed(t, cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops)):
+            self._violate("overfree", here, f"{t}: frees a part of it freed before")
         if nbytes > self.live.get(t, 0):
             self._violate("overfree", here, f"{t}: frees {nbytes} bytes, {self.live.get(t, 0)} on chip")
             nbytes = self.live.get(t, 0)
