@@ -174,3 +174,15 @@ def generated_style_problem(tmp_path, name: str, init: str, forward: str, inputs
                     f"    def forward(self, {args}):\n{body}\n        return x\n\n\n"
                     f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
     return path
+
+
+def compiles_for_hopper_without_spills(path, kernel: str, moves: dict | None = None) -> None:
+    """The plan of the problem at ``path`` (``moves``: the graph_norm template's by default)
+    compiled ahead of time for sm_90a: ``kernel`` gets registers and spills none."""
+    from loopwise.kernels.expert.aot import compile_for_hopper
+
+    problem = load_problem(str(path))
+    source, pattern = generate(problem, moves or {"template": "graph_norm"})
+    assert source is not None, pattern.reason
+    report = compile_for_hopper(source, problem, kernel)
+    assert report["registers"] > 0 and report["spill_bytes"] == 0, report

@@ -8,7 +8,7 @@ from loopwise.kernels.expert import capture
 from loopwise.kernels.expert.partition import kinds, plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import generated_style_problem as _problem, judged_parts  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import compiles_for_hopper_without_spills, generated_style_problem as _problem, judged_parts  # noqa: E402 - tests/kernels/expert on sys.path
 
 _CAUSAL = "self.w = nn.Parameter(torch.randn(3, 1, 4) * 0.5)\nself.b = nn.Parameter(torch.randn(3))"
 
@@ -80,14 +80,7 @@ def test_convolutions_a_depthwise_part_does_not_compute_stay_out_of_it(tmp_path,
 def test_a_causal_convolution_compiles_for_hopper(tmp_path):
     """A bf16 causal depthwise convolution at a realistic size: compiled for sm_90a without spills."""
     pytest.importorskip("triton")
-    from loopwise.kernels.expert import generate
-    from loopwise.kernels.expert.aot import compile_for_hopper
-
     init = "self.w = nn.Parameter(torch.randn(64, 1, 7))\nself.b = nn.Parameter(torch.randn(64))\nself.to(DTYPE)"
     path = _problem(tmp_path, "causal_aot", init, "x = F.conv1d(F.pad(x, (6, 0)), self.w, self.b, groups=64)",
                     "torch.randn(4, 64, 65536, dtype=DTYPE)", "bfloat16")
-    problem = load_problem(str(path))
-    source, pattern = generate(problem, {"template": "graph_norm"})
-    assert source is not None, pattern.reason
-    report = compile_for_hopper(source, problem, "poolop_0_kernel")
-    assert report["registers"] > 0 and report["spill_bytes"] == 0
+    compiles_for_hopper_without_spills(path, "poolop_0_kernel")

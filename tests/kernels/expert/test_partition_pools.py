@@ -8,7 +8,7 @@ from loopwise.kernels.expert import capture
 from loopwise.kernels.expert.partition import kinds, plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import generated_style_problem as _problem, judged_parts  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import compiles_for_hopper_without_spills, generated_style_problem as _problem, judged_parts  # noqa: E402 - tests/kernels/expert on sys.path
 
 # (forward lines, the parts' operations, model tensors, input shape): each pooling one part, the
 # elementwise work only it reads before it, the work only its output feeds after it
@@ -99,11 +99,5 @@ def test_a_pooling_of_few_outputs_over_long_windows_stays_in_pytorch_with_the_re
 def test_the_pool_part_compiles_for_hopper_without_a_gpu(tmp_path, forward):
     """A fixed and an adaptive pool part, bf16, at a realistic size: compiled for sm_90a without spills."""
     pytest.importorskip("triton")
-    from loopwise.kernels.expert import generate
-    from loopwise.kernels.expert.aot import compile_for_hopper
-
     path = _problem(tmp_path, "pool_aot", "", forward, "torch.randn(8, 64, 56, 56, dtype=DTYPE)", "bfloat16")
-    problem = load_problem(str(path))
-    source, _ = generate(problem, {"template": "graph_norm"})
-    report = compile_for_hopper(source, problem, "poolop_0_kernel")
-    assert report["registers"] > 0 and report["spill_bytes"] == 0
+    compiles_for_hopper_without_spills(path, "poolop_0_kernel")
