@@ -18,6 +18,7 @@ for each output tile, loopwise counts the overlap between consecutive tiles as r
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -182,16 +183,9 @@ def matrix_products(graph, kinds=("linear", "matmul", "bmm", "mm", "addmm", "Mat
         roles = {"batch": a & b & o, "m": (a & o) - b, "n": (b & o) - a, "k": (a & b) - o}
         if set().union(*roles.values()) != set(op.dims) or not all(roles[r] for r in ("m", "n", "k")):
             raise UserError(f"{op.name}: not a matrix product of two operands ({op.dims})")
-        size = {r: _product(op.dims[d] for d in ds) for r, ds in roles.items()}
+        size = {r: math.prod(op.dims[d] for d in ds) for r, ds in roles.items()}
         out.append(MatrixProduct(op.name, size["batch"], size["m"], size["k"], size["n"]))
     return out
-
-
-def _product(values) -> int:
-    total = 1
-    for v in values:
-        total *= v
-    return total
 
 
 def matmul_onnx(m: int, k: int, n: int, path: Path) -> Path:
