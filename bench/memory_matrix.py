@@ -4,6 +4,7 @@ independent verifier (`loopwise memory verify PLAN.json`), both as whole command
 
     OMP_NUM_THREADS=1 python3 bench/memory_matrix.py [--batches 1,8,32] [--targets ...] [--models ...]
                                                      [--timeout 180] [--out docs/data/DATE-memory-matrix-COMMIT.csv]
+    python3 bench/memory_matrix.py --tables docs/data/DATE-memory-matrix-COMMIT.csv   # markdown tables of a file
 
 The file is named after the commit it ran on unless --out is given. Rows are appended as they
 finish, and a cell already in the file is not run again, so a stopped run continues. A plan or a
@@ -41,14 +42,47 @@ def _done(out: Path) -> set[tuple[str, str, str]]:
         return {(r["model"], r["batch"], r["target"]) for r in csv.DictReader(fh)}
 
 
+TABLE_TARGETS = ("neuroncore-v2", "scratchpad-96mib", "scratchpad-1mib", "gpu-sm-shared")
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return "not run"
+    if row["status"] != "verified":
+        return row["status"].split(":", 1)[0]
+    return f"{float(row['plan_over_compulsory']):.3f} ({float(row['plan_s']):.0f} s)"
+
+
+def tables(path: Path) -> str:
+    """The matrix file as one markdown table per batch: plan / compulsory and plan seconds per model and target."""
+    with path.open() as fh:
+        rows = {(r["model"], r["batch"], r["target"]): r for r in csv.DictReader(fh)}
+    models = [m for m in ZOO if any(k[0] == m for k in rows)]
+    batches = sorted({int(k[1]) for k in rows})
+    out = []
+    for batch in batches:
+        out += [f"**batch {batch}** (plan / compulsory, plan command seconds)", "",
+                "| model | " + " | ".join(TABLE_TARGETS) + " |", "|---|" + "---|" * len(TABLE_TARGETS)]
+        out += ["| " + " | ".join([m] + [_cell(rows.get((m, str(batch), t))) for t in TABLE_TARGETS]) + " |"
+                for m in models]
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", type=Path, default=None, help="print a finished matrix file as markdown tables and stop")
     ap.add_argument("--models", default=",".join(ZOO))
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--timeout", type=float, default=180, help="seconds for one plan or one replay")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.tables is not None:
+        if not args.tables.is_file():
+            sys.exit(f"error: no matrix file at {args.tables}")
+        print(tables(args.tables))
+        return
     out = args.out or _default_out()
     out.parent.mkdir(parents=True, exist_ok=True)
     done = _done(out)
