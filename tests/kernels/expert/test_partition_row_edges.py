@@ -1,7 +1,8 @@
 """Row parts on the inputs where PyTorch's answer is decided by its edge rules, run beside the
 reference in Triton's interpreter on chosen inputs: logsumexp over non-finite entries, var / std
 with a correction of at least the count, and an fp16 / bf16 argmax whose prologue rounds values to
-a tie. Each runs with the dimension whole and split among programs."""
+a tie. Each runs with the dimension whole and split among programs. And the index an argmax keeps
+past 2**31 entries."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from loopwise.kernels.expert import generate
+from loopwise.kernels.expert.aot import compile_for_hopper, launch
 from loopwise.kernels.problem import load_problem
 
 from expert_judging import generated_style_problem  # noqa: E402 - tests/kernels/expert on sys.path
@@ -40,10 +42,11 @@ assert not failed, "\\n".join(failed)
 """
 
 
-def _same_as_pytorch(tmp_path, monkeypatch, cases):
-    """Each (forward, x, split) case's graph_norm candidate returns what Model does on ``x`` (NaN
-    where it is NaN); ``split``: the thresholds lowered so that the candidate's launcher splits the
-    reduced dimension (it fails unless it does, or, unsplit, unless it does not)."""
+def _same_as_pytorch(tmp_path, monkeypatch, cases, edit=None):
+    """Each (forward, x, split) case's graph_norm candidate (changed by ``edit``, a function of its
+    source, if given) returns what Model does on ``x`` (NaN where it is NaN); ``split``: the
+    thresholds lowered so that the candidate's launcher splits the reduced dimension (it fails
+    unless it does, or, unsplit, unless it does not)."""
     from loopwise.kernels.expert.partition.records import RowOp
 
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
@@ -60,6 +63,7 @@ def _same_as_pytorch(tmp_path, monkeypatch, cases):
         assert source is not None and "rowop_0_kernel[" in source, pattern.reason
         marked = source.replace("    wide = x0.numel()", f"    assert (splits > 1) is {split}, splits\n    wide = x0.numel()")
         assert marked != source
+        marked = edit(marked) if edit else marked
         name = str(tmp_path / f"case{k}")
         (tmp_path / f"case{k}_reference.py").write_text(path.read_text())
         (tmp_path / f"case{k}_candidate.py").write_text(marked)
@@ -138,3 +142,43 @@ def test_a_half_argmax_sees_its_prologue_rounded_as_pytorch_stores_it(tmp_path, 
         ("x = torch.min(-(x * 1.1), dim=0)[1]", _rounded_tie(torch.float16, 37, 20), False),
         ("x = torch.min(-(x * 1.1), dim=0)[1]", _rounded_tie(torch.float16, 301, 200), True),
     ])
+
+
+def _generated(tmp_path, forward, shape):
+    path = generated_style_problem(tmp_path, "index", "", forward, f"torch.randn({shape}, dtype=DTYPE)")
+    problem = load_problem(str(path))
+    source, pattern = generate(problem, {"template": "graph_norm"})
+    assert source is not None, pattern.reason
+    return source, problem
+
+
+def test_an_argmax_over_2_31_entries_or_more_keeps_its_index_in_64_bits(tmp_path):
+    """A whole-tensor argmax of 2**31 entries or more (split among programs) computes in 64 bits and
+    stores the splits' indices as int64; a smaller one keeps 32 bits (the launch runs on the meta
+    device: no memory, no kernel)."""
+    for shape, wide in (("65536, 32776", True), ("4096, 512", False)):
+        source, problem = _generated(tmp_path, "x = torch.argmax(x * 2.0)", shape)
+        _, args, kwargs = launch(source, problem, "rowop_0_kernel", 0)  # the first: the splits' results stored
+        assert kwargs["PASS"] == 1 and kwargs["I64"] is wide
+        assert args[4].dtype == (torch.int64 if wide else torch.int32), shape  # part_idx
+
+
+@pytest.mark.slow
+def test_the_64_bit_index_path_compiles_for_hopper_and_computes_pytorchs_index(tmp_path, monkeypatch):
+    """Both launches of a whole-tensor argmax over 2**31 entries compile for sm_90a without spills;
+    with the limit lowered so that a small tensor takes the 64-bit path, the index is PyTorch's
+    (the first of a tie across splits)."""
+    source, problem = _generated(tmp_path, "x = torch.argmax(x * 2.0)", "65536, 32776")
+    for pick in (0, 1):
+        report = compile_for_hopper(source, problem, "rowop_0_kernel", pick)
+        assert report["registers"] > 0 and report["spill_bytes"] == 0
+
+    def wide(text):
+        lowered = text.replace("x0.numel() + inner >= 2**31", "x0.numel() + inner >= 64")
+        assert lowered != text
+        return lowered
+
+    x = torch.rand(301, 3)
+    x[7, 1] = x[250, 2] = 5.0
+    _same_as_pytorch(tmp_path, monkeypatch, [("x = torch.argmax(x * 2.0)", x, True),
+                                             ("x = torch.argmin(-x * 2.0, dim=0)", x, True)], edit=wide)
