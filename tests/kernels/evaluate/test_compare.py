@@ -194,3 +194,59 @@ def test_a_number_where_the_float64_reference_is_nan_or_infinite_fails():
                   compare_float64_bound([ref.half()], [ref64], [wrong.half()], 2.0),
                   compare_stress([ref], [ref64], [wrong], 4.0, 1e-6)):
             assert not v.passed and v.code == "nan_output", (where, value, v)
+
+
+def _overflowing(dtype):
+    """(the reference in ``dtype``, float64's, the inputs) of ``x * 60000``: in fp16 it overflows
+    to +-inf for |x| above about 1.09, in float64 it does not."""
+    torch.manual_seed(0)
+    x = torch.randn(256).to(dtype)
+    ref, ref64 = x * 60000.0, x.double() * 60000.0
+    assert ref.isinf().any() and ref64.isfinite().all()
+    return ref, ref64
+
+
+def test_an_output_that_overflows_in_its_own_dtype_is_judged_by_that_dtype_there():
+    """fp16 ``x * 60000``: the reference itself is +-inf where float64 is finite. A candidate that
+    computes exactly the reference passes the float64 bound and the stress rule; where the fp16
+    reference is infinite the candidate must be the same infinity (a finite number, the other sign or
+    NaN fails), and its other entries are still held to float64 (the overflow widens no bound)."""
+    from loopwise.kernels.evaluate.compare import compare_float64_bound
+
+    ref, ref64 = _overflowing(torch.float16)
+    assert compare_float64_bound([ref], [ref64], [ref.clone()], 2.0).passed
+    assert compare_stress([ref], [ref64], [ref.clone()], 4.0, 1e-3).passed
+    at = int(ref.isinf().nonzero()[0])
+    for value in (65504.0, -float(ref[at]), float("nan")):
+        wrong = ref.clone()
+        wrong[at] = value
+        for v in (compare_float64_bound([ref], [ref64], [wrong], 2.0), compare_stress([ref], [ref64], [wrong], 4.0, 1e-3)):
+            assert not v.passed and v.code == "nan_output", (value, v)
+    off = ref.clone()
+    off[ref.isfinite()] *= 1.05
+    assert not compare_float64_bound([ref], [ref64], [off], 2.0).passed
+    assert not compare_stress([ref], [ref64], [off], 4.0, 1e-3).passed
+
+
+def test_where_only_the_float64_reference_is_non_finite_the_output_is_finite_as_its_own_dtypes():
+    """A pole that rounding in the problem's dtype stepped around (float64 infinite or NaN, the fp32
+    reference finite): the candidate must be finite there, as the reference is (and as the allclose
+    trial against it requires); an infinity or a NaN there fails. Its other entries are judged as before."""
+    from loopwise.kernels.evaluate.compare import compare_float64_bound
+
+    torch.manual_seed(0)
+    ref = torch.randn(64)
+    ref64 = ref.double()
+    ref64[3], ref64[9] = float("inf"), float("nan")
+    ref[3], ref[9] = 3.0e30, -2.0
+    near = ref.clone()
+    near[3] = 2.9e30
+    for cand in (ref.clone(), near):
+        assert compare_float64_bound([ref], [ref64], [cand], 2.0, fp32_factor=4.0).passed
+        assert compare_stress([ref], [ref64], [cand], 4.0, 1e-6).passed
+    for where, value in ((3, float("inf")), (9, float("nan")), (3, float("nan"))):
+        wrong = ref.clone()
+        wrong[where] = value
+        for v in (compare_float64_bound([ref], [ref64], [wrong], 2.0, fp32_factor=4.0),
+                  compare_stress([ref], [ref64], [wrong], 4.0, 1e-6)):
+            assert not v.passed and v.code == "nan_output", (where, value, v)

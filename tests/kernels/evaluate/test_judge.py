@@ -355,3 +355,19 @@ def test_a_dead_sandbox_out_of_memory_names_the_request_and_the_allocation():
     assert (fail.status, fail.code) == ("oom", "out_of_memory")
     assert fail.message == ("the sandbox ran out of memory during counting its kernel launches: asked the GPU "
                             "for 4.60 GiB, 3.74 GiB free")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,tolerance", [("fp32", "strict"), ("relaxed", "legacy")])
+def test_an_output_that_overflows_in_its_own_dtype_is_correct_when_the_candidate_overflows_alike(tmp_path, precision,
+                                                                                                tolerance):
+    """fp16 ``x * 60000``: the reference is infinite where float64 is finite. A candidate with the
+    reference's infinities is correct under either policy; one that clips them to 65504 is not."""
+    problem = load_problem(str(CASES / "problem_fp16_overflow.py"))
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=0, seed=3, energy=False,
+                     precision=precision, tolerance=tolerance)
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as j:
+        same = j.evaluate((CASES / "fp16_overflow_same.py").read_text(), "same")
+        clipped = j.evaluate((CASES / "fp16_overflow_clipped.py").read_text(), "clipped")
+    assert same.status is Status.CORRECT, same.summary()
+    assert clipped.status is Status.WRONG_OUTPUT and "nan_output" in codes(clipped), clipped.summary()

@@ -18,14 +18,27 @@ def operand_dtypes(model, ps) -> list[str]:
     return [str(functools.reduce(getattr, p.target.split("."), model).dtype).removeprefix("torch.") for p in ps]
 
 
-def statements(gm, nodes, exprs: dict, out) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+# An fp32 value ``t`` rounded to the nearest fp16 / bf16 (ties to even), as PyTorch stores it. bf16 by
+# its bits, as c10::BFloat16 rounds: Triton's interpreter truncates a cast from fp32 to bf16.
+_BITS = "{t}.to(tl.uint32, bitcast=True)"
+ROUNDED = {
+    "float16": "{t} = {t}.to(tl.float16).to(tl.float32)  # rounded to float16",
+    "bfloat16": ("{t} = tl.where({t} != {t}, {t}, ((" + _BITS + " + 0x7FFF + ((" + _BITS + " >> 16) & 1)) & 0xFFFF0000)"
+                 ".to(tl.float32, bitcast=True))  # rounded to bfloat16"),
+}
+
+
+def statements(gm, nodes, exprs: dict, out, rounded: bool = False) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """One Triton statement per node of ``nodes`` (in graph order), its inputs named in ``exprs``:
-    (statements, operation names, the expression of ``out``)."""
+    (statements, operation names, the expression of ``out``). The arithmetic is fp32; ``rounded``:
+    each fp16 / bf16 node's result is rounded to its dtype, the value PyTorch stores."""
     exprs, body, ops = dict(exprs), [], []
     for node in nodes:
         expr, op = expression(gm, node, exprs)
         exprs[node.name] = f"t{len(body)}"
         body.append(f"{exprs[node.name]} = {expr}  # {op}")
+        if rounded and dtype_name(node) in ROUNDED:
+            body.append(ROUNDED[dtype_name(node)].format(t=exprs[node.name]))
         ops.append(op)
     return tuple(body), tuple(ops), exprs[out.name]
 

@@ -140,8 +140,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
         if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
             taken.add(pre)
-            xs, g = outputs[pre][1], groups[pre]
-            values = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
+            xs = outputs[pre][1]
+            values = _prologue(gm, row, groups[pre], outputs[pre])
         values["ops"] = (*values["ops"], row.op if row else "softmax" if kind == "softmax" else f"{kind}_norm")
         computed = node
         if post is not None:
@@ -160,6 +160,19 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+
+
+def _prologue(gm, row, g, output) -> dict:
+    """The Norm fields of the prologue ``g`` (its pass's ``output``: out, xs, ps, cone) of a part
+    computing ``row``. An index reduction (argmax, argmin) of fp16 / bf16 values sees each operation's
+    result rounded to its dtype, as PyTorch stores it: values that rounding makes equal are a tie
+    there (the first index wins), which fp32 would break. Elsewhere fp32 only makes them more accurate."""
+    fields = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
+    if getattr(row, "op", None) in ("argmax", "argmin") and g.upcast:
+        out, xs, ps, cone = output
+        names = {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}
+        fields["body"], _, fields["expr"] = statements(gm, cone, names, out, rounded=True)
+    return fields
 
 
 def _running(node, kind, call) -> set:
