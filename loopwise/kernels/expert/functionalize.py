@@ -142,7 +142,7 @@ def writes_in_place(gm, node) -> bool:
     if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
         return name in AUGMENTED or name == "setitem"
     underscored = isinstance(name, str) and name.endswith("_") and not name.startswith("_")
-    return underscored or "out" in node.kwargs or _inplace_position(node) is not None
+    return underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
 
 
 # Operations whose output may share its input's memory (views, and what returns its input itself).
@@ -230,7 +230,7 @@ def functionalize(gm, args):
 
 def _returns_written(node) -> bool:
     """Whether the write ``node`` returns the tensor it writes (not ``setitem``, not ``out=``)."""
-    return (bool(node.args) and hasattr(node.args[0], "op") and "out" not in node.kwargs
+    return (bool(node.args) and hasattr(node.args[0], "op") and node.kwargs.get("out") is None
             and not (node.op == "call_function" and node.target is operator.setitem))
 
 

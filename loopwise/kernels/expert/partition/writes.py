@@ -46,7 +46,7 @@ def _writes(gm, node) -> bool:
 
 
 def _written_args(gm, node) -> list:
-    found = [node.kwargs["out"]] if "out" in node.kwargs else []
+    found = [node.kwargs["out"]] if node.kwargs.get("out") is not None else []
     if node.args and hasattr(node.args[0], "op") and not found:
         found.append(node.args[0])
     return [n for n in found if hasattr(n, "op")]
