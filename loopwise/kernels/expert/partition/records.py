@@ -213,6 +213,7 @@ class Gemm:
     out_dtype: str = "float32"
     weight_kn: bool = False  # the matrix is stored (K, N) (``x @ W``), not (N, K) as nn.Linear's
     summed_axis: int = -1  # the input's dimension summed, from the end; the others are the rows in order
+    batched: bool = False  # a batch of matrices (B, K, N) and a (B, M, K) input: one product per batch entry
 
     @property
     def has_bias(self) -> bool:
