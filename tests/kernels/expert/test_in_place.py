@@ -85,3 +85,14 @@ def test_forwards_with_in_place_writes_are_judged_correct(tmp_path, monkeypatch,
 def test_a_residual_block_with_in_place_writes_is_judged_correct(tmp_path, monkeypatch):
     path = _problem(tmp_path, "residual", RESIDUAL[0], RESIDUAL[1], "torch.randn(2, 8, 6, 6, dtype=DTYPE)")
     judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_tensor_read_after_an_in_place_module_wrote_it_is_judged_correct(tmp_path, monkeypatch):
+    """y is read after ReLU(inplace=True) wrote it: the read is of the ReLU's output, fused with it."""
+    from expert_judging import PARTIAL
+
+    path = tmp_path / "shared.py"
+    path.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)",
+                                   extra="self.act = nn.ReLU(inplace=True)"))
+    judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
