@@ -45,7 +45,7 @@ def trace(model, concrete_args=None):
 
     from loopwise.kernels.expert import elementwise as ew
 
-    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    state = _state(model)
     versions = {name: t._version for name, t in state.items()}
     tracer = _tracer_class()()
     graph = tracer.trace(model, concrete_args)
@@ -54,6 +54,18 @@ def trace(model, concrete_args=None):
         raise ew.Unsupported(f"the forward writes the model's {', '.join(written)} in place: its state changes "
                              "from call to call")
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _state(model) -> dict:
+    """{name: tensor} of the model's parameters, buffers and plain tensor attributes."""
+    import torch
+
+    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    for prefix, sub in model.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                state.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    return state
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,7 +178,8 @@ def is_view(gm, node) -> bool:
 
 def _memory(gm, node):
     """The node whose memory ``node`` is: through views and in-place writes (which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (is_view(gm, node) or writes_in_place(gm, node)):
+    while node.args and hasattr(node.args[0], "op") and (
+            is_view(gm, node) or writes_in_place(gm, node) and _returns_written(node)):
         node = node.args[0]
     return node
 

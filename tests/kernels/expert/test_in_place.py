@@ -42,10 +42,11 @@ def test_a_write_a_view_made_before_it_sees_stays_in_pytorch(tmp_path):
     assert "iadd" in chosen["pytorch"] and [g.ops for g in chosen["groups"]] == [("sigmoid", "mul")]
 
 
-def test_a_forward_that_writes_its_models_buffer_gets_no_candidate(tmp_path):
-    """``self.s += 1`` changes the model from call to call: no candidate holds that state."""
-    pattern = _captured(tmp_path, "state", "self.s += 1.0\nx = torch.sigmoid(x * self.s)",
-                        init="self.register_buffer('s', torch.ones(33))")
+@pytest.mark.parametrize("init", ["self.register_buffer('s', torch.ones(33))", "self.s = torch.ones(33)"])
+def test_a_forward_that_writes_its_models_tensor_gets_no_candidate(tmp_path, init):
+    """``self.s += 1`` (a buffer, a plain tensor attribute) changes the model from call to call: no
+    candidate holds that state."""
+    pattern = _captured(tmp_path, "state", "self.s += 1.0\nx = torch.sigmoid(x * self.s)", init=init)
     assert pattern.kind == "unsupported" and "writes the model's s in place" in pattern.reason
 
 
