@@ -3,8 +3,9 @@ one can see rewritten out of place.
 
 torch.fx's Proxy has no ``__iadd__``, so Python runs ``x += y`` as ``x = x + y`` while tracing:
 the write is lost, and a name that still holds the old tensor (``z = x`` before it, a view of x)
-reads the value before the write though the forward reads it after. :func:`trace`
- records ``operator.iadd`` and its kin instead, so the graph holds every write the forward makes.
+reads the value before the write though the forward reads it after. :func:`trace` records
+``operator.iadd`` and its kin instead (and ``x[i] = y``, which fx cannot trace at all, as
+``operator.setitem``), so the graph holds every write the forward makes.
 
 A write is *private* where nothing reads the memory it writes afterwards except through the
 write's own result: the tensor written is not read again under its old name or through a view,
@@ -74,7 +75,8 @@ def _tracer_class():
     import torch.fx as fx
 
     class AugmentedProxy(fx.Proxy):
-        """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)."""
+        """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)
+        and ``x[i] = y`` records ``operator.setitem(x, i, y)``."""
 
     def augmented(op):
         def method(self, other):
@@ -83,6 +85,11 @@ def _tracer_class():
 
     for name in AUGMENTED:
         setattr(AugmentedProxy, f"__{name}__", augmented(getattr(operator, name)))
+
+    def setitem(self, key, value):  # ``x[i] = v``: a write (Proxy has no __setitem__ either)
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+    AugmentedProxy.__setitem__ = setitem
 
     class Tracer(fx.Tracer):
         def proxy(self, node):

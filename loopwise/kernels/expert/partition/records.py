@@ -123,7 +123,7 @@ class PoolOp:
 @dataclass(frozen=True)
 class AttentionOp:
     """What an attention part (a :class:`Norm` of kind ``attention``, see :mod:`.attention`)
-    computes: ``F.scaled_dot_product_attention(q, k, v)`` without a mask or dropout, as one
+    computes: ``F.scaled_dot_product_attention(q, k, v)`` without dropout, as one
     flash-style pass (templates/_attention.j2), the head dimension taken ``block_d`` and the value
     dimension ``block_dv`` at a time (:func:`~loopwise.kernels.expert.attention_plan.attention_values`),
     its tiles the attention template's default moves."""
@@ -134,6 +134,7 @@ class AttentionOp:
     block_dv: int
     stages: int
     dtype: str  # q's, k's, v's and the output's
+    mask: int = 0  # the call's attn_mask (the part's fourth input): 0 none, 1 boolean, 2 added to the scores
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class Norm:
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
-    attention: AttentionOp | None = None  # an attention part's call (its three inputs x0, x1, x2: q, k, v)
+    attention: AttentionOp | None = None  # an attention part's call (its inputs x0, x1, x2: q, k, v; x3 its mask)
     out_dtype: str = "float32"  # the stored output's, as the captured graph has it (after the epilogue)
     wide: bool = False  # 64-bit index arithmetic: some index it computes reaches 2**31 at the captured shapes
     LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
