@@ -70,8 +70,19 @@ def test_a_residual_add_in_place_is_fused_as_an_add(tmp_path):
     assert any("add" in g.ops for g in plan(pattern, "graph")["groups"]), plan(pattern, "graph")
 
 
+SETITEM = "y = x * 2.0\nv = y[:, :3]\ny[:, 1] = 5.0\nx = torch.tanh(v) * 2.0 + torch.sigmoid(y[:, 2:5])"
+
+
+def test_an_item_assignment_is_traced_as_a_write_kept_in_pytorch(tmp_path):
+    """``y[:, 1] = 5.0`` (which fx's own tracer refuses) writes y and the view v: the write stays in
+    PyTorch, what reads after it is fused there."""
+    chosen = plan(_captured(tmp_path, "setitem", SETITEM), "graph")
+    assert "setitem" in chosen["pytorch"] and [g.ops for g in chosen["groups"]] == [("tanh", "mul", "sigmoid", "add")]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("forward,template", [
+    (SETITEM, "graph"),
     (ALIASED.format(write="x += 1.5"), "elementwise"),
     (ALIASED.format(write="F.relu(x, inplace=True)"), "elementwise"),
     ("y = x * 2.0\nv = y.view(-1)\ny += 1.0\nx = torch.sigmoid(v.view(4, 33)) * 3.0", "graph"),
