@@ -39,8 +39,9 @@ def trace(model, concrete_args=None):
     """``model``'s forward as an fx GraphModule, augmented assignment recorded as a write.
 
     Raises:
-        ew.Unsupported: the forward writes a parameter or buffer in place (fx runs that write on
-            the tensor itself rather than recording it, and the next call would read it written).
+        ew.Unsupported: the forward writes a parameter, buffer or tensor attribute of the model in
+            place (fx runs that write on the tensor itself rather than recording it, and the next
+            call would read it written).
     """
     import torch.fx as fx
 
@@ -98,7 +99,7 @@ def _tracer_class():
     return Tracer
 
 
-def out_of_place(gm, node):
+def out_of_place(node):
     """(op, target, args, kwargs) of the out-of-place call that computes what the in-place write
     ``node`` does, or None when ``node`` writes nothing in place or has no such call."""
     import torch
@@ -237,7 +238,7 @@ def functionalize(gm, args):
         for user in [u for u in written.users if order[u] > order[node]]:
             user.replace_input_with(written, node)
             changed = True
-        call = out_of_place(gm, node)
+        call = out_of_place(node)
         if call is None or not private(gm, node) or (operands and not _keeps_dtype(call, node, values)):
             continue
         node.op, node.target, node.args, node.kwargs = call
