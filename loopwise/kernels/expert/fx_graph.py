@@ -8,7 +8,9 @@ from loopwise.kernels.expert import elementwise as ew
 
 
 def trace_as_called(model, args):
-    """``model``'s forward as an FX graph of the call ``model(*args)``: parameters the inputs leave
+    """``model``'s forward as an FX graph of the call ``model(*args)``, every in-place write in it
+    (augmented assignment too) and those no one sees rewritten out of place
+    (:mod:`.functionalize`). Parameters the inputs leave
     out (an LSTM's ``h0=None``, NetVLAD's ``mask=None``) are fixed at their defaults, so control
     flow on them is traced the way the call takes it (FX's ``concrete_args``), and their
     placeholders and FX's guards on them are dropped: the graph takes exactly ``args``.
@@ -19,7 +21,7 @@ def trace_as_called(model, args):
     """
     import inspect
 
-    import torch.fx as fx
+    from loopwise.kernels.expert.functionalize import functionalize, trace
 
     named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     left = [p for p in list(inspect.signature(model.forward).parameters.values())[len(args):] if p.kind in named]
@@ -27,8 +29,8 @@ def trace_as_called(model, args):
         raise ew.Unsupported(f"forward takes {', '.join(p.name for p in left)} beyond the {len(args)} input(s) given, "
                              "without defaults")
     if not left:
-        return _deterministic(fx.symbolic_trace(model))
-    gm = fx.symbolic_trace(model, concrete_args={p.name: p.default for p in left})
+        return functionalize(_deterministic(trace(model)), args)
+    gm = trace(model, concrete_args={p.name: p.default for p in left})
     placeholders = graph_inputs(gm)
     fixed = placeholders[len(args):]
     guards, frontier = [], list(fixed)  # FX's checks that a fixed argument keeps its value
@@ -45,7 +47,7 @@ def trace_as_called(model, args):
             gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
-    return _deterministic(gm)
+    return functionalize(_deterministic(gm), args)
 
 
 # What draws random numbers in a forward: torch functions and Tensor methods (in place or not).

@@ -322,7 +322,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         # the parts in Triton: with the cublas move a Linear's is the work after it, if any
         gemms = [g for g in chosen["gemms"] if len(g.ops) > 1] if params.get("cublas") else chosen["gemms"]
         triton = (*gemms, *chosen["norms"], *chosen["groups"])
-        extra = {**extra, **chosen, "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
+        extra = {**extra, **chosen, "attention_tiles": DEFAULT_MOVES["attention"], "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
                  "plan_ops": ", ".join("+".join(g.ops[1:] if params.get("cublas") else g.ops) for g in triton),
                  "parts": len(triton)}
         if params.get("cublas"):  # what stays in PyTorch: the Linears too

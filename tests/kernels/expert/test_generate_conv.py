@@ -33,6 +33,31 @@ def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, 
     assert ExpertProposer._parse_moves(source)["nhwc"] == int(nhwc)  # the first line names the move
 
 
+def _conv1d(tmp_path, init: str, shape: str):
+    return problem_variant(tmp_path, "conv2d.py", {"nn.Conv2d(": "nn.Conv1d(", "[3, 20, (3, 2), (2, 1), (1, 2), (2, 1), True]": init,
+                                                   "torch.randn(2, 3, 13, 17)": f"torch.randn{shape}"})
+
+
+def test_a_lone_conv1d_is_the_2d_implicit_gemm_with_height_one(tmp_path):
+    """A Conv1d's window, stride, padding and dilation are the 2-D template's along the width, one
+    along the height; the generated forward views the input and weights with that height."""
+    pattern = capture(load_problem(str(_conv1d(tmp_path, "[5, 11, 3, 2, 2, 3, True]", "(2, 5, 37)"))))
+    assert pattern.kind == "conv2d" and pattern.ops == ("conv1d",), pattern.reason
+    p = dict(pattern.params)
+    assert (p["kh"], p["kw"], p["stride"], p["padding"], p["dilation"]) == (1, 3, (1, 2), (0, 2), (1, 3))
+    source = render(pattern, {"block": 32})
+    assert "x0.unsqueeze(2)" in source and "conv.weight.unsqueeze(2)" in source and "out.squeeze(2)" in source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("init,shape,moves", [
+    ("[5, 11, 3, 2, 2, 3, True]", "(2, 5, 37)", {"block": 32, "chunk": 16}),  # stride, padding, dilation, bias
+    ("[20, 7, 4, 1, 0, 1, False]", "(3, 20, 9)", {"block": 16, "chunk": 16, "nhwc": 1}),  # channels innermost
+])
+def test_conv1d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, shape, moves):
+    judged_correct(_conv1d(tmp_path, init, shape), moves, tmp_path, monkeypatch)
+
+
 def test_convolutions_gather_nchw_from_a_128_tile_and_read_nhwc_only_as_a_move(tmp_path):
     """The implicit GEMM starts from 128 x 128 tiles with 8 warps, gathering the NCHW input (the
     fastest of the tiles and layouts measured; see docs/log/expert-notes.md);

@@ -131,13 +131,16 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
     path = problem_variant(tmp_path, "attention.py", {_SHAPES: _SHAPES.replace(")", f").to(torch.{dtype})")})
     source, _ = generate(load_problem(str(path)))
     module = load_candidate(source, tmp_path, f"attention_aot_{dtype}")
-    signature = {"q_ptr": pointer, "k_ptr": pointer, "v_ptr": pointer, "o_ptr": pointer, "sq": "i32", "sk": "i32",
-                 **{f"s_{t}{a}": "i32" for t in "qkvo" for a in ("b", "mn"[t in "kv"] if t != "o" else "m", "d")},
-                 "qk_scale": "fp32", "D": "constexpr", "DV": "constexpr", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "BLOCK_DV": "constexpr", "CAUSAL": "constexpr"}
-    for d, causal in ((24, False), (96, True)):
+    for d, causal, mask in ((24, False, 0), (96, True, 0), (24, False, 1), (96, False, 2)):
+        signature = {"q_ptr": pointer, "k_ptr": pointer, "v_ptr": pointer, "o_ptr": pointer,
+                     "m_ptr": ("*u8", pointer, pointer)[mask], "sq": "i32", "sk": "i32",
+                     **{f"s_{t}{a}": "i32" for t in "qkvo" for a in ("b", "mn"[t in "kv"] if t != "o" else "m", "d")},
+                     "s_mb": "i32", "s_mm": "i32", "s_mn": "i32",
+                     "qk_scale": "fp32", "D": "constexpr", "DV": "constexpr", "BLOCK_M": "constexpr",
+                     "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "BLOCK_DV": "constexpr", "CAUSAL": "constexpr",
+                     "MASK": "constexpr"}
         constants = {"D": d, "DV": 20, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 32 if d == 24 else 64,
-                     "BLOCK_DV": 32, "CAUSAL": causal}
+                     "BLOCK_DV": 32, "CAUSAL": causal, "MASK": mask}
         compiled = triton.compile(ASTSource(module.attention_kernel, signature, constants),
                                   target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000

@@ -34,6 +34,13 @@ PRODUCTS = [
     ("f_linear", "self.w = nn.Parameter(torch.randn(24, 20) * 0.2)\nself.b = nn.Parameter(torch.randn(24))",
      "x = F.linear(x, self.w, self.b)\nx = torch.abs(x)", "torch.randn(18, 20, dtype=DTYPE)", ("linear", "abs")),
 ]
+# a batch of model matrices: one GEMM a batch entry (judged in the slow tier)
+BATCHED = [
+    ("bmm", "self.v = nn.Parameter(torch.randn(3, 20, 24) * 0.2)\nself.s = nn.Parameter(torch.randn(24))",
+     "x = torch.bmm(x, self.v)\nx = torch.relu(x + self.s)", "torch.randn(3, 37, 20, dtype=DTYPE)", ("bmm", "add", "relu")),
+    ("matmul_batched_t", "self.v = nn.Parameter(torch.randn(2, 24, 20) * 0.2)",
+     "x = x @ self.v.transpose(1, 2)\nx = x * 2.0", "torch.randn(2, 13, 20, dtype=DTYPE)", ("matmul", "mul")),
+]
 
 
 def _gemms(path) -> list:
@@ -61,17 +68,35 @@ def test_the_matrix_read_in_place_is_not_copied_and_the_rows_keep_their_shape(tm
 
     name, init, forward, inputs, _ = PRODUCTS[4]
     source, _ = generate(load_problem(str(_problem(tmp_path, name, init, forward, inputs))), MOVES)
-    assert "w = w.to(x0.device).t()" in source and "x0 = x0.movedim(-2, -1)" in source
+    assert "w = w.to(x0.device).transpose(-1, -2)" in source and "x0 = x0.movedim(-2, -1)" in source
     assert "return out.reshape(*rows, N)" in source
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) for c in BATCHED], ids=[c[0] for c in BATCHED])
+def test_a_product_with_a_batch_of_model_matrices_is_a_batched_gemm_with_its_epilogue(tmp_path, monkeypatch, case):
+    name, init, forward, inputs, ops = case
+    for dtype in ("float32", "float16"):
+        path = _problem(tmp_path, name, init + "\nself.to(DTYPE)", forward, inputs, dtype)
+        chosen = _gemms(path)
+        assert [(g.ops, g.batched) for g in chosen["gemms"]] == [(ops, True)] and chosen["pytorch"] == ()
+        judged_correct(path, MOVES, tmp_path, monkeypatch)
+
+
+def test_a_batch_of_model_matrices_is_one_batched_gemm(tmp_path):
+    name, init, forward, inputs, ops = BATCHED[0]
+    chosen = _gemms(_problem(tmp_path, name, init, forward, inputs))
+    assert [(g.ops, g.batched, g.weight_kn) for g in chosen["gemms"]] == [(ops, True, True)] and chosen["pytorch"] == ()
+
+
 def test_a_product_that_stays_in_pytorch_is_left_there(tmp_path):
-    """``W @ x`` (the rows come from the matrix) and a batch of matrices are no GEMM of this plan:
-    the only fusible work is the elementwise chain after them."""
+    """``W @ x`` (the rows come from the matrix), a batch of matrices whose batch is not the
+    input's, and a product of two activations are no GEMM of this plan: the only fusible work is
+    the elementwise chain after them."""
     init = "self.w = nn.Parameter(torch.randn(20, 20))\nself.v = nn.Parameter(torch.randn(2, 20, 20))"
     for forward in ("x = torch.mm(self.w, x)\nx = torch.relu(x) * 2.0",
-                    "x = torch.bmm(x, self.v)\nx = torch.relu(x) * 2.0"):
-        inputs = "torch.randn(20, 20)" if "mm(self.w" in forward else "torch.randn(2, 20, 20)"
+                    "x = torch.matmul(x, self.v)\nx = torch.relu(x) * 2.0",
+                    "x = torch.bmm(x, x)\nx = torch.relu(x) * 2.0"):
+        inputs = "torch.randn(2, 20, 20)" if "bmm" in forward else "torch.randn(20, 20)"
         pattern = capture(load_problem(str(_problem(tmp_path, "left", init, forward, inputs))))
         assert variants(pattern) == ["graph"], (forward, pattern.reason)
 
@@ -141,3 +166,20 @@ def test_under_relaxed_the_product_runs_in_cublas_and_its_epilogue_in_triton(tmp
     source, _ = generate(problem, {"template": "graph_linear", "cublas": 1, "block": 64}, precision="relaxed")
     assert "y = F.linear(x0, w)" in source and "linear_0_epilogue_kernel" in source
     judge_on_cpu(problem, source, "cublas-einsum", tmp_path, precision="relaxed")
+
+
+@pytest.mark.slow
+def test_under_relaxed_a_batched_product_runs_in_cublas_and_its_epilogue_in_triton(tmp_path, monkeypatch):
+    """The ``cublas`` move on a batch of matrices: ``torch.bmm`` over the transposed view, the
+    bias and ReLU one Triton pass in place; judged correct under the relaxed policy."""
+    from loopwise.kernels.expert.generate import generate
+
+    from expert_judging import judge_on_cpu
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    name, init, forward, inputs, _ = BATCHED[0]
+    problem = load_problem(str(_problem(tmp_path, name, init, forward, inputs)))
+    source, _ = generate(problem, {"template": "graph_linear", "cublas": 1, "block": 64}, precision="relaxed")
+    assert "y = torch.bmm(x0, w.transpose(1, 2))" in source and "linear_0_epilogue_kernel" in source
+    judge_on_cpu(problem, source, "cublas-bmm", tmp_path, precision="relaxed")

@@ -101,13 +101,22 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
     pattern = capture(load_problem(str(in_place)))
     assert pattern.kind == "graph" and plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm"), pattern.reason
     assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu", "mul")]
-    # the convolution's output is also read after the in-place ReLU wrote it: the ReLU stays in PyTorch
+    # the convolution's output is also read after the in-place ReLU wrote it: that read is of the
+    # ReLU's output (the same memory), so the ReLU is fused all the same
     shared = tmp_path / "shared.py"
     shared.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n"
                                            "        return self.norm(z * 2.0 + y)",
                                       extra="self.act = nn.ReLU(inplace=True)"))
     pattern = capture(load_problem(str(shared)))
-    assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "ReLU", "GroupNorm"), pattern.reason
+    assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm"), pattern.reason
+    assert [g.ops for g in plan(pattern, "graph")["groups"]] == [("relu", "mul", "add")]
+    # a view of it made before the write and read after it sees the write: the ReLU stays in PyTorch
+    viewed = tmp_path / "viewed.py"
+    viewed.write_text(PARTIAL.format(body="y = self.conv(x)\n        v = y[:, :]\n        z = self.act(y)\n"
+                                           "        return self.norm(z * 2.0 + v)",
+                                      extra="self.act = nn.ReLU(inplace=True)"))
+    pattern = capture(load_problem(str(viewed)))
+    assert "ReLU" in plan(pattern, "graph")["pytorch"], pattern.reason
     without_conv = tmp_path / "without_conv.py"  # no convolution: the ReLU is free only as the norm's prologue
     without_conv.write_text(PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)",
                                             extra=""))

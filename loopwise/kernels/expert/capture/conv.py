@@ -8,9 +8,10 @@ from loopwise.kernels.expert.pattern import Pattern
 
 
 def detect_conv(gm, model, args) -> Pattern | None:
-    """A forward that is one nn.Conv2d, nn.Conv3d or nn.ConvTranspose1d / 2d / 3d (groups 1, zero
-    padding given as numbers) on its one float32 input: an implicit GEMM. None when the forward is
-    anything else."""
+    """A forward that is one nn.Conv1d, nn.Conv2d, nn.Conv3d or nn.ConvTranspose1d / 2d / 3d (groups
+    1, zero padding given as numbers) on its one float32 input: an implicit GEMM (a Conv1d through
+    the 2-D one, its input and weights viewed with a height of one, ``dims`` 1). None when the
+    forward is anything else."""
     import torch.nn as nn
 
     if not any(one_float_input(args, ndim=ndim) for ndim in (3, 4, 5)):
@@ -20,7 +21,7 @@ def detect_conv(gm, model, args) -> Pattern | None:
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].args != (x,) or calls[0].kwargs:
         return None
     conv = gm.get_submodule(calls[0].target)
-    kind = {nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.ConvTranspose1d: "conv_transpose",
+    kind = {nn.Conv1d: "conv2d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.ConvTranspose1d: "conv_transpose",
             nn.ConvTranspose2d: "conv_transpose", nn.ConvTranspose3d: "conv_transpose"}.get(type(conv))
     if kind is None or args[0].dim() != len(conv.kernel_size) + 2:
         return None
@@ -38,6 +39,11 @@ def detect_conv(gm, model, args) -> Pattern | None:
                                ("out_channels", conv.out_channels)))
     window = (("kd", "kh", "kw") if kind == "conv3d" else ("kh", "kw"))
     extra = (("out_channels", conv.out_channels),) if kind == "conv3d" else ()
+    if isinstance(conv, nn.Conv1d):  # a 2-D convolution of height one: the window, stride, padding and dilation 1, 1, 0, 1
+        return Pattern(kind, inputs=1, ops=("conv1d",), operands=operands,
+                       params=(("conv", path), ("kh", 1), ("kw", conv.kernel_size[0]), ("stride", (1, conv.stride[0])),
+                               ("padding", (0, conv.padding[0])), ("dilation", (1, conv.dilation[0])),
+                               ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels), ("dims", 1)))
     return Pattern(kind, inputs=1, ops=(kind,), operands=operands,
                    params=(("conv", path), *zip(window, conv.kernel_size), ("stride", tuple(conv.stride)),
                            ("padding", tuple(conv.padding)), ("dilation", tuple(conv.dilation)),

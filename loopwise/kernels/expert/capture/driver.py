@@ -24,7 +24,8 @@ from loopwise.kernels.expert.capture.scan import detect_scan
 from loopwise.kernels.expert.capture.separable_conv import detect_separable_conv
 from loopwise.kernels.expert.capture.softmax import detect_row_softmax
 from loopwise.kernels.expert.capture.topk import detect_topk
-from loopwise.kernels.expert.fx_graph import trace_as_called
+from loopwise.kernels.expert.functionalize import visible_writes
+from loopwise.kernels.expert.fx_graph import op_name, trace_as_called
 from loopwise.kernels.expert.partition import kinds, partition, plan
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
@@ -78,6 +79,9 @@ def _trace(model, args):
         raise
     except Exception:  # noqa: BLE001 - not traceable: no template applies (the generic path says why)
         gm = None
+    visible = visible_writes(gm) if gm is not None else []
+    if visible:  # the templates compute out of place: only the partitioner keeps a write where it is
+        raise ew.Unsupported(f"an in-place write that a later read sees ({', '.join(op_name(n) or str(n.target) for n in visible)})")
     if gm is not None:
         for detect in WHOLE_FORWARD_DETECTORS:
             found = detect(gm, model, args)

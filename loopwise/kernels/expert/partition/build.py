@@ -6,6 +6,7 @@ import copy
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.fx_graph import trace_as_called
+from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts
 from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
 from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
@@ -25,7 +26,7 @@ def partition(problem):
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
     when the forward has an nn.GroupNorm or nn.BatchNorm, a softmax over channels, a row operation
     (:mod:`.rows`: a softmax, log-softmax, reduction or scan over a dimension), a pooling
-    (:mod:`.pools`) or a depthwise convolution (:mod:`.depthwise`), ``graph_norm`` (the norms, softmaxes, row operations and poolings in Triton with their prologues and epilogues), when it has a
+    (:mod:`.pools`), a depthwise convolution (:mod:`.depthwise`) or an attention call (:mod:`.attention`), ``graph_norm`` (the norms, softmaxes, row operations, poolings and attention calls in Triton, the first four with their prologues and epilogues), when it has a
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
@@ -49,12 +50,14 @@ def partition(problem):
         rows = (row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | depthwise_calls(gm)
                 | batch_norm_calls(gm)) if norm else {}
         norm_nodes = sorted(norm_calls(gm) + softmax_calls(gm) + list(rows), key=list(gm.graph.nodes).index) if norm else []
-        if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes):
+        attentions = attention_calls(gm) if norm else {}
+        if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes and not attentions):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
         groups, outputs = find_groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = attach_epilogues(gm, model, groups, outputs, anchors)
         groups, outputs, norms = norm_passes(gm, model, groups, outputs, norm_nodes, rows)
+        norms += attention_parts(attentions)
         # a one-operation pass that did not become an epilogue or a prologue is not worth its launch,
         # unless it is the whole forward (then it replaces PyTorch's one kernel)
         short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS and not covers_forward(gm, outputs[i][3])}

@@ -72,7 +72,7 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
             n, rank, conv, name, source = site.n, len(float_shape(anchor)), (), site.op, site.source
             label = anchor.target if site.op == "linear" and anchor.op == "call_module" else f"{site.op} with {site.weight}"
             bare = Gemm(label, site.weight, site.bias, (), (), "x0", (name,), weight_kn=site.weight_kn,
-                        summed_axis=site.summed_axis)
+                        summed_axis=site.summed_axis, batched=bool(site.batch))
         # one value per output column: a product's last dimension, a convolution's channels
         per_column = {(1,) * j + (n,) for j in range(rank)} if not conv else {(n,), (n, 1, 1), (1, n, 1, 1)}
         dtype = dtype_name(anchor)

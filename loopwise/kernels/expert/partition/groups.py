@@ -12,7 +12,8 @@ from loopwise.kernels.expert.partition.offsets import pass_wide
 from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
-from loopwise.kernels.expert.partition.writes import in_place, late_writes, private_in_place
+from loopwise.kernels.expert.functionalize import writes_in_place as in_place
+from loopwise.kernels.expert.partition.writes import late_writes, private_in_place
 
 
 def _fusible(gm, model, node) -> bool:

@@ -4,9 +4,10 @@ nn.Linear, ``F.linear``, ``torch.addmm(bias, x, W)``, ``torch.mm`` / ``torch.mat
 the model's matrix on the right (``x @ W``, ``x @ W.T``) and ``torch.einsum`` whose equation is
 such a product (``"ik,kj->ij"``, ``"bik,kj->bij"``, ``"bik,jk->bij"``; :mod:`..contraction`) are
 one GEMM each: the activation's leading dimensions are the rows (M), its summed dimension is K,
-the matrix's other dimension the columns (N). A product whose rows come from the matrix
-(``W @ x``), a matrix-vector product (a 1-D activation: a GEMM tile would hold one row) and a
-batch of matrices stay in PyTorch."""
+the matrix's other dimension the columns (N). A batch of model matrices W (B, K, N) times a (B, M, K) activation (``torch.bmm``,
+``torch.matmul``, ``@``) is one batched GEMM, a matrix per batch entry. A product whose rows come
+from the matrix (``W @ x``), a matrix-vector product (a 1-D activation: a GEMM tile would hold one
+row) and a product of two activations stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Site:
     weight_kn: bool  # the matrix is stored (K, N) (``x @ W``), not (N, K) as nn.Linear's
     summed_axis: int  # the activation's dimension summed, counted from the end (-1: the last)
     n: int  # the output's columns
-    op: str  # linear, mm, matmul, addmm, einsum
+    op: str  # linear, mm, matmul, addmm, einsum, bmm
+    batch: int = 0  # a batch of matrices (B, K, N) times a (B, M, K) activation: B; 0 for one matrix
 
 
 def gemm_site(gm, model, node) -> Site | None:
@@ -43,6 +45,9 @@ def gemm_site(gm, model, node) -> Site | None:
     if dtype not in GEMM_DTYPES or dtype_name(node) != dtype or any(str(t.dtype).removeprefix("torch.") != dtype
                                                                      for t in tensors):
         return None
+    if site.batch:  # one matrix per batch entry: the activation is (B, M, K), the batches alike
+        shape = float_shape(site.source)
+        return site if len(shape) == 3 and shape[0] == site.batch else None
     return site if len(float_shape(site.source)) >= 2 else None
 
 
@@ -78,21 +83,35 @@ def _module_site(gm, node) -> Site | None:
                 False, -1, sub.out_features, "linear")
 
 
-def _matrix(gm, model, arg) -> tuple[str, bool] | None:
+def _matrix(gm, model, arg, dims: int = 2) -> tuple[str, bool] | None:
     """(attribute path, whether read transposed) where ``arg`` is a 2-D model tensor or its
-    transpose (``W.t()``, ``W.T``, ``W.transpose(0, 1)``), else None."""
+    transpose (``W.t()``, ``W.T``, ``W.transpose(0, 1)``), else None; with ``dims`` 3, a batch of
+    matrices or its matrices transposed (``W.transpose(1, 2)``, ``W.mT``)."""
     import torch
 
     flipped = False
+    swaps = ({0, 1}, {-1, -2}, {0, -1}, {-2, 1}) if dims == 2 else ({1, 2}, {-1, -2}, {1, -1}, {-2, 2})
     if getattr(arg, "op", None) in ("call_method", "call_function") and arg.args and (
-            (arg.op == "call_method" and arg.target == "t" and len(arg.args) == 1)
-            or (arg.target is getattr and arg.args[1:] == ("T",))
-            or (arg.target in ("transpose", torch.transpose) and set(arg.args[1:]) in ({0, 1}, {-1, -2}, {0, -1}, {-2, 1}))):
+            (dims == 2 and arg.op == "call_method" and arg.target == "t" and len(arg.args) == 1)
+            or (arg.target is getattr and arg.args[1:] == ("T" if dims == 2 else "mT",))
+            or (arg.target in ("transpose", torch.transpose) and set(arg.args[1:]) in swaps)):
         arg, flipped = arg.args[0], True
     if getattr(arg, "op", None) != "get_attr":
         return None
     value = _tensor(model, arg.target)
-    return (arg.target, flipped) if isinstance(value, torch.Tensor) and value.dim() == 2 else None
+    return (arg.target, flipped) if isinstance(value, torch.Tensor) and value.dim() == dims else None
+
+
+def _batched_site(gm, model, node) -> Site | None:
+    """``torch.bmm(x, W)``, ``torch.matmul(x, W)`` or ``x @ W`` with the model's batch of matrices W
+    (B, K, N) (or its matrices transposed) on the right of a (B, M, K) activation."""
+    matrix = _matrix(gm, model, node.args[1], dims=3)
+    if matrix is None or _matrix(gm, model, node.args[0], dims=3) is not None:
+        return None
+    w, flipped = matrix
+    shape = tuple(_tensor(model, w).shape)
+    return Site(node.args[0], w, "", not flipped, -1, int(shape[1] if flipped else shape[2]),
+                getattr(node.target, "__name__", "matmul"), batch=int(shape[0]))
 
 
 def _function_site(gm, model, node) -> Site | None:
@@ -102,6 +121,8 @@ def _function_site(gm, model, node) -> Site | None:
     if node.op != "call_function" or node.kwargs and node.target is not F.linear:
         return None
     args = node.args
+    if node.target in (torch.bmm, torch.matmul, operator.matmul) and len(args) == 2 and _matrix(gm, model, args[1], 3):
+        return _batched_site(gm, model, node)
     if node.target in (torch.mm, torch.matmul, operator.matmul) and len(args) == 2:
         matrix = _matrix(gm, model, args[1])
         if matrix is None or _matrix(gm, model, args[0]) is not None:

@@ -1,4 +1,4 @@
-"""The partitioner's records: a fused elementwise pass, a norm in Triton, a GEMM with its epilogue."""
+"""The partitioner's records: a fused elementwise pass, a norm (or row, pool, attention) part in Triton, a GEMM with its epilogue."""
 
 from __future__ import annotations
 
@@ -121,6 +121,23 @@ class PoolOp:
 
 
 @dataclass(frozen=True)
+class AttentionOp:
+    """What an attention part (a :class:`Norm` of kind ``attention``, see :mod:`.attention`)
+    computes: ``F.scaled_dot_product_attention(q, k, v)`` without dropout, as one
+    flash-style pass (templates/_attention.j2), the head dimension taken ``block_d`` and the value
+    dimension ``block_dv`` at a time (:func:`~loopwise.kernels.expert.attention_plan.attention_values`),
+    its tiles the attention template's default moves."""
+
+    causal: bool
+    scale: float  # the scores' scale (1 / sqrt(head dimension) unless the call gives one)
+    block_d: int
+    block_dv: int
+    stages: int
+    dtype: str  # q's, k's, v's and the output's
+    mask: int = 0  # the call's attn_mask (the part's fourth input): 0 none, 1 boolean, 2 added to the scores
+
+
+@dataclass(frozen=True)
 class BatchNormCall:
     """An ``F.batch_norm`` call as a BatchNorm part (a :class:`Norm` of kind ``batch``) reads it:
     the attribute paths of the model's running statistics, weight and bias, and the call's options
@@ -171,6 +188,7 @@ class Norm:
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
+    attention: AttentionOp | None = None  # an attention part's call (its inputs x0, x1, x2: q, k, v; x3 its mask)
     out_dtype: str = "float32"  # the stored output's, as the captured graph has it (after the epilogue)
     wide: bool = False  # 64-bit index arithmetic: some index it computes reaches 2**31 at the captured shapes
     LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
@@ -196,6 +214,7 @@ class Gemm:
     out_dtype: str = "float32"
     weight_kn: bool = False  # the matrix is stored (K, N) (``x @ W``), not (N, K) as nn.Linear's
     summed_axis: int = -1  # the input's dimension summed, from the end; the others are the rows in order
+    batched: bool = False  # a batch of matrices (B, K, N) and a (B, M, K) input: one product per batch entry
 
     @property
     def has_bias(self) -> bool:
@@ -203,5 +222,5 @@ class Gemm:
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
-LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop", "pool": "poolop"}
+LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop", "pool": "poolop", "attention": "attn"}
 

@@ -72,12 +72,12 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     code = graph.python_code(root_module="self")
     src, imports = code.src, []
     for name, value in code.globals.items():
-        if name == "__builtins__" or not re.search(rf"\b{re.escape(name)}\b", src):
+        if name == "__builtins__" or not re.search(_named(name), src):
             continue
         if value in launchers:
-            src = re.sub(rf"\b{re.escape(name)}\b", value.__name__, src)
+            src = re.sub(_named(name), value.__name__, src)
         elif name not in _ALLOWED_GLOBALS and _torch_name(value):  # torch.Tensor in an annotation (L3/16)
-            src = re.sub(rf"\b{re.escape(name)}\b", _torch_name(value), src)
+            src = re.sub(_named(name), _torch_name(value), src)
         elif name not in _ALLOWED_GLOBALS:
             raise ew.Unsupported(f"the forward calls {name}, which a standalone file cannot name")
         elif name != "torch":
@@ -85,6 +85,12 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     lines = [line.rstrip() for line in src.strip("\n").splitlines() if line.strip()]
     used = any(n.op in ("get_attr", "call_module") for n in graph.nodes)
     return "\n".join("    " + line for line in lines) + "\n", used, tuple(sorted(imports))
+
+
+def _named(name: str) -> str:
+    """A pattern for ``name`` used as a name in the forward's source: not an attribute (``x.device``),
+    a keyword argument (``device=...``) or inside a string."""
+    return rf"(?<![.\w'\"]){re.escape(name)}\b(?!\s*=[^=])(?!['\"])"
 
 
 _LAUNCHER_NAMES = rf"({'|'.join(sorted({'fused', 'linear', 'conv', 'gnorm', *LAUNCHERS.values()}))})_\d+$"

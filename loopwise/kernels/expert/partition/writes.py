@@ -3,11 +3,7 @@ reads it on the wrong side of a write, and which nodes dead-code elimination mus
 
 from __future__ import annotations
 
-
-def in_place(gm, node) -> bool:
-    if node.kwargs.get("inplace") or (node.op == "call_method" and str(node.target).endswith("_")):
-        return True
-    return node.op == "call_module" and bool(getattr(gm.get_submodule(node.target), "inplace", False))
+from loopwise.kernels.expert.functionalize import is_view, writes_in_place
 
 
 # Modules whose output is a fresh tensor (never a view of their input or of a parameter).
@@ -40,51 +36,25 @@ def late_writes(gm) -> dict:
             root = _storage(gm, target)
             last[root] = max(last.get(root, -1), order[n])
     for n in gm.graph.nodes:  # graph order: a view comes after what it views
-        if n.args and (_is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
+        if n.args and (is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
             last[n] = last[n.args[0]]
     return last
 
 
-_WRITING_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
-                      "ilshift", "irshift", "imatmul", "setitem")
-
-
 def _writes(gm, node) -> bool:
-    if node.op not in ("call_function", "call_method", "call_module") or private_in_place(gm, node):
-        return False
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
-        return name in _WRITING_OPERATORS
-    underscored = node.op != "call_module" and isinstance(name, str) and name.endswith("_") and not name.startswith("_")
-    return underscored or in_place(gm, node) or "out" in node.kwargs
+    return writes_in_place(gm, node) and not private_in_place(gm, node)
 
 
 def _written_args(gm, node) -> list:
-    found = [node.kwargs["out"]] if "out" in node.kwargs else []
+    found = [node.kwargs["out"]] if node.kwargs.get("out") is not None else []
     if node.args and hasattr(node.args[0], "op") and not found:
         found.append(node.args[0])
     return [n for n in found if hasattr(n, "op")]
 
 
-# Operations whose output may share its input's memory (views, and what returns its input itself).
-_VIEWS = {"getitem", "narrow", "view", "view_as", "reshape", "flatten", "unflatten", "permute", "transpose",
-          "swapaxes", "swapdims", "t", "contiguous", "expand", "expand_as", "squeeze", "unsqueeze", "select",
-          "chunk", "split", "unbind", "tensor_split", "split_with_sizes", "diagonal", "movedim", "moveaxis", "detach",
-          "unfold", "as_strided", "real", "imag", "view_as_real", "view_as_complex", "dropout", "alpha_dropout",
-          "type_as", "to", "float", "half", "bfloat16", "double", "T", "mT", "align_as"}
-_VIEW_MODULES = {"Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
-
-
-def _is_view(gm, node) -> bool:
-    if node.op == "call_module":
-        return type(gm.get_submodule(node.target)).__name__ in _VIEW_MODULES
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    return node.op in ("call_function", "call_method") and name in _VIEWS
-
-
 def _storage(gm, node):
     """The node whose memory ``node`` is (through views and in-place writes, which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (_is_view(gm, node) or _writes(gm, node)):
+    while node.args and hasattr(node.args[0], "op") and (is_view(gm, node) or _writes(gm, node)):
         node = node.args[0]
     return node
 

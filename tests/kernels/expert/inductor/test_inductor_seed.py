@@ -164,10 +164,10 @@ def test_the_expert_proposes_the_seed_first_and_moves_from_it(tmp_path):
 
 
 def test_an_uncovered_problem_gets_the_seed_and_without_a_gpu_says_why_not(tmp_path):
-    # a lone full (groups=1) strided Conv1d: no template of the expert covers it
+    # a lone grouped (neither full nor depthwise) strided Conv1d: no template of the expert covers it
     path = tmp_path / "strided_conv1d.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-                    "        super().__init__()\n        self.conv = nn.Conv1d(8, 8, 4, stride=2, padding=2)\n\n"
+                    "        super().__init__()\n        self.conv = nn.Conv1d(8, 8, 4, stride=2, padding=2, groups=2)\n\n"
                     "    def forward(self, x):\n        return self.conv(x)\n\n\n"
                     "def get_inputs():\n    return [torch.randn(2, 8, 30)]\n\n\ndef get_init_inputs():\n    return []\n")
     problem = load_problem(str(path))

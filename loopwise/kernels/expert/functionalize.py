@@ -1,0 +1,296 @@
+"""In-place writes in a traced forward: augmented assignment recorded as it runs, and the writes no
+one can see rewritten out of place.
+
+torch.fx's Proxy has no ``__iadd__``, so Python runs ``x += y`` as ``x = x + y`` while tracing:
+the write is lost, and a name that still holds the old tensor (``z = x`` before it, a view of x)
+reads the value before the write though the forward reads it after. :func:`trace` records
+``operator.iadd`` and its kin instead (and ``x[i] = y``, which fx cannot trace at all, as
+``operator.setitem``), so the graph holds every write the forward makes.
+
+A write is *private* where nothing reads the memory it writes afterwards except through the
+write's own result: the tensor written is not read again under its old name or through a view,
+and it is not the model's state (a parameter or buffer, which the next call would see). A private
+write computes the same program out of place, so :func:`functionalize` rewrites it so
+(``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as ``x.add(y)``, ``torch.relu_`` as
+``torch.relu``, ``inplace=True`` dropped), keeping the dtype of the tensor written (a write casts
+to it). ResNet's ``out += identity`` and VGG's ``ReLU(inplace=True)`` are private. The writes left
+(:func:`visible_writes`) are seen by a later read: only a plan that keeps each where PyTorch runs it
+(the partitioner, :mod:`.partition.writes`) can compute such a forward.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+# augmented assignment and its out-of-place operation
+AUGMENTED = {"iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "truediv", "ifloordiv": "floordiv",
+             "imod": "mod", "ipow": "pow", "iand": "and_", "ior": "or_", "ixor": "xor", "ilshift": "lshift",
+             "irshift": "rshift", "imatmul": "matmul"}
+
+_AUGMENTED_OPERATORS = frozenset(getattr(operator, name) for name in AUGMENTED)
+
+# Tensor methods ending in "_" whose name without it is not the same operation out of place
+_NO_OUT_OF_PLACE = frozenset({"copy_", "fill_", "zero_", "resize_", "resize_as_", "set_", "requires_grad_",
+                              "share_memory_", "put_", "index_put_", "retain_grad_", "record_stream_"})
+
+
+def trace(model, concrete_args=None):
+    """``model``'s forward as an fx GraphModule, augmented assignment recorded as a write.
+
+    Raises:
+        ew.Unsupported: the forward writes a parameter, buffer or tensor attribute of the model in
+            place (fx runs that write on the tensor itself rather than recording it, and the next
+            call would read it written).
+    """
+    import torch.fx as fx
+
+    from loopwise.kernels.expert import elementwise as ew
+
+    state = _state(model)
+    versions = {name: t._version for name, t in state.items()}
+    tracer = _tracer_class()()
+    graph = tracer.trace(model, concrete_args)
+    written = [name for name, t in state.items() if t._version != versions[name]]
+    if written:
+        raise ew.Unsupported(f"the forward writes the model's {', '.join(written)} in place: its state changes "
+                             "from call to call")
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _state(model) -> dict:
+    """{name: tensor} of the model's parameters, buffers and plain tensor attributes."""
+    import torch
+
+    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    for prefix, sub in model.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                state.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    return state
+
+
+@functools.lru_cache(maxsize=1)
+def _tracer_class():
+    """An fx Tracer whose proxies record augmented assignment (built on first use: torch.fx loads lazily)."""
+    import torch.fx as fx
+
+    class AugmentedProxy(fx.Proxy):
+        """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)
+        and ``x[i] = y`` records ``operator.setitem(x, i, y)``."""
+
+    def augmented(op):
+        def method(self, other):
+            return self.tracer.create_proxy("call_function", op, (self, other), {})
+        return method
+
+    for name in AUGMENTED:
+        setattr(AugmentedProxy, f"__{name}__", augmented(getattr(operator, name)))
+
+    def setitem(self, key, value):  # ``x[i] = v``: a write (Proxy has no __setitem__ either)
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+    AugmentedProxy.__setitem__ = setitem
+
+    class Tracer(fx.Tracer):
+        def proxy(self, node):
+            return AugmentedProxy(node, self)
+
+    return Tracer
+
+
+def out_of_place(node):
+    """(op, target, args, kwargs) of the out-of-place call that computes what the in-place write
+    ``node`` does, or None when ``node`` writes nothing in place or has no such call."""
+    import torch
+    import torch.nn.functional as F
+
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op == "call_function" and node.target in _AUGMENTED_OPERATORS:
+        return "call_function", getattr(operator, AUGMENTED[name]), node.args, node.kwargs
+    position = _inplace_position(node)
+    if position is not None:
+        if position == "inplace":
+            return node.op, node.target, node.args, {k: v for k, v in node.kwargs.items() if k != "inplace"}
+        return node.op, node.target, (*node.args[:position], False, *node.args[position + 1:]), node.kwargs
+    if not isinstance(name, str) or not name.endswith("_") or name.startswith("_") or name in _NO_OUT_OF_PLACE:
+        return None
+    if node.op == "call_method" and callable(getattr(torch.Tensor, name[:-1], None)):
+        return "call_method", name[:-1], node.args, node.kwargs
+    for namespace in (torch, F):
+        if node.op == "call_function" and getattr(namespace, name, None) is node.target and callable(
+                getattr(namespace, name[:-1], None)):
+            return "call_function", getattr(namespace, name[:-1]), node.args, node.kwargs
+    return None
+
+
+def _inplace_position(node):
+    """Where a function call passes ``inplace=True`` ("inplace" as a keyword, else its position),
+    or None."""
+    if node.op != "call_function":
+        return None
+    if node.kwargs.get("inplace") is True:
+        return "inplace"
+    try:
+        position = _inplace_parameter(node.target)
+    except TypeError:  # an unhashable target
+        return None
+    return position if position is not None and len(node.args) > position and node.args[position] is True else None
+
+
+@functools.lru_cache(maxsize=None)
+def _inplace_parameter(function):
+    """The position of ``function``'s ``inplace`` parameter, or None."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("inplace") if "inplace" in names else None
+
+
+def writes_in_place(gm, node) -> bool:
+    """Whether ``node`` writes memory in place: augmented assignment, ``setitem``, a Tensor method
+    or torch function ending in ``_``, ``inplace=True`` (a keyword, a position, a module's
+    attribute), ``out=``."""
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return False
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
+        return name in AUGMENTED or name == "setitem"
+    underscored = isinstance(name, str) and name.endswith("_") and not name.startswith("_")
+    return underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
+
+
+# Operations whose output may share its input's memory (views, and what returns its input itself).
+_VIEWS = frozenset({"getitem", "narrow", "view", "view_as", "reshape", "flatten", "unflatten", "permute", "transpose",
+                    "swapaxes", "swapdims", "t", "contiguous", "expand", "expand_as", "squeeze", "unsqueeze", "select",
+                    "chunk", "split", "unbind", "tensor_split", "split_with_sizes", "diagonal", "movedim", "moveaxis",
+                    "detach", "unfold", "as_strided", "real", "imag", "view_as_real", "view_as_complex", "dropout",
+                    "alpha_dropout", "type_as", "to", "float", "half", "bfloat16", "double", "T", "mT", "align_as",
+                    "getattr"})
+_VIEW_MODULES = frozenset({"Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+                           "AlphaDropout"})
+
+
+def is_view(gm, node) -> bool:
+    """Whether ``node``'s output may share its first argument's memory."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__ in _VIEW_MODULES
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return node.op in ("call_function", "call_method") and name in _VIEWS
+
+
+def _memory(gm, node):
+    """The node whose memory ``node`` is: through views and in-place writes (which return their input)."""
+    while node.args and hasattr(node.args[0], "op") and (
+            is_view(gm, node) or writes_in_place(gm, node) and _returns_written(node)):
+        node = node.args[0]
+    return node
+
+
+def private(gm, write) -> bool:
+    """Whether no one sees the in-place ``write`` but through its own result (once the later reads
+    of the tensor it writes read that result, :func:`functionalize`): no other node that shares the
+    memory it writes and was made before it is read after it (a view, the tensor viewed), and that
+    memory is not the model's (a parameter or buffer keeps the write for the next call)."""
+    if not write.args or not hasattr(write.args[0], "op"):
+        return False
+    written, root = write.args[0], _memory(gm, write.args[0])
+    if root.op == "get_attr":
+        return False
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    at = order[write]
+    for node in gm.graph.nodes:
+        if order[node] >= at:
+            return True
+        if node is not written and _memory(gm, node) is root and any(order[u] > at for u in node.users):
+            return False
+    return True
+
+
+def functionalize(gm, args):
+    """``gm`` with the reads of a tensor after an in-place write to it reading the write's result
+    (the same memory, named as the forward's dataflow), and its private writes (:func:`private`)
+    rewritten out of place (module calls, which cannot be, are left as they are: a private one is an
+    out-of-place operation to whoever reads the graph). A write whose out-of-place result would
+    take another dtype than the tensor it writes (``half += float``) stays in place, as does every
+    write whose operands' dtypes cannot be read on the meta device; augmented assignment to a
+    number (a size) is the operation out of place."""
+    import torch
+
+    values = None
+    changed = False
+    for node in [n for n in gm.graph.nodes if writes_in_place(gm, n) and _returns_written(n)]:
+        written = node.args[0]
+        augmented = node.op == "call_function" and node.target in _AUGMENTED_OPERATORS
+        operands = any(hasattr(a, "op") for a in (*node.args[1:], *node.kwargs.values()))
+        if augmented or operands:
+            values = _meta_values(gm, args) if values is None else values
+        if augmented and not isinstance(values.get(written), torch.Tensor):
+            if written in values:  # a number: ``n += 1`` rebinds n
+                node.target, changed = getattr(operator, AUGMENTED[node.target.__name__]), True
+            continue
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        for user in [u for u in written.users if order[u] > order[node]]:
+            user.replace_input_with(written, node)
+            changed = True
+        call = out_of_place(node)
+        if call is None or not private(gm, node) or (operands and not _keeps_dtype(call, node, values)):
+            continue
+        node.op, node.target, node.args, node.kwargs = call
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+def _returns_written(node) -> bool:
+    """Whether the write ``node`` returns the tensor it writes (not ``setitem``, not ``out=``)."""
+    return (bool(node.args) and hasattr(node.args[0], "op") and node.kwargs.get("out") is None
+            and not (node.op == "call_function" and node.target is operator.setitem))
+
+
+def visible_writes(gm) -> list:
+    """The in-place writes of a functionalized ``gm`` that someone may see (all but private module calls)."""
+    return [n for n in gm.graph.nodes if writes_in_place(gm, n) and not (n.op == "call_module" and private(gm, n))]
+
+
+def _meta_values(gm, args) -> dict:
+    """{node: its value} of ``gm`` run on the meta device, or {} where it cannot run there."""
+    import torch
+    import torch.fx as fx
+
+    interpreter = fx.Interpreter(gm, garbage_collect_values=False)
+    try:
+        with torch.device("meta"), torch.no_grad():
+            interpreter.run(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - an operation without a meta kernel: no write is rewritten
+        return {}
+    return dict(interpreter.env)
+
+
+def _keeps_dtype(call, node, values) -> bool:
+    """Whether the out-of-place ``call`` gives the dtype of the tensor ``node`` writes (the write casts to it)."""
+    import torch
+
+    if not values:
+        return False
+    written = values.get(node.args[0])
+    if not isinstance(written, torch.Tensor):
+        return True  # a number: augmented assignment rebinds it
+    def value(a):
+        return values[a] if hasattr(a, "op") else a
+    op, target, args, kwargs = call
+    args, kwargs = [value(a) for a in args], {k: value(v) for k, v in kwargs.items()}
+    try:
+        with torch.device("meta"), torch.no_grad():
+            args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+            out = getattr(args[0], target)(*args[1:], **kwargs) if op == "call_method" else target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not computable out of place on meta: leave the write
+        return False
+    return isinstance(out, torch.Tensor) and out.dtype == written.dtype

@@ -1,0 +1,110 @@
+"""In-place writes in a forward: ``x += y`` and its kin, ``x.add_()``, ``torch.relu_``,
+``inplace=True``. A later read of the tensor written sees the write; a view made before it, or the
+model's own state, keeps the write where PyTorch makes it (or the forward gets no candidate)."""
+
+import pytest
+
+from loopwise.kernels.expert import capture
+from loopwise.kernels.expert.partition import kinds, plan
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+
+ALIASED = "z = x\n{write}\nx = torch.sigmoid(z * 2.0) * 3.0"
+WRITES = {  # the write, the operation the fused pass must compute first
+    "iadd": ("x += 1.5", "add"), "isub": ("x -= 1.5", "sub"), "imul": ("x *= 1.5", "mul"),
+    "itruediv": ("x /= 1.5", "truediv"), "add_": ("x.add_(1.5)", "add"), "mul_": ("x.mul_(1.5)", "mul"),
+    "relu_": ("torch.relu_(x)", "relu"), "relu_inplace": ("F.relu(x, inplace=True)", "relu"),
+    "relu_positional": ("F.relu(x, True)", "relu"), "method_relu_": ("x.relu_()", "relu"),
+}
+
+
+def _captured(tmp_path, name, forward, init="", inputs="torch.randn(4, 33, dtype=DTYPE)", dtype="float32"):
+    return capture(load_problem(str(_problem(tmp_path, name, init, forward, inputs, dtype))))
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+def test_a_name_read_after_an_in_place_write_to_its_tensor_reads_the_written_value(tmp_path, name):
+    """``z = x; x += 1.5; sigmoid(z * 2)``: z is x, so the pass computes the write before the rest."""
+    write, op = WRITES[name]
+    pattern = _captured(tmp_path, name, ALIASED.format(write=write))
+    assert pattern.kind == "elementwise", pattern.reason
+    assert pattern.ops == (op, "mul", "sigmoid", "mul")
+
+
+def test_a_write_a_view_made_before_it_sees_stays_in_pytorch(tmp_path):
+    """The view v of y was made before ``y += 1``: it sees the write, so the write is kept where
+    PyTorch makes it and only what reads after it is fused."""
+    forward = "y = x * 2.0\nv = y.view(-1)\ny += 1.0\nx = torch.sigmoid(v.view(4, 33)) * 3.0"
+    pattern = _captured(tmp_path, "view", forward)
+    assert pattern.kind == "graph" and "in-place write" in pattern.reason, pattern.reason
+    chosen = plan(pattern, "graph")
+    assert "iadd" in chosen["pytorch"] and [g.ops for g in chosen["groups"]] == [("sigmoid", "mul")]
+
+
+@pytest.mark.parametrize("init", ["self.register_buffer('s', torch.ones(33))", "self.s = torch.ones(33)"])
+def test_a_forward_that_writes_its_models_tensor_gets_no_candidate(tmp_path, init):
+    """``self.s += 1`` (a buffer, a plain tensor attribute) changes the model from call to call: no
+    candidate holds that state."""
+    pattern = _captured(tmp_path, "state", "self.s += 1.0\nx = torch.sigmoid(x * self.s)", init=init)
+    assert pattern.kind == "unsupported" and "writes the model's s in place" in pattern.reason
+
+
+def test_a_half_write_of_a_float_sum_keeps_its_dtype(tmp_path):
+    """``h += f`` with h float16 and f float32 stores float16 (out of place it would be float32):
+    the write is kept where PyTorch makes it."""
+    forward = "h = x * 2.0\nh += self.f\nx = torch.sigmoid(h) * 3.0"
+    pattern = _captured(tmp_path, "half", forward, init="self.register_buffer('f', torch.ones(33))", dtype="float16")
+    assert "iadd" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+RESIDUAL = ("self.conv = nn.Conv2d(8, 8, 3, padding=1)\nself.bn = nn.BatchNorm2d(8)\nself.relu = nn.ReLU(inplace=True)",
+            "identity = x\nout = self.relu(self.bn(self.conv(x)))\nout += identity\nx = self.relu(out)")
+
+
+def test_a_residual_add_in_place_is_fused_as_an_add(tmp_path):
+    """ResNet's ``out += identity`` (nothing reads out's old value) is an add like any other."""
+    pattern = _captured(tmp_path, "residual", RESIDUAL[1], RESIDUAL[0], "torch.randn(2, 8, 6, 6, dtype=DTYPE)")
+    assert "graph_conv" in kinds(pattern), pattern.reason
+    assert "iadd" not in plan(pattern, "graph")["pytorch"]
+    assert any("add" in g.ops for g in plan(pattern, "graph")["groups"]), plan(pattern, "graph")
+
+
+SETITEM = "y = x * 2.0\nv = y[:, :3]\ny[:, 1] = 5.0\nx = torch.tanh(v) * 2.0 + torch.sigmoid(y[:, 2:5])"
+
+
+def test_an_item_assignment_is_traced_as_a_write_kept_in_pytorch(tmp_path):
+    """``y[:, 1] = 5.0`` (which fx's own tracer refuses) writes y and the view v: the write stays in
+    PyTorch, what reads after it is fused there."""
+    chosen = plan(_captured(tmp_path, "setitem", SETITEM), "graph")
+    assert "setitem" in chosen["pytorch"] and [g.ops for g in chosen["groups"]] == [("tanh", "mul", "sigmoid", "add")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forward,template", [
+    (SETITEM, "graph"),
+    (ALIASED.format(write="x += 1.5"), "elementwise"),
+    (ALIASED.format(write="F.relu(x, inplace=True)"), "elementwise"),
+    ("y = x * 2.0\nv = y.view(-1)\ny += 1.0\nx = torch.sigmoid(v.view(4, 33)) * 3.0", "graph"),
+    ("z = x\nx *= 2.0\nx = torch.sum(z, dim=-1)", "graph_norm"),
+])
+def test_forwards_with_in_place_writes_are_judged_correct(tmp_path, monkeypatch, forward, template):
+    judged_correct(_problem(tmp_path, "judged", "", forward, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": template}, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_residual_block_with_in_place_writes_is_judged_correct(tmp_path, monkeypatch):
+    path = _problem(tmp_path, "residual", RESIDUAL[0], RESIDUAL[1], "torch.randn(2, 8, 6, 6, dtype=DTYPE)")
+    judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_tensor_read_after_an_in_place_module_wrote_it_is_judged_correct(tmp_path, monkeypatch):
+    """y is read after ReLU(inplace=True) wrote it: the read is of the ReLU's output, fused with it."""
+    from expert_judging import PARTIAL
+
+    path = tmp_path / "shared.py"
+    path.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)",
+                                   extra="self.act = nn.ReLU(inplace=True)"))
+    judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
