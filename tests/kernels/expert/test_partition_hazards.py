@@ -185,6 +185,30 @@ def test_a_forward_that_writes_in_place_between_reads_is_judged_correct(tmp_path
     judged_correct(_problem(tmp_path, name, "", WRITES[name], "torch.randn(4, 6)"), {"block": 32}, tmp_path, monkeypatch)
 
 
+WRITTEN_LATER = {  # an intermediate whose own memory a later operation writes where others see it
+    "out": ("y = x * 2.0\ns = torch.cumsum(y, dim=0)\ntorch.sigmoid(x, out=y)\nx = y * s", "graph_norm"),
+    "through_a_view": ("y = x * 2.0\nv = y[:, :3]\nv.mul_(3.0)\nx = torch.tanh(y) + 1.0", "graph"),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITTEN_LATER))
+def test_a_value_written_in_place_later_is_made_by_pytorch_not_a_pass(tmp_path, name):
+    """``y = x * 2`` whose memory a later write changes (``out=y``, a write through a view of it):
+    a pass after the write would compute ``x * 2`` again instead of reading y as written, so y is
+    made where PyTorch makes it and every pass reads it from memory."""
+    forward, kind = WRITTEN_LATER[name]
+    chosen = plan(capture(load_problem(str(_problem(tmp_path, name, "", forward, "torch.randn(4, 6)")))), kind)
+    assert chosen["pytorch"][0] == "mul" and not any(g.ops[0] == "mul" for g in chosen["groups"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(WRITTEN_LATER))
+def test_a_value_written_in_place_later_is_judged_correct(tmp_path, monkeypatch, name):
+    forward, kind = WRITTEN_LATER[name]
+    judged_correct(_problem(tmp_path, name, "", forward, "torch.randn(4, 6)"), {"template": kind, "block": 32},
+                   tmp_path, monkeypatch)
+
+
 def test_an_empty_piece_of_a_split_is_not_read_through(tmp_path):
     """A split with an empty section concatenated back: the empty piece's index would divide by
     zero and its load would read outside it, so neither the narrow nor the cat is read through."""

@@ -89,6 +89,8 @@ def _members(gm, model) -> tuple[set, dict]:
     for n in gm.graph.nodes:
         if any(written.get(a, -1) > order[n] for a in arg_nodes(n)):
             continue  # it reads memory written in place later on: its reads stay where PyTorch makes them
+        if any(order[u] > written.get(n, len(order)) for u in n.users):
+            continue  # read after a write to its own memory: a pass there would compute it again, not read it written
         if _fusible(gm, model, n):
             member.add(n)
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:
