@@ -44,8 +44,14 @@ at the offset of a buffer its tensor holds, and outside a tiled operator (whose 
 every tile's) a load must fit in what its tensor holds on chip; frees subtract. A free with labels
 frees the current iteration's part of its tensor: a later step that needs that part is rejected
 (``freed``), and a buffer may be placed over parts so freed, part by part, even by the step that
-reads them (:mod:`loopwise.memory.verify_parts`). At the end of the schedule nothing may
-be left on chip. A loop labelled ``"key"`` runs an attention key block by key block with an
+reads them (:mod:`loopwise.memory.verify_parts`): then only by the operator's output (not a load,
+nor another input), and only by an operator whose loop nest runs the slab in one tile, so that it
+has read all of its slab before it writes any. A free of a whole tensor with no byte on chip is an
+``overfree``. Data flow (:mod:`loopwise.memory.verify_flow`): what a step reads or stores must
+hold data, loaded or written by an operator and not freed since (``unloaded``); a tensor an
+operator wrote that is loaded back must have been stored before (``unstored``); a tensor freed in
+parts cut another way than its parts were placed in leaves no room for another (``layout``). At
+the end of the schedule nothing may be left on chip. A loop labelled ``"key"`` runs an attention key block by key block with an
 online softmax; only a chain whose operators' kinds (the part of each name before ``:``) are
 matmul, [mul or div], [add], softmax, matmul can, and the softmax's running row maximum and sum
 (buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on chip at every key block
@@ -62,6 +68,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopwise.memory.verify_flow import Flow, written
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
 
 
@@ -71,7 +78,7 @@ class Violation:
     (its iteration per loop) and the operator."""
 
     kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
-    # overfill, key_blocks, freed
+    # overfill, key_blocks, freed, unloaded, unstored, layout
     where: str
     message: str
     needed_bytes: int = 0
@@ -158,14 +165,18 @@ class _Replay:
         self.address_peak = 0
         self.dma: dict[str, list[dict]] = {}  # the current group's transfers by step id
         self.tiled = False  # the current group is one operator run tile by tile
+        self.by_tiles: set[str] = set()  # the current group's operators that run a slab tile by tile
         self.parts = Parts()  # what is freed slab by slab (:mod:`loopwise.memory.verify_parts`)
+        self.flow = Flow()  # what holds data, and in what order (:mod:`loopwise.memory.verify_flow`)
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
             self.dma = _transfers_by_step(group)
+            self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
+            self.by_tiles = _by_tiles(group)
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -242,14 +253,21 @@ class _Replay:
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
         here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
             f"operator {step['operator']}" if step.get("operator") else "transfers")
+        transfers = self.dma.get(step.get("id"), [])
+        loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
+        output = written(step, loaded, self.flow.filled)
         for entry in step.get("free", []):
             if len(entry) > 1:
                 self._track(entry)
-        dying = freed_in_place(step, loops)
+        # only the operator's output may be written over them, and only by an operator that reads
+        # all of its slab before it writes any of it (one tile per slab)
+        dying = {} if step.get("operator") in self.by_tiles else freed_in_place(step, loops)
+        self._cuts(step, "free", loops)
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
-            self._place(entry, nbytes, here, loops, dying)
+            self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
+        self._cuts(step, "alloc", loops)
         held = sum(self.live.values())
         if step.get("operator"):
             self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
@@ -259,7 +277,6 @@ class _Replay:
             top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
             self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
                                             f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
-        transfers = self.dma.get(step.get("id"), [])
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
@@ -271,6 +288,7 @@ class _Replay:
             dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
+        self._flow(step, transfers, output, here)
         for d in transfers:
             nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes
@@ -287,6 +305,32 @@ class _Replay:
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: str) -> None:
+        """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
+        reads, then what it writes, then what the step stores."""
+        for d in transfers:
+            if d["to"] == "scratchpad":
+                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0)))
+        for entry in step.get("needs", []):
+            self._complain("unloaded", here, self.flow.read(entry[0], "read"))
+        self.flow.write(output)
+        for d in transfers:
+            if d["to"] == "dram":
+                self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
+
+    def _cuts(self, step: dict, key: str, loops: dict) -> None:
+        """The order a tensor is made in where its parts are placed one by one (over parts freed), and
+        frees that cut it another way (``key``: alloc or free)."""
+        for entry in step.get(key, []):
+            labels = entry[2] if len(entry) > 2 else []
+            placed = key == "free" or (len(entry) > 3 and (entry[0], int(entry[3])) in self.parts.partwise)
+            if labels and placed and all(label in loops for label in labels):
+                self.flow.cut(entry[0], tuple(loops[label][2] for label in labels), key == "free")
+
+    def _complain(self, kind: str, here: str, message: str | None) -> None:
+        if message is not None:
+            self._violate(kind, here, message)
+
     def _place(self, entry: list, nbytes: int, here: str, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
         accumulate), or a new one, which must lie within the capacity. What the allocation takes
@@ -302,7 +346,8 @@ class _Replay:
         accumulates = bool(labels) and size >= int(entry[1])
         mine = self.buffers.setdefault(t, [])
         same = next((b for b in mine if b[0] == offset and b[1] == size), None)
-        if same is None:
+        fresh = same is None
+        if fresh:
             if offset < 0 or offset + size > self.capacity:
                 self._violate("range", here, f"{t}: buffer [{offset}, {offset + size}) lies outside the scratchpad "
                                              f"[0, {self.capacity})", offset + size, self.capacity)
@@ -314,7 +359,7 @@ class _Replay:
                 self.parts.partwise.add((t, offset))  # placed over parts freed slab by slab
             else:
                 self._overlaps(t, same, whole, here, dying)
-        if (t, offset) in self.parts.partwise:
+        if self.parts.by_part(t, offset, fresh):
             self._overlaps(t, same, [(offset + part[0], offset + part[1])], here, dying)
         self.parts.allocated(t, part, offset if accumulates else None)
         same[2] += nbytes
@@ -322,9 +367,13 @@ class _Replay:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
     def _overlaps(self, t: str, buffer: list, claim: list, here: str, dying: dict) -> None:
-        """Reports where ``claim`` meets what a buffer alive occupies now."""
+        """Reports where ``claim`` meets what a buffer alive occupies now, or the room of a tensor
+        freed in parts that are not the bytes it was made in."""
         if not claim[0][1] > claim[0][0]:
             return
+        for other in self.flow.scrambled:
+            if any(b is not buffer and overlap(claim, [(b[0], b[0] + b[1])]) for b in self.buffers.get(other, [])):
+                self._complain("layout", here, self.flow.placed_over(other))
         for other, theirs in self.buffers.items():
             for b in theirs:
                 hit = None if b is buffer or not b[1] else overlap(
@@ -345,6 +394,8 @@ class _Replay:
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
         if len(entry) == 1:
             self.parts.forget(t)
+            if nbytes <= 0:
+                self._violate("overfree", here, f"{t}: frees all of it, with no byte of it on chip")
         elif not self.parts.freed(t, cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops)):
             self._violate("overfree", here, f"{t}: frees a part of it freed before")
         if nbytes > self.live.get(t, 0):
@@ -354,6 +405,7 @@ class _Replay:
         if not self.live[t]:
             del self.live[t]
             self.buffers.pop(t, None)
+            self.flow.gone(t)
             return
         left = nbytes  # a part freed: from the buffers filled last
         for b in reversed(self.buffers.get(t, [])):
@@ -371,6 +423,15 @@ def _flat(steps: list) -> list[dict]:
     for step in steps:
         out += _flat(step["steps"]) if "loop" in step else [step]
     return out
+
+
+def _by_tiles(group: dict) -> set[str]:
+    """The operators of a group whose loop nest runs each slab in more than one tile (a dimension
+    no slab loop cuts, split in more than one trip): one tile's output could land on input bytes a
+    later tile of the same slab reads."""
+    nest = group.get("loop_nest") or {}
+    return {o["operator"] for o in nest.get("operators", [])
+            if any(int(l.get("trips", 1)) > 1 for l in o.get("loops", []) if "loop" not in l)}
 
 
 def _transfers_by_step(group: dict) -> dict[str, list[dict]]:
