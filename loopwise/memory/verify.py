@@ -64,60 +64,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopwise.memory.verify_flow import Flow, written
+from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
-
-@dataclass(frozen=True)
-class Violation:
-    """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
-    (its iteration per loop) and the operator."""
-
-    kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
-    # overfill, key_blocks, freed, unloaded, unstored, layout
-    where: str
-    message: str
-    needed_bytes: int = 0
-    capacity_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GroupReplay:
-    operators: int
-    traffic_bytes: int  # loads and stores recounted from the schedule
-    claimed_traffic_bytes: int
-    peak_bytes: int  # the most on chip at any step
-    claimed_peak_bytes: int
-    held_bytes: tuple[tuple[str, int], ...] = ()  # per operator, in order: the most on chip at its step
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The replay of a whole plan: ``ok`` when no violation was found."""
-
-    capacity_bytes: int
-    traffic_bytes: int
-    claimed_traffic_bytes: int
-    peak_bytes: int
-    groups: tuple[GroupReplay, ...]
-    violations: tuple[Violation, ...] = field(default=())
-    address_peak_bytes: int = 0  # the highest offset + size of any buffer: the scratchpad the offsets use
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-
-KEY_LOOP = "key"  # the label of a loop over key blocks (flash-style attention)
-_SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
-
-
-class PlanFormatError(ValueError):
-    """The input is not a plan with a schedule this module can replay."""
+__all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
 
 
 def load_plan(path: Path) -> dict:
@@ -173,10 +127,10 @@ class _Replay:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
-            self.dma = _transfers_by_step(group)
+            self.dma = transfers_by_step(group)
             self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
-            self.by_tiles = _by_tiles(group)
+            self.by_tiles = by_tiles(group)
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -227,18 +181,15 @@ class _Replay:
             self._steps(loop["steps"], where, inner, path + [t])
 
     def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
-        """A loop over key blocks runs an attention's softmax online: its operators, by the kind
-        each name starts with, must be a score product, a scale and a mask add (each optional), a
-        softmax and the value product; returns the buffers of the softmax's running row maximum
-        and sum, which must be on chip at every key block (none when the chain is not one)."""
-        names = [s["operator"] for s in _flat(loop["steps"]) if s.get("operator")]
-        kinds = " ".join(n.partition(":")[0].lstrip("_").lower() if ":" in n else "?" for n in names)
-        if not _SOFTMAX_CHAIN.match(kinds):
+        """The buffers of the running row maximum and sum of the softmax a loop over key blocks runs
+        online, which must be on chip at every key block (none when its operators are no such chain)."""
+        names = [s["operator"] for s in flat(loop["steps"]) if s.get("operator")]
+        softmax = softmax_of(names)
+        if softmax is None:
             here = f"{where}, slab {'.'.join(str(x + 1) for x in path) or '-'}"
             self._violate("key_blocks", here, f"a loop over key blocks runs {', '.join(names) or 'nothing'}: only "
                                               "matmul, [mul or div], [add], softmax, matmul can (an online softmax)")
             return ()
-        softmax = next(n for n in names if n.partition(":")[0].lstrip("_").lower() == "softmax")
         return (f"rowmax:{softmax}", f"rowsum:{softmax}")
 
     def _share(self, entry: list, loops: dict) -> int:
@@ -289,6 +240,13 @@ class _Replay:
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
         self._flow(step, transfers, output, here)
+        self._count(transfers, loops, here)
+        for entry in step.get("free", []):
+            self._free(entry, loops, here)
+
+    def _count(self, transfers: list[dict], loops: dict, here: str) -> None:
+        """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
+        holds, a load within what its tensor holds (outside a tiled operator)."""
         for d in transfers:
             nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes
@@ -302,8 +260,6 @@ class _Replay:
                 self._violate("offset", here, f"the {'store' if d['to'] == 'dram' else 'load'} of {d['tensor']} "
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
-        for entry in step.get("free", []):
-            self._free(entry, loops, here)
 
     def _flow(self, step: dict, transfers: list[dict], output: set[str], here: str) -> None:
         """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
@@ -415,64 +371,3 @@ class _Replay:
 
     def _violate(self, kind: str, where: str, message: str, needed: int = 0, capacity: int = 0) -> None:
         self.violations.append(Violation(kind, where, message, needed, capacity))
-
-
-def _flat(steps: list) -> list[dict]:
-    """The steps of ``steps`` and of the loops in it, in order."""
-    out = []
-    for step in steps:
-        out += _flat(step["steps"]) if "loop" in step else [step]
-    return out
-
-
-def _by_tiles(group: dict) -> set[str]:
-    """The operators of a group whose loop nest runs each slab in more than one tile (a dimension
-    no slab loop cuts, split in more than one trip): one tile's output could land on input bytes a
-    later tile of the same slab reads."""
-    nest = group.get("loop_nest") or {}
-    return {o["operator"] for o in nest.get("operators", [])
-            if any(int(l.get("trips", 1)) > 1 for l in o.get("loops", []) if "loop" not in l)}
-
-
-def _transfers_by_step(group: dict) -> dict[str, list[dict]]:
-    """A group's DMA transfers by the step that makes them; a transfer naming no step of the group,
-    or moving between levels other than DRAM and the scratchpad, is no plan."""
-    ids, stack = set(), list(group["steps"])
-    while stack:
-        step = stack.pop()
-        if "loop" in step:
-            stack.extend(step["steps"])
-        else:
-            ids.add(step.get("id"))
-    out: dict[str, list[dict]] = {}
-    for d in group.get("dma", []):
-        if d["step"] not in ids:
-            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} names step {d['step']!r}, "
-                                  "which its group does not have)")
-        if (d["from"], d["to"]) not in (("dram", "scratchpad"), ("scratchpad", "dram")):
-            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} from {d['from']} to {d['to']})")
-        out.setdefault(d["step"], []).append(d)
-    return out
-
-
-def describe(verdict: Verdict, limit: int = 10) -> list[str]:
-    """Lines for a person: the verdict, the recounted traffic against the claim, the first
-    ``limit`` violations."""
-    head = "PASS" if verdict.ok else f"FAIL ({len(verdict.violations)} violations)"
-    lines = [f"{head}: traffic recounted {verdict.traffic_bytes} bytes, the plan claims "
-             f"{verdict.claimed_traffic_bytes}; peak {verdict.peak_bytes} of {verdict.capacity_bytes} bytes, "
-             f"buffers up to offset {verdict.address_peak_bytes}"]
-    for v in verdict.violations[:limit]:
-        lines.append(f"  {v.kind}: {v.where}: {v.message}")
-    if len(verdict.violations) > limit:
-        lines.append(f"  ... and {len(verdict.violations) - limit} more")
-    return lines
-
-
-def as_dict(verdict: Verdict) -> dict:
-    """The verdict as JSON-ready data."""
-    return {"ok": verdict.ok, "capacity_bytes": verdict.capacity_bytes, "traffic_bytes": verdict.traffic_bytes,
-            "claimed_traffic_bytes": verdict.claimed_traffic_bytes, "peak_bytes": verdict.peak_bytes,
-            "address_peak_bytes": verdict.address_peak_bytes,
-            "groups": [g.__dict__ for g in verdict.groups],
-            "violations": [v.__dict__ for v in verdict.violations]}
