@@ -3,8 +3,8 @@ order their parts lie.
 
 Data flow: a buffer holds data only once something put it there. A tensor is *filled* when a step
 loads it from DRAM, or when a step's operator writes it: a tensor the step allocates, or uses while
-it holds no data, that the step neither loads nor lists in ``needs`` is the operator's output. A step that reads (``needs``) or
-stores a tensor that is not filled is rejected (``unloaded``); a tensor leaves chip, and is no
+it holds no data, that the step neither loads nor lists in ``needs`` is the operator's output. A
+step that reads (``needs``) or stores a tensor that is not filled is rejected (``unloaded``); a tensor leaves chip, and is no
 longer filled, when its last byte is freed. A tensor an operator wrote is an intermediate: loading
 it back needs a store of it before (``unstored``); a tensor no operator wrote is a graph input or a
 weight, in DRAM from the start.
