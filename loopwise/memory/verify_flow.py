@@ -4,21 +4,22 @@ order their parts lie.
 Data flow: a buffer holds data only once something put it there. A tensor is *filled* when a step
 loads it from DRAM, or when a step's operator writes it: a tensor the step allocates, or uses while
 it holds no data, that the step neither loads nor lists in ``needs`` is the operator's output. A
-step that reads (``needs``) or stores a tensor that is not filled is rejected (``unloaded``); a tensor leaves chip, and is no
-longer filled, when its last byte is freed. A tensor an operator wrote is an intermediate: loading
-it back needs a store of it before (``unstored``); a tensor no operator wrote is a graph input or a
-weight, in DRAM from the start.
+step that reads (``needs``) or stores a tensor that is not filled is rejected (``unloaded``); a
+tensor leaves chip, and is no longer filled, when its last byte is freed. A tensor an operator
+wrote is an intermediate: loading it back needs a store of it before (``unstored``); a tensor no
+operator wrote is a graph input or a weight, in DRAM from the start.
 
 Layout: an entry with labels cuts its tensor loop by loop in the order of its labels, so its parts
-are the bytes of a row-major layout whose dimensions are those loops' dimensions in that order. Where a
-tensor's parts are placed one by one over the parts of another freed slab by slab, where each part
-lies matters: the order it is made in is the order of the first entry that allocates it so. A free
-with labels that cuts it another way frees bytes that are not the ones the replay counts as freed:
-the extents of its loops, multiplied out from the first, give the number of parts at each level,
-and of two cuts of the same bytes one's levels must all be levels of the other (``[32, 197]`` and
-``[6304]`` agree; ``[32, 197]`` and ``[197, 32]`` do not). Such a tensor is *scrambled*: the free
-still counts its bytes, but no buffer may be placed in its room while it is on chip (``layout``).
-Two loops of equal extent that trade places cannot be told apart this way.
+are the bytes of a row-major layout whose dimensions are those loops' dimensions in that order.
+Where a tensor's parts are placed one by one over the parts of another freed slab by slab, where
+each part lies matters: the order it is made in is the order of the first entry that allocates it
+so. A free with labels that cuts it another way frees bytes that are not the ones the replay
+counts as freed: the extents of its loops, multiplied out from the first, give the number of parts
+at each level, and of two cuts of the same bytes one's levels must all be levels of the other
+(``[32, 197]`` and ``[6304]`` agree; ``[32, 197]`` and ``[197, 32]`` do not). Such a tensor is
+*scrambled*: the free still counts its bytes, but no buffer may be placed in its room while it is
+on chip (``layout``). Two loops of equal extent that trade places cannot be told apart this way,
+and a tensor made whole, or made part by part where nothing lay before, has no order to compare.
 
 Like the replay, this module reads only the plan's JSON and shares no code with the planner.
 """
