@@ -52,11 +52,11 @@ hold data, loaded or written by an operator and not freed since (``unloaded``); 
 operator wrote that is loaded back must have been stored before (``unstored``); a tensor freed in
 parts cut another way than its parts were placed in leaves no room for another (``layout``). At
 the end of the schedule nothing may be left on chip. A loop labelled ``"key"`` runs an attention
-key block by key block with an online softmax; only a chain whose operators' kinds (the part of each name before ``:``) are
-matmul, [mul or div], [add], softmax, matmul can, and the softmax's running row maximum and sum
-(buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on chip at every key block
-(``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by block). Failures are
-values: every violation is reported with where it happened, never raised.
+key block by key block with an online softmax; only a chain whose operators' kinds (the part of
+each name before ``:``) are matmul, [mul or div], [add], softmax, matmul can, and the softmax's
+running row maximum and sum (buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on
+chip at every key block (``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by
+block). Failures are values: every violation is reported with where it happened, never raised.
 """
 
 from __future__ import annotations
