@@ -329,10 +329,12 @@ class _Replay:
         for other in self.flow.scrambled:
             if any(b is not buffer and overlap(claim, [(b[0], b[0] + b[1])]) for b in self.buffers.get(other, [])):
                 self._complain("layout", here, self.flow.placed_over(other))
+        lo, hi = claim[0][0], claim[-1][1]
         for other, theirs in self.buffers.items():
             for b in theirs:
-                hit = None if b is buffer or not b[1] else overlap(
-                    claim, self.parts.occupied(other, b, dying.get(other, [])))
+                if b is buffer or not b[1] or b[0] >= hi or b[0] + b[1] <= lo:
+                    continue  # what a buffer occupies lies within its range
+                hit = overlap(claim, self.parts.occupied(other, b, dying.get(other, [])))
                 if hit is not None:
                     self._violate("overlap", here, f"{t} [{claim[0][0]}, {claim[0][1]}) overlaps {other} "
                                                    f"[{hit[0]}, {hit[1]}), alive at the same time")
