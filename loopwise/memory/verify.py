@@ -108,6 +108,7 @@ class _Replay:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.live: dict[str, int] = {}
+        self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
         self.moved = 0
         self.peak = 0
@@ -201,8 +202,7 @@ class _Replay:
         return nbytes
 
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
-        here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
-            f"operator {step['operator']}" if step.get("operator") else "transfers")
+        here = _Where(where, path, step.get("operator"))
         transfers = self.dma.get(step.get("id"), [])
         loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
         output = written(step, loaded, self.flow.filled)
@@ -216,9 +216,10 @@ class _Replay:
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
+            self.held += nbytes
             self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
         self._cuts(step, "alloc", loops)
-        held = sum(self.live.values())
+        held = self.held
         if step.get("operator"):
             self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
         if held > self.peak:
@@ -243,7 +244,7 @@ class _Replay:
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
-    def _count(self, transfers: list[dict], loops: dict, here: str) -> None:
+    def _count(self, transfers: list[dict], loops: dict, here: _Where) -> None:
         """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
         holds, a load within what its tensor holds (outside a tiled operator)."""
         for d in transfers:
@@ -260,7 +261,7 @@ class _Replay:
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
 
-    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: str) -> None:
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where) -> None:
         """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
         reads, then what it writes, then what the step stores."""
         for d in transfers:
@@ -282,11 +283,11 @@ class _Replay:
             if labels and placed and all(label in loops for label in labels):
                 self.flow.cut(entry[0], tuple(loops[label][2] for label in labels), key == "free")
 
-    def _complain(self, kind: str, here: str, message: str | None) -> None:
+    def _complain(self, kind: str, here: _Where, message: str | None) -> None:
         if message is not None:
             self._violate(kind, here, message)
 
-    def _place(self, entry: list, nbytes: int, here: str, loops: dict, dying: dict) -> None:
+    def _place(self, entry: list, nbytes: int, here: _Where, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
         accumulate), or a new one, which must lie within the capacity. What the allocation takes
         (a new buffer, or the new part of a buffer whose parts accumulate) must overlap nothing
@@ -321,7 +322,7 @@ class _Replay:
         if same[2] > size:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
-    def _overlaps(self, t: str, buffer: list, claim: list, here: str, dying: dict) -> None:
+    def _overlaps(self, t: str, buffer: list, claim: list, here: _Where, dying: dict) -> None:
         """Reports where ``claim`` meets what a buffer alive occupies now, or the room of a tensor
         freed in parts that are not the bytes it was made in."""
         if not claim[0][1] > claim[0][0]:
@@ -346,7 +347,7 @@ class _Replay:
         if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
             self.parts.held[(t, mine[0][0])] = [(0, total)]
 
-    def _free(self, entry: list, loops: dict, here: str) -> None:
+    def _free(self, entry: list, loops: dict, here: _Where) -> None:
         t = entry[0]
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
         if len(entry) == 1:
@@ -359,6 +360,7 @@ class _Replay:
             self._violate("overfree", here, f"{t}: frees {nbytes} bytes, {self.live.get(t, 0)} on chip")
             nbytes = self.live.get(t, 0)
         self.live[t] = self.live.get(t, 0) - nbytes
+        self.held -= nbytes
         if not self.live[t]:
             del self.live[t]
             self.buffers.pop(t, None)
@@ -370,5 +372,19 @@ class _Replay:
             b[2], left = b[2] - taken, left - taken
         self.buffers[t] = [b for b in self.buffers.get(t, []) if b[2] > 0]
 
-    def _violate(self, kind: str, where: str, message: str, needed: int = 0, capacity: int = 0) -> None:
-        self.violations.append(Violation(kind, where, message, needed, capacity))
+    def _violate(self, kind: str, where: str | _Where, message: str, needed: int = 0, capacity: int = 0) -> None:
+        self.violations.append(Violation(kind, str(where), message, needed, capacity))
+
+
+class _Where:
+    """Where a step runs: the group, the iteration of each enclosing loop and the operator, put in
+    words only for a violation."""
+
+    __slots__ = ("group", "path", "operator")
+
+    def __init__(self, group: str, path: list[int], operator: str | None) -> None:
+        self.group, self.path, self.operator = group, path, operator
+
+    def __str__(self) -> str:
+        slab = ".".join(str(t + 1) for t in self.path) or "-"
+        return f"{self.group}, slab {slab}, " + (f"operator {self.operator}" if self.operator else "transfers")
