@@ -219,15 +219,7 @@ class _Replay:
             self.held += nbytes
             self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
         self._cuts(step, "alloc", loops)
-        held = self.held
-        if step.get("operator"):
-            self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
-        if held > self.peak:
-            self.peak, self.peak_buffers = held, len(self.live)
-        if held > self.capacity:
-            top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
-            self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
-                                            f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
+        self._hold(step.get("operator"), here)
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
@@ -243,6 +235,18 @@ class _Replay:
         self._count(transfers, loops, here)
         for entry in step.get("free", []):
             self._free(entry, loops, here)
+
+    def _hold(self, operator: str | None, here: _Where) -> None:
+        """What is on chip once a step's buffers are allocated: the peak, and the capacity."""
+        held = self.held
+        if operator:
+            self.held_at[operator] = max(held, self.held_at.get(operator, 0))
+        if held > self.peak:
+            self.peak, self.peak_buffers = held, len(self.live)
+        if held > self.capacity:
+            top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
+            self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
+                                            f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
 
     def _count(self, transfers: list[dict], loops: dict, here: _Where) -> None:
         """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
