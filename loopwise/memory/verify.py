@@ -44,73 +44,33 @@ at the offset of a buffer its tensor holds, and outside a tiled operator (whose 
 every tile's) a load must fit in what its tensor holds on chip; frees subtract. A free with labels
 frees the current iteration's part of its tensor: a later step that needs that part is rejected
 (``freed``), and a buffer may be placed over parts so freed, part by part, even by the step that
-reads them (:mod:`loopwise.memory.verify_parts`). At the end of the schedule nothing may
-be left on chip. A loop labelled ``"key"`` runs an attention key block by key block with an
-online softmax; only a chain whose operators' kinds (the part of each name before ``:``) are
-matmul, [mul or div], [add], softmax, matmul can, and the softmax's running row maximum and sum
-(buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on chip at every key block
-(``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by block). Failures are
-values: every violation is reported with where it happened, never
-raised.
+reads them (:mod:`loopwise.memory.verify_parts`): then only by the operator's output (not a load,
+nor another input), and only by an operator whose loop nest runs the slab in one tile, so that it
+has read all of its slab before it writes any. A free of a whole tensor with no byte on chip is an
+``overfree``. Data flow (:mod:`loopwise.memory.verify_flow`): what a step reads or stores must
+hold data, loaded or written by an operator and not freed since (``unloaded``); a tensor an
+operator wrote that is loaded back must have been stored before (``unstored``); a tensor freed in
+parts cut another way than its parts were placed in leaves no room for another (``layout``). At
+the end of the schedule nothing may be left on chip. A loop labelled ``"key"`` runs an attention
+key block by key block with an online softmax; only a chain whose operators' kinds (the part of
+each name before ``:``) are matmul, [mul or div], [add], softmax, matmul can, and the softmax's
+running row maximum and sum (buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on
+chip at every key block (``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by
+block). Failures are values: every violation is reported with where it happened, never raised.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopwise.memory.verify_flow import Flow, written
+from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
-
-@dataclass(frozen=True)
-class Violation:
-    """One thing the schedule does that a scratchpad cannot: ``where`` names the group, the slab
-    (its iteration per loop) and the operator."""
-
-    kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
-    # overfill, key_blocks, freed
-    where: str
-    message: str
-    needed_bytes: int = 0
-    capacity_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GroupReplay:
-    operators: int
-    traffic_bytes: int  # loads and stores recounted from the schedule
-    claimed_traffic_bytes: int
-    peak_bytes: int  # the most on chip at any step
-    claimed_peak_bytes: int
-    held_bytes: tuple[tuple[str, int], ...] = ()  # per operator, in order: the most on chip at its step
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The replay of a whole plan: ``ok`` when no violation was found."""
-
-    capacity_bytes: int
-    traffic_bytes: int
-    claimed_traffic_bytes: int
-    peak_bytes: int
-    groups: tuple[GroupReplay, ...]
-    violations: tuple[Violation, ...] = field(default=())
-    address_peak_bytes: int = 0  # the highest offset + size of any buffer: the scratchpad the offsets use
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-
-KEY_LOOP = "key"  # the label of a loop over key blocks (flash-style attention)
-_SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
-
-
-class PlanFormatError(ValueError):
-    """The input is not a plan with a schedule this module can replay."""
+__all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
 
 
 def load_plan(path: Path) -> dict:
@@ -148,6 +108,7 @@ class _Replay:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.live: dict[str, int] = {}
+        self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
         self.moved = 0
         self.peak = 0
@@ -158,14 +119,18 @@ class _Replay:
         self.address_peak = 0
         self.dma: dict[str, list[dict]] = {}  # the current group's transfers by step id
         self.tiled = False  # the current group is one operator run tile by tile
+        self.by_tiles: set[str] = set()  # the current group's operators that run a slab tile by tile
         self.parts = Parts()  # what is freed slab by slab (:mod:`loopwise.memory.verify_parts`)
+        self.flow = Flow()  # what holds data, and in what order (:mod:`loopwise.memory.verify_flow`)
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
-            self.dma = _transfers_by_step(group)
+            self.dma = transfers_by_step(group)
+            self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
+            self.by_tiles = by_tiles(group)
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -216,18 +181,15 @@ class _Replay:
             self._steps(loop["steps"], where, inner, path + [t])
 
     def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
-        """A loop over key blocks runs an attention's softmax online: its operators, by the kind
-        each name starts with, must be a score product, a scale and a mask add (each optional), a
-        softmax and the value product; returns the buffers of the softmax's running row maximum
-        and sum, which must be on chip at every key block (none when the chain is not one)."""
-        names = [s["operator"] for s in _flat(loop["steps"]) if s.get("operator")]
-        kinds = " ".join(n.partition(":")[0].lstrip("_").lower() if ":" in n else "?" for n in names)
-        if not _SOFTMAX_CHAIN.match(kinds):
+        """The buffers of the running row maximum and sum of the softmax a loop over key blocks runs
+        online, which must be on chip at every key block (none when its operators are no such chain)."""
+        names = [s["operator"] for s in flat(loop["steps"]) if s.get("operator")]
+        softmax = softmax_of(names)
+        if softmax is None:
             here = f"{where}, slab {'.'.join(str(x + 1) for x in path) or '-'}"
             self._violate("key_blocks", here, f"a loop over key blocks runs {', '.join(names) or 'nothing'}: only "
                                               "matmul, [mul or div], [add], softmax, matmul can (an online softmax)")
             return ()
-        softmax = next(n for n in names if n.partition(":")[0].lstrip("_").lower() == "softmax")
         return (f"rowmax:{softmax}", f"rowsum:{softmax}")
 
     def _share(self, entry: list, loops: dict) -> int:
@@ -240,26 +202,24 @@ class _Replay:
         return nbytes
 
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
-        here = f"{where}, slab {'.'.join(str(t + 1) for t in path) or '-'}, " + (
-            f"operator {step['operator']}" if step.get("operator") else "transfers")
+        here = _Where(where, path, step.get("operator"))
+        transfers = self.dma.get(step.get("id"), [])
+        loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
+        output = written(step, loaded, self.flow.filled)
         for entry in step.get("free", []):
             if len(entry) > 1:
                 self._track(entry)
-        dying = freed_in_place(step, loops)
+        # only the operator's output may be written over them, and only by an operator that reads
+        # all of its slab before it writes any of it (one tile per slab)
+        dying = {} if step.get("operator") in self.by_tiles else freed_in_place(step, loops)
+        self._cuts(step, "free", loops)
         for entry in step.get("alloc", []):
             nbytes = self._share(entry, loops)
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
-            self._place(entry, nbytes, here, loops, dying)
-        held = sum(self.live.values())
-        if step.get("operator"):
-            self.held_at[step["operator"]] = max(held, self.held_at.get(step["operator"], 0))
-        if held > self.peak:
-            self.peak, self.peak_buffers = held, len(self.live)
-        if held > self.capacity:
-            top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
-            self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
-                                            f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
-        transfers = self.dma.get(step.get("id"), [])
+            self.held += nbytes
+            self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
+        self._cuts(step, "alloc", loops)
+        self._hold(step.get("operator"), here)
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
@@ -271,6 +231,26 @@ class _Replay:
             dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
+        self._flow(step, transfers, output, here)
+        self._count(transfers, loops, here)
+        for entry in step.get("free", []):
+            self._free(entry, loops, here)
+
+    def _hold(self, operator: str | None, here: _Where) -> None:
+        """What is on chip once a step's buffers are allocated: the peak, and the capacity."""
+        held = self.held
+        if operator:
+            self.held_at[operator] = max(held, self.held_at.get(operator, 0))
+        if held > self.peak:
+            self.peak, self.peak_buffers = held, len(self.live)
+        if held > self.capacity:
+            top = sorted(self.live.items(), key=lambda kv: -kv[1])[:3]
+            self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
+                                            f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
+
+    def _count(self, transfers: list[dict], loops: dict, here: _Where) -> None:
+        """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
+        holds, a load within what its tensor holds (outside a tiled operator)."""
         for d in transfers:
             nbytes = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
             self.moved += nbytes
@@ -284,10 +264,34 @@ class _Replay:
                 self._violate("offset", here, f"the {'store' if d['to'] == 'dram' else 'load'} of {d['tensor']} "
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
-        for entry in step.get("free", []):
-            self._free(entry, loops, here)
 
-    def _place(self, entry: list, nbytes: int, here: str, loops: dict, dying: dict) -> None:
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where) -> None:
+        """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
+        reads, then what it writes, then what the step stores."""
+        for d in transfers:
+            if d["to"] == "scratchpad":
+                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0)))
+        for entry in step.get("needs", []):
+            self._complain("unloaded", here, self.flow.read(entry[0], "read"))
+        self.flow.write(output)
+        for d in transfers:
+            if d["to"] == "dram":
+                self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
+
+    def _cuts(self, step: dict, key: str, loops: dict) -> None:
+        """The order a tensor is made in where its parts are placed one by one (over parts freed), and
+        frees that cut it another way (``key``: alloc or free)."""
+        for entry in step.get(key, []):
+            labels = entry[2] if len(entry) > 2 else []
+            placed = key == "free" or (len(entry) > 3 and (entry[0], int(entry[3])) in self.parts.partwise)
+            if labels and placed and all(label in loops for label in labels):
+                self.flow.cut(entry[0], tuple(loops[label][2] for label in labels), key == "free")
+
+    def _complain(self, kind: str, here: _Where, message: str | None) -> None:
+        if message is not None:
+            self._violate(kind, here, message)
+
+    def _place(self, entry: list, nbytes: int, here: _Where, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
         accumulate), or a new one, which must lie within the capacity. What the allocation takes
         (a new buffer, or the new part of a buffer whose parts accumulate) must overlap nothing
@@ -302,7 +306,8 @@ class _Replay:
         accumulates = bool(labels) and size >= int(entry[1])
         mine = self.buffers.setdefault(t, [])
         same = next((b for b in mine if b[0] == offset and b[1] == size), None)
-        if same is None:
+        fresh = same is None
+        if fresh:
             if offset < 0 or offset + size > self.capacity:
                 self._violate("range", here, f"{t}: buffer [{offset}, {offset + size}) lies outside the scratchpad "
                                              f"[0, {self.capacity})", offset + size, self.capacity)
@@ -314,21 +319,27 @@ class _Replay:
                 self.parts.partwise.add((t, offset))  # placed over parts freed slab by slab
             else:
                 self._overlaps(t, same, whole, here, dying)
-        if (t, offset) in self.parts.partwise:
+        if self.parts.by_part(t, offset, fresh):
             self._overlaps(t, same, [(offset + part[0], offset + part[1])], here, dying)
         self.parts.allocated(t, part, offset if accumulates else None)
         same[2] += nbytes
         if same[2] > size:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
-    def _overlaps(self, t: str, buffer: list, claim: list, here: str, dying: dict) -> None:
-        """Reports where ``claim`` meets what a buffer alive occupies now."""
+    def _overlaps(self, t: str, buffer: list, claim: list, here: _Where, dying: dict) -> None:
+        """Reports where ``claim`` meets what a buffer alive occupies now, or the room of a tensor
+        freed in parts that are not the bytes it was made in."""
         if not claim[0][1] > claim[0][0]:
             return
+        for other in self.flow.scrambled:
+            if any(b is not buffer and overlap(claim, [(b[0], b[0] + b[1])]) for b in self.buffers.get(other, [])):
+                self._complain("layout", here, self.flow.placed_over(other))
+        lo, hi = claim[0][0], claim[-1][1]
         for other, theirs in self.buffers.items():
             for b in theirs:
-                hit = None if b is buffer or not b[1] else overlap(
-                    claim, self.parts.occupied(other, b, dying.get(other, [])))
+                if b is buffer or not b[1] or b[0] >= hi or b[0] + b[1] <= lo:
+                    continue  # what a buffer occupies lies within its range
+                hit = overlap(claim, self.parts.occupied(other, b, dying.get(other, [])))
                 if hit is not None:
                     self._violate("overlap", here, f"{t} [{claim[0][0]}, {claim[0][1]}) overlaps {other} "
                                                    f"[{hit[0]}, {hit[1]}), alive at the same time")
@@ -340,20 +351,24 @@ class _Replay:
         if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
             self.parts.held[(t, mine[0][0])] = [(0, total)]
 
-    def _free(self, entry: list, loops: dict, here: str) -> None:
+    def _free(self, entry: list, loops: dict, here: _Where) -> None:
         t = entry[0]
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
         if len(entry) == 1:
             self.parts.forget(t)
+            if nbytes <= 0:
+                self._violate("overfree", here, f"{t}: frees all of it, with no byte of it on chip")
         elif not self.parts.freed(t, cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops)):
             self._violate("overfree", here, f"{t}: frees a part of it freed before")
         if nbytes > self.live.get(t, 0):
             self._violate("overfree", here, f"{t}: frees {nbytes} bytes, {self.live.get(t, 0)} on chip")
             nbytes = self.live.get(t, 0)
         self.live[t] = self.live.get(t, 0) - nbytes
+        self.held -= nbytes
         if not self.live[t]:
             del self.live[t]
             self.buffers.pop(t, None)
+            self.flow.gone(t)
             return
         left = nbytes  # a part freed: from the buffers filled last
         for b in reversed(self.buffers.get(t, [])):
@@ -361,57 +376,19 @@ class _Replay:
             b[2], left = b[2] - taken, left - taken
         self.buffers[t] = [b for b in self.buffers.get(t, []) if b[2] > 0]
 
-    def _violate(self, kind: str, where: str, message: str, needed: int = 0, capacity: int = 0) -> None:
-        self.violations.append(Violation(kind, where, message, needed, capacity))
+    def _violate(self, kind: str, where: str | _Where, message: str, needed: int = 0, capacity: int = 0) -> None:
+        self.violations.append(Violation(kind, str(where), message, needed, capacity))
 
 
-def _flat(steps: list) -> list[dict]:
-    """The steps of ``steps`` and of the loops in it, in order."""
-    out = []
-    for step in steps:
-        out += _flat(step["steps"]) if "loop" in step else [step]
-    return out
+class _Where:
+    """Where a step runs: the group, the iteration of each enclosing loop and the operator, put in
+    words only for a violation."""
 
+    __slots__ = ("group", "path", "operator")
 
-def _transfers_by_step(group: dict) -> dict[str, list[dict]]:
-    """A group's DMA transfers by the step that makes them; a transfer naming no step of the group,
-    or moving between levels other than DRAM and the scratchpad, is no plan."""
-    ids, stack = set(), list(group["steps"])
-    while stack:
-        step = stack.pop()
-        if "loop" in step:
-            stack.extend(step["steps"])
-        else:
-            ids.add(step.get("id"))
-    out: dict[str, list[dict]] = {}
-    for d in group.get("dma", []):
-        if d["step"] not in ids:
-            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} names step {d['step']!r}, "
-                                  "which its group does not have)")
-        if (d["from"], d["to"]) not in (("dram", "scratchpad"), ("scratchpad", "dram")):
-            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} from {d['from']} to {d['to']})")
-        out.setdefault(d["step"], []).append(d)
-    return out
+    def __init__(self, group: str, path: list[int], operator: str | None) -> None:
+        self.group, self.path, self.operator = group, path, operator
 
-
-def describe(verdict: Verdict, limit: int = 10) -> list[str]:
-    """Lines for a person: the verdict, the recounted traffic against the claim, the first
-    ``limit`` violations."""
-    head = "PASS" if verdict.ok else f"FAIL ({len(verdict.violations)} violations)"
-    lines = [f"{head}: traffic recounted {verdict.traffic_bytes} bytes, the plan claims "
-             f"{verdict.claimed_traffic_bytes}; peak {verdict.peak_bytes} of {verdict.capacity_bytes} bytes, "
-             f"buffers up to offset {verdict.address_peak_bytes}"]
-    for v in verdict.violations[:limit]:
-        lines.append(f"  {v.kind}: {v.where}: {v.message}")
-    if len(verdict.violations) > limit:
-        lines.append(f"  ... and {len(verdict.violations) - limit} more")
-    return lines
-
-
-def as_dict(verdict: Verdict) -> dict:
-    """The verdict as JSON-ready data."""
-    return {"ok": verdict.ok, "capacity_bytes": verdict.capacity_bytes, "traffic_bytes": verdict.traffic_bytes,
-            "claimed_traffic_bytes": verdict.claimed_traffic_bytes, "peak_bytes": verdict.peak_bytes,
-            "address_peak_bytes": verdict.address_peak_bytes,
-            "groups": [g.__dict__ for g in verdict.groups],
-            "violations": [v.__dict__ for v in verdict.violations]}
+    def __str__(self) -> str:
+        slab = ".".join(str(t + 1) for t in self.path) or "-"
+        return f"{self.group}, slab {slab}, " + (f"operator {self.operator}" if self.operator else "transfers")

@@ -102,6 +102,13 @@ class Parts:
             del self.held[key]
             self.partwise.discard(key)
 
+    def by_part(self, t: str, offset: int, fresh: bool) -> bool:
+        """Whether a part allocated in the buffer of ``t`` at ``offset`` must be checked on its own
+        against the buffers alive: the buffer was placed over parts freed slab by slab, or it was
+        there before and occupies only its parts alive, so that another may lie in its room."""
+        key = (t, offset)
+        return key in self.partwise or (not fresh and key in self.held and bool(self.dead.get(t)))
+
     def needed_dead(self, t: str, rng: tuple[int, int]) -> tuple[int, int] | None:
         """The first dead byte range of ``t`` within ``rng``, or None."""
         return overlap([rng], self.dead.get(t, []))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -156,7 +157,7 @@ class MatrixProduct:
     """A matrix-product operator read as ``batch`` independent ``[m, k] x [k, n]`` products: a
     dimension of both operands and the output is a batch dimension, of the first operand and the
     output a row (m), of the second operand and the output a column (n), of both operands only the
-    contraction (k)."""
+    contraction (k). A dimension of extent 1 plays no role (the row of a product at batch 1)."""
 
     name: str
     batch: int
@@ -165,23 +166,81 @@ class MatrixProduct:
     n: int
 
 
-def _dims_of(access, dims) -> set[str]:
-    import re
+_AFFINE = re.compile(r"^[\w\s+\-*()]+$")
 
-    return {word for expr in access.index for word in re.findall(r"[A-Za-z_]\w*", expr) if word in dims}
+
+def _terms(expr: str, dims: dict[str, int]) -> dict[str, int] | None:
+    """The coefficient of each dimension of ``expr`` (of extent above 1), or None when it is not
+    an affine expression (a floor or a modulo)."""
+    words = set(re.findall(r"[A-Za-z_]\w*", expr))
+    if not _AFFINE.match(expr) or words - set(dims):
+        return None
+    at = lambda point: eval(expr, {"__builtins__": {}}, dict(dict.fromkeys(words, 0), **point))  # noqa: E731
+    base = at({})
+    return {d: at({d: 1}) - base for d in sorted(words) if dims[d] > 1}
+
+
+def _each_element_once(index: tuple[str, ...], dims: dict[str, int]) -> bool:
+    """Whether an access reaches a different element at every point of its dimensions: each affine
+    index a sum whose terms never collide (mixed radix), no dimension in two of them. A
+    convolution's input read through a sliding window (``p + r``) reaches elements more than once;
+    an index with a floor or a modulo (a view the importer folded, such as heads split out of a
+    row) is taken as it comes."""
+    seen: set[str] = set()
+    for expr in index:
+        terms = _terms(expr, dims)
+        if terms is None:
+            continue
+        if seen & set(terms) or 0 in terms.values():
+            return False
+        seen |= set(terms)
+        span = 0
+        for d, coef in sorted(terms.items(), key=lambda kv: abs(kv[1])):
+            if abs(coef) <= span:
+                return False
+            span += abs(coef) * (dims[d] - 1)
+    return True
+
+
+def _operands(op) -> list[set[str]]:
+    """The dimensions of each operand of ``op``, in the order they are first read: the reads that
+    reach a dimension the output does not have (the contraction), those over the same dimensions
+    taken as one operand (the parts of a concatenation); a bias is no operand."""
+    out_dims = _dims_of(op.writes[0], op.dims)
+    operands: list[set[str]] = []
+    for access in op.reads:
+        dims = _dims_of(access, op.dims)
+        if dims - out_dims and dims not in operands:
+            operands.append(dims)
+    return operands
+
+
+def _dims_of(access, dims) -> set[str]:
+    return {word for expr in access.index for word in re.findall(r"[A-Za-z_]\w*", expr)
+            if word in dims and dims[word] > 1}
 
 
 def matrix_products(graph, kinds=("linear", "matmul", "bmm", "mm", "addmm", "MatMul", "Gemm")) -> list[MatrixProduct]:
     """The graph's matrix products (operators named ``kind:...``), each split into batch, m, k and n
-    extents from its access maps; an operator of those kinds whose dimensions do not split that way
-    is a :class:`UserError`."""
+    extents from its access maps. An operator of those kinds whose dimensions do not split that way,
+    or that reaches an element of an operand or of its output more than once (a convolution with a
+    sliding window: as a product its first operand would be that many times its input), is a
+    :class:`UserError`; a convolution whose windows do not overlap (one by one, or patches) is one."""
     out = []
     for op in graph.operators:
         if op.name.split(":")[0] not in kinds:
             continue
-        a, b, o = (_dims_of(x, op.dims) for x in (op.reads[0], op.reads[1], op.writes[0]))
+        operands = _operands(op)
+        if any(not _each_element_once(x.index, op.dims) for x in (*op.reads, *op.writes)):
+            raise UserError(f"{op.name}: reads or writes elements more than once (a sliding window): not a matrix "
+                            "product (loopwise memory compare maps a convolution as one)")
+        o = _dims_of(op.writes[0], op.dims)
+        if len(operands) != 2:
+            raise UserError(f"{op.name}: not a matrix product of two operands ({op.dims})")
+        a, b = operands
         roles = {"batch": a & b & o, "m": (a & o) - b, "n": (b & o) - a, "k": (a & b) - o}
-        if set().union(*roles.values()) != set(op.dims) or not all(roles[r] for r in ("m", "n", "k")):
+        wide = {d for d, extent in op.dims.items() if extent > 1}
+        if set().union(*roles.values()) != wide or not roles["k"]:
             raise UserError(f"{op.name}: not a matrix product of two operands ({op.dims})")
         size = {r: math.prod(op.dims[d] for d in ds) for r, ds in roles.items()}
         out.append(MatrixProduct(op.name, size["batch"], size["m"], size["k"], size["n"]))

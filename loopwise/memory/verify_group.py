@@ -1,0 +1,62 @@
+"""What the replay (:mod:`loopwise.memory.verify`) reads from a group before it replays its steps:
+the DMA transfers by step, the operators whose loop nest runs a slab tile by tile, and whether a
+loop over key blocks runs an online softmax. Reads only the plan's JSON."""
+
+from __future__ import annotations
+
+import re
+
+KEY_LOOP = "key"  # the label of a loop over key blocks (flash-style attention)
+_SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
+
+
+class PlanFormatError(ValueError):
+    """The input is not a plan with a schedule this module can replay."""
+
+
+def softmax_of(names: list[str]) -> str | None:
+    """The softmax of a chain of operators that a loop over key blocks can run online (by the kind
+    each name starts with: a score product, a scale and a mask add, each optional, a softmax and
+    the value product), or None when the chain is not one."""
+    kinds = [n.partition(":")[0].lstrip("_").lower() if ":" in n else "?" for n in names]
+    if not _SOFTMAX_CHAIN.match(" ".join(kinds)):
+        return None
+    return names[kinds.index("softmax")]
+
+
+def flat(steps: list) -> list[dict]:
+    """The steps of ``steps`` and of the loops in it, in order."""
+    out = []
+    for step in steps:
+        out += flat(step["steps"]) if "loop" in step else [step]
+    return out
+
+
+def by_tiles(group: dict) -> set[str]:
+    """The operators of a group whose loop nest runs each slab in more than one tile (a dimension
+    no slab loop cuts, split in more than one trip): one tile's output could land on input bytes a
+    later tile of the same slab reads."""
+    nest = group.get("loop_nest") or {}
+    return {o["operator"] for o in nest.get("operators", [])
+            if any(int(l.get("trips", 1)) > 1 for l in o.get("loops", []) if "loop" not in l)}
+
+
+def transfers_by_step(group: dict) -> dict[str, list[dict]]:
+    """A group's DMA transfers by the step that makes them; a transfer naming no step of the group,
+    or moving between levels other than DRAM and the scratchpad, is no plan."""
+    ids, stack = set(), list(group["steps"])
+    while stack:
+        step = stack.pop()
+        if "loop" in step:
+            stack.extend(step["steps"])
+        else:
+            ids.add(step.get("id"))
+    out: dict[str, list[dict]] = {}
+    for d in group.get("dma", []):
+        if d["step"] not in ids:
+            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} names step {d['step']!r}, "
+                                  "which its group does not have)")
+        if (d["from"], d["to"]) not in (("dram", "scratchpad"), ("scratchpad", "dram")):
+            raise PlanFormatError(f"not a plan (a DMA transfer of {d['tensor']} from {d['from']} to {d['to']})")
+        out.setdefault(d["step"], []).append(d)
+    return out
