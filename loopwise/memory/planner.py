@@ -75,6 +75,7 @@ from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
+from loopwise.memory.strip_mine import strip_mined
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",
@@ -129,7 +130,8 @@ class _Planner:
         self.objective, self.rates = objective, rates
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
-        self.ops = graph.operators
+        self.alone_ops = graph.operators  # as each runs alone, tiled (:mod:`loopwise.memory.layerwise`)
+        self.ops = strip_mined(graph.operators)  # the same points, with the loops a block-wise reader needs
         self.names = tuple(op.name for op in self.ops)
         self.compute_s = {}  # each operator's compute time on the target (the time objective)
         if rates is not None:
@@ -190,7 +192,7 @@ class _Planner:
 
     def single(self, i: int) -> Group:
         if i not in self.singles:
-            choice = best_tiling(self.ops[i], self.cap)
+            choice = best_tiling(self.alone_ops[i], self.cap)
             self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
@@ -276,14 +278,16 @@ class _Planner:
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
         """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
         every dimension alone, and every pair whose outer dimension indexes the written tensor in an
-        earlier position (the batch outside the rows)."""
+        earlier position (the batch outside the rows) or is the block loop of a strip-mined
+        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`)."""
         op, sigs = self.ops[i], self.sigs[i]
+        blocks = set(op.dims) - set(self.alone_ops[i].dims)
         written = op.writes[0].tensor
         dims = [d for d in sigs if op.dims[d] > 1]
         seeds = [(None, d, op.dims[d], 1) for d in dims]
         for outer in dims:
             for inner in dims:
-                if outer != inner and sigs[outer][written] < sigs[inner][written]:
+                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks):
                     seeds.append((outer, inner, op.dims[inner], op.dims[outer]))
         return seeds
 

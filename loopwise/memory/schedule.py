@@ -61,14 +61,15 @@ def build_schedule(planner, groups) -> dict:
     for grp in groups:
         j = i + len(grp.operators)
         if planner.singles.get(i) is grp:
-            steps = _alone(planner.ops[i], grp, planner.choices.get(i), planner.facts[i])
+            steps = _alone(planner.alone_ops[i], grp, planner.choices.get(i), planner.facts[i])
         elif grp.slab is not None and grp.slab.key_dims:
             steps = key_block_steps(planner, i, j, grp)
         else:
             steps = _group_steps(planner, i, j, grp)
         out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
                               "peak_bytes": int(grp.peak_bytes), "steps": steps,
-                              "loop_nest": loop_nest(planner.ops[i:j], grp, planner.choices.get(i))})
+                              "loop_nest": loop_nest((planner.alone_ops if planner.singles.get(i) is grp else planner.ops)[i:j],
+                                                     grp, planner.choices.get(i))})
         i = j
     place(out)
     return out
