@@ -76,6 +76,7 @@ from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments,
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
 from loopwise.memory.strip_mine import strip_mined
+from loopwise.memory.tiled_carry import kept_tiled
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",
@@ -167,6 +168,7 @@ class _Planner:
         self.producer = producer
         n = len(self.ops)
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
+        self.carry_sets = [carry_sets(self.crossing[b], producer, b) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.loads: dict[tuple[str, int, int], int | None] = {}
         self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
@@ -231,20 +233,22 @@ class _Planner:
         return units(self, i, j, spec)
 
     def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
-                 outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None,
+                 outer_extent: int = 1, carry_in: int = 0, carry_out: int = 0, units=None,
                  beat: int | None = None) -> Group | None:
         """Operators i..j-1 as one group: whole (``spec`` None), or in slabs over the inner
         dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit.
         ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
         them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
-        group instead of being stored. A carried tensor is held whole. ``units``: the group's
+        group instead of being stored; each names which of the boundary's carried sets
+        (:func:`carry_sets`; 0: none, 1: every crossing tensor, True counts as 1). A carried
+        tensor is held whole. ``units``: the group's
         tensors when the caller has them already (:meth:`_units`). ``beat``: in slabs, the traffic
         to go below; :data:`CANNOT_BEAT` comes back, unsized, when the group's cannot."""
         units = units if units is not None else self._units(i, j, spec)
         if units is None:
             return None
-        carried_in = set(self.crossing[i]) if carry_in else set()
-        carried_out = set(self.crossing[j]) if carry_out else set()
+        carried_in = set(self.carry_sets[i][int(carry_in)])
+        carried_out = set(self.carry_sets[j][int(carry_out)])
         key = (i, j, None if spec is None else tuple(spec))
         if self.tallied[0] != key:
             self.tallied = (key, tally(self, i, j, spec, units))
@@ -302,23 +306,24 @@ class _Planner:
                 options.append((agree, d))
         return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
-    def _carries(self, i: int, j: int) -> list[tuple[bool, bool]]:
-        """The ways group i..j-1 can meet its neighbours: carrying in is possible when every tensor
-        crossing into it is used up inside it; carrying out when it made every tensor crossing out."""
+    def _carries(self, i: int, j: int) -> list[tuple[int, int]]:
+        """The ways group i..j-1 can meet its neighbours, by carried set (:func:`carry_sets`):
+        carrying a set in is possible when every tensor of it is used up inside the group; carrying
+        one out when the group made every tensor of it."""
         n = len(self.ops)
-        cin = [False] + ([True] if i > 0 and self.crossing[i] and all(self.uses[t][-1] < j for t in self.crossing[i])
-                         else [])
-        cout = [False] + ([True] if j < n and self.crossing[j] and all(i <= self.producer[t] for t in self.crossing[j])
-                          else [])
+        cin = [0] + [k for k, kept in enumerate(self.carry_sets[i]) if k and i > 0
+                     and all(self.uses[t][-1] < j for t in kept)]
+        cout = [0] + [k for k, kept in enumerate(self.carry_sets[j]) if k and j < n
+                      and all(i <= self.producer[t] for t in kept)]
         return [(a, b) for a in cin for b in cout]
 
-    def candidates(self, i: int) -> dict[tuple[int, bool, bool], Group]:
+    def candidates(self, i: int) -> dict[tuple[int, int, int], Group]:
         """The best group starting at operator i for every end j and way of meeting its neighbours
         (carrying tensors in, out), whole or in slabs."""
         n = len(self.ops)
-        found: dict[tuple[int, bool, bool], Group] = {}
+        found: dict[tuple[int, int, int], Group] = {}
 
-        def keep(j: int, grp: Group | None, carry=(False, False)) -> None:
+        def keep(j: int, grp: Group | None, carry=(0, 0)) -> None:
             key = (j, *carry)
             if grp is not None and (key not in found or self.cost(grp) < self.cost(found[key])):
                 found[key] = grp
@@ -366,6 +371,9 @@ class _Planner:
                     break
         if i in self.chains:  # after the groups above, so that they win a tie
             keep(self.chains[i], key_blocked(self, i, self.chains[i]))
+        kept = kept_tiled(self, i)
+        if kept is not None:
+            keep(i + 1, kept[1], (0, kept[0]))
         return found
 
     @staticmethod
@@ -391,17 +399,18 @@ class _Planner:
         from loopwise.memory.planner_state import RecordedGroup, operator_state, restore_operator
 
         n = len(self.ops)
-        # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
-        # boundary j kept on chip for the next group; final once every group ending at j is known,
-        # i.e. before the groups starting at j are searched
+        # best[j][c]: the least traffic of operators 0..j-1, with the tensors of carried set c of
+        # boundary j (:func:`carry_sets`; 0: none) kept on chip for the next group; final once every
+        # group ending at j is known, i.e. before the groups starting at j are searched
         inf = (self.inf, [])
-        best: list[list[tuple[float, list[Group]]]] = [[(self.zero, []), inf]] + [[inf, inf] for _ in range(n)]
-        by_end: dict[int, list[tuple[int, bool, bool, Group]]] = {}
-        self.reached = {}  # (j, carried out): the least traffic to j through a group found so far
+        best: list[list[tuple[float, list[Group]]]] = [[(self.zero, [])] + [inf] * (len(self.carry_sets[0]) - 1)] + [
+            [inf] * len(self.carry_sets[b]) for b in range(1, n + 1)]
+        by_end: dict[int, list[tuple[int, int, int, Group]]] = {}
+        self.reached = {}  # (j, carried set out): the least traffic to j through a group found so far
         for i in range(n):
             if i > 0:
                 close(self, i, best, by_end)
-            self.start = (best[i][0][0], best[i][1][0])
+            self.start = tuple(way[0] for way in best[i])
             if searched and i in searched:
                 found = restore_operator(self, i, searched[i])
             else:
@@ -413,7 +422,7 @@ class _Planner:
                 by_end.setdefault(j, []).append((i, cin, cout, grp))
                 if self.objective != "traffic":
                     continue
-                here = self.start[1 if cin else 0] + grp.traffic_bytes
+                here = self.start[cin] + grp.traffic_bytes
                 self.reached[(j, cout)] = min(self.reached.get((j, cout), float("inf")), here)
             if progress is not None:
                 progress(i + 1, n)
@@ -435,3 +444,16 @@ class _Planner:
 
     def _touched(self) -> tuple[int, ...]:
         return tuple(sum(b for b, _, _ in fact.values()) for fact in self.facts)
+
+
+def carry_sets(crossing: list[str], producer: dict[str, int], b: int) -> list[tuple[str, ...]]:
+    """The sets of tensors a boundary at operator ``b`` can keep on chip, in order: none, every
+    tensor crossing it, and where that differs, those the operator just before it made (a norm's
+    output kept for the products after it while the residual it read goes through DRAM to a later
+    add). A boundary's sets do not depend on the groups on either side, so the groups on both
+    sides agree on what is on chip."""
+    sets = [(), tuple(crossing)] if crossing else [()]
+    fresh = tuple(t for t in crossing if producer[t] == b - 1)
+    if fresh and fresh != tuple(crossing):
+        sets.append(fresh)
+    return sets
