@@ -168,7 +168,8 @@ class _Planner:
         self.producer = producer
         n = len(self.ops)
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
-        self.carry_sets = [carry_sets(self.crossing[b], producer, b) for b in range(n + 1)]
+        made = {t: self.facts[k][t][0] for t, k in producer.items()}
+        self.carry_sets = [carry_sets(self.crossing[b], producer, self.uses, b, made, capacity) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.loads: dict[tuple[str, int, int], int | None] = {}
         self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
@@ -240,7 +241,7 @@ class _Planner:
         ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
         them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
         group instead of being stored; each names which of the boundary's carried sets
-        (:func:`carry_sets`; 0: none, 1: every crossing tensor, True counts as 1). A carried
+        (:func:`carry_sets`; 0: none; True counts as 1). A carried
         tensor is held whole. ``units``: the group's
         tensors when the caller has them already (:meth:`_units`). ``beat``: in slabs, the traffic
         to go below; :data:`CANNOT_BEAT` comes back, unsized, when the group's cannot."""
@@ -329,13 +330,14 @@ class _Planner:
                 found[key] = grp
 
         for j in range(i + 1, min(n, i + self.max_group) + 1):  # whole
-            grp = self.evaluate(i, j, None, 1)
+            whole_units = self._units(i, j, None)  # once for every way of meeting the neighbours
+            grp = self.evaluate(i, j, None, 1, units=whole_units)
             if grp is None:
                 break
             if j > i + 1:
                 keep(j, grp)
             for carry in self._carries(i, j)[1:]:
-                keep(j, self.evaluate(i, j, None, 1, carry_in=carry[0], carry_out=carry[1]), carry)
+                keep(j, self.evaluate(i, j, None, 1, carry_in=carry[0], carry_out=carry[1], units=whole_units), carry)
         for outer, inner, extent, outer_extent in self._seeds(i):
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
@@ -446,14 +448,26 @@ class _Planner:
         return tuple(sum(b for b, _, _ in fact.values()) for fact in self.facts)
 
 
-def carry_sets(crossing: list[str], producer: dict[str, int], b: int) -> list[tuple[str, ...]]:
-    """The sets of tensors a boundary at operator ``b`` can keep on chip, in order: none, every
-    tensor crossing it, and where that differs, those the operator just before it made (a norm's
-    output kept for the products after it while the residual it read goes through DRAM to a later
-    add). A boundary's sets do not depend on the groups on either side, so the groups on both
-    sides agree on what is on chip."""
-    sets = [(), tuple(crossing)] if crossing else [()]
+def carry_sets(crossing: list[str], producer: dict[str, int], uses: dict[str, list[int]], b: int,
+               made: dict[str, int], capacity: int) -> list[tuple[str, ...]]:
+    """The sets of tensors a boundary at operator ``b`` can keep on chip, in order: none, then
+    every tensor crossing it, where they fit together (``made``: the bytes each one's producer
+    writes, what is on chip of it at the boundary); where they do not, those the operator just
+    before it made, where they fit and the others are not read again before these are (a norm's
+    output kept for the products after it while the residual it read waits in DRAM for a later
+    add; a product's output kept for the add that loads the residual). A boundary's sets do not
+    depend on the groups on either side, so the groups on both sides agree on what is on chip."""
+    def fits(kept) -> bool:
+        return sum(made[t] for t in kept) <= capacity
+
+    if not crossing:
+        return [()]
+    if fits(crossing):
+        return [(), tuple(crossing)]
     fresh = tuple(t for t in crossing if producer[t] == b - 1)
-    if fresh and fresh != tuple(crossing):
-        sets.append(fresh)
-    return sets
+    others = [t for t in crossing if t not in fresh]
+    if fresh and fits(fresh):
+        first_read = min(next(k for k in uses[t] if k >= b) for t in fresh)
+        if all(next(k for k in uses[t] if k >= b) >= first_read for t in others):
+            return [(), fresh]
+    return [()]
