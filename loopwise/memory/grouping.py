@@ -79,3 +79,28 @@ def close(planner, j: int, best, by_end) -> None:
             k = min(range(len(options[c])), key=options[c].__getitem__)
             before, grp = choices[c][k]
             best[j][c] = (options[c][k], before[1] + [grp])
+
+
+def carry_sets(crossing: list[str], producer: dict[str, int], uses: dict[str, list[int]], b: int,
+               made: dict[str, int], capacity: int) -> list[tuple[str, ...]]:
+    """The sets of tensors a boundary at operator ``b`` can keep on chip, in order: none, then
+    every tensor crossing it, where they fit together (``made``: the bytes each one's producer
+    writes, what is on chip of it at the boundary); where they do not, those the operator just
+    before it made, where they fit and the others are not read again before these are (a norm's
+    output kept for the products after it while the residual it read waits in DRAM for a later
+    add; a product's output kept for the add that loads the residual). A boundary's sets do not
+    depend on the groups on either side, so the groups on both sides agree on what is on chip."""
+    def fits(kept) -> bool:
+        return sum(made[t] for t in kept) <= capacity
+
+    if not crossing:
+        return [()]
+    if fits(crossing):
+        return [(), tuple(crossing)]
+    fresh = tuple(t for t in crossing if producer[t] == b - 1)
+    others = [t for t in crossing if t not in fresh]
+    if fresh and fits(fresh):
+        first_read = min(next(k for k in uses[t] if k >= b) for t in fresh)
+        if all(next(k for k in uses[t] if k >= b) >= first_read for t in others):
+            return [(), fresh]
+    return [()]

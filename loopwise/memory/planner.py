@@ -65,7 +65,7 @@ import numpy as np
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
-from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
+from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close, slab_group
 from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
@@ -241,7 +241,7 @@ class _Planner:
         ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
         them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
         group instead of being stored; each names which of the boundary's carried sets
-        (:func:`carry_sets`; 0: none; True counts as 1). A carried
+        (:func:`~loopwise.memory.grouping.carry_sets`; 0: none; True counts as 1). A carried
         tensor is held whole. ``units``: the group's
         tensors when the caller has them already (:meth:`_units`). ``beat``: in slabs, the traffic
         to go below; :data:`CANNOT_BEAT` comes back, unsized, when the group's cannot."""
@@ -308,9 +308,10 @@ class _Planner:
         return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
     def _carries(self, i: int, j: int) -> list[tuple[int, int]]:
-        """The ways group i..j-1 can meet its neighbours, by carried set (:func:`carry_sets`):
-        carrying a set in is possible when every tensor of it is used up inside the group; carrying
-        one out when the group made every tensor of it."""
+        """The ways group i..j-1 can meet its neighbours, by carried set
+        (:func:`~loopwise.memory.grouping.carry_sets`): carrying a set in is possible when every
+        tensor of it is used up inside the group; carrying one out when the group made every
+        tensor of it."""
         n = len(self.ops)
         cin = [0] + [k for k, kept in enumerate(self.carry_sets[i]) if k and i > 0
                      and all(self.uses[t][-1] < j for t in kept)]
@@ -402,8 +403,8 @@ class _Planner:
 
         n = len(self.ops)
         # best[j][c]: the least traffic of operators 0..j-1, with the tensors of carried set c of
-        # boundary j (:func:`carry_sets`; 0: none) kept on chip for the next group; final once every
-        # group ending at j is known, i.e. before the groups starting at j are searched
+        # boundary j (grouping.carry_sets; 0: none) kept on chip for the next group; final once
+        # every group ending at j is known, i.e. before the groups starting at j are searched
         inf = (self.inf, [])
         best: list[list[tuple[float, list[Group]]]] = [[(self.zero, [])] + [inf] * (len(self.carry_sets[0]) - 1)] + [
             [inf] * len(self.carry_sets[b]) for b in range(1, n + 1)]
@@ -446,28 +447,3 @@ class _Planner:
 
     def _touched(self) -> tuple[int, ...]:
         return tuple(sum(b for b, _, _ in fact.values()) for fact in self.facts)
-
-
-def carry_sets(crossing: list[str], producer: dict[str, int], uses: dict[str, list[int]], b: int,
-               made: dict[str, int], capacity: int) -> list[tuple[str, ...]]:
-    """The sets of tensors a boundary at operator ``b`` can keep on chip, in order: none, then
-    every tensor crossing it, where they fit together (``made``: the bytes each one's producer
-    writes, what is on chip of it at the boundary); where they do not, those the operator just
-    before it made, where they fit and the others are not read again before these are (a norm's
-    output kept for the products after it while the residual it read waits in DRAM for a later
-    add; a product's output kept for the add that loads the residual). A boundary's sets do not
-    depend on the groups on either side, so the groups on both sides agree on what is on chip."""
-    def fits(kept) -> bool:
-        return sum(made[t] for t in kept) <= capacity
-
-    if not crossing:
-        return [()]
-    if fits(crossing):
-        return [(), tuple(crossing)]
-    fresh = tuple(t for t in crossing if producer[t] == b - 1)
-    others = [t for t in crossing if t not in fresh]
-    if fresh and fits(fresh):
-        first_read = min(next(k for k in uses[t] if k >= b) for t in fresh)
-        if all(next(k for k in uses[t] if k >= b) >= first_read for t in others):
-            return [(), fresh]
-    return [()]

@@ -25,8 +25,8 @@ class RecordedGroup:
     carry_in: int  # the boundary's carried set (``_Planner.carry_sets``; a bool recorded earlier counts as 0 or 1)
     carry_out: int
     traffic_bytes: int
-    slab: list | str | None  # TILED, or [outer dimension per operator or None, inner dimension per operator, extent, outer extent,
-    # key dimension per operator or None (recorded before key blocks: absent)]
+    slab: list | str | None  # TILED, or [outer dimension per operator or None, inner dimension per
+    # operator, extent, outer extent, key dimension per operator or None (recorded before key blocks: absent)]
 
     def rebuild(self, planner) -> Group:
         """The group itself, evaluated again by ``planner`` (the same graph and capacity)."""

@@ -93,7 +93,8 @@ def test_two_projections_share_one_read_of_the_normalized_input_head_by_head():
     p = _verified(g, 16 * 1024)
     assert p.total_bytes == g.compulsory_bytes() == 2 * (M * K + 2 * N * K + 2 * M * N)
     fused = [grp for grp in p.groups if {"proj_q", "proj_k"} <= set(grp.operators)]
-    assert len(fused) == 1 and fused[0].slab is not None and "n_b" in fused[0].slab.dims + (fused[0].slab.outer_dims or ())
+    slab = fused[0].slab if len(fused) == 1 else None
+    assert slab is not None and "n_b" in slab.dims + (slab.outer_dims or ())
     assert set(fused[0].operators) >= {"rot_q", "rot_k"} and "y" in fused[0].carried_in
 
 

@@ -46,3 +46,17 @@ def test_an_accumulator_that_does_not_fit_whole_is_stored():
     p = _verified(g, 8 * 1024)
     assert not any(grp.carried_out for grp in p.groups)
     assert p.total_bytes > g.compulsory_bytes()
+
+
+def test_a_boundary_offers_every_crossing_tensor_or_else_the_new_ones():
+    """Kept together where they fit; where they do not, the tensors the operator just before the
+    boundary made, if the others wait (read no earlier than these); else nothing."""
+    from loopwise.memory.grouping import carry_sets
+
+    producer, made = {"res": 0, "norm": 4}, {"res": 10, "norm": 10}
+    waits = {"res": [0, 3, 9], "norm": [4, 5, 6]}  # res read again at 9, after norm's first read at 5
+    assert carry_sets(["norm", "res"], producer, waits, 5, made, 20) == [(), ("norm", "res")]
+    assert carry_sets(["norm", "res"], producer, waits, 5, made, 15) == [(), ("norm",)]
+    first = {"res": [0, 3, 5], "norm": [4, 6]}  # res read at 5, before norm is
+    assert carry_sets(["norm", "res"], producer, first, 5, made, 15) == [()]
+    assert carry_sets(["norm", "res"], producer, waits, 5, made, 5) == [()]
