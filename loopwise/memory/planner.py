@@ -33,11 +33,19 @@ inputs held between their first and last use in the group, and the resident inva
 scratchpad, with sliced tensors counted at the slab's size. An operator that fits no group runs
 alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 
-Between groups, the tensors crossing a boundary can stay on chip (held whole) instead of being
-stored and loaded again, when the group after uses them up and the group before made them all. In
-a group run whole such a tensor is held from its producer on, or until its last reader; in a group
-run in slabs it is held through the whole loop, since the slabs already made stay on chip for the
-rest of it and every later slab reads what was carried in.
+Between groups, a set of the tensors crossing a boundary can stay on chip (held whole) instead of
+being stored and loaded again, when the group after uses them up and the group before made them
+all: every crossing tensor where they fit together, else those the operator before the boundary
+made (:func:`loopwise.memory.grouping.carry_sets`; the others go through DRAM). In a group run
+whole such a tensor is held from its producer on, or until its last reader; in a group run in
+slabs it is held through the whole loop, since the slabs already made stay on chip for the rest
+of it and every later slab reads what was carried in. An operator alone, tiled, carries its output
+out where its tiling holds the whole output as one accumulator (:mod:`loopwise.memory.tiled_carry`).
+
+The operators the groups are made of are the graph's, strip-mined where a reader reads a product's
+output block by block (:mod:`loopwise.memory.strip_mine`): a projection then offers a loop over the
+heads, so it and what reads it per head can run head by head. An operator alone is tiled as the
+graph has it.
 
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
 programming over group boundaries, each boundary with or without its crossing tensors kept on chip
