@@ -83,7 +83,7 @@ from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
-from loopwise.memory.strip_mine import strip_mined
+from loopwise.memory.strip_mine import split_loops, strip_mined
 from loopwise.memory.tiled_carry import kept_tiled
 
 
@@ -292,11 +292,14 @@ class _Planner:
         """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
         every dimension alone, and every pair whose outer dimension indexes the written tensor in an
         earlier position (the batch outside the rows) or is the block loop of a strip-mined
-        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`)."""
+        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`); the
+        place within a block is not a seed."""
         op, sigs = self.ops[i], self.sigs[i]
-        blocks = set(op.dims) - set(self.alone_ops[i].dims)
+        pairs = split_loops(self.alone_ops[i], op)
+        blocks, places = {b for b, _ in pairs}, {p for _, p in pairs}
         written = op.writes[0].tensor
-        dims = [d for d in sigs if op.dims[d] > 1]
+        # a place in a block does not carry slabs (the block loop cuts the same columns whole)
+        dims = [d for d in sigs if op.dims[d] > 1 and d not in places]
         seeds = [(None, d, op.dims[d], 1) for d in dims]
         for outer in dims:
             for inner in dims:

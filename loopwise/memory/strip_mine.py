@@ -87,3 +87,10 @@ def split_dimension(op: Operator, dim: str, stride: int) -> Operator:
         return replace(access, index=tuple(split if _plain(e, units) == dim else e for e in access.index))
 
     return replace(op, dims=dims, reads=tuple(map(rewritten, op.reads)), writes=tuple(map(rewritten, op.writes)))
+
+
+def split_loops(before: Operator, after: Operator) -> list[tuple[str, str]]:
+    """The (block, place in the block) loop pairs :func:`split_dimension` made of ``before``'s
+    loops in ``after``, in loop order."""
+    added = [d for d in after.dims if d not in before.dims]
+    return list(zip(added[::2], added[1::2]))
