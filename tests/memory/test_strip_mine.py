@@ -5,7 +5,6 @@ head with the normalized input held once for both."""
 
 from __future__ import annotations
 
-
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor
 from loopwise.memory.planner import plan
