@@ -33,11 +33,19 @@ inputs held between their first and last use in the group, and the resident inva
 scratchpad, with sliced tensors counted at the slab's size. An operator that fits no group runs
 alone with its best tiling (:mod:`loopwise.memory.layerwise`).
 
-Between groups, the tensors crossing a boundary can stay on chip (held whole) instead of being
-stored and loaded again, when the group after uses them up and the group before made them all. In
-a group run whole such a tensor is held from its producer on, or until its last reader; in a group
-run in slabs it is held through the whole loop, since the slabs already made stay on chip for the
-rest of it and every later slab reads what was carried in.
+Between groups, a set of the tensors crossing a boundary can stay on chip (held whole) instead of
+being stored and loaded again, when the group after uses them up and the group before made them
+all: every crossing tensor where they fit together, else those the operator before the boundary
+made (:func:`loopwise.memory.grouping.carry_sets`; the others go through DRAM). In a group run
+whole such a tensor is held from its producer on, or until its last reader; in a group run in
+slabs it is held through the whole loop, since the slabs already made stay on chip for the rest
+of it and every later slab reads what was carried in. An operator alone, tiled, carries its output
+out where its tiling holds the whole output as one accumulator (:mod:`loopwise.memory.tiled_carry`).
+
+The operators the groups are made of are the graph's, strip-mined where a reader reads a product's
+output block by block (:mod:`loopwise.memory.strip_mine`): a projection then offers a loop over the
+heads, so it and what reads it per head can run head by head. An operator alone is tiled as the
+graph has it.
 
 Search. Over this model the best grouping is a shortest path over the operator sequence: dynamic
 programming over group boundaries, each boundary with or without its crossing tensors kept on chip
@@ -65,7 +73,7 @@ import numpy as np
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
-from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, close, slab_group
+from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close, slab_group
 from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
@@ -75,6 +83,8 @@ from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
+from loopwise.memory.strip_mine import split_loops, strip_mined
+from loopwise.memory.tiled_carry import kept_tiled
 
 
 def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None, objective: str = "traffic",
@@ -129,7 +139,8 @@ class _Planner:
         self.objective, self.rates = objective, rates
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
-        self.ops = graph.operators
+        self.alone_ops = graph.operators  # as each runs alone, tiled (:mod:`loopwise.memory.layerwise`)
+        self.ops = strip_mined(graph.operators)  # the same points, with the loops a block-wise reader needs
         self.names = tuple(op.name for op in self.ops)
         self.compute_s = {}  # each operator's compute time on the target (the time objective)
         if rates is not None:
@@ -165,6 +176,8 @@ class _Planner:
         self.producer = producer
         n = len(self.ops)
         self.crossing = [sorted(t for t, p in producer.items() if p < b <= self.uses[t][-1]) for b in range(n + 1)]
+        made = {t: self.facts[k][t][0] for t, k in producer.items()}
+        self.carry_sets = [carry_sets(self.crossing[b], producer, self.uses, b, made, capacity) for b in range(n + 1)]
         self.unions: dict[tuple, int] = {}
         self.loads: dict[tuple[str, int, int], int | None] = {}
         self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
@@ -190,7 +203,7 @@ class _Planner:
 
     def single(self, i: int) -> Group:
         if i not in self.singles:
-            choice = best_tiling(self.ops[i], self.cap)
+            choice = best_tiling(self.alone_ops[i], self.cap)
             self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
@@ -229,20 +242,22 @@ class _Planner:
         return units(self, i, j, spec)
 
     def evaluate(self, i: int, j: int, spec: list[tuple[str | None, str]] | None, extent: int,
-                 outer_extent: int = 1, carry_in: bool = False, carry_out: bool = False, units=None,
+                 outer_extent: int = 1, carry_in: int = 0, carry_out: int = 0, units=None,
                  beat: int | None = None) -> Group | None:
         """Operators i..j-1 as one group: whole (``spec`` None), or in slabs over the inner
         dimension, within slabs over the outer one when ``spec`` names one; None if it cannot fit.
         ``carry_in``: the tensors crossing into the group are still on chip (the group before kept
         them), so they are not loaded; ``carry_out``: those crossing out stay on chip for the next
-        group instead of being stored. A carried tensor is held whole. ``units``: the group's
+        group instead of being stored; each names which of the boundary's carried sets
+        (:func:`~loopwise.memory.grouping.carry_sets`; 0: none; True counts as 1). A carried
+        tensor is held whole. ``units``: the group's
         tensors when the caller has them already (:meth:`_units`). ``beat``: in slabs, the traffic
         to go below; :data:`CANNOT_BEAT` comes back, unsized, when the group's cannot."""
         units = units if units is not None else self._units(i, j, spec)
         if units is None:
             return None
-        carried_in = set(self.crossing[i]) if carry_in else set()
-        carried_out = set(self.crossing[j]) if carry_out else set()
+        carried_in = set(self.carry_sets[i][int(carry_in)])
+        carried_out = set(self.carry_sets[j][int(carry_out)])
         key = (i, j, None if spec is None else tuple(spec))
         if self.tallied[0] != key:
             self.tallied = (key, tally(self, i, j, spec, units))
@@ -276,14 +291,19 @@ class _Planner:
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
         """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
         every dimension alone, and every pair whose outer dimension indexes the written tensor in an
-        earlier position (the batch outside the rows)."""
+        earlier position (the batch outside the rows) or is the block loop of a strip-mined
+        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`); the
+        place within a block is not a seed."""
         op, sigs = self.ops[i], self.sigs[i]
+        pairs = split_loops(self.alone_ops[i], op)
+        blocks, places = {b for b, _ in pairs}, {p for _, p in pairs}
         written = op.writes[0].tensor
-        dims = [d for d in sigs if op.dims[d] > 1]
+        # a place in a block does not carry slabs (the block loop cuts the same columns whole)
+        dims = [d for d in sigs if op.dims[d] > 1 and d not in places]
         seeds = [(None, d, op.dims[d], 1) for d in dims]
         for outer in dims:
             for inner in dims:
-                if outer != inner and sigs[outer][written] < sigs[inner][written]:
+                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks):
                     seeds.append((outer, inner, op.dims[inner], op.dims[outer]))
         return seeds
 
@@ -298,35 +318,38 @@ class _Planner:
                 options.append((agree, d))
         return [d for _, d in sorted(options, key=lambda o: -o[0])]
 
-    def _carries(self, i: int, j: int) -> list[tuple[bool, bool]]:
-        """The ways group i..j-1 can meet its neighbours: carrying in is possible when every tensor
-        crossing into it is used up inside it; carrying out when it made every tensor crossing out."""
+    def _carries(self, i: int, j: int) -> list[tuple[int, int]]:
+        """The ways group i..j-1 can meet its neighbours, by carried set
+        (:func:`~loopwise.memory.grouping.carry_sets`): carrying a set in is possible when every
+        tensor of it is used up inside the group; carrying one out when the group made every
+        tensor of it."""
         n = len(self.ops)
-        cin = [False] + ([True] if i > 0 and self.crossing[i] and all(self.uses[t][-1] < j for t in self.crossing[i])
-                         else [])
-        cout = [False] + ([True] if j < n and self.crossing[j] and all(i <= self.producer[t] for t in self.crossing[j])
-                          else [])
+        cin = [0] + [k for k, kept in enumerate(self.carry_sets[i]) if k and i > 0
+                     and all(self.uses[t][-1] < j for t in kept)]
+        cout = [0] + [k for k, kept in enumerate(self.carry_sets[j]) if k and j < n
+                      and all(i <= self.producer[t] for t in kept)]
         return [(a, b) for a in cin for b in cout]
 
-    def candidates(self, i: int) -> dict[tuple[int, bool, bool], Group]:
+    def candidates(self, i: int) -> dict[tuple[int, int, int], Group]:
         """The best group starting at operator i for every end j and way of meeting its neighbours
         (carrying tensors in, out), whole or in slabs."""
         n = len(self.ops)
-        found: dict[tuple[int, bool, bool], Group] = {}
+        found: dict[tuple[int, int, int], Group] = {}
 
-        def keep(j: int, grp: Group | None, carry=(False, False)) -> None:
+        def keep(j: int, grp: Group | None, carry=(0, 0)) -> None:
             key = (j, *carry)
             if grp is not None and (key not in found or self.cost(grp) < self.cost(found[key])):
                 found[key] = grp
 
         for j in range(i + 1, min(n, i + self.max_group) + 1):  # whole
-            grp = self.evaluate(i, j, None, 1)
+            whole_units = self._units(i, j, None)  # once for every way of meeting the neighbours
+            grp = self.evaluate(i, j, None, 1, units=whole_units)
             if grp is None:
                 break
             if j > i + 1:
                 keep(j, grp)
             for carry in self._carries(i, j)[1:]:
-                keep(j, self.evaluate(i, j, None, 1, carry_in=carry[0], carry_out=carry[1]), carry)
+                keep(j, self.evaluate(i, j, None, 1, carry_in=carry[0], carry_out=carry[1], units=whole_units), carry)
         for outer, inner, extent, outer_extent in self._seeds(i):
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
@@ -362,6 +385,9 @@ class _Planner:
                     break
         if i in self.chains:  # after the groups above, so that they win a tie
             keep(self.chains[i], key_blocked(self, i, self.chains[i]))
+        kept = kept_tiled(self, i)
+        if kept is not None:
+            keep(i + 1, kept[1], (0, kept[0]))
         return found
 
     @staticmethod
@@ -387,17 +413,18 @@ class _Planner:
         from loopwise.memory.planner_state import RecordedGroup, operator_state, restore_operator
 
         n = len(self.ops)
-        # best[j][c]: the least traffic of operators 0..j-1, with (c) or without the tensors crossing
-        # boundary j kept on chip for the next group; final once every group ending at j is known,
-        # i.e. before the groups starting at j are searched
+        # best[j][c]: the least traffic of operators 0..j-1, with the tensors of carried set c of
+        # boundary j (grouping.carry_sets; 0: none) kept on chip for the next group; final once
+        # every group ending at j is known, i.e. before the groups starting at j are searched
         inf = (self.inf, [])
-        best: list[list[tuple[float, list[Group]]]] = [[(self.zero, []), inf]] + [[inf, inf] for _ in range(n)]
-        by_end: dict[int, list[tuple[int, bool, bool, Group]]] = {}
-        self.reached = {}  # (j, carried out): the least traffic to j through a group found so far
+        best: list[list[tuple[float, list[Group]]]] = [[(self.zero, [])] + [inf] * (len(self.carry_sets[0]) - 1)] + [
+            [inf] * len(self.carry_sets[b]) for b in range(1, n + 1)]
+        by_end: dict[int, list[tuple[int, int, int, Group]]] = {}
+        self.reached = {}  # (j, carried set out): the least traffic to j through a group found so far
         for i in range(n):
             if i > 0:
                 close(self, i, best, by_end)
-            self.start = (best[i][0][0], best[i][1][0])
+            self.start = tuple(way[0] for way in best[i])
             if searched and i in searched:
                 found = restore_operator(self, i, searched[i])
             else:
@@ -409,7 +436,7 @@ class _Planner:
                 by_end.setdefault(j, []).append((i, cin, cout, grp))
                 if self.objective != "traffic":
                     continue
-                here = self.start[1 if cin else 0] + grp.traffic_bytes
+                here = self.start[cin] + grp.traffic_bytes
                 self.reached[(j, cout)] = min(self.reached.get((j, cout), float("inf")), here)
             if progress is not None:
                 progress(i + 1, n)

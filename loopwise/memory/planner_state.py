@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from loopwise.memory.key_blocks import key_blocked
 from loopwise.memory.layerwise import TilingChoice
 from loopwise.memory.plan_records import Group
+from loopwise.memory.tiled_carry import kept_tiled
+
+TILED = "tiled"  # how a group found is recorded when it is an operator alone, tiled (it keeps its output)
 
 
 @dataclass(frozen=True)
@@ -19,15 +22,18 @@ class RecordedGroup:
 
     start: int
     end: int
-    carry_in: bool
-    carry_out: bool
+    carry_in: int  # the boundary's carried set (``_Planner.carry_sets``; a bool recorded earlier counts as 0 or 1)
+    carry_out: int
     traffic_bytes: int
-    slab: list | None  # [outer dimension per operator or None, inner dimension per operator, extent, outer extent,
-    # key dimension per operator or None (recorded before key blocks: absent)]
+    slab: list | str | None  # TILED, or [outer dimension per operator or None, inner dimension per
+    # operator, extent, outer extent, key dimension per operator or None (recorded before key blocks: absent)]
 
     def rebuild(self, planner) -> Group:
         """The group itself, evaluated again by ``planner`` (the same graph and capacity)."""
-        if self.slab is not None and len(self.slab) > 4 and self.slab[4]:  # run in key blocks
+        if self.slab == TILED:  # alone, tiled, its output kept on chip
+            kept = kept_tiled(planner, self.start)
+            grp = kept[1] if kept is not None and kept[0] == self.carry_out else None
+        elif self.slab is not None and len(self.slab) > 4 and self.slab[4]:  # run in key blocks
             grp = key_blocked(planner, self.start, self.end)
         elif self.slab is None:
             grp = planner.evaluate(self.start, self.end, None, 1, carry_in=self.carry_in, carry_out=self.carry_out)
@@ -41,10 +47,10 @@ class RecordedGroup:
         return grp
 
 
-def _slab(grp: Group) -> list | None:
+def _slab(grp: Group) -> list | str | None:
     s = grp.slab
     if s is None:
-        return None
+        return TILED if grp.tiled else None
     return [list(s.outer_dims) if s.outer_dims else None, list(s.dims), s.extent, s.outer_extent,
             list(s.key_dims) if s.key_dims else None]
 

@@ -60,15 +60,16 @@ def build_schedule(planner, groups) -> dict:
     i = 0
     for grp in groups:
         j = i + len(grp.operators)
-        if planner.singles.get(i) is grp:
-            steps = _alone(planner.ops[i], grp, planner.choices.get(i), planner.facts[i])
+        if planner.singles.get(i) is grp or grp.tiled:
+            steps = _alone(planner.alone_ops[i], grp, planner.choices.get(i), planner.facts[i])
         elif grp.slab is not None and grp.slab.key_dims:
             steps = key_block_steps(planner, i, j, grp)
         else:
             steps = _group_steps(planner, i, j, grp)
         out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
                               "peak_bytes": int(grp.peak_bytes), "steps": steps,
-                              "loop_nest": loop_nest(planner.ops[i:j], grp, planner.choices.get(i))})
+                              "loop_nest": loop_nest((planner.alone_ops if grp.tiled else planner.ops)[i:j],
+                                                     grp, planner.choices.get(i))})
         i = j
     place(out)
     return out
@@ -119,7 +120,9 @@ def _step(name: str | None, uses=()) -> dict:
 
 
 def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
-    """One operator with its own tiling: every tensor loaded and stored as the tiles move it."""
+    """One operator with its own tiling: every tensor loaded and stored as the tiles move it, but
+    an output the group carries out, left on chip whole for the next group
+    (:mod:`loopwise.memory.tiled_carry`)."""
     step = _step(op.name, facts)
     if not grp.tiled or choice is None:
         for t, (nbytes, read, written) in facts.items():
@@ -137,6 +140,8 @@ def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
         step["alloc"].append([t.name, held])
         if moved[t.name].loads:
             step["load"].append([t.name, moved[t.name].loads * t.elem_bytes])
+        if t.name in grp.carried_out:  # on chip whole for the next group: neither stored nor freed
+            continue
         if moved[t.name].stores:
             step["store"].append([t.name, moved[t.name].stores * t.elem_bytes])
         step["free"].append([t.name])

@@ -18,7 +18,7 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
     """The loop dimensions of ``op`` that can carry slabs: for each, every tensor's sliced dimension
     (``None``: invariant, the dimension does not index it). A dimension is left out when it is
     coupled, when it indexes a tensor in any way but in one position, alone or as the start of a
-    block (:func:`_block_of`), or when a tensor the operator writes does not depend on it (a
+    block (:func:`block_of`), or when a tensor the operator writes does not depend on it (a
     reduction)."""
     out: dict[str, dict[str, int | None]] = {}
     written = {a.tensor for a in op.writes}
@@ -37,7 +37,7 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
                 found = False
                 for j, expr in enumerate(access.index):
                     if word.search(expr):
-                        if _plain(expr, units) != d and not _block_of(expr, d, units, op.dims, t.shape[j]):
+                        if _plain(expr, units) != d and not block_of(expr, d, units, op.dims, t.shape[j], access.guard):
                             ok = False
                         positions.add(j)
                         found = True
@@ -55,13 +55,23 @@ def slab_signatures(op: Operator) -> dict[str, dict[str, int | None]]:
 
 
 _BRACKETED = re.compile(r"\(\s*([A-Za-z_]\w*|\d+)\s*\)")  # one name or number in brackets
+_ADDED_SUM = re.compile(r"(^|\+)\s*\(([^()]*)\)")  # a bracketed sum added as it is: "+ (64 + d3)"
+_NOT_AFFINE_SUM = re.compile(r"\bmod\b|\bfloor\b|\bceil\b|/")
 _TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)$|^(\d+)$")
 
 
 def _linear(expr: str, units: set[str]) -> tuple[dict[str, int], int] | None:
     """``expr`` as (coefficient per loop dimension, constant), terms in loop dimensions of extent 1
-    dropped; None when it is not a plain sum of terms (floor, mod, parentheses)."""
-    text = expr.replace(" ", "").replace("-", "+-")
+    dropped; None when it is not a plain sum of terms (floor, mod, a product of a sum)."""
+    if _NOT_AFFINE_SUM.search(expr):
+        return None
+    text = _BRACKETED.sub(r"\1", expr.replace(" ", ""))  # "128*(l1)+(n)" as an importer writes it
+    while True:
+        shed = _ADDED_SUM.sub(r"\1\2", text)  # brackets around a sum that is only added change nothing
+        if shed == text:
+            break
+        text = shed
+    text = text.replace("-", "+-")
     coefficients: dict[str, int] = {}
     constant = 0
     for term in filter(None, text.split("+")):
@@ -89,21 +99,45 @@ def _plain(expr: str, units: set[str]) -> str:
     return expr
 
 
-def _block_of(expr: str, dim: str, units: set[str], dims: dict[str, int], size: int) -> bool:
-    """True when ``expr`` is ``a + c*dim + e`` (a constant ``a`` >= 0) with ``e`` another loop
-    dimension of extent at most ``c``, inside a tensor dimension of ``size``: each value of ``dim``
-    reaches a block of its own, all blocks alike (a head's columns of a projection, ``128*h + n``;
-    the keys' part of a fused projection, ``768 + 64*h + k``), so slabs over ``dim`` cut what the
-    access reaches in equal disjoint parts, as a plain index does."""
-    parsed = _linear(_BRACKETED.sub(r"\1", expr), units)  # "128*(l1) + (n)" as an importer writes it
+def guard_range(guard: str, dim: str, extent: int) -> tuple[int, int]:
+    """The values ``[lo, hi)`` of loop dimension ``dim`` (``0 <= dim < extent``) where ``guard``
+    holds, from its bounds on ``dim`` alone (``64 <= d3 < 128``, ``d3 >= 64``); other constraints
+    of the guard are not read, so the range may be wider than the guard's, never narrower."""
+    lo, hi = 0, extent
+    for clause in re.split(r"\band\b", guard):
+        tokens = re.findall(r"-?\d+|[A-Za-z_]\w*|<=|>=|<|>", clause)
+        for left, op, right in zip(tokens[::2], tokens[1::2], tokens[2::2]):
+            if op in (">", ">="):  # "d >= 64" as "64 <= d"
+                left, right, op = right, left, op.replace(">", "<")
+            if op not in ("<", "<="):
+                continue
+            if right == dim and re.fullmatch(r"-?\d+", left):
+                lo = max(lo, int(left) + (op == "<"))
+            elif left == dim and re.fullmatch(r"-?\d+", right):
+                hi = min(hi, int(right) + (op == "<="))
+    return lo, hi
+
+
+def block_of(expr: str, dim: str, units: set[str], dims: dict[str, int], size: int, guard: str = "") -> int | None:
+    """The stride ``c`` when ``expr`` is ``a + c*dim + e`` (a constant ``a``) with ``e`` another loop
+    dimension whose values ``[lo, hi)`` (where ``guard`` holds) span at most ``c``, with ``a + lo``
+    at least 0, inside a tensor dimension of ``size``: each value of ``dim`` reaches a block of its
+    own, all blocks alike (a head's columns of a projection, ``128*h + n``; the keys' part of a
+    fused projection, ``768 + 64*h + k``; the second half of a head, ``128*h + (d - 64)`` where
+    ``64 <= d``), so slabs over ``dim`` cut what the access reaches in equal disjoint parts, as a
+    plain index does. None otherwise."""
+    parsed = _linear(expr, units)
     if parsed is None:
-        return False
+        return None
     coefficients, constant = parsed
     stride = coefficients.get(dim, 0)
     rest = [d for d in coefficients if d != dim]
-    if constant < 0 or stride < 2 or len(rest) != 1 or coefficients[rest[0]] != 1:
-        return False
-    return dims[rest[0]] <= stride and constant + stride * (dims[dim] - 1) + dims[rest[0]] <= size
+    if stride < 2 or len(rest) != 1 or coefficients[rest[0]] != 1:
+        return None
+    lo, hi = guard_range(guard, rest[0], dims[rest[0]])
+    if constant + lo < 0 or hi - lo > stride or constant + stride * (dims[dim] - 1) + hi > size:
+        return None
+    return stride
 
 
 @dataclass
