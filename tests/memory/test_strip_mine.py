@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor
-from loopwise.memory.planner import plan
 from loopwise.memory.polyhedral import footprint
 from loopwise.memory.slabs import slab_signatures
 from loopwise.memory.strip_mine import split_dimension, strip_mined
-from loopwise.memory.verify import describe, verify
+
+from .verified_plans import verified_plan
 
 M, K, H, D = 64, 64, 4, 16  # tokens, width, heads, head size
 N = H * D
@@ -75,20 +75,12 @@ def test_only_a_dimension_read_in_blocks_is_split():
         "proj_k": ("m", "n_b", "n_i", "k"), "rot_k": ("h", "m", "d")}
 
 
-def _verified(g: Graph, capacity: int):
-    p = plan(g, capacity_bytes=capacity)
-    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
-    assert verdict.ok, "\n".join(describe(verdict))
-    assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
-    return p
-
-
 def test_two_projections_share_one_read_of_the_normalized_input_head_by_head():
     """16 KiB holds y (8 KiB) with one head's weight rows, projection and rotation (2 KiB each), not
     a whole weight beside y and q: the norm keeps y on chip, both projections and their rotations
     run head by head, and only x, the weights and the rotated outputs move."""
     g = _norm_two_projections()
-    p = _verified(g, 16 * 1024)
+    p = verified_plan(g, 16 * 1024)
     assert p.total_bytes == g.compulsory_bytes() == 2 * (M * K + 2 * N * K + 2 * M * N)
     fused = [grp for grp in p.groups if {"proj_q", "proj_k"} <= set(grp.operators)]
     slab = fused[0].slab if len(fused) == 1 else None
@@ -100,7 +92,7 @@ def test_without_room_for_the_normalized_input_the_projections_do_not_share_it()
     """At 8 KiB y alone fills the scratchpad: it cannot stay on chip while a weight streams, so no
     group holds it for both projections and the plan moves more than the compulsory traffic."""
     g = _norm_two_projections()
-    p = _verified(g, 8 * 1024)
+    p = verified_plan(g, 8 * 1024)
     assert p.total_bytes > g.compulsory_bytes()
     assert not any("y" in grp.carried_in or "y" in grp.resident for grp in p.groups
                    if {"proj_q", "proj_k"} <= set(grp.operators))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator, Tensor, elementwise
-from loopwise.memory.planner import plan
-from loopwise.memory.verify import describe, verify
+
+from .verified_plans import verified_plan
 
 M, N, K = 64, 64, 512
 
@@ -21,19 +21,11 @@ def _product_then_add() -> Graph:
     return Graph("product-then-add", (product, elementwise("add", (M, N), ("r", "p"), "y")), frozenset({"w"}))
 
 
-def _verified(g: Graph, capacity: int):
-    p = plan(g, capacity_bytes=capacity)
-    verdict = verify({"total_bytes": p.total_bytes, "schedule": p.schedule})
-    assert verdict.ok, "\n".join(describe(verdict))
-    assert verdict.traffic_bytes == p.total_bytes and verdict.peak_bytes <= capacity
-    return p
-
-
 def test_a_tiled_product_keeps_its_whole_accumulator_for_the_add_after_it():
     """24 KiB holds the 8 KiB accumulator with chunks of h and w along k, not h or w whole (64 KiB
     each): the product streams them once, and its output never reaches DRAM."""
     g = _product_then_add()
-    p = _verified(g, 24 * 1024)
+    p = verified_plan(g, 24 * 1024)
     assert p.total_bytes == g.compulsory_bytes() == 2 * (M * K + N * K + 2 * M * N)
     product, add = p.groups
     assert product.tiled and product.carried_out == ("p",) and add.carried_in == ("p",)
@@ -43,7 +35,7 @@ def test_an_accumulator_that_does_not_fit_whole_is_stored():
     """At 8 KiB the output alone fills the scratchpad: its tiles are stored as they finish, and
     the add loads them again."""
     g = _product_then_add()
-    p = _verified(g, 8 * 1024)
+    p = verified_plan(g, 8 * 1024)
     assert not any(grp.carried_out for grp in p.groups)
     assert p.total_bytes > g.compulsory_bytes()
 
