@@ -68,7 +68,8 @@ def judge_problem(path: str, precision: str, tolerance: str, perf_trials: int, d
             rejects = [r for r in ev.reasons if str(getattr(r.severity, "value", r.severity)) == "reject"] or ev.reasons
             reasons = "; ".join(f"{r.code}: {r.message}"[:160] for r in rejects[:3])
             rows.append({**row, "status": str(ev.status.value if hasattr(ev.status, "value") else ev.status),
-                         "correct": ev.correct, "speedup_contended": ev.speedup, "compile_s": ev.compile_s,
+                         "correct": ev.correct, "trials_passed": bool(ev.trials) and all(t.passed for t in ev.trials),
+                         "speedup_contended": ev.speedup, "compile_s": ev.compile_s,
                          "detail": "" if ev.correct else reasons[:400]})
     for r in rows:
         r["seconds"] = round(time.perf_counter() - start, 1)
