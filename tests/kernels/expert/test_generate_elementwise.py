@@ -413,3 +413,20 @@ def test_welford_layernorm_compiles_for_hopper_without_a_gpu(tmp_path):
                                   target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
 
+
+
+@pytest.mark.parametrize("problem", ["argmax_dim.py", "reduce_dim.py"])
+def test_reductions_over_a_dimension_of_2_to_the_31_compile_for_hopper(tmp_path, problem):
+    """A reduced dimension of 2**31 or more entries reaches the kernels as a 64-bit ``R``, so the
+    chunk starts are 64-bit: the running index (argmax) must be 64-bit too, or the loop-carried
+    value changes type and the kernel does not compile."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source, _ = generate(load_problem(str(HERE / problem)))
+    module = load_candidate(source, tmp_path, problem.removesuffix(".py") + "_wide")
+    for kernel, (signature, constants) in SM90_SIGNATURES[problem].items():
+        wide = {**signature, "R": "i64"}
+        compiled = triton.compile(ASTSource(getattr(module, kernel), wide, constants), target=GPUTarget("cuda", 90, 32))
+        assert len(compiled.asm["cubin"]) > 1000
