@@ -250,7 +250,8 @@ def _signal_line(r: dict) -> str:
 
 
 def _directions_lines(r: dict) -> list[str]:
-    """The knob directions of the method's pick and, for the tree, counted over every path it expanded."""
+    """The knob directions of the method's pick and, for the tree and PBT, counted over every path it
+    expanded (the tree's root-to-node paths, PBT's lineages of weights)."""
     from loopwise.training.report_data import moves_text
 
     lines = []
@@ -265,7 +266,8 @@ def _directions_lines(r: dict) -> list[str]:
                  f"twice on {c['moved_twice']}), constant {c['constant']}" for k, c in knobs.items()
                  if c["constant"] < p["paths"]]
         still = [k for k, c in knobs.items() if c["constant"] == p["paths"]]
-        lines.append(f"knob directions over its {p['paths']} root-to-node paths ({moves_text(p)}): "
+        what = "lineages of weights" if r.get("method") == "pbt" else "root-to-node paths"
+        lines.append(f"knob directions over its {p['paths']} {what} ({moves_text(p)}): "
                      + "; ".join(moved + [f"constant on every path: {', '.join(still) or '-'}"]))
     return lines
 

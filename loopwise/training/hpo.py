@@ -162,8 +162,10 @@ class _Member:
 
 
 def _exploit_and_explore(members: list[_Member], rng: random.Random, space: SearchSpace, fraction: float,
-                         resample_probability: float, perturbation_factors: Sequence[float], fits) -> list[str]:
-    """Replaces each bottom-quantile member by a perturbed copy of a random top-quantile member."""
+                         resample_probability: float, perturbation_factors: Sequence[float], fits,
+                         ended: list[list[StageConfig]]) -> list[str]:
+    """Replaces each bottom-quantile member by a perturbed copy of a random top-quantile member;
+    the lineage each replaced member's weights had goes to ``ended``."""
     n = quantile_size(len(members), fraction)
     ranked = sorted(range(len(members)), key=lambda m: _score(members[m].tune))  # stable: ties rank by index
     bottom, top = ranked[:n], ranked[len(ranked) - n:]
@@ -173,6 +175,7 @@ def _exploit_and_explore(members: list[_Member], rng: random.Random, space: Sear
         donor = members[d]
         notes.append(f"member {m} ({members[m].tune:.3f}) takes member {d}'s weights ({donor.tune:.3f})")
         config = explore(donor.config, rng, space, resample_probability, perturbation_factors, fits)
+        ended.append(list(members[m].configs))
         members[m] = _Member(config, donor.state, donor.tune, list(donor.configs), list(donor.traces))
     return notes
 
@@ -204,7 +207,9 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
     Returns:
         The member with the best last tuning reward (lowest index on ties): ``configs`` and
         ``traces`` are the lineage of its weights, one per round, including what it inherited;
-        ``stages_used = P * depth``; ``notes`` lists every exploit.
+        ``stages_used = P * depth``; ``notes`` lists every exploit; ``paths`` holds every lineage
+        of weights (a replaced member's up to its replacement, each last member's to the end), the
+        default config first, for the knob directions over what the search did.
 
     Raises:
         UserError: the budget is less than ``depth`` stages, or ``population`` < 1, or
@@ -226,6 +231,7 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
             whole is None or whole.share_fits(start, depth * size, cfg))
 
     members = [_Member(cfg, session.base_state) for cfg in random_configs(session, size, seed, fits=fits)]
+    ended: list[list[StageConfig]] = []
     notes = [f"population {size}, {quantile_size(size, quantile_fraction)} exploited per round"]
     for r in range(depth):
         for m, member in enumerate(members):
@@ -238,8 +244,9 @@ def pbt(session: Session, budget: int, depth: int, seed: int = 0, population: in
             member.traces.append(result.trace)
         if r < depth - 1:
             notes += [f"round {r}: {line}" for line in _exploit_and_explore(
-                members, rng, space, quantile_fraction, resample_probability, perturbation_factors, fits)]
+                members, rng, space, quantile_fraction, resample_probability, perturbation_factors, fits, ended)]
     winner = max(range(size), key=lambda m: (_score(members[m].tune), -m))
     best = members[winner]
+    lineages = ended + [m.configs for m in members]
     return Schedule("pbt", best.configs, best.tune, best.state, size * depth, traces=best.traces,
-                    notes=notes + [f"the best is member {winner}"])
+                    notes=notes + [f"the best is member {winner}"], paths=[[base, *line] for line in lineages])

@@ -79,15 +79,29 @@ def _directions_section(data: TrainingData) -> Section:
 
 def _paths_section(data: TrainingData) -> Section:
     """The directions of every root-to-node path of the tree, counted per knob."""
-    from loopwise.training.transitions import DIRECTIONS, path_directions
+    from loopwise.training.transitions import path_directions
 
     counts = path_directions(tree_paths(data.tree))
-    rows = [[k] + [str(c[d]) for d in DIRECTIONS + ("moved_twice",)] for k, c in counts["knobs"].items()]
-    return Section(f"Knob directions over the tree's {counts['paths']} root-to-node paths (each node's, from the "
-                   "default config; a path's prefixes are paths of their own)",
-                   facts={"paths by moves": moves_text(counts)},
+    return _counted_section(counts, f"Knob directions over the tree's {counts['paths']} root-to-node paths (each "
+                                    "node's, from the default config; a path's prefixes are paths of their own)",
+                            "paths")
+
+
+def _lineages_section(counts: dict) -> Section:
+    """The directions of PBT's lineages of weights, as its result counted them."""
+    return _counted_section(counts, f"Knob directions over PBT's {counts.get('paths', 0)} lineages of weights (each "
+                                    "member's, from the default config through the stages it inherited, to its "
+                                    "replacement or the end)", "lineages")
+
+
+def _counted_section(counts: dict, title: str, anchor: str) -> Section:
+    from loopwise.training.transitions import DIRECTIONS
+
+    rows = [[k] + [str(as_dict(c).get(d, "-")) for d in DIRECTIONS + ("moved_twice",)]
+            for k, c in as_dict(counts.get("knobs")).items()]
+    return Section(title, facts={"paths by moves": moves_text(counts)},
                    columns=["knob"] + [f"{ARROWS[d]} {d}" for d in DIRECTIONS] + ["changed twice or more"],
-                   rows=rows, anchor="paths")
+                   rows=rows, anchor=anchor)
 
 
 def _schedule_section(data: TrainingData) -> Section:
@@ -172,6 +186,8 @@ def build_report(store, out: Path | None = None) -> Path:
     sections = [_run_section(data, meta, rows), _directions_section(data), _schedule_section(data)]
     if data.tree:
         sections += [_paths_section(data), _tree_section(data)]
+    if lineages := as_dict(data.results.get("pbt", {})).get("path_directions"):
+        sections.append(_lineages_section(as_dict(lineages)))
     if data.decisions:
         sections.append(_decisions_section(data))
     subtitle = (f"{st.get('task', '?')} · preset {st.get('preset', '?')} · budget {budget_text(data)}, "

@@ -294,6 +294,26 @@ def test_pbt_winner_is_the_lineage_of_its_weights():
     assert inherited > 0  # some winners carry stages other members trained
 
 
+def test_pbt_paths_are_every_lineage_of_weights_from_the_default_config():
+    """Every member's lineage (what its weights were trained with, inherited stages included) is a
+    path for the knob directions: a replaced member's up to the round it was replaced in, each
+    survivor's to the end; each starts at the default config, as the tree's paths do."""
+    depth, size = 4, 6
+    session = FakeSession()
+    schedule = hpo.pbt(session, budget=24, depth=depth, seed=1)
+    n = hpo.quantile_size(size)
+    assert len(schedule.paths) == size + n * (depth - 1)
+    base = session.default_config()
+    for path in schedule.paths:
+        assert path[0] == base and 2 <= len(path) <= depth + 1
+    by_seed = {c.seed: c for c in session.calls}
+    parents = [json.dumps(c.parent) for c in session.calls]
+    ended = [c for c in session.calls if c.state.decode() not in parents]  # weights nothing trained on
+    lineages = [[base] + [by_seed[s].config for s in json.loads(c.state)["seeds"]] for c in ended]
+    assert sorted(map(repr, schedule.paths)) == sorted(map(repr, lineages))
+    assert [base] + schedule.configs in schedule.paths
+
+
 def test_pbt_is_deterministic_per_seed():
     results = []
     for seed in (3, 3, 4):

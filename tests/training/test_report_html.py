@@ -284,3 +284,22 @@ def test_the_tree_says_why_each_stage_of_its_pick_and_which_nodes_were_healthy(t
     assert all(f"<td>{r}</td>" in html for r in ("the default config", "Answers too_easy: difficulty 1 -&gt; 2."))
     assert re.search(r"<td>6</td><td>2</td><td>2</td>.*?<td>no finding</td>", html)
     assert "from the default config, then its stages in order" in html
+
+
+def test_pbt_lineages_are_counted_in_a_section_of_their_own(tmp_path):
+    """PBT's result carries its lineages' directions (as `path_directions`): the report shows them
+    under their own heading, apart from the tree's paths."""
+    from loopwise.training.transitions import path_directions
+
+    store = _new(tmp_path, ["pbt"])
+    a, b, c = (StageConfig(**DEFAULT), StageConfig(**(DEFAULT | {"temperature": 1.2})),
+               StageConfig(**(DEFAULT | {"temperature": 0.96})))
+    stage = _stage(store, _cfg(temperature=0.96), 0.4, rep=0, stage=1)
+    _result(store, "pbt", [stage], 0.45, 4)
+    counts = path_directions([[a, b, c], [a, b]])
+    store.append("result", {**next(e.payload for e in store.events(kind="result")), "path_directions": counts},
+                 key="pbt")
+    html = _html(store)
+    assert "Knob directions over PBT&#39;s 2 lineages of weights" in html
+    assert "1 move: 1, 2 moves: 1; 1 of the 2 paths have the two or more moves a reversal needs" in html
+    assert "<td>temperature</td><td>1</td><td>0</td><td>1</td><td>0</td><td>1</td>" in html
