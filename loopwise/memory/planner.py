@@ -71,6 +71,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from loopwise.memory.epilogue import epilogue_group
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
 from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close, slab_group
@@ -183,6 +184,7 @@ class _Planner:
         self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
         self.singles: dict[int, Group] = {}
         self.choices: dict[int, object] = {}  # each single's tiling, for its schedule
+        self.epilogues: dict[int, tuple | None] = {}  # operator i tiled with its epilogue: (group, how)
         self.evaluated = 0
 
     # -- the pieces -------------------------------------------------------------------------
@@ -388,7 +390,19 @@ class _Planner:
         kept = kept_tiled(self, i)
         if kept is not None:
             keep(i + 1, kept[1], (0, kept[0]))
+        fused = self.epilogue(i)
+        if fused is not None:
+            keep(i + 2, fused)
         return found
+
+    def epilogue(self, i: int) -> Group | None:
+        """Operator i, tiled, with operator i + 1 applied to each output tile as its epilogue
+        (:mod:`loopwise.memory.epilogue`), or None where it is none."""
+        if i not in self.epilogues:
+            found = epilogue_group(self, i)
+            self.epilogues[i] = found
+        found = self.epilogues[i]
+        return None if found is None else found[0]
 
     @staticmethod
     def _pair(outer_k: list, inner_k: list) -> tuple[str | None, str] | None:
