@@ -83,7 +83,9 @@ def epilogue_group(planner, i: int) -> tuple[Group, Epilogue] | None:
     """Operator ``i`` (a product too big to run whole) with operator ``i + 1`` applied to each of
     its output tiles, as one group; None where ``i + 1`` is not an elementwise reader of its
     output, that output has another reader or is a model output, or the product's tiling leaves a
-    tile unfinished (partial sums stored and loaded back) or no room beside its output tile."""
+    tile unfinished (partial sums stored and loaded back) or no room beside its output tile, or
+    holds the whole output in one tile (then it is carried to the next group whole:
+    :mod:`loopwise.memory.tiled_carry`)."""
     if i + 1 >= len(planner.ops) or not planner.single(i).tiled:
         return None
     product, reader, choice = planner.alone_ops[i], planner.alone_ops[i + 1], planner.choices[i]
@@ -96,6 +98,8 @@ def epilogue_group(planner, i: int) -> tuple[Group, Epilogue] | None:
     if fused is None:
         return None
     result = fused.writes[0].tensor
+    if tile_footprints(product, choice.tiles)[out] >= planner.facts[i][out][0] // product.tensor(out).elem_bytes:
+        return None  # one tile holds the whole output: it stays on chip for the next group as it is
     moved = traffic(fused, choice.tiles, list(choice.order))
     if moved[result].loads:
         return None  # partial sums go out and come back: a tile is not finished when the epilogue would run

@@ -42,6 +42,12 @@ slabs it is held through the whole loop, since the slabs already made stay on ch
 of it and every later slab reads what was carried in. An operator alone, tiled, carries its output
 out where its tiling holds the whole output as one accumulator (:mod:`loopwise.memory.tiled_carry`).
 
+An elementwise operator that applies small broadcast tensors (a norm's statistic and weight) to
+its input is folded into the products that read its output, which apply it to each operand tile
+they load (:mod:`loopwise.memory.prologue`); the layer-by-layer baseline keeps it. An elementwise
+operator after a tiled product whose output nothing else reads runs on each output tile as the
+product finishes it (:mod:`loopwise.memory.epilogue`).
+
 The operators the groups are made of are the graph's, strip-mined where a reader reads a product's
 output block by block (:mod:`loopwise.memory.strip_mine`): a projection then offers a loop over the
 heads, so it and what reads it per head can run head by head. An operator alone is tiled as the
@@ -79,6 +85,7 @@ from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
+from loopwise.memory.prologue import fold_prologues
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
@@ -106,7 +113,11 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
     :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`."""
     planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
     best = planner.run(progress, searched, on_searched)
-    return _placed(planner, best), planner.baseline()
+    # the baseline runs the graph's own operators, prologues not folded
+    alone = planner if planner.g is graph else _Planner(graph, capacity_bytes, max_group, objective=objective,
+                                                        rates=rates, prologues=False)
+    baseline = alone.baseline()
+    return replace(_placed(planner, best), layer_by_layer_bytes=baseline.layer_by_layer_bytes), baseline
 
 
 def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
@@ -132,12 +143,13 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
 
 class _Planner:
     def __init__(self, graph: Graph, capacity: int, max_group: int, scratchpad: int | None = None,
-                 objective: str = "traffic", rates=None) -> None:
+                 objective: str = "traffic", rates=None, prologues: bool = True) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective {objective!r}: one of {', '.join(OBJECTIVES)}")
         if objective == "time" and rates is None:
             raise ValueError("the time objective needs the target's rates (its bandwidth and compute)")
         self.objective, self.rates = objective, rates
+        graph = fold_prologues(graph) if prologues else graph  # (:mod:`loopwise.memory.prologue`)
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
         self.alone_ops = graph.operators  # as each runs alone, tiled (:mod:`loopwise.memory.layerwise`)

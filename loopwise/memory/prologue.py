@@ -1,0 +1,90 @@
+"""An elementwise operator that only scales or shifts its input by small broadcast tensors, folded
+into the products that read its output (a prologue): a norm's ``x * rstd * gamma`` applied to
+each operand tile as the product loads it, instead of written out whole and read back.
+
+The operator is folded when it is *a broadcast application*: every loop of it indexes its result
+plainly; it reads one tensor of the result's shape at the result's own index (the *main* input, of
+the same element size) and at least one other, each at a proper subset of its loops, plainly (a
+per-row statistic, a per-column weight; a dimension of one indexed by ``0``); no guard, no
+coupled loop. A unary operator (an activation) is not folded here. Its result must have readers, all of
+them products (an operator with a loop that does not index what it writes: a reduction), none a
+model output. Each reader then reads the main input where it read the result, and every other
+input at the composed index; the operator is gone. The bytes a reader's tile holds of the main
+input are those it held of the result, and the broadcast inputs add a row or a column: the
+statistic is read instead of a stored, normalized copy of the whole input. Chains fold from the
+last: ``(x * rstd) * gamma`` becomes a product reading ``x``, ``rstd`` and ``gamma``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from loopwise.memory.graph import Graph
+from loopwise.memory.ir import Access, Operator
+
+
+def _is_product(op: Operator) -> bool:
+    written = {e for a in op.writes for e in a.index}
+    return any(not any(re.search(rf"\b{re.escape(d)}\b", e) for e in written) for d in op.dims)
+
+
+def broadcast_main(op: Operator) -> Access | None:
+    """The main input of ``op`` when it is a broadcast application, else None."""
+    if len(op.writes) != 1 or op.coupled:
+        return None
+    out = op.writes[0]
+    if out.guard or tuple(out.index) != tuple(op.dims) or any(a.guard for a in op.reads):
+        return None
+    mains = [a for a in op.reads if tuple(a.index) == tuple(out.index)]
+    if len(mains) != 1 or op.tensor(mains[0].tensor).elem_bytes != op.tensor(out.tensor).elem_bytes:
+        return None
+    others = [a for a in op.reads if a is not mains[0]]
+    if not others:
+        return None  # a unary operator: nothing small to apply
+    for a in others:
+        loops = [e for e in a.index if e != "0"]  # "0": a dimension of one (a kept reduced dimension)
+        if not (set(loops) < set(op.dims) and len(set(loops)) == len(loops)):
+            return None
+    if len({a.tensor for a in op.reads}) != len(op.reads) or out.tensor in {a.tensor for a in op.reads}:
+        return None
+    return mains[0]
+
+
+def _fold_into(app: Operator, reader: Operator) -> Operator:
+    """``reader`` reading ``app``'s inputs where it read ``app``'s result."""
+    out = app.writes[0].tensor
+    (at,) = [a for a in reader.reads if a.tensor == out]
+    where = dict(zip(app.dims, at.index))
+    composed = tuple(Access(a.tensor, tuple(where.get(d, d) for d in a.index), at.guard) for a in app.reads)
+    reads = tuple(r for a in reader.reads for r in (composed if a.tensor == out else (a,)))
+    have = {t.name for t in reader.tensors}
+    tensors = tuple(t for t in reader.tensors if t.name != out) + tuple(
+        t for t in app.tensors if t.name != out and t.name not in have)
+    return replace(reader, tensors=tensors, reads=reads)
+
+
+def fold_prologues(graph: Graph) -> Graph:
+    """``graph`` with every broadcast application whose readers are all products folded into
+    them; the graph itself when there is none."""
+    ops = list(graph.operators)
+    outputs = set(graph.outputs())
+    changed = True
+    while changed:
+        changed = False
+        for k in range(len(ops) - 1, -1, -1):
+            app = ops[k]
+            if broadcast_main(app) is None or app.writes[0].tensor in outputs:
+                continue
+            out = app.writes[0].tensor
+            readers = [j for j, op in enumerate(ops) if any(a.tensor == out for a in op.reads)]
+            if not readers or any(not _is_product(ops[j]) or sum(a.tensor == out for a in ops[j].reads) != 1
+                                  or any(a.tensor == out for a in ops[j].writes) for j in readers):
+                continue
+            for j in readers:
+                ops[j] = _fold_into(app, ops[j])
+            del ops[k]
+            changed = True
+    if len(ops) == len(graph.operators):
+        return graph
+    return replace(graph, operators=tuple(ops), declared_outputs=frozenset(graph.declared_outputs))
