@@ -85,13 +85,14 @@ from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
-from loopwise.memory.prologue import fold_prologues
+from loopwise.memory.prologue import folded, tiling_proxy
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
 from loopwise.memory.strip_mine import split_loops, strip_mined
+from loopwise.memory.tiling import buffer_bytes, traffic_bytes
 from loopwise.memory.tiled_carry import kept_tiled
 
 
@@ -100,24 +101,34 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
     """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``,
     or (``objective="time"``, with the target's :class:`loopwise.memory.timing.Rates`) the least
     roofline time (:meth:`_Planner.cost`); ``progress(done, total)`` is called as operators are searched."""
-    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
-    return _placed(planner, planner.run(progress))
+    return plan_with_baseline(graph, capacity_bytes, max_group, progress, objective=objective, rates=rates,
+                              baseline=False)[0]
 
 
 def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
                        searched: dict[int, dict] | None = None, on_searched=None, objective: str = "traffic",
-                       rates=None) -> tuple[Plan, Plan]:
+                       rates=None, baseline: bool = True) -> tuple[Plan, Plan | None]:
     """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
     alone with its best tiling, with its schedule), both from one search: the baseline's groups are
     the single operators the search evaluated anyway. ``searched`` and ``on_searched``: as in
-    :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`."""
-    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
+    :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`.
+
+    Where the graph has norm applications to fold into their products
+    (:mod:`loopwise.memory.prologue`), the graph is planned twice, as it is and with them folded,
+    and the better plan is kept (a folded norm's input is read again by each product, which costs
+    more where the normalized tensor could have stayed on chip); the search of the folded graph is
+    not recorded (``on_searched``), so a resumed run searches it again."""
+    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates, prologues=False)
     best = planner.run(progress, searched, on_searched)
-    # the baseline runs the graph's own operators, prologues not folded
-    alone = planner if planner.g is graph else _Planner(graph, capacity_bytes, max_group, objective=objective,
-                                                        rates=rates, prologues=False)
-    baseline = alone.baseline()
-    return replace(_placed(planner, best), layer_by_layer_bytes=baseline.layer_by_layer_bytes), baseline
+    base = planner.baseline() if baseline else None
+    other = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
+    if other.g is not graph:
+        found = other.run(progress)
+        if other.total(found) < planner.total(best):
+            planner, best = other, found
+    if base is not None:
+        best = replace(best, layer_by_layer_bytes=base.layer_by_layer_bytes)
+    return _placed(planner, best), base
 
 
 def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
@@ -127,7 +138,7 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
     recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
     the whole scratchpad."""
     p = first_planner
-    graph, capacity, max_group = p.g, p.cap, p.max_group
+    graph, capacity, max_group = p.source, p.cap, p.max_group
     budget, first = capacity, best
     for _ in range(attempts):
         top = max((a[3] + a[4] for g in best.schedule["groups"] for step, _ in static_steps(g["steps"])
@@ -135,7 +146,8 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
         if top <= capacity:
             return best
         budget -= max(top - capacity, capacity // 100)
-        planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates)
+        planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates,
+                           prologues=p.g is not graph)
         best = replace(planner.run(), planned_capacity_bytes=budget,
                        layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
     return best
@@ -149,7 +161,9 @@ class _Planner:
         if objective == "time" and rates is None:
             raise ValueError("the time objective needs the target's rates (its bandwidth and compute)")
         self.objective, self.rates = objective, rates
-        graph = fold_prologues(graph) if prologues else graph  # (:mod:`loopwise.memory.prologue`)
+        # norm applications folded into their products (:mod:`loopwise.memory.prologue`)
+        self.source = graph
+        graph, self.prologues = folded(graph) if prologues else (graph, {})
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
         self.alone_ops = graph.operators  # as each runs alone, tiled (:mod:`loopwise.memory.layerwise`)
@@ -212,12 +226,19 @@ class _Planner:
         compute = sum(self.compute_s[name] for name in names)
         return (max(compute, grp.traffic_bytes / self.rates.dram_bytes_per_s), grp.traffic_bytes)
 
+    def total(self, found: Plan):
+        """What :meth:`cost` adds up over the plan's groups."""
+        out = self.zero
+        for grp in found.groups:
+            out = self._plus(out, self.cost(grp))
+        return out
+
     def _plus(self, a, b):
         return a + b if self.objective == "traffic" else (a[0] + b[0], a[1] + b[1])
 
     def single(self, i: int) -> Group:
         if i not in self.singles:
-            choice = best_tiling(self.alone_ops[i], self.cap)
+            choice = self._tiling(self.alone_ops[i])
             self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
@@ -225,6 +246,17 @@ class _Planner:
                                     tiled=choice.buffer_bytes < whole, occupancy=(choice.buffer_bytes,),
                                     per_operator=(choice.traffic_bytes,))
         return self.singles[i]
+
+    def _tiling(self, op):
+        """``op``'s best tiling; for a product that took a prologue, first its tiling without the
+        prologue's small inputs, with their exact cost added, where it still fits."""
+        small = self.prologues.get(op.name)
+        if small:
+            proxy = best_tiling(tiling_proxy(op, small), self.cap)
+            if buffer_bytes(op, proxy.tiles) <= self.cap:
+                return replace(proxy, operator=op.name, traffic_bytes=traffic_bytes(op, proxy.tiles, list(proxy.order)),
+                               buffer_bytes=buffer_bytes(op, proxy.tiles))
+        return best_tiling(op, self.cap)
 
     def _readers_in(self, t: str, first: int, last: int) -> tuple[int, ...]:
         """The operators in first..last that read ``t``."""

@@ -67,7 +67,14 @@ def _fold_into(app: Operator, reader: Operator) -> Operator:
 def fold_prologues(graph: Graph) -> Graph:
     """``graph`` with every broadcast application whose readers are all products folded into
     them; the graph itself when there is none."""
+    return folded(graph)[0]
+
+
+def folded(graph: Graph) -> tuple[Graph, dict[str, tuple[Access, ...]]]:
+    """:func:`fold_prologues`, and per reader that took a prologue, the reads of the small
+    (broadcast) inputs it took (:func:`tiling_proxy`)."""
     ops = list(graph.operators)
+    added: dict[str, tuple[Access, ...]] = {}
     outputs = set(graph.outputs())
     changed = True
     while changed:
@@ -81,10 +88,22 @@ def fold_prologues(graph: Graph) -> Graph:
             if not readers or any(not _is_product(ops[j]) or sum(a.tensor == out for a in ops[j].reads) != 1
                                   or any(a.tensor == out for a in ops[j].writes) for j in readers):
                 continue
+            main = broadcast_main(app).tensor
             for j in readers:
+                before = set(ops[j].reads)
                 ops[j] = _fold_into(app, ops[j])
+                small = tuple(a for a in ops[j].reads if a not in before and a.tensor != main)
+                added[ops[j].name] = added.get(ops[j].name, ()) + small
             del ops[k]
             changed = True
     if len(ops) == len(graph.operators):
-        return graph
-    return replace(graph, operators=tuple(ops), declared_outputs=frozenset(graph.declared_outputs))
+        return graph, {}
+    return replace(graph, operators=tuple(ops), declared_outputs=frozenset(graph.declared_outputs)), added
+
+
+def tiling_proxy(op: Operator, small: tuple[Access, ...]) -> Operator:
+    """``op`` without the small inputs a prologue gave it: the product as it was, whose tiling
+    (searched once for every product of its shape) the planner tries first for ``op``."""
+    reads = tuple(a for a in op.reads if a not in small)
+    used = {a.tensor for a in reads + op.writes}
+    return replace(op, reads=reads, tensors=tuple(t for t in op.tensors if t.name in used))
