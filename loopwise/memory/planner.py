@@ -82,17 +82,15 @@ from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
 from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close, slab_group
 from loopwise.memory.key_blocks import chain_spans, key_blocked
-from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
-from loopwise.memory.prologue import folded, tiling_proxy
+from loopwise.memory.prologue import folded, prologue_tiling
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
 from loopwise.memory.slab_floor import slab_floor
 from loopwise.memory.slabs import best_slab, slab_signatures
 from loopwise.memory.strip_mine import split_loops, strip_mined
-from loopwise.memory.tiling import buffer_bytes, traffic_bytes
 from loopwise.memory.tiled_carry import kept_tiled
 
 
@@ -238,7 +236,7 @@ class _Planner:
 
     def single(self, i: int) -> Group:
         if i not in self.singles:
-            choice = self._tiling(self.alone_ops[i])
+            choice = prologue_tiling(self.alone_ops[i], self.prologues.get(self.alone_ops[i].name, ()), self.cap)
             self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
@@ -246,17 +244,6 @@ class _Planner:
                                     tiled=choice.buffer_bytes < whole, occupancy=(choice.buffer_bytes,),
                                     per_operator=(choice.traffic_bytes,))
         return self.singles[i]
-
-    def _tiling(self, op):
-        """``op``'s best tiling; for a product that took a prologue, first its tiling without the
-        prologue's small inputs, with their exact cost added, where it still fits."""
-        small = self.prologues.get(op.name)
-        if small:
-            proxy = best_tiling(tiling_proxy(op, small), self.cap)
-            if buffer_bytes(op, proxy.tiles) <= self.cap:
-                return replace(proxy, operator=op.name, traffic_bytes=traffic_bytes(op, proxy.tiles, list(proxy.order)),
-                               buffer_bytes=buffer_bytes(op, proxy.tiles))
-        return best_tiling(op, self.cap)
 
     def _readers_in(self, t: str, first: int, last: int) -> tuple[int, ...]:
         """The operators in first..last that read ``t``."""

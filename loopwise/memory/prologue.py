@@ -22,6 +22,8 @@ from dataclasses import replace
 
 from loopwise.memory.graph import Graph
 from loopwise.memory.ir import Access, Operator
+from loopwise.memory.layerwise import TilingChoice, best_tiling
+from loopwise.memory.tiling import buffer_bytes, traffic_bytes
 
 
 def _is_product(op: Operator) -> bool:
@@ -72,7 +74,7 @@ def fold_prologues(graph: Graph) -> Graph:
 
 def folded(graph: Graph) -> tuple[Graph, dict[str, tuple[Access, ...]]]:
     """:func:`fold_prologues`, and per reader that took a prologue, the reads of the small
-    (broadcast) inputs it took (:func:`tiling_proxy`)."""
+    (broadcast) inputs it took (:func:`prologue_tiling`)."""
     ops = list(graph.operators)
     added: dict[str, tuple[Access, ...]] = {}
     outputs = set(graph.outputs())
@@ -101,9 +103,16 @@ def folded(graph: Graph) -> tuple[Graph, dict[str, tuple[Access, ...]]]:
     return replace(graph, operators=tuple(ops), declared_outputs=frozenset(graph.declared_outputs)), added
 
 
-def tiling_proxy(op: Operator, small: tuple[Access, ...]) -> Operator:
-    """``op`` without the small inputs a prologue gave it: the product as it was, whose tiling
-    (searched once for every product of its shape) the planner tries first for ``op``."""
-    reads = tuple(a for a in op.reads if a not in small)
-    used = {a.tensor for a in reads + op.writes}
-    return replace(op, reads=reads, tensors=tuple(t for t in op.tensors if t.name in used))
+def prologue_tiling(op: Operator, small: tuple[Access, ...], capacity: int) -> TilingChoice:
+    """``op``'s tiling (:func:`~loopwise.memory.layerwise.best_tiling`); for a product that took a
+    prologue (``small``: the reads it took, :func:`folded`), first the tiling of the product as it
+    was (searched once for every product of its shape), with the exact traffic of ``op`` under it,
+    where it still fits."""
+    if small:
+        reads = tuple(a for a in op.reads if a not in small)
+        used = {a.tensor for a in reads + op.writes}
+        proxy = best_tiling(replace(op, reads=reads, tensors=tuple(t for t in op.tensors if t.name in used)), capacity)
+        if buffer_bytes(op, proxy.tiles) <= capacity:
+            return replace(proxy, operator=op.name, traffic_bytes=traffic_bytes(op, proxy.tiles, list(proxy.order)),
+                           buffer_bytes=buffer_bytes(op, proxy.tiles))
+    return best_tiling(op, capacity)
