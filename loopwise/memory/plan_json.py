@@ -30,16 +30,17 @@ def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], secon
 
     rows, k = [], 0
     graph_ops = imported.graph.operators
+    at = {op.name: n for n, op in enumerate(graph_ops)}  # a plan may have folded some (a prologue)
     for gi, grp in enumerate(plan.groups):
         for name, moved in zip(grp.operators, grp.per_operator):
-            flops, engine = operator_work(graph_ops[k])
+            flops, engine = operator_work(graph_ops[at[name]])
             rows.append({"operator": name, "group": gi, "plan_bytes": moved,
-                         "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[k],
+                         "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[at[name]],
                          "flops": flops, "engine": engine, "touched_bytes": plan.touched[k] if plan.touched else 0})
             k += 1
     data = {"model": str(model), "target": target.name, "total_bytes": plan.total_bytes,
             "compulsory_bytes": plan.compulsory_bytes,
-            "operator_bounds_bytes": sum(r["bound_bytes"] for r in rows), "copies_folded": len(imported.folded),
+            "operator_bounds_bytes": sum(bounds), "copies_folded": len(imported.folded),
             "unsupported": imported.unsupported,
             "layer_by_layer_bytes": plan.layer_by_layer_bytes,
             "ratio_to_compulsory": plan.total_bytes / plan.compulsory_bytes,

@@ -42,6 +42,12 @@ slabs it is held through the whole loop, since the slabs already made stay on ch
 of it and every later slab reads what was carried in. An operator alone, tiled, carries its output
 out where its tiling holds the whole output as one accumulator (:mod:`loopwise.memory.tiled_carry`).
 
+An elementwise operator that applies small broadcast tensors (a norm's statistic and weight) to
+its input is folded into the products that read its output, which apply it to each operand tile
+they load (:mod:`loopwise.memory.prologue`); the layer-by-layer baseline keeps it. An elementwise
+operator after a tiled product whose output nothing else reads runs on each output tile as the
+product finishes it (:mod:`loopwise.memory.epilogue`).
+
 The operators the groups are made of are the graph's, strip-mined where a reader reads a product's
 output block by block (:mod:`loopwise.memory.strip_mine`): a projection then offers a loop over the
 heads, so it and what reads it per head can run head by head. An operator alone is tiled as the
@@ -71,13 +77,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from loopwise.memory.epilogue import epilogue_group
 from loopwise.memory.graph import Graph
 from loopwise.memory.group_tally import tally, units, with_carries
 from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close, slab_group
 from loopwise.memory.key_blocks import chain_spans, key_blocked
-from loopwise.memory.layerwise import best_tiling
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
+from loopwise.memory.prologue import folded, prologue_tiling
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
@@ -92,20 +99,34 @@ def plan(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
     """The grouping of ``graph``'s operators with the least DRAM traffic under ``capacity_bytes``,
     or (``objective="time"``, with the target's :class:`loopwise.memory.timing.Rates`) the least
     roofline time (:meth:`_Planner.cost`); ``progress(done, total)`` is called as operators are searched."""
-    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
-    return _placed(planner, planner.run(progress))
+    return plan_with_baseline(graph, capacity_bytes, max_group, progress, objective=objective, rates=rates,
+                              baseline=False)[0]
 
 
 def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, progress=None,
                        searched: dict[int, dict] | None = None, on_searched=None, objective: str = "traffic",
-                       rates=None) -> tuple[Plan, Plan]:
+                       rates=None, baseline: bool = True) -> tuple[Plan, Plan | None]:
     """The plan of :func:`plan` and the layer-by-layer baseline as a plan of its own (every operator
     alone with its best tiling, with its schedule), both from one search: the baseline's groups are
     the single operators the search evaluated anyway. ``searched`` and ``on_searched``: as in
-    :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`."""
-    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
+    :meth:`_Planner.run`, to continue a stopped search; ``objective``, ``rates``: as in :func:`plan`.
+
+    Where the graph has norm applications to fold into their products
+    (:mod:`loopwise.memory.prologue`), the graph is planned twice, as it is and with them folded,
+    and the better plan is kept (a folded norm's input is read again by each product, which costs
+    more where the normalized tensor could have stayed on chip); the search of the folded graph is
+    not recorded (``on_searched``), so a resumed run searches it again."""
+    planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates, prologues=False)
     best = planner.run(progress, searched, on_searched)
-    return _placed(planner, best), planner.baseline()
+    base = planner.baseline() if baseline else None
+    other = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
+    if other.g is not graph:
+        found = other.run(progress)
+        if other.total(found) < planner.total(best):
+            planner, best = other, found
+    if base is not None:
+        best = replace(best, layer_by_layer_bytes=base.layer_by_layer_bytes)
+    return _placed(planner, best), base
 
 
 def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
@@ -115,7 +136,7 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
     recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
     the whole scratchpad."""
     p = first_planner
-    graph, capacity, max_group = p.g, p.cap, p.max_group
+    graph, capacity, max_group = p.source, p.cap, p.max_group
     budget, first = capacity, best
     for _ in range(attempts):
         top = max((a[3] + a[4] for g in best.schedule["groups"] for step, _ in static_steps(g["steps"])
@@ -123,7 +144,8 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
         if top <= capacity:
             return best
         budget -= max(top - capacity, capacity // 100)
-        planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates)
+        planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates,
+                           prologues=p.g is not graph)
         best = replace(planner.run(), planned_capacity_bytes=budget,
                        layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
     return best
@@ -131,12 +153,15 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
 
 class _Planner:
     def __init__(self, graph: Graph, capacity: int, max_group: int, scratchpad: int | None = None,
-                 objective: str = "traffic", rates=None) -> None:
+                 objective: str = "traffic", rates=None, prologues: bool = True) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective {objective!r}: one of {', '.join(OBJECTIVES)}")
         if objective == "time" and rates is None:
             raise ValueError("the time objective needs the target's rates (its bandwidth and compute)")
         self.objective, self.rates = objective, rates
+        # norm applications folded into their products (:mod:`loopwise.memory.prologue`)
+        self.source = graph
+        graph, self.prologues = folded(graph) if prologues else (graph, {})
         self.g, self.cap, self.max_group = graph, capacity, max_group
         self.scratchpad = capacity if scratchpad is None else scratchpad  # where its buffers are placed
         self.alone_ops = graph.operators  # as each runs alone, tiled (:mod:`loopwise.memory.layerwise`)
@@ -183,6 +208,7 @@ class _Planner:
         self.tallied: tuple = (None, None)  # the last group tallied (its ways with carries come next)
         self.singles: dict[int, Group] = {}
         self.choices: dict[int, object] = {}  # each single's tiling, for its schedule
+        self.epilogues: dict[int, tuple | None] = {}  # operator i tiled with its epilogue: (group, how)
         self.evaluated = 0
 
     # -- the pieces -------------------------------------------------------------------------
@@ -198,12 +224,19 @@ class _Planner:
         compute = sum(self.compute_s[name] for name in names)
         return (max(compute, grp.traffic_bytes / self.rates.dram_bytes_per_s), grp.traffic_bytes)
 
+    def total(self, found: Plan):
+        """What :meth:`cost` adds up over the plan's groups."""
+        out = self.zero
+        for grp in found.groups:
+            out = self._plus(out, self.cost(grp))
+        return out
+
     def _plus(self, a, b):
         return a + b if self.objective == "traffic" else (a[0] + b[0], a[1] + b[1])
 
     def single(self, i: int) -> Group:
         if i not in self.singles:
-            choice = best_tiling(self.alone_ops[i], self.cap)
+            choice = prologue_tiling(self.alone_ops[i], self.prologues.get(self.alone_ops[i].name, ()), self.cap)
             self.choices[i] = choice
             self.evaluated += choice.evaluated
             whole = sum(b for b, _, _ in self.facts[i].values())
@@ -388,7 +421,19 @@ class _Planner:
         kept = kept_tiled(self, i)
         if kept is not None:
             keep(i + 1, kept[1], (0, kept[0]))
+        fused = self.epilogue(i)
+        if fused is not None:
+            keep(i + 2, fused)
         return found
+
+    def epilogue(self, i: int) -> Group | None:
+        """Operator i, tiled, with operator i + 1 applied to each output tile as its epilogue
+        (:mod:`loopwise.memory.epilogue`), or None where it is none."""
+        if i not in self.epilogues:
+            found = epilogue_group(self, i)
+            self.epilogues[i] = found
+        found = self.epilogues[i]
+        return None if found is None else found[0]
 
     @staticmethod
     def _pair(outer_k: list, inner_k: list) -> tuple[str | None, str] | None:

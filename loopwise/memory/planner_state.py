@@ -13,6 +13,7 @@ from loopwise.memory.plan_records import Group
 from loopwise.memory.tiled_carry import kept_tiled
 
 TILED = "tiled"  # how a group found is recorded when it is an operator alone, tiled (it keeps its output)
+EPILOGUE = "epilogue"  # ... when it is a tiled operator and its epilogue (:mod:`loopwise.memory.epilogue`)
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class RecordedGroup:
 
     def rebuild(self, planner) -> Group:
         """The group itself, evaluated again by ``planner`` (the same graph and capacity)."""
-        if self.slab == TILED:  # alone, tiled, its output kept on chip
+        if self.slab == EPILOGUE:
+            grp = planner.epilogue(self.start)
+        elif self.slab == TILED:  # alone, tiled, its output kept on chip
             kept = kept_tiled(planner, self.start)
             grp = kept[1] if kept is not None and kept[0] == self.carry_out else None
         elif self.slab is not None and len(self.slab) > 4 and self.slab[4]:  # run in key blocks
@@ -50,7 +53,7 @@ class RecordedGroup:
 def _slab(grp: Group) -> list | str | None:
     s = grp.slab
     if s is None:
-        return TILED if grp.tiled else None
+        return (EPILOGUE if len(grp.operators) > 1 else TILED) if grp.tiled else None
     return [list(s.outer_dims) if s.outer_dims else None, list(s.dims), s.extent, s.outer_extent,
             list(s.key_dims) if s.key_dims else None]
 

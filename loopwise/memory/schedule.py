@@ -44,6 +44,7 @@ stores become the group's DMA list (:mod:`loopwise.memory.placement`).
 
 from __future__ import annotations
 
+from loopwise.memory.epilogue import epilogue_loop_nest
 from loopwise.memory.handed import handed_pair
 from loopwise.memory.ir import Operator
 from loopwise.memory.key_blocks import state_buffers
@@ -60,7 +61,10 @@ def build_schedule(planner, groups) -> dict:
     i = 0
     for grp in groups:
         j = i + len(grp.operators)
-        if planner.singles.get(i) is grp or grp.tiled:
+        ep = (planner.epilogues.get(i) or (None, None))[1] if grp.tiled and len(grp.operators) == 2 else None
+        if ep is not None:
+            steps = _epilogue_steps(ep)
+        elif planner.singles.get(i) is grp or grp.tiled:
             steps = _alone(planner.alone_ops[i], grp, planner.choices.get(i), planner.facts[i])
         elif grp.slab is not None and grp.slab.key_dims:
             steps = key_block_steps(planner, i, j, grp)
@@ -68,8 +72,8 @@ def build_schedule(planner, groups) -> dict:
             steps = _group_steps(planner, i, j, grp)
         out["groups"].append({"operators": list(grp.operators), "traffic_bytes": int(grp.traffic_bytes),
                               "peak_bytes": int(grp.peak_bytes), "steps": steps,
-                              "loop_nest": loop_nest((planner.alone_ops if grp.tiled else planner.ops)[i:j],
-                                                     grp, planner.choices.get(i))})
+                              "loop_nest": epilogue_loop_nest(ep) if ep is not None else loop_nest(
+                                  (planner.alone_ops if grp.tiled else planner.ops)[i:j], grp, planner.choices.get(i))})
         i = j
     place(out)
     return out
@@ -131,13 +135,9 @@ def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
             step["free"].append([t])
         return [step]
     moved = traffic(op, choice.tiles, list(choice.order))
-    sizes, counts = tile_sizes(op, choice.tiles), tile_counts(op, choice.tiles)
-    first = {d: (0, s) for d, s in sizes.items()}
-    second = {d: (s if counts[d] > 1 else 0, s) for d, s in sizes.items()}
-    largest = tile_footprints(op, choice.tiles)
+    held = _tile_held(op, choice)
     for t in op.tensors:
-        held = max(footprint(op, t.name, first), footprint(op, t.name, second), largest[t.name]) * t.elem_bytes
-        step["alloc"].append([t.name, held])
+        step["alloc"].append([t.name, held[t.name]])
         if moved[t.name].loads:
             step["load"].append([t.name, moved[t.name].loads * t.elem_bytes])
         if t.name in grp.carried_out:  # on chip whole for the next group: neither stored nor freed
@@ -146,6 +146,46 @@ def _alone(op: Operator, grp, choice, facts: dict) -> list[dict]:
             step["store"].append([t.name, moved[t.name].stores * t.elem_bytes])
         step["free"].append([t.name])
     return [step]
+
+
+def _tile_held(op: Operator, choice) -> dict[str, int]:
+    """Per tensor, the bytes of its buffer under ``choice``'s tiling: the most any tile holds."""
+    sizes, counts = tile_sizes(op, choice.tiles), tile_counts(op, choice.tiles)
+    first = {d: (0, s) for d, s in sizes.items()}
+    second = {d: (s if counts[d] > 1 else 0, s) for d, s in sizes.items()}
+    largest = tile_footprints(op, choice.tiles)
+    return {t.name: max(footprint(op, t.name, first), footprint(op, t.name, second), largest[t.name]) * t.elem_bytes
+            for t in op.tensors}
+
+
+def _epilogue_steps(ep) -> list[dict]:
+    """A tiled product and its epilogue (:mod:`loopwise.memory.epilogue`). The output tile is the
+    result's buffer: the product's step loads its operands' tiles and accumulates into it; the
+    epilogue's step loads its other inputs' tiles, turns the tile into the result in place and
+    stores it. The loads and stores are those of every tile added up; the epilogue's inputs stream
+    through their buffers (:attr:`~loopwise.memory.epilogue.Epilogue.buffers`); the product's
+    output as a tensor of its own is never on chip apart from that buffer, nor in DRAM."""
+    fused, out = ep.fused, ep.intermediate
+    moved, held = traffic(fused, ep.choice.tiles, list(ep.choice.order)), _tile_held(fused, ep.choice)
+    result = fused.writes[0].tensor
+    size = {t.name: t.elem_bytes for t in fused.tensors}
+    mine = [t.name for t in ep.product.tensors if t.name != out]
+    theirs = [t.name for t in ep.reader.tensors if t.name not in (out, result) and t.name not in mine]
+    first, then = _step(ep.product.name, [*mine, result]), _step(ep.reader.name, [*theirs, result])
+    later = {a.tensor for a in ep.reader.reads}
+    for t in [*mine, result]:
+        first["alloc"].append([t, held[t]])
+        if moved[t].loads:
+            first["load"].append([t, moved[t].loads * size[t]])
+    first["free"] += [[t] for t in mine if t not in later]
+    then["needs"].append([result, held[result]])
+    for t in theirs:
+        then["alloc"].append([t, ep.buffers[t]])
+        if moved[t].loads:
+            then["load"].append([t, moved[t].loads * size[t]])
+    then["store"].append([result, moved[result].stores * size[result]])
+    then["free"] += [[t] for t in theirs + [t for t in mine if t in later]] + [[result]]
+    return [first, then]
 
 
 def _group_steps(planner, i: int, j: int, grp) -> list[dict]:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from loopwise.cli import app
 from loopwise.memory.graph import Graph
-from loopwise.memory.ir import Access, Operator, Tensor, elementwise
+from loopwise.memory.ir import Access, Operator, Tensor
 from loopwise.memory.planner import plan
 from loopwise.memory.timing import Rates, operator_work
 
@@ -18,11 +18,14 @@ RATES = Rates(dram_bytes_per_s=1e9, matrix_flops=1e10, vector_flops=1e9, capacit
 
 
 def _product_then_add() -> Graph:
-    """Y = X @ W (compute-bound at these rates), then Z = Y + R (memory-bound)."""
+    """Y = X @ W (compute-bound at these rates), then Z = (Y + R) transposed (memory-bound; written
+    transposed, it cannot run on each output tile of the product as its epilogue)."""
     mm = Operator("mm", {"m": M, "n": N, "k": K}, (Tensor("X", (M, K)), Tensor("W", (K, N)), Tensor("Y", (M, N))),
                   reads=(Access("X", ("m", "k")), Access("W", ("k", "n"))), writes=(Access("Y", ("m", "n")),),
                   macs=M * N * K)
-    return Graph("product-then-add", (mm, elementwise("add", (M, N), ("Y", "R"), "Z")), frozenset({"W"}))
+    add = Operator("add", {"a": M, "b": N}, (Tensor("Y", (M, N)), Tensor("R", (N, M)), Tensor("Z", (N, M))),
+                   reads=(Access("Y", ("a", "b")), Access("R", ("b", "a"))), writes=(Access("Z", ("b", "a")),))
+    return Graph("product-then-add", (mm, add), frozenset({"W"}))
 
 
 def _roofline_s(p, g: Graph) -> float:

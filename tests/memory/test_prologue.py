@@ -1,0 +1,64 @@
+"""A norm's application (x times a per-row statistic and a per-column weight) folded into the
+product that reads it: the product applies it to each tile of x it loads, and the normalized x
+is never written; where the normalized x has another reader, or the operator is not such an
+application, nothing is folded."""
+
+from __future__ import annotations
+
+from loopwise.memory.graph import Graph
+from loopwise.memory.ir import Access, Operator, Tensor, elementwise
+from loopwise.memory.prologue import fold_prologues
+
+from .verified_plans import verified_plan
+
+M, K, N = 1024, 512, 512
+
+
+def _t(name: str, *shape: int) -> Tensor:
+    return Tensor(name, shape)
+
+
+def _norm(main: tuple[str, str] = ("m", "k")) -> tuple[Operator, Operator]:
+    """s[m] = mean_k x[m, k]^2 (a reduction); xn[m, k] = x[m, k] * s[m] * g[k], or with ``main``
+    (k, m) the same of another input read transposed, xt[k, m]."""
+    stat = Operator("mean", {"m": M, "k": K}, (_t("x", M, K), _t("s", M)), reads=(Access("x", ("m", "k")),),
+                    writes=(Access("s", ("m",)),))
+    x, shape = ("x", (M, K)) if main == ("m", "k") else ("xt", (K, M))
+    apply = Operator("mul", {"m": M, "k": K}, (_t(x, *shape), _t("s", M), _t("g", K), _t("xn", M, K)),
+                     reads=(Access(x, main), Access("s", ("m",)), Access("g", ("k",))), writes=(Access("xn", ("m", "k")),))
+    return stat, apply
+
+
+def _projection() -> Operator:
+    """y[m, n] = sum_k xn[m, k] * w[n, k]."""
+    return Operator("proj", {"m": M, "n": N, "k": K}, (_t("xn", M, K), _t("w", N, K), _t("y", M, N)),
+                    reads=(Access("xn", ("m", "k")), Access("w", ("n", "k"))), writes=(Access("y", ("m", "n")),),
+                    macs=M * N * K)
+
+
+def test_the_norm_is_applied_by_the_product_that_reads_it():
+    """x 1 MiB, w 512 KiB, y 1 MiB, s 2 KiB, g 1 KiB, at 128 KiB. The statistic reads x and writes
+    s: 1 MiB + 2 KiB. The product, tiled (128 rows x 256 columns of y, 64 of k), reads x where it
+    read xn (twice: once per column half), w 8 times, s once, g once per output tile (16), and
+    stores y. Not folded, the norm also wrote xn (1 MiB) and read g: 9,438,208 B."""
+    g = Graph("norm-then-product", (*_norm(), _projection()), frozenset({"w", "g"}))
+    p = verified_plan(g, 128 * 1024)
+    x, w, y, s, gamma = 2 * M * K, 2 * N * K, 2 * M * N, 2 * M, 2 * K
+    assert p.total_bytes == (x + s) + (2 * x + 8 * w + y + s + 16 * gamma) == 8_409_088
+    assert [grp.operators for grp in p.groups] == [("mean",), ("proj",)]
+
+
+def test_an_application_read_by_more_than_products_or_not_broadcast_stays():
+    """Folded only where every reader is a product, the main input is read where the result is
+    written, and something small is applied (an activation alone is not folded)."""
+    residual = elementwise("add", (M, K), ("xn", "x"), "z")
+    kept = Graph("norm-read-twice", (*_norm(), _projection(), residual), frozenset({"w", "g"}))
+    assert fold_prologues(kept) is kept
+    transposed = Graph("transposed", (*_norm(("k", "m")), _projection()), frozenset({"w", "g"}))
+    assert fold_prologues(transposed) is transposed
+    relu = elementwise("relu", (M, K), ("x",), "xn")
+    unary = Graph("activation", (relu, _projection()), frozenset({"w"}))
+    assert fold_prologues(unary) is unary
+    folded = fold_prologues(Graph("norm-then-product", (*_norm(), _projection()), frozenset({"w", "g"})))
+    assert [op.name for op in folded.operators] == ["mean", "proj"]
+    assert [a.tensor for a in folded.operators[1].reads] == ["x", "s", "g", "w"]
