@@ -8,14 +8,16 @@ reads the value before the write though the forward reads it after. :func:`trace
 ``operator.setitem``), so the graph holds every write the forward makes.
 
 A write is *private* where nothing reads the memory it writes afterwards except through the
-write's own result: the tensor written is not read again under its old name or through a view,
-and it is not the model's state (a parameter or buffer, which the next call would see). A private
-write computes the same program out of place, so :func:`functionalize` rewrites it so
-(``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as ``x.add(y)``, ``torch.relu_`` as
-``torch.relu``, ``inplace=True`` dropped), keeping the dtype of the tensor written (a write casts
-to it). ResNet's ``out += identity`` and VGG's ``ReLU(inplace=True)`` are private. The writes left
-(:func:`visible_writes`) are seen by a later read: only a plan that keeps each where PyTorch runs it
-(the partitioner, :mod:`.partition.writes`) can compute such a forward.
+write's own result: the tensor written is not read again under its old name or through a view
+(an alias: an operation named as a view, or one whose output shares its input's storage when the
+forward runs on the meta device, :func:`viewed`), and it is not the model's state (a parameter or
+buffer, which the next call would see). A private write computes the same program out of place,
+so :func:`functionalize` rewrites it so (``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as
+``x.add(y)``, ``torch.relu_`` as ``torch.relu``, ``inplace=True`` dropped), keeping the dtype of
+the tensor written (a write casts to it). ResNet's ``out += identity`` and VGG's
+``ReLU(inplace=True)`` are private. The writes left (:func:`visible_writes`) are seen by a later
+read: only a plan that keeps each where PyTorch runs it (the partitioner, :mod:`.partition.writes`)
+can compute such a forward.
 """
 
 from __future__ import annotations
@@ -177,19 +179,60 @@ _VIEW_MODULES = frozenset({"Identity", "Flatten", "Unflatten", "Dropout", "Dropo
 
 
 def is_view(gm, node) -> bool:
-    """Whether ``node``'s output may share its first argument's memory."""
+    """Whether ``node``'s output may share its first argument's memory (by the operation's name)."""
     if node.op == "call_module":
         return type(gm.get_submodule(node.target)).__name__ in _VIEW_MODULES
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in _VIEWS
 
 
+# node.meta key: the position in a node's args of the input whose memory its output shares, as the
+# forward run on the meta device shows (``ravel``, ``broadcast_to``, ``positive``, a transposing
+# ``einsum``: views and operations that return their input, whatever their name)
+SHARES = "loopwise_shares_memory_of"
+
+
+def viewed(gm, node):
+    """The input node whose memory ``node``'s output may share (a view's base, an operation that
+    returns its input, an in-place write's target), or None."""
+    position = node.meta.get(SHARES)
+    if position is not None and position < len(node.args) and hasattr(node.args[position], "op"):
+        return node.args[position]
+    if node.args and hasattr(node.args[0], "op") and is_view(gm, node):
+        return node.args[0]
+    return None
+
+
+def _mark_shared_memory(gm, values) -> None:
+    """Records (:data:`SHARES`) which input's memory each node's output shares, from ``values``
+    (the forward run on the meta device, where a view or a returned input keeps its storage)."""
+    for node in gm.graph.nodes:
+        made = _storages(values.get(node))
+        if not made:
+            continue
+        for position, arg in enumerate(node.args):
+            if hasattr(arg, "op") and made & _storages(values.get(arg)):
+                node.meta[SHARES] = position
+                break
+
+
+def _storages(value) -> set:
+    """The storages (by identity) of a tensor or of the tensors of a tuple or list."""
+    import torch
+
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return {v.untyped_storage()._cdata for v in values if isinstance(v, torch.Tensor)}
+
+
 def _memory(gm, node):
     """The node whose memory ``node`` is: through views and in-place writes (which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (
-            is_view(gm, node) or writes_in_place(gm, node) and _returns_written(node)):
-        node = node.args[0]
-    return node
+    while True:
+        base = viewed(gm, node)
+        if base is None and writes_in_place(gm, node) and _returns_written(node):
+            base = node.args[0]
+        if base is None:
+            return node
+        node = base
 
 
 def private(gm, write) -> bool:
@@ -217,31 +260,35 @@ def functionalize(gm, args):
     (the same memory, named as the forward's dataflow), and its private writes (:func:`private`)
     rewritten out of place (module calls, which cannot be, are left as they are: a private one is an
     out-of-place operation to whoever reads the graph). A write whose out-of-place result would
-    take another dtype than the tensor it writes (``half += float``) stays in place, as does every
-    write whose operands' dtypes cannot be read on the meta device; augmented assignment to a
-    number (a size) is the operation out of place."""
+    take another dtype than the tensor it writes (``half += float``, ``x.gt_(0)`` of a float x)
+    stays in place, as does every write of a forward that cannot run on the meta device (which
+    also tells which operations return their input's memory, :func:`viewed`); augmented
+    assignment to a number (a size) is the operation out of place."""
     import torch
 
-    values = None
+    writes = [n for n in gm.graph.nodes if writes_in_place(gm, n)]
+    if not writes:
+        return gm
+    values = _meta_values(gm, args)
+    _mark_shared_memory(gm, values)
     changed = False
-    for node in [n for n in gm.graph.nodes if writes_in_place(gm, n) and _returns_written(n)]:
+    for node in [n for n in writes if _returns_written(n)]:
         written = node.args[0]
-        augmented = node.op == "call_function" and node.target in _AUGMENTED_OPERATORS
-        operands = any(hasattr(a, "op") for a in (*node.args[1:], *node.kwargs.values()))
-        if augmented or operands:
-            values = _meta_values(gm, args) if values is None else values
-        if augmented and not isinstance(values.get(written), torch.Tensor):
+        if node.op == "call_function" and node.target in _AUGMENTED_OPERATORS and not isinstance(
+                values.get(written), torch.Tensor):
             if written in values:  # a number: ``n += 1`` rebinds n
                 node.target, changed = getattr(operator, AUGMENTED[node.target.__name__]), True
+                node.meta.pop(SHARES, None)
             continue
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         for user in [u for u in written.users if order[u] > order[node]]:
             user.replace_input_with(written, node)
             changed = True
         call = out_of_place(node)
-        if call is None or not private(gm, node) or (operands and not _keeps_dtype(call, node, values)):
+        if call is None or not private(gm, node) or not _keeps_dtype(call, node, values):
             continue
         node.op, node.target, node.args, node.kwargs = call
+        node.meta.pop(SHARES, None)  # a fresh tensor now
         changed = True
     if changed:
         gm.graph.lint()

@@ -108,3 +108,40 @@ def test_a_tensor_read_after_an_in_place_module_wrote_it_is_judged_correct(tmp_p
     path.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)",
                                    extra="self.act = nn.ReLU(inplace=True)"))
     judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
+
+
+# Operations whose output can be their input's memory though they are not named as views: a view
+# (ravel, broadcast_to, hsplit, a transposing einsum) or the input itself (type to its own dtype,
+# positive, atleast_2d of a matrix).
+ALIASES = {"ravel": "y.ravel()", "broadcast_to": "y.broadcast_to(4, 33)", "type": "y.type(torch.float32)",
+           "positive": "y.positive()", "atleast_2d": "torch.atleast_2d(y)", "einsum": "torch.einsum('ij->ji', y).t()",
+           "hsplit": "y.hsplit([33])[0]"}
+ALIASED_BEFORE = "y = x * 2.0\nv = {alias}\ny += 1.0\nx = torch.sigmoid(v) * 3.0"
+
+
+@pytest.mark.parametrize("name", list(ALIASES))
+def test_a_write_an_alias_made_before_it_sees_stays_in_pytorch(tmp_path, name):
+    """v shares y's memory (PyTorch says so, whatever the operation is called): it reads ``y += 1``."""
+    pattern = _captured(tmp_path, name, ALIASED_BEFORE.format(alias=ALIASES[name]))
+    assert "iadd" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+def test_a_comparison_in_place_keeps_the_dtype_of_the_tensor_it_writes(tmp_path):
+    """``x.gt_(0.6)`` stores 1.0 and 0.0 in x's float32; ``x.gt(0.6)`` would be boolean (and
+    ``x + x`` of it True, not 2.0): the write stays where PyTorch makes it."""
+    forward = "x = torch.sigmoid(x * 2.0 + 1.0)\nx.gt_(0.6)\nx = torch.sigmoid(x + x) * 3.0"
+    pattern = _captured(tmp_path, "gt_", forward)
+    assert "gt_" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forward", [
+    ALIASED_BEFORE.format(alias=ALIASES["ravel"]),
+    ALIASED_BEFORE.format(alias=ALIASES["einsum"]),
+    # s reads the alias v before a write someone else (w) sees: s is computed before the write
+    "y = x * 2.0\nw = y.view(-1)\nv = y.ravel()\ns = v * 3.0\ny.add_(1.0)\nx = torch.sigmoid(s.view(4, 33)) + w.view(4, 33)",
+    "x = torch.sigmoid(x * 2.0 + 1.0)\nx.gt_(0.6)\nx = torch.sigmoid(x + x) * 3.0",
+])
+def test_forwards_with_writes_through_aliases_are_judged_correct(tmp_path, monkeypatch, forward):
+    judged_correct(_problem(tmp_path, "aliased", "", forward, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)

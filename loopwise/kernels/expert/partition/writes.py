@@ -3,7 +3,7 @@ reads it on the wrong side of a write, and which nodes dead-code elimination mus
 
 from __future__ import annotations
 
-from loopwise.kernels.expert.functionalize import is_view, writes_in_place
+from loopwise.kernels.expert.functionalize import viewed, writes_in_place
 
 
 # Modules whose output is a fresh tensor (never a view of their input or of a parameter).
@@ -36,8 +36,9 @@ def late_writes(gm) -> dict:
             root = _storage(gm, target)
             last[root] = max(last.get(root, -1), order[n])
     for n in gm.graph.nodes:  # graph order: a view comes after what it views
-        if n.args and (is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
-            last[n] = last[n.args[0]]
+        base = viewed(gm, n) or (n.args[0] if n in writes and n.args and hasattr(n.args[0], "op") else None)
+        if base in last:
+            last[n] = last[base]
     return last
 
 
@@ -54,9 +55,13 @@ def _written_args(gm, node) -> list:
 
 def _storage(gm, node):
     """The node whose memory ``node`` is (through views and in-place writes, which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (is_view(gm, node) or _writes(gm, node)):
-        node = node.args[0]
-    return node
+    while True:
+        base = viewed(gm, node)
+        if base is None and node.args and hasattr(node.args[0], "op") and _writes(gm, node):
+            base = node.args[0]
+        if base is None:
+            return node
+        node = base
 
 
 def in_place_writes(gm) -> set:
