@@ -186,34 +186,29 @@ def is_view(gm, node) -> bool:
     return node.op in ("call_function", "call_method") and name in _VIEWS
 
 
-# node.meta key: the position in a node's args of the input whose memory its output shares, as the
-# forward run on the meta device shows (``ravel``, ``broadcast_to``, ``positive``, a transposing
-# ``einsum``: views and operations that return their input, whatever their name)
+# node.meta key: the positions in a node's args of the inputs whose memory its output shares, as
+# the forward run on the meta device shows (``ravel``, ``broadcast_to``, ``positive``, a transposing
+# ``einsum``, ``broadcast_tensors``: views and operations that return their input, whatever their name)
 SHARES = "loopwise_shares_memory_of"
 
 
-def viewed(gm, node):
-    """The input node whose memory ``node``'s output may share (a view's base, an operation that
-    returns its input, an in-place write's target), or None."""
-    position = node.meta.get(SHARES)
-    if position is not None and position < len(node.args) and hasattr(node.args[position], "op"):
-        return node.args[position]
-    if node.args and hasattr(node.args[0], "op") and is_view(gm, node):
-        return node.args[0]
-    return None
+def viewed(gm, node) -> list:
+    """The input nodes whose memory ``node``'s output may share (a view's base, an operation that
+    returns its input, an in-place write's target)."""
+    found = [node.args[i] for i in node.meta.get(SHARES, ()) if i < len(node.args) and hasattr(node.args[i], "op")]
+    if node.args and hasattr(node.args[0], "op") and is_view(gm, node) and node.args[0] not in found:
+        found.append(node.args[0])
+    return found
 
 
 def _mark_shared_memory(gm, values) -> None:
-    """Records (:data:`SHARES`) which input's memory each node's output shares, from ``values``
+    """Records (:data:`SHARES`) which inputs' memory each node's output shares, from ``values``
     (the forward run on the meta device, where a view or a returned input keeps its storage)."""
     for node in gm.graph.nodes:
         made = _storages(values.get(node))
-        if not made:
-            continue
-        for position, arg in enumerate(node.args):
-            if hasattr(arg, "op") and made & _storages(values.get(arg)):
-                node.meta[SHARES] = position
-                break
+        shared = tuple(i for i, arg in enumerate(node.args) if hasattr(arg, "op") and made & _storages(values.get(arg)))
+        if shared:
+            node.meta[SHARES] = shared
 
 
 def _storages(value) -> set:
@@ -224,15 +219,23 @@ def _storages(value) -> set:
     return {v.untyped_storage()._cdata for v in values if isinstance(v, torch.Tensor)}
 
 
-def _memory(gm, node):
-    """The node whose memory ``node`` is: through views and in-place writes (which return their input)."""
-    while True:
-        base = viewed(gm, node)
-        if base is None and writes_in_place(gm, node) and _returns_written(node):
-            base = node.args[0]
-        if base is None:
-            return node
-        node = base
+def memory_of(gm, node, through=None) -> set:
+    """The nodes whose memory ``node`` may be: through views (:func:`viewed`) and the in-place
+    writes ``through`` says (by default every write that returns its target) to the nodes that
+    made it."""
+    through = through or (lambda n: writes_in_place(gm, n) and _returns_written(n))
+    roots, frontier, seen = set(), [node], set()
+    while frontier:
+        node = frontier.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        bases = viewed(gm, node) or ([node.args[0]] if node.args and hasattr(node.args[0], "op") and through(node)
+                                     else [])
+        frontier.extend(bases)
+        if not bases:
+            roots.add(node)
+    return roots
 
 
 def private(gm, write) -> bool:
@@ -242,15 +245,15 @@ def private(gm, write) -> bool:
     memory is not the model's (a parameter or buffer keeps the write for the next call)."""
     if not write.args or not hasattr(write.args[0], "op"):
         return False
-    written, root = write.args[0], _memory(gm, write.args[0])
-    if root.op == "get_attr":
+    written, roots = write.args[0], memory_of(gm, write.args[0])
+    if any(root.op == "get_attr" for root in roots):
         return False
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     at = order[write]
     for node in gm.graph.nodes:
         if order[node] >= at:
             return True
-        if node is not written and _memory(gm, node) is root and any(order[u] > at for u in node.users):
+        if node is not written and memory_of(gm, node) & roots and any(order[u] > at for u in node.users):
             return False
     return True
 

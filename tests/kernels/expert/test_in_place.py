@@ -111,11 +111,11 @@ def test_a_tensor_read_after_an_in_place_module_wrote_it_is_judged_correct(tmp_p
 
 
 # Operations whose output can be their input's memory though they are not named as views: a view
-# (ravel, broadcast_to, hsplit, a transposing einsum) or the input itself (type to its own dtype,
-# positive, atleast_2d of a matrix).
+# (ravel, broadcast_to, hsplit, a transposing einsum, broadcast_tensors of its second argument) or
+# the input itself (type to its own dtype, positive, atleast_2d of a matrix).
 ALIASES = {"ravel": "y.ravel()", "broadcast_to": "y.broadcast_to(4, 33)", "type": "y.type(torch.float32)",
            "positive": "y.positive()", "atleast_2d": "torch.atleast_2d(y)", "einsum": "torch.einsum('ij->ji', y).t()",
-           "hsplit": "y.hsplit([33])[0]"}
+           "hsplit": "y.hsplit([33])[0]", "broadcast_second": "torch.broadcast_tensors(x[:1], y)[1]"}
 ALIASED_BEFORE = "y = x * 2.0\nv = {alias}\ny += 1.0\nx = torch.sigmoid(v) * 3.0"
 
 
