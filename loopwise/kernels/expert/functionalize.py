@@ -79,7 +79,13 @@ def _tracer_class():
 
     class AugmentedProxy(fx.Proxy):
         """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)
-        and ``x[i] = y`` records ``operator.setitem(x, i, y)``."""
+        and ``x[i] = y`` records ``operator.setitem(x, i, y)``; so do its attributes (``x.data += y``)."""
+
+        def __getattr__(self, k):
+            return AugmentedAttribute(self, k)
+
+    class AugmentedAttribute(fx.proxy.Attribute, AugmentedProxy):
+        """An attribute of a proxy (``x.data``, ``x.T``), recording writes as its proxy does."""
 
     def augmented(op):
         def method(self, other):

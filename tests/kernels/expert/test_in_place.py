@@ -145,3 +145,18 @@ def test_a_comparison_in_place_keeps_the_dtype_of_the_tensor_it_writes(tmp_path)
 def test_forwards_with_writes_through_aliases_are_judged_correct(tmp_path, monkeypatch, forward):
     judged_correct(_problem(tmp_path, "aliased", "", forward, "torch.randn(4, 33, dtype=DTYPE)"),
                    {"template": "graph"}, tmp_path, monkeypatch)
+
+
+DATA_WRITE = "y = x * 2.0\nz = torch.tanh(y)\ny.data += 1.0\nx = torch.sigmoid(y) * 3.0 + z"
+
+
+def test_augmented_assignment_to_an_attribute_is_a_write(tmp_path):
+    """``y.data += 1`` writes y (an attribute proxy, ``y.data``, records the write as y's own proxy does)."""
+    pattern = _captured(tmp_path, "data", DATA_WRITE)
+    assert "iadd" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+@pytest.mark.slow
+def test_a_forward_with_a_write_to_an_attribute_is_judged_correct(tmp_path, monkeypatch):
+    judged_correct(_problem(tmp_path, "attribute", "", DATA_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
