@@ -161,7 +161,7 @@ def _inplace_parameter(function):
 def writes_in_place(gm, node) -> bool:
     """Whether ``node`` writes memory in place: augmented assignment, ``setitem``, a Tensor method
     or torch function ending in ``_``, ``inplace=True`` (a keyword, a position, a module's
-    attribute), ``out=``."""
+    attribute), ``out=``, an ATen operator whose schema writes an argument."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return False
     if node.op == "call_module":
@@ -170,7 +170,15 @@ def writes_in_place(gm, node) -> bool:
     if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
         return name in AUGMENTED or name == "setitem"
     underscored = isinstance(name, str) and name.endswith("_") and not name.startswith("_")
-    return underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
+    return (underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
+            or _schema_writes(node.target))
+
+
+def _schema_writes(target) -> bool:
+    """Whether ``target`` is an ATen operator overload (``torch.ops.aten.relu_.default``) whose
+    schema marks an argument written (``Tensor(a!)``)."""
+    schema = getattr(target, "_schema", None)
+    return any(getattr(getattr(a, "alias_info", None), "is_write", False) for a in getattr(schema, "arguments", ()))
 
 
 # Operations whose output may share its input's memory (views, and what returns its input itself).

@@ -160,3 +160,19 @@ def test_augmented_assignment_to_an_attribute_is_a_write(tmp_path):
 def test_a_forward_with_a_write_to_an_attribute_is_judged_correct(tmp_path, monkeypatch):
     judged_correct(_problem(tmp_path, "attribute", "", DATA_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
                    {"template": "graph"}, tmp_path, monkeypatch)
+
+
+ATEN_WRITE = "y = x * 2.0\na = torch.tanh(y)\ntorch.ops.aten.relu_.default(y)\nx = a * 3.0 + y"
+
+
+def test_an_aten_operator_whose_schema_writes_its_argument_is_a_write(tmp_path):
+    """``torch.ops.aten.relu_.default(y)`` writes y (its schema says ``Tensor(a!)``): tanh(y), read
+    after it, is computed before it, as the forward does."""
+    chosen = plan(_captured(tmp_path, "aten", ATEN_WRITE), "graph")
+    assert "relu_.default" in chosen["pytorch"] and "tanh" in chosen["pytorch"], chosen
+
+
+@pytest.mark.slow
+def test_a_forward_with_an_aten_write_is_judged_correct(tmp_path, monkeypatch):
+    judged_correct(_problem(tmp_path, "aten", "", ATEN_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
