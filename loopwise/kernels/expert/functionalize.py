@@ -72,6 +72,21 @@ def _state(model) -> dict:
     return state
 
 
+# The attributes fx's own proxies set on themselves (Proxy: tracer, node; Attribute: root, attr, _node)
+_PROXY_FIELDS = frozenset({"tracer", "node", "root", "attr", "_node"})
+
+
+def _augments(proxy, k, value) -> bool:
+    """Whether ``value`` is the augmented assignment recorded on ``proxy``'s attribute ``k``
+    (``x.k += y``, which Python ends by assigning ``x.k`` the result: the tensor written)."""
+    node = getattr(value, "node", None)
+    if getattr(node, "op", None) != "call_function" or node.target not in _AUGMENTED_OPERATORS:
+        return False
+    target = node.args[0]
+    return (getattr(target, "op", None) == "call_function" and target.target is getattr
+            and target.args == (proxy.node, k))
+
+
 @functools.lru_cache(maxsize=1)
 def _tracer_class():
     """An fx Tracer whose proxies record augmented assignment (built on first use: torch.fx loads lazily)."""
@@ -79,10 +94,18 @@ def _tracer_class():
 
     class AugmentedProxy(fx.Proxy):
         """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)
-        and ``x[i] = y`` records ``operator.setitem(x, i, y)``; so do its attributes (``x.data += y``)."""
+        and ``x[i] = y`` records ``operator.setitem(x, i, y)``; so do its attributes (``x.data += y``).
+        Assigning an attribute (``x.data = y``, which changes x's values) cannot be recorded: it
+        raises, so the forward gets no candidate."""
 
         def __getattr__(self, k):
             return AugmentedAttribute(self, k)
+
+        def __setattr__(self, k, value):
+            if k in _PROXY_FIELDS:
+                super().__setattr__(k, value)
+            elif not _augments(self, k, value):  # ``x.data += y`` ends with ``x.data = <the write>``: a no-op
+                raise TypeError(f"the forward assigns {k!r} of a traced tensor (x.{k} = ...): a write fx cannot record")
 
     class AugmentedAttribute(fx.proxy.Attribute, AugmentedProxy):
         """An attribute of a proxy (``x.data``, ``x.T``), recording writes as its proxy does."""

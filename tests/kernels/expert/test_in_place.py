@@ -176,3 +176,13 @@ def test_an_aten_operator_whose_schema_writes_its_argument_is_a_write(tmp_path):
 def test_a_forward_with_an_aten_write_is_judged_correct(tmp_path, monkeypatch):
     judged_correct(_problem(tmp_path, "aten", "", ATEN_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
                    {"template": "graph"}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("forward,init", [
+    ("y = x * 2.0\ny.data = torch.tanh(x)\nx = torch.sigmoid(y) * 3.0", ""),
+    ("self.w.data = self.w * 0.5\nx = torch.relu(x @ self.w) * 2.0 + 1.0", "self.w = nn.Parameter(torch.randn(33, 20))"),
+])
+def test_a_forward_that_assigns_a_tensors_data_gets_no_candidate(tmp_path, forward, init):
+    """``y.data = t`` makes y hold t's values: fx would set an attribute of its proxy and record nothing."""
+    pattern = _captured(tmp_path, "data_assign", forward, init=init)
+    assert pattern.kind == "unsupported" and "assigns 'data'" in pattern.reason, pattern.reason
