@@ -8,14 +8,16 @@ reads the value before the write though the forward reads it after. :func:`trace
 ``operator.setitem``), so the graph holds every write the forward makes.
 
 A write is *private* where nothing reads the memory it writes afterwards except through the
-write's own result: the tensor written is not read again under its old name or through a view,
-and it is not the model's state (a parameter or buffer, which the next call would see). A private
-write computes the same program out of place, so :func:`functionalize` rewrites it so
-(``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as ``x.add(y)``, ``torch.relu_`` as
-``torch.relu``, ``inplace=True`` dropped), keeping the dtype of the tensor written (a write casts
-to it). ResNet's ``out += identity`` and VGG's ``ReLU(inplace=True)`` are private. The writes left
-(:func:`visible_writes`) are seen by a later read: only a plan that keeps each where PyTorch runs it
-(the partitioner, :mod:`.partition.writes`) can compute such a forward.
+write's own result: the tensor written is not read again under its old name or through a view
+(an alias: an operation named as a view, or one whose output shares its input's storage when the
+forward runs on the meta device, :func:`viewed`), and it is not the model's state (a parameter or
+buffer, which the next call would see). A private write computes the same program out of place,
+so :func:`functionalize` rewrites it so (``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as
+``x.add(y)``, ``torch.relu_`` as ``torch.relu``, ``inplace=True`` dropped), keeping the dtype of
+the tensor written (a write casts to it). ResNet's ``out += identity`` and VGG's
+``ReLU(inplace=True)`` are private. The writes left (:func:`visible_writes`) are seen by a later
+read: only a plan that keeps each where PyTorch runs it (the partitioner, :mod:`.partition.writes`)
+can compute such a forward.
 """
 
 from __future__ import annotations
@@ -70,6 +72,21 @@ def _state(model) -> dict:
     return state
 
 
+# The attributes fx's own proxies set on themselves (Proxy: tracer, node; Attribute: root, attr, _node)
+_PROXY_FIELDS = frozenset({"tracer", "node", "root", "attr", "_node"})
+
+
+def _augments(proxy, k, value) -> bool:
+    """Whether ``value`` is the augmented assignment recorded on ``proxy``'s attribute ``k``
+    (``x.k += y``, which Python ends by assigning ``x.k`` the result: the tensor written)."""
+    node = getattr(value, "node", None)
+    if getattr(node, "op", None) != "call_function" or node.target not in _AUGMENTED_OPERATORS:
+        return False
+    target = node.args[0]
+    return (getattr(target, "op", None) == "call_function" and target.target is getattr
+            and target.args == (proxy.node, k))
+
+
 @functools.lru_cache(maxsize=1)
 def _tracer_class():
     """An fx Tracer whose proxies record augmented assignment (built on first use: torch.fx loads lazily)."""
@@ -77,7 +94,21 @@ def _tracer_class():
 
     class AugmentedProxy(fx.Proxy):
         """A Proxy on which ``x += y`` records ``operator.iadd(x, y)`` (whose result the name then holds)
-        and ``x[i] = y`` records ``operator.setitem(x, i, y)``."""
+        and ``x[i] = y`` records ``operator.setitem(x, i, y)``; so do its attributes (``x.data += y``).
+        Assigning an attribute (``x.data = y``, which changes x's values) cannot be recorded: it
+        raises, so the forward gets no candidate."""
+
+        def __getattr__(self, k):
+            return AugmentedAttribute(self, k)
+
+        def __setattr__(self, k, value):
+            if k in _PROXY_FIELDS:
+                super().__setattr__(k, value)
+            elif not _augments(self, k, value):  # ``x.data += y`` ends with ``x.data = <the write>``: a no-op
+                raise TypeError(f"the forward assigns {k!r} of a traced tensor (x.{k} = ...): a write fx cannot record")
+
+    class AugmentedAttribute(fx.proxy.Attribute, AugmentedProxy):
+        """An attribute of a proxy (``x.data``, ``x.T``), recording writes as its proxy does."""
 
     def augmented(op):
         def method(self, other):
@@ -153,7 +184,7 @@ def _inplace_parameter(function):
 def writes_in_place(gm, node) -> bool:
     """Whether ``node`` writes memory in place: augmented assignment, ``setitem``, a Tensor method
     or torch function ending in ``_``, ``inplace=True`` (a keyword, a position, a module's
-    attribute), ``out=``."""
+    attribute), ``out=``, an ATen operator whose schema writes an argument."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return False
     if node.op == "call_module":
@@ -162,7 +193,15 @@ def writes_in_place(gm, node) -> bool:
     if node.op == "call_function" and getattr(node.target, "__module__", "") in ("_operator", "operator"):
         return name in AUGMENTED or name == "setitem"
     underscored = isinstance(name, str) and name.endswith("_") and not name.startswith("_")
-    return underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
+    return (underscored or node.kwargs.get("out") is not None or _inplace_position(node) is not None
+            or _schema_writes(node.target))
+
+
+def _schema_writes(target) -> bool:
+    """Whether ``target`` is an ATen operator overload (``torch.ops.aten.relu_.default``) whose
+    schema marks an argument written (``Tensor(a!)``)."""
+    schema = getattr(target, "_schema", None)
+    return any(getattr(getattr(a, "alias_info", None), "is_write", False) for a in getattr(schema, "arguments", ()))
 
 
 # Operations whose output may share its input's memory (views, and what returns its input itself).
@@ -177,19 +216,63 @@ _VIEW_MODULES = frozenset({"Identity", "Flatten", "Unflatten", "Dropout", "Dropo
 
 
 def is_view(gm, node) -> bool:
-    """Whether ``node``'s output may share its first argument's memory."""
+    """Whether ``node``'s output may share its first argument's memory (by the operation's name)."""
     if node.op == "call_module":
         return type(gm.get_submodule(node.target)).__name__ in _VIEW_MODULES
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in _VIEWS
 
 
-def _memory(gm, node):
-    """The node whose memory ``node`` is: through views and in-place writes (which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (
-            is_view(gm, node) or writes_in_place(gm, node) and _returns_written(node)):
-        node = node.args[0]
-    return node
+# node.meta key: the positions in a node's args of the inputs whose memory its output shares, as
+# the forward run on the meta device shows (``ravel``, ``broadcast_to``, ``positive``, a transposing
+# ``einsum``, ``broadcast_tensors``: views and operations that return their input, whatever their name)
+SHARES = "loopwise_shares_memory_of"
+
+
+def viewed(gm, node) -> list:
+    """The input nodes whose memory ``node``'s output may share (a view's base, an operation that
+    returns its input, an in-place write's target)."""
+    found = [node.args[i] for i in node.meta.get(SHARES, ()) if i < len(node.args) and hasattr(node.args[i], "op")]
+    if node.args and hasattr(node.args[0], "op") and is_view(gm, node) and node.args[0] not in found:
+        found.append(node.args[0])
+    return found
+
+
+def _mark_shared_memory(gm, values) -> None:
+    """Records (:data:`SHARES`) which inputs' memory each node's output shares, from ``values``
+    (the forward run on the meta device, where a view or a returned input keeps its storage)."""
+    for node in gm.graph.nodes:
+        made = _storages(values.get(node))
+        shared = tuple(i for i, arg in enumerate(node.args) if hasattr(arg, "op") and made & _storages(values.get(arg)))
+        if shared:
+            node.meta[SHARES] = shared
+
+
+def _storages(value) -> set:
+    """The storages (by identity) of a tensor or of the tensors of a tuple or list."""
+    import torch
+
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return {v.untyped_storage()._cdata for v in values if isinstance(v, torch.Tensor)}
+
+
+def memory_of(gm, node, through=None) -> set:
+    """The nodes whose memory ``node`` may be: through views (:func:`viewed`) and the in-place
+    writes ``through`` says (by default every write that returns its target) to the nodes that
+    made it."""
+    through = through or (lambda n: writes_in_place(gm, n) and _returns_written(n))
+    roots, frontier, seen = set(), [node], set()
+    while frontier:
+        node = frontier.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        bases = viewed(gm, node) or ([node.args[0]] if node.args and hasattr(node.args[0], "op") and through(node)
+                                     else [])
+        frontier.extend(bases)
+        if not bases:
+            roots.add(node)
+    return roots
 
 
 def private(gm, write) -> bool:
@@ -199,15 +282,15 @@ def private(gm, write) -> bool:
     memory is not the model's (a parameter or buffer keeps the write for the next call)."""
     if not write.args or not hasattr(write.args[0], "op"):
         return False
-    written, root = write.args[0], _memory(gm, write.args[0])
-    if root.op == "get_attr":
+    written, roots = write.args[0], memory_of(gm, write.args[0])
+    if any(root.op == "get_attr" for root in roots):
         return False
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     at = order[write]
     for node in gm.graph.nodes:
         if order[node] >= at:
             return True
-        if node is not written and _memory(gm, node) is root and any(order[u] > at for u in node.users):
+        if node is not written and memory_of(gm, node) & roots and any(order[u] > at for u in node.users):
             return False
     return True
 
@@ -217,31 +300,35 @@ def functionalize(gm, args):
     (the same memory, named as the forward's dataflow), and its private writes (:func:`private`)
     rewritten out of place (module calls, which cannot be, are left as they are: a private one is an
     out-of-place operation to whoever reads the graph). A write whose out-of-place result would
-    take another dtype than the tensor it writes (``half += float``) stays in place, as does every
-    write whose operands' dtypes cannot be read on the meta device; augmented assignment to a
-    number (a size) is the operation out of place."""
+    take another dtype than the tensor it writes (``half += float``, ``x.gt_(0)`` of a float x)
+    stays in place, as does every write of a forward that cannot run on the meta device (which
+    also tells which operations return their input's memory, :func:`viewed`); augmented
+    assignment to a number (a size) is the operation out of place."""
     import torch
 
-    values = None
+    writes = [n for n in gm.graph.nodes if writes_in_place(gm, n)]
+    if not writes:
+        return gm
+    values = _meta_values(gm, args)
+    _mark_shared_memory(gm, values)
     changed = False
-    for node in [n for n in gm.graph.nodes if writes_in_place(gm, n) and _returns_written(n)]:
+    for node in [n for n in writes if _returns_written(n)]:
         written = node.args[0]
-        augmented = node.op == "call_function" and node.target in _AUGMENTED_OPERATORS
-        operands = any(hasattr(a, "op") for a in (*node.args[1:], *node.kwargs.values()))
-        if augmented or operands:
-            values = _meta_values(gm, args) if values is None else values
-        if augmented and not isinstance(values.get(written), torch.Tensor):
+        if node.op == "call_function" and node.target in _AUGMENTED_OPERATORS and not isinstance(
+                values.get(written), torch.Tensor):
             if written in values:  # a number: ``n += 1`` rebinds n
                 node.target, changed = getattr(operator, AUGMENTED[node.target.__name__]), True
+                node.meta.pop(SHARES, None)
             continue
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         for user in [u for u in written.users if order[u] > order[node]]:
             user.replace_input_with(written, node)
             changed = True
         call = out_of_place(node)
-        if call is None or not private(gm, node) or (operands and not _keeps_dtype(call, node, values)):
+        if call is None or not private(gm, node) or not _keeps_dtype(call, node, values):
             continue
         node.op, node.target, node.args, node.kwargs = call
+        node.meta.pop(SHARES, None)  # a fresh tensor now
         changed = True
     if changed:
         gm.graph.lint()

@@ -108,3 +108,81 @@ def test_a_tensor_read_after_an_in_place_module_wrote_it_is_judged_correct(tmp_p
     path.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)",
                                    extra="self.act = nn.ReLU(inplace=True)"))
     judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
+
+
+# Operations whose output can be their input's memory though they are not named as views: a view
+# (ravel, broadcast_to, hsplit, a transposing einsum, broadcast_tensors of its second argument) or
+# the input itself (type to its own dtype, positive, atleast_2d of a matrix).
+ALIASES = {"ravel": "y.ravel()", "broadcast_to": "y.broadcast_to(4, 33)", "type": "y.type(torch.float32)",
+           "positive": "y.positive()", "atleast_2d": "torch.atleast_2d(y)", "einsum": "torch.einsum('ij->ji', y).t()",
+           "hsplit": "y.hsplit([33])[0]", "broadcast_second": "torch.broadcast_tensors(x[:1], y)[1]"}
+ALIASED_BEFORE = "y = x * 2.0\nv = {alias}\ny += 1.0\nx = torch.sigmoid(v) * 3.0"
+
+
+@pytest.mark.parametrize("name", list(ALIASES))
+def test_a_write_an_alias_made_before_it_sees_stays_in_pytorch(tmp_path, name):
+    """v shares y's memory (PyTorch says so, whatever the operation is called): it reads ``y += 1``."""
+    pattern = _captured(tmp_path, name, ALIASED_BEFORE.format(alias=ALIASES[name]))
+    assert "iadd" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+def test_a_comparison_in_place_keeps_the_dtype_of_the_tensor_it_writes(tmp_path):
+    """``x.gt_(0.6)`` stores 1.0 and 0.0 in x's float32; ``x.gt(0.6)`` would be boolean (and
+    ``x + x`` of it True, not 2.0): the write stays where PyTorch makes it."""
+    forward = "x = torch.sigmoid(x * 2.0 + 1.0)\nx.gt_(0.6)\nx = torch.sigmoid(x + x) * 3.0"
+    pattern = _captured(tmp_path, "gt_", forward)
+    assert "gt_" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forward", [
+    ALIASED_BEFORE.format(alias=ALIASES["ravel"]),
+    ALIASED_BEFORE.format(alias=ALIASES["einsum"]),
+    # s reads the alias v before a write someone else (w) sees: s is computed before the write
+    "y = x * 2.0\nw = y.view(-1)\nv = y.ravel()\ns = v * 3.0\ny.add_(1.0)\nx = torch.sigmoid(s.view(4, 33)) + w.view(4, 33)",
+    "x = torch.sigmoid(x * 2.0 + 1.0)\nx.gt_(0.6)\nx = torch.sigmoid(x + x) * 3.0",
+])
+def test_forwards_with_writes_through_aliases_are_judged_correct(tmp_path, monkeypatch, forward):
+    judged_correct(_problem(tmp_path, "aliased", "", forward, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
+
+
+DATA_WRITE = "y = x * 2.0\nz = torch.tanh(y)\ny.data += 1.0\nx = torch.sigmoid(y) * 3.0 + z"
+
+
+def test_augmented_assignment_to_an_attribute_is_a_write(tmp_path):
+    """``y.data += 1`` writes y (an attribute proxy, ``y.data``, records the write as y's own proxy does)."""
+    pattern = _captured(tmp_path, "data", DATA_WRITE)
+    assert "iadd" in plan(pattern, kinds(pattern)[0])["pytorch"], pattern.reason
+
+
+@pytest.mark.slow
+def test_a_forward_with_a_write_to_an_attribute_is_judged_correct(tmp_path, monkeypatch):
+    judged_correct(_problem(tmp_path, "attribute", "", DATA_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
+
+
+ATEN_WRITE = "y = x * 2.0\na = torch.tanh(y)\ntorch.ops.aten.relu_.default(y)\nx = a * 3.0 + y"
+
+
+def test_an_aten_operator_whose_schema_writes_its_argument_is_a_write(tmp_path):
+    """``torch.ops.aten.relu_.default(y)`` writes y (its schema says ``Tensor(a!)``): tanh(y), read
+    after it, is computed before it, as the forward does."""
+    chosen = plan(_captured(tmp_path, "aten", ATEN_WRITE), "graph")
+    assert "relu_.default" in chosen["pytorch"] and "tanh" in chosen["pytorch"], chosen
+
+
+@pytest.mark.slow
+def test_a_forward_with_an_aten_write_is_judged_correct(tmp_path, monkeypatch):
+    judged_correct(_problem(tmp_path, "aten", "", ATEN_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("forward,init", [
+    ("y = x * 2.0\ny.data = torch.tanh(x)\nx = torch.sigmoid(y) * 3.0", ""),
+    ("self.w.data = self.w * 0.5\nx = torch.relu(x @ self.w) * 2.0 + 1.0", "self.w = nn.Parameter(torch.randn(33, 20))"),
+])
+def test_a_forward_that_assigns_a_tensors_data_gets_no_candidate(tmp_path, forward, init):
+    """``y.data = t`` makes y hold t's values: fx would set an attribute of its proxy and record nothing."""
+    pattern = _captured(tmp_path, "data_assign", forward, init=init)
+    assert pattern.kind == "unsupported" and "assigns 'data'" in pattern.reason, pattern.reason

@@ -29,6 +29,12 @@ CASES = {  # forward, inputs (q from x, then k and v), dtype
     "float_mask": (f"x = {SDPA}(x, k, v, attn_mask=torch.tanh(k[:, :1, :19, :1] * v[:, :1, :, 0].unsqueeze(2)))",
                    "torch.randn(2, 3, 19, 16, dtype=DTYPE), torch.randn(2, 3, 45, 16, dtype=DTYPE), "
                    "torch.randn(2, 3, 45, 16, dtype=DTYPE)", "float16"),
+    # a float32 mask of finfo's min (as Hugging Face pads) over whole query rows: PyTorch's softmax
+    # subtracts the row's max before the exponential, so such a row is the plain average of v
+    "min_mask_row": (f"m = torch.zeros(19, 45, dtype=x.dtype, device=x.device)\nm[3] = -3.4028234663852886e38\n"
+                     f"m[:, 40:] = -3.4028234663852886e38\nx = {SDPA}(x, k, v, attn_mask=m)",
+                     "torch.randn(2, 3, 19, 16, dtype=DTYPE), torch.randn(2, 3, 45, 16, dtype=DTYPE), "
+                     "torch.randn(2, 3, 45, 16, dtype=DTYPE)", "float32"),
     "transposed_heads": (f"x = {SDPA}(x.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)",
                          "torch.randn(2, 33, 3, 32, dtype=DTYPE), torch.randn(2, 33, 3, 32, dtype=DTYPE), "
                          "torch.randn(2, 33, 3, 32, dtype=DTYPE)", "float32"),

@@ -3,7 +3,7 @@ reads it on the wrong side of a write, and which nodes dead-code elimination mus
 
 from __future__ import annotations
 
-from loopwise.kernels.expert.functionalize import is_view, writes_in_place
+from loopwise.kernels.expert.functionalize import memory_of, viewed, writes_in_place
 
 
 # Modules whose output is a fresh tensor (never a view of their input or of a parameter).
@@ -33,11 +33,12 @@ def late_writes(gm) -> dict:
     last: dict = {}
     for n in writes:
         for target in _written_args(gm, n):
-            root = _storage(gm, target)
-            last[root] = max(last.get(root, -1), order[n])
+            for root in _storage(gm, target):
+                last[root] = max(last.get(root, -1), order[n])
     for n in gm.graph.nodes:  # graph order: a view comes after what it views
-        if n.args and (is_view(gm, n) or n in writes) and getattr(n.args[0], "op", None) and n.args[0] in last:
-            last[n] = last[n.args[0]]
+        bases = viewed(gm, n) or ([n.args[0]] if n in writes and n.args and hasattr(n.args[0], "op") else [])
+        if any(b in last for b in bases):
+            last[n] = max(last[b] for b in bases if b in last)
     return last
 
 
@@ -52,11 +53,9 @@ def _written_args(gm, node) -> list:
     return [n for n in found if hasattr(n, "op")]
 
 
-def _storage(gm, node):
-    """The node whose memory ``node`` is (through views and in-place writes, which return their input)."""
-    while node.args and hasattr(node.args[0], "op") and (is_view(gm, node) or _writes(gm, node)):
-        node = node.args[0]
-    return node
+def _storage(gm, node) -> set:
+    """The nodes whose memory ``node`` may be (through views and the writes someone else can see)."""
+    return memory_of(gm, node, lambda n: _writes(gm, n))
 
 
 def in_place_writes(gm) -> set:
