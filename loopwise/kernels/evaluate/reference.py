@@ -235,12 +235,18 @@ class Reference:
             return None
         args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                   for a in inp.to_device(args, self.hold)]
+        # Tensors the forward makes in the default dtype (a mask from torch.zeros) are float64 too:
+        # a float32 one would mix precisions into the run whose error the fp32 rule scales.
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
         try:
             with torch.no_grad():
                 return inp.flatten_outputs(model64(*args64))
         except Exception as exc:  # noqa: BLE001
             self._model64_error = f"{type(exc).__name__}: {exc}"
             return None
+        finally:
+            torch.set_default_dtype(previous)
 
     def _outside_domain(self) -> bool:
         # Inputs that must be probabilities: a CUDA device-side assert would kill the judge's own
