@@ -46,26 +46,39 @@ def bad(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 def test_tritons_own_compile_error_keeps_the_failing_line_and_its_cause(tmp_path):
     """Triton's real CompilationError (its front end, compiling for sm_90 ahead of time on this
-    machine): the repair request gets the line, the caret and the cause, not only "at 4:10:"."""
-    import importlib.util
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    machine): the repair request gets the line, the caret and the cause, not only "at 4:10:".
+    Compiled in a process of its own: a test before it that ran a kernel in Triton's interpreter
+    can leave this process's Triton patched, where a compile fails with a bare AssertionError."""
+    import json
+    import os
+    import subprocess
+    import sys
 
     (tmp_path / "bad_dot.py").write_text(BAD_DOT)
-    spec = importlib.util.spec_from_file_location("bad_dot", tmp_path / "bad_dot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    source = ASTSource(module.bad, {"x_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 32})
-    try:
-        triton.compile(source, target=GPUTarget("cuda", 90, 32))
-    except Exception as exc:  # noqa: BLE001 - the exception under test
-        error = exc
-    else:
-        raise AssertionError("a 1-D tl.dot compiled")
-    fail = classify_exception(error, "forward")
-    assert fail.status == "compile_error", (type(error), fail)
-    lines = fail.message.splitlines()
-    assert lines[0].startswith("CompilationError: at ") and "acc = tl.dot(a, a)" in fail.message
+    script = f"""
+import importlib.util, json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from loopwise.kernels.evaluate.sandbox import classify_exception
+spec = importlib.util.spec_from_file_location("bad_dot", {str(tmp_path / "bad_dot.py")!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+source = ASTSource(module.bad, {{"x_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": "constexpr"}}, {{"BLOCK": 32}})
+try:
+    triton.compile(source, target=GPUTarget("cuda", 90, 32))
+except Exception as exc:
+    fail = classify_exception(exc, "forward")
+    print(json.dumps({{"type": type(exc).__name__, "status": fail.status, "message": fail.message}}))
+else:
+    print(json.dumps({{"type": "none"}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["type"] != "none", "a 1-D tl.dot compiled"
+    assert got["status"] == "compile_error", got
+    lines = got["message"].splitlines()
+    assert lines[0].startswith("CompilationError: at ") and "acc = tl.dot(a, a)" in got["message"]
     assert any(line.strip() == "^" for line in lines) and lines[-1].strip() not in ("", "^")  # the cause
