@@ -76,7 +76,8 @@ def test_a_pre_norm_residual_around_one_projection_is_a_plan_the_replay_passes()
     proj = Operator("proj", {"m": m, "n": k, "k": k}, (_t("xn", m, k), _t("w", k, k), _t("p", m, k)),
                     reads=(Access("xn", ("m", "k")), Access("w", ("n", "k"))), writes=(Access("p", ("m", "n")),),
                     macs=m * k * k)
-    g = Graph("pre-norm-residual", (stat, apply, proj, elementwise("add", (m, k), ("p", "x"), "y")), frozenset({"w", "g"}))
+    residual = elementwise("add", (m, k), ("p", "x"), "y")
+    g = Graph("pre-norm-residual", (stat, apply, proj, residual), frozenset({"w", "g"}))
     verified_plan(g, 32 * 1024)
 
 
