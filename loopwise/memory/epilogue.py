@@ -7,16 +7,19 @@ product's output has no other reader, the elementwise operator can instead run o
 output tile while it is still on chip: the output never reaches DRAM, and what the epilogue reads
 besides (the residual) is loaded tile by tile. The two run as one loop nest: the product's, with
 its own tiling, and the epilogue's other tensors indexed by the product's output loops
-(:func:`with_epilogue`), so the traffic of every tensor is the exact count of
-:mod:`loopwise.memory.tiling` under that tiling: the epilogue's inputs are loaded once per output
-tile. The epilogue runs once the tile's reduction is done, when the operands' tile buffers are
-free: its inputs stream through the room left beside the output tile. It writes its result over
+(:func:`with_epilogue`), so the traffic of the product's tensors is the exact count of
+:mod:`loopwise.memory.tiling` under that tiling. The epilogue runs once the tile's reduction is
+done, when the operands' tile buffers are free: its inputs stream through the room left beside the
+output tile, and are freed before the next tile's reduction, so each is loaded afresh for every
+output tile (:func:`epilogue_traffic`), even where two tiles read the same part of it (a per-row
+scale). It writes its result over
 the product's output tile (same index, same element size), so that tile is the accumulator and
 the result at once.
 
 An operator is an epilogue of the product only when every one of its loops indexes the product's
 output plainly, in the output's own positions, and its result the same way: no reduction, no
-coupled row (a softmax, a norm's statistic), no transposed or shifted read.
+coupled row (a softmax, a norm's statistic), no transposed or shifted read; and when it reads none
+of the product's operands (their tile would be held through the reduction beside the others).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from loopwise.memory.ir import Access, Operator
 from loopwise.memory.layerwise import TilingChoice
 from loopwise.memory.plan_records import Group
-from loopwise.memory.tiling import tile_footprints, tile_sizes, traffic
+from loopwise.memory.tiling import Traffic, tile_footprints, tile_sizes, touched_per_tile, traffic
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Epilogue:
     choice: TilingChoice  # the product's own tiling, which the epilogue follows
     intermediate: str  # the product's output, which never leaves the chip
     buffers: dict[str, int]  # the epilogue's other inputs: the bytes each streams through
+    moved: dict[str, Traffic]  # per tensor of ``fused``, the elements loaded and stored (:func:`epilogue_traffic`)
 
 
 def _plain(index: tuple[str, ...], dims: dict[str, int]) -> bool:
@@ -71,6 +75,8 @@ def with_epilogue(product: Operator, reader: Operator) -> Operator | None:
     moved = lambda a: Access(a.tensor, tuple(word.sub(lambda m: rename[m.group(0)], e) for e in a.index),  # noqa: E731
                              word.sub(lambda m: rename[m.group(0)], a.guard))
     others = tuple(moved(a) for a in reader.reads if a.tensor != out.tensor)
+    if any(a.tensor in {t.name for t in product.tensors} for a in others):
+        return None  # an operand read again by the epilogue: its tile is held through the reduction
     tensors = {t.name: t for t in product.tensors if t.name != out.tensor}
     for t in reader.tensors:
         if t.name != out.tensor:
@@ -100,7 +106,7 @@ def epilogue_group(planner, i: int) -> tuple[Group, Epilogue] | None:
     result = fused.writes[0].tensor
     if tile_footprints(product, choice.tiles)[out] >= planner.facts[i][out][0] // product.tensor(out).elem_bytes:
         return None  # one tile holds the whole output: it stays on chip for the next group as it is
-    moved = traffic(fused, choice.tiles, list(choice.order))
+    moved = epilogue_traffic(fused, choice, {t.name for t in product.tensors})
     if moved[result].loads:
         return None  # partial sums go out and come back: a tile is not finished when the epilogue would run
     buffers = _epilogue_buffers(fused, choice, {t.name for t in product.tensors}, planner.cap)
@@ -113,7 +119,24 @@ def epilogue_group(planner, i: int) -> tuple[Group, Epilogue] | None:
     peak = max(choice.buffer_bytes, tile_footprints(fused, choice.tiles)[result] * size[result] + sum(buffers.values()))
     grp = Group((planner.names[i], planner.names[i + 1]), total, peak, (out,), tiled=True, occupancy=(peak, peak),
                 per_operator=(first, total - first))
-    return grp, Epilogue(product, reader, fused, choice, out, buffers)
+    return grp, Epilogue(product, reader, fused, choice, out, buffers, moved)
+
+
+def epilogue_traffic(fused: Operator, choice: TilingChoice, mine: set[str]) -> dict[str, Traffic]:
+    """Per tensor of ``fused``, the elements moved: the product's tensors (``mine``) and the result
+    as its tiling moves them (:func:`~loopwise.memory.tiling.traffic`); each of the epilogue's
+    other inputs loaded afresh for every output tile, its buffer freed while the next tile's
+    reduction runs (:func:`~loopwise.memory.tiling.touched_per_tile` over the output loops)."""
+    moved = traffic(fused, choice.tiles, list(choice.order))
+    result = fused.writes[0]
+    reads = tuple(a for a in fused.reads if a.tensor not in mine)
+    if not reads:
+        return moved
+    loops = {d: fused.dims[d] for d in result.index}
+    tensors = tuple(t for t in fused.tensors if t.name in {a.tensor for a in reads})
+    per_tile = touched_per_tile(Operator(fused.name, loops, tensors, reads, ()),
+                                {d: s for d, s in choice.tiles.items() if d in loops})
+    return {t: Traffic(per_tile[t], 0) if t in per_tile else v for t, v in moved.items()}
 
 
 def _epilogue_buffers(fused: Operator, choice: TilingChoice, mine: set[str], capacity: int) -> dict[str, int] | None:

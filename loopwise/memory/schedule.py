@@ -166,25 +166,24 @@ def _epilogue_steps(ep) -> list[dict]:
     through their buffers (:attr:`~loopwise.memory.epilogue.Epilogue.buffers`); the product's
     output as a tensor of its own is never on chip apart from that buffer, nor in DRAM."""
     fused, out = ep.fused, ep.intermediate
-    moved, held = traffic(fused, ep.choice.tiles, list(ep.choice.order)), _tile_held(fused, ep.choice)
+    moved, held = ep.moved, _tile_held(fused, ep.choice)
     result = fused.writes[0].tensor
     size = {t.name: t.elem_bytes for t in fused.tensors}
     mine = [t.name for t in ep.product.tensors if t.name != out]
     theirs = [t.name for t in ep.reader.tensors if t.name not in (out, result) and t.name not in mine]
     first, then = _step(ep.product.name, [*mine, result]), _step(ep.reader.name, [*theirs, result])
-    later = {a.tensor for a in ep.reader.reads}
     for t in [*mine, result]:
         first["alloc"].append([t, held[t]])
         if moved[t].loads:
             first["load"].append([t, moved[t].loads * size[t]])
-    first["free"] += [[t] for t in mine if t not in later]
+    first["free"] += [[t] for t in mine]
     then["needs"].append([result, held[result]])
     for t in theirs:
         then["alloc"].append([t, ep.buffers[t]])
         if moved[t].loads:
             then["load"].append([t, moved[t].loads * size[t]])
     then["store"].append([result, moved[result].stores * size[result]])
-    then["free"] += [[t] for t in theirs + [t for t in mine if t in later]] + [[result]]
+    then["free"] += [[t] for t in theirs] + [[result]]
     return [first, then]
 
 

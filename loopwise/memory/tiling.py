@@ -87,6 +87,13 @@ def traffic(op: Operator, tiles: dict[str, int], order: list[str]) -> dict[str, 
     return out
 
 
+def touched_per_tile(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
+    """Per tensor, the elements each tile touches, added up over the tiles: what a tensor loaded
+    afresh by every tile moves, nothing kept from one tile to the next."""
+    elements = _maps(op, tiles, list(op.dims))[0]
+    return {name: _count(touched) for name, touched in elements.items()}
+
+
 def traffic_bytes(op: Operator, tiles: dict[str, int], order: list[str]) -> int:
     sizes = {t.name: t.elem_bytes for t in op.tensors}
     return sum(v.total * sizes[k] for k, v in traffic(op, tiles, order).items())

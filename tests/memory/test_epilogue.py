@@ -101,3 +101,32 @@ def test_the_replay_passes_an_epilogue_and_refuses_a_wrong_one():
     assert verdict.traffic_bytes == 9600 and verdict.peak_bytes == 1600
     assert any(v.kind in ("unloaded", "missing", "incomplete") for v in verify(_epilogue_plan(made=False)).violations)
     assert not verify(_epilogue_plan(r_bytes=1200)).ok
+
+
+def _scaled(index: tuple[str, ...], extent: int) -> Operator:
+    """y[a, b] = p[a, b] * r[...]: a scale read at ``index`` (a row's or a column's)."""
+    return Operator("scale", {"a": M, "b": N}, (_t("p", M, N), _t("r", extent), _t("y", M, N)),
+                    reads=(Access("p", ("a", "b")), Access("r", index)), writes=(Access("y", ("a", "b")),))
+
+
+def test_a_per_row_scale_is_loaded_again_for_every_output_tile():
+    """At 24 KiB the product keeps all 128 rows and half the columns of its output (two output
+    tiles). The epilogue's buffer of the per-row scale r (256 B) is freed after each tile's
+    epilogue, while the next tile's reduction runs, so r is loaded once per output tile:
+    2*128 + 128 KiB of operands, 2 * 256 B of r, 32 KiB of y."""
+    g = _graph(_scaled(("a",), M))
+    p = verified_plan(g, 24 * KIB)
+    assert [grp.operators for grp in p.groups] == [("down", "scale")]
+    assert p.total_bytes == (2 * 128 + 128 + 32) * KIB + 2 * 256 == 426_496
+
+
+def test_an_epilogue_that_reads_the_products_own_operand_is_a_plan_the_replay_passes():
+    """y = p + h, h an operand of the product (square): the product's tile of h and the epilogue's
+    tile of h would be one buffer held through the reduction beside the other operand tiles; the
+    plan either counts that buffer or does not fuse, and the replay passes it."""
+    n = 256
+    product = Operator("down", {"m": n, "n": n, "k": n}, (_t("h", n, n), _t("w", n, n), _t("p", n, n)),
+                       reads=(Access("h", ("m", "k")), Access("w", ("n", "k"))), writes=(Access("p", ("m", "n")),),
+                       macs=n ** 3)
+    g = Graph("residual-of-operand", (product, elementwise("add", (n, n), ("p", "h"), "y")), frozenset({"w"}))
+    verified_plan(g, 24 * KIB)
