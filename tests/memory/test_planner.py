@@ -186,7 +186,13 @@ def _keys_scores_softmax():
     return Graph("keys-scores-softmax", (keys, scores, softmax), frozenset({"B"}))
 
 
-@pytest.mark.parametrize("capacity_kib", [3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32, 48, 64])
+# four capacities in the fast tier (the tightest, two between, the roomiest); the rest, about 4-8 s
+# each, in the slow one
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("capacity_kib", [3, 8, 24, 64] + [pytest.param(k, marks=_SLOW) for k in
+                                                      (4, 5, 6, 7, 9, 10, 12, 14, 16, 20, 32, 48)])
 def test_every_plan_passes_the_independent_replay(capacity_kib):
     """Whatever the capacity, the schedule of the plan fits at every step of every slab and moves
     exactly the traffic the plan claims; a tensor kept on chip across a boundary into or out of a
