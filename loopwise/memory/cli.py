@@ -225,7 +225,9 @@ def _print_plan(data: dict, per_operator: bool) -> None:
             ops.add_row(r["operator"], str(r["group"]), _mb(r["plan_bytes"]), _mb(r["layer_by_layer_bytes"]),
                         _mb(r["bound_bytes"]))
         c.print(ops)
+    folded = data.get("operators_folded") or []
     c.print(f"{data['copies_folded']} copy operators folded into access maps"
+            + (f"; {len(folded)} applied by the products that read them: {', '.join(folded)}" if folded else "")
             + (f"; {UNSUPPORTED}: {data['unsupported']}" if data["unsupported"] else ""))
     c.print(f"total {_mb(data['total_bytes'])} MB: {data['ratio_to_compulsory']:.3f}x the compulsory "
             f"{_mb(data['compulsory_bytes'])} MB, {data['ratio_to_layer_by_layer']:.3f}x layer by layer "

@@ -38,9 +38,13 @@ def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], secon
                          "layer_by_layer_bytes": plan.layer_by_layer[k], "bound_bytes": bounds[at[name]],
                          "flops": flops, "engine": engine, "touched_bytes": plan.touched[k] if plan.touched else 0})
             k += 1
+    planned = {name for grp in plan.groups for name in grp.operators}
     data = {"model": str(model), "target": target.name, "total_bytes": plan.total_bytes,
             "compulsory_bytes": plan.compulsory_bytes,
             "operator_bounds_bytes": sum(bounds), "copies_folded": len(imported.folded),
+            # the graph's operators run inside the products that read them (a norm's application
+            # as their prologue: :mod:`loopwise.memory.prologue`), in no group of their own
+            "operators_folded": [op.name for op in graph_ops if op.name not in planned],
             "unsupported": imported.unsupported,
             "layer_by_layer_bytes": plan.layer_by_layer_bytes,
             "ratio_to_compulsory": plan.total_bytes / plan.compulsory_bytes,

@@ -136,6 +136,8 @@ def render_run_report(run_id: str, ev: dict, resume: str = "") -> str:
                       "plan / compulsory": f"{plan['ratio_to_compulsory']:.3f}",
                       "plan / layer by layer": f"{plan['ratio_to_layer_by_layer']:.3f}",
                       "store/load pairs removed": plan["pairs_removed"], "copy operators folded": plan["copies_folded"]})
+        if plan.get("operators_folded"):
+            facts["applied by the products that read them"] = ", ".join(plan["operators_folded"])
         if plan["unsupported"]:
             from loopwise.memory.imported import UNSUPPORTED
 

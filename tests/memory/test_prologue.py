@@ -95,3 +95,25 @@ def test_the_plans_compulsory_bound_is_the_given_graphs():
     g = Graph("norm-then-head", (apply, head), frozenset({"w", "g"}))
     p = verified_plan(g, 128 * 1024)
     assert p.compulsory_bytes == g.compulsory_bytes()
+
+
+def test_the_plan_json_names_the_operators_folded_into_products():
+    """A folded application runs in no group of its own: the plan's JSON names it, so a reader of
+    the plan (or the replay's user) can tell a folded operator from a missing one."""
+    from types import SimpleNamespace
+
+    from loopwise.memory.plan_json import operator_bounds, plan_json
+    from loopwise.memory.targets import load_target
+
+    g = Graph("norm-then-product", (*_norm(), _projection()), frozenset({"w", "g"}))
+    p = verified_plan(g, 128 * 1024)
+    imported = SimpleNamespace(graph=g, folded=(), unsupported=[])
+    data = plan_json("norm", load_target("neuroncore-v2"), p, imported, operator_bounds(g, 128 * 1024), 0.0)
+    assert data["operators_folded"] == ["mul"]
+    assert sorted(r["operator"] for r in data["operators"]) == ["mean", "proj"]
+    unfolded = Graph("norm-read-twice", (*_norm(), _projection(), elementwise("add", (M, K), ("xn", "x"), "z")),
+                     frozenset({"w", "g"}))
+    q = verified_plan(unfolded, 128 * 1024)
+    imported = SimpleNamespace(graph=unfolded, folded=(), unsupported=[])
+    assert plan_json("n", load_target("neuroncore-v2"), q, imported, operator_bounds(unfolded, 128 * 1024),
+                     0.0)["operators_folded"] == []
