@@ -84,7 +84,7 @@ from loopwise.memory.grouping import CANNOT_BEAT, OBJECTIVES, carry_sets, close,
 from loopwise.memory.key_blocks import chain_spans, key_blocked
 from loopwise.memory.plan_records import Group, Plan
 from loopwise.memory.polyhedral import count, footprint, touched
-from loopwise.memory.prologue import folded, prologue_tiling
+from loopwise.memory.prologue import fold_prologues, folded, prologue_tiling
 from loopwise.memory.schedule import build_schedule
 from loopwise.memory.schedule_loops import static_steps
 from loopwise.memory.segments import MAX_LOOPS, agreement, fresh_dims, segments, written
@@ -119,8 +119,8 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
     planner = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates, prologues=False)
     best = planner.run(progress, searched, on_searched)
     base = planner.baseline() if baseline else None
-    other = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
-    if other.g is not graph:
+    if fold_prologues(graph) is not graph:  # something to fold: a second planner (its set-up is not free)
+        other = _Planner(graph, capacity_bytes, max_group, objective=objective, rates=rates)
         found = other.run(progress)
         if other.total(found) < planner.total(best):
             planner, best = other, found
