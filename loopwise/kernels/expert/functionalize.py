@@ -312,6 +312,7 @@ def functionalize(gm, args):
     values = _meta_values(gm, args)
     _mark_shared_memory(gm, values)
     changed = False
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # the rewrites below change no node's place
     for node in [n for n in writes if _returns_written(n)]:
         written = node.args[0]
         if node.op == "call_function" and node.target in _AUGMENTED_OPERATORS and not isinstance(
@@ -320,7 +321,6 @@ def functionalize(gm, args):
                 node.target, changed = getattr(operator, AUGMENTED[node.target.__name__]), True
                 node.meta.pop(SHARES, None)
             continue
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
         for user in [u for u in written.users if order[u] > order[node]]:
             user.replace_input_with(written, node)
             changed = True
