@@ -151,35 +151,23 @@ def test_an_einsum_of_two_inputs_that_is_one_product_is_the_product_template(tmp
     judged_correct(path, {"block": 64, "chunk": 16, "warps": 4}, tmp_path, monkeypatch)
 
 
-def test_under_relaxed_the_product_runs_in_cublas_and_its_epilogue_in_triton(tmp_path, monkeypatch):
-    """The ``cublas`` move: the einsum with the matrix on the left and its summed dimension in the
-    middle is ``F.linear`` over the moved input and the transposed matrix, the subtraction after it
-    one Triton pass in place; judged correct under the relaxed policy."""
+@pytest.mark.parametrize("case, says", [
+    # the einsum with the matrix on the left and its summed dimension in the middle: F.linear over
+    # the moved input and the transposed matrix, the subtraction after it one Triton pass in place
+    ("einsum", "y = F.linear(x0, w)"),
+    # a batch of matrices: torch.bmm over the transposed view, the bias and ReLU one Triton pass in place
+    pytest.param("bmm", "y = torch.bmm(x0, w.transpose(1, 2))", marks=pytest.mark.slow)])
+def test_under_relaxed_the_product_runs_in_cublas_and_its_epilogue_in_triton(tmp_path, monkeypatch, case, says):
+    """The ``cublas`` move: the product in cuBLAS, the work after it one Triton pass in place;
+    judged correct under the relaxed policy."""
     from loopwise.kernels.expert.generate import generate
 
     from expert_judging import judge_on_cpu
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    name, init, forward, inputs, _ = PRODUCTS[4]
+    name, init, forward, inputs, _ = {"einsum": PRODUCTS[4], "bmm": BATCHED[0]}[case]
     problem = load_problem(str(_problem(tmp_path, name, init, forward, inputs)))
     source, _ = generate(problem, {"template": "graph_linear", "cublas": 1, "block": 64}, precision="relaxed")
-    assert "y = F.linear(x0, w)" in source and "linear_0_epilogue_kernel" in source
-    judge_on_cpu(problem, source, "cublas-einsum", tmp_path, precision="relaxed")
-
-
-@pytest.mark.slow
-def test_under_relaxed_a_batched_product_runs_in_cublas_and_its_epilogue_in_triton(tmp_path, monkeypatch):
-    """The ``cublas`` move on a batch of matrices: ``torch.bmm`` over the transposed view, the
-    bias and ReLU one Triton pass in place; judged correct under the relaxed policy."""
-    from loopwise.kernels.expert.generate import generate
-
-    from expert_judging import judge_on_cpu
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
-    name, init, forward, inputs, _ = BATCHED[0]
-    problem = load_problem(str(_problem(tmp_path, name, init, forward, inputs)))
-    source, _ = generate(problem, {"template": "graph_linear", "cublas": 1, "block": 64}, precision="relaxed")
-    assert "y = torch.bmm(x0, w.transpose(1, 2))" in source and "linear_0_epilogue_kernel" in source
-    judge_on_cpu(problem, source, "cublas-bmm", tmp_path, precision="relaxed")
+    assert says in source and "linear_0_epilogue_kernel" in source
+    judge_on_cpu(problem, source, f"cublas-{case}", tmp_path, precision="relaxed")

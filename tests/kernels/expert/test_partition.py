@@ -31,6 +31,16 @@ def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in
     assert [g.inputs for g in groups] == [1, 2] and all(g.operands == ("bias",) for g in groups)
 
 
+INPLACE_RELU = "self.act = nn.ReLU(inplace=True)"
+
+
+def _partial(tmp_path, name: str, body: str, extra: str = ""):
+    """A problem file of :data:`PARTIAL` with ``body`` as the forward and ``extra`` in ``__init__``."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(PARTIAL.format(body=body, extra=extra))
+    return path
+
+
 def _deep_linear_stack(tmp_path, layers: int):
     """A problem file: ``layers`` x (Linear 16 -> 16, ReLU, scale by 2) on a (4, 16) input."""
     path = tmp_path / f"deep_{layers}.py"
@@ -85,51 +95,41 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
     """One operation alone is not worth a pass (but is free as a convolution's epilogue); an
     in-place one (ReLU(inplace=True)) is fused only when no one can see its write: its input is a
     fresh module output read by nothing else. Nothing to fuse keeps the whole-forward reason."""
-    alone = tmp_path / "alone.py"
-    alone.write_text(PARTIAL.format(body="x = torch.relu(self.conv(x))\n        return self.norm(x)",
-                                     extra=""))
+    alone = _partial(tmp_path, "alone", "x = torch.relu(self.conv(x))\n        return self.norm(x)")
     pattern = capture(load_problem(str(alone)))
     # no elementwise pass of its own (the "graph" plan is absent); as the convolution's epilogue, or
     # as the GroupNorm's prologue, it is free
     assert kinds(pattern) == ["graph_norm", "graph_conv"], pattern.reason
     assert [n.ops for n in plan(pattern, "graph_norm")["norms"]] == [("relu", "group_norm")]
     assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu")]
-    in_place = tmp_path / "in_place.py"
-    in_place.write_text(PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
-                                             "        return self.norm(x)",
-                                        extra="self.act = nn.ReLU(inplace=True)"))
+    in_place = _partial(tmp_path, "in_place", "x = self.act(self.conv(x))\n        x = x * 2.0\n"
+                        "        return self.norm(x)", INPLACE_RELU)
     pattern = capture(load_problem(str(in_place)))
     assert pattern.kind == "graph" and plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm"), pattern.reason
     assert [g.ops for g in plan(pattern, "graph_conv")["gemms"]] == [("conv2d", "relu", "mul")]
     # the convolution's output is also read after the in-place ReLU wrote it: that read is of the
     # ReLU's output (the same memory), so the ReLU is fused all the same
-    shared = tmp_path / "shared.py"
-    shared.write_text(PARTIAL.format(body="y = self.conv(x)\n        z = self.act(y)\n"
-                                           "        return self.norm(z * 2.0 + y)",
-                                      extra="self.act = nn.ReLU(inplace=True)"))
+    shared = _partial(tmp_path, "shared", "y = self.conv(x)\n        z = self.act(y)\n"
+                      "        return self.norm(z * 2.0 + y)", INPLACE_RELU)
     pattern = capture(load_problem(str(shared)))
     assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm"), pattern.reason
     assert [g.ops for g in plan(pattern, "graph")["groups"]] == [("relu", "mul", "add")]
     # a view of it made before the write and read after it sees the write: the ReLU stays in PyTorch
-    viewed = tmp_path / "viewed.py"
-    viewed.write_text(PARTIAL.format(body="y = self.conv(x)\n        v = y[:, :]\n        z = self.act(y)\n"
-                                           "        return self.norm(z * 2.0 + v)",
-                                      extra="self.act = nn.ReLU(inplace=True)"))
+    viewed = _partial(tmp_path, "viewed", "y = self.conv(x)\n        v = y[:, :]\n        z = self.act(y)\n"
+                      "        return self.norm(z * 2.0 + v)", INPLACE_RELU)
     pattern = capture(load_problem(str(viewed)))
     assert "ReLU" in plan(pattern, "graph")["pytorch"], pattern.reason
-    without_conv = tmp_path / "without_conv.py"  # no convolution: the ReLU is free only as the norm's prologue
-    without_conv.write_text(PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)",
-                                            extra=""))
+    # no convolution: the ReLU is free only as the norm's prologue
+    without_conv = _partial(tmp_path, "without_conv",
+                            "x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return self.norm(x)")
     assert kinds(capture(load_problem(str(without_conv)))) == ["graph_norm"]
-    without_norm = tmp_path / "without_norm.py"  # and without the norm nothing to fuse keeps the whole-forward reason
-    without_norm.write_text(PARTIAL.format(body="x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return torch.sort(x, -1).values",
-                                            extra=""))
+    # and without the norm nothing to fuse keeps the whole-forward reason
+    without_norm = _partial(tmp_path, "without_norm",
+                            "x = torch.relu(x.repeat(1, 3, 1, 1)[:, :8])\n        return torch.sort(x, -1).values")
     pattern = capture(load_problem(str(without_norm)))
     assert pattern.kind == "unsupported" and "no chain of 2" in pattern.reason, pattern.reason
-    chained = tmp_path / "chained.py"
-    chained.write_text(PARTIAL.format(body="x = self.act(self.conv(x))\n        x = x * 2.0\n"
-                                            "        return self.norm(x)",
-                                       extra="self.act = nn.ReLU()"))
+    chained = _partial(tmp_path, "chained", "x = self.act(self.conv(x))\n        x = x * 2.0\n"
+                       "        return self.norm(x)", "self.act = nn.ReLU()")
     pattern = capture(load_problem(str(chained)))
     assert pattern.kind == "graph" and pattern.ops == ("relu", "mul"), pattern.reason
     assert plan(pattern, "graph")["pytorch"] == ("Conv2d", "GroupNorm")
@@ -139,8 +139,7 @@ def test_partition_leaves_single_operations_and_visible_in_place_ones_to_pytorch
 def test_in_place_operations_keep_their_meaning_in_a_partition(tmp_path, monkeypatch, name):
     body = {"in_place": "x = self.act(self.conv(x))\n        x = x * 2.0\n        return self.norm(x)",
             "shared": "y = self.conv(x)\n        z = self.act(y)\n        return self.norm(z * 2.0 + y)"}[name]
-    path = tmp_path / f"{name}.py"
-    path.write_text(PARTIAL.format(body=body, extra="self.act = nn.ReLU(inplace=True)"))
+    path = _partial(tmp_path, name, body, INPLACE_RELU)
     for kind in kinds(capture(load_problem(str(path)))):
         judged_correct(path, {"template": kind}, tmp_path / kind, monkeypatch)
 
