@@ -44,13 +44,7 @@ def by_tiles(group: dict) -> set[str]:
 def transfers_by_step(group: dict) -> dict[str, list[dict]]:
     """A group's DMA transfers by the step that makes them; a transfer naming no step of the group,
     or moving between levels other than DRAM and the scratchpad, is no plan."""
-    ids, stack = set(), list(group["steps"])
-    while stack:
-        step = stack.pop()
-        if "loop" in step:
-            stack.extend(step["steps"])
-        else:
-            ids.add(step.get("id"))
+    ids = {step.get("id") for step in flat(group["steps"])}
     out: dict[str, list[dict]] = {}
     for d in group.get("dma", []):
         if d["step"] not in ids:
