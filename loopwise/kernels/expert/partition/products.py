@@ -4,10 +4,10 @@ nn.Linear, ``F.linear``, ``torch.addmm(bias, x, W)``, ``torch.mm`` / ``torch.mat
 the model's matrix on the right (``x @ W``, ``x @ W.T``) and ``torch.einsum`` whose equation is
 such a product (``"ik,kj->ij"``, ``"bik,kj->bij"``, ``"bik,jk->bij"``; :mod:`..contraction`) are
 one GEMM each: the activation's leading dimensions are the rows (M), its summed dimension is K,
-the matrix's other dimension the columns (N). A batch of model matrices W (B, K, N) times a (B, M, K) activation (``torch.bmm``,
-``torch.matmul``, ``@``) is one batched GEMM, a matrix per batch entry. A product whose rows come
-from the matrix (``W @ x``), a matrix-vector product (a 1-D activation: a GEMM tile would hold one
-row) and a product of two activations stay in PyTorch."""
+the matrix's other dimension the columns (N). A batch of model matrices W (B, K, N) times a
+(B, M, K) activation (``torch.bmm``, ``torch.matmul``, ``@``) is one batched GEMM, a matrix per
+batch entry. A product whose rows come from the matrix (``W @ x``), a matrix-vector product (a 1-D
+activation: a GEMM tile would hold one row) and a product of two activations stay in PyTorch."""
 
 from __future__ import annotations
 
