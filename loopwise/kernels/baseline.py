@@ -52,13 +52,13 @@ class BaselineRow:
                 "timing_meaningful": self.timing_meaningful}
 
 
-def _floor(problem, device: str, policy: str) -> tuple[float | None, str | None, str]:
+def _floor(problem, device: str, policy: str, proven_ms: float | None = None) -> tuple[float | None, str | None, str]:
     try:
         from loopwise.kernels.roofline.ceilings import load_or_measure
         from loopwise.kernels.roofline.floor import count_work, speed_of_light
 
-        floor = speed_of_light(count_work(problem), load_or_measure(device), policy)
-        return floor.floor_ms, floor.bound, ""
+        floor = speed_of_light(count_work(problem), load_or_measure(device), policy, proven_ms)
+        return floor.floor_ms, floor.bound, floor.note
     except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
         return None, None, f"{type(exc).__name__}: {exc}"
 
@@ -86,7 +86,8 @@ def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPoo
             if config.kernels.baseline.max_autotune else None
         tf32 = times.get(problem.sha256, problem.source, "eager-tf32", args, None) \
             if config.kernels.baseline.tf32 else None
-        floor_ms, bound, note = _floor(problem, device, cfg.precision)
+        proven = eager.timing.pick(cfg.statistic) if eager.timing is not None else None
+        floor_ms, bound, note = _floor(problem, device, cfg.precision, proven)
         return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note, eager_tf32=tf32)
     finally:
         if own:

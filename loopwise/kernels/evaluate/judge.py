@@ -392,7 +392,14 @@ class LocalJudge:
                 from loopwise.kernels.roofline.floor import count_work, speed_of_light
 
                 work = count_work(self.problem)
-                self._floor = speed_of_light(work, load_or_measure(self.device), self.cfg.precision)
+                # The reference's own time caps the floor: ceilings that read low cannot put it
+                # above a time this device achieved for this work.
+                try:
+                    ref = self.reference_timing().timing
+                except Exception:  # noqa: BLE001 - without it the floor is uncapped, not absent
+                    ref = None
+                proven = ref.pick(self.cfg.statistic) if ref is not None else None
+                self._floor = speed_of_light(work, load_or_measure(self.device), self.cfg.precision, proven)
             except Exception as exc:  # noqa: BLE001 - the floor is advisory when it cannot be computed
                 log.info("no speed-of-light floor for %s: %s", self.problem.name, exc)
                 self._floor = False

@@ -50,6 +50,8 @@ def local_facts(judge, compile: bool, seed: int) -> dict:
     floor = judge._floor_for()
     if floor is not None:
         facts["floor_ms"], facts["floor_bound"] = floor.floor_ms, floor.bound
+        if floor.note:
+            facts["notes"].append(floor.note)
     else:
         facts["notes"].append("no speed-of-light floor (the work could not be counted)")
     facts.update(ceilings(judge.device, facts["notes"]))

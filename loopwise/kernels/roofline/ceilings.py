@@ -11,7 +11,6 @@ import logging
 import os
 import platform
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +25,9 @@ from loopwise.core.cache import CACHE_ENV, cache_root
 __all__ = ["CACHE_ENV", "Ceilings", "cache_path", "device_name", "load_or_measure", "measure_ceilings"]
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# 2: each rate from its fastest trial (1 took the median, which a second process on the GPU could
+# drag to a third of the peak); a cache of schema 1 is measured over.
+SCHEMA_VERSION = 2
 # (copy bytes, fp32/tf32 GEMM n, bf16 GEMM n): big enough on a GPU to reach steady state; small
 # on a CPU, where these numbers only exercise the code path. A CPU without bf16 units runs a bf16
 # product some 40x slower than fp32 (0.19 s for a 512 cube on the 2-core CI machine, timed 13
@@ -76,8 +77,10 @@ def measure_ceilings(
 ) -> Ceilings:
     """Measures copy bandwidth and fp32 / TF32 / bf16 matmul rates on one device.
 
-    Each quantity is the median of ``trials`` timings after ``warmup`` calls; CUDA events on a
-    GPU, the host clock on a CPU. The TF32 setting is restored afterwards.
+    Each quantity is timed by the fastest of ``trials`` calls after ``warmup`` calls (CUDA events
+    on a GPU, the host clock on a CPU): work of another process can slow a trial, never speed one
+    up, and the floor built on these rates must not exceed what the device can do. The TF32
+    setting is restored afterwards.
 
     Args:
         device: ``cuda``, ``cuda:N`` or ``cpu``.
@@ -97,15 +100,15 @@ def measure_ceilings(
     sizes = {"copy_bytes": copy_bytes or default_copy, "gemm_n": gemm_n or default_gemm,
              "bf16_n": bf16_n or default_bf16}
 
-    def median_ms(fn: Callable[[], Any]) -> float:
-        return _median_ms(fn, dev, trials, warmup)
+    def best_ms(fn: Callable[[], Any]) -> float:
+        return _best_ms(fn, dev, trials, warmup)
 
-    bandwidth = _copy_gbs(dev, sizes["copy_bytes"], median_ms)
+    bandwidth = _copy_gbs(dev, sizes["copy_bytes"], best_ms)
     with _tf32(False):
-        fp32 = _matmul_tflops(dev, torch.float32, sizes["gemm_n"], median_ms)
+        fp32 = _matmul_tflops(dev, torch.float32, sizes["gemm_n"], best_ms)
     with _tf32(True):
-        tf32 = _matmul_tflops(dev, torch.float32, sizes["gemm_n"], median_ms)
-    bf16 = _matmul_tflops(dev, torch.bfloat16, sizes["bf16_n"], median_ms)
+        tf32 = _matmul_tflops(dev, torch.float32, sizes["gemm_n"], best_ms)
+    bf16 = _matmul_tflops(dev, torch.bfloat16, sizes["bf16_n"], best_ms)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return Ceilings(
@@ -182,7 +185,7 @@ def _resolve(device: str) -> Any:
     return dev
 
 
-def _median_ms(fn: Callable[[], Any], dev: Any, trials: int, warmup: int) -> float:
+def _best_ms(fn: Callable[[], Any], dev: Any, trials: int, warmup: int) -> float:
     import torch
 
     for _ in range(warmup):
@@ -193,7 +196,7 @@ def _median_ms(fn: Callable[[], Any], dev: Any, trials: int, warmup: int) -> flo
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
+        return min(times)
     with torch.cuda.device(dev):
         torch.cuda.synchronize()
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -203,25 +206,25 @@ def _median_ms(fn: Callable[[], Any], dev: Any, trials: int, warmup: int) -> flo
             fn()
             end.record()
         torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in pairs)
+    return min(start.elapsed_time(end) for start, end in pairs)
 
 
-def _copy_gbs(dev: Any, nbytes: int, median_ms: Callable[[Callable[[], Any]], float]) -> float:
+def _copy_gbs(dev: Any, nbytes: int, best_ms: Callable[[Callable[[], Any]], float]) -> float:
     import torch
 
     src = torch.rand(max(1, nbytes // 4), device=dev)
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src))
+    ms = best_ms(lambda: dst.copy_(src))
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
 
 
-def _matmul_tflops(dev: Any, dtype: Any, n: int, median_ms: Callable[[Callable[[], Any]], float]) -> float:
+def _matmul_tflops(dev: Any, dtype: Any, n: int, best_ms: Callable[[Callable[[], Any]], float]) -> float:
     import torch
 
     a = torch.rand(n, n, device=dev, dtype=dtype)
     b = torch.rand(n, n, device=dev, dtype=dtype)
     out = torch.empty(n, n, device=dev, dtype=dtype)
-    ms = median_ms(lambda: torch.mm(a, b, out=out))
+    ms = best_ms(lambda: torch.mm(a, b, out=out))
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 

@@ -55,6 +55,7 @@ class Floor:
         bound: which of the two decides the floor.
         policy: the precision policy the compute rate was chosen for.
         tflops: that rate, in TFLOP/s.
+        note: which parts a trusted time capped (see :func:`speed_of_light`), or empty.
     """
 
     memory_ms: float | None
@@ -63,6 +64,7 @@ class Floor:
     bound: Literal["memory", "compute"] | None
     policy: str
     tflops: float
+    note: str = ""
 
 
 def peak_tflops(ceilings: Ceilings, policy: Policy = "fp32", dtype: str | None = None) -> float:
@@ -87,7 +89,8 @@ def peak_tflops(ceilings: Ceilings, policy: Policy = "fp32", dtype: str | None =
     return max(ceilings.fp32_tflops, ceilings.tf32_tflops / 3)
 
 
-def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32") -> Floor:
+def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32",
+                   proven_ms: float | None = None) -> Floor:
     """Computes the floor of ``work`` on a device with ``ceilings``; a pure function.
 
     Memory: inputs must come from DRAM (the timer flushes L2 before each call); outputs count only
@@ -98,6 +101,10 @@ def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32") -> F
         work: counted by :func:`count_work`.
         ceilings: measured device rates.
         policy: ``fp32`` or ``relaxed`` (see :func:`peak_tflops`).
+        proven_ms: a time in which this device did this work (the trusted reference's measured
+            time). Measured ceilings can read low (another process on the GPU, a cold clock), and
+            a floor above a time the device achieved is no floor: each part is capped at it, and
+            ``note`` names the parts capped.
 
     Returns:
         The floor; unknown parts are ``None``.
@@ -108,11 +115,21 @@ def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32") -> F
         written = max(0, (work.output_bytes or 0) - ceilings.l2_bytes)
         memory_ms = (work.input_bytes + written) / (ceilings.bandwidth_gbs * 1e9) * 1e3
     compute_ms = None if work.flops is None else work.flops / (tflops * 1e12) * 1e3
+    note = ""
+    if proven_ms is not None:
+        capped = [name for ms, name in ((memory_ms, "memory"), (compute_ms, "compute"))
+                  if ms is not None and ms > proven_ms]
+        memory_ms = None if memory_ms is None else min(memory_ms, proven_ms)
+        compute_ms = None if compute_ms is None else min(compute_ms, proven_ms)
+        if capped:
+            note = (f"the {' and '.join(capped)} floor{'s' if len(capped) > 1 else ''} from the measured "
+                    f"ceilings exceeded the reference's own {proven_ms:.4f} ms and "
+                    f"{'were' if len(capped) > 1 else 'was'} capped at it (the ceilings read low)")
     known = [(ms, name) for ms, name in ((memory_ms, "memory"), (compute_ms, "compute")) if ms is not None]
     if not known:
-        return Floor(None, None, None, None, policy, tflops)
+        return Floor(None, None, None, None, policy, tflops, note)
     floor_ms, bound = max(known, key=lambda pair: pair[0])
-    return Floor(memory_ms, compute_ms, floor_ms, bound, policy, tflops)
+    return Floor(memory_ms, compute_ms, floor_ms, bound, policy, tflops, note)
 
 
 def count_work(problem: Problem, cpu_fallback_numel: int = CPU_FALLBACK_NUMEL) -> Work:
