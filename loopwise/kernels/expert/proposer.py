@@ -128,9 +128,11 @@ class ExpertProposer(Proposer):
         if self._record is None:
             from loopwise.kernels.expert.inductor.seed import inductor_record
 
-            source = self._record_source or inductor_record
             try:
-                record = source(self.problem, self.device)
+                if self._record_source is not None:
+                    record = self._record_source(self.problem, self.device)
+                else:  # after the baseline's compile of the problem: its autotuning is reused
+                    record = inductor_record(self.problem, self.device, reuse_tuning=True)
                 seeded.render_seed(record, self.problem, precision=self.precision)  # it writes out
                 self._record = record
             except Unsupported as exc:
@@ -193,6 +195,13 @@ class ExpertProposer(Proposer):
         first = [k for k in kinds if k not in LATER] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
+        if not current and first[0] == "inductor":
+            # The seed replayed as one CUDA graph, right after the first template: on small problems
+            # torch.compile's launches cost the host more than the GPU's work, and the graph is the
+            # seed's one move that removes them.
+            graph = {**self._defaults("inductor"), "cudagraph": 1}
+            if _key(graph) not in seen:
+                options.insert(min(2, len(options)), graph)
         # The tools' suggestions come first, in their rank order, where the template has the knob
         # and the value is one it can take.
         space = SPACE[kind]

@@ -157,6 +157,9 @@ def test_the_expert_proposes_the_seed_first_and_moves_from_it(tmp_path):
     first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
     assert first[0].note.startswith("inductor template") and first[0].content.startswith('"""inductor: block 0')
     assert not first[1].note.startswith("inductor")  # the softmax template's defaults beside it
+    # Third, the seed replayed as one CUDA graph: torch.compile's launches cost the host more than
+    # the GPU's work on small problems, and the graph is the seed's one move that removes them.
+    assert parse_note(first[2].content) == {**parse_note(first[0].content), "cudagraph": 1}
     children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=2))
     for child in children:
         moves = parse_note(child.content)
