@@ -128,11 +128,9 @@ class ExpertProposer(Proposer):
         if self._record is None:
             from loopwise.kernels.expert.inductor.seed import inductor_record
 
+            source = self._record_source or inductor_record
             try:
-                if self._record_source is not None:
-                    record = self._record_source(self.problem, self.device)
-                else:  # after the baseline's compile of the problem: its autotuning is reused
-                    record = inductor_record(self.problem, self.device, reuse_tuning=True)
+                record = source(self.problem, self.device)
                 seeded.render_seed(record, self.problem, precision=self.precision)  # it writes out
                 self._record = record
             except Unsupported as exc:

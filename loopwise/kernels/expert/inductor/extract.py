@@ -78,13 +78,8 @@ class InductorRecord:
         return cls(**data)
 
 
-def extract(problem, device: str = "cuda", reuse_tuning: bool = False) -> InductorRecord:
+def extract(problem, device: str = "cuda") -> InductorRecord:
     """Compiles ``problem`` with Inductor on ``device``, runs it once, and records its module.
-
-    Inductor's graph caches are always off here (a cached graph skips the lowering whose module is
-    kept). With ``reuse_tuning`` its autotuning cache and Triton's binaries are used where an
-    earlier compile of the same problem on this machine left them (the baseline's torch.compile),
-    so the kernels are not benchmarked and built again; otherwise every cache is off.
 
     Raises:
         Unsupported: graph breaks, more than one graph, no output code, arguments that cannot be
@@ -120,11 +115,9 @@ def extract(problem, device: str = "cuda", reuse_tuning: bool = False) -> Induct
         modules.append(compiled)
         return compiled
 
-    caches = {"fx_graph_cache": False, "fx_graph_remote_cache": False} if reuse_tuning \
-        else {"force_disable_caches": True}
     torch._dynamo.reset()
-    with mock.patch.object(GraphLowering, "compile_to_module", keep), _no_autograd_cache(), \
-            inductor_config.patch(**caches), torch.no_grad():
+    with mock.patch.object(GraphLowering, "compile_to_module", keep), \
+            inductor_config.patch(force_disable_caches=True), torch.no_grad():
         try:
             compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
             out = compiled(*inputs)
@@ -144,13 +137,6 @@ def extract(problem, device: str = "cuda", reuse_tuning: bool = False) -> Induct
         extern=library_calls(source_text),
         torch=torch.__version__, triton=triton.__version__,
         device_name=torch.cuda.get_device_name() if device.startswith("cuda") else device)
-
-
-def _no_autograd_cache():
-    """AOTAutograd's cache off (a hit would skip Inductor's lowering as a graph-cache hit does)."""
-    from torch._functorch import config as functorch_config
-
-    return functorch_config.patch(enable_autograd_cache=False)
 
 
 def _kernels(compiled_module) -> list[KernelRecord]:
@@ -266,12 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("problem")
     parser.add_argument("out")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--reuse-tuning", action="store_true",
-                        help="use the autotuning and Triton caches an earlier compile left")
     args = parser.parse_args(argv)
     problem = load_problem(args.problem, validate=False)
     try:
-        record = extract(problem, args.device, args.reuse_tuning)
+        record = extract(problem, args.device)
     except Unsupported as exc:
         Path(args.out).write_text(json.dumps({"unsupported": str(exc)}))
         return UNSUPPORTED_EXIT

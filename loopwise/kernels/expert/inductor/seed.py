@@ -20,13 +20,8 @@ from loopwise.kernels.expert.inductor.extract import UNSUPPORTED_EXIT, InductorR
 TIMEOUT_S = 600
 
 
-def inductor_record(problem, device: str = "cuda", timeout_s: float = TIMEOUT_S,
-                    reuse_tuning: bool = False) -> InductorRecord:
+def inductor_record(problem, device: str = "cuda", timeout_s: float = TIMEOUT_S) -> InductorRecord:
     """Runs the extraction for ``problem`` on ``device`` in a child process.
-
-    With ``reuse_tuning`` the child uses this machine's Inductor cache folder (where the baseline's
-    torch.compile of the problem left its autotuning results) instead of a fresh one; see
-    :func:`extract.extract`.
 
     Raises:
         Unsupported: no such device here, the problem cannot be seeded, or the child failed (the
@@ -41,12 +36,10 @@ def inductor_record(problem, device: str = "cuda", timeout_s: float = TIMEOUT_S,
     with tempfile.TemporaryDirectory(prefix="loopwise-seed-") as tmp:
         problem_file, out = Path(tmp) / "problem.py", Path(tmp) / "record.json"
         problem_file.write_text(problem.source)
-        env = dict(os.environ) if reuse_tuning else \
-            {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor")}
-        command = [sys.executable, "-m", "loopwise.kernels.expert.inductor.extract",
-                   str(problem_file), str(out), "--device", device] + (["--reuse-tuning"] if reuse_tuning else [])
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor")}
         try:
-            done = subprocess.run(command,
+            done = subprocess.run([sys.executable, "-m", "loopwise.kernels.expert.inductor.extract",
+                                   str(problem_file), str(out), "--device", device],
                                   capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             raise Unsupported(f"extracting Inductor's code ran past {timeout_s:g} s") from None
