@@ -10,7 +10,9 @@ Table (per level and over all): problems, correct (a correct candidate found), g
 the best candidate over eager and over torch.compile (a problem without a correct candidate counts
 as the reference itself: 1.0x over eager, eager/compile over compile), and fast_p, KernelBench's
 share of problems with a correct candidate faster than p times the denominator, at p = 0, 1, 1.5
-and 2, against eager and against torch.compile.
+and 2, against eager and against torch.compile; the problems below 0.97x torch.compile, and the
+mean wall time of a problem (its search and its baselines, in the process that finished it; with
+several problems at once on shared GPUs these overlap), the search's cost at the budget used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,6 +97,10 @@ def select_problems(root: str | Path, levels: list[int], rule: str) -> list[tupl
 # the table
 
 
+# A problem counts as below torch.compile under this ratio (above it, a tie within timing noise).
+BELOW_COMPILE = 0.97
+
+
 def _geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
@@ -113,6 +120,9 @@ def aggregate(rows: list[dict]) -> list[dict]:
         line["geomean_over_eager"] = _geomean(over_eager)
         line["geomean_over_compile"] = _geomean(over_compile)
         line["compile_measured"] = len(over_compile)
+        line["below_compile"] = sum(1 for v in over_compile if v < BELOW_COMPILE)
+        seconds = [r.get("seconds") for r in mine]
+        line["seconds_per_problem"] = sum(seconds) / len(seconds) if None not in seconds else None
         for k in ("kernelbench", "gpu", "steady"):  # problems with a correct candidate, same worker
             line[f"geomean_over_compile_{k}"] = _geomean([r[f"over_compile_{k}"] for r in mine
                                                           if r.get(f"over_compile_{k}")])
@@ -124,8 +134,10 @@ def aggregate(rows: list[dict]) -> list[dict]:
     return out
 
 
-def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None) -> dict:
-    """A problem's row from its optimize summary and its baseline (``worker_jobs.baseline``'s dict)."""
+def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None,
+                seconds: float | None = None) -> dict:
+    """A problem's row from its optimize summary and its baseline (``worker_jobs.baseline``'s dict);
+    ``seconds``: the problem's wall time (its search and its baseline), the search's cost."""
     from loopwise.kernels.device import timing_meaningful
 
     best = summary.get("best") or {}
@@ -138,6 +150,7 @@ def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | Non
            "evaluations": summary.get("evaluations", 0), "failures": summary.get("failures", {}),
            "best_speedup": summary.get("best_speedup") if best else None, "best_ms": best_ms,
            "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status"),
+           "seconds": seconds,
            "timing_meaningful": timing_meaningful(best.get("device") or (base or {}).get("device") or "")}
     # against torch.compile, both times from the same worker's protocol: ours as a ratio to our eager
     # (judge) times the baseline's eager/compile ratio, so two GPUs' clocks never meet in one ratio
@@ -249,6 +262,7 @@ class Bench:
         def judge_for(problem):
             return make_judge(problem, self.cfg, dispatcher, spares=1)
 
+        started = time.perf_counter()
         problem = load_problem(str(path))
         runs_dir = self.cfg.store.runs_dir
         if key in self.started and (Path(runs_dir) / self.started[key]).exists():
@@ -267,7 +281,7 @@ class Bench:
             run.judge.close()
             run.store.close()
         base = self._baseline(problem, dispatcher) if self.s.compile else None
-        return problem_row(level, pid, problem.name, summary, base)
+        return problem_row(level, pid, problem.name, summary, base, seconds=time.perf_counter() - started)
 
     def _baseline(self, problem, dispatcher) -> dict | None:
         """Eager and torch.compile of the problem: the same job on a worker when there is an

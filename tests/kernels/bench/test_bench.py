@@ -60,6 +60,23 @@ def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference(
     assert total["problems"] == 3 and total["fast_1_eager"] == pytest.approx(2 / 3)
 
 
+def test_the_table_states_the_search_cost_and_the_problems_below_compile():
+    def row(pid, speedup, comp, seconds):
+        best = {"timing": {"median_ms": 1.0 / speedup}, "reference_timing": {"median_ms": 1.0}}
+        summary = {"run_id": "r", "evaluations": 3, "best_speedup": speedup, "best": best, "failures": {}}
+        base = {"eager": {"timing": {"median_ms": 1.0}}, "compile": {"status": "ok", "timing": {"median_ms": comp}}}
+        return problem_row(1, pid, str(pid), summary, base, seconds=seconds)
+
+    # over compile (eager 1 ms): 0.5x (below), 0.98x (a tie within timing noise), 2.0x
+    rows = [row(1, 1.0, 0.5, 40.0), row(2, 1.0, 0.98, 50.0), row(3, 2.0, 1.0, 60.0)]
+    assert rows[0]["seconds"] == 40.0
+    level1 = aggregate(rows)[0]
+    assert level1["seconds_per_problem"] == pytest.approx(50.0)
+    assert level1["below_compile"] == 1  # under 0.97x torch.compile: timing noise allowed
+    unknown = aggregate([{**rows[0], "seconds": None}])[0]
+    assert unknown["seconds_per_problem"] is None
+
+
 def test_a_row_gives_the_ratio_over_compile_under_each_clock():
     # ours: 0.1 ms of GPU work, 0.3 ms of launch; compile: 0.12 ms of GPU work, 0.15 ms of launch
     best = {"timing": {"median_ms": 0.2, "kernelbench_median_ms": 0.2, "gpu_median_ms": 0.1,
