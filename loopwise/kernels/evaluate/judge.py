@@ -338,6 +338,7 @@ class LocalJudge:
             self._ref_timing = self.ref_times.get(self.problem.sha256, self.problem.source, "eager", args, None,
                                                   model=self.reference.model)
             self.reference.drop(REFERENCE_TIMING_SEED)
+            self._floor_for()  # the device's ceilings, if not cached, measured now: nothing runs beside
         return self._ref_timing
 
     def reference_facts(self, compile: bool = False) -> dict:
@@ -392,12 +393,9 @@ class LocalJudge:
                 from loopwise.kernels.roofline.floor import count_work, speed_of_light
 
                 work = count_work(self.problem)
-                # The reference's own time caps the floor: ceilings that read low cannot put it
-                # above a time this device achieved for this work.
-                try:
-                    ref = self.reference_timing().timing
-                except Exception:  # noqa: BLE001 - without it the floor is uncapped, not absent
-                    ref = None
+                # A part of the floor above the reference's own time (ceilings that read low) is
+                # no floor: speed_of_light drops it. The reference is not timed for this.
+                ref = self._ref_timing.timing if self._ref_timing is not None else None
                 proven = ref.pick(self.cfg.statistic) if ref is not None else None
                 self._floor = speed_of_light(work, load_or_measure(self.device), self.cfg.precision, proven)
             except Exception as exc:  # noqa: BLE001 - the floor is advisory when it cannot be computed

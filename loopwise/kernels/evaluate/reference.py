@@ -10,6 +10,7 @@ import copy
 from types import ModuleType
 
 from loopwise.kernels.evaluate import inputs as inp
+from loopwise.kernels.evaluate.compare import WRONG_NOT_IMPRECISE, same_function
 from loopwise.kernels.evaluate.spent import Spent
 
 # A judgement holds about this many output-sized tensors at once (reference outputs of two trials,
@@ -157,14 +158,23 @@ class Reference:
             self._outputs[seed] = result
         return result
 
-    def float64(self, seed: int, args: list) -> list | None:
-        """``run64(args)`` for the draw of ``seed``, kept like :meth:`outputs`."""
+    def float64(self, seed: int, args: list, ref_out: list) -> list | None:
+        """``run64(args)`` for the draw of ``seed``, kept like :meth:`outputs`; None where it is
+        not the function of ``ref_out`` (the reference's outputs for those inputs), see
+        :func:`compare.same_function`."""
         if seed in self._float64_kept:
             return self._float64_kept[seed]
-        out = self.run64(args)
+        out = self._checked(ref_out, self.run64(args))
         if out is not None and self._keep(out):
             self._float64_kept[seed] = out
         return out
+
+    def _checked(self, ref_out: list, out64: list | None) -> list | None:
+        if out64 is None or same_function(ref_out, out64):
+            return out64
+        self._model64_error = (f"the float64 run computes another function (the reference is more than "
+                               f"{WRONG_NOT_IMPRECISE:g} normwise from it: its forward reads the default dtype?)")
+        return None
 
     def run(self, args_cpu: list) -> tuple[list, list[int]]:
         """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
@@ -217,7 +227,7 @@ class Reference:
         out32 = [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out32]
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
             return None
-        out64 = self.run64(args)
+        out64 = self._checked(out32, self.run64(args))
         if out64 is None:
             return None
         args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
@@ -236,17 +246,20 @@ class Reference:
         args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                   for a in inp.to_device(args, self.hold)]
         # Tensors the forward makes in the default dtype (a mask from torch.zeros) are float64 too:
-        # a float32 one would mix precisions into the run whose error the fp32 rule scales.
+        # a float32 one would mix precisions into the run whose error the fp32 rule scales. A
+        # forward that casts to fp32 itself can meet such a tensor in a dtype-strict op
+        # (index_add_, a product) and raise: then the run is made with the default dtype as it is.
         previous = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float64)
-        try:
-            with torch.no_grad():
-                return inp.flatten_outputs(model64(*args64))
-        except Exception as exc:  # noqa: BLE001
-            self._model64_error = f"{type(exc).__name__}: {exc}"
-            return None
-        finally:
-            torch.set_default_dtype(previous)
+        for default in dict.fromkeys((torch.float64, previous)):
+            torch.set_default_dtype(default)
+            try:
+                with torch.no_grad():
+                    return inp.flatten_outputs(model64(*args64))
+            except Exception as exc:  # noqa: BLE001
+                self._model64_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                torch.set_default_dtype(previous)
+        return None
 
     def _outside_domain(self) -> bool:
         # Inputs that must be probabilities: a CUDA device-side assert would kill the judge's own

@@ -103,8 +103,9 @@ def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32",
         policy: ``fp32`` or ``relaxed`` (see :func:`peak_tflops`).
         proven_ms: a time in which this device did this work (the trusted reference's measured
             time). Measured ceilings can read low (another process on the GPU, a cold clock), and
-            a floor above a time the device achieved is no floor: each part is capped at it, and
-            ``note`` names the parts capped.
+            so can the work be over-counted (an input of which the forward reads a slice): a part
+            above a time the device achieved is shown wrong, so it is dropped (``None``, it
+            rejects and flags nothing), and ``note`` names it.
 
     Returns:
         The floor; unknown parts are ``None``.
@@ -117,14 +118,13 @@ def speed_of_light(work: Work, ceilings: Ceilings, policy: Policy = "fp32",
     compute_ms = None if work.flops is None else work.flops / (tflops * 1e12) * 1e3
     note = ""
     if proven_ms is not None:
-        capped = [name for ms, name in ((memory_ms, "memory"), (compute_ms, "compute"))
-                  if ms is not None and ms > proven_ms]
-        memory_ms = None if memory_ms is None else min(memory_ms, proven_ms)
-        compute_ms = None if compute_ms is None else min(compute_ms, proven_ms)
-        if capped:
-            note = (f"the {' and '.join(capped)} floor{'s' if len(capped) > 1 else ''} from the measured "
-                    f"ceilings exceeded the reference's own {proven_ms:.4f} ms and "
-                    f"{'were' if len(capped) > 1 else 'was'} capped at it (the ceilings read low)")
+        wrong = [f"{name} {ms:.4f} ms" for ms, name in ((memory_ms, "memory"), (compute_ms, "compute"))
+                 if ms is not None and ms > proven_ms]
+        memory_ms = None if memory_ms is not None and memory_ms > proven_ms else memory_ms
+        compute_ms = None if compute_ms is not None and compute_ms > proven_ms else compute_ms
+        if wrong:
+            note = (f"floor not used: {' and '.join(wrong)} exceed the reference's own {proven_ms:.4f} ms "
+                    "(ceilings that read low, or work counted that the forward does not do)")
     known = [(ms, name) for ms, name in ((memory_ms, "memory"), (compute_ms, "compute")) if ms is not None]
     if not known:
         return Floor(None, None, None, None, policy, tflops, note)

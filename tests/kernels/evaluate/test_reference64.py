@@ -54,3 +54,35 @@ def test_the_default_dtype_is_back_after_the_float64_run():
     ref = _reference()
     ref.run64(ref.draw(0))
     assert torch.get_default_dtype() == torch.float32
+
+
+def _reference_of(forward: str, inputs: str) -> Reference:
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x, idx):\n"
+              f"        {forward}\n\n\ndef get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return []\n")
+    module = types.ModuleType("problem")
+    exec(compile(source, "problem", "exec"), module.__dict__)
+    return Reference(module, "cpu", source)
+
+
+def test_a_float64_run_that_computes_another_function_is_not_used():
+    # torch.finfo() reads the default dtype: in a float64 run it is float64's eps, so log(eps) at
+    # every x <= 0 is -36.04 where the problem gives -15.94. An error of the fp32 reference this
+    # large is no rounding: a "float64 reference" of another function would scale the fp32
+    # allowance until a wrong candidate passed.
+    ref = _reference_of("return torch.log(torch.clamp(torch.relu(x), min=torch.finfo().eps)) + 0 * idx.sum()",
+                        "[torch.randn(4096), torch.zeros(1, dtype=torch.int64)]")
+    args = ref.draw(0)
+    (out32,), _ = ref.run(args)
+    assert ref.float64(0, args, [out32]) is None
+    assert "another function" in ref.model64_error
+
+
+def test_a_forward_that_casts_to_fp32_itself_still_gets_a_float64_run():
+    # x.float() meets a default-dtype tensor in a dtype-strict op: with the default dtype at
+    # float64 it raises; the float64 run is made with the default dtype as it was instead.
+    ref = _reference_of("out = torch.zeros(64, device=x.device)\n        return out.index_add_(0, idx, x.float())",
+                        "[torch.randn(64), torch.randperm(64)]")
+    args = ref.draw(0)
+    (out32,), _ = ref.run(args)
+    (out64,) = ref.float64(0, args, [out32])
+    assert float((out64.double() - out32.double()).abs().max()) < 1e-5
