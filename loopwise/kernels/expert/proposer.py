@@ -194,9 +194,9 @@ class ExpertProposer(Proposer):
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
         if not current and first[0] == "inductor":
-            # The seed replayed as one CUDA graph, third (after the seed and the first template): on small problems
-            # torch.compile's launches cost the host more than the GPU's work, and the graph is the
-            # seed's one move that removes them.
+            # The seed replayed as one CUDA graph, third (after the seed and the first template):
+            # on small problems torch.compile's launches cost the host more than the GPU's work,
+            # and the graph is the seed's one move that removes them.
             graph = {**self._defaults("inductor"), "cudagraph": 1}
             if _key(graph) not in seen:
                 options.insert(min(2, len(options)), graph)
