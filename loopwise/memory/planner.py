@@ -324,19 +324,22 @@ class _Planner:
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
         """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
         every dimension alone, and every pair whose outer dimension indexes the written tensor in an
-        earlier position (the batch outside the rows) or is the block loop of a strip-mined
-        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`); the
-        place within a block is not a seed."""
+        earlier position (the batch outside the rows), or is the block loop of a strip-mined
+        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`), or
+        slices an input the inner one does not (a chunk of a weight's columns held while the rows
+        stream past it); the place within a block is not a seed."""
         op, sigs = self.ops[i], self.sigs[i]
         pairs = split_loops(self.alone_ops[i], op)
         blocks, places = {b for b, _ in pairs}, {p for _, p in pairs}
         written = op.writes[0].tensor
+        read = {a.tensor for a in op.reads}
         # a place in a block does not carry slabs (the block loop cuts the same columns whole)
         dims = [d for d in sigs if op.dims[d] > 1 and d not in places]
         seeds = [(None, d, op.dims[d], 1) for d in dims]
         for outer in dims:
             for inner in dims:
-                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks):
+                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks
+                                       or any(sigs[outer][t] is not None and sigs[inner][t] is None for t in read)):
                     seeds.append((outer, inner, op.dims[inner], op.dims[outer]))
         return seeds
 
