@@ -389,7 +389,9 @@ class _Planner:
         for outer, inner, extent, outer_extent in self._seeds(i):
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
-            outer_state = {t: pos for t, pos in self.sigs[i][outer].items() if pos is not None} if outer else {}
+            # the outer level also records what it leaves whole (None): x read whole by q's column
+            # chunks must not be cut by the batch in k's, which reads it too
+            outer_state = dict(self.sigs[i][outer]) if outer else {}
             produced = written(self.ops[i])
             loop_made = set(produced)  # what the current inner loop made (:mod:`loopwise.memory.segments`)
             loops = 1
@@ -407,10 +409,10 @@ class _Planner:
                     if pair is None:
                         break
                     spec.append(pair)
-                    for state, dim in ((inner_state, pair[1]), (outer_state, pair[0])):
+                    for state, dim, whole in ((inner_state, pair[1], False), (outer_state, pair[0], True)):
                         if dim is not None:
                             for t, pos in self.sigs[k][dim].items():
-                                if pos is not None:
+                                if pos is not None or whole:
                                     state.setdefault(t, pos)
                     produced |= written(self.ops[k])
                     loop_made |= written(self.ops[k])

@@ -47,7 +47,9 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
         room = capacity * (1 + _SLACK) + 1 - works
         fits = room >= 0
         if not fits.any():
-            continue
+            if handed:
+                continue
+            break  # a larger outer slab holds more at every operator
         streamed = moved + outer_count * (outer_moved + per_outer) + counts * (per_inner + outer_count * per_both)
         times = max(outer_count if per_both else 1, 1 if per_inner else 0) * counts
         times = np.maximum(times, outer_count if per_outer else 0)  # loads of one invariant, at most

@@ -234,6 +234,8 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
         if handed:
             works = works + handed_cover(handed, loops, length, extent, outer_size, outer_extent)
         works_all = works + cover[-1]  # with every invariant streamed
+        if not handed and works_all[0].max() > capacity:
+            break  # not even the smallest inner slab fits: a larger outer slab holds more at every operator
         for row, size in enumerate(sizes):
             # the peak for each count of resident invariants
             peaks = (works_all[row] - cover).max(axis=1) + kept

@@ -74,3 +74,21 @@ def test_shared_input_products_come_within_one_and_a_half_of_their_io_bound():
     bound = _io_bound_bytes(m, 3 * n, k, capacity)
     assert p.total_bytes <= 1.5 * bound
     assert sum(p.layer_by_layer) > 1.8 * bound
+
+
+def test_a_batch_of_the_same_extent_does_not_cut_the_input_a_column_chunk_reads_whole():
+    """q, k and v of x [256, 32, 256] with 256 columns each (128 KiB of weights apiece) at
+    128 KiB: the loop over chunks of q's columns reads x whole in each chunk, so k's and v's
+    chunks must be of their columns too, not of the batch (of the same extent, 256), which would
+    cut x. Four chunks of 64 columns of each weight: x (4 MiB) read 4 times, the weights once,
+    the outputs stored once; alone, each product moves more."""
+    b, l, n, k = 256, 32, 256, 256
+    ops = tuple(Operator(p, {"b": b, "l": l, "n": n, "k": k},
+                         (Tensor("x", (b, l, k)), Tensor(f"w{p}", (n, k)), Tensor(p, (b, l, n))),
+                         reads=(Access("x", ("b", "l", "k")), Access(f"w{p}", ("n", "k"))),
+                         writes=(Access(p, ("b", "l", "n")),), macs=b * l * n * k) for p in "qkv")
+    p = verified_plan(Graph("qkv-batched", ops, frozenset({"wq", "wk", "wv"})), 128 * KIB)
+    (grp,) = p.groups
+    assert grp.slab.outer_dims == ("n", "n", "n") and grp.slab.outer_size == 64
+    x, weights, outputs = b * l * k * 2, 3 * n * k * 2, 3 * b * l * n * 2
+    assert p.total_bytes == 4 * x + weights + outputs == 29_753_344 < sum(p.layer_by_layer) == 38_141_952
