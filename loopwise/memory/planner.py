@@ -17,7 +17,10 @@ whose intermediates never touch DRAM. It runs in one of two ways:
   way by its producer and every consumer, or the group cannot run in slabs;
 - in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
   its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
-  an invariant of the inner slabs, kept for them or loaded again by each;
+  an invariant of the inner slabs, kept for them or loaded again by each. The outer dimension may
+  also be a product's columns outside its rows: a chunk of the weight stays for all the rows while
+  the input, read whole by every chunk, streams past it once per chunk; products reading one
+  input (q, k and v) take their chunks in one loop, so the input is read once per chunk of all;
 - an attention's softmax chain alone, key block by key block inside its query blocks, with an
   online softmax (:mod:`loopwise.memory.key_blocks`): the scores never leave the chip even where
   one head's keys do not fit;
@@ -132,9 +135,10 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
 def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
     """``best``, or when its buffers do not fit the scratchpad by offsets although they fit by bytes
     (the holes first fit leaves: :mod:`loopwise.memory.placement`), the plan for a scratchpad
-    smaller by what they overflow, placed in the whole scratchpad; the capacity planned for is
-    recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
-    the whole scratchpad."""
+    smaller by what they overflow, by at most a tenth of the scratchpad per attempt (one group's
+    large overflow must not take that much room from every other group), placed in the whole
+    scratchpad; the capacity planned for is recorded in the plan (``planned_capacity_bytes``);
+    the layer-by-layer figures stay those of the whole scratchpad."""
     p = first_planner
     graph, capacity, max_group = p.source, p.cap, p.max_group
     budget, first = capacity, best
@@ -143,7 +147,7 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
                    for a in step["alloc"]), default=0)
         if top <= capacity:
             return best
-        budget -= max(top - capacity, capacity // 100)
+        budget -= min(max(top - capacity, capacity // 100), capacity // 10)
         planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates,
                            prologues=p.g is not graph)
         best = replace(planner.run(), planned_capacity_bytes=budget,
