@@ -158,6 +158,19 @@ def sizes_below(extent: int) -> list[int]:
     return out
 
 
+FEW_SLABS = 8  # outer slab counts up to this are each tried
+
+
+def outer_sizes(extent: int) -> list[int]:
+    """Outer slab sizes tried, ascending: :func:`sizes_below`, and for every count of outer slabs
+    up to :data:`FEW_SLABS` the smallest size that makes that count (a weight cut into 8 chunks of
+    1376 of its 11008 columns, where powers of two give 11 chunks of 1024). An outer slab holds its
+    part of the invariants for all the inner slabs, so one more outer slab is one more pass of
+    everything the inner slabs stream."""
+    few = {-(-extent // count) for count in range(2, FEW_SLABS + 1)}
+    return sorted(set(sizes_below(extent)) | {s for s in few if s < extent})
+
+
 def _held(h: Handed, seg: np.ndarray, ops: np.ndarray, o: np.ndarray, s: np.ndarray, share: float,
           inner: np.ndarray) -> np.ndarray:
     """What ``h`` holds at each operator (last axis) at outer slab o (first axis) and slab s

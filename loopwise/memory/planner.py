@@ -17,7 +17,10 @@ whose intermediates never touch DRAM. It runs in one of two ways:
   way by its producer and every consumer, or the group cannot run in slabs;
 - in slabs within slabs: an outer dimension (one sequence at a time) and an inner one (a block of
   its query rows): a tensor sliced by the outer dimension only (that sequence's keys and values) is
-  an invariant of the inner slabs, kept for them or loaded again by each;
+  an invariant of the inner slabs, kept for them or loaded again by each. The outer dimension may
+  also be a product's columns outside its rows: a chunk of the weight stays for all the rows while
+  the input, read whole by every chunk, streams past it once per chunk; products reading one
+  input (q, k and v) take their chunks in one loop, so the input is read once per chunk of all;
 - an attention's softmax chain alone, key block by key block inside its query blocks, with an
   online softmax (:mod:`loopwise.memory.key_blocks`): the scores never leave the chip even where
   one head's keys do not fit;
@@ -132,9 +135,10 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
 def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
     """``best``, or when its buffers do not fit the scratchpad by offsets although they fit by bytes
     (the holes first fit leaves: :mod:`loopwise.memory.placement`), the plan for a scratchpad
-    smaller by what they overflow, placed in the whole scratchpad; the capacity planned for is
-    recorded in the plan (``planned_capacity_bytes``); the layer-by-layer figures stay those of
-    the whole scratchpad."""
+    smaller by what they overflow, by at most a tenth of the scratchpad per attempt (one group's
+    large overflow must not take that much room from every other group), placed in the whole
+    scratchpad; the capacity planned for is recorded in the plan (``planned_capacity_bytes``);
+    the layer-by-layer figures stay those of the whole scratchpad."""
     p = first_planner
     graph, capacity, max_group = p.source, p.cap, p.max_group
     budget, first = capacity, best
@@ -143,7 +147,7 @@ def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
                    for a in step["alloc"]), default=0)
         if top <= capacity:
             return best
-        budget -= max(top - capacity, capacity // 100)
+        budget -= min(max(top - capacity, capacity // 100), capacity // 10)
         planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates,
                            prologues=p.g is not graph)
         best = replace(planner.run(), planned_capacity_bytes=budget,
@@ -324,19 +328,22 @@ class _Planner:
     def _seeds(self, i: int) -> list[tuple[str | None, str, int, int]]:
         """(outer, inner, inner extent, outer extent) slab choices for the group's first operator:
         every dimension alone, and every pair whose outer dimension indexes the written tensor in an
-        earlier position (the batch outside the rows) or is the block loop of a strip-mined
-        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`); the
-        place within a block is not a seed."""
+        earlier position (the batch outside the rows), or is the block loop of a strip-mined
+        dimension (one head's columns outside the rows: :mod:`loopwise.memory.strip_mine`), or
+        slices an input the inner one does not (a chunk of a weight's columns held while the rows
+        stream past it); the place within a block is not a seed."""
         op, sigs = self.ops[i], self.sigs[i]
         pairs = split_loops(self.alone_ops[i], op)
         blocks, places = {b for b, _ in pairs}, {p for _, p in pairs}
         written = op.writes[0].tensor
+        read = {a.tensor for a in op.reads}
         # a place in a block does not carry slabs (the block loop cuts the same columns whole)
         dims = [d for d in sigs if op.dims[d] > 1 and d not in places]
         seeds = [(None, d, op.dims[d], 1) for d in dims]
         for outer in dims:
             for inner in dims:
-                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks):
+                if outer != inner and (sigs[outer][written] < sigs[inner][written] or outer in blocks
+                                       or any(sigs[outer][t] is not None and sigs[inner][t] is None for t in read)):
                     seeds.append((outer, inner, op.dims[inner], op.dims[outer]))
         return seeds
 
@@ -386,7 +393,9 @@ class _Planner:
         for outer, inner, extent, outer_extent in self._seeds(i):
             spec = [(outer, inner)]
             inner_state = {t: pos for t, pos in self.sigs[i][inner].items() if pos is not None}
-            outer_state = {t: pos for t, pos in self.sigs[i][outer].items() if pos is not None} if outer else {}
+            # the outer level also records what it leaves whole (None): x read whole by q's column
+            # chunks must not be cut by the batch in k's, which reads it too
+            outer_state = dict(self.sigs[i][outer]) if outer else {}
             produced = written(self.ops[i])
             loop_made = set(produced)  # what the current inner loop made (:mod:`loopwise.memory.segments`)
             loops = 1
@@ -404,10 +413,10 @@ class _Planner:
                     if pair is None:
                         break
                     spec.append(pair)
-                    for state, dim in ((inner_state, pair[1]), (outer_state, pair[0])):
+                    for state, dim, whole in ((inner_state, pair[1], False), (outer_state, pair[0], True)):
                         if dim is not None:
                             for t, pos in self.sigs[k][dim].items():
-                                if pos is not None:
+                                if pos is not None or whole:
                                     state.setdefault(t, pos)
                     produced |= written(self.ops[k])
                     loop_made |= written(self.ops[k])

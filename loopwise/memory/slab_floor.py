@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from loopwise.memory.handed import handed_cover
+from loopwise.memory.handed import handed_cover, outer_sizes
 from loopwise.memory.slabs import Invariants, sizes_below
 
 # float sums of byte counts are exact, but the peaks best_slab compares with the capacity take
@@ -36,7 +36,7 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
         return math.inf
     per_inner, per_both, per_outer = _loads(inv)
     floor = math.inf
-    for outer_size in (sizes_below(outer_extent) if outer_extent > 1 else [1]):
+    for outer_size in (outer_sizes(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         sliced = held["both"] * fo + held["inner"]  # bytes held per unit of slab share
@@ -47,7 +47,9 @@ def slab_floor(capacity: int, moved: int, outer_moved: int, held: dict[str, np.n
         room = capacity * (1 + _SLACK) + 1 - works
         fits = room >= 0
         if not fits.any():
-            continue
+            if handed:
+                continue
+            break  # a larger outer slab holds more at every operator
         streamed = moved + outer_count * (outer_moved + per_outer) + counts * (per_inner + outer_count * per_both)
         times = max(outer_count if per_both else 1, 1 if per_inner else 0) * counts
         times = np.maximum(times, outer_count if per_outer else 0)  # loads of one invariant, at most

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loopwise.memory.handed import handed_cover, sizes_below
+from loopwise.memory.handed import handed_cover, outer_sizes, sizes_below
 from loopwise.memory.ir import Operator
 from loopwise.memory.plan_records import Group, Slab
 
@@ -224,7 +224,7 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
     sizes = sizes_below(extent)
     size_col = np.array(sizes, dtype=float)[:, None]
     best = None
-    for outer_size in (sizes_below(outer_extent) if outer_extent > 1 else [1]):
+    for outer_size in (outer_sizes(outer_extent) if outer_extent > 1 else [1]):
         outer_count = math.ceil(outer_extent / outer_size)
         fo = outer_size / outer_extent
         order, cover, kept, resident, streamed = inv.level(fo, length)
@@ -234,6 +234,8 @@ def best_slab(capacity, names, moved, outer_moved, held, inv: Invariants, spec, 
         if handed:
             works = works + handed_cover(handed, loops, length, extent, outer_size, outer_extent)
         works_all = works + cover[-1]  # with every invariant streamed
+        if not handed and works_all[0].max() > capacity:
+            break  # not even the smallest inner slab fits: a larger outer slab holds more at every operator
         for row, size in enumerate(sizes):
             # the peak for each count of resident invariants
             peaks = (works_all[row] - cover).max(axis=1) + kept

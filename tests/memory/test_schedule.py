@@ -89,6 +89,32 @@ def test_a_plan_whose_buffers_fragment_is_planned_again_for_less_until_its_offse
     assert verify({"total_bytes": p.total_bytes, "schedule": p.schedule}).ok
 
 
+def test_one_buffer_far_past_the_end_takes_at_most_a_tenth_of_the_room_per_attempt(monkeypatch):
+    """The first placement leaves one buffer a whole scratchpad past the end: the plan is made
+    again for at most a tenth less room (not for the room less that overflow, which leaves none),
+    and its offsets then fit."""
+    import loopwise.memory.placement as placement
+
+    real, calls = placement._first_fit, []
+
+    def far_off(buffers, capacity):
+        calls.append(capacity)
+        out = real(buffers, capacity)
+        if len(calls) == 1:
+            top = max(b.offset + b.size for b in buffers)
+            for b in buffers:
+                if b.offset + b.size == top:
+                    b.offset = 2 * capacity
+            return ["forced"]
+        return out
+
+    monkeypatch.setattr(placement, "_first_fit", far_off)
+    monkeypatch.setattr(placement, "_largest_first", lambda buffers, capacity: ["forced"] * 99)
+    p = plan(_batched(), capacity_bytes=300)
+    assert 270 <= p.planned_capacity_bytes < 300 and p.schedule["capacity_bytes"] == 300
+    assert verify({"total_bytes": p.total_bytes, "schedule": p.schedule}).ok
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("capacity", [24 * 2**20, 2**20])
 def test_every_zoo_model_plan_places_its_buffers_without_a_violation(capacity):
