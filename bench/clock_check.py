@@ -88,7 +88,7 @@ def main(paths: list[str], ceilings_runs: int = 0) -> None:
             work = count_work(load_problem(path))
             floor = speed_of_light(work, measured[0], "fp32", judge["kernelbench"])
             print(f"{path}: dtype {work.dtype}, {work.flops / 1e9 if work.flops else 0:.2f} GFLOP, floor "
-                  f"{floor.floor_ms:.4f} ms ({floor.bound}; compute {floor.compute_ms}, memory {floor.memory_ms})"
+                  f"{floor.floor_ms} ms ({floor.bound}; compute {floor.compute_ms}, memory {floor.memory_ms})"
                   f"{'; ' + floor.note if floor.note else ''}")
         print(f"{path}: judge kernelbench {judge['kernelbench']:.4f} ms, gpu {judge['gpu']:.4f}, launch "
               f"{judge['launch']:.4f}; events back to back {events:.4f} ms; profiler kernels {total:.4f} ms")

@@ -254,7 +254,9 @@ class Reference:
             torch.set_default_dtype(default)
             try:
                 with torch.no_grad():
-                    return inp.flatten_outputs(model64(*args64))
+                    out = inp.flatten_outputs(model64(*args64))
+                self._model64_error = None
+                return out
             except Exception as exc:  # noqa: BLE001
                 self._model64_error = f"{type(exc).__name__}: {exc}"
             finally:
