@@ -20,7 +20,9 @@ def _sizing_every_group(monkeypatch) -> None:
     monkeypatch.setattr(_Planner, "evaluate", every)
 
 
-@pytest.mark.parametrize("capacity_kib", [4, 8, 12, 20, 48, 700, 3000])
+# the tightest, one between and the roomiest in the fast tier; the rest (about 4-8 s each) slow
+@pytest.mark.parametrize("capacity_kib", [4, 20, 3000] + [pytest.param(k, marks=pytest.mark.slow)
+                                                       for k in (8, 12, 48, 700)])
 def test_the_plan_is_the_one_sizing_every_group_gives(monkeypatch, capacity_kib):
     graphs = (_batched_chain(4), _keys_scores_softmax(), _heads_attention())
     quick = [plan(g, capacity_kib * 1024) for g in graphs]
