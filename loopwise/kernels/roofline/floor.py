@@ -55,7 +55,7 @@ class Floor:
         bound: which of the two decides the floor.
         policy: the precision policy the compute rate was chosen for.
         tflops: that rate, in TFLOP/s.
-        note: which parts a trusted time capped (see :func:`speed_of_light`), or empty.
+        note: which parts a trusted time showed wrong and dropped (see :func:`speed_of_light`), or empty.
     """
 
     memory_ms: float | None
