@@ -23,3 +23,23 @@ def test_the_balance_moves_with_the_launches_and_the_bandwidth():
     assert graph_pays(needed - 1, nbytes, 2 * H200_COPY_GBS)  # a faster copy pays sooner
     with pytest.raises(ValueError, match="bandwidth must be positive"):
         graph_pays(3, nbytes, 0.0)
+
+
+def test_the_proposer_reads_the_bandwidth_from_the_judges_cache_of_this_schema_only(tmp_path, monkeypatch):
+    """The proposer measures nothing: it reads the copy bandwidth the judge cached, none where the
+    cache is absent or of another schema (then it proposes the graph as before)."""
+    import json
+
+    from loopwise.kernels.expert.proposer import _cached_bandwidth
+    from loopwise.kernels.roofline.ceilings import CACHE_ENV, Ceilings, cache_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert _cached_bandwidth("cpu") is None
+    path = cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    data = json.loads(Ceilings(device="cpu", bandwidth_gbs=20.0, fp32_tflops=1.0, tf32_tflops=1.0, bf16_tflops=1.0,
+                               l2_bytes=0, measured_at="t").model_dump_json())
+    path.write_text(json.dumps(data))
+    assert _cached_bandwidth("cpu") == 20.0
+    path.write_text(json.dumps({**data, "schema_version": 1}))
+    assert _cached_bandwidth("cpu") is None
