@@ -76,3 +76,51 @@ def test_arguments_that_share_memory_run_the_forward_itself(candidate):
     assert candidate._aliased((x, x)) and candidate._aliased((x[:2], x[2:], 3))
     assert candidate._aliased((torch.randn(6).expand(4, 6),))
     assert not candidate._aliased((x, y, 2.0)) and not candidate._aliased((x.clone(),))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("write", ["pytorch", "pointer"])
+def test_on_the_gpu_a_write_the_first_call_does_not_show_reaches_a_later_callers_tensor(candidate, write):
+    """The forward clamps its input in place; the first call's input is already in range (the
+    write changes nothing), the later ones' are not: after each replay the caller's tensor holds
+    the clamped values, as eager leaves it. ``pointer``: the store bypasses PyTorch's version
+    counter (``.data``), as a Triton kernel storing into the input does."""
+    def forward(x, w):
+        (x if write == "pytorch" else x.data).clamp_(0.0, 1.0)
+        return x @ w
+
+    replay = candidate._GraphReplay(forward)
+    w = torch.randn(16, 8, device="cuda")
+    with torch.no_grad():
+        for scale in (0.0, 3.0, 5.0):
+            x = torch.rand(32, 16, device="cuda") if scale == 0.0 else torch.randn(32, 16, device="cuda") * scale
+            expected_x = x.clone()
+            expected = forward(expected_x, w)
+            out = replay(x, w)
+            torch.testing.assert_close(x, expected_x)
+            torch.testing.assert_close(out, expected)
+    assert len(replay.graphs) == 1 and next(iter(replay.graphs.values())) is not None  # it replayed
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_tensor_passed_twice_sees_its_own_write(candidate):
+    """forward(x, x) with a write through the first: the read through the second sees it, as in
+    eager; the call runs the forward itself (no graph is captured for it)."""
+    def forward(a, b):
+        a.add_(1.0)
+        return b * 2.0
+
+    replay = candidate._GraphReplay(forward)
+    with torch.no_grad():
+        x = torch.randn(64, device="cuda")
+        before = x.clone()
+        out = replay(x, x)
+        torch.testing.assert_close(out, (before + 1.0) * 2.0)
+        torch.testing.assert_close(x, before + 1.0)
+        y = torch.randn(64, device="cuda")
+        base = torch.randn(128, device="cuda")
+        torch.testing.assert_close(replay(base[:64], base[64:]), base[64:] * 2.0)
+    assert not replay.graphs
+    with torch.no_grad():
+        replay(torch.randn(64, device="cuda"), y)
+    assert len(replay.graphs) == 1
