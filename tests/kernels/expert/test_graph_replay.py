@@ -69,6 +69,13 @@ def test_inputs_only_read_are_not_copied_back_and_integer_inputs_keep_their_valu
     assert all(torch.equal(s, index) for s in seen) and len(seen) == 2
 
 
+def test_an_inference_tensor_without_a_version_counter_counts_as_written(candidate):
+    """Under inference_mode PyTorch keeps no version counter: the input is copied back (the extra
+    copy costs time, a missed write a wrong answer)."""
+    with torch.inference_mode():
+        assert _written(candidate, lambda x: x * 2.0, torch.randn(6)) == {0}
+
+
 def test_arguments_that_share_memory_run_the_forward_itself(candidate):
     """The same tensor twice, two views of one storage, a broadcast view: aliased (the replay's
     clones would separate them); distinct tensors are not."""
