@@ -161,11 +161,13 @@ class Reference:
     def float64(self, seed: int, args: list, ref_out: list) -> list | None:
         """``run64(args)`` for the draw of ``seed``, kept like :meth:`outputs`; None where it is
         not the function of ``ref_out`` (the reference's outputs for those inputs), see
-        :func:`compare.same_function`."""
+        :func:`compare.same_function`: that judgement holds for the draw, so it is kept too (as
+        :meth:`stress` keeps an unusable draw), and a later request makes no float64 run."""
         if seed in self._float64_kept:
             return self._float64_kept[seed]
-        out = self._checked(ref_out, self.run64(args))
-        if out is not None and self._keep(out):
+        out64 = self.run64(args)
+        out = self._checked(ref_out, out64)
+        if (out is None and out64 is not None and self.reuse) or (out is not None and self._keep(out)):
             self._float64_kept[seed] = out
         return out
 

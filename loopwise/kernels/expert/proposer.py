@@ -108,7 +108,7 @@ class ExpertProposer(Proposer):
     """Template-and-moves proposer for one problem."""
 
     def __init__(self, problem, seed: int = 0, precision: str = "fp32", device: str = "",
-                 record_source=None) -> None:
+                 record_source=None, bandwidth_source=None) -> None:
         self.problem, self.precision, self.device = problem, precision, device
         self._rng = random.Random(seed)
         self._pattern: Pattern | None = None
@@ -117,6 +117,9 @@ class ExpertProposer(Proposer):
         # where it comes from: record_source(problem, device) -> InductorRecord (the device's by default)
         self._record = None
         self._record_source = record_source
+        # the device's copy bandwidth in GB/s, or None where it is not known:
+        # bandwidth_source(device) (the judge's cached ceilings by default)
+        self._bandwidth_source = bandwidth_source or _cached_bandwidth
 
     @property
     def seed_reason(self) -> str:
@@ -193,7 +196,7 @@ class ExpertProposer(Proposer):
         first = [k for k in kinds if k not in LATER] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
-        if not current and first[0] == "inductor":
+        if not current and first[0] == "inductor" and self._graph_pays():
             # The seed replayed as one CUDA graph, third (after the seed and the first template):
             # on small problems torch.compile's launches cost the host more than the GPU's work,
             # and the graph is the seed's one move that removes them.
@@ -225,6 +228,19 @@ class ExpertProposer(Proposer):
             avoid = seen | {_key(m) for m in fresh}
             fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind, avoid))
         return fresh[:n]
+
+    def _graph_pays(self) -> bool:
+        """Whether the seed replayed as one CUDA graph can pay (:func:`cuda_graph.graph_pays`): the
+        launches of Inductor's code against the copies of the forward's inputs at the device's
+        bandwidth; proposed where the bandwidth is not known."""
+        if "_pays" not in self.__dict__:
+            from loopwise.kernels.expert.cuda_graph import graph_pays
+            from loopwise.kernels.expert.inductor import calls
+
+            bandwidth = self._bandwidth_source(self.device)
+            self._pays = bandwidth is None or graph_pays(calls.launches(self._record), calls.input_bytes(self._record),
+                                                         bandwidth)
+        return self._pays
 
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
@@ -312,6 +328,18 @@ class ExpertProposer(Proposer):
             return f"{prefix}, " + ", ".join(f"{k} {v}" for k, v in knobs)
         changed = [f"{k} {current[k]}->{v}" for k, v in knobs if current.get(k) != v]
         return f"{kind}: " + (", ".join(changed) or "same moves")
+
+
+def _cached_bandwidth(device: str) -> float | None:
+    """The copy bandwidth in the judge's cached ceilings for ``device`` (GB/s), None where none is
+    cached (measuring here would put the measurement's work in the search's process)."""
+    try:
+        from loopwise.kernels.roofline.ceilings import cache_path, read_ceilings
+
+        ceilings = read_ceilings(cache_path(device))
+    except Exception:  # noqa: BLE001 - no device to name: the bandwidth is not known
+        return None
+    return ceilings.bandwidth_gbs if ceilings is not None else None
 
 
 def _key(moves: dict) -> tuple:

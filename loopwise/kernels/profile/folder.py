@@ -50,17 +50,14 @@ def read_manifest(folder: Path) -> dict:
 
 
 def folder_ceilings(folder: Path, device: str):
-    """The ceilings recorded with the profile, else measured (cached) on this machine's GPU."""
-    from loopwise.kernels.roofline.ceilings import Ceilings
-
-    path = folder / "ceilings.json"
-    if path.is_file():
-        try:
-            return Ceilings.model_validate_json(path.read_text())
-        except ValueError:
-            pass
+    """The ceilings recorded with the profile, else (none recorded, or recorded under another
+    schema: :func:`~loopwise.kernels.roofline.ceilings.read_ceilings`) measured (cached) on this
+    machine's GPU; None without one."""
     from loopwise.kernels.roofline import ceilings as ceilings_module
 
+    recorded = ceilings_module.read_ceilings(folder / "ceilings.json")
+    if recorded is not None:
+        return recorded
     try:
         import torch
 

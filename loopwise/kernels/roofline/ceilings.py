@@ -7,6 +7,7 @@ H200's figures are in docs/log/2026-11-29.md, "Device ceilings").
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loopwise.core.cache import CACHE_ENV, cache_root
 
-__all__ = ["CACHE_ENV", "Ceilings", "cache_path", "device_name", "load_or_measure", "measure_ceilings"]
+__all__ = ["CACHE_ENV", "Ceilings", "cache_path", "device_name", "load_or_measure", "measure_ceilings", "read_ceilings"]
 logger = logging.getLogger(__name__)
 
 # 2: each rate from its fastest trial (1 took the median, which a second process on the GPU could
@@ -122,7 +123,7 @@ def load_or_measure(device: str = "cuda", *, refresh: bool = False, **measure_kw
     """Returns cached ceilings for this device and torch version, measuring them on a miss.
 
     The cache is ``$LOOPWISE_CACHE_DIR/ceilings/<device>-torch<version>.json``, by default under
-    ``~/.cache/loopwise``. An unreadable or outdated cache file is measured over.
+    ``~/.cache/loopwise``. A cache file :func:`read_ceilings` refuses is measured over.
 
     Args:
         device: ``cuda``, ``cuda:N`` or ``cpu``.
@@ -133,20 +134,36 @@ def load_or_measure(device: str = "cuda", *, refresh: bool = False, **measure_kw
         The ceilings.
     """
     path = cache_path(device)
-    if path.exists() and not refresh:
-        try:
-            cached = Ceilings.model_validate_json(path.read_text(encoding="utf-8"))
-            if cached.schema_version == SCHEMA_VERSION:
-                return cached
-            logger.info("ceilings cache %s has schema %s; measuring again", path, cached.schema_version)
-        except (OSError, ValueError, ValidationError) as error:
-            logger.warning("ignoring unreadable ceilings cache %s: %s", path, error)
+    if not refresh and (cached := read_ceilings(path)) is not None:
+        return cached
     ceilings = measure_ceilings(device, **measure_kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(ceilings.model_dump_json(indent=2), encoding="utf-8")
     os.replace(tmp, path)  # atomic, so a concurrent reader never sees half a file
     return ceilings
+
+
+def read_ceilings(path: Path) -> Ceilings | None:
+    """The ceilings a file holds, or None where it holds none of this schema: absent, unreadable,
+    or written under another :data:`SCHEMA_VERSION` (named in the file; one that names none is
+    older than the field), whose numbers were taken another way. Every reader of a ceilings file
+    goes through here."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    try:
+        data = json.loads(text)
+        schema = data.get("schema_version") if isinstance(data, dict) else None
+        if schema != SCHEMA_VERSION:
+            logger.info("ceilings file %s has schema %s, not %s: not used", path, schema, SCHEMA_VERSION)
+            return None
+        return Ceilings.model_validate(data)
+    except (ValueError, ValidationError) as error:
+        logger.warning("ignoring unreadable ceilings file %s: %s", path, error)
+        return None
 
 
 def cache_path(device: str = "cuda") -> Path:

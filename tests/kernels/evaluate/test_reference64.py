@@ -87,3 +87,20 @@ def test_a_forward_that_casts_to_fp32_itself_still_gets_a_float64_run():
     (out64,) = ref.float64(0, args, [out32])
     assert float((out64.double() - out32.double()).abs().max()) < 1e-5
     assert ref.model64_error is None  # the first attempt's error is not what the run reports
+
+
+def test_a_float64_run_judged_implausible_is_not_run_again_for_the_same_draw(monkeypatch):
+    """The judgement holds for the draw (the same model, the same inputs): with reuse on, as a
+    usable run is kept, the refusal is kept too, and a later request gets it without a float64
+    forward; without reuse nothing is kept."""
+    for reuse, runs_expected in ((True, 1), (False, 2)):
+        ref = _reference_of("return torch.log(torch.clamp(torch.relu(x), min=torch.finfo().eps)) + 0 * idx.sum()",
+                            "[torch.randn(4096), torch.zeros(1, dtype=torch.int64)]")
+        ref.reuse = reuse
+        args = ref.draw(0)
+        (out32,), _ = ref.run(args)
+        runs = []
+        run64 = ref.run64
+        monkeypatch.setattr(ref, "run64", lambda a: runs.append(1) or run64(a))
+        assert ref.float64(0, args, [out32]) is None and ref.float64(0, args, [out32]) is None
+        assert len(runs) == runs_expected, reuse

@@ -66,3 +66,48 @@ def test_a_rate_is_timed_by_its_fastest_trial() -> None:
     delays = iter([0.05, 0.05, 0.05, 0.001, 0.05])
     ms = ceilings_module._best_ms(lambda: time.sleep(next(delays)), torch.device("cpu"), trials=5, warmup=0)
     assert 0.9 <= ms < 20
+
+
+def _ceilings_json(**changes: object) -> str:
+    import json
+
+    data = json.loads(Ceilings(device="NVIDIA H200", bandwidth_gbs=4247.0, fp32_tflops=51.3, tf32_tflops=415.0,
+                               bf16_tflops=840.0, l2_bytes=62914560, measured_at="t").model_dump_json())
+    data.update(changes)
+    return json.dumps({k: v for k, v in data.items() if v is not None})
+
+
+def test_a_ceilings_file_of_another_schema_is_refused_by_the_one_reader(tmp_path: Path) -> None:
+    """Schema 1 timed each ceiling by the median of its trials (contended values); a file without a
+    schema is older still: neither is read as the current schema's."""
+    from loopwise.kernels.roofline.ceilings import read_ceilings
+
+    path = tmp_path / "ceilings.json"
+    path.write_text(_ceilings_json())
+    assert read_ceilings(path) is not None and read_ceilings(path).bandwidth_gbs == 4247.0
+    for text in (_ceilings_json(schema_version=1), _ceilings_json(schema_version=None), "{not json", "[]"):
+        path.write_text(text)
+        assert read_ceilings(path) is None, text
+    assert read_ceilings(tmp_path / "absent.json") is None
+
+
+def test_the_judges_cache_of_another_schema_is_measured_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    path = cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text(_ceilings_json(schema_version=None), encoding="utf-8")
+    measured = load_or_measure("cpu", **TINY)
+    assert measured.device != "NVIDIA H200" and measured.schema_version == ceilings_module.SCHEMA_VERSION
+
+
+def test_a_profile_folder_with_ceilings_of_another_schema_does_not_use_them(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile folder's ceilings.json goes through the same reader: one of another schema is
+    measured again on this machine's GPU where there is one (here: none, so none is used)."""
+    from loopwise.kernels.profile.folder import folder_ceilings
+
+    (tmp_path / "ceilings.json").write_text(_ceilings_json())
+    assert folder_ceilings(tmp_path, "cuda").bandwidth_gbs == 4247.0
+    (tmp_path / "ceilings.json").write_text(_ceilings_json(schema_version=1))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert folder_ceilings(tmp_path, "cuda") is None

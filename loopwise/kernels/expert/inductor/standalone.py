@@ -30,7 +30,7 @@ import dataclasses
 import re
 
 from loopwise.kernels.expert.elementwise import Unsupported
-from loopwise.kernels.expert.inductor import gemm
+from loopwise.kernels.expert.inductor import calls, gemm
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
 
 SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1]}
@@ -220,6 +220,21 @@ def forward_params(source: str) -> tuple[str, str]:
     return ast.unparse(args), ", ".join(names)
 
 
+def written_positions(record: InductorRecord, call_params: str) -> list[int]:
+    """The positions, among the forward's arguments as ModelNew passes them on (``call_params``:
+    ``x, y, *args``), of those a Triton kernel of Inductor's ``call`` stores into."""
+    named = [n.strip() for n in call_params.split(",") if n.strip() and not n.strip().startswith("*")]
+    vararg = next((n.strip()[1:] for n in call_params.split(",") if n.strip().startswith("*")), None)
+    out = []
+    for path in calls.written_inputs(record):
+        name = path[4:] if path.startswith("arg:") else None
+        if name in named:
+            out.append(named.index(name))
+        elif vararg and name and (found := re.fullmatch(rf"{re.escape(vararg)}\[(\d+)\]", name)):
+            out.append(len(named) + int(found.group(1)))
+    return sorted(out)
+
+
 def render_seed(record: InductorRecord, problem, moves: dict | None = None, precision: str = "fp32") -> str:
     """The ``ModelNew`` file for ``problem`` from Inductor's ``record`` under ``moves`` (SPACE).
 
@@ -256,7 +271,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
         gemms=[{"source": gemm.kernel_source(s, precision), "summary": s.summary(precision)} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
-        arguments=argument_expressions(record), outputs=record.outputs)
+        arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))
 
 
 def parse_note(source: str) -> dict | None:

@@ -153,7 +153,8 @@ def test_graph_inputs_are_found_among_parameters_buffers_and_arguments():
 
 def test_the_expert_proposes_the_seed_first_and_moves_from_it(tmp_path):
     problem = load_problem(str(_FOLDERS[0] / "softmax_problem.py"))
-    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: record())
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: record(),
+                              bandwidth_source=lambda device: 4247.0)
     first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
     assert first[0].note.startswith("inductor template") and first[0].content.startswith('"""inductor: block 0')
     assert not first[1].note.startswith("inductor")  # the softmax template's defaults beside it
@@ -164,6 +165,23 @@ def test_the_expert_proposes_the_seed_first_and_moves_from_it(tmp_path):
     for child in children:
         moves = parse_note(child.content)
         assert moves is not None and moves != parse_note(first[0].content), child.note
+
+
+def test_the_seed_as_a_cuda_graph_is_proposed_from_the_reference_only_where_it_can_pay():
+    """The same seed (one launch over a 19.2 kB input): the graph comes third where the input's
+    copy costs less than the launch it saves, and is not among the first proposals where the copy
+    would cost more (a device copying at 1 MB/s stands for a large input); with no bandwidth known
+    it is proposed."""
+    problem = load_problem(str(_FOLDERS[0] / "softmax_problem.py"))
+
+    def first_proposals(bandwidth):
+        proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: record(),
+                                  bandwidth_source=lambda device: bandwidth)
+        return [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
+
+    graph = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 1, "gemm": 0}
+    assert first_proposals(4247.0)[2] == graph and first_proposals(None)[2] == graph
+    assert graph not in first_proposals(1e-3)
 
 
 def test_an_uncovered_problem_gets_the_seed_and_without_a_gpu_says_why_not(tmp_path):

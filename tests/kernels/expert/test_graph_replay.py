@@ -1,0 +1,133 @@
+"""The cudagraph move's wrapper (``_GraphReplay``, _common.j2) as a candidate file holds it: which
+inputs a forward writes in place (copied back to the caller's tensors after each replay), and which
+calls run the forward itself (arguments that share memory). The helpers run on the CPU as they do
+on the GPU; the replay itself is a ``gpu`` test."""
+
+import numpy as np
+import pytest
+import torch
+
+from loopwise.kernels.expert.generate import _templates
+
+from expert_judging import load_candidate  # noqa: E402 - tests/kernels/expert on sys.path
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory):
+    """The macro as the templates emit it, with the imports a candidate file has."""
+    text = '{% from "_common.j2" import graph_replay %}import torch\nimport torch.nn as nn\n\n{{ graph_replay() }}\n'
+    source = _templates().from_string(text).render()
+    return load_candidate(source, tmp_path_factory.mktemp("replay"), "cudagraph_helpers")
+
+
+def _written(candidate, fn, *args):
+    buffers = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    return candidate._inputs_written(fn, buffers, args)
+
+
+def test_a_pytorch_write_that_changes_nothing_on_the_warm_up_data_is_still_found(candidate):
+    """``x.clamp_(0, 1)`` on data already in [0, 1] and ``relu_`` on positive data leave the values
+    as they were, but a later call's data may not be: the write is found by PyTorch's version counter."""
+    x = torch.rand(8, 5)
+    clamp, relu = (lambda x: x.clamp_(0, 1) * 2), (lambda a, x: a + x.relu_())
+    unchanged = x.clone()
+    clamp(unchanged)
+    assert torch.equal(unchanged, x)  # the values alone do not show the write
+    assert _written(candidate, clamp, x) == {0}
+    assert _written(candidate, relu, torch.randn(5), x + 1.0) == {1}
+    out = torch.empty(8, 5)
+    assert _written(candidate, lambda x, out: torch.add(x, 0, out=out), x, out) == {1}
+
+
+def test_a_store_through_the_pointer_that_changes_nothing_on_the_warm_up_data_is_still_found(candidate):
+    """A kernel that stores into an input (here numpy through the tensor's memory, which PyTorch's
+    version counter does not see) the values it already holds on the caller's data: the second
+    warm-up runs on values past the caller's, where the store changes them."""
+    def clamp_through_pointer(x, y):
+        view = x.numpy()
+        view[...] = np.clip(view, 0.0, 1.0)
+        return x * 2 + y.sum()
+
+    x = torch.rand(8, 5)
+    unchanged = x.clone()
+    clamp_through_pointer(unchanged, x)
+    assert torch.equal(unchanged, x)
+    assert _written(candidate, clamp_through_pointer, x, torch.rand(3)) == {0}
+
+
+def test_inputs_only_read_are_not_copied_back_and_integer_inputs_keep_their_values(candidate):
+    """Only written inputs cost a copy back; an integer (index) input is never given other values
+    than the caller's (an index out of range would fault the device)."""
+    seen = []
+
+    def gather(x, index):
+        seen.append(index.clone())
+        return x[index].sum()
+
+    index = torch.tensor([0, 3, 4])
+    assert _written(candidate, gather, torch.randn(5), index) == set()
+    assert all(torch.equal(s, index) for s in seen) and len(seen) == 2
+
+
+def test_an_inference_tensor_without_a_version_counter_counts_as_written(candidate):
+    """Under inference_mode PyTorch keeps no version counter: the input is copied back (the extra
+    copy costs time, a missed write a wrong answer)."""
+    with torch.inference_mode():
+        assert _written(candidate, lambda x: x * 2.0, torch.randn(6)) == {0}
+
+
+def test_arguments_that_share_memory_run_the_forward_itself(candidate):
+    """The same tensor twice, two views of one storage, a broadcast view: aliased (the replay's
+    clones would separate them); distinct tensors are not."""
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    assert candidate._aliased((x, x)) and candidate._aliased((x[:2], x[2:], 3))
+    assert candidate._aliased((torch.randn(6).expand(4, 6),))
+    assert not candidate._aliased((x, y, 2.0)) and not candidate._aliased((x.clone(),))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("write", ["pytorch", "pointer"])
+def test_on_the_gpu_a_write_the_first_call_does_not_show_reaches_a_later_callers_tensor(candidate, write):
+    """The forward clamps its input in place; the first call's input is already in range (the
+    write changes nothing), the later ones' are not: after each replay the caller's tensor holds
+    the clamped values, as eager leaves it. ``pointer``: the store bypasses PyTorch's version
+    counter (``.data``), as a Triton kernel storing into the input does."""
+    def forward(x, w):
+        (x if write == "pytorch" else x.data).clamp_(0.0, 1.0)
+        return x @ w
+
+    replay = candidate._GraphReplay(forward)
+    w = torch.randn(16, 8, device="cuda")
+    with torch.no_grad():
+        for scale in (0.0, 3.0, 5.0):
+            x = torch.rand(32, 16, device="cuda") if scale == 0.0 else torch.randn(32, 16, device="cuda") * scale
+            expected_x = x.clone()
+            expected = forward(expected_x, w)
+            out = replay(x, w)
+            torch.testing.assert_close(x, expected_x)
+            torch.testing.assert_close(out, expected)
+    assert len(replay.graphs) == 1 and next(iter(replay.graphs.values())) is not None  # it replayed
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_tensor_passed_twice_sees_its_own_write(candidate):
+    """forward(x, x) with a write through the first: the read through the second sees it, as in
+    eager; the call runs the forward itself (no graph is captured for it)."""
+    def forward(a, b):
+        a.add_(1.0)
+        return b * 2.0
+
+    replay = candidate._GraphReplay(forward)
+    with torch.no_grad():
+        x = torch.randn(64, device="cuda")
+        before = x.clone()
+        out = replay(x, x)
+        torch.testing.assert_close(out, (before + 1.0) * 2.0)
+        torch.testing.assert_close(x, before + 1.0)
+        y = torch.randn(64, device="cuda")
+        base = torch.randn(128, device="cuda")
+        torch.testing.assert_close(replay(base[:64], base[64:]), base[64:] * 2.0)
+    assert not replay.graphs
+    with torch.no_grad():
+        replay(torch.randn(64, device="cuda"), y)
+    assert len(replay.graphs) == 1
