@@ -116,7 +116,7 @@ class TrialRunner:
         found = self._refs.get(seed)
         return found[0] if found else None
 
-    def _ref_for(self, seed: int) -> tuple[list, list[int]]:
+    def _ref_for(self, seed: int) -> tuple[list, dict]:
         if seed not in self._refs:
             self._refs[seed] = self.ref.outputs(seed)
         return self._refs[seed]
@@ -184,7 +184,7 @@ class TrialRunner:
         mutated = sorted(set(reply["mutated"]) - set(ref_mut))
         if mutated:
             self.outcome.reject("input_mutation", f"the candidate overwrote input(s) {mutated}; the reference does not")
-        if not v.passed or mutated:
+        if not v.passed or mutated or not self._writes_as_reference(ref_mut, reply, seed):
             return False
         self._track_independence(ref_out, cand, seed)
         if i == 0 and not self._against_float64(args, ref_out, cand, seed):
@@ -203,6 +203,26 @@ class TrialRunner:
         if i >= max(1, self.cfg.stress_trials):  # kept: stress trials and timing reuse these draws
             self.ref.forget(seed)
         return not self.outcome.rejected
+
+    def _writes_as_reference(self, ref_mut: dict, reply: dict, seed: int) -> bool:
+        """Whether the candidate leaves every input the reference writes in place as the reference
+        leaves it (allclose at the outputs' tolerances; the float64 run is of the outputs, so its
+        bound does not apply): a caller reads those inputs after the call like outputs."""
+        missing = sorted(set(ref_mut) - set(reply["mutated"]))
+        if missing:
+            self.outcome.reject("input_write", f"the reference writes input(s) {missing} in place; the candidate "
+                                "leaves them as they were")
+            return False
+        written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
+        shared = sorted(set(ref_mut) & set(written))
+        if not shared:
+            return True
+        with self.spent("compare"):
+            v = compare_allclose([ref_mut[i] for i in shared], [written[i] for i in shared], self.cfg.atol, self.cfg.rtol)
+        if not v.passed:
+            self.outcome.reject("input_write", f"input(s) {shared}, written in place, hold other values than the "
+                                f"reference leaves (seed {seed}): {v.message}")
+        return v.passed
 
     def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None) -> Verdict:
         """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not."""

@@ -149,7 +149,7 @@ class Reference:
         for seed in list(self._draws):
             self.forget(seed)
 
-    def outputs(self, seed: int) -> tuple[list, list[int]]:
+    def outputs(self, seed: int) -> tuple[list, dict[int, object]]:
         """``run(draw(seed))``, kept for later evaluations when ``reuse`` is on and it fits."""
         if seed in self._outputs:
             return self._outputs[seed]
@@ -178,17 +178,18 @@ class Reference:
                                f"{WRONG_NOT_IMPRECISE:g} normwise from it: its forward reads the default dtype?)")
         return None
 
-    def run(self, args_cpu: list) -> tuple[list, list[int]]:
-        """Reference outputs for CPU inputs, and the indices of inputs the reference mutates."""
+    def run(self, args_cpu: list) -> tuple[list, dict[int, object]]:
+        """Reference outputs for CPU inputs, and the inputs the reference writes in place: their
+        indices, each with the value the reference left in it (what a candidate must leave too)."""
         torch = self.torch
         with self.spent("reference"):
             args = inp.to_device(args_cpu, self.device)
             pristine = inp.clone_args(args)
             with torch.no_grad():
                 out = inp.flatten_outputs(self.model(*args))
-            mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
-                       if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
-        hold = self.hold
+            hold = self.hold
+            mutated = {i: a.detach().to(hold, copy=True) for i, (a, p) in enumerate(zip(args, pristine))
+                       if isinstance(a, torch.Tensor) and not torch.equal(a, p)}
         return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):

@@ -257,6 +257,8 @@ class Session:
         reply = {"threads": threads, "mutated": mutated}
         on_device = self._on_device(req)
         reply["outputs"], reply["types"] = self._export(outs, on_device)
+        # what it wrote into them: judged like outputs where the reference writes them too
+        reply["mutated_values"], _ = self._export([args[i] for i in mutated], on_device)
         del outs
         if req.get("repeat"):
             self._poison_allocator(req["out_specs"])

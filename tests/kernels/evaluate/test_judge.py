@@ -371,3 +371,25 @@ def test_an_output_that_overflows_in_its_own_dtype_is_correct_when_the_candidate
         clipped = j.evaluate((CASES / "fp16_overflow_clipped.py").read_text(), "clipped")
     assert same.status is Status.CORRECT, same.summary()
     assert clipped.status is Status.WRONG_OUTPUT and "nan_output" in codes(clipped), clipped.summary()
+
+
+@pytest.fixture(scope="module")
+def inplace_judge(tmp_path_factory):
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, warmup=1, run_timeout_s=8,
+                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
+    problem = load_problem(str(CASES / "problem_inplace_scale.py"))
+    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=0) as j:
+        yield j
+
+
+@pytest.mark.parametrize("name,status", [
+    ("inplace_kept", Status.CORRECT),
+    ("inplace_dropped", Status.WRONG_OUTPUT),  # the same outputs, the caller's input left as it was
+    ("inplace_wrong_value", Status.WRONG_OUTPUT),  # the same outputs, another value written into the input
+])
+def test_an_input_the_reference_writes_in_place_is_judged_like_an_output(inplace_judge, name, status):
+    ev = verdict(inplace_judge, name)
+    assert ev.status is status, ev.summary()
+    if status is Status.WRONG_OUTPUT:
+        assert codes(ev) == {"input_write"}, ev.reasons
+        assert "input(s) [0]" in " ".join(r.message for r in ev.reasons)
