@@ -15,7 +15,7 @@ buffer, which the next call would see). A private write computes the same progra
 so :func:`functionalize` rewrites it so (``operator.iadd`` as ``operator.add``, ``x.add_(y)`` as
 ``x.add(y)``, ``torch.relu_`` as ``torch.relu``, ``inplace=True`` dropped), keeping the dtype of
 the tensor written (a write casts to it). ResNet's ``out += identity`` and VGG's
-``ReLU(inplace=True)`` are private. The writes left (:func:`visible_writes`) are seen by a later
+``ReLU(inplace=True)`` are private; a write to a forward input is not (its caller reads it). The writes left (:func:`visible_writes`) are seen by a later
 read: only a plan that keeps each where PyTorch runs it (the partitioner, :mod:`.partition.writes`)
 can compute such a forward.
 """
@@ -279,11 +279,12 @@ def private(gm, write) -> bool:
     """Whether no one sees the in-place ``write`` but through its own result (once the later reads
     of the tensor it writes read that result, :func:`functionalize`): no other node that shares the
     memory it writes and was made before it is read after it (a view, the tensor viewed), and that
-    memory is not the model's (a parameter or buffer keeps the write for the next call)."""
+    memory is neither the model's (a parameter or buffer keeps the write for the next call) nor the
+    caller's (a forward input: the caller reads it after the call)."""
     if not write.args or not hasattr(write.args[0], "op"):
         return False
     written, roots = write.args[0], memory_of(gm, write.args[0])
-    if any(root.op == "get_attr" for root in roots):
+    if any(root.op in ("get_attr", "placeholder") for root in roots):
         return False
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     at = order[write]

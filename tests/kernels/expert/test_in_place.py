@@ -10,7 +10,7 @@ from loopwise.kernels.problem import load_problem
 
 from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
 
-ALIASED = "z = x\n{write}\nx = torch.sigmoid(z * 2.0) * 3.0"
+ALIASED = "x = x * 0.5\nz = x\n{write}\nx = torch.sigmoid(z * 2.0) * 3.0"
 WRITES = {  # the write, the operation the fused pass must compute first
     "iadd": ("x += 1.5", "add"), "isub": ("x -= 1.5", "sub"), "imul": ("x *= 1.5", "mul"),
     "itruediv": ("x /= 1.5", "truediv"), "add_": ("x.add_(1.5)", "add"), "mul_": ("x.mul_(1.5)", "mul"),
@@ -29,7 +29,26 @@ def test_a_name_read_after_an_in_place_write_to_its_tensor_reads_the_written_val
     write, op = WRITES[name]
     pattern = _captured(tmp_path, name, ALIASED.format(write=write))
     assert pattern.kind == "elementwise", pattern.reason
-    assert pattern.ops == (op, "mul", "sigmoid", "mul")
+    assert pattern.ops == ("mul", op, "mul", "sigmoid", "mul")
+
+
+INPUT_WRITE = "x.mul_(0.5)\ny = torch.sigmoid(x * 2.0)\nx = y + 1.0"
+
+
+@pytest.mark.parametrize("write", ["x.mul_(0.5)", "x += 1.5", "F.relu(x, inplace=True)", "x[:, 1] = 5.0"])
+def test_a_write_to_the_forwards_input_stays_in_pytorch(tmp_path, write):
+    """The caller reads its tensor after the call: a write to it is made where PyTorch makes it,
+    and what reads after it is fused."""
+    forward = f"{write}\ny = torch.sigmoid(x * 2.0)\nx = y + 1.0"
+    chosen = plan(_captured(tmp_path, "input", forward), "graph")
+    assert chosen["pytorch"] and [g.ops for g in chosen["groups"]] == [("mul", "sigmoid", "add")], chosen
+
+
+@pytest.mark.slow
+def test_a_forward_that_writes_its_input_is_judged_correct(tmp_path, monkeypatch):
+    """The judge holds a candidate to the reference's writes into its inputs as to its outputs."""
+    judged_correct(_problem(tmp_path, "input", "", INPUT_WRITE, "torch.randn(4, 33, dtype=DTYPE)"),
+                   {"template": "graph"}, tmp_path, monkeypatch)
 
 
 def test_a_write_a_view_made_before_it_sees_stays_in_pytorch(tmp_path):
@@ -86,7 +105,7 @@ def test_an_item_assignment_is_traced_as_a_write_kept_in_pytorch(tmp_path):
     (ALIASED.format(write="x += 1.5"), "elementwise"),
     (ALIASED.format(write="F.relu(x, inplace=True)"), "elementwise"),
     ("y = x * 2.0\nv = y.view(-1)\ny += 1.0\nx = torch.sigmoid(v.view(4, 33)) * 3.0", "graph"),
-    ("z = x\nx *= 2.0\nx = torch.sum(z, dim=-1)", "graph_norm"),
+    ("x = x * 0.5\nz = x\nx *= 2.0\nx = torch.sum(z, dim=-1)", "graph_norm"),
 ])
 def test_forwards_with_in_place_writes_are_judged_correct(tmp_path, monkeypatch, forward, template):
     judged_correct(_problem(tmp_path, "judged", "", forward, "torch.randn(4, 33, dtype=DTYPE)"),
