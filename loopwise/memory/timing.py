@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loopwise.memory.schedule_loops import executed_steps, share
 
 
 @dataclass(frozen=True)
@@ -116,49 +115,113 @@ def plan_time(plan: dict, r: Rates) -> dict:
     ops = {row["operator"]: row for row in plan["operators"]}
     compute = {name: row["flops"] / (r.matrix_flops if row["engine"] == "matrix" else r.vector_flops)
                for name, row in ops.items()}
-    moved = {name: 0 for name in ops}
-    pipe, live, held_before, dram = _Pipeline(), {}, 0, 0
+    run = _Run(r, compute)
     for group in plan["schedule"]["groups"]:
         dma: dict[str, list[dict]] = {}
         for d in group.get("dma", []):
             dma.setdefault(d["step"], []).append(d)
         nest = group.get("loop_nest") or {}
-        for step, at in executed_steps(group["steps"]):
-            allocated = 0
-            for a in step["alloc"]:
-                nbytes = share(int(a[1]), a[2] if len(a) > 2 else [], at)
-                live[a[0]] = live.get(a[0], 0) + nbytes
-                allocated += nbytes
-            loads = stores = 0
-            for d in dma.get(step["id"], []):
-                nbytes = share(int(d["bytes"]), d.get("split", []), at)
-                loads, stores = (loads + nbytes, stores) if d["to"] == "scratchpad" else (loads, stores + nbytes)
-            name = step.get("operator")
-            fraction = math.prod(it.fraction for it in at.values())
-            seconds = compute.get(name, 0.0) * fraction
-            if name in moved:
-                moved[name] += loads + stores
-            dram += loads + stores
-            held = sum(live.values())
-            if nest.get("runs") == "tiled":
-                tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"])
-                loaded = sum(int(a[-1]) for a in step["alloc"] if any(d["tensor"] == a[0] and d["to"] == "scratchpad"
-                                                                      for d in dma.get(step["id"], [])))
-                pipe.step(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
-                          held_before + allocated <= r.capacity_bytes)
-                if tiles > 1:
-                    pipe.repeat(tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
-                                stores / tiles / r.dram_bytes_per_s, held + loaded <= r.capacity_bytes)
+        tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"]) if nest.get("runs") == "tiled" else None
+        run.steps(_compiled(group["steps"], dma, compute, tiles), {}, 1)
+    return _summary(plan, r, run.pipe, compute, run.moved, run.dram)
+
+
+class _Step:
+    """A step of the schedule with what the replay of its time reads, taken out of its JSON once."""
+
+    __slots__ = ("alloc", "loads", "stores", "frees", "name", "compute_s", "tiles", "loaded")
+
+    def __init__(self, step: dict, transfers: list[dict], compute: dict, tiles: int | None) -> None:
+        self.alloc = [(a[0], int(a[1]), tuple(a[2]) if len(a) > 2 else ()) for a in step["alloc"]]
+        self.loads = [(int(d["bytes"]), tuple(d.get("split", []))) for d in transfers if d["to"] == "scratchpad"]
+        self.stores = [(int(d["bytes"]), tuple(d.get("split", []))) for d in transfers if d["to"] != "scratchpad"]
+        self.frees = [(f[0], None, ()) if len(f) == 1 else (f[0], int(f[1]), tuple(f[2]) if len(f) > 2 else ())
+                      for f in step["free"]]
+        self.name = step.get("operator")
+        self.compute_s = compute.get(self.name, 0.0)
+        self.tiles = tiles
+        loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
+        self.loaded = sum(int(a[-1]) for a in step["alloc"] if a[0] in loaded) if tiles is not None else 0
+
+
+def _compiled(steps: list, dma: dict, compute: dict, tiles: int | None) -> list:
+    """``steps`` as :class:`_Step` records and loops ``(label, extent, size, body)``."""
+    out = []
+    for step in steps:
+        if "loop" in step:
+            out.append((step["loop"], int(step["extent"]), int(step["size"]),
+                        _compiled(step["steps"], dma, compute, tiles)))
+        else:
+            out.append(_Step(step, dma.get(step["id"], []), compute, tiles))
+    return out
+
+
+def _cut(nbytes: int, labels: tuple, at: dict) -> int:
+    """:func:`~loopwise.memory.schedule_loops.share` with each iteration as ``(lo, hi, extent)``."""
+    for label in labels:
+        lo, hi, extent = at[label]
+        nbytes = nbytes * hi // extent - nbytes * lo // extent
+    return nbytes
+
+
+class _Run:
+    """The pipeline replayed over every executed step (the steps of a loop once per iteration), with
+    the bytes on chip kept as a running total."""
+
+    def __init__(self, r: Rates, compute: dict) -> None:
+        self.r, self.pipe = r, _Pipeline()
+        self.moved = {name: 0 for name in compute}
+        self.live: dict[str, int] = {}
+        self.held = self.held_before = self.dram = 0
+
+    def steps(self, steps: list, at: dict, fraction) -> None:
+        for step in steps:
+            if isinstance(step, tuple):
+                label, extent, size, body = step
+                for t in range(-(-extent // size)):
+                    inner = {**at, label: (t * size, min(extent, (t + 1) * size), extent)}
+                    # the iterations' shares multiplied outermost first, as math.prod takes them
+                    self.steps(body, inner, math.prod((hi - lo) / e for lo, hi, e in inner.values()))
             else:
-                pipe.step(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
-                          held_before + allocated <= r.capacity_bytes)
-            held_before = held
-            for f in step["free"]:
-                if len(f) == 1:
-                    live.pop(f[0], None)
-                else:
-                    live[f[0]] = live.get(f[0], 0) - share(int(f[1]), f[2] if len(f) > 2 else [], at)
-    return _summary(plan, r, pipe, compute, moved, dram)
+                self.step(step, at, fraction)
+
+    def step(self, step: _Step, at: dict, fraction) -> None:
+        r, live = self.r, self.live
+        allocated = 0
+        for tensor, nbytes, labels in step.alloc:
+            if labels:
+                nbytes = _cut(nbytes, labels, at)
+            live[tensor] = live.get(tensor, 0) + nbytes
+            allocated += nbytes
+        loads = stores = 0
+        for nbytes, labels in step.loads:
+            loads += _cut(nbytes, labels, at) if labels else nbytes
+        for nbytes, labels in step.stores:
+            stores += _cut(nbytes, labels, at) if labels else nbytes
+        seconds = step.compute_s * fraction
+        if step.name in self.moved:
+            self.moved[step.name] += loads + stores
+        self.dram += loads + stores
+        self.held += allocated
+        held = self.held
+        tiles = step.tiles
+        if tiles is not None:
+            self.pipe.step(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
+                           self.held_before + allocated <= r.capacity_bytes)
+            if tiles > 1:
+                self.pipe.repeat(tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
+                                 stores / tiles / r.dram_bytes_per_s, held + step.loaded <= r.capacity_bytes)
+        else:
+            self.pipe.step(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
+                           self.held_before + allocated <= r.capacity_bytes)
+        self.held_before = held
+        for tensor, nbytes, labels in step.frees:
+            if nbytes is None:
+                self.held -= live.pop(tensor, 0)
+            else:
+                nbytes = _cut(nbytes, labels, at) if labels else nbytes
+                live[tensor] = live.get(tensor, 0) - nbytes
+                self.held -= nbytes
 
 
 def _summary(plan: dict, r: Rates, pipe: _Pipeline, compute: dict, moved: dict, dram: int) -> dict:
