@@ -44,6 +44,15 @@ def tile_counts(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
     return {d: math.ceil(op.dims[d] / s) for d, s in tile_sizes(op, tiles).items()}
 
 
+def tile_grid(op: Operator, tiles: dict[str, int], order) -> tuple[str, ...]:
+    """The dimensions of the tile grid, outermost first: those of ``order`` cut into more than one
+    tile (a dimension held whole adds nothing to the order between tiles, and every grid dimension
+    makes the counting dearer), or the first of ``order`` when none is. The traffic of a tiling
+    (:func:`traffic`) depends on the order through these alone."""
+    counts = tile_counts(op, tiles)
+    return tuple(d for d in order if counts[d] > 1) or (order[0],)
+
+
 def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     """(tile grid, tile -> elements of each tensor, prev and next tile maps, earlier-tiles map)."""
     import islpy as isl
@@ -51,9 +60,7 @@ def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     if sorted(order) != sorted(op.dims):
         raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
     size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
-    # the tile grid spans only the dimensions cut into more than one tile: a dimension held whole
-    # adds nothing to the order between tiles, and every grid dimension makes the counting dearer
-    cut = [d for d in order if counts[d] > 1] or [order[0]]
+    cut = list(tile_grid(op, tiles, order))
     t_vars = [f"t_{d}" for d in cut]
     grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in cut) + " }")
     bounds = []
