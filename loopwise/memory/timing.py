@@ -86,6 +86,27 @@ class _Pipeline:
             self.dma_free = max(self.dma_free, ready) + seconds
             self.pending = None
 
+    def steps(self, calls) -> None:
+        """:meth:`step` for each ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order,
+        with the same arithmetic (in local variables)."""
+        dma_free, compute_end, compute_start, pending = self.dma_free, self.compute_end, self.compute_start, self.pending
+        overlapped, serialized = self.overlapped, self.serialized
+        for load_s, compute_s, store_s, prefetch in calls:
+            if load_s and compute_end > 0:
+                overlapped, serialized = overlapped + prefetch, serialized + (not prefetch)
+            start = max(dma_free, compute_start if prefetch else compute_end)
+            loaded = start + load_s
+            dma_free = loaded
+            if pending is not None:
+                seconds, ready = pending
+                dma_free = max(dma_free, ready) + seconds
+                pending = None
+            compute_start = max(loaded, compute_end)
+            compute_end = compute_start + compute_s
+            pending = (store_s, compute_end) if store_s else None
+        self.dma_free, self.compute_end, self.compute_start, self.pending = dma_free, compute_end, compute_start, pending
+        self.overlapped, self.serialized = overlapped, serialized
+
     def repeat(self, n: int, load_s: float, compute_s: float, store_s: float, prefetch: bool) -> None:
         """``n`` equal steps: a few simulated, the rest at the period they settle to."""
         run = min(n, 8)
@@ -145,12 +166,19 @@ class _Step:
 
 
 def _compiled(steps: list, dma: dict, compute: dict, tiles: int | None) -> list:
-    """``steps`` as :class:`_Step` records and loops ``(label, extent, size, body)``."""
+    """``steps`` as :class:`_Step` records and loops ``(label, extent, size, body, split)``; ``split``:
+    for a loop with no loop inside, every entry of its body split over loops, ``(bytes, labels)``
+    (what tells one iteration's shares from another's), else None."""
     out = []
     for step in steps:
         if "loop" in step:
-            out.append((step["loop"], int(step["extent"]), int(step["size"]),
-                        _compiled(step["steps"], dma, compute, tiles)))
+            body = _compiled(step["steps"], dma, compute, tiles)
+            split = None
+            if not any(isinstance(s, tuple) for s in body):
+                split = tuple((n, labels) for s in body for n, labels in (
+                    *((n, lb) for _, n, lb in s.alloc), *s.loads, *s.stores,
+                    *((n, lb) for _, n, lb in s.frees if n is not None)) if labels)
+            out.append((step["loop"], int(step["extent"]), int(step["size"]), body, split))
         else:
             out.append(_Step(step, dma.get(step["id"], []), compute, tiles))
     return out
@@ -173,17 +201,83 @@ class _Run:
         self.moved = {name: 0 for name in compute}
         self.live: dict[str, int] = {}
         self.held = self.held_before = self.dram = 0
+        self.record: list | None = None  # the current iteration's steps, as :meth:`replay` makes them again
 
     def steps(self, steps: list, at: dict, fraction) -> None:
         for step in steps:
             if isinstance(step, tuple):
-                label, extent, size, body = step
-                for t in range(-(-extent // size)):
-                    inner = {**at, label: (t * size, min(extent, (t + 1) * size), extent)}
-                    # the iterations' shares multiplied outermost first, as math.prod takes them
-                    self.steps(body, inner, math.prod((hi - lo) / e for lo, hi, e in inner.values()))
+                self.loop(*step, at)
             else:
                 self.step(step, at, fraction)
+
+    def loop(self, label: str, extent: int, size: int, body: list, split, at: dict) -> None:
+        """The iterations of a loop. Where the body has no loop inside, an iteration with the same
+        shares and the same fraction of the compute as one run before, starting with the same bytes on
+        chip as that one started and ended with, makes the same pipeline steps with the same figures:
+        they are made again from what that one recorded (every float computed as it was then). An
+        entry's share depends on the iteration only through its bytes once cut by this loop (the loops
+        around it stay where they are), so those bytes tell the iterations apart."""
+        outer = math.prod((hi - lo) / e for lo, hi, e in at.values()) if label not in at else None
+        cuts = self._before(split, label, at) if split is not None else None
+        seen: dict[tuple, tuple] = {}
+        for t in range(-(-extent // size)):
+            lo, hi = t * size, min(extent, (t + 1) * size)
+            inner = {**at, label: (lo, hi, extent)}
+            # the iterations' shares multiplied outermost first, as math.prod takes them
+            fraction = outer * ((hi - lo) / extent) if outer is not None else math.prod(
+                (a - b) / e for b, a, e in inner.values())
+            if cuts is None:
+                self.steps(body, inner, fraction)
+                continue
+            key = (fraction, tuple(v * hi // extent - v * lo // extent for v in cuts[0]),
+                   tuple(_cut(n, labels, inner) for n, labels in cuts[1]))
+            known = seen.get(key)
+            if known is not None and known[0] == (self.live, self.held, self.held_before):
+                self.replay(known[1])
+                continue
+            state = (dict(self.live), self.held, self.held_before)
+            self.record = []
+            self.steps(body, inner, fraction)
+            if (self.live, self.held, self.held_before) == state:
+                seen[key] = (state, self._recorded(self.record))
+            self.record = None
+
+    @staticmethod
+    def _before(split, label: str, at: dict) -> tuple[tuple[int, ...], tuple] | None:
+        """The distinct bytes of the entries of ``split`` before the loop ``label`` cuts them (each
+        cut by it once, every other label a loop around it), and the entries cut otherwise (by it
+        twice), whose shares are cut whole; None when an entry names a loop that is not there."""
+        once, other = set(), []
+        for n, labels in dict.fromkeys(split):
+            if any(lb != label and lb not in at for lb in labels):
+                return None
+            if labels.count(label) == 1:
+                once.add(_cut(n, labels[:labels.index(label)], at))
+            else:
+                other.append((n, labels))
+        return tuple(sorted(once)), tuple(other)
+
+    @staticmethod
+    def _recorded(record: list) -> tuple:
+        """An iteration's record as :meth:`replay` takes it: the bytes each operator moved, all the
+        bytes moved, and the pipeline's calls in order (steps alone where no tiled step repeats)."""
+        moved: dict[str, int] = {}
+        for name, nbytes, _ in record:
+            moved[name] = moved.get(name, 0) + nbytes
+        calls = [call for _, _, cs in record for call in cs]
+        return moved, sum(nbytes for _, nbytes, _ in record), calls, all(len(call) == 4 for call in calls)
+
+    def replay(self, recorded: tuple) -> None:
+        moved, dram, calls, plain = recorded
+        for name, nbytes in moved.items():
+            if name in self.moved:
+                self.moved[name] += nbytes
+        self.dram += dram
+        if plain:
+            self.pipe.steps(calls)
+        else:
+            for call in calls:
+                self.pipe.step(*call) if len(call) == 4 else self.pipe.repeat(*call)
 
     def step(self, step: _Step, at: dict, fraction) -> None:
         r, live = self.r, self.live
@@ -206,14 +300,18 @@ class _Run:
         held = self.held
         tiles = step.tiles
         if tiles is not None:
-            self.pipe.step(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
-                           self.held_before + allocated <= r.capacity_bytes)
+            calls = [(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
+                      self.held_before + allocated <= r.capacity_bytes)]
             if tiles > 1:
-                self.pipe.repeat(tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
-                                 stores / tiles / r.dram_bytes_per_s, held + step.loaded <= r.capacity_bytes)
+                calls.append((tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
+                              stores / tiles / r.dram_bytes_per_s, held + step.loaded <= r.capacity_bytes))
         else:
-            self.pipe.step(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
-                           self.held_before + allocated <= r.capacity_bytes)
+            calls = [(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
+                      self.held_before + allocated <= r.capacity_bytes)]
+        for call in calls:
+            self.pipe.step(*call) if len(call) == 4 else self.pipe.repeat(*call)
+        if self.record is not None:
+            self.record.append((step.name, loads + stores, calls))
         self.held_before = held
         for tensor, nbytes, labels in step.frees:
             if nbytes is None:
