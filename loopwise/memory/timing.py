@@ -89,7 +89,8 @@ class _Pipeline:
     def steps(self, calls) -> None:
         """:meth:`step` for each ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order,
         with the same arithmetic (in local variables)."""
-        dma_free, compute_end, compute_start, pending = self.dma_free, self.compute_end, self.compute_start, self.pending
+        dma_free, compute_end, compute_start = self.dma_free, self.compute_end, self.compute_start
+        pending = self.pending
         overlapped, serialized = self.overlapped, self.serialized
         for load_s, compute_s, store_s, prefetch in calls:
             if load_s and compute_end > 0:
@@ -104,7 +105,8 @@ class _Pipeline:
             compute_start = max(loaded, compute_end)
             compute_end = compute_start + compute_s
             pending = (store_s, compute_end) if store_s else None
-        self.dma_free, self.compute_end, self.compute_start, self.pending = dma_free, compute_end, compute_start, pending
+        self.dma_free, self.compute_end, self.compute_start = dma_free, compute_end, compute_start
+        self.pending = pending
         self.overlapped, self.serialized = overlapped, serialized
 
     def repeat(self, n: int, load_s: float, compute_s: float, store_s: float, prefetch: bool) -> None:
@@ -142,7 +144,9 @@ def plan_time(plan: dict, r: Rates) -> dict:
         for d in group.get("dma", []):
             dma.setdefault(d["step"], []).append(d)
         nest = group.get("loop_nest") or {}
-        tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"]) if nest.get("runs") == "tiled" else None
+        tiles = None
+        if nest.get("runs") == "tiled":
+            tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"])
         run.steps(_compiled(group["steps"], dma, compute, tiles), {}, 1)
     return _summary(plan, r, run.pipe, compute, run.moved, run.dram)
 

@@ -215,8 +215,8 @@ class _Replay:
     def _state(self) -> tuple:
         """Everything a step's replay reads besides the iteration, the traffic and the stores
         counted so far and what only grows with what it has seen (the peaks)."""
-        return (tuple(self.live.items()), self.held, tuple((t, tuple(map(tuple, bs))) for t, bs in self.buffers.items()),
-                self.flow.state(), self.parts.state())
+        buffers = tuple((t, tuple(map(tuple, bs))) for t, bs in self.buffers.items())
+        return tuple(self.live.items()), self.held, buffers, self.flow.state(), self.parts.state()
 
     def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
         """The buffers of the running row maximum and sum of the softmax a loop over key blocks runs
