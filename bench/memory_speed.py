@@ -4,8 +4,9 @@
     python3 bench/memory_speed.py diff BEFORE_DIR AFTER_DIR
 
 `run` plans each cell as a user does (`loopwise memory plan zoo:MODEL --batch B --target T --out
-DIR/MODEL-B-T.json`, the whole command, replay included) and appends `MODEL,B,T,SECONDS` to
-DIR/seconds.csv. `diff` compares every plan of BEFORE_DIR with the one of the same name in
+DIR/MODEL-B-T.json`, the whole command, replay included) and appends `MODEL,B,T,WALL_S,STATUS,CPU_S`
+to DIR/seconds.csv (CPU_S: the command's user and system seconds, which other work on the machine
+changes less than its wall time). `diff` compares every plan of BEFORE_DIR with the one of the same name in
 AFTER_DIR: all fields but the run's id and its timings must be equal; it prints each difference and
 exits 1 if there is one.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -32,7 +34,7 @@ def run(folder: Path, cells: str, timeout: float) -> None:
     for cell in cells.split(","):
         model, batch, target = cell.split(":")
         path = folder / f"{model}-{batch}-{target}.json"
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _child_cpu()
         try:
             done = subprocess.run([sys.executable, "-m", "loopwise.cli", "memory", "plan", f"zoo:{model}", "--batch",
                                    batch, "--target", target, "--out", str(path), "--json",
@@ -41,10 +43,15 @@ def run(folder: Path, cells: str, timeout: float) -> None:
             status = "ok" if done.returncode == 0 else "failed: " + done.stderr.strip()[-200:]
         except subprocess.TimeoutExpired:
             status = "timeout"
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
         with (folder / "seconds.csv").open("a") as fh:
-            fh.write(f"{model},{batch},{target},{seconds:.1f},{status}\n")
-        print(f"{model} b{batch} {target}: {seconds:.1f} s {status}", flush=True)
+            fh.write(f"{model},{batch},{target},{seconds:.1f},{status},{cpu:.1f}\n")
+        print(f"{model} b{batch} {target}: {seconds:.1f} s wall, {cpu:.1f} s cpu {status}", flush=True)
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _differences(a, b, where: str = "") -> list[str]:
