@@ -86,13 +86,13 @@ class _Pipeline:
             self.dma_free = max(self.dma_free, ready) + seconds
             self.pending = None
 
-    def steps(self, calls) -> None:
+    def steps(self, calls, times: int = 1) -> None:
         """:meth:`step` for each ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order,
-        with the same arithmetic (in local variables)."""
+        ``times`` times over, with the same arithmetic (in local variables)."""
         dma_free, compute_end, compute_start = self.dma_free, self.compute_end, self.compute_start
         pending = self.pending
         overlapped, serialized = self.overlapped, self.serialized
-        for load_s, compute_s, store_s, prefetch in calls:
+        for load_s, compute_s, store_s, prefetch in calls * times:
             if load_s and compute_end > 0:
                 overlapped, serialized = overlapped + prefetch, serialized + (not prefetch)
             start = max(dma_free, compute_start if prefetch else compute_end)
@@ -224,27 +224,42 @@ class _Run:
         outer = math.prod((hi - lo) / e for lo, hi, e in at.values()) if label not in at else None
         cuts = self._before(split, label, at) if split is not None else None
         seen: dict[tuple, tuple] = {}
+        epoch = 0  # how many iterations so far changed the bytes on chip: a record holds in its own epoch
+        batch, times = None, 0  # the record made again for the latest iterations, and how many
         for t in range(-(-extent // size)):
             lo, hi = t * size, min(extent, (t + 1) * size)
-            inner = {**at, label: (lo, hi, extent)}
             # the iterations' shares multiplied outermost first, as math.prod takes them
             fraction = outer * ((hi - lo) / extent) if outer is not None else math.prod(
-                (a - b) / e for b, a, e in inner.values())
+                (b - a) / e for a, b, e in {**at, label: (lo, hi, extent)}.values())
+            if cuts is not None:
+                key = (fraction, tuple(v * hi // extent - v * lo // extent for v in cuts[0]),
+                       tuple(_cut(n, labels, {**at, label: (lo, hi, extent)}) for n, labels in cuts[1]))
+                known = seen.get(key)
+                if known is not None and known[0] == epoch:
+                    if known is not batch:
+                        self._flush(batch, times)
+                        batch, times = known, 0
+                    times += 1
+                    continue
+            self._flush(batch, times)
+            batch, times = None, 0
+            inner = {**at, label: (lo, hi, extent)}
             if cuts is None:
                 self.steps(body, inner, fraction)
-                continue
-            key = (fraction, tuple(v * hi // extent - v * lo // extent for v in cuts[0]),
-                   tuple(_cut(n, labels, inner) for n, labels in cuts[1]))
-            known = seen.get(key)
-            if known is not None and known[0] == (self.live, self.held, self.held_before):
-                self.replay(known[1])
                 continue
             state = (dict(self.live), self.held, self.held_before)
             self.record = []
             self.steps(body, inner, fraction)
             if (self.live, self.held, self.held_before) == state:
-                seen[key] = (state, self._recorded(self.record))
+                seen[key] = (epoch, self._recorded(self.record))
+            else:
+                epoch += 1
             self.record = None
+        self._flush(batch, times)
+
+    def _flush(self, batch, times: int) -> None:
+        if batch is not None and times:
+            self.replay(batch[1], times)
 
     @staticmethod
     def _before(split, label: str, at: dict) -> tuple[tuple[int, ...], tuple] | None:
@@ -271,15 +286,17 @@ class _Run:
         calls = [call for _, _, cs in record for call in cs]
         return moved, sum(nbytes for _, nbytes, _ in record), calls, all(len(call) == 4 for call in calls)
 
-    def replay(self, recorded: tuple) -> None:
+    def replay(self, recorded: tuple, times: int) -> None:
+        """A recorded iteration made again ``times`` times in a row."""
         moved, dram, calls, plain = recorded
         for name, nbytes in moved.items():
             if name in self.moved:
-                self.moved[name] += nbytes
-        self.dram += dram
+                self.moved[name] += nbytes * times
+        self.dram += dram * times
         if plain:
-            self.pipe.steps(calls)
-        else:
+            self.pipe.steps(calls, times)
+            return
+        for _ in range(times):
             for call in calls:
                 self.pipe.step(*call) if len(call) == 4 else self.pipe.repeat(*call)
 
