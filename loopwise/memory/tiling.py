@@ -12,6 +12,7 @@ tile", never a per-tile estimate, so boundary tiles, padding and strides are exa
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from loopwise.memory.ir import Operator
@@ -129,11 +130,24 @@ def tile_footprints(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
     guarded = {a.tensor for a in (*op.reads, *op.writes) if a.guard}
     out = {}
     for t in op.tensors:
-        n = footprint(op, t.name, full)
+        # a dimension none of the tensor's accesses names changes nothing of what a tile touches
+        # (each tile's range of it is not empty): left out, tilings that differ there share a count
+        named = _named_dims(op, t.name)
+        n = footprint(op, t.name, _only(full, named))
         if t.name in guarded:
-            n = max(n, *(footprint(op, t.name, tile) for tile in ends)) or footprint(op, t.name, {})
+            n = max(n, *(footprint(op, t.name, _only(tile, named)) for tile in ends)) or footprint(op, t.name, {})
         out[t.name] = n
     return out
+
+
+def _only(tile: dict, dims: frozenset) -> dict:
+    return {d: box for d, box in tile.items() if d in dims}
+
+
+def _named_dims(op: Operator, tensor: str) -> frozenset:
+    """The loop dimensions an access of ``tensor`` names, in an index or in its guard."""
+    words = {w for a in op.accesses(tensor) for text in (*a.index, a.guard) for w in re.findall(r"[A-Za-z_]\w*", text)}
+    return frozenset(d for d in op.dims if d in words)
 
 
 def _count(relation) -> int:
