@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from loopwise.memory.graph import operator_compulsory_bytes
 from loopwise.memory.ir import Operator
-from loopwise.memory.tiling import buffer_bytes, traffic_bytes
+from loopwise.memory.tiling import buffer_bytes, tile_grid, traffic_bytes
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,16 @@ class _Search:
         """The least traffic of a fitting tiling over the orders, and that order."""
         key = tuple(tiles.values())
         if key not in self.scores:
-            self.scores[key] = min((traffic_bytes(self.op, tiles, list(od)), od) for od in self.orders)
+            # the traffic depends on the order of the dimensions cut into more than one tile alone
+            # (:func:`loopwise.memory.tiling.tile_grid`): orders that agree there are counted once
+            counted: dict[tuple[str, ...], int] = {}
+            options = []
+            for od in self.orders:
+                grid = tile_grid(self.op, tiles, od)
+                if grid not in counted:
+                    counted[grid] = traffic_bytes(self.op, tiles, list(od))
+                options.append((counted[grid], od))
+            self.scores[key] = min(options)
         return self.scores[key]
 
     def run(self) -> TilingChoice:

@@ -29,6 +29,7 @@ between and the offset of the buffer it reads or fills.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -152,13 +153,52 @@ def _reserve(entry: list, loops: tuple, common: tuple) -> int:
             repeats *= trips(loop)  # allocated again at every pass, never freed inside
     if not labelled:
         return nbytes * repeats
-    kept = [any(loop is c for c in common) for loop in labelled]
+    cuts = tuple((int(loop["extent"]), int(loop["size"]), any(loop is c for c in common)) for loop in labelled)
+    return most_held(nbytes, cuts) * repeats
+
+
+@functools.lru_cache(maxsize=4096)
+def most_held(nbytes: int, cuts: tuple[tuple[int, int, bool], ...]) -> int:
+    """The largest sum, over the iterations of the loops an entry of ``nbytes`` outlives, of its
+    shares, for any one iteration of the loops it does not; ``cuts``: per loop it is split over, in
+    the order of its labels, (extent, size, not outlived).
+
+    The shares are cut loop by loop (:func:`~loopwise.memory.schedule_loops.share`), so what an
+    iteration holds depends only on the bytes left after the cuts before it. Each iteration of the
+    loops not outlived so far is kept as the bytes left with how many iterations of the outlived
+    ones leave them (a multiset); two such iterations with the same multiset hold the same from
+    there on, so one of them stands for both. :func:`most_held_by_iterations` is the same number
+    by every combination of iterations."""
+    states = {((nbytes, 1),)}
+    for extent, size, kept in cuts:
+        parts = [(t * size, min(extent, (t + 1) * size)) for t in range(-(-extent // size))]
+        nxt = set()
+        for state in states:
+            if kept:
+                for lo, hi in parts:
+                    nxt.add(_merged(((v * hi // extent - v * lo // extent, c) for v, c in state)))
+            else:
+                nxt.add(_merged(((v * hi // extent - v * lo // extent, c) for v, c in state for lo, hi in parts)))
+        states = nxt
+    return max(sum(v * c for v, c in state) for state in states)
+
+
+def _merged(pairs) -> tuple[tuple[int, int], ...]:
+    counts: dict[int, int] = {}
+    for v, c in pairs:
+        counts[v] = counts.get(v, 0) + c
+    return tuple(sorted(counts.items()))
+
+
+def most_held_by_iterations(nbytes: int, cuts: tuple[tuple[int, int, bool], ...]) -> int:
+    """:func:`most_held` by every combination of iterations (the reference it is tested against)."""
+    loops = [{"loop": f"l{k}", "extent": e, "size": s} for k, (e, s, _) in enumerate(cuts)]
     totals: dict[tuple, int] = {}
-    for combo in itertools.product(*(range(trips(loop)) for loop in labelled)):
-        at = {loop["loop"]: iteration(loop, t) for loop, t in zip(labelled, combo)}
-        key = tuple(t for t, k in zip(combo, kept) if k)
-        totals[key] = totals.get(key, 0) + share(nbytes, [lp["loop"] for lp in labelled], at)
-    return max(totals.values()) * repeats
+    for combo in itertools.product(*(range(trips(loop)) for loop in loops)):
+        at = {loop["loop"]: iteration(loop, t) for loop, t in zip(loops, combo)}
+        key = tuple(t for t, (_, _, kept) in zip(combo, cuts) if kept)
+        totals[key] = totals.get(key, 0) + share(nbytes, [lp["loop"] for lp in loops], at)
+    return max(totals.values())
 
 
 def _first_fit(buffers: list[_Buffer], capacity: int) -> list[str]:

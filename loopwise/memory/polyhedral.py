@@ -141,7 +141,12 @@ def touched(op: Operator, tensor: str, tile: Tile):
 
 def footprint(op: Operator, tensor: str, tile: Tile) -> int:
     """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
-    return count(touched(op, tensor, tile))
+    return _footprint(_domain(op, tile), access_relation(op, tensor))
+
+
+@lru_cache(maxsize=16384)
+def _footprint(domain: str, relation) -> int:
+    return count(_touched(domain, relation))
 
 
 def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:

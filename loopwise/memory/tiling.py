@@ -12,6 +12,7 @@ tile", never a per-tile estimate, so boundary tiles, padding and strides are exa
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from loopwise.memory.ir import Operator
@@ -44,6 +45,15 @@ def tile_counts(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
     return {d: math.ceil(op.dims[d] / s) for d, s in tile_sizes(op, tiles).items()}
 
 
+def tile_grid(op: Operator, tiles: dict[str, int], order) -> tuple[str, ...]:
+    """The dimensions of the tile grid, outermost first: those of ``order`` cut into more than one
+    tile (a dimension held whole adds nothing to the order between tiles, and every grid dimension
+    makes the counting dearer), or the first of ``order`` when none is. The traffic of a tiling
+    (:func:`traffic`) depends on the order through these alone."""
+    counts = tile_counts(op, tiles)
+    return tuple(d for d in order if counts[d] > 1) or (order[0],)
+
+
 def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     """(tile grid, tile -> elements of each tensor, prev and next tile maps, earlier-tiles map)."""
     import islpy as isl
@@ -51,9 +61,7 @@ def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
     if sorted(order) != sorted(op.dims):
         raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
     size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
-    # the tile grid spans only the dimensions cut into more than one tile: a dimension held whole
-    # adds nothing to the order between tiles, and every grid dimension makes the counting dearer
-    cut = [d for d in order if counts[d] > 1] or [order[0]]
+    cut = list(tile_grid(op, tiles, order))
     t_vars = [f"t_{d}" for d in cut]
     grid = isl.Set(f"{{ [{', '.join(t_vars)}] : " + " and ".join(f"0 <= t_{d} < {counts[d]}" for d in cut) + " }")
     bounds = []
@@ -122,11 +130,24 @@ def tile_footprints(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
     guarded = {a.tensor for a in (*op.reads, *op.writes) if a.guard}
     out = {}
     for t in op.tensors:
-        n = footprint(op, t.name, full)
+        # a dimension none of the tensor's accesses names changes nothing of what a tile touches
+        # (each tile's range of it is not empty): left out, tilings that differ there share a count
+        named = _named_dims(op, t.name)
+        n = footprint(op, t.name, _only(full, named))
         if t.name in guarded:
-            n = max(n, *(footprint(op, t.name, tile) for tile in ends)) or footprint(op, t.name, {})
+            n = max(n, *(footprint(op, t.name, _only(tile, named)) for tile in ends)) or footprint(op, t.name, {})
         out[t.name] = n
     return out
+
+
+def _only(tile: dict, dims: frozenset) -> dict:
+    return {d: box for d, box in tile.items() if d in dims}
+
+
+def _named_dims(op: Operator, tensor: str) -> frozenset:
+    """The loop dimensions an access of ``tensor`` names, in an index or in its guard."""
+    words = {w for a in op.accesses(tensor) for text in (*a.index, a.guard) for w in re.findall(r"[A-Za-z_]\w*", text)}
+    return frozenset(d for d in op.dims if d in words)
 
 
 def _count(relation) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loopwise.memory.schedule_loops import executed_steps, share
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,29 @@ class _Pipeline:
             self.dma_free = max(self.dma_free, ready) + seconds
             self.pending = None
 
+    def steps(self, calls, times: int = 1) -> None:
+        """:meth:`step` for each ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order,
+        ``times`` times over, with the same arithmetic (in local variables)."""
+        dma_free, compute_end, compute_start = self.dma_free, self.compute_end, self.compute_start
+        pending = self.pending
+        overlapped, serialized = self.overlapped, self.serialized
+        for load_s, compute_s, store_s, prefetch in calls * times:
+            if load_s and compute_end > 0:
+                overlapped, serialized = overlapped + prefetch, serialized + (not prefetch)
+            start = max(dma_free, compute_start if prefetch else compute_end)
+            loaded = start + load_s
+            dma_free = loaded
+            if pending is not None:
+                seconds, ready = pending
+                dma_free = max(dma_free, ready) + seconds
+                pending = None
+            compute_start = max(loaded, compute_end)
+            compute_end = compute_start + compute_s
+            pending = (store_s, compute_end) if store_s else None
+        self.dma_free, self.compute_end, self.compute_start = dma_free, compute_end, compute_start
+        self.pending = pending
+        self.overlapped, self.serialized = overlapped, serialized
+
     def repeat(self, n: int, load_s: float, compute_s: float, store_s: float, prefetch: bool) -> None:
         """``n`` equal steps: a few simulated, the rest at the period they settle to."""
         run = min(n, 8)
@@ -116,49 +138,209 @@ def plan_time(plan: dict, r: Rates) -> dict:
     ops = {row["operator"]: row for row in plan["operators"]}
     compute = {name: row["flops"] / (r.matrix_flops if row["engine"] == "matrix" else r.vector_flops)
                for name, row in ops.items()}
-    moved = {name: 0 for name in ops}
-    pipe, live, held_before, dram = _Pipeline(), {}, 0, 0
+    run = _Run(r, compute)
     for group in plan["schedule"]["groups"]:
         dma: dict[str, list[dict]] = {}
         for d in group.get("dma", []):
             dma.setdefault(d["step"], []).append(d)
         nest = group.get("loop_nest") or {}
-        for step, at in executed_steps(group["steps"]):
-            allocated = 0
-            for a in step["alloc"]:
-                nbytes = share(int(a[1]), a[2] if len(a) > 2 else [], at)
-                live[a[0]] = live.get(a[0], 0) + nbytes
-                allocated += nbytes
-            loads = stores = 0
-            for d in dma.get(step["id"], []):
-                nbytes = share(int(d["bytes"]), d.get("split", []), at)
-                loads, stores = (loads + nbytes, stores) if d["to"] == "scratchpad" else (loads, stores + nbytes)
-            name = step.get("operator")
-            fraction = math.prod(it.fraction for it in at.values())
-            seconds = compute.get(name, 0.0) * fraction
-            if name in moved:
-                moved[name] += loads + stores
-            dram += loads + stores
-            held = sum(live.values())
-            if nest.get("runs") == "tiled":
-                tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"])
-                loaded = sum(int(a[-1]) for a in step["alloc"] if any(d["tensor"] == a[0] and d["to"] == "scratchpad"
-                                                                      for d in dma.get(step["id"], [])))
-                pipe.step(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
-                          held_before + allocated <= r.capacity_bytes)
-                if tiles > 1:
-                    pipe.repeat(tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
-                                stores / tiles / r.dram_bytes_per_s, held + loaded <= r.capacity_bytes)
+        tiles = None
+        if nest.get("runs") == "tiled":
+            tiles = math.prod(loop["trips"] for loop in nest["operators"][0]["loops"])
+        run.steps(_compiled(group["steps"], dma, compute, tiles), {}, 1)
+    return _summary(plan, r, run.pipe, compute, run.moved, run.dram)
+
+
+class _Step:
+    """A step of the schedule with what the replay of its time reads, taken out of its JSON once."""
+
+    __slots__ = ("alloc", "loads", "stores", "frees", "name", "compute_s", "tiles", "loaded")
+
+    def __init__(self, step: dict, transfers: list[dict], compute: dict, tiles: int | None) -> None:
+        self.alloc = [(a[0], int(a[1]), tuple(a[2]) if len(a) > 2 else ()) for a in step["alloc"]]
+        self.loads = [(int(d["bytes"]), tuple(d.get("split", []))) for d in transfers if d["to"] == "scratchpad"]
+        self.stores = [(int(d["bytes"]), tuple(d.get("split", []))) for d in transfers if d["to"] != "scratchpad"]
+        self.frees = [(f[0], None, ()) if len(f) == 1 else (f[0], int(f[1]), tuple(f[2]) if len(f) > 2 else ())
+                      for f in step["free"]]
+        self.name = step.get("operator")
+        self.compute_s = compute.get(self.name, 0.0)
+        self.tiles = tiles
+        loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
+        self.loaded = sum(int(a[-1]) for a in step["alloc"] if a[0] in loaded) if tiles is not None else 0
+
+
+def _compiled(steps: list, dma: dict, compute: dict, tiles: int | None) -> list:
+    """``steps`` as :class:`_Step` records and loops ``(label, extent, size, body, split)``; ``split``:
+    for a loop with no loop inside, every entry of its body split over loops, ``(bytes, labels)``
+    (what tells one iteration's shares from another's), else None."""
+    out = []
+    for step in steps:
+        if "loop" in step:
+            body = _compiled(step["steps"], dma, compute, tiles)
+            split = None
+            if not any(isinstance(s, tuple) for s in body):
+                split = tuple((n, labels) for s in body for n, labels in (
+                    *((n, lb) for _, n, lb in s.alloc), *s.loads, *s.stores,
+                    *((n, lb) for _, n, lb in s.frees if n is not None)) if labels)
+            out.append((step["loop"], int(step["extent"]), int(step["size"]), body, split))
+        else:
+            out.append(_Step(step, dma.get(step["id"], []), compute, tiles))
+    return out
+
+
+def _cut(nbytes: int, labels: tuple, at: dict) -> int:
+    """:func:`~loopwise.memory.schedule_loops.share` with each iteration as ``(lo, hi, extent)``."""
+    for label in labels:
+        lo, hi, extent = at[label]
+        nbytes = nbytes * hi // extent - nbytes * lo // extent
+    return nbytes
+
+
+class _Run:
+    """The pipeline replayed over every executed step (the steps of a loop once per iteration), with
+    the bytes on chip kept as a running total."""
+
+    def __init__(self, r: Rates, compute: dict) -> None:
+        self.r, self.pipe = r, _Pipeline()
+        self.moved = {name: 0 for name in compute}
+        self.live: dict[str, int] = {}
+        self.held = self.held_before = self.dram = 0
+        self.record: list | None = None  # the current iteration's steps, as :meth:`replay` makes them again
+
+    def steps(self, steps: list, at: dict, fraction) -> None:
+        for step in steps:
+            if isinstance(step, tuple):
+                self.loop(*step, at)
             else:
-                pipe.step(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
-                          held_before + allocated <= r.capacity_bytes)
-            held_before = held
-            for f in step["free"]:
-                if len(f) == 1:
-                    live.pop(f[0], None)
-                else:
-                    live[f[0]] = live.get(f[0], 0) - share(int(f[1]), f[2] if len(f) > 2 else [], at)
-    return _summary(plan, r, pipe, compute, moved, dram)
+                self.step(step, at, fraction)
+
+    def loop(self, label: str, extent: int, size: int, body: list, split, at: dict) -> None:
+        """The iterations of a loop. Where the body has no loop inside, an iteration with the same
+        shares and the same fraction of the compute as one run before, starting with the same bytes on
+        chip as that one started and ended with, makes the same pipeline steps with the same figures:
+        they are made again from what that one recorded (every float computed as it was then). An
+        entry's share depends on the iteration only through its bytes once cut by this loop (the loops
+        around it stay where they are), so those bytes tell the iterations apart."""
+        outer = math.prod((hi - lo) / e for lo, hi, e in at.values()) if label not in at else None
+        cuts = self._before(split, label, at) if split is not None else None
+        seen: dict[tuple, tuple] = {}
+        epoch = 0  # how many iterations so far changed the bytes on chip: a record holds in its own epoch
+        batch, times = None, 0  # the record made again for the latest iterations, and how many
+        for t in range(-(-extent // size)):
+            lo, hi = t * size, min(extent, (t + 1) * size)
+            # the iterations' shares multiplied outermost first, as math.prod takes them
+            fraction = outer * ((hi - lo) / extent) if outer is not None else math.prod(
+                (b - a) / e for a, b, e in {**at, label: (lo, hi, extent)}.values())
+            if cuts is not None:
+                key = (fraction, tuple(v * hi // extent - v * lo // extent for v in cuts[0]),
+                       tuple(_cut(n, labels, {**at, label: (lo, hi, extent)}) for n, labels in cuts[1]))
+                known = seen.get(key)
+                if known is not None and known[0] == epoch:
+                    if known is not batch:
+                        self._flush(batch, times)
+                        batch, times = known, 0
+                    times += 1
+                    continue
+            self._flush(batch, times)
+            batch, times = None, 0
+            inner = {**at, label: (lo, hi, extent)}
+            if cuts is None:
+                self.steps(body, inner, fraction)
+                continue
+            state = (dict(self.live), self.held, self.held_before)
+            self.record = []
+            self.steps(body, inner, fraction)
+            if (self.live, self.held, self.held_before) == state:
+                seen[key] = (epoch, self._recorded(self.record))
+            else:
+                epoch += 1
+            self.record = None
+        self._flush(batch, times)
+
+    def _flush(self, batch, times: int) -> None:
+        if batch is not None and times:
+            self.replay(batch[1], times)
+
+    @staticmethod
+    def _before(split, label: str, at: dict) -> tuple[tuple[int, ...], tuple] | None:
+        """The distinct bytes of the entries of ``split`` before the loop ``label`` cuts them (each
+        cut by it once, every other label a loop around it), and the entries cut otherwise (by it
+        twice), whose shares are cut whole; None when an entry names a loop that is not there."""
+        once, other = set(), []
+        for n, labels in dict.fromkeys(split):
+            if any(lb != label and lb not in at for lb in labels):
+                return None
+            if labels.count(label) == 1:
+                once.add(_cut(n, labels[:labels.index(label)], at))
+            else:
+                other.append((n, labels))
+        return tuple(sorted(once)), tuple(other)
+
+    @staticmethod
+    def _recorded(record: list) -> tuple:
+        """An iteration's record as :meth:`replay` takes it: the bytes each operator moved, all the
+        bytes moved, and the pipeline's calls in order (steps alone where no tiled step repeats)."""
+        moved: dict[str, int] = {}
+        for name, nbytes, _ in record:
+            moved[name] = moved.get(name, 0) + nbytes
+        calls = [call for _, _, cs in record for call in cs]
+        return moved, sum(nbytes for _, nbytes, _ in record), calls, all(len(call) == 4 for call in calls)
+
+    def replay(self, recorded: tuple, times: int) -> None:
+        """A recorded iteration made again ``times`` times in a row."""
+        moved, dram, calls, plain = recorded
+        for name, nbytes in moved.items():
+            if name in self.moved:
+                self.moved[name] += nbytes * times
+        self.dram += dram * times
+        if plain:
+            self.pipe.steps(calls, times)
+            return
+        for _ in range(times):
+            for call in calls:
+                self.pipe.step(*call) if len(call) == 4 else self.pipe.repeat(*call)
+
+    def step(self, step: _Step, at: dict, fraction) -> None:
+        r, live = self.r, self.live
+        allocated = 0
+        for tensor, nbytes, labels in step.alloc:
+            if labels:
+                nbytes = _cut(nbytes, labels, at)
+            live[tensor] = live.get(tensor, 0) + nbytes
+            allocated += nbytes
+        loads = stores = 0
+        for nbytes, labels in step.loads:
+            loads += _cut(nbytes, labels, at) if labels else nbytes
+        for nbytes, labels in step.stores:
+            stores += _cut(nbytes, labels, at) if labels else nbytes
+        seconds = step.compute_s * fraction
+        if step.name in self.moved:
+            self.moved[step.name] += loads + stores
+        self.dram += loads + stores
+        self.held += allocated
+        held = self.held
+        tiles = step.tiles
+        if tiles is not None:
+            calls = [(loads / tiles / r.dram_bytes_per_s, seconds / tiles, stores / tiles / r.dram_bytes_per_s,
+                      self.held_before + allocated <= r.capacity_bytes)]
+            if tiles > 1:
+                calls.append((tiles - 1, loads / tiles / r.dram_bytes_per_s, seconds / tiles,
+                              stores / tiles / r.dram_bytes_per_s, held + step.loaded <= r.capacity_bytes))
+        else:
+            calls = [(loads / r.dram_bytes_per_s, seconds, stores / r.dram_bytes_per_s,
+                      self.held_before + allocated <= r.capacity_bytes)]
+        for call in calls:
+            self.pipe.step(*call) if len(call) == 4 else self.pipe.repeat(*call)
+        if self.record is not None:
+            self.record.append((step.name, loads + stores, calls))
+        self.held_before = held
+        for tensor, nbytes, labels in step.frees:
+            if nbytes is None:
+                self.held -= live.pop(tensor, 0)
+            else:
+                nbytes = _cut(nbytes, labels, at) if labels else nbytes
+                live[tensor] = live.get(tensor, 0) - nbytes
+                self.held -= nbytes
 
 
 def _summary(plan: dict, r: Rates, pipe: _Pipeline, compute: dict, moved: dict, dram: int) -> dict:

@@ -68,6 +68,7 @@ from pathlib import Path
 from loopwise.memory.verify_flow import Flow, written
 from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+from loopwise.memory.verify_repeat import plain_body, signature
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
 __all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
@@ -90,14 +91,16 @@ def load_plan(path: Path) -> dict:
     return data
 
 
-def verify(plan: dict) -> Verdict:
-    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims."""
+def verify(plan: dict, skip_repeats: bool = True) -> Verdict:
+    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims.
+    ``skip_repeats``: an iteration of a loop that provably repeats one replayed before is counted,
+    not replayed again (:mod:`loopwise.memory.verify_repeat`); False replays every iteration."""
     schedule = plan.get("schedule") if isinstance(plan, dict) else None
     if not isinstance(schedule, dict) or not isinstance(schedule.get("groups"), list):
         raise PlanFormatError("not a plan (no schedule with groups)")
     try:
         capacity = int(schedule["capacity_bytes"])
-        return _Replay(capacity).run(plan, schedule)
+        return _Replay(capacity, skip_repeats).run(plan, schedule)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanFormatError):
             raise
@@ -105,8 +108,10 @@ def verify(plan: dict) -> Verdict:
 
 
 class _Replay:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, skip_repeats: bool = True) -> None:
         self.capacity = capacity
+        self.skip_repeats = skip_repeats  # iterations that repeat one exactly are not replayed again
+        self.plain: dict[int, tuple | None] = {}
         self.live: dict[str, int] = {}
         self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
@@ -128,6 +133,7 @@ class _Replay:
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
             self.dma = transfers_by_step(group)
+            self.plain = {}  # per loop of the group (by id): its plain body (:mod:`verify_repeat`)
             self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
             self.by_tiles = by_tiles(group)
@@ -172,13 +178,45 @@ class _Replay:
             raise PlanFormatError(f"not a plan (loop {loop['loop']!r} of extent {extent} by {size})")
         count = math.ceil(extent / size)
         state = self._key_loop_state(loop, where, path) if loop["loop"] == KEY_LOOP else ()
+        plain = None
+        if self.skip_repeats and count > 2:
+            if id(loop) not in self.plain:
+                self.plain[id(loop)] = plain_body(loop, self.dma)
+            plain = self.plain[id(loop)]
+        # iterations that left the replay as they found it, by signature (:mod:`verify_repeat`): all
+        # start from the state each of them ends in, as long as every iteration since did
+        repeats, tries = {}, 3
         for t in range(count):
+            inner = dict(loops, **{loop["loop"]: (t * size, min(extent, (t + 1) * size), extent, count)})
+            sig = signature(plain[1], inner) if plain is not None and (repeats or tries) else None
+            if sig in repeats:
+                moved, added = repeats[sig]
+                self.moved += moved
+                for name, nbytes in added:
+                    self.stored[name] = self.stored.get(name, 0) + nbytes
+                continue
+            watch = sig is not None and self.parts.untouched(plain[0])
+            if watch:
+                before, moved, stored, found = self._state(), self.moved, dict(self.stored), len(self.violations)
             here = f"{where}, slab {'.'.join(str(x + 1) for x in path + [t])}, key block"
             for name in state:
                 if self.live.get(name, 0) <= 0:
                     self._violate("key_blocks", here, f"{name}: the online softmax's state is not on chip")
-            inner = dict(loops, **{loop["loop"]: (t * size, min(extent, (t + 1) * size), extent, count)})
             self._steps(loop["steps"], where, inner, path + [t])
+            if watch:
+                added = [(name, nbytes - stored.get(name, 0)) for name, nbytes in self.stored.items()
+                         if nbytes != stored.get(name, 0)]
+                if len(self.violations) == found and all(b >= 0 for _, b in added) and self._state() == before:
+                    repeats[sig] = (self.moved - moved, added)
+                    continue
+            repeats = {}
+            tries = max(tries - 1, 0)
+
+    def _state(self) -> tuple:
+        """Everything a step's replay reads besides the iteration, the traffic and the stores
+        counted so far and what only grows with what it has seen (the peaks)."""
+        buffers = tuple((t, tuple(map(tuple, bs))) for t, bs in self.buffers.items())
+        return tuple(self.live.items()), self.held, buffers, self.flow.state(), self.parts.state()
 
     def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
         """The buffers of the running row maximum and sum of the softmax a loop over key blocks runs

@@ -59,6 +59,10 @@ class Flow:
         self.scrambled: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # made, freed cut
         self.reported: set[tuple[str, str]] = set()  # (kind, tensor) reported in the current group
 
+    def state(self) -> tuple:
+        """What holds data and how tensors were cut (the complaints made so far aside)."""
+        return set(self.filled), set(self.made), dict(self.cuts), dict(self.scrambled), set(self.reported)
+
     def load(self, t: str, stored: int) -> str | None:
         """A load of ``t``; the complaint when it is an intermediate that was never stored."""
         self.filled.add(t)

@@ -81,6 +81,15 @@ class Parts:
         self.held: dict[tuple[str, int], Ranges] = {}  # (tensor, offset): parts of an accumulating buffer
         self.partwise: set[tuple[str, int]] = set()  # buffers placed over parts freed slab by slab
 
+    def untouched(self, tensors) -> bool:
+        """No tensor of ``tensors`` has parts freed or accumulated."""
+        return not any(t in self.dead for t in tensors) and not any(
+            k[0] in tensors for k in (*self.held, *self.partwise))
+
+    def state(self) -> tuple:
+        return ({t: list(r) for t, r in self.dead.items()}, {k: list(r) for k, r in self.held.items()},
+                set(self.partwise))
+
     def allocated(self, t: str, rng: tuple[int, int], offset: int | None = None) -> None:
         if t in self.dead:
             self.dead[t] = minus(self.dead[t], [rng])
