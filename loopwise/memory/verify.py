@@ -63,11 +63,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from loopwise.memory.verify_flow import Flow, written
 from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
+from loopwise.memory.verify_model import model_violations, named_tensors
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+from loopwise.memory.verify_reads import Reads
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
 __all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
@@ -90,14 +93,22 @@ def load_plan(path: Path) -> dict:
     return data
 
 
-def verify(plan: dict) -> Verdict:
-    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims."""
+def verify(plan: dict, graph=None, unchecked: str = "the model's graph was not given") -> Verdict:
+    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims; with the
+    model's ``graph`` (:func:`loopwise.memory.verify_model.rebuild`), check the schedule against it
+    too (:mod:`loopwise.memory.verify_model`, :mod:`loopwise.memory.verify_reads`); without it the
+    verdict says those checks were not made and why (``unchecked``)."""
     schedule = plan.get("schedule") if isinstance(plan, dict) else None
     if not isinstance(schedule, dict) or not isinstance(schedule.get("groups"), list):
         raise PlanFormatError("not a plan (no schedule with groups)")
     try:
         capacity = int(schedule["capacity_bytes"])
-        return _Replay(capacity).run(plan, schedule)
+        replay = _Replay(capacity, graph, set(plan.get("operators_folded") or []) if graph is not None else set())
+        verdict = replay.run(plan, schedule)
+        if graph is None:
+            return replace(verdict, model_checks=f"not made ({unchecked})")
+        extra = model_violations(plan, graph, replay.stored)
+        return replace(verdict, violations=verdict.violations + tuple(extra), model_checks="made")
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanFormatError):
             raise
@@ -105,8 +116,9 @@ def verify(plan: dict) -> Verdict:
 
 
 class _Replay:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, graph=None, folded: set[str] = frozenset()) -> None:
         self.capacity = capacity
+        self.reads = Reads(graph, folded) if graph is not None else None  # what operators read, by the graph
         self.live: dict[str, int] = {}
         self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
@@ -124,6 +136,7 @@ class _Replay:
         self.flow = Flow()  # what holds data, and in what order (:mod:`loopwise.memory.verify_flow`)
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
+        self.named = named_tensors(schedule) if self.reads is not None else set()
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
@@ -131,6 +144,8 @@ class _Replay:
             self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
             self.by_tiles = by_tiles(group)
+            if self.reads is not None:
+                self.violations += self.reads.group(group, f"group {gi}")
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -224,14 +239,18 @@ class _Replay:
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
                 self._violate("missing", here, f"{t} is used, loaded or stored with no buffer on chip")
+        self._flow(step, transfers, output, here, loops)
         for entry in step.get("needs", []):
             nbytes, held_t = self._share(entry, loops), self.live.get(entry[0], 0)
-            if held_t > 0 and nbytes > held_t + 2 * len(entry[2] if len(entry) > 2 else []):
+            slack = 2 * len(entry[2] if len(entry) > 2 else [])
+            if held_t > 0 and nbytes > held_t + slack:
                 self._violate("incomplete", here, f"{entry[0]}: needs {nbytes} bytes on chip, holds {held_t}")
+            elif held_t > 0 and nbytes > self.flow.bytes.get(entry[0], 0) + slack:
+                self._unfilled(entry[0], nbytes, "needs", here)
             dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
-        self._flow(step, transfers, output, here)
+        self._reads(step, output, loops, here)
         self._count(transfers, loops, here)
         for entry in step.get("free", []):
             self._free(entry, loops, here)
@@ -265,18 +284,47 @@ class _Replay:
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
 
-    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where) -> None:
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where, loops: dict) -> None:
         """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
         reads, then what it writes, then what the step stores."""
         for d in transfers:
             if d["to"] == "scratchpad":
-                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0)))
+                share = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
+                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0), share,
+                                                                self.live.get(d["tensor"], 0)))
         for entry in step.get("needs", []):
             self._complain("unloaded", here, self.flow.read(entry[0], "read"))
-        self.flow.write(output)
+        self.flow.write(output, self.live)
         for d in transfers:
             if d["to"] == "dram":
                 self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
+
+    def _reads(self, step: dict, output: set[str], loops: dict, here: _Where) -> None:
+        """What the step's operator reads must hold data: every tensor it uses other than its
+        output in full, and, from the model's graph, the bytes its operator touches of each
+        tensor in this iteration (:mod:`loopwise.memory.verify_reads`)."""
+        if not step.get("operator"):
+            return
+        slack = 2 * len(loops)
+        for t in dict.fromkeys(step.get("uses", [])):
+            held = self.live.get(t, 0)
+            if t not in output and held > 0 and self.flow.bytes.get(t, 0) + slack < held:
+                self._unfilled(t, held, "uses", here)
+        if self.reads is None:
+            return
+        required, wrong = self.reads.required(step["operator"], loops, str(here))
+        self.violations += wrong
+        for t, nbytes in required.items():
+            if t in output or t not in self.named:
+                continue
+            have = self.flow.bytes.get(t, 0)
+            if nbytes > have + slack:
+                self._violate("short", here, f"{t}: the operator reads {nbytes} bytes of it in this iteration (the "
+                                             f"model's graph), {have} on chip hold data", nbytes, have)
+
+    def _unfilled(self, t: str, nbytes: int, how: str, here: _Where) -> None:
+        self._violate("unfilled", here, f"{t}: {how} {nbytes} bytes of it, {self.flow.bytes.get(t, 0)} on chip hold "
+                                        "data (loaded or written)", nbytes, self.flow.bytes.get(t, 0))
 
     def _cuts(self, step: dict, key: str, loops: dict) -> None:
         """The order a tensor is made in where its parts are placed one by one (over parts freed), and
@@ -370,6 +418,7 @@ class _Replay:
             self.buffers.pop(t, None)
             self.flow.gone(t)
             return
+        self.flow.freed(t, self.live[t])
         left = nbytes  # a part freed: from the buffers filled last
         for b in reversed(self.buffers.get(t, [])):
             taken = min(left, b[2])
