@@ -312,7 +312,7 @@ class _Replay:
                 self._unfilled(t, held, "uses", here)
         if self.reads is None:
             return
-        required, wrong = self.reads.required(step["operator"], loops, str(here))
+        required, wrong = self.reads.required(step["operator"], loops, here)
         self.violations += wrong
         for t, nbytes in required.items():
             if t in output or t not in self.named:

@@ -130,7 +130,7 @@ class Reads:
                  if not l.get("loop") and int(l.get("trips", 1)) > 1 and int(l["tile"]) < int(l["extent"])}
         return op, labels, tiles
 
-    def required(self, name: str | None, loops: dict, where: str) -> tuple[dict[str, int], list[Violation]]:
+    def required(self, name: str | None, loops: dict, where) -> tuple[dict[str, int], list[Violation]]:
         """The bytes of each tensor the step's operator reads in the current iteration of ``loops``
         (label -> (lo, hi, extent, count)), and the violations of a loop that does not run the
         dimension its binding names."""
@@ -145,7 +145,7 @@ class Reads:
             if extent != op.dims[dim]:
                 if (name, label) not in self.reported:
                     self.reported.add((name, label))
-                    out.append(Violation("binding", where, f"loop {label!r} of extent {extent} runs {dim} of {name}, "
+                    out.append(Violation("binding", str(where), f"loop {label!r} of extent {extent} runs {dim} of {name}, "
                                                            f"whose extent is {op.dims[dim]}"))
                 continue
             tile[dim] = (lo, hi - lo)
