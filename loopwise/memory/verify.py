@@ -56,41 +56,35 @@ key block by key block with an online softmax; only a chain whose operators' kin
 each name before ``:``) are matmul, [mul or div], [add], softmax, matmul can, and the softmax's
 running row maximum and sum (buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on
 chip at every key block (``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by
-block). Failures are values: every violation is reported with where it happened, never raised.
+block). A step's ``needs`` shares, and every tensor its operator uses other than its output,
+must be covered by bytes with data (loaded or written), not only by bytes allocated
+(``unfilled``).
+
+With the model's graph (``verify(plan, graph)``; ``loopwise memory verify`` imports the model the
+plan names again), the schedule is also checked against the model: every operator runs once or
+is folded into readers that run, what the schedule takes from DRAM is a model input or a weight,
+each operator runs after what it reads, the graph's outputs are stored in full
+(:mod:`loopwise.memory.verify_model`), and each operator step holds, with data, the bytes its
+operator reads of each tensor in that iteration, counted from the graph's access maps through the
+loop nest's binding of loops to dimensions (``short``, ``binding``:
+:mod:`loopwise.memory.verify_reads`). Without the graph the verdict says that those checks were
+not made. Failures are values: every violation is reported with where it happened, never raised.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
-from pathlib import Path
 
 from loopwise.memory.verify_flow import Flow, written
-from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
+from loopwise.memory.verify_group import (KEY_LOOP, PlanFormatError, Where, by_tiles, flat, load_plan, softmax_of,
+                                          transfers_by_step)
 from loopwise.memory.verify_model import model_violations, named_tensors
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
 from loopwise.memory.verify_reads import Reads
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
 __all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
-
-
-def load_plan(path: Path) -> dict:
-    """The plan's JSON from ``path``; :class:`PlanFormatError` (one line) when it cannot be read."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanFormatError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanFormatError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanFormatError(f"{path}: not a plan (not JSON: {exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("schedule"), dict):
-        raise PlanFormatError(f"{path}: not a plan (no \"schedule\"; write one with loopwise memory plan --json)")
-    return data
 
 
 def verify(plan: dict, graph=None, unchecked: str = "the model's graph was not given") -> Verdict:
@@ -108,7 +102,9 @@ def verify(plan: dict, graph=None, unchecked: str = "the model's graph was not g
         if graph is None:
             return replace(verdict, model_checks=f"not made ({unchecked})")
         extra = model_violations(plan, graph, replay.stored)
-        return replace(verdict, violations=verdict.violations + tuple(extra), model_checks="made")
+        left = replay.reads.unchecked()
+        return replace(verdict, violations=verdict.violations + tuple(extra),
+                       model_checks="made" + (f" (reads not counted from the graph for {left})" if left else ""))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanFormatError):
             raise
@@ -217,7 +213,7 @@ class _Replay:
         return nbytes
 
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
-        here = _Where(where, path, step.get("operator"))
+        here = Where(where, path, step.get("operator"))
         transfers = self.dma.get(step.get("id"), [])
         loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
         output = written(step, loaded, self.flow.filled)
@@ -255,7 +251,7 @@ class _Replay:
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
-    def _hold(self, operator: str | None, here: _Where) -> None:
+    def _hold(self, operator: str | None, here: Where) -> None:
         """What is on chip once a step's buffers are allocated: the peak, and the capacity."""
         held = self.held
         if operator:
@@ -267,7 +263,7 @@ class _Replay:
             self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
                                             f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
 
-    def _count(self, transfers: list[dict], loops: dict, here: _Where) -> None:
+    def _count(self, transfers: list[dict], loops: dict, here: Where) -> None:
         """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
         holds, a load within what its tensor holds (outside a tiled operator)."""
         for d in transfers:
@@ -284,7 +280,7 @@ class _Replay:
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
 
-    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where, loops: dict) -> None:
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: Where, loops: dict) -> None:
         """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
         reads, then what it writes, then what the step stores."""
         for d in transfers:
@@ -299,7 +295,7 @@ class _Replay:
             if d["to"] == "dram":
                 self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
 
-    def _reads(self, step: dict, output: set[str], loops: dict, here: _Where) -> None:
+    def _reads(self, step: dict, output: set[str], loops: dict, here: Where) -> None:
         """What the step's operator reads must hold data: every tensor it uses other than its
         output in full, and, from the model's graph, the bytes its operator touches of each
         tensor in this iteration (:mod:`loopwise.memory.verify_reads`)."""
@@ -310,19 +306,10 @@ class _Replay:
             held = self.live.get(t, 0)
             if t not in output and held > 0 and self.flow.bytes.get(t, 0) + slack < held:
                 self._unfilled(t, held, "uses", here)
-        if self.reads is None:
-            return
-        required, wrong = self.reads.required(step["operator"], loops, here)
-        self.violations += wrong
-        for t, nbytes in required.items():
-            if t in output or t not in self.named:
-                continue
-            have = self.flow.bytes.get(t, 0)
-            if nbytes > have + slack:
-                self._violate("short", here, f"{t}: the operator reads {nbytes} bytes of it in this iteration (the "
-                                             f"model's graph), {have} on chip hold data", nbytes, have)
+        if self.reads is not None:
+            self.violations += self.reads.short(step["operator"], output, loops, here, self.flow.bytes, self.named)
 
-    def _unfilled(self, t: str, nbytes: int, how: str, here: _Where) -> None:
+    def _unfilled(self, t: str, nbytes: int, how: str, here: Where) -> None:
         self._violate("unfilled", here, f"{t}: {how} {nbytes} bytes of it, {self.flow.bytes.get(t, 0)} on chip hold "
                                         "data (loaded or written)", nbytes, self.flow.bytes.get(t, 0))
 
@@ -335,11 +322,11 @@ class _Replay:
             if labels and placed and all(label in loops for label in labels):
                 self.flow.cut(entry[0], tuple(loops[label][2] for label in labels), key == "free")
 
-    def _complain(self, kind: str, here: _Where, message: str | None) -> None:
+    def _complain(self, kind: str, here: Where, message: str | None) -> None:
         if message is not None:
             self._violate(kind, here, message)
 
-    def _place(self, entry: list, nbytes: int, here: _Where, loops: dict, dying: dict) -> None:
+    def _place(self, entry: list, nbytes: int, here: Where, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
         accumulate), or a new one, which must lie within the capacity. What the allocation takes
         (a new buffer, or the new part of a buffer whose parts accumulate) must overlap nothing
@@ -374,7 +361,7 @@ class _Replay:
         if same[2] > size:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
-    def _overlaps(self, t: str, buffer: list, claim: list, here: _Where, dying: dict) -> None:
+    def _overlaps(self, t: str, buffer: list, claim: list, here: Where, dying: dict) -> None:
         """Reports where ``claim`` meets what a buffer alive occupies now, or the room of a tensor
         freed in parts that are not the bytes it was made in."""
         if not claim[0][1] > claim[0][0]:
@@ -399,7 +386,7 @@ class _Replay:
         if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
             self.parts.held[(t, mine[0][0])] = [(0, total)]
 
-    def _free(self, entry: list, loops: dict, here: _Where) -> None:
+    def _free(self, entry: list, loops: dict, here: Where) -> None:
         t = entry[0]
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
         if len(entry) == 1:
@@ -425,19 +412,5 @@ class _Replay:
             b[2], left = b[2] - taken, left - taken
         self.buffers[t] = [b for b in self.buffers.get(t, []) if b[2] > 0]
 
-    def _violate(self, kind: str, where: str | _Where, message: str, needed: int = 0, capacity: int = 0) -> None:
+    def _violate(self, kind: str, where: str | Where, message: str, needed: int = 0, capacity: int = 0) -> None:
         self.violations.append(Violation(kind, str(where), message, needed, capacity))
-
-
-class _Where:
-    """Where a step runs: the group, the iteration of each enclosing loop and the operator, put in
-    words only for a violation."""
-
-    __slots__ = ("group", "path", "operator")
-
-    def __init__(self, group: str, path: list[int], operator: str | None) -> None:
-        self.group, self.path, self.operator = group, path, operator
-
-    def __str__(self) -> str:
-        slab = ".".join(str(t + 1) for t in self.path) or "-"
-        return f"{self.group}, slab {slab}, " + (f"operator {self.operator}" if self.operator else "transfers")

@@ -60,6 +60,8 @@ class Reads:
         self.nests: dict[str, tuple[Operator, dict[str, str], dict[str, tuple[int, int]]]] = {}
         self.counts: dict[tuple, dict[str, int]] = {}
         self.tiled = False
+        self.tiled_groups = 0  # groups run tile by tile as a whole: their reads are not counted
+        self.unbound: set[str] = set()  # operators of steps with no loop nest entry: not counted either
         self.reported: set[tuple[str, str]] = set()
 
     def compose(self, name: str, depth: int = 0) -> Operator:
@@ -91,6 +93,7 @@ class Reads:
         the loop label that runs each; the violations of the binding against the graph."""
         nest = group.get("loop_nest") or {}
         self.tiled = nest.get("runs") == "tiled"
+        self.tiled_groups += self.tiled
         self.nests, out = {}, []
         for entry in nest.get("operators", []):
             name = entry.get("operator")
@@ -133,11 +136,19 @@ class Reads:
     def required(self, name: str | None, loops: dict, where) -> tuple[dict[str, int], list[Violation]]:
         """The bytes of each tensor the step's operator reads in the current iteration of ``loops``
         (label -> (lo, hi, extent, count)), and the violations of a loop that does not run the
-        dimension its binding names."""
-        if not name or self.tiled or name not in self.nests:
+        dimension its binding names (``where``: the step, put in words only for one)."""
+        nest = self.nests.get(name) if name and not self.tiled else None
+        if nest is None:
+            if name and not self.tiled and name in self.ops:
+                self.unbound.add(name)
             return {}, []
-        op, labels, tiles = self.nests[name]
-        tile, key, out = dict(tiles), [], []
+        op, labels, tiles = nest
+        key = (name,) + tuple((label, hi - lo, lo == 0, hi == extent)
+                              for label, (lo, hi, extent, _) in loops.items() if label in labels)
+        counts = self.counts.get(key)
+        if counts is not None:
+            return counts, []
+        tile, out = dict(tiles), []
         for label, (lo, hi, extent, _) in loops.items():
             dim = labels.get(label)
             if dim is None:
@@ -145,14 +156,35 @@ class Reads:
             if extent != op.dims[dim]:
                 if (name, label) not in self.reported:
                     self.reported.add((name, label))
-                    out.append(Violation("binding", str(where), f"loop {label!r} of extent {extent} runs {dim} of {name}, "
-                                                           f"whose extent is {op.dims[dim]}"))
+                    out.append(Violation("binding", str(where), f"loop {label!r} of extent {extent} runs {dim} of "
+                                                                f"{name}, whose extent is {op.dims[dim]}"))
                 continue
             tile[dim] = (lo, hi - lo)
-            key.append((dim, hi - lo, lo == 0, hi == extent))
-        cache = (name, tuple(sorted(key)))
-        if cache not in self.counts:
-            from loopwise.memory.polyhedral import footprint_bytes
+        from loopwise.memory.polyhedral import footprint_bytes
 
-            self.counts[cache] = {t: footprint_bytes(op, t, tile) for t in dict.fromkeys(a.tensor for a in op.reads)}
-        return self.counts[cache], out
+        counts = {t: footprint_bytes(op, t, tile) for t in dict.fromkeys(a.tensor for a in op.reads)}
+        self.counts[key] = counts
+        return counts, out
+
+    def short(self, name: str | None, output: set[str], loops: dict, where, filled: dict[str, int],
+              named: set[str]) -> list[Violation]:
+        """Each tensor the step's operator reads (but not its ``output``), named in the schedule
+        (``named``), whose bytes with data (``filled``) are fewer than the graph says it reads in
+        this iteration, and the loops that run another extent than the dimension they name."""
+        required, out = self.required(name, loops, where)
+        slack = 2 * len(loops)  # each share may round by a byte or two per loop it is cut over
+        for t, nbytes in required.items():
+            have = filled.get(t, 0)
+            if nbytes > have + slack and t not in output and t in named:
+                out.append(Violation("short", str(where), f"{t}: the operator reads {nbytes} bytes of it in this "
+                                                          f"iteration (the model's graph), {have} on chip hold data",
+                                     nbytes, have))
+        return out
+
+    def unchecked(self) -> str:
+        """The steps whose reads were not held to the graph's counts, in words ("" when none)."""
+        parts = [f"{self.tiled_groups} groups run tile by tile"] if self.tiled_groups else []
+        if self.unbound:
+            parts.append(f"{len(self.unbound)} operators with no loop nest ({', '.join(sorted(self.unbound)[:3])}"
+                         + (", ..." if len(self.unbound) > 3 else "") + ")")
+        return "; ".join(parts)

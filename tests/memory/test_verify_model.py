@@ -164,6 +164,12 @@ def _chain() -> Graph:
     return Graph("chain", (f, g), frozenset({"w"}))
 
 
+def test_steps_whose_reads_are_not_counted_from_the_graph_are_named_in_the_verdict():
+    verdict = verify(_tiny(capacity=1024), _chain())  # hand-written: its groups have no loop nest
+    assert verdict.ok and verdict.model_checks == \
+        "made (reads not counted from the graph for 2 operators with no loop nest (f, g))"
+
+
 def test_a_dropped_group_makes_its_output_look_like_a_model_input_only_without_the_graph():
     data = _tiny(capacity=1024)
     assert verify(data, _chain()).ok
