@@ -3,8 +3,9 @@ the model is imported again from what the plan records (``model`` and ``imported
 sequence length, element size), and its graph, not the planner, says what must happen.
 
 - Every operator of the graph runs in exactly one step of the schedule, or is listed in the plan's
-  ``operators_folded`` and applied by its readers: each of them runs (or is folded in turn), and
-  the folded operator's result is never on chip under its own name (``operators``). A step names
+  ``operators_folded`` and applied by its readers: it writes one result at its own loops (no
+  reduction), each of its readers runs (or is folded in turn), and its result is never on chip
+  under its own name (``operators``). A step names
   no operator the graph does not have.
 - A tensor no step of the schedule computes (no operator that runs writes it) is in DRAM from the
   start only if it is a model input or a weight of the graph; a tensor of the graph that the graph
@@ -91,6 +92,9 @@ def model_violations(plan: dict, graph, stored: dict[str, int]) -> list[Violatio
             violate("operators", "whole plan", f"{op.name}, an operator of the model, runs in no step and is not "
                                                "listed as folded")
             continue
+        if len(op.writes) != 1 or tuple(op.writes[0].index) != tuple(op.dims):
+            violate("operators", "whole plan", f"{op.name} is listed as folded, but it does not write one result at "
+                                               "its own loops (a reduction): its readers cannot apply it")
         for t in {a.tensor for a in op.writes}:
             if not readers.get(t):
                 violate("operators", "whole plan", f"{op.name} is listed as folded, but no operator reads its {t}")

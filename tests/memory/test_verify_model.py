@@ -146,6 +146,20 @@ def test_an_operator_dropped_from_the_schedule_and_its_output_never_stored_are_f
         f"model output v (the model's graph): 0 of its {M * N * 2} bytes stored"]
 
 
+def test_a_product_listed_as_folded_into_a_reader_is_rejected():
+    chain = Graph("chain", (_projection("q", "wq"), Operator(
+        "double", {"m": M, "n": N}, (Tensor("q", (M, N)), Tensor("y", (M, N))),
+        reads=(Access("q", ("m", "n")),), writes=(Access("y", ("m", "n")),))), frozenset({"wq"}))
+    data = _qkv()  # names q, k and v: q's step becomes the reader's, as if the product were folded into it
+    for step in _steps(data):
+        if step.get("operator") == "q":
+            step["operator"] = "double"
+    data["operators_folded"] = ["q"]
+    messages = [v.message for v in verify(data, chain).violations if v.kind == "operators"]
+    assert "q is listed as folded, but it does not write one result at its own loops (a reduction): its readers " \
+           "cannot apply it" in messages
+
+
 def flat_loops(steps: list) -> list[dict]:
     out = []
     for s in steps:
