@@ -183,8 +183,9 @@ class Reads:
 
     def unchecked(self) -> str:
         """The steps whose reads were not held to the graph's counts, in words ("" when none)."""
-        parts = [f"{self.tiled_groups} groups run tile by tile"] if self.tiled_groups else []
+        plural = lambda n, word: f"{n} {word}" + ("s" if n != 1 else "")  # noqa: E731
+        parts = [plural(self.tiled_groups, "group") + " run tile by tile"] if self.tiled_groups else []
         if self.unbound:
-            parts.append(f"{len(self.unbound)} operators with no loop nest ({', '.join(sorted(self.unbound)[:3])}"
-                         + (", ..." if len(self.unbound) > 3 else "") + ")")
+            names = ", ".join(sorted(self.unbound)[:3]) + (", ..." if len(self.unbound) > 3 else "")
+            parts.append(plural(len(self.unbound), "operator") + f" with no loop nest ({names})")
         return "; ".join(parts)
