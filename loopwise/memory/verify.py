@@ -64,10 +64,11 @@ With the model's graph (``verify(plan, graph)``; ``loopwise memory verify`` impo
 plan names again), the schedule is also checked against the model: every operator runs once or
 is folded into readers that run, what the schedule takes from DRAM is a model input or a weight,
 each operator runs after what it reads, the graph's outputs are stored in full
-(:mod:`loopwise.memory.verify_model`), and each operator step holds, with data, the bytes its
-operator reads of each tensor in that iteration, counted from the graph's access maps through the
-loop nest's binding of loops to dimensions (``short``, ``binding``:
-:mod:`loopwise.memory.verify_reads`). Without the graph the verdict says that those checks were
+(:mod:`loopwise.memory.verify_model`); each operator step holds, with data, the bytes its operator
+reads of each tensor in that iteration, counted from the graph's access maps through the loop
+nest's binding of loops to dimensions (``short``, ``binding``: :mod:`loopwise.memory.verify_reads`);
+and the part of a tensor each need names holds data (``elsewhere``:
+:mod:`loopwise.memory.verify_ranges`). Without the graph the verdict says that those checks were
 not made. Failures are values: every violation is reported with where it happened, never raised.
 """
 
@@ -81,6 +82,7 @@ from loopwise.memory.verify_group import (KEY_LOOP, PlanFormatError, Where, by_t
                                           transfers_by_step)
 from loopwise.memory.verify_model import model_violations, named_tensors
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
+from loopwise.memory.verify_ranges import Held
 from loopwise.memory.verify_reads import Reads
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
@@ -115,6 +117,8 @@ class _Replay:
     def __init__(self, capacity: int, graph=None, folded: set[str] = frozenset()) -> None:
         self.capacity = capacity
         self.reads = Reads(graph, folded) if graph is not None else None  # what operators read, by the graph
+        # which bytes of each tensor hold data (:mod:`loopwise.memory.verify_ranges`), by the graph's sizes
+        self.ranges = Held({t: graph.nbytes(t) for t in graph.tensors()}) if graph is not None else None
         self.live: dict[str, int] = {}
         self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
@@ -229,6 +233,8 @@ class _Replay:
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
             self.held += nbytes
             self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
+            if self.ranges is not None:
+                self.ranges.alloc(entry, loops)
         self._cuts(step, "alloc", loops)
         self._hold(step.get("operator"), here)
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
@@ -243,6 +249,10 @@ class _Replay:
                 self._violate("incomplete", here, f"{entry[0]}: needs {nbytes} bytes on chip, holds {held_t}")
             elif held_t > 0 and nbytes > self.flow.bytes.get(entry[0], 0) + slack:
                 self._unfilled(entry[0], nbytes, "needs", here)
+            miss = self.ranges.missing(entry, loops) if self.ranges is not None else None
+            if miss is not None:
+                self._violate("elsewhere", here, f"{entry[0]}: needs bytes [{miss[0][0]}, {miss[0][1]}) of it, "
+                                                 f"[{miss[1][0]}, {miss[1][1]}) hold no data of it on chip")
             dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
@@ -288,9 +298,14 @@ class _Replay:
                 share = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
                 self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0), share,
                                                                 self.live.get(d["tensor"], 0)))
+                if self.ranges is not None:
+                    self.ranges.load(d["tensor"], int(d["bytes"]), d.get("split", []), loops)
         for entry in step.get("needs", []):
             self._complain("unloaded", here, self.flow.read(entry[0], "read"))
         self.flow.write(output, self.live)
+        if self.ranges is not None:
+            for t in output:
+                self.ranges.write(t)
         for d in transfers:
             if d["to"] == "dram":
                 self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
@@ -400,6 +415,8 @@ class _Replay:
             nbytes = self.live.get(t, 0)
         self.live[t] = self.live.get(t, 0) - nbytes
         self.held -= nbytes
+        if self.ranges is not None:
+            self.ranges.free(entry, loops, not self.live[t])
         if not self.live[t]:
             del self.live[t]
             self.buffers.pop(t, None)

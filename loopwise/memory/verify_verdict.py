@@ -14,8 +14,7 @@ class Violation:
 
     kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
     # overfill, key_blocks, freed, unloaded, unstored, layout, unfilled; against the model's graph
-    # (:mod:`loopwise.memory.verify_model`, :mod:`loopwise.memory.verify_reads`): operators, inputs,
-    # order, short, binding
+    # (verify_model, verify_reads, verify_ranges): operators, inputs, order, short, binding, elsewhere
     where: str
     message: str
     needed_bytes: int = 0

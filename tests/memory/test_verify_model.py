@@ -1,8 +1,8 @@
 """The replay checked against the model's graph, not only against the plan's own claims: plans of
 the planner edited by hand so that they are physically wrong while consistent with themselves
 (an input loaded with a few bytes, read once where every chunk reads it whole, an operator or an
-output store dropped, a query block of two bytes), each rejected with the graph and, for most,
-passed without it."""
+output store dropped, a query block of two bytes, a weight chunk loaded once for every chunk),
+each rejected with the graph and, for most, passed without it."""
 
 from __future__ import annotations
 
@@ -227,6 +227,29 @@ def test_a_query_block_of_two_bytes_in_a_key_block_loop_that_lists_no_needs_is_s
     assert _kinds(verdict) == {"short"}
     assert verdict.violations[0].message.startswith("Q: the operator reads") and \
         verdict.violations[0].message.endswith("2 on chip hold data")
+
+
+def test_a_weight_chunk_loaded_once_and_needed_as_every_chunk_in_turn_holds_only_the_first():
+    data = _qkv()
+    group = data["schedule"]["groups"][0]
+    (outer,) = group["steps"]
+    chunk = K * 32 * 2  # 32 of the 128 columns of a weight
+    first, slabs, last = outer["steps"]  # weight chunks allocated and loaded, x streamed, weights freed
+    before = {"id": "pre", "operator": None, "uses": [], "needs": [], "free": [],
+              "alloc": [[e[0], chunk, [], e[3], e[4]] for e in first["alloc"]]}
+    outer["steps"] = [slabs]
+    last["id"] = "post"
+    group["steps"] = [before, outer, last]
+    for d in group["dma"]:
+        if d["step"] == first["id"]:  # loaded once, before the loop, with no labels: the first chunk only
+            d.update(step="pre", bytes=chunk, split=[])
+    _claim(data, -3 * (N * K * 2 - chunk))
+    assert verify(data).ok and verify(data, QKV).traffic_bytes == verify(data).claimed_traffic_bytes
+    verdict = verify(data, QKV)
+    assert _kinds(verdict) == {"elsewhere"}
+    assert verdict.violations[0].where == "group 0, slab 2.1, operator q"
+    assert verdict.violations[0].message == (f"wq: needs bytes [{chunk}, {2 * chunk}) of it, [{chunk}, {2 * chunk}) "
+                                             "hold no data of it on chip")
 
 
 def test_a_loop_nest_that_runs_a_dimension_over_another_extent_than_the_graphs_is_rejected():
