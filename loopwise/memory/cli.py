@@ -258,11 +258,16 @@ def verify_cmd(plan_file: Path = typer.Argument(..., help="A plan written by loo
                as_json: bool = JSON) -> None:
     """Replay a plan's schedule slab by slab, independently of the planner: every buffer on chip
     against the capacity at every step, and the DRAM traffic recounted from its loads and stores
-    against what the plan claims. Exits with status 1 when any check fails."""
+    against what the plan claims; where the plan names its model, the model is imported again and
+    the schedule checked against its graph (every operator run, what each reads, the model's inputs
+    and outputs). Exits with status 1 when any check fails."""
     from loopwise.memory.verify import PlanFormatError, as_dict, describe, load_plan, verify
+    from loopwise.memory.verify_model import rebuild
 
     try:
-        verdict = verify(load_plan(plan_file))
+        plan = load_plan(plan_file)
+        graph, why_not = rebuild(plan)  # the model imported again: what the schedule is checked against
+        verdict = verify(plan, graph, why_not)
     except PlanFormatError as exc:
         raise UserError(str(exc) if str(exc).startswith(str(plan_file)) else f"{plan_file}: {exc}") from None
     if as_json:

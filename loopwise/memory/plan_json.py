@@ -14,7 +14,8 @@ def operator_bounds(graph, capacity_bytes: int) -> list[int]:
     return [operator_bound_bytes(op, capacity_bytes) for op in graph.operators]
 
 
-def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], seconds: float) -> dict:
+def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], seconds: float,
+              imported_as: dict | None = None) -> dict:
     """The plan's JSON data, with its schedule, and its time and energy where the target gives the
     figures for them (``time``: :func:`loopwise.memory.timing.plan_time`, else None).
 
@@ -25,6 +26,8 @@ def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], secon
         imported: the imported model (:class:`loopwise.memory.imported.Imported`).
         bounds: each operator's own bound (:func:`operator_bounds`).
         seconds: the planning time.
+        imported_as: how the model was imported (``batch``, ``seq``, ``elem_bytes``): recorded so
+            that the verifier can import it again and check the schedule against its graph.
     """
     from loopwise.memory.timing import operator_work, plan_time, rates
 
@@ -39,7 +42,8 @@ def plan_json(model: str, target, plan: Plan, imported, bounds: list[int], secon
                          "flops": flops, "engine": engine, "touched_bytes": plan.touched[k] if plan.touched else 0})
             k += 1
     planned = {name for grp in plan.groups for name in grp.operators}
-    data = {"model": str(model), "target": target.name, "total_bytes": plan.total_bytes,
+    data = {"model": str(model), "imported_as": dict(imported_as) if imported_as else None,
+            "target": target.name, "total_bytes": plan.total_bytes,
             "compulsory_bytes": plan.compulsory_bytes,
             "operator_bounds_bytes": sum(bounds), "copies_folded": len(imported.folded),
             # the graph's operators run inside the products that read them (a norm's application

@@ -75,6 +75,7 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
         progress: ``progress(done, total)`` as the planner searches operators.
     """
     candidates = store.latest_by_key("candidate")
+    imported = None
     if any(name not in candidates for name in CANDIDATES):
         imported = load(inputs["model"], inputs["elem_bytes"], inputs["batch"], inputs["seq"])
         _propose(store, inputs, imported, progress)
@@ -82,7 +83,9 @@ def run_plan(store, inputs: dict, load: Callable, progress: Callable | None = No
     verdicts = {k: e.payload for k, e in store.latest_by_key("verdict").items()}
     for name in CANDIDATES:
         if name not in verdicts:
-            verdicts[name] = _judge(store, name, candidates[name].payload)
+            if imported is None:  # the judge checks the schedule against the model's graph
+                imported = load(inputs["model"], inputs["elem_bytes"], inputs["batch"], inputs["seq"])
+            verdicts[name] = _judge(store, name, candidates[name].payload, imported.graph)
     result = store.latest_by_key("result").get("result")
     if result is None:
         result = _choose(store, candidates, verdicts)
@@ -116,13 +119,14 @@ def _propose(store, inputs: dict, imported, progress) -> None:
                             "layer_by_layer_floor_bytes": g.layer_by_layer_floor_bytes(),
                             "operator_bounds_bytes": sum(bounds), "capacity_bytes": capacity,
                             "per_operator": [[op.name, b] for op, b in zip(g.operators, bounds)]}, key="bounds")
-    datas = {name: plan_json(inputs["model"], tgt, candidate, imported, bounds, seconds)
+    imported_as = {k: inputs[k] for k in ("batch", "seq", "elem_bytes")}
+    datas = {name: plan_json(inputs["model"], tgt, candidate, imported, bounds, seconds, imported_as)
              for name, candidate in ((BASELINE, baseline), (PLANNER, best))}
     datas[PLANNER]["objectives"] = compare_objectives(datas[PLANNER], datas[BASELINE])
     datas[PLANNER]["objective"] = objective
     if objective != "traffic":
         # the least-traffic plan beside it, to say where the objective chose otherwise
-        other = plan_json(inputs["model"], tgt, plan(g, capacity), imported, bounds, seconds)
+        other = plan_json(inputs["model"], tgt, plan(g, capacity), imported, bounds, seconds, imported_as)
         datas[PLANNER]["choices"] = compare_choices(datas[PLANNER], other, objective)
     for name, candidate in ((BASELINE, baseline), (PLANNER, best)):
         data = datas[name]
@@ -160,11 +164,12 @@ class _SearchLog:
         self.flush()
 
 
-def _judge(store, name: str, candidate: dict) -> dict:
-    """The verifier's verdict on one candidate, recorded."""
+def _judge(store, name: str, candidate: dict, graph) -> dict:
+    """The verifier's verdict on one candidate, against the model's ``graph`` (the importer's),
+    recorded."""
     data = json.loads(store.get_artifact(candidate["plan"]))
     try:
-        verdict = judge.verify(data)
+        verdict = judge.verify(data, graph)
         payload = {**judge.as_dict(verdict), "summary": judge.describe(verdict, limit=3)}
     except judge.PlanFormatError as exc:
         payload = {"ok": False, "summary": [f"FAIL: {exc}"],

@@ -56,51 +56,62 @@ key block by key block with an online softmax; only a chain whose operators' kin
 each name before ``:``) are matmul, [mul or div], [add], softmax, matmul can, and the softmax's
 running row maximum and sum (buffers ``rowmax:<softmax>`` and ``rowsum:<softmax>``) must be on
 chip at every key block (``key_blocks`` otherwise: a layer norm's row cannot be rescaled block by
-block). Failures are values: every violation is reported with where it happened, never raised.
+block). A step's ``needs`` shares, and every tensor its operator uses other than its output,
+must be covered by bytes with data (loaded or written), not only by bytes allocated
+(``unfilled``).
+
+With the model's graph (``verify(plan, graph)``; ``loopwise memory verify`` imports the model the
+plan names again), the schedule is also checked against the model: every operator runs once or
+is folded into readers that run, what the schedule takes from DRAM is a model input or a weight,
+each operator runs after what it reads, the graph's outputs are stored in full
+(:mod:`loopwise.memory.verify_model`); each operator step holds, with data, the bytes its operator
+reads of each tensor in that iteration, counted from the graph's access maps through the loop
+nest's binding of loops to dimensions (``short``, ``binding``: :mod:`loopwise.memory.verify_reads`);
+and the part of a tensor each need names holds data (``elsewhere``:
+:mod:`loopwise.memory.verify_ranges`). Without the graph the verdict says that those checks were
+not made. Failures are values: every violation is reported with where it happened, never raised.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
+from dataclasses import replace
 
 from loopwise.memory.verify_flow import Flow, written
-from loopwise.memory.verify_group import KEY_LOOP, PlanFormatError, by_tiles, flat, softmax_of, transfers_by_step
+from loopwise.memory.verify_group import (KEY_LOOP, PlanFormatError, Where, by_tiles, flat, load_plan, softmax_of,
+                                          transfers_by_step)
+from loopwise.memory.verify_model import model_violations, named_tensors
 from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
-from loopwise.memory.verify_repeat import plain_body, signature
+from loopwise.memory.verify_ranges import Held
+from loopwise.memory.verify_reads import Reads
+from loopwise.memory.verify_repeat import plain_body, ranged_alike, signature
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
 __all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
 
 
-def load_plan(path: Path) -> dict:
-    """The plan's JSON from ``path``; :class:`PlanFormatError` (one line) when it cannot be read."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanFormatError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanFormatError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanFormatError(f"{path}: not a plan (not JSON: {exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("schedule"), dict):
-        raise PlanFormatError(f"{path}: not a plan (no \"schedule\"; write one with loopwise memory plan --json)")
-    return data
-
-
-def verify(plan: dict, skip_repeats: bool = True) -> Verdict:
-    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims.
-    ``skip_repeats``: an iteration of a loop that provably repeats one replayed before is counted,
-    not replayed again (:mod:`loopwise.memory.verify_repeat`); False replays every iteration."""
+def verify(plan: dict, graph=None, unchecked: str = "the model's graph was not given",
+           skip_repeats: bool = True) -> Verdict:
+    """Replay ``plan["schedule"]`` and compare what it does with what the plan claims; with the
+    model's ``graph`` (:func:`loopwise.memory.verify_model.rebuild`), check the schedule against it
+    too (:mod:`loopwise.memory.verify_model`, :mod:`loopwise.memory.verify_reads`); without it the
+    verdict says those checks were not made and why (``unchecked``). ``skip_repeats``: an
+    iteration of a loop that provably repeats one replayed before is counted, not replayed again
+    (:mod:`loopwise.memory.verify_repeat`); False replays every iteration."""
     schedule = plan.get("schedule") if isinstance(plan, dict) else None
     if not isinstance(schedule, dict) or not isinstance(schedule.get("groups"), list):
         raise PlanFormatError("not a plan (no schedule with groups)")
     try:
         capacity = int(schedule["capacity_bytes"])
-        return _Replay(capacity, skip_repeats).run(plan, schedule)
+        replay = _Replay(capacity, graph, set(plan.get("operators_folded") or []) if graph is not None else set(),
+                         skip_repeats)
+        verdict = replay.run(plan, schedule)
+        if graph is None:
+            return replace(verdict, model_checks=f"not made ({unchecked})")
+        extra = model_violations(plan, graph, replay.stored)
+        left = replay.reads.unchecked()
+        return replace(verdict, violations=verdict.violations + tuple(extra),
+                       model_checks="made" + (f" (reads not counted from the graph for {left})" if left else ""))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanFormatError):
             raise
@@ -108,10 +119,13 @@ def verify(plan: dict, skip_repeats: bool = True) -> Verdict:
 
 
 class _Replay:
-    def __init__(self, capacity: int, skip_repeats: bool = True) -> None:
+    def __init__(self, capacity: int, graph=None, folded: set[str] = frozenset(), skip_repeats: bool = True) -> None:
         self.capacity = capacity
         self.skip_repeats = skip_repeats  # iterations that repeat one exactly are not replayed again
         self.plain: dict[int, tuple | None] = {}
+        self.reads = Reads(graph, folded) if graph is not None else None  # what operators read, by the graph
+        # which bytes of each tensor hold data (:mod:`loopwise.memory.verify_ranges`), by the graph's sizes
+        self.ranges = Held({t: graph.nbytes(t) for t in graph.tensors()}) if graph is not None else None
         self.live: dict[str, int] = {}
         self.held = 0  # the bytes of ``live`` together
         self.violations: list[Violation] = []
@@ -129,6 +143,7 @@ class _Replay:
         self.flow = Flow()  # what holds data, and in what order (:mod:`loopwise.memory.verify_flow`)
 
     def run(self, plan: dict, schedule: dict) -> Verdict:
+        self.named = named_tensors(schedule) if self.reads is not None else set()
         groups = []
         for gi, group in enumerate(schedule["groups"]):
             before, self.peak, self.peak_buffers, self.held_at = self.moved, 0, 0, {}
@@ -137,6 +152,8 @@ class _Replay:
             self.flow.reported = set()
             self.tiled = (group.get("loop_nest") or {}).get("runs") == "tiled"
             self.by_tiles = by_tiles(group)
+            if self.reads is not None:
+                self.violations += self.reads.group(group, f"group {gi}")
             self._steps(group["steps"], f"group {gi}", {}, [])
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
@@ -181,7 +198,11 @@ class _Replay:
         plain = None
         if self.skip_repeats and count > 2:
             if id(loop) not in self.plain:
-                self.plain[id(loop)] = plain_body(loop, self.dma)
+                body = plain_body(loop, self.dma)
+                # where the replay knows the model, which bytes a step needs moves with the iteration:
+                # only a body whose tensors cut by this loop are filled and needed alike may repeat
+                ranged = ranged_alike(loop, self.dma, self.ranges.sizes) if self.ranges is not None else frozenset()
+                self.plain[id(loop)] = None if body is None or ranged is None else (*body, ranged)
             plain = self.plain[id(loop)]
         # iterations that left the replay as they found it, by signature (:mod:`verify_repeat`): all
         # start from the state each of them ends in, as long as every iteration since did
@@ -189,13 +210,16 @@ class _Replay:
         for t in range(count):
             inner = dict(loops, **{loop["loop"]: (t * size, min(extent, (t + 1) * size), extent, count)})
             sig = signature(plain[1], inner) if plain is not None and (repeats or tries) else None
+            if sig is not None and self.reads is not None:  # the graph's reads differ at a loop's ends
+                sig = (sig, tuple((lo == 0, hi == ext) for lo, hi, ext, _ in inner.values()))
             if sig in repeats:
                 moved, added = repeats[sig]
                 self.moved += moved
                 for name, nbytes in added:
                     self.stored[name] = self.stored.get(name, 0) + nbytes
                 continue
-            watch = sig is not None and self.parts.untouched(plain[0])
+            watch = sig is not None and self.parts.untouched(plain[0]) and (
+                self.ranges is None or not self.ranges.holds_any(plain[2]))
             if watch:
                 before, moved, stored, found = self._state(), self.moved, dict(self.stored), len(self.violations)
             here = f"{where}, slab {'.'.join(str(x + 1) for x in path + [t])}, key block"
@@ -216,7 +240,8 @@ class _Replay:
         """Everything a step's replay reads besides the iteration, the traffic and the stores
         counted so far and what only grows with what it has seen (the peaks)."""
         buffers = tuple((t, tuple(map(tuple, bs))) for t, bs in self.buffers.items())
-        return tuple(self.live.items()), self.held, buffers, self.flow.state(), self.parts.state()
+        ranges = self.ranges.state() if self.ranges is not None else ()
+        return tuple(self.live.items()), self.held, buffers, self.flow.state(), self.parts.state(), ranges
 
     def _key_loop_state(self, loop: dict, where: str, path: list[int]) -> tuple[str, ...]:
         """The buffers of the running row maximum and sum of the softmax a loop over key blocks runs
@@ -240,7 +265,7 @@ class _Replay:
         return nbytes
 
     def _step(self, step: dict, where: str, loops: dict, path: list[int]) -> None:
-        here = _Where(where, path, step.get("operator"))
+        here = Where(where, path, step.get("operator"))
         transfers = self.dma.get(step.get("id"), [])
         loaded = {d["tensor"] for d in transfers if d["to"] == "scratchpad"}
         output = written(step, loaded, self.flow.filled)
@@ -256,25 +281,35 @@ class _Replay:
             self.live[entry[0]] = self.live.get(entry[0], 0) + nbytes
             self.held += nbytes
             self._place(entry, nbytes, here, loops, dying if entry[0] in output else {})
+            if self.ranges is not None:
+                self.ranges.alloc(entry, loops)
         self._cuts(step, "alloc", loops)
         self._hold(step.get("operator"), here)
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
                 self._violate("missing", here, f"{t} is used, loaded or stored with no buffer on chip")
+        self._flow(step, transfers, output, here, loops)
         for entry in step.get("needs", []):
             nbytes, held_t = self._share(entry, loops), self.live.get(entry[0], 0)
-            if held_t > 0 and nbytes > held_t + 2 * len(entry[2] if len(entry) > 2 else []):
+            slack = 2 * len(entry[2] if len(entry) > 2 else [])
+            if held_t > 0 and nbytes > held_t + slack:
                 self._violate("incomplete", here, f"{entry[0]}: needs {nbytes} bytes on chip, holds {held_t}")
+            elif held_t > 0 and nbytes > self.flow.bytes.get(entry[0], 0) + slack:
+                self._unfilled(entry[0], nbytes, "needs", here)
+            miss = self.ranges.missing(entry, loops) if self.ranges is not None else None
+            if miss is not None:
+                self._violate("elsewhere", here, f"{entry[0]}: needs bytes [{miss[0][0]}, {miss[0][1]}) of it, "
+                                                 f"[{miss[1][0]}, {miss[1][1]}) hold no data of it on chip")
             dead = self.parts.needed_dead(entry[0], cut(int(entry[1]), entry[2] if len(entry) > 2 else [], loops))
             if dead is not None:
                 self._violate("freed", here, f"{entry[0]}: needs bytes [{dead[0]}, {dead[1]}) of it, freed before")
-        self._flow(step, transfers, output, here)
+        self._reads(step, output, loops, here)
         self._count(transfers, loops, here)
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
-    def _hold(self, operator: str | None, here: _Where) -> None:
+    def _hold(self, operator: str | None, here: Where) -> None:
         """What is on chip once a step's buffers are allocated: the peak, and the capacity."""
         held = self.held
         if operator:
@@ -286,7 +321,7 @@ class _Replay:
             self._violate("capacity", here, f"needs {held} bytes on chip, the capacity is {self.capacity} "
                                             f"(largest: {', '.join(f'{t} {b}' for t, b in top)})", held, self.capacity)
 
-    def _count(self, transfers: list[dict], loops: dict, here: _Where) -> None:
+    def _count(self, transfers: list[dict], loops: dict, here: Where) -> None:
         """A step's DMA transfers: their bytes counted, each at the offset of a buffer its tensor
         holds, a load within what its tensor holds (outside a tiled operator)."""
         for d in transfers:
@@ -303,18 +338,43 @@ class _Replay:
                                               f"names offset {d.get('offset')}, its buffer is at "
                                               f"{', '.join(map(str, bases))}")
 
-    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: _Where) -> None:
+    def _flow(self, step: dict, transfers: list[dict], output: set[str], here: Where, loops: dict) -> None:
         """Data flow (:mod:`loopwise.memory.verify_flow`): loads first, then what the operator
         reads, then what it writes, then what the step stores."""
         for d in transfers:
             if d["to"] == "scratchpad":
-                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0)))
+                share = self._share([d["tensor"], d["bytes"], d.get("split", [])], loops)
+                self._complain("unstored", here, self.flow.load(d["tensor"], self.stored.get(d["tensor"], 0), share,
+                                                                self.live.get(d["tensor"], 0)))
+                if self.ranges is not None:
+                    self.ranges.load(d["tensor"], int(d["bytes"]), d.get("split", []), loops)
         for entry in step.get("needs", []):
             self._complain("unloaded", here, self.flow.read(entry[0], "read"))
-        self.flow.write(output)
+        self.flow.write(output, self.live)
+        if self.ranges is not None:
+            for t in output:
+                self.ranges.write(t)
         for d in transfers:
             if d["to"] == "dram":
                 self._complain("unloaded", here, self.flow.read(d["tensor"], "stored"))
+
+    def _reads(self, step: dict, output: set[str], loops: dict, here: Where) -> None:
+        """What the step's operator reads must hold data: every tensor it uses other than its
+        output in full, and, from the model's graph, the bytes its operator touches of each
+        tensor in this iteration (:mod:`loopwise.memory.verify_reads`)."""
+        if not step.get("operator"):
+            return
+        slack = 2 * len(loops)
+        for t in dict.fromkeys(step.get("uses", [])):
+            held = self.live.get(t, 0)
+            if t not in output and held > 0 and self.flow.bytes.get(t, 0) + slack < held:
+                self._unfilled(t, held, "uses", here)
+        if self.reads is not None:
+            self.violations += self.reads.short(step["operator"], output, loops, here, self.flow.bytes, self.named)
+
+    def _unfilled(self, t: str, nbytes: int, how: str, here: Where) -> None:
+        self._violate("unfilled", here, f"{t}: {how} {nbytes} bytes of it, {self.flow.bytes.get(t, 0)} on chip hold "
+                                        "data (loaded or written)", nbytes, self.flow.bytes.get(t, 0))
 
     def _cuts(self, step: dict, key: str, loops: dict) -> None:
         """The order a tensor is made in where its parts are placed one by one (over parts freed), and
@@ -325,11 +385,11 @@ class _Replay:
             if labels and placed and all(label in loops for label in labels):
                 self.flow.cut(entry[0], tuple(loops[label][2] for label in labels), key == "free")
 
-    def _complain(self, kind: str, here: _Where, message: str | None) -> None:
+    def _complain(self, kind: str, here: Where, message: str | None) -> None:
         if message is not None:
             self._violate(kind, here, message)
 
-    def _place(self, entry: list, nbytes: int, here: _Where, loops: dict, dying: dict) -> None:
+    def _place(self, entry: list, nbytes: int, here: Where, loops: dict, dying: dict) -> None:
         """The buffer an allocation fills: one the tensor holds at that offset and size (its parts
         accumulate), or a new one, which must lie within the capacity. What the allocation takes
         (a new buffer, or the new part of a buffer whose parts accumulate) must overlap nothing
@@ -364,7 +424,7 @@ class _Replay:
         if same[2] > size:
             self._violate("offset", here, f"{t}: holds {same[2]} bytes in its buffer of {size} at offset {offset}")
 
-    def _overlaps(self, t: str, buffer: list, claim: list, here: _Where, dying: dict) -> None:
+    def _overlaps(self, t: str, buffer: list, claim: list, here: Where, dying: dict) -> None:
         """Reports where ``claim`` meets what a buffer alive occupies now, or the room of a tensor
         freed in parts that are not the bytes it was made in."""
         if not claim[0][1] > claim[0][0]:
@@ -389,7 +449,7 @@ class _Replay:
         if len(mine) == 1 and (t, mine[0][0]) not in self.parts.held and mine[0][2] == total <= mine[0][1]:
             self.parts.held[(t, mine[0][0])] = [(0, total)]
 
-    def _free(self, entry: list, loops: dict, here: _Where) -> None:
+    def _free(self, entry: list, loops: dict, here: Where) -> None:
         t = entry[0]
         nbytes = self.live.get(t, 0) if len(entry) == 1 else self._share(entry, loops)
         if len(entry) == 1:
@@ -403,30 +463,19 @@ class _Replay:
             nbytes = self.live.get(t, 0)
         self.live[t] = self.live.get(t, 0) - nbytes
         self.held -= nbytes
+        if self.ranges is not None:
+            self.ranges.free(entry, loops, not self.live[t])
         if not self.live[t]:
             del self.live[t]
             self.buffers.pop(t, None)
             self.flow.gone(t)
             return
+        self.flow.freed(t, self.live[t])
         left = nbytes  # a part freed: from the buffers filled last
         for b in reversed(self.buffers.get(t, [])):
             taken = min(left, b[2])
             b[2], left = b[2] - taken, left - taken
         self.buffers[t] = [b for b in self.buffers.get(t, []) if b[2] > 0]
 
-    def _violate(self, kind: str, where: str | _Where, message: str, needed: int = 0, capacity: int = 0) -> None:
+    def _violate(self, kind: str, where: str | Where, message: str, needed: int = 0, capacity: int = 0) -> None:
         self.violations.append(Violation(kind, str(where), message, needed, capacity))
-
-
-class _Where:
-    """Where a step runs: the group, the iteration of each enclosing loop and the operator, put in
-    words only for a violation."""
-
-    __slots__ = ("group", "path", "operator")
-
-    def __init__(self, group: str, path: list[int], operator: str | None) -> None:
-        self.group, self.path, self.operator = group, path, operator
-
-    def __str__(self) -> str:
-        slab = ".".join(str(t + 1) for t in self.path) or "-"
-        return f"{self.group}, slab {slab}, " + (f"operator {self.operator}" if self.operator else "transfers")

@@ -9,6 +9,12 @@ tensor leaves chip, and is no longer filled, when its last byte is freed. A tens
 wrote is an intermediate: loading it back needs a store of it before (``unstored``); a tensor no
 operator wrote is a graph input or a weight, in DRAM from the start.
 
+Bytes with data: a load fills as many bytes as it moves, up to what its tensor holds on chip; an
+operator fills all its output holds; a part freed leaves at most what remains. A step's share of
+a tensor it needs, a tensor it reads (uses, not its output) and, where the replay knows the model,
+the bytes its operator reads of each tensor (:mod:`loopwise.memory.verify_reads`) must be bytes
+with data (``unfilled``): a buffer allocated in full and loaded with a few bytes holds a few bytes.
+
 Layout: an entry with labels cuts its tensor loop by loop in the order of its labels, so its parts
 are the bytes of a row-major layout whose dimensions are those loops' dimensions in that order.
 Where a tensor's parts are placed one by one over the parts of another freed slab by slab, where
@@ -54,18 +60,23 @@ class Flow:
 
     def __init__(self) -> None:
         self.filled: set[str] = set()
+        self.bytes: dict[str, int] = {}  # per tensor on chip: the bytes that hold data (loaded or written)
         self.made: set[str] = set()  # written by an operator at some point: intermediates
         self.cuts: dict[str, tuple[int, ...]] = {}  # per tensor on chip: the extents it was made cut by
         self.scrambled: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # made, freed cut
         self.reported: set[tuple[str, str]] = set()  # (kind, tensor) reported in the current group
 
     def state(self) -> tuple:
-        """What holds data and how tensors were cut (the complaints made so far aside)."""
-        return set(self.filled), set(self.made), dict(self.cuts), dict(self.scrambled), set(self.reported)
+        """What holds data, how many of its bytes, and how tensors were cut (the complaints made so
+        far aside)."""
+        return (set(self.filled), set(self.made), dict(self.cuts), dict(self.scrambled), set(self.reported),
+                dict(self.bytes))
 
-    def load(self, t: str, stored: int) -> str | None:
-        """A load of ``t``; the complaint when it is an intermediate that was never stored."""
+    def load(self, t: str, stored: int, nbytes: int, held: int) -> str | None:
+        """A load of ``nbytes`` of ``t``, which holds ``held`` bytes on chip; the complaint when it
+        is an intermediate that was never stored."""
         self.filled.add(t)
+        self.bytes[t] = min(held, self.bytes.get(t, 0) + nbytes)
         if t in self.made and stored <= 0:
             return self._once("unstored", t, f"{t} is loaded, but the operator that made it never stored it")
         return None
@@ -76,13 +87,22 @@ class Flow:
             return None
         return self._once("unloaded", t, f"{t} is {how} on chip, but was never loaded nor made there")
 
-    def write(self, tensors: set[str]) -> None:
+    def write(self, tensors: set[str], live: dict[str, int]) -> None:
+        """An operator writes ``tensors``: every byte they hold on chip (``live``) holds data."""
         self.filled |= tensors
         self.made |= tensors
+        for t in tensors:
+            self.bytes[t] = live.get(t, 0)
+
+    def freed(self, t: str, held: int) -> None:
+        """A part of ``t`` freed, ``held`` bytes left: the bytes with data are at most those."""
+        if t in self.bytes:
+            self.bytes[t] = min(self.bytes[t], held)
 
     def gone(self, t: str) -> None:
         """``t`` has no byte left on chip."""
         self.filled.discard(t)
+        self.bytes.pop(t, None)
         self.cuts.pop(t, None)
         self.scrambled.pop(t, None)
 

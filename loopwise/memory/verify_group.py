@@ -1,10 +1,13 @@
-"""What the replay (:mod:`loopwise.memory.verify`) reads from a group before it replays its steps:
-the DMA transfers by step, the operators whose loop nest runs a slab tile by tile, and whether a
-loop over key blocks runs an online softmax. Reads only the plan's JSON."""
+"""What the replay (:mod:`loopwise.memory.verify`) reads from a plan's JSON before it replays it:
+the plan file; of a group, the DMA transfers by step, the operators whose loop nest runs a slab
+tile by tile, and whether a loop over key blocks runs an online softmax; and the place of a step,
+in words for a violation. Reads only the plan's JSON."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 KEY_LOOP = "key"  # the label of a loop over key blocks (flash-style attention)
 _SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
@@ -12,6 +15,37 @@ _SOFTMAX_CHAIN = re.compile(r"^matmul( (mul|div))?( add)? softmax matmul$")
 
 class PlanFormatError(ValueError):
     """The input is not a plan with a schedule this module can replay."""
+
+
+def load_plan(path: Path) -> dict:
+    """The plan's JSON from ``path``; :class:`PlanFormatError` (one line) when it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanFormatError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanFormatError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFormatError(f"{path}: not a plan (not JSON: {exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("schedule"), dict):
+        raise PlanFormatError(f"{path}: not a plan (no \"schedule\"; write one with loopwise memory plan --json)")
+    return data
+
+
+class Where:
+    """Where a step runs: the group, the iteration of each enclosing loop and the operator, put in
+    words only for a violation."""
+
+    __slots__ = ("group", "path", "operator")
+
+    def __init__(self, group: str, path: list[int], operator: str | None) -> None:
+        self.group, self.path, self.operator = group, path, operator
+
+    def __str__(self) -> str:
+        slab = ".".join(str(t + 1) for t in self.path) or "-"
+        return f"{self.group}, slab {slab}, " + (f"operator {self.operator}" if self.operator else "transfers")
 
 
 def softmax_of(names: list[str]) -> str | None:

@@ -81,6 +81,35 @@ def _plain_body(loop: dict, dma: dict[str, list[dict]]) -> tuple[frozenset, list
     return frozenset(names), split
 
 
+def ranged_alike(loop: dict, dma: dict[str, list[dict]], sizes: dict[str, int]) -> frozenset | None:
+    """Where the replay knows which bytes of a tensor hold data (:mod:`loopwise.memory.verify_ranges`),
+    the range an entry cut by the loop fills or needs moves with the iteration. The tensors of the
+    body with such entries, when each one's entries in the body (allocations, loads, needs of a
+    range the replay places: its whole size cut by its labels, or its first bytes) are all alike
+    (the same bytes, the same labels): an iteration then fills and needs the same range of it, and
+    one that starts with none of it on chip checks it as any other does. None when a tensor's
+    entries differ, or the JSON is malformed (the replay says how)."""
+    try:
+        label = loop["loop"]
+        kinds: dict[str, set] = {}
+        for step in _steps(loop["steps"]):
+            entries = [*step.get("alloc", []), *step.get("needs", [])]
+            entries += [[d["tensor"], d["bytes"], d.get("split", [])] for d in dma.get(step.get("id"), [])
+                        if d.get("from") == "dram"]
+            for entry in entries:
+                t, total = entry[0], int(entry[1])
+                labels = tuple(entry[2]) if len(entry) > 2 and entry[2] else ()
+                size = sizes.get(t)
+                if size is not None and (total == size or (not labels and total < size)):
+                    kinds.setdefault(t, set()).add((total, labels))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None
+    cut_here = {t for t, ks in kinds.items() if any(label in labels for _, labels in ks)}
+    if any(len(kinds[t]) > 1 for t in cut_here):
+        return None
+    return frozenset(cut_here)
+
+
 def _steps(steps: list):
     for step in steps:
         if "loop" in step:

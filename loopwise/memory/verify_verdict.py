@@ -13,7 +13,8 @@ class Violation:
     (its iteration per loop) and the operator."""
 
     kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
-    # overfill, key_blocks, freed, unloaded, unstored, layout
+    # overfill, key_blocks, freed, unloaded, unstored, layout, unfilled; against the model's graph
+    # (verify_model, verify_reads, verify_ranges): operators, inputs, order, short, binding, elsewhere
     where: str
     message: str
     needed_bytes: int = 0
@@ -41,6 +42,7 @@ class Verdict:
     groups: tuple[GroupReplay, ...]
     violations: tuple[Violation, ...] = field(default=())
     address_peak_bytes: int = 0  # the highest offset + size of any buffer: the scratchpad the offsets use
+    model_checks: str = "not made"  # "made", or "not made (why)": the checks against the model's graph
 
     @property
     def ok(self) -> bool:
@@ -53,7 +55,8 @@ def describe(verdict: Verdict, limit: int = 10) -> list[str]:
     head = "PASS" if verdict.ok else f"FAIL ({len(verdict.violations)} violations)"
     lines = [f"{head}: traffic recounted {verdict.traffic_bytes} bytes, the plan claims "
              f"{verdict.claimed_traffic_bytes}; peak {verdict.peak_bytes} of {verdict.capacity_bytes} bytes, "
-             f"buffers up to offset {verdict.address_peak_bytes}"]
+             f"buffers up to offset {verdict.address_peak_bytes}; checks against the model's graph "
+             f"{verdict.model_checks}"]
     for v in verdict.violations[:limit]:
         lines.append(f"  {v.kind}: {v.where}: {v.message}")
     if len(verdict.violations) > limit:
@@ -65,6 +68,6 @@ def as_dict(verdict: Verdict) -> dict:
     """The verdict as JSON-ready data."""
     return {"ok": verdict.ok, "capacity_bytes": verdict.capacity_bytes, "traffic_bytes": verdict.traffic_bytes,
             "claimed_traffic_bytes": verdict.claimed_traffic_bytes, "peak_bytes": verdict.peak_bytes,
-            "address_peak_bytes": verdict.address_peak_bytes,
+            "address_peak_bytes": verdict.address_peak_bytes, "model_checks": verdict.model_checks,
             "groups": [g.__dict__ for g in verdict.groups],
             "violations": [v.__dict__ for v in verdict.violations]}

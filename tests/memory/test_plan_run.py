@@ -74,11 +74,11 @@ def test_an_interrupted_run_resumes_without_recomputing(model, tmp_path, monkeyp
     judged = []
     real_verify = verify.verify
 
-    def verify_then_stop(plan):
+    def verify_then_stop(plan, graph=None):
         judged.append(plan["total_bytes"])
         if len(judged) == 2:
             raise KeyboardInterrupt  # Ctrl-C while the planner's plan is judged
-        return real_verify(plan)
+        return real_verify(plan, graph)
 
     monkeypatch.setattr(verify, "verify", verify_then_stop)
     stopped = _plan(model, "--runs-dir", str(runs), "--json")
@@ -95,18 +95,22 @@ def test_an_interrupted_run_resumes_without_recomputing(model, tmp_path, monkeyp
     def never(*args, **kwargs):
         raise AssertionError("recomputed on resume")
 
-    monkeypatch.setattr(verify, "verify", lambda plan: (judged.append(plan["total_bytes"]), real_verify(plan))[1])
+    monkeypatch.setattr(verify, "verify", lambda plan, graph=None: (judged.append(plan["total_bytes"]),
+                                                                    real_verify(plan, graph))[1])
     monkeypatch.setattr(planner, "plan_with_baseline", never)
-    monkeypatch.setattr(cli, "_load", never)
+    imports = []  # the model is imported again only for the judge, which checks the plan against its graph
+    real_load = cli._load
+    monkeypatch.setattr(cli, "_load", lambda *args: (imports.append(args), real_load(*args))[1])
     resumed = _plan(model, "--resume", run_id, "--runs-dir", str(runs), "--json")
     assert resumed.exit_code == 0, resumed.output
     data = json.loads(resumed.output)
     assert judged[2:] == [fresh["total_bytes"]]  # only the plan not judged yet is judged
+    assert len(imports) == 1
     assert data["run_id"] == run_id
     assert {k: v for k, v in data.items() if k not in ("run_id", "seconds")} == \
         {k: v for k, v in fresh.items() if k not in ("run_id", "seconds")}
     again = _plan(model, "--resume", run_id, "--runs-dir", str(runs), "--json")  # finished: nothing to do
-    assert again.exit_code == 0 and json.loads(again.output) == data and len(judged) == 3
+    assert again.exit_code == 0 and json.loads(again.output) == data and len(judged) == 3 and len(imports) == 1
 
 
 def test_a_plan_that_fails_its_replay_is_recorded_as_rejected(model, tmp_path, monkeypatch):
