@@ -229,7 +229,9 @@ def test_a_query_block_of_two_bytes_in_a_key_block_loop_that_lists_no_needs_is_s
         verdict.violations[0].message.endswith("2 on chip hold data")
 
 
-def test_a_weight_chunk_loaded_once_and_needed_as_every_chunk_in_turn_holds_only_the_first():
+def _first_chunk_only() -> dict:
+    """The plan of q, k and v with each weight's first chunk loaded once, before the loop over
+    chunks, and needed as every chunk in turn (the traffic claimed moved to match)."""
     data = _qkv()
     group = data["schedule"]["groups"][0]
     (outer,) = group["steps"]
@@ -244,6 +246,11 @@ def test_a_weight_chunk_loaded_once_and_needed_as_every_chunk_in_turn_holds_only
         if d["step"] == first["id"]:  # loaded once, before the loop, with no labels: the first chunk only
             d.update(step="pre", bytes=chunk, split=[])
     _claim(data, -3 * (N * K * 2 - chunk))
+    return data
+
+
+def test_a_weight_chunk_loaded_once_and_needed_as_every_chunk_in_turn_holds_only_the_first():
+    data, chunk = _first_chunk_only(), K * 32 * 2
     assert verify(data).ok and verify(data, QKV).traffic_bytes == verify(data).claimed_traffic_bytes
     verdict = verify(data, QKV)
     assert _kinds(verdict) == {"elsewhere"}
@@ -274,3 +281,30 @@ def test_verify_command_says_when_the_model_cannot_be_imported_again(tmp_path):
         result = CliRunner().invoke(app, ["memory", "verify", str(path)])
         assert result.exit_code == 0 and "checks against the model's graph not made (" + why in result.output, \
             result.output
+
+
+def test_iterations_the_replay_skips_as_repeats_hide_no_part_of_a_tensor_held_elsewhere():
+    """y = 2x slab by slab (4 slabs of 1 KiB), three times over (an outer loop); only x's first two
+    slabs are loaded, once, before both loops. From the second outer pass on, the second slab's
+    iteration (neither loop's first nor last) leaves the replay as it found it, and so would the
+    third's, which needs a part of x never loaded: the replay that counts repeated iterations
+    instead of replaying them finds all that the one replaying every iteration finds (the last two
+    slabs, in every pass)."""
+    from loopwise.memory.ir import elementwise
+
+    g = Graph("double", (elementwise("mul", (2048,), ("x",), "y"),), frozenset())
+    step = {"id": "s", "operator": "mul", "uses": ["x", "y"], "needs": [["x", 4096, ["s"]]],
+            "alloc": [["y", 4096, ["s"], 2048, 1024]], "free": [["y"]]}
+    first = {"id": "pre", "operator": None, "uses": [], "needs": [], "alloc": [["x", 2048, [], 0, 2048]], "free": []}
+    last = {"id": "post", "operator": None, "uses": [], "needs": [], "alloc": [], "free": [["x"]]}
+    loops = {"loop": "o", "extent": 3, "size": 1, "steps": [{"loop": "s", "extent": 4, "size": 1, "steps": [step]}]}
+    dma = [{"step": "pre", "tensor": "x", "bytes": 2048, "split": [], "offset": 0, "from": "dram", "to": "scratchpad"},
+           {"step": "s", "tensor": "y", "bytes": 4096, "split": ["s"], "offset": 2048, "from": "scratchpad",
+            "to": "dram"}]
+    group = {"operators": ["mul"], "traffic_bytes": 2048 + 3 * 4096, "peak_bytes": 3072,
+             "steps": [first, loops, last], "dma": dma}
+    data = {"total_bytes": 2048 + 3 * 4096, "operators_folded": [],
+            "schedule": {"capacity_bytes": 3072, "outputs": [["y", 4096]], "groups": [group]}}
+    every = verify(data, g, skip_repeats=False)
+    assert [v.kind for v in every.violations] == ["elsewhere"] * 6, describe(every)
+    assert verify(data, g).violations == every.violations
