@@ -132,27 +132,30 @@ def plan_with_baseline(graph: Graph, capacity_bytes: int, max_group: int = 512, 
     return _placed(planner, best), base
 
 
-def _placed(first_planner: _Planner, best: Plan, attempts: int = 4) -> Plan:
+def _placed(first_planner: _Planner, best: Plan, attempts: int = 8) -> Plan:
     """``best``, or when its buffers do not fit the scratchpad by offsets although they fit by bytes
     (the holes first fit leaves: :mod:`loopwise.memory.placement`), the plan for a scratchpad
     smaller by what they overflow, by at most a tenth of the scratchpad per attempt (one group's
     large overflow must not take that much room from every other group), placed in the whole
     scratchpad; the capacity planned for is recorded in the plan (``planned_capacity_bytes``);
-    the layer-by-layer figures stay those of the whole scratchpad."""
+    the layer-by-layer figures stay those of the whole scratchpad. When no attempt places, the
+    layer-by-layer plan (every operator alone), which does: never a plan that does not place."""
     p = first_planner
     graph, capacity, max_group = p.source, p.cap, p.max_group
     budget, first = capacity, best
-    for _ in range(attempts):
+    for attempt in range(attempts + 1):
         top = max((a[3] + a[4] for g in best.schedule["groups"] for step, _ in static_steps(g["steps"])
                    for a in step["alloc"]), default=0)
         if top <= capacity:
             return best
+        if attempt == attempts:
+            break
         budget -= min(max(top - capacity, capacity // 100), capacity // 10)
         planner = _Planner(graph, budget, max_group, scratchpad=capacity, objective=p.objective, rates=p.rates,
                            prologues=p.g is not graph)
         best = replace(planner.run(), planned_capacity_bytes=budget,
                        layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
-    return best
+    return replace(p.baseline(), layer_by_layer_bytes=first.layer_by_layer_bytes, layer_by_layer=first.layer_by_layer)
 
 
 class _Planner:
