@@ -80,6 +80,7 @@ def test_check_rejects_plain_pytorch_and_passes_an_honest_triton_kernel(tmp_path
     assert honest.structured_content["rejected"] is False and honest.structured_content["backends"] == ["triton"]
 
 
+@pytest.mark.slow
 def test_eval_judges_a_candidate_on_the_cpu_while_the_server_keeps_answering(tmp_path):
     done = []
 

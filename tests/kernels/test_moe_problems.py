@@ -122,6 +122,7 @@ print(json.dumps(errors))
 """
 
 
+@pytest.mark.slow
 def test_the_triton_candidates_match_the_references_on_every_routing_pattern(tmp_path):
     """The Triton candidates' sorted-route grouped GEMMs (forward; forward and backward), run by Triton's interpreter on CPU in fp32
     (its own process: TRITON_INTERPRET must be set before triton is imported; the interpreter's bf16

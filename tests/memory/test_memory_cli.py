@@ -50,6 +50,7 @@ def test_plan_keeps_resnet18_intermediates_on_chip_at_24_mib():
     assert data["pairs_removed"] > 40 and sum(len(g["operators"]) for g in data["groups"]) == 48
 
 
+@pytest.mark.slow
 def test_plan_of_a_zoo_model_in_slabs_with_its_html_report(tmp_path):
     report = tmp_path / "plan.html"
     # 2 images of MobileNetV2 on a 2 MiB scratchpad: the batch does not run whole, one image does

@@ -114,6 +114,7 @@ def _step_caps(store, method: str, notes: list[str]) -> int:
 TOKEN_RUN = dict(budget=4, depth=2, difficulty=0, budget_tokens=950)  # staged cuts its last stage
 
 
+@pytest.mark.slow
 def test_a_token_budget_is_spent_to_within_one_step_and_never_exceeded(tiny, tmp_path):
     methods = ("tree", "fixed", "staged", "grid", "random", "tpe", "pbt")
     run = TrainingRun.start(Settings("arithmetic", methods, **TOKEN_RUN), str(tmp_path))
@@ -273,6 +274,7 @@ def test_mistakes_are_one_line_errors(tmp_path):
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_smoke_preset_runs_from_the_command_line(tmp_path):
     """What CI runs: the real smoke preset, the tree search against staging alone, as JSON."""
     done = subprocess.run([sys.executable, "-m", "loopwise", "training", "baselines", "arithmetic", "--methods",

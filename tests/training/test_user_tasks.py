@@ -34,6 +34,7 @@ def test_the_example_is_a_task_by_file_and_by_class_name():
             assert task.score(example, word + "x") == 0.0
 
 
+@pytest.mark.slow
 def test_the_example_runs_a_smoke_search_from_the_command_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "loopwise", "training", "search", str(EXAMPLE), "--budget-stages",
                            "2", "--depth", "1", "--difficulty", "0", "--device", "cpu", "--json", "--runs-dir",

@@ -155,6 +155,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_script_gets_its_own_cluster_and_a_clear_error_for_a_bad_address():
     """In a fresh process, as a user's script: no cluster running, so the executor starts one
     (and shuts it down on close); an address nobody answers at is one clear line."""

@@ -103,6 +103,7 @@ def test_check_rejects_a_candidate_that_reads_the_environment(cli_env):
     assert secret not in out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_an_optimize_run_records_no_secret(tmp_path, cli_env):
     """A model answers with the cheat; the static scan is off so that it runs. Nothing under the run
     folder (the store read as bytes, artifacts, logs, the report) nor the printed output holds the

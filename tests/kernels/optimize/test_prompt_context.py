@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from judge_doubles import StandInJudge
 
 from loopwise.core.propose import (Attempt, FindingNote, Proposal, ProposalRequest, prompt_version,
@@ -149,6 +150,7 @@ def test_siblings_show_their_notes_speedups_and_code_and_the_best_code_is_shown(
     run.store.close()
 
 
+@pytest.mark.slow
 def test_a_prompt_with_huge_context_is_cut_to_its_budget_least_useful_first():
     from loopwise.kernels.optimize.context import PROMPT_BUDGET, fit, size
     from loopwise.kernels.optimize.prompt import rules, target

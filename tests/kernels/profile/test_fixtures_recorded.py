@@ -29,6 +29,7 @@ def _top(case: str) -> str | None:
     return top.tool if top is not None else None
 
 
+@pytest.mark.slow
 def test_top_finding_matches_the_designed_label_for_90_percent():
     results = {case: (_top(case), LABELS[case]["expected"]) for case in CASES}
     hits = [case for case, (got, want) in results.items() if got == want]

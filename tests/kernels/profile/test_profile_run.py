@@ -48,6 +48,7 @@ def fake_ncu(tmp_path, monkeypatch):
     return ncu
 
 
+@pytest.mark.slow
 def test_profile_runs_every_level_and_classifies_what_ncu_measured(fake_ncu, tmp_path):
     problem = load_problem(str(EXAMPLES / "scaled_gelu_problem.py"))
     report = profile_run.profile(problem, EXAMPLES / "scaled_gelu_triton.py", tmp_path / "out", device="cpu",
@@ -69,6 +70,7 @@ def test_profile_runs_every_level_and_classifies_what_ncu_measured(fake_ncu, tmp
     assert manifest["ok"] and manifest["nvtx_range"] == "loopwise_profile"
 
 
+@pytest.mark.slow
 def test_without_trace_one_child_runs_under_ncu_and_the_kernels_come_from_it(fake_ncu, tmp_path):
     """The search loop's profile: no system-level run (one process instead of two); the manifest,
     the cubins and the kernel list come from the run under ncu."""
