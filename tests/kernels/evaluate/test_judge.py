@@ -13,12 +13,16 @@ from loopwise.kernels.problem import load_problem
 CASES = Path(__file__).parents[1] / "judge_cases"
 
 
+def _cpu_judge(tmp_path_factory, problem: str, perf_trials: int, spares: int):
+    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=perf_trials, warmup=1,
+                     run_timeout_s=8, compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
+    return LocalJudge(load_problem(str(CASES / problem)), cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"),
+                      spares=spares)
+
+
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=5, warmup=1, run_timeout_s=8,
-                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
-    problem = load_problem(str(CASES / "problem_matmul_relu.py"))
-    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=1) as j:
+    with _cpu_judge(tmp_path_factory, "problem_matmul_relu.py", perf_trials=5, spares=1) as j:
         yield j
 
 
@@ -375,10 +379,7 @@ def test_an_output_that_overflows_in_its_own_dtype_is_correct_when_the_candidate
 
 @pytest.fixture(scope="module")
 def inplace_judge(tmp_path_factory):
-    cfg = EvalConfig(static_check=False, require_custom_kernel=False, perf_trials=3, warmup=1, run_timeout_s=8,
-                     compile_timeout_s=60, host_memory_gb=3, seed=7, energy=False)
-    problem = load_problem(str(CASES / "problem_inplace_scale.py"))
-    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path_factory.mktemp("logs"), spares=0) as j:
+    with _cpu_judge(tmp_path_factory, "problem_inplace_scale.py", perf_trials=3, spares=0) as j:
         yield j
 
 
