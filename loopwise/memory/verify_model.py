@@ -31,6 +31,7 @@ from pathlib import Path
 from loopwise.memory.verify_group import flat
 from loopwise.memory.verify_verdict import Violation
 
+
 def rebuild(plan: dict):
     """The graph of the model ``plan`` names, imported again as the plan records it was, and why
     not when it cannot be (then None)."""
