@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class Rates:
     """What the target gives: bytes/s of DRAM, FLOP/s of each engine, picojoules per byte."""
@@ -70,15 +69,7 @@ class _Pipeline:
         self.overlapped = self.serialized = 0
 
     def step(self, load_s: float, compute_s: float, store_s: float, prefetch: bool) -> None:
-        if load_s and self.compute_end > 0:  # a load with compute before it to overlap
-            self.overlapped, self.serialized = self.overlapped + prefetch, self.serialized + (not prefetch)
-        start = max(self.dma_free, self.compute_start if prefetch else self.compute_end)
-        loaded = start + load_s
-        self.dma_free = loaded
-        self._drain()
-        self.compute_start = max(loaded, self.compute_end)
-        self.compute_end = self.compute_start + compute_s
-        self.pending = (store_s, self.compute_end) if store_s else None
+        self.steps(((load_s, compute_s, store_s, prefetch),))
 
     def _drain(self) -> None:
         if self.pending is not None:
@@ -87,13 +78,15 @@ class _Pipeline:
             self.pending = None
 
     def steps(self, calls, times: int = 1) -> None:
-        """:meth:`step` for each ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order,
-        ``times`` times over, with the same arithmetic (in local variables)."""
+        """One step per ``(load_s, compute_s, store_s, prefetch)`` of ``calls``, in order, ``times``
+        times over: a load starts when the DMA queue is free and, unless prefetched, when the compute
+        before it has ended; a store queued by the step before goes once the load is done; the
+        compute starts when its load and the compute before it are done."""
         dma_free, compute_end, compute_start = self.dma_free, self.compute_end, self.compute_start
         pending = self.pending
         overlapped, serialized = self.overlapped, self.serialized
         for load_s, compute_s, store_s, prefetch in calls * times:
-            if load_s and compute_end > 0:
+            if load_s and compute_end > 0:  # a load with compute before it to overlap
                 overlapped, serialized = overlapped + prefetch, serialized + (not prefetch)
             start = max(dma_free, compute_start if prefetch else compute_end)
             loaded = start + load_s
