@@ -27,6 +27,8 @@ Like the replay, this module reads only the plan's JSON and shares no code with 
 
 from __future__ import annotations
 
+from loopwise.memory.verify_group import flat
+
 
 def plain_body(loop: dict, dma: dict[str, list[dict]]) -> tuple[frozenset, list] | None:
     """The tensors a plain loop body names (in the loops inside it too) and its entries split over
@@ -57,7 +59,7 @@ def _plain_body(loop: dict, dma: dict[str, list[dict]]) -> tuple[frozenset, list
         split.append([entry[0], entry[1], labels[:upto]])
         return True
 
-    for step in _steps(loop["steps"]):
+    for step in flat(loop["steps"]):
         for entry in step.get("free", []):
             if len(entry) > 1:
                 return None  # a part freed: its byte range matters
@@ -92,7 +94,7 @@ def ranged_alike(loop: dict, dma: dict[str, list[dict]], sizes: dict[str, int]) 
     try:
         label = loop["loop"]
         kinds: dict[str, set] = {}
-        for step in _steps(loop["steps"]):
+        for step in flat(loop["steps"]):
             entries = [*step.get("alloc", []), *step.get("needs", [])]
             entries += [[d["tensor"], d["bytes"], d.get("split", [])] for d in dma.get(step.get("id"), [])
                         if d.get("from") == "dram"]
@@ -108,14 +110,6 @@ def ranged_alike(loop: dict, dma: dict[str, list[dict]], sizes: dict[str, int]) 
     if any(len(kinds[t]) > 1 for t in cut_here):
         return None
     return frozenset(cut_here)
-
-
-def _steps(steps: list):
-    for step in steps:
-        if "loop" in step:
-            yield from _steps(step["steps"])
-        else:
-            yield step
 
 
 def _loops(steps: list):
