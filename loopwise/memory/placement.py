@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 from dataclasses import dataclass
 
-from loopwise.memory.schedule_loops import iteration, share, static_steps, trips
+from loopwise.memory.schedule_loops import static_steps, trips
 
 DRAM, SCRATCHPAD = "dram", "scratchpad"
 
@@ -167,8 +166,7 @@ def most_held(nbytes: int, cuts: tuple[tuple[int, int, bool], ...]) -> int:
     iteration holds depends only on the bytes left after the cuts before it. Each iteration of the
     loops not outlived so far is kept as the bytes left with how many iterations of the outlived
     ones leave them (a multiset); two such iterations with the same multiset hold the same from
-    there on, so one of them stands for both. :func:`most_held_by_iterations` is the same number
-    by every combination of iterations."""
+    there on, so one of them stands for both."""
     states = {((nbytes, 1),)}
     for extent, size, kept in cuts:
         parts = [(t * size, min(extent, (t + 1) * size)) for t in range(-(-extent // size))]
@@ -188,17 +186,6 @@ def _merged(pairs) -> tuple[tuple[int, int], ...]:
     for v, c in pairs:
         counts[v] = counts.get(v, 0) + c
     return tuple(sorted(counts.items()))
-
-
-def most_held_by_iterations(nbytes: int, cuts: tuple[tuple[int, int, bool], ...]) -> int:
-    """:func:`most_held` by every combination of iterations (the reference it is tested against)."""
-    loops = [{"loop": f"l{k}", "extent": e, "size": s} for k, (e, s, _) in enumerate(cuts)]
-    totals: dict[tuple, int] = {}
-    for combo in itertools.product(*(range(trips(loop)) for loop in loops)):
-        at = {loop["loop"]: iteration(loop, t) for loop, t in zip(loops, combo)}
-        key = tuple(t for t, (_, _, kept) in zip(combo, cuts) if kept)
-        totals[key] = totals.get(key, 0) + share(nbytes, [lp["loop"] for lp in loops], at)
-    return max(totals.values())
 
 
 def _first_fit(buffers: list[_Buffer], capacity: int) -> list[str]:

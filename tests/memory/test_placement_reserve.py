@@ -1,11 +1,25 @@
 """The bytes a buffer is reserved at (:func:`loopwise.memory.placement.most_held`) equal the
 explicit sum over every combination of its loops' iterations."""
 
+import itertools
 import random
 
 import pytest
 
-from loopwise.memory.placement import most_held, most_held_by_iterations
+from loopwise.memory.placement import most_held
+from loopwise.memory.schedule_loops import iteration, share, trips
+
+
+def most_held_by_iterations(nbytes: int, cuts: tuple[tuple[int, int, bool], ...]) -> int:
+    """:func:`most_held` by every combination of iterations: per iteration of the loops not outlived,
+    the sum of the shares over the iterations of the outlived ones; the largest."""
+    loops = [{"loop": f"l{k}", "extent": e, "size": s} for k, (e, s, _) in enumerate(cuts)]
+    totals: dict[tuple, int] = {}
+    for combo in itertools.product(*(range(trips(loop)) for loop in loops)):
+        at = {loop["loop"]: iteration(loop, t) for loop, t in zip(loops, combo)}
+        key = tuple(t for t, (_, _, kept) in zip(combo, cuts) if kept)
+        totals[key] = totals.get(key, 0) + share(nbytes, [lp["loop"] for lp in loops], at)
+    return max(totals.values())
 
 
 @pytest.mark.parametrize("seed", range(40))
