@@ -123,14 +123,14 @@ def accepts(kind: str, pattern: Pattern) -> bool:
     if (kind in _FP32_KINDS) != (dtype == "float32"):
         return False
     if kind in TF32_WGMMA_KINDS:  # A [M, K] and B held as [N, K], both K-major after the copies
-        contiguous = (p["k"], p["k"], p["n"])
+        vectors = (p["k"], p["k"], p["n"])
     else:
-        contiguous = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
-    if kind in BMM_KINDS:
+        vectors = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
+    if kind in BMM_KINDS:  # and each entry's start
         m, n, k = p["m"], p["n"], p["k"]
-        contiguous += tuple(stride for stride, shared in ((m * k, p["shared_a"]), (k * n, p["shared_b"]), (m * n, False))
-                            if not shared)
-    return all(extent % _ALIGNMENT[dtype] == 0 for extent in contiguous)
+        strides = ((m * k, p["shared_a"]), (k * n, p["shared_b"]), (m * n, False))
+        vectors += tuple(stride for stride, shared in strides if not shared)
+    return all(extent % _ALIGNMENT[dtype] == 0 for extent in vectors)
 
 
 def library_variants(pattern: Pattern, precision: str, split_k: bool = False) -> list[str]:
