@@ -37,7 +37,8 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
-             "matmul_cutlass_tf32": "matmul_cutlass.py.j2", "matmul_1xtf32": "matmul_3xtf32.py.j2"}
+             "matmul_cutlass_tf32": "matmul_cutlass.py.j2", "matmul_1xtf32": "matmul_3xtf32.py.j2",
+             "bmm_cutlass": "bmm_cutlass.py.j2", "bmm_cutlass_tf32": "bmm_cutlass.py.j2"}
 
 
 def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
@@ -49,12 +50,17 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     most SMs idle (the unsplit CUTLASS products were far slower than the split Triton template
     where it splits; see docs/log/expert-notes.md), and each costs a minute of nvcc.
     Where K is not split, relaxed gets WGMMA's TF32 alone: Hopper's warp-group MMA, not the
-    Ampere-era mma.sync, is its fast path. Empty when no template covers it."""
+    Ampere-era mma.sync, is its fast path. A batch of products adds the same WGMMA kernel in
+    CUTLASS 3's batched mode where its dtype, the policy and the alignment of every operand and
+    batch entry allow (bf16 / fp16; fp32 in TF32 under relaxed only). Empty when no template
+    covers it."""
     if pattern.kind not in TEMPLATES:
         return []
     if pattern.kind == "matmul":
         split_k = default_moves(pattern, "matmul", precision)["split"] > 1
         return ["matmul", *matmul_variants.library_variants(pattern, precision, split_k)]
+    if pattern.kind == "bmm":
+        return ["bmm", *matmul_variants.library_variants(pattern, precision)]
     if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
         return kinds(pattern)
     if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass

@@ -10,6 +10,11 @@ knobs, the knob combinations CUTLASS builds well, the problems each can take (CU
 16-byte vectors, so each operand's contiguous extent must be a multiple of 8 16-bit or 4 fp32
 elements), and the values their templates are rendered with.
 
+A batch of products (``bmm``) has the WGMMA variants too, the same kernel in CUTLASS 3's batched
+mode (``bmm_cutlass``, and ``bmm_cutlass_tf32`` under relaxed): ProblemShape (M, N, K, L) and a
+batch stride per operand, 0 for an operand every product reads; each entry must start 16-byte
+aligned, so the batch strides are whole 16-byte vectors too.
+
 CUTLASS 3's own fp32-accurate collectives (``MainloopSm100TmaUmmaWarpSpecializedFastF32``, 9xBF16)
 are for SM100 only; on Hopper 3xTF32 is the CUTLASS 2 ``OpMultiplyAddFastF32`` operator, built
 for ``Sm80`` and run through ``mma.sync``.
@@ -21,11 +26,16 @@ import hashlib
 
 from loopwise.kernels.expert.pattern import Pattern
 
-LIBRARY_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
+MATMUL_KINDS = ("matmul_cutlass", "matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
+BMM_KINDS = ("bmm_cutlass", "bmm_cutlass_tf32")  # the WGMMA kernels over a batch
+LIBRARY_KINDS = (*MATMUL_KINDS, *BMM_KINDS)
 MMA_SYNC_KINDS = ("matmul_3xtf32", "matmul_1xtf32")  # CUTLASS 2 on mma.sync: 3 or 1 TF32 products
 # offered only where K is split: an unsplit relaxed product takes WGMMA's TF32, Hopper's fast path
 SPLIT_ONLY_KINDS = ("matmul_1xtf32",)
-WGMMA_KINDS = ("matmul_cutlass", "matmul_cutlass_tf32")
+WGMMA_KINDS = ("matmul_cutlass", "matmul_cutlass_tf32", "bmm_cutlass", "bmm_cutlass_tf32")
+TF32_WGMMA_KINDS = ("matmul_cutlass_tf32", "bmm_cutlass_tf32")  # float operands, both read K-major
+# the kinds for fp32 operands; the others take bf16 / fp16
+_FP32_KINDS = ("matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32", "bmm_cutlass_tf32")
 
 # bf16 / fp16 on WGMMA. A tile is M x N x K of one CTA; WGMMA atoms are 64 rows, so M is a multiple
 # of 64. Cooperative splits M over two consumer warp groups (M a multiple of 128, what the
@@ -60,11 +70,15 @@ _SM90_SHARED_BYTES = 227 * 1024  # the most dynamic shared memory one Hopper blo
 SPACE = {"matmul_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
          "matmul_3xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS},
          "matmul_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
-         "matmul_1xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS}}
+         "matmul_1xtf32": {"tile": TF32X3_TILES, "stages": TF32X3_STAGES, "split": TF32X3_SPLITS},
+         "bmm_cutlass": {"tile": WGMMA_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES},
+         "bmm_cutlass_tf32": {"tile": WGMMA_TF32_TILES, "cluster": CLUSTERS, "schedule": SCHEDULES}}
 DEFAULT_MOVES = {"matmul_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
                  "matmul_3xtf32": {"tile": "128x128x32", "stages": 3, "split": 1},
                  "matmul_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"},
-                 "matmul_1xtf32": {"tile": "128x128x32", "stages": 3, "split": 1}}
+                 "matmul_1xtf32": {"tile": "128x128x32", "stages": 3, "split": 1},
+                 "bmm_cutlass": {"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
+                 "bmm_cutlass_tf32": {"tile": "128x256x32", "cluster": "2x1", "schedule": "cooperative"}}
 
 _ALIGNMENT = {"float32": 4, "bfloat16": 8, "float16": 8}  # elements in 16 bytes
 _ELEMENTS = {"bfloat16": ("cutlass::bfloat16_t", "torch::kBFloat16"),
@@ -98,29 +112,37 @@ def valid(kind: str, moves: dict) -> bool:
 
 
 def accepts(kind: str, pattern: Pattern) -> bool:
-    """Whether ``kind`` can compute ``pattern``: its dtype, and 16-byte aligned contiguous extents
-    for the operands' layouts (the leading dimensions of A, B and C)."""
-    if pattern.kind != "matmul" or kind not in LIBRARY_KINDS:
+    """Whether ``kind`` can compute ``pattern``: a matrix product's kinds a ``matmul``, the batched
+    kinds a ``bmm``; its dtype; and 16-byte aligned contiguous extents for the operands' layouts
+    (the leading dimensions of A, B and C), and for a batch each entry's start (the batch strides
+    of contiguous operands, an operand every product reads having none)."""
+    if kind not in LIBRARY_KINDS or pattern.kind != ("bmm" if kind in BMM_KINDS else "matmul"):
         return False
     p = dict(pattern.params)
     dtype = p.get("dtype", "float32")
-    fp32_kinds = ("matmul_3xtf32", "matmul_cutlass_tf32", "matmul_1xtf32")
-    if kind not in (fp32_kinds if dtype == "float32" else ("matmul_cutlass",)):
+    if (kind in _FP32_KINDS) != (dtype == "float32"):
         return False
-    if kind == "matmul_cutlass_tf32":  # A [M, K] and B held as [N, K], both K-major after the copies
-        contiguous = (p["k"], p["k"], p["n"])
+    if kind in TF32_WGMMA_KINDS:  # A [M, K] and B held as [N, K], both K-major after the copies
+        vectors = (p["k"], p["k"], p["n"])
     else:
-        contiguous = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
-    return all(extent % _ALIGNMENT[dtype] == 0 for extent in contiguous)
+        vectors = (p["m"] if p["trans_a"] else p["k"], p["k"] if p["trans_b"] else p["n"], p["n"])
+    if kind in BMM_KINDS:  # and each entry's start
+        m, n, k = p["m"], p["n"], p["k"]
+        strides = ((m * k, p["shared_a"]), (k * n, p["shared_b"]), (m * n, False))
+        vectors += tuple(stride for stride, shared in strides if not shared)
+    return all(extent % _ALIGNMENT[dtype] == 0 for extent in vectors)
 
 
 def library_variants(pattern: Pattern, precision: str, split_k: bool = False) -> list[str]:
-    """The CUTLASS variants for a matrix product under ``precision``: WGMMA for bf16 / fp16; for fp32,
-    3xTF32 under the ``fp32`` policy, and under ``relaxed`` (where TF32 is allowed, 3xTF32's extra
-    products buy nothing) WGMMA in TF32, or where K is split (``split_k``) the mma.sync kernel
-    with one TF32 product. Where K is split only the variants that split it too."""
+    """The CUTLASS variants for a matrix product or a batch of them under ``precision``: WGMMA for
+    bf16 / fp16; for fp32, 3xTF32 under the ``fp32`` policy (a matrix product's only), and under
+    ``relaxed`` (where TF32 is allowed, 3xTF32's extra products buy nothing) WGMMA in TF32, or
+    where K is split (``split_k``) the mma.sync kernel with one TF32 product. Where K is split only
+    the variants that split it too."""
     dtype = dict(pattern.params).get("dtype", "float32")
-    if dtype == "float32":
+    if pattern.kind == "bmm":
+        kinds = ("bmm_cutlass",) if dtype != "float32" else ("bmm_cutlass_tf32",) if precision == "relaxed" else ()
+    elif dtype == "float32":
         kinds = ("matmul_3xtf32",) if precision == "fp32" else ("matmul_cutlass_tf32", "matmul_1xtf32")
     else:
         kinds = ("matmul_cutlass",)
@@ -144,7 +166,7 @@ def template_values(kind: str, pattern: Pattern, moves: dict) -> dict:
     (``load_inline`` caches modules by name within a process)."""
     p = dict(pattern.params)
     tile_m, tile_n, tile_k = dims(moves["tile"])
-    tf32 = kind == "matmul_cutlass_tf32"  # both operands K-major: A row-major, B column-major
+    tf32 = kind in TF32_WGMMA_KINDS  # both operands K-major: A row-major, B column-major
     values = {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "tf32": tf32,
               "layout_a": "ColumnMajor" if p["trans_a"] and not tf32 else "RowMajor",
               "layout_b": "ColumnMajor" if p["trans_b"] or tf32 else "RowMajor"}

@@ -85,8 +85,9 @@ SPACE = {
     "conv_transpose": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32]},
     # a depthwise then pointwise convolution in one pass (chunk: channels of the intermediate per step)
     "separable_conv": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32, 64]},
-    # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16 / TF32); tile, stages
-    # and split (mma.sync, 3xTF32 or one TF32 product). Not every combination builds:
+    # CUTLASS: tile "MxNxK", cluster "MxN" and schedule (WGMMA, bf16 / fp16 / TF32, a matrix
+    # product's or a batch's); tile, stages and split (mma.sync, 3xTF32 or one TF32 product). Not
+    # every combination builds:
     # matmul_variants.valid says which do.
     **matmul_variants.SPACE,
     # Inductor's own code written out (the compiler-seeded root): block / warps shift every
@@ -281,7 +282,8 @@ class ExpertProposer(Proposer):
     def _parse_moves(source: str) -> dict | None:
         """Moves of a source this proposer wrote in an earlier process (a resumed run), from its
         first line: ``matmul: block 128, 8 warps, chunk 32`` or
-        ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative`` (3xTF32's
+        ``matmul_cutlass: tile 128x256x64, cluster 2x1, schedule cooperative`` (a batch's
+        ``bmm_cutlass: ...`` alike; 3xTF32's
         ``split`` is 1 where the note does not name it). A source whose
         first line names no template gives the block / warps / chunk it mentions, if any."""
         if (inductor := seeded.parse_note(source)) is not None:
@@ -396,7 +398,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "row_softmax": ({"block": "down"},), "cross_entropy": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "topk": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
-                         "matmul_cutlass_tf32": ({"tile": "down"},),
+                         "matmul_cutlass_tf32": ({"tile": "down"},), "bmm_cutlass": ({"tile": "down"},),
+                         "bmm_cutlass_tf32": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
                          "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),

@@ -161,6 +161,16 @@ def matmul_pattern(dtype: str, trans_a: bool = False, trans_b: bool = False, m: 
                    params=(("trans_a", trans_a), ("trans_b", trans_b), ("m", m), ("n", n), ("k", k), ("dtype", dtype)))
 
 
+def bmm_pattern(dtype: str, trans_a: bool = False, trans_b: bool = False, shared_a: bool = False,
+                shared_b: bool = False, batch: int = 3, m: int = 256, n: int = 128, k: int = 64):
+    """A batch of matrix products' pattern (both operands inputs, a shared one 2-D) of the given
+    dtype, layout and sizes."""
+    return Pattern("bmm", inputs=2, ops=("matmul",),
+                   params=(("a", "x0"), ("b", "x1"), ("trans_a", trans_a), ("trans_b", trans_b), ("batch", batch),
+                           ("shared_a", shared_a), ("shared_b", shared_b), ("m", m), ("n", n), ("k", k),
+                           ("dtype", dtype)))
+
+
 def generated_style_problem(tmp_path, name: str, init: str, forward: str, inputs: str, dtype: str = "float32",
                             args: str = "x"):
     """A problem file in the generated suite's style: DTYPE at module level, ``init`` lines in

@@ -184,7 +184,7 @@ def test_rendered_sources_are_python_whose_kernel_names_the_knobs_cutlass_types(
 
 def test_moves_are_read_back_from_every_variants_source():
     """A resumed run knows a candidate's variant and knobs from its first line."""
-    for kind in matmul_variants.LIBRARY_KINDS:
+    for kind in matmul_variants.MATMUL_KINDS:  # a batch's: test_bmm_cutlass.py
         pattern = matmul_pattern("bfloat16" if kind == "matmul_cutlass" else "float32", trans_b=True)
         for moves in _all_moves(kind):
             assert ExpertProposer._parse_moves(render(pattern, moves)) == moves
