@@ -88,13 +88,14 @@ def _kinds(data: dict, graph: Graph | None) -> set[str]:
     return {v.kind for v in verify(data, graph).violations}
 
 
-@pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.parametrize("name", [pytest.param("conv", marks=pytest.mark.slow), "concat", "epilogue"])
 def test_the_planners_tiled_groups_pass_and_nothing_is_left_unchecked(name):
     verdict = verify(_plan(name), _graph(name))
     assert verdict.ok, verdict.violations
     assert verdict.model_checks == "made"
 
 
+@pytest.mark.slow  # plans the convolution (several seconds)
 def test_an_input_whose_loads_are_cut_is_rejected_though_its_claims_agree():
     data = _plan("conv")
     _moved(data, "x", _dma(data, "x")["bytes"] // 2)
@@ -104,6 +105,7 @@ def test_an_input_whose_loads_are_cut_is_rejected_though_its_claims_agree():
     assert "x:" in verdict.violations[0].message
 
 
+@pytest.mark.slow  # plans the convolution (several seconds)
 def test_a_weight_claimed_to_be_loaded_once_though_the_tiles_reload_it_is_rejected():
     data = _plan("conv")
     whole = 24 * 16 * 3 * 3 * 2
@@ -113,6 +115,7 @@ def test_a_weight_claimed_to_be_loaded_once_though_the_tiles_reload_it_is_reject
     assert _kinds(data, _graph("conv")) == {"tile_traffic"}
 
 
+@pytest.mark.slow  # plans the convolution (several seconds)
 def test_a_loop_order_swapped_with_the_counts_kept_is_rejected():
     data = _plan("conv")
     nest = data["schedule"]["groups"][0]["loop_nest"]["operators"][0]
@@ -124,6 +127,7 @@ def test_a_loop_order_swapped_with_the_counts_kept_is_rejected():
     assert _kinds(data, _graph("conv")) == {"tile_traffic"}
 
 
+@pytest.mark.slow  # plans the convolution (several seconds)
 def test_a_buffer_sized_for_the_first_tile_clipped_by_the_padding_is_too_small_for_the_next():
     from loopwise.memory.polyhedral import footprint
 
@@ -182,6 +186,7 @@ def test_an_epilogue_that_stores_the_products_own_result_is_rejected():
     assert _kinds(data, _graph("epilogue")) == {"tile_traffic"}
 
 
+@pytest.mark.slow  # plans the convolution (several seconds)
 def test_a_tile_count_that_disagrees_with_the_tile_size_is_a_binding_violation():
     data = _plan("conv")
     nest = data["schedule"]["groups"][0]["loop_nest"]["operators"][0]
