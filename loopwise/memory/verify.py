@@ -67,8 +67,10 @@ each operator runs after what it reads, the graph's outputs are stored in full
 (:mod:`loopwise.memory.verify_model`); each operator step holds, with data, the bytes its operator
 reads of each tensor in that iteration, counted from the graph's access maps through the loop
 nest's binding of loops to dimensions (``short``, ``binding``: :mod:`loopwise.memory.verify_reads`);
-and the part of a tensor each need names holds data (``elsewhere``:
-:mod:`loopwise.memory.verify_ranges`). Without the graph the verdict says that those checks were
+the part of a tensor each need names holds data (``elsewhere``:
+:mod:`loopwise.memory.verify_ranges`); and a group run tile by tile loads and stores what its
+listed tiling moves by the graph, each tile within its buffers (``tile_traffic``, ``tile_fit``:
+:mod:`loopwise.memory.verify_tiles`). Without the graph the verdict says that those checks were
 not made. Failures are values: every violation is reported with where it happened, never raised.
 """
 
