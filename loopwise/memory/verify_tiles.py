@@ -20,8 +20,8 @@ The sums are not taken tile by tile. Along each loop cut into more than one tile
 first, an interior one or the last (the pairs of tiles in a row likewise), and only the loops a
 tensor's accesses name change what it touches: one count per class of tile (or of pair) along those
 loops, times the number of tiles in the class. Interior tiles are taken to touch alike; where a
-tensor's interior tiles along a loop do not (a halo wider than a tile, a division in an index, a
-guard), every tile along that loop is its own class. The pair count for the loop that moves at a
+tensor's interior tiles along a loop, probed at both ends and in the middle, do not (a halo wider
+than a tile, a division in an index, a guard), every tile along that loop is its own class. The pair count for the loop that moves at a
 step holds the loops outside it at their tile and the loops inside it at their last tile before
 and their first after.
 
@@ -203,15 +203,18 @@ def _box(parts) -> dict[str, tuple[int, int]]:
 
 def _split(op: Operator, tensor: str, grid: list) -> dict[str, list[tuple[int, int]]]:
     """Per loop of ``grid`` the tensor's accesses name, its classes of tiles: first, interior and
-    last, or every tile where the interior ones do not touch alike."""
-    from loopwise.memory.polyhedral import footprint
+    last, or every tile where interior tiles probed along it (the whole extent of every other
+    dimension) touch unlike counts of the tensor, alone or with the next tile."""
+    from loopwise.memory.polyhedral import footprint, overlap
 
     out = {}
     for g in grid:
         dim, trips = g[0], g[1]
         if trips >= 4:
-            probe = {footprint(op, tensor, _box([_at(g, i)])) for i in sorted({1, trips // 2, trips - 2})}
-            if len(probe) > 1:
+            picks = sorted({1, 2, trips // 2, trips - 3, trips - 2} & set(range(1, trips - 1)))
+            alone = {footprint(op, tensor, _box([_at(g, i)])) for i in picks}
+            pairs = {overlap(op, tensor, _box([_at(g, i)]), _box([_at(g, i + 1)])) for i in picks if i < trips - 2}
+            if len(alone) > 1 or len(pairs) > 1:
                 out[dim] = [(i, 1) for i in range(trips)]
                 continue
         out[dim] = _classes(trips)
