@@ -253,3 +253,23 @@ def test_a_group_of_three_operators_run_as_one_tiled_nest_is_a_binding_violation
     nest = data["schedule"]["groups"][0]["loop_nest"]
     nest["operators"].append(copy.deepcopy(nest["operators"][1]))
     assert "binding" in _kinds(data, _graph("epilogue"))
+
+
+@pytest.mark.slow
+def test_a_stem_convolution_whose_padding_outlasts_the_second_tile_gets_the_verdict_of_every_tile():
+    """7x7, stride 2, padding 3, in tiles of one output column: the first two tiles read padding,
+    the third is the first that reads seven columns. The planner's plan of it is held to what every
+    tile touches, counted one by one here: it fails the replay exactly when a tile does not fit."""
+    from loopwise.memory.polyhedral import footprint
+
+    op = conv2d("conv:stem", 1, 3, 32, 32, 8, 7, 7, stride=2, pad=3, tensors=("x", "w", "y"))
+    graph = Graph("stem", (op,), frozenset({"w"}))
+    p = plan(graph, capacity_bytes=4000)
+    data = {"total_bytes": p.total_bytes, "schedule": p.schedule, "operators_folded": []}
+    group = data["schedule"]["groups"][0]
+    loops = {l["dim"]: l for l in group["loop_nest"]["operators"][0]["loops"]}
+    assert loops["q"]["tile"] == 1 and all(l["trips"] == 1 for d, l in loops.items() if d != "q")
+    most = max(footprint(op, "x", {"q": (i, 1)}) for i in range(loops["q"]["trips"])) * 2
+    held = next(e[1] for e in group["steps"][0]["alloc"] if e[0] == "x")
+    verdict = verify(data, graph)
+    assert ("tile_fit" in {v.kind for v in verdict.violations}) == (most > held), verdict.violations
