@@ -21,9 +21,9 @@ first, an interior one or the last (the pairs of tiles in a row likewise), and o
 tensor's accesses name change what it touches: one count per class of tile (or of pair) along those
 loops, times the number of tiles in the class. Interior tiles are taken to touch alike; where a
 tensor's interior tiles along a loop, probed at both ends and in the middle, do not (a halo wider
-than a tile, a division in an index, a guard), every tile along that loop is its own class. The pair count for the loop that moves at a
-step holds the loops outside it at their tile and the loops inside it at their last tile before
-and their first after.
+than a tile, a division in an index, a guard), every tile along that loop is its own class. The
+pair count for the loop that moves at a step holds the loops outside it at their tile and the
+loops inside it at their last tile before and their first after.
 
 Each tensor's buffer at its operator's step must hold the most any tile touches of it: the first,
 interior and last tiles along every loop are all measured, so a last partial tile, or an interior
@@ -139,7 +139,8 @@ def _grid(op: Operator, loops: list[dict]):
         if extent != op.dims[dim]:
             return f"the nest runs {dim} over {extent}, the model's operator over {op.dims[dim]}"
         if not 1 <= tile <= extent or trips != math.ceil(extent / tile):
-            return f"{dim} of {extent} in tiles of {tile} is {math.ceil(extent / max(tile, 1))} trips, the nest says {trips}"
+            runs = math.ceil(extent / max(tile, 1))
+            return f"{dim} of {extent} in tiles of {tile} is {runs} trips, the nest says {trips}"
         if trips > 1:
             out.append((dim, trips, tile, extent))
     return out

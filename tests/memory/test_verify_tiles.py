@@ -35,7 +35,8 @@ def _concat(rows: int = 29) -> Graph:
 
 def _product_and_add() -> Graph:
     m, n, k = 64, 96, 128
-    mm = Operator("matmul:mm", {"m": m, "n": n, "k": k}, (Tensor("a", (m, k)), Tensor("b", (k, n)), Tensor("o", (m, n))),
+    tensors = (Tensor("a", (m, k)), Tensor("b", (k, n)), Tensor("o", (m, n)))
+    mm = Operator("matmul:mm", {"m": m, "n": n, "k": k}, tensors,
                   reads=(Access("a", ("m", "k")), Access("b", ("k", "n"))), writes=(Access("o", ("m", "n")),),
                   macs=m * n * k)
     return Graph("epilogue", (mm, elementwise("add:e", (m, n), ("o", "r"), "z")), frozenset({"b"}))
@@ -201,8 +202,10 @@ def _ops() -> list[Operator]:
                                                          Tensor("v", (29,)), Tensor("o", (37, 29))),
                     reads=(Access("a", ("m", "k")), Access("w", ("n", "k")), Access("v", ("n",))),
                     writes=(Access("o", ("m", "n")),))
-    thirds = Operator("ds:d", {"m": 9, "n": 7, "k": 23}, (Tensor("x", (9, 8)), Tensor("w", (7, 23)), Tensor("o", (9, 7))),
-                      reads=(Access("x", ("m", "floor(k/3)")), Access("w", ("n", "k"))), writes=(Access("o", ("m", "n")),))
+    small = (Tensor("x", (9, 8)), Tensor("w", (7, 23)), Tensor("o", (9, 7)))
+    thirds = Operator("ds:d", {"m": 9, "n": 7, "k": 23}, small,
+                      reads=(Access("x", ("m", "floor(k/3)")), Access("w", ("n", "k"))),
+                      writes=(Access("o", ("m", "n")),))
     return [conv2d("conv:s", 2, 6, 19, 17, 5, 3, 3, stride=2, pad=1), conv2d("conv:p", 1, 4, 13, 11, 6, 5, 5, pad=2),
             _concat(23).operators[0], bias, thirds]
 
@@ -270,8 +273,8 @@ def test_a_stem_convolution_whose_padding_outlasts_the_second_tile_gets_the_verd
     from itertools import product
 
     cut = [l for l in group["loop_nest"]["operators"][0]["loops"] if l["trips"] > 1]
-    boxes = product(*[[(l["dim"], i * l["tile"], min(l["tile"], l["extent"] - i * l["tile"])) for i in range(l["trips"])]
-                      for l in cut])
+    boxes = product(*[[(l["dim"], i * l["tile"], min(l["tile"], l["extent"] - i * l["tile"]))
+                       for i in range(l["trips"])] for l in cut])
     most = max(footprint(op, "x", {d: (start, size) for d, start, size in box}) for box in boxes) * 2
     held = next(e[1] for e in group["steps"][0]["alloc"] if e[0] == "x")
     verdict = verify(data, graph)
