@@ -67,8 +67,10 @@ each operator runs after what it reads, the graph's outputs are stored in full
 (:mod:`loopwise.memory.verify_model`); each operator step holds, with data, the bytes its operator
 reads of each tensor in that iteration, counted from the graph's access maps through the loop
 nest's binding of loops to dimensions (``short``, ``binding``: :mod:`loopwise.memory.verify_reads`);
-and the part of a tensor each need names holds data (``elsewhere``:
-:mod:`loopwise.memory.verify_ranges`). Without the graph the verdict says that those checks were
+the part of a tensor each need names holds data (``elsewhere``:
+:mod:`loopwise.memory.verify_ranges`); and a group run tile by tile loads and stores what its
+listed tiling moves by the graph, each tile within its buffers (``tile_traffic``, ``tile_fit``:
+:mod:`loopwise.memory.verify_tiles`). Without the graph the verdict says that those checks were
 not made. Failures are values: every violation is reported with where it happened, never raised.
 """
 
@@ -85,6 +87,7 @@ from loopwise.memory.verify_parts import Parts, cut, freed_in_place, overlap
 from loopwise.memory.verify_ranges import Held
 from loopwise.memory.verify_reads import Reads
 from loopwise.memory.verify_repeat import plain_body, ranged_alike, signature
+from loopwise.memory.verify_tiles import Tiles
 from loopwise.memory.verify_verdict import GroupReplay, Verdict, Violation, as_dict, describe
 
 __all__ = ["GroupReplay", "PlanFormatError", "Verdict", "Violation", "as_dict", "describe", "load_plan", "verify"]
@@ -124,6 +127,9 @@ class _Replay:
         self.skip_repeats = skip_repeats  # iterations that repeat one exactly are not replayed again
         self.plain: dict[int, tuple | None] = {}
         self.reads = Reads(graph, folded) if graph is not None else None  # what operators read, by the graph
+        # what a group run tile by tile moves and holds, by the graph (:mod:`loopwise.memory.verify_tiles`)
+        self.tiles = Tiles(self.reads.compose) if graph is not None else None
+        self.tile_held: dict[str, dict[str, int]] = {}  # per step of such a group: what is on chip
         # which bytes of each tensor hold data (:mod:`loopwise.memory.verify_ranges`), by the graph's sizes
         self.ranges = Held({t: graph.nbytes(t) for t in graph.tensors()}) if graph is not None else None
         self.live: dict[str, int] = {}
@@ -154,7 +160,10 @@ class _Replay:
             self.by_tiles = by_tiles(group)
             if self.reads is not None:
                 self.violations += self.reads.group(group, f"group {gi}")
+            self.tile_held = {}
             self._steps(group["steps"], f"group {gi}", {}, [])
+            if self.tiled and self.tiles is not None:
+                self.violations += self.tiles.check(group, f"group {gi}", self.tile_held)
             replay = GroupReplay(len(group.get("operators", [])), self.moved - before, int(group["traffic_bytes"]),
                                  self.peak, int(group["peak_bytes"]), tuple(self.held_at.items()))
             self._compare_group(gi, replay)
@@ -284,7 +293,7 @@ class _Replay:
             if self.ranges is not None:
                 self.ranges.alloc(entry, loops)
         self._cuts(step, "alloc", loops)
-        self._hold(step.get("operator"), here)
+        self._hold(step.get("operator"), here, step.get("id"))
         used = list(step.get("uses", [])) + [d["tensor"] for d in transfers]
         for t in dict.fromkeys(used):
             if self.live.get(t, 0) <= 0:
@@ -309,9 +318,11 @@ class _Replay:
         for entry in step.get("free", []):
             self._free(entry, loops, here)
 
-    def _hold(self, operator: str | None, here: Where) -> None:
+    def _hold(self, operator: str | None, here: Where, step_id: str | None = None) -> None:
         """What is on chip once a step's buffers are allocated: the peak, and the capacity."""
         held = self.held
+        if self.tiled and self.tiles is not None:
+            self.tile_held[step_id] = dict(self.live)
         if operator:
             self.held_at[operator] = max(held, self.held_at.get(operator, 0))
         if held > self.peak:

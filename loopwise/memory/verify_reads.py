@@ -14,8 +14,9 @@ must hold at least one tile (the first). An operator folded into its readers (li
 ``operators_folded``, writing its result at its own loops' index) is composed into each reader:
 the reader reads the folded operator's inputs where it read its result.
 
-Left out: a group run tile by tile as a whole (``loop_nest.runs == "tiled"``; its traffic is the
-planner's count over every tile), tensors the schedule never names (a folded result, a product's
+A group run tile by tile as a whole (``loop_nest.runs == "tiled"``) is held to the graph tile by
+tile instead (:mod:`loopwise.memory.verify_tiles`: its loads and stores, and each tile within its
+buffers). Left out: tensors the schedule never names (a folded result, a product's
 result accumulated straight into its epilogue's output), and which bytes of a tensor are on chip:
 a step is held to a count of bytes with data, not to their element ranges. A loop's iterations
 that differ only in where they start touch as many elements unless the tensor's edge clips them:
@@ -59,8 +60,7 @@ class Reads:
         self.composed: dict[str, Operator] = {}
         self.nests: dict[str, tuple[Operator, dict[str, str], dict[str, tuple[int, int]]]] = {}
         self.counts: dict[tuple, dict[str, int]] = {}
-        self.tiled = False
-        self.tiled_groups = 0  # groups run tile by tile as a whole: their reads are not counted
+        self.tiled = False  # the current group runs tile by tile as a whole (:mod:`verify_tiles` checks it)
         self.unbound: set[str] = set()  # operators of steps with no loop nest entry: not counted either
         self.reported: set[tuple[str, str]] = set()
 
@@ -93,7 +93,6 @@ class Reads:
         the loop label that runs each; the violations of the binding against the graph."""
         nest = group.get("loop_nest") or {}
         self.tiled = nest.get("runs") == "tiled"
-        self.tiled_groups += self.tiled
         self.nests, out = {}, []
         for entry in nest.get("operators", []):
             name = entry.get("operator")
@@ -184,7 +183,7 @@ class Reads:
     def unchecked(self) -> str:
         """The steps whose reads were not held to the graph's counts, in words ("" when none)."""
         plural = lambda n, word: f"{n} {word}" + ("s" if n != 1 else "")  # noqa: E731
-        parts = [plural(self.tiled_groups, "group") + " run tile by tile"] if self.tiled_groups else []
+        parts = []
         if self.unbound:
             names = ", ".join(sorted(self.unbound)[:3]) + (", ..." if len(self.unbound) > 3 else "")
             parts.append(plural(len(self.unbound), "operator") + f" with no loop nest ({names})")

@@ -14,7 +14,8 @@ class Violation:
 
     kind: str  # capacity, missing, incomplete, overfree, leftover, traffic, peak, output, overlap, range, offset,
     # overfill, key_blocks, freed, unloaded, unstored, layout, unfilled; against the model's graph
-    # (verify_model, verify_reads, verify_ranges): operators, inputs, order, short, binding, elsewhere
+    # (verify_model, verify_reads, verify_ranges, verify_tiles): operators, inputs, order, short, binding,
+    # elsewhere, tile_traffic, tile_fit
     where: str
     message: str
     needed_bytes: int = 0
