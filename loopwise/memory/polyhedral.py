@@ -160,7 +160,9 @@ def _footprint(domain: str, relation) -> int:
 
 
 def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
-    return footprint(op, tensor, tile) * op.tensor(tensor).elem_bytes
+    """Bytes of ``tensor`` the ``tile`` touches, counted with isl (the replay's count, kept apart
+    from the closed form the planner's :func:`footprint` uses)."""
+    return footprint_isl(op, tensor, tile) * op.tensor(tensor).elem_bytes
 
 
 def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:
