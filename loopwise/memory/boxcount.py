@@ -32,6 +32,7 @@ from functools import lru_cache
 from loopwise.memory.ir import Operator
 
 _TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)(?:\*(\d+))?$|^(\d+)$")
+_WRAPPED = re.compile(r"\(([A-Za-z_]\w*|\d+)\)")
 _MAX_PIECES = 1 << 16  # a value set of more intervals than this is left to isl
 
 # ((dim, coefficient), ...), constant, and the range [lo, hi) of the index's values that are elements
@@ -42,6 +43,11 @@ def parse_affine(expr: str, dims) -> tuple[tuple[tuple[str, int], ...], int] | N
     """``expr`` as ((dimension, coefficient), ...) and a constant, or None where it is not a plain
     integer combination of ``dims``."""
     text = expr.replace(" ", "")
+    while True:  # a name or a number in parentheses is that name or number: "64*(l1) + ((k))"
+        bare = _WRAPPED.sub(r"\1", text)
+        if bare == text:
+            break
+        text = bare
     if not text or text[0] not in "+-":
         text = "+" + text
     coefs: dict[str, int] = {}

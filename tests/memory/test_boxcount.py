@@ -39,6 +39,13 @@ def _constant_index() -> Operator:
     return Operator("bcast", dims, tensors, reads, (Access("y", ("m", "n")),))
 
 
+def _heads() -> Operator:
+    """y[l1, m] = sum over k of x[m, 4*(l1) + (k)] (the parenthesized form an importer writes)."""
+    dims = {"l1": 3, "m": 5, "k": 4}
+    tensors = (Tensor("x", (5, 12)), Tensor("y", (3, 5)))
+    return Operator("heads", dims, tensors, (Access("x", ("m", "4*(l1) + (k)")),), (Access("y", ("(l1)", "m")),))
+
+
 OPERATORS = [
     conv2d("c1", n=2, c=3, h=11, w=9, k=4, r=3, s=3, pad=1),
     conv2d("c2", n=1, c=4, h=13, w=13, k=6, r=3, s=3, stride=2, pad=1, dilation=2),
@@ -49,6 +56,7 @@ OPERATORS = [
     matmul("mm", 12, 10, 14),
     _concat_reader(),
     _constant_index(),
+    _heads(),
 ]
 
 
@@ -88,3 +96,6 @@ def test_which_accesses_are_counted_in_closed_form():
     assert boxcount.tensor_traffic(tconv, "Y", True, grid, {**tconv.dims, "i": 2}, {**{d: 1 for d in tconv.dims}, "i": 3}) is None
     assert boxcount.parse_affine("floor(p/2)", {"p": 4}) is None
     assert boxcount.parse_affine("2*p - r + 3", {"p": 4, "r": 3}) == ((("p", 2), ("r", -1)), 3)
+    assert boxcount.parse_affine("1536 + 64*(l1) + ((n))", {"l1": 12, "n": 64}) == ((("l1", 64), ("n", 1)), 1536)
+    assert boxcount.parse_affine("floor(((k))/64)", {"k": 768}) is None
+    assert boxcount.parse_affine("((k)) mod 64", {"k": 768}) is None
