@@ -140,8 +140,18 @@ def touched(op: Operator, tensor: str, tile: Tile):
 
 
 def footprint(op: Operator, tensor: str, tile: Tile) -> int:
-    """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes."""
-    return _footprint(_domain(op, tile), access_relation(op, tensor))
+    """Elements of ``tensor`` the ``tile`` of ``op`` reads or writes: in closed form where the
+    access is separable (:func:`loopwise.memory.boxcount.box_footprint`), else with isl."""
+    from loopwise.memory.boxcount import box_footprint
+
+    domain = _domain(op, tile)  # checks the tile's dimensions
+    n = box_footprint(op, tensor, {d: (int(s), int(s) + int(z)) for d, (s, z) in tile.items()})
+    return n if n is not None else footprint_isl(op, tensor, tile, domain)
+
+
+def footprint_isl(op: Operator, tensor: str, tile: Tile, domain: str | None = None) -> int:
+    """:func:`footprint` counted with isl."""
+    return _footprint(domain or _domain(op, tile), access_relation(op, tensor))
 
 
 @lru_cache(maxsize=16384)
@@ -150,7 +160,9 @@ def _footprint(domain: str, relation) -> int:
 
 
 def footprint_bytes(op: Operator, tensor: str, tile: Tile) -> int:
-    return footprint(op, tensor, tile) * op.tensor(tensor).elem_bytes
+    """Bytes of ``tensor`` the ``tile`` touches, counted with isl (the replay's count, kept apart
+    from the closed form the planner's :func:`footprint` uses)."""
+    return footprint_isl(op, tensor, tile) * op.tensor(tensor).elem_bytes
 
 
 def overlap(op: Operator, tensor: str, first: Tile, second: Tile) -> int:

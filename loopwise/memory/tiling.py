@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from loopwise.memory.boxcount import tensor_traffic, touched_total
 from loopwise.memory.ir import Operator
 from loopwise.memory.polyhedral import access_relation
 
@@ -54,12 +55,17 @@ def tile_grid(op: Operator, tiles: dict[str, int], order) -> tuple[str, ...]:
     return tuple(d for d in order if counts[d] > 1) or (order[0],)
 
 
-def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
-    """(tile grid, tile -> elements of each tensor, prev and next tile maps, earlier-tiles map)."""
-    import islpy as isl
-
+def _check_order(op: Operator, order) -> None:
     if sorted(order) != sorted(op.dims):
         raise ValueError(f"{op.name}: the order must name every loop dimension once ({', '.join(op.dims)})")
+
+
+def _maps(op: Operator, tiles: dict[str, int], order: list[str], names=None):
+    """(tile -> elements of each tensor (of ``names``, default all), prev and next tile maps,
+    earlier-tiles map)."""
+    import islpy as isl
+
+    _check_order(op, order)
     size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
     cut = list(tile_grid(op, tiles, order))
     t_vars = [f"t_{d}" for d in cut]
@@ -71,15 +77,34 @@ def _maps(op: Operator, tiles: dict[str, int], order: list[str]):
         else:
             bounds.append(f"0 <= {d} < {e}")
     cover = isl.Map(f"{{ [{', '.join(t_vars)}] -> [{', '.join(op.dims)}] : " + " and ".join(bounds) + " }")
-    elements = {t.name: cover.apply_range(access_relation(op, t.name)).intersect_domain(grid) for t in op.tensors}
+    elements = {t.name: cover.apply_range(access_relation(op, t.name)).intersect_domain(grid) for t in op.tensors
+                if names is None or t.name in names}
     earlier = grid.lex_gt_set(grid)  # t -> every tile before t
     prev = earlier.lexmax()
     return elements, prev, prev.reverse(), earlier
 
 
 def traffic(op: Operator, tiles: dict[str, int], order: list[str]) -> dict[str, Traffic]:
-    """Per tensor, the elements loaded and stored when ``op`` runs tile by tile in ``order``."""
-    elements, prev, nxt, earlier = _maps(op, tiles, order)
+    """Per tensor, the elements loaded and stored when ``op`` runs tile by tile in ``order``. A
+    tensor with a separable access (:mod:`loopwise.memory.boxcount`) is counted in closed form,
+    the others with isl (:func:`traffic_isl`)."""
+    _check_order(op, order)
+    grid, size, counts = tile_grid(op, tiles, order), tile_sizes(op, tiles), tile_counts(op, tiles)
+    written = {a.tensor for a in op.writes}
+    out = {}
+    for t in op.tensors:
+        moved = tensor_traffic(op, t.name, t.name in written, grid, size, counts)
+        if moved is not None:
+            out[t.name] = Traffic(*moved)
+    rest = [t.name for t in op.tensors if t.name not in out]
+    if rest:
+        out.update(traffic_isl(op, tiles, order, rest))
+    return {t.name: out[t.name] for t in op.tensors}
+
+
+def traffic_isl(op: Operator, tiles: dict[str, int], order: list[str], names=None) -> dict[str, Traffic]:
+    """:func:`traffic` counted with isl for every tensor (of ``names``, default all)."""
+    elements, prev, nxt, earlier = _maps(op, tiles, order, names)
     written = {a.tensor for a in op.writes}
     out = {}
     for name, touched in elements.items():
@@ -98,8 +123,12 @@ def traffic(op: Operator, tiles: dict[str, int], order: list[str]) -> dict[str, 
 def touched_per_tile(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
     """Per tensor, the elements each tile touches, added up over the tiles: what a tensor loaded
     afresh by every tile moves, nothing kept from one tile to the next."""
-    elements = _maps(op, tiles, list(op.dims))[0]
-    return {name: _count(touched) for name, touched in elements.items()}
+    grid, size, counts = tile_grid(op, tiles, list(op.dims)), tile_sizes(op, tiles), tile_counts(op, tiles)
+    out = {t.name: touched_total(op, t.name, grid, size, counts) for t in op.tensors}
+    rest = [name for name, n in out.items() if n is None]
+    if rest:
+        out.update({name: _count(touched) for name, touched in _maps(op, tiles, list(op.dims), rest)[0].items()})
+    return out
 
 
 def traffic_bytes(op: Operator, tiles: dict[str, int], order: list[str]) -> int:
