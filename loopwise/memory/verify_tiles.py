@@ -2,7 +2,8 @@
 the replay (:mod:`loopwise.memory.verify`) holds its listed loads and stores to the elements the
 operator moves when it runs tile by tile in the listed loop order with the listed tile sizes, and
 each tensor's buffer to the most any tile touches of it, both counted here from the graph's access
-maps (:mod:`loopwise.memory.polyhedral`).
+maps with isl (:mod:`loopwise.memory.polyhedral`'s ``footprint_isl`` and ``overlap``, never the
+closed form the planner counts separable accesses with).
 
 The tile loops run outermost first, as the nest lists them; iteration ``i`` of a loop over ``D``
 of tile ``s`` covers ``[i*s, min(D, (i+1)*s))``, so the last tile of an uneven split is smaller.
@@ -206,7 +207,7 @@ def _split(op: Operator, tensor: str, grid: list) -> dict[str, list[tuple[int, i
     """Per loop of ``grid`` the tensor's accesses name, its classes of tiles: first, interior and
     last, or every tile where interior tiles probed along it (the whole extent of every other
     dimension) touch unlike counts of the tensor, alone or with the next tile."""
-    from loopwise.memory.polyhedral import footprint, overlap
+    from loopwise.memory.polyhedral import footprint_isl as footprint, overlap
 
     out = {}
     for g in grid:
@@ -232,7 +233,7 @@ def _combos(classes: list[list[tuple[int, int]]]):
 
 def _tiles_sum(op: Operator, tensor: str, grid: list) -> tuple[int, int]:
     """Over every tile of ``grid``: the sum of what each touches of ``tensor``, and the most one does."""
-    from loopwise.memory.polyhedral import footprint
+    from loopwise.memory.polyhedral import footprint_isl as footprint
 
     named = _named(op, tensor)
     mine = [g for g in grid if g[0] in named]
@@ -247,7 +248,7 @@ def _tiles_sum(op: Operator, tensor: str, grid: list) -> tuple[int, int]:
 
 def _moved(op: Operator, tensor: str, grid: list) -> tuple[int, int, int]:
     """(F, U, the most one tile touches) of ``tensor`` (see the module's docstring)."""
-    from loopwise.memory.polyhedral import footprint, overlap
+    from loopwise.memory.polyhedral import footprint_isl as footprint, overlap
 
     total, most = _tiles_sum(op, tensor, grid)
     named = _named(op, tensor)

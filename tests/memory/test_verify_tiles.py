@@ -96,6 +96,20 @@ def test_the_planners_tiled_groups_pass_and_nothing_is_left_unchecked(name):
     assert verdict.model_checks == "made"
 
 
+def test_the_tiled_replay_counts_with_isl_not_the_planners_closed_form(monkeypatch):
+    """The replay shares no count with the planner: with the planner's closed-form box counts
+    broken, the planner's own plan (made before) still passes, and an edited one still fails."""
+    data, graph = _plan("epilogue"), _graph("epilogue")
+    from loopwise.memory import boxcount
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the replay used the planner's closed form")
+
+    for name in ("box_footprint", "touched_total", "tensor_traffic", "positions"):
+        monkeypatch.setattr(boxcount, name, broken)
+    assert verify(data, graph).ok
+
+
 @pytest.mark.slow  # plans the convolution (several seconds)
 def test_an_input_whose_loads_are_cut_is_rejected_though_its_claims_agree():
     data = _plan("conv")
