@@ -90,11 +90,12 @@ def _analyse(op, tensor: str, key: tuple):
     if len(maps) > 1:  # several accesses move apart as a tile moves
         varying, groups = set(named), [set(named)]
     varying_list = [d for d in named if d in varying]
-    read = access_relation(op, tensor).domain().intersect(box)
-    ranges = None
-    if not read.is_empty():
-        ranges = {d: (read.dim_min_val(names.index(d)).to_python(), read.dim_max_val(names.index(d)).to_python())
-                  for d in varying_list}
+    ranges = {}
+    if varying_list:
+        read = access_relation(op, tensor).domain().intersect(box)
+        ranges = None if read.is_empty() else {
+            d: (read.dim_min_val(names.index(d)).to_python(), read.dim_max_val(names.index(d)).to_python())
+            for d in varying_list}
     coupled = any(len(g & varying) > 1 for g in groups)
     return tuple(named), tuple(varying_list), ranges, coupled
 
