@@ -27,6 +27,7 @@ _CLIMB = 64  # steps a climb takes at most along one dimension
 
 _shapes: dict[tuple, tuple] = {}
 _largest: dict[tuple, int] = {}
+_along: dict[tuple, int] = {}
 
 
 def largest(op, tensor: str, size: dict[str, int]) -> int:
@@ -35,24 +36,44 @@ def largest(op, tensor: str, size: dict[str, int]) -> int:
     from loopwise.memory.polyhedral import footprint
 
     key = _key(op, tensor)
-    named, varying, ranges, coupled = _shape(op, tensor, key)
+    named, varying, ranges, group = _shape(op, tensor, key)
     sizes = tuple((d, size[d]) for d in named)
     if (key, sizes) in _largest:
         return _largest[(key, sizes)]
     base = {d: (0, size[d]) for d in named}
-    moving = [d for d in varying if size[d] < op.dims[d]]
+    moving = {d: size[d] for d in varying if size[d] < op.dims[d]}
     if not moving:
         n = footprint(op, tensor, base)
     elif ranges is None:  # no iteration point reads it: no tile touches it
         n = 0
+    elif all(len(group[d] & set(moving)) == 1 for d in moving) and (at := _each(op, tensor, key, base, moving,
+                                                                                ranges, group)) is not None:
+        n = footprint(op, tensor, base | {d: (i * moving[d], moving[d]) for d, i in at.items()})
     else:
-        n = _search(op, tensor, base, {d: size[d] for d in moving}, ranges, coupled)
-        if n == 0:  # the search met no tile that reads it: held whole
-            n = footprint(op, tensor, {})
-    if len(_largest) > 65536:
-        _largest.clear()
+        n = _search(op, tensor, base, moving, ranges, list(moving), 3)[0]
+    if n == 0 and moving and ranges is not None:  # the search met no tile that reads it: held whole
+        n = footprint(op, tensor, {})
+    for memo in (_largest, _along):
+        if len(memo) > 65536:
+            memo.clear()
     _largest[(key, sizes)] = n
     return n
+
+
+def _each(op, tensor: str, key: tuple, base: dict, moving: dict[str, int], ranges: dict, group: dict):
+    """The best tile index along each cut dimension, where each changes a factor of its own: found
+    once for the sizes of the dimensions it shares an index or a guard with, whatever the others
+    are; None where a search met no tile that reads the tensor."""
+    at = {}
+    for d in moving:
+        mine = (key, d, tuple((e, base[e][1]) for e in base if e in group[d]))
+        if mine not in _along:
+            best, where = _search(op, tensor, base, moving, ranges, [d], 1)
+            if best == 0:
+                return None
+            _along[mine] = where[d]
+        at[d] = _along[mine]
+    return at
 
 
 def _key(op, tensor: str) -> tuple:
@@ -62,8 +83,8 @@ def _key(op, tensor: str) -> tuple:
 
 def _shape(op, tensor: str, key: tuple):
     """(the dimensions the accesses name, those along which tiles differ, per such dimension the
-    first and last point where the tensor is read, or None where it is read nowhere; whether two
-    of them share an index expression or a guard)."""
+    first and last point where the tensor is read, or None where it is read nowhere; per such
+    dimension, the dimensions it shares an index expression or a guard with, itself included)."""
     if key not in _shapes:
         _shapes[key] = _analyse(op, tensor, key)
     return _shapes[key]
@@ -80,15 +101,17 @@ def _analyse(op, tensor: str, key: tuple):
     words = lambda text: [d for d in names if d in set(_WORD.findall(text))]  # noqa: E731
     named = [d for d in names if any(d in words(e) for index, guard in maps for e in (*index, guard))]
     varying: set[str] = set()
-    groups: list[set[str]] = []
+    joined = {d: {d} for d in named}
     for index, guard in maps:
-        groups += [set(words(e)) for e in (*index, guard)]
         varying |= set(words(guard))
+        for e in (*index, guard):
+            _join(joined, words(e))
         for j, e in enumerate(index):
             if _DIVISION.search(e) or not _inside(isl, box, names, e, shape[j]):
                 varying |= set(words(e))
     if len(maps) > 1:  # several accesses move apart as a tile moves
-        varying, groups = set(named), [set(named)]
+        varying = set(named)
+        _join(joined, named)
     varying_list = [d for d in named if d in varying]
     ranges = {}
     if varying_list:
@@ -96,8 +119,16 @@ def _analyse(op, tensor: str, key: tuple):
         ranges = None if read.is_empty() else {
             d: (read.dim_min_val(names.index(d)).to_python(), read.dim_max_val(names.index(d)).to_python())
             for d in varying_list}
-    coupled = any(len(g & varying) > 1 for g in groups)
-    return tuple(named), tuple(varying_list), ranges, coupled
+    return tuple(named), tuple(varying_list), ranges, {d: frozenset(joined[d]) for d in varying_list}
+
+
+def _join(joined: dict[str, set], dims: list[str]) -> None:
+    """Merge the groups of ``dims`` (every member of a group maps to the same set)."""
+    if len(dims) < 2:
+        return
+    merged = set().union(*(joined[d] for d in dims))
+    for d in merged:
+        joined[d] = merged
 
 
 def _inside(isl, box, names: list[str], expression: str, extent: int) -> bool:
@@ -105,9 +136,10 @@ def _inside(isl, box, names: list[str], expression: str, extent: int) -> bool:
     return image.is_subset(isl.Set(f"{{ [x] : 0 <= x < {extent} }}"))
 
 
-def _search(op, tensor: str, base: dict, size: dict[str, int], ranges: dict, coupled: bool) -> int:
-    """The most a tile touches of ``tensor``, its position searched along the dimensions of
-    ``size`` (tile index per dimension), the others at ``base``."""
+def _search(op, tensor: str, base: dict, size: dict[str, int], ranges: dict, along: list[str], rounds: int):
+    """(the most a tile touches of ``tensor``, the tile index per dimension of ``size`` where it
+    does), searched along the dimensions ``along``, the other dimensions of ``size`` at the middle
+    of where the tensor is read and the rest at ``base``; ``rounds`` at most."""
     from loopwise.memory.polyhedral import footprint
 
     span, options = {}, {}
@@ -119,9 +151,9 @@ def _search(op, tensor: str, base: dict, size: dict[str, int], ranges: dict, cou
     measure = lambda at: footprint(op, tensor, base | {d: (i * size[d], size[d]) for d, i in at.items()})  # noqa: E731
     at = {d: (lo + hi) // 2 for d, (lo, hi) in span.items()}
     best = measure(at)
-    for _ in range(3 if coupled else 1):
+    for _ in range(rounds):
         moved = False
-        for d in size:
+        for d in along:
             for i in options[d]:
                 if i != at[d] and (n := measure(at | {d: i})) > best:
                     best, at, moved = n, at | {d: i}, True
@@ -133,4 +165,4 @@ def _search(op, tensor: str, base: dict, size: dict[str, int], ranges: dict, cou
                     best, at, moved = n, at | {d: i}, True
         if not moved:
             break
-    return best
+    return best, at
