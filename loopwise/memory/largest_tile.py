@@ -27,7 +27,7 @@ _CLIMB = 64  # steps a climb takes at most along one dimension
 
 _shapes: dict[tuple, tuple] = {}
 _largest: dict[tuple, int] = {}
-_along: dict[tuple, int] = {}
+_along: dict[tuple, dict[str, int]] = {}
 
 
 def largest(op, tensor: str, size: dict[str, int]) -> int:
@@ -46,8 +46,7 @@ def largest(op, tensor: str, size: dict[str, int]) -> int:
         n = footprint(op, tensor, base)
     elif ranges is None:  # no iteration point reads it: no tile touches it
         n = 0
-    elif all(len(group[d] & set(moving)) == 1 for d in moving) and (at := _each(op, tensor, key, base, moving,
-                                                                                ranges, group)) is not None:
+    elif (at := _each(op, tensor, key, base, moving, ranges, group)) is not None:
         n = footprint(op, tensor, base | {d: (i * moving[d], moving[d]) for d, i in at.items()})
     else:
         n = _search(op, tensor, base, moving, ranges, list(moving), 3)[0]
@@ -61,18 +60,20 @@ def largest(op, tensor: str, size: dict[str, int]) -> int:
 
 
 def _each(op, tensor: str, key: tuple, base: dict, moving: dict[str, int], ranges: dict, group: dict):
-    """The best tile index along each cut dimension, where each changes a factor of its own: found
-    once for the sizes of the dimensions it shares an index or a guard with, whatever the others
-    are; None where a search met no tile that reads the tensor."""
+    """The best tile index along each cut dimension. Dimensions that share no index and no guard
+    change independent factors of the count: the best tiles of each group of them are found once
+    for the sizes of the group, whatever the others are. None where a search met no tile that
+    reads the tensor."""
     at = {}
-    for d in moving:
-        mine = (key, d, tuple((e, base[e][1]) for e in base if e in group[d]))
-        if mine not in _along:
-            best, where = _search(op, tensor, base, moving, ranges, [d], 1)
+    for members in dict.fromkeys(group[d] for d in moving):
+        mine = [d for d in moving if d in members]
+        memo = (key, tuple((e, base[e][1]) for e in base if e in members))
+        if memo not in _along:
+            best, where = _search(op, tensor, base, moving, ranges, mine, 1 if len(mine) == 1 else 3)
             if best == 0:
                 return None
-            _along[mine] = where[d]
-        at[d] = _along[mine]
+            _along[memo] = {d: where[d] for d in mine}
+        at |= _along[memo]
     return at
 
 
