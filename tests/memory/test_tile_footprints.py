@@ -93,7 +93,6 @@ def _plan_and_verify(graph: Graph, capacity: int):
     return verify(data, graph)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("capacity", [3000, 4000])
 def test_a_plan_of_the_stem_holds_every_tile(capacity):
     verdict = _plan_and_verify(Graph("stem", (_stem(),), frozenset({"w"})), capacity)
