@@ -13,8 +13,9 @@ dimension at a time with the others held: the first three, the middle three and 
 tiles of the stretch where the tensor is read, then a climb to a neighbour while it touches more.
 Padding makes the count along a dimension rise, stay and fall, so the climb ends at its top; the
 middle three cover a division's alternation. Dimensions that share no index expression and no
-guard change independent factors of the count, so one round finds the largest; dimensions that do
-share one are searched again until a round changes nothing.
+guard change independent factors of the count (for one access), so each group of dimensions that
+do is searched alone, once for the group's tile sizes whatever the other dimensions' sizes are;
+within a group the dimensions are searched again until a round changes nothing.
 """
 
 from __future__ import annotations
