@@ -37,6 +37,8 @@ def largest(op, tensor: str, size: dict[str, int]) -> int:
     from loopwise.memory.polyhedral import footprint
 
     key = _key(op, tensor)
+    if not key[3]:  # no access touches it
+        return 0
     named, varying, ranges, group = _shape(op, tensor, key)
     sizes = tuple((d, size[d]) for d in named)
     if (key, sizes) in _largest:
