@@ -12,7 +12,6 @@ tile", never a per-tile estimate, so boundary tiles, padding and strides are exa
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from loopwise.memory.boxcount import tensor_traffic, touched_total
@@ -143,40 +142,14 @@ def buffer_bytes(op: Operator, tiles: dict[str, int]) -> int:
 
 
 def tile_footprints(op: Operator, tiles: dict[str, int]) -> dict[str, int]:
-    """Per tensor, the elements of it the tile that holds the most of it touches. A tensor read
-    everywhere is measured at a full tile: the second along a dimension when it is full too (away
-    from the padding at the start), else the first; the remainder tile of an uneven split is
-    smaller and never the one measured. A tensor read only where a guard holds (a part of a
-    concatenation) may sit anywhere along a dimension, so the first, the last full and the last
-    tile are measured too, and a part none of them touches is held whole."""
-    from loopwise.memory.polyhedral import footprint
+    """Per tensor, the elements of it the tile that holds the most of it touches, over every tile
+    of the grid: the first, the interior ones and the last, partial one
+    (:func:`loopwise.memory.largest_tile.largest`). A dimension none of the tensor's accesses names
+    changes nothing of what a tile touches, so tilings that differ there share a count."""
+    from loopwise.memory.largest_tile import largest
 
-    size, counts = tile_sizes(op, tiles), tile_counts(op, tiles)
-    full = {d: (size[d] if 2 * size[d] <= e else 0, size[d]) for d, e in op.dims.items()}
-    ends = ({d: (0, size[d]) for d in op.dims},
-            {d: (max(0, (e // size[d] - 1) * size[d]), size[d]) for d, e in op.dims.items()},
-            {d: ((counts[d] - 1) * size[d], size[d]) for d in op.dims})
-    guarded = {a.tensor for a in (*op.reads, *op.writes) if a.guard}
-    out = {}
-    for t in op.tensors:
-        # a dimension none of the tensor's accesses names changes nothing of what a tile touches
-        # (each tile's range of it is not empty): left out, tilings that differ there share a count
-        named = _named_dims(op, t.name)
-        n = footprint(op, t.name, _only(full, named))
-        if t.name in guarded:
-            n = max(n, *(footprint(op, t.name, _only(tile, named)) for tile in ends)) or footprint(op, t.name, {})
-        out[t.name] = n
-    return out
-
-
-def _only(tile: dict, dims: frozenset) -> dict:
-    return {d: box for d, box in tile.items() if d in dims}
-
-
-def _named_dims(op: Operator, tensor: str) -> frozenset:
-    """The loop dimensions an access of ``tensor`` names, in an index or in its guard."""
-    words = {w for a in op.accesses(tensor) for text in (*a.index, a.guard) for w in re.findall(r"[A-Za-z_]\w*", text)}
-    return frozenset(d for d in op.dims if d in words)
+    size = tile_sizes(op, tiles)
+    return {t.name: largest(op, t.name, size) for t in op.tensors}
 
 
 def _count(relation) -> int:
