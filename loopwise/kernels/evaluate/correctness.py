@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
-                                               compare_stress)
+                                               compare_stress, same_function)
 from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
@@ -20,10 +20,12 @@ TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event
 
 
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
-                    args: list | None = None) -> tuple[Verdict, bool]:
+                    args: list | None = None, float64=None) -> tuple[Verdict, bool]:
     """allclose against the reference's outputs for the draw of ``seed``; for fp16 / bf16 and fp32
     outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``). The
-    verdict, and whether the bound passed what allclose did not."""
+    verdict, and whether the bound passed what allclose did not. ``float64``, where given, makes
+    the float64 values of ``ref_out`` (None where there are none), in place of the float64 run's
+    outputs (for the values a reference leaves in the inputs it writes)."""
     v = compare_allclose(ref_out, cand, cfg.atol, cfg.rtol)
     if v.passed or v.code != "wrong_output":
         return v, False
@@ -34,7 +36,10 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
     bounded = {torch.float16: half_factor, torch.bfloat16: half_factor, torch.float32: fp32_factor}
     if not any(isinstance(r, torch.Tensor) and bounded.get(r.dtype) is not None for r in ref_out):
         return v, False
-    ref64 = ref.float64(seed, args if args is not None else ref.draw(seed), ref_out)
+    if float64 is not None:
+        ref64 = float64()
+    else:
+        ref64 = ref.float64(seed, args if args is not None else ref.draw(seed), ref_out)
     if ref64 is None:
         return v, False
     bound = compare_float64_bound(ref_out, ref64, cand, half_factor, fp32_factor, cfg.atol, cfg.rtol)
@@ -42,6 +47,13 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
         return bound, True
     return Verdict(False, bound.code, f"{v.message}; {bound.message}", max_abs_err=v.max_abs_err,
                    max_rel_err=v.max_rel_err, evidence={**v.evidence, **bound.evidence}), False
+
+
+def _as_input(v: Verdict, index: int) -> Verdict:
+    """A verdict on one input's value (compared as output 0), naming it by its argument index."""
+    message = v.message.replace("output 0", f"input {index}", 1)
+    evidence = {**v.evidence, "where": f"input {index}"} if v.evidence else v.evidence
+    return Verdict(v.passed, v.code, message, v.max_abs_err, v.max_rel_err, v.norm_err, evidence)
 
 
 def _same(a, b) -> bool:
@@ -108,6 +120,7 @@ class TrialRunner:
         self._first_ref = None
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
+        self.written_inputs: set[int] = set()  # inputs the reference wrote in place in some trial
         self.spent = ref.spent  # the judge's accounting for this evaluation
         self.transfer = None  # a DeviceSend when tensors cross on the device (LocalJudge._probe_transfer)
 
@@ -181,13 +194,13 @@ class TrialRunner:
         with self.spent("compare"):
             v = self._compare(ref_out, cand, seed, args)
         self._record("kernelbench", seed, v)
-        mutated = sorted(set(reply["mutated"]) - set(ref_mut))
-        if mutated:
-            self.outcome.reject("input_mutation", f"the candidate overwrote input(s) {mutated}; the reference does not")
-        if not v.passed or mutated or not self._writes_as_reference(ref_mut, reply, seed):
+        self.written_inputs |= set(ref_mut)
+        inputs = self._input_values(args, ref_mut, reply)
+        # the inputs are judged also when an output failed: one zeroed to make the output easy is an exploit
+        if not self._inputs_as_reference(inputs, args, ref_out, ref_mut, seed) or not v.passed:
             return False
         self._track_independence(ref_out, cand, seed)
-        if i == 0 and not self._against_float64(args, ref_out, cand, seed):
+        if i == 0 and not self._against_float64(args, ref_out, cand, seed, ref_mut, inputs):
             return False
         if reply.get("repeat_outputs") is not None:
             self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
@@ -204,25 +217,71 @@ class TrialRunner:
             self.ref.forget(seed)
         return not self.outcome.rejected
 
-    def _writes_as_reference(self, ref_mut: dict, reply: dict, seed: int) -> bool:
-        """Whether the candidate leaves every input the reference writes in place as the reference
-        leaves it (allclose at the outputs' tolerances; the float64 run is of the outputs, so its
-        bound does not apply): a caller reads those inputs after the call like outputs."""
-        missing = sorted(set(ref_mut) - set(reply["mutated"]))
-        if missing:
-            self.outcome.reject("input_write", f"the reference writes input(s) {missing} in place; the candidate "
-                                "leaves them as they were")
-            return False
-        written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
-        shared = sorted(set(ref_mut) & set(written))
-        if not shared:
-            return True
-        with self.spent("compare"):
-            v = compare_allclose([ref_mut[i] for i in shared], [written[i] for i in shared], self.cfg.atol, self.cfg.rtol)
-        if not v.passed:
-            self.outcome.reject("input_write", f"input(s) {shared}, written in place, hold other values than the "
-                                f"reference leaves (seed {seed}): {v.message}")
-        return v.passed
+    def _input_values(self, args: list, ref_written: dict, reply: dict) -> list[tuple]:
+        """(argument index, what the reference leaves in it, what the candidate leaves in it, whether
+        the candidate changed it) for every tensor input either of them changed; the untouched
+        original stands for the one that did not change it, None for an input the candidate moved to
+        another device."""
+        cand_written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
+        moved = set(reply.get("moved") or [])
+        hold = self.ref.hold
+        found = []
+        for i in sorted(set(ref_written) | set(cand_written)):
+            r = ref_written[i] if i in ref_written else args[i].to(hold, copy=True)
+            c = cand_written[i] if i in cand_written else args[i].to(hold, copy=True)
+            found.append((i, r, c if i not in moved else None, i in cand_written))
+        return found
+
+    def _inputs_as_reference(self, inputs: list, args: list, ref_out: list, ref_written: dict, seed: int) -> bool:
+        """Whether the candidate leaves every tensor input as the reference leaves it, under the
+        outputs' rule (allclose, then the float64 bound of :func:`compare_outputs`): a caller reads
+        its inputs after the call like outputs. Where the reference writes nothing the original is
+        the value to keep, and the bound adds nothing (the reference's own error there is nil)."""
+        for i, r, c, wrote in inputs:
+            if i in ref_written and c is not None:
+                def float64(i=i, r=r):
+                    return self._float64_written(seed, args, ref_out, i, r)
+
+                with self.spent("compare"):
+                    v, by_bound = compare_outputs(self.ref, self.cfg, [r], [c], seed, args, float64)
+                v = _as_input(v, i)
+                if by_bound:
+                    self._note_bound(v.evidence)
+            else:
+                with self.spent("compare"):
+                    v = self._unwritten_input(i, r, c)
+            if not v.passed:
+                self._reject_input(i, ref_written, wrote, f"(seed {seed})", v)
+                return False
+        return True
+
+    def _unwritten_input(self, i: int, r, c) -> Verdict:
+        if c is None:
+            return Verdict(False, "input_moved", f"input {i} was moved to another device")
+        return _as_input(compare_allclose([r], [c], self.cfg.atol, self.cfg.rtol), i)
+
+    def _reject_input(self, i: int, ref_written: dict, wrote: bool, where: str, v: Verdict) -> None:
+        if i not in ref_written:
+            self.outcome.reject("input_mutation", f"the candidate overwrote input {i}, which the reference does not "
+                                f"write {where}: {v.message}", **v.evidence)
+        elif not wrote:
+            self.outcome.reject("input_write", f"the reference writes input {i} in place; the candidate leaves it "
+                                f"as it was {where}: {v.message}", **v.evidence)
+        else:
+            self.outcome.reject("input_write", f"input {i}, written in place, holds other values than the reference "
+                                f"leaves {where}: {v.message}", **v.evidence)
+
+    def _float64_written(self, seed: int, args: list, ref_out: list, i: int, r) -> list | None:
+        """The float64 value of input ``i`` after the float64 run of the draw of ``seed`` (its
+        original where that run left it), None where that run is not used or computes another
+        value than the reference leaves there."""
+        written64 = self.ref.float64_written(seed, args, ref_out)
+        if written64 is None:
+            return None
+        r64 = written64.get(i)
+        if r64 is None:
+            r64 = args[i].to(self.ref.hold).double() if args[i].is_floating_point() else args[i]
+        return [r64] if same_function([r], [r64]) else None
 
     def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None) -> Verdict:
         """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not."""
@@ -235,31 +294,44 @@ class TrialRunner:
         code = "half_precision_bound" if w["rule"] == "half" else "fp32_bound"
         if any(r.code == code for r in self.outcome.reasons):
             return
+        where = w.get("where", f"output {w['output']}")
         if w["rule"] == "half":
-            text = (f"outside allclose of the half-precision reference, but nearer float64 than it (output "
-                    f"{w['output']}: max error {w['error']:.3g} against the reference's own "
+            text = (f"outside allclose of the half-precision reference, but nearer float64 than it ({where}"
+                    f": max error {w['error']:.3g} against the reference's own "
                     f"{w['reference_error']:.3g}, allowed {w['allowed']:.3g})")
         else:
             text = (f"outside allclose of the fp32 reference, but as near float64 as another fp32 summation "
-                    f"order (output {w['output']}: normwise error {w['norm_error']:.3g} against the reference's "
+                    f"order ({where}: normwise error {w['norm_error']:.3g} against the reference's "
                     f"own {w['reference_norm_error']:.3g}, allowed {self.cfg.fp32_error_factor:g}x; every element "
                     f"within the tolerance plus {w['allowed']:.3g})")
         self.outcome.note(code, text, severity="info", **w)
 
-    def _against_float64(self, args: list, ref_out: list, cand: list, seed: int) -> bool:
+    def _against_float64(self, args: list, ref_out: list, cand: list, seed: int, ref_written: dict,
+                         inputs: list) -> bool:
         """The stress rule on the problem's own inputs too: a candidate that changes its arithmetic
-        only when inputs look unusual (mixed signs) is still measured against float64 here."""
-        if not any(getattr(o, "is_floating_point", lambda: False)() for o in ref_out):
+        only when inputs look unusual (mixed signs) is still measured against float64 here, in its
+        outputs and in the inputs the reference writes."""
+        written = [(i, r, c, wrote) for i, r, c, wrote in inputs if i in ref_written and r.is_floating_point()]
+        if not written and not any(getattr(o, "is_floating_point", lambda: False)() for o in ref_out):
             return True
         ref64 = self.ref.float64(seed, args, ref_out)
         if ref64 is None:
             return True
         with self.spent("compare"):
             v = compare_stress(ref_out, ref64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
-        if v.passed:
-            return True
-        self._classify_stress_failure(v, cand, seed)
-        return False
+        if not v.passed:
+            self._classify_stress_failure(v, cand, seed)
+            return False
+        for i, r, c, wrote in written:
+            r64 = self._float64_written(seed, args, ref_out, i, r)
+            if r64 is None:
+                continue
+            with self.spent("compare"):
+                v = _as_input(compare_stress([r], r64, [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
+            if not v.passed:
+                self._input_stress_failure(i, ref_written, wrote, f"(seed {seed}, against float64)", v)
+                return False
+        return True
 
     def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
         if self._first_cand is None:
@@ -298,7 +370,7 @@ class TrialRunner:
             why = self.ref.model64_error or "the reference gives NaN/Inf on mixed-sign inputs"
             self.outcome.note("stress_skipped", f"no stress trial for this problem ({why})", severity="info")
             return False
-        args, out32, out64 = data
+        args, out32, out64 = data.args, data.out32, data.out64
         reply = self._ask({"inputs": args, "out_specs": self.ref.out_specs(out32)})
         if self.outcome.rejected:
             return False
@@ -307,10 +379,44 @@ class TrialRunner:
             v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
         self.outcome.trials.append(TrialRecord(kind=f"stress:{dist}", seed=seed, passed=v.passed, norm_err=v.norm_err,
                                                ref_norm_err=v.evidence.get("ref_norm_err"), message=v.message))
-        if v.passed:
-            return True
-        self._classify_stress_failure(v, cand, seed)
-        return False
+        if not v.passed:
+            self._classify_stress_failure(v, cand, seed)
+        return self._stress_inputs(data, reply, seed, dist) and v.passed
+
+    def _stress_inputs(self, data, reply: dict, seed: int, dist: str) -> bool:
+        """The inputs of a stress trial, as its outputs are judged: those the reference writes by
+        the stress rule (against float64, relative to the fp32 reference's own error), the others
+        held to their originals as in the problem's own trials."""
+        where = f"(stress trial {dist}, seed {seed})"
+        for i, r, c, wrote in self._input_values(data.args, data.written32, reply):
+            if i in data.written32 and c is not None and r.is_floating_point():
+                r64 = data.written64.get(i)
+                if r64 is None:
+                    r64 = data.args[i].to(self.ref.hold).double()
+                with self.spent("compare"):
+                    v = _as_input(compare_stress([r], [r64], [c], self.cfg.stress_error_ratio,
+                                                 self.cfg.stress_error_floor), i)
+                if not v.passed:
+                    self._input_stress_failure(i, data.written32, wrote, where, v)
+                    return False
+                continue
+            with self.spent("compare"):
+                v = self._unwritten_input(i, r, c)
+            if not v.passed:
+                self._reject_input(i, data.written32, wrote, where, v)
+                return False
+        return True
+
+    def _input_stress_failure(self, i: int, ref_written: dict, wrote: bool, where: str, v: Verdict) -> None:
+        """An input the reference writes, off float64 under the stress rule: wrong where the error
+        is too large for a precision path, else a precision downgrade as for outputs."""
+        if v.code != "stress_error" or (v.norm_err or 0.0) > WRONG_NOT_IMPRECISE:
+            self._reject_input(i, ref_written, wrote, where, v)
+        elif self.cfg.precision == "fp32":
+            self.outcome.reject("precision_downgrade", "reduced-precision arithmetic under the fp32 policy: "
+                                + v.message, **v.evidence)
+        else:
+            self.outcome.note("precision_downgrade", v.message, severity="info", **v.evidence)
 
     def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
         if v.code != "stress_error":
