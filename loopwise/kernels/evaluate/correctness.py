@@ -51,7 +51,7 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
 
 def _as_input(v: Verdict, index: int) -> Verdict:
     """A verdict on one input's value (compared as output 0), naming it by its argument index."""
-    message = v.message.replace("output 0", f"input {index}", 1)
+    message = v.message.replace("output 0", f"input {index}")
     evidence = {**v.evidence, "where": f"input {index}"} if v.evidence else v.evidence
     return Verdict(v.passed, v.code, message, v.max_abs_err, v.max_rel_err, v.norm_err, evidence)
 

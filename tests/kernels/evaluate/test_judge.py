@@ -332,7 +332,7 @@ def test_the_judge_running_out_of_memory_is_an_oom_verdict_naming_its_phase(tmp_
 
     from loopwise.kernels.evaluate.reference import Reference
 
-    def exhausted(self, args):
+    def exhausted(self, args, **kwargs):
         with self.spent("reference"):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.20 GiB. GPU 0 has a total "
                                          "capacity of 139.80 GiB of which 1.25 GiB is free.")
