@@ -1,5 +1,7 @@
 """Correctness trials: the problem's own distribution with fresh seeds, both run orders, a
-determinism repeat, a same-buffers-new-values probe, and stress inputs judged against float64.
+determinism repeat, a same-buffers-new-values probe, and stress inputs judged against float64. In
+every trial the caller's tensor inputs are judged like outputs: each must hold what the reference
+leaves in it (its original, where the reference writes nothing).
 """
 
 from __future__ import annotations
@@ -7,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.caller_inputs import CallerInputs, as_input
 from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
-                                               compare_stress, same_function)
+                                               compare_stress)
 from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
@@ -47,13 +50,6 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
         return bound, True
     return Verdict(False, bound.code, f"{v.message}; {bound.message}", max_abs_err=v.max_abs_err,
                    max_rel_err=v.max_rel_err, evidence={**v.evidence, **bound.evidence}), False
-
-
-def _as_input(v: Verdict, index: int) -> Verdict:
-    """A verdict on one input's value (compared as output 0), naming it by its argument index."""
-    message = v.message.replace("output 0", f"input {index}")
-    evidence = {**v.evidence, "where": f"input {index}"} if v.evidence else v.evidence
-    return Verdict(v.passed, v.code, message, v.max_abs_err, v.max_rel_err, v.norm_err, evidence)
 
 
 def _same(a, b) -> bool:
@@ -110,7 +106,7 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
         outcome.note("precision_downgrade", f"the candidate changed precision settings ({text})", severity)
 
 
-class TrialRunner:
+class TrialRunner(CallerInputs):
     """Runs the correctness trials of one candidate in one sandbox."""
 
     def __init__(self, ref: Reference, box: Sandbox, config: EvalConfig, base_seed: int) -> None:
@@ -217,75 +213,13 @@ class TrialRunner:
             self.ref.forget(seed)
         return not self.outcome.rejected
 
-    def _input_values(self, args: list, ref_written: dict, reply: dict) -> list[tuple]:
-        """(argument index, what the reference leaves in it, what the candidate leaves in it, whether
-        the candidate changed it) for every tensor input either of them changed; the untouched
-        original stands for the one that did not change it, None for an input the candidate moved to
-        another device."""
-        cand_written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
-        moved = set(reply.get("moved") or [])
-        hold = self.ref.hold
-        found = []
-        for i in sorted(set(ref_written) | set(cand_written)):
-            r = ref_written[i] if i in ref_written else args[i].to(hold, copy=True)
-            c = cand_written[i] if i in cand_written else args[i].to(hold, copy=True)
-            found.append((i, r, c if i not in moved else None, i in cand_written))
-        return found
-
-    def _inputs_as_reference(self, inputs: list, args: list, ref_out: list, ref_written: dict, seed: int) -> bool:
-        """Whether the candidate leaves every tensor input as the reference leaves it, under the
-        outputs' rule (allclose, then the float64 bound of :func:`compare_outputs`): a caller reads
-        its inputs after the call like outputs. Where the reference writes nothing the original is
-        the value to keep, and the bound adds nothing (the reference's own error there is nil)."""
-        for i, r, c, wrote in inputs:
-            if i in ref_written and c is not None:
-                def float64(i=i, r=r):
-                    return self._float64_written(seed, args, ref_out, i, r)
-
-                with self.spent("compare"):
-                    v, by_bound = compare_outputs(self.ref, self.cfg, [r], [c], seed, args, float64)
-                v = _as_input(v, i)
-                if by_bound:
-                    self._note_bound(v.evidence)
-            else:
-                with self.spent("compare"):
-                    v = self._unwritten_input(i, r, c)
-            if not v.passed:
-                self._reject_input(i, ref_written, wrote, f"(seed {seed})", v)
-                return False
-        return True
-
-    def _unwritten_input(self, i: int, r, c) -> Verdict:
-        if c is None:
-            return Verdict(False, "input_moved", f"input {i} was moved to another device")
-        return _as_input(compare_allclose([r], [c], self.cfg.atol, self.cfg.rtol), i)
-
-    def _reject_input(self, i: int, ref_written: dict, wrote: bool, where: str, v: Verdict) -> None:
-        if i not in ref_written:
-            self.outcome.reject("input_mutation", f"the candidate overwrote input {i}, which the reference does not "
-                                f"write {where}: {v.message}", **v.evidence)
-        elif not wrote:
-            self.outcome.reject("input_write", f"the reference writes input {i} in place; the candidate leaves it "
-                                f"as it was {where}: {v.message}", **v.evidence)
-        else:
-            self.outcome.reject("input_write", f"input {i}, written in place, holds other values than the reference "
-                                f"leaves {where}: {v.message}", **v.evidence)
-
-    def _float64_written(self, seed: int, args: list, ref_out: list, i: int, r) -> list | None:
-        """The float64 value of input ``i`` after the float64 run of the draw of ``seed`` (its
-        original where that run left it), None where that run is not used or computes another
-        value than the reference leaves there."""
-        written64 = self.ref.float64_written(seed, args, ref_out)
-        if written64 is None:
-            return None
-        r64 = written64.get(i)
-        if r64 is None:
-            r64 = args[i].to(self.ref.hold).double() if args[i].is_floating_point() else args[i]
-        return [r64] if same_function([r], [r64]) else None
-
-    def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None) -> Verdict:
-        """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not."""
-        v, by_bound = compare_outputs(self.ref, self.cfg, ref_out, cand, seed, args)
+    def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None, float64=None,
+                 index: int | None = None) -> Verdict:
+        """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not;
+        with ``index``, of the value of the input at that argument index (and named so)."""
+        v, by_bound = compare_outputs(self.ref, self.cfg, ref_out, cand, seed, args, float64)
+        if index is not None:
+            v = as_input(v, index)
         if by_bound:
             self._note_bound(v.evidence)
         return v
@@ -327,7 +261,7 @@ class TrialRunner:
             if r64 is None:
                 continue
             with self.spent("compare"):
-                v = _as_input(compare_stress([r], r64, [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
+                v = as_input(compare_stress([r], r64, [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
             if not v.passed:
                 self._input_stress_failure(i, ref_written, wrote, f"(seed {seed}, against float64)", v)
                 return False
@@ -382,41 +316,6 @@ class TrialRunner:
         if not v.passed:
             self._classify_stress_failure(v, cand, seed)
         return self._stress_inputs(data, reply, seed, dist) and v.passed
-
-    def _stress_inputs(self, data, reply: dict, seed: int, dist: str) -> bool:
-        """The inputs of a stress trial, as its outputs are judged: those the reference writes by
-        the stress rule (against float64, relative to the fp32 reference's own error), the others
-        held to their originals as in the problem's own trials."""
-        where = f"(stress trial {dist}, seed {seed})"
-        for i, r, c, wrote in self._input_values(data.args, data.written32, reply):
-            if i in data.written32 and c is not None and r.is_floating_point():
-                r64 = data.written64.get(i)
-                if r64 is None:
-                    r64 = data.args[i].to(self.ref.hold).double()
-                with self.spent("compare"):
-                    v = _as_input(compare_stress([r], [r64], [c], self.cfg.stress_error_ratio,
-                                                 self.cfg.stress_error_floor), i)
-                if not v.passed:
-                    self._input_stress_failure(i, data.written32, wrote, where, v)
-                    return False
-                continue
-            with self.spent("compare"):
-                v = self._unwritten_input(i, r, c)
-            if not v.passed:
-                self._reject_input(i, data.written32, wrote, where, v)
-                return False
-        return True
-
-    def _input_stress_failure(self, i: int, ref_written: dict, wrote: bool, where: str, v: Verdict) -> None:
-        """An input the reference writes, off float64 under the stress rule: wrong where the error
-        is too large for a precision path, else a precision downgrade as for outputs."""
-        if v.code != "stress_error" or (v.norm_err or 0.0) > WRONG_NOT_IMPRECISE:
-            self._reject_input(i, ref_written, wrote, where, v)
-        elif self.cfg.precision == "fp32":
-            self.outcome.reject("precision_downgrade", "reduced-precision arithmetic under the fp32 policy: "
-                                + v.message, **v.evidence)
-        else:
-            self.outcome.note("precision_downgrade", v.message, severity="info", **v.evidence)
 
     def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
         if v.code != "stress_error":
