@@ -119,3 +119,13 @@ def test_an_own_kernel_that_makes_the_required_input_write_is_no_decoy(tmp_path_
         own, decoy = verdict(j, "inplace_own_kernel"), verdict(j, "inplace_decoy_kernel")
     assert own.status is Status.CORRECT, own.summary()
     assert decoy.status is Status.EXPLOIT and codes(decoy) == {"decoy_kernel"}, decoy.summary()
+
+
+@pytest.mark.slow
+def test_an_fp32_input_written_in_place_is_judged_by_the_fp32_float64_rule(tmp_path_factory):
+    """``matmul(..., out=out)`` with K = 4095: a correct fp32 loop in another summation order misses
+    allclose on a few elements near zero, in the returned tensor and in the caller's ``out`` alike
+    (they are one tensor); as near float64 as the reference, both pass by the fp32 bound."""
+    with _judge(tmp_path_factory, "problem_large_k_matmul_into.py", perf_trials=2, seed=0) as j:
+        ev = verdict(j, "sequential_fp32_matmul_into")
+    assert ev.status is Status.CORRECT, ev.summary()
