@@ -187,7 +187,8 @@ class Session:
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
-        self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not inputs.same_bits(_reversed_copy(o), r))
+        self.not_ready += sum(1 for o, r in zip(outs, ready)
+                              if r is not None and not inputs.same_bits(_reversed_copy(o), r))
         return outs, self.watch.new_since(before)
 
     def _copy_out(self, t, on_device: bool):
