@@ -41,25 +41,26 @@ def test_a_pytorch_write_that_changes_nothing_on_the_warm_up_data_is_still_found
 
 def test_a_store_through_the_pointer_that_changes_nothing_on_the_warm_up_data_is_still_found(candidate):
     """A kernel that stores into an input (here numpy through the tensor's memory, which PyTorch's
-    version counter does not see) the values it already holds on the caller's data: an out=
-    buffer the caller passes already holding the answer. The second warm-up runs on the caller's
-    values in another order, where the store changes them."""
-    def into_out(x, out):
-        out.numpy()[...] = (x * 2).numpy()
-        return x.sum()
+    version counter does not see) the values it already holds on the caller's data: rows sorted in
+    place, the caller's already sorted. The second warm-up runs on the caller's values in another
+    order, where the store changes them."""
+    def sort_through_pointer(x, y):
+        view = x.numpy()
+        view[...] = np.sort(view, axis=-1)
+        return x * 2 + y.sum()
 
-    x = torch.rand(8, 5)
-    out = x * 2
-    unchanged = out.clone()
-    into_out(x, unchanged)
-    assert torch.equal(unchanged, out)  # the values alone do not show the write
-    assert _written(candidate, into_out, x, out) == {1}
+    x = torch.rand(8, 5).sort(dim=-1).values
+    unchanged = x.clone()
+    sort_through_pointer(unchanged, x)
+    assert torch.equal(unchanged, x)  # the values alone do not show the write
+    assert _written(candidate, sort_through_pointer, x, torch.rand(3)) == {0}
 
 
-def test_the_probe_call_meets_only_values_the_caller_passed(candidate):
+def test_the_probe_call_meets_only_values_and_structure_the_caller_passed(candidate):
     """A forward that is legal only on its caller's domain (a BCE on probabilities, a float tensor
     used as an index; on a GPU either fault is a device-side assert that kills the process's CUDA
-    context) is legal on the probe too: it reads no input it does not write."""
+    context; a Cholesky factorization of a positive definite matrix) is legal on the probe too: it
+    reads no input it does not write."""
     table = torch.randn(10, 4)
 
     def bce(pred, target):
@@ -68,19 +69,15 @@ def test_the_probe_call_meets_only_values_the_caller_passed(candidate):
     def gather_by_float(x, pos):
         return table[(pos * 9).long()] * x.sum()  # pos in [0, 1): rows 0..8
 
+    def cholesky(a, b):
+        return torch.linalg.cholesky(a) @ b
+
+    m = torch.randn(6, 6)
+    spd = m @ m.T + 0.1 * torch.eye(6)
+    spd[0, 0] += 50.0  # far from its reflection's entry: a matrix out of order would not be positive definite
     assert _written(candidate, bce, torch.rand(64), torch.rand(64)) == set()
     assert _written(candidate, gather_by_float, torch.randn(3), torch.rand(5)) == set()
-
-
-def test_a_forward_that_refuses_its_values_reordered_counts_them_as_written(candidate):
-    """A forward that needs its input in the caller's order (sorted) may raise on the probe: the
-    probed inputs then count as written (a copy back too many), and the call does not fail."""
-    def needs_sorted(x, w):
-        if not bool((x[1:] >= x[:-1]).all()):
-            raise ValueError("x must be sorted")
-        return x @ w
-
-    assert _written(candidate, needs_sorted, torch.rand(16).sort().values, torch.randn(16, 3)) == {0, 1}
+    assert _written(candidate, cholesky, spd, torch.randn(6, 2)) == set()
 
 
 def test_inputs_only_read_are_not_copied_back_and_integer_inputs_keep_their_values(candidate):
