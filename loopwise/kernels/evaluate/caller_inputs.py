@@ -56,13 +56,15 @@ class CallerInputs:
                     v = self._compare([r], [c], seed, args, float64, index=i)
             else:
                 with self.spent("compare"):
-                    v = self._unwritten_input(i, r, c)
+                    v = self._allclose_input(i, r, c)
             if not v.passed:
                 self._reject_input(i, ref_written, wrote, f"(seed {seed})", v)
                 return False
         return True
 
-    def _unwritten_input(self, i: int, r, c) -> Verdict:
+    def _allclose_input(self, i: int, r, c) -> Verdict:
+        """Input ``i``'s value ``c`` against ``r`` by allclose (exactly, for integers); None for
+        ``c`` is a move to another device."""
         if c is None:
             return Verdict(False, "input_moved", f"input {i} was moved to another device")
         return as_input(compare_allclose([r], [c], self.cfg.atol, self.cfg.rtol), i)
@@ -108,7 +110,7 @@ class CallerInputs:
                     return False
                 continue
             with self.spent("compare"):
-                v = self._unwritten_input(i, r, c)
+                v = self._allclose_input(i, r, c)
             if not v.passed:
                 self._reject_input(i, data.written32, wrote, where, v)
                 return False
