@@ -57,15 +57,18 @@ def check_timed_outputs(reference, cfg: EvalConfig, reply: dict, seeds: list[int
             return
 
 
-def own_launches(box: Sandbox, args: list, outcome: Outcome, cfg: EvalConfig, transfer) -> None:
-    """One forward call must launch the candidate's own kernels, and its outputs must depend on them."""
+def own_launches(box: Sandbox, args: list, outcome: Outcome, cfg: EvalConfig, transfer,
+                 written: list[int] = ()) -> None:
+    """One forward call must launch the candidate's own kernels, and its outputs must depend on them;
+    the inputs at ``written`` (those the reference writes in place) count as outputs."""
     from loopwise.kernels.evaluate.launches import is_library_kernel
 
-    reply = box.request("launches", {"inputs": for_sandbox(args, transfer)}, cfg.run_timeout_s)
+    reply = box.request("launches", {"inputs": for_sandbox(args, transfer), "written": list(written)},
+                        cfg.run_timeout_s)
     if sum(reply["launches"].values()):
         if reply.get("contributes") is False:
             outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "
-                           "launches) but no output depends on anything they read or wrote: PyTorch "
+                           "launches) but no output (nor input the reference writes) depends on anything they read or wrote: PyTorch "
                            "computes the result and the kernels are decoys")
         return
     own = sorted(k for k in reply.get("kernels", {}) if not is_library_kernel(k))

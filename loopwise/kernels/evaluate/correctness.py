@@ -1,5 +1,7 @@
 """Correctness trials: the problem's own distribution with fresh seeds, both run orders, a
-determinism repeat, a same-buffers-new-values probe, and stress inputs judged against float64.
+determinism repeat, a same-buffers-new-values probe, and stress inputs judged against float64. In
+every trial the caller's tensor inputs are judged like outputs: each must hold what the reference
+leaves in it (its original, where the reference writes nothing).
 """
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loopwise.kernels.config import EvalConfig
+from loopwise.kernels.evaluate.caller_inputs import CallerInputs, as_input
 from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
                                                compare_stress)
@@ -20,10 +23,12 @@ TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event
 
 
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
-                    args: list | None = None) -> tuple[Verdict, bool]:
+                    args: list | None = None, float64=None) -> tuple[Verdict, bool]:
     """allclose against the reference's outputs for the draw of ``seed``; for fp16 / bf16 and fp32
     outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``). The
-    verdict, and whether the bound passed what allclose did not."""
+    verdict, and whether the bound passed what allclose did not. ``float64``, where given, makes
+    the float64 values of ``ref_out`` (None where there are none), in place of the float64 run's
+    outputs (for the values a reference leaves in the inputs it writes)."""
     v = compare_allclose(ref_out, cand, cfg.atol, cfg.rtol)
     if v.passed or v.code != "wrong_output":
         return v, False
@@ -34,7 +39,10 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
     bounded = {torch.float16: half_factor, torch.bfloat16: half_factor, torch.float32: fp32_factor}
     if not any(isinstance(r, torch.Tensor) and bounded.get(r.dtype) is not None for r in ref_out):
         return v, False
-    ref64 = ref.float64(seed, args if args is not None else ref.draw(seed), ref_out)
+    if float64 is not None:
+        ref64 = float64()
+    else:
+        ref64 = ref.float64(seed, args if args is not None else ref.draw(seed), ref_out)
     if ref64 is None:
         return v, False
     bound = compare_float64_bound(ref_out, ref64, cand, half_factor, fp32_factor, cfg.atol, cfg.rtol)
@@ -98,7 +106,7 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
         outcome.note("precision_downgrade", f"the candidate changed precision settings ({text})", severity)
 
 
-class TrialRunner:
+class TrialRunner(CallerInputs):
     """Runs the correctness trials of one candidate in one sandbox."""
 
     def __init__(self, ref: Reference, box: Sandbox, config: EvalConfig, base_seed: int) -> None:
@@ -108,6 +116,7 @@ class TrialRunner:
         self._first_ref = None
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
+        self.written_inputs: set[int] = set()  # inputs the reference wrote in place in some trial
         self.spent = ref.spent  # the judge's accounting for this evaluation
         self.transfer = None  # a DeviceSend when tensors cross on the device (LocalJudge._probe_transfer)
 
@@ -181,13 +190,13 @@ class TrialRunner:
         with self.spent("compare"):
             v = self._compare(ref_out, cand, seed, args)
         self._record("kernelbench", seed, v)
-        mutated = sorted(set(reply["mutated"]) - set(ref_mut))
-        if mutated:
-            self.outcome.reject("input_mutation", f"the candidate overwrote input(s) {mutated}; the reference does not")
-        if not v.passed or mutated or not self._writes_as_reference(ref_mut, reply, seed):
+        self.written_inputs |= set(ref_mut)
+        inputs = self._input_values(args, ref_mut, reply)
+        # the inputs are judged also when an output failed: one zeroed to make the output easy is an exploit
+        if not self._inputs_as_reference(inputs, args, ref_out, ref_mut, seed) or not v.passed:
             return False
         self._track_independence(ref_out, cand, seed)
-        if i == 0 and not self._against_float64(args, ref_out, cand, seed):
+        if i == 0 and not self._against_float64(args, ref_out, cand, seed, ref_mut, inputs):
             return False
         if reply.get("repeat_outputs") is not None:
             self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
@@ -204,29 +213,13 @@ class TrialRunner:
             self.ref.forget(seed)
         return not self.outcome.rejected
 
-    def _writes_as_reference(self, ref_mut: dict, reply: dict, seed: int) -> bool:
-        """Whether the candidate leaves every input the reference writes in place as the reference
-        leaves it (allclose at the outputs' tolerances; the float64 run is of the outputs, so its
-        bound does not apply): a caller reads those inputs after the call like outputs."""
-        missing = sorted(set(ref_mut) - set(reply["mutated"]))
-        if missing:
-            self.outcome.reject("input_write", f"the reference writes input(s) {missing} in place; the candidate "
-                                "leaves them as they were")
-            return False
-        written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
-        shared = sorted(set(ref_mut) & set(written))
-        if not shared:
-            return True
-        with self.spent("compare"):
-            v = compare_allclose([ref_mut[i] for i in shared], [written[i] for i in shared], self.cfg.atol, self.cfg.rtol)
-        if not v.passed:
-            self.outcome.reject("input_write", f"input(s) {shared}, written in place, hold other values than the "
-                                f"reference leaves (seed {seed}): {v.message}")
-        return v.passed
-
-    def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None) -> Verdict:
-        """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not."""
-        v, by_bound = compare_outputs(self.ref, self.cfg, ref_out, cand, seed, args)
+    def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None, float64=None,
+                 index: int | None = None) -> Verdict:
+        """:func:`compare_outputs`, noting once when the float64 bound passed what allclose did not;
+        with ``index``, of the value of the input at that argument index (and named so)."""
+        v, by_bound = compare_outputs(self.ref, self.cfg, ref_out, cand, seed, args, float64)
+        if index is not None:
+            v = as_input(v, index)
         if by_bound:
             self._note_bound(v.evidence)
         return v
@@ -235,31 +228,44 @@ class TrialRunner:
         code = "half_precision_bound" if w["rule"] == "half" else "fp32_bound"
         if any(r.code == code for r in self.outcome.reasons):
             return
+        where = w.get("where", f"output {w['output']}")
         if w["rule"] == "half":
-            text = (f"outside allclose of the half-precision reference, but nearer float64 than it (output "
-                    f"{w['output']}: max error {w['error']:.3g} against the reference's own "
+            text = (f"outside allclose of the half-precision reference, but nearer float64 than it ({where}"
+                    f": max error {w['error']:.3g} against the reference's own "
                     f"{w['reference_error']:.3g}, allowed {w['allowed']:.3g})")
         else:
             text = (f"outside allclose of the fp32 reference, but as near float64 as another fp32 summation "
-                    f"order (output {w['output']}: normwise error {w['norm_error']:.3g} against the reference's "
+                    f"order ({where}: normwise error {w['norm_error']:.3g} against the reference's "
                     f"own {w['reference_norm_error']:.3g}, allowed {self.cfg.fp32_error_factor:g}x; every element "
                     f"within the tolerance plus {w['allowed']:.3g})")
         self.outcome.note(code, text, severity="info", **w)
 
-    def _against_float64(self, args: list, ref_out: list, cand: list, seed: int) -> bool:
+    def _against_float64(self, args: list, ref_out: list, cand: list, seed: int, ref_written: dict,
+                         inputs: list) -> bool:
         """The stress rule on the problem's own inputs too: a candidate that changes its arithmetic
-        only when inputs look unusual (mixed signs) is still measured against float64 here."""
-        if not any(getattr(o, "is_floating_point", lambda: False)() for o in ref_out):
+        only when inputs look unusual (mixed signs) is still measured against float64 here, in its
+        outputs and in the inputs the reference writes."""
+        written = [(i, r, c, wrote) for i, r, c, wrote in inputs if i in ref_written and r.is_floating_point()]
+        if not written and not any(getattr(o, "is_floating_point", lambda: False)() for o in ref_out):
             return True
         ref64 = self.ref.float64(seed, args, ref_out)
         if ref64 is None:
             return True
         with self.spent("compare"):
             v = compare_stress(ref_out, ref64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
-        if v.passed:
-            return True
-        self._classify_stress_failure(v, cand, seed)
-        return False
+        if not v.passed:
+            self._classify_stress_failure(v, cand, seed)
+            return False
+        for i, r, c, wrote in written:
+            r64 = self._float64_written(seed, args, ref_out, i, r)
+            if r64 is None:
+                continue
+            with self.spent("compare"):
+                v = as_input(compare_stress([r], r64, [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
+            if not v.passed:
+                self._input_stress_failure(i, ref_written, wrote, f"(seed {seed}, against float64)", v)
+                return False
+        return True
 
     def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
         if self._first_cand is None:
@@ -298,7 +304,7 @@ class TrialRunner:
             why = self.ref.model64_error or "the reference gives NaN/Inf on mixed-sign inputs"
             self.outcome.note("stress_skipped", f"no stress trial for this problem ({why})", severity="info")
             return False
-        args, out32, out64 = data
+        args, out32, out64 = data.args, data.out32, data.out64
         reply = self._ask({"inputs": args, "out_specs": self.ref.out_specs(out32)})
         if self.outcome.rejected:
             return False
@@ -307,10 +313,9 @@ class TrialRunner:
             v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
         self.outcome.trials.append(TrialRecord(kind=f"stress:{dist}", seed=seed, passed=v.passed, norm_err=v.norm_err,
                                                ref_norm_err=v.evidence.get("ref_norm_err"), message=v.message))
-        if v.passed:
-            return True
-        self._classify_stress_failure(v, cand, seed)
-        return False
+        if not v.passed:
+            self._classify_stress_failure(v, cand, seed)
+        return self._stress_inputs(data, reply, seed, dist) and v.passed
 
     def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
         if v.code != "stress_error":

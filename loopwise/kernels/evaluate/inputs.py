@@ -108,6 +108,26 @@ def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> l
     return out
 
 
+def same_bits(a, b) -> bool:
+    """Bitwise equality of two tensors (NaN payloads included) of one shape and dtype; strides may
+    differ."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() and a.element_size() in (2, 4, 8):
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
+    return bool(torch.equal(a, b))
+
+
+def changed(after, before) -> bool:
+    """Whether a caller's tensor is no longer what it was (``before``, a copy made before the call):
+    other bits, dtype, shape or device. Strides alone are no change: the caller reads the same
+    values, and outputs' strides are not judged either."""
+    return after.device != before.device or not same_bits(after, before.to(after.device))
+
+
 def clone_args(args: Any) -> Any:
     """Deep copy of tensors, also inside nested lists and tuples."""
     import torch

@@ -368,7 +368,7 @@ class LocalJudge:
             check_timed_outputs(self.reference, self.cfg, reply, seeds, outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
-                own_launches(box, sets[0], outcome, self.cfg, self.transfer)
+                own_launches(box, sets[0], outcome, self.cfg, self.transfer, sorted(runner.written_inputs))
         if outcome.rejected:
             return
         ref = self.reference_timing()

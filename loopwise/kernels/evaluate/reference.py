@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from types import ModuleType
+from typing import NamedTuple
 
 from loopwise.kernels.evaluate import inputs as inp
 from loopwise.kernels.evaluate.compare import WRONG_NOT_IMPRECISE, same_function
@@ -35,6 +36,33 @@ def host_budget() -> int:
     gib = machine_memory_gb()
     total = 8 << 30 if gib is None else gib * 2**30  # unknown: a conservative 8 GiB machine
     return int(min(REUSE_HOST_SHARE * total, REUSE_HOST_BYTES))
+
+
+class StressDraw(NamedTuple):
+    """A stress trial's inputs (CPU), the fp32 and float64 references' outputs, and what each left
+    in the inputs it writes in place (argument index -> value)."""
+
+    args: list
+    out32: list
+    out64: list
+    written32: dict
+    written64: dict
+
+
+def _upcast(a):
+    """A floating tensor in float64 (itself where it is float64); anything else as it is."""
+    import torch
+
+    return a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+
+def written_inputs(args: list, before: list, hold: str) -> dict:
+    """The tensors among ``args`` a call changed from ``before`` (bits, dtype, shape or device; see
+    :func:`inputs.changed`), by argument index, copied to ``hold``."""
+    import torch
+
+    return {i: a.detach().to(hold, copy=True) for i, (a, b) in enumerate(zip(args, before))
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and inp.changed(a, b)}
 
 
 class Reference:
@@ -163,11 +191,22 @@ class Reference:
         not the function of ``ref_out`` (the reference's outputs for those inputs), see
         :func:`compare.same_function`: that judgement holds for the draw, so it is kept too (as
         :meth:`stress` keeps an unusable draw), and a later request makes no float64 run."""
+        run = self._float64_run(seed, args, ref_out)
+        return None if run is None else run[0]
+
+    def float64_written(self, seed: int, args: list, ref_out: list) -> dict | None:
+        """What the float64 run of :meth:`float64` left in the inputs it wrote in place (argument
+        index -> float64 value; an input it left as it was is absent), None where that run is not
+        used."""
+        run = self._float64_run(seed, args, ref_out)
+        return None if run is None else run[1]
+
+    def _float64_run(self, seed: int, args: list, ref_out: list) -> tuple[list, dict] | None:
         if seed in self._float64_kept:
             return self._float64_kept[seed]
-        out64 = self.run64(args)
-        out = self._checked(ref_out, out64)
-        if (out is None and out64 is not None and self.reuse) or (out is not None and self._keep(out)):
+        ran = self.run64(args, written=True)
+        out = None if ran is None or self._checked(ref_out, ran[0]) is None else ran
+        if (out is None and ran is not None and self.reuse) or (out is not None and self._keep(out)):
             self._float64_kept[seed] = out
         return out
 
@@ -188,8 +227,7 @@ class Reference:
             with torch.no_grad():
                 out = inp.flatten_outputs(self.model(*args))
             hold = self.hold
-            mutated = {i: a.detach().to(hold, copy=True) for i, (a, p) in enumerate(zip(args, pristine))
-                       if isinstance(a, torch.Tensor) and not torch.equal(a, p)}
+            mutated = written_inputs(args, pristine, hold)
         return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
@@ -201,8 +239,8 @@ class Reference:
                 self._model64_error = f"{type(exc).__name__}: {exc}"
         return self._model64
 
-    def stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
-        """(CPU inputs, fp32 outputs, fp64 outputs) on a stress distribution, or None if unusable."""
+    def stress(self, seed: int, distribution: str) -> StressDraw | None:
+        """A stress distribution's inputs and references (:class:`StressDraw`), or None if unusable."""
         key = (seed, distribution)
         if key in self._stress_kept:
             return self._stress_kept[key]
@@ -212,7 +250,7 @@ class Reference:
             self._stress_kept[key] = data
         return data
 
-    def _stress(self, seed: int, distribution: str) -> tuple[list, list, list] | None:
+    def _stress(self, seed: int, distribution: str) -> StressDraw | None:
         torch = self.torch
         hold = self.hold
         if distribution == "centered":
@@ -222,32 +260,36 @@ class Reference:
         args = inp.stress_variant(base, seed, distribution, hold)
         if self._outside_domain():
             return None
+        called = inp.to_device(args, self.device)
         try:
             with torch.no_grad():
-                out32 = inp.flatten_outputs(self.model(*inp.to_device(args, self.device)))
+                out32 = inp.flatten_outputs(self.model(*called))
         except Exception:  # noqa: BLE001 - the reference rejects these inputs: no stress trial
             return None
         out32 = [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out32]
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
             return None
-        out64 = self._checked(out32, self.run64(args))
-        if out64 is None:
+        written32 = written_inputs(called, args, hold)
+        del called
+        ran = self.run64(args, written=True)
+        if ran is None or self._checked(out32, ran[0]) is None:
             return None
         args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        return args_cpu, out32, out64
+        return StressDraw(args_cpu, out32, ran[0], written32, ran[1])
 
-    def run64(self, args: list) -> list | None:
-        """Float64 reference outputs for inputs on the device (floating tensors upcast)."""
+    def run64(self, args: list, written: bool = False) -> list | tuple[list, dict] | None:
+        """Float64 reference outputs for inputs on the device (floating tensors upcast); with
+        ``written``, (outputs, what the run left in the inputs it wrote in place: argument index ->
+        value, an input it left as it was absent)."""
         with self.spent("reference"):
-            return self._run64(args)
+            ran = self._run64(args)
+        return ran if ran is None or written else ran[0]
 
-    def _run64(self, args: list) -> list | None:
+    def _run64(self, args: list) -> tuple[list, dict] | None:
         torch = self.torch
         model64 = self.model64()
         if model64 is None:
             return None
-        args64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                  for a in inp.to_device(args, self.hold)]
         # Tensors the forward makes in the default dtype (a mask from torch.zeros) are float64 too:
         # a float32 one would mix precisions into the run whose error the fp32 rule scales. A
         # forward that casts to fp32 itself can meet such a tensor in a dtype-strict op
@@ -255,11 +297,14 @@ class Reference:
         previous = torch.get_default_dtype()
         for default in dict.fromkeys((torch.float64, previous)):
             torch.set_default_dtype(default)
+            args64 = [_upcast(a) for a in inp.to_device(args, self.hold)]  # afresh: a failed attempt may write
             try:
                 with torch.no_grad():
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None
-                return out
+                # each input against its original upcast, one at a time (no float64 copy of them all)
+                return out, {i: a64 for i, (a, a64) in enumerate(zip(args, args64))
+                             if isinstance(a64, torch.Tensor) and inp.changed(a64, _upcast(a.to(self.hold)))}
             except Exception as exc:  # noqa: BLE001
                 self._model64_error = f"{type(exc).__name__}: {exc}"
             finally:

@@ -37,18 +37,6 @@ def _reversed_copy(t):
     return flat.flip(0) if flat.numel() > 1 else flat.clone()
 
 
-def _same_bits(a, b) -> bool:
-    """Bitwise equality (NaN payloads included), so poison left in an output is seen."""
-    import torch
-
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() and a.element_size() in (2, 4, 8):
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
-    return bool(torch.equal(a, b))
-
-
 COMPILE_MESSAGE_MAX = 4000  # characters of a compile error's message kept in its reason
 
 
@@ -199,7 +187,8 @@ class Session:
         except BaseException as exc:
             traceback.print_exc()
             raise classify_exception(exc, "run") from None
-        self.not_ready += sum(1 for o, r in zip(outs, ready) if r is not None and not _same_bits(_reversed_copy(o), r))
+        self.not_ready += sum(1 for o, r in zip(outs, ready)
+                              if r is not None and not inputs.same_bits(_reversed_copy(o), r))
         return outs, self.watch.new_since(before)
 
     def _copy_out(self, t, on_device: bool):
@@ -252,12 +241,14 @@ class Session:
         pristine = inputs.clone_args(args)
         self._poison_allocator(req["out_specs"])
         outs, threads = self._call(args)
+        # every input the call changed (bits, dtype, shape, device; see inputs.changed), with the
+        # value it left there: the judge holds it to what the reference leaves in that input
         mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
-                   if isinstance(a, torch.Tensor) and not torch.equal(a, p)]
-        reply = {"threads": threads, "mutated": mutated}
+                   if isinstance(a, torch.Tensor) and inputs.changed(a, p)]
+        reply = {"threads": threads, "mutated": mutated,
+                 "moved": [i for i in mutated if args[i].device != pristine[i].device]}
         on_device = self._on_device(req)
         reply["outputs"], reply["types"] = self._export(outs, on_device)
-        # what it wrote into them: judged like outputs where the reference writes them too
         reply["mutated_values"], _ = self._export([args[i] for i in mutated], on_device)
         del outs
         if req.get("repeat"):
@@ -351,10 +342,11 @@ class Session:
         self._call(args)
         counted = launches.snapshot()
         kernels = self._profiled_kernels(args) if not counted and self.device.startswith("cuda") else {}
-        return {"launches": counted, "kernels": kernels, **self._contribution(args)}
+        return {"launches": counted, "kernels": kernels, **self._contribution(args, req.get("written", []))}
 
-    def _contribution(self, args: list) -> dict:
-        """One more forward call with the data flow followed (see dataflow.py)."""
+    def _contribution(self, args: list, written: list[int]) -> dict:
+        """One more forward call with the data flow followed (see dataflow.py); the inputs at
+        ``written`` (those the reference writes in place) count as outputs: the caller reads them."""
         from loopwise.kernels.evaluate import dataflow
 
         torch = self.torch
@@ -362,7 +354,8 @@ class Session:
             with torch.no_grad():
                 result, flow = dataflow.trace(lambda: self.model(*args))
             self.clock.sync()
-            verdict = dataflow.contributes(inputs.flatten_outputs(result), flow)
+            read_after = inputs.flatten_outputs(result) + [args[i] for i in written if i < len(args)]
+            verdict = dataflow.contributes(read_after, flow)
         except Exception as exc:  # noqa: BLE001 - a forward the dispatch mode cannot follow proves nothing
             return {"contributes": None, "flow_error": f"{_type(exc).__name__}: {exc}"[:300]}
         return {"contributes": verdict, "flow_launches": flow.launches}

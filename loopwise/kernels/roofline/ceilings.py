@@ -154,6 +154,9 @@ def read_ceilings(path: Path) -> Ceilings | None:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return None
+    except UnicodeDecodeError as error:  # a torn or foreign file: unreadable like one that is not JSON
+        logger.warning("ignoring unreadable ceilings file %s: %s", path, error)
+        return None
     try:
         data = json.loads(text)
         schema = data.get("schema_version") if isinstance(data, dict) else None

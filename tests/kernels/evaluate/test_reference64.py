@@ -101,6 +101,6 @@ def test_a_float64_run_judged_implausible_is_not_run_again_for_the_same_draw(mon
         (out32,), _ = ref.run(args)
         runs = []
         run64 = ref.run64
-        monkeypatch.setattr(ref, "run64", lambda a: runs.append(1) or run64(a))
+        monkeypatch.setattr(ref, "run64", lambda a, **kw: runs.append(1) or run64(a, **kw))
         assert ref.float64(0, args, [out32]) is None and ref.float64(0, args, [out32]) is None
         assert len(runs) == runs_expected, reuse

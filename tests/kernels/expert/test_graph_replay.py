@@ -41,18 +41,43 @@ def test_a_pytorch_write_that_changes_nothing_on_the_warm_up_data_is_still_found
 
 def test_a_store_through_the_pointer_that_changes_nothing_on_the_warm_up_data_is_still_found(candidate):
     """A kernel that stores into an input (here numpy through the tensor's memory, which PyTorch's
-    version counter does not see) the values it already holds on the caller's data: the second
-    warm-up runs on values past the caller's, where the store changes them."""
-    def clamp_through_pointer(x, y):
+    version counter does not see) the values it already holds on the caller's data: rows sorted in
+    place, the caller's already sorted. The second warm-up runs on the caller's values in another
+    order, where the store changes them."""
+    def sort_through_pointer(x, y):
         view = x.numpy()
-        view[...] = np.clip(view, 0.0, 1.0)
+        view[...] = np.sort(view, axis=-1)
         return x * 2 + y.sum()
 
-    x = torch.rand(8, 5)
+    x = torch.rand(8, 5).sort(dim=-1).values
     unchanged = x.clone()
-    clamp_through_pointer(unchanged, x)
-    assert torch.equal(unchanged, x)
-    assert _written(candidate, clamp_through_pointer, x, torch.rand(3)) == {0}
+    sort_through_pointer(unchanged, x)
+    assert torch.equal(unchanged, x)  # the values alone do not show the write
+    assert _written(candidate, sort_through_pointer, x, torch.rand(3)) == {0}
+
+
+def test_the_probe_call_meets_only_values_and_structure_the_caller_passed(candidate):
+    """A forward that is legal only on its caller's domain (a BCE on probabilities, a float tensor
+    used as an index; on a GPU either fault is a device-side assert that kills the process's CUDA
+    context; a Cholesky factorization of a positive definite matrix) is legal on the probe too: it
+    reads no input it does not write."""
+    table = torch.randn(10, 4)
+
+    def bce(pred, target):
+        return torch.nn.functional.binary_cross_entropy(pred, target)
+
+    def gather_by_float(x, pos):
+        return table[(pos * 9).long()] * x.sum()  # pos in [0, 1): rows 0..8
+
+    def cholesky(a, b):
+        return torch.linalg.cholesky(a) @ b
+
+    m = torch.randn(6, 6)
+    spd = m @ m.T + 0.1 * torch.eye(6)
+    spd[0, 0] += 50.0  # far from its reflection's entry: a matrix out of order would not be positive definite
+    assert _written(candidate, bce, torch.rand(64), torch.rand(64)) == set()
+    assert _written(candidate, gather_by_float, torch.randn(3), torch.rand(5)) == set()
+    assert _written(candidate, cholesky, spd, torch.randn(6, 2)) == set()
 
 
 def test_inputs_only_read_are_not_copied_back_and_integer_inputs_keep_their_values(candidate):
@@ -88,19 +113,24 @@ def test_arguments_that_share_memory_run_the_forward_itself(candidate):
 @pytest.mark.gpu
 @pytest.mark.parametrize("write", ["pytorch", "pointer"])
 def test_on_the_gpu_a_write_the_first_call_does_not_show_reaches_a_later_callers_tensor(candidate, write):
-    """The forward clamps its input in place; the first call's input is already in range (the
-    write changes nothing), the later ones' are not: after each replay the caller's tensor holds
-    the clamped values, as eager leaves it. ``pointer``: the store bypasses PyTorch's version
-    counter (``.data``), as a Triton kernel storing into the input does."""
+    """The forward clamps its input in place (``pytorch``), or sorts its rows in place past
+    PyTorch's version counter (``pointer``: through ``.data``, as a Triton kernel storing into the
+    input does); the first call's input is already in range and sorted (the write changes
+    nothing), the later ones' are not: after each replay the caller's tensor holds what eager
+    leaves in it."""
     def forward(x, w):
-        (x if write == "pytorch" else x.data).clamp_(0.0, 1.0)
+        if write == "pytorch":
+            x.clamp_(0.0, 1.0)
+        else:  # rows sorted in place, past the version counter
+            x.data.copy_(x.sort(dim=-1).values)
         return x @ w
 
     replay = candidate._GraphReplay(forward)
     w = torch.randn(16, 8, device="cuda")
     with torch.no_grad():
         for scale in (0.0, 3.0, 5.0):
-            x = torch.rand(32, 16, device="cuda") if scale == 0.0 else torch.randn(32, 16, device="cuda") * scale
+            x = torch.rand(32, 16, device="cuda").sort(dim=-1).values if scale == 0.0 else \
+                torch.randn(32, 16, device="cuda") * scale
             expected_x = x.clone()
             expected = forward(expected_x, w)
             out = replay(x, w)

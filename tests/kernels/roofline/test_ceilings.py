@@ -46,6 +46,20 @@ def test_unreadable_cache_is_measured_over(tmp_path: Path, monkeypatch: pytest.M
     assert Ceilings.model_validate_json(path.read_text(encoding="utf-8")) == measured
 
 
+def test_a_cache_file_that_is_not_utf8_is_measured_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torn or foreign file whose bytes are not UTF-8 is unreadable like one that is not JSON:
+    the one reader gives None and the judge measures over it."""
+    from loopwise.kernels.roofline.ceilings import read_ceilings
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    path = cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x80\x81 not utf-8")
+    assert read_ceilings(path) is None
+    measured = load_or_measure("cpu", **TINY)
+    assert Ceilings.model_validate_json(path.read_text(encoding="utf-8")) == measured
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_ceilings_are_plausible() -> None:
