@@ -85,6 +85,12 @@ def _buffer(data: dict, tensor: str, nbytes: int) -> None:
                 entry[1] = entry[4] = nbytes
 
 
+def _reorder(nest: dict, loops: list[dict]) -> None:
+    """The nest's loops (and its order) as ``loops``, outermost first."""
+    nest["loops"] = loops
+    nest["order"] = [l["dim"] for l in loops]
+
+
 def _kinds(data: dict, graph: Graph | None) -> set[str]:
     return {v.kind for v in verify(data, graph).violations}
 
@@ -136,8 +142,7 @@ def test_a_loop_order_swapped_with_the_counts_kept_is_rejected():
     nest = data["schedule"]["groups"][0]["loop_nest"]["operators"][0]
     cut = [l for l in nest["loops"] if l["trips"] > 1]
     assert len(cut) >= 2
-    nest["loops"] = list(reversed(nest["loops"]))  # the reductions outermost: partial sums go out and back
-    nest["order"] = [l["dim"] for l in nest["loops"]]
+    _reorder(nest, list(reversed(nest["loops"])))  # the reductions outermost: partial sums go out and back
     assert verify(data).ok
     assert _kinds(data, _graph("conv")) == {"tile_traffic"}
 
@@ -178,8 +183,8 @@ def test_an_epilogue_nest_with_its_reduction_moved_outermost_and_the_counts_kept
     cut = [l for l in group["loop_nest"]["operators"][0]["loops"] if l["trips"] > 1]
     assert len(cut) >= 2
     nest = group["loop_nest"]["operators"][0]
-    nest["loops"] = [l for l in nest["loops"] if l["dim"] == "k"] + [l for l in nest["loops"] if l["dim"] != "k"]
-    nest["order"] = [l["dim"] for l in nest["loops"]]  # the reduction outermost: the epilogue's tile unfinished
+    # the reduction outermost: the epilogue's tile unfinished
+    _reorder(nest, [l for l in nest["loops"] if l["dim"] == "k"] + [l for l in nest["loops"] if l["dim"] != "k"])
     assert verify(data).ok
     assert _kinds(data, _graph("epilogue")) == {"tile_traffic"}
 
