@@ -128,6 +128,15 @@ def changed(after, before) -> bool:
     return after.device != before.device or not same_bits(after, before.to(after.device))
 
 
+def changed_at(after: list, before: list) -> list[int]:
+    """The argument indices of the tensors a call changed (:func:`changed`), ``before`` holding
+    copies of the arguments made before it."""
+    import torch
+
+    return [i for i, (a, b) in enumerate(zip(after, before))
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and changed(a, b)]
+
+
 def clone_args(args: Any) -> Any:
     """Deep copy of tensors, also inside nested lists and tuples."""
     import torch

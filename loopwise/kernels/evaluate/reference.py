@@ -59,10 +59,7 @@ def _upcast(a):
 def written_inputs(args: list, before: list, hold: str) -> dict:
     """The tensors among ``args`` a call changed from ``before`` (bits, dtype, shape or device; see
     :func:`inputs.changed`), by argument index, copied to ``hold``."""
-    import torch
-
-    return {i: a.detach().to(hold, copy=True) for i, (a, b) in enumerate(zip(args, before))
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and inp.changed(a, b)}
+    return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before)}
 
 
 class Reference:

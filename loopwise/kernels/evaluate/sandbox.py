@@ -243,8 +243,7 @@ class Session:
         outs, threads = self._call(args)
         # every input the call changed (bits, dtype, shape, device; see inputs.changed), with the
         # value it left there: the judge holds it to what the reference leaves in that input
-        mutated = [i for i, (a, p) in enumerate(zip(args, pristine))
-                   if isinstance(a, torch.Tensor) and inputs.changed(a, p)]
+        mutated = inputs.changed_at(args, pristine)
         reply = {"threads": threads, "mutated": mutated,
                  "moved": [i for i in mutated if args[i].device != pristine[i].device]}
         on_device = self._on_device(req)
