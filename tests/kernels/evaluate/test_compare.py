@@ -250,3 +250,18 @@ def test_where_only_the_float64_reference_is_non_finite_the_output_is_finite_as_
         for v in (compare_float64_bound([ref], [ref64], [wrong], 2.0, fp32_factor=4.0),
                   compare_stress([ref], [ref64], [wrong], 4.0, 1e-6)):
             assert not v.passed and v.code == "nan_output", (where, value, v)
+
+
+def test_stress_integer_outputs_must_match_the_fp32_or_the_float64_reference():
+    """An index or mask output on stress inputs: equal to the fp32 reference's, or to the float64
+    run's where rounding moved a near tie (both are answers the Model gives), passes; another
+    index fails as a wrong output, naming how many elements differ."""
+    r32 = torch.tensor([[3, 1, 4], [1, 5, 9]])
+    r64 = torch.tensor([[3, 2, 4], [1, 5, 9]])
+    assert compare_stress([r32], [r64], [r32.clone()], 20.0, 2e-6).passed
+    assert compare_stress([r32], [r64], [r64.clone()], 20.0, 2e-6).passed
+    other = torch.tensor([[3, 1, 4], [0, 5, 9]])
+    v = compare_stress([r32], [r64], [other], 20.0, 2e-6)
+    assert not v.passed and v.code == "wrong_output" and "1 of 6" in v.message, v
+    mask = torch.tensor([True, False, True])
+    assert not compare_stress([mask], [mask], [~mask], 20.0, 2e-6).passed

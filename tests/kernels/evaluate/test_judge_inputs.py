@@ -129,3 +129,12 @@ def test_an_fp32_input_written_in_place_is_judged_by_the_fp32_float64_rule(tmp_p
     with _judge(tmp_path_factory, "problem_large_k_matmul_into.py", perf_trials=2, seed=0) as j:
         ev = verdict(j, "sequential_fp32_matmul_into")
     assert ev.status is Status.CORRECT, ev.summary()
+
+
+def test_stress_trials_judge_integer_outputs(tmp_path_factory):
+    """argmin of |x| equals argmin of 2x on the problem's non-negative inputs; the stress trials'
+    mixed signs tell them apart, as they do for floating outputs."""
+    with _judge(tmp_path_factory, "problem_argmin_rows.py") as j:
+        ev = verdict(j, "argmin_of_magnitudes")
+    assert ev.status is Status.WRONG_OUTPUT, ev.summary()
+    assert "stress" in messages(ev), ev.reasons
