@@ -110,6 +110,76 @@ def test_arguments_that_share_memory_run_the_forward_itself(candidate):
     assert not candidate._aliased((x, y, 2.0)) and not candidate._aliased((x.clone(),))
 
 
+def test_only_plain_values_beside_the_tensors_key_a_graph(candidate):
+    """A graph is keyed by its non-tensor arguments' text: numbers, strings, dtypes, devices and
+    tuples of them say all they hold. A list of tensors (which the graph would read at its first
+    call's addresses), a numpy array (whose text elides long arrays) or any other object does not:
+    such calls run the forward itself."""
+    assert all(candidate._plain(v) for v in (None, True, 3, 2.5, "mean", torch.float16, torch.device("cpu"),
+                                            (1, 2, (3, "x")), [4, 5], torch.Size([2, 3])))
+    assert not any(candidate._plain(v) for v in ([torch.ones(2)], (1, torch.ones(2)), {"k": 1},
+                                                np.arange(2000), object()))
+
+
+def test_a_module_whose_forward_rebinds_its_own_tensors_is_found(candidate):
+    """``self.state = self.state + x`` in the forward: a replay would skip the rebinding and read
+    the first call's state forever, so the capture gives up on such a module (found by what the
+    warm-up calls rebind). Writes into a buffer in place (BatchNorm's running statistics) are not
+    rebindings."""
+    class Stateful(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.state = torch.zeros(4)
+            self.inner = torch.nn.Module()
+            self.inner.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x, rebind=True):
+            if rebind:
+                self.state = self.state + x
+            self.inner.count.add_(1)
+            return x * 2
+
+    m = Stateful()
+    before = candidate._bindings(m)
+    m(torch.ones(4), rebind=False)
+    assert not candidate._rebound(before, candidate._bindings(m))
+    m(torch.ones(4))
+    assert candidate._rebound(before, candidate._bindings(m))
+    m.extra = torch.ones(1)
+    candidate._restore_bindings(m, before)
+    assert not candidate._rebound(before, candidate._bindings(m)) and not hasattr(m, "extra")
+    assert m.state.eq(0).all()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_list_of_tensors_or_a_stateful_forward_runs_the_forward_itself(candidate):
+    """Each call's own list of tensors is what the forward reads, and a forward that rebinds its
+    module's state keeps doing so: neither is replayed from a graph."""
+    replay = candidate._GraphReplay(lambda x, parts: x + parts[0] * parts[1])
+    with torch.no_grad():
+        x = torch.randn(8, device="cuda")
+        for _ in range(3):
+            parts = [torch.randn(8, device="cuda"), torch.randn(8, device="cuda")]
+            torch.testing.assert_close(replay(x, parts), x + parts[0] * parts[1])
+    assert not replay.graphs
+
+    class Accumulate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.total = torch.zeros(8, device="cuda")
+
+        def forward(self, x):
+            self.total = self.total + x
+            return self.total * 1.0
+
+    module = Accumulate()
+    replay = candidate._GraphReplay(module.forward)
+    with torch.no_grad():
+        outs = [replay(torch.ones(8, device="cuda")) for _ in range(4)]
+    assert [float(o[0]) for o in outs] == [1.0, 2.0, 3.0, 4.0]
+    assert float(module.total[0]) == 4.0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("write", ["pytorch", "pointer"])
 def test_on_the_gpu_a_write_the_first_call_does_not_show_reaches_a_later_callers_tensor(candidate, write):
