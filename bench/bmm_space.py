@@ -41,6 +41,7 @@ def _module(source: str, path: Path):
 CUTLASS = [{"tile": "128x256x64", "cluster": "2x1", "schedule": "cooperative"},
            {"tile": "128x256x64", "cluster": "1x1", "schedule": "cooperative"},
            {"tile": "128x128x64", "cluster": "1x1", "schedule": "cooperative"},
+           {"tile": "128x128x64", "cluster": "1x1", "schedule": "pingpong"},
            {"tile": "64x256x64", "cluster": "1x1", "schedule": "pingpong"},
            {"tile": "128x128x64", "cluster": "2x1", "schedule": "pingpong"}]
 
