@@ -121,34 +121,115 @@ def test_only_plain_values_beside_the_tensors_key_a_graph(candidate):
                                                 np.arange(2000), object()))
 
 
-def test_a_module_whose_forward_rebinds_its_own_tensors_is_found(candidate):
-    """``self.state = self.state + x`` in the forward: a replay would skip the rebinding and read
-    the first call's state forever, so the capture gives up on such a module (found by what the
-    warm-up calls rebind). Writes into a buffer in place (BatchNorm's running statistics) are not
-    rebindings."""
-    class Stateful(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.state = torch.zeros(4)
-            self.inner = torch.nn.Module()
-            self.inner.register_buffer("count", torch.zeros(()))
+def _warm(candidate, module, *args):
+    buffers = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    return candidate._warm_up(module.forward, module, buffers, args)
 
-        def forward(self, x, rebind=True):
-            if rebind:
-                self.state = self.state + x
-            self.inner.count.add_(1)
+
+class _Running(torch.nn.Module):
+    """A running state rebound on every call, beside a None buffer slot, a plain tensor written in
+    place, a list entry and a BatchNorm-like counter."""
+    def __init__(self, rebind=True):
+        super().__init__()
+        self.rebind = rebind
+        self.state = torch.ones(4)
+        self.calls = torch.zeros(())
+        self.history = [torch.zeros(4)]
+        self.register_buffer("mask", None)
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        self.count.add_(1)
+        if self.rebind:
+            self.state = self.state * 0.5 + x
+        return x * self.calls
+
+
+def test_a_forward_that_keeps_a_running_state_is_put_back_whole_and_not_captured(candidate):
+    """``self.state = self.state * 0.5 + x`` on every call: no graph (a replay would skip the
+    rebinding), and the module is as it was before the warm-up calls: the same tensors bound to the
+    same names, None slots kept, values written in place put back. A forward that only writes in
+    place (the counters) is captured, its values put back as well."""
+    m = _Running()
+    state, mask_slot = m.state, dict(m._buffers)
+    assert _warm(candidate, m, torch.randn(4)) is None
+    assert m.state is state and m.state.eq(1).all() and dict(m._buffers).keys() == mask_slot.keys()
+    assert m.mask is None and float(m.calls) == 0 and float(m.count) == 0
+    assert float(m(torch.ones(4))[0]) == 1.0  # the first real call is the first forward
+
+    steady = _Running(rebind=False)
+    written, kept = _warm(candidate, steady, torch.randn(4))
+    assert float(steady.calls) == 0 and float(steady.count) == 0
+    assert {id(t) for t, _ in kept} >= {id(steady.calls), id(steady.count), id(steady.state)}
+
+
+def test_a_state_kept_in_a_list_is_a_running_state(candidate):
+    """``self.history[0] = self.history[0] + x``: the list is the same object, its entry is not."""
+    class Listed(_Running):
+        def forward(self, x):
+            self.history[0] = self.history[0] + x
             return x * 2
 
-    m = Stateful()
-    before = candidate._bindings(m)
-    m(torch.ones(4), rebind=False)
-    assert not candidate._rebound(before, candidate._bindings(m))
-    m(torch.ones(4))
-    assert candidate._rebound(before, candidate._bindings(m))
-    m.extra = torch.ones(1)
-    candidate._restore_bindings(m, before)
-    assert not candidate._rebound(before, candidate._bindings(m)) and not hasattr(m, "extra")
-    assert m.state.eq(0).all()
+    m = Listed(rebind=False)
+    entry = m.history[0]
+    assert _warm(candidate, m, torch.randn(4)) is None
+    assert m.history[0] is entry and entry.eq(0).all()
+
+
+def test_what_only_the_first_call_binds_stays_and_the_forward_is_captured(candidate):
+    """A cache filled once (a None buffer slot, a plain attribute, a lazily made submodule) is what
+    an eager first call leaves too: the capture goes ahead and keeps them. A first call that binds
+    the input's own memory (``self.first = x``) would bind the graph's input buffer: no graph."""
+    class Lazy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(4, 4))
+            self.register_buffer("mask", None)
+            self._wt = None
+
+        def forward(self, x):
+            if self.mask is None:
+                self.mask = torch.ones(4)
+            if self._wt is None:
+                self._wt = self.weight.t().contiguous()
+            if not hasattr(self, "proj"):
+                self.proj = torch.nn.Linear(4, 4)
+            return self.proj(x @ self._wt * self.mask)
+
+    m = Lazy()
+    assert _warm(candidate, m, torch.randn(2, 4)) is not None
+    assert m.mask is not None and m._wt is not None and isinstance(m.proj, torch.nn.Linear)
+
+    class KeepsFirst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = None
+
+        def forward(self, x):
+            if self.first is None:
+                self.first = x
+            return x - self.first
+
+    k = KeepsFirst()
+    assert _warm(candidate, k, torch.randn(4)) is None and k.first is None
+
+
+def test_a_forward_that_writes_its_parameters_in_place_is_refused(candidate):
+    """The warm-up calls' writes into a parameter cannot be undone (parameters are not copied):
+    the capture raises rather than replay a forward the warm-ups have moved."""
+    class Decays(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.w.mul_(0.9)
+            return x * self.w
+
+    with pytest.raises(RuntimeError, match="parameters in place"):
+        _warm(candidate, Decays(), torch.randn(4))
 
 
 @pytest.mark.gpu
