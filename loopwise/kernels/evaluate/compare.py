@@ -28,10 +28,23 @@ def _torch_dtype(name: str):
     return getattr(torch, name.split(".", 1)[1])
 
 
-def poison(tensor) -> bool:
-    """Fills ``tensor`` with the poison pattern of its dtype; False when the dtype has none."""
+# Dtypes with no value that computation never produces (masks, 8- and 16-bit integers, float8):
+# one byte fill before a call, another before its repeat (False, then True for a mask), so that an
+# element never written is wrong in one of the two calls wherever the reference is not that value.
+FILL_BYTES = (0x00, 0x01)
+FILL_BYTES_WIDE = (0x5A, 0xA5)
+
+
+def poison(tensor, phase: int = 0) -> bool:
+    """Fills ``tensor`` with the poison pattern of its dtype (True); where the dtype has none, with
+    the fill of ``phase`` (0: a call, 1: its repeat) and False."""
+    import torch
+
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None:
+        if tensor.numel() and tensor.is_contiguous():
+            fill = FILL_BYTES if tensor.dtype == torch.bool else FILL_BYTES_WIDE
+            tensor.reshape(-1).view(torch.uint8).fill_(fill[phase % 2])
         return False
     tensor.view(_torch_dtype(spec[0])).fill_(spec[1])
     return True

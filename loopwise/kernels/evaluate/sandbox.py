@@ -161,15 +161,16 @@ class Session:
                 "flags_changed": {k: f"{a} -> {b}" for k, (a, b) in changed.items()}}
 
     # -- one correctness trial -------------------------------------------------------------
-    def _poison_allocator(self, out_specs: list) -> None:
-        """Leaves freed blocks of each output's size filled with the poison pattern."""
+    def _poison_allocator(self, out_specs: list, phase: int = 0) -> None:
+        """Leaves freed blocks of each output's size filled with the poison pattern (for a dtype
+        without one, the fill of ``phase``: 0 for a call, 1 for its repeat)."""
         from loopwise.kernels.evaluate.compare import poison
 
         torch = self.torch
         blocks = []
         for shape, dtype in out_specs:
             t = torch.empty(shape, dtype=getattr(torch, dtype.split(".", 1)[1]), device=self.device)
-            poison(t)
+            poison(t, phase)
             blocks.append(t)
         del blocks
 
@@ -251,7 +252,7 @@ class Session:
         reply["mutated_values"], _ = self._export([args[i] for i in mutated], on_device)
         del outs
         if req.get("repeat"):
-            self._poison_allocator(req["out_specs"])
+            self._poison_allocator(req["out_specs"], phase=1)
             outs, more = self._call(inputs.clone_args(pristine))
             reply["repeat_outputs"], _ = self._export(outs, on_device)
             reply["threads"] += more

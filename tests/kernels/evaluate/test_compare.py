@@ -265,3 +265,19 @@ def test_stress_integer_outputs_must_match_the_fp32_or_the_float64_reference():
     assert not v.passed and v.code == "wrong_output" and "1 of 6" in v.message, v
     mask = torch.tensor([True, False, True])
     assert not compare_stress([mask], [mask], [~mask], 20.0, 2e-6).passed
+
+
+def test_dtypes_without_a_poison_value_get_a_fill_that_differs_between_a_call_and_its_repeat():
+    """A mask or an 8/16-bit integer has no value that computation never produces: freed blocks
+    get one fill before a call and another before its repeat (False then True for a mask), so an
+    element the candidate never writes is wrong in one of the two calls."""
+    for dtype in (torch.bool, torch.int8, torch.uint8, torch.int16):
+        a, b = torch.empty(5, 3, dtype=dtype), torch.empty(5, 3, dtype=dtype)
+        assert not poison(a) and not poison(b, phase=1)
+        assert a.unique().numel() == 1 and b.unique().numel() == 1 and not torch.equal(a, b), dtype
+        assert count_poisoned(a) == 0
+    mask = torch.empty(4, dtype=torch.bool)
+    poison(mask)
+    assert not mask.any()
+    poison(mask, phase=1)
+    assert mask.all()
