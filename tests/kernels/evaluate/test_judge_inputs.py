@@ -138,4 +138,3 @@ def test_stress_trials_judge_integer_outputs(tmp_path_factory):
         ev = verdict(j, "argmin_of_magnitudes")
     assert ev.status is Status.WRONG_OUTPUT, ev.summary()
     assert "stress" in messages(ev), ev.reasons
-
