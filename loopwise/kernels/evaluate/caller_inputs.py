@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_stress,
                                                same_function)
+from loopwise.kernels.evaluate.reference import upcast
 
 
 def as_input(v: Verdict, index: int) -> Verdict:
@@ -87,10 +88,23 @@ class CallerInputs:
         written64 = self.ref.float64_written(seed, args, ref_out)
         if written64 is None:
             return None
-        r64 = written64.get(i)
-        if r64 is None:
-            r64 = args[i].to(self.ref.hold).double() if args[i].is_floating_point() else args[i]
+        r64 = self._original64(written64, args, i)
         return [r64] if same_function([r], [r64]) else None
+
+    def _original64(self, written64: dict, args: list, i: int):
+        """What a float64 run left in input ``i`` (``written64``), its original upcast where it
+        left it as it was."""
+        r64 = written64.get(i)
+        return upcast(args[i].to(self.ref.hold)) if r64 is None else r64
+
+    def _input_against_float64(self, i: int, r, r64, c, ref_written: dict, wrote: bool, where: str) -> bool:
+        """Input ``i``'s value ``c`` by the stress rule against its float64 value ``r64`` (``r``
+        the fp32 reference's), rejected as :meth:`_input_stress_failure` says where it fails."""
+        with self.spent("compare"):
+            v = as_input(compare_stress([r], [r64], [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
+        if not v.passed:
+            self._input_stress_failure(i, ref_written, wrote, where, v)
+        return v.passed
 
     def _stress_inputs(self, data, reply: dict, seed: int, dist: str) -> bool:
         """The inputs of a stress trial, as its outputs are judged: those the reference writes by
@@ -99,14 +113,8 @@ class CallerInputs:
         where = f"(stress trial {dist}, seed {seed})"
         for i, r, c, wrote in self._input_values(data.args, data.written32, reply):
             if i in data.written32 and c is not None and r.is_floating_point():
-                r64 = data.written64.get(i)
-                if r64 is None:
-                    r64 = data.args[i].to(self.ref.hold).double()
-                with self.spent("compare"):
-                    v = as_input(compare_stress([r], [r64], [c], self.cfg.stress_error_ratio,
-                                                 self.cfg.stress_error_floor), i)
-                if not v.passed:
-                    self._input_stress_failure(i, data.written32, wrote, where, v)
+                if not self._input_against_float64(i, r, self._original64(data.written64, data.args, i), c,
+                                                   data.written32, wrote, where):
                     return False
                 continue
             with self.spent("compare"):

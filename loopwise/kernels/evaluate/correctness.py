@@ -258,12 +258,8 @@ class TrialRunner(CallerInputs):
             return False
         for i, r, c, wrote in written:
             r64 = self._float64_written(seed, args, ref_out, i, r)
-            if r64 is None:
-                continue
-            with self.spent("compare"):
-                v = as_input(compare_stress([r], r64, [c], self.cfg.stress_error_ratio, self.cfg.stress_error_floor), i)
-            if not v.passed:
-                self._input_stress_failure(i, ref_written, wrote, f"(seed {seed}, against float64)", v)
+            if r64 is not None and not self._input_against_float64(i, r, r64[0], c, ref_written, wrote,
+                                                                   f"(seed {seed}, against float64)"):
                 return False
         return True
 

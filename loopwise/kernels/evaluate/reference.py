@@ -49,7 +49,7 @@ class StressDraw(NamedTuple):
     written64: dict
 
 
-def _upcast(a):
+def upcast(a):
     """A floating tensor in float64 (itself where it is float64); anything else as it is."""
     import torch
 
@@ -294,14 +294,14 @@ class Reference:
         previous = torch.get_default_dtype()
         for default in dict.fromkeys((torch.float64, previous)):
             torch.set_default_dtype(default)
-            args64 = [_upcast(a) for a in inp.to_device(args, self.hold)]  # afresh: a failed attempt may write
+            args64 = [upcast(a) for a in inp.to_device(args, self.hold)]  # afresh: a failed attempt may write
             try:
                 with torch.no_grad():
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None
                 # each input against its original upcast, one at a time (no float64 copy of them all)
                 return out, {i: a64 for i, (a, a64) in enumerate(zip(args, args64))
-                             if isinstance(a64, torch.Tensor) and inp.changed(a64, _upcast(a.to(self.hold)))}
+                             if isinstance(a64, torch.Tensor) and inp.changed(a64, upcast(a.to(self.hold)))}
             except Exception as exc:  # noqa: BLE001
                 self._model64_error = f"{type(exc).__name__}: {exc}"
             finally:
