@@ -87,6 +87,7 @@ from study_rows import (  # noqa: E402 - bench/ is put on the path above
     longest_part_seconds,
     longest_seconds,
     merged_comparison,
+    method_gpus,
     read_rows,
     remaining_methods,
     recorded_settings,
@@ -276,7 +277,11 @@ def _run_by_method(a: argparse.Namespace, settings: StudySettings, unit: tuple[s
     comparison's row when its last method is done. Returns how many methods it ran."""
     task, difficulty, seed = unit
     ran = 0
+    tree_gpu, here = method_gpus(rows).get((task, seed, "tree")), _gpu()
     for method in remaining_methods(rows, task, seed, settings.methods):
+        if method != "tree" and (task, seed, "tree") in method_gpus(rows) and tree_gpu != here:
+            print(f"smollm2_study: {task} seed {seed}: its tree ran on {tree_gpu}, this is {here}: {method} is "
+                  f"left out of its pairs", flush=True)
         estimate = longest_part_seconds(rows)
         guess = estimate.get(task, max(estimate.values(), default=0.0))
         if time.perf_counter() - start + guess > a.time_budget:
@@ -319,6 +324,14 @@ def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: lis
         ran += 1
         _write(out, rows, settings)
     return ran
+
+
+def _gpu() -> str | None:
+    """The GPU model this run is on (None on a CPU): a method's result pairs only with its seed's
+    tree run on the same model."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
 def _read_model(policy: str) -> float:
@@ -365,8 +378,7 @@ def _study(a: argparse.Namespace) -> int:
     load_seconds = _read_model(settings.policy)
     print(f"smollm2_study: {settings.policy} read in {load_seconds:.1f} s", flush=True)
     rows.append({"kind": "meta", "policy": settings.policy, "load_seconds": round(load_seconds, 1),
-                 "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available()
-                 else None, "argv": list(a.argv), "time_budget_s": a.time_budget})
+                 "torch": torch.__version__, "gpu": _gpu(), "argv": list(a.argv), "time_budget_s": a.time_budget})
     start = time.perf_counter()
     if not settings.budget_stages:
         stage = _calibrate(settings, a.device, *tasks[0])

@@ -176,13 +176,40 @@ def longest_seconds(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def method_gpus(rows: list[dict]) -> dict[tuple[str, int, str], str | None]:
+    """(task, seed, method) -> the GPU its row was made on: that of the run (``meta`` row) before it."""
+    gpu, out = None, {}
+    for r in rows:
+        if r["kind"] == "meta":
+            gpu = r.get("gpu")
+        elif r["kind"] == "method":
+            out[(r["task"], r["seed"], r["method"])] = gpu
+    return out
+
+
+def other_gpu_seeds(rows: list[dict], reference: str = "tree") -> dict[str, dict[str, list[int]]]:
+    """Per task and method, the seeds whose method ran on another GPU model than the seed's
+    ``reference``: no pair (two machines' greedy decoding of one base already differs)."""
+    gpus = method_gpus(rows)
+    out: dict[str, dict[str, list[int]]] = {}
+    for (task, seed, method), gpu in gpus.items():
+        ref = gpus.get((task, seed, reference), gpu)
+        if method != reference and gpu != ref:
+            out.setdefault(task, {}).setdefault(method, []).append(seed)
+    return out
+
+
 def seed_results(rows: list[dict]) -> dict[str, list[dict]]:
     """Per task, one entry per finished seed as ``summarize_seeds`` reads it: ``settings.seed`` and
-    each method's ``test_reward`` (and its groups without reward variance, where recorded)."""
+    each method's ``test_reward`` (and its groups without reward variance, where recorded); a
+    method run on another GPU than its seed's tree is left out of that seed."""
     done = {(r["task"], r["seed"]) for r in rows if r["kind"] == "comparison"}
+    other = other_gpu_seeds(rows)
     out: dict[str, dict[int, dict]] = {}
     for r in rows:
         if r["kind"] != "method" or (r["task"], r["seed"]) not in done:
+            continue
+        if r["seed"] in other.get(r["task"], {}).get(r["method"], ()):
             continue
         entry = out.setdefault(r["task"], {}).setdefault(r["seed"], {"settings": {"seed": r["seed"]}, "results": {}})
         entry["results"][r["method"]] = {"test_reward": r["test_reward"],
@@ -199,9 +226,12 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
         size = (len(seeds), settings.budget_stages, settings.depth)
         note = (SIZE if all(a >= b for a, b in zip(size, FULL)) else REDUCED).format(
             seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth, preset=settings.preset)
+        other = other_gpu_seeds(rows).get(task, {})
         for s in summarize(seeds):
-            out.append({"kind": "summary", "task": task, "seeds": len(seeds),
-                        "seed_list": [e["settings"]["seed"] for e in seeds], "note": note, **s})
+            row = {"kind": "summary", "task": task, "seeds": len(seeds),
+                   "seed_list": [e["settings"]["seed"] for e in seeds], "note": note, **s}
+            left_out = sorted(seed for seed in other.get(s["method"], ()) if seed in row["seed_list"])
+            out.append({**row, "other_gpu_seeds": left_out} if left_out else row)
     return out
 
 
@@ -209,5 +239,7 @@ def summary_line(row: dict) -> str:
     """One summary row as a line of the printed table."""
     v = row["versus_tree"]
     span = "" if not v or math.isnan(v["low"]) else f" [{v['low']:+.3f}, {v['high']:+.3f}]"
+    other = row.get("other_gpu_seeds")
+    left_out = (f"; seed {', '.join(map(str, other))} left out: another GPU than the tree's" if other else "")
     return (f"{row['task']:28s} {row['method']:7s} test {row['test']['mean']:.3f}  tree-method "
-            f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}  ({row['seeds']} seeds)")
+            f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}  ({row['seeds']} seeds{left_out})")

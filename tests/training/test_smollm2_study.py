@@ -263,3 +263,33 @@ def test_the_study_runs_and_resumes_on_a_tiny_model_from_disk(tmp_path):
     assert len(methods) == 4 and all(0.0 <= r["test_reward"] <= 1.0 for r in methods)
     assert len({r["samples"] for r in methods if r["method"] == "fixed"}) == 1
     assert {(r["method"], r["seeds"]) for r in _kinds(rows, "summary")} == {("tree", 2), ("fixed", 2)}
+
+
+def test_a_method_run_on_another_gpu_than_its_seeds_tree_is_left_out_of_the_pairing(study, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A comparison resumed a method at a time on another GPU model than its tree's: two machines'
+    greedy decoding of the same base already differ, so that method's seed is no pair. It is run,
+    said at the start, kept in the rows, and left out of that method's summary (which names it)."""
+    out = tmp_path / "study.json"
+    args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0-1", "--budget-stages", "8", "--by-method"]
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    study.stand_in.kill_at = 3  # seed 0's grid
+    with pytest.raises(KeyboardInterrupt):
+        study.main([*args, "--out", str(out)])
+    study.stand_in.kill_at = None
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    assert study.main(["--resume", str(out), *args]) == 0
+    said = capsys.readouterr().out
+    assert "chat:arithmetic seed 0: its tree ran on GPU A, this is GPU B: grid is left out of its pairs" in said
+    summary = {r["method"]: r for r in _kinds(_rows(out), "summary")}
+    assert summary["fixed"]["versus_tree"]["n"] == 2 and "other_gpu_seeds" not in summary["fixed"]
+    assert summary["grid"]["versus_tree"]["n"] == 1 and summary["grid"]["test"]["n"] == 1
+    assert summary["grid"]["other_gpu_seeds"] == [0]
+    assert "seed 0 left out: another GPU than the tree's" in study.summary_line(summary["grid"])
+    assert [r["method"] for r in _kinds(_rows(out), "method") if r["seed"] == 0] == ["tree", "fixed", "grid"]
+
+
+def test_rows_of_one_gpu_pair_as_before(study, tmp_path):
+    out = tmp_path / "study.json"
+    assert study.main([*ARGS, "--seeds", "0-1", "--budget-stages", "2", "--out", str(out)]) == 0
+    assert all("other_gpu_seeds" not in r and r["seeds"] == 2 for r in _kinds(_rows(out), "summary"))
