@@ -121,6 +121,22 @@ def test_only_plain_values_beside_the_tensors_key_a_graph(candidate):
                                                 np.arange(2000), object()))
 
 
+def test_every_submodules_mode_keys_a_graph_not_only_the_owners(candidate):
+    """A graph holds what each submodule's mode made of the forward (a BatchNorm's batch statistics
+    or running ones, a Dropout's mask or none): ``model.eval()`` then ``model.norm.train()`` leaves
+    the owner in eval mode but is not the graph captured under ``model.eval()``."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    x = torch.ones(2, 4)
+    model.eval()
+    evaluated = candidate._graph_key((x, 3), model)
+    model[1].train()
+    assert model.training is False and candidate._graph_key((x, 3), model) != evaluated
+    model.eval()
+    assert candidate._graph_key((x, 3), model) == evaluated
+    assert candidate._graph_key((x, 4), model) != evaluated
+    assert candidate._graph_key((x.t(),), None) != candidate._graph_key((x,), None)
+
+
 def _warm(candidate, module, *args):
     buffers = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     return candidate._warm_up(module.forward, module, buffers, args)
