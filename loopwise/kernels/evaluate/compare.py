@@ -22,6 +22,10 @@ POISON_BITS = {
 }
 
 
+# A complex dtype is poisoned and judged part by part, as its real dtype.
+COMPLEX_PARTS = {"torch.complex64": "torch.float32", "torch.complex128": "torch.float64"}
+
+
 def _torch_dtype(name: str):
     import torch
 
@@ -40,6 +44,8 @@ def poison(tensor, phase: int = 0) -> bool:
     the fill of ``phase`` (0: a call, 1: its repeat) and False."""
     import torch
 
+    if str(tensor.dtype) in COMPLEX_PARTS:
+        return poison(_parts(tensor), phase) if tensor.is_contiguous() else False
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None:
         if tensor.numel() and tensor.is_contiguous():
@@ -51,11 +57,24 @@ def poison(tensor, phase: int = 0) -> bool:
 
 
 def count_poisoned(tensor) -> int:
+    """Elements still holding the poison pattern (a complex one: in either part)."""
+    complex_parts = str(tensor.dtype) in COMPLEX_PARTS
+    if complex_parts:
+        tensor = _parts(tensor)
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None or not tensor.is_contiguous():
         return 0
-    bits = tensor.view(_torch_dtype(spec[0])).reshape(-1)
-    return sum(int((part == spec[1]).sum().item()) for part in bits.split(CHUNK))
+    bits = tensor.view(_torch_dtype(spec[0])).reshape(-1, 2) if complex_parts else tensor.view(
+        _torch_dtype(spec[0])).reshape(-1)
+    hit = (lambda part: (part == spec[1]).any(1)) if complex_parts else (lambda part: part == spec[1])
+    return sum(int(hit(part).sum().item()) for part in bits.split(CHUNK))
+
+
+def _parts(tensor):
+    """A complex tensor as its real view (a trailing dimension of 2: real, imaginary); others as they are."""
+    import torch
+
+    return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
 
 
 # Elements per slice when comparing: float64 temporaries of a whole multi-GiB output would need
@@ -149,7 +168,8 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
             return Verdict(False, "unwritten_output",
                            f"output {i}: {unwritten} of {c.numel()} elements were never written",
                            evidence={"unwritten": unwritten, "numel": c.numel()})
-        if not (r.is_floating_point() or r.is_complex()):
+        r, c = _parts(r), _parts(c)
+        if not r.is_floating_point():
             if not torch.equal(r, c):
                 n = int((r != c).sum().item())
                 return Verdict(False, "wrong_output", f"output {i}: {n} of {c.numel()} integer elements differ")
@@ -275,8 +295,8 @@ def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: fl
         unwritten = count_poisoned(c)
         if unwritten:
             return Verdict(False, "unwritten_output", f"output {i}: {unwritten} elements were never written")
-        if c.is_complex():
-            continue
+        r32, c = _parts(r32), _parts(c)
+        r64 = _parts(r64) if isinstance(r64, torch.Tensor) else r64
         if not c.is_floating_point():
             bad = _integer_stress_mismatch(i, r32, r64, c)
             if bad is not None:
@@ -312,7 +332,26 @@ def _integer_stress_mismatch(i: int, r32, r64, c) -> Verdict | None:
     if differ:
         return Verdict(False, "wrong_output", f"output {i}: {differ} of {c.numel()} integer elements differ from "
                        "both the fp32 reference and the float64 run")
+    if c.dtype == torch.bool or c.dim() == 0 or c.shape[-1] < 2:
+        return None
+    # Rows of distinct indices (argsort, top-k) stay distinct: a row that took entries from both
+    # references where they ordered a near tie differently names one index twice.
+    n = c.shape[-1]
+    step = max(1, CHUNK // n)
+    rows = [t.reshape(-1, n) for t in (r32, alt.to(r32.dtype), c)]
+    mixed = 0
+    for start in range(0, rows[0].shape[0], step):
+        d32, d64, dc = (_distinct_rows(t[start:start + step].to(c.device)) for t in rows)
+        mixed += int((d32 & d64 & ~dc).sum().item())
+    if mixed:
+        return Verdict(False, "wrong_output", f"output {i}: {mixed} of {rows[0].shape[0]} rows repeat an index where "
+                       "the fp32 reference's and the float64 run's rows hold each once")
     return None
+
+
+def _distinct_rows(rows):
+    """Per row of a 2-D integer tensor: whether its entries are all different."""
+    return (rows.sort(dim=-1).values.diff(dim=-1) != 0).all(dim=-1)
 
 
 def _is_half(t) -> bool:

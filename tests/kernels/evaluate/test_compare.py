@@ -267,6 +267,21 @@ def test_stress_integer_outputs_must_match_the_fp32_or_the_float64_reference():
     assert not compare_stress([mask], [mask], [~mask], 20.0, 2e-6).passed
 
 
+def test_stress_index_rows_mixed_from_both_references_must_stay_distinct():
+    """Argsort or top-k rows where rounding swapped a near tie: the fp32 row or the float64 row
+    passes, and so does a row of another near-tie order; a row that takes some entries from one
+    and some from the other and so names one index twice is no answer the Model gives."""
+    r32 = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
+    r64 = torch.tensor([[1, 0, 2, 3], [3, 2, 0, 1]])
+    assert compare_stress([r32], [r64], [r64.clone()], 20.0, 2e-6).passed
+    assert compare_stress([r32], [r64], [torch.tensor([[0, 1, 2, 3], [3, 2, 0, 1]])], 20.0, 2e-6).passed
+    v = compare_stress([r32], [r64], [torch.tensor([[0, 0, 2, 3], [3, 2, 1, 0]])], 20.0, 2e-6)
+    assert not v.passed and v.code == "wrong_output" and "1 of 2 rows" in v.message, v
+    # independent indices (an argmin per row) may repeat: the rule holds only where the references' rows are distinct
+    argmin32, argmin64 = torch.tensor([[2, 2, 0]]), torch.tensor([[2, 1, 0]])
+    assert compare_stress([argmin32], [argmin64], [torch.tensor([[2, 2, 0]])], 20.0, 2e-6).passed
+
+
 def test_dtypes_without_a_poison_value_get_a_fill_that_differs_between_a_call_and_its_repeat():
     """A mask or an 8/16-bit integer has no value that computation never produces: freed blocks
     get one fill before a call and another before its repeat (False then True for a mask), so an
@@ -281,3 +296,28 @@ def test_dtypes_without_a_poison_value_get_a_fill_that_differs_between_a_call_an
     assert not mask.any()
     poison(mask, phase=1)
     assert mask.all()
+
+
+def test_complex_outputs_are_judged_on_both_parts_and_their_unwritten_elements_found():
+    """A complex output (an FFT's) is compared on its real and imaginary parts alike, under both
+    rules; an element whose real or imaginary part the candidate never wrote is found."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 32, generator=g)
+    ref64 = torch.fft.rfft(x.double())
+    ref32 = torch.fft.rfft(x)
+    wrong = ref32.clone()
+    wrong.imag[3, 4] += 1.0  # the real parts all right
+    assert compare_allclose([ref32], [ref32.clone()], 1e-4, 1e-4).passed
+    v = compare_allclose([ref32], [wrong], 1e-4, 1e-4)
+    assert not v.passed and v.code == "wrong_output"
+    assert compare_stress([ref32], [ref64], [ref32.clone()], 20.0, 2e-6).passed
+    v = compare_stress([ref32], [ref64], [wrong], 20.0, 2e-6)
+    assert not v.passed and v.code == "stress_error", v
+    for dtype in (torch.complex64, torch.complex128):
+        out = torch.empty(5, 3, dtype=dtype)
+        assert poison(out)
+        out[:2] = 1 + 2j
+        out.real[4, 0] = 0.5  # its imaginary part never written
+        assert count_poisoned(out) == 9
+        v = compare_stress([out.clone().zero_()], [out.clone().zero_()], [out], 20.0, 2e-6)
+        assert not v.passed and v.code == "unwritten_output" and "9 elements" in v.message
