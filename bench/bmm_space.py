@@ -6,8 +6,9 @@ problems, so that a change to the space is decided on measurements (device only)
 
 The extra settings are made by editing the rendered source's launch line (BN, num_stages), which is
 what a knob for them would emit. For 16-bit problems it also times the batched CUTLASS variant
-(``bmm_cutlass``) at a few valid tile / cluster / schedule settings, built in parallel first. Each timing is the median of triton.testing.do_bench's repeats; the
-reference's time is re-measured before and after each problem.
+(``bmm_cutlass``) at a few valid tile / cluster / schedule settings, built in parallel first. Each
+timing is the median of triton.testing.do_bench's repeats; the reference's time is re-measured
+before and after each problem.
 """
 from __future__ import annotations
 
@@ -50,6 +51,24 @@ def _time(fn) -> float:
     return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
+def _measured(row: dict, source: str, path: Path, ref_mod, model, inputs, expected, error: str = "") -> dict:
+    """``row`` with the candidate's median time and max error against the model's output, or the
+    error that stopped it (a build that failed, a setting that does not compile or fit shared memory)."""
+    try:
+        if error:
+            raise RuntimeError(error)
+        mod = _module(source, path)
+        cand = mod.ModelNew(*ref_mod.get_init_inputs()).cuda().eval()
+        cand.load_state_dict(model.state_dict(), strict=False)
+        got = cand(*inputs)
+        err = (got.float() - expected.float()).abs().max().item()
+        row.update(ms=_time(lambda: cand(*inputs)), max_err=err)
+    except Exception as exc:  # noqa: BLE001 - a row of its own
+        row.update(ms="", max_err="", error=f"{type(exc).__name__}: {str(exc)[:120]}")
+    print(row, flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+")
@@ -78,17 +97,7 @@ def main() -> None:
                         f"triton.cdiv(N, {block})", f"triton.cdiv(N, {2 * block})")
                 row = {"problem": Path(spec).name, "variant": "bmm", "block": block, "warps": warps, "chunk": chunk,
                        "stages": stages, "bn": block * (2 if wide else 1)}
-                try:
-                    mod = _module(source, tmp / f"cand_{i}.py")
-                    cand = mod.ModelNew(*ref_mod.get_init_inputs()).cuda().eval()
-                    cand.load_state_dict(model.state_dict(), strict=False)
-                    got = cand(*inputs)
-                    err = (got.float() - expected.float()).abs().max().item()
-                    row.update(ms=_time(lambda: cand(*inputs)), max_err=err)
-                except Exception as exc:  # a setting that does not compile or fit shared memory
-                    row.update(ms="", max_err="", error=f"{type(exc).__name__}: {str(exc)[:80]}")
-                rows.append(row)
-                print(row, flush=True)
+                rows.append(_measured(row, source, tmp / f"cand_{i}.py", ref_mod, model, inputs, expected))
             if pattern.params and dict(pattern.params).get("dtype") in ("float16", "bfloat16"):
                 files = []
                 for j, knobs in enumerate(k for k in CUTLASS if valid("bmm_cutlass", k)):
@@ -101,19 +110,7 @@ def main() -> None:
                 built = ["" if b.ok else b.message for b in builds]
                 for (knobs, path), error in zip(files, built):
                     row = {"problem": Path(spec).name, "variant": "bmm_cutlass", **knobs}
-                    try:
-                        if error:
-                            raise RuntimeError(error)
-                        mod = _module(path.read_text(), path)
-                        cand = mod.ModelNew(*ref_mod.get_init_inputs()).cuda().eval()
-                        cand.load_state_dict(model.state_dict(), strict=False)
-                        got = cand(*inputs)
-                        err = (got.float() - expected.float()).abs().max().item()
-                        row.update(ms=_time(lambda: cand(*inputs)), max_err=err)
-                    except Exception as exc:
-                        row.update(ms="", max_err="", error=f"{type(exc).__name__}: {str(exc)[:120]}")
-                    rows.append(row)
-                    print(row, flush=True)
+                    rows.append(_measured(row, path.read_text(), path, ref_mod, model, inputs, expected, error))
             ref_after = _time(lambda: model(*inputs))
         for row in rows:
             if row["problem"] == Path(spec).name:
