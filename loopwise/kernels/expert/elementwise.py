@@ -45,6 +45,42 @@ UNARY = {
 }
 # mish(x) = x * tanh(softplus(x)); softplus >= 0, where this tanh form is stable.
 UNARY["mish"] = "({a} * " + UNARY["tanh"].replace("{a}", UNARY["softplus"]) + ")"
+
+# On the GPU, the operations as PyTorch's own CUDA kernels compute them in fp32: the same formula
+# over the same functions of CUDA's math library (libdevice: expf, log1pf, tanhf, ...), IEEE
+# division and square root. The result is then PyTorch's to the bit where the formula leaves the
+# compiler nothing to contract, so an index taken after them (an argmin over a mish) breaks ties
+# as the Model does. Triton's CPU interpreter has no libdevice: there the portable forms above run.
+CUDA_MATH = {
+    "exp": "_libdevice.exp({a})", "log": "_libdevice.log({a})", "tanh": "_libdevice.tanh({a})",
+    "erf": "_libdevice.erf({a})", "log1p": "_libdevice.log1p({a})", "expm1": "_libdevice.expm1({a})",
+    "sin": "_libdevice.sin({a})", "cos": "_libdevice.cos({a})", "sqrt": "tl.sqrt_rn({a})",
+    "rsqrt": "_libdevice.rsqrt({a})", "reciprocal": "tl.div_rn(1.0, {a})",
+    "sigmoid": "tl.div_rn(1.0, 1.0 + _libdevice.exp(-{a}))",
+    "silu": "tl.div_rn({a}, 1.0 + _libdevice.exp(-{a}))",
+    "softplus": "tl.where({a} > 20.0, {a}, _libdevice.log1p(_libdevice.exp({a})))",
+    "mish": "({a} * _libdevice.tanh(_libdevice.log1p(_libdevice.exp({a}))))",
+    "gelu": "({a} * 0.5 * (1.0 + _libdevice.erf({a} * 0.7071067811865476)))",
+}
+for _name, _form in CUDA_MATH.items():
+    UNARY[_name] = f"({_form} if _CUDA_MATH else {UNARY[_name]})"
+
+# What a kernel source that uses those forms needs at module level (after ``import triton.language as tl``).
+CUDA_MATH_HEADER = (
+    "from triton.language.extra import libdevice as _libdevice  # CUDA's math library, as PyTorch's kernels call it\n"
+    "_knobs = getattr(triton, \"knobs\", None)  # where Triton interprets on the CPU (no libdevice), the portable forms\n"
+    "_CUDA_MATH = tl.constexpr(_knobs is not None and not _knobs.runtime.interpret)\n")
+
+
+def with_cuda_math(source: str) -> str:
+    """``source`` with :data:`CUDA_MATH_HEADER` after its ``import triton.language as tl`` line
+    where its kernels use the CUDA math forms; unchanged where they do not."""
+    if "_CUDA_MATH" not in source or "\n_CUDA_MATH = " in source:
+        return source
+    anchor = "import triton.language as tl\n"
+    if anchor not in source:
+        raise ValueError("a kernel source with CUDA math forms has no `import triton.language as tl` line")
+    return source.replace(anchor, anchor + CUDA_MATH_HEADER, 1)
 FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
              torch.tanh: "tanh", F.tanh: "tanh", torch.exp: "exp", torch.log: "log", torch.sqrt: "sqrt",
              torch.abs: "abs", torch.neg: "neg", operator.neg: "neg", F.gelu: "gelu", F.silu: "silu",

@@ -7,6 +7,7 @@ import keyword
 from importlib import resources
 
 from loopwise.kernels.expert import matmul_variants
+from loopwise.kernels.expert.elementwise import with_cuda_math
 from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
 from loopwise.kernels.expert.capture import capture
 from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
@@ -348,7 +349,7 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         if marker not in source:
             raise ValueError(f"template {kind!r} has no `class ModelNew(nn.Module):` to put the problem's helpers before")
         source = source.replace(marker, "\n" + pattern.helpers + "\n" + marker, 1)
-    return source
+    return with_cuda_math(source)
 
 
 def _note_and_values(kind: str, pattern: Pattern, params: dict, precision: str = "fp32") -> tuple[str, dict]:
