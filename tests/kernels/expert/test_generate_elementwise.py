@@ -199,13 +199,14 @@ def test_cross_entropy_is_one_pass_per_row_and_judged_correct(tmp_path, monkeypa
 
 def test_param_free_source_is_unchanged():
     """Problems without model tensors get, byte for byte, the source they got before model tensors
-    were supported, so earlier results stay comparable."""
+    were supported (since the CUDA math forms, which changed every source with a transcendental
+    operation), so earlier results stay comparable."""
     import hashlib
 
     source, _ = generate(load_problem(str(HERE / "chain.py")))
     assert source == CHAIN_SOURCE
     source, _ = generate(load_problem(str(HERE / "activations.py")), {"block": 256, "warps": 2})
-    digest = "0b04a5cd87bfa7c5756938cc8b9ffb2ecd85b94dd13eb5808abcbd27e997338f"
+    digest = "8b4959b5351a50c9fbde802b42e162f8587775f3283d6b5c77aa92a3336c89d4"
     assert hashlib.sha256(source.encode()).hexdigest() == digest
 
 
@@ -218,6 +219,9 @@ import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice as _libdevice  # CUDA's math library, as PyTorch's kernels call it
+_knobs = getattr(triton, "knobs", None)  # where Triton interprets on the CPU (no libdevice), the portable forms
+_CUDA_MATH = tl.constexpr(_knobs is not None and not _knobs.runtime.interpret)
 
 
 @triton.jit
@@ -228,8 +232,8 @@ def fused_elementwise_kernel(x0_ptr, x1_ptr, out_ptr, n_elements, BLOCK: tl.cons
     x1 = tl.load(x1_ptr + offsets, mask=mask, other=0.0)
     t0 = (x0 * 1.7)  # mul
     t1 = (t0 + x1)  # add
-    t2 = (0.5 * t1 * (1.0 + tl.math.erf(t1 * 0.7071067811865476)))  # gelu
-    t3 = (1.0 / (1.0 + tl.exp(-t2)))  # sigmoid
+    t2 = ((t1 * 0.5 * (1.0 + _libdevice.erf(t1 * 0.7071067811865476))) if _CUDA_MATH else (0.5 * t1 * (1.0 + tl.math.erf(t1 * 0.7071067811865476))))  # gelu
+    t3 = (tl.div_rn(1.0, 1.0 + _libdevice.exp(-t2)) if _CUDA_MATH else (1.0 / (1.0 + tl.exp(-t2))))  # sigmoid
     t4 = (t3 - 0.5)  # sub
     t5 = tl.where(t4 >= 0.0, t4, t4 * 0.05)  # leaky_relu
     t6 = tl.minimum(t5, 0.3, propagate_nan=tl.PropagateNan.ALL)  # clamp
