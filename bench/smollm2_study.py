@@ -277,16 +277,17 @@ def _run_by_method(a: argparse.Namespace, settings: StudySettings, unit: tuple[s
     comparison's row when its last method is done. Returns how many methods it ran."""
     task, difficulty, seed = unit
     ran = 0
-    tree_gpu, here = method_gpus(rows).get((task, seed, "tree")), _gpu()
+    here = _gpu()
     for method in remaining_methods(rows, task, seed, settings.methods):
-        if method != "tree" and (task, seed, "tree") in method_gpus(rows) and tree_gpu != here:
-            print(f"smollm2_study: {task} seed {seed}: its tree ran on {tree_gpu}, this is {here}: {method} is "
-                  f"left out of its pairs", flush=True)
         estimate = longest_part_seconds(rows)
         guess = estimate.get(task, max(estimate.values(), default=0.0))
         if time.perf_counter() - start + guess > a.time_budget:
             print(f"smollm2_study: {task} seed {seed} {method} would end past {a.time_budget:.0f} s: not run", flush=True)
             break
+        gpus = method_gpus(rows)
+        if method != "tree" and (task, seed, "tree") in gpus and gpus[(task, seed, "tree")] != here:
+            print(f"smollm2_study: {task} seed {seed}: its tree ran on {gpus[(task, seed, 'tree')]}, this is {here}: "
+                  f"{method} is left out of its pairs", flush=True)
         new = _attempt(settings, a.device, task, difficulty, seed, (method,))
         if new[0]["kind"] == "comparison":
             new[0] = {**new[0], "kind": "part", "methods": [method]}

@@ -227,11 +227,18 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
         note = (SIZE if all(a >= b for a, b in zip(size, FULL)) else REDUCED).format(
             seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth, preset=settings.preset)
         other = other_gpu_seeds(rows).get(task, {})
-        for s in summarize(seeds):
-            row = {"kind": "summary", "task": task, "seeds": len(seeds),
-                   "seed_list": [e["settings"]["seed"] for e in seeds], "note": note, **s}
-            left_out = sorted(seed for seed in other.get(s["method"], ()) if seed in row["seed_list"])
-            out.append({**row, "other_gpu_seeds": left_out} if left_out else row)
+        common = {"kind": "summary", "task": task, "seeds": len(seeds),
+                  "seed_list": [e["settings"]["seed"] for e in seeds], "note": note}
+        summaries = summarize(seeds)
+        for s in summaries:
+            left_out = sorted(seed for seed in other.get(s["method"], ()) if seed in common["seed_list"])
+            out.append({**common, **s, "other_gpu_seeds": left_out} if left_out else {**common, **s})
+        # a method run on another GPU than the tree's in every seed: said, with no pair
+        for method in sorted(set(other) - {s["method"] for s in summaries}):
+            left_out = sorted(seed for seed in other[method] if seed in common["seed_list"])
+            if left_out:
+                out.append({**common, "method": method, "test": None, "versus_tree": None,
+                            "verdict": "no pair", "other_gpu_seeds": left_out})
     return out
 
 
@@ -241,5 +248,6 @@ def summary_line(row: dict) -> str:
     span = "" if not v or math.isnan(v["low"]) else f" [{v['low']:+.3f}, {v['high']:+.3f}]"
     other = row.get("other_gpu_seeds")
     left_out = (f"; seed {', '.join(map(str, other))} left out: another GPU than the tree's" if other else "")
-    return (f"{row['task']:28s} {row['method']:7s} test {row['test']['mean']:.3f}  tree-method "
+    test = f"{row['test']['mean']:.3f}" if row.get("test") else "  -  "
+    return (f"{row['task']:28s} {row['method']:7s} test {test}  tree-method "
             f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}  ({row['seeds']} seeds{left_out})")

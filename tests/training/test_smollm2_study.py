@@ -289,7 +289,27 @@ def test_a_method_run_on_another_gpu_than_its_seeds_tree_is_left_out_of_the_pair
     assert [r["method"] for r in _kinds(_rows(out), "method") if r["seed"] == 0] == ["tree", "fixed", "grid"]
 
 
-def test_rows_of_one_gpu_pair_as_before(study, tmp_path):
+@pytest.mark.parametrize("by_method", [False, True])
+def test_rows_of_one_gpu_pair_as_before_and_nothing_is_said(study, tmp_path, capsys, monkeypatch, by_method):
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
     out = tmp_path / "study.json"
-    assert study.main([*ARGS, "--seeds", "0-1", "--budget-stages", "2", "--out", str(out)]) == 0
+    assert study.main([*ARGS, "--seeds", "0-1", "--budget-stages", "2", "--out", str(out),
+                       *(["--by-method"] if by_method else [])]) == 0
     assert all("other_gpu_seeds" not in r and r["seeds"] == 2 for r in _kinds(_rows(out), "summary"))
+    assert "left out" not in capsys.readouterr().out
+
+
+def test_a_method_on_another_gpu_in_every_seed_is_said_with_no_pair(study, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "study.json"
+    args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0", "--budget-stages", "8", "--by-method"]
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    study.stand_in.kill_at = 3  # grid
+    with pytest.raises(KeyboardInterrupt):
+        study.main([*args, "--out", str(out)])
+    study.stand_in.kill_at = None
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    assert study.main(["--resume", str(out), *args]) == 0
+    summary = {r["method"]: r for r in _kinds(_rows(out), "summary")}
+    assert summary["grid"]["verdict"] == "no pair" and summary["grid"]["other_gpu_seeds"] == [0]
+    said = capsys.readouterr().out
+    assert "grid    test   -    tree-method +nan  no pair  (1 seeds; seed 0 left out" in said, said
