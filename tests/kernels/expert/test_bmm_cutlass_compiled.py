@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from loopwise.kernels.expert import capture
 from loopwise.kernels.expert.generate import render, variants
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import bmm_pattern, generated_style_problem  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import bmm_pattern, generated_style_problem, matmul_pattern  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 def _kernel(source: str) -> str:
@@ -71,6 +72,47 @@ def test_the_kernel_compiles_for_hopper_to_wgmma_with_tma(tmp_path, dtype, trans
     ops = {(op.opcode, op.inputs, op.accumulator, op.shape) for op in kernel.tensor_core}
     assert ops == {("HGMMA", "BF16" if dtype == "bfloat16" else "F16", "F32", shape)}
     assert kernel.tma_copies > 0 and kernel.local_loads == 0 and kernel.local_stores == 0
+
+
+def _strings(source: str) -> str:
+    """KERNEL + GLUE: the one CUDA source ``load_inline`` builds."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] in (["KERNEL"],
+                                                                                                       ["GLUE"]):
+            found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found["KERNEL"] + found["GLUE"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bmm_cutlass", "matmul_cutlass"])
+def test_the_whole_extension_source_compiles_for_hopper_without_a_gpu(tmp_path, kind):
+    """KERNEL and GLUE together, as load_inline builds them (the glue's checks of each operand are
+    one macro both templates share), compiled to an object file by nvcc for sm_90a with torch's
+    headers: no GPU, no link. The CPU wheel of torch lacks one header its CUDA build generates
+    (``c10/cuda/impl/cuda_cmake_macros.h``); a copy of it with the one macro it defines is put first."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    from loopwise.kernels.backends import cutlass_include_dirs
+
+    nvcc = shutil.which("nvcc")
+    cuda = Path(nvcc).resolve().parents[1] / "include" if nvcc else None
+    if nvcc is None or not cutlass_include_dirs() or not (cuda / "cuda_runtime.h").exists():
+        pytest.skip("needs nvcc, the CUDA headers and the nvidia-cutlass headers")
+    stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    pattern = (bmm_pattern("bfloat16", False, True) if kind == "bmm_cutlass"
+               else matmul_pattern("float16", trans_a=True))
+    cu = tmp_path / "extension.cu"
+    cu.write_text(_strings(render(pattern, {"template": kind})))
+    includes = [tmp_path / "stub", *include_paths(), cuda, sysconfig.get_paths()["include"], *cutlass_include_dirs()]
+    cmd = [nvcc, "-std=c++17", "-O0", "-DNDEBUG", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
+           "-DTORCH_EXTENSION_NAME=lw_check", *[f"-I{d}" for d in includes], "-c", str(cu), "-o", str(tmp_path / "x.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 M, N, K = 1001, 776, 520  # M a multiple of no tile (it is no operand's contiguous extent unless A is transposed)
