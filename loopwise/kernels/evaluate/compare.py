@@ -45,7 +45,7 @@ def poison(tensor, phase: int = 0) -> bool:
     import torch
 
     if str(tensor.dtype) in COMPLEX_PARTS:
-        return poison(_parts(tensor), phase) if tensor.is_contiguous() else False
+        return poison(_stored_parts(tensor), phase) if tensor.is_contiguous() else False
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None:
         if tensor.numel() and tensor.is_contiguous():
@@ -60,7 +60,7 @@ def count_poisoned(tensor) -> int:
     """Elements still holding the poison pattern (a complex one: in either part)."""
     complex_parts = str(tensor.dtype) in COMPLEX_PARTS
     if complex_parts:
-        tensor = _parts(tensor)
+        tensor = _stored_parts(tensor)
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None or not tensor.is_contiguous():
         return 0
@@ -71,10 +71,26 @@ def count_poisoned(tensor) -> int:
 
 
 def _parts(tensor):
-    """A complex tensor as its real view (a trailing dimension of 2: real, imaginary); others as they are."""
+    """A complex tensor's values as a real tensor (a trailing dimension of 2: real, imaginary);
+    others as they are."""
     import torch
 
     return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+
+
+def _stored_parts(tensor):
+    """A complex tensor's memory as a real view, what was written there (a conjugate view's
+    imaginary parts as stored, not negated in a copy)."""
+    import torch
+
+    return torch.view_as_real(tensor.conj() if tensor.is_conj() else tensor)
+
+
+def _wide(tensor):
+    """``tensor`` in float64, or complex128 for a complex one (``.double()`` drops imaginary parts)."""
+    import torch
+
+    return tensor.to(torch.complex128) if tensor.is_complex() else tensor.double()
 
 
 # Elements per slice when comparing: float64 temporaries of a whole multi-GiB output would need
@@ -168,8 +184,7 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
             return Verdict(False, "unwritten_output",
                            f"output {i}: {unwritten} of {c.numel()} elements were never written",
                            evidence={"unwritten": unwritten, "numel": c.numel()})
-        r, c = _parts(r), _parts(c)
-        if not r.is_floating_point():
+        if not (r.is_floating_point() or r.is_complex()):
             if not torch.equal(r, c):
                 n = int((r != c).sum().item())
                 return Verdict(False, "wrong_output", f"output {i}: {n} of {c.numel()} integer elements differ")
@@ -181,15 +196,15 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
             nonfinite += int((fin_r & ~fin_c).sum().item())
             if nonfinite:
                 continue
-            diff = (cs.double() - rs.double()).abs()
+            diff = (_wide(cs) - _wide(rs)).abs()  # complex: the modulus, as torch.allclose reads it
             diff = torch.where(fin_r & fin_c, diff, torch.zeros_like(diff))
             if diff.numel():
                 worst_abs = max(worst_abs, float(diff.max()))
-                rel = diff / rs.double().abs().clamp_min(1e-12)
+                rel = diff / _wide(rs).abs().clamp_min(1e-12)
                 worst_rel = max(worst_rel, float(torch.where(fin_r, rel, torch.zeros_like(rel)).max()))
             if not torch.allclose(cs, rs, atol=atol_i, rtol=rtol_i, equal_nan=True):
                 failed = True  # also for NaN against a number, or an infinity of the other sign
-                over += int((diff > atol_i + rtol_i * rs.double().abs()).sum().item())
+                over += int((diff > atol_i + rtol_i * _wide(rs).abs()).sum().item())
         if nonfinite:
             return Verdict(False, "nan_output",
                            f"output {i}: {nonfinite} elements are NaN/Inf where the reference is finite")
@@ -233,8 +248,9 @@ def same_function(ref: list, ref64: list) -> bool:
     import torch
 
     for r, r64 in zip(ref, ref64):
-        if isinstance(r, torch.Tensor) and r.is_floating_point() and isinstance(r64, torch.Tensor) \
-                and r.numel() and normwise_error(r, judged_float64(r, r64)) > WRONG_NOT_IMPRECISE:
+        if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex()) \
+                and isinstance(r64, torch.Tensor) and r.numel() \
+                and normwise_error(_parts(r), judged_float64(_parts(r), _parts(r64))) > WRONG_NOT_IMPRECISE:
             return False
     return True
 

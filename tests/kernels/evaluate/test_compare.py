@@ -321,3 +321,23 @@ def test_complex_outputs_are_judged_on_both_parts_and_their_unwritten_elements_f
         assert count_poisoned(out) == 9
         v = compare_stress([out.clone().zero_()], [out.clone().zero_()], [out], 20.0, 2e-6)
         assert not v.passed and v.code == "unwritten_output" and "9 elements" in v.message
+        # a conjugate view: its memory is what was written (poisoned and counted there, not in a copy)
+        stored = torch.empty(4, dtype=dtype)
+        view = stored.conj()
+        assert poison(view) and count_poisoned(view) == 4
+        stored.real[:] = 1.0
+        assert count_poisoned(view) == 4 and count_poisoned(stored) == 4
+        stored.imag[:] = 2.0
+        assert count_poisoned(view) == 0
+
+
+def test_complex_outputs_get_kernelbench_tolerance_on_their_modulus():
+    """allclose reads a complex difference by its modulus: the exact answer rounded to complex64,
+    where one part of an entry is near zero and the other large, passes at 1e-4."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4096, generator=g) * 100
+    ref = torch.fft.rfft(x)
+    exact = torch.fft.rfft(x.double()).to(torch.complex64)
+    assert compare_allclose([ref], [exact], 1e-4, 1e-4).passed
+    v = compare_allclose([ref], [ref * (1 + 1e-3)], 1e-4, 1e-4)
+    assert not v.passed and v.max_abs_err > 0
