@@ -46,11 +46,15 @@ UNARY = {
 # mish(x) = x * tanh(softplus(x)); softplus >= 0, where this tanh form is stable.
 UNARY["mish"] = "({a} * " + UNARY["tanh"].replace("{a}", UNARY["softplus"]) + ")"
 
-# On the GPU, the operations as PyTorch's own CUDA kernels compute them in fp32: the same formula
-# over the same functions of CUDA's math library (libdevice: expf, log1pf, tanhf, ...), IEEE
-# division and square root. The result is then PyTorch's to the bit where the formula leaves the
-# compiler nothing to contract, so an index taken after them (an argmin over a mish) breaks ties
-# as the Model does. Triton's CPU interpreter has no libdevice: there the portable forms above run.
+# On the GPU, these operations as PyTorch's own CUDA kernels compute them in fp32: the same formula
+# over the same functions of CUDA's math library (libdevice: expf, log1pf, tanhf, ...), and IEEE
+# division and square root where the formula divides or takes one. An operation's result is then
+# PyTorch's to the bit, so an index taken after it (an argmin over a mish) breaks ties as the
+# Model does; except where a value is subnormal (Triton links libdevice's flush-to-zero variants)
+# and across operations fused into one kernel (the compiler may contract a product and the next
+# operation's sum into one fma, where PyTorch rounds between its kernels). Other operations
+# (division, softsign, hardsigmoid) keep Triton's own arithmetic. Triton's CPU interpreter has no
+# libdevice: there the portable forms above run.
 CUDA_MATH = {
     "exp": "_libdevice.exp({a})", "log": "_libdevice.log({a})", "tanh": "_libdevice.tanh({a})",
     "erf": "_libdevice.erf({a})", "log1p": "_libdevice.log1p({a})", "expm1": "_libdevice.expm1({a})",

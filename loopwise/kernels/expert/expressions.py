@@ -85,7 +85,7 @@ def _special(target, args, kw, a) -> tuple[str, str]:
         if isinstance(power, (int, float)) and not isinstance(power, bool) and float(power) in (2.0, 3.0, 4.0):
             return "(" + " * ".join([a] * int(power)) + ")", "square" if power == 2 else f"pow{int(power)}"
         if power == 0.5:
-            return f"tl.sqrt({a})", "sqrt"
+            return ew.UNARY["sqrt"].format(a=a), "sqrt"
         raise ew.Unsupported(f"pow with exponent {power!r} (2, 3, 4 and 0.5 are expressed)")
     raise ew.Unsupported(f"operation {getattr(target, '__name__', target)}")
 

@@ -128,12 +128,12 @@ def test_every_submodules_mode_keys_a_graph_not_only_the_owners(candidate):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
     x = torch.ones(2, 4)
     model.eval()
-    evaluated = candidate._graph_key((x, 3), model)
+    evaluated = candidate._graph_key((x, 3), tuple(model.modules()))
     model[1].train()
-    assert model.training is False and candidate._graph_key((x, 3), model) != evaluated
+    assert model.training is False and candidate._graph_key((x, 3), tuple(model.modules())) != evaluated
     model.eval()
-    assert candidate._graph_key((x, 3), model) == evaluated
-    assert candidate._graph_key((x, 4), model) != evaluated
+    assert candidate._graph_key((x, 3), tuple(model.modules())) == evaluated
+    assert candidate._graph_key((x, 4), tuple(model.modules())) != evaluated
     assert candidate._graph_key((x.t(),), None) != candidate._graph_key((x,), None)
 
 
