@@ -4,8 +4,6 @@ the portable forms where Triton interprets on the CPU. The GPU test compares bit
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from loopwise.kernels.check import scan
@@ -14,7 +12,7 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.generate import render
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import generated_style_problem, judge_on_cpu  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import generated_style_problem, judge_on_cpu, load_candidate  # noqa: E402 - tests/kernels/expert on sys.path
 
 # (name, forward): inputs moved into each function's domain by exact operations (abs, + 0.5)
 OPS = [("exp", "x = torch.exp(x)"), ("log", "x = torch.log(x.abs() + 0.5)"), ("tanh", "x = torch.tanh(x)"),
@@ -84,11 +82,7 @@ def test_on_the_gpu_each_operation_equals_pytorchs_bit_for_bit(tmp_path, dtype):
         problem = _problem(tmp_path, name, forward, dtype)
         source = render(capture(problem))
         assert "_libdevice" in source or name in ("sqrt", "reciprocal"), name
-        path = tmp_path / f"{name}_{dtype}_candidate.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_candidate(source, tmp_path, f"{name}_{dtype}_candidate")
         reference = problem.load_module()
         torch.manual_seed(0)
         inputs = [x.cuda() for x in reference.get_inputs()]
