@@ -97,9 +97,12 @@ def test_the_whole_extension_source_compiles_for_hopper_without_a_gpu(tmp_path, 
 
     from loopwise.kernels.backends import cutlass_include_dirs
 
+    import os
+
     nvcc = shutil.which("nvcc")
-    cuda = Path(nvcc).resolve().parents[1] / "include" if nvcc else None
-    if nvcc is None or not cutlass_include_dirs() or not (cuda / "cuda_runtime.h").exists():
+    homes = [os.environ.get("CUDA_HOME"), nvcc and Path(nvcc).resolve().parents[1], "/usr/local/cuda"]
+    cuda = next((Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda_runtime.h").exists()), None)
+    if nvcc is None or not cutlass_include_dirs() or cuda is None:
         pytest.skip("needs nvcc, the CUDA headers and the nvidia-cutlass headers")
     stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
     stub.mkdir(parents=True)
