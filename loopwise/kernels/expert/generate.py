@@ -7,9 +7,9 @@ import keyword
 from importlib import resources
 
 from loopwise.kernels.expert import matmul_variants
-from loopwise.kernels.expert.elementwise import with_cuda_math
 from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
 from loopwise.kernels.expert.capture import capture
+from loopwise.kernels.expert.elementwise import with_cuda_math
 from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
 from loopwise.kernels.expert.pattern import Pattern
 
