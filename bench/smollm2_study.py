@@ -20,7 +20,9 @@ one ``kind: "method"`` row per task, seed and method (test and tune reward, the 
 tokens, stages, seconds, the schedule's configs) and one ``kind: "comparison"`` row per task and
 seed (the warm start, every stage's wall time), ``kind: "error"`` rows for comparisons that failed,
 then ``kind: "summary"`` rows per task over every finished seed (each method's mean test reward and
-the tree's paired difference, 95% intervals). The file is rewritten after every comparison, so a
+the tree's paired difference, 95% intervals; a seed whose method ran on another GPU model than its
+tree is left out of that method's row and named in its ``other_gpu_seeds``, and a method left out
+so in every seed has a row with ``test`` and ``versus_tree`` None and the verdict "no pair"). The file is rewritten after every comparison, so a
 killed run keeps what finished.
 
 The full-size study (the tiny policies' comparison: 8 default stages per method, depth 4, 5
@@ -312,6 +314,10 @@ def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: lis
     estimate = longest_seconds(rows)
     ran = 0
     for task, difficulty, seed in todo:
+        if any(r["kind"] == "part" and (r["task"], r["seed"]) == (task, seed) for r in rows):
+            # begun a method at a time: finished so, its parts merged into one comparison row
+            ran += 1 if _run_by_method(a, settings, (task, difficulty, seed), rows, out, start) else 0
+            continue
         guess = estimate.get(task, max(estimate.values(), default=0.0))
         if time.perf_counter() - start + guess > a.time_budget:
             print(f"smollm2_study: {task} seed {seed} would end past {a.time_budget:.0f} s: not run", flush=True)

@@ -313,3 +313,23 @@ def test_a_method_on_another_gpu_in_every_seed_is_said_with_no_pair(study, tmp_p
     assert summary["grid"]["verdict"] == "no pair" and summary["grid"]["other_gpu_seeds"] == [0]
     said = capsys.readouterr().out
     assert "grid    test   -    tree-method +nan  no pair  (1 seeds; seed 0 left out" in said, said
+
+
+def test_a_comparison_begun_a_method_at_a_time_is_finished_so_without_by_method(study, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """Resumed without --by-method on another GPU: the rest still runs a method at a time (said
+    where it leaves a method out of its pairs), and the parts merge into one comparison row."""
+    out = tmp_path / "study.json"
+    args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0", "--budget-stages", "8"]
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    study.stand_in.kill_at = 3  # grid
+    with pytest.raises(KeyboardInterrupt):
+        study.main([*args, "--by-method", "--out", str(out)])
+    study.stand_in.kill_at = None
+    study.stand_in.methods.clear()
+    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    assert study.main(["--resume", str(out), *args]) == 0
+    assert "grid is left out of its pairs" in capsys.readouterr().out
+    assert study.stand_in.methods == [("grid",)]
+    [comparison] = _kinds(_rows(out), "comparison")
+    assert comparison["parts"] == 3 and [st["method"] for st in comparison["stages"]] == ["tree", "fixed", "grid"]
