@@ -22,7 +22,8 @@ POISON_BITS = {
 }
 
 
-# A complex dtype is poisoned and judged part by part, as its real dtype.
+# A complex dtype is poisoned and counted part by part, as its real dtype, and judged so under the
+# stress rule; allclose reads a complex difference by its modulus, as torch.allclose does.
 COMPLEX_PARTS = {"torch.complex64": "torch.float32", "torch.complex128": "torch.float64"}
 
 

@@ -44,6 +44,8 @@ def test_a_source_using_the_forms_gets_the_header_once_and_passes_the_static_sca
     assert source.count("\n_CUDA_MATH = ") == 1 and "_libdevice.tanh(_libdevice.log1p(_libdevice.exp(" in source
     assert ew.with_cuda_math(source) == source
     assert scan(source) == []
+    root = render(capture(_problem(tmp_path, "root", "x = torch.pow(x.abs(), 0.5)")))
+    assert "tl.sqrt_rn(" in root and "tl.sqrt(" in root  # pow(x, 0.5) takes the sqrt forms
     plain = "import triton.language as tl\nx = 1\n"
     assert ew.with_cuda_math(plain) == plain
     with pytest.raises(ValueError, match="import triton.language as tl"):
