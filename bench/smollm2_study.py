@@ -279,7 +279,7 @@ def _run_by_method(a: argparse.Namespace, settings: StudySettings, unit: tuple[s
     comparison's row when its last method is done. Returns how many methods it ran."""
     task, difficulty, seed = unit
     ran = 0
-    here = _gpu()
+    here = _gpu(a.device)
     for method in remaining_methods(rows, task, seed, settings.methods):
         estimate = longest_part_seconds(rows)
         guess = estimate.get(task, max(estimate.values(), default=0.0))
@@ -333,12 +333,14 @@ def _run_within_budget(a: argparse.Namespace, settings: StudySettings, todo: lis
     return ran
 
 
-def _gpu() -> str | None:
-    """The GPU model this run is on (None on a CPU): a method's result pairs only with its seed's
-    tree run on the same model."""
+def _gpu(device: str) -> str | None:
+    """The GPU model this run's ``--device`` is (None for the CPU): a method's result pairs only
+    with its seed's tree run on the same model."""
     import torch
 
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    if device == "cpu" or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(None if device in ("auto", "cuda") else torch.device(device))
 
 
 def _read_model(policy: str) -> float:
@@ -385,7 +387,7 @@ def _study(a: argparse.Namespace) -> int:
     load_seconds = _read_model(settings.policy)
     print(f"smollm2_study: {settings.policy} read in {load_seconds:.1f} s", flush=True)
     rows.append({"kind": "meta", "policy": settings.policy, "load_seconds": round(load_seconds, 1),
-                 "torch": torch.__version__, "gpu": _gpu(), "argv": list(a.argv), "time_budget_s": a.time_budget})
+                 "torch": torch.__version__, "gpu": _gpu(a.device), "argv": list(a.argv), "time_budget_s": a.time_budget})
     start = time.perf_counter()
     if not settings.budget_stages:
         stage = _calibrate(settings, a.device, *tasks[0])

@@ -272,12 +272,12 @@ def test_a_method_run_on_another_gpu_than_its_seeds_tree_is_left_out_of_the_pair
     said at the start, kept in the rows, and left out of that method's summary (which names it)."""
     out = tmp_path / "study.json"
     args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0-1", "--budget-stages", "8", "--by-method"]
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU A")
     study.stand_in.kill_at = 3  # seed 0's grid
     with pytest.raises(KeyboardInterrupt):
         study.main([*args, "--out", str(out)])
     study.stand_in.kill_at = None
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU B")
     assert study.main(["--resume", str(out), *args]) == 0
     said = capsys.readouterr().out
     assert "chat:arithmetic seed 0: its tree ran on GPU A, this is GPU B: grid is left out of its pairs" in said
@@ -291,7 +291,7 @@ def test_a_method_run_on_another_gpu_than_its_seeds_tree_is_left_out_of_the_pair
 
 @pytest.mark.parametrize("by_method", [False, True])
 def test_rows_of_one_gpu_pair_as_before_and_nothing_is_said(study, tmp_path, capsys, monkeypatch, by_method):
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU A")
     out = tmp_path / "study.json"
     assert study.main([*ARGS, "--seeds", "0-1", "--budget-stages", "2", "--out", str(out),
                        *(["--by-method"] if by_method else [])]) == 0
@@ -302,12 +302,12 @@ def test_rows_of_one_gpu_pair_as_before_and_nothing_is_said(study, tmp_path, cap
 def test_a_method_on_another_gpu_in_every_seed_is_said_with_no_pair(study, tmp_path, capsys, monkeypatch):
     out = tmp_path / "study.json"
     args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0", "--budget-stages", "8", "--by-method"]
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU A")
     study.stand_in.kill_at = 3  # grid
     with pytest.raises(KeyboardInterrupt):
         study.main([*args, "--out", str(out)])
     study.stand_in.kill_at = None
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU B")
     assert study.main(["--resume", str(out), *args]) == 0
     summary = {r["method"]: r for r in _kinds(_rows(out), "summary")}
     assert summary["grid"]["verdict"] == "no pair" and summary["grid"]["other_gpu_seeds"] == [0]
@@ -321,15 +321,24 @@ def test_a_comparison_begun_a_method_at_a_time_is_finished_so_without_by_method(
     where it leaves a method out of its pairs), and the parts merge into one comparison row."""
     out = tmp_path / "study.json"
     args = [*ARGS, "--tasks", "chat:arithmetic@1", "--seeds", "0", "--budget-stages", "8"]
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU A")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU A")
     study.stand_in.kill_at = 3  # grid
     with pytest.raises(KeyboardInterrupt):
         study.main([*args, "--by-method", "--out", str(out)])
     study.stand_in.kill_at = None
     study.stand_in.methods.clear()
-    monkeypatch.setattr(study, "_gpu", lambda: "GPU B")
+    monkeypatch.setattr(study, "_gpu", lambda device: "GPU B")
     assert study.main(["--resume", str(out), *args]) == 0
     assert "grid is left out of its pairs" in capsys.readouterr().out
     assert study.stand_in.methods == [("grid",)]
     [comparison] = _kinds(_rows(out), "comparison")
     assert comparison["parts"] == 3 and [st["method"] for st in comparison["stages"]] == ["tree", "fixed", "grid"]
+
+
+def test_a_run_on_the_cpu_records_no_gpu_even_on_a_gpu_host(study, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "GPU A")
+    assert study._gpu("cpu") is None
+    assert study._gpu("auto") == study._gpu("cuda:0") == "GPU A"
