@@ -47,6 +47,7 @@ def poison(tensor, phase: int = 0) -> bool:
 
     if str(tensor.dtype) in COMPLEX_PARTS:
         return poison(_stored_parts(tensor), phase) if tensor.is_contiguous() else False
+    tensor = _stored(tensor)
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None:
         if tensor.numel() and tensor.is_contiguous():
@@ -60,8 +61,7 @@ def poison(tensor, phase: int = 0) -> bool:
 def count_poisoned(tensor) -> int:
     """Elements still holding the poison pattern (a complex one: in either part)."""
     complex_parts = str(tensor.dtype) in COMPLEX_PARTS
-    if complex_parts:
-        tensor = _stored_parts(tensor)
+    tensor = _stored_parts(tensor) if complex_parts else _stored(tensor)
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None or not tensor.is_contiguous():
         return 0
@@ -77,6 +77,13 @@ def _parts(tensor):
     import torch
 
     return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+
+
+def _stored(tensor):
+    """A real tensor's memory as stored: a negated view (``y.conj().imag``) without its negation."""
+    import torch
+
+    return torch._neg_view(tensor) if tensor.is_neg() else tensor
 
 
 def _stored_parts(tensor):

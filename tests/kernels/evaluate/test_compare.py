@@ -329,6 +329,15 @@ def test_complex_outputs_are_judged_on_both_parts_and_their_unwritten_elements_f
         assert count_poisoned(view) == 4 and count_poisoned(stored) == 4
         stored.imag[:] = 2.0
         assert count_poisoned(view) == 0
+    # a negated view of a real part (a candidate returning y.conj().imag; contiguous where y holds one
+    # element): read in its memory, not refused by .view (which raised before)
+    stored = torch.empty(1, dtype=torch.complex64)
+    negated = stored.conj().imag
+    assert negated.is_neg() and negated.is_contiguous()
+    assert poison(negated) and count_poisoned(negated) == 1
+    assert compare_allclose([torch.zeros(1)], [negated], 1e-4, 1e-4).code == "unwritten_output"
+    stored.imag[:] = 1.0
+    assert count_poisoned(negated) == 0
 
 
 def test_complex_outputs_get_kernelbench_tolerance_on_their_modulus():
