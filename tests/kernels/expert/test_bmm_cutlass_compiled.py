@@ -85,7 +85,7 @@ def _strings(source: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bmm_cutlass", "matmul_cutlass"])
+@pytest.mark.parametrize("kind", ["bmm_cutlass", "matmul_cutlass", "bmm_cutlass_tf32", "matmul_cutlass_tf32"])
 def test_the_whole_extension_source_compiles_for_hopper_without_a_gpu(tmp_path, kind):
     """KERNEL and GLUE together, as load_inline builds them (the glue's checks of each operand are
     one macro both templates share), compiled to an object file by nvcc for sm_90a with torch's
@@ -107,10 +107,11 @@ def test_the_whole_extension_source_compiles_for_hopper_without_a_gpu(tmp_path, 
     stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
     stub.mkdir(parents=True)
     (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    pattern = (bmm_pattern("bfloat16", False, True) if kind == "bmm_cutlass"
-               else matmul_pattern("float16", trans_a=True))
+    tf32 = kind.endswith("_tf32")  # fp32 operands in TF32 under relaxed, copied K-major first
+    dtype = "float32" if tf32 else "bfloat16" if kind.startswith("bmm") else "float16"
+    pattern = (bmm_pattern(dtype, False, True) if kind.startswith("bmm") else matmul_pattern(dtype, trans_a=True))
     cu = tmp_path / "extension.cu"
-    cu.write_text(_strings(render(pattern, {"template": kind})))
+    cu.write_text(_strings(render(pattern, {"template": kind}, "relaxed" if tf32 else "fp32")))
     includes = [tmp_path / "stub", *include_paths(), cuda, sysconfig.get_paths()["include"], *cutlass_include_dirs()]
     cmd = [nvcc, "-std=c++17", "-O0", "-DNDEBUG", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
            "-DTORCH_EXTENSION_NAME=lw_check", *[f"-I{d}" for d in includes], "-c", str(cu), "-o", str(tmp_path / "x.o")]
