@@ -65,10 +65,8 @@ def count_poisoned(tensor) -> int:
     spec = POISON_BITS.get(str(tensor.dtype))
     if spec is None or not tensor.is_contiguous():
         return 0
-    bits = tensor.view(_torch_dtype(spec[0])).reshape(-1, 2) if complex_parts else tensor.view(
-        _torch_dtype(spec[0])).reshape(-1)
-    hit = (lambda part: (part == spec[1]).any(1)) if complex_parts else (lambda part: part == spec[1])
-    return sum(int(hit(part).sum().item()) for part in bits.split(CHUNK))
+    bits = tensor.view(_torch_dtype(spec[0])).reshape(-1, 2 if complex_parts else 1)  # an element's parts in a row
+    return sum(int((part == spec[1]).any(1).sum().item()) for part in bits.split(CHUNK))
 
 
 def _parts(tensor):
@@ -204,15 +202,17 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
             nonfinite += int((fin_r & ~fin_c).sum().item())
             if nonfinite:
                 continue
-            diff = (_wide(cs) - _wide(rs)).abs()  # complex: the modulus, as torch.allclose reads it
+            wide = _wide(rs)
+            magnitude = wide.abs()
+            diff = (_wide(cs) - wide).abs()  # complex: the modulus, as torch.allclose reads it
             diff = torch.where(fin_r & fin_c, diff, torch.zeros_like(diff))
             if diff.numel():
                 worst_abs = max(worst_abs, float(diff.max()))
-                rel = diff / _wide(rs).abs().clamp_min(1e-12)
+                rel = diff / magnitude.clamp_min(1e-12)
                 worst_rel = max(worst_rel, float(torch.where(fin_r, rel, torch.zeros_like(rel)).max()))
             if not torch.allclose(cs, rs, atol=atol_i, rtol=rtol_i, equal_nan=True):
                 failed = True  # also for NaN against a number, or an infinity of the other sign
-                over += int((diff > atol_i + rtol_i * _wide(rs).abs()).sum().item())
+                over += int((diff > atol_i + rtol_i * magnitude).sum().item())
         if nonfinite:
             return Verdict(False, "nan_output",
                            f"output {i}: {nonfinite} elements are NaN/Inf where the reference is finite")
@@ -349,9 +349,9 @@ def _integer_stress_mismatch(i: int, r32, r64, c) -> Verdict | None:
     one the Model gives; any other value is wrong. None where every element matches one of them."""
     import torch
 
-    alt = r64 if isinstance(r64, torch.Tensor) and r64.shape == r32.shape else r32
+    alt = (r64 if isinstance(r64, torch.Tensor) and r64.shape == r32.shape else r32).to(r32.dtype)
     differ = 0
-    for rs, r6, cs in _slices(r32, alt.to(r32.dtype), c):
+    for rs, r6, cs in _slices(r32, alt, c):
         differ += int(((cs != rs) & (cs != r6)).sum().item())
     if differ:
         return Verdict(False, "wrong_output", f"output {i}: {differ} of {c.numel()} integer elements differ from "
@@ -362,7 +362,7 @@ def _integer_stress_mismatch(i: int, r32, r64, c) -> Verdict | None:
     # references where they ordered a near tie differently names one index twice.
     n = c.shape[-1]
     step = max(1, CHUNK // n)
-    rows = [t.reshape(-1, n) for t in (r32, alt.to(r32.dtype), c)]
+    rows = [t.reshape(-1, n) for t in (r32, alt, c)]
     mixed = 0
     for start in range(0, rows[0].shape[0], step):
         d32, d64, dc = (_distinct_rows(t[start:start + step].to(c.device)) for t in rows)
