@@ -222,11 +222,12 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
     """The ``summary`` rows over every finished seed of every task: each method's mean test reward
     and the tree's paired difference with 95% intervals (``summarize``: ``summarize_seeds``)."""
     out = []
+    others = other_gpu_seeds(rows)
     for task, seeds in sorted(seed_results(rows).items()):
         size = (len(seeds), settings.budget_stages, settings.depth)
         note = (SIZE if all(a >= b for a, b in zip(size, FULL)) else REDUCED).format(
             seeds=len(seeds), budget=settings.budget_stages, depth=settings.depth, preset=settings.preset)
-        other = other_gpu_seeds(rows).get(task, {})
+        other = others.get(task, {})
         common = {"kind": "summary", "task": task, "seeds": len(seeds),
                   "seed_list": [e["settings"]["seed"] for e in seeds], "note": note}
         summaries = summarize(seeds)
