@@ -18,11 +18,12 @@ from loopwise.kernels.problem import load_problem
 from expert_judging import bmm_pattern, generated_style_problem, matmul_pattern  # noqa: E402 - tests/kernels/expert on sys.path
 
 
-def _kernel(source: str) -> str:
+def _string(source: str, name: str) -> str:
+    """The string the candidate's module assigns to ``name`` (KERNEL, GLUE)."""
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["KERNEL"]:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
             return ast.literal_eval(node.value)
-    raise AssertionError("no KERNEL string")
+    raise AssertionError(f"no {name} string")
 
 
 def _instantiation(batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool) -> str:
@@ -60,7 +61,7 @@ def test_the_kernel_compiles_for_hopper_to_wgmma_with_tma(tmp_path, dtype, trans
         pytest.skip("no cuobjdump / nvdisasm (CUDA or Triton)")
     batch, m, n, k = 9, 1024, 2048, 512
     pattern = bmm_pattern(dtype, trans_a, trans_b, batch=batch, m=m, n=n, k=k)
-    source = _kernel(render(pattern, {"template": "bmm_cutlass", **knobs})) + _instantiation(batch, m, n, k, trans_a,
+    source = _string(render(pattern, {"template": "bmm_cutlass", **knobs}), "KERNEL") + _instantiation(batch, m, n, k, trans_a,
                                                                                                  trans_b)
     cu, cubin = tmp_path / "bmm.cu", tmp_path / "bmm.cubin"
     cu.write_text(source)
@@ -72,16 +73,6 @@ def test_the_kernel_compiles_for_hopper_to_wgmma_with_tma(tmp_path, dtype, trans
     ops = {(op.opcode, op.inputs, op.accumulator, op.shape) for op in kernel.tensor_core}
     assert ops == {("HGMMA", "BF16" if dtype == "bfloat16" else "F16", "F32", shape)}
     assert kernel.tma_copies > 0 and kernel.local_loads == 0 and kernel.local_stores == 0
-
-
-def _strings(source: str) -> str:
-    """KERNEL + GLUE: the one CUDA source ``load_inline`` builds."""
-    found = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] in (["KERNEL"],
-                                                                                                       ["GLUE"]):
-            found[node.targets[0].id] = ast.literal_eval(node.value)
-    return found["KERNEL"] + found["GLUE"]
 
 
 @pytest.mark.slow
@@ -111,7 +102,8 @@ def test_the_whole_extension_source_compiles_for_hopper_without_a_gpu(tmp_path, 
     dtype = "float32" if tf32 else "bfloat16" if kind.startswith("bmm") else "float16"
     pattern = (bmm_pattern(dtype, False, True) if kind.startswith("bmm") else matmul_pattern(dtype, trans_a=True))
     cu = tmp_path / "extension.cu"
-    cu.write_text(_strings(render(pattern, {"template": kind}, "relaxed" if tf32 else "fp32")))
+    source = render(pattern, {"template": kind}, "relaxed" if tf32 else "fp32")
+    cu.write_text(_string(source, "KERNEL") + _string(source, "GLUE"))  # one CUDA source, as load_inline builds it
     includes = [tmp_path / "stub", *include_paths(), cuda, sysconfig.get_paths()["include"], *cutlass_include_dirs()]
     cmd = [nvcc, "-std=c++17", "-O0", "-DNDEBUG", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
            "-DTORCH_EXTENSION_NAME=lw_check", *[f"-I{d}" for d in includes], "-c", str(cu), "-o", str(tmp_path / "x.o")]
