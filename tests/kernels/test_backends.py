@@ -177,3 +177,65 @@ def test_cutlass_sources_get_headers_and_hopper_flags(monkeypatch, tmp_path):
 
     launches.reset()
     assert module.run() == 7 and launches.snapshot() == {"extension:gemm_ext.run": 1}
+
+
+def _undo_prepare_environment(monkeypatch) -> None:
+    """What prepare_environment changes in this process, put back after the test."""
+    from torch.utils import cpp_extension
+
+    for name in ("TRITON_LIBDEVICE_PATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)
+    monkeypatch.setattr(cpp_extension, "load", cpp_extension.load)
+
+
+def _toolkit(root: Path, version: int, libdevice: bool = True) -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "cuda.h").write_text(f"#ifndef CUDA_H\n#define CUDA_VERSION {version}\n#endif\n")
+    if libdevice:
+        (root / "nvvm" / "libdevice").mkdir(parents=True)
+        (root / "nvvm" / "libdevice" / "libdevice.10.bc").write_bytes(b"BC\xc0\xde")
+    return root
+
+
+@pytest.mark.parametrize("built_with, version, libdevice, linked", [
+    ("13.0", 13000, True, True),     # the toolkit is torch's release: its libdevice
+    ("13.0", 13010, True, False),    # 13.1 is another release
+    ("12.8", 12080, True, True),
+    ("12.8", 13000, True, False),
+    ("13.0", 13000, False, False),   # no libdevice in the toolkit
+    (None, 13000, True, False),      # a CPU build of torch
+])
+def test_triton_links_the_libdevice_of_torchs_own_cuda_release_and_only_that(
+        tmp_path, monkeypatch, built_with, version, libdevice, linked):
+    """PyTorch's kernels link the libdevice of the CUDA release torch was built with; Triton's bundled
+    copy can be older (other erff coefficients), so the judge points Triton at the toolkit's where
+    that toolkit is torch's release, and leaves a path the user set alone."""
+    import torch
+    from torch.utils import cpp_extension
+
+    home = _toolkit(tmp_path / "cuda", version, libdevice)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    monkeypatch.setattr(torch.version, "cuda", built_with)
+    want = str(home / "nvvm" / "libdevice" / "libdevice.10.bc") if linked else None
+    assert backends.pytorchs_libdevice() == want
+    _undo_prepare_environment(monkeypatch)
+    backends.prepare_environment({"arch": "9.0"}, "cuda:0")
+    assert os.environ.get("TRITON_LIBDEVICE_PATH") == want
+    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", "/the/users/libdevice.10.bc")
+    backends.prepare_environment({"arch": "9.0"}, "cuda:0")
+    assert os.environ["TRITON_LIBDEVICE_PATH"] == "/the/users/libdevice.10.bc"
+
+
+def test_without_a_toolkit_or_on_the_cpu_triton_keeps_its_own_libdevice(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+
+    _undo_prepare_environment(monkeypatch)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    assert backends.pytorchs_libdevice() is None
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path / "nowhere"))
+    assert backends.pytorchs_libdevice() is None
+    home = _toolkit(tmp_path / "cuda", 13000)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    backends.prepare_environment({}, "cpu")  # no GPU: nothing for Triton to link
+    assert "TRITON_LIBDEVICE_PATH" not in os.environ

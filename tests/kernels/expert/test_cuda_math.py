@@ -25,7 +25,7 @@ OPS = [("exp", "x = torch.exp(x)"), ("log", "x = torch.log(x.abs() + 0.5)"), ("t
 
 def _problem(tmp_path, name: str, forward: str, dtype: str = "float32"):
     # inputs up to +-30: exp's range, softplus's threshold at 20, the tails of tanh and erf
-    path = generated_style_problem(tmp_path, name, "", forward, "torch.randn(64, 4099) * 10.0", dtype)
+    path = generated_style_problem(tmp_path, name, "", forward, "torch.randn(64, 4099, dtype=DTYPE) * 10.0", dtype)
     return load_problem(str(path))
 
 
@@ -75,8 +75,15 @@ def test_the_cuda_forms_compile_for_hopper(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_on_the_gpu_each_operation_equals_pytorchs_bit_for_bit(tmp_path, dtype):
+def test_on_the_gpu_each_operation_equals_pytorchs_bit_for_bit(tmp_path, dtype, monkeypatch):
+    """With Triton linking the libdevice of PyTorch's own CUDA release, as the judge has it do."""
     import torch
+
+    from loopwise.kernels.backends import pytorchs_libdevice
+
+    libdevice = pytorchs_libdevice()
+    assert libdevice, f"no CUDA toolkit of PyTorch's release {torch.version.cuda} here, so no libdevice of it"
+    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", libdevice)
 
     mismatched = {}
     # in 16-bit types PyTorch rounds between operations and a fused kernel does not: single operations there
@@ -88,10 +95,13 @@ def test_on_the_gpu_each_operation_equals_pytorchs_bit_for_bit(tmp_path, dtype):
         reference = problem.load_module()
         torch.manual_seed(0)
         inputs = [x.cuda() for x in reference.get_inputs()]
+        assert inputs[0].dtype == getattr(torch, dtype), (name, inputs[0].dtype)
         with torch.no_grad():
             expected = reference.Model().cuda()(*inputs)
             got = module.ModelNew().cuda()(*inputs)
         same = (got == expected) | (got.isnan() & expected.isnan())
         if not bool(same.all()):
-            mismatched[name] = int((~same).sum())
+            where = (~same).nonzero(as_tuple=True)
+            x, g, e = inputs[0][where][:3].tolist(), got[where][:3].tolist(), expected[where][:3].tolist()
+            mismatched[name] = f"{int((~same).sum())} elements, e.g. x={x} ours={g} PyTorch's={e}"
     assert not mismatched, f"elements that differ from PyTorch's, of {64 * 4099}: {mismatched}"
