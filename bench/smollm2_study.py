@@ -20,7 +20,8 @@ one ``kind: "method"`` row per task, seed and method (test and tune reward, the 
 tokens, stages, seconds, the schedule's configs) and one ``kind: "comparison"`` row per task and
 seed (the warm start, every stage's wall time), ``kind: "error"`` rows for comparisons that failed,
 then ``kind: "summary"`` rows per task over every finished seed (each method's mean test reward and
-the tree's paired difference, 95% intervals; a seed whose method ran on another GPU model than its
+the tree's paired difference, 95% intervals, alone and with all of the task's comparisons with
+the tree at once: ``versus_tree_all``, ``verdict_all``; a seed whose method ran on another GPU model than its
 tree is left out of that method's row and named in its ``other_gpu_seeds``, and a method left out
 so in every seed has a row with ``test`` and ``versus_tree`` None and the verdict "no pair"). The file is rewritten after every comparison, so a
 killed run keeps what finished.
@@ -39,7 +40,8 @@ given that differs from them is refused; the budget is never calibrated again, s
 the same samples per method), skips the (task, seed) comparisons it holds (failed ones too, unless
 ``--retry-failed``), runs the next of ``--tasks`` x ``--seeds`` (seed by seed) that fit
 ``--time-budget`` (each estimated by the task's longest comparison so far) and rewrites the summary
-over all seeds, into ``--out`` (default: FILE).
+over all seeds, into ``--out`` (default: FILE). ``--resume FILE --summarize`` only rewrites and prints
+the summary (no model read, nothing run).
 
 Here (CPU, the real model: tree and fixed, one stage each, about ten minutes on a shared 2-core
 CPU; one thread per process is much faster there)::
@@ -112,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON rows go here (default: the --resume file)")
     p.add_argument("--resume", metavar="FILE", help="continue the study whose rows are in FILE")
     p.add_argument("--retry-failed", action="store_true", help="run again the comparisons FILE records as failed")
+    p.add_argument("--summarize", action="store_true",
+                   help="only recompute FILE's summary rows (and print them): no model read, nothing run")
     p.add_argument("--smoke", action="store_true", help="CPU pipeline check: seed 0, tree and fixed, 1 stage, 1 task")
     p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
     p.add_argument("--seeds", default="0-4", help="seeds to run, e.g. 0-4 or 0,2,5 (finished ones are skipped)")
@@ -373,6 +377,8 @@ def _study(a: argparse.Namespace) -> int:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tasks, seeds = _tasks(a.tasks), _seeds(a.seeds)
+    if a.summarize and not a.resume:
+        raise StudyError("--summarize needs --resume FILE: the rows to summarize")
     out = a.out or a.resume
     if out is None:
         raise StudyError("name the rows file: --out FILE (a new study) or --resume FILE")
@@ -380,6 +386,12 @@ def _study(a: argparse.Namespace) -> int:
         raise StudyError(f"{out} exists: --resume {out} continues its study, or name another --out")
     rows = [r for r in read_rows(a.resume) if r["kind"] != "summary"] if a.resume else []
     settings = _settings(rows, a, tasks)
+    if a.summarize:
+        _write(out, rows, settings)
+        for row in read_rows(out):
+            if row["kind"] == "summary":
+                print(summary_line(row))
+        return 0
     import torch
 
     if a.device in ("auto", "cuda") and not torch.cuda.is_available() and not a.smoke:

@@ -250,5 +250,7 @@ def summary_line(row: dict) -> str:
     other = row.get("other_gpu_seeds")
     left_out = (f"; seed {', '.join(map(str, other))} left out: another GPU than the tree's" if other else "")
     test = f"{row['test']['mean']:.3f}" if row.get("test") else "  -  "
+    k = row.get("comparisons", 0)
+    family = f"; all {k} at once: {row.get('verdict_all', '-')}" if v and k > 1 else ""
     return (f"{row['task']:28s} {row['method']:7s} test {test}  tree-method "
-            f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}  ({row['seeds']} seeds{left_out})")
+            f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}{family}  ({row['seeds']} seeds{left_out})")

@@ -89,7 +89,9 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
 
 def summarize_seeds(outs: list[dict]) -> list[dict]:
     """Per method over the runs (one per seed): test reward's mean and 95% interval, and the tree's
-    test reward minus the method's, paired by seed, with its verdict."""
+    test reward minus the method's, paired by seed, with its verdict: alone, and as one of the
+    ``comparisons`` made with the tree (``versus_tree_all``, ``verdict_all``: every interval at
+    once, Bonferroni)."""
     from dataclasses import asdict
 
     from loopwise.training.stats import summarize
@@ -98,6 +100,9 @@ def summarize_seeds(outs: list[dict]) -> list[dict]:
     return [{"method": s.method, "test": asdict(s.test),
              "versus_tree": asdict(s.versus_reference) if s.versus_reference else None,
              "verdict": s.versus_reference.verdict() if s.versus_reference else "-",
+             "versus_tree_all": asdict(s.versus_family) if s.versus_family else None,
+             "verdict_all": s.versus_family.verdict() if s.versus_family else "-",
+             "comparisons": s.comparisons,
              "zero_variance": _pooled_share(outs, s.method)}
             for s in summarize(rewards)]
 
@@ -114,14 +119,18 @@ def _seeds_table(summaries: list[dict], n: int) -> None:
 
     from loopwise.core.console import console as make_console
 
-    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)")
-    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict",
+    k = max((s.get("comparisons", 0) for s in summaries), default=0)
+    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)",
+              caption=f"all {k} at once: the {k} comparisons with the tree together at 95% (each interval at "
+                      f"{1 - 0.05 / max(k, 1):.2%}, Bonferroni)" if k > 1 else None)
+    all_at_once = f"all {k} at once" if k > 1 else "verdict, all at once"
+    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict", all_at_once,
                 "groups without reward variance"):
-        t.add_column(col, justify="left" if col in ("method", "verdict") else "right")
+        t.add_column(col, justify="left" if col in ("method", "verdict", all_at_once) else "right")
     for s in summaries:
         v, z = s["versus_tree"], s.get("zero_variance")
         t.add_row(s["method"], f"{s['test']['mean']:.3f}", _span(s["test"]), f"{v['mean']:+.3f}" if v else "-",
-                  _span(v) if v else "-", s["verdict"], "-" if z is None else f"{z:.0%}")
+                  _span(v) if v else "-", s["verdict"], s.get("verdict_all", "-"), "-" if z is None else f"{z:.0%}")
     make_console().print(t)
 
 

@@ -3,6 +3,9 @@
 Each seed is one whole comparison (its own base policy, data and method seeds), so two methods'
 results on the same seed are a pair; the interval of the per-seed differences is what a claim
 that one method beats another rests on. An interval that holds 0 is reported as no difference.
+Several methods compared with one reference are several claims: beside each pair's own 95%
+interval, a summary gives the family's (Bonferroni: each of ``k`` intervals at ``1 - 0.05 / k``,
+so that all ``k`` hold together with 95% confidence).
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from dataclasses import dataclass
 
 CONFIDENCE = 0.95
 NO_SPREAD = 1e-9  # an interval narrower than this has no width: the seeds agreed to rounding
-# the fewest seeds that all differ the same way at two-sided p = 2^(1 - n) < 1 - CONFIDENCE (sign test)
-SIGN_TEST_SEEDS = 1 + math.ceil(math.log2(1 / (1 - CONFIDENCE)))
+
+
+def sign_test_seeds(confidence: float = CONFIDENCE) -> int:
+    """The fewest seeds that, all differing the same way, give a two-sided sign test's
+    p = 2^(1 - n) below ``1 - confidence``."""
+    return 1 + math.ceil(math.log2(1 / (1 - confidence)))
 
 
 def _t_density(x: float, df: int) -> float:
@@ -50,22 +57,24 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean over ``n`` seeds and its ``CONFIDENCE`` t-interval (NaN bounds below two seeds)."""
+    """A mean over ``n`` seeds and its t-interval at ``confidence`` (NaN bounds below two seeds)."""
 
     mean: float
     low: float
     high: float
     n: int
+    confidence: float = CONFIDENCE
 
     def verdict(self) -> str:
         """``higher`` or ``lower`` when the interval lies above or below 0, else ``no difference``.
 
         An interval without width (every seed gave the same value: quantized rewards do that) is
-        no measured spread; its direction is taken only where a sign test would take it, every
-        seed the same way and at least :data:`SIGN_TEST_SEEDS` of them."""
+        no measured spread; its direction is taken only where a sign test at the interval's
+        confidence would take it, every seed the same way and at least :func:`sign_test_seeds`
+        of them."""
         if self.n < 2 or math.isnan(self.low):
             return "one seed: no interval" if self.n == 1 else "no seeds"
-        if math.isclose(self.low, self.high, rel_tol=0.0, abs_tol=NO_SPREAD) and self.n < SIGN_TEST_SEEDS:
+        if math.isclose(self.low, self.high, rel_tol=0.0, abs_tol=NO_SPREAD) and self.n < sign_test_seeds(self.confidence):
             return "no difference"
         if self.low > 0:
             return "higher"
@@ -76,12 +85,12 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
     """The mean of ``values`` (NaN ones left out) and its t-interval."""
     xs = [float(v) for v in values if not math.isnan(v)]
     if not xs:
-        return Interval(math.nan, math.nan, math.nan, 0)
+        return Interval(math.nan, math.nan, math.nan, 0, confidence)
     mean = statistics.fmean(xs)
     if len(xs) < 2:
-        return Interval(mean, math.nan, math.nan, 1)
+        return Interval(mean, math.nan, math.nan, 1, confidence)
     half = t_quantile(len(xs) - 1, confidence) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return Interval(mean, mean - half, mean + half, len(xs))
+    return Interval(mean, mean - half, mean + half, len(xs), confidence)
 
 
 def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
@@ -93,11 +102,14 @@ def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
 @dataclass(frozen=True)
 class MethodSummary:
     """One method over seeds: its test reward, and ``reference - method`` paired by seed (None for
-    the reference itself, or when the reference did not run)."""
+    the reference itself, or when the reference did not run): alone, and as one of the
+    ``comparisons`` of its family (every method paired with the reference, at once)."""
 
     method: str
     test: Interval
     versus_reference: Interval | None
+    versus_family: Interval | None = None
+    comparisons: int = 0
 
 
 def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = "tree") -> list[MethodSummary]:
@@ -105,8 +117,9 @@ def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = 
     paired difference of ``reference`` to it. ``test_rewards`` is ``{seed: {method: reward}}``."""
     methods = list(dict.fromkeys(m for by_method in test_rewards.values() for m in by_method))
     per = {m: {s: r[m] for s, r in test_rewards.items() if m in r} for m in methods}
-    out = []
-    for m in methods:
-        versus = paired_difference(per[reference], per[m]) if reference in per and m != reference else None
-        out.append(MethodSummary(m, mean_interval(list(per[m].values())), versus))
-    return out
+    paired = {m: paired_difference(per[reference], per[m]) for m in methods if reference in per and m != reference}
+    k = sum(1 for v in paired.values() if v.n >= 2)  # the claims the family makes
+    level = 1 - (1 - CONFIDENCE) / max(k, 1)
+    return [MethodSummary(m, mean_interval(list(per[m].values())), paired.get(m),
+                          paired_difference(per[reference], per[m], level) if m in paired else None, k)
+            for m in methods]

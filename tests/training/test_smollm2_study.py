@@ -342,3 +342,27 @@ def test_a_run_on_the_cpu_records_no_gpu_even_on_a_gpu_host(study, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "GPU A")
     assert study._gpu("cpu") is None
     assert study._gpu("auto") == study._gpu("cuda:0") == "GPU A"
+
+
+def test_a_rows_file_is_summarized_again_without_reading_the_model_or_running_anything(study, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """``--summarize``: the summary rows recomputed from FILE's rows with this code (each pair alone
+    and all of a task's comparisons with the tree at once), printed and written; nothing is run."""
+    out = tmp_path / "study.json"
+    assert study.main([*ARGS, "--seeds", "0-2", "--budget-stages", "2", "--out", str(out)]) == 0
+    rows = _rows(out)
+    out.write_text(json.dumps([r for r in rows if r["kind"] != "summary"]))
+    calls = len(study.stand_in.calls)
+    monkeypatch.setattr(study, "_read_model", lambda policy: pytest.fail("the model was read"))
+    capsys.readouterr()
+    assert study.main(["--resume", str(out), "--summarize"]) == 0
+    said = capsys.readouterr().out
+    assert len(study.stand_in.calls) == calls
+    summary = _kinds(_rows(out), "summary")
+    assert len(summary) == 6 and all(r["comparisons"] == 2 for r in summary)
+    fixed = next(r for r in summary if r["method"] == "fixed")
+    assert fixed["versus_tree_all"]["low"] <= fixed["versus_tree"]["low"] and fixed["verdict_all"] in (
+        "higher", "lower", "no difference")
+    assert "all 2 at once: " in said and said.count("tree-method") == 6
+    assert study.main(["--summarize", "--device", "cpu"]) == 2
+    assert "--summarize needs --resume FILE" in capsys.readouterr().err

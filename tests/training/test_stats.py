@@ -70,3 +70,39 @@ def test_seeds_that_all_differ_by_the_same_amount_are_no_evidence_of_a_direction
     assert paired_difference({0: 0.3, 1: 0.3}, {0: 0.3, 1: 0.3}).verdict() == "no difference"
     spread = paired_difference({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.3, 1: 0.35, 2: 0.42})
     assert spread.low < spread.high and spread.verdict() == "higher"  # a measured spread: the t-interval decides
+
+
+def test_a_difference_that_holds_alone_is_also_judged_with_every_comparison_of_the_family():
+    """Six methods against the tree: each interval alone is a 95% interval, so one of six can
+    exclude 0 by chance; the family verdict takes all six at once (Bonferroni: each at
+    1 - 0.05 / 6), and a clear difference survives it."""
+    from loopwise.training.stats import summarize
+
+    tree = {0: 0.338, 1: 0.400, 2: 0.353, 3: 0.316, 4: 0.317}
+    others = {"fixed": [0.395, 0.286, 0.309, 0.287, 0.259], "staged": [0.239, 0.217, 0.266, 0.312, 0.175],
+              "grid": [0.238, 0.292, 0.338, 0.323, 0.384], "random": [0.081, 0.427, 0.116, 0.367, 0.241],
+              "tpe": [0.144, 0.139, 0.291, 0.125, 0.080], "pbt": [0.100, 0.441, 0.169, 0.241, 0.252]}
+    rewards = {s: {"tree": tree[s], **{m: v[s] for m, v in others.items()}} for s in tree}
+    by = {s.method: s for s in summarize(rewards)}
+    staged = by["staged"]
+    assert staged.versus_reference.verdict() == "higher"  # [+0.019, +0.186] alone
+    assert staged.comparisons == 6 and staged.versus_family.verdict() == "no difference"
+    assert staged.versus_family.low < staged.versus_reference.low and staged.versus_family.mean == staged.versus_reference.mean
+    assert by["tree"].versus_family is None and by["tree"].comparisons == 6
+    clear = {s: {"tree": 0.5 + 0.01 * s, "a": 0.3 + 0.012 * s, "b": 0.45 + 0.01 * s} for s in range(5)}
+    a = next(s for s in summarize(clear) if s.method == "a")
+    assert a.comparisons == 2 and a.versus_family.verdict() == "higher"
+    alone = next(s for s in summarize({s: {"tree": v, "staged": rewards[s]["staged"]} for s, v in tree.items()})
+                 if s.method == "staged")
+    assert alone.comparisons == 1 and alone.versus_family == alone.versus_reference
+
+
+def test_without_spread_the_family_verdict_needs_the_seeds_a_sign_test_at_its_level_needs():
+    """Six seeds all one way give p = 2^-5 < 0.05 alone, but not below 0.05 / 3."""
+    from loopwise.training.stats import summarize
+
+    rewards = {s: {"tree": 0.5, "a": 0.4, "b": 0.45, "c": 0.5} for s in range(6)}
+    a = next(s for s in summarize(rewards) if s.method == "a")
+    assert a.versus_reference.verdict() == "higher" and a.versus_family.verdict() == "no difference"
+    eight = {s: {"tree": 0.5, "a": 0.4, "b": 0.45, "c": 0.5} for s in range(8)}
+    assert next(s for s in summarize(eight) if s.method == "a").versus_family.verdict() == "higher"
