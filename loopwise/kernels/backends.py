@@ -144,36 +144,43 @@ def pytorchs_libdevice() -> str | None:
 
     PyTorch's own kernels link that release's libdevice. Triton links the copy it bundles, which
     can be an older release's (Triton 3.6's erff has other coefficients than CUDA 13.0's), so a
-    Triton kernel's erf would differ from PyTorch's in the last bit, and an index taken after it
-    could break a near tie the other way."""
+    Triton kernel's erf can differ from PyTorch's in the last bit for some inputs, and an index
+    taken after it can break a near tie the other way."""
     import torch
     from torch.utils import cpp_extension
 
     home, built_with = cpp_extension.CUDA_HOME, torch.version.cuda
     if not home or not built_with:
         return None
+    path = Path(home, "nvvm", "libdevice", "libdevice.10.bc")
     try:
         match = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", Path(home, "include", "cuda.h").read_text(errors="replace"))
-    except OSError:
+        if not match or not path.is_file() or not os.access(path, os.R_OK):
+            return None
+        number = int(match.group(1))  # 13000 for 13.0
+        same = (number // 1000, number % 1000 // 10) == tuple(int(p) for p in built_with.split(".")[:2])
+    except (OSError, ValueError):
         return None
-    path = Path(home, "nvvm", "libdevice", "libdevice.10.bc")
-    if not match or not path.is_file():
-        return None
-    number = int(match.group(1))  # 13000 for 13.0
-    same = (number // 1000, number % 1000 // 10) == tuple(int(p) for p in built_with.split(".")[:2])
     return str(path) if same else None
 
 
-def prepare_environment(hints: dict, device: str) -> None:
-    """Run in the sandbox (or a compile worker) before the candidate's module is imported. On a
-    GPU, Triton links PyTorch's libdevice (:func:`pytorchs_libdevice`) unless the user named one."""
-    arch = hints.get("arch") or device_arch(device)
-    if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    if arch and not os.environ.get("TRITON_LIBDEVICE_PATH"):
+def link_pytorchs_libdevice() -> None:
+    """Has Triton link :func:`pytorchs_libdevice` in the kernels this process compiles from now
+    on, unless the user named a libdevice (``TRITON_LIBDEVICE_PATH``) or there is none."""
+    if not os.environ.get("TRITON_LIBDEVICE_PATH"):
         libdevice = pytorchs_libdevice()
         if libdevice:
             os.environ["TRITON_LIBDEVICE_PATH"] = libdevice
+
+
+def prepare_environment(hints: dict, device: str) -> None:
+    """Run in the sandbox (or a compile worker) before the candidate's module is imported. Where
+    a CUDA arch is known, Triton links PyTorch's libdevice (:func:`link_pytorchs_libdevice`)."""
+    arch = hints.get("arch") or device_arch(device)
+    if arch and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    if arch:
+        link_pytorchs_libdevice()
     os.environ.setdefault("MAX_JOBS", str(hints.get("max_jobs", usable_cpus())))
     _wrap_load_inline(arch)
 

@@ -180,11 +180,13 @@ def test_cutlass_sources_get_headers_and_hopper_flags(monkeypatch, tmp_path):
 
 
 def _undo_prepare_environment(monkeypatch) -> None:
-    """What prepare_environment changes in this process, put back after the test."""
+    """What prepare_environment changes in this process, put back after the test (a variable set
+    first is recorded by monkeypatch even where it was absent, so the test's own writes go too)."""
     from torch.utils import cpp_extension
 
     for name in ("TRITON_LIBDEVICE_PATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)
     monkeypatch.setattr(cpp_extension, "load", cpp_extension.load)
 
@@ -228,14 +230,19 @@ def test_triton_links_the_libdevice_of_torchs_own_cuda_release_and_only_that(
 
 
 def test_without_a_toolkit_or_on_the_cpu_triton_keeps_its_own_libdevice(tmp_path, monkeypatch):
+    import torch
     from torch.utils import cpp_extension
 
     _undo_prepare_environment(monkeypatch)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
     assert backends.pytorchs_libdevice() is None
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path / "nowhere"))
     assert backends.pytorchs_libdevice() is None
     home = _toolkit(tmp_path / "cuda", 13000)
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    assert backends.pytorchs_libdevice() is not None
     backends.prepare_environment({}, "cpu")  # no GPU: nothing for Triton to link
     assert "TRITON_LIBDEVICE_PATH" not in os.environ
+    monkeypatch.setattr(torch.version, "cuda", "13.0a")  # a version torch never gives: no match, no error
+    assert backends.pytorchs_libdevice() is None

@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
         from loopwise.kernels.evaluate.sandbox import _exec_problem, _import_candidate
 
         pin_fp32_flags()
+        if args.device.startswith("cuda"):
+            from loopwise.kernels.backends import link_pytorchs_libdevice
+
+            link_pytorchs_libdevice()  # the libdevice the judge's sandbox links: the kernels judged, profiled
         problem = _exec_problem(Path(args.problem).read_text(encoding="utf-8"), strip_models=False)
         loaded_before = set(sys.modules)
         if args.candidate:
