@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="FILE", help="continue the study whose rows are in FILE")
     p.add_argument("--retry-failed", action="store_true", help="run again the comparisons FILE records as failed")
     p.add_argument("--summarize", action="store_true",
-                   help="only recompute FILE's summary rows (and print them): no model read, nothing run")
+                   help="only recompute FILE's summary rows into --out (default FILE) and print them: no model "
+                        "read, nothing run (the options that choose what to run are not used)")
     p.add_argument("--smoke", action="store_true", help="CPU pipeline check: seed 0, tree and fixed, 1 stage, 1 task")
     p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
     p.add_argument("--seeds", default="0-4", help="seeds to run, e.g. 0-4 or 0,2,5 (finished ones are skipped)")
@@ -388,9 +389,8 @@ def _study(a: argparse.Namespace) -> int:
     settings = _settings(rows, a, tasks)
     if a.summarize:
         _write(out, rows, settings)
-        for row in read_rows(out):
-            if row["kind"] == "summary":
-                print(summary_line(row))
+        lines = [summary_line(row) for row in read_rows(out) if row["kind"] == "summary"]
+        print("\n".join(lines) if lines else f"smollm2_study: {a.resume} has no finished comparison: nothing to summarize")
         return 0
     import torch
 

@@ -220,7 +220,8 @@ def seed_results(rows: list[dict]) -> dict[str, list[dict]]:
 def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[[list[dict]], list[dict]]
                  ) -> list[dict]:
     """The ``summary`` rows over every finished seed of every task: each method's mean test reward
-    and the tree's paired difference with 95% intervals (``summarize``: ``summarize_seeds``)."""
+    and the tree's paired difference with 95% intervals, alone and with all of the task's
+    comparisons at once (``summarize``: ``summarize_seeds``)."""
     out = []
     others = other_gpu_seeds(rows)
     for task, seeds in sorted(seed_results(rows).items()):
@@ -238,8 +239,10 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
         for method in sorted(set(other) - {s["method"] for s in summaries}):
             left_out = sorted(seed for seed in other[method] if seed in common["seed_list"])
             if left_out:
+                k = max((s.get("comparisons", 0) for s in summaries), default=0)
                 out.append({**common, "method": method, "test": None, "versus_tree": None,
-                            "verdict": "no pair", "other_gpu_seeds": left_out})
+                            "verdict": "no pair", "versus_tree_all": None, "verdict_all": "no pair",
+                            "comparisons": k, "other_gpu_seeds": left_out})
     return out
 
 
@@ -250,7 +253,8 @@ def summary_line(row: dict) -> str:
     other = row.get("other_gpu_seeds")
     left_out = (f"; seed {', '.join(map(str, other))} left out: another GPU than the tree's" if other else "")
     test = f"{row['test']['mean']:.3f}" if row.get("test") else "  -  "
-    k = row.get("comparisons", 0)
-    family = f"; all {k} at once: {row.get('verdict_all', '-')}" if v and k > 1 else ""
+    k, w = row.get("comparisons", 0), row.get("versus_tree_all")
+    family = (f"; all {k} at once [{w['low']:+.3f}, {w['high']:+.3f}]: {row.get('verdict_all', '-')}"
+              if v and w and k > 1 and not math.isnan(w["low"]) else "")
     return (f"{row['task']:28s} {row['method']:7s} test {test}  tree-method "
             f"{(v['mean'] if v else float('nan')):+.3f}{span}  {row['verdict']}{family}  ({row['seeds']} seeds{left_out})")

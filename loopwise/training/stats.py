@@ -102,8 +102,9 @@ def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
 @dataclass(frozen=True)
 class MethodSummary:
     """One method over seeds: its test reward, and ``reference - method`` paired by seed (None for
-    the reference itself, or when the reference did not run): alone, and as one of the
-    ``comparisons`` of its family (every method paired with the reference, at once)."""
+    the reference itself, or when the reference did not run): alone (``versus_reference``, at 95%)
+    and as one of the ``comparisons`` of its family (``versus_family``: every method with at least
+    two seeds paired with the reference, all at once)."""
 
     method: str
     test: Interval
@@ -114,7 +115,9 @@ class MethodSummary:
 
 def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = "tree") -> list[MethodSummary]:
     """Per method (in the order first seen): its test rewards' interval over the seeds, and the
-    paired difference of ``reference`` to it. ``test_rewards`` is ``{seed: {method: reward}}``."""
+    paired difference of ``reference`` to it, alone and in its family: the ``k`` methods with at
+    least two seeds paired with ``reference`` (one seed makes no interval, so no claim), each
+    interval at ``1 - 0.05 / k`` (Bonferroni). ``test_rewards`` is ``{seed: {method: reward}}``."""
     methods = list(dict.fromkeys(m for by_method in test_rewards.values() for m in by_method))
     per = {m: {s: r[m] for s, r in test_rewards.items() if m in r} for m in methods}
     paired = {m: paired_difference(per[reference], per[m]) for m in methods if reference in per and m != reference}

@@ -284,6 +284,7 @@ def test_a_method_run_on_another_gpu_than_its_seeds_tree_is_left_out_of_the_pair
     summary = {r["method"]: r for r in _kinds(_rows(out), "summary")}
     assert summary["fixed"]["versus_tree"]["n"] == 2 and "other_gpu_seeds" not in summary["fixed"]
     assert summary["grid"]["versus_tree"]["n"] == 1 and summary["grid"]["test"]["n"] == 1
+    assert summary["fixed"]["comparisons"] == 1 and "all 1 at once" not in study.summary_line(summary["fixed"])
     assert summary["grid"]["other_gpu_seeds"] == [0]
     assert "seed 0 left out: another GPU than the tree's" in study.summary_line(summary["grid"])
     assert [r["method"] for r in _kinds(_rows(out), "method") if r["seed"] == 0] == ["tree", "fixed", "grid"]
@@ -363,6 +364,11 @@ def test_a_rows_file_is_summarized_again_without_reading_the_model_or_running_an
     fixed = next(r for r in summary if r["method"] == "fixed")
     assert fixed["versus_tree_all"]["low"] <= fixed["versus_tree"]["low"] and fixed["verdict_all"] in (
         "higher", "lower", "no difference")
-    assert "all 2 at once: " in said and said.count("tree-method") == 6
+    w = fixed["versus_tree_all"]
+    assert f"all 2 at once [{w['low']:+.3f}, {w['high']:+.3f}]: " in said and said.count("tree-method") == 6
     assert study.main(["--summarize", "--device", "cpu"]) == 2
     assert "--summarize needs --resume FILE" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps([r for r in rows if r["kind"] in ("meta", "settings")]))
+    assert study.main(["--resume", str(empty), "--summarize"]) == 0
+    assert "has no finished comparison: nothing to summarize" in capsys.readouterr().out

@@ -104,5 +104,29 @@ def test_without_spread_the_family_verdict_needs_the_seeds_a_sign_test_at_its_le
     rewards = {s: {"tree": 0.5, "a": 0.4, "b": 0.45, "c": 0.5} for s in range(6)}
     a = next(s for s in summarize(rewards) if s.method == "a")
     assert a.versus_reference.verdict() == "higher" and a.versus_family.verdict() == "no difference"
-    eight = {s: {"tree": 0.5, "a": 0.4, "b": 0.45, "c": 0.5} for s in range(8)}
-    assert next(s for s in summarize(eight) if s.method == "a").versus_family.verdict() == "higher"
+    seven = {s: {"tree": 0.5, "a": 0.4, "b": 0.45, "c": 0.5} for s in range(7)}  # 2^-6 < 0.05 / 3
+    assert next(s for s in summarize(seven) if s.method == "a").versus_family.verdict() == "higher"
+
+
+def test_a_method_with_one_paired_seed_makes_no_claim_and_is_not_counted_in_the_family():
+    from loopwise.training.stats import summarize
+
+    rewards = {0: {"tree": 0.5, "a": 0.3, "b": 0.4, "c": 0.2}, 1: {"tree": 0.6, "a": 0.35, "b": 0.45},
+               2: {"tree": 0.55, "a": 0.3}}
+    by = {s.method: s for s in summarize(rewards)}
+    assert by["c"].versus_reference.n == 1 and by["c"].versus_family.verdict() == "one seed: no interval"
+    assert {m: by[m].comparisons for m in "abc"} == {"a": 2, "b": 2, "c": 2}
+
+
+def test_the_cli_summary_takes_its_family_verdict_from_the_family_interval():
+    from loopwise.training.cli import summarize_seeds
+
+    tree = [0.338, 0.400, 0.353, 0.316, 0.317]
+    others = {"fixed": [0.395, 0.286, 0.309, 0.287, 0.259], "staged": [0.239, 0.217, 0.266, 0.312, 0.175],
+              "grid": [0.238, 0.292, 0.338, 0.323, 0.384]}
+    outs = [{"settings": {"seed": s}, "results": {"tree": {"test_reward": tree[s]},
+                                                  **{m: {"test_reward": v[s]} for m, v in others.items()}}}
+            for s in range(5)]
+    staged = next(r for r in summarize_seeds(outs) if r["method"] == "staged")
+    assert staged["comparisons"] == 3 and staged["verdict"] == "higher" and staged["verdict_all"] == "no difference"
+    assert staged["versus_tree_all"]["confidence"] == pytest.approx(1 - 0.05 / 3)
