@@ -118,11 +118,13 @@ def _seeds_table(summaries: list[dict], n: int) -> None:
     from rich.table import Table
 
     from loopwise.core.console import console as make_console
+    from loopwise.training.stats import CONFIDENCE
 
     k = max((s.get("comparisons", 0) for s in summaries), default=0)
-    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed (95% t-interval)",
-              caption=f"all {k} at once: the {k} comparisons with the tree together at 95% (each interval at "
-                      f"{1 - 0.05 / max(k, 1):.2%}, Bonferroni)" if k > 1 else None)
+    t = Table(title=f"over {n} seeds: test reward, and the tree's minus each method's, paired by seed "
+                    f"({CONFIDENCE:.0%} t-interval)",
+              caption=f"all {k} at once: the {k} comparisons with the tree together at {CONFIDENCE:.0%} (each "
+                      f"interval at {1 - (1 - CONFIDENCE) / max(k, 1):.2%}, Bonferroni)" if k > 1 else None)
     all_at_once = f"all {k} at once" if k > 1 else "verdict, all at once"
     for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict", all_at_once,
                 "groups without reward variance"):
