@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="run again the comparisons FILE records as failed")
     p.add_argument("--summarize", action="store_true",
                    help="only recompute FILE's summary rows into --out (default FILE) and print them: no model "
-                        "read, nothing run (the options that choose what to run are not used)")
+                        "read, nothing run (the options that choose what to run are only checked against FILE's)")
     p.add_argument("--smoke", action="store_true", help="CPU pipeline check: seed 0, tree and fixed, 1 stage, 1 task")
     p.add_argument("--tasks", default=",".join(TASKS), help="TASK@DIFFICULTY, comma-separated")
     p.add_argument("--seeds", default="0-4", help="seeds to run, e.g. 0-4 or 0,2,5 (finished ones are skipped)")

@@ -126,13 +126,15 @@ def _seeds_table(summaries: list[dict], n: int) -> None:
               caption=f"all {k} at once: the {k} comparisons with the tree together at {CONFIDENCE:.0%} (each "
                       f"interval at {1 - (1 - CONFIDENCE) / max(k, 1):.2%}, Bonferroni)" if k > 1 else None)
     all_at_once = f"all {k} at once" if k > 1 else "verdict, all at once"
-    for col in ("method", "test reward", "95% interval", "tree - method", "95% interval", "verdict", all_at_once,
+    span = f"{CONFIDENCE:.0%} interval"
+    for col in ("method", "test reward", span, "tree - method", span, "verdict", all_at_once,
                 "groups without reward variance"):
         t.add_column(col, justify="left" if col in ("method", "verdict", all_at_once) else "right")
     for s in summaries:
-        v, z = s["versus_tree"], s.get("zero_variance")
+        v, w, z = s["versus_tree"], s.get("versus_tree_all"), s.get("zero_variance")
+        family = f"{_span(w)} {s['verdict_all']}" if w and k > 1 and not math.isnan(w["low"]) else s.get("verdict_all", "-")
         t.add_row(s["method"], f"{s['test']['mean']:.3f}", _span(s["test"]), f"{v['mean']:+.3f}" if v else "-",
-                  _span(v) if v else "-", s["verdict"], s.get("verdict_all", "-"), "-" if z is None else f"{z:.0%}")
+                  _span(v) if v else "-", s["verdict"], family, "-" if z is None else f"{z:.0%}")
     make_console().print(t)
 
 

@@ -127,6 +127,23 @@ def test_the_cli_summary_takes_its_family_verdict_from_the_family_interval():
     outs = [{"settings": {"seed": s}, "results": {"tree": {"test_reward": tree[s]},
                                                   **{m: {"test_reward": v[s]} for m, v in others.items()}}}
             for s in range(5)]
-    staged = next(r for r in summarize_seeds(outs) if r["method"] == "staged")
+    rows = summarize_seeds(outs)
+    staged = next(r for r in rows if r["method"] == "staged")
     assert staged["comparisons"] == 3 and staged["verdict"] == "higher" and staged["verdict_all"] == "no difference"
     assert staged["versus_tree_all"]["confidence"] == pytest.approx(1 - 0.05 / 3)
+
+
+def test_the_seeds_table_shows_each_pair_alone_and_all_at_once(capsys, monkeypatch):
+    from loopwise.training.cli import _seeds_table, summarize_seeds
+
+    monkeypatch.setenv("COLUMNS", "240")
+    tree = [0.338, 0.400, 0.353, 0.316, 0.317]
+    staged = [0.239, 0.217, 0.266, 0.312, 0.175]
+    outs = [{"settings": {"seed": s}, "results": {"tree": {"test_reward": tree[s]}, "staged": {"test_reward": staged[s]},
+                                                  "grid": {"test_reward": tree[s] - 0.01 * (s - 2)}}} for s in range(5)]
+    rows = summarize_seeds(outs)
+    _seeds_table(rows, 5)
+    shown = capsys.readouterr().out
+    w = next(r for r in rows if r["method"] == "staged")["versus_tree_all"]
+    assert "all 2 at once" in shown and "each interval at 97.50%, Bonferroni" in shown
+    assert f"[{w['low']:+.3f}, {w['high']:+.3f}] no difference" in shown and "higher" in shown
