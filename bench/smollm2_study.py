@@ -284,16 +284,17 @@ def _run_by_method(a: argparse.Namespace, settings: StudySettings, unit: tuple[s
     comparison's row when its last method is done. Returns how many methods it ran."""
     task, difficulty, seed = unit
     ran = 0
+    # the seed's tree as recorded before this call (a tree run here is on this GPU)
     here = _gpu(a.device)
+    tree_gpu = method_gpus(rows).get((task, seed, "tree"), here)
     for method in remaining_methods(rows, task, seed, settings.methods):
         estimate = longest_part_seconds(rows)
         guess = estimate.get(task, max(estimate.values(), default=0.0))
         if time.perf_counter() - start + guess > a.time_budget:
             print(f"smollm2_study: {task} seed {seed} {method} would end past {a.time_budget:.0f} s: not run", flush=True)
             break
-        gpus = method_gpus(rows)
-        if method != "tree" and (task, seed, "tree") in gpus and gpus[(task, seed, "tree")] != here:
-            print(f"smollm2_study: {task} seed {seed}: its tree ran on {gpus[(task, seed, 'tree')]}, this is {here}: "
+        if method != "tree" and tree_gpu != here:
+            print(f"smollm2_study: {task} seed {seed}: its tree ran on {tree_gpu}, this is {here}: "
                   f"{method} is left out of its pairs", flush=True)
         new = _attempt(settings, a.device, task, difficulty, seed, (method,))
         if new[0]["kind"] == "comparison":
@@ -357,12 +358,15 @@ def _read_model(policy: str) -> float:
     return time.perf_counter() - t0
 
 
-def _write(out: str, rows: list[dict], settings: StudySettings) -> None:
-    """The rows, with the summary over every finished seed in place of any earlier one."""
+def _write(out: str, rows: list[dict], settings: StudySettings) -> list[dict]:
+    """Writes the rows, with the summary over every finished seed in place of any earlier one;
+    returns the summary rows."""
     from loopwise.training.cli import summarize_seeds
 
     kept = [r for r in rows if r["kind"] != "summary"]
-    write_rows(out, kept + summary_rows(kept, settings, summarize_seeds))
+    summary = summary_rows(kept, settings, summarize_seeds)
+    write_rows(out, kept + summary)
+    return summary
 
 
 def main(argv=None) -> int:
@@ -388,8 +392,7 @@ def _study(a: argparse.Namespace) -> int:
     rows = [r for r in read_rows(a.resume) if r["kind"] != "summary"] if a.resume else []
     settings = _settings(rows, a, tasks)
     if a.summarize:
-        _write(out, rows, settings)
-        lines = [summary_line(row) for row in read_rows(out) if row["kind"] == "summary"]
+        lines = [summary_line(row) for row in _write(out, rows, settings)]
         print("\n".join(lines) if lines else f"smollm2_study: {a.resume} has no finished comparison: nothing to summarize")
         return 0
     import torch
@@ -415,10 +418,8 @@ def _study(a: argparse.Namespace) -> int:
     rows = without_failures(rows, {(t, s) for t, _, s in todo})
     _write(out, rows, settings)
     ran = _run_within_budget(a, settings, todo, rows, out, start)
-    _write(out, rows, settings)
-    for row in read_rows(out):
-        if row["kind"] == "summary":
-            print(summary_line(row))
+    for row in _write(out, rows, settings):
+        print(summary_line(row))
     left = len([u for u in todo if (u[0], u[2]) not in finished(rows)])
     what = (f"{ran} method(s) run here, {len(todo) - left} comparison(s) finished" if a.by_method
             else f"{ran} comparison(s) run here")

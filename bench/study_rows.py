@@ -236,10 +236,10 @@ def summary_rows(rows: list[dict], settings: StudySettings, summarize: Callable[
             left_out = sorted(seed for seed in other.get(s["method"], ()) if seed in common["seed_list"])
             out.append({**common, **s, "other_gpu_seeds": left_out} if left_out else {**common, **s})
         # a method run on another GPU than the tree's in every seed: said, with no pair
+        k = max((s.get("comparisons", 0) for s in summaries), default=0)
         for method in sorted(set(other) - {s["method"] for s in summaries}):
             left_out = sorted(seed for seed in other[method] if seed in common["seed_list"])
             if left_out:
-                k = max((s.get("comparisons", 0) for s in summaries), default=0)
                 out.append({**common, "method": method, "test": None, "versus_tree": None,
                             "verdict": "no pair", "versus_tree_all": None, "verdict_all": "no pair",
                             "comparisons": k, "other_gpu_seeds": left_out})

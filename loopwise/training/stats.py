@@ -96,7 +96,11 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
 def paired_difference(first: Mapping[int, float], second: Mapping[int, float],
                       confidence: float = CONFIDENCE) -> Interval:
     """``first - second`` per seed both have, and the t-interval of its mean."""
-    return mean_interval([first[s] - second[s] for s in sorted(set(first) & set(second))], confidence)
+    return mean_interval(_differences(first, second), confidence)
+
+
+def _differences(first: Mapping[int, float], second: Mapping[int, float]) -> list[float]:
+    return [first[s] - second[s] for s in sorted(set(first) & set(second))]
 
 
 @dataclass(frozen=True)
@@ -120,9 +124,10 @@ def summarize(test_rewards: Mapping[int, Mapping[str, float]], reference: str = 
     interval at ``1 - 0.05 / k`` (Bonferroni). ``test_rewards`` is ``{seed: {method: reward}}``."""
     methods = list(dict.fromkeys(m for by_method in test_rewards.values() for m in by_method))
     per = {m: {s: r[m] for s, r in test_rewards.items() if m in r} for m in methods}
-    paired = {m: paired_difference(per[reference], per[m]) for m in methods if reference in per and m != reference}
-    k = sum(1 for v in paired.values() if v.n >= 2)  # the claims the family makes
+    diffs = {m: _differences(per[reference], per[m]) for m in methods if reference in per and m != reference}
+    alone = {m: mean_interval(d) for m, d in diffs.items()}
+    k = sum(1 for v in alone.values() if v.n >= 2)  # the claims the family makes
     level = 1 - (1 - CONFIDENCE) / max(k, 1)
-    return [MethodSummary(m, mean_interval(list(per[m].values())), paired.get(m),
-                          paired_difference(per[reference], per[m], level) if m in paired else None, k)
+    return [MethodSummary(m, mean_interval(list(per[m].values())), alone.get(m),
+                          mean_interval(diffs[m], level) if m in diffs else None, k)
             for m in methods]

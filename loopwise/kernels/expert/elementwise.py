@@ -87,6 +87,8 @@ def with_cuda_math(source: str) -> str:
     if anchor not in source:
         raise ValueError("a kernel source with CUDA math forms has no `import triton.language as tl` line")
     return source.replace(anchor, anchor + CUDA_MATH_HEADER, 1)
+
+
 FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
              torch.tanh: "tanh", F.tanh: "tanh", torch.exp: "exp", torch.log: "log", torch.sqrt: "sqrt",
              torch.abs: "abs", torch.neg: "neg", operator.neg: "neg", F.gelu: "gelu", F.silu: "silu",
