@@ -79,7 +79,7 @@ torch::Tensor gemm_bf16(torch::Tensor a, torch::Tensor b) {
                         reinterpret_cast<const lw::Element*>(b.data_ptr()),
                         reinterpret_cast<lw::Element*>(c.data_ptr()), m, n, k, workspace.data_ptr(),
                         at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(status == 0, "CUTLASS refused the GEMM (step ", status, ")");
+  TORCH_CHECK(status == 0, "CUTLASS refused the GEMM (step ", std::to_string(status), ")");
   return c;
 }
 """
