@@ -81,3 +81,57 @@ def test_the_rule_catches_a_bare_number():
     call = 'TORCH_CHECK(s == 0, "refused at step ", status, " for ", lw_text(m));'
     condition, *message = _arguments(call)
     assert [bool(_TEXT.match(a)) for a in message] == [True, False, True, True]
+
+
+_PROBE = r'''
+import sys
+import torch
+from torch.utils.cpp_extension import load_inline
+
+helpers, number, build = sys.argv[1], sys.argv[2], sys.argv[3]
+source = "#include <torch/extension.h>\n#include <string>\n" + helpers + r"""
+int64_t check(torch::Tensor t) {
+  const int64_t batch = t.size(0) * 104 + 4;
+  TORCH_CHECK(batch % 8 == 0, "lw_bmm: op(A)'s batch stride (", """ + number + r""",
+              ") must be a multiple of 8 elements; got shape ", lw_text(t.sizes()));
+  return batch;
+}
+"""
+ext = load_inline(name=f"lw_glue_probe_{len(number)}", cpp_sources=source, functions=["check"],
+                  extra_ldflags=["-static-libstdc++"], build_directory=build)
+try:
+    ext.check(torch.zeros(5005))
+except RuntimeError as e:
+    print(str(e).splitlines()[0])
+'''
+
+
+@pytest.mark.slow  # two C++ builds, about a minute
+def test_a_statically_linked_runtime_keeps_the_whole_message(tmp_path):
+    """The toolchain shape that crashed on the GPU machine (the C++ runtime linked into the
+    extension: it needs no libstdc++.so and defines std:: itself), rebuilt on this machine with
+    ``-static-libstdc++``: the glue's formatting keeps the whole message, while inserting the
+    number into the process's ostream loses it (here everything after it; there, a crash)."""
+    import subprocess
+    import sys
+
+    from loopwise.kernels.expert.generate import _templates
+
+    helpers = _templates().from_string('{% from "_glue.j2" import message_text %}{{ message_text() }}').render()
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE)
+    said = {}
+    for form, number in [("text", "lw_text(batch)"), ("ostream", "batch")]:
+        build = tmp_path / form
+        build.mkdir()
+        done = subprocess.run([sys.executable, str(probe), helpers, number, str(build)], capture_output=True,
+                              text=True, timeout=600)
+        said[form] = (done.returncode, done.stdout.strip())
+        if form == "text":
+            assert done.returncode == 0, done.stderr[-2000:]
+            (so,) = build.glob("*.so")
+            linked = subprocess.run(["ldd", str(so)], capture_output=True, text=True).stdout
+            assert "libstdc++" not in linked  # the shape of the GPU machine's builds
+    assert said["text"] == (0, "lw_bmm: op(A)'s batch stride (520524) must be a multiple of 8 elements; "
+                               "got shape [5005]")
+    assert said["ostream"] != said["text"]  # truncated after "(" or a crash
