@@ -1,13 +1,14 @@
 """The C++ glue of every compiled template formats the numbers and shapes in its messages as text
-before TORCH_CHECK sees them: an extension whose C++ runtime is linked in statically crashes when
-an ostream of the process inserts a number, so a message that did so would turn a refusal into a
-segfault."""
+before TORCH_CHECK sees them: in an extension whose C++ runtime is linked in statically, a number
+inserted into an ostream crashed the process (the GPU machine's builds) or cut the message short
+(``-static-libstdc++`` here), turning a refusal into a segfault or a riddle."""
 
 from __future__ import annotations
 
 import ast
 import itertools
 import re
+from importlib import resources
 
 import pytest
 
@@ -18,37 +19,71 @@ from loopwise.kernels.expert.proposer import SPACE
 from expert_judging import bmm_pattern, matmul_pattern  # noqa: E402 - tests/kernels/expert on sys.path
 
 #: What a message argument may be: a string literal, a ternary of literals, the glue's ``const
-#: char*`` operand name, or text already formatted (``lw_text``, ``std::to_string``, ``c10::toString``).
-_TEXT = re.compile(r'^("[^"]*"|\w+ \? "[^"]*" : "[^"]*"|name|(lw_text|std::to_string|c10::toString)\(.*\))$', re.S)
+#: char* name`` parameter, or one call that formats as text (``lw_text``, ``std::to_string``,
+#: ``c10::toString``) and nothing after it.
+_LITERAL = re.compile(r'^("[^"]*"|\w+ \? "[^"]*" : "[^"]*")$', re.S)
+_FORMATTERS = ("lw_text(", "std::to_string(", "c10::toString(")
+#: Every way C++ may put a value into an ostream here: TORCH_CHECK and its kin (any spacing before
+#: the parenthesis), other c10 message macros, and stream insertion itself.
+_MESSAGE_MACRO = re.compile(r"\b(TORCH_\w+|AT_\w+|C10_\w+)\s*\(")
+_STREAMS = re.compile(r"(?<!<)<<(?!<)|\bstd::(cout|cerr|clog|ostringstream|stringstream)\b|\bc10::str\s*\(|#define")
+
+
+def _matching(text: str, opening: int) -> int:
+    """The index of the parenthesis that closes the one at ``opening`` (string literals skipped)."""
+    depth, quoted = 0, False
+    for i in range(opening, len(text)):
+        c = text[i]
+        if c == '"' and text[i - 1] != "\\":
+            quoted = not quoted
+        elif not quoted and c == "(":
+            depth += 1
+        elif not quoted and c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise AssertionError(f"unclosed: {text[opening:opening + 80]}")
 
 
 def _arguments(call: str) -> list[str]:
-    """The top-level comma-separated arguments of ``TORCH_CHECK(...)`` whose text starts at ``call``."""
-    depth, start, parts, quoted = 0, call.index("(") + 1, [], False
-    for i in range(start, len(call)):
-        c = call[i]
-        if c == '"' and call[i - 1] != "\\":
+    """The top-level comma-separated arguments of the macro call whose text starts at ``call``."""
+    opening = call.index("(")
+    body = call[opening + 1:_matching(call, opening)]
+    depth, start, parts, quoted = 0, 0, [], False
+    for i, c in enumerate(body):
+        if c == '"' and (i == 0 or body[i - 1] != "\\"):
             quoted = not quoted
         if quoted:
             continue
-        if c in "([{<" and not (c == "<" and call[i - 1] in " <"):
+        if c in "([{" or (c == "<" and body[i - 1:i] not in (" ", "<") and body[i + 1:i + 2] != " "):
             depth += 1
-        elif c in ")]}>" and not (c == ">" and call[i - 1] in " >-="):
-            if depth == 0:
-                parts.append(call[start:i].strip())
-                return parts
+        elif c in ")]}" or (c == ">" and body[i - 1:i] not in (" ", ">", "-", "=") and depth > 0):
             depth -= 1
         elif c == "," and depth == 0:
-            parts.append(call[start:i].strip())
+            parts.append(body[start:i].strip())
             start = i + 1
-    raise AssertionError(f"unclosed TORCH_CHECK: {call[:80]}")
+    return parts + [body[start:].strip()]
 
 
-def _glue(source: str) -> str:
+def _is_text(argument: str, glue: str) -> bool:
+    if _LITERAL.match(argument):
+        return True
+    if argument == "name":
+        return bool(re.search(r"\bconst char\* name\b", glue))
+    opening = next((len(f) - 1 for f in _FORMATTERS if argument.startswith(f)), None)
+    return opening is not None and _matching(argument, opening) == len(argument) - 1
+
+
+def _cpp(source: str) -> dict[str, str]:
+    """The module-level C++ strings of a candidate (GLUE, KERNEL, ...), read without importing it."""
+    strings = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["GLUE"]:
-            return ast.literal_eval(node.value)
-    raise AssertionError("no GLUE string")
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.isupper():
+                    strings[target.id] = node.value.value
+    assert "GLUE" in strings, "no GLUE string"
+    return strings
 
 
 def _sources():
@@ -62,25 +97,61 @@ def _sources():
         moves = next(dict(zip(names, values)) for values in itertools.product(*SPACE[kind].values())
                      if matmul_variants.valid(kind, dict(zip(names, values))))
         yield kind, render(pattern, {"template": kind, **moves}, precision)
+    example = resources.files("loopwise.kernels.examples") / "cute_gemm" / "bf16_gemm_cutlass.py"
+    yield "cute_gemm_example", example.read_text()
+
+
+def _untextual(source: str) -> list[str]:
+    """What in a candidate's C++ would put a value into an ostream: each macro argument that is not
+    text, and each stream or macro of another kind."""
+    found = []
+    for label, cpp in _cpp(source).items():
+        found += [f"{label}: {m.group(0)!r}" for m in _STREAMS.finditer(cpp)]
+        for m in _MESSAGE_MACRO.finditer(cpp):
+            if m.group(1) != "TORCH_CHECK":
+                found.append(f"{label}: {m.group(1)}")
+                continue
+            condition, *message = _arguments(cpp[m.start():])
+            found += [f"{label}: {a!r} goes through an ostream" for a in message if not _is_text(a, cpp)]
+    return found
 
 
 @pytest.mark.parametrize("kind,source", list(_sources()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
 def test_every_message_argument_is_text(kind, source):
-    glue = _glue(source)
-    calls = [m.start() for m in re.finditer(r"\bTORCH_CHECK\(", glue)]
-    assert len(calls) >= 5, kind
-    for at in calls:
-        condition, *message = _arguments(glue[at:])
-        assert message, glue[at:at + 120]
-        for argument in message:
-            assert _TEXT.match(argument), f"{kind}: {argument!r} goes through an ostream"
-    assert "static std::string lw_text(int64_t value)" in glue
+    glue = _cpp(source)["GLUE"]
+    assert len(re.findall(r"\bTORCH_CHECK\s*\(", glue)) >= 2, kind
+    assert _untextual(source) == [], kind
+    if kind != "cute_gemm_example":
+        assert "static std::string lw_text(int64_t value)" in glue
 
 
-def test_the_rule_catches_a_bare_number():
-    call = 'TORCH_CHECK(s == 0, "refused at step ", status, " for ", lw_text(m));'
-    condition, *message = _arguments(call)
-    assert [bool(_TEXT.match(a)) for a in message] == [True, False, True, True]
+@pytest.mark.parametrize("line", [
+    'TORCH_CHECK(s == 0, "refused at step ", status, " for ", lw_text(m));',
+    'TORCH_CHECK (s == 0, "refused at step ", status);',
+    'TORCH_CHECK(\n    s == 0, "refused at step ", status);',
+    'TORCH_CHECK(s == 0, "x ", lw_text(m).size());',
+    'TORCH_CHECK(s == 0, "x ", std::to_string(m).length());',
+    'TORCH_CHECK(s == 0, "x ", lw_text(m) == "8" ? (m) : (n));',
+    'TORCH_CHECK(s == 0, "x ", c10::toString(t) + 0 * (m));',
+    'TORCH_CHECK(s == 0, "x ", name);',
+    'TORCH_CHECK_EQ(m, n) << m;',
+    'TORCH_CHECK_VALUE(m == n, "x ", m);',
+    'TORCH_INTERNAL_ASSERT(m == n, "x ", m);',
+    'TORCH_WARN("x ", m);',
+    'std::cerr << m;',
+    '#define LW_CHECK TORCH_CHECK\nLW_CHECK(m == n, "x ", m);',
+])
+def test_the_rule_catches_a_number_however_it_is_written(line):
+    for where in ("GLUE", "KERNEL"):
+        source = f'KERNEL = r"""\n{line if where == "KERNEL" else ""}\n"""\nGLUE = r"""\n{line if where == "GLUE" else ""}\n"""\n'
+        assert _untextual(source), (where, line)
+
+
+def test_the_rule_passes_text():
+    source = ('GLUE = r"""\nstatic int64_t f(const torch::Tensor& t, const char* name) {\n'
+              '  TORCH_CHECK(t.size(0) < 8 && t.dim() > 1, "f: ", name, " has ", lw_text(t.size(0)), " rows, ",\n'
+              '              lw_text(t.sizes()), " ", c10::toString(t.scalar_type()), ok ? "a" : "b");\n}\n"""\n')
+    assert _untextual(source) == []
 
 
 _PROBE = r'''
