@@ -154,7 +154,26 @@ def _connect(ray: Any, address: str | None) -> bool:
     finally:
         if callable(previous) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+    _cluster_messages_to_stderr(ray)
     return True
+
+
+def _cluster_messages_to_stderr(ray: Any) -> None:
+    """Sends what Ray's driver prints about the cluster (``(raylet) The node with node id ... has been
+    marked dead``, forwarded worker output) to stderr: Ray writes it to stdout, where a command's
+    ``--json`` document goes, and it is diagnostics. Ray keeps no public setting for this; its
+    printer is a module function looked up on each call, so it is wrapped, once, in the process
+    that connected. A Ray without that function is left as it is."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(worker, "print_to_stdstream", None)
+    if not callable(printer) or getattr(printer, "_loopwise_stderr", False):
+        return
+
+    def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
+        return printer({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr._loopwise_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:

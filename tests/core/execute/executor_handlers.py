@@ -47,3 +47,15 @@ def chatty(payload):
     subprocess.run(["echo", "from a child process"], check=True)
     print("x" * payload.get("repeat", 0) + "END")
     return {"pid": os.getpid()}
+
+
+def node_sleep(payload):
+    """Says which Ray node runs it (a file per attempt in ``payload["marker"]``), then sleeps."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    attempt = len(os.listdir(payload["marker"])) + 1
+    with open(os.path.join(payload["marker"], f"attempt-{attempt}"), "w") as f:
+        f.write(node)
+    time.sleep(payload["seconds"])
+    return {"node": node, "pid": os.getpid()}

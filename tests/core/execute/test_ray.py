@@ -168,3 +168,84 @@ def test_a_script_gets_its_own_cluster_and_a_clear_error_for_a_bad_address():
     assert out["unreachable"].startswith("cannot connect to the Ray cluster at '127.0.0.1:1'")
     assert "\n" not in out["unreachable"]
     assert out == {"unreachable": out["unreachable"], "started": True, "values": [7], "after_close": False}
+
+
+CLUSTER_SCRIPT = r"""
+import json, os, subprocess, sys, time
+from ray.cluster_utils import Cluster
+from loopwise.core.execute import Job, RayExecutor
+
+marker, problem, runs = sys.argv[1:4]
+# a cluster of its own, as `ray start --head` and `ray start --address` on two more hosts would
+# make it: a head without CPUs for jobs, two nodes of two CPUs each
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]
+cluster.wait_for_nodes()
+out = {}
+try:
+    # node loss: the node running the job goes away mid-job, without warning
+    with RayExecutor(["cpu"], address=cluster.address, job_timeout_s=120, max_retries=2) as ex:
+        ex.submit(Job("long", "executor_handlers:node_sleep", {"seconds": 6, "marker": marker}))
+        results, started = [], time.monotonic()
+        while not os.listdir(marker) and time.monotonic() - started < 90:
+            results += list(ex.results(timeout=1))
+        first = open(os.path.join(marker, "attempt-1")).read()
+        (lost,) = [n for n in nodes if n.node_id == first]
+        cluster.remove_node(lost, allow_graceful=False)
+        results += list(ex.results(timeout=120))
+    out["first"], out["nodes"] = first, [n.node_id for n in nodes]
+    out["results"] = [[r.job_id, r.ok, r.attempts, (r.result or {}).get("node"), r.error] for r in results]
+    # the command line against that existing cluster (one node left), as --ray-address gives it
+    done = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "optimize", problem, "--budget", "2",
+                           "--executor", "ray", "--ray-address", cluster.address, "--workers", "cpu,cpu",
+                           "--device", "cpu", "--runs-dir", runs, "--set", "kernels.eval.perf_trials=3", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    out["cli"] = [done.returncode, done.stdout, done.stderr[-2000:]]
+finally:
+    cluster.shutdown()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a three-node cluster on this host and a search on it, about a minute
+def test_an_existing_multi_node_cluster_survives_losing_a_node(tmp_path):
+    """On a cluster of several nodes (simulated on this host with Ray's own Cluster helper): the node
+    running a job dies without warning, the job runs again on another node and comes back; then
+    `kernels optimize --ray-address` searches on that cluster, one node fewer, to the end."""
+    marker = tmp_path / "marker"
+    marker.mkdir()
+    problem = HERE.parents[1] / "kernels" / "expert_problems" / "chain.py"
+    env = {**os.environ, "PYTHONPATH": str(HERE), "TRITON_INTERPRET": "1", "LOOPWISE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", CLUSTER_SCRIPT, str(marker), str(problem), str(tmp_path / "runs")],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    (job,) = out["results"]
+    other = [n for n in out["nodes"] if n != out["first"]]
+    assert job[:3] == ["long", True, 2] and job[3] in other, job  # retried, on the node that is left
+    code, stdout, stderr = out["cli"]
+    assert code == 0, stderr
+    assert stdout.startswith("{"), (stdout[:1500], stderr)
+    summary = json.loads(stdout)
+    assert summary["evaluations"] == 2 and summary["best"]["status"] == "correct"
+    assert "RayExecutor, 2 worker(s)" in stderr or "RayExecutor" in stdout + stderr
+
+
+def test_ray_cluster_messages_go_to_stderr_once_wrapped():
+    """What Ray's driver prints about the cluster is marked for stderr (Ray's own printer picks the
+    stream), whatever it was, and connecting twice does not wrap the printer twice."""
+    from types import SimpleNamespace
+
+    from loopwise.core.execute._ray import _cluster_messages_to_stderr
+
+    seen = []
+    worker = SimpleNamespace(print_to_stdstream=lambda data, ignore_prefix: seen.append((data, ignore_prefix)))
+    fake = SimpleNamespace(_private=SimpleNamespace(worker=worker))
+    _cluster_messages_to_stderr(fake)
+    wrapped = worker.print_to_stdstream
+    _cluster_messages_to_stderr(fake)
+    assert worker.print_to_stdstream is wrapped
+    worker.print_to_stdstream({"lines": ["node marked dead"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    assert seen == [({"lines": ["node marked dead"], "pid": "raylet", "is_err": True}, False)]
+    _cluster_messages_to_stderr(SimpleNamespace())  # a Ray without the printer: left alone
