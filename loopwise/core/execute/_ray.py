@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from loopwise.core.execute._base import Executor, Job, JobResult, pick
 from loopwise.core.execute._local import _resolve
@@ -154,26 +154,31 @@ def _connect(ray: Any, address: str | None) -> bool:
     finally:
         if callable(previous) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
-    _cluster_messages_to_stderr(ray)
     return True
 
 
-def _cluster_messages_to_stderr(ray: Any) -> None:
+def _cluster_messages_to_stderr(ray: Any) -> Callable[[], None]:
     """Sends what Ray's driver prints about the cluster (``(raylet) The node with node id ... has been
-    marked dead``, forwarded worker output) to stderr: Ray writes it to stdout, where a command's
-    ``--json`` document goes, and it is diagnostics. Ray keeps no public setting for this; its
-    printer is a module function looked up on each call, so it is wrapped, once, in the process
-    that connected. A Ray without that function is left as it is."""
+    marked dead``) to stderr while this process holds the connection it made: Ray writes it to
+    stdout, where a command's ``--json`` document goes, and it is diagnostics. Ray keeps no public
+    setting for this; its error listener looks its printer up as a module function on each call, so
+    that function is wrapped. Returns what puts it back (at the shutdown of that connection, so a
+    later ``ray.init`` of the user's own prints as Ray does). A Ray without it is left as it is."""
     worker = getattr(getattr(ray, "_private", None), "worker", None)
     printer = getattr(worker, "print_to_stdstream", None)
     if not callable(printer) or getattr(printer, "_loopwise_stderr", False):
-        return
+        return lambda: None
 
     def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
         return printer({**data, "is_err": True}, *args, **kwargs)
 
+    def put_back() -> None:
+        if worker.print_to_stdstream is to_stderr:
+            worker.print_to_stdstream = printer
+
     to_stderr._loopwise_stderr = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = to_stderr
+    return put_back
 
 
 def _lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:
@@ -258,6 +263,7 @@ class RayExecutor(Executor):
         self._slots: list[_Slot] = []
         self._closed = False
         self._owns_ray = _connect(self._ray, address)
+        self._put_back_printer = _cluster_messages_to_stderr(self._ray) if self._owns_ray else (lambda: None)
         try:
             self._slots, self._task_limit = _plan(devices, self._ray.cluster_resources())
         except UserError:
@@ -426,3 +432,4 @@ class RayExecutor(Executor):
                 self._ray.kill(slot.actor, no_restart=True)
         if self._owns_ray:
             self._ray.shutdown()
+            self._put_back_printer()

@@ -54,8 +54,10 @@ def node_sleep(payload):
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    attempt = len(os.listdir(payload["marker"])) + 1
-    with open(os.path.join(payload["marker"], f"attempt-{attempt}"), "w") as f:
+    attempt = len([n for n in os.listdir(payload["marker"]) if n.startswith("attempt-")]) + 1
+    path = os.path.join(payload["marker"], f"attempt-{attempt}")
+    with open(path + ".tmp", "w") as f:
         f.write(node)
+    os.replace(path + ".tmp", path)  # whole when it appears
     time.sleep(payload["seconds"])
     return {"node": node, "pid": os.getpid()}

@@ -187,7 +187,7 @@ try:
     with RayExecutor(["cpu"], address=cluster.address, job_timeout_s=120, max_retries=2) as ex:
         ex.submit(Job("long", "executor_handlers:node_sleep", {"seconds": 6, "marker": marker}))
         results, started = [], time.monotonic()
-        while not os.listdir(marker) and time.monotonic() - started < 90:
+        while not os.path.exists(os.path.join(marker, "attempt-1")) and time.monotonic() - started < 90:
             results += list(ex.results(timeout=1))
         first = open(os.path.join(marker, "attempt-1")).read()
         (lost,) = [n for n in nodes if n.node_id == first]
@@ -195,12 +195,28 @@ try:
         results += list(ex.results(timeout=120))
     out["first"], out["nodes"] = first, [n.node_id for n in nodes]
     out["results"] = [[r.job_id, r.ok, r.attempts, (r.result or {}).get("node"), r.error] for r in results]
-    # the command line against that existing cluster (one node left), as --ray-address gives it
-    done = subprocess.run([sys.executable, "-m", "loopwise", "kernels", "optimize", problem, "--budget", "2",
-                           "--executor", "ray", "--ray-address", cluster.address, "--workers", "cpu,cpu",
-                           "--device", "cpu", "--runs-dir", runs, "--set", "kernels.eval.perf_trials=3", "--json"],
-                          capture_output=True, text=True, timeout=600)
-    out["cli"] = [done.returncode, done.stdout, done.stderr[-2000:]]
+    # the command line against that existing cluster (one node left), as --ray-address gives it,
+    # while the cluster tells every driver of an error (as it does when a node is marked dead)
+    import ray
+    from ray._private.utils import publish_error_to_driver
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    cli = subprocess.Popen([sys.executable, "-m", "loopwise", "kernels", "optimize", problem, "--budget", "2",
+                            "--executor", "ray", "--ray-address", cluster.address, "--workers", "cpu,cpu",
+                            "--device", "cpu", "--runs-dir", runs, "--set", "kernels.eval.perf_trials=3", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = [], []
+    import threading
+    readers = [threading.Thread(target=lambda s=s, o=o: o.append(s.read())) for s, o in ((cli.stdout, stdout), (cli.stderr, stderr))]
+    for r in readers:
+        r.start()
+    while cli.poll() is None:
+        publish_error_to_driver("loopwise_test", "a cluster event for every driver", ray._private.worker.global_worker.gcs_client)
+        time.sleep(0.5)
+    for r in readers:
+        r.join()
+    out["cli"] = [cli.returncode, stdout[0], stderr[0]]
+    ray.shutdown()
 finally:
     cluster.shutdown()
 print(json.dumps(out))
@@ -229,7 +245,8 @@ def test_an_existing_multi_node_cluster_survives_losing_a_node(tmp_path):
     assert stdout.startswith("{"), (stdout[:1500], stderr)
     summary = json.loads(stdout)
     assert summary["evaluations"] == 2 and summary["best"]["status"] == "correct"
-    assert "RayExecutor, 2 worker(s)" in stderr or "RayExecutor" in stdout + stderr
+    assert "on RayExecutor, 2 worker(s)" in stderr
+    assert "a cluster event for every driver" in stderr  # Ray's message came, and went to stderr
 
 
 def test_ray_cluster_messages_go_to_stderr_once_wrapped():
@@ -242,10 +259,13 @@ def test_ray_cluster_messages_go_to_stderr_once_wrapped():
     seen = []
     worker = SimpleNamespace(print_to_stdstream=lambda data, ignore_prefix: seen.append((data, ignore_prefix)))
     fake = SimpleNamespace(_private=SimpleNamespace(worker=worker))
-    _cluster_messages_to_stderr(fake)
+    original = worker.print_to_stdstream
+    put_back = _cluster_messages_to_stderr(fake)
     wrapped = worker.print_to_stdstream
-    _cluster_messages_to_stderr(fake)
-    assert worker.print_to_stdstream is wrapped
+    _cluster_messages_to_stderr(fake)()  # a second wrap is none, and undoing it undoes nothing
+    assert worker.print_to_stdstream is wrapped and wrapped is not original
     worker.print_to_stdstream({"lines": ["node marked dead"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     assert seen == [({"lines": ["node marked dead"], "pid": "raylet", "is_err": True}, False)]
-    _cluster_messages_to_stderr(SimpleNamespace())  # a Ray without the printer: left alone
+    put_back()  # at the shutdown of the connection loopwise made: Ray prints as it did
+    assert worker.print_to_stdstream is original
+    _cluster_messages_to_stderr(SimpleNamespace())()  # a Ray without the printer: left alone
