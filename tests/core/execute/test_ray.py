@@ -171,7 +171,9 @@ def test_a_script_gets_its_own_cluster_and_a_clear_error_for_a_bad_address():
 
 
 CLUSTER_SCRIPT = r"""
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys, threading, time
+import ray
+from ray._private.utils import publish_error_to_driver
 from ray.cluster_utils import Cluster
 from loopwise.core.execute import Job, RayExecutor
 
@@ -197,20 +199,19 @@ try:
     out["results"] = [[r.job_id, r.ok, r.attempts, (r.result or {}).get("node"), r.error] for r in results]
     # the command line against that existing cluster (one node left), as --ray-address gives it,
     # while the cluster tells every driver of an error (as it does when a node is marked dead)
-    import ray
-    from ray._private.utils import publish_error_to_driver
-
     ray.init(address=cluster.address, log_to_driver=False)
     cli = subprocess.Popen([sys.executable, "-m", "loopwise", "kernels", "optimize", problem, "--budget", "2",
                             "--executor", "ray", "--ray-address", cluster.address, "--workers", "cpu,cpu",
                             "--device", "cpu", "--runs-dir", runs, "--set", "kernels.eval.perf_trials=3", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = [], []
-    import threading
     readers = [threading.Thread(target=lambda s=s, o=o: o.append(s.read())) for s, o in ((cli.stdout, stdout), (cli.stderr, stderr))]
     for r in readers:
         r.start()
+    deadline = time.monotonic() + 600
     while cli.poll() is None:
+        if time.monotonic() > deadline:
+            cli.kill()
         publish_error_to_driver("loopwise_test", "a cluster event for every driver", ray._private.worker.global_worker.gcs_client)
         time.sleep(0.5)
     for r in readers:
