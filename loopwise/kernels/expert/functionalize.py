@@ -37,8 +37,14 @@ _NO_OUT_OF_PLACE = frozenset({"copy_", "fill_", "zero_", "resize_", "resize_as_"
                               "share_memory_", "put_", "index_put_", "retain_grad_", "record_stream_"})
 
 
-def trace(model, concrete_args=None):
+def trace(model, concrete_args=None, inputs=None):
     """``model``'s forward as an fx GraphModule, augmented assignment recorded as a write.
+
+    With ``inputs`` (the call's arguments), the trace is *shaped*: every traced tensor carries its
+    value on the meta device, so the shapes, dtypes and sizes the forward reads from it are numbers
+    and the graph holds them as constants (``B, T, C = x.size()`` then ``math.sqrt(C)``, a buffer
+    sliced by ``T``, a branch on a shape), and the model's buffers are graph attributes. The graph
+    is then only right for inputs of these shapes, which is what a problem's inputs are.
 
     Raises:
         ew.Unsupported: the forward writes a parameter, buffer or tensor attribute of the model in
@@ -51,13 +57,34 @@ def trace(model, concrete_args=None):
 
     state = _state(model)
     versions = {name: t._version for name, t in state.items()}
-    tracer = _tracer_class()()
+    tracer = _tracer_class()() if inputs is None else _shaped_tracer_class()(inputs)
     graph = tracer.trace(model, concrete_args)
     written = [name for name, t in state.items() if t._version != versions[name]]
     if written:
         raise ew.Unsupported(f"the forward writes the model's {', '.join(written)} in place: its state changes "
                              "from call to call")
+    if inputs is not None:
+        _nothing_of_the_shadows(graph, state)
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _nothing_of_the_shadows(graph, state: dict) -> None:
+    """Raises where a shaped trace kept something of its meta values in the graph: the meta device
+    passed on as a value, or a tensor the forward made outside the trace from numbers
+    (``torch.zeros(n, device=x.device)``), which fx keeps as a constant of the graph (``state``:
+    the model's own tensors, the only ones a graph may read)."""
+    import torch
+    from torch.fx.node import map_aggregate
+
+    def check(value):
+        if isinstance(value, torch.device) and value.type == "meta" or isinstance(value, str) and value == "meta":
+            raise TypeError("the forward passes a tensor's device on as a value")
+        return value
+
+    for node in graph.nodes:
+        if node.op == "get_attr" and node.target not in state:
+            raise TypeError(f"the forward makes a tensor from numbers outside the trace ({node.target})")
+        map_aggregate((node.args, node.kwargs), check)
 
 
 def _state(model) -> dict:
@@ -127,7 +154,121 @@ def _tracer_class():
         def proxy(self, node):
             return AugmentedProxy(node, self)
 
+    Tracer.proxy_class = AugmentedProxy
     return Tracer
+
+
+# What a shaped trace reads from a tensor's meta value as a number rather than recording a call
+_SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "is_floating_point"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "stride", "is_contiguous",
+                            "element_size", "get_device"})
+
+
+@functools.lru_cache(maxsize=1)
+def _shaped_tracer_class():
+    """The Tracer of :func:`_tracer_class` whose proxies carry their value on the meta device
+    (``node.meta["meta_value"]``, or None where it could not be computed) and answer a shape
+    question with it; the model's buffers are proxies too (fx otherwise slices them eagerly)."""
+    import copy
+
+    import torch
+    from torch.fx.node import map_aggregate
+
+    base = _tracer_class()
+    augmented = base.proxy_class
+
+    def value_of(proxy):
+        return proxy.node.meta.get("meta_value") if "meta_value" in proxy.node.meta else None
+
+    class ShapedProxy(augmented):
+        def __getattr__(self, k):
+            value = value_of(self)
+            if k in _SHAPE_ATTRIBUTES and isinstance(value, torch.Tensor):
+                return getattr(value, k)
+            if k in _SHAPE_METHODS and isinstance(value, torch.Tensor):
+                return getattr(value, k)
+            return ShapedAttribute(self, k)
+
+        def __len__(self):
+            value = value_of(self)
+            if isinstance(value, (torch.Tensor, tuple, list)):
+                return len(value)
+            return super().__len__()
+
+        def __iter__(self):
+            value = value_of(self)
+            if isinstance(value, (tuple, list)) or isinstance(value, torch.Tensor) and value.dim() > 0:
+                return iter([self[i] for i in range(len(value))])
+            return super().__iter__()
+
+    # An attribute of a shaped proxy: fx's Attribute (its node made on first use) answering shape
+    # questions as a ShapedProxy does.
+    ShapedAttribute = type("ShapedAttribute", (torch.fx.proxy.Attribute, ShapedProxy), {})
+
+    class ShapedTracer(base):
+        proxy_buffer_attributes = True
+
+        def __init__(self, inputs):
+            super().__init__()
+            self._inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in inputs]
+            self._placeholders = 0
+            self._modules = {}
+            self._computing = False
+
+        def call_module(self, m, forward, args, kwargs):
+            if self._computing:  # a module inside one whose value is being computed: just run it
+                return forward(*args, **kwargs)
+            return super().call_module(m, forward, args, kwargs)
+
+        def getattr(self, attr, attr_val, parameter_proxy_cache):
+            if self._computing:  # a parameter or buffer read while a value is computed: the tensor itself
+                return attr_val
+            return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+        def proxy(self, node):
+            return ShapedProxy(node, self)
+
+        def create_proxy(self, kind, target, args, kwargs, *rest, **more):
+            proxy = super().create_proxy(kind, target, args, kwargs, *rest, **more)
+            self._computing = True
+            try:
+                proxy.node.meta["meta_value"] = self._value(kind, target, args, kwargs)
+            except Exception:  # noqa: BLE001 - an operation without a meta kernel: the shape stays symbolic
+                proxy.node.meta["meta_value"] = None
+            finally:
+                self._computing = False
+            return proxy
+
+        def _value(self, kind, target, args, kwargs):
+            if kind == "placeholder":
+                index, self._placeholders = self._placeholders, self._placeholders + 1
+                return self._inputs[index] if index < len(self._inputs) else None
+            if kind == "get_attr":
+                value = self.root
+                for part in target.split("."):
+                    value = getattr(value, part)
+                return value
+
+            def unwrap(a):
+                if isinstance(a, torch.fx.Proxy):
+                    value = value_of(a)
+                    if value is None:
+                        raise LookupError("no value")
+                    return value
+                return a
+
+            args, kwargs = map_aggregate(args, unwrap), map_aggregate(kwargs, unwrap)
+            if kind == "call_function":
+                return target(*args, **kwargs)
+            if kind == "call_method":
+                return getattr(args[0], target)(*args[1:], **kwargs)
+            if kind == "call_module":  # a copy: a module's own state (BatchNorm's statistics) stays as it was
+                if target not in self._modules:
+                    self._modules[target] = copy.deepcopy(self.root.get_submodule(target))
+                return self._modules[target](*args, **kwargs)
+            return None
+
+    return ShapedTracer
 
 
 def out_of_place(node):

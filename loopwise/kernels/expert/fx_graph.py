@@ -29,8 +29,8 @@ def trace_as_called(model, args):
         raise ew.Unsupported(f"forward takes {', '.join(p.name for p in left)} beyond the {len(args)} input(s) given, "
                              "without defaults")
     if not left:
-        return functionalize(_deterministic(trace(model)), args)
-    gm = trace(model, concrete_args={p.name: p.default for p in left})
+        return functionalize(_deterministic(_trace(trace, model, None, args)), args)
+    gm = _trace(trace, model, {p.name: p.default for p in left}, args)
     placeholders = graph_inputs(gm)
     fixed = placeholders[len(args):]
     guards, frontier = [], list(fixed)  # FX's checks that a fixed argument keeps its value
@@ -48,6 +48,26 @@ def trace_as_called(model, args):
     gm.graph.lint()
     gm.recompile()
     return functionalize(_deterministic(gm), args)
+
+
+def _trace(trace, model, concrete_args, args):
+    """``trace(model)``, or where fx cannot trace the forward symbolically (it computes with a size,
+    ``math.sqrt(x.size(-1))``; slices a buffer by one; branches on a shape or a device), the trace
+    shaped by ``args`` (sizes as numbers), which takes such a forward. The first failure is raised
+    where the shaped trace fails too."""
+    from loopwise.kernels.expert import elementwise as ew
+
+    try:
+        return trace(model, concrete_args)
+    except ew.Unsupported:
+        raise
+    except Exception as plain:  # noqa: BLE001 - fx's refusals are TypeErrors, TraceErrors, RuntimeErrors
+        try:
+            return trace(model, concrete_args, inputs=args)
+        except ew.Unsupported:
+            raise
+        except Exception:  # noqa: BLE001 - the symbolic trace's reason is the one to report
+            raise plain from None
 
 
 # What draws random numbers in a forward: torch functions and Tensor methods (in place or not).

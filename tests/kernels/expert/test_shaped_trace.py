@@ -1,0 +1,97 @@
+"""Forwards that torch.fx cannot trace symbolically because they compute with a size (a scale
+``1 / sqrt(head size)``, a buffer sliced by the sequence length, a branch on a shape or on where
+the weights live) are traced with their sizes as numbers: they get templates, and the candidates
+are right for the problem's inputs."""
+
+import pytest
+import torch
+
+from loopwise.kernels.expert import capture
+from loopwise.kernels.expert.fx_graph import trace_as_called
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import generated_style_problem as _problem, judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+
+# a causal mask kept as a buffer larger than the sequence and sliced by its length, and the
+# softmax scale computed from the feature size with math
+MASKED = ("import math\nB, T, C = x.size()\ns = (x @ x.transpose(-2, -1)) * (1.0 / math.sqrt(x.size(-1)))\n"
+          "s = s.masked_fill(self.mask[:, :T, :T] == 0, float('-inf'))\nx = torch.softmax(s, dim=-1) @ x")
+MASK_INIT = "self.register_buffer('mask', torch.tril(torch.ones(16, 16)).view(1, 16, 16))"
+
+# a branch on a shape: the first branch is the one the inputs take
+SHAPE_BRANCH = "if x.shape[-1] > 8:\n    x = torch.tanh(x) * 2.0 + 1.0\nelse:\n    x = torch.sigmoid(x) - 1.0"
+
+# a check of where the weights live (NetVLAD's), then work with them
+DEVICE_CHECK = ("if x.device != self.w.device:\n    raise ValueError('wrong device')\n"
+                "x = torch.exp(x @ self.w) + 1.0\nx = x / x.sum(dim=-1, keepdim=True)")
+DEVICE_INIT = "self.w = nn.Parameter(torch.randn(24, 12))"
+
+
+def _captured(tmp_path, name, forward, init="", inputs="torch.randn(2, 12, 24, dtype=DTYPE)"):
+    return capture(load_problem(str(_problem(tmp_path, name, init, forward, inputs))))
+
+
+def _meta(path):
+    module = load_problem(str(path)).load_module()
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+    return model, list(module.get_inputs())
+
+
+@pytest.mark.parametrize("name,forward,init", [("masked", MASKED, MASK_INIT), ("branch", SHAPE_BRANCH, ""),
+                                               ("device", DEVICE_CHECK, DEVICE_INIT)])
+def test_a_forward_that_computes_with_its_sizes_gets_a_template(tmp_path, name, forward, init):
+    pattern = _captured(tmp_path, name, forward, init)
+    assert pattern.kind != "unsupported", pattern.reason
+    assert "cannot trace" not in pattern.reason
+
+
+def test_sizes_become_numbers_and_the_branch_taken_is_the_inputs_one(tmp_path):
+    model, args = _meta(_problem(tmp_path, "branch", "", SHAPE_BRANCH, "torch.randn(2, 12, 24, dtype=DTYPE)"))
+    code = trace_as_called(model, args).code
+    assert "tanh" in code and "sigmoid" not in code, code
+    model, args = _meta(_problem(tmp_path, "narrow", "", SHAPE_BRANCH, "torch.randn(2, 12, 4, dtype=DTYPE)"))
+    code = trace_as_called(model, args).code
+    assert "sigmoid" in code and "tanh" not in code, code
+
+
+def test_a_sliced_buffer_is_read_from_the_model_not_baked_into_the_graph(tmp_path):
+    model, args = _meta(_problem(tmp_path, "masked", MASK_INIT, MASKED, "torch.randn(2, 12, 24, dtype=DTYPE)"))
+    gm = trace_as_called(model, args)
+    reads = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
+    assert reads == ["mask"], gm.code
+    assert "0.2041" in gm.code  # 1 / sqrt(24)
+
+
+def test_a_device_passed_on_as_a_value_is_not_traced_with_sizes(tmp_path):
+    """``torch.zeros(n, device=x.device)`` after ``int(x.size(0))``: the sizes' trace would write
+    the meta device into the graph, so the forward stays untraced and says why."""
+    forward = "n = int(x.size(0))\nx = x + torch.zeros(n, 1, 1, device=x.device)\nx = torch.relu(x) * 2.0"
+    pattern = _captured(tmp_path, "zeros", forward)
+    assert pattern.kind == "unsupported" and pattern.reason.startswith("cannot trace forward (TypeError: int()"), pattern
+
+
+def test_a_module_run_for_its_sizes_keeps_its_state(tmp_path):
+    """BatchNorm in training mode updates its statistics when called: the sizes' trace computes a
+    module's value on a copy, so the model is not taken for one that writes its own state."""
+    forward = "n = int(x.size(-1))\nx = self.bn(x).view(2, 12 * n)\nx = torch.relu(x) * 2.0"
+    path = _problem(tmp_path, "bn", "self.bn = nn.BatchNorm1d(12)", forward, "torch.randn(2, 12, 24, dtype=DTYPE)")
+    model, args = _meta(path)
+    before = model.bn.num_batches_tracked._version
+    trace_as_called(model, args)
+    assert model.bn.num_batches_tracked._version == before
+    assert capture(load_problem(str(path))).kind != "unsupported"
+
+
+@pytest.mark.parametrize("name,forward,init", [("masked", MASKED, MASK_INIT), ("device", DEVICE_CHECK, DEVICE_INIT)])
+def test_a_forward_that_computes_with_its_sizes_is_judged_correct(tmp_path, monkeypatch, name, forward, init):
+    path = _problem(tmp_path, name, init, forward, "torch.randn(2, 12, 24, dtype=DTYPE)")
+    pattern = capture(load_problem(str(path)))
+    judged_correct(path, {"template": pattern.kind if pattern.kind != "graph" else _first_kind(pattern)},
+                   tmp_path, monkeypatch)
+
+
+def _first_kind(pattern):
+    from loopwise.kernels.expert.partition import kinds
+
+    return kinds(pattern)[0]
