@@ -75,7 +75,7 @@ def _go(methods: tuple[str, ...], task: str, budget: tuple, depth: int, preset: 
         for i in range(seeds):  # each seed a whole comparison: its own base, data and method seeds
             outs.append(_start_and_run(methods, task, budget, depth, preset, seed + i, difficulty, resume, runs_dir,
                                        as_json, proposer, exchange_dir, llm, device, policy_path, err, dispatcher,
-                                       command, kl_reference, exchange_timeout))
+                                       command, kl_reference, exchange_timeout, executor))
     if seeds == 1:
         if as_json:
             typer.echo(json.dumps(outs[0], indent=2, default=str))
@@ -144,7 +144,7 @@ def _span(iv: dict) -> str:
 
 def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resume, runs_dir, as_json, proposer,
                    exchange_dir, llm, device, policy_path, err, dispatcher, command, kl_reference="initial",
-                   exchange_timeout=EXCHANGE_TIMEOUT_S) -> dict:
+                   exchange_timeout=EXCHANGE_TIMEOUT_S, executor=("local", None, None)) -> dict:
     from rich.markup import escape
     from rich.progress import (
         BarColumn,
@@ -185,7 +185,7 @@ def _start_and_run(methods, task, budget, depth, preset, seed, difficulty, resum
 
         # Ctrl-C or SIGTERM: finished stages are stored, the run says how to continue
         proposals = None
-        with interruptible(run.store, lambda: _resume_command(command, s.task, run), say):
+        with interruptible(run.store, lambda: _resume_command(command, s.task, run, executor), say):
             results = run.run(on_stage=on_stage, on_warm=on_warm, dispatcher=dispatcher)
             proposals = run.proposals() if s.proposer != "expert" else None
     if not as_json:
@@ -204,11 +204,13 @@ def _proposals_line(counts: dict) -> str:
             f"{counts['from_rules']} transitions from the rules")
 
 
-def _resume_command(command: str, task: str, run) -> str:
+def _resume_command(command: str, task: str, run, executor: tuple = ("local", None, None)) -> str:
+    """The command that continues the run, on the executor it ran on (--executor, --workers, --ray-address)."""
+    from loopwise.core.execute.dispatch import executor_options
     from loopwise.core.run import resume_command
 
     return resume_command(shlex.join(["loopwise", "training", command, task]), run.store.meta.run_id,
-                          run.store.run_dir.parent)
+                          run.store.run_dir.parent, *executor_options(*executor))
 
 
 def _table(run, results: dict, proposals: dict | None = None) -> None:

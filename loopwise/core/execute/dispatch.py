@@ -102,6 +102,18 @@ def open_executor(kind: str, workers: str | None, ray_address: str | None = None
     return make_executor(kind, devices=devices, ray_address=ray_address, job_timeout_s=job_timeout_s)
 
 
+def executor_options(kind: str, workers: str | None, ray_address: str | None = None) -> list[str]:
+    """The command-line words that choose this executor again (--executor, --workers,
+    --ray-address; none for the default, judging in this process), for a resume line: a run
+    started on Ray continues on Ray."""
+    words = [] if kind == "local" else ["--executor", kind]
+    if workers:
+        words += ["--workers", workers]
+    if ray_address:
+        words += ["--ray-address", ray_address]
+    return words
+
+
 @contextlib.contextmanager
 def dispatching(kind: str, workers: str | None, ray_address: str | None = None,
                 job_timeout_s: float | None = None) -> Iterator[Dispatcher | None]:

@@ -12,7 +12,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
     from loopwise.core.console import console as make_console
     from rich.markup import escape
 
-    from loopwise.core.execute.dispatch import dispatching
+    from loopwise.core.execute.dispatch import dispatching, executor_options
     from loopwise.core.run import interruptible, resume_command
     from loopwise.kernels.bench.run import Bench, select_problems
     from loopwise.kernels.report.bench_html import build_report
@@ -37,7 +37,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
 
         def resume_line() -> str:
             return resume_command("loopwise kernels bench", bench.store.meta.run_id, bench.store.run_dir.parent,
-                                  "--kernelbench", str(checkout))
+                                  "--kernelbench", str(checkout), *executor_options(*executor))
 
         # Ctrl-C or SIGTERM: finished problems are stored, the run says how to continue
         with interruptible(bench.store, resume_line, lambda line: console.print(escape(line), soft_wrap=True),

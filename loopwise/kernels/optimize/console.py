@@ -19,10 +19,11 @@ def run_optimize(settings, cfg, *, resume: str | None = None, out: Path | None =
     deadline = time.monotonic() + time_limit if time_limit else None
     console = make_console(stderr=True) if as_json else make_console()
     with dispatching(*executor) as dispatcher:
-        return _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline)
+        return _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline, executor)
 
 
-def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None) -> int:
+def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None,
+         executor: tuple = ("local", None, None)) -> int:
     from loopwise.kernels.optimize.loop import OptimizeRun
     from loopwise.kernels.problem import load_problem
     from loopwise.kernels.evaluate.workers import make_judge
@@ -43,7 +44,7 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
     s = run.s
     console.print(f"run [bold]{run.store.meta.run_id}[/] · {run.problem.name} on {run.judge.device_name} · "
                   f"{s.proposer} proposer, {s.search}, budget {s.budget}, objective {s.objective}")
-    with _stoppable(run, console):
+    with _stoppable(run, console, executor):
         try:
             with console.status("searching") as status:
                 ended = run.run(progress=lambda line: status.update(line), deadline=deadline)
@@ -67,19 +68,19 @@ def _run(settings, cfg, resume, out, as_json, console, dispatcher, deadline=None
 
         from loopwise.core.run import continue_line
 
-        console.print(f"[yellow]time limit reached[/] {escape(continue_line(_resume_command(run), _progress(run)))}",
+        console.print(f"[yellow]time limit reached[/] {escape(continue_line(_resume_command(run, executor), _progress(run)))}",
                       soft_wrap=True)
     return 0 if path else 1
 
 
-def _stoppable(run, console):
+def _stoppable(run, console, executor):
     """Ctrl-C or SIGTERM (the CLI raises it): what is stored stays, the run is marked interrupted
     and closed, and the line that continues it is printed unwrapped so it can be pasted."""
     from rich.markup import escape
 
     from loopwise.core.run import interruptible
 
-    return interruptible(run.store, lambda: _resume_command(run),
+    return interruptible(run.store, lambda: _resume_command(run, executor),
                          lambda line: console.print(escape(line), soft_wrap=True), lambda: _progress(run))
 
 
@@ -87,8 +88,10 @@ def _progress(run) -> str:
     return f"after {run.tally.evaluations} of {run.s.budget} candidates"
 
 
-def _resume_command(run) -> str:
-    """The command that continues the run."""
+def _resume_command(run, executor: tuple) -> str:
+    """The command that continues the run, on the executor it ran on (``executor``: as
+    :func:`run_optimize`'s)."""
+    from loopwise.core.execute.dispatch import executor_options
     from loopwise.core.run import resume_command
 
     options = []
@@ -96,7 +99,8 @@ def _resume_command(run) -> str:
         from loopwise.kernels.problem import _find_checkout
 
         options = ["--kernelbench", str(_find_checkout(run.cfg.kernels.kernelbench))]
-    return resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options)
+    return resume_command("loopwise kernels optimize", run.store.meta.run_id, run.store.run_dir.parent, *options,
+                          *executor_options(*executor))
 
 
 def _print_proposal_failures(console, tally) -> None:

@@ -39,3 +39,13 @@ def test_a_free_worker_prefers_jobs_whose_state_it_already_holds():
     assert pick(jobs, mine=set(), anyone={"A", "B"}) == 2  # a problem no worker has built yet
     assert pick(jobs, mine=set(), anyone={"A", "B", "C"}) == 0  # else the oldest: never idle
     assert pick([Job("x", "h"), Job("a", "h", affinity="A")], mine=set(), anyone={"A"}) == 0
+
+
+def test_a_resume_line_names_the_executor_the_run_was_started_on():
+    from loopwise.core.execute.dispatch import executor_options
+
+    assert executor_options("local", None, None) == []
+    assert executor_options("local", "0,1", None) == ["--workers", "0,1"]
+    assert executor_options("ray", None, "auto") == ["--executor", "ray", "--ray-address", "auto"]
+    assert executor_options("ray", "cpu,cpu", "ray://head:10001") == ["--executor", "ray", "--workers", "cpu,cpu",
+                                                                     "--ray-address", "ray://head:10001"]

@@ -179,3 +179,42 @@ def test_an_interrupted_bench_starts_no_further_problem_and_stops_the_running_se
     assert started[:1] == [1] and len(started) <= 2  # at most the one already running when it came
     assert stop_seen.is_set() or len(started) == 1
     bench.store.close()
+
+
+@pytest.mark.slow
+def test_a_bench_stopped_by_sigterm_says_how_to_continue_on_its_workers_and_that_line_finishes_it(checkout, tmp_path,
+                                                                                                  cli_env):
+    """SIGTERM mid-bench: exit 143, the resume line names the workers the bench ran on (a run started on
+    stand-in workers, or on Ray, continues there), and running that line finishes the bench."""
+    import shlex
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "loopwise", "kernels", "bench", "kernelbench", "--levels", "1",
+                             "--subset", "ids:1/1,1/6", "--budget", "2", "--no-compile", "--workers", "cpu",
+                             "--kernelbench", str(checkout), "--device", "cpu", "--runs-dir", str(runs),
+                             "--set", "kernels.eval.perf_trials=3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:  # the first problem's search has begun
+            if len(list(runs.glob("*/run.sqlite"))) >= 2:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err[-2000:]
+    (line,) = [ln for ln in (out + err).splitlines() if "continue with: " in ln]
+    words = shlex.split(line.split("continue with: ", 1)[1])
+    assert words[:4] == ["loopwise", "kernels", "bench", "--resume"] and words[-2:] == ["--workers", "cpu"], words
+    again = subprocess.run([sys.executable, "-m", *words, "--json"], capture_output=True, text=True, env=cli_env,
+                           timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout)
+    assert [r["problem"] for r in result["problems"]] == ["level1/1_chain", "level1/6_softmax_rows"]
+    assert all(r["evaluations"] == 2 for r in result["problems"])

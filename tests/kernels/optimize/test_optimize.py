@@ -102,7 +102,9 @@ def test_sigterm_stops_a_run_cleanly_and_says_how_to_resume(tmp_path, cli_env, e
     assert err.strip().splitlines()[-1] == "terminated"
     assert "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
     (run_id,) = [p.name for p in (tmp_path / "runs").iterdir()]
-    assert f"continue with: loopwise kernels optimize --resume {run_id}" in " ".join(out.split())
+    line = " ".join(out.split())
+    assert f"continue with: loopwise kernels optimize --resume {run_id}" in line
+    assert line.endswith(" ".join(["--runs-dir", str((tmp_path / "runs").resolve()), *executor])), line  # on the same executor
 
 
 @pytest.mark.slow
