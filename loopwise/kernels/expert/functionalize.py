@@ -69,22 +69,38 @@ def trace(model, concrete_args=None, inputs=None):
 
 
 def _nothing_of_the_shadows(graph, state: dict) -> None:
-    """Raises where a shaped trace kept something of its meta values in the graph: the meta device
-    passed on as a value, or a tensor the forward made outside the trace from numbers
-    (``torch.zeros(n, device=x.device)``), which fx keeps as a constant of the graph (``state``:
-    the model's own tensors, the only ones a graph may read)."""
+    """The graph of a shaped trace with nothing of its meta values left in it: the meta device a
+    forward passed on as a value (``h0.to(x.device)``, ``torch.arange(n, device=x.device)``) becomes
+    the device of the forward's first tensor input, read when it runs (a problem's inputs and weights
+    live on one device). Raises where a tensor was made outside the trace from numbers (an fx
+    constant of the graph: ``state`` holds the model's own tensors, the only ones a graph may read)
+    or a device's name was passed on as text."""
     import torch
     from torch.fx.node import map_aggregate
 
-    def check(value):
-        if isinstance(value, torch.device) and value.type == "meta" or isinstance(value, str) and value == "meta":
-            raise TypeError("the forward passes a tensor's device on as a value")
-        return value
+    device = None
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    first = next((n for n in inputs if isinstance(n.meta.get("meta_value"), torch.Tensor)), None)
 
-    for node in graph.nodes:
+    def replace(value):
+        nonlocal device
+        if isinstance(value, str) and value == "meta":
+            raise TypeError("the forward passes a device's name on as text")
+        if not (isinstance(value, torch.device) and value.type == "meta"):
+            return value
+        if first is None:
+            raise TypeError("the forward passes a tensor's device on as a value, and takes no tensor to read it from")
+        if device is None:
+            with graph.inserting_after(inputs[-1]):
+                device = graph.call_function(getattr, (first, "device"))
+        return device
+
+    for node in list(graph.nodes):
         if node.op == "get_attr" and node.target not in state:
             raise TypeError(f"the forward makes a tensor from numbers outside the trace ({node.target})")
-        map_aggregate((node.args, node.kwargs), check)
+        if node is device:
+            continue
+        node.args, node.kwargs = map_aggregate(node.args, replace), map_aggregate(node.kwargs, replace)
 
 
 def _state(model) -> dict:

@@ -71,6 +71,22 @@ def test_a_device_passed_on_as_a_value_is_not_traced_with_sizes(tmp_path):
     assert pattern.kind == "unsupported" and pattern.reason.startswith("cannot trace forward (TypeError: int()"), pattern
 
 
+# a tensor moved to where the input lives (an RNN's initial state), in a forward that uses a size as a number
+MOVED = "n = int(x.size(0))\nh = h.to(x.device)\nx = torch.tanh(x[:n] + h) * 2.0"
+
+
+def test_a_device_read_from_an_input_is_read_when_the_forward_runs(tmp_path, monkeypatch):
+    path = _problem(tmp_path, "moved", "", MOVED, "torch.randn(4, 33, dtype=DTYPE), torch.randn(4, 33, dtype=DTYPE)",
+                    args="x, h")
+    model, args = _meta(path)
+    gm = trace_as_called(model, args)
+    assert "meta" not in gm.code and "x.device" in gm.code, gm.code
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind != "unsupported", pattern.reason
+    judged_correct(path, {"template": pattern.kind if pattern.kind != "graph" else _first_kind(pattern)},
+                   tmp_path, monkeypatch)
+
+
 def test_a_module_run_for_its_sizes_keeps_its_state(tmp_path):
     """BatchNorm in training mode updates its statistics when called: the sizes' trace computes a
     module's value on a copy, so the model is not taken for one that writes its own state."""
