@@ -8,8 +8,9 @@ from loopwise.kernels.expert import elementwise as ew
 
 
 def trace_as_called(model, args):
-    """``model``'s forward as an FX graph of the call ``model(*args)``, every in-place write in it
-    (augmented assignment too) and those no one sees rewritten out of place
+    """``model``'s forward as an FX graph of the call ``model(*args)``, composite operations (losses,
+    instance norm) written out as primitive ones (:mod:`.decompose`), every in-place write in
+    it (augmented assignment too) and those no one sees rewritten out of place
     (:mod:`.functionalize`). Parameters the inputs leave
     out (an LSTM's ``h0=None``, NetVLAD's ``mask=None``) are fixed at their defaults, so control
     flow on them is traced the way the call takes it (FX's ``concrete_args``), and their
@@ -21,6 +22,7 @@ def trace_as_called(model, args):
     """
     import inspect
 
+    from loopwise.kernels.expert.decompose import decompose
     from loopwise.kernels.expert.functionalize import functionalize, trace
 
     named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -29,7 +31,7 @@ def trace_as_called(model, args):
         raise ew.Unsupported(f"forward takes {', '.join(p.name for p in left)} beyond the {len(args)} input(s) given, "
                              "without defaults")
     if not left:
-        return functionalize(_deterministic(_trace(trace, model, None, args)), args)
+        return functionalize(_deterministic(decompose(_trace(trace, model, None, args), args)), args)
     gm = _trace(trace, model, {p.name: p.default for p in left}, args)
     placeholders = graph_inputs(gm)
     fixed = placeholders[len(args):]
@@ -47,7 +49,7 @@ def trace_as_called(model, args):
             gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
-    return functionalize(_deterministic(gm), args)
+    return functionalize(_deterministic(decompose(gm, args)), args)
 
 
 def _trace(trace, model, concrete_args, args):

@@ -1,0 +1,186 @@
+"""Composite PyTorch operations written out as the primitive ones the capture's detectors and the
+partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin), instance
+normalization. Each is
+PyTorch's own definition, so the rewritten graph computes what the call did; a call with arguments a
+rewrite does not cover (a loss's deprecated ``size_average``, a triplet loss's ``p`` other than 1
+or 2, an instance norm that tracks running statistics or has affine parameters) is left as it is.
+(An einsum that is a matrix product is the product detectors' own: :mod:`.contraction`.)
+
+The rewrite works on the traced graph: the composite call's arguments become proxies of a tracer
+that appends to that graph (fx's ``GraphAppendingTracer``), the definition runs on them, and its
+result takes the call's place.
+"""
+
+from __future__ import annotations
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def decompose(gm, args):
+    """``gm`` with every composite call it covers written out (in place; returned). ``args``: the
+    forward's inputs, whose shapes (propagated on the meta device) fix the sizes a rewrite needs."""
+    import torch
+    from torch.fx.passes.shape_prop import ShapeProp
+    from torch.fx.proxy import GraphAppendingTracer, Proxy
+
+    graph = gm.graph
+    found = [(node, rule) for node in graph.nodes if (rule := _rule(gm, node)) is not None]
+    if not found:
+        return gm
+    try:
+        with torch.device("meta"):
+            ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - no shapes (an operation without a meta kernel): nothing is rewritten
+        return gm
+    tracer = GraphAppendingTracer(graph)
+
+    def wrap(a):
+        return Proxy(a, tracer) if isinstance(a, torch.fx.Node) else a
+
+    for node, (fn, named) in found:
+        shapes = {k: tuple(v.meta["tensor_meta"].shape) for k, v in named.items()
+                  if isinstance(v, torch.fx.Node) and "tensor_meta" in v.meta}
+        with graph.inserting_before(node):
+            out = fn(**torch.fx.node.map_aggregate(named, wrap), shapes=shapes)
+        node.replace_all_uses_with(out.node)
+        graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _rule(gm, node):
+    """(definition, its named arguments) that writes ``node`` out, or None."""
+    import torch.nn.functional as F
+
+    if node.op == "call_module":
+        return _module_rule(gm.get_submodule(node.target), node.args, dict(node.kwargs))
+    if node.op != "call_function":
+        return None
+    table = {F.smooth_l1_loss: (_smooth_l1, ("input", "target", "size_average", "reduce", "reduction", "beta")),
+             F.huber_loss: (_huber, ("input", "target", "reduction", "delta", "weight")),
+             F.l1_loss: (_l1, ("input", "target", "size_average", "reduce", "reduction")),
+             F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction", "weight")),
+             F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target")),
+             F.triplet_margin_loss: (_triplet, ("anchor", "positive", "negative", "margin", "p", "eps", "swap",
+                                                "size_average", "reduce", "reduction")),
+             }
+    if node.target not in table:
+        return None
+    fn, names = table[node.target]
+    if len(node.args) > len(names):
+        return None
+    named = dict(zip(names, node.args)) | dict(node.kwargs)
+    if any(named.pop(k, None) is not None for k in ("size_average", "reduce", "weight")) or not _plain(named):
+        return None
+    if fn is _triplet and named.get("p", 2) not in (1, 2):
+        return None
+    if named.get("reduction", "mean") not in _REDUCTIONS + (("batchmean",) if fn is _kl_div else ()):
+        return None
+    return fn, named
+
+
+def _plain(named: dict) -> bool:
+    """The options are numbers, strings or booleans (not values the forward computes)."""
+    import torch
+
+    tensors = {"input", "target", "anchor", "positive", "negative"}
+    return not any(isinstance(v, torch.fx.Node) for k, v in named.items() if k not in tensors)
+
+
+def _module_rule(module, args, kwargs):
+    """The rule of a loss or instance-norm module's call (its options read from the module)."""
+    from torch import nn
+
+    losses = {nn.SmoothL1Loss: (_smooth_l1, lambda m: {"reduction": m.reduction, "beta": m.beta}),
+              nn.HuberLoss: (_huber, lambda m: {"reduction": m.reduction, "delta": m.delta}),
+              nn.L1Loss: (_l1, lambda m: {"reduction": m.reduction}),
+              nn.MSELoss: (_mse, lambda m: {"reduction": m.reduction}),
+              nn.KLDivLoss: (_kl_div, lambda m: {"reduction": m.reduction, "log_target": m.log_target}),
+              nn.TripletMarginLoss: (_triplet, lambda m: {"margin": m.margin, "p": m.p, "eps": m.eps,
+                                                          "swap": m.swap, "reduction": m.reduction})}
+    if kwargs:
+        return None
+    if type(module) in losses:
+        fn, options = losses[type(module)]
+        named = options(module)
+        names = ("anchor", "positive", "negative") if fn is _triplet else ("input", "target")
+        if len(args) != len(names) or fn is _triplet and named["p"] not in (1, 2):
+            return None
+        if getattr(module, "weight", None) is not None:
+            return None
+        return fn, dict(zip(names, args)) | named
+    norms = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
+    if type(module) in norms and not module.track_running_stats and not module.affine and len(args) == 1:
+        return _instance_norm, {"input": args[0], "eps": module.eps}
+    return None
+
+
+def _reduce(loss, reduction, batch=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "batchmean":
+        return loss.sum() / batch
+    return loss.mean()
+
+
+def _smooth_l1(input, target, reduction="mean", beta=1.0, shapes=None):
+    import torch
+
+    diff = (input - target).abs()
+    loss = diff if beta == 0 else torch.where(diff < beta, 0.5 * diff * diff / beta, diff - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def _huber(input, target, reduction="mean", delta=1.0, shapes=None):
+    import torch
+
+    diff = (input - target).abs()
+    return _reduce(torch.where(diff < delta, 0.5 * diff * diff, delta * (diff - 0.5 * delta)), reduction)
+
+
+def _l1(input, target, reduction="mean", shapes=None):
+    return _reduce((input - target).abs(), reduction)
+
+
+def _mse(input, target, reduction="mean", shapes=None):
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def _kl_div(input, target, reduction="mean", log_target=False, shapes=None):
+    import torch
+
+    if log_target:
+        loss = torch.exp(target) * (target - input)
+    else:  # xlogy(target, target) - target * input: a zero target contributes nothing
+        loss = torch.where(target > 0, target * torch.log(target), 0.0) - target * input
+    return _reduce(loss, reduction, shapes["input"][0] if reduction == "batchmean" else None)
+
+
+def _triplet(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, reduction="mean", shapes=None):
+    import torch
+
+    def distance(a, b):  # F.pairwise_distance: the p-norm of a - b + eps over the last dimension
+        d = a - b + eps
+        return d.abs().sum(dim=-1) if p == 1 else torch.sqrt((d * d).sum(dim=-1))
+
+    d_ap, d_an = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        d_an = torch.minimum(d_an, distance(positive, negative))
+    return _reduce(torch.clamp(margin + d_ap - d_an, min=0.0), reduction)
+
+
+def _instance_norm(input, eps, shapes):
+    """nn.InstanceNorm without running statistics or affine parameters: each (sample, channel)
+    normalized over the rest with the biased variance (an input without a batch dimension: each
+    channel over the rest)."""
+    import torch
+
+    rank = len(shapes["input"])
+    dims = tuple(range(2 if rank >= 3 else 1, rank))
+    mean = input.mean(dim=dims, keepdim=True)
+    centered = input - mean
+    return centered * torch.rsqrt((centered * centered).mean(dim=dims, keepdim=True) + eps)
