@@ -1,10 +1,11 @@
 """Composite PyTorch operations written out as the primitive ones the capture's detectors and the
-partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin), instance
-normalization. Each is
-PyTorch's own definition, so the rewritten graph computes what the call did; a call with arguments a
-rewrite does not cover (a loss's deprecated ``size_average``, a triplet loss's ``p`` other than 1
-or 2, an instance norm that tracks running statistics or has affine parameters) is left as it is.
-(An einsum that is a matrix product is the product detectors' own: :mod:`.contraction`.)
+partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin) and
+instance normalization. Each is PyTorch's own definition, or a form equal to it that fused passes
+can compute (the Huber losses without a comparison), so the rewritten graph computes what the call
+did. A call with arguments a rewrite does not cover (a loss's deprecated ``size_average``, a
+triplet loss's ``p`` other than 1 or 2, an instance norm that tracks running statistics or has
+affine parameters) is left as it is. (An einsum that is a matrix product is the product detectors'
+own: :mod:`.contraction`.)
 
 The rewrite works on the traced graph: the composite call's arguments become proxies of a tracer
 that appends to that graph (fx's ``GraphAppendingTracer``), the definition runs on them, and its
@@ -127,18 +128,23 @@ def _reduce(loss, reduction, batch=None):
 
 
 def _smooth_l1(input, target, reduction="mean", beta=1.0, shapes=None):
-    import torch
-
+    """PyTorch's ``where(|d| < beta, 0.5 d^2 / beta, |d| - 0.5 beta)`` as ``huber(d, beta) / beta``."""
     diff = (input - target).abs()
-    loss = diff if beta == 0 else torch.where(diff < beta, 0.5 * diff * diff / beta, diff - 0.5 * beta)
-    return _reduce(loss, reduction)
+    return _reduce(diff if beta == 0 else _huber_of(diff, beta) / beta, reduction)
 
 
 def _huber(input, target, reduction="mean", delta=1.0, shapes=None):
+    return _reduce(_huber_of((input - target).abs(), delta), reduction)
+
+
+def _huber_of(diff, delta):
+    """PyTorch's ``where(|d| < delta, 0.5 d^2, delta (|d| - 0.5 delta))`` of ``diff`` = |d|, without
+    a comparison (which no fused pass computes): with m = min(|d|, delta) it is m (|d| - 0.5 m), the
+    first branch where |d| < delta and the second elsewhere (a NaN stays NaN)."""
     import torch
 
-    diff = (input - target).abs()
-    return _reduce(torch.where(diff < delta, 0.5 * diff * diff, delta * (diff - 0.5 * delta)), reduction)
+    m = torch.clamp(diff, max=delta)
+    return m * (diff - 0.5 * m)
 
 
 def _l1(input, target, reduction="mean", shapes=None):

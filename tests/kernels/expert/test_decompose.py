@@ -121,3 +121,13 @@ def test_a_forward_of_a_loss_or_an_instance_norm_gets_a_template_judged_correct(
     template = kinds(pattern)[-1] if pattern.kind == "graph" else pattern.kind
     judged_correct(path, {"template": template}, tmp_path, monkeypatch)
 
+
+
+@pytest.mark.parametrize("fn", [lambda x, y: F.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+                                lambda x, y: F.huber_loss(x, y, reduction="none", delta=0.5)])
+def test_the_huber_losses_without_a_comparison_agree_at_the_threshold_and_on_nan(fn):
+    x = torch.tensor([[0.5, -0.5, 0.0, 0.49, 0.51, float("nan"), 3.0, -7.25]], dtype=torch.float64)
+    y = torch.zeros_like(x)
+    model = Call(fn, 2)
+    gm = trace_as_called(model, [x, y])
+    torch.testing.assert_close(gm(x, y), model(x, y), rtol=1e-15, atol=1e-15, equal_nan=True)
