@@ -15,7 +15,8 @@ from expert_judging import generated_style_problem as _problem, judged_correct  
 
 
 class Call(nn.Module):
-    """A model whose forward is ``fn`` of its one, two or three inputs (fx traces named parameters)."""
+    """A model whose forward is ``fn`` (a function, or a module: then a submodule) of its one, two or
+    three inputs (fx traces named parameters, not ``*args``)."""
 
     def __init__(self, fn, n=2):
         super().__init__()
@@ -23,15 +24,6 @@ class Call(nn.Module):
 
     def forward(self, a, b=None, c=None):
         return self.fn(*(a, b, c)[:self.n])
-
-
-class Wrapped(nn.Module):
-    def __init__(self, module, n=2):
-        super().__init__()
-        self.inner, self.n = module, n
-
-    def forward(self, a, b=None, c=None):
-        return self.inner(*(a, b, c)[:self.n])
 
 
 def _inputs(n, shape=(6, 9), positive=False):
@@ -82,7 +74,7 @@ def test_a_loss_or_instance_norm_module_written_out_computes_what_it_does(module
     args = _inputs(n, shape, positive)
     if positive:
         args[0] = args[0].log()
-    model = Wrapped(module, n)
+    model = Call(module, n)
     gm = trace_as_called(model, args)
     assert not any(n.op == "call_module" for n in gm.graph.nodes), gm.code
     torch.testing.assert_close(gm(*args), model(*args), rtol=1e-10, atol=1e-10)
@@ -99,7 +91,7 @@ def test_a_call_the_rewrite_does_not_cover_stays(fn, n):
 
 
 def test_an_instance_norm_with_affine_parameters_stays():
-    gm = trace_as_called(Wrapped(nn.InstanceNorm2d(4, affine=True), 1), _inputs(1, (2, 4, 5, 3)))
+    gm = trace_as_called(Call(nn.InstanceNorm2d(4, affine=True), 1), _inputs(1, (2, 4, 5, 3)))
     assert any(n.op == "call_module" for n in gm.graph.nodes)
 
 
