@@ -69,38 +69,22 @@ def trace(model, concrete_args=None, inputs=None):
 
 
 def _nothing_of_the_shadows(graph, state: dict) -> None:
-    """The graph of a shaped trace with nothing of its meta values left in it: the meta device a
-    forward passed on as a value (``h0.to(x.device)``, ``torch.arange(n, device=x.device)``) becomes
-    the device of the forward's first tensor input, read when it runs (a problem's inputs and weights
-    live on one device). Raises where a tensor was made outside the trace from numbers (an fx
-    constant of the graph: ``state`` holds the model's own tensors, the only ones a graph may read)
-    or a device's name was passed on as text."""
+    """Raises where a shaped trace kept something of its meta values in the graph: a tensor made
+    outside the trace from numbers (fx keeps it as a constant of the graph; ``state`` holds the
+    model's own tensors, the only ones a graph may read) or the meta device as a value. A traced
+    tensor's device is a call in the graph (``x.device``), read where the forward runs."""
     import torch
     from torch.fx.node import map_aggregate
 
-    device = None
-    inputs = [n for n in graph.nodes if n.op == "placeholder"]
-    first = next((n for n in inputs if isinstance(n.meta.get("meta_value"), torch.Tensor)), None)
+    def check(value):
+        if isinstance(value, torch.device) and value.type == "meta" or isinstance(value, str) and value == "meta":
+            raise TypeError("the forward passes the meta device on as a value")
+        return value
 
-    def replace(value):
-        nonlocal device
-        if isinstance(value, str) and value == "meta":
-            raise TypeError("the forward passes a device's name on as text")
-        if not (isinstance(value, torch.device) and value.type == "meta"):
-            return value
-        if first is None:
-            raise TypeError("the forward passes a tensor's device on as a value, and takes no tensor to read it from")
-        if device is None:
-            with graph.inserting_after(inputs[-1]):
-                device = graph.call_function(getattr, (first, "device"))
-        return device
-
-    for node in list(graph.nodes):
+    for node in graph.nodes:
         if node.op == "get_attr" and node.target not in state:
             raise TypeError(f"the forward makes a tensor from numbers outside the trace ({node.target})")
-        if node is device:
-            continue
-        node.args, node.kwargs = map_aggregate(node.args, replace), map_aggregate(node.kwargs, replace)
+        map_aggregate((node.args, node.kwargs), check)
 
 
 def _state(model) -> dict:
@@ -174,10 +158,18 @@ def _tracer_class():
     return Tracer
 
 
-# What a shaped trace reads from a tensor's meta value as a number rather than recording a call
-_SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "is_floating_point"})
-_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "stride", "is_contiguous",
-                            "element_size", "get_device"})
+# What a shaped trace reads from a tensor's meta value as a number rather than recording a call: its
+# sizes and dtype, which are the real tensor's. Not its device (meta, not the GPU it runs on) nor
+# its strides (a meta kernel's layout need not be the GPU kernel's): those stay calls in the graph,
+# and a branch on them fails the trace.
+_SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "element_size"})
+
+
+def _reads_device(node) -> bool:
+    """``node`` reads a traced tensor's ``.device``."""
+    return (getattr(node, "op", None) == "call_function" and node.target is getattr
+            and node.args[1:] == ("device",))
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,6 +208,15 @@ def _shaped_tracer_class():
             if isinstance(value, (tuple, list)) or isinstance(value, torch.Tensor) and value.dim() > 0:
                 return iter([self[i] for i in range(len(value))])
             return super().__iter__()
+
+        def __bool__(self):
+            # ``x.device != self.w.device``: the only branch on a device answered, and answered
+            # "one device" (a problem's inputs and weights live on one); any other raises
+            node = self.node
+            if (node.op == "call_function" and node.target in (operator.eq, operator.ne) and len(node.args) == 2
+                    and all(_reads_device(a) for a in node.args)):
+                return node.target is operator.eq
+            return super().__bool__()
 
     # An attribute of a shaped proxy: fx's Attribute (its node made on first use) answering shape
     # questions as a ShapedProxy does.

@@ -63,12 +63,26 @@ def test_a_sliced_buffer_is_read_from_the_model_not_baked_into_the_graph(tmp_pat
     assert "0.2041" in gm.code  # 1 / sqrt(24)
 
 
-def test_a_device_passed_on_as_a_value_is_not_traced_with_sizes(tmp_path):
-    """``torch.zeros(n, device=x.device)`` after ``int(x.size(0))``: the sizes' trace would write
-    the meta device into the graph, so the forward stays untraced and says why."""
+def test_a_tensor_made_from_a_size_on_the_inputs_device_is_made_where_the_forward_runs(tmp_path, monkeypatch):
+    """``torch.zeros(n, device=x.device)`` after ``int(x.size(0))``: n is a number, the device a
+    call on the input, so the zeros are made on the device the candidate runs on."""
     forward = "n = int(x.size(0))\nx = x + torch.zeros(n, 1, 1, device=x.device)\nx = torch.relu(x) * 2.0"
-    pattern = _captured(tmp_path, "zeros", forward)
-    assert pattern.kind == "unsupported" and pattern.reason.startswith("cannot trace forward (TypeError: int()"), pattern
+    path = _problem(tmp_path, "zeros", "", forward, "torch.randn(2, 12, 24, dtype=DTYPE)")
+    model, args = _meta(path)
+    code = trace_as_called(model, args).code
+    assert "torch.zeros(2, 1, 1, device = getattr_1)" in code and "getattr_1 = x.device" in code, code
+    pattern = capture(load_problem(str(path)))
+    judged_correct(path, {"template": _first_kind(pattern)}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("branch", ["x.device.type == 'cuda'", "x.is_cuda", "x.is_contiguous()",
+                                    "x.stride(-1) == 1", "x.get_device() >= 0"])
+def test_a_branch_on_where_or_how_a_tensor_lives_is_not_traced_with_sizes(tmp_path, branch):
+    """The meta values know the sizes, not the device the forward runs on nor the GPU kernels'
+    layouts: a branch on those would take the meta tensor's way, so the trace fails instead."""
+    forward = f"n = int(x.size(0))\nif {branch}:\n    x = torch.tanh(x) * n\nelse:\n    x = torch.sigmoid(x) * n"
+    pattern = _captured(tmp_path, "branchy", forward)
+    assert pattern.kind == "unsupported" and "cannot trace forward" in pattern.reason, pattern
 
 
 # a tensor moved to where the input lives (an RNN's initial state), in a forward that uses a size as a number
