@@ -101,6 +101,16 @@ def test_a_device_read_from_an_input_is_read_when_the_forward_runs(tmp_path, mon
                    tmp_path, monkeypatch)
 
 
+def test_a_forward_that_writes_its_buffer_is_refused_in_a_trace_with_sizes_too(tmp_path):
+    """The buffers are proxies in a trace with sizes as numbers, so fx records the write instead
+    of running it; the write's value is computed on the model's own (meta) buffer, so the model is
+    still seen to change its state from call to call, as the symbolic trace sees it."""
+    init = "self.register_buffer('count', torch.zeros(12))"
+    forward = "n = int(x.size(-1))\nself.count.add_(1.0)\nx = (x + self.count.view(12, 1)).view(2, 12 * n) * 2.0"
+    pattern = _captured(tmp_path, "counter", forward, init)
+    assert pattern.kind == "unsupported" and "the forward writes the model's count in place" in pattern.reason, pattern
+
+
 def test_a_module_run_for_its_sizes_keeps_its_state(tmp_path):
     """BatchNorm in training mode updates its statistics when called: the sizes' trace computes a
     module's value on a copy, so the model is not taken for one that writes its own state."""
