@@ -2,9 +2,10 @@
 partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin) and
 instance normalization. Each is PyTorch's own definition, or a form equal to it that fused passes
 can compute (the Huber losses without a comparison), so the rewritten graph computes what the call
-did. A call with arguments a rewrite does not cover (a loss's deprecated ``size_average``, a
-triplet loss's ``p`` other than 1 or 2, an instance norm that tracks running statistics or has
-affine parameters) is left as it is. (An einsum that is a matrix product is the product detectors'
+did. Only calls on float32 tensors are rewritten (in half precision PyTorch's fused kernels
+accumulate in float, which these operations would not). A call with arguments a rewrite does not
+cover (a loss's deprecated ``size_average``, a triplet loss's ``p`` other than 1 or 2, an instance
+norm that tracks running statistics or has affine parameters) is left as it is. (An einsum that is a matrix product is the product detectors'
 own: :mod:`.contraction`.)
 
 The rewrite works on the traced graph: the composite call's arguments become proxies of a tracer
@@ -25,12 +26,11 @@ def decompose(gm, args):
     from torch.fx.proxy import GraphAppendingTracer, Proxy
 
     graph = gm.graph
-    found = [(node, rule) for node in graph.nodes if (rule := _rule(gm, node)) is not None]
-    if not found:
+    if not any(_rule(gm, node) is not None for node in graph.nodes):
         return gm
     try:
-        with torch.device("meta"):
-            ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+        with torch.device("meta"):  # on copies: a forward's in-place writes stay off the caller's inputs
+            ShapeProp(gm).propagate(*[a.to("meta").clone() if isinstance(a, torch.Tensor) else a for a in args])
     except Exception:  # noqa: BLE001 - no shapes (an operation without a meta kernel): nothing is rewritten
         return gm
     tracer = GraphAppendingTracer(graph)
@@ -38,11 +38,18 @@ def decompose(gm, args):
     def wrap(a):
         return Proxy(a, tracer) if isinstance(a, torch.fx.Node) else a
 
-    for node, (fn, named) in found:
-        shapes = {k: tuple(v.meta["tensor_meta"].shape) for k, v in named.items()
-                  if isinstance(v, torch.fx.Node) and "tensor_meta" in v.meta}
+    for node in list(graph.nodes):
+        rule = _rule(gm, node)  # read now: an argument may be an earlier rewrite's result
+        if rule is None:
+            continue
+        fn, named = rule
+        metas = {k: v.meta.get("tensor_meta") for k, v in named.items() if isinstance(v, torch.fx.Node)}
+        if not metas or any(m is None or m.dtype != torch.float32 for m in metas.values()):
+            continue  # float32 only: in half, PyTorch's fused kernels accumulate in float, these would not
+        shapes = {k: tuple(m.shape) for k, m in metas.items()}
         with graph.inserting_before(node):
             out = fn(**torch.fx.node.map_aggregate(named, wrap), shapes=shapes)
+        out.node.meta["tensor_meta"] = node.meta.get("tensor_meta")  # the same shape and dtype as the call's
         node.replace_all_uses_with(out.node)
         graph.erase_node(node)
     graph.lint()
@@ -113,7 +120,7 @@ def _module_rule(module, args, kwargs):
         return fn, dict(zip(names, args)) | named
     norms = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
     if type(module) in norms and not module.track_running_stats and not module.affine and len(args) == 1:
-        return _instance_norm, {"input": args[0], "eps": module.eps}
+        return _instance_norm, {"input": args[0], "eps": module.eps, "spatial": module._get_no_batch_dim() - 1}
     return None
 
 
@@ -161,8 +168,10 @@ def _kl_div(input, target, reduction="mean", log_target=False, shapes=None):
 
     if log_target:
         loss = torch.exp(target) * (target - input)
-    else:  # xlogy(target, target) - target * input: a zero target contributes nothing
-        loss = torch.where(target > 0, target * torch.log(target), 0.0) - target * input
+    else:  # xlogy(target, target) - target * input: a zero target contributes nothing, a negative one NaN
+        loss = torch.where(target == 0, 0.0, target * torch.log(target)) - target * input
+    if reduction == "batchmean" and not shapes["input"]:  # a 0-d input: PyTorch divides by nothing
+        reduction = "sum"
     return _reduce(loss, reduction, shapes["input"][0] if reduction == "batchmean" else None)
 
 
@@ -179,14 +188,14 @@ def _triplet(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, 
     return _reduce(torch.clamp(margin + d_ap - d_an, min=0.0), reduction)
 
 
-def _instance_norm(input, eps, shapes):
+def _instance_norm(input, eps, spatial, shapes):
     """nn.InstanceNorm without running statistics or affine parameters: each (sample, channel)
-    normalized over the rest with the biased variance (an input without a batch dimension: each
-    channel over the rest)."""
+    normalized over its ``spatial`` trailing dimensions (one for InstanceNorm1d, two for 2d, three
+    for 3d, whether or not the input has a batch dimension) with the biased variance."""
     import torch
 
     rank = len(shapes["input"])
-    dims = tuple(range(2 if rank >= 3 else 1, rank))
+    dims = tuple(range(rank - spatial, rank))
     mean = input.mean(dim=dims, keepdim=True)
     centered = input - mean
     return centered * torch.rsqrt((centered * centered).mean(dim=dims, keepdim=True) + eps)

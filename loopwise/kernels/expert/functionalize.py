@@ -64,6 +64,7 @@ def trace(model, concrete_args=None, inputs=None):
         raise ew.Unsupported(f"the forward writes the model's {', '.join(written)} in place: its state changes "
                              "from call to call")
     if inputs is not None:
+        graph.lint()  # every node it reads is its own
         _nothing_of_the_shadows(graph, state)
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
@@ -166,10 +167,26 @@ _SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
 _SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "element_size"})
 
 
+# Calls that can put a tensor on another device than its inputs'
+_MOVES = frozenset({"to", "cpu", "cuda", "copy_", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+
+
 def _reads_device(node) -> bool:
-    """``node`` reads a traced tensor's ``.device``."""
-    return (getattr(node, "op", None) == "call_function" and node.target is getattr
-            and node.args[1:] == ("device",))
+    """``node`` reads the ``.device`` of a traced tensor computed from the forward's inputs and the
+    model's tensors by calls none of which can move it (no ``.to``, ``.cpu``, ``device=``): such a
+    tensor lives where the inputs and weights do."""
+    if not (getattr(node, "op", None) == "call_function" and node.target is getattr and node.args[1:] == ("device",)):
+        return False
+    seen, frontier = set(), [node.args[0]]
+    while frontier:
+        n = frontier.pop()
+        if n in seen or not hasattr(n, "op"):
+            continue
+        seen.add(n)
+        if n.target in _MOVES or "device" in n.kwargs or getattr(n.target, "__name__", "") in _MOVES:
+            return False
+        frontier.extend(a for a in n.all_input_nodes)
+    return True
 
 
 @functools.lru_cache(maxsize=1)
@@ -227,7 +244,7 @@ def _shaped_tracer_class():
 
         def __init__(self, inputs):
             super().__init__()
-            self._inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in inputs]
+            self._inputs = [a.to("meta").clone() if isinstance(a, torch.Tensor) else a for a in inputs]  # the caller's stay
             self._placeholders = 0
             self._modules = {}
             self._computing = False

@@ -64,12 +64,32 @@ def _trace(trace, model, concrete_args, args):
     except ew.Unsupported:
         raise
     except Exception as plain:  # noqa: BLE001 - fx's refusals are TypeErrors, TraceErrors, RuntimeErrors
+        if _holds_proxies(model):  # the failed trace assigned its proxies to the model: no clean retry
+            raise
         try:
             return trace(model, concrete_args, inputs=args)
         except ew.Unsupported:
             raise
         except Exception:  # noqa: BLE001 - the symbolic trace's reason is the one to report
             raise plain from None
+
+
+def _holds_proxies(model) -> bool:
+    """Whether a module of ``model`` holds an fx proxy in an attribute (directly or in a list, tuple
+    or dict): a forward that assigns ``self.h = ...`` before the point where a trace fails leaves
+    the dead trace's value there, which a second trace would read."""
+    import torch.fx as fx
+
+    def holds(value, depth=0):
+        if isinstance(value, fx.Proxy):
+            return True
+        if depth < 2 and isinstance(value, (list, tuple)):
+            return any(holds(v, depth + 1) for v in value)
+        if depth < 2 and isinstance(value, dict):
+            return any(holds(v, depth + 1) for v in value.values())
+        return False
+
+    return any(holds(v) for module in model.modules() for v in vars(module).values())
 
 
 # What draws random numbers in a forward: torch functions and Tensor methods (in place or not).

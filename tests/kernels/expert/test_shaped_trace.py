@@ -135,3 +135,21 @@ def _first_kind(pattern):
     from loopwise.kernels.expert.partition import kinds
 
     return kinds(pattern)[0]
+
+
+def test_a_trace_that_failed_after_assigning_the_model_is_not_retried_on_it(tmp_path):
+    """The symbolic trace fails after ``self.h = ...`` stored its proxy on the model; a second trace
+    would read that dead proxy (a graph that computes something else), so none is made."""
+    init = "self.h = torch.randn(4, 24)"
+    forward = ("self.h = self.h.to(x.dtype)\nn = int(x.size(0))\na = x.to(torch.float32)\n"
+               "b = (x[:n] * 3.0).to(torch.float32)\nx = torch.tanh(a) + torch.add(self.h, b)")
+    pattern = _captured(tmp_path, "assigned", forward, init, "torch.randn(4, 24, dtype=DTYPE)")
+    assert pattern.kind == "unsupported" and "cannot trace forward" in pattern.reason, pattern
+
+
+def test_a_device_compared_after_a_move_is_not_answered(tmp_path):
+    """``x.device == y.device`` where y was moved (``.cpu()``) is no longer "one device"."""
+    forward = ("n = int(x.size(0))\ny = x.cpu()\nif x.device == y.device:\n    x = torch.tanh(x) * n\n"
+               "else:\n    x = torch.sigmoid(x) * n")
+    pattern = _captured(tmp_path, "moved_cmp", forward)
+    assert pattern.kind == "unsupported" and "cannot trace forward" in pattern.reason, pattern
