@@ -15,6 +15,8 @@ result takes the call's place.
 
 from __future__ import annotations
 
+import functools
+
 _REDUCTIONS = ("mean", "sum", "none")
 
 
@@ -59,31 +61,45 @@ def decompose(gm, args):
 
 def _rule(gm, node):
     """(definition, its named arguments) that writes ``node`` out, or None."""
+    if node.op == "call_module":
+        found = _module_rule(gm.get_submodule(node.target), node.args, dict(node.kwargs))
+    elif node.op == "call_function":
+        found = _function_rule(node)
+    else:
+        return None
+    if found is None:
+        return None
+    fn, named = found
+    if fn is _triplet and named.get("p", 2) not in (1, 2):
+        return None
+    if named.get("reduction", "mean") not in _REDUCTIONS + (("batchmean",) if fn is _kl_div else ()):
+        return None
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _functions() -> dict:
+    """{loss function: (its definition, its parameters in order)}."""
     import torch.nn.functional as F
 
-    if node.op == "call_module":
-        return _module_rule(gm.get_submodule(node.target), node.args, dict(node.kwargs))
-    if node.op != "call_function":
+    return {F.smooth_l1_loss: (_smooth_l1, ("input", "target", "size_average", "reduce", "reduction", "beta")),
+            F.huber_loss: (_huber, ("input", "target", "reduction", "delta", "weight")),
+            F.l1_loss: (_l1, ("input", "target", "size_average", "reduce", "reduction")),
+            F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction", "weight")),
+            F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target")),
+            F.triplet_margin_loss: (_triplet, ("anchor", "positive", "negative", "margin", "p", "eps", "swap",
+                                               "size_average", "reduce", "reduction"))}
+
+
+def _function_rule(node):
+    """The rule of a loss function's call, its options as the call gives them."""
+    if node.target not in _functions():
         return None
-    table = {F.smooth_l1_loss: (_smooth_l1, ("input", "target", "size_average", "reduce", "reduction", "beta")),
-             F.huber_loss: (_huber, ("input", "target", "reduction", "delta", "weight")),
-             F.l1_loss: (_l1, ("input", "target", "size_average", "reduce", "reduction")),
-             F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction", "weight")),
-             F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target")),
-             F.triplet_margin_loss: (_triplet, ("anchor", "positive", "negative", "margin", "p", "eps", "swap",
-                                                "size_average", "reduce", "reduction")),
-             }
-    if node.target not in table:
-        return None
-    fn, names = table[node.target]
+    fn, names = _functions()[node.target]
     if len(node.args) > len(names):
         return None
     named = dict(zip(names, node.args)) | dict(node.kwargs)
     if any(named.pop(k, None) is not None for k in ("size_average", "reduce", "weight")) or not _plain(named):
-        return None
-    if fn is _triplet and named.get("p", 2) not in (1, 2):
-        return None
-    if named.get("reduction", "mean") not in _REDUCTIONS + (("batchmean",) if fn is _kl_div else ()):
         return None
     return fn, named
 
@@ -96,28 +112,32 @@ def _plain(named: dict) -> bool:
     return not any(isinstance(v, torch.fx.Node) for k, v in named.items() if k not in tensors)
 
 
+@functools.lru_cache(maxsize=1)
+def _modules() -> dict:
+    """{loss module class: (its definition, its options read from a module)}."""
+    from torch import nn
+
+    return {nn.SmoothL1Loss: (_smooth_l1, lambda m: {"reduction": m.reduction, "beta": m.beta}),
+            nn.HuberLoss: (_huber, lambda m: {"reduction": m.reduction, "delta": m.delta}),
+            nn.L1Loss: (_l1, lambda m: {"reduction": m.reduction}),
+            nn.MSELoss: (_mse, lambda m: {"reduction": m.reduction}),
+            nn.KLDivLoss: (_kl_div, lambda m: {"reduction": m.reduction, "log_target": m.log_target}),
+            nn.TripletMarginLoss: (_triplet, lambda m: {"margin": m.margin, "p": m.p, "eps": m.eps,
+                                                        "swap": m.swap, "reduction": m.reduction})}
+
+
 def _module_rule(module, args, kwargs):
     """The rule of a loss or instance-norm module's call (its options read from the module)."""
     from torch import nn
 
-    losses = {nn.SmoothL1Loss: (_smooth_l1, lambda m: {"reduction": m.reduction, "beta": m.beta}),
-              nn.HuberLoss: (_huber, lambda m: {"reduction": m.reduction, "delta": m.delta}),
-              nn.L1Loss: (_l1, lambda m: {"reduction": m.reduction}),
-              nn.MSELoss: (_mse, lambda m: {"reduction": m.reduction}),
-              nn.KLDivLoss: (_kl_div, lambda m: {"reduction": m.reduction, "log_target": m.log_target}),
-              nn.TripletMarginLoss: (_triplet, lambda m: {"margin": m.margin, "p": m.p, "eps": m.eps,
-                                                          "swap": m.swap, "reduction": m.reduction})}
     if kwargs:
         return None
-    if type(module) in losses:
-        fn, options = losses[type(module)]
-        named = options(module)
+    if type(module) in _modules():
+        fn, options = _modules()[type(module)]
         names = ("anchor", "positive", "negative") if fn is _triplet else ("input", "target")
-        if len(args) != len(names) or fn is _triplet and named["p"] not in (1, 2):
+        if len(args) != len(names) or getattr(module, "weight", None) is not None:
             return None
-        if getattr(module, "weight", None) is not None:
-            return None
-        return fn, dict(zip(names, args)) | named
+        return fn, dict(zip(names, args)) | options(module)
     norms = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
     if type(module) in norms and not module.track_running_stats and not module.affine and len(args) == 1:
         return _instance_norm, {"input": args[0], "eps": module.eps, "spatial": module._get_no_batch_dim() - 1}

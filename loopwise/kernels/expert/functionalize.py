@@ -163,8 +163,8 @@ def _tracer_class():
 # sizes and dtype, which are the real tensor's. Not its device (meta, not the GPU it runs on) nor
 # its strides (a meta kernel's layout need not be the GPU kernel's): those stay calls in the graph,
 # and a branch on them fails the trace.
-_SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
-_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "element_size"})
+_SHAPE_READS = frozenset({"shape", "dtype", "ndim", "is_floating_point", "size", "dim", "numel", "nelement",
+                          "ndimension", "element_size"})
 
 
 # Calls that can put a tensor on another device than its inputs'
@@ -203,14 +203,12 @@ def _shaped_tracer_class():
     augmented = base.proxy_class
 
     def value_of(proxy):
-        return proxy.node.meta.get("meta_value") if "meta_value" in proxy.node.meta else None
+        return proxy.node.meta.get("meta_value")
 
     class ShapedProxy(augmented):
         def __getattr__(self, k):
             value = value_of(self)
-            if k in _SHAPE_ATTRIBUTES and isinstance(value, torch.Tensor):
-                return getattr(value, k)
-            if k in _SHAPE_METHODS and isinstance(value, torch.Tensor):
+            if k in _SHAPE_READS and isinstance(value, torch.Tensor):  # an attribute, or a method to call
                 return getattr(value, k)
             return ShapedAttribute(self, k)
 

@@ -23,7 +23,7 @@ def trace_as_called(model, args):
     import inspect
 
     from loopwise.kernels.expert.decompose import decompose
-    from loopwise.kernels.expert.functionalize import functionalize, trace
+    from loopwise.kernels.expert.functionalize import functionalize
 
     named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     left = [p for p in list(inspect.signature(model.forward).parameters.values())[len(args):] if p.kind in named]
@@ -31,8 +31,8 @@ def trace_as_called(model, args):
         raise ew.Unsupported(f"forward takes {', '.join(p.name for p in left)} beyond the {len(args)} input(s) given, "
                              "without defaults")
     if not left:
-        return functionalize(_deterministic(decompose(_trace(trace, model, None, args), args)), args)
-    gm = _trace(trace, model, {p.name: p.default for p in left}, args)
+        return functionalize(_deterministic(decompose(_trace(model, None, args), args)), args)
+    gm = _trace(model, {p.name: p.default for p in left}, args)
     placeholders = graph_inputs(gm)
     fixed = placeholders[len(args):]
     guards, frontier = [], list(fixed)  # FX's checks that a fixed argument keeps its value
@@ -52,12 +52,12 @@ def trace_as_called(model, args):
     return functionalize(_deterministic(decompose(gm, args)), args)
 
 
-def _trace(trace, model, concrete_args, args):
+def _trace(model, concrete_args, args):
     """``trace(model)``, or where fx cannot trace the forward symbolically (it computes with a size,
     ``math.sqrt(x.size(-1))``; slices a buffer by one; branches on a shape or a device), the trace
     shaped by ``args`` (sizes as numbers), which takes such a forward. The first failure is raised
     where the shaped trace fails too."""
-    from loopwise.kernels.expert import elementwise as ew
+    from loopwise.kernels.expert.functionalize import trace
 
     try:
         return trace(model, concrete_args)
