@@ -133,9 +133,9 @@ def test_attention_compiles_for_hopper_without_a_gpu(tmp_path, dtype, pointer):
     module = load_candidate(source, tmp_path, f"attention_aot_{dtype}")
     for d, causal, mask in ((24, False, 0), (96, True, 0), (24, False, 1), (96, False, 2)):
         signature = {"q_ptr": pointer, "k_ptr": pointer, "v_ptr": pointer, "o_ptr": pointer,
-                     "m_ptr": ("*u8", pointer, pointer)[mask], "sq": "i32", "sk": "i32",
-                     **{f"s_{t}{a}": "i32" for t in "qkvo" for a in ("b", "mn"[t in "kv"] if t != "o" else "m", "d")},
-                     "s_mb": "i32", "s_mm": "i32", "s_mn": "i32",
+                     "m_ptr": ("*u8", pointer, pointer)[mask], "sq": "i32", "sk": "i32", "heads": "i32",
+                     **{f"s_{t}{a}": "i32" for t in "qkvo" for a in ("b", "h", "mn"[t in "kv"] if t != "o" else "m", "d")},
+                     "s_mb": "i32", "s_mh": "i32", "s_mm": "i32", "s_mn": "i32",
                      "qk_scale": "fp32", "D": "constexpr", "DV": "constexpr", "BLOCK_M": "constexpr",
                      "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "BLOCK_DV": "constexpr", "CAUSAL": "constexpr",
                      "MASK": "constexpr"}

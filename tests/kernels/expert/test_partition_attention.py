@@ -92,3 +92,76 @@ def test_attention_with_dropout_or_grouped_heads_stays_in_pytorch(tmp_path, call
 def test_attention_parts_are_judged_correct(tmp_path, monkeypatch, name):
     path, _ = _captured(tmp_path, name)
     judged_correct(path, {"template": "graph_norm"}, tmp_path, monkeypatch)
+
+
+# Attention written out: softmax(q @ k^T, scaled, masked) @ v, as models write it (minGPT, L3/43).
+EXPLICIT = {  # init, forward, inputs, dtype
+    # a causal buffer sliced to the sizes, whose first query sees no key: NaN there, as written
+    "explicit_buffer_mask": (
+        "self.register_buffer('bias', torch.ones(64, 64).tril(-1).view(1, 1, 64, 64))",
+        "s = (x @ k.transpose(-2, -1)) * 0.25\ns = s.masked_fill(self.bias[:, :, :19, :45] == 0, float('-inf'))\n"
+        "s = F.softmax(s, dim=-1)\ns = F.dropout(s, p=0.0)\nx = s @ v",
+        "torch.randn(2, 3, 19, 16, dtype=DTYPE), torch.randn(2, 3, 45, 16, dtype=DTYPE), "
+        "torch.randn(2, 3, 45, 8, dtype=DTYPE)", "float32"),
+    # divided, a float mask added, the key transposed by permute, softmax as a module
+    "explicit_divided_added": (
+        "self.soft = nn.Softmax(dim=-1)",
+        "s = torch.matmul(x, k.permute(0, 2, 1)) / 4.0 + torch.tanh(v[:1, :19, :1] * v[:1, :, 1].unsqueeze(1))\n"
+        "x = torch.matmul(self.soft(s), v) + 1.0",
+        "torch.randn(3, 19, 16, dtype=DTYPE), torch.randn(3, 45, 16, dtype=DTYPE), torch.randn(3, 45, 16, dtype=DTYPE)",
+        "float16"),
+}
+
+
+def _explicit(tmp_path, name, forward=None):
+    init, written, inputs, dtype = EXPLICIT[name]
+    path = _problem(tmp_path, name, init, forward or written, inputs, dtype, args="x, k, v")
+    return path, capture(load_problem(str(path)))
+
+
+def test_attention_written_out_is_an_attention_part(tmp_path):
+    """The chain becomes one part: its scale (multiplied, divided), its mask (masked_fill's,
+    inverted: a boolean mask; an added one), NaN for a query with no key; the softmax, the products
+    and the scores' transpose are gone from what stays in PyTorch."""
+    _, pattern = _explicit(tmp_path, "explicit_buffer_mask")
+    chosen = plan(pattern, "graph_norm")
+    (part,) = chosen["norms"]
+    assert (part.kind, part.inputs, part.attention.scale, part.attention.mask, part.attention.empty_nan,
+            part.attention.causal) == ("attention", 4, 0.25, 1, True, False)
+    assert {"matmul", "softmax", "masked_fill", "dropout"}.isdisjoint(chosen["pytorch"])
+    assert "logical_not" in chosen["pytorch"]
+    # the other plans keep the chain as written
+    assert "graph_norm" in kinds(pattern) and all(
+        "scaled_dot_product_attention" not in plan(pattern, k)["pytorch"] for k in kinds(pattern) if k != "graph_norm")
+    _, pattern = _explicit(tmp_path, "explicit_divided_added")
+    (part,) = [n for n in plan(pattern, "graph_norm")["norms"] if n.kind == "attention"]
+    assert (part.attention.scale, part.attention.mask, part.attention.dtype) == (0.25, 2, "float16")
+
+
+@pytest.mark.parametrize("forward", [
+    # the scores read twice
+    "s = (x @ k.transpose(-2, -1)) * 0.25\nx = F.softmax(s, dim=-1) @ v + s[..., :8]",
+    # softmax over the queries
+    "s = (x @ k.transpose(-2, -1)) * 0.25\nx = F.softmax(s, dim=-2).transpose(-2, -1) @ x",
+    # a finite fill: a row with no key is the mean of v, not an attention call's
+    "s = (x @ k.transpose(-2, -1)).masked_fill(self.bias[:, :, :19, :45] == 0, -1e9)\nx = F.softmax(s, dim=-1) @ v",
+    # k not transposed over its last two dimensions
+    "s = x @ k.transpose(-3, -1)\nx = F.softmax(s, dim=-1) @ v",
+])
+def test_attention_written_otherwise_stays_as_written(tmp_path, forward):
+    init, _, _, dtype = EXPLICIT["explicit_buffer_mask"]
+    inputs = "torch.randn(2, 3, 19, 16), torch.randn(2, 3, 45, 16), torch.randn(2, 3, 45, 8)"
+    if "-3" in forward:
+        inputs = "torch.randn(2, 5, 19, 16), torch.randn(2, 45, 16, 5), torch.randn(2, 5, 45, 8)"
+    path = _problem(tmp_path, "otherwise", init, forward, inputs, dtype, args="x, k, v")
+    pattern = capture(load_problem(str(path)))
+    assert "graph_norm" in kinds(pattern), pattern.reason  # the softmax is a row part
+    assert all(n.kind != "attention" for k in kinds(pattern) for n in plan(pattern, k)["norms"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXPLICIT))
+def test_attention_written_out_is_judged_correct(tmp_path, monkeypatch, name):
+    """Judged against the reference as written: the buffer's first query is NaN in both."""
+    path, _ = _explicit(tmp_path, name)
+    judged_correct(path, {"template": "graph_norm"}, tmp_path, monkeypatch)

@@ -11,15 +11,29 @@ taking part where it is True, or of the inputs' dtype, added to the scores), sof
 (``dropout_p`` other than 0), grouped heads, a flag or scale computed in forward, batch dimensions
 that differ between q, k and v (broadcast), mixed dtypes, a mask of another dtype or no keys stays
 in PyTorch, as does one the flash kernel would make slower
-(:func:`~..attention_plan.attention_recompute_reason`)."""
+(:func:`~..attention_plan.attention_recompute_reason`).
+
+Attention written out (:func:`explicit_attention`): ``softmax(q @ k^T [* c | / c] [masked_fill(m,
+-inf) | + m]) [dropout of p 0] @ v``, the softmax over the keys, each intermediate read by the next
+step alone, is that call with ``scale=c`` (1 when no scale is written) and the mask inverted
+(``logical_not(m)``) or added, so a part computes it as well. Written out, a query whose keys are
+all masked gets NaN (softmax of a row of -inf), where PyTorch's call gives zeros: the part keeps
+the NaN (:attr:`AttentionOp.empty_nan`), so it computes what the reference wrote. A chain is
+rewritten only where the part takes the call that results; any other stays as written."""
 
 from __future__ import annotations
+
+import math
 
 from loopwise.kernels.expert.attention_plan import attention_recompute_reason, attention_values
 from loopwise.kernels.expert.fx_graph import call_arg, op_name
 from loopwise.kernels.expert.partition.nodes import dtype_name, float_shape
 from loopwise.kernels.expert.partition.records import AttentionOp, Norm
 from loopwise.kernels.expert.pattern import Pattern
+
+
+# node.meta key: the attention call stands for attention written out (a softmax of a row of -inf is NaN)
+EMPTY_NAN = "loopwise_attention_empty_nan"
 
 
 def attention_calls(gm) -> dict:
@@ -71,7 +85,7 @@ def _attention_op(node) -> AttentionOp | None:
         return None
     sizes = attention_values(pattern, "fp32")
     return AttentionOp(causal, float(scale) if scale is not None else d ** -0.5, sizes["block_d"], sizes["block_dv"],
-                       sizes["stages"], dtype, mask)
+                       sizes["stages"], dtype, mask, bool(node.meta.get(EMPTY_NAN)))
 
 
 def _mask_kind(mask, scores: tuple, dtype: str) -> int | None:
@@ -90,3 +104,159 @@ def _mask_kind(mask, scores: tuple, dtype: str) -> int | None:
     except RuntimeError:
         return None
     return 1 if meta.dtype == torch.bool else 2
+
+
+def explicit_attention(gm) -> int:
+    """Rewrites each attention ``gm`` writes out (see the module's docstring) as the
+    ``F.scaled_dot_product_attention`` call it equals, where an attention part takes that call;
+    the number rewritten. Shapes (``tensor_meta``) must have been propagated."""
+    import torch
+    import torch.nn.functional as F
+
+    graph, done = gm.graph, 0
+    for y in list(graph.nodes):
+        chain = _explicit_chain(gm, y)
+        if chain is None:
+            continue
+        (q, k, v, scale, mask, added), interior = chain
+        with graph.inserting_before(y):
+            keep = None
+            if mask is not None and not added:  # masked_fill's True drops a key; SDPA's True keeps it
+                keep = graph.call_function(torch.logical_not, (mask,))
+                keep.meta["tensor_meta"] = mask.meta.get("tensor_meta")
+            call = graph.call_function(F.scaled_dot_product_attention, (q, k, v),
+                                       {"attn_mask": keep if keep is not None else mask, "scale": scale})
+        call.meta.update({"tensor_meta": y.meta.get("tensor_meta"), EMPTY_NAN: True})
+        if _attention_op(call) is None:
+            graph.erase_node(call)
+            if keep is not None:
+                graph.erase_node(keep)
+            continue
+        y.replace_all_uses_with(call)
+        for node in [y, *interior]:  # users first
+            if not node.users:
+                graph.erase_node(node)
+        done += 1
+    if done:
+        graph.lint()
+        gm.recompile()
+    return done
+
+
+_MATMULS = ("matmul", "bmm", "__matmul__")
+
+
+def _explicit_chain(gm, y):
+    """((q, k, v, scale, mask node or None, whether the mask is added), [the chain's nodes from
+    the weights back to k's transpose]) where ``y`` is ``softmax(scores) @ v`` as written out, else None."""
+    if y.op not in ("call_function", "call_method") or op_name(y) not in _MATMULS or len(y.args) != 2 or y.kwargs:
+        return None
+    weights, v = y.args
+    interior, node = [], weights
+    while _identity(gm, node):  # dropout of p 0, nn.Identity
+        interior.append(node)
+        node = node.args[0]
+    if not _last_dim_softmax(gm, node):
+        return None
+    interior.append(node)
+    node, mask, added = node.args[0], None, False
+    if op_name(node) == "masked_fill" and len(node.args) == 3 and not node.kwargs:
+        fill = node.args[2]
+        if not (isinstance(fill, float) and math.isinf(fill) and fill < 0) or not hasattr(node.args[1], "op"):
+            return None
+        interior.append(node)
+        node, mask = node.args[0], node.args[1]
+    elif op_name(node) in ("add", "__add__") and len(node.args) == 2 and not node.kwargs:
+        first, second = node.args
+        if not (hasattr(first, "op") and hasattr(second, "op")):
+            return None
+        interior.append(node)
+        node, mask, added = (first, second, True) if _scaled_scores(first) is not None else (second, first, True)
+    found = _scaled_scores(node)
+    if found is None:
+        return None
+    scale, scaled, scores, kt = found
+    interior += [*scaled, scores, kt]
+    if any(len(n.users) != 1 for n in interior[:-1]):  # the transpose of k may have other readers
+        return None
+    q, k = scores.args[0], kt.args[0]
+    if not all(hasattr(a, "op") for a in (q, k, v)):
+        return None
+    return (q, k, v, scale, mask, added), interior
+
+
+def _scaled_scores(node):
+    """(scale, [the scaling node, if any], the product ``q @ k^T``, the transpose) of ``node``,
+    ``q @ k^T`` times, or divided by, a number or not scaled; else None."""
+    scaled, scale = [], 1.0
+    name = op_name(node) if node.op in ("call_function", "call_method") else ""
+    if name in ("mul", "__mul__", "truediv", "div", "__truediv__") and len(node.args) == 2 and not node.kwargs:
+        first, second = node.args
+        if name in ("mul", "__mul__") and _number(first) and hasattr(second, "op"):
+            first, second = second, first
+        if not (_number(second) and hasattr(first, "op")) or not _is_scores(first) or (name not in ("mul", "__mul__")
+                                                                                         and second == 0):
+            return None
+        scale = float(second) if name in ("mul", "__mul__") else 1.0 / float(second)
+        scaled, node = [node], first
+    if not _is_scores(node):
+        return None
+    return scale, scaled, node, node.args[1]
+
+
+def _is_scores(node) -> bool:
+    """``node`` is ``q @ k^T``: a product of a tensor with the transpose of another's last two dimensions."""
+    if not hasattr(node, "op") or node.op not in ("call_function", "call_method") or op_name(node) not in _MATMULS:
+        return False
+    if len(node.args) != 2 or node.kwargs or not all(hasattr(a, "op") for a in node.args):
+        return False
+    kt = node.args[1]
+    rank = len(float_shape(kt) or ())
+    if rank < 2 or kt.op not in ("call_function", "call_method") or kt.kwargs:
+        return False
+    last = {rank - 2, rank - 1}
+    if op_name(kt) in ("transpose", "swapaxes", "swapdims") and len(kt.args) == 3:
+        return all(isinstance(d, int) for d in kt.args[1:]) and {d % rank for d in kt.args[1:]} == last
+    if op_name(kt) == "permute":
+        dims = kt.args[1] if len(kt.args) == 2 and isinstance(kt.args[1], (tuple, list)) else kt.args[1:]
+        order = [d % rank for d in dims] if all(isinstance(d, int) for d in dims) else []
+        return order == [*range(rank - 2), rank - 1, rank - 2]
+    return False
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _last_dim_softmax(gm, node) -> bool:
+    """``node`` is a softmax over its input's last dimension in the input's dtype."""
+    if not hasattr(node, "op"):
+        return False
+    rank = len(float_shape(node) or ())
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        return (type(module).__name__ == "Softmax" and len(node.args) == 1 and not node.kwargs and rank
+                and isinstance(module.dim, int) and module.dim % rank == rank - 1)
+    if node.op not in ("call_function", "call_method") or op_name(node) != "softmax" or not node.args or not rank:
+        return False
+    if node.op == "call_function" and getattr(node.target, "__module__", "") not in (
+            "torch", "torch.nn.functional", "torch._C._VariableFunctions"):
+        return False
+    given = dict(zip(("input", "dim"), node.args)) | dict(node.kwargs)
+    dim = given.get("dim")
+    return (len(node.args) <= 2 and not set(given) - {"input", "dim", "_stacklevel", "dtype"}
+            and given.get("dtype") is None and isinstance(dim, int) and dim % rank == rank - 1)
+
+
+def _identity(gm, node) -> bool:
+    """``node`` returns its input as it is: nn.Identity, a dropout (module or function) of p 0."""
+    if not hasattr(node, "op") or not node.args or not hasattr(node.args[0], "op"):
+        return False
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        kind = type(module).__name__
+        return kind == "Identity" or (kind == "Dropout" and (module.p == 0 or not module.training))
+    if node.op == "call_function" and op_name(node) == "dropout":
+        given = dict(zip(("input", "p", "training"), node.args)) | dict(node.kwargs)
+        return given.get("p", 0.5) == 0 or given.get("training", True) is False
+    return False

@@ -6,7 +6,7 @@ import copy
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.fx_graph import trace_as_called
-from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts
+from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts, explicit_attention
 from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
 from loopwise.kernels.expert.partition.groups import covers_forward, find_groups, gather_refusals
@@ -45,6 +45,8 @@ def partition(problem):
                                      ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
         gm = copy.deepcopy(traced)  # each plan rewrites its own copy of the graph (shapes kept)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        if norm:  # attention written out as the call an attention part computes, before the softmax is a row part
+            explicit_attention(gm)
         linears = linear_calls(gm, model) if linear else []
         convs = conv_calls(gm, model) if conv else []
         rows = (row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | depthwise_calls(gm)

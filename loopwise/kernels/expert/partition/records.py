@@ -135,6 +135,8 @@ class AttentionOp:
     stages: int
     dtype: str  # q's, k's, v's and the output's
     mask: int = 0  # the call's attn_mask (the part's fourth input): 0 none, 1 boolean, 2 added to the scores
+    # a query whose keys are all masked gets NaN (attention written out: softmax of a row of -inf), not zeros
+    empty_nan: bool = False
 
 
 @dataclass(frozen=True)
