@@ -152,10 +152,6 @@ def _tracer_class():
     AugmentedProxy.__setitem__ = setitem
 
     class Tracer(fx.Tracer):
-        # a buffer is read through the graph (get_attr), never computed on at trace time: a mask
-        # sliced from it by constants would otherwise be a baked tensor no standalone file can write down
-        proxy_buffer_attributes = True
-
         def proxy(self, node):
             return AugmentedProxy(node, self)
 

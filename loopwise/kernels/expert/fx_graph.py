@@ -60,7 +60,7 @@ def _trace(model, concrete_args, args):
     from loopwise.kernels.expert.functionalize import trace
 
     try:
-        return trace(model, concrete_args)
+        gm = trace(model, concrete_args)
     except ew.Unsupported:
         raise
     except Exception as plain:  # noqa: BLE001 - fx's refusals are TypeErrors, TraceErrors, RuntimeErrors
@@ -72,6 +72,23 @@ def _trace(model, concrete_args, args):
             raise
         except Exception:  # noqa: BLE001 - the symbolic trace's reason is the one to report
             raise plain from None
+    if not _baked_from_state(gm) or _holds_proxies(model):
+        return gm
+    try:  # the shaped trace reads the buffers through the graph
+        return trace(model, concrete_args, inputs=args)
+    except Exception:  # noqa: BLE001 - the symbolic trace stands
+        return gm
+
+
+def _baked_from_state(gm) -> bool:
+    """Whether the symbolic trace computed a tensor from the model's buffers while tracing (fx reads
+    a buffer as the tensor itself: ``self.mask[:, :, :19, :45] == 0`` with constant bounds is then
+    a tensor of the trace, on the meta device where the capture builds the model, which a standalone
+    file cannot write down)."""
+    import re
+
+    return any(node.op == "get_attr" and re.fullmatch(r"_tensor_constant\d+", node.target)
+               and getattr(getattr(gm, node.target, None), "is_meta", False) for node in gm.graph.nodes)
 
 
 def _holds_proxies(model) -> bool:

@@ -61,6 +61,11 @@ def test_a_sliced_buffer_is_read_from_the_model_not_baked_into_the_graph(tmp_pat
     reads = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
     assert reads == ["mask"], gm.code
     assert "0.2041" in gm.code  # 1 / sqrt(24)
+    # sliced by constant bounds, fx's symbolic trace itself computes the mask from the buffer: traced again
+    bounds = MASKED.replace(":T, :T", ":12, :12").replace("(1.0 / math.sqrt(x.size(-1)))", "0.25")
+    model, args = _meta(_problem(tmp_path, "bounds", MASK_INIT, bounds, "torch.randn(2, 12, 24, dtype=DTYPE)"))
+    gm = trace_as_called(model, args)
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["mask"], gm.code
 
 
 def test_a_tensor_made_from_a_size_on_the_inputs_device_is_made_where_the_forward_runs(tmp_path, monkeypatch):
