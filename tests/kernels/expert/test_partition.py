@@ -411,3 +411,15 @@ def test_relaxed_partitioned_linears_run_in_cublas_with_their_epilogues_in_trito
     bare_pattern = capture(load_problem(str(bare)))
     assert not fits(bare_pattern, moves) and default_moves(bare_pattern, "graph_linear", "relaxed")["cublas"] == 0
 
+
+
+@pytest.mark.slow
+def test_a_submodule_named_by_a_number_is_called_in_the_written_forward(tmp_path, monkeypatch):
+    """A Sequential's layers are its attributes "0", "1": fx writes ``getattr(self.head, "0")``,
+    which the standalone file keeps (a builtin, nothing to import) and runs."""
+    path = _partial(tmp_path, "numbered", "x = self.head(self.conv(x)).reshape(x.shape[0], 4, 4)\n        return x * 2.0 + 1.0",
+                    "self.head = nn.Sequential(nn.Flatten(), nn.Linear(392, 16), nn.Tanh())")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "graph", pattern.reason
+    source = judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
+    assert 'getattr(self.head, "0")' in source and "import getattr" not in source

@@ -9,7 +9,7 @@ from loopwise.kernels.expert.partition.records import LAUNCHERS
 from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 
 
-_ALLOWED_GLOBALS = {"torch", "operator", "inf", "nan"}
+_ALLOWED_GLOBALS = {"torch", "operator", "inf", "nan", "getattr"}  # getattr: a submodule named by a number
 
 
 def _torch_name(value) -> str:
@@ -80,7 +80,7 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
             src = re.sub(_named(name), _torch_name(value), src)
         elif name not in _ALLOWED_GLOBALS:
             raise ew.Unsupported(f"the forward calls {name}, which a standalone file cannot name")
-        elif name != "torch":
+        elif name not in ("torch", "getattr"):  # getattr is a builtin
             imports.append("import operator" if name == "operator" else f"from math import {name}")
     lines = [line.rstrip() for line in src.strip("\n").splitlines() if line.strip()]
     used = any(n.op in ("get_attr", "call_module") for n in graph.nodes)
