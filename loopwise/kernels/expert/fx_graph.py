@@ -138,6 +138,22 @@ def _deterministic(gm):
     return gm
 
 
+def meta_model(module):
+    """(``module``'s Model, its inputs), both on the meta device: no memory, no kernels. An
+    ``__init__`` that reads a value of a tensor it makes (Swin's ``[x.item() for x in
+    torch.linspace(...)]``) cannot run there: that model is built on the CPU, then moved."""
+    import torch
+
+    with torch.device("meta"):
+        args = list(module.get_inputs())
+        try:
+            return module.Model(*module.get_init_inputs()), args
+        except (RuntimeError, NotImplementedError) as error:
+            if "meta" not in str(error):
+                raise
+    return module.Model(*module.get_init_inputs()).to("meta"), args
+
+
 def graph_inputs(gm) -> list:
     """The traced forward's input nodes (its placeholders), in order: exactly the inputs it was
     called with (trace_as_called fixes any others at their defaults)."""

@@ -14,7 +14,6 @@ reason.
 from __future__ import annotations
 
 import ast
-import builtins
 import math
 import re
 from dataclasses import dataclass
@@ -92,6 +91,9 @@ def _helpers(source: str, tree: ast.Module, free: set[str]) -> tuple[str, set[st
     """The problem's own module-level classes and functions among ``free`` (and those they read in
     turn), as their source in the file's order, and the other free names left (literals, modules)."""
     defs = {s.name: s for s in tree.body if isinstance(s, (ast.ClassDef, ast.FunctionDef))}
+    for stmt in tree.body:  # imports of allowed modules, helpers made by the problem's own factories
+        for name in _copied_bindings(stmt, defs):
+            defs.setdefault(name, stmt)
     chosen, left, queue = {}, set(), sorted(free)
     while queue:
         name = queue.pop()
@@ -105,8 +107,31 @@ def _helpers(source: str, tree: ast.Module, free: set[str]) -> tuple[str, set[st
             raise Unsupported(f"Model.__init__ builds {name}, which refers to Model itself")
         chosen[name] = node
         queue.extend(sorted(_free_names(node) - {name}))
-    text = "\n\n\n".join(_definition_source(source, node) for node in sorted(chosen.values(), key=lambda n: n.lineno))
+    nodes = sorted({id(n): n for n in chosen.values()}.values(), key=lambda n: n.lineno)  # an import binds several
+    text = "\n\n\n".join(_definition_source(source, node) for node in nodes)
     return (text + "\n" if text else ""), left
+
+
+def _copied_bindings(stmt: ast.stmt, defs: dict) -> list[str]:
+    """The names a module-level statement binds that the generated file may bind the same way, by
+    copying the statement: an import of a module a candidate may import (the standard library,
+    numpy, ...), or ``name = factory(literals)`` where ``factory`` is the problem's own function or
+    class (``to_2tuple = _ntuple(2)``). Other computed values are not copied: a random draw at load
+    time would differ from the reference's."""
+    from loopwise.kernels.check._reference import _allowed_module
+
+    if isinstance(stmt, ast.Import):
+        return [(a.asname or a.name.split(".")[0]) for a in stmt.names if _allowed_module(a.name)]
+    if isinstance(stmt, ast.ImportFrom):
+        if stmt.level or not stmt.module or not _allowed_module(stmt.module) or any(a.name == "*" for a in stmt.names):
+            return []
+        return [a.asname or a.name for a in stmt.names]
+    if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id in defs and not stmt.value.keywords
+            and all(isinstance(n, _LITERAL_NODES) for a in stmt.value.args for n in ast.walk(a))):
+        return [stmt.targets[0].id]
+    return []
 
 
 def _defined_once(tree: ast.Module, name: str) -> bool:
@@ -186,14 +211,15 @@ def _free_names(fn: ast.FunctionDef) -> set[str]:
 
 def _constant(tree: ast.Module, module: ModuleType, name: str) -> str | None:
     """The source to bind ``name`` in the generated file, or None when its imports already do
-    (torch, nn, F, math) or it is a builtin."""
+    (torch, nn, F, math), it is a builtin or the problem leaves it unbound too."""
     import torch
 
     allowed = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "math": math}
     if name not in vars(module):
-        if hasattr(builtins, name):
-            return None
-        raise Unsupported(f"Model.__init__ reads {name!r}, which the problem does not define")
+        # a builtin, or a name the loaded problem does not bind either (Swin's ``checkpoint`` in a branch
+        # its forward never takes): the copy leaves it unbound as the reference does, so it fails, or
+        # not, exactly where the reference would
+        return None
     value = vars(module)[name]
     if allowed.get(name, allowed) is value:
         return None

@@ -25,7 +25,7 @@ from loopwise.kernels.expert.capture.separable_conv import detect_separable_conv
 from loopwise.kernels.expert.capture.softmax import detect_row_softmax
 from loopwise.kernels.expert.capture.topk import detect_topk
 from loopwise.kernels.expert.functionalize import visible_writes
-from loopwise.kernels.expert.fx_graph import op_name, trace_as_called
+from loopwise.kernels.expert.fx_graph import meta_model, op_name, trace_as_called
 from loopwise.kernels.expert.partition import kinds, partition, plan
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
@@ -60,11 +60,8 @@ def capture(problem) -> Pattern:
 
 def _meta_model(problem):
     """``problem``'s module, its Model built on the meta device (no memory, no kernels) and its inputs."""
-    import torch
-
     module = problem.load_module()
-    with torch.device("meta"):
-        return module, module.Model(*module.get_init_inputs()), list(module.get_inputs())
+    return (module, *meta_model(module))
 
 
 def _trace(model, args):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.fx_graph import trace_as_called
+from loopwise.kernels.expert.fx_graph import meta_model, trace_as_called
 from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts, explicit_attention
 from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
@@ -89,9 +89,7 @@ def _traced(module):
     import torch
     from torch.fx.passes.shape_prop import ShapeProp
 
-    with torch.device("meta"):
-        model = module.Model(*module.get_init_inputs())
-        args = list(module.get_inputs())
+    model, args = meta_model(module)
     try:
         gm = trace_as_called(model, args)
     except ew.Unsupported:
