@@ -120,10 +120,13 @@ def _copied_bindings(stmt: ast.stmt, defs: dict) -> list[str]:
     time would differ from the reference's."""
     from loopwise.kernels.check._reference import _allowed_module
 
+    def copied(module: str) -> bool:  # torch and math under any name are bound as constants (:func:`_constant`)
+        return _allowed_module(module) and module.split(".")[0] not in ("torch", "math")
+
     if isinstance(stmt, ast.Import):
-        return [(a.asname or a.name.split(".")[0]) for a in stmt.names if _allowed_module(a.name)]
+        return [(a.asname or a.name.split(".")[0]) for a in stmt.names if copied(a.name)]
     if isinstance(stmt, ast.ImportFrom):
-        if stmt.level or not stmt.module or not _allowed_module(stmt.module) or any(a.name == "*" for a in stmt.names):
+        if stmt.level or not stmt.module or not copied(stmt.module) or any(a.name == "*" for a in stmt.names):
             return []
         return [a.asname or a.name for a in stmt.names]
     if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
