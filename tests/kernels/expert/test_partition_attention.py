@@ -165,3 +165,27 @@ def test_attention_written_out_is_judged_correct(tmp_path, monkeypatch, name):
     """Judged against the reference as written: the buffer's first query is NaN in both."""
     path, _ = _explicit(tmp_path, name)
     judged_correct(path, {"template": "graph_norm"}, tmp_path, monkeypatch)
+
+
+PROJECTED = (  # minGPT's shape: projections around the attention written out
+    "self.qkv = nn.Linear(16, 48)\nself.proj = nn.Linear(16, 16)",
+    "q, k, v = self.qkv(x).split(16, dim=2)\nq, k, v = [t.view(2, 11, 2, 8).transpose(1, 2) for t in (q, k, v)]\n"
+    "s = (q @ k.transpose(-2, -1)) * (1.0 / 8 ** 0.5)\nx = F.softmax(s, dim=-1) @ v\n"
+    "x = self.proj(x.transpose(1, 2).contiguous().view(2, 11, 16))",
+    "torch.randn(2, 11, 16, dtype=DTYPE)")
+
+
+def test_the_gemm_plan_computes_the_attention_as_a_part_too(tmp_path):
+    init, forward, inputs = PROJECTED
+    pattern = capture(load_problem(str(_problem(tmp_path, "projected", init, forward, inputs))))
+    chosen = plan(pattern, "graph_linear")
+    assert [g.ops for g in chosen["gemms"]] == [("linear",), ("linear",)]
+    assert [n.kind for n in chosen["norms"]] == ["attention"] and "matmul" not in chosen["pytorch"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["graph_norm", "graph_linear"])
+def test_projected_attention_is_judged_correct(tmp_path, monkeypatch, kind):
+    init, forward, inputs = PROJECTED
+    path = _problem(tmp_path, "projected", init, forward, inputs)
+    judged_correct(path, {"template": kind}, tmp_path, monkeypatch)

@@ -48,7 +48,8 @@ elementwise work only it reads computed as it is read and the work only its outp
 before the store, tensors broadcast as in a fused pass; a max or average pooling (:mod:`pools`:
 1-D to 3-D, fixed or adaptive windows) is a part of it in the same way, a program taking a run of
 output positions and walking their windows; and so is a ``scaled_dot_product_attention`` without
-a mask or dropout (:mod:`attention`): one flash-style pass, the score matrix never in memory. The search measures the plans side by side.
+a mask or dropout (:mod:`attention`), or attention written out as ``softmax(q @ k^T) @ v``: one
+flash-style pass, the score matrix never in memory, in the GEMM plans as well. The search measures the plans side by side.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what

@@ -30,7 +30,7 @@ def partition(problem):
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
-    search measures them as siblings.
+    search measures them as siblings. The attention calls are flash parts of the GEMM plans too.
 
     Raises:
         ew.Unsupported: no plan launches a kernel of its own (no chain of :data:`MIN_OPS`
@@ -45,14 +45,16 @@ def partition(problem):
                                      ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
         gm = copy.deepcopy(traced)  # each plan rewrites its own copy of the graph (shapes kept)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-        if norm:  # attention written out as the call an attention part computes, before the softmax is a row part
+        if norm or linear:  # attention written out as the call an attention part computes (before the softmax is a row part)
             explicit_attention(gm)
         linears = linear_calls(gm, model) if linear else []
         convs = conv_calls(gm, model) if conv else []
         rows = (row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | depthwise_calls(gm)
                 | batch_norm_calls(gm)) if norm else {}
         norm_nodes = sorted(norm_calls(gm) + softmax_calls(gm) + list(rows), key=list(gm.graph.nodes).index) if norm else []
-        attentions = attention_calls(gm) if norm else {}
+        # attention parts in every plan but the elementwise one: the score matrix never in memory pays
+        # beside Triton GEMMs as beside Triton norms (MinGPT's projections and its attention core)
+        attentions = attention_calls(gm) if norm or linear else {}
         if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes and not attentions):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
