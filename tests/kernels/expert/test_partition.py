@@ -423,3 +423,20 @@ def test_a_submodule_named_by_a_number_is_called_in_the_written_forward(tmp_path
     assert pattern.kind == "graph", pattern.reason
     source = judged_correct(path, {"template": "graph"}, tmp_path, monkeypatch)
     assert 'getattr(self.head, "0")' in source and "import getattr" not in source
+
+
+@pytest.mark.slow
+def test_a_value_the_forward_keeps_never_shadows_a_launcher_of_its_name(tmp_path, monkeypatch):
+    """F.linear with a bias made in forward (Swin V2's qkv) stays in PyTorch and fx names its values
+    ``linear``, ``linear_1``; the Linears made GEMMs are launched by ``linear_0``, ``linear_1``: the
+    kept value is renamed, so the launcher is still a function where the forward calls it."""
+    path = _partial(tmp_path, "shadow",
+                    "x = self.fc(self.conv(x).flatten(1))\n        x = self.fc2(torch.tanh(x))\n"
+                    "        for _ in range(2):\n"
+                    "            x = F.linear(x, self.w, torch.cat([self.b, torch.zeros_like(self.b)]))\n"
+                    "        return x * 2.0 + 1.0",
+                    "self.fc = nn.Linear(392, 16)\n        self.fc2 = nn.Linear(16, 16)\n"
+                    "        self.w = nn.Parameter(torch.randn(16, 16) * 0.2)\n        self.b = nn.Parameter(torch.randn(8))")
+    path.write_text("import torch.nn.functional as F\n" + path.read_text())
+    source = judged_correct(path, {"template": "graph_linear"}, tmp_path, monkeypatch)
+    assert "linear_1 = torch._C._nn.linear" not in source and "linear_1_pt" in source

@@ -42,6 +42,9 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     lines the forward needs beyond torch."""
     graph = gm.graph
     writes = in_place_writes(gm)  # before the launchers read what they replace
+    for node in list(graph.nodes):  # a value the forward keeps (an F.linear left to PyTorch: ``linear_1``)
+        if re.match(_LAUNCHER_NAMES, node.name):  # must not be named as a launcher, which it would shadow
+            node._rename(f"{node.name}_pt")
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
 
     def swap(out, name: str, nodes, paths=()) -> None:
