@@ -28,6 +28,9 @@ def test_bmm_with_odd_sizes_is_judged_correct(tmp_path, monkeypatch):
      {"batch": 3, "trans_a": True, "shared_a": True, "shared_b": False}),
     ("return torch.matmul(A.mT, B)", "[torch.randn(BATCH, K, M), torch.randn(BATCH, K, N)]",
      {"batch": 3, "trans_a": True}),
+    # an einsum over a 4-D A's leading letters times one matrix (KernelBench L1/11), B read transposed
+    ('return torch.einsum("bijl,kl->bijk", A, B)', "[torch.randn(2, BATCH, M, K), torch.randn(N, K)]",
+     {"batch": 6, "trans_b": True, "shared_a": False, "shared_b": True}),
 ])
 def test_batched_products_in_other_spellings_are_judged_correct(tmp_path, monkeypatch, forward, inputs, params):
     """4-D operands, a 2-D operand shared by the batch, a transpose on either side: captured as

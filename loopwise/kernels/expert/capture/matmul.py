@@ -153,7 +153,8 @@ def einsum_sides(equation: str) -> list[tuple[int, bool]] | None:
     its last two dimensions are read swapped)] for the product's left and right factors, or None.
     The batch letters must lead both operands and the output in one order, then one row, one
     column and the summed letter (``"bhqd,bhkd->bhqk"``: the second operand transposed;
-    ``"ij,jk->ki"``: the factors swapped)."""
+    ``"ij,jk->ki"``: the factors swapped), or the first operand's letters in the output's order with
+    the summed one last and the second a matrix (``"bijl,lk->bijk"``, ``A @ B`` for a batch of A)."""
     from loopwise.kernels.expert.contraction import NotAProduct, contraction
 
     try:
@@ -161,6 +162,9 @@ def einsum_sides(equation: str) -> list[tuple[int, bool]] | None:
     except NotAProduct:
         return None
     nb = len(c.batch)
+    if not c.batch and len(c.rows) > 1 and len(c.cols) == 1 and len(c.b) == 2 and c.a == c.rows + c.summed \
+            and c.out == c.rows + c.cols:  # "bijl,lk->bijk": the first operand's leading letters batch a shared matrix
+        return [(0, False), (1, c.b != c.summed + c.cols)]
     if len(c.rows) != 1 or len(c.cols) != 1 or not c.a[:nb] == c.b[:nb] == c.out[:nb] == c.batch:
         return None
     terms = {0: c.a[nb:], 1: c.b[nb:]}
