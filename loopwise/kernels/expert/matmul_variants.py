@@ -119,6 +119,8 @@ def accepts(kind: str, pattern: Pattern) -> bool:
     if kind not in LIBRARY_KINDS or pattern.kind != ("bmm" if kind in BMM_KINDS else "matmul"):
         return False
     p = dict(pattern.params)
+    if p.get("triangle"):  # one side of a diagonal kept: the Triton template's (it skips the other side's tiles)
+        return False
     dtype = p.get("dtype", "float32")
     if (kind in _FP32_KINDS) != (dtype == "float32"):
         return False

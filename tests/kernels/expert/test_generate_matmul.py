@@ -6,6 +6,7 @@ from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
+from loopwise.kernels.expert.generate import variants
 from loopwise.kernels.problem import load_problem
 
 from expert_judging import HERE, SDPA, TEMPLATE_JUDGE, judged_correct, judged_variant, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
@@ -235,3 +236,24 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
     assert n_major["ca"] > 0
     assert k_major["ca"] == 0 and k_major["cg"] > 0
 
+
+
+@pytest.mark.parametrize("forward,triangle,diagonal", [
+    ("return torch.triu(torch.matmul(A, B))", "upper", 0),  # KernelBench L1/14's form
+    ("return (A @ B.T).tril(-3)", "lower", -3),
+    ("return torch.triu(A @ B, diagonal=5)", "upper", 5),
+])
+def test_a_product_kept_to_one_side_of_a_diagonal_skips_the_other_sides_tiles(tmp_path, monkeypatch, forward,
+                                                                               triangle, diagonal):
+    """Judged correct with tiles of 16 (so whole tiles lie on each side of the diagonal, and split-K
+    too); the CUTLASS variants, which would not zero the other side, are not offered."""
+    inputs = "[torch.randn(M, K), torch.randn(N, K)]" if "B.T" in forward else "[torch.randn(M, K), torch.randn(K, N)]"
+    replacements = {"return A @ B": forward, "[torch.randn(M, K), torch.randn(K, N)]": inputs, "N = 33": "N = 70"}
+    path = problem_variant(tmp_path, "matmul_plain.py", replacements)
+    pattern = capture(load_problem(str(path)))
+    params = dict(pattern.params)
+    assert (pattern.kind, params["triangle"], params["diagonal"]) == ("matmul", triangle, diagonal)
+    assert variants(pattern, "fp32") == variants(pattern, "relaxed") == ["matmul"]
+    for moves in ({"block": 16, "chunk": 16, "warps": 4}, {"block": 16, "chunk": 16, "warps": 4, "split": 2}):
+        source = judged_correct(path, moves, tmp_path, monkeypatch)
+        assert "zero_tile" in source

@@ -18,7 +18,8 @@ MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 def detect_matmul(gm, model, args) -> Pattern | None:
     """A model whose forward is one matrix product of its two 2-D inputs, both float32, both
     bfloat16 or both float16, either of them possibly transposed (``A @ B``,
-    ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``)."""
+    ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``), possibly kept to one side of a diagonal
+    (``torch.triu(A @ B)``, ``(A @ B).tril(-1)``: params ``triangle`` upper or lower and ``diagonal``)."""
     import operator
 
     import torch
@@ -31,7 +32,7 @@ def detect_matmul(gm, model, args) -> Pattern | None:
     placeholders = graph_inputs(gm)
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     transposed: dict = {}
-    product = None
+    product = triangle = None
     for node in calls:
         name = getattr(node.target, "__name__", str(node.target))
         if node.op == "call_method" and node.target == "t" or (
@@ -44,6 +45,8 @@ def detect_matmul(gm, model, args) -> Pattern | None:
         elif (node.op == "call_function" and (node.target in (operator.matmul, torch.matmul, torch.mm, torch.einsum)
                                                or name in _MATMULS)) and product is None:
             product = node
+        elif product is not None and triangle is None and _triangle(node, product) is not None:
+            triangle = node
         else:
             return None
     sides = _product_sides(product, transposed) if product is not None else None
@@ -56,9 +59,27 @@ def detect_matmul(gm, model, args) -> Pattern | None:
     (k2, n) = args[1].shape[::-1] if operands[1][1] else args[1].shape
     if k != k2:
         return None
-    return Pattern("matmul", inputs=2, ops=("matmul",),
+    kept = (("triangle", _triangle(triangle, product)[0]), ("diagonal", _triangle(triangle, product)[1])) if triangle else ()
+    return Pattern("matmul", inputs=2, ops=("matmul", *([_triangle(triangle, product)[2]] if triangle else [])),
                    params=(("trans_a", operands[0][1]), ("trans_b", operands[1][1]),
-                           ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype)))
+                           ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype), *kept))
+
+
+def _triangle(node, product):
+    """("upper" or "lower", the diagonal, the call's name) where ``node`` is ``triu`` / ``tril`` of
+    ``product`` (a function or a method, the diagonal a number given or 0), else None."""
+    import torch
+
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if name not in ("triu", "tril") or not node.args or node.args[0] is not product:
+        return None
+    if node.op == "call_function" and node.target not in (torch.triu, torch.tril):
+        return None
+    extra = dict(zip(("diagonal",), node.args[1:])) | dict(node.kwargs)
+    diagonal = extra.get("diagonal", 0)
+    if len(node.args) > 2 or set(extra) - {"diagonal"} or not isinstance(diagonal, int) or isinstance(diagonal, bool):
+        return None
+    return ("upper" if name == "triu" else "lower"), diagonal, name
 
 
 
