@@ -319,7 +319,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     if kind == "topk":  # the kept list's length: a power of two
         extra = {**extra, "k_pad": max(2, 1 << (dict(pattern.params)["k"] - 1).bit_length())}
     if kind in ("conv3d", "conv_transpose", "separable_conv"):  # output channels per tile: no wider than the output's, in powers of two
-        extra = {**extra, "block_n": min(params["block"], max(16, 1 << (dict(pattern.params)["out_channels"] - 1).bit_length()))}
+        per_group = dict(pattern.params)["out_channels"] // dict(pattern.params).get("groups", 1)  # a tile is one group's
+        extra = {**extra, "block_n": min(params["block"], max(16, 1 << (per_group - 1).bit_length()))}
     if kind == "conv_transpose":
         extra = {**extra, **conv_transpose_values(pattern)}
     if kind == "separable_conv":

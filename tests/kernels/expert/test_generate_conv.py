@@ -365,7 +365,25 @@ def test_transposed_convolution_phases_visit_only_whole_window_positions(tmp_pat
     assert values["taps"][2:6] == [0, 0, 5, 0] and values["steps"][1] == 1
     grouped = capture(load_problem(str(problem_variant(tmp_path, "conv_transpose.py", {
         "dilation=dilation, bias=bias)": "dilation=dilation, bias=bias, groups=5)"}))))
-    assert grouped.kind == "unsupported" and "ConvTranspose2d with groups=5" in grouped.reason
+    assert grouped.kind == "conv_transpose" and dict(grouped.params)["groups"] == 5
+    assert "groups" not in dict(pattern.params)  # one group: the pattern as it always was
+
+
+@pytest.mark.parametrize("module,init,groups,shape", [
+    # five groups of one input channel and four output channels each: a tile of 16 channels spans
+    # past its group's four, which the mask keeps out of the next group (KernelBench L1/75's form)
+    ("nn.ConvTranspose2d", None, 5, "(2, 5, 4, 5)"),
+    ("nn.ConvTranspose3d", "[6, 9, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 0, 0), (1, 1, 1), True]", 3, "(1, 6, 3, 3, 4)"),  # L1/72's
+    ("nn.ConvTranspose1d", "[4, 6, (3,), (2,), (1,), (1,), (2,), True]", 2, "(2, 4, 7)"),
+])
+def test_grouped_transposed_convolutions_are_judged_correct(tmp_path, monkeypatch, module, init, groups, shape):
+    """Each group reads its own input channels and writes its own output channels (and bias)."""
+    replacements = {"[5, 20, (3, 2), (3, 2), (1, 0), (2, 1), (2, 1), True]": init} if init else {}
+    replacements |= {"torch.randn(2, 5, 6, 7)": f"torch.randn{shape}", "nn.ConvTranspose2d": module,
+                     "dilation=dilation, bias=bias)": f"dilation=dilation, bias=bias, groups={groups})"}
+    pattern = judged_variant(tmp_path, monkeypatch, "conv_transpose.py", "conv_transpose",
+                             {"block": 32, "chunk": 16, "warps": 4}, replacements)
+    assert dict(pattern.params)["groups"] == groups
 
 
 @pytest.mark.parametrize("module,init,shape,precision", [

@@ -8,8 +8,8 @@ from loopwise.kernels.expert.pattern import Pattern
 
 
 def detect_conv(gm, model, args) -> Pattern | None:
-    """A forward that is one nn.Conv1d, nn.Conv2d, nn.Conv3d or nn.ConvTranspose1d / 2d / 3d (groups
-    1, zero padding given as numbers) on its one float32 input: an implicit GEMM (a Conv1d through
+    """A forward that is one nn.Conv1d, nn.Conv2d, nn.Conv3d (groups 1) or nn.ConvTranspose1d / 2d / 3d
+    (any groups: param ``groups`` where more than one), zero padding given as numbers, on its one float32 input: an implicit GEMM (a Conv1d through
     the 2-D one, its input and weights viewed with a height of one, ``dims`` 1). None when the
     forward is anything else."""
     import torch.nn as nn
@@ -25,9 +25,9 @@ def detect_conv(gm, model, args) -> Pattern | None:
             nn.ConvTranspose2d: "conv_transpose", nn.ConvTranspose3d: "conv_transpose"}.get(type(conv))
     if kind is None or args[0].dim() != len(conv.kernel_size) + 2:
         return None
-    if conv.groups != 1 or not zero_padding(conv):
+    if (conv.groups != 1 and kind != "conv_transpose") or not zero_padding(conv):
         raise ew.Unsupported(f"{type(conv).__name__} with groups={conv.groups}, padding {conv.padding!r}, "
-                             f"padding_mode {conv.padding_mode!r} (the implicit GEMM takes groups 1, zero padding)")
+                             f"padding_mode {conv.padding_mode!r} (the implicit GEMM takes groups 1 but for a transposed convolution, and zero padding)")
     path = calls[0].target
     operands = (f"{path}.weight",) + ((f"{path}.bias",) if conv.bias is not None else ())
     if kind == "conv_transpose":
@@ -36,7 +36,8 @@ def detect_conv(gm, model, args) -> Pattern | None:
                                ("stride", tuple(conv.stride)), ("padding", tuple(conv.padding)),
                                ("output_padding", tuple(conv.output_padding)), ("dilation", tuple(conv.dilation)),
                                ("has_bias", conv.bias is not None), ("in_channels", conv.in_channels),
-                               ("out_channels", conv.out_channels)))
+                               ("out_channels", conv.out_channels),
+                               *((("groups", conv.groups),) if conv.groups != 1 else ())))
     window = (("kd", "kh", "kw") if kind == "conv3d" else ("kh", "kw"))
     extra = (("out_channels", conv.out_channels),) if kind == "conv3d" else ()
     if isinstance(conv, nn.Conv1d):  # a 2-D convolution of height one: the window, stride, padding and dilation 1, 1, 0, 1
