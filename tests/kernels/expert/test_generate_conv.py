@@ -372,8 +372,9 @@ def test_transposed_convolution_phases_visit_only_whole_window_positions(tmp_pat
 @pytest.mark.parametrize("module,init,groups,shape", [
     # five groups of one input channel and four output channels each: a tile of 16 channels spans
     # past its group's four, which the mask keeps out of the next group (KernelBench L1/75's form)
-    ("nn.ConvTranspose2d", None, 5, "(2, 5, 4, 5)"),
-    ("nn.ConvTranspose3d", "[6, 9, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 0, 0), (1, 1, 1), True]", 3, "(1, 6, 3, 3, 4)"),  # L1/72's
+    pytest.param("nn.ConvTranspose2d", None, 5, "(2, 5, 4, 5)", marks=pytest.mark.slow),
+    pytest.param("nn.ConvTranspose3d", "[6, 9, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 0, 0), (1, 1, 1), True]", 3,
+                 "(1, 6, 3, 3, 4)", marks=pytest.mark.slow),  # L1/72's
     ("nn.ConvTranspose1d", "[4, 6, (3,), (2,), (1,), (1,), (2,), True]", 2, "(2, 4, 7)"),
 ])
 def test_grouped_transposed_convolutions_are_judged_correct(tmp_path, monkeypatch, module, init, groups, shape):

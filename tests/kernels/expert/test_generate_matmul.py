@@ -240,8 +240,8 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
 
 @pytest.mark.parametrize("forward,triangle,diagonal", [
     ("return torch.triu(torch.matmul(A, B))", "upper", 0),  # KernelBench L1/14's form
-    ("return (A @ B.T).tril(-3)", "lower", -3),
-    ("return torch.triu(A @ B, diagonal=5)", "upper", 5),
+    pytest.param("return (A @ B.T).tril(-3)", "lower", -3, marks=pytest.mark.slow),
+    pytest.param("return torch.triu(A @ B, diagonal=5)", "upper", 5, marks=pytest.mark.slow),
 ])
 def test_a_product_kept_to_one_side_of_a_diagonal_skips_the_other_sides_tiles(tmp_path, monkeypatch, forward,
                                                                                triangle, diagonal):
