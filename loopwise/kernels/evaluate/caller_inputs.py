@@ -32,8 +32,8 @@ class CallerInputs:
         """(argument index, what the reference leaves in it, what the candidate leaves in it, whether
         the candidate changed it) for every tensor input either of them changed; the untouched
         original stands for the one that did not change it, None for an input the candidate moved to
-        another device."""
-        cand_written = dict(zip(reply["mutated"], self._device(reply.get("mutated_values") or [])))
+        another device. ``reply``'s tensors are received already (``TrialRunner._receive``)."""
+        cand_written = dict(zip(reply["mutated"], reply.get("mutated_values") or []))
         moved = set(reply.get("moved") or [])
         hold = self.ref.hold
         found = []

@@ -225,13 +225,38 @@ def compare_allclose(ref: list, cand: list, atol: float, rtol: float) -> Verdict
     return Verdict(True, max_abs_err=worst_abs, max_rel_err=worst_rel)
 
 
-def normwise_error(x, ref64) -> float:
-    """||x - ref|| / ||ref|| in float64 over finite reference entries."""
+def largest_difference(a, b) -> float:
+    """max |a - b| of two same-shaped tensors, in float64 (NaN where a difference is NaN), slice by
+    slice: no float64 copy of either whole tensor."""
+    import torch
+
+    return float(torch.stack([(xs.double() - ys.double()).abs().max() for xs, ys in _slices(a, b)]).max())
+
+
+def _also(where) -> tuple:
+    return () if where is None else (where,)
+
+
+def _judged(rs, where_slice: list):
+    """Where a slice of a float64 reference is judged: its finite entries, and with the matching
+    slice of the reference in the problem's own dtype (``where_slice``, empty for none) only those
+    where that reference is finite too. The error bounds skip the others: an overflow of the
+    problem's own arithmetic, which :func:`nonfinite_mismatch` judges, must not count as the
+    reference's error. Decided slice by slice, so no masked float64 copy of a whole output is made."""
+    import torch
+
+    finite = torch.isfinite(rs)
+    return finite & torch.isfinite(where_slice[0]) if where_slice else finite
+
+
+def normwise_error(x, ref64, where=None) -> float:
+    """||x - ref|| / ||ref|| in float64 over finite reference entries (with ``where``, the reference
+    in the problem's own dtype, over entries finite in it too: see :func:`_judged`)."""
     import torch
 
     num2 = denom2 = 0.0
-    for xs, rs in _slices(x, ref64):
-        mask = torch.isfinite(rs)
+    for xs, rs, *ws in _slices(x, ref64, *_also(where)):
+        mask = _judged(rs, ws)
         d = torch.where(mask, xs.double() - rs, torch.zeros_like(rs))
         n = torch.where(mask, rs, torch.zeros_like(rs))
         num2 += float(torch.linalg.vector_norm(d)) ** 2
@@ -258,7 +283,7 @@ def same_function(ref: list, ref64: list) -> bool:
     for r, r64 in zip(ref, ref64):
         if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex()) \
                 and isinstance(r64, torch.Tensor) and r.numel() \
-                and normwise_error(_parts(r), judged_float64(_parts(r), _parts(r64))) > WRONG_NOT_IMPRECISE:
+                and normwise_error(_parts(r), _parts(r64), _parts(r)) > WRONG_NOT_IMPRECISE:
             return False
     return True
 
@@ -274,7 +299,7 @@ def nonfinite_mismatch(i: int, ref, cand) -> Verdict | None:
     problem's rounding stepped around), the problem's output is finite and so must the candidate's be:
     the allclose trial against that reference requires it anyway, and float64 gives no error scale
     there. The error bounds then look only at entries where both references are finite
-    (:func:`judged_float64`)."""
+    (:func:`_judged`)."""
     import torch
 
     for rs, cs in _slices(ref, cand):
@@ -286,19 +311,6 @@ def nonfinite_mismatch(i: int, ref, cand) -> Verdict | None:
             return Verdict(False, "nan_output", f"output {i}: {int((~finite & ~same).sum())} elements differ where "
                            f"the {rs.dtype} reference is NaN or infinite")
     return None
-
-
-def judged_float64(ref, ref64):
-    """``ref64`` where the reference in the problem's own dtype is finite, NaN where it is not (the
-    error bounds skip non-finite float64 entries: an overflow of the problem's own arithmetic, which
-    :func:`nonfinite_mismatch` judges, must not count as the reference's error). ``ref64`` itself,
-    uncopied, where ``ref`` is finite throughout."""
-    import torch
-
-    if all(bool(torch.isfinite(rs).all()) for (rs,) in _slices(ref)):
-        return ref64
-    return torch.where(torch.isfinite(ref).to(ref64.device), ref64, torch.full((), float("nan"), dtype=ref64.dtype,
-                                                                                device=ref64.device))
 
 
 def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: float) -> Verdict:
@@ -329,9 +341,8 @@ def compare_stress(ref32: list, ref64: list, cand: list, ratio: float, floor: fl
         bad = nonfinite_mismatch(i, r32, c)
         if bad is not None:
             return bad
-        r64 = judged_float64(r32, r64)
-        ref_err = normwise_error(r32, r64)
-        err = normwise_error(c, r64)
+        ref_err = normwise_error(r32, r64, r32)
+        err = normwise_error(c, r64, r32)
         allowed = max(ratio * ref_err, floor)
         ev = {"norm_err": err, "ref_norm_err": ref_err, "allowed": allowed}
         if err > allowed:
@@ -390,14 +401,15 @@ def _is_fp32(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype == torch.float32
 
 
-def _errors(x, ref64, tol: float) -> tuple[float, int]:
-    """Over the reference's finite entries: max |x - ref64|, and how many elements of ``x`` lie
-    outside atol = rtol = ``tol`` of ``ref64`` (one pass over the slices)."""
+def _errors(x, ref64, tol: float, where=None) -> tuple[float, int]:
+    """Over the reference's finite entries (see :func:`_judged` for ``where``): max |x - ref64|, and
+    how many elements of ``x`` lie outside atol = rtol = ``tol`` of ``ref64`` (one pass over the
+    slices)."""
     import torch
 
     worst, misses = 0.0, 0
-    for xs, rs in _slices(x, ref64):
-        finite = torch.isfinite(rs)
+    for xs, rs, *ws in _slices(x, ref64, *_also(where)):
+        finite = _judged(rs, ws)
         d = torch.where(finite, (xs.double() - rs).abs(), torch.zeros((), dtype=rs.dtype, device=rs.device))
         if d.numel():
             worst = max(worst, float(d.max()))
@@ -405,15 +417,16 @@ def _errors(x, ref64, tol: float) -> tuple[float, int]:
     return worst, misses
 
 
-def _fp32_errors(x, ref64, tol: float, slack: float) -> tuple[float, int]:
-    """Over the reference's finite entries: the normwise error of ``x`` against ``ref64``, and how
-    many elements of ``x`` miss ``ref64`` by more than ``tol + tol*|ref64| + slack`` (one pass)."""
+def _fp32_errors(x, ref64, tol: float, slack: float, where=None) -> tuple[float, int]:
+    """Over the reference's finite entries (see :func:`_judged` for ``where``): the normwise error of
+    ``x`` against ``ref64``, and how many elements of ``x`` miss ``ref64`` by more than
+    ``tol + tol*|ref64| + slack`` (one pass)."""
     import torch
 
     num2 = denom2 = 0.0
     misses = 0
-    for xs, rs in _slices(x, ref64):
-        finite = torch.isfinite(rs)
+    for xs, rs, *ws in _slices(x, ref64, *_also(where)):
+        finite = _judged(rs, ws)
         zero = torch.zeros((), dtype=rs.dtype, device=rs.device)
         d = torch.where(finite, xs.double() - rs, zero)
         num2 += float(torch.linalg.vector_norm(d)) ** 2
@@ -427,7 +440,7 @@ def _fp32_errors(x, ref64, tol: float, slack: float) -> tuple[float, int]:
 def _half_bound(i: int, r, r64, c, factor: float, tol: float) -> Verdict:
     """fp16 / bf16: max error against float64 at most ``factor`` times the half reference's own, and
     at most ``factor`` times as many elements outside ``tol`` of float64 as the reference has."""
-    (mine, missed), (theirs, ref_missed) = _errors(c, r64, tol), _errors(r, r64, tol)
+    (mine, missed), (theirs, ref_missed) = _errors(c, r64, tol, r), _errors(r, r64, tol, r)
     here = {"rule": "half", "output": i, "error": mine, "reference_error": theirs, "allowed": factor * theirs,
             "missed": missed, "reference_missed": ref_missed}
     if mine > factor * theirs:
@@ -446,10 +459,10 @@ def _fp32_bound(i: int, r, r64, c, factor: float, tol: float) -> Verdict:
     """fp32: every element within ``tol`` of float64 plus ``factor`` times the fp32 reference's own
     largest error, and a normwise error at most ``factor`` times the reference's (so the largest
     error allowed cannot be spent on every element)."""
-    theirs, _ = _errors(r, r64, tol)
+    theirs, _ = _errors(r, r64, tol, r)
     slack = factor * theirs
-    ref_norm, _ = _fp32_errors(r, r64, tol, slack)
-    mine_norm, missed = _fp32_errors(c, r64, tol, slack)
+    ref_norm, _ = _fp32_errors(r, r64, tol, slack, r)
+    mine_norm, missed = _fp32_errors(c, r64, tol, slack, r)
     here = {"rule": "fp32", "output": i, "reference_error": theirs, "allowed": slack, "missed": missed,
             "norm_error": mine_norm, "reference_norm_error": ref_norm}
     if missed:
@@ -513,7 +526,6 @@ def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float
         bad = nonfinite_mismatch(i, r, c)
         if bad is not None:
             return bad
-        r64 = judged_float64(r, r64)
         if rule == "half":
             v = _half_bound(i, r, r64, c, half_factor, max(atol, HALF_TOLERANCE))
         else:

@@ -12,7 +12,7 @@ from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.caller_inputs import CallerInputs, as_input
 from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
-                                               compare_stress)
+                                               compare_stress, largest_difference)
 from loopwise.kernels.evaluate.pool import Sandbox
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
@@ -20,6 +20,12 @@ from loopwise.kernels.evaluate.result import Reason, TrialRecord
 STRESS_DISTRIBUTIONS = ("centered", "randn", "randn_abs")
 TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.current_stream",
                   "Stream.", "loopwise.kernels.evaluate.timing")
+# Trials whose draws (and reference outputs) stay held until the evaluation ends: the first stress
+# trials and the timing reuse them. Any other trial's go when it ends, however many trials there are.
+KEPT_TRIALS = 2
+# What a sandbox's trial reply carries as tensors (the candidate's outputs, repeats, and the values
+# it left in the inputs it wrote): received at once, where the judge holds outputs.
+REPLY_TENSORS = ("outputs", "repeat_outputs", "refill_outputs", "mutated_values")
 
 
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
@@ -107,7 +113,16 @@ def guard_reasons(reply: dict, outcome: Outcome, policy: str) -> None:
 
 
 class TrialRunner(CallerInputs):
-    """Runs the correctness trials of one candidate in one sandbox."""
+    """Runs the correctness trials of one candidate in one sandbox.
+
+    What it holds from one trial to the next is bounded whatever the number of trials: the draws
+    and reference outputs of the first ``KEPT_TRIALS`` trials (the stress trials and the timing
+    reuse them), the first trial's candidate outputs (for the input-independence check), and, with
+    ``reuse``, what the reference keeps within its budgets. Everything else a trial makes (its draw,
+    the copies sent to the sandbox, the candidate's outputs, a stress trial's inputs and float64
+    references) goes when the trial ends. Where those live, the device or the host, is
+    :attr:`Reference.hold`.
+    """
 
     def __init__(self, ref: Reference, box: Sandbox, config: EvalConfig, base_seed: int) -> None:
         self.ref, self.box, self.cfg, self.base = ref, box, config, base_seed
@@ -131,22 +146,36 @@ class TrialRunner(CallerInputs):
         return self._refs[seed]
 
     def _ask(self, payload: dict) -> dict:
+        """One trial request; the reply's tensors already received (:meth:`_receive`)."""
         # Tensors cross the pipe as shared memory: send copies the judge never reads again, so
         # nothing the sandbox writes can reach the judge's own inputs.
         for key in ("inputs", "refill"):
             if payload.get(key) is not None:
                 payload[key] = for_sandbox(payload[key], self.transfer)
         payload["device_outputs"] = self.transfer is not None
+        # a multi-GB problem: the sandbox gives back its cached device memory after each trial
+        payload["make_room"] = self.ref.crowded()
         with self.spent("sandbox"):
             reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+        self._receive(reply)
         if self.transfer is not None:
             payload.clear()
             self.ref.torch.cuda.ipc_collect()  # the sent copies the sandbox has let go of
+            self.ref.make_room()  # ... and the judge's cache of them, where the problem is large
         guard_reasons(reply, self.outcome, self.cfg.precision)
         bad = [k for k in reply.get("types", []) if k not in ("Tensor", "int", "float", "bool")]
         if bad:
             self.outcome.reject("lazy_eval", f"forward returned {bad[0]}, not a plain torch.Tensor")
         return reply
+
+    def _receive(self, reply: dict) -> None:
+        """Replaces the tensors of a trial reply (:data:`REPLY_TENSORS`) with private copies where
+        the judge holds outputs, all at once: the reply then holds nothing of the sandbox's memory
+        (shared memory, or CUDA IPC mappings of the sandbox's device memory, which it can give
+        back only once the judge lets go)."""
+        for key in REPLY_TENSORS:
+            if reply.get(key) is not None:
+                reply[key] = self._device(reply[key])
 
     def _device(self, outs: list) -> list:
         # A private copy: the sandbox keeps a mapping of the shared memory it sent.
@@ -186,7 +215,7 @@ class TrialRunner(CallerInputs):
             ref_out, ref_mut = self._ref_for(seed)
         if self.outcome.rejected:
             return False
-        cand = self._device(reply["outputs"])
+        cand = reply["outputs"]
         with self.spent("compare"):
             v = self._compare(ref_out, cand, seed, args)
         self._record("kernelbench", seed, v)
@@ -199,17 +228,16 @@ class TrialRunner(CallerInputs):
         if i == 0 and not self._against_float64(args, ref_out, cand, seed, ref_mut, inputs):
             return False
         if reply.get("repeat_outputs") is not None:
-            self._determinism(ref_out, cand, self._device(reply["repeat_outputs"]), seed)
+            self._determinism(ref_out, cand, reply["repeat_outputs"], seed)
         if reply.get("refill_outputs") is not None:
             ref_probe = self._ref_for(probe_seed)[0]
             with self.spent("compare"):
-                vp = self._compare(ref_probe, self._device(reply["refill_outputs"]), probe_seed)
+                vp = self._compare(ref_probe, reply["refill_outputs"], probe_seed)
             if not vp.passed:
                 self.outcome.reject("pointer_cache", "called again on the same input buffers holding new values, "
                                     f"the candidate returned a stale or wrong result ({vp.message})")
-        if i >= 2:  # the first two are kept: timing checks its kept outputs against them
+        if i >= KEPT_TRIALS:  # the first ones are kept: stress trials reuse their draws, timing both
             self._refs.pop(seed, None)
-        if i >= max(1, self.cfg.stress_trials):  # kept: stress trials and timing reuse these draws
             self.ref.forget(seed)
         return not self.outcome.rejected
 
@@ -281,7 +309,7 @@ class TrialRunner(CallerInputs):
                                 "(a race or a read of unwritten memory)")
             return
         if not all(_same(a, b) for a, b in zip(first, again)):
-            diff = max((float((a.double() - b.double()).abs().max()) for a, b in zip(first, again)
+            diff = max((largest_difference(a, b) for a, b in zip(first, again)
                         if isinstance(a, torch.Tensor) and a.numel()), default=0.0)
             self.outcome.note("nondeterministic", f"two calls on the same inputs differ by up to {diff:.3g} "
                               "(within tolerance; atomics or a race)", severity="info", max_diff=diff)
@@ -296,6 +324,8 @@ class TrialRunner(CallerInputs):
             data = self.ref.stress(seed, dist)
             if data is not None:
                 break
+        if seed - self.base >= KEPT_TRIALS:  # a later trial's draw, drawn again for its stress inputs
+            self.ref.forget(seed)
         if data is None:
             why = self.ref.model64_error or "the reference gives NaN/Inf on mixed-sign inputs"
             self.outcome.note("stress_skipped", f"no stress trial for this problem ({why})", severity="info")
@@ -304,7 +334,7 @@ class TrialRunner(CallerInputs):
         reply = self._ask({"inputs": args, "out_specs": self.ref.out_specs(out32)})
         if self.outcome.rejected:
             return False
-        cand = self._device(reply["outputs"])
+        cand = reply["outputs"]
         with self.spent("compare"):
             v = compare_stress(out32, out64, cand, self.cfg.stress_error_ratio, self.cfg.stress_error_floor)
         self.outcome.trials.append(TrialRecord(kind=f"stress:{dist}", seed=seed, passed=v.passed, norm_err=v.norm_err,

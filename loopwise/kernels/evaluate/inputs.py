@@ -108,33 +108,50 @@ def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> l
     return out
 
 
+# Elements per slice where two tensors on different devices are compared (see same_bits).
+SLICE = 1 << 24
+
+
+def _bits(t):
+    """A floating tensor's memory as integers of its width (so NaN payloads compare); others as they are."""
+    import torch
+
+    if t.is_floating_point() and t.element_size() in (2, 4, 8):
+        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
 def same_bits(a, b) -> bool:
     """Bitwise equality of two tensors (NaN payloads included) of one shape and dtype; strides may
-    differ."""
+    differ, and so may devices: ``b`` elsewhere (a host copy of a device tensor) is compared slice
+    by slice on ``a``'s device, never copied there whole."""
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.is_floating_point() and a.element_size() in (2, 4, 8):
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
-    return bool(torch.equal(a, b))
+    a, b = _bits(a), _bits(b)
+    if a.device == b.device:
+        return bool(torch.equal(a, b))
+    return all(bool(torch.equal(x, y.to(a.device))) for x, y in zip(a.reshape(-1).split(SLICE),
+                                                                     b.reshape(-1).split(SLICE)))
 
 
-def changed(after, before) -> bool:
+def changed(after, before, moved: bool = True) -> bool:
     """Whether a caller's tensor is no longer what it was (``before``, a copy made before the call):
-    other bits, dtype, shape or device. Strides alone are no change: the caller reads the same
-    values, and outputs' strides are not judged either."""
-    return after.device != before.device or not same_bits(after, before.to(after.device))
+    other bits, dtype, shape or (with ``moved``) device. Strides alone are no change: the caller
+    reads the same values, and outputs' strides are not judged either. Without ``moved``,
+    ``before`` may be kept on another device than the tensor called with (the judge's host copy of
+    a draw), and only its values count."""
+    return (moved and after.device != before.device) or not same_bits(after, before)
 
 
-def changed_at(after: list, before: list) -> list[int]:
+def changed_at(after: list, before: list, moved: bool = True) -> list[int]:
     """The argument indices of the tensors a call changed (:func:`changed`), ``before`` holding
     copies of the arguments made before it."""
     import torch
 
     return [i for i, (a, b) in enumerate(zip(after, before))
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and changed(a, b)]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and changed(a, b, moved)]
 
 
 def clone_args(args: Any) -> Any:
@@ -168,6 +185,16 @@ class DeviceSend:
 
         with torch.cuda.use_mem_pool(self.pool):
             return to_device(args, self.device)
+
+    def release(self) -> None:
+        """Later copies come from a fresh pool; the old one gives its unused segments (copies sent
+        before, which the sandbox has let go of) back to the driver. A pool keeps every segment it
+        ever had, out of ``torch.cuda.empty_cache``'s reach while it lives; the copies still in use
+        stay in the old pool, which serves nothing else, until they are freed and the cache is
+        emptied again."""
+        import torch
+
+        self.pool = torch.cuda.MemPool()
 
 
 def for_sandbox(args: Any, send: DeviceSend | None) -> Any:

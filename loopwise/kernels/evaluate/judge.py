@@ -138,7 +138,7 @@ class LocalJudge:
                 box = self.pool.acquire(replace=False)  # replaced after its timed calls
                 box.wait_ready(timeout=300.0)
                 box = self._probe_transfer(box)
-                box.before_request = self.reference.make_room
+                box.before_request = self._make_room
             self._dynamic(source, box, ev, outcome)
         except SandboxFailure as fail:
             outcome.reject(fail.code, fail.message)
@@ -310,6 +310,15 @@ class LocalJudge:
             log.info("device tensors do not cross to the sandbox (%s): host memory it is", exc)
         self.transfer = send if ok else None
         return box
+
+    def _make_room(self) -> None:
+        """Before each sandbox request, where the problem's tensors are large
+        (:meth:`Reference.crowded`): the judge's cached device memory, and the segments of the
+        copies it sent the sandbox before, go back to the driver, so the sandbox on the same GPU
+        can have them."""
+        if self.transfer is not None and self.reference.crowded():
+            self.transfer.release()
+        self.reference.make_room()
 
     def _extensions_dir(self) -> str:
         from loopwise.kernels.evaluate.measure import cache_dir

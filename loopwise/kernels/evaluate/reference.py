@@ -14,8 +14,9 @@ from loopwise.kernels.evaluate import inputs as inp
 from loopwise.kernels.evaluate.compare import WRONG_NOT_IMPRECISE, same_function
 from loopwise.kernels.evaluate.spent import Spent
 
-# A judgement holds about this many output-sized tensors at once (reference outputs of two trials,
-# candidate outputs and repeats, float64 inputs and outputs) ...
+# A judgement holds about this many input- or output-sized tensors at once (draws kept for later
+# trials, reference outputs of two trials, candidate outputs and repeats, float64 inputs and
+# outputs) ...
 HOLD_COPIES = 12
 # ... and they may take this share of the device's memory; beyond it they are kept on the host.
 HOLD_SHARE = 0.4
@@ -57,9 +58,16 @@ def upcast(a):
 
 
 def written_inputs(args: list, before: list, hold: str) -> dict:
-    """The tensors among ``args`` a call changed from ``before`` (bits, dtype, shape or device; see
-    :func:`inputs.changed`), by argument index, copied to ``hold``."""
-    return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before)}
+    """The tensors among ``args`` a call changed from ``before`` (bits, dtype or shape; see
+    :func:`inputs.changed`), by argument index, copied to ``hold``. ``before`` may lie elsewhere than
+    ``args`` (the judge's host copy of what it called on the device): only values count."""
+    return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before, moved=False)}
+
+
+def _largest_bytes(args: list) -> int:
+    import torch
+
+    return max((a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)), default=0)
 
 
 class Reference:
@@ -108,27 +116,39 @@ class Reference:
 
     @property
     def hold(self) -> str:
-        """Where the judge keeps reference and candidate outputs and computes float64 references:
-        the device, or the host when one call's tensors are so large that the dozen copies a
-        judgement holds (plus float64 versions) would not fit beside the sandbox's own. KernelBench's
-        level-1 problems reach 6 GiB per tensor."""
+        """Where the judge keeps what outlives one call (the draws later trials and the timing reuse,
+        reference and candidate outputs) and computes float64 references: the device, or the host
+        when one call's tensors are so large that the dozen copies a judgement holds (plus float64
+        versions) would take more than ``HOLD_SHARE`` of the device's memory, beside the sandbox's
+        own. KernelBench's level-1 problems reach 7 GiB per tensor. On the host, what the judge has
+        on the device at any time is one call's: the inputs it calls the reference with, the
+        reference's outputs, the copies it sends the sandbox, and comparison slices."""
         if self._hold is None:
-            self._hold = self.device
+            hold = self.device
             if self.device.startswith("cuda"):
                 total = self.torch.cuda.get_device_properties(self.device).total_memory
                 if HOLD_COPIES * self._call_bytes() > HOLD_SHARE * total:
-                    self._hold = "cpu"
+                    hold = "cpu"
+            self._hold = hold
         return self._hold
+
+    def crowded(self) -> bool:
+        """Whether this problem's tensors are large enough for the judge and the sandbox to give
+        their cached but unused device memory back to the driver around every sandbox request
+        (``MAKE_ROOM_COPIES`` of the largest input take ``MAKE_ROOM_SHARE`` of the device or more):
+        each process's caching allocator keeps every block it freed, invisible to the other, and
+        one trial of a multi-GB problem frees tens of GB. Small problems keep their caches: emptying
+        them costs time and frees nothing that matters."""
+        if not self.device.startswith("cuda"):
+            return False
+        total = self.torch.cuda.get_device_properties(self.device).total_memory
+        return self._call_bytes() * MAKE_ROOM_COPIES >= MAKE_ROOM_SHARE * total
 
     def make_room(self) -> None:
         """Gives the judge's cached but unused device memory back to the driver, so the sandbox
-        on the same GPU can have it: the caching allocator keeps every block a reference, float64
-        or comparison pass freed (tens of GB for a multi-GB problem). Only for problems whose
-        tensors are large enough for that to matter; emptying the cache costs small ones time."""
-        if not self.device.startswith("cuda"):
-            return
-        total = self.torch.cuda.get_device_properties(self.device).total_memory
-        if self._call_bytes() * MAKE_ROOM_COPIES >= MAKE_ROOM_SHARE * total:
+        on the same GPU can have it (the blocks a reference, float64 or comparison pass freed),
+        where the problem is :meth:`crowded`."""
+        if self.crowded():
             self.torch.cuda.empty_cache()
 
     def _call_bytes(self) -> int:
@@ -144,16 +164,21 @@ class Reference:
                 args = inp.draw_inputs(self.module, 0)
         except Exception:  # noqa: BLE001 - a get_inputs that needs real tensors
             args = self.draw(0)
-        sizes = [a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)]
-        return max(sizes, default=0)
+        return _largest_bytes(args)
 
     def draw(self, seed: int) -> list:
-        """Inputs of the problem's own distribution for ``seed`` (on the CPU, or on
-        ``draw_device``) (memoized for one evaluation,
-        and kept for later ones when ``reuse`` is on and they fit)."""
+        """Inputs of the problem's own distribution for ``seed``, drawn on the CPU or on
+        ``draw_device`` and kept where :attr:`hold` says (a device draw of a problem too large for
+        the device goes to the host), memoized for one evaluation (until :meth:`forget`), and kept
+        for later ones when ``reuse`` is on and they fit."""
         if seed not in self._draws:
             with self.spent("draw"):
-                self._draws[seed] = inp.draw_inputs(self.module, seed, self.draw_device)
+                drawn = inp.draw_inputs(self.module, seed, self.draw_device)
+                if self._largest is None:  # the sizes a meta-device draw would give, from this one
+                    self._largest = _largest_bytes(drawn)
+                if self.draw_device is not None and self.hold == "cpu":
+                    drawn = inp.to_device(drawn, "cpu")
+                self._draws[seed] = drawn
             if self._keep(self._draws[seed]):
                 self._kept_draws.add(seed)
         return self._draws[seed]
@@ -215,16 +240,17 @@ class Reference:
         return None
 
     def run(self, args_cpu: list) -> tuple[list, dict[int, object]]:
-        """Reference outputs for CPU inputs, and the inputs the reference writes in place: their
-        indices, each with the value the reference left in it (what a candidate must leave too)."""
+        """Reference outputs for inputs held anywhere (a draw), and the inputs the reference writes
+        in place: their indices, each with the value the reference left in it (what a candidate
+        must leave too). The reference is called on a private copy on the device; the inputs given,
+        which nothing writes, are what that copy is compared with afterwards (no second copy)."""
         torch = self.torch
         with self.spent("reference"):
             args = inp.to_device(args_cpu, self.device)
-            pristine = inp.clone_args(args)
             with torch.no_grad():
                 out = inp.flatten_outputs(self.model(*args))
             hold = self.hold
-            mutated = written_inputs(args, pristine, hold)
+            mutated = written_inputs(args, args_cpu, hold)
         return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):

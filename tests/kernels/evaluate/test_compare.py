@@ -350,3 +350,39 @@ def test_complex_outputs_get_kernelbench_tolerance_on_their_modulus():
     assert compare_allclose([ref], [exact], 1e-4, 1e-4).passed
     v = compare_allclose([ref], [ref * (1 + 1e-3)], 1e-4, 1e-4)
     assert not v.passed and v.max_abs_err > 0
+
+
+def test_float64_errors_skip_the_references_overflow_slice_by_slice_as_a_masked_copy_would(monkeypatch):
+    """The error bounds skip entries where the reference in its own dtype is not finite. They mask
+    slice by slice (no float64 copy of a whole multi-GiB output): the errors, counts and verdicts
+    equal those of the whole reference masked to NaN there first."""
+    import loopwise.kernels.evaluate.compare as cmp
+
+    g = torch.Generator().manual_seed(1)
+    ref64 = torch.randn(5, 300, generator=g, dtype=torch.float64)
+    ref = ref64.float()
+    ref[1, 17] = float("inf")
+    ref[4, 299] = float("nan")
+    cand = ref + 1e-3 * torch.randn(5, 300, generator=g)
+    masked = torch.where(torch.isfinite(ref), ref64, torch.full((), float("nan"), dtype=torch.float64))
+    for chunk in (cmp.CHUNK, 128):  # (the same slices both ways: the sums are then bit for bit the same)
+        monkeypatch.setattr(cmp, "CHUNK", chunk)
+        whole = (cmp.normwise_error(cand, masked), cmp._errors(cand, masked, 1e-4),
+                 cmp._fp32_errors(cand, masked, 1e-4, 1e-3))
+        assert cmp.normwise_error(cand, ref64, ref) == whole[0]
+        assert cmp._errors(cand, ref64, 1e-4, ref) == whole[1]
+        assert cmp._fp32_errors(cand, ref64, 1e-4, 1e-3, ref) == whole[2]
+
+
+def test_the_largest_difference_of_two_outputs_is_found_slice_by_slice(monkeypatch):
+    """Two calls' outputs compared for the determinism note: the largest difference, NaN where a
+    difference is NaN, as over the whole tensors in float64."""
+    import loopwise.kernels.evaluate.compare as cmp
+
+    monkeypatch.setattr(cmp, "CHUNK", 64)
+    a = torch.randn(7, 100)
+    b = a.clone()
+    b[6, 99] += 0.25
+    assert cmp.largest_difference(a, b) == float((a.double() - b.double()).abs().max())
+    b[0, 0] = float("nan")
+    assert cmp.largest_difference(a, b) != cmp.largest_difference(a, b)  # NaN, as torch's max gives
