@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from collections import deque
@@ -25,8 +26,16 @@ def _resolve(handler: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _worker_main(conn, env: dict[str, str]) -> None:
     """Worker loop: environment first (before torch can see the GPUs), then jobs until told to stop."""
+    # SIGTERM (the executor closing while a job runs) exits through the job's ``finally`` blocks,
+    # which kill the processes it started (a sandbox compiling for minutes); the default action
+    # would end this process alone and leave them running.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     os.environ.update(env)
     while True:
         try:
@@ -155,11 +164,17 @@ class LocalExecutor(Executor):
                 w.conn.send(None)
             except (OSError, ValueError):
                 pass
-            if w.proc is not None:
-                w.proc.join(timeout=2)
-                if w.proc.is_alive():
-                    w.proc.kill()
-                    w.proc.join(timeout=5)
+            if w.proc is not None and w.job is not None and w.proc.is_alive():
+                # a job under way (the driver was stopped): it will not read the None before it
+                # ends, minutes later; SIGTERM ends it and the processes it started
+                w.proc.terminate()
+        for w in self._workers:
+            if w.proc is None:
+                continue
+            w.proc.join(timeout=2)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(timeout=5)
 
     @property
     def workers(self) -> list[str]:

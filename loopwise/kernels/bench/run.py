@@ -17,19 +17,26 @@ several problems at once on shared GPUs these overlap), the search's cost at the
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loopwise.core.stopping import Stopped
 from loopwise.errors import UserError
+
+log = logging.getLogger(__name__)
 
 KIND = "kernels.bench"
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 RULES = "all | first:N | every:K (ids 1, 1+K, ...) | ids:L/I,L/I,..."
+# After Ctrl-C or SIGTERM, how long the bench waits for its problems' threads to stop (each stops at
+# its next wait on a sandbox or a worker, within a poll); one held longer is left to the exit.
+STOP_GRACE_S = 5.0
 
 
 @dataclass
@@ -222,35 +229,45 @@ class Bench:
     def run(self, problems: list[tuple[int, int, Path]], dispatcher=None, progress=None) -> list[dict]:
         """Runs every unfinished problem (at once over the dispatcher's workers, else one by one)
         and returns every row, finished before or now."""
+        from loopwise.core.stopping import StoppableThreads
+
         todo = [(lv, i, p) for lv, i, p in problems if f"{lv}/{i}" not in self.rows]
         workers = max(1, len(dispatcher.workers)) if dispatcher is not None else 1
-        # Ctrl-C or SIGTERM arrive in this thread: the searches under way stop after their step
-        # and no queued problem starts (the pool would otherwise run every one before it exits)
         stop = threading.Event()
         # two searches per worker keep it busy while the other search proposes
-        pool = ThreadPoolExecutor(max_workers=2 * workers if dispatcher is not None else 1)
+        threads = StoppableThreads(2 * workers if dispatcher is not None else 1, stop, name="loopwise-bench")
         try:
-            futures = {pool.submit(self._one, lv, i, p, dispatcher, stop): f"{lv}/{i}" for lv, i, p in todo}
+            futures = [threads.submit(self._finish, lv, i, p, dispatcher, stop) for lv, i, p in todo]
             for future in as_completed(futures):
-                key = futures[future]
-                try:
-                    row = future.result()
-                except UserError as exc:
-                    row = {"level": int(key.split("/")[0]), "id": int(key.split("/")[1]), "problem": key,
-                           "error": str(exc), "evaluations": 0, "best_speedup": None, "over_compile": None}
-                self.store.append("problem_result", row, key=key)
-                with self.lock:
-                    self.rows[key] = row
+                row = future.result()
                 if progress is not None:
                     progress(row)
         except BaseException:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
+            # Ctrl-C or SIGTERM arrive in this thread, the problems run on the others: no queued
+            # problem starts, and one under way stops at its next wait on a sandbox or a worker
+            # (which ends that process's work) instead of running its verdict, its search and its
+            # baselines to the end. Every finished problem is stored already (``_finish``).
+            if not threads.stop(STOP_GRACE_S):
+                log.warning("a problem's thread did not stop within %.0f s; left to the exit", STOP_GRACE_S)
             raise
-        pool.shutdown(wait=True)
+        threads.shutdown()
         ordered = [self.rows[f"{lv}/{i}"] for lv, i, _ in problems if f"{lv}/{i}" in self.rows]
         self.store.append("summary", {"table": aggregate(ordered)})
         return ordered
+
+    def _finish(self, level: int, pid: int, path: Path, dispatcher, stop: threading.Event) -> dict:
+        """One problem's search and baselines, its row stored as soon as it is made (on the problem's
+        own thread, so an interrupt of the main thread loses no finished problem)."""
+        key = f"{level}/{pid}"
+        try:
+            row = self._one(level, pid, path, dispatcher, stop)
+        except UserError as exc:
+            row = {"level": level, "id": pid, "problem": key, "error": str(exc), "evaluations": 0,
+                   "best_speedup": None, "over_compile": None}
+        self.store.append("problem_result", row, key=key)
+        with self.lock:
+            self.rows[key] = row
+        return row
 
     def _one(self, level: int, pid: int, path: Path, dispatcher, stop: threading.Event | None = None) -> dict:
         from loopwise.kernels.optimize import OptimizeRun, Settings
@@ -275,6 +292,10 @@ class Bench:
             self.store.append("problem_started", {"run_id": run.store.meta.run_id, "path": str(path)}, key=key)
         try:
             run.run(stop=stop)
+            if stop is not None and stop.is_set():
+                # stopped before its budget: not a finished problem (no row); a resumed bench
+                # continues this search where it stopped
+                raise Stopped()
             run.write_best()
             summary = run.summary()
         finally:
@@ -286,11 +307,14 @@ class Bench:
     def _baseline(self, problem, dispatcher) -> dict | None:
         """Eager and torch.compile of the problem: the same job on a worker when there is an
         executor, else in this process on ``--device``."""
+        from loopwise.core import stopping
         from loopwise.kernels.evaluate import worker_jobs
         from loopwise.kernels.evaluate.workers import baseline_job
 
         job = baseline_job(problem, self.cfg)
         if dispatcher is None:
             return worker_jobs.baseline({**job.payload, "device": self.cfg.kernels.device})
-        result = dispatcher.submit(job).result()
+        future = dispatcher.submit(job)
+        stopping.wait([future])
+        result = future.result()
         return result.result if result.ok else None

@@ -214,6 +214,7 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
 
     import torch
 
+    from loopwise.core import stopping
     from loopwise.kernels.evaluate import timing
     from loopwise.kernels.evaluate.inputs import to_device
 
@@ -228,6 +229,7 @@ def measure_in_process(model, device: str, cfg: EvalConfig, args: list, fresh: l
         model(*bufs)
 
     def before(i: int) -> None:
+        stopping.check()  # a thread told to stop stops between calls (a signal reaches the main thread only)
         timing.refill(bufs, sets[i % len(sets)])
 
     with torch.no_grad():

@@ -19,6 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
+from loopwise.core import stopping
 from loopwise.kernels.evaluate.environment import sandbox_environ
 from loopwise.kernels.evaluate.out_of_memory import REQUEST_PHASES, is_out_of_memory, out_of_memory_message
 from loopwise.kernels.evaluate.sandbox_process import PRELOAD, sandbox_main
@@ -228,6 +229,11 @@ class Sandbox:
         limit = host_memory_limit_gb(self.settings.get("host_memory_gb")) * 2**30
         deadline = time.monotonic() + timeout
         while True:
+            if stopping.requested():
+                # the thread waiting here was told to stop (Ctrl-C or SIGTERM reach the main thread
+                # only): the sandbox's work (a verdict, a compile) ends now, not when it is done
+                self.kill()
+                raise stopping.Stopped()
             try:
                 if self.conn.poll(_POLL_S):
                     return self.conn.recv()
@@ -294,6 +300,8 @@ class SandboxPool:
         return Sandbox(self.device, self.settings, self.log_dir / f"sandbox-{os.getpid()}-{self._count}.log")
 
     def _fill(self) -> None:
+        if stopping.requested():  # no spare starts for work that is stopping
+            return
         while len(self._ready) < self.spares:
             self._ready.append(self._start())
 

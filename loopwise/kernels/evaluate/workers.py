@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-from concurrent.futures import wait
 
+from loopwise.core import stopping
 from loopwise.core.execute import Job, JobResult
 from loopwise.core.execute.dispatch import Dispatcher
 from loopwise.kernels.evaluate.result import Evaluation, Reason, Status
@@ -58,7 +58,7 @@ class ExecutorJudge:
         """Verdicts for ``[(source, name), ...]`` in that order; a job the executor lost (its worker
         died past the retries, or it ran out of time) is a crash with the executor's reason."""
         futures = [(self.dispatcher.submit(self.job(source, name)), name) for source, name in items]
-        wait([f for f, _ in futures], timeout=self.timeout_s)
+        stopping.wait([f for f, _ in futures], timeout=self.timeout_s)
         out = []
         for future, name in futures:
             result: JobResult | None = future.result() if future.done() else None
@@ -89,7 +89,7 @@ class ExecutorJudge:
                   {"problem_source": self.problem.source, "problem_name": self.problem.name, "device": self._device,
                    "config": self.cfg.model_dump(mode="json"), "compile": compile}, affinity=self.affinity)
         future = self.dispatcher.submit(job)
-        wait([future], timeout=self.timeout_s)
+        stopping.wait([future], timeout=self.timeout_s)
         result: JobResult | None = future.result() if future.done() else None
         if result is not None and result.ok and isinstance(result.result, dict):
             return result.result

@@ -136,8 +136,10 @@ class OptimizeRun:
     def run(self, progress=None, deadline: float | None = None, clock=time.monotonic, stop=None) -> bool:
         """Searches until the budget is spent or nothing is left to expand (True), or until
         ``deadline`` (a ``clock()`` value) has passed or ``stop`` (a ``threading.Event``) is set
-        (False): no step starts after it, the one under way finishes, and the run stays
-        resumable."""
+        (False): no step starts after it, and the run stays resumable. The step under way finishes,
+        unless ``stop`` is also its thread's stop event (``loopwise.core.stopping.bound``, as a
+        bench's problems run): then it ends at its next wait on a sandbox or a worker, raising
+        ``Stopped``, and a verdict it was waiting for is judged again on resume."""
         self._judge_batch(self.pending(), progress)  # proposed before a crash, never judged
         self._measure_reference()
         silent = 0

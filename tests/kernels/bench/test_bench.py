@@ -2,6 +2,7 @@
 arithmetic, and a small bench end to end on CPU stand-in workers that resumes without rework."""
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -218,3 +219,162 @@ def test_a_bench_stopped_by_sigterm_says_how_to_continue_on_its_workers_and_that
     result = json.loads(again.stdout)
     assert [r["problem"] for r in result["problems"]] == ["level1/1_chain", "level1/6_softmax_rows"]
     assert all(r["evaluations"] == 2 for r in result["problems"])
+
+
+# A problem whose sandbox hangs while the test holds it: its module (loaded by every sandbox that
+# judges a candidate, ``judge``) or its reference's forward (called in a sandbox only when the bench
+# times its baselines, ``baseline``) writes the sandbox's pid, then sleeps for ten minutes.
+_HANGING = '''import multiprocessing
+import os
+import pathlib
+import time
+
+import torch
+import torch.nn as nn
+
+HOLD, MARK = pathlib.Path({hold!r}), pathlib.Path({mark!r})
+
+
+def _hang():
+    if multiprocessing.current_process().name == "loopwise-sandbox" and HOLD.exists():
+        MARK.write_text(str(os.getpid()))
+        time.sleep(600)
+
+
+{at_load}
+
+
+class Model(nn.Module):
+    def __init__(self, scale, slope):
+        super().__init__()
+        self.scale = scale
+        self.act = nn.GELU()
+        self.slope = slope
+
+    def forward(self, x, y):
+        {at_forward}
+        z = self.act(x * self.scale + y)
+        return torch.nn.functional.leaky_relu(torch.sigmoid(z) - 0.5, negative_slope=self.slope).clamp(max=0.3)
+
+
+def get_inputs():
+    return [torch.randn(37, 129), torch.rand(37, 129)]
+
+
+def get_init_inputs():
+    return [1.7, 0.05]
+'''
+
+
+def _events(run_dir: Path, kind: str) -> list[tuple[str, dict]]:
+    db = sqlite3.connect(run_dir / "run.sqlite")
+    try:
+        return [(key, json.loads(payload)) for key, payload in
+                db.execute("SELECT key, payload FROM events WHERE kind = ? ORDER BY seq", (kind,))]
+    finally:
+        db.close()
+
+
+def _finished(runs: Path) -> list[str]:
+    """The problems a bench under ``runs`` has recorded as finished (while it runs)."""
+    for path in runs.glob("*/run.sqlite"):
+        try:
+            done = [key for key, _ in _events(path.parent, "problem_result")]
+        except sqlite3.Error:
+            continue
+        if done:
+            return done
+    return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, executor", [("judge", []), ("baseline", []), ("judge", ["--workers", "cpu,cpu"])],
+                         ids=["judge", "baseline", "judge-on-a-worker"])
+def test_sigterm_stops_a_bench_within_seconds_while_a_sandbox_works_and_keeps_the_finished_problems(
+        checkout, tmp_path, cli_env, where, executor):
+    """SIGTERM while the judge waits on a sandbox that takes minutes (a candidate's verdict, or the
+    baselines' eager and torch.compile timings; in this process or on a worker): the bench ends
+    within seconds (exit 143) with the sandbox killed, the problem finished before it kept, and the
+    resume line; that line judges nothing twice and finishes only the stopped problem. (Before, the
+    signal reached the main thread only, and the bench waited for the problem's thread to finish
+    its verdict, its search and its baselines: minutes, until `timeout` sent SIGKILL; a worker
+    stopped mid-job was killed alone, its sandbox left running.)"""
+    import shlex
+    import signal
+    import time
+
+    level = checkout / "KernelBench" / "level1"
+    hold, mark = tmp_path / "hold", tmp_path / "hanging.pid"
+    hold.touch()
+    hang = "_hang()"
+    (level / "3_hanging.py").write_text(_HANGING.format(hold=str(hold), mark=str(mark),
+                                                        at_load=hang if where == "judge" else "",
+                                                        at_forward=hang if where == "baseline" else "pass"))
+    runs = tmp_path / "runs"
+    common = ["--kernelbench", str(checkout), "--device", "cpu", "--runs-dir", str(runs),
+              "--set", "kernels.eval.perf_trials=3"]
+    proc = subprocess.Popen([sys.executable, "-m", "loopwise", "kernels", "bench", "kernelbench", "--levels", "1",
+                             "--subset", "ids:1/1,1/3", "--budget", "1", "--search", "greedy", "--per-step", "1",
+                             *(["--no-compile"] if where == "judge" else []), *executor, *common],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    try:
+        deadline = time.monotonic() + 600
+        while not (mark.exists() and _finished(runs)) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert mark.exists() and _finished(runs) == ["1/1"], proc.communicate(timeout=30)
+        time.sleep(0.5)
+        sandbox = int(mark.read_text())
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the bench did not exit within 15 s of SIGTERM" if proc.poll() is None else
+                        f"the bench exited ({proc.returncode}), but a process it started (the sandbox) still "
+                        "holds its output 15 s after SIGTERM")
+        took = time.monotonic() - sent
+        for _ in range(50):  # the hanging sandbox went with the bench
+            if _gone(sandbox):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the sandbox {sandbox} outlived the bench")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if mark.exists() and not _gone(int(mark.read_text())):
+            os.kill(int(mark.read_text()), signal.SIGKILL)  # else it holds the bench's pipes for ten minutes
+        if proc.stdout is not None and not proc.stdout.closed:
+            proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    assert took < 15 and "Traceback" not in err, err[-3000:]
+    (line,) = [ln for ln in (out + err).splitlines() if "continue with: " in ln]
+    assert "stopped after 1 of 2 problems" in line, line
+    words = shlex.split(line.split("continue with: ", 1)[1])
+    assert ("--workers" in words) == bool(executor) and words[len(words) - len(executor):] == executor, words
+    bench_dir = runs / words[words.index("--resume") + 1]
+    finished = _events(bench_dir, "problem_result")
+    assert [key for key, _ in finished] == ["1/1"]  # the finished problem is kept, the stopped one is not
+    started = dict((key, p["run_id"]) for key, p in _events(bench_dir, "problem_started"))
+    judged = len(_events(runs / started["1/3"], "evaluation"))
+    assert judged == (0 if where == "judge" else 1)  # a stopped verdict is not recorded as one
+
+    hold.unlink()
+    again = subprocess.run([sys.executable, "-m", *words, "--json"], capture_output=True, text=True, env=cli_env,
+                           timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = json.loads(again.stdout)["problems"]
+    assert [r["problem"] for r in rows] == ["level1/1_chain", "level1/3_hanging"]
+    assert rows[0] == finished[0][1]  # not run again
+    assert rows[1]["run_id"] == started["1/3"]  # the stopped search continued, not started over
+    assert [key for key, _ in _events(bench_dir, "problem_result")] == ["1/1", "1/3"]
+    verdicts = [key for key, _ in _events(runs / started["1/3"], "evaluation")]
+    assert len(verdicts) == rows[1]["evaluations"] == 1 and len(set(verdicts)) == 1  # nothing judged twice
