@@ -224,7 +224,7 @@ def test_a_bench_stopped_by_sigterm_says_how_to_continue_on_its_workers_and_that
 # A problem whose sandbox hangs while the test holds it: its module (loaded by every sandbox that
 # judges a candidate, ``judge``) or its reference's forward (called in a sandbox only when the bench
 # times its baselines, ``baseline``) writes the sandbox's pid, then sleeps for ten minutes.
-_HANGING = '''import multiprocessing
+_HANGING_HEAD = '''import multiprocessing
 import os
 import pathlib
 import time
@@ -242,28 +242,18 @@ def _hang():
 
 
 {at_load}
-
-
-class Model(nn.Module):
-    def __init__(self, scale, slope):
-        super().__init__()
-        self.scale = scale
-        self.act = nn.GELU()
-        self.slope = slope
-
-    def forward(self, x, y):
-        {at_forward}
-        z = self.act(x * self.scale + y)
-        return torch.nn.functional.leaky_relu(torch.sigmoid(z) - 0.5, negative_slope=self.slope).clamp(max=0.3)
-
-
-def get_inputs():
-    return [torch.randn(37, 129), torch.rand(37, 129)]
-
-
-def get_init_inputs():
-    return [1.7, 0.05]
 '''
+
+
+def _hanging(hold, mark, where: str) -> str:
+    """The chain fixture (expert_problems/chain.py) with the hang at load (``judge``) or at the
+    start of the reference's forward (``baseline``)."""
+    chain = (PROBLEMS / "chain.py").read_text()
+    body = chain.split("import torch.nn as nn\n", 1)[1]
+    if where == "baseline":
+        body = body.replace("    def forward(self, x, y):\n", "    def forward(self, x, y):\n        _hang()\n", 1)
+    head = _HANGING_HEAD.format(hold=str(hold), mark=str(mark), at_load="_hang()" if where == "judge" else "")
+    return head + body
 
 
 def _events(run_dir: Path, kind: str) -> list[tuple[str, dict]]:
@@ -314,10 +304,7 @@ def test_sigterm_stops_a_bench_within_seconds_while_a_sandbox_works_and_keeps_th
     level = checkout / "KernelBench" / "level1"
     hold, mark = tmp_path / "hold", tmp_path / "hanging.pid"
     hold.touch()
-    hang = "_hang()"
-    (level / "3_hanging.py").write_text(_HANGING.format(hold=str(hold), mark=str(mark),
-                                                        at_load=hang if where == "judge" else "",
-                                                        at_forward=hang if where == "baseline" else "pass"))
+    (level / "3_hanging.py").write_text(_hanging(hold, mark, where))
     runs = tmp_path / "runs"
     common = ["--kernelbench", str(checkout), "--device", "cpu", "--runs-dir", str(runs),
               "--set", "kernels.eval.perf_trials=3"]
