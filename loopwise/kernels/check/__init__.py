@@ -9,6 +9,7 @@ may miss (patched timers, threads, lazy outputs, reference access, silent fallba
 
 from loopwise.kernels.check._backends import BACKENDS, detect_backends
 from loopwise.kernels.check._codes import CODES, Code
+from loopwise.kernels.check._reference import importable
 from loopwise.kernels.check._scan import POLICIES, scan
 
-__all__ = ["BACKENDS", "CODES", "POLICIES", "Code", "detect_backends", "scan"]
+__all__ = ["BACKENDS", "CODES", "POLICIES", "Code", "detect_backends", "importable", "scan"]

@@ -28,7 +28,9 @@ _ALLOWED_PACKAGES = {"torch", "triton", "cutlass", "cuda", "cupy", "numpy", "til
 _BANNED_STDLIB = {"__main__", "importlib", "runpy"}
 
 
-def _allowed_module(module: str) -> bool:
+def importable(module: str) -> bool:
+    """Whether a candidate may import ``module``: the standard library (but the banned few) and
+    the kernel toolchains and array libraries."""
     root = module.split(".")[0]
     if root in _BANNED_STDLIB:
         return False
@@ -74,7 +76,7 @@ def _foreign_imports(index: SourceIndex) -> Iterator[RuleMatch]:
                 continue
             modules = [node.module or ""]
         for module in modules:
-            if not _allowed_module(module):
+            if not importable(module):
                 yield RuleMatch("reference_access", node.lineno, f"Import of `{module}`",
                               "it is neither the standard library nor a kernel toolchain and may be "
                               "the problem module or the judge")

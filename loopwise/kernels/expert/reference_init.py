@@ -118,10 +118,10 @@ def _copied_bindings(stmt: ast.stmt, defs: dict) -> list[str]:
     numpy, ...), or ``name = factory(literals)`` where ``factory`` is the problem's own function or
     class (``to_2tuple = _ntuple(2)``). Other computed values are not copied: a random draw at load
     time would differ from the reference's."""
-    from loopwise.kernels.check._reference import _allowed_module
+    from loopwise.kernels.check import importable
 
     def copied(module: str) -> bool:  # torch and math under any name are bound as constants (:func:`_constant`)
-        return _allowed_module(module) and module.split(".")[0] not in ("torch", "math")
+        return importable(module) and module.split(".")[0] not in ("torch", "math")
 
     if isinstance(stmt, ast.Import):
         return [(a.asname or a.name.split(".")[0]) for a in stmt.names if copied(a.name)]
