@@ -238,22 +238,27 @@ def test_kmajor_operands_are_staged_in_16_byte_copies_on_hopper(tmp_path):
 
 
 
-@pytest.mark.parametrize("forward,triangle,diagonal", [
-    ("return torch.triu(torch.matmul(A, B))", "upper", 0),  # KernelBench L1/14's form
-    pytest.param("return (A @ B.T).tril(-3)", "lower", -3, marks=pytest.mark.slow),
-    pytest.param("return torch.triu(A @ B, diagonal=5)", "upper", 5, marks=pytest.mark.slow),
+_TILES = {"block": 16, "chunk": 16, "warps": 4}
+
+
+@pytest.mark.parametrize("forward,triangle,diagonal,splits", [
+    ("return torch.triu(torch.matmul(A, B))", "upper", 0, (1,)),  # KernelBench L1/14's form
+    pytest.param("return torch.triu(torch.matmul(A, B))", "upper", 0, (2,), marks=pytest.mark.slow),
+    pytest.param("return (A @ B.T).tril(-3)", "lower", -3, (1, 2), marks=pytest.mark.slow),
+    pytest.param("return torch.triu(A @ B, diagonal=5)", "upper", 5, (1, 2), marks=pytest.mark.slow),
 ])
 def test_a_product_kept_to_one_side_of_a_diagonal_skips_the_other_sides_tiles(tmp_path, monkeypatch, forward,
-                                                                               triangle, diagonal):
+                                                                               triangle, diagonal, splits):
     """Judged correct with tiles of 16 (so whole tiles lie on each side of the diagonal, and split-K
     too); the CUTLASS variants, which would not zero the other side, are not offered."""
     inputs = "[torch.randn(M, K), torch.randn(N, K)]" if "B.T" in forward else "[torch.randn(M, K), torch.randn(K, N)]"
-    replacements = {"return A @ B": forward, "[torch.randn(M, K), torch.randn(K, N)]": inputs, "N = 33": "N = 70"}
+    replacements = {"return A @ B": forward, "[torch.randn(M, K), torch.randn(K, N)]": inputs, "N = 33": "N = 70",
+                    "K = 300": "K = 40"}  # three K steps of 16: split-K in two has a range each
     path = problem_variant(tmp_path, "matmul_plain.py", replacements)
     pattern = capture(load_problem(str(path)))
     params = dict(pattern.params)
     assert (pattern.kind, params["triangle"], params["diagonal"]) == ("matmul", triangle, diagonal)
     assert variants(pattern, "fp32") == variants(pattern, "relaxed") == ["matmul"]
-    for moves in ({"block": 16, "chunk": 16, "warps": 4}, {"block": 16, "chunk": 16, "warps": 4, "split": 2}):
-        source = judged_correct(path, moves, tmp_path, monkeypatch)
+    for split in splits:
+        source = judged_correct(path, {**_TILES, "split": split}, tmp_path, monkeypatch)
         assert "zero_tile" in source
