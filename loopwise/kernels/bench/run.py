@@ -26,7 +26,7 @@ from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loopwise.core.stopping import Stopped
+from loopwise.core import stopping
 from loopwise.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -229,13 +229,11 @@ class Bench:
     def run(self, problems: list[tuple[int, int, Path]], dispatcher=None, progress=None) -> list[dict]:
         """Runs every unfinished problem (at once over the dispatcher's workers, else one by one)
         and returns every row, finished before or now."""
-        from loopwise.core.stopping import StoppableThreads
-
         todo = [(lv, i, p) for lv, i, p in problems if f"{lv}/{i}" not in self.rows]
         workers = max(1, len(dispatcher.workers)) if dispatcher is not None else 1
         stop = threading.Event()
         # two searches per worker keep it busy while the other search proposes
-        threads = StoppableThreads(2 * workers if dispatcher is not None else 1, stop, name="loopwise-bench")
+        threads = stopping.StoppableThreads(2 * workers if dispatcher is not None else 1, stop, name="loopwise-bench")
         try:
             futures = [threads.submit(self._finish, lv, i, p, dispatcher, stop) for lv, i, p in todo]
             for future in as_completed(futures):
@@ -295,7 +293,7 @@ class Bench:
             if stop is not None and stop.is_set():
                 # stopped before its budget: not a finished problem (no row); a resumed bench
                 # continues this search where it stopped
-                raise Stopped()
+                raise stopping.Stopped()
             run.write_best()
             summary = run.summary()
         finally:
@@ -307,7 +305,6 @@ class Bench:
     def _baseline(self, problem, dispatcher) -> dict | None:
         """Eager and torch.compile of the problem: the same job on a worker when there is an
         executor, else in this process on ``--device``."""
-        from loopwise.core import stopping
         from loopwise.kernels.evaluate import worker_jobs
         from loopwise.kernels.evaluate.workers import baseline_job
 

@@ -85,10 +85,16 @@ def _baked_from_state(gm) -> bool:
     a buffer as the tensor itself: ``self.mask[:, :, :19, :45] == 0`` with constant bounds is then
     a tensor of the trace, on the meta device where the capture builds the model, which a standalone
     file cannot write down)."""
+    return any(traced_constant(node) and getattr(getattr(gm, node.target, None), "is_meta", False)
+               for node in gm.graph.nodes)
+
+
+def traced_constant(node) -> bool:
+    """Whether ``node`` reads a tensor fx made a constant of the trace (``_tensor_constant0``): fx's
+    tracer sets these on the traced model itself, so only the name tells them apart."""
     import re
 
-    return any(node.op == "get_attr" and re.fullmatch(r"_tensor_constant\d+", node.target)
-               and getattr(getattr(gm, node.target, None), "is_meta", False) for node in gm.graph.nodes)
+    return node.op == "get_attr" and re.fullmatch(r"_tensor_constant\d+", node.target) is not None
 
 
 def _holds_proxies(model) -> bool:

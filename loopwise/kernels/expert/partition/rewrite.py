@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from loopwise.kernels.expert import elementwise as ew
+from loopwise.kernels.expert.fx_graph import traced_constant
 from loopwise.kernels.expert.partition.records import LAUNCHERS
 from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 
@@ -124,8 +125,7 @@ def _inline_traced_constants(gm) -> None:
     import torch
 
     for node in list(gm.graph.nodes):
-        # fx's tracer sets these on the traced model itself, so only the name tells them apart
-        if node.op != "get_attr" or not re.fullmatch(r"_tensor_constant\d+", node.target):
+        if not traced_constant(node):
             continue
         value = functools.reduce(getattr, node.target.split("."), gm)
         if not isinstance(value, torch.Tensor) or value.numel() > _CONSTANT_ELEMENTS or value.is_meta:
