@@ -227,6 +227,12 @@ def _plan(devices: list[str] | None, resources: dict[str, float]) -> tuple[list[
     return slots, max(1, cpus - want_cpus)
 
 
+def gpu_actor_threads(resources: dict[str, float]) -> int:
+    """Host threads for each GPU actor: the cluster's CPUs shared evenly among its GPUs."""
+    gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+    return max(1, cpus // max(1, gpus))
+
+
 class RayExecutor(Executor):
     """Runs jobs on a Ray cluster: GPU jobs on one actor per GPU, CPU jobs as Ray tasks.
 
@@ -265,7 +271,9 @@ class RayExecutor(Executor):
         self._owns_ray = _connect(self._ray, address)
         self._put_back_printer = _cluster_messages_to_stderr(self._ray) if self._owns_ray else (lambda: None)
         try:
-            self._slots, self._task_limit = _plan(devices, self._ray.cluster_resources())
+            resources = self._ray.cluster_resources()
+            self._slots, self._task_limit = _plan(devices, resources)
+            self._gpu_threads = gpu_actor_threads(resources)
         except UserError:
             self.close()
             raise
@@ -276,6 +284,11 @@ class RayExecutor(Executor):
 
     def _start(self, slot: _Slot) -> None:
         resources = {"num_gpus": 1} if slot.gpu else {"num_cpus": 1, "num_gpus": 0}
+        if slot.gpu:
+            # Ray gives an actor that asks for no CPU one host thread (OMP_NUM_THREADS=1), and a
+            # GPU job's host work (a multi-GiB problem's draws and copies kept on the host) would
+            # run on it alone; a value set here Ray leaves as it is
+            resources["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(self._gpu_threads)}}
         options = self._actor_class.options(max_concurrency=1, max_restarts=0, **resources)
         slot.actor = options.remote(slot.label, slot.gpu)
         slot.starting, slot.busy, slot.served = slot.actor.ready.remote(), False, set()

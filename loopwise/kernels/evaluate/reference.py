@@ -83,6 +83,9 @@ class Reference:
         self.model = inp.build_model(module.Model, inp.init_inputs(module, device), device)
         self._model64 = None
         self._model64_error: str | None = None
+        # where float64 runs are computed: the device, unless one ran out of its memory (then the
+        # place results are held, see ``hold``)
+        self._where64: str = device
         self._draws: dict[int, list] = {}
         self._hold: str | None = None
         self._largest: int | None = None
@@ -254,10 +257,11 @@ class Reference:
         return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
-        """A float64 copy of the reference model, or None when the model cannot run in float64."""
+        """A float64 copy of the reference model where float64 runs are computed, or None when the
+        model cannot run in float64."""
         if self._model64 is None and self._model64_error is None:
             try:
-                self._model64 = copy.deepcopy(self.model).to(self.hold).double()
+                self._model64 = copy.deepcopy(self.model).to(self._where64).double()
             except Exception as exc:  # noqa: BLE001 - some modules refuse float64; stress is skipped
                 self._model64_error = f"{type(exc).__name__}: {exc}"
         return self._model64
@@ -309,10 +313,26 @@ class Reference:
         return ran if ran is None or written else ran[0]
 
     def _run64(self, args: list) -> tuple[list, dict] | None:
+        """The float64 run on the device, its results moved to where the judge holds them. A problem
+        whose tensors are kept on the host (``hold``) still runs it on the device: on the host a
+        multi-GiB float64 forward takes minutes a trial. Where it does not fit beside the rest, it
+        runs where the results are held, from then on."""
+        torch = self.torch
+        if self._where64 != self.hold:
+            try:
+                return self._run64_at(args)
+            except torch.cuda.OutOfMemoryError:
+                pass
+            self._where64, self._model64 = self.hold, None
+            torch.cuda.empty_cache()  # what the failed run left, now that its frames are gone
+        return self._run64_at(args)
+
+    def _run64_at(self, args: list) -> tuple[list, dict] | None:
         torch = self.torch
         model64 = self.model64()
         if model64 is None:
             return None
+        where, hold = self._where64, self.hold
         # Tensors the forward makes in the default dtype (a mask from torch.zeros) are float64 too:
         # a float32 one would mix precisions into the run whose error the fp32 rule scales. A
         # forward that casts to fp32 itself can meet such a tensor in a dtype-strict op
@@ -320,14 +340,17 @@ class Reference:
         previous = torch.get_default_dtype()
         for default in dict.fromkeys((torch.float64, previous)):
             torch.set_default_dtype(default)
-            args64 = [upcast(a) for a in inp.to_device(args, self.hold)]  # afresh: a failed attempt may write
+            args64 = [upcast(a) for a in inp.to_device(args, where)]  # afresh: a failed attempt may write
             try:
                 with torch.no_grad():
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None
                 # each input against its original upcast, one at a time (no float64 copy of them all)
-                return out, {i: a64 for i, (a, a64) in enumerate(zip(args, args64))
-                             if isinstance(a64, torch.Tensor) and inp.changed(a64, upcast(a.to(self.hold)))}
+                written = {i: a64.to(hold) for i, (a, a64) in enumerate(zip(args, args64))
+                           if isinstance(a64, torch.Tensor) and inp.changed(a64, upcast(a.to(where)))}
+                return [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out], written
+            except torch.cuda.OutOfMemoryError:
+                raise  # not the model's failure: the caller runs it elsewhere
             except Exception as exc:  # noqa: BLE001
                 self._model64_error = f"{type(exc).__name__}: {exc}"
             finally:

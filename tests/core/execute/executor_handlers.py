@@ -5,7 +5,8 @@ import time
 
 
 def echo(payload):
-    return {"value": payload["value"], "pid": os.getpid(), "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {"value": payload["value"], "pid": os.getpid(), "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "omp_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
 def sleep(payload):

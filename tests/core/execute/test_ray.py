@@ -13,6 +13,7 @@ import pytest
 import ray
 
 from loopwise.core.execute import Job, LocalExecutor, RayExecutor, make_executor
+from loopwise.core.execute._ray import gpu_actor_threads
 from loopwise.core.execute.conformance import ExecutorConformance
 from loopwise.errors import UserError
 
@@ -168,6 +169,38 @@ def test_a_script_gets_its_own_cluster_and_a_clear_error_for_a_bad_address():
     assert out["unreachable"].startswith("cannot connect to the Ray cluster at '127.0.0.1:1'")
     assert "\n" not in out["unreachable"]
     assert out == {"unreachable": out["unreachable"], "started": True, "values": [7], "after_close": False}
+
+
+GPU_THREADS_SCRIPT = """
+import json, ray
+from loopwise.core.execute import Job, RayExecutor
+# a cluster that says it has two GPUs and six CPUs (Ray takes the count as given; the job touches no GPU)
+ray.init(address="local", num_cpus=6, num_gpus=2, include_dashboard=False, log_to_driver=False)  # a new one, always
+with RayExecutor(["gpu"], job_timeout_s=60) as ex:
+    ex.submit(Job("a", "executor_handlers:echo", {"value": 1}))
+    (result,) = ex.results(timeout=90)
+print(json.dumps(result.result))
+"""
+
+
+def test_gpu_actor_threads_share_the_cpus_among_the_gpus():
+    assert gpu_actor_threads({"CPU": 16.0, "GPU": 1.0}) == 16
+    assert gpu_actor_threads({"CPU": 64.0, "GPU": 8.0}) == 8
+    assert gpu_actor_threads({"CPU": 2.0, "GPU": 4.0}) == 1
+    assert gpu_actor_threads({"CPU": 4.0}) == 4
+
+
+@pytest.mark.slow
+def test_a_gpu_actor_gets_its_share_of_the_host_threads_not_ray_s_one():
+    """Ray sets OMP_NUM_THREADS=1 in an actor that asks for no CPU, so a GPU job's host work (the
+    judge's draws and copies of a multi-GiB problem) would run on one thread: the GPU actors get
+    the cluster's CPUs shared among its GPUs."""
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", GPU_THREADS_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=150, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["omp_threads"] == "3"
 
 
 CLUSTER_SCRIPT = r"""

@@ -134,7 +134,35 @@ def test_on_a_gpu_the_trials_of_a_problem_too_large_for_it_leave_nothing_there_b
     ref.draw_device = "cuda"
     assert ref.hold == "cpu"
     box = InProcessSandbox(ref, str(tmp_path))
+    gc.collect()
+    before = torch.cuda.memory_allocated()  # the sandbox's own (its clock's L2-flush buffer), here in-process
     outcome = TrialRunner(ref, box, EvalConfig(correct_trials=5, stress_trials=2, seed=3), base_seed=3).run()
     assert not outcome.rejected, outcome.reasons
     assert all(not t.is_cuda for args in ref._draws.values() for t in args)
-    assert max(box.seen) < UNIT / 4, [b / UNIT for b in box.seen]
+    assert max(box.seen) - before < UNIT / 4, [(b - before) / UNIT for b in box.seen]
+    # the float64 references were computed on the device (on the host they take minutes a trial)
+    # and came back to the host
+    assert ref._where64.startswith("cuda")
+    assert all(not t.is_cuda for out in ref._float64_kept.values() if out for t in out[0])
+
+
+class _NoRoomForFloat64(torch.nn.Module):
+    """``x * 2 + 1`` that runs out of device memory in float64 off the host (the meta device
+    standing in for a GPU whose memory the float64 run does not fit)."""
+
+    def forward(self, x):
+        if x.dtype == torch.float64 and x.device.type != "cpu":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB")
+        return x * 2.0 + 1.0
+
+
+def test_a_float64_run_with_no_room_on_the_device_runs_where_the_results_are_held():
+    ref = Reference(_module(), "cpu", SOURCE)
+    ref.model = _NoRoomForFloat64()
+    ref._where64 = "meta"
+    args = ref.draw(0)
+    out64, written = ref.run64(args, written=True)
+    assert written == {} and out64[0].dtype == torch.float64 and out64[0].device.type == "cpu"
+    assert torch.allclose(out64[0], args[0].double() * 2.0 + 1.0)
+    assert ref._where64 == "cpu" and ref._model64_error is None
+    assert ref.run64(args)[0].device.type == "cpu"  # and stays there
