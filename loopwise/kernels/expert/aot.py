@@ -17,7 +17,7 @@ def _pointer_types() -> dict:
     import torch
 
     return {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
-            torch.int64: "*i64"}
+            torch.int64: "*i64", torch.uint8: "*u8"}
 
 
 def launch(source: str, problem, kernel: str | None = None, pick: int | None = None) -> tuple:

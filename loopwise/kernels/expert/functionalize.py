@@ -53,8 +53,10 @@ def trace(model, concrete_args=None, inputs=None):
     """
     import torch.fx as fx
 
+    from loopwise.kernels.expert import einops_trace
     from loopwise.kernels.expert import elementwise as ew
 
+    einops_trace.register()
     state = _state(model)
     versions = {name: t._version for name, t in state.items()}
     tracer = _tracer_class()() if inputs is None else _shaped_tracer_class()(inputs)
@@ -155,8 +157,21 @@ def _tracer_class():
         def proxy(self, node):
             return AugmentedProxy(node, self)
 
+        def create_arg(self, a):
+            # ``dtype=bool`` (or int, float): the torch dtype PyTorch reads it as; fx takes no
+            # Python type as an argument
+            if isinstance(a, type) and a in _PYTHON_DTYPES:
+                import torch
+
+                return getattr(torch, _PYTHON_DTYPES[a])
+            return super().create_arg(a)
+
     Tracer.proxy_class = AugmentedProxy
     return Tracer
+
+
+# Python's types as PyTorch reads them where a dtype is asked for
+_PYTHON_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
 
 
 # What a shaped trace reads from a tensor's meta value as a number rather than recording a call: its

@@ -253,7 +253,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
         return False  # no convolution with enough input channels to read NHWC
     if moves.get("cublas") and not _cublas_leaves_a_kernel(pattern, moves.get("template", pattern.kind)):
         return False  # every Linear in cuBLAS and nothing else in Triton: no kernel of ours would run
-    if moves.get("cublas") and any(moves.get(k, v) != v for k, v in _TRITON_GEMM_DEFAULTS.items()):
+    if moves.get("cublas") and any(moves.get(k, v) != v for k, v in _TRITON_GEMM_DEFAULTS.items()) \
+            and not _activation_products(pattern, moves.get("template", pattern.kind)):
         return False  # the Triton GEMM's knobs do nothing with cuBLAS's GEMMs: one point, not a dozen alike
     if moves.get("channels_last") and not _channels_last_layout(pattern):
         return False  # a layout for the convolution before the tail: without one, nothing to lay out
@@ -277,12 +278,21 @@ _TRITON_GEMM_DEFAULTS = {k: DEFAULT_MOVES["graph_linear"][k] for k in ("tile", "
 
 
 def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
-    """Whether ``kind``'s plan keeps a Triton kernel with its Linears in cuBLAS (the ``cublas``
-    move): a Linear with elementwise work after it, or another part."""
+    """Whether ``kind``'s plan has a Linear for cuBLAS and keeps a Triton kernel with its Linears
+    there (the ``cublas`` move): a Linear with elementwise work after it, or another part (a
+    product of two activations stays a Triton GEMM)."""
     if pattern.kind != "graph" or kind != "graph_linear":
         return False
     chosen = plan(pattern, kind)
-    return bool(chosen["groups"] or chosen["norms"] or any(len(g.ops) > 1 for g in chosen["gemms"]))
+    if not any(g.weight for g in chosen["gemms"]):
+        return False
+    return bool(chosen["groups"] or chosen["norms"] or any(len(g.ops) > 1 or not g.weight for g in chosen["gemms"]))
+
+
+def _activation_products(pattern: Pattern, kind: str) -> bool:
+    """Whether ``kind``'s plan has a Triton GEMM of two activations (a split attention's), whose
+    tiles the GEMM knobs set whatever the ``cublas`` move does."""
+    return pattern.kind == "graph" and kind in kinds(pattern) and any(not g.weight for g in plan(pattern, kind)["gemms"])
 
 
 @functools.cache
@@ -314,6 +324,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         # A chunk is a whole number of blocks.
         params["chunk"] = max(params["block"], params["chunk"] // params["block"] * params["block"])
     note, extra = _note_and_values(kind, pattern, params, precision)
+    if pattern.kind == "graph":  # a plan without GEMM knobs tiles its products of two activations by default
+        params = {**_TRITON_GEMM_DEFAULTS, **params}
     if kind == "attention":
         extra = {**extra, **attention_values(pattern, precision)}
     if kind == "topk":  # the kept list's length: a power of two
@@ -328,13 +340,14 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
     if pattern.kind == "graph":
         chosen = plan(pattern, kind)
         # the parts in Triton: with the cublas move a Linear's is the work after it, if any
-        gemms = [g for g in chosen["gemms"] if len(g.ops) > 1] if params.get("cublas") else chosen["gemms"]
+        gemms = [g for g in chosen["gemms"] if len(g.ops) > 1 or not g.weight] if params.get("cublas") else chosen["gemms"]
         triton = (*gemms, *chosen["norms"], *chosen["groups"])
         extra = {**extra, **chosen, "attention_tiles": DEFAULT_MOVES["attention"], "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
-                 "plan_ops": ", ".join("+".join(g.ops[1:] if params.get("cublas") else g.ops) for g in triton),
+                 "plan_ops": ", ".join("+".join(g.ops[1:] if params.get("cublas") and getattr(g, "weight", True) else g.ops)
+                                       for g in triton),
                  "parts": len(triton)}
         if params.get("cublas"):  # what stays in PyTorch: the Linears too
-            extra["pytorch"] = (*chosen["pytorch"], *(f"{g.module} (cuBLAS)" for g in chosen["gemms"]))
+            extra["pytorch"] = (*chosen["pytorch"], *(f"{g.module} (cuBLAS)" for g in chosen["gemms"] if g.weight))
     template = _templates().get_template(TEMPLATES[kind])
     source = template.render(count=pattern.inputs, expr=pattern.expr, body=pattern.body, ops=", ".join(pattern.ops),
                            op_list=pattern.ops,

@@ -7,6 +7,7 @@ from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
 from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert.generate import variants
+from loopwise.kernels.expert.partition import kinds
 from loopwise.kernels.problem import load_problem
 
 from expert_judging import HERE, SDPA, TEMPLATE_JUDGE, judged_correct, judged_variant, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
@@ -110,8 +111,9 @@ def test_flash_attention_is_proposed_only_where_recomputing_the_scores_pays(tmp_
               f"torch.randn(1, 2, 64, {dv}).to(torch.{dtype})]")
     pattern = capture(load_problem(str(problem_variant(tmp_path, "attention.py", {_SHAPES: shapes}))))
     assert (pattern.kind == "attention") == flash, pattern
-    if not flash:  # left to PyTorch, saying why in the user's terms
+    if not flash:  # saying why in the user's terms; a matmul, softmax and matmul part instead
         assert "head dimension" in pattern.reason and "recompute" in pattern.reason, pattern.reason
+        assert pattern.kind == "graph" and "graph_norm" in kinds(pattern), pattern.reason
 
 
 def test_attention_tiles_that_overflow_shared_memory_are_not_proposed():

@@ -10,8 +10,9 @@ taking part where it is True, or of the inputs' dtype, added to the scores), sof
 (a query no key takes part for gets zeros, as PyTorch gives), times v. A call with dropout
 (``dropout_p`` other than 0), grouped heads, a flag or scale computed in forward, batch dimensions
 that differ between q, k and v (broadcast), mixed dtypes, a mask of another dtype or no keys stays
-in PyTorch, as does one the flash kernel would make slower
-(:func:`~..attention_plan.attention_recompute_reason`).
+in PyTorch. One the flash kernel would make slower
+(:func:`~..attention_plan.attention_recompute_reason`) is no flash part: it is split into a
+matmul, a softmax and a matmul part instead (:func:`split_call`, :mod:`.split_attention`).
 
 Attention written out (:func:`explicit_attention`): ``softmax(q @ k^T [* c | / c] [masked_fill(m,
 -inf) | + m]) [dropout of p 0] @ v``, the softmax over the keys, each intermediate read by the next
@@ -19,11 +20,13 @@ step alone, is that call with ``scale=c`` (1 when no scale is written) and the m
 (``logical_not(m)``) or added, so a part computes it as well. Written out, a query whose keys are
 all masked gets NaN (softmax of a row of -inf), where PyTorch's call gives zeros: the part keeps
 the NaN (:attr:`AttentionOp.empty_nan`), so it computes what the reference wrote. A chain is
-rewritten only where the part takes the call that results; any other stays as written."""
+rewritten only where a part takes the call that results (the flash part, or the split's parts,
+which keep the NaN too: :attr:`~.records.RowOp.safe` off); any other stays as written."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from loopwise.kernels.expert.attention_plan import attention_recompute_reason, attention_values
 from loopwise.kernels.expert.fx_graph import call_arg, op_name
@@ -58,7 +61,33 @@ def attention_parts(calls: dict) -> list:
 
 
 def _attention_op(node) -> AttentionOp | None:
-    """The call's :class:`AttentionOp`, or None where the part does not compute it (see the module's docstring)."""
+    """The call's :class:`AttentionOp`, or None where the flash part does not compute it (see the module's docstring)."""
+    call = _call(node)
+    if call is None or attention_recompute_reason(call[0]):
+        return None
+    pattern, op = call
+    sizes = attention_values(pattern, "fp32")
+    return replace(op, block_d=sizes["block_d"], block_dv=sizes["block_dv"], stages=sizes["stages"])
+
+
+SPLIT_ENTRIES = 65535  # a split attention's products: one program row per (batch, head) entry, the grid's second axis
+
+
+def split_call(node) -> AttentionOp | None:
+    """What the call computes (an :class:`AttentionOp` without tiles) where the flash part refuses
+    it as slower (:func:`~..attention_plan.attention_recompute_reason`) and its matmul, softmax and
+    matmul parts (:mod:`.split_attention`) compute it instead; else None."""
+    call = _call(node)
+    if call is None or not attention_recompute_reason(call[0]):
+        return None
+    q = float_shape(node.args[0])
+    return call[1] if math.prod(q[:-2]) <= SPLIT_ENTRIES else None
+
+
+def _call(node) -> tuple[Pattern, AttentionOp] | None:
+    """(the attention pattern that :func:`attention_recompute_reason` reads, the call's
+    :class:`AttentionOp` without tiles) where a part can compute the call (see the module's
+    docstring), else None."""
     if len(node.args) < 3 or not all(hasattr(a, "meta") for a in node.args[:3]):
         return None
     shapes = [float_shape(a) for a in node.args[:3]]
@@ -81,11 +110,8 @@ def _attention_op(node) -> AttentionOp | None:
     d = q[-1]
     pattern = Pattern("attention", inputs=3, params=(("sq", q[-2]), ("sk", k[-2]), ("d", d), ("dv", v[-1]),
                                                      ("causal", causal), ("dtype", dtype)))
-    if attention_recompute_reason(pattern):
-        return None
-    sizes = attention_values(pattern, "fp32")
-    return AttentionOp(causal, float(scale) if scale is not None else d ** -0.5, sizes["block_d"], sizes["block_dv"],
-                       sizes["stages"], dtype, mask, bool(node.meta.get(EMPTY_NAN)))
+    return pattern, AttentionOp(causal, float(scale) if scale is not None else d ** -0.5, 0, 0, 0, dtype, mask,
+                                bool(node.meta.get(EMPTY_NAN)))
 
 
 def _mask_kind(mask, scores: tuple, dtype: str) -> int | None:
@@ -127,7 +153,7 @@ def explicit_attention(gm) -> int:
             call = graph.call_function(F.scaled_dot_product_attention, (q, k, v),
                                        {"attn_mask": keep if keep is not None else mask, "scale": scale})
         call.meta.update({"tensor_meta": y.meta.get("tensor_meta"), EMPTY_NAN: True})
-        if _attention_op(call) is None:
+        if _attention_op(call) is None and split_call(call) is None:
             graph.erase_node(call)
             if keep is not None:
                 graph.erase_node(keep)

@@ -16,6 +16,7 @@ from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
 from loopwise.kernels.expert.partition.rows import row_calls
+from loopwise.kernels.expert.partition.split_attention import split_attention
 from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
@@ -30,7 +31,9 @@ def partition(problem):
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
-    search measures them as siblings. The attention calls are flash parts of the GEMM plans too.
+    search measures them as siblings. The attention calls are flash parts of the GEMM plans too;
+    an attention call with heads too wide for the flash part is a matmul, a softmax and a matmul
+    part (:mod:`.split_attention`) of every plan but the elementwise one, ``graph_linear`` included.
 
     Raises:
         ew.Unsupported: no plan launches a kernel of its own (no chain of :data:`MIN_OPS`
@@ -45,8 +48,11 @@ def partition(problem):
                                      ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
         gm = copy.deepcopy(traced)  # each plan rewrites its own copy of the graph (shapes kept)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        split_gemms, split_norms = [], []
         if norm or linear:  # attention written out as the call an attention part computes (before the softmax is a row part)
             explicit_attention(gm)
+            # a call the flash part would make slower: its matmul, softmax and matmul parts
+            split_gemms, split_norms = split_attention(gm)
         linears = linear_calls(gm, model) if linear else []
         convs = conv_calls(gm, model) if conv else []
         rows = (row_calls(gm, taken=set(softmax_calls(gm))) | pool_calls(gm) | depthwise_calls(gm)
@@ -55,13 +61,15 @@ def partition(problem):
         # attention parts in every plan but the elementwise one: the score matrix never in memory pays
         # beside Triton GEMMs as beside Triton norms (MinGPT's projections and its attention core)
         attentions = attention_calls(gm) if norm or linear else {}
-        if (linear and not conv and not linears) or (conv and not convs) or (norm and not norm_nodes and not attentions):
+        if (linear and not conv and not linears and not split_gemms) or (conv and not convs) or (
+                norm and not norm_nodes and not attentions and not split_norms):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
         groups, outputs = find_groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = attach_epilogues(gm, model, groups, outputs, anchors)
         groups, outputs, norms = norm_passes(gm, model, groups, outputs, norm_nodes, rows)
-        norms += attention_parts(attentions)
+        norms += attention_parts(attentions) + split_norms
+        gemms += split_gemms
         # a one-operation pass that did not become an epilogue or a prologue is not worth its launch,
         # unless it is the whole forward (then it replaces PyTorch's one kernel)
         short = {i for i, g in enumerate(groups) if len(g.ops) < MIN_OPS and not covers_forward(gm, outputs[i][3])}

@@ -46,6 +46,9 @@ class RowOp:
     correction: int = 1  # var / std's
     neutral: str = "0.0"  # the value a masked entry holds: the reduction's identity
     out_dtype: str = "float32"  # the part's stored output (after its epilogue)
+    # a softmax whose row is all -inf gives zeros there, not NaN: PyTorch's _safe_softmax, which
+    # scaled_dot_product_attention applies to a query no key takes part for
+    safe: bool = False
     # a reduction over dimensions that are not a run (first and last then the outermost and
     # innermost of them): the input's ``rank``, its kept positions the outer ones, no inner
     dims: tuple[int, ...] = ()
@@ -140,6 +143,20 @@ class AttentionOp:
 
 
 @dataclass(frozen=True)
+class ScoresOp:
+    """An attention's scores as the epilogue of the product ``q @ k^T`` (a :class:`Gemm` of two
+    activations; see :mod:`.split_attention`): the product times ``scale``, then, where ``causal``,
+    -inf right of the diagonal (query i sees keys 0..i, the top-left diagonal), then the part's
+    third input read as the mask, broadcast to the scores: ``mask`` 0 none, 1 boolean (a key takes
+    part where it is True), 2 added to the scores, 3 boolean the other way (masked_fill's: True
+    drops a key)."""
+
+    scale: float
+    causal: bool = False
+    mask: int = 0
+
+
+@dataclass(frozen=True)
 class BatchNormCall:
     """An ``F.batch_norm`` call as a BatchNorm part (a :class:`Norm` of kind ``batch``) reads it:
     the attribute paths of the model's running statistics, weight and bias, and the call's options
@@ -200,7 +217,10 @@ class Norm:
 class Gemm:
     """A product with a model matrix (nn.Linear, ``x @ W``, a product einsum; see
     :mod:`.products`) or an nn.Conv2d as a Triton GEMM: ``out = epilogue(x0 @ W + b)`` over the
-    rows of x0, the epilogue reading per-column tensors q0, q1, ... (attribute paths)."""
+    rows of x0, the epilogue reading per-column tensors q0, q1, ... (attribute paths). Or a batch
+    of products of two activations (``weight`` ""; the products of an attention the flash part
+    does not compute, :mod:`.split_attention`): the part's second input is W, (..., N, K), or
+    (..., K, N) with ``weight_kn``, its batch dimensions x0's."""
 
     module: str  # what the GEMM computes, for its docstring: the module's attribute path, or the operation and its matrix
     weight: str  # the matrix's (the convolution's weights') attribute path
@@ -217,6 +237,9 @@ class Gemm:
     weight_kn: bool = False  # the matrix is stored (K, N) (``x @ W``), not (N, K) as nn.Linear's
     summed_axis: int = -1  # the input's dimension summed, from the end; the others are the rows in order
     batched: bool = False  # a batch of matrices (B, K, N) and a (B, M, K) input: one product per batch entry
+    scores: ScoresOp | None = None  # an attention's scale and masks, applied to the product (weight "")
+    # x0 holds causal attention weights, zeros right of its diagonal: a row tile's K loop stops at its last row
+    causal_rows: bool = False
 
     @property
     def has_bias(self) -> bool:

@@ -37,7 +37,7 @@ def _stand_in(name: str):
 
 def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[str, ...]]:
     """The forward's source with every group output computed by its launcher ``fused_<i>``,
-    every GEMM's (a Linear's, or its epilogue's) by ``linear_<k>`` / ``conv_<k>`` and every
+    every GEMM's (a Linear's, or its epilogue's; a product of two activations) by ``linear_<k>`` / ``conv_<k>`` and every
     norm's (a GroupNorm's or BatchNorm's, with its prologue and epilogue) by ``gnorm_<k>``, whether
     the forward still reads the model (so ModelNew needs the reference's __init__), and the import
     lines the forward needs beyond torch."""
@@ -64,6 +64,9 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     for i, (out, xs, ps, _) in enumerate(outputs):
         swap(out, f"fused_{i}", (*xs, *ps))
     for k, (gemm, (out, source)) in enumerate(gemms):
+        if not gemm.weight:  # a product of two activations: ``source`` is its input nodes
+            swap(out, f"linear_{k}", source)
+            continue
         swap(out, f"{'conv' if gemm.conv else 'linear'}_{k}", (source,),
              (gemm.weight, *([gemm.bias] if gemm.bias else []), *gemm.operands))
     for k, (norm, (out, xs)) in enumerate(norms):
