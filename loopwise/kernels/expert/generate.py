@@ -9,8 +9,9 @@ from importlib import resources
 from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
 from loopwise.kernels.expert.capture import capture
-from loopwise.kernels.expert.elementwise import with_cuda_math
+from loopwise.kernels.expert.elementwise import UNARY, with_cuda_math
 from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.partition.records import RecurrentOp
 from loopwise.kernels.expert.pattern import Pattern
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
@@ -26,6 +27,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "linear_cublas": {"block": 1024, "warps": 4},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
+                 "recurrent": {"block": 128, "warps": 8, "chunk": 32},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
                  "conv3d": {"block": 128, "warps": 4, "chunk": 16},
                  "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
@@ -34,7 +36,7 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "bmm": "bmm.py.j2", "topk": "topk.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
-             "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2",
+             "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2", "recurrent": "recurrent.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
@@ -155,6 +157,10 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     return moves
 
 
+# A partitioned forward's recurrent parts: the recurrent template's default tiles (its own
+# moves tune them), and the batch rows a program owns.
+RECURRENT_TILES = {**DEFAULT_MOVES["recurrent"], "rows": RecurrentOp.ROWS}
+
 LAUNCH_HEAVY = 100  # launches per forward from which a partitioned plan replays a CUDA graph by default
 
 
@@ -242,7 +248,10 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     step and its fp32 partials (split x M x N) stay within 1 GiB (3xTF32's also only where its
     programs stay within two waves of about two per SM); K-major copies only of an fp32
     product's M- or N-major operands; NHWC reads only where a convolution has the channels for
-    them; attention tiles (queries, and keys and values per pipeline stage) within shared memory."""
+    them; attention tiles (queries, and keys and values per pipeline stage) within shared memory, and
+    a recurrent kernel's tiles too (:func:`recurrent_fits`)."""
+    if moves.get("template", pattern.kind) == "recurrent":
+        return recurrent_fits(dict(pattern.params)["op"], moves.get("block", 128), moves.get("chunk", 32))
     if moves.get("template", pattern.kind) == "attention":
         sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
@@ -272,6 +281,21 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     else:
         step = moves.get("chunk", 1)
     return split * p["m"] * p["n"] * 4 <= _SPLIT_PARTS_BYTES and p["k"] >= split * step
+
+
+# Shared memory a recurrent step kernel takes beyond its operand tiles (Triton's conversion scratch).
+_RECURRENT_SCRATCH_BYTES = 16 * 1024
+
+
+def recurrent_fits(op: RecurrentOp, block: int, chunk: int) -> bool:
+    """Whether the recurrent step kernel's tiles fit in shared memory: per step of its loop over W_hh's
+    columns, h's (ROWS x chunk) and each gate's (chunk x block) fp32 tile, in two pipeline stages
+    (what Triton allocated for it), both knobs narrowed to the hidden size as the launcher narrows
+    them (a block of 128 and a chunk of 64 over four gates do not fit)."""
+    width = max(16, 1 << (op.hidden - 1).bit_length())
+    block, chunk = min(block, width), min(chunk, width)
+    stage = 4 * (op.ROWS * chunk + op.gates * chunk * block)
+    return 2 * stage + _RECURRENT_SCRATCH_BYTES <= HOPPER_SHARED_BYTES
 
 
 _TRITON_GEMM_DEFAULTS = {k: DEFAULT_MOVES["graph_linear"][k] for k in ("tile", "chunk", "gemm_warps")}
@@ -342,7 +366,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
         # the parts in Triton: with the cublas move a Linear's is the work after it, if any
         gemms = [g for g in chosen["gemms"] if len(g.ops) > 1 or not g.weight] if params.get("cublas") else chosen["gemms"]
         triton = (*gemms, *chosen["norms"], *chosen["groups"])
-        extra = {**extra, **chosen, "attention_tiles": DEFAULT_MOVES["attention"], "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
+        extra = {**extra, **chosen, "attention_tiles": DEFAULT_MOVES["attention"], "recurrent_tiles": RECURRENT_TILES,
+                 "tf32_parts": tf32_parts(chosen) if precision == "relaxed" else (),
                  "plan_ops": ", ".join("+".join(g.ops[1:] if params.get("cublas") and getattr(g, "weight", True) else g.ops)
                                        for g in triton),
                  "parts": len(triton)}
@@ -357,7 +382,8 @@ def render(pattern: Pattern, moves: dict | None = None, precision: str = "fp32")
                            layout=_channels_last_layout(pattern), nhwc_channels=NHWC_CHANNELS,
                            first=dict(pattern.params).get("full", min(set(range(max(pattern.inputs, 1))) - set(pattern.scalars),
                                                                       default=0)),
-                           attribute=attribute, kind=kind, **dict(pattern.params), **params, **extra)
+                           attribute=attribute, kind=kind, unary=UNARY,
+                           **dict(pattern.params), **params, **extra)
     if pattern.helpers:  # the problem's own classes the copied __init__ builds from, before ModelNew
         marker = "\nclass ModelNew(nn.Module):"
         if marker not in source:

@@ -75,6 +75,9 @@ SPACE = {
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
     "norm": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
     "pool": {"block": [128, 256, 512, 1024], "warps": [2, 4, 8]},
+    # a recurrent module: block: hidden units per step of a time step (each gate's accumulator);
+    # chunk: W_hh's columns (h's entries) per product
+    "recurrent": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [16, 32, 64, 128]},
     # block: output pixels = output channels per tile; chunk: (input channel, window) step; nhwc:
     # read the input NHWC (16 input channels or more)
     "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32], "nhwc": [0, 1]},
@@ -397,7 +400,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "attention": ({"block": "down"}, {"chunk": "down"}),
                          "row_softmax": ({"block": "down"},), "cross_entropy": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
-                         "scan": ({"block": "down"},), "topk": ({"block": "down"},), "matmul_cutlass": ({"tile": "down"},),
+                         "scan": ({"block": "down"},), "topk": ({"block": "down"},),
+                         "recurrent": ({"block": "down"}, {"chunk": "down"}), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},), "bmm_cutlass": ({"tile": "down"},),
                          "bmm_cutlass_tf32": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
@@ -414,7 +418,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                              "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "matmul_1xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
-                             "attention": ({"chunk": "down"},)},
+                             "attention": ({"chunk": "down"},), "recurrent": ({"chunk": "down"}, {"block": "down"})},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
     "vectorize_loads": {"matmul": ({"kmajor": "up"},),
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),

@@ -131,16 +131,16 @@ def test_broadcast_index_at_capture_and_in_the_generated_forward_agree(tmp_path,
 
 def test_a_recurrent_layer_is_named_as_the_reason_not_its_inputs_shapes(tmp_path):
     """KernelBench's LSTM and GRU problems (L3/36, 3/41) pass the input and the hidden states, of
-    shapes that do not broadcast together: the reason a user reads is the layer that stays in
-    PyTorch, as for any other unsupported module, not a broadcasting error."""
+    shapes that do not broadcast together: where the recurrent kernels do not compute the layer
+    (dropout between layers), the reason a user reads is the layer's, not a broadcasting error."""
     path = tmp_path / "gru.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                    "    def __init__(self):\n        super().__init__()\n        self.gru = nn.GRU(8, 16, 2)\n\n"
+                    "    def __init__(self):\n        super().__init__()\n        self.gru = nn.GRU(8, 16, 2, dropout=0.5)\n\n"
                     "    def forward(self, x, h0):\n        output, h_n = self.gru(x, h0)\n        return output\n\n\n"
                     "def get_inputs():\n    return [torch.rand(5, 3, 8), torch.rand(2, 3, 16)]\n\n\n"
                     "def get_init_inputs():\n    return []\n")
     pattern = capture(load_problem(str(path)))
-    assert pattern.kind == "unsupported" and pattern.reason.startswith("module GRU"), pattern.reason
+    assert pattern.kind == "unsupported" and pattern.reason.startswith("GRU with dropout=0.5"), pattern.reason
     assert "broadcast" not in pattern.reason, pattern.reason
 
 

@@ -19,6 +19,7 @@ from loopwise.kernels.expert.capture.linear import detect_linear_epilogue
 from loopwise.kernels.expert.capture.matmul import detect_batched_matmul, detect_matmul
 from loopwise.kernels.expert.capture.normalize import detect_normalize
 from loopwise.kernels.expert.capture.pooling import detect_pooling
+from loopwise.kernels.expert.capture.recurrent import detect_recurrent
 from loopwise.kernels.expert.capture.reduce import detect_reduce
 from loopwise.kernels.expert.capture.scan import detect_scan
 from loopwise.kernels.expert.capture.separable_conv import detect_separable_conv
@@ -31,7 +32,7 @@ from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
 
 # The whole-forward detectors, most specific first: each returns the forward's pattern or None.
-WHOLE_FORWARD_DETECTORS = (detect_attention, detect_layernorm, detect_matmul, detect_batched_matmul, detect_linear_epilogue, detect_conv,
+WHOLE_FORWARD_DETECTORS = (detect_recurrent, detect_attention, detect_layernorm, detect_matmul, detect_batched_matmul, detect_linear_epilogue, detect_conv,
                            detect_separable_conv, detect_conv_epilogue, detect_reduce, detect_topk, detect_scan, detect_normalize,
                            detect_pooling, detect_cross_entropy)
 

@@ -15,6 +15,7 @@ from loopwise.kernels.expert.partition.norms import batch_norm_calls, norm_calls
 from loopwise.kernels.expert.partition.records import MIN_OPS
 from loopwise.kernels.expert.partition.rewrite import pytorch_ops, rewrite_forward
 from loopwise.kernels.expert.partition.pools import pool_calls, pool_refusals
+from loopwise.kernels.expert.partition.recurrent import recurrent_calls, recurrent_parts, recurrent_refusals
 from loopwise.kernels.expert.partition.rows import row_calls
 from loopwise.kernels.expert.partition.split_attention import split_attention
 from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
@@ -27,11 +28,12 @@ def partition(problem):
     holds one plan per template kind, ``graph`` (elementwise passes; nn.Linear stays in PyTorch),
     when the forward has an nn.GroupNorm or nn.BatchNorm, a softmax over channels, a row operation
     (:mod:`.rows`: a softmax, log-softmax, reduction or scan over a dimension), a pooling
-    (:mod:`.pools`), a depthwise convolution (:mod:`.depthwise`) or an attention call (:mod:`.attention`), ``graph_norm`` (the norms, softmaxes, row operations, poolings and attention calls in Triton, the first four with their prologues and epilogues), when it has a
+    (:mod:`.pools`), a depthwise convolution (:mod:`.depthwise`), an attention call (:mod:`.attention`) or a
+    recurrent module (:mod:`.recurrent`: nn.LSTM, nn.GRU, nn.RNN), ``graph_norm`` (the norms, softmaxes, row operations, poolings, attention calls and recurrent modules in Triton, the first four with their prologues and epilogues), when it has a
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
-    search measures them as siblings. The attention calls are flash parts of the GEMM plans too;
+    search measures them as siblings. The attention calls and recurrent modules are parts of the GEMM plans too;
     an attention call with heads too wide for the flash part is a matmul, a softmax and a matmul
     part (:mod:`.split_attention`) of every plan but the elementwise one, ``graph_linear`` included.
 
@@ -61,14 +63,16 @@ def partition(problem):
         # attention parts in every plan but the elementwise one: the score matrix never in memory pays
         # beside Triton GEMMs as beside Triton norms (MinGPT's projections and its attention core)
         attentions = attention_calls(gm) if norm or linear else {}
+        # recurrent modules likewise: in the norm plan, and beside the GEMM plans' Triton GEMMs
+        recurrents = recurrent_calls(gm) if norm or linear else {}
         if (linear and not conv and not linears and not split_gemms) or (conv and not convs) or (
-                norm and not norm_nodes and not attentions and not split_norms):
+                norm and not norm_nodes and not attentions and not recurrents and not split_norms):
             continue
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
         groups, outputs = find_groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = attach_epilogues(gm, model, groups, outputs, anchors)
         groups, outputs, norms = norm_passes(gm, model, groups, outputs, norm_nodes, rows)
-        norms += attention_parts(attentions) + split_norms
+        norms += attention_parts(attentions) + recurrent_parts(recurrents) + split_norms
         gemms += split_gemms
         # a one-operation pass that did not become an epilogue or a prologue is not worth its launch,
         # unless it is the whole forward (then it replaces PyTorch's one kernel)
@@ -83,7 +87,8 @@ def partition(problem):
                              ("norms", tuple(n for n, _ in norms)),
                              ("forward", forward), ("pytorch", pytorch_ops(gm)), ("imports", imports))))
     if not plans:
-        refusals = gather_refusals(traced) + product_refusals(traced, model) + pool_refusals(traced)
+        refusals = (gather_refusals(traced) + product_refusals(traced, model) + pool_refusals(traced)
+                    + recurrent_refusals(traced))
         raise ew.Unsupported(f"no chain of {MIN_OPS} or more elementwise operations or gathers outside what stays in PyTorch"
                              + (f" ({'; '.join(refusals)})" if refusals else ""))
     init = reference_init(problem.source, module) if used else None

@@ -18,10 +18,11 @@ def plan(pattern, kind: str) -> dict:
 def launches(chosen: dict) -> int:
     """About how many operations one forward of the plan ``chosen`` launches: one per fused pass,
     GEMM, softmax, row operation (two when its launcher splits a long reduced dimension, which it
-    decides from the input's shape) and LayerNorm, three per other norm (statistics, finalize,
-    normalize) and one per operation left in PyTorch (a view or a size among them: each costs the
-    host a dispatch all the same)."""
-    norms = sum(1 if n.kind in LAUNCHERS else 3 for n in chosen["norms"])
+    decides from the input's shape) and LayerNorm, two per layer of a recurrent module (its input
+    projections, its time steps), three per other norm (statistics, finalize, normalize) and one
+    per operation left in PyTorch (a view or a size among them: each costs the host a dispatch all
+    the same)."""
+    norms = sum(2 * n.recurrent.layers if n.recurrent else 1 if n.kind in LAUNCHERS else 3 for n in chosen["norms"])
     return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
 
 

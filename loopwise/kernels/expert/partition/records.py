@@ -1,4 +1,4 @@
-"""The partitioner's records: a fused elementwise pass, a norm (or row, pool, attention) part in Triton, a GEMM with its epilogue."""
+"""The partitioner's records: a fused elementwise pass, a norm (or row, pool, attention, recurrent) part in Triton, a GEMM with its epilogue."""
 
 from __future__ import annotations
 
@@ -143,6 +143,37 @@ class AttentionOp:
 
 
 @dataclass(frozen=True)
+class RecurrentOp:
+    """What a recurrent part (a :class:`Norm` of kind ``recurrent``, see :mod:`.recurrent`) computes:
+    an nn.LSTM, nn.GRU or nn.RNN module as PyTorch defines it, layer by layer. Each layer is one
+    Triton GEMM for the input projections of all its time steps (both directions at once), then one
+    Triton kernel that walks the time steps inside itself: a program per block of ROWS batch rows
+    and direction owns every hidden unit of its rows, so no program waits on another within a step
+    (there is no portable way for Triton programs to wait on each other)."""
+
+    mode: str  # PyTorch's: "LSTM", "GRU", "RNN_TANH" or "RNN_RELU"
+    layers: int
+    hidden: int
+    directions: int  # 2 when bidirectional
+    batch_first: bool
+    bias: bool
+    # the state the call passes (h0; (h0, c0) for an LSTM) rather than zeros; the part's launcher
+    # reads whatever it is given, this only names it
+    state: bool = False
+    ROWS: ClassVar[int] = 16  # batch rows per program: the smallest M of a tensor-core product
+    GATES: ClassVar[dict[str, int]] = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+    @property
+    def gates(self) -> int:
+        """Rows of the layer's weight matrices per hidden unit (i, f, g, o; r, z, n; one)."""
+        return self.GATES[self.mode]
+
+    @property
+    def module_name(self) -> str:
+        return {"LSTM": "LSTM", "GRU": "GRU"}.get(self.mode, "RNN")
+
+
+@dataclass(frozen=True)
 class ScoresOp:
     """An attention's scores as the epilogue of the product ``q @ k^T`` (a :class:`Gemm` of two
     activations; see :mod:`.split_attention`): the product times ``scale``, then, where ``causal``,
@@ -190,6 +221,9 @@ class Norm:
     :class:`PoolOp`) a max or average pooling, fixed or adaptive, as one pass. Or (kind ``softmax``) a softmax over the channels of an
     (N, C, ...) tensor (KernelBench L2/6, 2/91: after a convolution) as one pass: each program holds
     all C channels of a run of positions, so the maximum, the sum and the output come from one read.
+    Or (kind ``attention``, see :class:`AttentionOp`) a flash-style attention call, or (kind
+    ``recurrent``, see :class:`RecurrentOp`) an nn.LSTM / nn.GRU / nn.RNN module, neither with a
+    prologue or an epilogue.
     The elementwise work whose output only the norm reads is its prologue, computed where it is
     read (for a GroupNorm or BatchNorm in both passes: recomputed, cheaper than a pass over memory);
     the elementwise work that reads only the norm's output is its epilogue, applied before the store."""
@@ -208,6 +242,7 @@ class Norm:
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
     attention: AttentionOp | None = None  # an attention part's call (its inputs x0, x1, x2: q, k, v; x3 its mask)
+    recurrent: RecurrentOp | None = None  # a recurrent part's module (its inputs x0 the sequence, x1 the state or None)
     out_dtype: str = "float32"  # the stored output's, as the captured graph has it (after the epilogue)
     wide: bool = False  # 64-bit index arithmetic: some index it computes reaches 2**31 at the captured shapes
     LAYER_WHOLE: ClassVar[int] = 16384  # a LayerNorm's row held whole in one program up to this many elements
@@ -247,5 +282,6 @@ class Gemm:
 
 
 # each part's launcher, by kind (the rest are GroupNorm / BatchNorm)
-LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop", "pool": "poolop", "attention": "attn"}
+LAUNCHERS = {"softmax": "softmax", "layer": "lnorm", "row": "rowop", "pool": "poolop", "attention": "attn",
+             "recurrent": "rnn"}
 

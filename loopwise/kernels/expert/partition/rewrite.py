@@ -41,6 +41,8 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     norm's (a GroupNorm's or BatchNorm's, with its prologue and epilogue) by ``gnorm_<k>``, whether
     the forward still reads the model (so ModelNew needs the reference's __init__), and the import
     lines the forward needs beyond torch."""
+    import torch.fx as fx
+
     graph = gm.graph
     writes = in_place_writes(gm)  # before the launchers read what they replace
     for node in list(graph.nodes):  # a value the forward keeps (an F.linear left to PyTorch: ``linear_1``)
@@ -49,15 +51,15 @@ def rewrite_forward(gm, outputs, gemms=(), norms=()) -> tuple[str, bool, tuple[s
     launchers, now = [], {}  # now: a replaced node -> the launcher call that computes it instead
 
     def swap(out, name: str, nodes, paths=()) -> None:
-        """``out`` computed by the launcher ``name`` from ``nodes`` (as replaced so far) and the
-        model's ``paths``."""
+        """``out`` computed by the launcher ``name`` from ``nodes`` (as replaced so far; an entry may
+        also be None or a tuple of nodes, as a recurrent module's state) and the model's ``paths``."""
         launcher = _stand_in(name)
         launchers.append(launcher)
         with graph.inserting_before(out):
             tensors = [graph.get_attr(path) for path in paths]
             # named apart from the launcher: the forward's local must not shadow the function
-            new = graph.create_node("call_function", launcher, (*(now.get(n, n) for n in nodes), *tensors), {},
-                                    name=f"{name}_out")
+            args = fx.node.map_arg(tuple(nodes), lambda n: now.get(n, n))
+            new = graph.create_node("call_function", launcher, (*args, *tensors), {}, name=f"{name}_out")
         out.replace_all_uses_with(new)
         now[out] = new
 

@@ -1,0 +1,230 @@
+"""Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) as Triton kernels: the ``recurrent`` template for a
+forward that is the module and what selects from its results (KernelBench L3/36-42), and the
+recurrent part of a partitioned forward; judged against PyTorch in Triton's interpreter at small
+sizes, with the configurations the kernels do not compute refused with their reason."""
+
+import pytest
+
+from loopwise.kernels.expert import capture
+from loopwise.kernels.expert.generate import fits, render, variants
+from loopwise.kernels.expert.partition import kinds, launches, plan
+from loopwise.kernels.expert.proposer import ExpertProposer
+from loopwise.kernels.problem import load_problem
+
+from expert_judging import judged_correct  # noqa: E402 - tests/kernels/expert on sys.path
+
+# KernelBench L3/36-42 at reduced sizes (hidden 12: no power of two): the module, its options, the
+# state the forward passes, and what it returns.
+KERNELBENCH = {
+    "36_LSTMHn": ("LSTM", "batch_first=True", "(h0, c0)", "out, state = self.rnn(x, (h0, c0))\n"
+                  "out = self.fc(out[:, -1, :])\nreturn state[0]"),
+    "37_LSTMCn": ("LSTM", "batch_first=True", "(h0, c0)", "out, state = self.rnn(x, (h0, c0))\n"
+                  "out = self.fc(out[:, -1, :])\nreturn state[1]"),
+    "38_LSTMBidirectional": ("LSTM", "batch_first=True, bidirectional=True", "(h0, c0)",
+                             "out, hn = self.rnn(x, (h0, c0))\nreturn self.fc(out[:, -1, :])"),
+    "39_GRU": ("GRU", "", "h0", "output, h_n = self.rnn(x, h0)\nreturn output"),
+    "40_GRUHidden": ("GRU", "", "h0", "output, h_n = self.rnn(x, h0)\nreturn h_n"),
+    "41_GRUBidirectional": ("GRU", "bidirectional=True", "h0", "output, h_n = self.rnn(x, h0)\nreturn output"),
+    "42_GRUBidirectionalHidden": ("GRU", "bidirectional=True", "h0", "output, h_n = self.rnn(x, h0)\nreturn h_n"),
+}
+
+
+def recurrent_problem(tmp_path, name, module="LSTM", options="batch_first=True", state="(h0, c0)",
+                      forward="out, state = self.rnn(x, (h0, c0))\nreturn out", batch=3, steps=7, features=5,
+                      hidden=12, layers=2, extra_init=""):
+    """A problem in KernelBench L3/36-42's shape: Model(input_size, hidden_size, num_layers) holds
+    ``self.rnn`` (``module`` with ``options``) and a Linear ``self.fc`` over its output; its forward
+    takes x and the state's tensors (``state`` names them: h0, or (h0, c0), or "" for none)."""
+    directions = 2 if "bidirectional=True" in options else 1
+    time_major = "batch_first=True" not in options
+    shape = f"{steps}, {batch}, {features}" if time_major else f"{batch}, {steps}, {features}"
+    tensors = [tensor for tensor in ("h0", "c0") if tensor in state]
+    inputs = ", ".join([f"torch.rand({shape})"] + [f"torch.rand({layers * directions}, {batch}, {hidden})"] * len(tensors))
+    body = "\n".join("        " + line for line in forward.splitlines())
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self, input_size, hidden_size, num_layers):\n        super().__init__()\n"
+        f"        self.rnn = nn.{module}(input_size, hidden_size, num_layers{', ' + options if options else ''})\n"
+        f"        self.fc = nn.Linear(hidden_size * {directions}, 10)\n{extra_init}\n"
+        f"    def forward(self, {', '.join(['x', *tensors])}):\n{body}\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return [{features}, {hidden}, {layers}]\n")
+    return path
+
+
+def kernelbench_copy(tmp_path, name):
+    module, options, state, forward = KERNELBENCH[name]
+    return recurrent_problem(tmp_path, name, module, options, state, forward)
+
+
+@pytest.mark.parametrize("name", list(KERNELBENCH))
+def test_kernelbench_recurrent_problems_get_the_recurrent_template(tmp_path, name):
+    """Each of L3/36-42 is the recurrent template: the module's options read off it, the Linear
+    on the last step (L3/38) left in PyTorch as written, the one L3/36 and 37 drop (their output
+    does not read it) gone from the forward."""
+    module, options, _, _ = KERNELBENCH[name]
+    pattern = capture(load_problem(str(kernelbench_copy(tmp_path, name))))
+    assert pattern.kind == "recurrent" and variants(pattern) == ["recurrent"], pattern.reason
+    op = dict(pattern.params)["op"]
+    assert (op.mode, op.layers, op.hidden, op.directions, op.batch_first, op.bias, op.state) == (
+        module, 2, 12, 2 if "bidirectional" in options else 1, "batch_first" in options, True, True)
+    source = render(pattern)
+    assert "rnn_0_step_kernel[" in source and "rnn_0_proj_kernel[" in source
+    assert ("self.fc(" in source) == (name == "38_LSTMBidirectional")
+    assert ExpertProposer._parse_moves(source) == {"template": "recurrent", "block": 128, "warps": 8, "chunk": 32}
+
+
+def test_tiles_past_shared_memory_are_never_proposed(tmp_path):
+    """Four gates' W_hh tiles of 128 hidden units by 64 columns, in two pipeline stages, are more
+    than an H100 block's shared memory: the search neither proposes them for an LSTM of hidden 256
+    nor leaves out a GRU of hidden 12, where the launcher narrows both to 16."""
+    from loopwise.core.propose import ProposalRequest
+
+    wide = recurrent_problem(tmp_path, "wide", hidden=256)
+    pattern = capture(load_problem(str(wide)))
+    assert not fits(pattern, {"template": "recurrent", "block": 128, "chunk": 64, "warps": 8})
+    assert fits(pattern, {"template": "recurrent", "block": 256, "chunk": 16, "warps": 8})
+    narrow = capture(load_problem(str(kernelbench_copy(tmp_path, "39_GRU"))))
+    assert fits(narrow, {"template": "recurrent", "block": 256, "chunk": 128, "warps": 8})
+    expert = ExpertProposer(load_problem(str(wide)))
+    proposals = expert.propose(ProposalRequest(task="", n=12))
+    assert len(proposals) == 12
+    for proposal in proposals:
+        moves = ExpertProposer._parse_moves(proposal.content)
+        assert moves["template"] == "recurrent" and fits(pattern, moves), moves
+
+
+def test_an_lstm_with_a_linear_on_the_last_step_is_judged_correct(tmp_path, monkeypatch):
+    """L3/38's shape (bidirectional, batch first, the state given, a Linear on the last step) with
+    hidden units walked in blocks of 16 and W_hh's columns in chunks of 16 (hidden 12 + 12 masked)."""
+    path = kernelbench_copy(tmp_path, "38_LSTMBidirectional")
+    judged_correct(path, {"template": "recurrent", "block": 16, "chunk": 16, "warps": 2}, tmp_path, monkeypatch)
+
+
+SLOW_CASES = {  # recurrent_problem's arguments after the name
+    "gru_bidirectional_time_major": dict(zip(("module", "options", "state", "forward"), KERNELBENCH["41_GRUBidirectional"])),
+    "lstm_cell_state": dict(zip(("module", "options", "state", "forward"), KERNELBENCH["37_LSTMCn"])),
+    "rnn_tanh_no_state": {"module": "RNN", "state": "", "forward": "out, h = self.rnn(x)\nreturn out"},
+    "rnn_relu_no_bias_bidirectional": {"module": "RNN", "options": "nonlinearity='relu', bias=False, bidirectional=True",
+                                       "state": "h0", "forward": "out, h = self.rnn(x, h0)\nreturn h"},
+    "gru_no_bias_no_state": {"module": "GRU", "options": "batch_first=True, bias=False", "state": "",
+                             "forward": "out, h = self.rnn(x)\nreturn out"},
+    "lstm_three_layers_time_major": {"options": "", "layers": 3, "hidden": 20,
+                                     "forward": "out, (h, c) = self.rnn(x, (h0, c0))\nreturn c"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SLOW_CASES))
+def test_recurrent_configurations_are_judged_correct(tmp_path, monkeypatch, name):
+    """LSTM, GRU and RNN (tanh, relu) in both layouts, one or two directions, with and without
+    biases and an initial state, each result (output, h_n, c_n); hidden 20 in two blocks of 16."""
+    path = recurrent_problem(tmp_path, name, **SLOW_CASES[name])
+    assert capture(load_problem(str(path))).kind == "recurrent"
+    moves = {"template": "recurrent", "block": 16, "chunk": 16, "warps": 4} if name.startswith("lstm_three") else {}
+    judged_correct(path, moves or {"template": "recurrent"}, tmp_path, monkeypatch)
+
+
+_FIFTY_STEPS = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import candidate, reference
+torch.manual_seed(0)
+model = reference.Model(*reference.get_init_inputs())
+ours = candidate.ModelNew(*reference.get_init_inputs())
+ours.load_state_dict(model.state_dict())
+x, *state = [2 * torch.rand_like(t) - 1 for t in reference.get_inputs()]
+state = tuple(state) if len(state) == 2 else state[0]
+with torch.no_grad():
+    want, got = model.rnn(x, state), candidate.rnn_0(x, state, ours.rnn)
+torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+"""
+
+
+@pytest.mark.parametrize("module", ["LSTM", pytest.param("GRU", marks=pytest.mark.slow)])
+def test_fifty_steps_stay_within_the_judges_tolerance(tmp_path, module):
+    """The recurrence's rounding accumulates over the steps: after 50 steps of two bidirectional
+    layers the output and the final states (h_n, and c_n for an LSTM) still lie within atol = rtol
+    = 1e-4 of PyTorch's."""
+    import os
+    import subprocess
+    import sys
+
+    state = "(h0, c0)" if module == "LSTM" else "h0"
+    path = recurrent_problem(tmp_path, "reference", module, "bidirectional=True", state,
+                             f"out, state = self.rnn(x, {state})\nreturn out", batch=2, steps=50, hidden=20)
+    (tmp_path / "candidate.py").write_text(render(capture(load_problem(str(path)))))
+    run = subprocess.run([sys.executable, "-c", _FIFTY_STEPS, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("options,reason", [
+    ("batch_first=True, dropout=0.3", "LSTM with dropout=0.3 between its 2 layers: random in training, "
+                                      "the recurrent part computes dropout 0"),
+    ("batch_first=True, proj_size=4", "LSTM with proj_size=4: the recurrent part has no projection of the hidden state"),
+])
+def test_a_configuration_the_kernels_do_not_compute_is_refused_with_its_reason(tmp_path, options, reason):
+    """Dropout between layers (random in training) and LSTM's projected state stay in PyTorch;
+    the capture says why in one line, and proposes nothing."""
+    forward = "out, state = self.rnn(x)\nreturn out"
+    path = recurrent_problem(tmp_path, "refused", "LSTM", options, "", forward)
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "unsupported" and variants(pattern) == []
+    assert reason in pattern.reason and "\n" not in pattern.reason, pattern.reason
+
+
+PARTITIONED = ("self.proj = nn.Linear(5, 5)\n", "y = torch.tanh(self.proj(x)) * 2.0\n"
+               "out, h = self.rnn(y, h0)\nreturn torch.relu(out) + 1.0")
+
+
+def _partitioned(tmp_path):
+    init, forward = PARTITIONED
+    path = recurrent_problem(tmp_path, "partitioned", "GRU", "batch_first=True", "h0", forward,
+                             extra_init="        " + init)
+    return path, capture(load_problem(str(path)))
+
+
+def test_a_recurrent_module_inside_a_forward_is_one_part_of_the_plans(tmp_path):
+    """A GRU between other work is a part of the norm plan and of the GEMM plan (beside the Linear's
+    GEMM, whose epilogue is the tanh and the scale); the work after it stays an elementwise pass; each
+    layer counts two launches (projections, time steps)."""
+    _, pattern = _partitioned(tmp_path)
+    assert pattern.kind == "graph" and kinds(pattern) == ["graph", "graph_norm", "graph_linear"], pattern.reason
+    for kind in ("graph_norm", "graph_linear"):
+        chosen = plan(pattern, kind)
+        (part,) = [n for n in chosen["norms"] if n.kind == "recurrent"]
+        assert part.module == "rnn" and part.recurrent.mode == "GRU" and part.recurrent.layers == 2
+        assert "GRU" not in chosen["pytorch"]
+    chosen = plan(pattern, "graph_linear")
+    assert [g.ops for g in chosen["gemms"]] == [("linear", "tanh", "mul")]
+    assert launches(chosen) == 1 + 4 + len(chosen["groups"]) + len(chosen["pytorch"])
+    assert "rnn_0(" in render(pattern, {"template": "graph_linear"})
+
+
+@pytest.mark.slow
+def test_a_recurrent_part_between_gemms_and_passes_is_judged_correct(tmp_path, monkeypatch):
+    path, _ = _partitioned(tmp_path)
+    judged_correct(path, {"template": "graph_linear", "tile": 64, "chunk": 16}, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module,block,chunk", [("GRU", 64, 128), ("LSTM", 128, 64)])
+def test_the_shared_memory_rule_agrees_with_the_compiled_step_kernel(tmp_path, module, block, chunk):
+    """The rule the search keeps tiles by (generate.recurrent_fits) against what the step kernel,
+    compiled ahead of time for sm_90a at hidden 256, asks of shared memory: three gates' tiles of 64
+    hidden units by 128 columns fit (the nearest to the limit of those the rule admits), four gates'
+    of 128 by 64 do not."""
+    from loopwise.kernels.expert.aot import compile_for_hopper
+    from loopwise.kernels.expert.generate import HOPPER_SHARED_BYTES, recurrent_fits
+
+    state = "(h0, c0)" if module == "LSTM" else "h0"
+    path = recurrent_problem(tmp_path, f"wide_{module}", module, "batch_first=True", state,
+                             f"out, s = self.rnn(x, {state})\nreturn out", hidden=256, layers=1)
+    problem = load_problem(str(path))
+    pattern = capture(problem)
+    source = render(pattern, {"template": "recurrent", "block": block, "chunk": chunk, "warps": 8})
+    report = compile_for_hopper(source, problem, "rnn_0_step_kernel")
+    admitted = recurrent_fits(dict(pattern.params)["op"], block, chunk)
+    assert admitted == (module == "GRU")
+    assert (report["shared_bytes"] <= HOPPER_SHARED_BYTES) == admitted, report
