@@ -33,7 +33,8 @@ def partition(problem):
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
     pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
-    search measures them as siblings. The attention calls and recurrent modules are parts of the GEMM plans too;
+    search measures them as siblings. The attention calls are parts of the GEMM plans too (the recurrent
+    modules are not: there they stay in PyTorch);
     an attention call with heads too wide for the flash part is a matmul, a softmax and a matmul
     part (:mod:`.split_attention`) of every plan but the elementwise one, ``graph_linear`` included.
 
@@ -63,8 +64,11 @@ def partition(problem):
         # attention parts in every plan but the elementwise one: the score matrix never in memory pays
         # beside Triton GEMMs as beside Triton norms (MinGPT's projections and its attention core)
         attentions = attention_calls(gm) if norm or linear else {}
-        # recurrent modules likewise: in the norm plan, and beside the GEMM plans' Triton GEMMs
-        recurrents = recurrent_calls(gm) if norm or linear else {}
+        # recurrent modules in the norm plan only: the GEMM plans leave them to PyTorch (cuDNN, which
+        # walks a step's hidden units on many SMs where a recurrent part takes one program per
+        # 16 batch rows), so the search measures the Triton recurrence against cuDNN's beside the
+        # same fused passes
+        recurrents = recurrent_calls(gm) if norm else {}
         if (linear and not conv and not linears and not split_gemms) or (conv and not convs) or (
                 norm and not norm_nodes and not attentions and not recurrents and not split_norms):
             continue
