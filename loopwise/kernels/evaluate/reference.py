@@ -340,8 +340,8 @@ class Reference:
         previous = torch.get_default_dtype()
         for default in dict.fromkeys((torch.float64, previous)):
             torch.set_default_dtype(default)
-            args64 = [upcast(a) for a in inp.to_device(args, where)]  # afresh: a failed attempt may write
-            try:
+            try:  # (the copies inside: running out of memory for them must put the default back too)
+                args64 = [upcast(a) for a in inp.to_device(args, where)]  # afresh: a failed attempt may write
                 with torch.no_grad():
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None

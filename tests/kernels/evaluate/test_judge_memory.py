@@ -166,3 +166,23 @@ def test_a_float64_run_with_no_room_on_the_device_runs_where_the_results_are_hel
     assert torch.allclose(out64[0], args[0].double() * 2.0 + 1.0)
     assert ref._where64 == "cpu" and ref._model64_error is None
     assert ref.run64(args)[0].device.type == "cpu"  # and stays there
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_running_out_of_memory_for_the_float64_inputs_leaves_the_default_dtype_as_it_was(monkeypatch):
+    import loopwise.kernels.evaluate.reference as reference_mod
+
+    ref = Reference(_module(), "cpu", SOURCE)
+    ref._where64 = "meta"
+    args = ref.draw(0)
+    real = reference_mod.inp.to_device
+
+    def no_room(values, device):
+        if device == "meta":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB")
+        return real(values, device)
+
+    monkeypatch.setattr(reference_mod.inp, "to_device", no_room)
+    out64 = ref.run64(args)
+    assert torch.get_default_dtype() == torch.float32
+    assert out64[0].dtype == torch.float64 and ref._where64 == "cpu"
