@@ -30,6 +30,16 @@ HERE = Path(__file__).parents[1] / "expert_problems"
 TEMPLATE_JUDGE = {"correct_trials": 1, "stress_trials": 1, "perf_trials": 1, "warmup": 0, "seed": 9, "energy": False}
 
 
+def tiered(cases: list, fast: set[int]) -> list:
+    """``cases`` for ``pytest.mark.parametrize``, those whose index is not in ``fast`` in the slow
+    tier: a family of judged cases keeps a few kinds in ``make test`` and runs whole in
+    ``make test-slow`` (each judged case takes seconds in Triton's interpreter)."""
+    import pytest
+
+    return [case if i in fast else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+            for i, case in enumerate(cases)]
+
+
 def problem_variant(tmp_path: Path, fixture: str, replacements: dict[str, str]) -> Path:
     """A copy of an expert_problems fixture with parts of its source replaced (each must be there)."""
     source = (HERE / fixture).read_text()

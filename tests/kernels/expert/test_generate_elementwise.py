@@ -6,10 +6,10 @@ from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert.generate import variants
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, judged_correct, judged_variant, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, judged_correct, judged_variant, load_candidate, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
-@pytest.mark.parametrize("name,moves", [("chain.py", {"block": 64}), ("activations.py", {"block": 512}), ("softmax_rows.py", {"block": 256}),
+@pytest.mark.parametrize("name,moves", tiered([("chain.py", {"block": 64}), ("activations.py", {"block": 512}), ("softmax_rows.py", {"block": 256}),
                                         ("softmax_rows.py", {"block": 2048, "warps": 4}),
                                         ("layernorm.py", {"block": 64, "chunk": 128}),
                                         ("bias_nchw.py", {"block": 64}),
@@ -31,12 +31,13 @@ from expert_judging import HERE, judged_correct, judged_variant, load_candidate,
                                         ("partial_mlp.py", {"template": "graph_linear", "tile": 64, "chunk": 16}),
                                         ("partial_linear_norm.py", {"block": 128}),
                                         ("partial_linear_norm.py", {"template": "graph_linear", "tile": 32,
-                                                                    "chunk": 16, "gemm_warps": 4})])
+                                                                    "chunk": 16, "gemm_warps": 4})],
+                                       fast={0, 2, 4, 8, 10, 20}))
 def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, moves):
     judged_correct(HERE / name, moves, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("expr,dim,moves", [
+@pytest.mark.parametrize("expr,dim,moves", tiered([
     ("torch.sum(x, dim=self.dim, keepdim=True)", 1, {"block": 16, "chunk": 8}),  # inner strips, ragged edges
     ("torch.mean(x, dim=self.dim)", 2, {"chunk": 8}),  # the last dimension: one row per program
     ("torch.max(x, dim=self.dim)[0]", 0, {"block": 32, "chunk": 16}),
@@ -53,7 +54,7 @@ def test_generated_candidates_are_judged_correct(tmp_path, monkeypatch, name, mo
     ("x.std(dim=(0, 1), unbiased=False)", 0, {"block": 16, "chunk": 8}),
     ("torch.norm(x, dim=self.dim)", 1, {"block": 16, "chunk": 8}),
     ("torch.linalg.vector_norm(x, dim=-1, keepdim=True)", 2, {}),
-])
+], fast={0, 4, 8, 10}))
 def test_reductions_are_judged_correct(tmp_path, monkeypatch, expr, dim, moves):
     pattern = judged_variant(tmp_path, monkeypatch, "reduce_dim.py", "reduce", moves, {
         "torch.sum(x, dim=self.dim, keepdim=True)": expr, "return [1]": f"return [{dim}]"})
@@ -69,7 +70,7 @@ def test_variance_of_data_far_from_zero_keeps_fp32_accuracy(tmp_path, monkeypatc
             "[torch.randn(3, 37, 21)]": inputs})
 
 
-@pytest.mark.parametrize("forward,inputs,moves", [
+@pytest.mark.parametrize("forward,inputs,moves", tiered([
     ("torch.cumsum(x, dim=self.dim)", None, {"block": 1024}),  # three chunks, a ragged last one
     ("torch.cumprod(x, dim=self.dim)", None, {"block": 256}),
     ("torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)", None, {"block": 512}),  # reversed
@@ -86,7 +87,7 @@ def test_variance_of_data_far_from_zero_keeps_fp32_accuracy(tmp_path, monkeypatc
     ("torch.cumprod(x.flip(self.dim), dim=self.dim).flip(self.dim)", "[0.9 + 0.2 * torch.rand(2, 700)]",
      {"block": 32}),
     ("torch.cumsum(x * mask, dim=0)", "[torch.rand(6000, 2), torch.rand(6000, 2) > 0.5]", {"block": 256}),
-])
+], fast={0, 5, 8}))
 def test_scans_are_judged_correct(tmp_path, monkeypatch, forward, inputs, moves):
     masked = {"def forward(self, x):": "def forward(self, x, mask):"} if "mask" in forward else {}
     shapes = {"return [torch.rand(5, 2999)]": f"return {inputs}"} if inputs else {}
@@ -123,7 +124,7 @@ def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypa
     assert dict(pattern.params)["dim"] == dim, pattern
 
 
-@pytest.mark.parametrize("module,shape,moves", [
+@pytest.mark.parametrize("module,shape,moves", tiered([
     (None, None, {"block": 128}),  # MaxPool2d(3, stride 2, padding 1, dilation 2)
     ("nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "(2, 3, 101)", {}),
     ("nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "(2, 2, 11, 13, 9)", {"block": 512}),
@@ -131,7 +132,7 @@ def test_normalizations_over_one_dimension_are_judged_correct(tmp_path, monkeypa
     ("nn.AvgPool2d(kernel_size=5)", "(2, 3, 23, 29)", {}),  # stride defaults to the kernel
     ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "(2, 2, 9, 11, 13)", {"warps": 2}),
     ("nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 17, 23)", {}),
-])
+], fast={0, 4}))
 def test_pooling_is_judged_correct(tmp_path, monkeypatch, module, shape, moves):
     other = {"nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)": module,
              "torch.randn(2, 3, 17, 23)": f"torch.randn{shape}"} if module else {}
