@@ -251,7 +251,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     them; attention tiles (queries, and keys and values per pipeline stage) within shared memory, and
     a recurrent kernel's tiles too (:func:`recurrent_fits`)."""
     if moves.get("template", pattern.kind) == "recurrent":
-        return recurrent_fits(dict(pattern.params)["op"], moves.get("block", 128), moves.get("chunk", 32))
+        tiles = {**DEFAULT_MOVES["recurrent"], **moves}
+        return recurrent_fits(dict(pattern.params)["op"], tiles["block"], tiles["chunk"])
     if moves.get("template", pattern.kind) == "attention":
         sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
