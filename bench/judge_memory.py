@@ -75,21 +75,42 @@ def main() -> int:
 
     def request(self, op, payload, timeout):
         sampler.mark(f"sandbox:{op}")
+        t0 = time.time()
         try:
             return asked(self, op, payload, timeout)
         finally:
             sampler.mark("judge")
+            print(f"  sandbox {op}: {time.time() - t0:.2f} s", flush=True)
 
     Sandbox.request = request
+    # a line per sandbox request and per judge activity as it ends, so a run stopped before its
+    # verdict still says where its time went
+    from contextlib import contextmanager
+
+    from loopwise.kernels.evaluate.spent import Spent
+
+    entered = Spent.__call__
+    began = time.time()
+
+    @contextmanager
+    def activity(self, name):
+        t0 = time.time()
+        try:
+            with entered(self, name):
+                yield
+        finally:
+            print(f"[{time.time() - began:8.1f}s] {name}: {time.time() - t0:.2f} s", flush=True)
+
+    Spent.__call__ = activity
     cfg = EvalConfig(perf_trials=args.perf_trials)
     t0 = time.time()
     with judge_mod.LocalJudge(load_problem(args.problem), cfg, device="cuda", spares=0) as j:
         ev = j.evaluate(Path(args.candidate).read_text(), Path(args.candidate).name)
-        hold = j.reference.hold
+        hold, work = j.reference.hold, j.reference.work
     sampler.stop = True
     result = {"problem": args.problem, "candidate": args.candidate, "status": ev.status.value,
               "reasons": [f"{r.severity}:{r.code}: {r.message}" for r in ev.reasons], "speedup": ev.speedup,
-              "phases": ev.phases, "hold": hold, "wall_s": time.time() - t0, "peaks": sampler.peaks,
+              "phases": ev.phases, "hold": hold, "work": work, "wall_s": time.time() - t0, "peaks": sampler.peaks,
               "gpu_total_gib": torch.cuda.get_device_properties(0).total_memory / 2**30,
               "log_tail": ev.log[-3000:] if ev.log else ""}
     out = Path(os.environ.get("OUT", "bench_out"))

@@ -21,6 +21,7 @@ PACKAGES=(
   "typing-inspection==0.4.2"
   "typing-extensions==4.16.0"
   "nvidia-cutlass==4.2.0.0"
+  "einops==0.8.2"                # problems whose forward calls einops (KernelBench's Mamba2)
   "islpy==2026.2.2"              # the memory planner (bench/memory_gpu_check.py); the image lacks it
   # the training engine (bench/training_table.py): optuna for TPE, reasoning-gym for rg_chain_sum,
   # and what those need that the image lacks (KINDS.md's package list)
@@ -54,7 +55,7 @@ PY=${PYTHON:-python3}
 # What `loopwise kernels ...` and bench/expert_subset.py, bench/throughput.py import that the image lacks:
 # plotly (and narwhals, which it needs) for `kernels bench`'s HTML report, islpy for the memory planner.
 KERNELS=(pydantic pydantic_core annotated_types typing_inspection typing_extensions nvidia_cutlass
-         plotly narwhals islpy)
+         plotly narwhals islpy einops)
 mkdir -p .whl
 for spec in "${PACKAGES[@]}"; do
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -49,7 +49,7 @@ def check_timed_outputs(reference, cfg: EvalConfig, reply: dict, seeds: list[int
         k = int(i) % len(seeds)
         if k not in refs:
             refs[k] = reference.outputs(seeds[k])[0]
-        cand = [o.to(reference.hold, copy=True) if o is not None else None for o in outs]
+        cand = [o.to(reference.work, copy=True) if o is not None else None for o in outs]
         v, _ = compare_outputs(reference, cfg, refs[k], cand, seeds[k])
         if not v.passed:
             outcome.reject("timed_output_wrong", f"timed call {i} returned a wrong result for its inputs "

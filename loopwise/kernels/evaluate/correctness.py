@@ -59,10 +59,19 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
 
 
 def _same(a, b) -> bool:
+    """Equal values (NaN unequal to itself) of one shape and dtype; ``b`` may lie on another device
+    than ``a`` (a kept host copy): then it is compared slice by slice on ``a``'s."""
     import torch
 
+    from loopwise.kernels.evaluate.inputs import SLICE
+
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.device == b.device:
+            return bool(torch.equal(a, b))
+        return all(bool(torch.equal(x, y.to(x.device)))
+                   for x, y in zip(a.reshape(-1).split(SLICE), b.reshape(-1).split(SLICE)))
     return type(a) is type(b) and a == b
 
 
@@ -120,8 +129,9 @@ class TrialRunner(CallerInputs):
     reuse them), the first trial's candidate outputs (for the input-independence check), and, with
     ``reuse``, what the reference keeps within its budgets. Everything else a trial makes (its draw,
     the copies sent to the sandbox, the candidate's outputs, a stress trial's inputs and float64
-    references) goes when the trial ends. Where those live, the device or the host, is
-    :attr:`Reference.hold`.
+    references) goes when the trial ends. A trial's values are made and compared where
+    :attr:`Reference.work` says; what it keeps for later ones moves, when it ends, to where
+    :attr:`Reference.hold` says (the host, for a problem too large to keep on the device).
     """
 
     def __init__(self, ref: Reference, box: Sandbox, config: EvalConfig, base_seed: int) -> None:
@@ -129,6 +139,7 @@ class TrialRunner(CallerInputs):
         self.outcome = Outcome()
         self._first_cand = None
         self._first_ref = None
+        self._first_seed: int | None = None
         self._refs: dict[int, tuple[list, list[int]]] = {}
         self._specs: list | None = None
         self.written_inputs: set[int] = set()  # inputs the reference wrote in place in some trial
@@ -181,7 +192,7 @@ class TrialRunner(CallerInputs):
         # A private copy: the sandbox keeps a mapping of the shared memory it sent.
         torch = self.ref.torch
         with self.spent("receive"):
-            return [o.to(self.ref.hold, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
+            return [o.to(self.ref.work, copy=True) if isinstance(o, torch.Tensor) else o for o in outs]
 
     def _record(self, kind: str, seed: int, v: Verdict) -> None:
         self.outcome.trials.append(TrialRecord(kind=kind, seed=seed, passed=v.passed, max_abs_err=v.max_abs_err,
@@ -239,7 +250,22 @@ class TrialRunner(CallerInputs):
         if i >= KEPT_TRIALS:  # the first ones are kept: stress trials reuse their draws, timing both
             self._refs.pop(seed, None)
             self.ref.forget(seed)
+        self._settle()
         return not self.outcome.rejected
+
+    def _settle(self) -> None:
+        """At a trial's end, what later trials read (the kept trials' reference outputs, the first
+        trial's outputs for the independence check) moves to where the reference holds what
+        outlives a trial, when that is not where trials work."""
+        if self.ref.hold == self.ref.work:
+            return
+        with self.spent("keep"):
+            self._refs = {seed: self.ref.kept_outputs(seed) or self.ref.held(made)
+                          for seed, made in self._refs.items()}
+            if self._first_cand is not None:
+                first = self._refs.get(self._first_seed)
+                self._first_ref = first[0] if first is not None else self.ref.held(self._first_ref)
+                self._first_cand = self.ref.held(self._first_cand)
 
     def _compare(self, ref_out: list, cand: list, seed: int, args: list | None = None, float64=None,
                  index: int | None = None) -> Verdict:
@@ -293,7 +319,7 @@ class TrialRunner(CallerInputs):
 
     def _track_independence(self, ref_out: list, cand: list, seed: int) -> None:
         if self._first_cand is None:
-            self._first_cand, self._first_ref = cand, ref_out
+            self._first_cand, self._first_ref, self._first_seed = cand, ref_out, seed
             return
         same_ref = all(_same(a, b) for a, b in zip(ref_out, self._first_ref))
         if same_ref and not any(r.code == "degenerate_problem" for r in self.outcome.reasons):

@@ -93,12 +93,7 @@ def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> l
     for value in inputs:
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
             if distribution == "centered":
-                x = value.double()
-                centered = x - x.mean()
-                # Wider than the problem's own range, so thresholds it never crosses are crossed.
-                span = 4.0 * max(float(x.abs().max()), 1.0)
-                scale = centered.abs().max().clamp_min(1e-30)
-                fresh = torch.where(x == 0, torch.zeros_like(x), centered / scale * span)
+                fresh = _centered(value)
             else:
                 fresh = torch.randn(value.shape, generator=gen, device=device, dtype=torch.float32)
                 if distribution == "randn_abs":
@@ -108,8 +103,37 @@ def stress_variant(inputs: list, seed: int, distribution: str, device: str) -> l
     return out
 
 
-# Elements per slice where two tensors on different devices are compared (see same_bits).
+# Elements per slice where two tensors on different devices are compared (see same_bits), and
+# where a large tensor's centered stress variant is made.
 SLICE = 1 << 24
+
+
+def _centered(value):
+    """``value`` shifted to zero mean and scaled to four times its own range (at least [-4, 4]),
+    exact zeros kept, computed in float64 (the ``centered`` stress distribution). A tensor of more
+    than ``SLICE`` elements is done slice by slice: whole float64 temporaries of a multi-GiB input
+    would take several times its size."""
+    import torch
+
+    if value.numel() <= SLICE:
+        x = value.double()
+        centered = x - x.mean()
+        # Wider than the problem's own range, so thresholds it never crosses are crossed.
+        span = 4.0 * max(float(x.abs().max()), 1.0)
+        scale = centered.abs().max().clamp_min(1e-30)
+        return torch.where(x == 0, torch.zeros_like(x), centered / scale * span)
+    flat = value.reshape(-1)
+    parts = flat.split(SLICE)
+    mean = torch.stack([part.double().sum() for part in parts]).sum() / flat.numel()
+    low, high = (v.double() for v in torch.aminmax(flat))
+    span = 4.0 * max(float(torch.maximum(low.abs(), high.abs())), 1.0)
+    # the largest |x - mean| (float64 subtraction is monotone, so the extremes give it)
+    scale = torch.maximum(high - mean, mean - low).clamp_min(1e-30)
+    out = torch.empty(flat.shape, dtype=value.dtype, device=value.device)
+    for part, into in zip(parts, out.split(SLICE)):
+        x = part.double()
+        into.copy_(torch.where(x == 0, torch.zeros_like(x), (x - mean) / scale * span))
+    return out.view(value.shape)
 
 
 def _bits(t):

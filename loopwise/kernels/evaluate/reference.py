@@ -20,6 +20,10 @@ from loopwise.kernels.evaluate.spent import Spent
 HOLD_COPIES = 12
 # ... and they may take this share of the device's memory; beyond it they are kept on the host.
 HOLD_SHARE = 0.4
+# One trial of a problem held on the host still runs on the device (its reference outputs, the
+# candidate's, float64 references, stress inputs, comparisons) when this many copies of all of one
+# call's inputs take at most this share of the device; beyond it a trial works on the host too.
+WORK_COPIES, WORK_SHARE = 6, 0.6
 # With reuse on, what a judge keeps between candidates: draws and host-held results up to this
 # share of the machine's memory (at most REUSE_HOST_BYTES), device-held reference outputs up to
 # this share of the device's memory.
@@ -40,8 +44,9 @@ def host_budget() -> int:
 
 
 class StressDraw(NamedTuple):
-    """A stress trial's inputs (CPU), the fp32 and float64 references' outputs, and what each left
-    in the inputs it writes in place (argument index -> value)."""
+    """A stress trial's inputs, the fp32 and float64 references' outputs, and what each left in the
+    inputs it writes in place (argument index -> value); made where :attr:`Reference.work` says,
+    kept where :attr:`Reference.hold` says."""
 
     args: list
     out32: list
@@ -62,6 +67,36 @@ def written_inputs(args: list, before: list, hold: str) -> dict:
     :func:`inputs.changed`), by argument index, copied to ``hold``. ``before`` may lie elsewhere than
     ``args`` (the judge's host copy of what it called on the device): only values count."""
     return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before, moved=False)}
+
+
+def _changed64(a64, a) -> bool:
+    """Whether a float64 run changed an input: ``a64``, what it was called with (``a`` upcast, on
+    the device it ran on), against ``a`` upcast, slice by slice (no float64 copy of a whole
+    multi-GiB input)."""
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and a.is_floating_point()):
+        return inp.changed(a64, a, moved=False)
+    if a64.shape != a.shape or a64.dtype != torch.float64:
+        return True
+    return not all(inp.same_bits(x, y.to(x.device).double())
+                   for x, y in zip(a64.reshape(-1).split(inp.SLICE), a.reshape(-1).split(inp.SLICE)))
+
+
+def moved(value, device: str):
+    """``value`` with its tensors on ``device`` (those already there as they are), inside lists,
+    tuples (named ones too) and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: moved(v, device) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(moved(v, device) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(moved(v, device) for v in value)
+    return value
 
 
 def _largest_bytes(args: list) -> int:
@@ -88,7 +123,9 @@ class Reference:
         self._where64: str = device
         self._draws: dict[int, list] = {}
         self._hold: str | None = None
+        self._work: str | None = None
         self._largest: int | None = None
+        self._inputs_bytes: int | None = None
         self.spent = Spent()  # replaced per evaluation by the judge
         # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
         self.reuse = False
@@ -99,12 +136,16 @@ class Reference:
         self._float64_kept: dict[int, list | None] = {}
         self._kept_bytes = {"host": 0, "device": 0}
 
-    def _keep(self, values) -> bool:
-        """Whether results this large may stay for later evaluations (and books them if so)."""
+    def _keep(self, values, at: str | None = None) -> bool:
+        """Whether results this large may stay for later evaluations (and books them if so), where
+        they lie or, with ``at``, once moved there."""
         if not self.reuse:
             return False
         tensors = inp.tensors_in(values)
-        host = inp.nbytes([t for t in tensors if t.device.type == "cpu"])
+        if at is None:
+            host = inp.nbytes([t for t in tensors if t.device.type == "cpu"])
+        else:
+            host = inp.nbytes(tensors) if at == "cpu" else 0
         device = inp.nbytes(tensors) - host
         device_cap = 0
         if device:
@@ -135,6 +176,27 @@ class Reference:
             self._hold = hold
         return self._hold
 
+    @property
+    def work(self) -> str:
+        """Where one trial's values are made and compared (the reference's and the candidate's
+        outputs, float64 references, stress inputs): the device, also for a problem :attr:`hold`
+        keeps on the host, unless ``WORK_COPIES`` copies of all of one call's inputs would take
+        more than ``WORK_SHARE`` of it. What outlives the trial moves to :attr:`hold` (see
+        :meth:`held`). On the host, a trial of a multi-GiB problem spends seconds per copy from
+        the device and per comparison, and tens of seconds per stress draw."""
+        if self._work is None:
+            work = self.hold
+            if work != self.device:
+                total = self.torch.cuda.get_device_properties(self.device).total_memory
+                if WORK_COPIES * self._all_inputs_bytes() <= WORK_SHARE * total:
+                    work = self.device
+            self._work = work
+        return self._work
+
+    def held(self, value):
+        """``value`` (tensors, lists, dicts, a :class:`StressDraw`) where what outlives a trial is kept."""
+        return moved(value, self.hold)
+
     def crowded(self) -> bool:
         """Whether this problem's tensors are large enough for the judge and the sandbox to give
         their cached but unused device memory back to the driver around every sandbox request
@@ -161,13 +223,21 @@ class Reference:
         return self._largest
 
     def _largest_input_bytes(self) -> int:
+        return _largest_bytes(self._meta_inputs())
+
+    def _all_inputs_bytes(self) -> int:
+        """Bytes of all of one call's tensor inputs (a meta-device draw), once."""
+        if self._inputs_bytes is None:
+            self._inputs_bytes = inp.nbytes(self._meta_inputs())
+        return self._inputs_bytes
+
+    def _meta_inputs(self) -> list:
         torch = self.torch
         try:
             with torch.device("meta"):
-                args = inp.draw_inputs(self.module, 0)
+                return inp.draw_inputs(self.module, 0)
         except Exception:  # noqa: BLE001 - a get_inputs that needs real tensors
-            args = self.draw(0)
-        return _largest_bytes(args)
+            return self.draw(0)
 
     def draw(self, seed: int) -> list:
         """Inputs of the problem's own distribution for ``seed``, drawn on the CPU or on
@@ -203,13 +273,18 @@ class Reference:
             self.forget(seed)
 
     def outputs(self, seed: int) -> tuple[list, dict[int, object]]:
-        """``run(draw(seed))``, kept for later evaluations when ``reuse`` is on and it fits."""
+        """``run(draw(seed))``, kept (where :attr:`hold` says) for later evaluations when ``reuse``
+        is on and it fits."""
         if seed in self._outputs:
             return self._outputs[seed]
         result = self.run(self.draw(seed))
-        if self._keep(result[0]):
-            self._outputs[seed] = result
+        if self._keep(result[0], self.hold):
+            self._outputs[seed] = self.held(result)
         return result
+
+    def kept_outputs(self, seed: int) -> tuple[list, dict[int, object]] | None:
+        """What :meth:`outputs` keeps for ``seed`` for later evaluations (where :attr:`hold` says), if any."""
+        return self._outputs.get(seed)
 
     def float64(self, seed: int, args: list, ref_out: list) -> list | None:
         """``run64(args)`` for the draw of ``seed``, kept like :meth:`outputs`; None where it is
@@ -231,8 +306,10 @@ class Reference:
             return self._float64_kept[seed]
         ran = self.run64(args, written=True)
         out = None if ran is None or self._checked(ref_out, ran[0]) is None else ran
-        if (out is None and ran is not None and self.reuse) or (out is not None and self._keep(out)):
-            self._float64_kept[seed] = out
+        if out is None and ran is not None and self.reuse:
+            self._float64_kept[seed] = None
+        elif out is not None and self._keep(out, self.hold):
+            self._float64_kept[seed] = self.held(out)
         return out
 
     def _checked(self, ref_out: list, out64: list | None) -> list | None:
@@ -245,16 +322,17 @@ class Reference:
     def run(self, args_cpu: list) -> tuple[list, dict[int, object]]:
         """Reference outputs for inputs held anywhere (a draw), and the inputs the reference writes
         in place: their indices, each with the value the reference left in it (what a candidate
-        must leave too). The reference is called on a private copy on the device; the inputs given,
-        which nothing writes, are what that copy is compared with afterwards (no second copy)."""
+        must leave too), both where a trial works (:attr:`work`). The reference is called on a
+        private copy on the device; the inputs given, which nothing writes, are what that copy is
+        compared with afterwards (no second copy)."""
         torch = self.torch
         with self.spent("reference"):
             args = inp.to_device(args_cpu, self.device)
             with torch.no_grad():
                 out = inp.flatten_outputs(self.model(*args))
-            hold = self.hold
-            mutated = written_inputs(args, args_cpu, hold)
-        return [o.detach().to(hold) if isinstance(o, torch.Tensor) else o for o in out], mutated
+            work = self.work
+            mutated = written_inputs(args, args_cpu, work)
+        return [o.detach().to(work) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
         """A float64 copy of the reference model where float64 runs are computed, or None when the
@@ -267,24 +345,28 @@ class Reference:
         return self._model64
 
     def stress(self, seed: int, distribution: str) -> StressDraw | None:
-        """A stress distribution's inputs and references (:class:`StressDraw`), or None if unusable."""
+        """A stress distribution's inputs and references (:class:`StressDraw`, where a trial
+        works), or None if unusable; kept where :attr:`hold` says when ``reuse`` is on and it fits."""
         key = (seed, distribution)
         if key in self._stress_kept:
             return self._stress_kept[key]
         with self.spent("reference"):
             data = self._stress(seed, distribution)
-        if (data is None and self.reuse) or (data is not None and self._keep(data)):
-            self._stress_kept[key] = data
+        if data is None and self.reuse:
+            self._stress_kept[key] = None
+        elif data is not None and self._keep(data, self.hold):
+            self._stress_kept[key] = self.held(data)
         return data
 
     def _stress(self, seed: int, distribution: str) -> StressDraw | None:
         torch = self.torch
-        hold = self.hold
+        work = self.work
         if distribution == "centered":
-            base = inp.to_device(self.draw(seed), hold)
+            base = inp.to_device(self.draw(seed), work)
         else:
-            base = self._placeholders(seed, hold)
-        args = inp.stress_variant(base, seed, distribution, hold)
+            base = self._placeholders(seed, work)
+        args = inp.stress_variant(base, seed, distribution, work)
+        del base
         if self._outside_domain():
             return None
         called = inp.to_device(args, self.device)
@@ -293,16 +375,15 @@ class Reference:
                 out32 = inp.flatten_outputs(self.model(*called))
         except Exception:  # noqa: BLE001 - the reference rejects these inputs: no stress trial
             return None
-        out32 = [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out32]
+        out32 = [o.to(work) if isinstance(o, torch.Tensor) else o for o in out32]
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
             return None
-        written32 = written_inputs(called, args, hold)
+        written32 = written_inputs(called, args, work)
         del called
         ran = self.run64(args, written=True)
         if ran is None or self._checked(out32, ran[0]) is None:
             return None
-        args_cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        return StressDraw(args_cpu, out32, ran[0], written32, ran[1])
+        return StressDraw(args, out32, ran[0], written32, ran[1])
 
     def run64(self, args: list, written: bool = False) -> list | tuple[list, dict] | None:
         """Float64 reference outputs for inputs on the device (floating tensors upcast); with
@@ -313,7 +394,7 @@ class Reference:
         return ran if ran is None or written else ran[0]
 
     def _run64(self, args: list) -> tuple[list, dict] | None:
-        """The float64 run on the device, its results moved to where the judge holds them. A problem
+        """The float64 run on the device, its results moved to where a trial works. A problem
         whose tensors are kept on the host (``hold``) still runs it on the device: on the host a
         multi-GiB float64 forward takes minutes a trial. Where it does not fit beside the rest, it
         runs where the results are held, from then on."""
@@ -332,7 +413,7 @@ class Reference:
         model64 = self.model64()
         if model64 is None:
             return None
-        where, hold = self._where64, self.hold
+        where, work = self._where64, self.work
         # Tensors the forward makes in the default dtype (a mask from torch.zeros) are float64 too:
         # a float32 one would mix precisions into the run whose error the fp32 rule scales. A
         # forward that casts to fp32 itself can meet such a tensor in a dtype-strict op
@@ -346,9 +427,9 @@ class Reference:
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None
                 # each input against its original upcast, one at a time (no float64 copy of them all)
-                written = {i: a64.to(hold) for i, (a, a64) in enumerate(zip(args, args64))
-                           if isinstance(a64, torch.Tensor) and inp.changed(a64, upcast(a.to(where)))}
-                return [o.to(hold) if isinstance(o, torch.Tensor) else o for o in out], written
+                written = {i: a64.to(work) for i, (a, a64) in enumerate(zip(args, args64))
+                           if isinstance(a64, torch.Tensor) and _changed64(a64, a)}
+                return [o.to(work) if isinstance(o, torch.Tensor) else o for o in out], written
             except torch.cuda.OutOfMemoryError:
                 raise  # not the model's failure: the caller runs it elsewhere
             except Exception as exc:  # noqa: BLE001

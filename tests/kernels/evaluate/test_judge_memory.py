@@ -123,27 +123,84 @@ def test_the_reference_run_holds_one_copy_of_the_inputs_beside_the_draw(monkeypa
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_trials_of_a_problem_too_large_for_it_leave_nothing_there_between_them(tmp_path, monkeypatch):
-    """A problem whose dozen copies would not fit the device (here made so): the draws the trials
-    keep lie on the host, and whenever the judge asks the sandbox for a trial it holds nothing on
-    the device (its reference runs, float64 references and comparisons there come and go)."""
+@pytest.mark.parametrize("work_share", [0.6, 1e-9])
+def test_on_a_gpu_the_trials_of_a_problem_too_large_for_it_leave_nothing_there_between_them(
+        tmp_path, monkeypatch, work_share):
+    """A problem whose dozen copies would not fit the device (here made so): the draws and what
+    later trials read lie on the host; each trial works on the device (reference and candidate
+    outputs, float64 references, stress inputs and comparisons), a few of its tensors at a time,
+    and leaves nothing there. Where even one trial's working set would not fit (here made so), the
+    judge holds nothing on the device whenever it asks the sandbox for a trial."""
     import loopwise.kernels.evaluate.reference as reference_mod
 
     monkeypatch.setattr(reference_mod, "HOLD_SHARE", 1e-9)
+    monkeypatch.setattr(reference_mod, "WORK_SHARE", work_share)
     ref = Reference(_module(), "cuda", SOURCE)
     ref.draw_device = "cuda"
     assert ref.hold == "cpu"
+    assert ref.work == ("cuda" if work_share > 1e-3 else "cpu")
     box = InProcessSandbox(ref, str(tmp_path))
     gc.collect()
     before = torch.cuda.memory_allocated()  # the sandbox's own (its clock's L2-flush buffer), here in-process
-    outcome = TrialRunner(ref, box, EvalConfig(correct_trials=5, stress_trials=2, seed=3), base_seed=3).run()
+    runner = TrialRunner(ref, box, EvalConfig(correct_trials=5, stress_trials=2, seed=3), base_seed=3)
+    outcome = runner.run()
     assert not outcome.rejected, outcome.reasons
     assert all(not t.is_cuda for args in ref._draws.values() for t in args)
-    assert max(box.seen) - before < UNIT / 4, [(b - before) / UNIT for b in box.seen]
+    assert all(not t.is_cuda for out, _ in runner._refs.values() for t in out) and runner._refs
+    assert not runner._first_cand[0].is_cuda and not runner._first_ref[0].is_cuda
+    gc.collect()
+    assert torch.cuda.memory_allocated() - before < UNIT / 4
+    seen = [(b - before) / UNIT for b in box.seen]
+    if ref.work == "cuda":  # a stress trial's inputs, fp32 and float64 references and the sent copy
+        assert max(seen) <= 6, seen
+    else:
+        assert max(seen) < 0.25, seen
     # the float64 references were computed on the device (on the host they take minutes a trial)
-    # and came back to the host
+    # and what is kept of them lies on the host
     assert ref._where64.startswith("cuda")
     assert all(not t.is_cuda for out in ref._float64_kept.values() if out for t in out[0])
+
+
+def test_a_large_tensors_centered_stress_inputs_are_made_slice_by_slice_as_a_whole_ones(monkeypatch):
+    """The centered stress variant of a tensor larger than a slice equals (to float64 rounding of
+    its mean) the one made at once, exact zeros and the widened range included."""
+    from loopwise.kernels.evaluate import inputs as inp
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(37, 53, generator=g) * 3 + 1.5
+    x[5, :7] = 0.0
+    whole = inp.stress_variant([x], 0, "centered", "cpu")[0]
+    monkeypatch.setattr(inp, "SLICE", 100)
+    sliced = inp.stress_variant([x], 0, "centered", "cpu")[0]
+    assert sliced.dtype == x.dtype and sliced.shape == x.shape
+    assert torch.allclose(sliced, whole, rtol=1e-6, atol=1e-6)
+    assert bool((sliced[5, :7] == 0).all())
+    assert float(sliced.abs().max()) == pytest.approx(4.0 * float(x.abs().max()), rel=1e-6)
+
+
+def test_an_input_a_float64_run_writes_is_found_slice_by_slice(monkeypatch):
+    from loopwise.kernels.evaluate import inputs as inp
+    from loopwise.kernels.evaluate.reference import _changed64
+
+    monkeypatch.setattr(inp, "SLICE", 64)
+    a = torch.randn(1000)
+    a64 = a.double()
+    assert not _changed64(a64, a)
+    a64[999] += 1e-12
+    assert _changed64(a64, a)
+    assert _changed64(a.double()[:999], a)  # another shape
+    labels = torch.arange(10)
+    assert not _changed64(labels.clone(), labels) and _changed64(labels + 1, labels)
+
+
+def test_what_a_trial_keeps_moves_whole_to_where_the_judge_holds_it():
+    from loopwise.kernels.evaluate.reference import StressDraw, moved
+
+    t = torch.ones(3)
+    data = StressDraw([t, 2], [t], [t.double()], {0: t}, {})
+    kept = moved(data, "cpu")
+    assert isinstance(kept, StressDraw) and kept.args[1] == 2 and torch.equal(kept.written32[0], t)
+    assert moved((t, [t]), "meta")[1][0].device.type == "meta"
 
 
 class _NoRoomForFloat64(torch.nn.Module):
