@@ -13,7 +13,7 @@ from loopwise.kernels.evaluate.caller_inputs import CallerInputs, as_input
 from loopwise.kernels.evaluate.inputs import for_sandbox
 from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
                                                compare_stress, largest_difference)
-from loopwise.kernels.evaluate.pool import Sandbox
+from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
 
@@ -23,6 +23,12 @@ TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event
 # Trials whose draws (and reference outputs) stay held until the evaluation ends: the first stress
 # trials and the timing reuse them. Any other trial's go when it ends, however many trials there are.
 KEPT_TRIALS = 2
+
+
+class WorkDidNotFit(Exception):
+    """A trial of a problem held on the host, working on the device (:attr:`Reference.work`), ran
+    out of device memory, in the judge or in the sandbox beside it: the trials are to be made again
+    with their work on the host."""
 # What a sandbox's trial reply carries as tensors (the candidate's outputs, repeats, and the values
 # it left in the inputs it wrote): received at once, where the judge holds outputs.
 REPLY_TENSORS = ("outputs", "repeat_outputs", "refill_outputs", "mutated_values")
@@ -158,6 +164,9 @@ class TrialRunner(CallerInputs):
 
     def _ask(self, payload: dict) -> dict:
         """One trial request; the reply's tensors already received (:meth:`_receive`)."""
+        # The device memory earlier trials cached goes back to the driver first where the problem
+        # is large: the copies sent come from a pool of their own, which cannot use that cache.
+        self.ref.make_room()
         # Tensors cross the pipe as shared memory: send copies the judge never reads again, so
         # nothing the sandbox writes can reach the judge's own inputs.
         for key in ("inputs", "refill"):
@@ -167,7 +176,12 @@ class TrialRunner(CallerInputs):
         # a multi-GB problem: the sandbox gives back its cached device memory after each trial
         payload["make_room"] = self.ref.crowded()
         with self.spent("sandbox"):
-            reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+            try:
+                reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
+            except SandboxFailure as fail:
+                if fail.status == "oom" and self.ref.work != self.ref.hold:
+                    raise WorkDidNotFit(fail.message) from fail
+                raise
         self._receive(reply)
         if self.transfer is not None:
             payload.clear()
@@ -201,6 +215,16 @@ class TrialRunner(CallerInputs):
             self.outcome.reject(v.code or "wrong_output", f"{kind} trial (seed {seed}): {v.message}", **v.evidence)
 
     def run(self) -> Outcome:
+        """The trials; raises :class:`WorkDidNotFit` where working on the device beside a host hold
+        ran out of its memory."""
+        try:
+            return self._run()
+        except self.ref.torch.cuda.OutOfMemoryError as exc:
+            if self.ref.work != self.ref.hold:
+                raise WorkDidNotFit(str(exc).splitlines()[0] if str(exc) else "out of memory") from exc
+            raise
+
+    def _run(self) -> Outcome:
         n = self.cfg.correct_trials
         for i in range(n):
             if not self._kernelbench_trial(i, n) or self.outcome.rejected:
@@ -367,7 +391,10 @@ class TrialRunner(CallerInputs):
                                                ref_norm_err=v.evidence.get("ref_norm_err"), message=v.message))
         if not v.passed:
             self._classify_stress_failure(v, cand, seed)
-        return self._stress_inputs(data, reply, seed, dist) and v.passed
+        passed = self._stress_inputs(data, reply, seed, dist) and v.passed
+        del data, reply, cand
+        self._settle()
+        return passed
 
     def _classify_stress_failure(self, v: Verdict, cand: list, seed: int) -> None:
         if v.code != "stress_error":

@@ -20,7 +20,7 @@ from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.device import resolve_device
 from loopwise.kernels.evaluate.audits import (audit_timing, capture_probe, check_timed_outputs, own_launches,
                                               speed_of_light)
-from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, guard_reasons
+from loopwise.kernels.evaluate.correctness import Outcome, TrialRunner, WorkDidNotFit, guard_reasons
 from loopwise.kernels.evaluate.inputs import nbytes
 from loopwise.kernels.evaluate.measure import ReferenceTimes, energy_in, timed, timing_from, versions
 from loopwise.kernels.evaluate.out_of_memory import judge_out_of_memory
@@ -260,16 +260,30 @@ class LocalJudge:
         from loopwise.kernels.evaluate.spent import for_device
 
         self.reference.spent = for_device(self.device)
-        runner = TrialRunner(self.reference, box, self.cfg, base)
-        runner.outcome = outcome
-        runner.transfer = self.transfer
         with phase(ev, "correctness"):
-            runner.run()
+            runner = self._trials(box, base, outcome)
         ev.phases.update(self.reference.spent.as_phases("correctness"))
         ev.trials = list(outcome.trials)
         if outcome.rejected:
             return
         self._performance(box, ev, outcome, base, runner)
+
+    def _trials(self, box: Sandbox, base: int, outcome: Outcome) -> TrialRunner:
+        """The correctness trials, into ``outcome``; made again from the start, each trial's work
+        on the host, where working on the device beside a problem held on the host ran out of its
+        memory (in the judge or in the sandbox): what that attempt found is dropped."""
+        reasons, trials = list(outcome.reasons), list(outcome.trials)
+        while True:
+            runner = TrialRunner(self.reference, box, self.cfg, base)
+            runner.outcome, runner.transfer = outcome, self.transfer
+            try:
+                runner.run()
+                return runner
+            except WorkDidNotFit as exc:
+                outcome.reasons[:], outcome.trials[:] = reasons, trials
+                self.reference.work_on_host()
+                outcome.note("judge_memory", "the trials' work did not fit on the device beside the sandbox "
+                             f"({exc}); they were made again on the host", severity="info")
 
     def _base_seed(self) -> int:
         """The first trial's seed: the configured one; else, with reuse_inputs, one secret seed per

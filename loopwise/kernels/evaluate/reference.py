@@ -193,6 +193,13 @@ class Reference:
             self._work = work
         return self._work
 
+    def work_on_host(self) -> None:
+        """From now on a trial works where what outlives it is held (the host): working on the
+        device ran out of its memory. The judge's cached device memory goes back to the driver."""
+        self._work = self.hold
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
+
     def held(self, value):
         """``value`` (tensors, lists, dicts, a :class:`StressDraw`) where what outlives a trial is kept."""
         return moved(value, self.hold)

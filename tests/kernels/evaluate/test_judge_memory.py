@@ -243,3 +243,70 @@ def test_running_out_of_memory_for_the_float64_inputs_leaves_the_default_dtype_a
     out64 = ref.run64(args)
     assert torch.get_default_dtype() == torch.float32
     assert out64[0].dtype == torch.float64 and ref._where64 == "cpu"
+
+
+class _OutOfMemorySandbox:
+    def request(self, op: str, payload: dict, timeout: float) -> dict:
+        from loopwise.kernels.evaluate.pool import SandboxFailure
+
+        raise SandboxFailure("oom", "out_of_memory", "CUDA out of memory. Tried to allocate 6.00 GiB")
+
+
+@pytest.mark.parametrize("where", ["judge", "sandbox"])
+def test_running_out_of_device_memory_while_working_beside_a_host_hold_asks_for_the_trials_again(
+        tmp_path, monkeypatch, where):
+    """Out of device memory in the judge (its reference run) or in the sandbox, while a problem held
+    on the host works on the device: the trials are to be made again (WorkDidNotFit), not a
+    verdict on the candidate. With the work where the hold is, the failure is what it was."""
+    from loopwise.kernels.evaluate.correctness import WorkDidNotFit
+    from loopwise.kernels.evaluate.pool import SandboxFailure
+
+    def runner(work: str) -> TrialRunner:
+        ref = Reference(_module(), "cpu", SOURCE)
+        ref._hold, ref._work = "cpu", work
+        if where == "judge":
+            def no_room(seed):
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+
+            monkeypatch.setattr(ref, "outputs", no_room)
+            box = InProcessSandbox(ref, str(tmp_path))
+        else:  # (the reference's outputs made here: no device to work on in this test)
+            monkeypatch.setattr(ref, "outputs", lambda seed: ([ref.draw(seed)[0] * 2.0 + 1.0], {}))
+            box = _OutOfMemorySandbox()
+        return TrialRunner(ref, box, EvalConfig(correct_trials=3, stress_trials=1, seed=3), base_seed=3)
+
+    with pytest.raises(WorkDidNotFit, match="out of memory"):
+        runner("cuda:0").run()
+    with pytest.raises(torch.cuda.OutOfMemoryError if where == "judge" else SandboxFailure):
+        runner("cpu").run()
+
+
+def test_the_judge_makes_the_trials_again_on_the_host_when_their_work_did_not_fit(monkeypatch):
+    """What the failed attempt found is dropped (its trials and reasons), what came before is kept,
+    the reference works on the host from then on, and a note says why the trials ran twice."""
+    from loopwise.kernels.evaluate import judge as judge_mod
+    from loopwise.kernels.evaluate.correctness import Outcome, WorkDidNotFit
+
+    attempts = []
+
+    class Runner:
+        def __init__(self, ref, box, cfg, base):
+            self.ref = ref
+
+        def run(self):
+            attempts.append(self.ref.work)
+            self.outcome.note("wrong_output", "found by the failed attempt")
+            if self.ref.work != self.ref.hold:
+                raise WorkDidNotFit("CUDA out of memory")
+            return self.outcome
+
+    monkeypatch.setattr(judge_mod, "TrialRunner", Runner)
+    ref = Reference(_module(), "cpu", SOURCE)
+    ref._hold, ref._work = "cpu", "cuda:0"
+    fake = types.SimpleNamespace(reference=ref, cfg=EvalConfig(), transfer=None)
+    outcome = Outcome()
+    outcome.note("static_note", "from before the trials", severity="info")
+    judge_mod.LocalJudge._trials(fake, None, 3, outcome)
+    assert attempts == ["cuda:0", "cpu"] and ref.work == "cpu"
+    codes = [r.code for r in outcome.reasons]
+    assert codes[0] == "static_note" and codes.count("wrong_output") == 1 and "judge_memory" in codes
