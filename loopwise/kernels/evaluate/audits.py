@@ -58,13 +58,14 @@ def check_timed_outputs(reference, cfg: EvalConfig, reply: dict, seeds: list[int
 
 
 def own_launches(box: Sandbox, args: list, outcome: Outcome, cfg: EvalConfig, transfer,
-                 written: list[int] = ()) -> None:
+                 written: list[int] = (), make_room: bool = False) -> None:
     """One forward call must launch the candidate's own kernels, and its outputs must depend on them;
-    the inputs at ``written`` (those the reference writes in place) count as outputs."""
+    the inputs at ``written`` (those the reference writes in place) count as outputs. With
+    ``make_room`` (a problem whose tensors take GBs) the sandbox lets its timing sets go first."""
     from loopwise.kernels.evaluate.launches import is_library_kernel
 
-    reply = box.request("launches", {"inputs": for_sandbox(args, transfer), "written": list(written)},
-                        cfg.run_timeout_s)
+    reply = box.request("launches", {"inputs": for_sandbox(args, transfer), "written": list(written),
+                                     "make_room": make_room}, cfg.run_timeout_s)
     if sum(reply["launches"].values()):
         if reply.get("contributes") is False:
             outcome.reject("decoy_kernel", f"the candidate's own kernels ran ({reply.get('flow_launches')} "

@@ -391,7 +391,8 @@ class LocalJudge:
             check_timed_outputs(self.reference, self.cfg, reply, seeds, outcome, known)
         if not outcome.rejected and self.cfg.require_custom_kernel:
             with phase(ev, "launches"):
-                own_launches(box, sets[0], outcome, self.cfg, self.transfer, sorted(runner.written_inputs))
+                own_launches(box, sets[0], outcome, self.cfg, self.transfer, sorted(runner.written_inputs),
+                             make_room=self.reference.crowded())
         if outcome.rejected:
             return
         ref = self.reference_timing()

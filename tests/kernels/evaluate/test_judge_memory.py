@@ -310,3 +310,17 @@ def test_the_judge_makes_the_trials_again_on_the_host_when_their_work_did_not_fi
     assert attempts == ["cuda:0", "cpu"] and ref.work == "cpu"
     codes = [r.code for r in outcome.reasons]
     assert codes[0] == "static_note" and codes.count("wrong_output") == 1 and "judge_memory" in codes
+
+
+def test_counting_launches_of_a_large_problem_lets_the_timing_sets_go_first(tmp_path):
+    """After the timed calls, the launch count of a problem whose tensors take GBs (``make_room``)
+    drops the staged timing sets (the later probes call the staged buffers, which stay); a small
+    problem's request keeps them."""
+    ref = Reference(_module(), "cpu", SOURCE)
+    box = InProcessSandbox(ref, str(tmp_path))
+    sets = [ref.draw(0), ref.draw(1)]
+    for make_room, left in ((False, 2), (True, 0)):
+        box.request("stage", {"sets": sets}, 60)
+        reply = box.request("launches", {"inputs": sets[0], "written": [], "make_room": make_room}, 60)
+        assert "launches" in reply
+        assert len(box.session.staged["sets"]) == left and box.session.staged["bufs"][0].shape == (ROWS, COLS)
