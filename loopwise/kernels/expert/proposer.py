@@ -183,11 +183,13 @@ class ExpertProposer(Proposer):
         base = current or self._defaults(kinds[0])
         suggested = suggested_moves(request.findings, base["template"], base)
         wanted = self._next_moves(kinds, current, request.n, suggested)
+        # From the reference, the first note says why there is no compiler seed, so the run records it.
+        unseeded = f" (no compiler seed: {self.seed_reason})" if current is None and self.seed_reason else ""
         out = []
-        for moves in wanted:
+        for i, moves in enumerate(wanted):
             source = self._render(moves)
             self._moves_of[source] = moves
-            note = self._note(current, moves)
+            note = self._note(current, moves) + (unseeded if i == 0 else "")
             if moves["template"] == "inductor" and moves.get("gemm"):  # what the move did, call by call
                 note += f" ({self._gemm_summary()})"
             out.append(Proposal(content=source, origin="expert", note=note))

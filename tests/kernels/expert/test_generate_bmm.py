@@ -20,17 +20,15 @@ def test_bmm_with_odd_sizes_is_judged_correct(tmp_path, monkeypatch):
     # attention-style scores: 4-D operands, B's last two dimensions swapped
     ("return torch.matmul(A, B.transpose(-1, -2))", "[torch.randn(2, 3, M, K), torch.randn(2, 3, N, K)]",
      {"batch": 6, "trans_a": False, "trans_b": True, "shared_b": False}),
-    # a batch of rows times one shared weight
-    ("return A @ B", "[torch.randn(BATCH, M, K), torch.randn(K, N)]",
-     {"batch": 3, "shared_a": False, "shared_b": True}),
+    # a batch of transposed matrices times one shared weight (read as it is, a batch of rows times a
+    # matrix is the 2-D matmul kind: test_generate_matmul_rows.py)
+    ("return A.mT @ B", "[torch.randn(BATCH, K, M), torch.randn(K, N)]",
+     {"batch": 3, "trans_a": True, "shared_a": False, "shared_b": True}),
     # one 2-D A shared by the batch, transposed through torch.transpose
     ("return torch.matmul(torch.transpose(A, 0, 1), B)", "[torch.randn(K, M), torch.randn(BATCH, K, N)]",
      {"batch": 3, "trans_a": True, "shared_a": True, "shared_b": False}),
     ("return torch.matmul(A.mT, B)", "[torch.randn(BATCH, K, M), torch.randn(BATCH, K, N)]",
      {"batch": 3, "trans_a": True}),
-    # an einsum over a 4-D A's leading letters times one matrix (KernelBench L1/11), B read transposed
-    ('return torch.einsum("bijl,kl->bijk", A, B)', "[torch.randn(2, BATCH, M, K), torch.randn(N, K)]",
-     {"batch": 6, "trans_b": True, "shared_a": False, "shared_b": True}),
 ])
 def test_batched_products_in_other_spellings_are_judged_correct(tmp_path, monkeypatch, forward, inputs, params):
     """4-D operands, a 2-D operand shared by the batch, a transpose on either side: captured as

@@ -1,4 +1,5 @@
-"""The matrix-product detector: a forward that is one product of its two 2-D inputs."""
+"""The matrix-product detectors: a forward that is one product of two matrices (or of a tensor's
+rows by a matrix), or one batch of products."""
 
 from __future__ import annotations
 
@@ -19,13 +20,21 @@ def detect_matmul(gm, model, args) -> Pattern | None:
     """A model whose forward is one matrix product of its two 2-D inputs, both float32, both
     bfloat16 or both float16, either of them possibly transposed (``A @ B``,
     ``torch.matmul(A, B.T)``, ``torch.mm(A.t(), B)``), possibly kept to one side of a diagonal
-    (``torch.triu(A @ B)``, ``(A @ B).tril(-1)``: params ``triangle`` upper or lower and ``diagonal``)."""
+    (``torch.triu(A @ B)``, ``(A @ B).tril(-1)``: params ``triangle`` upper or lower and ``diagonal``).
+
+    The first input may have more than two dimensions where the second is a matrix, A is read as
+    it is and no triangle is kept (``A @ B``, ``torch.matmul(A, B.T)``,
+    ``torch.einsum("bijl,lk->bijk", A, B)``): a product of A's rows, each its last dimension long,
+    by B, as torch.matmul computes it. A's leading dimensions become M rows (param ``lead``: their
+    extents; ``m`` their product), so the 2-D product's variants apply to it, not a batched one."""
+    import math
     import operator
 
     import torch
 
-    if len(args) != 2 or not all(isinstance(a, torch.Tensor) and a.dim() == 2 for a in args):
+    if len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args) or args[0].dim() < 2 or args[1].dim() != 2:
         return None
+    lead = tuple(int(extent) for extent in args[0].shape[:-1]) if args[0].dim() > 2 else None
     dtype = str(args[0].dtype).removeprefix("torch.")
     if args[1].dtype != args[0].dtype or dtype not in MATMUL_DTYPES:
         return None
@@ -55,14 +64,20 @@ def detect_matmul(gm, model, args) -> Pattern | None:
     operands = [(placeholders.index(source), flipped) for source, flipped in sides]
     if [i for i, _ in operands] != [0, 1]:
         return None
-    (m, k) = args[0].shape[::-1] if operands[0][1] else args[0].shape
+    if lead is not None and (operands[0][1] or triangle is not None):
+        return None  # rows that are not A's own, or a triangle of each trailing matrix: a batched product's
+    if lead is not None:
+        (m, k) = (math.prod(lead), args[0].shape[-1])
+    else:
+        (m, k) = args[0].shape[::-1] if operands[0][1] else args[0].shape
     (k2, n) = args[1].shape[::-1] if operands[1][1] else args[1].shape
     if k != k2:
         return None
     kept = (("triangle", _triangle(triangle, product)[0]), ("diagonal", _triangle(triangle, product)[1])) if triangle else ()
     return Pattern("matmul", inputs=2, ops=("matmul", *([_triangle(triangle, product)[2]] if triangle else [])),
                    params=(("trans_a", operands[0][1]), ("trans_b", operands[1][1]),
-                           ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype), *kept))
+                           ("m", int(m)), ("n", int(n)), ("k", int(k)), ("dtype", dtype), *kept,
+                           *((("lead", lead),) if lead is not None else ())))
 
 
 def _triangle(node, product):
@@ -92,7 +107,9 @@ def detect_batched_matmul(gm, model, args) -> Pattern | None:
     operand's last two dimensions possibly swapped (``.transpose(-1, -2)``, ``.mT``). Both operands
     carry the same batch dimensions, or one of them is 2-D and shared by every batch entry
     (``x @ W`` for a batch of ``x``); batch dimensions that broadcast against each other otherwise
-    are not covered. Plain 2-D products of two inputs are :func:`detect_matmul`'s."""
+    are not covered. Plain 2-D products of two inputs are :func:`detect_matmul`'s, and so are
+    products of the first input's rows by the second, a matrix (``A @ B`` for a batch of A read as
+    it is: one product of M rows)."""
     import functools
     import operator
 
