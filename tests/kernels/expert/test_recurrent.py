@@ -1,6 +1,7 @@
 """Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) as Triton kernels: the ``recurrent`` template for a
-forward that is the module and what selects from its results (KernelBench L3/36-42), and the
-recurrent part of a partitioned forward; judged against PyTorch in Triton's interpreter at small
+forward that is the module and what selects from its results (KernelBench L3/36, 37, 39-42), and the
+recurrent part of a partitioned forward (L3/38, whose Linear on the last step the GEMM plan takes
+beside cuDNN's recurrence); judged against PyTorch in Triton's interpreter at small
 sizes, with the configurations the kernels do not compute refused with their reason."""
 
 import pytest
@@ -57,11 +58,10 @@ def kernelbench_copy(tmp_path, name):
     return recurrent_problem(tmp_path, name, module, options, state, forward)
 
 
-@pytest.mark.parametrize("name", list(KERNELBENCH))
+@pytest.mark.parametrize("name", [name for name in KERNELBENCH if name != "38_LSTMBidirectional"])
 def test_kernelbench_recurrent_problems_get_the_recurrent_template(tmp_path, name):
-    """Each of L3/36-42 is the recurrent template: the module's options read off it, the Linear
-    on the last step (L3/38) left in PyTorch as written, the one L3/36 and 37 drop (their output
-    does not read it) gone from the forward."""
+    """Each of L3/36, 37, 39-42 is the recurrent template: the module's options read off it, the
+    Linear L3/36 and 37 compute and never return gone from the forward."""
     module, options, _, _ = KERNELBENCH[name]
     pattern = capture(load_problem(str(kernelbench_copy(tmp_path, name))))
     assert pattern.kind == "recurrent" and variants(pattern) == ["recurrent"], pattern.reason
@@ -69,8 +69,7 @@ def test_kernelbench_recurrent_problems_get_the_recurrent_template(tmp_path, nam
     assert (op.mode, op.layers, op.hidden, op.directions, op.batch_first, op.bias, op.state) == (
         module, 2, 12, 2 if "bidirectional" in options else 1, "batch_first" in options, True, True)
     source = render(pattern)
-    assert "rnn_0_step_kernel[" in source and "rnn_0_proj_kernel[" in source
-    assert ("self.fc(" in source) == (name == "38_LSTMBidirectional")
+    assert "rnn_0_step_kernel[" in source and "rnn_0_proj_kernel[" in source and "self.fc(" not in source
     assert ExpertProposer._parse_moves(source) == {"template": "recurrent", "block": 128, "warps": 8, "chunk": 32}
 
 
@@ -94,11 +93,24 @@ def test_tiles_past_shared_memory_are_never_proposed(tmp_path):
         assert moves["template"] == "recurrent" and fits(pattern, moves), moves
 
 
-def test_an_lstm_with_a_linear_on_the_last_step_is_judged_correct(tmp_path, monkeypatch):
-    """L3/38's shape (bidirectional, batch first, the state given, a Linear on the last step) with
-    hidden units walked in blocks of 16 and W_hh's columns in chunks of 16 (hidden 12 + 12 masked)."""
+def test_an_lstm_with_a_linear_on_the_last_step_has_cudnns_recurrence_beside_ours(tmp_path):
+    """L3/38 (bidirectional, batch first, the state given, a Linear on the last step) is partitioned:
+    the norm plan makes the LSTM our kernels and leaves the Linear to PyTorch; the GEMM plan makes
+    the Linear our GEMM and leaves the LSTM to cuDNN, so the search measures both."""
+    pattern = capture(load_problem(str(kernelbench_copy(tmp_path, "38_LSTMBidirectional"))))
+    assert pattern.kind == "graph" and variants(pattern) == ["graph_norm", "graph_linear"], pattern.reason
+    chosen = plan(pattern, "graph_norm")
+    (part,) = [n for n in chosen["norms"] if n.kind == "recurrent"]
+    assert part.recurrent.mode == "LSTM" and part.recurrent.directions == 2 and "Linear" in chosen["pytorch"]
+    chosen = plan(pattern, "graph_linear")
+    assert "LSTM" in chosen["pytorch"] and [g.ops for g in chosen["gemms"]] == [("linear",)]
+
+
+@pytest.mark.slow
+def test_an_lstm_with_a_linear_on_the_last_step_is_judged_correct_in_both_plans(tmp_path, monkeypatch):
     path = kernelbench_copy(tmp_path, "38_LSTMBidirectional")
-    judged_correct(path, {"template": "recurrent", "block": 16, "chunk": 16, "warps": 2}, tmp_path, monkeypatch)
+    judged_correct(path, {"template": "graph_norm"}, tmp_path, monkeypatch)
+    judged_correct(path, {"template": "graph_linear", "tile": 64, "chunk": 16}, tmp_path, monkeypatch)
 
 
 SLOW_CASES = {  # recurrent_problem's arguments after the name
