@@ -23,15 +23,15 @@ TIMER_PREFIXES = ("time.", "Event.", "torch.cuda.synchronize", "torch.cuda.Event
 # Trials whose draws (and reference outputs) stay held until the evaluation ends: the first stress
 # trials and the timing reuse them. Any other trial's go when it ends, however many trials there are.
 KEPT_TRIALS = 2
+# What a sandbox's trial reply carries as tensors (the candidate's outputs, repeats, and the values
+# it left in the inputs it wrote): received at once, where a trial works (Reference.work).
+REPLY_TENSORS = ("outputs", "repeat_outputs", "refill_outputs", "mutated_values")
 
 
 class WorkDidNotFit(Exception):
     """A trial of a problem held on the host, working on the device (:attr:`Reference.work`), ran
     out of device memory, in the judge or in the sandbox beside it: the trials are to be made again
     with their work on the host."""
-# What a sandbox's trial reply carries as tensors (the candidate's outputs, repeats, and the values
-# it left in the inputs it wrote): received at once, where the judge holds outputs.
-REPLY_TENSORS = ("outputs", "repeat_outputs", "refill_outputs", "mutated_values")
 
 
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
