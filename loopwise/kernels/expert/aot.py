@@ -16,7 +16,7 @@ def _pointer_types() -> dict:
     """Triton's pointer type for each torch dtype a launch passes a tensor of."""
     import torch
 
-    return {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
+    return {torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
             torch.int64: "*i64", torch.uint8: "*u8"}
 
 

@@ -15,7 +15,7 @@ from loopwise.kernels.expert.partition.records import RecurrentOp
 from loopwise.kernels.expert.pattern import Pattern
 
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
-                 "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0},
+                 "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0, "scan64": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
@@ -25,7 +25,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "matmul": {"block": 128, "warps": 8, "chunk": 32, "split": 1, "kmajor": 0},
                  "bmm": {"block": 128, "warps": 8, "chunk": 32}, "topk": {"block": 1024, "warps": 4}, "linear": {"block": 128, "warps": 8, "chunk": 32},
                  "linear_cublas": {"block": 1024, "warps": 4},
-                 "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4},
+                 "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4, "scan64": 0},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "recurrent": {"block": 128, "warps": 8, "chunk": 32},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
@@ -129,6 +129,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     epilogues as Triton passes, because the Triton TF32 GEMMs were slower than cuBLAS's on every
     GEMM-bound problem measured; the Triton GEMMs stay a move away.
 
+    Scans accumulate in float64 by default where :func:`wide_scans_pay` says so (``scan64``).
+
     A partitioned forward of :data:`LAUNCH_HEAVY` or more launches replays from a CUDA graph by
     default (``cudagraph``): with hundreds of launches the host sets the pace and the graph made
     the plan much faster, while on forwards of a few launches over large tensors it cost speed
@@ -150,11 +152,44 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
         moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
     if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
         moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones were slower (see the docstring)
+    if "scan64" in moves:
+        moves["scan64"] = int(wide_scans_pay(pattern, kind, precision))
     if kind == "topk":  # a whole line in one chunk up to 4096 entries (a chunk costs k selections)
         moves["block"] = min(max(1 << (dict(pattern.params)["size"] - 1).bit_length(), 256), 4096)
     if kind == "cross_entropy":  # a whole row in one block (read once) up to 8192 classes
         moves["block"] = min(max(1 << (dict(pattern.params)["classes"] - 1).bit_length(), 512), 8192)
     return moves
+
+
+# The longest line a rounding scan accumulates in fp32 by default (see wide_scans_pay).
+FP32_SCAN_LENGTH = 8
+
+
+def rounding_scan_lengths(pattern: Pattern, kind: str) -> list[int]:
+    """The entries per line of each scan whose steps round (cumsum, cumprod, logcumsumexp) that
+    ``kind`` writes for ``pattern`` as a kernel of ours: the scan template's one, a partitioned
+    forward's row parts; empty where there is none."""
+    if kind == "scan" and pattern.kind == "scan":
+        return [dict(pattern.params)["length"]]
+    if pattern.kind != "graph" or kind not in kinds(pattern):
+        return []
+    return [n.row.length for n in plan(pattern, kind)["norms"] if n.kind == "row" and n.row.rounds]
+
+
+def wide_scans_pay(pattern: Pattern, kind: str, precision: str = "fp32") -> bool:
+    """The ``scan64`` move's default: whether ``kind``'s scans that round (cumsum, cumprod,
+    logcumsumexp) accumulate in float64 (their carries and partial totals too; each output is
+    rounded to fp32 once, as PyTorch's CPU scans do), rather than in fp32.
+
+    The rule: under the fp32 policy, where some such scan's line is longer than
+    :data:`FP32_SCAN_LENGTH` entries. An fp32 running sum or product over n entries can be off
+    by about n - 1 roundings, and each later step adds the earlier ones' errors; the judge allows
+    a float64-bounded fp32 output ``fp32_error_factor`` (8) times the error of a reference that
+    rounds once, so past that many entries the fp32 scan alone can spend the allowance (more
+    where the forward magnifies it, as exp of a cumsum does). Shorter lines, and the relaxed
+    policy (allclose at its tolerance), keep fp32's cheaper registers and shuffles. The other
+    setting stays a move away; :func:`fits` offers ``scan64`` only where such a scan exists."""
+    return precision != "relaxed" and any(n > FP32_SCAN_LENGTH for n in rounding_scan_lengths(pattern, kind))
 
 
 # A partitioned forward's recurrent parts: the recurrent template's default tiles (its own
@@ -248,7 +283,7 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     step and its fp32 partials (split x M x N) stay within 1 GiB (3xTF32's also only where its
     programs stay within two waves of about two per SM); K-major copies only of an fp32
     product's M- or N-major operands; NHWC reads only where a convolution has the channels for
-    them; attention tiles (queries, and keys and values per pipeline stage) within shared memory, and
+    them; float64 scans only where a scan rounds; attention tiles (queries, and keys and values per pipeline stage) within shared memory, and
     a recurrent kernel's tiles too (:func:`recurrent_fits`)."""
     if moves.get("template", pattern.kind) == "recurrent":
         tiles = {**DEFAULT_MOVES["recurrent"], **moves}
@@ -266,6 +301,8 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     if moves.get("cublas") and any(moves.get(k, v) != v for k, v in _TRITON_GEMM_DEFAULTS.items()) \
             and not _activation_products(pattern, moves.get("template", pattern.kind)):
         return False  # the Triton GEMM's knobs do nothing with cuBLAS's GEMMs: one point, not a dozen alike
+    if moves.get("scan64") and not rounding_scan_lengths(pattern, moves.get("template", pattern.kind)):
+        return False  # no scan that rounds: float64 accumulation changes nothing
     if moves.get("channels_last") and not _channels_last_layout(pattern):
         return False  # a layout for the convolution before the tail: without one, nothing to lay out
     if moves.get("kmajor") and (moves.get("template", pattern.kind) != "matmul"
@@ -408,7 +445,8 @@ def _note_and_values(kind: str, pattern: Pattern, params: dict, precision: str =
         ", kmajor 1" if params.get("kmajor") else "") + (
         f", tile {params['tile']}, {params['gemm_warps']} gemm warps" if "tile" in params else "") + (
         ", cuda graph" if params.get("cudagraph") else "") + (", channels last" if params.get("channels_last") else "") + (
-        ", nhwc" if params.get("nhwc") else "") + (", cublas" if params.get("cublas") else ""), {}
+        ", nhwc" if params.get("nhwc") else "") + (", cublas" if params.get("cublas") else "") + (
+        ", float64 scans" if params.get("scan64") else ""), {}
 
 
 def attribute(path: str) -> str:

@@ -40,7 +40,9 @@ SPACE = {
     # (cudagraph: the whole forward replayed from a CUDA graph, for launch-bound ones)
     "graph": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
     # and each GroupNorm as Triton passes, the elementwise work only it reads as their prologue
-    "graph_norm": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1]},
+    # (scan64: its cumsums, cumprods and logcumsumexps accumulate in float64, generate.wide_scans_pay)
+    "graph_norm": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "cudagraph": [0, 1],
+                   "scan64": [0, 1]},
     # and the Linears' GEMMs: tile = BM = BN, chunk = BK, their own warps
     # (cublas: the Linears in cuBLAS, TF32 under relaxed, their epilogues one Triton pass each)
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
@@ -69,7 +71,7 @@ SPACE = {
     "linear_cublas": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8]},
     # block: inner columns per program; chunk: reduced rows per step (x16 elements for a last-dim row)
     "reduce": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [8, 16, 32, 64]},
-    "scan": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8, 16]},
+    "scan": {"block": [256, 512, 1024, 2048, 4096], "warps": [2, 4, 8, 16], "scan64": [0, 1]},
     # block: a line's entries per chunk (each chunk costs k selections over it); warps per line
     "topk": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [1, 2, 4, 8]},
     # block: inner columns per program; chunk: reduced rows per step (x64 elements for a last-dim row)
@@ -305,7 +307,8 @@ class ExpertProposer(Proposer):
                 moves.setdefault("split", 1)
             return moves if set(moves) == {"template", *SPACE[kind]} else None
         found = re.search(r"block (\d+), (\d+) warps(?:, chunk (\d+))?(?:, split (\d+))?(?:, kmajor (\d+))?"
-                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?(, cublas)?", source or "")
+                          r"(?:, tile (\d+), (\d+) gemm warps)?(, cuda graph)?(, channels last)?(, nhwc)?(, cublas)?(, float64 scans)?",
+                          source or "")
         if not found:
             return None
         moves = {"block": int(found.group(1)), "warps": int(found.group(2))}
@@ -324,6 +327,8 @@ class ExpertProposer(Proposer):
             moves["nhwc"] = int(bool(found.group(10)))
         if kind and "cublas" in SPACE[kind]:  # and cuBLAS's GEMMs only when it calls them
             moves["cublas"] = int(bool(found.group(11)))
+        if kind and "scan64" in SPACE[kind]:  # and float64 scans only when it accumulates so
+            moves["scan64"] = int(bool(found.group(12)))
         return ({"template": kind} if kind else {}) | moves
 
     @staticmethod

@@ -48,5 +48,5 @@ def detect_scan(gm, model, args) -> Pattern | None:
     op = op_name(scan)
     return Pattern("scan", inputs=len(args), ops=(op,),
                    params=(("op", op), ("dim", dim), ("reverse", reverse), ("masked", masked),
-                           ("neutral", "0.0" if op == "cumsum" else "1.0")))
+                           ("neutral", "0.0" if op == "cumsum" else "1.0"), ("length", int(x.shape[dim]))))
 

@@ -30,6 +30,8 @@ class Group:
 
 
 SCANS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin")  # the row operations whose output is a scan
+# the scans whose steps round (a running maximum or minimum is exact in any precision)
+ROUNDING_SCANS = ("cumsum", "cumprod", "logcumsumexp")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class RowOp:
     # innermost of them): the input's ``rank``, its kept positions the outer ones, no inner
     dims: tuple[int, ...] = ()
     rank: int = 0
+    length: int = 0  # a scan's entries per line at the captured shape (0 for the other operations)
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
     # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
     # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced
@@ -70,6 +73,11 @@ class RowOp:
     @property
     def scans(self) -> bool:
         return self.op in SCANS
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the operation is a scan whose steps round (a sum, a product, a log-sum-exp)."""
+        return self.op in ROUNDING_SCANS
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def _row_op(gm, node) -> RowOp | None:
         if set(call.kwargs) - {"dim"} or len(call.args) > 2 or not _constant_dim(dim, rank) \
                 or float_shape(node) != float_shape(src):
             return None
-        return RowOp(name, dim % rank, dim % rank, neutral=_SCANS[name])
+        return RowOp(name, dim % rank, dim % rank, neutral=_SCANS[name], length=int(float_shape(src)[dim % rank]))
     return None
 
 
