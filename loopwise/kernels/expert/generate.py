@@ -28,6 +28,10 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "reduce": {"block": 64, "warps": 4, "chunk": 32}, "scan": {"block": 1024, "warps": 4, "scan64": 0},
                  "norm": {"block": 64, "warps": 4, "chunk": 32}, "pool": {"block": 256, "warps": 4},
                  "recurrent": {"block": 128, "warps": 8, "chunk": 32},
+                 # one launch a time step: a program per 16 hidden units (the most programs a step), h read
+                 # 32 columns at a time on 2 warps (the widest slice whose sm_90a build kept 16 units' four
+                 # gates in registers without spilling)
+                 "recurrent_steps": {"block": 16, "warps": 2, "chunk": 32, "cudagraph": 0},
                  "conv2d": {"block": 128, "warps": 8, "chunk": 32, "nhwc": 0},
                  "conv3d": {"block": 128, "warps": 4, "chunk": 16},
                  "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
@@ -37,6 +41,7 @@ TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "bmm": "bmm.py.j2", "topk": "topk.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
              "scan": "scan_rows.py.j2", "norm": "norm_dim.py.j2", "recurrent": "recurrent.py.j2",
+             "recurrent_steps": "recurrent.py.j2",
              "pool": "pool.py.j2", "conv2d": "conv2d.py.j2", "conv3d": "conv3d.py.j2",
              "conv_transpose": "conv_transpose.py.j2", "separable_conv": "separable_conv.py.j2",
              "matmul_cutlass": "matmul_cutlass.py.j2", "matmul_3xtf32": "matmul_3xtf32.py.j2",
@@ -70,6 +75,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
     if pattern.kind == "layernorm":  # three reads of the input, or two with Welford's statistics
         return ["layernorm", "layernorm_welford"]
+    if pattern.kind == "recurrent":  # the time steps walked in one launch, or one launch per step
+        return ["recurrent", "recurrent_steps"]
     return [pattern.kind]
 
 
@@ -132,9 +139,11 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
     Scans accumulate in float64 by default where :func:`wide_scans_pay` says so (``scan64``).
 
     A partitioned forward of :data:`LAUNCH_HEAVY` or more launches replays from a CUDA graph by
-    default (``cudagraph``): with hundreds of launches the host sets the pace and the graph made
-    the plan much faster, while on forwards of a few launches over large tensors it cost speed
-    (the inputs and outputs are copied in and out); the other setting stays a move away.
+    default (``cudagraph``), and so does a recurrent module launched once per time step
+    (``recurrent_steps``, :func:`recurrent_launches`): with hundreds of launches the host sets the
+    pace and the graph made the plan much faster, while on forwards of a few launches over large
+    tensors it cost speed (the inputs and outputs are copied in and out); the other setting stays
+    a move away.
 
     The measurements behind these defaults: docs/log/expert-notes.md."""
     kind = kind or pattern.kind
@@ -150,6 +159,8 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
         moves["kmajor"] = int(p["dtype"] == "float32" and 0 < share <= _KMAJOR_SHARE)
     if "cudagraph" in moves and pattern.kind == "graph" and _launch_heavy(pattern, kind):
         moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
+    if kind == "recurrent_steps" and recurrent_launches(pattern, kind) >= LAUNCH_HEAVY:
+        moves["cudagraph"] = 1  # a launch per time step and layer: the same rule as a partitioned forward's
     if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
         moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones were slower (see the docstring)
     if "scan64" in moves:
@@ -195,6 +206,15 @@ def wide_scans_pay(pattern: Pattern, kind: str, precision: str = "fp32") -> bool
 # A partitioned forward's recurrent parts: the recurrent template's default tiles (its own
 # moves tune them), and the batch rows a program owns.
 RECURRENT_TILES = {**DEFAULT_MOVES["recurrent"], "rows": RecurrentOp.ROWS}
+
+
+def recurrent_launches(pattern: Pattern, kind: str) -> int:
+    """The kernel launches of one forward of the recurrent template ``kind`` on ``pattern``: per
+    layer the projections' GEMM, then the time steps' one launch (``recurrent``) or one launch a
+    time step (``recurrent_steps``)."""
+    p = dict(pattern.params)
+    return p["op"].layers * (1 + (p["steps"] if kind == "recurrent_steps" else 1))
+
 
 LAUNCH_HEAVY = 100  # launches per forward from which a partitioned plan replays a CUDA graph by default
 
@@ -285,9 +305,10 @@ def fits(pattern: Pattern, moves: dict) -> bool:
     product's M- or N-major operands; NHWC reads only where a convolution has the channels for
     them; float64 scans only where a scan rounds; attention tiles (queries, and keys and values per pipeline stage) within shared memory, and
     a recurrent kernel's tiles too (:func:`recurrent_fits`)."""
-    if moves.get("template", pattern.kind) == "recurrent":
-        tiles = {**DEFAULT_MOVES["recurrent"], **moves}
-        return recurrent_fits(dict(pattern.params)["op"], tiles["block"], tiles["chunk"])
+    if moves.get("template", pattern.kind) in ("recurrent", "recurrent_steps"):
+        kind = moves.get("template", pattern.kind)
+        tiles = {**DEFAULT_MOVES[kind], **moves}
+        return recurrent_fits(dict(pattern.params)["op"], tiles["block"], tiles["chunk"], kind == "recurrent_steps")
     if moves.get("template", pattern.kind) == "attention":
         sizes = attention_values(pattern, "fp32")
         width = 4 if dict(pattern.params)["dtype"] == "float32" else 2
@@ -325,15 +346,19 @@ def fits(pattern: Pattern, moves: dict) -> bool:
 _RECURRENT_SCRATCH_BYTES = 16 * 1024
 
 
-def recurrent_fits(op: RecurrentOp, block: int, chunk: int) -> bool:
+def recurrent_fits(op: RecurrentOp, block: int, chunk: int, per_step: bool = False) -> bool:
     """Whether the recurrent step kernel's tiles fit in shared memory: per step of its loop over W_hh's
     columns, h's (ROWS x chunk) and each gate's (chunk x block) fp32 tile, in two pipeline stages
     (what Triton allocated for it), both knobs narrowed to the hidden size as the launcher narrows
-    them (a block of 128 and a chunk of 64 over four gates do not fit)."""
+    them. Beside them the kernel that walks the steps (``per_step`` false) takes a fixed scratch
+    (a block of 128 and a chunk of 64 over four gates do not fit); the kernel of one step
+    (``recurrent_steps``) two more of h's tiles instead, which grow with the chunk (four gates of 64
+    hidden units by 128 columns do not fit, three gates' do)."""
     width = max(16, 1 << (op.hidden - 1).bit_length())
     block, chunk = min(block, width), min(chunk, width)
-    stage = 4 * (op.ROWS * chunk + op.gates * chunk * block)
-    return 2 * stage + _RECURRENT_SCRATCH_BYTES <= HOPPER_SHARED_BYTES
+    h_tile = 4 * op.ROWS * chunk
+    stage = h_tile + 4 * op.gates * chunk * block
+    return 2 * stage + (2 * h_tile if per_step else _RECURRENT_SCRATCH_BYTES) <= HOPPER_SHARED_BYTES
 
 
 _TRITON_GEMM_DEFAULTS = {k: DEFAULT_MOVES["graph_linear"][k] for k in ("tile", "chunk", "gemm_warps")}

@@ -80,6 +80,10 @@ SPACE = {
     # a recurrent module: block: hidden units per step of a time step (each gate's accumulator);
     # chunk: W_hh's columns (h's entries) per product
     "recurrent": {"block": [16, 32, 64, 128, 256], "warps": [2, 4, 8], "chunk": [16, 32, 64, 128]},
+    # the same module launched once per time step: block: hidden units per program (a step's
+    # programs: hidden / block per 16 batch rows and direction); cudagraph: the forward's launches
+    # replayed as one CUDA graph
+    "recurrent_steps": {"block": [16, 32, 64, 128], "warps": [2, 4, 8], "chunk": [16, 32, 64, 128], "cudagraph": [0, 1]},
     # block: output pixels = output channels per tile; chunk: (input channel, window) step; nhwc:
     # read the input NHWC (16 input channels or more)
     "conv2d": {"block": [32, 64, 128], "warps": [4, 8], "chunk": [16, 32], "nhwc": [0, 1]},
@@ -408,7 +412,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "row_softmax": ({"block": "down"},), "cross_entropy": ({"block": "down"},),
                          "reduce": ({"block": "down"},), "norm": ({"block": "down"},), "pool": ({"block": "down"},),
                          "scan": ({"block": "down"},), "topk": ({"block": "down"},),
-                         "recurrent": ({"block": "down"}, {"chunk": "down"}), "matmul_cutlass": ({"tile": "down"},),
+                         "recurrent": ({"block": "down"}, {"chunk": "down"}),
+                         "recurrent_steps": ({"chunk": "down"}, {"block": "down"}), "matmul_cutlass": ({"tile": "down"},),
                          "matmul_cutlass_tf32": ({"tile": "down"},), "bmm_cutlass": ({"tile": "down"},),
                          "bmm_cutlass_tf32": ({"tile": "down"},),
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
@@ -425,7 +430,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                              "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "matmul_1xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
-                             "attention": ({"chunk": "down"},), "recurrent": ({"chunk": "down"}, {"block": "down"})},
+                             "attention": ({"chunk": "down"},), "recurrent": ({"chunk": "down"}, {"block": "down"}),
+                             "recurrent_steps": ({"chunk": "down"}, {"block": "down"})},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
     "vectorize_loads": {"matmul": ({"kmajor": "up"},),
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
@@ -434,7 +440,8 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
     "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},), "matmul_1xtf32": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
     "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
-                        "graph_conv": ({"cudagraph": "up"},), "inductor": ({"cudagraph": "up"},)},
+                        "graph_conv": ({"cudagraph": "up"},), "inductor": ({"cudagraph": "up"},),
+                        "recurrent_steps": ({"cudagraph": "up"},)},
 }
 
 

@@ -1,8 +1,10 @@
 """Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) as Triton kernels: the ``recurrent`` template for a
-forward that is the module and what selects from its results (KernelBench L3/36, 37, 39-42), and the
-recurrent part of a partitioned forward (L3/38, whose Linear on the last step the GEMM plan takes
-beside cuDNN's recurrence); judged against PyTorch in Triton's interpreter at small
-sizes, with the configurations the kernels do not compute refused with their reason."""
+forward that is the module and what selects from its results (KernelBench L3/36, 37, 39-42), in two
+variants (the time steps walked inside one launch, or one launch per time step spread over the
+hidden units: ``recurrent_steps``), and the recurrent part of a partitioned forward (L3/38, whose
+Linear on the last step the GEMM plan takes beside cuDNN's recurrence); judged against PyTorch in
+Triton's interpreter at small sizes, with the configurations the kernels do not compute refused
+with their reason."""
 
 import pytest
 
@@ -64,7 +66,7 @@ def test_kernelbench_recurrent_problems_get_the_recurrent_template(tmp_path, nam
     Linear L3/36 and 37 compute and never return gone from the forward."""
     module, options, _, _ = KERNELBENCH[name]
     pattern = capture(load_problem(str(kernelbench_copy(tmp_path, name))))
-    assert pattern.kind == "recurrent" and variants(pattern) == ["recurrent"], pattern.reason
+    assert pattern.kind == "recurrent" and variants(pattern) == ["recurrent", "recurrent_steps"], pattern.reason
     op = dict(pattern.params)["op"]
     assert (op.mode, op.layers, op.hidden, op.directions, op.batch_first, op.bias, op.state) == (
         module, 2, 12, 2 if "bidirectional" in options else 1, "batch_first" in options, True, True)
@@ -75,22 +77,82 @@ def test_kernelbench_recurrent_problems_get_the_recurrent_template(tmp_path, nam
 
 def test_tiles_past_shared_memory_are_never_proposed(tmp_path):
     """Four gates' W_hh tiles of 128 hidden units by 64 columns, in two pipeline stages, are more
-    than an H100 block's shared memory: the search neither proposes them for an LSTM of hidden 256
-    nor leaves out a GRU of hidden 12, where the launcher narrows both to 16."""
+    than an H100 block's shared memory (and, launched once a step, of 64 by 128): the search
+    neither proposes them for an LSTM of hidden 256 nor leaves out a GRU of hidden 12, where the
+    launcher narrows both to 16."""
     from loopwise.core.propose import ProposalRequest
 
     wide = recurrent_problem(tmp_path, "wide", hidden=256)
     pattern = capture(load_problem(str(wide)))
     assert not fits(pattern, {"template": "recurrent", "block": 128, "chunk": 64, "warps": 8})
     assert fits(pattern, {"template": "recurrent", "block": 256, "chunk": 16, "warps": 8})
+    assert not fits(pattern, {"template": "recurrent_steps", "block": 64, "chunk": 128})
+    assert fits(pattern, {"template": "recurrent_steps", "block": 128, "chunk": 32})
     narrow = capture(load_problem(str(kernelbench_copy(tmp_path, "39_GRU"))))
     assert fits(narrow, {"template": "recurrent", "block": 256, "chunk": 128, "warps": 8})
+    assert fits(narrow, {"template": "recurrent_steps", "block": 128, "chunk": 128})
     expert = ExpertProposer(load_problem(str(wide)))
     proposals = expert.propose(ProposalRequest(task="", n=12))
     assert len(proposals) == 12
     for proposal in proposals:
         moves = ExpertProposer._parse_moves(proposal.content)
-        assert moves["template"] == "recurrent" and fits(pattern, moves), moves
+        assert moves["template"] in ("recurrent", "recurrent_steps") and fits(pattern, moves), moves
+
+
+def kernelbench_sized(tmp_path, name="36_LSTMHn"):
+    """KernelBench's L3/36-42 at their own sizes: batch 10, sequence 512, input 128, hidden 256, 6 layers."""
+    module, options, state, forward = KERNELBENCH[name]
+    return recurrent_problem(tmp_path, name, module, options, state, forward, batch=10, steps=512, features=128,
+                             hidden=256, layers=6)
+
+
+def step_launches(source, problem) -> list:
+    """[(grid, step)] of each launch of ``source``'s step kernel on ``problem``'s inputs, run on the
+    meta device (real sizes cost no memory, the kernels do not run); ``step`` is None where the
+    kernel walks the steps itself."""
+    import inspect
+    import tempfile
+
+    import torch
+
+    from loopwise.kernels.evaluate.sandbox import _import_candidate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        module = _import_candidate(source, tmp)
+    reference, seen = problem.load_module(), []
+    kernel = type(module.rnn_0_step_kernel)  # compiled or interpreted (TRITON_INTERPRET), as the import made it
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if self.fn.__name__ == "rnn_0_step_kernel":
+            named = inspect.signature(self.fn).bind_partial(*args).arguments
+            seen.append((tuple(grid), named.get("step")))
+
+    original, kernel.run = kernel.run, run
+    try:
+        with torch.device("meta"):
+            module.ModelNew(*reference.get_init_inputs())(*reference.get_inputs())
+    finally:
+        kernel.run = original
+    return seen
+
+
+def test_an_l3_36_sized_lstm_is_proposed_with_each_time_step_spread_over_programs(tmp_path):
+    """At L3/36's sizes the step kernel that walks the time steps is one program per layer (10 batch
+    rows, one direction): the search's first proposals from the reference are that template and,
+    beside it, ``recurrent_steps``, which launches each time step over 16 programs of 16 hidden units
+    (hidden 256), replayed from a CUDA graph (6 x 513 launches); its note reads back as its moves."""
+    from loopwise.core.propose import ProposalRequest
+
+    problem = load_problem(str(kernelbench_sized(tmp_path)))
+    proposals = ExpertProposer(problem).propose(ProposalRequest(task="", n=2))
+    moves = [ExpertProposer._parse_moves(p.content) for p in proposals]
+    steps = {"template": "recurrent_steps", "block": 16, "warps": 2, "chunk": 32, "cudagraph": 1}
+    assert moves == [{"template": "recurrent", "block": 128, "warps": 8, "chunk": 32}, steps]
+    assert fits(capture(problem), steps)
+    walked = step_launches(proposals[0].content, problem)
+    assert walked == [((1, 1), None)] * 6
+    spread = step_launches(proposals[1].content, problem)
+    assert spread == [((16, 1, 1), step) for _ in range(6) for step in range(512)]
 
 
 def test_an_lstm_with_a_linear_on_the_last_step_has_cudnns_recurrence_beside_ours(tmp_path):
@@ -127,14 +189,38 @@ SLOW_CASES = {  # recurrent_problem's arguments after the name
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("template", ["recurrent", "recurrent_steps"])
 @pytest.mark.parametrize("name", list(SLOW_CASES))
-def test_recurrent_configurations_are_judged_correct(tmp_path, monkeypatch, name):
+def test_recurrent_configurations_are_judged_correct(tmp_path, monkeypatch, name, template):
     """LSTM, GRU and RNN (tanh, relu) in both layouts, one or two directions, with and without
-    biases and an initial state, each result (output, h_n, c_n); hidden 20 in two blocks of 16."""
-    path = recurrent_problem(tmp_path, name, **SLOW_CASES[name])
+    biases and an initial state, each result (output, h_n, c_n), in both variants; hidden 20 in
+    two blocks of 16 (the three-layer LSTM's, and every one launched per time step: two programs
+    a step, the second with 4 live hidden units)."""
+    given = dict(SLOW_CASES[name]) | ({"hidden": 20} if template == "recurrent_steps" else {})
+    path = recurrent_problem(tmp_path, name, **given)
     assert capture(load_problem(str(path))).kind == "recurrent"
-    moves = {"template": "recurrent", "block": 16, "chunk": 16, "warps": 4} if name.startswith("lstm_three") else {}
-    judged_correct(path, moves or {"template": "recurrent"}, tmp_path, monkeypatch)
+    two_blocks = name.startswith("lstm_three") or template == "recurrent_steps"
+    moves = {"block": 16, "chunk": 16, "warps": 4} if two_blocks else {}
+    judged_correct(path, {"template": template, **moves}, tmp_path, monkeypatch)
+
+
+def test_one_launch_per_time_step_is_judged_correct(tmp_path, monkeypatch):
+    """An RNN (tanh), batch first, launched once per time step: hidden 20 in two blocks of 16 (the
+    second with 4 live units), the output and h_n judged (both directions: the slow tier)."""
+    path = recurrent_problem(tmp_path, "rnn_steps", "RNN", "batch_first=True", "h0",
+                             "out, h = self.rnn(x, h0)\nreturn out, h", batch=3, steps=3, hidden=20, layers=1)
+    source = judged_correct(path, {"template": "recurrent_steps", "block": 16, "chunk": 16}, tmp_path, monkeypatch)
+    assert [grid for grid, _ in step_launches(source, load_problem(str(path)))] == [(2, 1, 1)] * 3
+
+
+@pytest.mark.slow
+def test_a_step_spread_over_three_blocks_is_judged_correct(tmp_path, monkeypatch):
+    """A bidirectional time-major GRU of two layers launched once per time step: hidden 40 in three
+    blocks of 16 (the last with 8 live units), the output and h_n judged."""
+    path = recurrent_problem(tmp_path, "gru_steps", "GRU", "bidirectional=True", "h0",
+                             "out, h = self.rnn(x, h0)\nreturn out, h", batch=3, steps=4, hidden=40)
+    source = judged_correct(path, {"template": "recurrent_steps", "block": 16, "chunk": 32}, tmp_path, monkeypatch)
+    assert [grid for grid, _ in step_launches(source, load_problem(str(path)))] == [(3, 1, 2)] * 8
 
 
 _FIFTY_STEPS = """
@@ -153,11 +239,12 @@ torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 """
 
 
-@pytest.mark.parametrize("module", ["LSTM", pytest.param("GRU", marks=pytest.mark.slow)])
-def test_fifty_steps_stay_within_the_judges_tolerance(tmp_path, module):
+@pytest.mark.parametrize("module,template", [("LSTM", "recurrent"), pytest.param("GRU", "recurrent", marks=pytest.mark.slow),
+                                             pytest.param("LSTM", "recurrent_steps", marks=pytest.mark.slow)])
+def test_fifty_steps_stay_within_the_judges_tolerance(tmp_path, module, template):
     """The recurrence's rounding accumulates over the steps: after 50 steps of two bidirectional
     layers the output and the final states (h_n, and c_n for an LSTM) still lie within atol = rtol
-    = 1e-4 of PyTorch's."""
+    = 1e-4 of PyTorch's, in both variants."""
     import os
     import subprocess
     import sys
@@ -165,7 +252,7 @@ def test_fifty_steps_stay_within_the_judges_tolerance(tmp_path, module):
     state = "(h0, c0)" if module == "LSTM" else "h0"
     path = recurrent_problem(tmp_path, "reference", module, "bidirectional=True", state,
                              f"out, state = self.rnn(x, {state})\nreturn out", batch=2, steps=50, hidden=20)
-    (tmp_path / "candidate.py").write_text(render(capture(load_problem(str(path)))))
+    (tmp_path / "candidate.py").write_text(render(capture(load_problem(str(path))), {"template": template}))
     run = subprocess.run([sys.executable, "-c", _FIFTY_STEPS, str(tmp_path)], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -239,4 +326,27 @@ def test_the_shared_memory_rule_agrees_with_the_compiled_step_kernel(tmp_path, m
     report = compile_for_hopper(source, problem, "rnn_0_step_kernel")
     admitted = recurrent_fits(dict(pattern.params)["op"], block, chunk)
     assert admitted == (module == "GRU")
+    assert (report["shared_bytes"] <= HOPPER_SHARED_BYTES) == admitted, report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module,block,chunk,admitted", [("GRU", 64, 128, True), ("LSTM", 64, 128, False),
+                                                         ("LSTM", 16, 32, True)])
+def test_the_shared_memory_rule_agrees_with_the_compiled_kernel_of_one_step(tmp_path, module, block, chunk, admitted):
+    """The rule for the kernel of one time step (recurrent_fits with per_step) against what it asks
+    of shared memory compiled for sm_90a at hidden 256: three gates' tiles of 64 hidden units by 128
+    columns fit (the nearest to the limit of those the rule admits), four gates' do not, and the
+    default (16 units by 32 columns) does."""
+    from loopwise.kernels.expert.aot import compile_for_hopper
+    from loopwise.kernels.expert.generate import HOPPER_SHARED_BYTES, recurrent_fits
+
+    state = "(h0, c0)" if module == "LSTM" else "h0"
+    path = recurrent_problem(tmp_path, f"wide_{module}", module, "batch_first=True", state,
+                             f"out, s = self.rnn(x, {state})\nreturn out", hidden=256, layers=1)
+    problem = load_problem(str(path))
+    pattern = capture(problem)
+    source = render(pattern, {"template": "recurrent_steps", "block": block, "chunk": chunk})
+    report = compile_for_hopper(source, problem, "rnn_0_step_kernel", pick=0)
+    assert recurrent_fits(dict(pattern.params)["op"], block, chunk, per_step=True) == admitted
+    assert fits(pattern, {"template": "recurrent_steps", "block": block, "chunk": chunk}) == admitted
     assert (report["shared_bytes"] <= HOPPER_SHARED_BYTES) == admitted, report

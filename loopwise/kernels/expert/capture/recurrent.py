@@ -15,7 +15,8 @@ from loopwise.kernels.expert.pattern import Pattern
 
 def detect_recurrent(gm, model, args) -> Pattern | None:
     """The recurrent module as Triton kernels (templates/_recurrent.j2), the selections of its
-    results left in PyTorch as written; work the output does not depend on is dropped. None when the
+    results left in PyTorch as written; work the output does not depend on is dropped; ``steps``,
+    the sequence's time steps, counts the launches of the template launched once a step. None when the
     forward is anything else (a partitioned forward then makes the module one part among others).
 
     Raises:
@@ -48,9 +49,10 @@ def detect_recurrent(gm, model, args) -> Pattern | None:
     (twin,) = [n for n in written.graph.nodes if n.name == node.name]
     forward, _, imports = rewrite_forward(written, [], (), recurrent_parts({twin: op}))
     weights = tuple(f"{node.target}.{name}" for name, _ in sub.named_parameters())
+    steps = sequence.shape[1] if op.batch_first and sequence.dim() == 3 else sequence.shape[0]
     return Pattern("recurrent", inputs=len(args), ops=(op.mode.lower(),), operands=weights,
                    params=(("op", op), ("module", node.target), ("forward", forward), ("imports", imports),
-                           ("pytorch", pytorch_ops(written))))
+                           ("pytorch", pytorch_ops(written)), ("steps", steps)))
 
 
 def _live(gm) -> set:
