@@ -69,15 +69,10 @@ def _same(a, b) -> bool:
     than ``a`` (a kept host copy): then it is compared slice by slice on ``a``'s."""
     import torch
 
-    from loopwise.kernels.evaluate.inputs import SLICE
+    from loopwise.kernels.evaluate.inputs import equal_across
 
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.device == b.device:
-            return bool(torch.equal(a, b))
-        return all(bool(torch.equal(x, y.to(x.device)))
-                   for x, y in zip(a.reshape(-1).split(SLICE), b.reshape(-1).split(SLICE)))
+        return a.shape == b.shape and a.dtype == b.dtype and equal_across(a, b)
     return type(a) is type(b) and a == b
 
 

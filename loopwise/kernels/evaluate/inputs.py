@@ -149,11 +149,16 @@ def same_bits(a, b) -> bool:
     """Bitwise equality of two tensors (NaN payloads included) of one shape and dtype; strides may
     differ, and so may devices: ``b`` elsewhere (a host copy of a device tensor) is compared slice
     by slice on ``a``'s device, never copied there whole."""
-    import torch
-
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    a, b = _bits(a), _bits(b)
+    return equal_across(_bits(a), _bits(b))
+
+
+def equal_across(a, b) -> bool:
+    """``torch.equal`` of two same-shaped tensors, ``b`` possibly on another device than ``a``:
+    then compared slice by slice on ``a``'s device, never copied there whole."""
+    import torch
+
     if a.device == b.device:
         return bool(torch.equal(a, b))
     return all(bool(torch.equal(x, y.to(a.device))) for x, y in zip(a.reshape(-1).split(SLICE),
