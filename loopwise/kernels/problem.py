@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Callable
@@ -28,6 +29,13 @@ _PROBLEM_FILE_RE = re.compile(r"^(\d+)_.*\.py$")
 _REPR_LIMIT = 200
 # Words in the messages torch raises when an op cannot run on meta tensors (no data, no kernel).
 _META_WORDS = ("meta", "fake tensor", "data pointer", "no data")
+
+# torch.fx's symbolic trace patches torch.nn.Module.__call__ and __getattr__ (and the functions it
+# wraps) for the whole process while it runs, so a module called on another thread meanwhile lands
+# in that trace (fx raises "module is not installed as a submodule", or records the call). Whatever
+# in this process traces, builds or runs a problem's Model holds this lock: a bench runs its
+# problems on threads, each one's expert tracing while another's work is counted.
+MODELS_IN_PROCESS = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -226,7 +234,7 @@ def validate_problem(problem: Problem) -> ProblemSignature:
     model_cls, get_inputs, get_init_inputs = _contract_names(module, path)
     skipped: list[str] = []
     model = None
-    with torch.device("meta"):
+    with MODELS_IN_PROCESS, torch.device("meta"):
         init_args = _call_listy(get_init_inputs, "get_init_inputs", path, skipped)
         inputs = _call_listy(get_inputs, "get_inputs", path, skipped)
         if init_args is not None:

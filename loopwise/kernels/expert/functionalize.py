@@ -55,12 +55,14 @@ def trace(model, concrete_args=None, inputs=None):
 
     from loopwise.kernels.expert import einops_trace
     from loopwise.kernels.expert import elementwise as ew
+    from loopwise.kernels.problem import MODELS_IN_PROCESS
 
     einops_trace.register()
     state = _state(model)
     versions = {name: t._version for name, t in state.items()}
     tracer = _tracer_class()() if inputs is None else _shaped_tracer_class()(inputs)
-    graph = tracer.trace(model, concrete_args)
+    with MODELS_IN_PROCESS:
+        graph = tracer.trace(model, concrete_args)
     written = [name for name, t in state.items() if t._version != versions[name]]
     if written:
         raise ew.Unsupported(f"the forward writes the model's {', '.join(written)} in place: its state changes "

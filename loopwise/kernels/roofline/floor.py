@@ -177,13 +177,15 @@ def _run_counted(
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from loopwise.kernels.problem import MODELS_IN_PROCESS
+
     try:
-        with torch.device(device):
+        with MODELS_IN_PROCESS, torch.device(device):
             if inputs is None:
                 torch.manual_seed(0)
                 init_args, inputs = list(module.get_init_inputs()), list(module.get_inputs())
             model = module.Model(*init_args)
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with MODELS_IN_PROCESS, torch.no_grad(), FlopCounterMode(display=False) as counter:
             output = model(*inputs)
     except Exception as error:  # noqa: BLE001 - counting is best effort, never fatal
         notes.append(f"build or forward failed on {device}: {_brief(error)}")

@@ -30,6 +30,7 @@ from loopwise.kernels.expert.fx_graph import meta_model, op_name, trace_as_calle
 from loopwise.kernels.expert.partition import kinds, partition, plan
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
+from loopwise.kernels.problem import MODELS_IN_PROCESS
 
 # The whole-forward detectors, most specific first: each returns the forward's pattern or None.
 WHOLE_FORWARD_DETECTORS = (detect_recurrent, detect_attention, detect_layernorm, detect_matmul, detect_batched_matmul, detect_linear_epilogue, detect_conv,
@@ -38,7 +39,14 @@ WHOLE_FORWARD_DETECTORS = (detect_recurrent, detect_attention, detect_layernorm,
 
 
 def capture(problem) -> Pattern:
-    """The pattern of ``problem``'s forward (never raises for an unsupported model)."""
+    """The pattern of ``problem``'s forward (never raises for an unsupported model). It builds,
+    traces and runs the model on the meta device under :data:`MODELS_IN_PROCESS`: one capture at
+    a time in a process."""
+    with MODELS_IN_PROCESS:
+        return _capture(problem)
+
+
+def _capture(problem) -> Pattern:
     model = None
     try:
         module, model, args = _meta_model(problem)
