@@ -14,8 +14,10 @@ from loopwise.kernels.problem import load_problem
 
 HONEST = Path(__file__).parents[1] / "candidates"
 MANIFEST = yaml.safe_load((HONEST / "manifest.yaml").read_text())
-# The C++ build and the interpreted odd-K GEMM take 20-30 s each: the slow tier judges them.
-SLOW = {"cpp_swish.py@swish", "triton_matmul_ieee.py@matmul_odd_k"}
+# The C++ build, the interpreted odd-K GEMM, the centered rows and the bf16 GELU take 12-30 s each:
+# the slow tier judges them.
+SLOW = {"cpp_swish.py@swish", "triton_matmul_ieee.py@matmul_odd_k", "triton_centered_rows.py@centered_rows",
+        "triton_gelu_bf16.py@gelu_bf16"}
 GPU_ENTRIES = [e for e in MANIFEST if not e["cpu"] and not e["candidate"].startswith("cpp_")]
 
 

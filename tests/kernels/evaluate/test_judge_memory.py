@@ -90,6 +90,7 @@ def _peak_over_trials(tmp_path, correct_trials: int, stress_trials: int) -> tupl
     return (max(box.seen) - before) / UNIT, outcome.trials
 
 
+@pytest.mark.slow
 def test_what_the_judge_holds_does_not_grow_with_the_number_of_trials(tmp_path):
     """Three trials and two stress trials, then twelve of each: the judge holds, at its busiest
     request, no more trial tensors for twelve than for three. Draws the later trials and the timing

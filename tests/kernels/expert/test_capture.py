@@ -230,6 +230,7 @@ def test_only_a_depthwise_then_pointwise_pair_is_a_separable_convolution(tmp_pat
         assert capture(load_problem(str(path))).kind != "separable_conv", new
 
 
+@pytest.mark.slow
 def test_networks_built_by_helpers_copy_them_and_hold_the_same_weights(tmp_path, monkeypatch):
     """KernelBench's level-3 networks build their layers with a helper method (``_make_layer``), a
     class attribute (``expansion``) and module-level block classes: ModelNew gets the methods and

@@ -64,6 +64,7 @@ def test_einops_calls_are_traced_as_torch_operations(problem_path):
     assert torch.equal(gm(*args), model(*args))
 
 
+@pytest.mark.slow
 def test_a_forward_with_einops_gets_a_template_whose_candidate_is_right(problem_path, tmp_path, monkeypatch):
     pattern = capture(load_problem(str(problem_path)))
     assert pattern.kind != "unsupported", pattern.reason

@@ -10,17 +10,17 @@ from loopwise.kernels.expert.generate import render
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, judged_correct, judged_variant, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, judged_correct, judged_variant, load_candidate, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
-@pytest.mark.parametrize("init,channels,moves", [
+@pytest.mark.parametrize("init,channels,moves", tiered([
     (None, 3, {"block": 32, "chunk": 16}),  # 3x2 kernel, stride (2, 1), padding (1, 2), dilation (2, 1), bias
     ("[3, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", 3, {"block": 64, "chunk": 32}),  # 3x3 same-size, no bias
     # the nhwc move, channels innermost: 20 channels, two chunks of 16 a window position, the second mostly empty
     ("[20, 24, (3, 2), (2, 1), (1, 2), (2, 1), True]", 20, {"block": 32, "chunk": 16, "nhwc": 1}),
     ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32, "nhwc": 1}),  # 1x1, a chunk beyond C
     ("[16, 8, (1, 1), (1, 1), (0, 0), (1, 1), False]", 16, {"block": 16, "chunk": 32}),  # 16 channels gathered NCHW
-])
+], fast={0, 1}))
 def test_conv2d_as_implicit_gemm_is_judged_correct(tmp_path, monkeypatch, init, channels, moves):
     """By default K is (channel, kh, kw) over the NCHW input; with the nhwc move (16 input channels
     or more) the input goes NHWC and each window position's channels are a run of contiguous K."""
@@ -148,7 +148,7 @@ def test_nhwc_convolution_tiles_are_staged_in_16_byte_copies_on_hopper(conv2d_pt
     assert nhwc["0x4"] == 0 and nhwc["0x10"] > 0, nhwc
 
 
-@pytest.mark.parametrize("moves", [{"block": 32, "chunk": 16}, {"block": 32, "chunk": 16, "nhwc": 1}])
+@pytest.mark.parametrize("moves", tiered([{"block": 32, "chunk": 16}, {"block": 32, "chunk": 16, "nhwc": 1}], fast={0}))
 def test_conv2d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch, moves):
     """The implicit GEMM's offsets are 64-bit only where a tensor reaches 2**31 elements; that path,
     forced on a small problem, computes the same convolution (NCHW gather and NHWC)."""
@@ -317,7 +317,7 @@ def test_conv3d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch):
     judged_correct(path, {"block": 32, "chunk": 16}, tmp_path, monkeypatch, edit=forced)
 
 
-@pytest.mark.parametrize("module,init,shape,moves", [
+@pytest.mark.parametrize("module,init,shape,moves", tiered([
     # 3x2 kernel, stride (3, 2), padding (1, 0), output padding (2, 1), dilation (2, 1), bias
     ("nn.ConvTranspose2d", None, "(2, 5, 4, 5)", {"block": 32, "chunk": 16}),
     # L1/81's form: stride 5, dilation 2: three of the five phases per dimension have one window
@@ -328,7 +328,7 @@ def test_conv3d_with_64_bit_offsets_is_judged_correct(tmp_path, monkeypatch):
     ("nn.ConvTranspose3d", "[3, 7, (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0), (1, 1, 1), True]", "(1, 3, 1, 1, 2)",
      {"block": 16, "chunk": 16}),  # tiny
     ("nn.ConvTranspose1d", "[6, 5, (4,), (3,), (2,), (1,), (2,), True]", "(2, 6, 9)", {"block": 32, "chunk": 16}),
-])
+], fast={0, 3, 4}))
 def test_transposed_convolutions_as_implicit_gemm_are_judged_correct(tmp_path, monkeypatch, module, init, shape, moves):
     """A lone nn.ConvTranspose1d / 2d / 3d (KernelBench L1/58, 61, 71, 77, 81) in gather form, one stride
     phase per program, visiting only the window positions whose input index is whole for that
@@ -444,10 +444,10 @@ def test_conv3d_transposed_and_separable_convolutions_are_judged_correct_on_the_
                 assert ev.status is Status.CORRECT, (path.stem, precision, moves, ev.summary(), ev.log[-1500:])
 
 
-@pytest.mark.parametrize("init,shape,moves", [
+@pytest.mark.parametrize("init,shape,moves", tiered([
     (None, "(2, 20, 9, 11)", {"block": 32, "chunk": 16}),  # 3x2, stride (2, 1), padding (1, 2), dilation (2, 1), biases
     ("[5, 40, (3, 3), (1, 1), (1, 1), (1, 1), False]", "(1, 5, 7, 6)", {"block": 16, "chunk": 16, "warps": 4}),  # L1/86's form
-])
+], fast={1}))
 def test_separable_convolution_in_one_pass_is_judged_correct(tmp_path, monkeypatch, init, shape, moves):
     """A depthwise Conv2d and then a pointwise 1x1 one (KernelBench L1/86) become one kernel: the
     depthwise outputs of a tile in registers, multiplied by the pointwise weights on the tensor cores;

@@ -10,7 +10,7 @@ from loopwise.kernels.expert.generate import variants
 from loopwise.kernels.expert.partition import kinds
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, SDPA, TEMPLATE_JUDGE, judged_correct, judged_variant, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, SDPA, TEMPLATE_JUDGE, judged_correct, judged_variant, load_candidate, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 def test_matrix_products_follow_the_precision_policy(tmp_path, monkeypatch):
@@ -83,7 +83,7 @@ def test_few_output_tiles_over_a_long_k_get_split_k(tmp_path):
 _SHAPES = "[torch.randn(2, 3, 37, 24), torch.randn(2, 3, 45, 24), torch.randn(2, 3, 45, 20)]"
 
 
-@pytest.mark.parametrize("replacements,moves", [
+@pytest.mark.parametrize("replacements,moves", tiered([
     ({}, {"block": 32, "chunk": 16}),  # 37 queries, 45 keys: ragged blocks both ways
     ({SDPA: "F.scaled_dot_product_attention(q, k, v, is_causal=True)"}, {"block": 16, "chunk": 32}),
     ({SDPA: "F.scaled_dot_product_attention(q, k, v, scale=0.5)"}, {}),
@@ -93,7 +93,7 @@ _SHAPES = "[torch.randn(2, 3, 37, 24), torch.randn(2, 3, 45, 24), torch.randn(2,
     # 3-D inputs, and fp16 (its own precision: fp16 products summed in fp32; the interpreter has no bf16)
     ({_SHAPES: "[torch.randn(4, 21, 16).half(), torch.randn(4, 50, 16).half(), "
                "torch.randn(4, 50, 16).half()]"}, {"block": 16, "chunk": 16}),
-])
+], fast={1, 2, 4}))
 def test_flash_attention_is_judged_correct(tmp_path, monkeypatch, replacements, moves):
     pattern = judged_variant(tmp_path, monkeypatch, "attention.py", "attention", moves, replacements)
     assert dict(pattern.params)["causal"] == ("is_causal=True" in "".join(replacements.values()))

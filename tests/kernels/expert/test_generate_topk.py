@@ -5,7 +5,7 @@ import pytest
 from loopwise.kernels.expert import capture
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, judged_correct, judged_variant, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, judged_correct, judged_variant, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 def test_topk_values_of_rows_are_judged_correct(tmp_path, monkeypatch):
@@ -14,7 +14,7 @@ def test_topk_values_of_rows_are_judged_correct(tmp_path, monkeypatch):
     assert "BLOCK_R=1024" in source and "K=5, K_PAD=8" in source
 
 
-@pytest.mark.parametrize("forward, inputs, moves, params", [
+@pytest.mark.parametrize("forward, inputs, moves, params", tiered([
     # a middle dimension, smallest, both outputs, lines walked in chunks of 256 (the merge across chunks)
     ("return torch.topk(x, self.k, dim=1, largest=False)", "[torch.randn(3, 700, 5)]", {"block": 256},
      {"dim": 1, "largest": False, "returns": "both"}),
@@ -23,7 +23,7 @@ def test_topk_values_of_rows_are_judged_correct(tmp_path, monkeypatch):
     # half precision: compared in fp32, stored in fp16
     ("return torch.topk(x, self.k, dim=0)[0]", "[torch.randn(700, 4, dtype=torch.float16)]", {"block": 512},
      {"dim": 0, "dtype": "float16", "returns": "values"}),
-])
+], fast={1}))
 def test_topk_in_other_forms_is_judged_correct(tmp_path, monkeypatch, forward, inputs, moves, params):
     replacements = {"return torch.topk(x, self.k, dim=-1).values": forward, "[torch.randn(6, 700)]": inputs}
     pattern = judged_variant(tmp_path, monkeypatch, "topk_rows.py", "topk", moves, replacements)

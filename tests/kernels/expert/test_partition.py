@@ -11,7 +11,7 @@ from loopwise.kernels.expert.partition import kinds, plan
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, PARTIAL, TEMPLATE_JUDGE, judge_on_cpu, judged_correct, load_candidate, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, PARTIAL, TEMPLATE_JUDGE, judge_on_cpu, judged_correct, load_candidate, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 def test_a_forward_no_template_takes_whole_is_partitioned_and_says_what_stays_in_pytorch():
@@ -228,7 +228,7 @@ def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_sett
     assert generate(load_problem(str(HERE / "partial_shared.py")), precision="relaxed")[0].count("allow_tf32") == 0
 
 
-@pytest.mark.parametrize("replacements,moves", [
+@pytest.mark.parametrize("replacements,moves", tiered([
     ({}, {"tile": 32, "chunk": 16}),  # the chain after the convolution is its epilogue
     # stride, padding, dilation, no bias, and a ReLU between two convolutions: two implicit GEMMs
     ({"nn.Conv2d(in_channels, out_channels, kernel_size)":
@@ -246,7 +246,7 @@ def test_relaxed_partitions_run_what_stays_in_pytorch_with_tf32_and_put_the_sett
       "self.norm = nn.GroupNorm(groups, out_channels)":
       "self.norm = nn.GroupNorm(groups, out_channels)\n        self.conv2 = nn.Conv2d(out_channels, out_channels, (2, 3))"},
      {"tile": 16, "chunk": 16, "gemm_warps": 4, "nhwc": 1}),
-])
+], fast={0, 1}))
 def test_partitioned_convolutions_become_implicit_gemms_with_their_epilogues(tmp_path, monkeypatch, replacements,
                                                                              moves):
     """graph_conv: each Conv2d of the partition an implicit GEMM (tf32x3 under fp32), the elementwise
@@ -371,6 +371,7 @@ def test_relaxed_linear_epilogues_also_run_the_gemm_in_cublas_with_one_fused_pas
     judge_on_cpu(problem, source, "linear-cublas", tmp_path, precision="relaxed")
 
 
+@pytest.mark.slow
 def test_forwards_annotated_with_torch_tensor_are_partitioned(tmp_path, monkeypatch):
     """fx binds a forward's ``x: torch.Tensor`` annotation to a global of its own
     (``_torch_Tensor_``; KernelBench L3/16, DenseNet201, was unsupported for it): the rewritten

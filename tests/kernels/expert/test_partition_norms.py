@@ -10,7 +10,7 @@ from loopwise.kernels.expert import capture, generate
 from loopwise.kernels.expert.partition import kinds, launches, plan
 from loopwise.kernels.problem import load_problem
 
-from expert_judging import HERE, judged_correct, load_candidate, model_source, problem_variant  # noqa: E402 - tests/kernels/expert on sys.path
+from expert_judging import HERE, judged_correct, load_candidate, model_source, problem_variant, tiered  # noqa: E402 - tests/kernels/expert on sys.path
 
 
 @pytest.mark.gpu
@@ -39,7 +39,7 @@ def test_a_replayed_batch_norm_moves_its_running_statistics_once_per_call(tmp_pa
         torch.testing.assert_close(getattr(model.bn, name), getattr(reference.bn, name), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("replacements,prologue", [
+@pytest.mark.parametrize("replacements,prologue", tiered([
     ({}, ("add", "mul", "sigmoid")),  # L2/21's shape: a chain with a per-channel bias, affine norm
     ({"nn.GroupNorm(groups, out_channels)": "nn.GroupNorm(groups, out_channels, eps=1e-3, affine=False)",
       "torch.randn(2, 3, 13, 11)": "torch.randn(3, 3, 21, 9) * 4.0 + 50.0"}, ("add", "mul", "sigmoid")),
@@ -49,7 +49,7 @@ def test_a_replayed_batch_norm_moves_its_running_statistics_once_per_call(tmp_pa
     ({"nn.Conv2d(in_channels, out_channels, kernel_size)": "nn.Linear(in_channels, out_channels)",
       "torch.randn(out_channels, 1, 1)": "torch.randn(out_channels)",
       "torch.randn(2, 3, 13, 11)": "torch.randn(5, 3)"}, ("add", "mul", "sigmoid")),  # L2/37's: (N, C), no spatial
-])
+], fast={0, 3}))
 def test_group_norms_of_a_partition_run_in_triton_with_the_work_before_them(tmp_path, monkeypatch, replacements,
                                                                             prologue):
     """The graph_norm plan computes each GroupNorm in Triton (Welford statistics per sample and
@@ -79,7 +79,7 @@ def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch, after=()) -
     return judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("conv,bias,pool,body,shape,ops,after", [
+@pytest.mark.parametrize("conv,bias,pool,body,shape,ops,after", tiered([
     # L2/91's: a transposed convolution, the softmax over 24 channels (not a power of two), then bias, scale, sigmoid
     ("ConvTranspose2d(3, 24, 3, stride=2, padding=1)", "24, 1, 1", "Identity()",
      "x = torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "2, 3, 7, 5", ("softmax", "add", "mul", "sigmoid"),
@@ -89,7 +89,7 @@ def _one_pass_part_judged(path, ops, op_name, tmp_path, monkeypatch, after=()) -
     pytest.param("Conv3d(3, 16, 3)", "16, 1, 1, 1", "MaxPool3d(2)",
                  "x = nn.functional.softmax(x * 0.5, dim=-4) - self.bias", "2, 3, 6, 7, 5", ("mul", "softmax", "sub"),
                  [("max_pool3d",)], marks=pytest.mark.slow),
-])
+], fast={1}))
 def test_a_softmax_over_channels_runs_in_triton_with_the_work_around_it(tmp_path, monkeypatch, conv, bias, pool, body,
                                                                       shape, ops, after):
     """A softmax over the channels of a convolution's output (KernelBench L2/6, 2/91) is one Triton
@@ -167,7 +167,7 @@ def test_a_layer_norm_over_a_long_row_compiles_for_hopper(tmp_path):
     compiles_for_hopper_without_spills(path, "lnorm_0_kernel")
 
 
-@pytest.mark.parametrize("replacements,ops", [
+@pytest.mark.parametrize("replacements,ops", tiered([
     ({}, ("batch_norm", "relu", "mul")),  # training: batch statistics; the ReLU and scale as its epilogue
     ({"self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)":
       "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)\n"
@@ -177,7 +177,7 @@ def test_a_layer_norm_over_a_long_row_compiles_for_hopper(tmp_path):
       "nn.BatchNorm2d(out_channels)": "nn.BatchNorm1d(out_channels, affine=False)",
       "torch.rand(out_channels, 1, 1)": "torch.rand(out_channels)", "torch.randn(4, 3, 12, 10)": "torch.randn(9, 3)"},
      ("batch_norm", "relu", "mul")),  # (N, C): statistics over the batch alone
-])
+], fast={1}))
 def test_batch_norms_of_a_partition_run_in_triton_and_keep_the_running_statistics(tmp_path, monkeypatch, replacements,
                                                                                  ops):
     """The graph_norm plan runs a BatchNorm in Triton as PyTorch does in the module's mode: in
@@ -235,7 +235,7 @@ def test_half_precision_group_and_batch_norms_run_in_triton_in_fp32(tmp_path, mo
     judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("training", tiered([False, True], fast={0}))
 def test_a_functional_batch_norm_is_a_batch_norm_part(tmp_path, monkeypatch, training):
     """``F.batch_norm`` with the model's running statistics, weight and bias: in inference the
     running statistics normalize, in training the batch's (and the running ones move by the

@@ -109,6 +109,7 @@ def test_wide_attention_is_split_with_its_scale_and_masks(tmp_path, name):
         assert _torch_products(source) == [] and "linear_0_kernel[" in source and "rowop_0_kernel[" in source
 
 
+@pytest.mark.slow
 def test_a_small_level1_97_is_judged_correct(tmp_path, monkeypatch):
     """L1/97 at 2 heads of 17 queries, 300 wide: the three parts judged in Triton's interpreter
     (a softmax over the last dimension is a program per query there: few queries keep it short)."""
