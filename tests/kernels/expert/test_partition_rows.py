@@ -28,6 +28,11 @@ CASES = {
     # a scan carried from chunk to chunk (150 positions, 32 a chunk at block 64), a tensor after it
     "cumsum_middle": ("x = torch.cumsum(torch.sigmoid(x), dim=1) * self.w", [("sigmoid", "cumsum", "mul")],
                       "self.w = nn.Parameter(torch.randn(150, 2))", "3, 150, 2"),
+    # a reversed scan (flipped, scanned, flipped back) is one part: the line walked from its end,
+    # carried from chunk to chunk, read and written where it lies
+    "cumsum_reversed_middle": ("x = torch.flip(torch.cumsum(torch.flip(torch.tanh(x) * 2.0, [1]), dim=1), [1]) * self.w",
+                               [("tanh", "mul", "cumsum", "mul")], "self.w = nn.Parameter(torch.randn(150, 2))",
+                               "3, 150, 2"),
     # dimensions apart (0 and 2, the middle one kept), kept as 1, a tensor broadcast before it
     "std_apart_kept": ("x = torch.std(x * self.s + 10.0, dim=(0, 2), keepdim=True) * 2.0",
                        [("mul", "add", "std", "mul")], "self.s = nn.Parameter(torch.randn(5, 1))", "7, 5, 9"),
@@ -49,6 +54,7 @@ SLOW_CASES = {
     "cummax_values": ("x = torch.cummax(x * 2.0, dim=1).values - 1.0", [("mul", "cummax", "sub")], "", "3, 100, 2"),
     "cummin_values": ("x = torch.cummin(x, 0)[0]", [("cummin",)], "", "70, 4"),
     "logcumsumexp": ("x = torch.logcumsumexp(x * 3.0, dim=-1)", [("mul", "logcumsumexp")], "", "4, 90"),
+    "cummax_reversed": ("x = torch.cummax(x.flip(0), dim=0).values.flip(0) - 1.0", [("cummax", "sub")], "", "70, 4"),
     # offset data: the deviations' statistics (no sum of squares to cancel)
     "std_run": ("x = torch.std(x * 3.0 + 100.0, dim=(0, 1))", [("mul", "add", "std")], "", "9, 8, 5"),
     "chained": ("x = torch.softmax(x, dim=1)\nx = torch.cumsum(x, dim=0)\nx = x.sum(1) * 0.5",
@@ -94,9 +100,12 @@ def test_half_precision_row_parts_compute_in_fp32_and_store_their_dtype(tmp_path
     ("x = torch.cumsum(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0", "cumsum"),
     ("x = torch.softmax(torch.sigmoid(x * 2.0), dim=1, dtype=torch.float64).float()\nx = torch.tanh(x) + 1.0",
      "softmax"),
+    # flipped along another dimension than the scan's: no reversed scan, the flips stay in PyTorch
+    ("x = torch.flip(torch.cumsum(torch.flip(torch.sigmoid(x * 2.0), [0]), dim=1), [0])\nx = torch.tanh(x) + 1.0",
+     "flip"),
 ])
 def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_path, forward, left):
-    """A dtype argument: the operation stays in PyTorch."""
+    """A dtype argument, or flips along another dimension than a scan's: the operation stays in PyTorch."""
     path = _problem(tmp_path, "left", "", forward, "torch.randn(4, 6, dtype=DTYPE)")
     pattern = capture(load_problem(str(path)))
     assert pattern.kind == "graph", pattern.reason
@@ -143,6 +152,9 @@ SLOW_SPLIT_CASES = {
     # each split's total, then each split scanned from the totals before it
     "cumsum_leading": ("x = torch.cumsum(x, dim=0) * 0.5", [("cumsum", "mul")], "", "203, 3"),
     "logcumsumexp_middle": ("x = torch.logcumsumexp(x, dim=1)", [("logcumsumexp",)], "", "2, 301"),
+    # reversed: each split's total, the splits carried from the line's end
+    "cumprod_reversed_leading": ("x = torch.flip(torch.cumprod(torch.flip(1.0 + 0.05 * torch.tanh(x), [0]), dim=0), [0])",
+                                 [("tanh", "mul", "add", "cumprod")], "", "203, 3"),
     "amax_whole": ("x = torch.amax(x, dim=(0, 1)) + 1.0", [("max", "add")], "", "40, 51"),
     "softmax_last": ("x = torch.softmax(torch.tanh(x) * 3.0, dim=-1) + 1.0", [("tanh", "mul", "softmax", "add")], "", "2, 333"),
     "mean_middle": ("x = x.mean(dim=1) - 1.0", [("mean", "sub")], "", "2, 211, 3"),
@@ -204,6 +216,7 @@ def test_a_half_precision_split_reduction(tmp_path, monkeypatch):
     ("x = torch.log_softmax(x * 2.0, dim=0) + 1.0", "65536, 512", "float32"),
     ("x = torch.argmax(x * 2.0, dim=0)", "1048576, 3", "bfloat16"),
     ("x = torch.cumsum(x * 2.0, dim=0) + 1.0", "65536, 64", "float32"),
+    ("x = torch.flip(torch.cumsum(torch.flip(x * 2.0, [0]), dim=0), [0]) + 1.0", "65536, 64", "float32"),
     ("x = torch.sum(x * 2.0, dim=(0, 2)) + 1.0", "4096, 8, 1024", "float32"),
 ])
 def test_split_row_parts_compile_for_hopper_at_real_sizes(tmp_path, forward, shape, dtype):

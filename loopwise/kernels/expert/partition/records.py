@@ -56,6 +56,9 @@ class RowOp:
     dims: tuple[int, ...] = ()
     rank: int = 0
     length: int = 0  # a scan's entries per line at the captured shape (0 for the other operations)
+    # a scan of its input flipped along its dimension, flipped back (``flip(cumsum(flip(x, [d]), d),
+    # [d])``): each line walked from its last entry, read and written where it lies
+    reverse: bool = False
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
     # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
     # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced

@@ -9,6 +9,7 @@ store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, reduced_dims
@@ -41,13 +42,62 @@ def row_calls(gm, taken=()) -> dict:
 
 def row_source(node):
     """(the tensor a row part's operation reads, the node that reads it): for ``torch.max(x,
-    dim)[0]`` (or a cummax's values) the call reads it, for the others the row node itself."""
+    dim)[0]`` (or a cummax's values) the call reads it, for a reversed scan (the flip back, see
+    :func:`_reversed`) the first flip, for the others the row node itself."""
+    flipped = _reversed(node)
+    if flipped is not None:
+        return flipped[1].args[0], flipped[1]
     reader, _ = _picked(node)
     return reader.args[0], reader
 
 
+def _flip_dim(node, source) -> int | None:
+    """The one dimension (non-negative) ``node`` flips ``source`` along (``torch.flip(source, [d])``,
+    ``source.flip(d)``), else None."""
+    if op_name(node) != "flip" or node.args[:1] != (source,) or source is None or not hasattr(source, "meta"):
+        return None
+    dims = call_arg(node, "dims", 1)
+    if isinstance(dims, (list, tuple)):
+        dims = dims[0] if len(dims) == 1 else None
+    shape = float_shape(source)
+    if shape is None or not _constant_dim(dims, len(shape)) or set(node.kwargs) - {"dims"} or len(node.args) > 2:
+        return None
+    return dims % len(shape)
+
+
+def _reversed(node):
+    """(the scan, the flip it reads) where ``node`` flips back a scan of a flip along the scan's one
+    dimension (``flip(cumsum(flip(x, [d]), dim=d), [d])``, each flip read by nothing else): the
+    reversed scan a row part computes in one pass; else None."""
+    scan = node.args[0] if node.op in ("call_function", "call_method") and node.args else None
+    if scan is None or not hasattr(scan, "op") or len(scan.users) != 1:
+        return None
+    call, pick = _picked(scan)
+    if op_name(call) not in _SCANS or (pick is not None) != (op_name(call) in _VALUES_OF) or not call.args:
+        return None
+    inner = call.args[0]
+    if not hasattr(inner, "op") or len(inner.users) != 1 or not inner.args:
+        return None
+    along = _flip_dim(inner, inner.args[0])
+    rank = len(float_shape(inner) or ())
+    dim = call_arg(call, "dim", 1)
+    if along is None or _flip_dim(node, scan) != along or not _constant_dim(dim, rank) or dim % rank != along:
+        return None
+    return scan, inner
+
+
 def _row_op(gm, node) -> RowOp | None:
     """What ``node`` computes as a row part, or None when it is no row operation."""
+    flipped = _reversed(node)
+    if flipped is not None:  # the flip back of a reversed scan: the part computes the three
+        row = _plain_row_op(gm, flipped[0])
+        return None if row is None else replace(row, reverse=True)
+    if len(node.users) == 1 and _reversed(next(iter(node.users))) is not None:
+        return None  # the scan of a reversed scan: its part is the flip back's
+    return _plain_row_op(gm, node)
+
+
+def _plain_row_op(gm, node) -> RowOp | None:
     call, pick = _picked(node)
     name = op_name(call) if call.op != "call_module" else ""
     if name in ("max", "min") and pick is not None:
