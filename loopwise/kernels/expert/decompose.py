@@ -24,15 +24,15 @@ def decompose(gm, args):
     """``gm`` with every composite call it covers written out (in place; returned). ``args``: the
     forward's inputs, whose shapes (propagated on the meta device) fix the sizes a rewrite needs."""
     import torch
-    from torch.fx.passes.shape_prop import ShapeProp
     from torch.fx.proxy import GraphAppendingTracer, Proxy
+
+    from loopwise.kernels.expert.fx_graph import propagate_shapes
 
     graph = gm.graph
     if not any(_rule(gm, node) is not None for node in graph.nodes):
         return gm
     try:
-        with torch.device("meta"):  # on copies: a forward's in-place writes stay off the caller's inputs
-            ShapeProp(gm).propagate(*[a.to("meta").clone() if isinstance(a, torch.Tensor) else a for a in args])
+        propagate_shapes(gm, args)  # on copies: a forward's in-place writes stay off the caller's inputs
     except Exception:  # noqa: BLE001 - no shapes (an operation without a meta kernel): nothing is rewritten
         return gm
     tracer = GraphAppendingTracer(graph)

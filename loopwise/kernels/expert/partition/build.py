@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.fx_graph import meta_model, trace_as_called
+from loopwise.kernels.expert.fx_graph import meta_model, propagate_shapes, trace_as_called
 from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts, explicit_attention
 from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
@@ -105,9 +105,6 @@ def partition(problem):
 
 def _traced(module):
     """(fx GraphModule with shapes propagated on the meta device, the meta model)."""
-    import torch
-    from torch.fx.passes.shape_prop import ShapeProp
-
     model, args = meta_model(module)
     try:
         gm = trace_as_called(model, args)
@@ -116,8 +113,7 @@ def _traced(module):
     except Exception as exc:  # noqa: BLE001 - data-dependent control flow and the like
         raise ew.Unsupported(f"cannot trace forward ({type(exc).__name__}: {str(exc)[:120]})") from None
     try:
-        with torch.device("meta"):
-            ShapeProp(gm).propagate(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+        propagate_shapes(gm, args)
     except Exception as exc:  # noqa: BLE001 - an operation without a meta kernel, a tensor made on the CPU
         raise ew.Unsupported(f"shapes could not be propagated ({type(exc).__name__}: {str(exc)[:120]})") from None
     # work the output does not depend on (KernelBench L3/36 computes a Linear and returns the LSTM's
