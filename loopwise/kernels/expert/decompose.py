@@ -26,7 +26,7 @@ def decompose(gm, args):
     import torch
     from torch.fx.proxy import GraphAppendingTracer, Proxy
 
-    from loopwise.kernels.expert.fx_graph import propagate_shapes
+    from loopwise.kernels.expert.shapes import propagate_shapes
 
     graph = gm.graph
     if not any(_rule(gm, node) is not None for node in graph.nodes):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.fx_graph import meta_model, propagate_shapes, trace_as_called
+from loopwise.kernels.expert.fx_graph import meta_model, trace_as_called
 from loopwise.kernels.expert.partition.attention import attention_calls, attention_parts, explicit_attention
 from loopwise.kernels.expert.partition.depthwise import depthwise_calls
 from loopwise.kernels.expert.partition.gemms import attach_epilogues, conv_calls, linear_calls
@@ -21,6 +21,7 @@ from loopwise.kernels.expert.partition.split_attention import split_attention
 from loopwise.kernels.expert.partition.writes import eliminate_dead_code, in_place_writes
 from loopwise.kernels.expert.pattern import Pattern
 from loopwise.kernels.expert.reference_init import reference_init
+from loopwise.kernels.expert.shapes import propagate_shapes
 
 
 def partition(problem):
