@@ -82,36 +82,3 @@ def test_work_on_a_problem_while_another_is_traced_gets_what_it_gets_alone(tmp_p
     assert got["chain"] == alone[0]
     assert got["slow"] == alone[1]
 
-
-# A forward whose shapes cannot be propagated on the meta device: a tensor it makes on the CPU
-# (torch.ones without a device) joins the meta input in a cat.
-_NO_META = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        x = torch.tanh(x) * 2.0
-        x = torch.cat([torch.ones(6, 1), x.narrow(1, 0, 36)], dim=1)
-        return torch.cumprod(x, dim=1) + 1.0
-
-
-def get_inputs():
-    return [torch.randn(6, 37)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
-def test_a_forward_whose_shapes_cannot_be_propagated_gets_a_one_line_reason_and_prints_nothing(tmp_path, capfd):
-    """fx's ShapeProp prints the traceback of a node it cannot run before raising: the capture's
-    reason says which operation failed, in one line, and nothing reaches the terminal."""
-    path = tmp_path / "no_meta.py"
-    path.write_text(_NO_META)
-    pattern = capture(load_problem(str(path)))
-    out, err = capfd.readouterr()
-    assert pattern.kind == "unsupported" and "\n" not in pattern.reason, pattern.reason
-    assert "shapes could not be propagated (RuntimeError" in pattern.reason and "cat" in pattern.reason, pattern.reason
-    assert "Traceback" not in err + out, err[-2000:]
