@@ -189,6 +189,17 @@ def single(value):
     return value[0] if isinstance(value, (tuple, list)) and len(value) == 1 else value
 
 
+def flip_dim(node, source, rank: int) -> int | None:
+    """The one dimension (counted from 0) along which ``node`` flips ``source``, a tensor of ``rank``
+    dimensions (``torch.flip(source, [d])``, ``source.flip(d)``), else None."""
+    if op_name(node) != "flip" or node.args[:1] != (source,) or len(node.args) > 2 or set(node.kwargs) - {"dims"}:
+        return None
+    along = single(call_arg(node, "dims", 1))
+    if not isinstance(along, int) or isinstance(along, bool) or not -rank <= along < rank:
+        return None
+    return along % rank
+
+
 def zero_padding(conv) -> bool:
     """Whether a convolution module pads with zeros by amounts given as numbers (not ``"same"``),
     as the implicit-GEMM templates read their input."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loopwise.kernels.expert import elementwise as ew
-from loopwise.kernels.expert.fx_graph import call_arg, graph_inputs, op_name, single
+from loopwise.kernels.expert.fx_graph import call_arg, flip_dim, graph_inputs, op_name
 from loopwise.kernels.expert.pattern import Pattern
 
 
@@ -31,14 +31,9 @@ def detect_scan(gm, model, args) -> Pattern | None:
         raise ew.Unsupported(f"{op_name(scan)} over dim {dim!r}: a constant dimension is what the template scans")
     dim %= x.dim()
 
-    def flips(node, source) -> bool:
-        along = single(call_arg(node, "dims", 1))
-        return (op_name(node) == "flip" and node.args[:1] == (source,)
-                and isinstance(along, int) and along % x.dim() == dim)
-
     source, rest = scan.args[0], [n for n in calls if n is not scan]
     reverse = masked = False
-    if rest and len(rest) == 2 and flips(rest[0], placeholders[0]) and source is rest[0] and flips(rest[1], scan):
+    if rest and len(rest) == 2 and flip_dim(rest[0], placeholders[0], x.dim()) == dim and source is rest[0] and flip_dim(rest[1], scan, x.dim()) == dim:
         reverse, source, rest = True, placeholders[0], []
     if (len(rest) == 1 and len(args) == 2 and rest[0] is source and rest[0].op == "call_function"
             and rest[0].target in (operator.mul, torch.mul) and set(rest[0].args) == set(placeholders)):

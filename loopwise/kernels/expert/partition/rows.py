@@ -14,7 +14,7 @@ from dataclasses import replace
 from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, reduced_dims
 from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
-from loopwise.kernels.expert.fx_graph import call_arg, op_name
+from loopwise.kernels.expert.fx_graph import call_arg, flip_dim, op_name
 from loopwise.kernels.expert.partition.nodes import float_shape
 from loopwise.kernels.expert.partition.records import RowOp
 
@@ -51,20 +51,6 @@ def row_source(node):
     return reader.args[0], reader
 
 
-def _flip_dim(node, source) -> int | None:
-    """The one dimension (non-negative) ``node`` flips ``source`` along (``torch.flip(source, [d])``,
-    ``source.flip(d)``), else None."""
-    if op_name(node) != "flip" or node.args[:1] != (source,) or source is None or not hasattr(source, "meta"):
-        return None
-    dims = call_arg(node, "dims", 1)
-    if isinstance(dims, (list, tuple)):
-        dims = dims[0] if len(dims) == 1 else None
-    shape = float_shape(source)
-    if shape is None or not _constant_dim(dims, len(shape)) or set(node.kwargs) - {"dims"} or len(node.args) > 2:
-        return None
-    return dims % len(shape)
-
-
 def _reversed(node):
     """(the scan, the flip it reads) where ``node`` flips back a scan of a flip along the scan's one
     dimension (``flip(cumsum(flip(x, [d]), dim=d), [d])``, each flip read by nothing else): the
@@ -78,10 +64,10 @@ def _reversed(node):
     inner = call.args[0]
     if not hasattr(inner, "op") or len(inner.users) != 1 or not inner.args:
         return None
-    along = _flip_dim(inner, inner.args[0])
     rank = len(float_shape(inner) or ())
+    along = flip_dim(inner, inner.args[0], rank)
     dim = call_arg(call, "dim", 1)
-    if along is None or _flip_dim(node, scan) != along or not _constant_dim(dim, rank) or dim % rank != along:
+    if along is None or flip_dim(node, scan, rank) != along or not _constant_dim(dim, rank) or dim % rank != along:
         return None
     return scan, inner
 
