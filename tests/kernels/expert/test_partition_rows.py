@@ -33,6 +33,16 @@ CASES = {
     "cumsum_reversed_middle": ("x = torch.flip(torch.cumsum(torch.flip(torch.tanh(x) * 2.0, [1]), dim=1), [1]) * self.w",
                                [("tanh", "mul", "cumsum", "mul")], "self.w = nn.Parameter(torch.randn(150, 2))",
                                "3, 150, 2"),
+    # an exclusive scan (the scan less its input): the epilogue reads the entry the scan read, so
+    # the prologue's value is computed once for both and nothing is left to a pass of its own
+    "cumsum_exclusive_middle": ("x = torch.tanh(x) * 2.0\nx = (torch.cumsum(x, dim=1) - x) * self.w",
+                                [("tanh", "mul", "cumsum", "sub", "mul")], "self.w = nn.Parameter(torch.randn(150, 2))",
+                                "3, 150, 2"),
+    # an exclusive product (its input shifted one entry, 1 first, as the generated suite writes it,
+    # the slice's length computed from the shape): the part reads entry r - 1 at r, carried from chunk to chunk
+    "cumprod_exclusive_middle": ("f = 1.0 + 0.05 * torch.tanh(x)\n"
+                                 "f = torch.cat([torch.ones_like(f.narrow(1, 0, 1)), f.narrow(1, 0, f.shape[1] - 1)], dim=1)\n"
+                                 "x = torch.cumprod(f, dim=1)", [("tanh", "mul", "add", "cumprod")], "", "3, 150, 2"),
     # dimensions apart (0 and 2, the middle one kept), kept as 1, a tensor broadcast before it
     "std_apart_kept": ("x = torch.std(x * self.s + 10.0, dim=(0, 2), keepdim=True) * 2.0",
                        [("mul", "add", "std", "mul")], "self.s = nn.Parameter(torch.randn(5, 1))", "7, 5, 9"),
@@ -54,6 +64,14 @@ SLOW_CASES = {
     "cummax_values": ("x = torch.cummax(x * 2.0, dim=1).values - 1.0", [("mul", "cummax", "sub")], "", "3, 100, 2"),
     "cummin_values": ("x = torch.cummin(x, 0)[0]", [("cummin",)], "", "70, 4"),
     "logcumsumexp": ("x = torch.logcumsumexp(x * 3.0, dim=-1)", [("mul", "logcumsumexp")], "", "4, 90"),
+    "softmax_times_input": ("x = torch.sigmoid(x)\nx = torch.softmax(x, dim=0) * x", [("sigmoid", "softmax", "mul")], "",
+                            "70, 3"),
+    "cumsum_exclusive_reversed": ("x = torch.flip(torch.cumsum(torch.flip(x, [0]), dim=0), [0]) - x",
+                                  [("cumsum", "sub")], "", "70, 4"),
+    "cumsum_exclusive_pad": ("x = torch.cumsum(F.pad(torch.sigmoid(x)[:, :-1], (0, 0, 1, 0)), dim=1) * 2.0",
+                             [("sigmoid", "cumsum", "mul")], "", "3, 70, 4"),
+    "cummax_exclusive_full": ("x = torch.cummax(torch.cat([torch.full_like(x[:1], -float('inf')), x[:-1]]), dim=0)"
+                              ".values.clamp(min=-10.0)", [("cummax", "clamp")], "", "70, 3"),
     "cummax_reversed": ("x = torch.cummax(x.flip(0), dim=0).values.flip(0) - 1.0", [("cummax", "sub")], "", "70, 4"),
     # offset data: the deviations' statistics (no sum of squares to cancel)
     "std_run": ("x = torch.std(x * 3.0 + 100.0, dim=(0, 1))", [("mul", "add", "std")], "", "9, 8, 5"),
@@ -155,6 +173,9 @@ SLOW_SPLIT_CASES = {
     # reversed: each split's total, the splits carried from the line's end
     "cumprod_reversed_leading": ("x = torch.flip(torch.cumprod(torch.flip(1.0 + 0.05 * torch.tanh(x), [0]), dim=0), [0])",
                                  [("tanh", "mul", "add", "cumprod")], "", "203, 3"),
+    # exclusive: entry r - 1 read at r across the splits' boundaries
+    "cumsum_exclusive_leading": ("f = x * 2.0\nx = torch.cumsum(torch.cat([torch.zeros_like(f[:1]), f[:-1]]), dim=0)",
+                                 [("mul", "cumsum")], "", "203, 3"),
     "amax_whole": ("x = torch.amax(x, dim=(0, 1)) + 1.0", [("max", "add")], "", "40, 51"),
     "softmax_last": ("x = torch.softmax(torch.tanh(x) * 3.0, dim=-1) + 1.0", [("tanh", "mul", "softmax", "add")], "", "2, 333"),
     "mean_middle": ("x = x.mean(dim=1) - 1.0", [("mean", "sub")], "", "2, 211, 3"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
-from loopwise.kernels.expert.partition.nodes import dtype_name, float32_shape, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float32_shape, float_shape, operand_shapes, statements
 from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -125,18 +125,22 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         call = row if isinstance(row, BatchNormCall) else None
         row = None if call else row
         module = node.op == "call_module" and kind in ("group", "batch", "layer")
-        src, reader = row_source(node) if row else (node.args[0], node)
+        src, readers, skipped = row_source(node) if row else (node.args[0], {node}, set())
         pad = folded_pad(gm, node) if isinstance(row, PoolOp) and row.reduce == "conv" else None
         if pad is not None:  # a depthwise convolution reads the pad's input, zeros outside it
-            src, reader = pad.args[0], pad
+            src, readers, skipped = pad.args[0], {pad}, set()
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
                 and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
-        pre = next((i for i in free if outputs[i][0] is src and list(src.users) == [reader]
+        # an epilogue of a part whose output has its input's shape (a scan, a softmax) may read that
+        # input too, at the same position (``cumsum(x) - x``, an exclusive scan)
+        same = src if kind == "row" and not row.reduces and not row.exclusive else None
+        post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
+                           if c is not None and channel_wise(outputs[i][2])), (None, None))
+        pre = next((i for i in free if i != post and outputs[i][0] is src and set(src.users) <= readers | set(cone or ())
                     and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
-        post = next((i for i in free if i != pre and outputs[i][1] == [node] and all(u in outputs[i][3] for u in node.users)
-                     and channel_wise(outputs[i][2])), None)
+        taken.update(i for i in range(len(outputs)) if outputs[i][0] in skipped)  # work the part does itself (an exclusive scan's shift)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
         if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
             taken.add(pre)
@@ -146,8 +150,9 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         computed = node
         if post is not None:
             taken.add(post)
-            computed, _, ps, cone = outputs[post]
-            body, ops, expr = statements(gm, cone, {node.name: "y"} | {p.name: f"q{j}" for j, p in enumerate(ps)}, computed)
+            computed, ps = outputs[post][0], [p for p in outputs[post][2] if any(p in arg_nodes(n) for n in cone)]
+            names = {node.name: "y", src.name: "v"} | {p.name: f"q{j}" for j, p in enumerate(ps)}  # v: the entry read (scan, softmax)
+            body, ops, expr = statements(gm, cone, names, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
         values["out_dtype"] = dtype_name(computed)  # the graph's dtype: an epilogue may promote a half norm's
@@ -160,6 +165,32 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+
+
+def _epilogue(output, node, src) -> list | None:
+    """The nodes of the pass ``output`` (out, xs, ps, cone) that an epilogue of the part computing
+    ``node`` computes, in graph order: the pass reads ``node`` and every other reader of ``node`` is
+    in it, and its activations are ``node`` alone, or ``node`` and the part's input ``src`` (the
+    part then computes what the pass computes from the activations it reads to make ``src``, so
+    that work drops out); else None."""
+    out, xs, _, full = output
+    if not all(u in full for u in node.users):
+        return None
+    if xs == [node]:
+        return full
+    if src is None:
+        return None
+    inside, kept, stack = set(full), set(), [out]
+    while stack:  # what ``out`` needs, from ``node``, ``src`` and the model's tensors
+        current = stack.pop()
+        if current in kept or current in (node, src):
+            continue
+        if current not in inside:
+            return None  # another activation
+        kept.add(current)
+        stack.extend(a for a in arg_nodes(current) if a.op != "get_attr")
+    reads = {a for n in kept for a in arg_nodes(n)}
+    return [n for n in full if n in kept] if node in reads and node not in kept else None
 
 
 def _prologue(gm, row, g, output) -> dict:

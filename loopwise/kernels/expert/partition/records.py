@@ -59,6 +59,9 @@ class RowOp:
     # a scan of its input flipped along its dimension, flipped back (``flip(cumsum(flip(x, [d]), d),
     # [d])``): each line walked from its last entry, read and written where it lies
     reverse: bool = False
+    # a scan of its input shifted one entry along its dimension, the neutral value first
+    # (``cumprod(cat([ones_like(f[:, :1]), f[:, :-1]], 1))``, an exclusive scan): entry r reads r - 1
+    exclusive: bool = False
     # one program per strip of inner columns (contiguous) of each outer slice: STRIP wide, narrowed
     # (down to NARROWEST) while there are fewer than FEWEST_PROGRAMS programs to keep the GPU busy;
     # while there are still fewer and each would walk more than LONGEST_WALK entries, the reduced

@@ -8,6 +8,7 @@ store, as the norms' parts do (:func:`~.norms.norm_passes`)."""
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import replace
 
@@ -15,8 +16,9 @@ from loopwise.kernels.expert import elementwise as ew
 from loopwise.kernels.expert.capture.reduce import KEYWORDS, NEUTRAL, REDUCTIONS, reduced_dims
 from loopwise.kernels.expert.capture.softmax import is_log_softmax, softmax_dim
 from loopwise.kernels.expert.fx_graph import call_arg, flip_dim, op_name
-from loopwise.kernels.expert.partition.nodes import float_shape
+from loopwise.kernels.expert.partition.nodes import arg_nodes, float_shape
 from loopwise.kernels.expert.partition.records import RowOp
+from loopwise.kernels.expert.partition.slices import basic_slice, cat_of
 
 _SCANS = {"cumsum": "0.0", "cumprod": "1.0", "logcumsumexp": '-float("inf")', "cummax": '-float("inf")',
           "cummin": 'float("inf")'}
@@ -41,14 +43,110 @@ def row_calls(gm, taken=()) -> dict:
 
 
 def row_source(node):
-    """(the tensor a row part's operation reads, the node that reads it): for ``torch.max(x,
-    dim)[0]`` (or a cummax's values) the call reads it, for a reversed scan (the flip back, see
-    :func:`_reversed`) the first flip, for the others the row node itself."""
+    """(the tensor a row part's operation reads, the set of nodes that read it there, the work
+    between them that the part does itself): for ``torch.max(x, dim)[0]`` (or a cummax's values)
+    the call, for a reversed scan (the flip back, see :func:`_reversed`) the first flip, for an
+    exclusive scan (:func:`_shifted`) the slices and sizes of its shifted input, for the others
+    the row node itself."""
     flipped = _reversed(node)
     if flipped is not None:
-        return flipped[1].args[0], flipped[1]
+        return flipped[1].args[0], {flipped[1]}, {flipped[1]}
     reader, _ = _picked(node)
-    return reader.args[0], reader
+    shifted = _shifted(reader)
+    if shifted is not None:
+        return shifted
+    return reader.args[0], {reader}, set()
+
+
+_FILLS = {"ones_like": 1.0, "zeros_like": 0.0, "full_like": None}  # full_like: its value argument
+_NEUTRAL_VALUES = {"cumsum": 0.0, "cumprod": 1.0, "logcumsumexp": -math.inf, "cummax": -math.inf, "cummin": math.inf}
+
+
+def _shifted(call):
+    """(f, the nodes that read f to shift it, the nodes that shift it) where the scan ``call`` reads f shifted one entry along
+    its dimension d, the scan's neutral value first: ``cat([fill, f[..., :-1]], d)`` (``fill`` a
+    ``ones_like`` / ``zeros_like`` / ``full_like`` of a one-entry slice of f) or ``F.pad(f[..., :-1],
+    one entry before d, value)``, the slices ``narrow``s or basic slices, the work that shifts f read
+    by nothing else: the exclusive scan, which a row part computes by reading entry r - 1 at r.
+    Else None."""
+    name = op_name(call)
+    inp = call.args[0] if call.op in ("call_function", "call_method") and call.args else None
+    if name not in _NEUTRAL_VALUES or not hasattr(inp, "op") or len(inp.users) != 1:
+        return None
+    shape = float_shape(inp)
+    dim = call_arg(call, "dim", 1)
+    if shape is None or not _constant_dim(dim, len(shape)):
+        return None
+    dim %= len(shape)
+    rest, value = _shift_pieces(inp, dim, len(shape))
+    if rest is None or value != _NEUTRAL_VALUES[name]:
+        return None
+    f, along, start, length = _slice(rest) or (None, None, None, None)
+    if f is None or float_shape(f) != shape or along != dim or start != 0 or length != shape[dim] - 1:
+        return None
+    work, stack = set(), [inp]  # what computes the shifted tensor from f (its slices, its sizes)
+    while stack:
+        node = stack.pop()
+        if node is f or node in work:
+            continue
+        if node.op in ("placeholder", "get_attr", "output"):
+            return None  # it reads another tensor
+        work.add(node)
+        stack.extend(arg_nodes(node))
+    if any(u not in work and u is not call for n in work for u in n.users):
+        return None
+    return f, {u for u in f.users if u in work}, work
+
+
+def _shift_pieces(inp, dim: int, rank: int):
+    """(the shifted piece, the value put before it) where ``inp`` puts one entry before a piece along
+    ``dim`` (see :func:`_shifted`); else (None, None)."""
+    import torch
+
+    found = cat_of(inp) if inp.op == "call_function" else None
+    if found is not None:
+        pieces, along = found
+        if along != dim or len(pieces) != 2:
+            return None, None
+        fill, rest = pieces
+        name = op_name(fill)
+        if fill.op not in ("call_function", "call_method") or name not in _FILLS or float_shape(fill) is None \
+                or float_shape(fill)[dim] != 1 or set(fill.kwargs) - {"dtype", "device"}:
+            return None, None
+        value = _FILLS[name] if name != "full_like" else (fill.args[1] if len(fill.args) == 2 else None)
+        source, shifted = _slice(fill.args[0]) if fill.args else None, _slice(rest)
+        if source is None or shifted is None or source[0] is not shifted[0]:
+            return None, None  # its shape read from another tensor than the shifted one
+        return rest, float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if inp.op == "call_function" and inp.target is torch.nn.functional.pad and len(inp.args) == 2 \
+            and set(inp.kwargs) <= {"mode", "value"} and inp.kwargs.get("mode", "constant") == "constant":
+        rest, pad = inp.args
+        before = [0] * (2 * rank)
+        before[2 * (rank - 1 - dim)] = 1  # F.pad lists the last dimension's amounts first
+        if not isinstance(pad, (tuple, list)) or list(pad) + [0] * (2 * rank - len(pad)) != before:
+            return None, None
+        value = inp.kwargs.get("value")
+        value = 0.0 if value is None else value
+        return rest, float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None, None
+
+
+def _slice(node):
+    """(source, dimension, start, length) where ``node`` slices one dimension of a float tensor with
+    step 1 (``narrow``, its length maybe computed from sizes, or ``x[:, a:b]``), from the shapes
+    propagated; else None."""
+    if not hasattr(node, "op"):
+        return None
+    if node.op in ("call_function", "call_method") and op_name(node) == "narrow" and len(node.args) == 4 and not node.kwargs:
+        source, dim, start = node.args[:3]
+        shape, out = float_shape(source) if hasattr(source, "op") else None, float_shape(node)
+        if shape is None or out is None or not _constant_dim(dim, len(shape)) or not isinstance(start, int) \
+                or isinstance(start, bool):
+            return None
+        dim %= len(shape)
+        return source, dim, start % shape[dim] if start < 0 else start, out[dim]
+    found = basic_slice(node)
+    return None if found is None else (node.args[0], *found)
 
 
 def _reversed(node):
@@ -80,7 +178,10 @@ def _row_op(gm, node) -> RowOp | None:
         return None if row is None else replace(row, reverse=True)
     if len(node.users) == 1 and _reversed(next(iter(node.users))) is not None:
         return None  # the scan of a reversed scan: its part is the flip back's
-    return _plain_row_op(gm, node)
+    row = _plain_row_op(gm, node)
+    if row is not None and row.scans and _shifted(_picked(node)[0]) is not None:
+        return replace(row, exclusive=True)
+    return row
 
 
 def _plain_row_op(gm, node) -> RowOp | None:

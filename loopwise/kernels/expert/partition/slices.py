@@ -72,7 +72,7 @@ def pieces_as_narrows(gm) -> None:
     import torch
 
     for node in list(gm.graph.nodes):
-        found = _basic_slice(node)
+        found = basic_slice(node)
         if found is not None:
             with gm.graph.inserting_before(node):
                 piece = gm.graph.call_function(torch.narrow, (node.args[0], *found))
@@ -105,7 +105,7 @@ def pieces_as_narrows(gm) -> None:
         gm.graph.erase_node(call)
 
 
-def _basic_slice(node) -> tuple[int, int, int] | None:
+def basic_slice(node) -> tuple[int, int, int] | None:
     """(dimension, start, length) where ``node`` is ``x[...]`` of a float tensor with full slices
     (or one Ellipsis standing for them) but in one dimension, sliced by numbers with step 1."""
     if node.op != "call_function" or node.target is not operator.getitem or len(node.args) != 2:
