@@ -10,6 +10,7 @@ from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float
 from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
+from loopwise.kernels.expert.partition.writes import late_writes
 
 
 _NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", "BatchNorm3d": "batch",
@@ -119,7 +120,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
     each functional batch_norm to its :class:`BatchNormCall`). Returns the groups left, their
     outputs, and [(Norm, (the node it computes, activation nodes))]."""
     rows = rows or {}
-    norms, taken = [], set()
+    norms, taken, written = [], set(), late_writes(gm)
     for node in norm_nodes:
         row, kind = rows.get(node), _part_kind(gm, node, rows.get(node))
         call = row if isinstance(row, BatchNormCall) else None
@@ -135,7 +136,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
                 and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
         # an epilogue of a part whose output has its input's shape (a scan, a softmax) may read that
         # input too, at the same position (``cumsum(x) - x``, an exclusive scan)
-        same = src if kind == "row" and not row.reduces and not row.exclusive else None
+        # (not a tensor written in place later: the epilogue would read the value before the write)
+        same = src if kind == "row" and not row.reduces and not row.exclusive and src not in written else None
         post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
                            if c is not None and channel_wise(outputs[i][2])), (None, None))
         pre = next((i for i in free if i != post and outputs[i][0] is src and set(src.users) <= readers | set(cone or ())
