@@ -486,24 +486,55 @@ def _margin(v: Verdict) -> float:
 
 
 def compare_half_to_float64(ref: list, ref64: list, cand: list, atol: float, rtol: float) -> Verdict:
-    """fp16 / bf16 outputs judged by allclose (the half tolerance) against the float64 run rounded
-    once to their dtype, the nearest values that dtype holds, where the half reference is off it
-    by more than the factor bound of :func:`compare_float64_bound` can judge (a running sum
-    rounding each addition to bf16 stalls once its step exceeds what it adds); the other outputs
-    against the reference. A pass carries, as evidence, each half output's largest error and the
-    reference's own (rule ``half_exact``)."""
+    """fp16 / bf16 outputs judged against the float64 run itself, where the half reference is off it
+    by more than the factor bound of :func:`compare_float64_bound` can judge (a running sum that
+    rounds each addition to bf16 stalls once its step exceeds what it adds): every element within
+    the half tolerance of float64, relative to the element and to the output's mean magnitude
+    (``|c - r64| <= tol * (|r64| + mean |r64|)``: a scan over half-precision inputs carries their
+    roundings into its small sums, but a wrong element is off by the output's own scale). Entries
+    where float64 is not finite are judged by the half reference (:func:`nonfinite_mismatch`). The
+    other outputs are judged against the reference by allclose. A pass carries, as evidence, the
+    first half output's largest error and the reference's own (rule ``half_exact``)."""
     import torch
 
-    nearest = [r64.to(device=r.device, dtype=r.dtype) if is_half(r) and isinstance(r64, torch.Tensor) else r
-               for r, r64 in zip(ref, ref64)]
-    v = compare_allclose(nearest, cand, atol, rtol)
-    if not v.passed:
-        return v
-    i = next(i for i, r in enumerate(ref) if is_half(r))
-    own = largest_difference(ref[i], nearest[i])
-    return Verdict(True, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
-                   evidence={"rule": "half_exact", "output": i, "error": largest_difference(cand[i], nearest[i]),
-                             "reference_error": own})
+    bad = check_structure(ref, cand)
+    if bad is not None:
+        return bad
+    tol = max(atol, rtol, HALF_TOLERANCE)
+    evidence: dict = {}
+    for i, (r, r64, c) in enumerate(zip(ref, ref64, cand)):
+        if not is_half(r) or not isinstance(r64, torch.Tensor):
+            v = compare_allclose([r], [c], atol, rtol)
+            if not v.passed:
+                return Verdict(False, v.code, v.message.replace("output 0", f"output {i}", 1), evidence=v.evidence)
+            continue
+        unwritten = count_poisoned(c)
+        if unwritten:
+            return Verdict(False, "unwritten_output", f"output {i}: {unwritten} of {c.numel()} elements were never written",
+                           evidence={"unwritten": unwritten, "numel": c.numel()})
+        bad = nonfinite_mismatch(i, r, c)
+        if bad is not None:
+            return bad
+        total = count = 0.0
+        for s64, in _slices(r64):
+            finite = torch.isfinite(s64)
+            total += float(s64.abs().where(finite, 0.0).sum())
+            count += int(finite.sum())
+        scale = total / max(count, 1)
+        over = worst = own = 0.0
+        for s64, sr, sc in _slices(r64, r, c):
+            finite = torch.isfinite(s64) & torch.isfinite(sr)
+            err = (sc.double() - s64).abs().where(finite, 0.0)
+            over += int((err > tol * (s64.abs() + scale)).sum())
+            worst = max(worst, float(err.max())) if err.numel() else worst
+            own = max(own, float((sr.double() - s64).abs().where(finite, 0.0).max())) if sr.numel() else own
+        if over:
+            return Verdict(False, "wrong_output", f"output {i}: {int(over)} of {c.numel()} elements farther from "
+                           f"float64 than {tol:g} of their value plus {tol:g} of the output's mean magnitude "
+                           f"{scale:.3g} (max error {worst:.3g})", max_abs_err=worst)
+        if not evidence:
+            evidence = {"rule": "half_exact", "output": i, "error": worst, "reference_error": own, "scale": scale}
+    return Verdict(True, max_abs_err=evidence.get("error"), evidence=evidence)
 
 
 def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float | None,

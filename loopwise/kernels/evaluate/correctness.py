@@ -315,7 +315,7 @@ class TrialRunner(CallerInputs):
         if w["rule"] == "half_exact":
             text = (f"outside allclose of the half-precision reference, which is itself far off float64 "
                     f"({where}: its max error {w['reference_error']:.3g}), but within the half tolerance of "
-                    f"the float64 run rounded to its dtype (max error {w['error']:.3g})")
+                    f"the float64 run (max error {w['error']:.3g}; mean magnitude {w['scale']:.3g})")
         elif w["rule"] == "half":
             text = (f"outside allclose of the half-precision reference, but nearer float64 than it ({where}"
                     f": max error {w['error']:.3g} against the reference's own "

@@ -297,17 +297,20 @@ def test_half_precision_outputs_are_judged_against_float64_where_the_half_refere
 def test_half_precision_outputs_near_float64_are_correct_where_the_half_reference_is_far_off_it(tmp_path):
     """A bf16 running sum whose reference, rounding every addition, is a quarter off the true sums:
     the factor bound cannot judge there (the reference's own error would allow nearly anything), so
-    a half-precision output within the half tolerance of the float64 run rounded to its dtype is
-    correct, with a note saying so; one a tenth off is not, nor is it under ``half_outputs="allclose"``."""
+    a half-precision output within the half tolerance of the float64 run is correct, with a note
+    saying so; one a tenth off is not, nor one whose last row is wrong, nor the first under
+    ``half_outputs="allclose"``."""
     problem = load_problem(str(CASES / "problem_bf16_running_sum.py"))
     base = dict(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=5, energy=False)
     with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "exact", spares=0) as j:
         good = j.evaluate((CASES / "bf16_running_sum_fp32.py").read_text(), "fp32-cumsum")
         wrong = j.evaluate((CASES / "bf16_running_sum_scaled.py").read_text(), "scaled")
+        last = j.evaluate((CASES / "bf16_running_sum_last_row.py").read_text(), "last-row")
     assert good.status is Status.CORRECT, good.summary()
     note = [r for r in good.reasons if r.code == "half_precision_float64"]
     assert note and note[0].severity == "info" and "float64 run" in note[0].message, good.reasons
     assert wrong.status is Status.WRONG_OUTPUT, wrong.summary()
+    assert last.status is Status.WRONG_OUTPUT, last.summary()
     with LocalJudge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
                     spares=0) as j:
         strict = j.evaluate((CASES / "bf16_running_sum_fp32.py").read_text(), "fp32-cumsum")
