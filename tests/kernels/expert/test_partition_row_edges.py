@@ -61,7 +61,7 @@ def _same_as_pytorch(tmp_path, monkeypatch, cases, edit=None):
             path = generated_style_problem(tmp_path, f"edge{k}", "", forward, f"torch.randn({shape}, dtype=DTYPE)", dtype)
             source, pattern = generate(load_problem(str(path)), {"template": "graph_norm", "block": 64})
         assert source is not None and "rowop_0_kernel[" in source, pattern.reason
-        marked = source.replace("    wide = x0.numel()", f"    assert (splits > 1) is {split}, splits\n    wide = x0.numel()")
+        marked = source.replace("    wide = max(", f"    assert (splits > 1) is {split}, splits\n    wide = max(")
         assert marked != source
         marked = edit(marked) if edit else marked
         name = str(tmp_path / f"case{k}")

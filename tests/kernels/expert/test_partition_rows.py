@@ -43,6 +43,11 @@ CASES = {
     "cumprod_exclusive_middle": ("f = 1.0 + 0.05 * torch.tanh(x)\n"
                                  "f = torch.cat([torch.ones_like(f.narrow(1, 0, 1)), f.narrow(1, 0, f.shape[1] - 1)], dim=1)\n"
                                  "x = torch.cumprod(f, dim=1)", [("tanh", "mul", "add", "cumprod")], "", "3, 150, 2"),
+    # a prologue that reads through a gather (index_select by a model index): the part computes
+    # each entry of its input where it is read, at the index's position
+    "softmax_after_index_select": ("x = torch.softmax(torch.index_select(x, 1, self.idx) * 2.0, dim=1)",
+                                   [("index_select", "mul", "softmax")],
+                                   "self.register_buffer('idx', torch.randint(0, 70, (90,)))", "4, 70"),
     # dimensions apart (0 and 2, the middle one kept), kept as 1, a tensor broadcast before it
     "std_apart_kept": ("x = torch.std(x * self.s + 10.0, dim=(0, 2), keepdim=True) * 2.0",
                        [("mul", "add", "std", "mul")], "self.s = nn.Parameter(torch.randn(5, 1))", "7, 5, 9"),
@@ -72,6 +77,11 @@ SLOW_CASES = {
                              [("sigmoid", "cumsum", "mul")], "", "3, 70, 4"),
     "cummax_exclusive_full": ("x = torch.cummax(torch.cat([torch.full_like(x[:1], -float('inf')), x[:-1]]), dim=0)"
                               ".values.clamp(min=-10.0)", [("cummax", "clamp")], "", "70, 3"),
+    # read through a permute, and through a concatenation of the input and work on it
+    "cumsum_after_permute": ("x = torch.cumsum(torch.tanh(x.permute(1, 0)) * 2.0, dim=0)", [("tanh", "mul", "cumsum")],
+                             "", "4, 70"),
+    "logsumexp_of_cat": ("x = torch.logsumexp(torch.cat([x, torch.sigmoid(x)], dim=1) * 2.0, dim=1)",
+                         [("sigmoid", "cat", "mul", "logsumexp")], "", "5, 70"),
     "cummax_reversed": ("x = torch.cummax(x.flip(0), dim=0).values.flip(0) - 1.0", [("cummax", "sub")], "", "70, 4"),
     # offset data: the deviations' statistics (no sum of squares to cancel)
     "std_run": ("x = torch.std(x * 3.0 + 100.0, dim=(0, 1))", [("mul", "add", "std")], "", "9, 8, 5"),
@@ -176,6 +186,8 @@ SLOW_SPLIT_CASES = {
     # exclusive: entry r - 1 read at r across the splits' boundaries
     "cumsum_exclusive_leading": ("f = x * 2.0\nx = torch.cumsum(torch.cat([torch.zeros_like(f[:1]), f[:-1]]), dim=0)",
                                  [("mul", "cumsum")], "", "203, 3"),
+    # a split line read through a slice (entries 3.. of each row)
+    "softmax_of_slice_split": ("x = torch.softmax(x[:, 3:] * 2.0, dim=1)", [("mul", "softmax")], "", "3, 300"),
     "amax_whole": ("x = torch.amax(x, dim=(0, 1)) + 1.0", [("max", "add")], "", "40, 51"),
     "softmax_last": ("x = torch.softmax(torch.tanh(x) * 3.0, dim=-1) + 1.0", [("tanh", "mul", "softmax", "add")], "", "2, 333"),
     "mean_middle": ("x = x.mean(dim=1) - 1.0", [("mean", "sub")], "", "2, 211, 3"),
@@ -202,7 +214,7 @@ def _judged_split(tmp_path, monkeypatch, name, forward, parts, init, shape, dtyp
     assert [n.ops for n in chosen["norms"]] == parts and not chosen["groups"] and chosen["pytorch"] == ()
 
     def split_only(source):  # the candidate fails unless its launcher splits the dimension
-        marked = source.replace("    wide = x0.numel()", "    assert splits > 1, splits\n    wide = x0.numel()")
+        marked = source.replace("    wide = max(", "    assert splits > 1, splits\n    wide = max(")
         assert marked != source
         return marked
 

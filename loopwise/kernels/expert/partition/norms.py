@@ -134,13 +134,18 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
                 and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
+        # a prologue that reads through gathers, slices or permutes: a row part reads its input at
+        # flat positions of its contiguous layout (not over dimensions apart, nor an index reduction
+        # of half values, whose prologue rounds each operation)
+        indexed = [i for i in range(len(outputs)) if i not in taken and groups[i].prelude
+                   and not (row.op in ("argmax", "argmin") and groups[i].upcast)] if kind == "row" and not row.dims else []
         # an epilogue of a part whose output has its input's shape (a scan, a softmax) may read that
         # input too, at the same position (``cumsum(x) - x``, an exclusive scan)
         # (not a tensor written in place later: the epilogue would read the value before the write)
         same = src if kind == "row" and not row.reduces and not row.exclusive and src not in written else None
         post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
                            if c is not None and channel_wise(outputs[i][2])), (None, None))
-        pre = next((i for i in free if i != post and outputs[i][0] is src and set(src.users) <= readers | set(cone or ())
+        pre = next((i for i in free + indexed if i != post and outputs[i][0] is src and set(src.users) <= readers | set(cone or ())
                     and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
         taken.update(i for i in range(len(outputs)) if outputs[i][0] in skipped)  # work the part does itself (an exclusive scan's shift)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
@@ -200,7 +205,8 @@ def _prologue(gm, row, g, output) -> dict:
     computing ``row``. An index reduction (argmax, argmin) of fp16 / bf16 values sees each operation's
     result rounded to its dtype, as PyTorch stores it: values that rounding makes equal are a tie
     there (the first index wins), which fp32 would break. Elsewhere fp32 only makes them more accurate."""
-    fields = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops}
+    fields = {"inputs": g.inputs, "operands": g.operands, "body": g.body, "expr": g.expr, "ops": g.ops,
+              "prelude": g.prelude, "sizes": g.sizes, "int_args": g.int_args}
     if getattr(row, "op", None) in ("argmax", "argmin") and g.upcast:
         out, xs, ps, cone = output
         names = {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}
