@@ -510,7 +510,8 @@ def compare_half_to_float64(ref: list, ref64: list, cand: list, atol: float, rto
             continue
         unwritten = count_poisoned(c)
         if unwritten:
-            return Verdict(False, "unwritten_output", f"output {i}: {unwritten} of {c.numel()} elements were never written",
+            return Verdict(False, "unwritten_output",
+                           f"output {i}: {unwritten} of {c.numel()} elements were never written",
                            evidence={"unwritten": unwritten, "numel": c.numel()})
         bad = nonfinite_mismatch(i, r, c)
         if bad is not None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
-from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float32_shape, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import (arg_nodes, dtype_name, float32_shape, float_shape, operand_shapes,
+                                                     statements)
 from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -138,16 +139,18 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         # flat positions of its contiguous layout (not over dimensions apart, nor an index reduction
         # of half values, whose prologue rounds each operation)
         indexed = [i for i in range(len(outputs)) if i not in taken and groups[i].prelude
-                   and not (row.op in ("argmax", "argmin") and groups[i].upcast)] if kind == "row" and not row.dims else []
+                   and not (row.op in ("argmax", "argmin") and groups[i].upcast)] \
+            if kind == "row" and not row.dims else []
         # an epilogue of a part whose output has its input's shape (a scan, a softmax) may read that
         # input too, at the same position (``cumsum(x) - x``, an exclusive scan)
         # (not a tensor written in place later: the epilogue would read the value before the write)
         same = src if kind == "row" and not row.reduces and not row.exclusive and src not in written else None
         post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
                            if c is not None and channel_wise(outputs[i][2])), (None, None))
-        pre = next((i for i in free + indexed if i != post and outputs[i][0] is src and set(src.users) <= readers | set(cone or ())
-                    and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
-        taken.update(i for i in range(len(outputs)) if outputs[i][0] in skipped)  # work the part does itself (an exclusive scan's shift)
+        pre = next((i for i in free + indexed if i != post and outputs[i][0] is src
+                    and set(src.users) <= readers | set(cone or ()) and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
+        # work the part does itself (an exclusive scan's shift)
+        taken.update(i for i in range(len(outputs)) if outputs[i][0] in skipped)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}
         if pre is not None:  # the group's pass as _groups wrote it (inputs x0.., tensors p0..)
             taken.add(pre)
@@ -158,7 +161,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         if post is not None:
             taken.add(post)
             computed, ps = outputs[post][0], [p for p in outputs[post][2] if any(p in arg_nodes(n) for n in cone)]
-            names = {node.name: "y", src.name: "v"} | {p.name: f"q{j}" for j, p in enumerate(ps)}  # v: the entry read (scan, softmax)
+            # v: the entry the part read there (a scan's or softmax's input)
+            names = {node.name: "y", src.name: "v"} | {p.name: f"q{j}" for j, p in enumerate(ps)}
             body, ops, expr = statements(gm, cone, names, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))

@@ -63,12 +63,12 @@ _NEUTRAL_VALUES = {"cumsum": 0.0, "cumprod": 1.0, "logcumsumexp": -math.inf, "cu
 
 
 def _shifted(call):
-    """(f, the nodes that read f to shift it, the nodes that shift it) where the scan ``call`` reads f shifted one entry along
-    its dimension d, the scan's neutral value first: ``cat([fill, f[..., :-1]], d)`` (``fill`` a
-    ``ones_like`` / ``zeros_like`` / ``full_like`` of a one-entry slice of f) or ``F.pad(f[..., :-1],
-    one entry before d, value)``, the slices ``narrow``s or basic slices, the work that shifts f read
-    by nothing else: the exclusive scan, which a row part computes by reading entry r - 1 at r.
-    Else None."""
+    """(f, the nodes that read f to shift it, the nodes that shift it) where the scan ``call`` reads
+    f shifted one entry along its dimension d, the scan's neutral value first: ``cat([fill,
+    f[..., :-1]], d)`` (``fill`` a ``ones_like`` / ``zeros_like`` / ``full_like`` of a one-entry
+    slice of f) or ``F.pad(f[..., :-1], one entry before d, value)``, the slices ``narrow``s or
+    basic slices, the work that shifts f read by nothing else: the exclusive scan, which a row
+    part computes by reading entry r - 1 at r. Else None."""
     name = op_name(call)
     inp = call.args[0] if call.op in ("call_function", "call_method") and call.args else None
     if name not in _NEUTRAL_VALUES or not hasattr(inp, "op") or len(inp.users) != 1:
@@ -137,7 +137,8 @@ def _slice(node):
     propagated; else None."""
     if not hasattr(node, "op"):
         return None
-    if node.op in ("call_function", "call_method") and op_name(node) == "narrow" and len(node.args) == 4 and not node.kwargs:
+    if node.op in ("call_function", "call_method") and op_name(node) == "narrow" and len(node.args) == 4 \
+            and not node.kwargs:
         source, dim, start = node.args[:3]
         shape, out = float_shape(source) if hasattr(source, "op") else None, float_shape(node)
         if shape is None or out is None or not _constant_dim(dim, len(shape)) or not isinstance(start, int) \
