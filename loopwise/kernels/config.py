@@ -20,7 +20,10 @@ class EvalConfig(BaseModel):
         stress_trials: trials on mixed-sign inputs judged against a float64 reference.
         half_outputs: how fp16 / bf16 outputs outside allclose of the half-precision reference are
             judged: ``float64_bound`` passes them when they are nearer float64 than
-            ``half_error_factor`` times the reference's own largest error; ``allclose`` fails them.
+            ``half_error_factor`` times the reference's own largest error, or, where the reference
+            is more than 5% normwise off float64 (a bf16 running sum that stalls), when every
+            element is within the half tolerance of float64 relative to itself plus the output's
+            mean magnitude; ``allclose`` fails them.
         fp32_outputs: how fp32 outputs outside allclose of the fp32 reference are judged:
             ``float64_bound`` passes them when every element is within the tolerance of float64 plus
             ``fp32_error_factor`` times the reference's own largest error and their normwise error

@@ -38,7 +38,10 @@ class WorkDidNotFit(Exception):
 def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, seed: int,
                     args: list | None = None, float64=None) -> tuple[Verdict, bool]:
     """allclose against the reference's outputs for the draw of ``seed``; for fp16 / bf16 and fp32
-    outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``). The
+    outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``), and for
+    fp16 / bf16 outputs whose reference is too far off float64 for that bound (see
+    :func:`compare.same_function`), the half tolerance against the float64 run itself
+    (:func:`compare.compare_half_to_float64`). The
     verdict, and whether the bound passed what allclose did not. ``float64``, where given, makes
     the float64 values of ``ref_out`` (None where there are none), in place of the float64 run's
     outputs (for the values a reference leaves in the inputs it writes)."""
@@ -63,7 +66,7 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
             return bound, True
         v = Verdict(False, bound.code, f"{v.message}; {bound.message}", max_abs_err=v.max_abs_err,
                     max_rel_err=v.max_rel_err, evidence={**v.evidence, **bound.evidence})
-    if float64 is None and half_factor is not None and any(is_half(r) for r in ref_out):
+    if ref64 is None and float64 is None and half_factor is not None and any(is_half(r) for r in ref_out):
         # a half reference too far off float64 for the factor bound (it is no longer "the same
         # function"): its outputs judged by the tolerance against the float64 run itself
         raw64 = ref.run64(args)
