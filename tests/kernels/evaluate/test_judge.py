@@ -275,45 +275,38 @@ def test_reduced_precision_is_judged_by_the_policy_not_as_a_constant_answer(tmp_
     assert any(r.code == "precision_downgrade" for r in ev.reasons), ev.reasons
 
 
-def test_half_precision_outputs_are_judged_against_float64_where_the_half_reference_is_itself_off(tmp_path):
+# (problem, the correct candidate, wrong ones, the note's code and words): a bf16 sum over 64
+# columns rounding every addition, nearer float64 than the reference (the factor bound); a bf16
+# running sum over 512 rows, a quarter off the true sums, where the factor bound would allow nearly
+# anything (the half tolerance against the float64 run itself)
+HALF_CASES = {
+    "factor_bound": ("problem_bf16_chain_sum.py", "bf16_sum_fp32.py", ("bf16_sum_dropped.py",),
+                     "half_precision_bound", "nearer float64"),
+    "float64_run": ("problem_bf16_running_sum.py", "bf16_running_sum_fp32.py",
+                    ("bf16_running_sum_scaled.py", "bf16_running_sum_last_row.py"), "half_precision_float64",
+                    "float64 run"),
+}
+
+
+@pytest.mark.parametrize("case", list(HALF_CASES))
+def test_half_precision_outputs_are_judged_against_float64_where_the_half_reference_is_itself_off(tmp_path, case):
     """fp32 accumulation beats a bf16 reference that rounds every addition: it fails allclose against
-    that reference but is nearer float64 than the reference is, so it is correct (with a note saying
-    which rule passed it); a wrong sum is not. ``half_outputs="allclose"`` keeps KernelBench's rule."""
-    problem = load_problem(str(CASES / "problem_bf16_chain_sum.py"))
-    base = dict(static_check=False, require_custom_kernel=False, perf_trials=3, seed=5, energy=False)
-    with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
-        good = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
-        wrong = j.evaluate((CASES / "bf16_sum_dropped.py").read_text(), "dropped")
-    assert good.status is Status.CORRECT, good.summary()
-    note = [r for r in good.reasons if r.code == "half_precision_bound"]
-    assert note and note[0].severity == "info" and "nearer float64" in note[0].message, good.reasons
-    assert wrong.status is Status.WRONG_OUTPUT, wrong.summary()
-    with LocalJudge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
-               spares=0) as j:
-        strict = j.evaluate((CASES / "bf16_sum_fp32.py").read_text(), "fp32-sum")
-    assert strict.status is Status.WRONG_OUTPUT, strict.summary()
-
-
-def test_half_precision_outputs_near_float64_are_correct_where_the_half_reference_is_far_off_it(tmp_path):
-    """A bf16 running sum whose reference, rounding every addition, is a quarter off the true sums:
-    the factor bound cannot judge there (the reference's own error would allow nearly anything), so
-    a half-precision output within the half tolerance of the float64 run is correct, with a note
-    saying so; one a tenth off is not, nor one whose last row is wrong, nor the first under
-    ``half_outputs="allclose"``."""
-    problem = load_problem(str(CASES / "problem_bf16_running_sum.py"))
+    that reference but is near float64, so it is correct (with a note saying which rule passed it);
+    a wrong sum is not (a column dropped, a tenth of every row lost, a wrong last row).
+    ``half_outputs="allclose"`` keeps KernelBench's rule."""
+    problem_file, good_file, wrong_files, code, words = HALF_CASES[case]
+    problem = load_problem(str(CASES / problem_file))
     base = dict(static_check=False, require_custom_kernel=False, perf_trials=2, warmup=1, seed=5, energy=False)
-    with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "exact", spares=0) as j:
-        good = j.evaluate((CASES / "bf16_running_sum_fp32.py").read_text(), "fp32-cumsum")
-        wrong = j.evaluate((CASES / "bf16_running_sum_scaled.py").read_text(), "scaled")
-        last = j.evaluate((CASES / "bf16_running_sum_last_row.py").read_text(), "last-row")
+    with LocalJudge(problem, EvalConfig(**base), device="cpu", log_dir=tmp_path / "bound", spares=0) as j:
+        good = j.evaluate((CASES / good_file).read_text(), "fp32-sum")
+        wrong = [j.evaluate((CASES / f).read_text(), f) for f in wrong_files]
     assert good.status is Status.CORRECT, good.summary()
-    note = [r for r in good.reasons if r.code == "half_precision_float64"]
-    assert note and note[0].severity == "info" and "float64 run" in note[0].message, good.reasons
-    assert wrong.status is Status.WRONG_OUTPUT, wrong.summary()
-    assert last.status is Status.WRONG_OUTPUT, last.summary()
+    note = [r for r in good.reasons if r.code == code]
+    assert note and note[0].severity == "info" and words in note[0].message, good.reasons
+    assert all(w.status is Status.WRONG_OUTPUT for w in wrong), [w.summary() for w in wrong]
     with LocalJudge(problem, EvalConfig(**base, half_outputs="allclose"), device="cpu", log_dir=tmp_path / "kb",
                     spares=0) as j:
-        strict = j.evaluate((CASES / "bf16_running_sum_fp32.py").read_text(), "fp32-cumsum")
+        strict = j.evaluate((CASES / good_file).read_text(), "fp32-sum")
     assert strict.status is Status.WRONG_OUTPUT, strict.summary()
 
 
