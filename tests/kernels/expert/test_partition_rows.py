@@ -141,6 +141,26 @@ def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_pa
         assert left in plan(pattern, kind)["pytorch"]
 
 
+@pytest.mark.parametrize("forward,init,norms,groups", [
+    # RMSNorm written out: the statistic's pass is the mean's epilogue, the normalization one pass
+    # reading it broadcast per row, with the weight and the work after it
+    ("x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g\nx = torch.erf(x)",
+     "self.g = nn.Parameter(torch.randn(70))", [("square", "mean", "add", "rsqrt")], [("mul", "mul", "erf")]),
+    # a norm over the leading dimension, read broadcast per column
+    ("x = x / torch.linalg.vector_norm(x, 2, dim=0, keepdim=True) + 1.0", "", [("norm",)], [("truediv", "add")]),
+])
+def test_a_statistic_kept_as_one_is_read_broadcast_by_the_pass_after_it(tmp_path, monkeypatch, forward, init, norms,
+                                                                        groups):
+    """A reduction kept as 1 (a per-row or per-column statistic) and the elementwise work that reads
+    it with the full tensor: one row part and one fused pass that loads the statistic by its
+    broadcast index, as it loads a model tensor; nothing left in PyTorch; judged correct."""
+    path = _problem(tmp_path, "statistic", init, forward, "torch.randn(6, 70)")
+    chosen = plan(capture(load_problem(str(path))), "graph_norm")
+    assert [n.ops for n in chosen["norms"]] == norms and [g.ops for g in chosen["groups"]] == groups
+    assert chosen["pytorch"] == ()
+    judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
+
+
 def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):
     """An int64 index input read by a gather of a log-softmax's output (over the leading
     dimension): the log-softmax is a Triton part, the gather and the work after it a fused pass

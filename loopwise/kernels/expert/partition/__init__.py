@@ -3,8 +3,9 @@ the operations that stay in PyTorch.
 
 The forward is captured with torch.fx and its shapes propagated on the meta device. Every
 operation the elementwise translator can express (:func:`~loopwise.kernels.expert.expressions.expression`), whose inputs are float32,
-float16 or bfloat16 tensors of its own output shape or the model's tensors of those dtypes that
-broadcast against it, is a fusion candidate; connected candidates form a group, and each group
+float16 or bfloat16 tensors of its own output shape, or the model's tensors of those dtypes or
+smaller values of the forward (a statistic kept as 1) that broadcast against it, is a fusion
+candidate; connected candidates form a group, and each group
 output (a value read outside the group, or returned) becomes one Triton pass that computes it from
 the group's inputs in fp32 arithmetic (half-precision values upcast as they are loaded, the result
 stored in the output's own dtype), recomputing what two outputs share, which for elementwise work

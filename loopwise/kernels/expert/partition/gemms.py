@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.fx_graph import zero_padding
-from loopwise.kernels.expert.partition.nodes import dtype_name, float_shape, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import dtype_name, float_shape, model_tensors, operand_shapes, statements
 from loopwise.kernels.expert.partition.products import gemm_site
 from loopwise.kernels.expert.partition.records import Gemm
 
@@ -83,7 +83,8 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
             # dtype (the cublas move applies it in place on the product)
             if dtype == "float32" and groups[i].upcast or dtype != "float32" and groups[i].out_dtype != dtype:
                 continue
-            if i in taken or xs != [anchor] or groups[i].prelude or any(u not in cone for u in anchor.users):
+            if i in taken or xs != [anchor] or groups[i].prelude or any(u not in cone for u in anchor.users) \
+                    or not model_tensors(ps):
                 continue
             if all(s in per_column for s in operand_shapes(model, ps)):
                 epilogue = i

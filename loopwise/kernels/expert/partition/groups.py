@@ -9,7 +9,8 @@ from loopwise.kernels.expert.expressions import check_operand, expression
 from loopwise.kernels.expert.partition.gathers import INDEX_DTYPES, copied_permutes, gather_of, permutation_of, relabel_shape
 from loopwise.kernels.expert.partition.indexed import indexed_pass
 from loopwise.kernels.expert.partition.offsets import pass_wide
-from loopwise.kernels.expert.partition.nodes import arg_nodes, dtype_name, float_shape, operand_dtypes, statements
+from loopwise.kernels.expert.partition.nodes import (arg_nodes, broadcasts, dtype_name, float_shape, operand_dtypes,
+                                                     statements)
 from loopwise.kernels.expert.partition.records import MIN_OPS, Group
 from loopwise.kernels.expert.partition.slices import cat_of, narrow_of, pieces_as_narrows
 from loopwise.kernels.expert.functionalize import writes_in_place as in_place
@@ -31,7 +32,7 @@ def _fusible(gm, model, node) -> bool:
                 check_operand(model, arg.target, shape)
             except ew.Unsupported:
                 return False
-        elif float_shape(arg) != shape:
+        elif float_shape(arg) != shape and not broadcasts(arg, shape):
             return False
         exprs[arg.name] = "a"
     try:
@@ -64,7 +65,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 
     for n in member:
         for arg in arg_nodes(n):
-            if arg in member and (n, arg) not in cut:
+            if arg in member and (n, arg) not in cut and not _broadcast_read(n, arg):
                 parent[root(arg)] = root(n)
     components: dict = {}
     for n in sorted(member, key=order.__getitem__):
@@ -79,6 +80,15 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 
 
 REPEAT = 4  # the most times a gather may compute its table's elementwise work per table element
+
+
+def _broadcast_read(node, arg) -> bool:
+    """Whether the elementwise ``node`` reads the value ``arg`` broadcast (a per-row statistic): a
+    pass computing ``node`` loads it by its broadcast index, as a model tensor, and it is computed
+    by a pass of its own shape."""
+    shape = float_shape(node)
+    return shape is not None and float_shape(arg) is not None and float_shape(arg) != shape \
+        and broadcasts(arg, shape) and relabel_shape(node, "s") is None
 
 
 def _members(gm, model) -> tuple[set, dict]:
@@ -180,6 +190,11 @@ def embeddings_as_functions(gm) -> None:
         gm.graph.erase_node(node)
 
 
+def _path(p) -> str:
+    """A broadcast tensor's name in a pass's docstring: the model's attribute path, or the value's own."""
+    return p.target if p.op == "get_attr" else p.name
+
+
 def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
     """The groups of one connected component ``nodes``: one per value read outside it."""
     inside = set(nodes)
@@ -196,7 +211,8 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
             if current in cone:
                 continue
             cone.add(current)
-            stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut)
+            stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut
+                         and not _broadcast_read(current, a))
         ordered = sorted(cone, key=order.__getitem__)
         relabels = [n for n in ordered if n not in gathers and relabel_shape(n, "s") is not None]
         narrows = [n for n in ordered if narrow_of(n) is not None]
@@ -209,9 +225,9 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
         xs, ps = [], []
         for node in ordered:
             for arg in arg_nodes(node):
-                if arg in cone and (node, arg) not in cut:
+                if arg in cone and (node, arg) not in cut and not _broadcast_read(node, arg):
                     continue
-                bucket = ps if arg.op == "get_attr" else xs
+                bucket = ps if arg.op == "get_attr" or _broadcast_read(node, arg) else xs
                 if arg not in bucket:
                     bucket.append(arg)
         if not xs:
@@ -224,12 +240,12 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
         if not indexed:
             body, ops, expr = statements(
                 gm, ordered, {x.name: f"x{i}" for i, x in enumerate(xs)} | {p.name: f"p{j}" for j, p in enumerate(ps)}, out)
-            yield (Group(len(xs), tuple(p.target for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out), wide=wide),
+            yield (Group(len(xs), tuple(_path(p) for p in ps), body, expr, ops, upcast=upcast, out_dtype=dtype_name(out), wide=wide),
                    (out, xs, ps, ordered))
             continue
         try:
             fields = indexed_pass(ordered, out, xs, ps, cut, gathers, upcast, gm)
         except ew.Unsupported:
             continue  # left to PyTorch: a value read at two sets of positions, a shape not found
-        yield (Group(len(xs), tuple(p.target for p in ps), upcast=upcast, out_dtype=dtype_name(out), wide=wide, **fields),
+        yield (Group(len(xs), tuple(_path(p) for p in ps), upcast=upcast, out_dtype=dtype_name(out), wide=wide, **fields),
                (out, xs, ps, ordered))

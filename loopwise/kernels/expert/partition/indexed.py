@@ -116,7 +116,7 @@ def indexed_pass(cone, out, xs, ps, cut, gathers: dict, upcast: bool, gm) -> dic
         index = ctx.keys[c][0]
         if _shape(leaf) == ctx.keys[c][1]:
             loads.append(f"{var} = tl.load({names[leaf]}_ptr + {index}, mask=mask, other=0.0){up}")
-        elif leaf.op == "get_attr":  # a model tensor broadcast against the context's shape
+        elif leaf in ps:  # a model tensor (or a smaller value of the forward) broadcast against the context's shape
             div, mod = f"{names[leaf]}_div{c}", f"{names[leaf]}_mod{c}"
             sizes.append(f"{div}, {mod} = broadcast_index(s{c}, {names[leaf]}.shape)")
             int_args += [div, mod]

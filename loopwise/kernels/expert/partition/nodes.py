@@ -9,13 +9,39 @@ from loopwise.kernels.expert.expressions import expression
 
 
 def operand_shapes(model, ps) -> list[tuple]:
-    """The shapes of the model's tensors that the get_attr nodes ``ps`` read."""
-    return [tuple(functools.reduce(getattr, p.target.split("."), model).shape) for p in ps]
+    """The shapes of the tensors a pass reads broadcast: the model's (get_attr nodes ``ps``), or
+    values of the forward (see :func:`model_tensors`)."""
+    return [tuple(functools.reduce(getattr, p.target.split("."), model).shape) if p.op == "get_attr"
+            else tuple(p.meta["tensor_meta"].shape) for p in ps]
 
 
 def operand_dtypes(model, ps) -> list[str]:
-    """The dtypes (``float16``) of the model's tensors that the get_attr nodes ``ps`` read."""
-    return [str(functools.reduce(getattr, p.target.split("."), model).dtype).removeprefix("torch.") for p in ps]
+    """The dtypes (``float16``) of the tensors ``ps`` a pass reads broadcast (see :func:`operand_shapes`)."""
+    return [str(functools.reduce(getattr, p.target.split("."), model).dtype).removeprefix("torch.")
+            if p.op == "get_attr" else dtype_name(p) for p in ps]
+
+
+def model_tensors(ps) -> bool:
+    """Whether the tensors ``ps`` a pass reads broadcast are all the model's (get_attr nodes): a
+    pass that also reads a smaller value of the forward broadcast (a per-row statistic) is no GEMM's
+    or norm's prologue or epilogue, whose launchers read the model's tensors by their paths."""
+    return all(p.op == "get_attr" for p in ps)
+
+
+def broadcasts(arg, shape) -> bool:
+    """Whether the float value ``arg`` (an FX node) has fewer elements than ``shape`` and broadcasts
+    against it to exactly ``shape`` (a per-row statistic ``(N, 1)`` against ``(N, D)``)."""
+    import math
+
+    import torch
+
+    small = float_shape(arg)
+    if small is None or math.prod(small) >= math.prod(shape) or len(small) > len(shape):
+        return False
+    try:
+        return tuple(torch.broadcast_shapes(small, tuple(shape))) == tuple(shape)
+    except RuntimeError:
+        return False
 
 
 # An fp32 value ``t`` rounded to the nearest fp16 / bf16 (ties to even), as PyTorch stores it. bf16 by

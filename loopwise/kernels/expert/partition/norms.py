@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
-from loopwise.kernels.expert.partition.nodes import (arg_nodes, dtype_name, float32_shape, float_shape, operand_shapes,
-                                                     statements)
+from loopwise.kernels.expert.partition.nodes import (arg_nodes, dtype_name, float32_shape, float_shape, model_tensors,
+                                                     operand_shapes, statements)
 from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -134,12 +134,13 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
-                and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)]
+                and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)
+                and model_tensors(outputs[i][2])]
         # a prologue that reads through gathers, slices or permutes: a row part reads its input at
         # flat positions of its contiguous layout (not over dimensions apart, nor an index reduction
         # of half values, whose prologue rounds each operation)
         indexed = [i for i in range(len(outputs)) if i not in taken and groups[i].prelude
-                   and not (row.op in ("argmax", "argmin") and groups[i].upcast)] \
+                   and model_tensors(outputs[i][2]) and not (row.op in ("argmax", "argmin") and groups[i].upcast)] \
             if kind == "row" and not row.dims else []
         # an epilogue of a part whose output has its input's shape (a scan, a softmax) may read that
         # input too, at the same position (``cumsum(x) - x``, an exclusive scan)
