@@ -161,6 +161,14 @@ def test_a_statistic_kept_as_one_is_read_broadcast_by_the_pass_after_it(tmp_path
     judged_correct(path, {"template": "graph_norm", "block": 64}, tmp_path, monkeypatch)
 
 
+def test_a_statistic_a_pass_cannot_index_as_one_run_stays_in_pytorch(tmp_path):
+    """A mean over the middle dimension of three, kept as 1 ((4, 1, 6) against (4, 5, 6)): no one
+    (offset // div) % mod formula reads it, so the subtraction reading it stays in PyTorch."""
+    path = _problem(tmp_path, "middle", "", "x = (x - x.mean(1, keepdim=True)) * 2.0", "torch.randn(4, 5, 6)")
+    chosen = plan(capture(load_problem(str(path))), "graph_norm")
+    assert "sub" in chosen["pytorch"] and not any("sub" in g.ops for g in chosen["groups"])
+
+
 def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):
     """An int64 index input read by a gather of a log-softmax's output (over the leading
     dimension): the log-softmax is a Triton part, the gather and the work after it a fused pass

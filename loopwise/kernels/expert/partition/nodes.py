@@ -30,18 +30,14 @@ def model_tensors(ps) -> bool:
 
 def broadcasts(arg, shape) -> bool:
     """Whether the float value ``arg`` (an FX node) has fewer elements than ``shape`` and broadcasts
-    against it to exactly ``shape`` (a per-row statistic ``(N, 1)`` against ``(N, D)``)."""
+    against it the one way a pass indexes a model tensor, as one contiguous run of dimensions (a
+    per-row statistic ``(N, 1)`` against ``(N, D)``)."""
     import math
-
-    import torch
 
     small = float_shape(arg)
     if small is None or math.prod(small) >= math.prod(shape) or len(small) > len(shape):
         return False
-    try:
-        return tuple(torch.broadcast_shapes(small, tuple(shape))) == tuple(shape)
-    except RuntimeError:
-        return False
+    return ew.broadcast_run(tuple(shape), small) is not None
 
 
 # An fp32 value ``t`` rounded to the nearest fp16 / bf16 (ties to even), as PyTorch stores it. bf16 by
