@@ -30,6 +30,10 @@ CASES = {
     # basic slices (an Ellipsis, a negative start) of one input concatenated with work between
     "basic_slices": ("x = torch.cat([torch.exp(x[..., -3:]), x[:, 1:4] * 2.0], dim=-1)", "torch.randn(5, 6, dtype=DTYPE)",
                      ("exp", "mul", "cat")),
+    # a one-wide piece beside a wider one: read at its own positions, not broadcast as a statistic
+    # kept as 1 would be
+    "one_wide_piece": ("x = torch.cat([torch.tanh(x[:, :1]), x * 2.0], dim=1) + 1.0", "torch.randn(4, 6, dtype=DTYPE)",
+                       ("tanh", "mul", "cat", "add")),
     # a permute copied by contiguous, then the halves of its leading dimension swapped: the copy
     # computed at each half's positions
     "permuted_chunks": ("x = torch.tanh(x).permute(2, 1, 0).contiguous()\na, b = x.chunk(2, dim=0)\n"

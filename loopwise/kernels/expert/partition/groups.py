@@ -65,7 +65,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 
     for n in member:
         for arg in arg_nodes(n):
-            if arg in member and (n, arg) not in cut and not _broadcast_read(n, arg):
+            if arg in member and (n, arg) not in cut and not _broadcast_read(n, arg, gathers):
                 parent[root(arg)] = root(n)
     components: dict = {}
     for n in sorted(member, key=order.__getitem__):
@@ -82,13 +82,18 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 REPEAT = 4  # the most times a gather may compute its table's elementwise work per table element
 
 
-def _broadcast_read(node, arg) -> bool:
+def _broadcast_read(node, arg, gathers) -> bool:
     """Whether the elementwise ``node`` reads the value ``arg`` broadcast (a per-row statistic): a
     pass computing ``node`` loads it by its broadcast index, as a model tensor, and it is computed
-    by a pass of its own shape."""
+    by a pass of its own shape. Not a gather (of ``gathers``), slice, concatenation, permute or
+    relabeling, whose inputs have other shapes for other reasons (a one-wide piece of a cat)."""
     shape = float_shape(node)
-    return shape is not None and float_shape(arg) is not None and float_shape(arg) != shape \
-        and broadcasts(arg, shape) and relabel_shape(node, "s") is None
+    if shape is None or float_shape(arg) is None or float_shape(arg) == shape or node in gathers:
+        return False
+    if narrow_of(node) is not None or cat_of(node) is not None or permutation_of(node) is not None \
+            or relabel_shape(node, "s") is not None:
+        return False
+    return broadcasts(arg, shape)
 
 
 def _members(gm, model) -> tuple[set, dict]:
@@ -212,7 +217,7 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
                 continue
             cone.add(current)
             stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut
-                         and not _broadcast_read(current, a))
+                         and not _broadcast_read(current, a, gathers))
         ordered = sorted(cone, key=order.__getitem__)
         relabels = [n for n in ordered if n not in gathers and relabel_shape(n, "s") is not None]
         narrows = [n for n in ordered if narrow_of(n) is not None]
@@ -225,9 +230,9 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
         xs, ps = [], []
         for node in ordered:
             for arg in arg_nodes(node):
-                if arg in cone and (node, arg) not in cut and not _broadcast_read(node, arg):
+                if arg in cone and (node, arg) not in cut and not _broadcast_read(node, arg, gathers):
                     continue
-                bucket = ps if arg.op == "get_attr" or _broadcast_read(node, arg) else xs
+                bucket = ps if arg.op == "get_attr" or _broadcast_read(node, arg, gathers) else xs
                 if arg not in bucket:
                     bucket.append(arg)
         if not xs:
