@@ -51,7 +51,7 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
     embeddings_as_functions(gm)
     pieces_as_narrows(gm)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    member, gathers = _members(gm, model)
+    member, gathers, broadcast = _members(gm, model)
     cut = {(node, g.table) for node, g in gathers.items()
            if g.table in member and not _private_table(node, g.table, member)
            or _numel(node) > REPEAT * _numel(g.table)}
@@ -65,14 +65,14 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 
     for n in member:
         for arg in arg_nodes(n):
-            if arg in member and (n, arg) not in cut and not _broadcast_read(n, arg, gathers):
+            if arg in member and (n, arg) not in cut and (n, arg) not in broadcast:
                 parent[root(arg)] = root(n)
     components: dict = {}
     for n in sorted(member, key=order.__getitem__):
         components.setdefault(root(n), []).append(n)
     groups, outputs = [], []
     for nodes in components.values():
-        for group, output in _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
+        for group, output in _component_groups(gm, model, nodes, cut, broadcast, gathers, order, min_ops):
             groups.append(group)
             outputs.append(output)
     keep = sorted(range(len(groups)), key=lambda i: order[outputs[i][0]])
@@ -82,24 +82,13 @@ def find_groups(gm, model, min_ops: int = MIN_OPS) -> tuple[list[Group], list]:
 REPEAT = 4  # the most times a gather may compute its table's elementwise work per table element
 
 
-def _broadcast_read(node, arg, gathers) -> bool:
-    """Whether the elementwise ``node`` reads the value ``arg`` broadcast (a per-row statistic): a
-    pass computing ``node`` loads it by its broadcast index, as a model tensor, and it is computed
-    by a pass of its own shape. Not a gather (of ``gathers``), slice, concatenation, permute or
-    relabeling, whose inputs have other shapes for other reasons (a one-wide piece of a cat)."""
-    shape = float_shape(node)
-    if shape is None or float_shape(arg) is None or float_shape(arg) == shape or node in gathers:
-        return False
-    if narrow_of(node) is not None or cat_of(node) is not None or permutation_of(node) is not None \
-            or relabel_shape(node, "s") is not None:
-        return False
-    return broadcasts(arg, shape)
-
-
-def _members(gm, model) -> tuple[set, dict]:
+def _members(gm, model) -> tuple[set, dict, set]:
     """The nodes a fused pass can compute: elementwise operations, gathers of float tables by
-    integer indices, relabelings of what a pass computes; and the gathers among them."""
-    member, gathers, relabels = set(), {}, set()
+    integer indices, relabelings of what a pass computes; the gathers among them; and the
+    (operation, value) edges along which an elementwise operation reads a smaller value of the
+    forward broadcast (a statistic kept as 1), which a pass loads by its broadcast index, as a
+    model tensor, and which a pass of its own shape computes."""
+    member, gathers, relabels, broadcast = set(), {}, set(), set()
     written, order = late_writes(gm), {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in gm.graph.nodes:
         if any(written.get(a, -1) > order[n] for a in arg_nodes(n)):
@@ -108,6 +97,7 @@ def _members(gm, model) -> tuple[set, dict]:
             continue  # read after a write to its own memory: a pass there would compute it again, not read it written
         if _fusible(gm, model, n):
             member.add(n)
+            broadcast.update((n, a) for a in arg_nodes(n) if a.op != "get_attr" and float_shape(a) != float_shape(n))
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:
             found, _ = gather_of(gm, n)
             if found is not None:
@@ -124,7 +114,7 @@ def _members(gm, model) -> tuple[set, dict]:
         if n in relabels and (cat_of(n) is not None or any(u in member for u in n.users)
                               or relabel_shape(n, "s") is not None and _copies_a_permute(n, relabels)):
             member.add(n)
-    return member, gathers
+    return member, gathers, broadcast
 
 
 def _index_map(node, computed) -> bool:
@@ -200,8 +190,9 @@ def _path(p) -> str:
     return p.target if p.op == "get_attr" else p.name
 
 
-def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
-    """The groups of one connected component ``nodes``: one per value read outside it."""
+def _component_groups(gm, model, nodes, cut, broadcast, gathers, order, min_ops):
+    """The groups of one connected component ``nodes``: one per value read outside it (``broadcast``:
+    the edges read broadcast, see :func:`_members`)."""
     inside = set(nodes)
     # a half-precision value read outside the group exists there rounded to its dtype: a pass
     # that needs it loads that value (recomputed unrounded, it would not cancel against what was
@@ -217,7 +208,7 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
                 continue
             cone.add(current)
             stack.extend(a for a in arg_nodes(current) if a in inside and a not in shared and (current, a) not in cut
-                         and not _broadcast_read(current, a, gathers))
+                         and (current, a) not in broadcast)
         ordered = sorted(cone, key=order.__getitem__)
         relabels = [n for n in ordered if n not in gathers and relabel_shape(n, "s") is not None]
         narrows = [n for n in ordered if narrow_of(n) is not None]
@@ -230,9 +221,9 @@ def _component_groups(gm, model, nodes, cut, gathers, order, min_ops):
         xs, ps = [], []
         for node in ordered:
             for arg in arg_nodes(node):
-                if arg in cone and (node, arg) not in cut and not _broadcast_read(node, arg, gathers):
+                if arg in cone and (node, arg) not in cut and (node, arg) not in broadcast:
                     continue
-                bucket = ps if arg.op == "get_attr" or _broadcast_read(node, arg, gathers) else xs
+                bucket = ps if arg.op == "get_attr" or (node, arg) in broadcast else xs
                 if arg not in bucket:
                     bucket.append(arg)
         if not xs:
