@@ -485,62 +485,38 @@ def _margin(v: Verdict) -> float:
     return ev.get("error", 0.0) / max(ev.get("reference_error", 0.0), 1e-300)
 
 
-def compare_half_to_float64(ref: list, ref64: list, cand: list, atol: float, rtol: float) -> Verdict:
-    """fp16 / bf16 outputs judged against the float64 run itself, where the half reference is off it
-    by more than the factor bound of :func:`compare_float64_bound` can judge (a running sum that
-    rounds each addition to bf16 stalls once its step exceeds what it adds): every element within
-    the half tolerance of float64, relative to the element and to the output's mean magnitude
-    (``|c - r64| <= tol * (|r64| + mean |r64|)``: a scan over half-precision inputs carries their
-    roundings into its small sums, but a wrong element is off by the output's own scale). Entries
-    where float64 is not finite are judged by the half reference (:func:`nonfinite_mismatch`). The
-    other outputs are judged against the reference by allclose. A pass carries, as evidence, the
-    first half output's largest error and the reference's own (rule ``half_exact``)."""
+def _half_exact(i: int, r, r64, c, tol: float) -> Verdict:
+    """fp16 / bf16 where the half reference is off float64 by more than the factor bound can judge
+    (a running sum that rounds each addition to bf16 stalls once its step exceeds what it adds):
+    every element within ``tol`` of float64, relative to the element and to the output's mean
+    magnitude (``|c - r64| <= tol * (|r64| + mean |r64|)``: a scan over half-precision inputs carries
+    their roundings into its small sums, but a wrong element is off by the output's own scale)."""
     import torch
 
-    bad = check_structure(ref, cand)
-    if bad is not None:
-        return bad
-    tol = max(atol, rtol, HALF_TOLERANCE)
-    evidence: dict = {}
-    for i, (r, r64, c) in enumerate(zip(ref, ref64, cand)):
-        if not is_half(r) or not isinstance(r64, torch.Tensor):
-            v = compare_allclose([r], [c], atol, rtol)
-            if not v.passed:
-                return Verdict(False, v.code, v.message.replace("output 0", f"output {i}", 1), evidence=v.evidence)
-            continue
-        unwritten = count_poisoned(c)
-        if unwritten:
-            return Verdict(False, "unwritten_output",
-                           f"output {i}: {unwritten} of {c.numel()} elements were never written",
-                           evidence={"unwritten": unwritten, "numel": c.numel()})
-        bad = nonfinite_mismatch(i, r, c)
-        if bad is not None:
-            return bad
-        total = count = 0.0
-        for s64, in _slices(r64):
-            finite = torch.isfinite(s64)
-            total += float(s64.abs().where(finite, 0.0).sum())
-            count += int(finite.sum())
-        scale = total / max(count, 1)
-        over = worst = own = 0.0
-        for s64, sr, sc in _slices(r64, r, c):
-            finite = torch.isfinite(s64) & torch.isfinite(sr)
-            err = (sc.double() - s64).abs().where(finite, 0.0)
-            over += int((err > tol * (s64.abs() + scale)).sum())
-            worst = max(worst, float(err.max())) if err.numel() else worst
-            own = max(own, float((sr.double() - s64).abs().where(finite, 0.0).max())) if sr.numel() else own
-        if over:
-            return Verdict(False, "wrong_output", f"output {i}: {int(over)} of {c.numel()} elements farther from "
-                           f"float64 than {tol:g} of their value plus {tol:g} of the output's mean magnitude "
-                           f"{scale:.3g} (max error {worst:.3g})", max_abs_err=worst)
-        if not evidence:
-            evidence = {"rule": "half_exact", "output": i, "error": worst, "reference_error": own, "scale": scale}
-    return Verdict(True, max_abs_err=evidence.get("error"), evidence=evidence)
+    total = count = 0.0
+    for s64, in _slices(r64):
+        finite = torch.isfinite(s64)
+        total += float(s64.abs().where(finite, 0.0).sum())
+        count += int(finite.sum())
+    scale = total / max(count, 1)
+    over = worst = own = 0.0
+    for s64, sr, sc in _slices(r64, r, c):
+        finite = torch.isfinite(s64) & torch.isfinite(sr)
+        err = (sc.double() - s64).abs().where(finite, 0.0)
+        over += int((err > tol * (s64.abs() + scale)).sum())
+        worst = max(worst, float(err.max())) if err.numel() else worst
+        own = max(own, float((sr.double() - s64).abs().where(finite, 0.0).max())) if sr.numel() else own
+    if over:
+        return Verdict(False, "wrong_output", f"output {i}: {int(over)} of {c.numel()} elements farther from "
+                       f"float64 than {tol:g} of their value plus {tol:g} of the output's mean magnitude "
+                       f"{scale:.3g} (max error {worst:.3g})", max_abs_err=worst)
+    return Verdict(True, max_abs_err=worst, evidence={"rule": "half_exact", "output": i, "error": worst,
+                                                      "reference_error": own, "scale": scale})
 
 
 def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float | None,
                           fp32_factor: float | None = None,
-                          atol: float = 1e-4, rtol: float = 1e-4) -> Verdict:
+                          atol: float = 1e-4, rtol: float = 1e-4, half_exact: bool = False) -> Verdict:
     """Judges floating outputs by their distance to float64 rather than to the reference, which is
     itself an approximation (its own summation order and roundings).
 
@@ -556,7 +532,10 @@ def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float
     stays a small multiple of the reference's error (a sequential loop over K = 4095 is about 3x a
     blocked GEMM's, growing with the square root of K), while bf16x3 lands at 20-80x and TF32 at
     several hundred. Where a factor is None, and for other dtypes, :func:`compare_allclose`
-    decides; structure, unwritten and NaN checks apply to all."""
+    decides; structure, unwritten and NaN checks apply to all.
+
+    With ``half_exact``, for a half reference too far off float64 for the factor to mean anything,
+    fp16 / bf16 outputs are judged by the half tolerance against float64 itself (:func:`_half_exact`)."""
     import torch
 
     bad = check_structure(ref, cand)
@@ -579,7 +558,9 @@ def compare_float64_bound(ref: list, ref64: list, cand: list, half_factor: float
         bad = nonfinite_mismatch(i, r, c)
         if bad is not None:
             return bad
-        if rule == "half":
+        if rule == "half" and half_exact:
+            v = _half_exact(i, r, r64, c, max(atol, rtol, HALF_TOLERANCE))
+        elif rule == "half":
             v = _half_bound(i, r, r64, c, half_factor, max(atol, HALF_TOLERANCE))
         else:
             v = _fp32_bound(i, r, r64, c, fp32_factor, atol)

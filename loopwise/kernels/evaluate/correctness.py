@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.caller_inputs import CallerInputs, as_input
 from loopwise.kernels.evaluate.inputs import for_sandbox
-from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, is_half, compare_allclose,
-                                               compare_float64_bound, compare_half_to_float64, compare_stress,
-                                               largest_difference)
+from loopwise.kernels.evaluate.compare import (WRONG_NOT_IMPRECISE, Verdict, compare_allclose, compare_float64_bound,
+                                               compare_stress, is_half, largest_difference)
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure
 from loopwise.kernels.evaluate.reference import Reference
 from loopwise.kernels.evaluate.result import Reason, TrialRecord
@@ -41,7 +40,7 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
     outputs that fail it, the float64 bound (``cfg.half_outputs``, ``cfg.fp32_outputs``), and for
     fp16 / bf16 outputs whose reference is too far off float64 for that bound (see
     :func:`compare.same_function`), the half tolerance against the float64 run itself
-    (:func:`compare.compare_half_to_float64`). The
+    (``half_exact`` of :func:`compare.compare_float64_bound`). The
     verdict, and whether the bound passed what allclose did not. ``float64``, where given, makes
     the float64 values of ``ref_out`` (None where there are none), in place of the float64 run's
     outputs (for the values a reference leaves in the inputs it writes)."""
@@ -71,7 +70,7 @@ def compare_outputs(ref: Reference, cfg: EvalConfig, ref_out: list, cand: list, 
         # function"): its outputs judged by the tolerance against the float64 run itself
         raw64 = ref.run64(args)
         if raw64 is not None:
-            exact = compare_half_to_float64(ref_out, raw64, cand, cfg.atol, cfg.rtol)
+            exact = compare_float64_bound(ref_out, raw64, cand, half_factor, None, cfg.atol, cfg.rtol, half_exact=True)
             if exact.passed:
                 return exact, True
     return v, False
