@@ -33,7 +33,8 @@ def detect_scan(gm, model, args) -> Pattern | None:
 
     source, rest = scan.args[0], [n for n in calls if n is not scan]
     reverse = masked = False
-    if rest and len(rest) == 2 and flip_dim(rest[0], placeholders[0], x.dim()) == dim and source is rest[0] and flip_dim(rest[1], scan, x.dim()) == dim:
+    if rest and len(rest) == 2 and source is rest[0] and flip_dim(rest[0], placeholders[0], x.dim()) == dim \
+            and flip_dim(rest[1], scan, x.dim()) == dim:
         reverse, source, rest = True, placeholders[0], []
     if (len(rest) == 1 and len(args) == 2 and rest[0] is source and rest[0].op == "call_function"
             and rest[0].target in (operator.mul, torch.mul) and set(rest[0].args) == set(placeholders)):

@@ -35,7 +35,7 @@ def broadcasts(arg, shape) -> bool:
     import math
 
     small = float_shape(arg)
-    if small is None or math.prod(small) >= math.prod(shape) or len(small) > len(shape):
+    if small is None or math.prod(small) >= math.prod(shape):
         return False
     return ew.broadcast_run(tuple(shape), small) is not None
 

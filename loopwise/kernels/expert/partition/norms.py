@@ -149,7 +149,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
                            if c is not None and channel_wise(outputs[i][2])), (None, None))
         pre = next((i for i in free + indexed if i != post and outputs[i][0] is src
-                    and set(src.users) <= readers | set(cone or ()) and channel_wise(outputs[i][2]) and not _running(node, kind, call) & _targets(outputs[i][2])), None)
+                    and set(src.users) <= readers | set(cone or ()) and channel_wise(outputs[i][2])
+                    and not _running(node, kind, call) & _targets(outputs[i][2])), None)
         # work the part does itself (an exclusive scan's shift)
         taken.update(i for i in range(len(outputs)) if outputs[i][0] in skipped)
         xs, values = [src], {"inputs": 1, "operands": (), "body": (), "expr": "x0", "ops": ()}

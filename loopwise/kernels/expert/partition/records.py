@@ -250,13 +250,13 @@ class Norm:
     expr: str
     ops: tuple[str, ...]  # the prologue's, the norm's and the epilogue's
     post_operands: tuple[str, ...] = ()  # the epilogue's tensors q0, q1, ..., one value per channel
+    post_body: tuple[str, ...] = ()
+    post_expr: str = "y"
     # a row part's prologue that reads through gathers, slices or permutes (see Group): its index
     # arithmetic and loads, the launcher's statements computing the input's ``shape`` and ``int_args``
     prelude: tuple[str, ...] = ()
     sizes: tuple[str, ...] = ()
     int_args: tuple[str, ...] = ()
-    post_body: tuple[str, ...] = ()
-    post_expr: str = "y"
     row: RowOp | None = None  # a row part's operation
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
