@@ -142,9 +142,10 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 
 def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | None,
-                seconds: float | None = None) -> dict:
+                seconds: float | None = None, same_gpu: bool = False) -> dict:
     """A problem's row from its optimize summary and its baseline (``worker_jobs.baseline``'s dict);
-    ``seconds``: the problem's wall time (its search and its baseline), the search's cost."""
+    ``seconds``: the problem's wall time (its search and its baseline), the search's cost;
+    ``same_gpu``: the baseline was timed on the GPU that timed the search's candidates."""
     from loopwise.kernels.device import timing_meaningful
 
     best = summary.get("best") or {}
@@ -159,9 +160,13 @@ def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | Non
            "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status"),
            "seconds": seconds,
            "timing_meaningful": timing_meaningful(best.get("device") or (base or {}).get("device") or "")}
-    # against torch.compile, both times from the same worker's protocol: ours as a ratio to our eager
-    # (judge) times the baseline's eager/compile ratio, so two GPUs' clocks never meet in one ratio
-    if comp_ms and base_eager:
+    # against torch.compile: on one GPU, compile's time over ours, both by the judge's clock; over
+    # several, ours as a ratio to our eager (judge) times the baseline's eager/compile ratio, so two
+    # GPUs' clocks never meet in one ratio (that product holds two timings of eager, and on a
+    # launch-bound problem they can differ by a quarter)
+    if comp_ms and same_gpu and best_ms:
+        row["over_compile"] = comp_ms / best_ms
+    elif comp_ms and base_eager:
         ours = row["best_speedup"] or 1.0
         row["over_compile"] = ours * comp_ms / base_eager
     else:
@@ -300,7 +305,9 @@ class Bench:
             run.judge.close()
             run.store.close()
         base = self._baseline(problem, dispatcher) if self.s.compile else None
-        return problem_row(level, pid, problem.name, summary, base, seconds=time.perf_counter() - started)
+        one_gpu = dispatcher is None or len(dispatcher.workers) == 1
+        return problem_row(level, pid, problem.name, summary, base, seconds=time.perf_counter() - started,
+                           same_gpu=one_gpu)
 
     def _baseline(self, problem, dispatcher) -> dict | None:
         """Eager and torch.compile of the problem: the same job on a worker when there is an

@@ -60,8 +60,9 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     Where K is not split, relaxed gets WGMMA's TF32 alone: Hopper's warp-group MMA, not the
     Ampere-era mma.sync, is its fast path. A batch of products adds the same WGMMA kernel in
     CUTLASS 3's batched mode where its dtype, the policy and the alignment of every operand and
-    batch entry allow (bf16 / fp16; fp32 in TF32 under relaxed only). Empty when no template
-    covers it."""
+    batch entry allow (bf16 / fp16; fp32 in TF32 under relaxed only). A partitioned forward's
+    plans come fewest launches first (:func:`partition.launches`), ties in the partition's order:
+    a search of few candidates judges only the first. Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
         return []
     if pattern.kind == "matmul":
@@ -69,8 +70,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
         return ["matmul", *matmul_variants.library_variants(pattern, precision, split_k)]
     if pattern.kind == "bmm":
         return ["bmm", *matmul_variants.library_variants(pattern, precision)]
-    if pattern.kind == "graph":  # elementwise passes only, and with the Linears as Triton GEMMs
-        return kinds(pattern)
+    if pattern.kind == "graph":  # the plans, fewest launches first (a short search judges the first only)
+        return sorted(kinds(pattern), key=lambda kind: launches(plan(pattern, kind)))
     if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass
         return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
     if pattern.kind == "layernorm":  # three reads of the input, or two with Welford's statistics

@@ -101,6 +101,20 @@ def test_a_row_gives_the_ratio_over_compile_under_each_clock():
     assert "vs compile: gpu / steady clock" not in table_rows(aggregate([old]))[0]
 
 
+def test_on_one_gpu_the_ratio_over_compile_is_compile_over_ours_by_one_clock():
+    """The judge timed eager at 0.4 ms beside our 0.2 ms; the baseline timed eager again at 0.5 ms
+    (a launch-bound eager varies so) beside compile's 0.25 ms. On one GPU the row gives 0.25 / 0.2,
+    not 2.0 x 0.25 / 0.5, which carries the two eager timings' disagreement; over several GPUs it
+    keeps the product, so no ratio holds two GPUs' clocks."""
+    best = {"timing": {"median_ms": 0.2}, "reference_timing": {"median_ms": 0.4}}
+    summary = {"run_id": "r", "evaluations": 2, "best_speedup": 2.0, "best": best, "failures": {}}
+    base = {"eager": {"timing": {"median_ms": 0.5}}, "compile": {"status": "ok", "timing": {"median_ms": 0.25}}}
+    assert problem_row(1, 1, "a", summary, base, same_gpu=True)["over_compile"] == pytest.approx(1.25)
+    assert problem_row(1, 1, "a", summary, base)["over_compile"] == pytest.approx(1.0)
+    none = {"run_id": "r", "evaluations": 2, "best_speedup": None, "best": None, "failures": {}}
+    assert problem_row(1, 1, "a", none, base, same_gpu=True)["over_compile"] == pytest.approx(0.5)  # the reference
+
+
 def _loopwise(env, *args, timeout=900):
     return subprocess.run([sys.executable, "-m", "loopwise", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)

@@ -442,3 +442,35 @@ def test_a_value_the_forward_keeps_never_shadows_a_launcher_of_its_name(tmp_path
     path.write_text("import torch.nn.functional as F\n" + path.read_text())
     source = judged_correct(path, {"template": "graph_linear"}, tmp_path, monkeypatch)
     assert "linear_1 = torch._C._nn.linear" not in source and "linear_1_pt" in source
+
+
+def test_the_plan_of_fewest_launches_is_proposed_first(tmp_path):
+    """A written-out RMSNorm after a row gather: the elementwise-only plan leaves the mean to PyTorch
+    (three launches), the row plan takes it (two). A search of two candidates judges the seed and
+    the first template only, so the first template is the plan of fewest launches; plans of
+    equal launches keep the partition's order."""
+    from loopwise.kernels.expert.partition import launches
+
+    path = tmp_path / "gather_rms.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class Model(nn.Module):\n"
+                    "    def __init__(self):\n"
+                    "        super().__init__()\n"
+                    "        self.register_buffer('idx', torch.arange(8) * 5 % 8)\n"
+                    "        self.g = nn.Parameter(1.0 + 0.1 * torch.randn(64))\n"
+                    "    def forward(self, x):\n"
+                    "        x = torch.index_select(x, 0, self.idx)\n"
+                    "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g\n"
+                    "def get_inputs():\n    return [torch.randn(8, 64)]\n"
+                    "def get_init_inputs():\n    return []\n")
+    pattern = capture(load_problem(str(path)))
+    assert kinds(pattern)[0] == "graph"  # the partition's order: the elementwise-only plan first
+    cost = {k: launches(plan(pattern, k)) for k in kinds(pattern)}
+    assert cost["graph_norm"] < cost["graph"], cost
+    ranked = variants(pattern)
+    assert ranked[0] == "graph_norm" and sorted(ranked) == sorted(kinds(pattern))
+    assert [cost[k] for k in ranked] == sorted(cost[k] for k in ranked)
+    from loopwise.core.propose import ProposalRequest
+
+    first = ExpertProposer(load_problem(str(path))).propose(ProposalRequest(task="", n=1))
+    assert first[0].content.startswith('"""graph_norm:'), first[0].content[:80]
