@@ -168,9 +168,20 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
             body, ops, expr = statements(gm, cone, names, computed)
             values.update(post_operands=tuple(p.target for p in ps), post_body=body, post_expr=expr,
                           ops=(*values["ops"], *ops))
+        # the pass that reads the part's value broadcast over its input's positions (a norm written
+        # out: ``x * rsqrt(mean(x^2, -1, keepdim=True) + eps)``): the part's program walks its rows
+        # again and computes it there
+        spread = _spread(groups, outputs, taken | {i for i in (pre, post) if i is not None}, row, src, computed,
+                         written, xs) if kind == "row" else None
+        if spread is not None:
+            taken.add(spread)
+            stat, (computed, zs, zps, _) = computed, outputs[spread]
+            values.update(spread=groups[spread], spread_stat=zps.index(stat),
+                          ops=(*values["ops"], *groups[spread].ops))
+            xs = [*xs, *zs, *(p for p in zps if p is not stat)]
         values["out_dtype"] = dtype_name(computed)  # the graph's dtype: an epilogue may promote a half norm's
         if row:
-            values[kind] = replace(row, out_dtype=dtype_name(computed))
+            values[kind] = replace(row, out_dtype=dtype_name(stat if spread is not None else computed))
         if isinstance(row, PoolOp):
             values["wide"] = pool_wide(row, float_shape(src), float_shape(node))
         if call:
@@ -178,6 +189,30 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         norms.append((Norm(node.target if module else "", kind, **values), (computed, xs)))
     keep = [i for i in range(len(groups)) if i not in taken]
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
+
+
+def _spread(groups, outputs, taken, row, src, stat, written, xs) -> int | None:
+    """The pass (its index in ``outputs``) that the reduction part ``row`` can compute as it walks
+    its rows a second time, or None: a pass over the positions of the part's input ``src`` that
+    reads the part's value ``stat`` broadcast, one value per row that program computed (kept
+    dimensions where the input's are, the reduced ones of one entry or, leading, dropped), and is
+    the only reader of ``stat``. Not where the forward writes the tensors the part reads in place
+    (the part would read them later, where that pass is)."""
+    if not row.reduces or row.op in ("argmax", "argmin") or row.dims or any(x in written for x in xs):
+        return None
+    shape, kept = float_shape(src), float_shape(stat)
+    if shape is None or kept is None or len(kept) > len(shape) or kept == shape:
+        return None
+    reduced = set(row.dims or range(row.first, row.last + 1))
+    padded = (1,) * (len(shape) - len(kept)) + tuple(kept)
+    if any(padded[d] != (1 if d in reduced else n) for d, n in enumerate(shape)):
+        return None  # another program's rows would be read
+    for i, (out, zs, zps, cone) in enumerate(outputs):
+        if i in taken or stat not in zps or stat in zs or float_shape(out) != shape:
+            continue
+        if set(stat.users) <= set(cone) and not any(z in written for z in (*zs, *zps)):
+            return i
+    return None
 
 
 def _epilogue(output, node, src) -> list | None:

@@ -258,6 +258,11 @@ class Norm:
     sizes: tuple[str, ...] = ()
     int_args: tuple[str, ...] = ()
     row: RowOp | None = None  # a row part's operation
+    # a reduction part's second walk over its rows: the pass over its input's positions that reads
+    # its value broadcast (its operand ``spread_stat``), computed there and stored as the part's
+    # output (the value itself stored first, read back by the program; norms.py's _spread)
+    spread: Group | None = None
+    spread_stat: int = -1
     pool: PoolOp | None = None  # a pool part's operation
     call: BatchNormCall | None = None  # a functional batch_norm's tensors and options (module "")
     attention: AttentionOp | None = None  # an attention part's call (its inputs x0, x1, x2: q, k, v; x3 its mask)
