@@ -148,7 +148,7 @@ def test_linears_become_gemms_with_the_work_after_them_as_epilogue(tmp_path):
     """A Linear's plan fuses what reads only its output (per-column tensors allowed) into the GEMM;
     with nothing elementwise worth a pass of its own, the GEMM plan is the only one."""
     mlp = capture(load_problem(str(HERE / "partial_mlp.py")))
-    assert variants(mlp) == ["graph", "graph_linear"], mlp.reason
+    assert variants(mlp) == ["graph_linear", "graph"], mlp.reason  # 3 launches before 5
     gemms = plan(mlp, "graph_linear")["gemms"]
     assert [(g.module, g.ops, g.operands, g.has_bias) for g in gemms] == [
         ("first", ("linear", "relu"), (), True), ("second", ("linear", "mul", "add", "tanh"), ("shift",), True),
@@ -161,7 +161,7 @@ def test_linears_become_gemms_with_the_work_after_them_as_epilogue(tmp_path):
         "return self.last(self.second(x))"))
     assert variants(capture(load_problem(str(only)))) == ["graph_linear"]
     norm = capture(load_problem(str(HERE / "partial_linear_norm.py")))
-    assert variants(norm) == ["graph", "graph_norm", "graph_linear"]
+    assert sorted(variants(norm)) == sorted(["graph", "graph_norm", "graph_linear"])
     assert plan(norm, "graph")["pytorch"] == ("Linear", "BatchNorm1d")
     assert plan(norm, "graph_norm")["pytorch"] == ("Linear",)
     assert plan(norm, "graph_linear")["pytorch"] == ("BatchNorm1d",)
@@ -347,7 +347,7 @@ def test_work_the_output_does_not_depend_on_gets_no_kernel(tmp_path, monkeypatch
     GRU is a recurrent part of the norm plan."""
     problem = load_problem(str(HERE / "partial_dead_linear.py"))
     pattern = capture(problem)
-    assert pattern.kind == "graph" and variants(pattern) == ["graph", "graph_norm"], pattern.reason
+    assert pattern.kind == "graph" and sorted(variants(pattern)) == sorted(["graph", "graph_norm"]), pattern.reason
     assert pattern.ops == ("mul", "add")
     judged_correct(HERE / "partial_dead_linear.py", {"template": "graph", "block": 64}, tmp_path, monkeypatch)
 

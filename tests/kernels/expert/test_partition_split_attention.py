@@ -78,7 +78,7 @@ def test_level1_97_is_a_scores_gemm_a_softmax_and_a_values_gemm():
     """The whole forward's attention (refused as a flash pass, with the reason) is the three parts
     in each plan, nothing left in PyTorch; the GEMM plan's tiles are its own moves."""
     pattern = captured(WIDE)
-    assert pattern.kind == "graph" and variants(pattern) == ["graph_norm", "graph_linear"], pattern.reason
+    assert pattern.kind == "graph" and sorted(variants(pattern)) == sorted(["graph_norm", "graph_linear"]), pattern.reason
     assert "head dimension 1024" in pattern.reason and "recompute" in pattern.reason
     for kind in kinds(pattern):
         chosen = plan(pattern, kind)

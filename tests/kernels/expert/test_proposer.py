@@ -28,7 +28,7 @@ def test_variants_measured_to_lose_are_not_proposed_first_but_stay_reachable(tmp
 
     assert "graph_conv" in LATER
     both = load_problem(str(HERE / "partial_groupnorm.py"))
-    assert variants(capture(both)) == ["graph", "graph_norm", "graph_conv"]
+    assert sorted(variants(capture(both))) == sorted(["graph", "graph_norm", "graph_conv"])
     expert = ExpertProposer(both, seed=0)
     first = expert.propose(ProposalRequest(task="", n=6))
     assert {ExpertProposer._parse_moves(p.content)["template"] for p in first} == {"graph", "graph_norm"}
