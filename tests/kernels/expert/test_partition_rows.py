@@ -178,6 +178,7 @@ def test_a_statistic_read_back_over_rows_split_among_programs(tmp_path, monkeypa
     assert [n.ops for n in chosen["norms"]] == [("square", "mean", "add", "rsqrt", "mul", "mul")]
     source = judged_correct(path, {"template": "graph_norm", "block": 1024}, tmp_path, monkeypatch)
     assert "for step, parts in ((1, splits), (2, splits)):" in source
+    assert "splits = min(splits, 256)" in source  # the merges of the second launch grow as the splits' square
 
 
 def test_a_row_part_next_to_a_gather_by_an_index_input(tmp_path, monkeypatch):

@@ -70,6 +70,9 @@ class RowOp:
     NARROWEST: ClassVar[int] = 16
     FEWEST_PROGRAMS: ClassVar[int] = 128
     LONGEST_WALK: ClassVar[int] = 65536
+    # a part that walks its rows again (Norm.spread) after the splits' partial results: every program
+    # of the second launch merges all of them, so their count is capped (the merges grow as its square)
+    SPREAD_SPLITS: ClassVar[int] = 256
 
     @property
     def reduces(self) -> bool:
