@@ -220,11 +220,14 @@ for momentum in (0.1, None):
     ("float16", "self.norm = nn.BatchNorm2d(4)\nself.norm.running_mean.uniform_(-1, 1)\nself.norm.running_var.uniform_(0.5, 2)"
                 "\nself.eval()", ("mul", "batch_norm", "relu")),
     ("bfloat16", "self.norm = nn.BatchNorm1d(4)", ("mul", "batch_norm", "relu")),
+    ("float16", "self.norm = nn.LayerNorm(33)", ("mul", "layer_norm", "relu")),
+    ("bfloat16", "self.norm = nn.LayerNorm([4, 33])", ("mul", "layer_norm", "relu")),
 ])
-def test_half_precision_group_and_batch_norms_run_in_triton_in_fp32(tmp_path, monkeypatch, dtype, init, ops):
-    """A bf16 GroupNorm, an fp16 BatchNorm2d in eval and a bf16 BatchNorm1d in training (batch
-    statistics), each with a prologue and an epilogue: read upcast, computed in fp32, stored in
-    the input's dtype; judged at the half tolerance."""
+def test_half_precision_norms_run_in_triton_in_fp32(tmp_path, monkeypatch, dtype, init, ops):
+    """A bf16 GroupNorm, an fp16 BatchNorm2d in eval, a bf16 BatchNorm1d in training (batch
+    statistics) and fp16 / bf16 LayerNorms (the second over two dimensions), each with a prologue
+    and an epilogue: read upcast, computed in fp32, stored in the input's dtype; judged at the half
+    tolerance."""
     from expert_judging import generated_style_problem
 
     shape = "3, 4, 5, 6" if "2d" in init or "Group" in init else "6, 4, 33"

@@ -21,9 +21,9 @@ _NORMS = {"GroupNorm": "group", "BatchNorm1d": "batch", "BatchNorm2d": "batch", 
 
 
 def norm_calls(gm) -> list:
-    """The nn.GroupNorm and nn.BatchNorm1d/2d/3d calls on one float32, float16 or bfloat16
-    (N, C, ...) tensor (no other arguments; their passes read it upcast and compute in fp32), and
-    the nn.LayerNorm calls on a float32 one."""
+    """The nn.GroupNorm, nn.BatchNorm1d/2d/3d and nn.LayerNorm calls on one float32, float16 or
+    bfloat16 (N, C, ...) tensor (no other arguments; their passes read it upcast and compute in
+    fp32, as PyTorch's half-precision norms do, and store its dtype)."""
     import torch.fx as fx
 
     found = []
@@ -32,9 +32,8 @@ def norm_calls(gm) -> list:
             continue
         src = node.args[0] if len(node.args) == 1 and not node.kwargs else None
         sub = gm.get_submodule(node.target)
-        shape_of = float32_shape if type(sub).__name__ == "LayerNorm" else float_shape
-        shape = shape_of(src) if isinstance(src, fx.Node) else None
-        if shape is None or len(shape) < 2 or shape_of(node) != shape:
+        shape = float_shape(src) if isinstance(src, fx.Node) else None
+        if shape is None or len(shape) < 2 or float_shape(node) != shape:
             continue
         if type(sub).__name__ == "LayerNorm":  # over the trailing dimensions
             normalized = tuple(sub.normalized_shape)
@@ -134,7 +133,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         channel_wise = _any_tensors if row else _channel_tensors(gm, model, node, kind, float_shape(src))
         # a pass that reads half precision keeps its own launch where the norm's passes read fp32 only
         free = [i for i in range(len(outputs)) if i not in taken and not groups[i].prelude
-                and (kind in ("row", "pool", "group", "batch") or not groups[i].upcast)
+                and (kind in ("row", "pool", "group", "batch", "layer") or not groups[i].upcast)
                 and model_tensors(outputs[i][2])]
         # a prologue that reads through gathers, slices or permutes: a row part reads its input at
         # flat positions of its contiguous layout (not over dimensions apart, nor an index reduction
