@@ -17,6 +17,8 @@ from loopwise.kernels.expert.pattern import Pattern
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0, "scan64": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0},
+                 "graph_full": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0,
+                                "scan64": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
@@ -36,7 +38,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "conv3d": {"block": 128, "warps": 4, "chunk": 16},
                  "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
                  "separable_conv": {"block": 128, "warps": 8, "chunk": 16}, **matmul_variants.DEFAULT_MOVES}
-TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
+TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_full": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",
              "matmul": "matmul.py.j2", "bmm": "bmm.py.j2", "topk": "topk.py.j2", "linear": "linear.py.j2", "linear_cublas": "linear_cublas.py.j2", "reduce": "reduce_dim.py.j2",
@@ -162,7 +164,7 @@ def default_moves(pattern: Pattern, kind: str | None = None, precision: str = "f
         moves["cudagraph"] = 1  # hundreds of launches: the host, not the GPU, sets the pace (see above)
     if kind == "recurrent_steps" and recurrent_launches(pattern, kind) >= LAUNCH_HEAVY:
         moves["cudagraph"] = 1  # a launch per time step and layer: the same rule as a partitioned forward's
-    if kind == "graph_linear" and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
+    if kind in ("graph_linear", "graph_full") and precision == "relaxed" and fits(pattern, {**moves, "template": kind, "cublas": 1}):
         moves["cublas"] = 1  # cuBLAS's TF32 GEMMs: the Triton ones were slower (see the docstring)
     if "scan64" in moves:
         moves["scan64"] = int(wide_scans_pay(pattern, kind, precision))
@@ -369,7 +371,7 @@ def _cublas_leaves_a_kernel(pattern: Pattern, kind: str) -> bool:
     """Whether ``kind``'s plan has a Linear for cuBLAS and keeps a Triton kernel with its Linears
     there (the ``cublas`` move): a Linear with elementwise work after it, or another part (a
     product of two activations stays a Triton GEMM)."""
-    if pattern.kind != "graph" or kind != "graph_linear":
+    if pattern.kind != "graph" or kind not in ("graph_linear", "graph_full"):
         return False
     chosen = plan(pattern, kind)
     if not any(g.weight for g in chosen["gemms"]):

@@ -47,6 +47,9 @@ SPACE = {
     # (cublas: the Linears in cuBLAS, TF32 under relaxed, their epilogues one Triton pass each)
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "cublas": [0, 1]},
+    # both: the GEMMs and the norms, row operations and poolings
+    "graph_full": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
+                   "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "cublas": [0, 1], "scan64": [0, 1]},
     # and the convolutions' implicit GEMMs too (the same knobs; nhwc: read the input NHWC where a
     # convolution has 16 input channels or more, generate.NHWC_CHANNELS)
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
@@ -419,6 +422,7 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                          "matmul_3xtf32": ({"tile": "down"},), "matmul_1xtf32": ({"tile": "down"},),
                          "graph": ({"block": "down"},), "graph_norm": ({"block": "down"},),
                          "graph_linear": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
+                         "graph_full": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "graph_conv": ({"tile": "down"}, {"chunk": "down"}, {"block": "down"}),
                          "inductor": ({"block": "down"},)},
     # the seed's library GEMMs as Triton GEMMs (tf32x3 on the tensor cores under fp32), with the
@@ -429,17 +433,19 @@ STRUCTURAL: dict[str, dict[str, tuple[dict[str, str], ...]]] = {
                              "conv_transpose": ({"chunk": "down"},), "separable_conv": ({"chunk": "down"},),
                              "matmul_3xtf32": ({"stages": "down"}, {"tile": "down"}),
                              "matmul_1xtf32": ({"stages": "down"}, {"tile": "down"}),
-                             "graph_linear": ({"chunk": "down"},), "graph_conv": ({"chunk": "down"},),
+                             "graph_linear": ({"chunk": "down"},), "graph_full": ({"chunk": "down"},),
+                             "graph_conv": ({"chunk": "down"},),
                              "attention": ({"chunk": "down"},), "recurrent": ({"chunk": "down"}, {"block": "down"}),
                              "recurrent_steps": ({"chunk": "down"}, {"block": "down"})},
     # an fp32 matmul's narrow cp.async copies: an MN-major operand staged for the K-major TF32 products
     "vectorize_loads": {"matmul": ({"kmajor": "up"},),
                         "elementwise": ({"block": "up"},), "pool": ({"block": "up"},), "scan": ({"block": "up"},),
                         "graph": ({"block": "up"},), "graph_norm": ({"block": "up"},), "graph_linear": ({"block": "up"},),
-                        "graph_conv": ({"block": "up"},), "inductor": ({"block": "up"},)},
+                        "graph_full": ({"block": "up"},), "graph_conv": ({"block": "up"},), "inductor": ({"block": "up"},)},
     "split_k": {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},), "matmul_1xtf32": ({"split": "up"},)},
     # the launch_bound tool: a partitioned forward replayed from a CUDA graph
     "use_cuda_graphs": {"graph": ({"cudagraph": "up"},), "graph_norm": ({"cudagraph": "up"},), "graph_linear": ({"cudagraph": "up"},),
+                        "graph_full": ({"cudagraph": "up"},),
                         "graph_conv": ({"cudagraph": "up"},), "inductor": ({"cudagraph": "up"},),
                         "recurrent_steps": ({"cudagraph": "up"},)},
 }

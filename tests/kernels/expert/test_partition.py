@@ -161,7 +161,7 @@ def test_linears_become_gemms_with_the_work_after_them_as_epilogue(tmp_path):
         "return self.last(self.second(x))"))
     assert variants(capture(load_problem(str(only)))) == ["graph_linear"]
     norm = capture(load_problem(str(HERE / "partial_linear_norm.py")))
-    assert sorted(variants(norm)) == sorted(["graph", "graph_norm", "graph_linear"])
+    assert sorted(variants(norm)) == sorted(["graph", "graph_norm", "graph_linear", "graph_full"])
     assert plan(norm, "graph")["pytorch"] == ("Linear", "BatchNorm1d")
     assert plan(norm, "graph_norm")["pytorch"] == ("Linear",)
     assert plan(norm, "graph_linear")["pytorch"] == ("BatchNorm1d",)
@@ -474,3 +474,40 @@ def test_the_plan_of_fewest_launches_is_proposed_first(tmp_path):
 
     first = ExpertProposer(load_problem(str(path))).propose(ProposalRequest(task="", n=1))
     assert first[0].content.startswith('"""graph_norm:'), first[0].content[:80]
+
+
+FULL = """import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(48, 64)
+        self.norm = nn.LayerNorm(64)
+        self.b = nn.Linear(64, 32)
+        self.g = nn.Parameter(1.0 + 0.1 * torch.randn(32))
+    def forward(self, x):
+        x = torch.nn.functional.gelu(self.norm(self.a(x)))
+        x = self.b(x) * 2.0
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g
+def get_inputs():
+    return [torch.randn(20, 48)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_products_and_norms_of_one_forward_are_all_triton_parts_in_one_plan(tmp_path, monkeypatch):
+    """Linear, LayerNorm, GELU, Linear, a written-out RMSNorm: the GEMM plan leaves the norms to
+    PyTorch and the norm plan the Linears; ``graph_full`` has both Linears as GEMMs and both norms
+    as parts, nothing left to PyTorch, and is judged correct. A GEMM whose output another pass reads
+    again (the RMSNorm's, which recomputes ``x * 2.0``) takes no epilogue, so no plan computes a
+    Linear twice (its output would be left to PyTorch)."""
+    path = tmp_path / "full.py"
+    path.write_text(FULL)
+    pattern = capture(load_problem(str(path)))
+    assert {"graph_norm", "graph_linear", "graph_full"} <= set(kinds(pattern)), pattern.reason
+    full = plan(pattern, "graph_full")
+    assert [g.ops for g in full["gemms"]] == [("linear",), ("linear",)] and full["pytorch"] == ()
+    assert [n.ops[0] for n in full["norms"]] == ["layer_norm", "mul"]
+    assert plan(pattern, "graph_norm")["pytorch"] == ("Linear", "Linear")
+    assert "Linear" not in plan(pattern, "graph_linear")["pytorch"]
+    judged_correct(path, {"template": "graph_full", "tile": 64, "chunk": 16}, tmp_path, monkeypatch)

@@ -150,6 +150,11 @@ def test_row_operations_with_options_a_part_does_not_read_stay_in_pytorch(tmp_pa
     ("x = x / torch.linalg.vector_norm(x, 2, dim=0, keepdim=True) + 1.0", "", [("norm", "truediv", "add")], []),
     # over the leading dimension, not kept: the statistic (70,) broadcasts per column all the same
     ("x = torch.tanh(x - x.mean(0))", "", [("mean", "sub", "tanh")], []),
+    # rows gathered after the normalization: the pass reads the statistic of another row, which
+    # another program computes, so it is a pass of its own
+    ("x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)\nx = torch.index_select(x, 0, self.idx)",
+     "self.register_buffer('idx', torch.arange(6).flip(0))", [("square", "mean", "add", "rsqrt")],
+     [("mul", "index_select")]),
     # the statistic read by another pass too (its exp): it is stored, and the normalization is a
     # pass of its own that reads it broadcast
     ("s = x.pow(2).mean(-1, keepdim=True)\nx = x * torch.rsqrt(s + 1e-6) + torch.exp(s).sum()", "",

@@ -33,8 +33,9 @@ def partition(problem):
     recurrent module (:mod:`.recurrent`: nn.LSTM, nn.GRU, nn.RNN), ``graph_norm`` (the norms, softmaxes, row operations, poolings, attention calls and recurrent modules in Triton, the first four with their prologues and epilogues), when it has a
     product with a model matrix (:mod:`.products`: nn.Linear, ``x @ W``, a product einsum)
     ``graph_linear`` (each such product a Triton GEMM on the tensor cores, with the elementwise
-    pass that reads only its output and per-column tensors fused as its epilogue) and with an nn.Conv2d ``graph_conv``, so the
-    search measures them as siblings. The attention calls are parts of the GEMM plans too (the recurrent
+    pass that reads only its output and per-column tensors fused as its epilogue), when it has both
+    ``graph_full`` (the GEMMs of ``graph_linear`` and the parts of ``graph_norm`` in one plan), and
+    with an nn.Conv2d ``graph_conv``, so the search measures them as siblings. The attention calls are parts of the GEMM plans too (the recurrent
     modules are not: there they stay in PyTorch);
     an attention call with heads too wide for the flash part is a matmul, a softmax and a matmul
     part (:mod:`.split_attention`) of every plan but the elementwise one, ``graph_linear`` included.
@@ -49,7 +50,8 @@ def partition(problem):
     plans, used, inputs = [], False, 0
     traced, model = _traced(module)  # once: shape propagation on the meta device can take a minute (an LSTM)
     for kind, linear, conv, norm in (("graph", False, False, False), ("graph_norm", False, False, True),
-                                     ("graph_linear", True, False, False), ("graph_conv", True, True, False)):
+                                     ("graph_linear", True, False, False), ("graph_full", True, False, True),
+                                     ("graph_conv", True, True, False)):
         gm = copy.deepcopy(traced)  # each plan rewrites its own copy of the graph (shapes kept)
         inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         split_gemms, split_norms = [], []
@@ -69,10 +71,12 @@ def partition(problem):
         # walks a step's hidden units on many SMs where a recurrent part takes one program per
         # 16 batch rows), so the search measures the Triton recurrence against cuDNN's beside the
         # same fused passes
-        recurrents = recurrent_calls(gm) if norm else {}
+        recurrents = recurrent_calls(gm) if norm and not linear else {}
         if (linear and not conv and not linears and not split_gemms) or (conv and not convs) or (
                 norm and not norm_nodes and not attentions and not recurrents and not split_norms):
             continue
+        if linear and norm and not (linears and norm_nodes):
+            continue  # the full plan would be the norm plan or the GEMM plan again
         anchors = sorted(linears + convs, key=list(gm.graph.nodes).index)
         groups, outputs = find_groups(gm, model, 1 if anchors or norm_nodes else MIN_OPS)
         groups, outputs, gemms = attach_epilogues(gm, model, groups, outputs, anchors)

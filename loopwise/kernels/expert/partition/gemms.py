@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.fx_graph import zero_padding
-from loopwise.kernels.expert.partition.nodes import dtype_name, float_shape, model_tensors, operand_shapes, statements
+from loopwise.kernels.expert.partition.nodes import (dtype_name, float_shape, model_tensors, operand_shapes, read_elsewhere,
+                                                     statements)
 from loopwise.kernels.expert.partition.products import gemm_site
 from loopwise.kernels.expert.partition.records import Gemm
 
@@ -53,7 +54,8 @@ def _conv_shape(sub) -> tuple:
 
 def attach_epilogues(gm, model, groups, outputs, anchors):
     """Each product with a model matrix and each Conv2d of ``anchors`` becomes a GEMM; an
-    elementwise group whose only activation input is its output (read by nothing else) and whose
+    elementwise group whose only activation input is its output (read by nothing else, no other
+    group among them) and whose
     tensors hold one value per output column (a product's last dimension, a convolution's
     channels) becomes that GEMM's epilogue.
     Returns the groups left, their outputs, and [(Gemm, (out node, input node))]."""
@@ -84,7 +86,7 @@ def attach_epilogues(gm, model, groups, outputs, anchors):
             if dtype == "float32" and groups[i].upcast or dtype != "float32" and groups[i].out_dtype != dtype:
                 continue
             if i in taken or xs != [anchor] or groups[i].prelude or any(u not in cone for u in anchor.users) \
-                    or not model_tensors(ps):
+                    or not model_tensors(ps) or read_elsewhere(anchor, outputs, i):
                 continue
             if all(s in per_column for s in operand_shapes(model, ps)):
                 epilogue = i

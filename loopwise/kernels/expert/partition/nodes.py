@@ -92,3 +92,9 @@ def arg_nodes(node) -> list:
     fx.node.map_arg((node.args, node.kwargs), lambda n: found.append(n) or n)
     return found
 
+
+def read_elsewhere(node, outputs, i) -> bool:
+    """Whether a pass other than ``outputs[i]`` reads ``node``: one that computes again part of the
+    work of pass i (a value both use) reads its input, so ``node`` must still be stored. Pass i as
+    the epilogue of the part computing ``node`` would leave ``node`` to PyTorch, computed twice."""
+    return any(j != i and (node in xs or node in ps) for j, (_, xs, ps, _) in enumerate(outputs))

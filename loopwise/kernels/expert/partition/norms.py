@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
 from loopwise.kernels.expert.partition.nodes import (arg_nodes, dtype_name, float32_shape, float_shape, model_tensors,
-                                                     operand_shapes, statements)
+                                                     operand_shapes, read_elsewhere, statements)
 from loopwise.kernels.expert.partition.offsets import pool_wide
 from loopwise.kernels.expert.partition.records import BatchNormCall, Norm, PoolOp
 from loopwise.kernels.expert.partition.rows import row_source
@@ -146,7 +146,8 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         # (not a tensor written in place later: the epilogue would read the value before the write)
         same = src if kind == "row" and not row.reduces and not row.exclusive and src not in written else None
         post, cone = next(((i, c) for i in free for c in [_epilogue(outputs[i], node, same)]
-                           if c is not None and channel_wise(outputs[i][2])), (None, None))
+                           if c is not None and channel_wise(outputs[i][2]) and not read_elsewhere(node, outputs, i)),
+                          (None, None))
         pre = next((i for i in free + indexed if i != post and outputs[i][0] is src
                     and set(src.users) <= readers | set(cone or ()) and channel_wise(outputs[i][2])
                     and not _running(node, kind, call) & _targets(outputs[i][2])), None)
@@ -209,9 +210,20 @@ def _spread(groups, outputs, taken, row, src, stat, written, xs) -> int | None:
     for i, (out, zs, zps, cone) in enumerate(outputs):
         if i in taken or stat not in zps or stat in zs or float_shape(out) != shape:
             continue
-        if set(stat.users) <= set(cone) and not any(z in written for z in (*zs, *zps)):
+        if set(stat.users) <= set(cone) and not any(z in written for z in (*zs, *zps)) \
+                and _read_in_place(groups[i], zps.index(stat)):
             return i
     return None
+
+
+def _read_in_place(group, j: int) -> bool:
+    """Whether the pass ``group`` loads its tensor p``j`` at its own output positions (by its broadcast
+    index), not through a gather or permute of them (its prelude: ``p1_ptr + (o0 // ...)`` reads
+    the value of another row, which another program may not have stored yet)."""
+    if not group.prelude:
+        return True
+    reads = [line for line in group.prelude if f"p{j}_ptr + " in line]
+    return len(reads) == 1 and f"p{j}_ptr + (offsets // " in reads[0]
 
 
 def _epilogue(output, node, src) -> list | None:
