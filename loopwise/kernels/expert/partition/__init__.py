@@ -50,7 +50,11 @@ before the store, tensors broadcast as in a fused pass; a max or average pooling
 1-D to 3-D, fixed or adaptive windows) is a part of it in the same way, a program taking a run of
 output positions and walking their windows; and so is a ``scaled_dot_product_attention`` without
 a mask or dropout (:mod:`attention`), or attention written out as ``softmax(q @ k^T) @ v``: one
-flash-style pass, the score matrix never in memory, in the GEMM plans as well. The search measures the plans side by side.
+flash-style pass, the score matrix never in memory, in the GEMM plans as well. A reduction part
+whose value only one pass reads, broadcast at that pass's own positions (a norm written out), walks
+its rows a second time and computes that pass there. Where a forward has both products with model
+matrices and such parts, ``graph_full`` has the GEMMs of ``graph_linear`` and the parts of
+``graph_norm`` together. The search measures the plans side by side, fewest launches first.
 
 The emitted forward is torch.fx's own code for the rewritten graph, so what stays in PyTorch is
 exactly what the reference ran; the note and :attr:`Pattern.params` name what was fused and what
