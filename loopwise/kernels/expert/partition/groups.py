@@ -17,7 +17,7 @@ from loopwise.kernels.expert.functionalize import writes_in_place as in_place
 from loopwise.kernels.expert.partition.writes import late_writes, private_in_place
 
 
-def _fusible(gm, model, node) -> bool:
+def fusible(gm, model, node) -> bool:
     """Whether ``node`` can be one statement of a fused pass."""
     if node.op not in ("call_function", "call_method", "call_module") or (
             in_place(gm, node) and not private_in_place(gm, node)):
@@ -95,7 +95,7 @@ def _members(gm, model) -> tuple[set, dict, set]:
             continue  # it reads memory written in place later on: its reads stay where PyTorch makes them
         if any(order[u] > written.get(n, len(order)) for u in n.users):
             continue  # read after a write to its own memory: a pass there would compute it again, not read it written
-        if _fusible(gm, model, n):
+        if fusible(gm, model, n):
             member.add(n)
             broadcast.update((n, a) for a in arg_nodes(n) if a.op != "get_attr" and float_shape(a) != float_shape(n))
         elif n.op in ("call_function", "call_method") and float_shape(n) is not None:

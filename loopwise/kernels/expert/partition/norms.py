@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopwise.kernels.expert.partition.depthwise import folded_pad
+from loopwise.kernels.expert.partition.groups import fusible
 from loopwise.kernels.expert.partition.nodes import (arg_nodes, dtype_name, float32_shape, float_shape, model_tensors,
                                                      operand_shapes, read_elsewhere, statements)
 from loopwise.kernels.expert.partition.offsets import pool_wide
@@ -171,7 +172,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
         # the pass that reads the part's value broadcast over its input's positions (a norm written
         # out: ``x * rsqrt(mean(x^2, -1, keepdim=True) + eps)``): the part's program walks its rows
         # again and computes it there
-        spread = _spread(groups, outputs, taken | {i for i in (pre, post) if i is not None}, row, src, computed,
+        spread = _spread(gm, model, outputs, taken | {i for i in (pre, post) if i is not None}, row, src, computed,
                          written, xs) if kind == "row" else None
         if spread is not None:
             taken.add(spread)
@@ -191,7 +192,7 @@ def norm_passes(gm, model, groups, outputs, norm_nodes, rows=None):
     return [groups[i] for i in keep], [outputs[i] for i in keep], norms
 
 
-def _spread(groups, outputs, taken, row, src, stat, written, xs) -> int | None:
+def _spread(gm, model, outputs, taken, row, src, stat, written, xs) -> int | None:
     """The pass (its index in ``outputs``) that the reduction part ``row`` can compute as it walks
     its rows a second time, or None: a pass over the positions of the part's input ``src`` that
     reads the part's value ``stat`` broadcast, one value per row that program computed (kept
@@ -211,19 +212,26 @@ def _spread(groups, outputs, taken, row, src, stat, written, xs) -> int | None:
         if i in taken or stat not in zps or stat in zs or float_shape(out) != shape:
             continue
         if set(stat.users) <= set(cone) and not any(z in written for z in (*zs, *zps)) \
-                and _read_in_place(groups[i], zps.index(stat)):
+                and _read_in_place(gm, model, cone, stat, shape):
             return i
     return None
 
 
-def _read_in_place(group, j: int) -> bool:
-    """Whether the pass ``group`` loads its tensor p``j`` at its own output positions (by its broadcast
-    index), not through a gather or permute of them (its prelude: ``p1_ptr + (o0 // ...)`` reads
-    the value of another row, which another program may not have stored yet)."""
-    if not group.prelude:
-        return True
-    reads = [line for line in group.prelude if f"p{j}_ptr + " in line]
-    return len(reads) == 1 and f"p{j}_ptr + (offsets // " in reads[0]
+def _read_in_place(gm, model, cone, stat, shape) -> bool:
+    """Whether the pass of ``cone`` reads ``stat`` at its own output positions: every operation from
+    ``stat`` to the output is elementwise over ``shape`` (no gather, slice or permute after it,
+    which would read the value of another row, one another program may not have stored yet)."""
+    inside, seen = set(cone), set()
+    stack = [u for u in stat.users if u in inside]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if float_shape(node) != shape or not fusible(gm, model, node):
+            return False
+        stack.extend(u for u in node.users if u in inside)
+    return True
 
 
 def _epilogue(output, node, src) -> list | None:
