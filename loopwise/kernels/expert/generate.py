@@ -17,8 +17,6 @@ from loopwise.kernels.expert.pattern import Pattern
 DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0}, "graph": {"block": 1024, "warps": 4, "cudagraph": 0},
                  "graph_norm": {"block": 1024, "warps": 4, "cudagraph": 0, "scan64": 0},
                  "graph_linear": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0},
-                 "graph_full": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "cublas": 0,
-                                "scan64": 0},
                  "graph_conv": {"block": 1024, "warps": 4, "tile": 128, "chunk": 32, "gemm_warps": 8, "cudagraph": 0, "nhwc": 0},
                  "row_softmax": {"block": 2048, "warps": 8}, "cross_entropy": {"block": 4096, "warps": 8},
                  "layernorm": {"block": 1024, "warps": 4, "chunk": 16384},
@@ -38,6 +36,7 @@ DEFAULT_MOVES = {"elementwise": {"block": 1024, "warps": 4, "channels_last": 0},
                  "conv3d": {"block": 128, "warps": 4, "chunk": 16},
                  "conv_transpose": {"block": 128, "warps": 4, "chunk": 16},
                  "separable_conv": {"block": 128, "warps": 8, "chunk": 16}, **matmul_variants.DEFAULT_MOVES}
+DEFAULT_MOVES["graph_full"] = {**DEFAULT_MOVES["graph_linear"], "scan64": DEFAULT_MOVES["graph_norm"]["scan64"]}
 TEMPLATES = {"elementwise": "elementwise.py.j2", "graph": "graph.py.j2", "graph_norm": "graph.py.j2", "graph_linear": "graph.py.j2", "graph_full": "graph.py.j2", "graph_conv": "graph.py.j2", "row_softmax": "row_softmax.py.j2", "cross_entropy": "cross_entropy.py.j2",
              "layernorm": "layernorm.py.j2",
              "layernorm_welford": "layernorm_welford.py.j2", "attention": "attention.py.j2",

@@ -47,9 +47,6 @@ SPACE = {
     # (cublas: the Linears in cuBLAS, TF32 under relaxed, their epilogues one Triton pass each)
     "graph_linear": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
                      "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "cublas": [0, 1]},
-    # both: the GEMMs and the norms, row operations and poolings
-    "graph_full": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [64, 128],
-                   "chunk": [16, 32, 64], "gemm_warps": [4, 8], "cudagraph": [0, 1], "cublas": [0, 1], "scan64": [0, 1]},
     # and the convolutions' implicit GEMMs too (the same knobs; nhwc: read the input NHWC where a
     # convolution has 16 input channels or more, generate.NHWC_CHANNELS)
     "graph_conv": {"block": [256, 512, 1024, 2048, 4096, 8192], "warps": [2, 4, 8, 16], "tile": [32, 64, 128],
@@ -107,6 +104,8 @@ SPACE = {
     # gemm launches its library GEMMs as Triton GEMMs, a pointwise kernel after one as its epilogue
     "inductor": seeded.SPACE,
 }
+# both: the GEMMs' knobs and the norm plan's scans
+SPACE["graph_full"] = {**SPACE["graph_linear"], "scan64": SPACE["graph_norm"]["scan64"]}
 
 
 # Variants the measurements say lose where a sibling exists: left out of the first proposals from
