@@ -1,6 +1,6 @@
 """Composite PyTorch operations written out as the primitive ones the capture's detectors and the
-partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin) and
-instance normalization. Each is PyTorch's own definition, or a form equal to it that fused passes
+partitioner know: the losses (smooth L1, Huber, L1, MSE, KL divergence, triplet margin), instance
+normalization and the gated linear unit (GLU). Each is PyTorch's own definition, or a form equal to it that fused passes
 can compute (the Huber losses without a comparison), so the rewritten graph computes what the call
 did. Only calls on float32 tensors are rewritten (in half precision PyTorch's fused kernels
 accumulate in float, which these operations would not). A call with arguments a rewrite does not
@@ -88,7 +88,8 @@ def _functions() -> dict:
             F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction", "weight")),
             F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target")),
             F.triplet_margin_loss: (_triplet, ("anchor", "positive", "negative", "margin", "p", "eps", "swap",
-                                               "size_average", "reduce", "reduction"))}
+                                               "size_average", "reduce", "reduction")),
+            F.glu: (_glu, ("input", "dim"))}
 
 
 def _function_rule(node):
@@ -138,6 +139,8 @@ def _module_rule(module, args, kwargs):
         if len(args) != len(names) or getattr(module, "weight", None) is not None:
             return None
         return fn, dict(zip(names, args)) | options(module)
+    if type(module) is nn.GLU and len(args) == 1:
+        return _glu, {"input": args[0], "dim": module.dim}
     norms = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
     if type(module) in norms and not module.track_running_stats and not module.affine and len(args) == 1:
         return _instance_norm, {"input": args[0], "eps": module.eps, "spatial": module._get_no_batch_dim() - 1}
@@ -219,3 +222,14 @@ def _instance_norm(input, eps, spatial, shapes):
     mean = input.mean(dim=dims, keepdim=True)
     centered = input - mean
     return centered * torch.rsqrt((centered * centered).mean(dim=dims, keepdim=True) + eps)
+
+
+def _glu(input, dim=-1, shapes=None):
+    """F.glu: the first half of ``dim`` times the sigmoid of the second, the halves as narrows (which
+    fused passes read through). Its shapes come from a propagation that ran PyTorch's own GLU, so
+    ``dim``'s size is even here."""
+    import torch
+
+    dim = dim % len(shapes["input"])
+    half = shapes["input"][dim] // 2
+    return torch.narrow(input, dim, 0, half) * torch.sigmoid(torch.narrow(input, dim, half, half))

@@ -169,3 +169,25 @@ def test_a_batchmean_kl_divergence_of_zero_dimensional_inputs_is_its_sum():
     gm = trace_as_called(model, [a, b])
     assert F.kl_div not in _calls(gm)
     torch.testing.assert_close(gm(a, b), model(a, b))
+
+
+@pytest.mark.parametrize("module,shape", [
+    (lambda x: F.glu(x), (6, 10)), (lambda x: F.glu(x, dim=1), (2, 8, 5)), (lambda x: F.glu(x, -2), (3, 4, 7)),
+    (nn.GLU(dim=0), (4, 3)), (nn.GLU(), (2, 3, 6)),
+])
+def test_a_glu_written_out_is_the_first_half_times_the_sigmoid_of_the_second(module, shape):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    model = Call(module, 1)
+    gm = trace_as_called(model, [x])
+    assert F.glu not in _calls(gm) and not any(n.op == "call_module" for n in gm.graph.nodes), gm.code
+    torch.testing.assert_close(gm(x), model(x), rtol=1e-6, atol=1e-7)
+
+
+def test_a_forward_with_a_glu_gets_a_template_judged_correct(tmp_path, monkeypatch):
+    from loopwise.kernels.expert.partition import kinds
+
+    path = _problem(tmp_path, "glu", "", "x = torch.nn.functional.glu(torch.tanh(x), dim=1)",
+                    "torch.randn(4, 10, 6, dtype=DTYPE)", args="x")
+    pattern = capture(load_problem(str(path)))
+    assert pattern.kind == "graph", pattern.reason
+    judged_correct(path, {"template": kinds(pattern)[0]}, tmp_path, monkeypatch)
