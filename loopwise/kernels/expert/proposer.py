@@ -146,7 +146,9 @@ class ExpertProposer(Proposer):
             source = self._record_source or inductor_record
             try:
                 record = source(self.problem, self.device)
-                seeded.render_seed(record, self.problem, precision=self.precision)  # it writes out
+                # it writes out (a record of library calls only, with them as Triton GEMMs)
+                seeded.render_seed(record, self.problem, {"gemm": int(seeded.library_only(record))},
+                                   precision=self.precision)
                 self._record = record
             except Unsupported as exc:
                 self._record = str(exc)
@@ -259,7 +261,7 @@ class ExpertProposer(Proposer):
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
         if kind == "inductor":
-            return {"template": kind, **seeded.DEFAULTS}
+            return {"template": kind, **seeded.DEFAULTS, "gemm": int(seeded.library_only(self._record))}
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:
@@ -286,8 +288,10 @@ class ExpertProposer(Proposer):
     def _fits(self, moves: dict) -> bool:
         """Whether ``moves`` suit the problem's shape (the compiler seed's suit any: its kernels
         were written for it; its ``gemm`` move only where Inductor's code has a library GEMM the
-        move replaces)."""
+        move replaces, and where that code has no kernel of its own, only with the move)."""
         if moves["template"] == "inductor":
+            if seeded.library_only(self._record):  # without the move it re-calls PyTorch only
+                return bool(moves.get("gemm"))
             return not moves.get("gemm") or bool(self._gemm_summary())
         return fits(self.pattern, moves)
 

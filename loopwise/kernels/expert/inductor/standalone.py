@@ -20,6 +20,8 @@ R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whol
 CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form, each with the
 pointwise kernel that alone reads its product fused as its epilogue where there is one
 (:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where the record has such a call).
+Where Inductor's code launches no Triton kernel of its own (a lone product: cuBLAS only), the seed is
+written with the ``gemm`` move only.
 """
 
 from __future__ import annotations
@@ -245,15 +247,15 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     from loopwise.kernels.expert.reference_init import reference_init
 
     moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
-    if not record.kernels:
+    sites = gemm.find_sites(record) if moves["gemm"] else []
+    if moves["gemm"] and not sites:
+        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem")
+    if not record.kernels and not sites:
         raise Unsupported("Inductor's code for this problem launches no Triton kernel of its own "
                           f"(library calls only: {', '.join(library_calls(record.module)) or 'none'})")
     init = reference_init(problem.source, problem.load_module())
     params, call_params = forward_params(problem.source)
     kernels, helpers = [], kernel_helpers(record)
-    sites = gemm.find_sites(record) if moves["gemm"] else []
-    if moves["gemm"] and not sites:
-        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem")
     fused = {s.fused.name for s in sites if s.fused is not None}
     written = dataclasses.replace(record, module=gemm.rewrite(record, sites)) if sites else record
     for k in record.kernels:
@@ -267,6 +269,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
             f"gemm {moves['gemm']}")
     return _templates().get_template("inductor.py.j2").render(
         note=note, torch_version=record.torch, device_name=record.device_name or "this device",
+        library_only=library_only(record),
         kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],
         gemms=[{"source": gemm.kernel_source(s, precision), "summary": s.summary(precision)} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
@@ -281,6 +284,13 @@ def parse_note(source: str) -> dict | None:
         return None
     return {"template": "inductor", "block": int(found.group(1)), "warps": int(found.group(2)),
             "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0)}
+
+
+def library_only(record: InductorRecord) -> bool:
+    """Whether Inductor's code launches no Triton kernel of its own: written out as it is, it would
+    only re-call PyTorch's libraries; only the ``gemm`` move makes it a candidate (where its calls
+    are GEMMs the move replaces)."""
+    return not record.kernels
 
 
 def gemm_summary(record: InductorRecord, precision: str = "fp32") -> str:

@@ -273,3 +273,80 @@ def test_loads_and_stores_inductor_left_unmasked_are_masked_to_the_tile():
     assert "tmp1 = tl.load(in_ptr0 + x0, xmask, eviction_policy='evict_last')" in lines
     assert lines[-1] == "tl.store(in_out_ptr0 + x2, tmp4, xmask & (tmp4 > 0))"
     assert not any(line.startswith(("xoffset", "xindex =", "xmask =")) for line in lines)
+
+
+BMM_ONLY_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.bmm(a, b)
+
+
+def get_inputs():
+    return [torch.randn(4, 20, 40), torch.randn(4, 40, 72)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def library_only_record() -> InductorRecord:
+    """Inductor's code for a lone bmm (written by hand in its format): one cuBLAS call, no Triton kernel."""
+    rec = record("handwritten__linear_silu")
+    header = rec.module[:rec.module.index("# kernel path")]
+    rec.module = header + '''
+async_compile.wait(globals())
+del async_compile
+
+class Runner:
+    def __init__(self, partitions):
+        self.partitions = partitions
+
+    def call(self, args):
+        arg0_1, arg1_1 = args
+        args.clear()
+        assert_size_stride(arg0_1, (4, 20, 40), (800, 40, 1))
+        assert_size_stride(arg1_1, (4, 40, 72), (2880, 72, 1))
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            buf0 = empty_strided_cuda((4, 20, 72), (1440, 72, 1), torch.float32)
+            # Topologically Sorted Source Nodes: [bmm], Original ATen: [aten.bmm]
+            extern_kernels.bmm(arg0_1, arg1_1, out=buf0)
+            del arg0_1
+            del arg1_1
+        return (buf0, )
+
+runner = Runner(partitions=[])
+call = runner.call
+'''
+    rec.kernels, rec.inputs, rec.extern = [], ["arg:a", "arg:b"], ["extern_kernels.bmm"]
+    return rec
+
+
+def test_a_problem_inductor_leaves_to_cublas_alone_is_seeded_through_the_gemm_move(tmp_path, monkeypatch):
+    """Inductor's code for a lone product launches no kernel of its own (a candidate of it would only
+    re-call PyTorch), but the gemm move writes that call as a Triton GEMM: the seed is the problem's
+    candidate, always with the move."""
+    path = tmp_path / "bmm_only.py"
+    path.write_text(BMM_ONLY_PROBLEM)
+    problem, rec = load_problem(str(path)), library_only_record()
+    with pytest.raises(Unsupported, match="library calls only: extern_kernels.bmm"):
+        render_seed(rec, problem)
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "extern_kernels.bmm(" not in source and "Library calls: none" in source
+    assert "no Triton kernel of its own (library calls only)" in source
+    judged(problem, source, "seed-bmm-only", tmp_path, monkeypatch)
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: library_only_record(),
+                              bandwidth_source=lambda device: 4247.0)
+    first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
+    seeds = [parse_note(p.content) for p in first if p.content.startswith('"""inductor:')]
+    assert seeds and seeds[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1}
+    assert all(s["gemm"] == 1 for s in seeds)
+    children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=4))
+    assert all(parse_note(c.content)["gemm"] == 1 for c in children if c.content.startswith('"""inductor:'))
