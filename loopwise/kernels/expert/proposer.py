@@ -212,6 +212,13 @@ class ExpertProposer(Proposer):
         first = [k for k in kinds if k not in LATER] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
+        if not current and first[0] == "inductor" and self._gemm_pays():
+            # The seed with its library GEMMs as Triton GEMMs, second: an fp32 product large enough
+            # to fill the GPU runs on the CUDA cores in cuBLAS under the fp32 policy, and the move
+            # puts it on the tensor cores (tf32x3)
+            gemm = {**self._defaults("inductor"), "gemm": 1}
+            if _key(gemm) not in seen:
+                options.insert(min(1, len(options)), gemm)
         if not current and first[0] == "inductor" and self._graph_pays():
             # The seed replayed as one CUDA graph, third (after the seed and the first template):
             # on small problems torch.compile's launches cost the host more than the GPU's work,
@@ -244,6 +251,16 @@ class ExpertProposer(Proposer):
             avoid = seen | {_key(m) for m in fresh}
             fresh.append(self._random_moves(first[len(fresh) % len(first)] if current is None else kind, avoid))
         return fresh[:n]
+
+    def _gemm_pays(self) -> bool:
+        """Whether the seed's ``gemm`` move is one of the first candidates (:func:`gemm.pays`; not
+        where the seed has it already, Inductor's code being library calls only)."""
+        if "_gemm_first" not in self.__dict__:
+            from loopwise.kernels.expert.inductor import gemm
+
+            self._gemm_first = not seeded.library_only(self._record) and gemm.pays(
+                gemm.find_sites(self._record), self.precision)
+        return self._gemm_first
 
     def _graph_pays(self) -> bool:
         """Whether the seed replayed as one CUDA graph can pay (:func:`cuda_graph.graph_pays`): the

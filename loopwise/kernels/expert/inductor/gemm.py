@@ -51,6 +51,7 @@ class Site:
     out: str  # the buffer the library call writes
     dtype: str
     shape: tuple[int, ...]
+    k: int = 0  # the products' inner extent (0 where the record does not say)
     alpha: float = 1.0
     beta: float = 1.0
     fused: KernelRecord | None = None  # the pointwise kernel that becomes the epilogue
@@ -78,6 +79,28 @@ def dot_precision(dtype: str, precision: str) -> str:
     return "tf32x3" if precision == "fp32" else "tf32"
 
 
+# Where the move is among the first candidates from the reference: an fp32 product under the fp32
+# policy (cuBLAS runs it on the CUDA cores, the move on the tensor cores as tf32x3) with about a wave
+# of output tiles on an H100 / H200 (132 SMs) and enough steps along K for the pipeline to fill.
+PAYING_TILES = 128
+PAYING_K = 256
+
+
+def pays(sites: list[Site], precision: str) -> bool:
+    """Whether the move is worth one of the first candidates (:data:`PAYING_TILES`,
+    :data:`PAYING_K`): some site is such a product. A half product runs on the tensor cores in
+    cuBLAS too, and under the ``relaxed`` policy cuBLAS uses TF32 as the move does: there only the
+    fused epilogue is left to gain, which the search finds among the seed's moves later on."""
+    if precision != "fp32":
+        return False
+    for site in sites:
+        t = tiles(site)
+        count = math.ceil(site.shape[-2] / t["BM"]) * math.ceil(site.shape[-1] / t["BN"]) * (site.shape[0] if site.op == "bmm" else 1)
+        if site.dtype == "float32" and count >= PAYING_TILES and site.k >= PAYING_K:
+            return True
+    return False
+
+
 def tiles(site: Site) -> dict:
     """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64), 32 fp32 or 64
     half elements along K per step, 8 warps (4 for 64 x 64), 3 stages: the expert's matmul
@@ -95,6 +118,7 @@ def find_sites(record: InductorRecord) -> list[Site]:
     if call is None:
         return []
     allocations = _allocations(call)
+    sizes = _stated_sizes(call, allocations)
     kernels = {k.name: k for k in record.kernels}
     sites: list[Site] = []
     for body in _statement_lists(call):
@@ -102,6 +126,7 @@ def find_sites(record: InductorRecord) -> list[Site]:
             site = _library_gemm(stmt, allocations, len(sites))
             if site is None:
                 continue
+            site.k = _inner_extent(stmt.value.args[-2], sizes)
             try:
                 _fuse(site, body, i, call, kernels)
             except NotFusable as exc:
@@ -178,6 +203,34 @@ def _statement_lists(node) -> list[list[ast.stmt]]:
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 out.append(value)
     return out
+
+
+def _inner_extent(operand, shapes: dict) -> int:
+    """The last extent of ``operand`` (a call's first product operand: a name whose sizes an
+    ``assert_size_stride`` or an allocation states, or a ``reinterpret_tensor`` view), 0 if unknown."""
+    if isinstance(operand, ast.Name) and operand.id in shapes:
+        sizes = shapes[operand.id]
+    elif isinstance(operand, ast.Call) and ast.unparse(operand.func) == "reinterpret_tensor" and len(operand.args) >= 2:
+        try:
+            sizes = ast.literal_eval(operand.args[1])
+        except ValueError:
+            return 0
+    else:
+        return 0
+    return int(sizes[-1]) if sizes and isinstance(sizes[-1], int) else 0
+
+
+def _stated_sizes(call, allocations: dict) -> dict[str, tuple]:
+    """Name -> sizes of call()'s arguments (its ``assert_size_stride`` checks) and buffers."""
+    found = {name: sizes for name, (sizes, _, _) in allocations.items()}
+    for node in ast.walk(call):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "assert_size_stride" and len(node.args) >= 2 \
+                and isinstance(node.args[0], ast.Name):
+            try:
+                found[node.args[0].id] = tuple(ast.literal_eval(node.args[1]))
+            except ValueError:
+                continue
+    return found
 
 
 def _allocations(call) -> dict[str, tuple]:

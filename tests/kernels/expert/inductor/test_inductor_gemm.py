@@ -350,3 +350,56 @@ def test_a_problem_inductor_leaves_to_cublas_alone_is_seeded_through_the_gemm_mo
     assert all(s["gemm"] == 1 for s in seeds)
     children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=4))
     assert all(parse_note(c.content)["gemm"] == 1 for c in children if c.content.startswith('"""inductor:'))
+
+
+def big(rec: InductorRecord) -> InductorRecord:
+    """The linear + SiLU record at (4096 x 1024) @ (1024 x 2048): 512 output tiles, K 1024."""
+    return scaled(rec, {80: 4096, 40: 1024, 72: 2048, 5760: 4096 * 2048})
+
+
+def test_a_site_knows_its_inner_extent_from_the_operands_sizes():
+    (site,) = find_sites(record("handwritten__linear_silu"))  # mm(arg2_1 (80, 40), reinterpret_tensor(arg0_1, (40, 72)))
+    assert (site.shape, site.k) == ((80, 72), 40)
+    (site,) = find_sites(library_only_record())  # bmm(arg0_1 (4, 20, 40), arg1_1)
+    assert (site.shape, site.k) == ((4, 20, 72), 40)
+    (site,) = find_sites(big(record("handwritten__linear_silu")))
+    assert (site.shape, site.k) == ((4096, 2048), 1024)
+
+
+def test_the_gemm_move_pays_first_for_a_large_fp32_product_under_the_fp32_policy_only():
+    from loopwise.kernels.expert.inductor.gemm import PAYING_K, pays
+
+    large = find_sites(big(record("handwritten__linear_silu")))
+    assert pays(large, "fp32")
+    assert not pays(large, "relaxed")  # cuBLAS uses TF32 there as the move does
+    assert not pays(find_sites(record("handwritten__linear_silu")), "fp32")  # 80 x 72: one tile
+    half = find_sites(big(record("handwritten__linear_silu")))
+    half[0].dtype = "bfloat16"  # cuBLAS runs a half product on the tensor cores too
+    assert not pays(half, "fp32")
+    short = find_sites(big(record("handwritten__linear_silu")))
+    short[0].k = PAYING_K // 2
+    assert not pays(short, "fp32")
+
+
+def test_the_expert_proposes_the_seed_with_the_gemm_move_second_where_it_pays():
+    problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
+
+    def first(rec, precision="fp32"):
+        proposer = ExpertProposer(problem, device="cuda", precision=precision, record_source=lambda p, d: rec,
+                                  bandwidth_source=lambda device: 4247.0)
+        return [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
+
+    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0}
+    got = first(big(record("handwritten__linear_silu")))
+    assert got[:2] == [seed, {**seed, "gemm": 1}]
+    assert {**seed, "gemm": 1} not in first(big(record("handwritten__linear_silu")), "relaxed")[:2]
+    assert {**seed, "gemm": 1} not in first(record("handwritten__linear_silu"))[:2]
+
+
+def test_an_operand_that_is_not_k_major_is_copied_so_for_the_tf32_products_only():
+    rec = record("handwritten__linear_silu")
+    problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
+    assert "if b.stride(-2) != 1:" in render_seed(rec, problem, {"gemm": 1})
+    half = record("handwritten__linear_silu")
+    half.module = half.module.replace("torch.float32)", "torch.bfloat16)")
+    assert "if b.stride(-2) != 1:" not in render_seed(half, problem, {"gemm": 1})
