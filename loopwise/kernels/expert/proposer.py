@@ -179,7 +179,10 @@ class ExpertProposer(Proposer):
         pattern = self.pattern
         kinds = variants(pattern, self.precision)
         if self.device and self._seeded():  # Inductor's own code first: the search starts from it
-            kinds = ["inductor", *kinds]
+            # (where that code is library calls only, the seed is the gemm move's Triton GEMMs, a
+            # product as the expert's own templates write one: their first comes before it)
+            at = min(1, len(kinds)) if seeded.library_only(self._record) else 0
+            kinds = [*kinds[:at], "inductor", *kinds[at:]]
         if not kinds:
             seed = f"; no compiler seed: {self.seed_reason}" if self.seed_reason else ""
             fail = ProposalFailure(reason=FailureReason.NO_CODE, origin="expert",

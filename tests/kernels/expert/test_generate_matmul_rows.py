@@ -136,19 +136,20 @@ def _library_only_record() -> InductorRecord:
                           extern=["extern_kernels.bmm"])
 
 
-def test_without_a_compiler_seed_the_expert_proposes_the_matmul_variants_and_says_why(tmp_path):
+def test_where_inductor_leaves_the_product_to_cublas_the_seed_is_its_gemm_move_after_the_matmul_template(tmp_path):
     """Inductor's code is one library call, no kernel of its own (a candidate of it alone would be
-    rejected as pytorch_only): no seed, and the first proposal's note, which the run records, says
-    why; the first proposals are the Triton matrix product and CUTLASS's 3xTF32 beside it."""
+    rejected as pytorch_only): the seed is written with the gemm move (the call as a Triton GEMM),
+    proposed after the expert's own first matrix-product template and before its next variant."""
+    from loopwise.kernels.expert.inductor.standalone import parse_note
+
     problem = load_problem(str(problem_variant(tmp_path, FIXTURE, L1_11_SIZES)))
     proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: _library_only_record())
-    first = proposer.propose(ProposalRequest(task="", candidate="", n=2))
-    assert [p.content.split(":", 1)[0] for p in first] == ['"""matmul', '"""matmul_3xtf32']
-    why = "no compiler seed: Inductor's code for this problem launches no Triton kernel of its own " \
-          "(library calls only: extern_kernels.bmm)"
-    assert why in first[0].note and "no compiler seed" not in first[1].note
-    children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=2))
-    assert all("no compiler seed" not in child.note for child in children)  # said once, from the reference
+    first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
+    assert [p.content.split(":", 1)[0] for p in first] == ['"""matmul', '"""inductor', '"""matmul_3xtf32']
+    assert parse_note(first[1].content)["gemm"] == 1 and "extern_kernels.bmm(" not in first[1].content
+    assert all("no compiler seed" not in p.note for p in first)
+    children = proposer.propose(ProposalRequest(task="", candidate=first[1].content, n=2))
+    assert all(parse_note(c.content)["gemm"] == 1 for c in children if c.content.startswith('"""inductor'))
 
 
 @pytest.mark.slow
