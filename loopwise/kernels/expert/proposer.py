@@ -215,13 +215,6 @@ class ExpertProposer(Proposer):
         first = [k for k in kinds if k not in LATER] or kinds  # from the reference
         # From the reference: every variant's defaults, so the backends meet as siblings.
         options = [] if current else [m for m in map(self._defaults, first) if _key(m) not in seen]
-        if not current and first[0] == "inductor" and self._gemm_pays():
-            # The seed with its library GEMMs as Triton GEMMs, second: an fp32 product large enough
-            # to fill the GPU runs on the CUDA cores in cuBLAS under the fp32 policy, and the move
-            # puts it on the tensor cores (tf32x3)
-            gemm = {**self._defaults("inductor"), "gemm": 1}
-            if _key(gemm) not in seen:
-                options.insert(min(1, len(options)), gemm)
         if not current and first[0] == "inductor" and self._graph_pays():
             # The seed replayed as one CUDA graph, third (after the seed and the first template):
             # on small problems torch.compile's launches cost the host more than the GPU's work,
@@ -229,6 +222,13 @@ class ExpertProposer(Proposer):
             graph = {**self._defaults("inductor"), "cudagraph": 1}
             if _key(graph) not in seen:
                 options.insert(min(2, len(options)), graph)
+        if not current and first[0] == "inductor" and self._gemm_pays():
+            # The seed with its library GEMMs as Triton GEMMs, second (the graph stays after the
+            # first template): an fp32 product large enough to fill the GPU runs on the CUDA cores
+            # in cuBLAS under the fp32 policy, and the move puts it on the tensor cores (tf32x3)
+            gemm = {**self._defaults("inductor"), "gemm": 1}
+            if _key(gemm) not in seen:
+                options.insert(min(1, len(options)), gemm)
         # The tools' suggestions come first, in their rank order, where the template has the knob
         # and the value is one it can take.
         space = SPACE[kind]
