@@ -10,7 +10,7 @@ from loopwise.kernels.expert import matmul_variants
 from loopwise.kernels.expert.attention_plan import ATTENTION_SHARED_BYTES, attention_values
 from loopwise.kernels.expert.capture import capture
 from loopwise.kernels.expert.elementwise import UNARY, with_cuda_math
-from loopwise.kernels.expert.partition import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.partition import kinds, launches, picks_after_half_gemm, plan, tf32_parts
 from loopwise.kernels.expert.partition.records import RecurrentOp
 from loopwise.kernels.expert.pattern import Pattern
 
@@ -63,7 +63,9 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     CUTLASS 3's batched mode where its dtype, the policy and the alignment of every operand and
     batch entry allow (bf16 / fp16; fp32 in TF32 under relaxed only). A partitioned forward's
     plans come fewest launches first (:func:`partition.launches`), ties in the partition's order:
-    a search of few candidates judges only the first. Empty when no template covers it."""
+    a search of few candidates judges only the first; a plan whose half-precision Triton GEMM
+    feeds an argmin, a top-k or a sort is left out (:func:`partition.plans.picks_after_half_gemm`).
+    Empty when no template covers it."""
     if pattern.kind not in TEMPLATES:
         return []
     if pattern.kind == "matmul":
@@ -72,7 +74,8 @@ def variants(pattern: Pattern, precision: str = "fp32") -> list[str]:
     if pattern.kind == "bmm":
         return ["bmm", *matmul_variants.library_variants(pattern, precision)]
     if pattern.kind == "graph":  # the plans, fewest launches first (a short search judges the first only)
-        return sorted(kinds(pattern), key=lambda kind: launches(plan(pattern, kind)))
+        safe = [kind for kind in kinds(pattern) if not picks_after_half_gemm(plan(pattern, kind))]
+        return sorted(safe, key=lambda kind: launches(plan(pattern, kind)))
     if pattern.kind == "linear":  # under relaxed also cuBLAS's TF32 GEMM with the epilogue as one Triton pass
         return ["linear", "linear_cublas"] if precision == "relaxed" and pattern.body else ["linear"]
     if pattern.kind == "layernorm":  # three reads of the input, or two with Welford's statistics

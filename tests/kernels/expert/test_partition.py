@@ -511,3 +511,23 @@ def test_products_and_norms_of_one_forward_are_all_triton_parts_in_one_plan(tmp_
     assert plan(pattern, "graph_norm")["pytorch"] == ("Linear", "Linear")
     assert "Linear" not in plan(pattern, "graph_linear")["pytorch"]
     judged_correct(path, {"template": "graph_full", "tile": 64, "chunk": 16}, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_a_half_product_read_by_an_argmin_keeps_cublas_for_the_product(tmp_path, dtype):
+    """An argmin over half-precision products picks another index at a near-tie wherever the
+    product is summed in another order than cuBLAS's (a Triton GEMM rounds some sums to a
+    neighbouring half value): in half precision the plans with Triton GEMMs are not proposed there;
+    in fp32 they are."""
+    from expert_judging import generated_style_problem
+
+    path = generated_style_problem(tmp_path, "linear_argmin", "self.fc = nn.Linear(48, 64)\nself.to(DTYPE)",
+                    "x = torch.argmin(torch.tanh(self.fc(x)), dim=0)\nx = x * 2",
+                    "torch.randn(32, 48, dtype=DTYPE)", dtype=dtype)
+    pattern = capture(load_problem(str(path)))
+    assert {"graph_linear"} <= set(kinds(pattern)), kinds(pattern)
+    proposed = set(variants(pattern, "fp32"))
+    if dtype == "bfloat16":
+        assert not proposed & {"graph_linear", "graph_full"} and proposed, proposed
+    else:
+        assert "graph_linear" in proposed

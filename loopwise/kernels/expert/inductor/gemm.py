@@ -23,10 +23,16 @@ import ast
 import math
 import re
 import textwrap
+import dataclasses
 from dataclasses import dataclass, field
 
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
 
+# An operation of Inductor's code that picks an index or an order among values (its source
+# comments name the ATen operations each kernel computes; a fallback calls them). Where one
+# follows a half-precision product, a Triton GEMM summing in another order than cuBLAS rounds some
+# sums to a neighbouring value and flips near-ties: such products are not replaced.
+_PICKS = re.compile(r"\baten\.(argmin|argmax|topk|sort|argsort|kthvalue|mode|median|nanmedian)\b")
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
 _DTYPES = ("float32", "float16", "bfloat16")
 # Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
@@ -101,6 +107,20 @@ def pays(sites: list[Site], precision: str) -> bool:
     return False
 
 
+def held_back(record: InductorRecord) -> bool:
+    """Whether some library GEMM of ``record`` stays cuBLAS's because its code picks an index or
+    an order among values (:data:`_PICKS`) and the product is half-precision."""
+    return bool(_PICKS.search(record.module)) and len(find_sites(record)) < _library_gemm_count(record)
+
+
+def _library_gemm_count(record: InductorRecord) -> int:
+    call = _call_function(ast.parse(record.module))
+    if call is None:
+        return 0
+    allocations = _allocations(call)
+    return sum(_library_gemm(stmt, allocations, 0) is not None for body in _statement_lists(call) for stmt in body)
+
+
 def tiles(site: Site) -> dict:
     """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64), 32 fp32 or 64
     half elements along K per step, 8 warps (4 for 64 x 64), 3 stages: the expert's matmul
@@ -132,6 +152,8 @@ def find_sites(record: InductorRecord) -> list[Site]:
             except NotFusable as exc:
                 site.reason = str(exc)
             sites.append(site)
+    if _PICKS.search(record.module):  # half products stay cuBLAS's (see _PICKS)
+        sites = [dataclasses.replace(s, index=i) for i, s in enumerate(x for x in sites if x.dtype == "float32")]
     return sites
 
 
@@ -140,16 +162,16 @@ def rewrite(record: InductorRecord, sites: list[Site]) -> str:
     kernel's launch replaced by it, the operands kept from the product's place until then)."""
     tree = ast.parse(record.module)
     call = _call_function(tree)
-    by_order = iter(sites)
     allocations = _allocations(call)
+    pending = list(sites)  # in call()'s order; a library GEMM that is no site stays as it is
     for body in _statement_lists(call):
         i = 0
         while i < len(body):
-            site = _library_gemm(body[i], allocations, 0)
-            if site is None:
+            found = _library_gemm(body[i], allocations, 0)
+            if found is None or not pending or found.out != pending[0].out:
                 i += 1
                 continue
-            site = next(by_order)
+            site = pending.pop(0)
             args = body[i].value.args
             bias = args[0] if site.op == "addmm" else ast.Constant(None)
             a, b = args[-2], args[-1]

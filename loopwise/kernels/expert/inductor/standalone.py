@@ -249,7 +249,9 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
     sites = gemm.find_sites(record) if moves["gemm"] else []
     if moves["gemm"] and not sites:
-        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem")
+        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem"
+                          + (" (its half-precision products feed an argmin, a top-k or a sort, which another "
+                             "summation order would flip at near-ties)" if gemm.held_back(record) else ""))
     if not record.kernels and not sites:
         raise Unsupported("Inductor's code for this problem launches no Triton kernel of its own "
                           f"(library calls only: {', '.join(library_calls(record.module)) or 'none'})")

@@ -62,7 +62,7 @@ was not (the coverage).
 """
 
 from loopwise.kernels.expert.partition.build import partition
-from loopwise.kernels.expert.partition.plans import kinds, launches, plan, tf32_parts
+from loopwise.kernels.expert.partition.plans import kinds, launches, picks_after_half_gemm, plan, tf32_parts
 from loopwise.kernels.expert.partition.records import MIN_OPS
 
-__all__ = ["MIN_OPS", "kinds", "launches", "partition", "plan", "tf32_parts"]
+__all__ = ["MIN_OPS", "kinds", "launches", "partition", "picks_after_half_gemm", "plan", "tf32_parts"]

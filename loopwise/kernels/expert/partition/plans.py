@@ -26,6 +26,21 @@ def launches(chosen: dict) -> int:
     return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
 
 
+# Operations that pick an index or an order among their input's values.
+_PICKS = frozenset({"argmin", "argmax", "topk", "sort", "argsort", "kthvalue", "mode", "median", "nanmedian"})
+
+
+def picks_after_half_gemm(chosen: dict) -> bool:
+    """Whether the plan ``chosen`` runs a half-precision product as a Triton GEMM and the forward
+    picks an index or an order among values (an argmin, a top-k). A Triton GEMM sums in another
+    order than cuBLAS, so some of its half sums round to a neighbouring value, and at a near-tie the
+    pick differs from the reference's: a whole index or row is wrong, not a rounding. In fp32 the
+    sums differ in the last bits only, and such ties are far rarer."""
+    half = any(getattr(g, "dtype", "float32") in ("float16", "bfloat16") for g in chosen["gemms"])
+    ops = set(chosen["pytorch"]) | {op for part in ("groups", "norms") for g in chosen[part] for op in g.ops}
+    return half and bool(ops & _PICKS)
+
+
 def kinds(pattern) -> list[str]:
     """The template kinds a ``graph`` pattern has plans for, the elementwise-only one first."""
     return [kind for kind, _ in dict(pattern.params)["plans"]]

@@ -403,3 +403,21 @@ def test_an_operand_that_is_not_k_major_is_copied_so_for_the_tf32_products_only(
     half = record("handwritten__linear_silu")
     half.module = half.module.replace("torch.float32)", "torch.bfloat16)")
     assert "if b.stride(-2) != 1:" not in render_seed(half, problem, {"gemm": 1})
+
+
+def test_a_half_product_before_an_argmin_stays_cublas(tmp_path):
+    """Inductor's code picks an index among half products (an argmin kernel, named in its source
+    comments): a Triton GEMM would round some sums to a neighbouring value and flip near-ties, so
+    the move leaves the product to cuBLAS; an fp32 product is still replaced."""
+    problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
+    rec = record("handwritten__linear_silu")
+    rec.module = rec.module.replace("Original ATen: [aten.addmm, aten.silu]", "Original ATen: [aten.addmm, aten.argmin]")
+    assert len(find_sites(rec)) == 1  # fp32: replaced all the same
+    half = InductorRecord.from_json(rec.to_json())
+    half.module = half.module.replace("torch.float32)", "torch.bfloat16)")
+    assert find_sites(half) == []
+    with pytest.raises(Unsupported, match="feed an argmin, a top-k or a sort"):
+        render_seed(half, problem, {"gemm": 1})
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: half, bandwidth_source=lambda d: 4247.0)
+    for p in proposer.propose(ProposalRequest(task="", candidate="", n=4)):
+        assert not p.content.startswith('"""inductor') or parse_note(p.content)["gemm"] == 0
