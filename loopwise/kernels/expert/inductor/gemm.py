@@ -23,16 +23,16 @@ import ast
 import math
 import re
 import textwrap
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
+from loopwise.kernels.expert.partition.plans import PICKS
 
 # An operation of Inductor's code that picks an index or an order among values (its source
 # comments name the ATen operations each kernel computes; a fallback calls them). Where one
 # follows a half-precision product, a Triton GEMM summing in another order than cuBLAS rounds some
 # sums to a neighbouring value and flips near-ties: such products are not replaced.
-_PICKS = re.compile(r"\baten\.(argmin|argmax|topk|sort|argsort|kthvalue|mode|median|nanmedian)\b")
+_PICKS = re.compile(r"\baten\.(" + "|".join(sorted(PICKS)) + r")\b")
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
 _DTYPES = ("float32", "float16", "bfloat16")
 # Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
@@ -110,15 +110,7 @@ def pays(sites: list[Site], precision: str) -> bool:
 def held_back(record: InductorRecord) -> bool:
     """Whether some library GEMM of ``record`` stays cuBLAS's because its code picks an index or
     an order among values (:data:`_PICKS`) and the product is half-precision."""
-    return bool(_PICKS.search(record.module)) and len(find_sites(record)) < _library_gemm_count(record)
-
-
-def _library_gemm_count(record: InductorRecord) -> int:
-    call = _call_function(ast.parse(record.module))
-    if call is None:
-        return 0
-    allocations = _allocations(call)
-    return sum(_library_gemm(stmt, allocations, 0) is not None for body in _statement_lists(call) for stmt in body)
+    return bool(_PICKS.search(record.module)) and any(s.dtype != "float32" for s in _every_site(record))
 
 
 def tiles(site: Site) -> dict:
@@ -133,7 +125,16 @@ def tiles(site: Site) -> dict:
 
 def find_sites(record: InductorRecord) -> list[Site]:
     """The library GEMMs of the record's ``call()`` this move replaces, each with the pointwise
-    kernel fused into it where one can be."""
+    kernel fused into it where one can be (half products stay cuBLAS's where the code picks among
+    values, :data:`_PICKS`)."""
+    sites = _every_site(record)
+    if _PICKS.search(record.module):
+        sites = [replace(s, index=i) for i, s in enumerate(x for x in sites if x.dtype == "float32")]
+    return sites
+
+
+def _every_site(record: InductorRecord) -> list[Site]:
+    """Every library GEMM of the record's ``call()`` the move could write, in call order."""
     call = _call_function(ast.parse(record.module))
     if call is None:
         return []
@@ -152,8 +153,6 @@ def find_sites(record: InductorRecord) -> list[Site]:
             except NotFusable as exc:
                 site.reason = str(exc)
             sites.append(site)
-    if _PICKS.search(record.module):  # half products stay cuBLAS's (see _PICKS)
-        sites = [dataclasses.replace(s, index=i) for i, s in enumerate(x for x in sites if x.dtype == "float32")]
     return sites
 
 

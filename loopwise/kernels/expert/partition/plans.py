@@ -26,8 +26,8 @@ def launches(chosen: dict) -> int:
     return len(chosen["groups"]) + len(chosen["gemms"]) + norms + len(chosen["pytorch"])
 
 
-# Operations that pick an index or an order among their input's values.
-_PICKS = frozenset({"argmin", "argmax", "topk", "sort", "argsort", "kthvalue", "mode", "median", "nanmedian"})
+# Operations that pick an index or an order among their input's values (their ATen names too).
+PICKS = frozenset({"argmin", "argmax", "topk", "sort", "argsort", "kthvalue", "mode", "median", "nanmedian"})
 
 
 def picks_after_half_gemm(chosen: dict) -> bool:
@@ -38,7 +38,7 @@ def picks_after_half_gemm(chosen: dict) -> bool:
     sums differ in the last bits only, and such ties are far rarer."""
     half = any(getattr(g, "dtype", "float32") in ("float16", "bfloat16") for g in chosen["gemms"])
     ops = set(chosen["pytorch"]) | {op for part in ("groups", "norms") for g in chosen[part] for op in g.ops}
-    return half and bool(ops & _PICKS)
+    return half and bool(ops & PICKS)
 
 
 def kinds(pattern) -> list[str]:
