@@ -101,7 +101,8 @@ SPACE = {
     **matmul_variants.SPACE,
     # Inductor's own code written out (the compiler-seeded root): block / warps shift every
     # kernel's block sizes and warps by a power of two; cudagraph replays the forward from a graph;
-    # gemm launches its library GEMMs as Triton GEMMs, a pointwise kernel after one as its epilogue
+    # gemm launches its library GEMMs as Triton GEMMs, a pointwise kernel after one as its epilogue,
+    # and gemm_tile picks their tile and stages
     "inductor": seeded.SPACE,
 }
 # both: the GEMMs' knobs and the norm plan's scans
@@ -154,11 +155,13 @@ class ExpertProposer(Proposer):
                 self._record = str(exc)
         return not isinstance(self._record, str)
 
-    def _gemm_summary(self) -> str:
-        """What the seed's ``gemm`` move does to its library GEMMs ("" where it has none to replace)."""
-        if "_gemm_text" not in self.__dict__:
-            self._gemm_text = seeded.gemm_summary(self._record, self.precision) if self._seeded() else ""
-        return self._gemm_text
+    def _gemm_summary(self, variant: int = 0) -> str:
+        """What the seed's ``gemm`` move does to its library GEMMs with the tile of ``variant`` (the
+        ``gemm_tile`` move); "" where it has none to replace."""
+        texts = self.__dict__.setdefault("_gemm_texts", {})
+        if variant not in texts:
+            texts[variant] = seeded.gemm_summary(self._record, self.precision, variant) if self._seeded() else ""
+        return texts[variant]
 
     def _render(self, moves: dict) -> str:
         if moves["template"] == "inductor":
@@ -204,7 +207,7 @@ class ExpertProposer(Proposer):
             self._moves_of[source] = moves
             note = self._note(current, moves) + (unseeded if i == 0 else "")
             if moves["template"] == "inductor" and moves.get("gemm"):  # what the move did, call by call
-                note += f" ({self._gemm_summary()})"
+                note += f" ({self._gemm_summary(moves.get('gemm_tile', 0))})"
             out.append(Proposal(content=source, origin="expert", note=note))
         return out
 
@@ -308,8 +311,11 @@ class ExpertProposer(Proposer):
     def _fits(self, moves: dict) -> bool:
         """Whether ``moves`` suit the problem's shape (the compiler seed's suit any: its kernels
         were written for it; its ``gemm`` move only where Inductor's code has a library GEMM the
-        move replaces, and where that code has no kernel of its own, only with the move)."""
+        move replaces, and where that code has no kernel of its own, only with the move; its
+        ``gemm_tile`` only with the ``gemm`` move, whose GEMMs' tile it picks)."""
         if moves["template"] == "inductor":
+            if moves.get("gemm_tile") and not moves.get("gemm"):
+                return False
             if seeded.library_only(self._record):  # without the move it re-calls PyTorch only
                 return bool(moves.get("gemm"))
             return not moves.get("gemm") or bool(self._gemm_summary())

@@ -69,9 +69,14 @@ class Site:
     def name(self) -> str:
         return f"seed_gemm_{self.index}"
 
-    def summary(self, precision: str) -> str:
-        """``extern_kernels.mm -> Triton GEMM (tf32x3) with triton_poi_... as its epilogue``."""
-        text = f"extern_kernels.{self.op} into {self.out} -> Triton GEMM ({dot_precision(self.dtype, precision)})"
+    def summary(self, precision: str, variant: int = 0) -> str:
+        """``extern_kernels.mm -> Triton GEMM (tf32x3) with triton_poi_... as its epilogue`` (with
+        the tile and stages where ``variant`` is not the rule's tile)."""
+        how = dot_precision(self.dtype, precision)
+        if variant:
+            t = tiles(self, variant)
+            how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
+        text = f"extern_kernels.{self.op} into {self.out} -> Triton GEMM ({how})"
         if self.fused is not None:
             return f"{text} with {self.fused.name} as its epilogue"
         return text + (f", unfused: {self.reason}" if self.reason else "")
@@ -113,14 +118,29 @@ def held_back(record: InductorRecord) -> bool:
     return bool(_PICKS.search(record.module)) and any(s.dtype != "float32" for s in _every_site(record))
 
 
-def tiles(site: Site) -> dict:
+# The tiles the move's search may take (the ``gemm_tile`` knob): the rule's tile (0); it with a fourth
+# stage (1); the tile halved along its longer side, for products with too few tiles to fill the
+# GPU (2). Each compiles for sm_90 with tf32x3 products inside a block's shared memory and without
+# spilling registers (tested ahead of time); a 256-long tile or 4 warps on 128 x 128 spill there.
+TILE_VARIANTS = (0, 1, 2)
+
+
+def tiles(site: Site, variant: int = 0) -> dict:
     """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64), 32 fp32 or 64
     half elements along K per step, 8 warps (4 for 64 x 64), 3 stages: the expert's matmul
-    defaults, which fit Hopper's shared memory in both types."""
+    defaults, which fit Hopper's shared memory in both types; ``variant`` (:data:`TILE_VARIANTS`)
+    takes 4 stages (1), or halves the tile's longer side of more than 64 with 4 stages (2)."""
+    if variant not in TILE_VARIANTS:
+        raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
     m, n = site.shape[-2], site.shape[-1]
     bm, bn = (64 if m <= 64 else 128), (64 if n <= 64 else 128)
+    if variant == 2:
+        if bm >= bn and bm > 64:
+            bm //= 2
+        elif bn > 64:
+            bn //= 2
     return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" else 64,
-            "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3}
+            "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3 if variant == 0 else 4}
 
 
 def find_sites(record: InductorRecord) -> list[Site]:
@@ -463,8 +483,9 @@ class _Epilogue(ast.NodeTransformer):
         return node
 
 
-def kernel_source(site: Site, precision: str) -> str:
-    """The site's Triton GEMM and its launcher, rendered for ``precision``."""
+def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
+    """The site's Triton GEMM and its launcher, rendered for ``precision`` with the tile of
+    ``variant`` (:func:`tiles`)."""
     from loopwise.kernels.expert.generate import _templates
 
     params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
@@ -472,4 +493,4 @@ def kernel_source(site: Site, precision: str) -> str:
         name=site.name, op=f"extern_kernels.{site.op}", out=site.out, fused=site.fused.name if site.fused else "",
         params=params, dtype=site.dtype, bias=site.op == "addmm", alpha=site.alpha, beta=site.beta,
         dot_precision=dot_precision("float32", precision), precision_text=dot_precision(site.dtype, precision),
-        epilogue=site.epilogue, wide=math.prod(site.shape) >= 2**31, batched=site.op == "bmm", **tiles(site))
+        epilogue=site.epilogue, wide=math.prod(site.shape) >= 2**31, batched=site.op == "bmm", **tiles(site, variant))

@@ -19,7 +19,8 @@ Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a lo
 R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
 CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form, each with the
 pointwise kernel that alone reads its product fused as its epilogue where there is one
-(:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where the record has such a call).
+(:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where the record has such a call), and
+``gemm_tile`` picks those GEMMs' tile and stages (:data:`gemm.TILE_VARIANTS`; with ``gemm`` only).
 Where Inductor's code launches no Triton kernel of its own (a lone product: cuBLAS only), the seed is
 written with the ``gemm`` move only.
 """
@@ -35,8 +36,8 @@ from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor import calls, gemm
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
 
-SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1]}
-DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0}
+SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1], "gemm_tile": list(gemm.TILE_VARIANTS)}
+DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0}
 _SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
 _MAX_BLOCK = 4096
 _PERSISTENT = "PERSISTENT_REDUCTION"
@@ -248,6 +249,8 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
 
     moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
     sites = gemm.find_sites(record) if moves["gemm"] else []
+    if moves["gemm_tile"] and not moves["gemm"]:
+        raise Unsupported("the gemm_tile move picks the tile of the gemm move's GEMMs; it needs the gemm move")
     if moves["gemm"] and not sites:
         raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem"
                           + (" (its half-precision products feed an argmin, a top-k or a sort, which another "
@@ -268,12 +271,13 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                         "grid": grid_function(k), "arg_names": k.arg_names, "config": config,
                         "constants": k.constants, "num_warps": warps, "num_stages": k.num_stages})
     note = (f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}, "
-            f"gemm {moves['gemm']}")
+            f"gemm {moves['gemm']}" + (f", gemm tile {moves['gemm_tile']}" if moves["gemm_tile"] else ""))
     return _templates().get_template("inductor.py.j2").render(
         note=note, torch_version=record.torch, device_name=record.device_name or "this device",
         library_only=library_only(record),
         kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],
-        gemms=[{"source": gemm.kernel_source(s, precision), "summary": s.summary(precision)} for s in sites],
+        gemms=[{"source": gemm.kernel_source(s, precision, moves["gemm_tile"]),
+                "summary": s.summary(precision, moves["gemm_tile"])} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))
@@ -281,11 +285,12 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
 
 def parse_note(source: str) -> dict | None:
     """The moves of a file :func:`render_seed` wrote, from its first line; None for any other file."""
-    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)(?:, gemm (\d))?', source or "")
+    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)(?:, gemm (\d))?(?:, gemm tile (\d))?',
+                     source or "")
     if not found:
         return None
     return {"template": "inductor", "block": int(found.group(1)), "warps": int(found.group(2)),
-            "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0)}
+            "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0), "gemm_tile": int(found.group(5) or 0)}
 
 
 def library_only(record: InductorRecord) -> bool:
@@ -295,6 +300,7 @@ def library_only(record: InductorRecord) -> bool:
     return not record.kernels
 
 
-def gemm_summary(record: InductorRecord, precision: str = "fp32") -> str:
-    """What the ``gemm`` move does to ``record``'s library GEMMs ("" where it has none to replace)."""
-    return "; ".join(s.summary(precision) for s in gemm.find_sites(record))
+def gemm_summary(record: InductorRecord, precision: str = "fp32", variant: int = 0) -> str:
+    """What the ``gemm`` move does to ``record``'s library GEMMs ("" where it has none to replace),
+    with the tile of ``variant`` (the ``gemm_tile`` move)."""
+    return "; ".join(s.summary(precision, variant) for s in gemm.find_sites(record))

@@ -206,6 +206,54 @@ def test_the_rendered_gemm_compiles_for_hopper_on_the_tensor_cores(tmp_path):
     assert got["wgmma"] and 0 < got["shared_bytes"] <= HOPPER_SHARED_BYTES, got
 
 
+@pytest.mark.parametrize("variant", [1, 2])
+def test_each_other_gemm_tile_compiles_for_hopper_without_spilling(variant):
+    """The ``gemm_tile`` variants of the recorded linear + GELU + LayerNorm's GEMM (tf32x3, the
+    pointwise kernel as its epilogue): warp-group MMAs inside a block's shared memory, no register
+    spilled."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert.aot import compile_for_hopper
+    from loopwise.kernels.expert.generate import HOPPER_SHARED_BYTES
+
+    problem = load_problem(str(LAYERNORM))
+    source = render_seed(record("h200__1_linear_gelu_layernorm"), problem, {"gemm": 1, "gemm_tile": variant})
+    got = compile_for_hopper(source, problem, kernel="seed_gemm_0")
+    assert got["wgmma"] and 0 < got["shared_bytes"] <= HOPPER_SHARED_BYTES and got["spill_bytes"] == 0, got
+
+
+def test_the_gemm_tile_move_picks_the_tile_and_stages_and_needs_the_gemm_move(tmp_path, monkeypatch):
+    from loopwise.kernels.expert.inductor.gemm import tiles
+
+    rec, problem = record("handwritten__linear_silu"), load_problem(str(HERE / "problems" / "linear_silu.py"))
+    (site,) = find_sites(big(record("handwritten__linear_silu")))  # 4096 x 2048
+    assert [(t["BM"], t["BN"], t["warps"], t["stages"]) for t in (tiles(site, v) for v in (0, 1, 2))] == \
+        [(128, 128, 8, 3), (128, 128, 8, 4), (64, 128, 8, 4)]
+    site.shape = (100, 60)  # N of at most 64: the tile's longer side is M's
+    assert (tiles(site, 2)["BM"], tiles(site, 2)["BN"], tiles(site, 2)["warps"]) == (64, 64, 4)
+    with pytest.raises(ValueError, match="not one of"):
+        tiles(site, 7)
+    source = render_seed(rec, problem, {"gemm": 1, "gemm_tile": 2})
+    assert source.startswith('"""inductor: block 0, warps 0, cudagraph 0, gemm 1, gemm tile 2\n')
+    assert parse_note(source)["gemm_tile"] == 2 and parse_note(render_seed(rec, problem, {"gemm": 1}))["gemm_tile"] == 0
+    assert '{"BM": 64, "BN": 128, "BK": 32, "GROUP_M": 8}' in source  # 80 x 72: a 128 x 128 tile, M halved
+    assert "Triton GEMM (tf32x3, 64x128x32 tiles, 4 stages)" in source
+    judged(problem, source, "seed-gemm-tile-2", tmp_path, monkeypatch)
+    with pytest.raises(Unsupported, match="needs the gemm move"):
+        render_seed(rec, problem, {"gemm_tile": 1})
+    proposer = ExpertProposer(problem, seed=3, device="cuda", record_source=lambda p, d: rec,
+                              bandwidth_source=lambda device: 4247.0)
+    root = proposer.propose(ProposalRequest(task="", candidate="", n=1))[0]
+    seen = []
+    for _ in range(6):
+        seen += [parse_note(c.content) for c in proposer.propose(ProposalRequest(task="", candidate=root.content, n=6))]
+    seeds = [m for m in seen if m]
+    assert all(m["gemm"] for m in seeds if m["gemm_tile"])  # never a tile without the move
+    moved = next(m for m in seeds if m["gemm"])
+    children = proposer.propose(ProposalRequest(task="", candidate=render_seed(rec, problem, moved), n=8))
+    tiled = [c for c in children if (parse_note(c.content) or {}).get("gemm_tile")]
+    assert tiled and "tiles, 4 stages)" in tiled[0].note, [c.note for c in children]
+
+
 def test_a_kernel_that_is_no_epilogue_of_the_product_is_not_fused():
     (kernel,) = record("handwritten__linear_silu").kernels
     assert epilogue(kernel, "in_out_ptr0")[-1] == "tl.store(in_out_ptr0 + x2, tmp4, xmask)"
@@ -346,7 +394,7 @@ def test_a_problem_inductor_leaves_to_cublas_alone_is_seeded_through_the_gemm_mo
                               bandwidth_source=lambda device: 4247.0)
     first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
     seeds = [parse_note(p.content) for p in first if p.content.startswith('"""inductor:')]
-    assert seeds and seeds[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1}
+    assert seeds and seeds[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1, "gemm_tile": 0}
     assert all(s["gemm"] == 1 for s in seeds)
     children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=4))
     assert all(parse_note(c.content)["gemm"] == 1 for c in children if c.content.startswith('"""inductor:'))
@@ -389,7 +437,7 @@ def test_the_expert_proposes_the_seed_with_the_gemm_move_second_where_it_pays():
                                   bandwidth_source=lambda device: 4247.0)
         return [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
 
-    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0}
+    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0}
     got = first(big(record("handwritten__linear_silu")))
     assert got[:2] == [seed, {**seed, "gemm": 1}] and got[2] is None  # the first template third (no seed note)
     assert {**seed, "gemm": 1} not in first(big(record("handwritten__linear_silu")), "relaxed")[:2]

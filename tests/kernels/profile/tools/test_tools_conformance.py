@@ -169,11 +169,11 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     # use_cuda_graphs; a convolution's channels-last layout and its implicit GEMM's NHWC reads (which
     # widen its copies, yet ran slower on the H200: docs/log/2026-12-01.md) by exploration only; so are a partitioned
     # forward's Linears in cuBLAS (cublas, the relaxed default) and back in Triton; the compiler
-    # seed's library GEMMs as Triton GEMMs with fused epilogues (gemm) through fuse_kernels and use_tf32x3;
-    # a scan's float64 accumulation (scan64), a choice of precision rather than speed, by exploration only.
+    # seed's library GEMMs as Triton GEMMs with fused epilogues (gemm) through fuse_kernels and use_tf32x3,
+    # their tile and stages (gemm_tile) by exploration only; a scan's float64 accumulation (scan64), a choice of precision rather than speed, by exploration only.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
                                     for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph",
-                                                       "channels_last", "nhwc", "cublas", "gemm", "scan64"}
+                                                       "channels_last", "nhwc", "cublas", "gemm", "gemm_tile", "scan64"}
     assert STRUCTURAL["fuse_kernels"]["inductor"] == ({"gemm": "up"},)
     # Triton's, and CUTLASS's mma.sync kernels' (3xTF32 and one TF32 product)
     assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},),
