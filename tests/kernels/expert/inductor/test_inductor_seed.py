@@ -230,3 +230,58 @@ def test_a_generated_problem_with_a_dtype_global_has_its_init_copied():
     init = reference_init(problem.source, module)
     assert dict(init.constants)["DTYPE"] == f"torch.{problem.chain.dtype}"
 
+
+
+def test_the_extraction_runs_once_per_problem_device_and_versions_and_a_failure_is_not_kept(tmp_path, monkeypatch):
+    """Both precision tracks of a problem, and a resumed run, read the first extraction's outcome
+    (a record, or why the problem cannot be seeded); another problem or device is extracted anew;
+    a child that failed leaves nothing kept, and a kept file that cannot be read is extracted again."""
+    import json
+    import subprocess
+
+    from loopwise.kernels.expert.inductor import seed as seed_module
+    from loopwise.kernels.expert.inductor.extract import UNSUPPORTED_EXIT
+
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    gpu = {"name": "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: gpu["name"])
+    handwritten = (Path(__file__).parent / "records" / "handwritten__linear_silu.json").read_text()
+    children, outcome = [], {"exit": 0}
+
+    def child(argv, **kwargs):  # the extraction child: writes its record, or why there is none
+        children.append(argv[3])
+        out = Path(argv[4])
+        if outcome["exit"] == 0:
+            out.write_text(handwritten)
+        elif outcome["exit"] == UNSUPPORTED_EXIT:
+            out.write_text(json.dumps({"unsupported": "Inductor compiled 2 graphs into 2 modules; one of each is seeded"}))
+        return subprocess.CompletedProcess(argv, outcome["exit"], "", "RuntimeError: CUDA error: out of memory\n")
+
+    monkeypatch.setattr(seed_module.subprocess, "run", child)
+    silu = load_problem(str(Path(__file__).parent / "problems" / "linear_silu.py"))
+    softmax = load_problem(str(_FOLDERS[0] / "softmax_problem.py"))
+    first = seed_module.inductor_record(silu, "cuda")
+    assert seed_module.inductor_record(silu, "cuda") == first and len(children) == 1  # the second track reads it
+    assert seed_module.inductor_record(silu, "cuda", cache=False) == first and len(children) == 2
+    gpu["name"] = "NVIDIA H100 80GB HBM3"
+    seed_module.inductor_record(silu, "cuda")
+    assert len(children) == 3  # another device: extracted there
+    outcome["exit"] = 1
+    for _ in range(2):  # a failed child is not kept: each call tries again
+        with pytest.raises(Unsupported, match="exit 1: RuntimeError: CUDA error: out of memory"):
+            seed_module.inductor_record(softmax, "cuda")
+    assert len(children) == 5
+    outcome["exit"] = UNSUPPORTED_EXIT
+    for _ in range(2):  # "cannot be seeded" is an outcome: kept
+        with pytest.raises(Unsupported, match="2 graphs"):
+            seed_module.inductor_record(softmax, "cuda")
+    assert len(children) == 6
+    kept = sorted((tmp_path / "cache" / "inductor_records").glob("*.json"))
+    assert len(kept) == 3 and not list((tmp_path / "cache" / "inductor_records").glob(".record-*"))
+    outcome["exit"] = 0
+    for path in kept:
+        path.write_text('{"module": "trunc')  # a torn or foreign file: extracted again
+    seed_module.inductor_record(softmax, "cuda")
+    assert len(children) == 7 and seed_module.inductor_record(softmax, "cuda").module == first.module
