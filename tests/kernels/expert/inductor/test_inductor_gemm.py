@@ -444,13 +444,30 @@ def test_the_expert_proposes_the_seed_with_the_gemm_move_second_where_it_pays():
     assert {**seed, "gemm": 1} not in first(record("handwritten__linear_silu"))[:2]
 
 
-def test_an_operand_that_is_not_k_major_is_copied_so_for_the_tf32_products_only():
+def test_an_operand_that_is_not_k_major_or_not_aligned_is_copied_so_for_the_tf32_products_only():
+    """tf32 products read both operands K-major with rows 16 elements apart (Triton's 16-byte copies
+    into shared memory): a transposed or odd-K operand is copied into padded rows, one already so is
+    read in place; the values are the operand's."""
+    import ast
+
+    import torch
+
     rec = record("handwritten__linear_silu")
     problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
-    assert "if b.stride(-2) != 1:" in render_seed(rec, problem, {"gemm": 1})
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "b = _aligned_k_major_seed_gemm_0(b.transpose(-1, -2)).transpose(-1, -2)" in source
+    helper = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_aligned_k_major_seed_gemm_0")
+    scope = {"torch": torch}
+    exec(ast.unparse(helper), scope)
+    aligned = scope["_aligned_k_major_seed_gemm_0"]
+    x = torch.randn(96, 64)
+    assert aligned(x) is x  # K-major, rows 64 apart: read in place
+    for t in (torch.randn(96, 2949), torch.randn(2949, 96).T, torch.randn(3, 50, 40)[:, :, :33], torch.randn(40, 96)[:, :72].T):
+        got = aligned(t)
+        assert got.stride(-1) == 1 and all(s % 16 == 0 for s in got.stride()[:-1]) and torch.equal(got, t), t.stride()
     half = record("handwritten__linear_silu")
     half.module = half.module.replace("torch.float32)", "torch.bfloat16)")
-    assert "if b.stride(-2) != 1:" not in render_seed(half, problem, {"gemm": 1})
+    assert "_aligned_k_major" not in render_seed(half, problem, {"gemm": 1})
 
 
 def test_a_half_product_before_an_argmin_stays_cublas(tmp_path):
