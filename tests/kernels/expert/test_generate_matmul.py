@@ -159,6 +159,8 @@ def test_kmajor_copies_of_fp32_operands_are_judged_correct(tmp_path, monkeypatch
     source, _ = generate(load_problem(str(path)), {"block": 32, "chunk": 16, "warps": 4, "kmajor": 1})
     trans_a, trans_b = "A.T" in "".join(replacements.values()), "B.T" in "".join(replacements.values())
     assert ("copied K-major" in source) == (trans_a or not trans_b), source[:900]
+    # K = 300: rows 300 elements apart are not 16-byte aligned for Triton's copies: padded (never read)
+    assert "a = _aligned_k_major(a)\n" in source and "b = _aligned_k_major(b.t()).t()\n" in source
     judged_correct(path, {"block": 32, "chunk": 16, "warps": 4, "kmajor": 1}, tmp_path, monkeypatch)
 
 
