@@ -277,7 +277,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
         library_only=library_only(record),
         kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],
         gemms=[{"source": gemm.kernel_source(s, precision, moves["gemm_tile"]),
-                "summary": s.summary(precision, moves["gemm_tile"])} for s in sites],
+                "summary": s.summary(precision, moves["gemm_tile"]), "fp32": s.dtype == "float32"} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))

@@ -455,11 +455,11 @@ def test_an_operand_that_is_not_k_major_or_not_aligned_is_copied_so_for_the_tf32
     rec = record("handwritten__linear_silu")
     problem = load_problem(str(HERE / "problems" / "linear_silu.py"))
     source = render_seed(rec, problem, {"gemm": 1})
-    assert "b = _aligned_k_major_seed_gemm_0(b.transpose(-1, -2)).transpose(-1, -2)" in source
-    helper = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_aligned_k_major_seed_gemm_0")
+    assert "b = _aligned_k_major(b.transpose(-1, -2)).transpose(-1, -2)" in source
+    helper = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_aligned_k_major")
     scope = {"torch": torch}
     exec(ast.unparse(helper), scope)
-    aligned = scope["_aligned_k_major_seed_gemm_0"]
+    aligned = scope["_aligned_k_major"]
     x = torch.randn(96, 64)
     assert aligned(x) is x  # K-major, rows 64 apart: read in place
     for t in (torch.randn(96, 2949), torch.randn(2949, 96).T, torch.randn(3, 50, 40)[:, :, :33], torch.randn(40, 96)[:, :72].T):
