@@ -5,10 +5,10 @@ prompts (``problem.py``) so that the judge and the profiler can run against it."
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from loopwise.core.files import write_atomic
 from loopwise.core.propose.commands import AgentCommand
 
 
@@ -16,9 +16,7 @@ def _problem_file(folder: Path, source: str) -> Path:
     """``folder/problem.py`` holding ``source`` (rewritten only when it changed)."""
     path = folder / "problem.py"
     if not path.is_file() or path.read_text(encoding="utf-8") != source:
-        tmp = path.with_suffix(".py.tmp")
-        tmp.write_text(source, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, source)
     return path
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from loopwise.core.files import write_atomic
 from loopwise.core.propose.llm import ChatTool, ToolContext, ToolError
 
 PROFILE_RESULT_CHARS = 4000  # a profile's guidance as the model reads it, cut to whole lines
@@ -142,10 +142,7 @@ class ProfileCandidate(ChatTool):
 
 
 def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, text)
 
 
 def kernel_tools(context: ToolContext) -> list[ChatTool]:

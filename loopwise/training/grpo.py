@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from loopwise.core.files import replacing
 from loopwise.errors import UserError
 from loopwise.training import metrics as M
 from loopwise.training.config import StageConfig
@@ -227,12 +228,8 @@ class GRPOTrainer:
 def save_atomic(obj, path: str | os.PathLike) -> Path:
     """torch.save through a temporary file and a rename: a crash leaves the old file or the new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with replacing(path, durable=True) as tmp:
+        torch.save(obj, tmp)
     return path
 
 

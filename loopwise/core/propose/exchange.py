@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from loopwise.core.files import write_atomic
 from loopwise.core.propose._base import (
     EXCHANGE_TIMEOUT_S,
     FailureReason,
@@ -122,12 +123,10 @@ class ExchangeProposer(Proposer):
         self.folder.mkdir(parents=True, exist_ok=True)
         ids = self._new_ids(request.n)
         for index, answer_id in enumerate(ids):  # each prompt asks for its own approach
-            tmp = self.prompt_path(answer_id).with_suffix(".md.tmp")
             draft = self.folder / f"draft-{answer_id}.py"
             text = render_prompt(request, index).as_markdown()
             text += commands_section(agent_commands(request, self.folder, draft), draft)
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.prompt_path(answer_id))  # readers never see half a prompt
+            write_atomic(self.prompt_path(answer_id), text)  # readers never see half a prompt
             self._announce(self.instruction(answer_id, request.kind, request.role))
         answers = self._wait(ids)
         return [self._result(answer_id, answers.get(answer_id), request.kind, request.role) for answer_id in ids]

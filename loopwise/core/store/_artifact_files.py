@@ -2,45 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
+from loopwise.core.files import fsync_dir, write_atomic
 from loopwise.core.store._records import ArtifactError, sha256_hex
-
-# Windows needs O_BINARY or it rewrites newlines; elsewhere the flag does not exist.
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-
-
-def fsync_dir(path: Path) -> None:
-    """Makes a rename or a new entry in ``path`` survive power loss, where the OS allows it."""
-    if os.name != "posix":
-        return  # directories cannot be opened for fsync on Windows; NTFS journals renames
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(target: Path, data: bytes) -> None:
-    """Writes ``data`` to ``target`` so that readers see the old file or all of the new one.
-
-    The temporary file sits in the same directory, so ``os.replace`` is a rename within one
-    file system (atomic); it is fsynced first, so the rename can never expose a short file.
-    """
-    temp = target.with_name(f".tmp-{target.name[:16]}-{secrets.token_hex(4)}")
-    fd = os.open(temp, _WRITE_FLAGS, 0o666)  # 0o666 minus umask, like a plain open()
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(target.parent)
 
 
 class ArtifactFiles:
@@ -69,7 +34,7 @@ class ArtifactFiles:
         if not target.parent.is_dir():
             target.parent.mkdir(exist_ok=True)
             fsync_dir(self.root)  # the new shard directory must itself survive a power loss
-        write_atomic(target, data)
+        write_atomic(target, data, durable=True)
 
     def read(self, sha: str) -> bytes:
         """The content stored under ``sha``, after checking that it still hashes to ``sha``."""

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from loopwise import __version__
-from loopwise.core.store._artifact_files import ArtifactFiles, fsync_dir
+from loopwise.core.files import fsync_dir, replacing
+from loopwise.core.store._artifact_files import ArtifactFiles
 from loopwise.core.store._base import RunStore
 from loopwise.core.store._records import (
     ArtifactError,
@@ -200,10 +201,8 @@ class SqliteRunStore(RunStore):
         (run_dir / ARTIFACTS_DIR).mkdir()
         # Built under another name and renamed, so a crash here never leaves a half-made run
         # that `open` would take for a real one.
-        building = run_dir / f".{DB_NAME}.creating"
-        _write_new_db(building, meta)
-        os.replace(building, run_dir / DB_NAME)
-        fsync_dir(run_dir)
+        with replacing(run_dir / DB_NAME, durable=True) as building:
+            _write_new_db(building, meta)
         fsync_dir(run_dir.parent)  # the run directory's own entry
         return cls.open(runs_dir, run_dir.name)
 

@@ -12,7 +12,6 @@ import importlib.util
 import itertools
 import os
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loopwise.core.cache import cache_root
+from loopwise.core.files import replacing
 from loopwise.errors import UserError
 from loopwise.kernels.codesearch._chunks import CXX_SUFFIXES, chunk_source
 from loopwise.kernels.codesearch._terms import path_terms, text_terms
@@ -149,12 +149,13 @@ def _rows(root: Path, files: list[Path]) -> Iterator[tuple[tuple[str, int, int, 
 
 def _build(root: Path, files: list[Path], stamp: str, dest: Path) -> None:
     """Writes a fresh index to a temporary file and moves it over ``dest`` (readers never see half)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(handle)  # SQLite takes an empty file for an empty database
-    tmp = Path(name)
+    with replacing(dest) as tmp:
+        _fill(sqlite3.connect(tmp), root, files, stamp)
+
+
+def _fill(db: sqlite3.Connection, root: Path, files: list[Path], stamp: str) -> None:
+    """Writes the index of ``files`` into the empty database ``db`` and closes it."""
     start = time.perf_counter()
-    db = sqlite3.connect(tmp)
     try:
         db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
         count, rows = 0, _rows(root, files)
@@ -169,12 +170,8 @@ def _build(root: Path, files: list[Path], stamp: str, dest: Path) -> None:
                 "chunks": str(count), "build_s": f"{time.perf_counter() - start:.3f}"}
         db.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
         db.commit()
-    except BaseException:
+    finally:
         db.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    db.close()
-    os.replace(tmp, dest)
 
 
 def ensure_index(root: Path, *, rebuild: bool = False) -> IndexInfo:

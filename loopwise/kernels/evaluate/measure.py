@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from loopwise.core.files import write_atomic
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.inputs import clone_args
 from loopwise.kernels.evaluate.pool import Sandbox, SandboxFailure, SandboxPool
@@ -170,13 +170,10 @@ class ReferenceTimes:
         if result.status == "ok" and load.contended:
             return replace(result, contended=True, message="; ".join(filter(None, [result.message, load.note()])))
         if self.use_disk and result.status == "ok":
-            path.parent.mkdir(parents=True, exist_ok=True)
             payload = {"timing": result.timing.model_dump() if result.timing else None,
                        "energy_j": result.energy_j, "status": result.status, "message": result.message,
                        "load_1min": load.load_1min, "cpus": load.cpus}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(payload))
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(payload))
         return result
 
 

@@ -22,15 +22,14 @@ import time
 import traceback
 from pathlib import Path
 
+from loopwise.core.files import write_atomic
+
 NVTX_RANGE = "loopwise_profile"
 SEED = 1234
 
 
 def _write(out: Path, manifest: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, out / "manifest.json")
+    write_atomic(out / "manifest.json", json.dumps(manifest, indent=1))
 
 
 def _extensions(before: set[str]) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import re
 import time
@@ -22,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loopwise.core.cache import CACHE_ENV, cache_root
+from loopwise.core.files import write_atomic
 
 __all__ = ["CACHE_ENV", "Ceilings", "cache_path", "device_name", "load_or_measure", "measure_ceilings", "read_ceilings"]
 logger = logging.getLogger(__name__)
@@ -137,10 +137,7 @@ def load_or_measure(device: str = "cuda", *, refresh: bool = False, **measure_kw
     if not refresh and (cached := read_ceilings(path)) is not None:
         return cached
     ceilings = measure_ceilings(device, **measure_kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(ceilings.model_dump_json(indent=2), encoding="utf-8")
-    os.replace(tmp, path)  # atomic, so a concurrent reader never sees half a file
+    write_atomic(path, ceilings.model_dump_json(indent=2))  # a concurrent reader never sees half a file
     return ceilings
 
 

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from loopwise.core.files import write_atomic
 from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor.extract import UNSUPPORTED_EXIT, InductorRecord
 
@@ -104,10 +105,6 @@ def _keep(path: Path | None, text: str) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-", suffix=".json")
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except OSError:  # a cache that cannot be written costs the next run an extraction, nothing else
         pass
