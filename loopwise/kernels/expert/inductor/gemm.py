@@ -1,4 +1,5 @@
-"""The compiler seed's ``gemm`` move: Inductor's library GEMMs as the expert's Triton GEMM.
+"""The compiler seed's ``gemm`` move: Inductor's library GEMMs and convolutions as the expert's
+Triton GEMM and implicit-GEMM convolution.
 
 Inductor leaves a matrix product to the library (``extern_kernels.mm`` / ``addmm`` / ``bmm`` into
 a buffer it allocated) and runs what follows in its own Triton kernels. Under this move each such
@@ -15,6 +16,15 @@ is not launched. A product read elsewhere too, a kernel after it of another kind
 or a pointwise kernel this cannot map (another index into the product, its own program ids,
 assertions) leaves the GEMM unfused: it writes the product, the kernels after it read it as they
 did. A call this cannot read stays a library call.
+
+A library convolution (``bufN = extern_kernels.convolution(x, w, ...)``, not transposed, 1 to 3
+spatial dimensions, any groups, its output's layout stated by the ``assert_size_stride`` after it)
+is the same kind of site: the output is allocated with those sizes and strides, and an
+implicit-GEMM convolution (output pixels x a group's output channels, reduced over the group's
+input channels x window positions, the window gathered from the input, zeros outside it) computes
+it on the tensor cores under the same policy, the call's bias added to the tile; the pointwise
+kernel after it is fused as for a product, its flat index being each element's offset in the
+output's buffer whatever the layout.
 """
 
 from __future__ import annotations
@@ -34,12 +44,19 @@ from loopwise.kernels.expert.partition.plans import PICKS
 # sums to a neighbouring value and flips near-ties: such products are not replaced.
 _PICKS = re.compile(r"\baten\.(" + "|".join(sorted(PICKS)) + r")\b")
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
+_CONVOLUTION = "convolution"
 _DTYPES = ("float32", "float16", "bfloat16")
 # Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
 GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
                         "s_bn", "s_cb", "s_cm", "s_cn", "s_db", "s_dm", "s_dn", "BM", "BN", "BK", "GROUP_M", "g_pid",
                         "g_batch", "g_num_m", "g_num_n", "g_group", "g_first_m", "g_size_m", "g_pid_m", "g_pid_n",
-                        "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside"})
+                        "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside",
+                        # and the implicit-GEMM convolution
+                        "x_ptr", "w_ptr", "CO_G", "KG", "D", "H", "W", "OD", "OH", "OW", "s_xn", "s_xc", "s_xd",
+                        "s_xh", "s_xw", "s_wo", "s_wc", "s_wd", "s_wh", "s_ww", "s_cc", "s_cd", "s_ch", "s_cw",
+                        "I64", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "g_group_id",
+                        "g_co", "g_ow", "g_oh", "g_od", "g_n", "g_t", "g_xbase", "g_kw", "g_kh", "g_kd", "g_ci",
+                        "g_t2", "g_id", "g_ih", "g_iw", "g_in"})
 # The pointwise kernel's own index and mask over its flat range: the GEMM defines them over its tile.
 _INDEX_NAMES = ("xoffset", "xindex", "xmask")
 
@@ -50,14 +67,18 @@ class NotFusable(Exception):
 
 @dataclass
 class Site:
-    """One library GEMM of ``call()`` that the move replaces."""
+    """One library GEMM or convolution of ``call()`` that the move replaces."""
 
     index: int  # its rank among the replaced calls: the kernel is seed_gemm_<index>
-    op: str  # mm / addmm / bmm
+    op: str  # mm / addmm / bmm / convolution
     out: str  # the buffer the library call writes
     dtype: str
     shape: tuple[int, ...]
     k: int = 0  # the products' inner extent (0 where the record does not say)
+    # a convolution's output strides, window (the weight's spatial sizes), stride, padding,
+    # dilation (each as many as its spatial dimensions), groups and whether the call adds a bias;
+    # empty for a product
+    conv: dict = field(default_factory=dict)
     alpha: float = 1.0
     beta: float = 1.0
     fused: KernelRecord | None = None  # the pointwise kernel that becomes the epilogue
@@ -69,6 +90,15 @@ class Site:
     def name(self) -> str:
         return f"seed_gemm_{self.index}"
 
+    @property
+    def extents(self) -> tuple[int, int, int]:
+        """(M, N, batch) of the products: a convolution's output pixels, a group's output
+        channels and its groups."""
+        if self.op == _CONVOLUTION:
+            groups = self.conv["groups"]
+            return math.prod(self.shape) // self.shape[1], self.shape[1] // groups, groups
+        return self.shape[-2], self.shape[-1], self.shape[0] if self.op == "bmm" else 1
+
     def summary(self, precision: str, variant: int = 0) -> str:
         """``extern_kernels.mm -> Triton GEMM (tf32x3) with triton_poi_... as its epilogue`` (with
         the tile and stages where ``variant`` is not the rule's tile)."""
@@ -76,7 +106,8 @@ class Site:
         if variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
-        text = f"extern_kernels.{self.op} into {self.out} -> Triton GEMM ({how})"
+        kind = "implicit-GEMM convolution" if self.op == _CONVOLUTION else "GEMM"
+        text = f"extern_kernels.{self.op} into {self.out} -> Triton {kind} ({how})"
         if self.fused is not None:
             return f"{text} with {self.fused.name} as its epilogue"
         return text + (f", unfused: {self.reason}" if self.reason else "")
@@ -106,7 +137,8 @@ def pays(sites: list[Site], precision: str) -> bool:
         return False
     for site in sites:
         t = tiles(site)
-        count = math.ceil(site.shape[-2] / t["BM"]) * math.ceil(site.shape[-1] / t["BN"]) * (site.shape[0] if site.op == "bmm" else 1)
+        m, n, batch = site.extents
+        count = math.ceil(m / t["BM"]) * math.ceil(n / t["BN"]) * batch
         if site.dtype == "float32" and count >= PAYING_TILES and site.k >= PAYING_K:
             return True
     return False
@@ -127,20 +159,26 @@ TILE_VARIANTS = (0, 1, 2)
 
 
 def tiles(site: Site, variant: int = 0) -> dict:
-    """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64), 32 fp32 or 64
-    half elements along K per step, 8 warps (4 for 64 x 64), 3 stages: the expert's matmul
-    defaults, which fit Hopper's shared memory in both types; ``variant`` (:data:`TILE_VARIANTS`)
-    takes 4 stages (1), or halves the tile's longer side of more than 64 with 4 stages (2)."""
+    """The GEMM's launch: 128 x 128 output tiles (64 along a side of at most 64; a convolution's
+    64 along its channels), 32 fp32 or 64 half elements along K per step, 8 warps (4 for 64 x 64),
+    3 stages: the expert's matmul defaults, which fit Hopper's shared memory in both types;
+    ``variant`` (:data:`TILE_VARIANTS`) takes 4 stages (1), or halves the tile's longer side of more
+    than 64 with 4 stages (2)."""
     if variant not in TILE_VARIANTS:
         raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
-    m, n = site.shape[-2], site.shape[-1]
+    m, n, _ = site.extents
     bm, bn = (64 if m <= 64 else 128), (64 if n <= 64 else 128)
+    if site.op == _CONVOLUTION:
+        # The window's gather keeps more of the loop's state in registers than a product does: a
+        # 128 x 128 tile spills at every K step and warp count tried (sm_90, tf32x3), 128 x 64 does not
+        bn = 64
     if variant == 2:
         if bm >= bn and bm > 64:
             bm //= 2
         elif bn > 64:
             bn //= 2
-    return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" else 64,
+    # (a half convolution's gather, as its 64-element K steps spill: 32 here too)
+    return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" or site.op == _CONVOLUTION else 64,
             "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3 if variant == 0 else 4}
 
 
@@ -161,14 +199,19 @@ def _every_site(record: InductorRecord) -> list[Site]:
         return []
     allocations = _allocations(call)
     sizes = _stated_sizes(call, allocations)
+    dtypes = _dtypes(record.module, call, allocations)
     kernels = {k.name: k for k in record.kernels}
     sites: list[Site] = []
     for body in _statement_lists(call):
         for i, stmt in enumerate(body):
-            site = _library_gemm(stmt, allocations, len(sites))
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id in dtypes \
+                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                dtypes[stmt.targets[0].id] = dtypes[stmt.value.id]  # a convolution's output reused
+            site = _library_gemm(stmt, allocations, len(sites)) or _library_conv(body, i, sizes, dtypes, len(sites))
             if site is None:
                 continue
-            site.k = _inner_extent(stmt.value.args[-2], sizes)
+            if site.op != _CONVOLUTION:
+                site.k = _inner_extent(stmt.value.args[-2], sizes)
             try:
                 _fuse(site, body, i, call, kernels)
             except NotFusable as exc:
@@ -187,14 +230,22 @@ def rewrite(record: InductorRecord, sites: list[Site]) -> str:
     for body in _statement_lists(call):
         i = 0
         while i < len(body):
-            found = _library_gemm(body[i], allocations, 0)
-            if found is None or not pending or found.out != pending[0].out:
+            if not pending or _written_by_library(body[i]) != (pending[0].op, pending[0].out):
                 i += 1
                 continue
             site = pending.pop(0)
-            args = body[i].value.args
-            bias = args[0] if site.op == "addmm" else ast.Constant(None)
-            a, b = args[-2], args[-1]
+            call_node = body[i].value
+            args = call_node.args
+            if site.op == _CONVOLUTION:
+                bias = next((k.value for k in call_node.keywords if k.arg == "bias"), ast.Constant(None))
+                a, b = args[0], args[1]
+                # the library call returned its output; the kernel writes one allocated as it was laid out
+                body[i:i] = [_statement(f"{site.out} = empty_strided_cuda({site.shape}, {site.conv['strides']}, "
+                                        f"torch.{site.dtype})")]
+                i += 1
+            else:
+                bias = args[0] if site.op == "addmm" else ast.Constant(None)
+                a, b = args[-2], args[-1]
             if site.fused is None:
                 body[i] = _statement(f"{site.name}_launch(a, b, bias, {site.out})", a=a, b=b, bias=bias)
                 i += 1
@@ -319,6 +370,80 @@ def _library_gemm(stmt, allocations: dict, index: int) -> Site | None:
     return Site(index=index, op=func.attr, out=out.id, dtype=dtype, shape=tuple(sizes), **scalars)
 
 
+def _written_by_library(stmt) -> tuple[str, str] | None:
+    """(operation, buffer) of a library product or convolution ``stmt`` makes, if it is one."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func, out = stmt.value.func, next((k.value for k in stmt.value.keywords if k.arg == "out"), None)
+        if ast.unparse(func).removeprefix("extern_kernels.") in _OPERANDS and isinstance(out, ast.Name):
+            return ast.unparse(func).removeprefix("extern_kernels."), out.id
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == f"extern_kernels.{_CONVOLUTION}":
+        return _CONVOLUTION, stmt.targets[0].id
+    return None
+
+
+def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> Site | None:
+    """The site ``body[i]`` is, if it is a library convolution this move can write: not
+    transposed, 1 to 3 spatial dimensions, literal stride / padding / dilation / groups, a weight
+    whose sizes call() states, and an output in a type of :data:`_DTYPES` whose dense layout the
+    next statements' ``assert_size_stride`` states."""
+    stmt = body[i]
+    if _written_by_library(stmt) is None or not isinstance(stmt, ast.Assign):
+        return None
+    call, out = stmt.value, stmt.targets[0].id
+    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
+        return None
+    try:
+        options = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "bias"}
+    except ValueError:
+        return None
+    weight = sizes.get(call.args[1].id)
+    dtype = dtypes.get(call.args[0].id)
+    if options.get("transposed") is not False or weight is None or dtype not in _DTYPES:
+        return None
+    dims = len(weight) - 2
+    if not 1 <= dims <= 3 or not all(isinstance(options.get(k), (tuple, list)) and len(options[k]) == dims
+                                     and all(isinstance(v, int) for v in options[k])
+                                     for k in ("stride", "padding", "dilation", "output_padding")):
+        return None
+    groups = options.get("groups")
+    if any(options["output_padding"]) or not isinstance(groups, int) or groups < 1 or weight[0] % groups:
+        return None
+    stated = next((s for s in body[i + 1:i + 4] if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                   and ast.unparse(s.value.func) == "assert_size_stride" and len(s.value.args) >= 3
+                   and ast.unparse(s.value.args[0]) == out), None)
+    if stated is None:
+        return None
+    try:
+        shape, strides = tuple(ast.literal_eval(stated.value.args[1])), tuple(ast.literal_eval(stated.value.args[2]))
+    except ValueError:
+        return None
+    if len(shape) != dims + 2 or shape[1] != weight[0] or not _dense(shape, strides):
+        return None
+    dtypes[out] = dtype
+    bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
+    return Site(index=index, op=_CONVOLUTION, out=out, dtype=dtype, shape=shape, k=math.prod(weight[1:]),
+                conv={"strides": strides, "window": tuple(weight[2:]), "stride": tuple(options["stride"]),
+                      "padding": tuple(options["padding"]), "dilation": tuple(options["dilation"]), "groups": groups,
+                      "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None)})
+
+
+def _dtypes(module: str, call, allocations: dict) -> dict[str, str]:
+    """Name -> element type of call()'s arguments (the module's ``get_args``: ``rand_strided(...,
+    dtype=torch.X)``) and buffers (:func:`_allocations`: also under the names they are reused as); a
+    convolution's output, and the names it is reused as, are added as the walk meets them."""
+    found = {name: dtype for name, (_, _, dtype) in allocations.items()}
+    tree = ast.parse(module)
+    args = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_args"), None)
+    for node in ast.walk(args) if args is not None else ():
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "rand_strided":
+            dtype = next((k.value for k in node.value.keywords if k.arg == "dtype"), None)
+            if dtype is not None:
+                found[node.targets[0].id] = ast.unparse(dtype).removeprefix("torch.")
+    return found
+
+
 def _dense(sizes, strides) -> bool:
     """Whether a buffer of ``sizes`` and ``strides`` holds each element once, with no gap."""
     expected = 1
@@ -339,10 +464,14 @@ def _launched(stmt) -> str | None:
 
 
 def _between(stmt, names: set[str]) -> bool:
-    """Whether ``stmt`` may stand between a product and its epilogue: a ``del``, a stream handle,
-    an allocation, or the product's buffer reused under another name (added to ``names``)."""
+    """Whether ``stmt`` may stand between a product and its epilogue: a ``del``, a size check, a
+    stream handle, an allocation, or the product's buffer reused under another name (added to
+    ``names``)."""
     if isinstance(stmt, ast.Delete):
         return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+            and ast.unparse(stmt.value.func) == "assert_size_stride":
+        return True  # a check of a buffer's layout
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         value = stmt.value
         if isinstance(value, ast.Name):
@@ -490,6 +619,15 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
     from loopwise.kernels.expert.generate import _templates
 
     params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
+    if site.op == _CONVOLUTION:
+        pad = 3 - len(site.conv["window"])  # 1-d and 2-d as 3-d with leading extents of one
+        spatial = {name: (fill,) * pad + tuple(site.conv[key]) for name, key, fill in
+                   (("K", "window", 1), ("S", "stride", 1), ("P", "padding", 0), ("D", "dilation", 1))}
+        return _templates().get_template("inductor_conv.py.j2").render(
+            name=site.name, out=site.out, fused=site.fused.name if site.fused else "", params=params,
+            dtype=site.dtype, bias=site.conv["bias"], groups=site.conv["groups"], spatial=spatial,
+            dot_precision=dot_precision("float32", precision), precision_text=dot_precision(site.dtype, precision),
+            epilogue=site.epilogue, **tiles(site, variant))
     return _templates().get_template("inductor_gemm.py.j2").render(
         name=site.name, op=f"extern_kernels.{site.op}", out=site.out, fused=site.fused.name if site.fused else "",
         params=params, dtype=site.dtype, bias=site.op == "addmm", alpha=site.alpha, beta=site.beta,

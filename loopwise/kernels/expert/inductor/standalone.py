@@ -17,12 +17,13 @@ parameters and buffers and the forward's arguments in the graph's order. Library
 
 Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a looped reduction's
 R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
-CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form, each with the
-pointwise kernel that alone reads its product fused as its epilogue where there is one
-(:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where the record has such a call), and
-``gemm_tile`` picks those GEMMs' tile and stages (:data:`gemm.TILE_VARIANTS`; with ``gemm`` only).
-Where Inductor's code launches no Triton kernel of its own (a lone product: cuBLAS only), the seed is
-written with the ``gemm`` move only.
+CUDA graph, ``gemm`` launches the library GEMMs and convolutions as Triton GEMMs and implicit-GEMM
+convolutions of the expert's form, each with the pointwise kernel that alone reads its output fused
+as its epilogue where there is one (:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where
+the record has such a call), and ``gemm_tile`` picks their tile and stages
+(:data:`gemm.TILE_VARIANTS`; with ``gemm`` only). Where Inductor's code launches no Triton kernel of
+its own (a lone product or convolution: cuBLAS or cuDNN only), the seed is written with the ``gemm``
+move only.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     if moves["gemm_tile"] and not moves["gemm"]:
         raise Unsupported("the gemm_tile move picks the tile of the gemm move's GEMMs; it needs the gemm move")
     if moves["gemm"] and not sites:
-        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem"
+        raise Unsupported("the gemm move has no library GEMM or convolution to replace in Inductor's code for this problem"
                           + (" (its half-precision products feed an argmin, a top-k or a sort, which another "
                              "summation order would flip at near-ties)" if gemm.held_back(record) else ""))
     if not record.kernels and not sites:
@@ -277,7 +278,9 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
         library_only=library_only(record),
         kernels=kernels, extern=library_calls(written.module), relaxed=precision == "relaxed", block=moves["block"],
         gemms=[{"source": gemm.kernel_source(s, precision, moves["gemm_tile"]),
-                "summary": s.summary(precision, moves["gemm_tile"]), "fp32": s.dtype == "float32"} for s in sites],
+                "summary": s.summary(precision, moves["gemm_tile"]),
+                # the fp32 GEMMs copy operands that are not K-major and aligned (_aligned_k_major)
+                "aligns": s.dtype == "float32" and s.op != "convolution"} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))

@@ -289,7 +289,7 @@ def test_the_move_is_offered_where_a_library_gemm_is_and_its_note_says_what_it_d
     for _ in range(3):
         children = plain.propose(ProposalRequest(task="", candidate=root.content, n=6))
         assert all(parse_note(c.content)["gemm"] == 0 for c in children if parse_note(c.content))
-    with pytest.raises(Unsupported, match="no library GEMM to replace"):
+    with pytest.raises(Unsupported, match="no library GEMM or convolution to replace"):
         render_seed(record("handwritten__softmax_problem"), softmax, {"gemm": 1})
 
 
@@ -307,7 +307,7 @@ def test_the_products_follow_the_policy_and_the_buffers_type():
     assert "acc = tl.dot(g_a, g_b, acc)\n" in source and "input_precision" not in source
     assert '"BK": 64' in source and "(float16 products, fp32 sums)" in source
     rec.module = rec.module.replace("torch.float16)", "torch.int32)")  # no GEMM of ours: the library's call stays
-    with pytest.raises(Unsupported, match="no library GEMM to replace"):
+    with pytest.raises(Unsupported, match="no library GEMM or convolution to replace"):
         render_seed(rec, problem, {"gemm": 1})
 
 

@@ -1,0 +1,251 @@
+"""The compiler seed's ``gemm`` move on Inductor's library convolutions: each
+``extern_kernels.convolution`` (not transposed, 1 to 3 spatial dimensions, any groups) launched as
+an implicit-GEMM Triton convolution of the expert's form, the pointwise kernel that alone reads its
+output fused as its epilogue. Records are written in Inductor's format by :func:`conv_record` (its
+layout of ``call()``: the library call, its ``assert_size_stride``, the buffer reused in place by
+the bias-and-activation kernel) and judged by the real judge on the CPU, in Triton's interpreter;
+each is first judged as Inductor wrote it (the library call), so the record itself is right."""
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopwise.core.propose import ProposalRequest
+from loopwise.kernels.expert.elementwise import Unsupported
+from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
+from loopwise.kernels.expert.inductor.gemm import find_sites, pays
+from loopwise.kernels.expert.inductor.standalone import parse_note, render_seed
+from loopwise.kernels.expert.proposer import ExpertProposer
+from loopwise.kernels.problem import load_problem
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the expert tests' shared helpers
+from expert_judging import judge_on_cpu  # noqa: E402
+
+HEADER = '''from torch import device, empty_strided
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.select_algorithm import extern_kernels
+import triton
+import triton.language as tl
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+async_compile = AsyncCompile()
+'''
+POINTWISE = '''def triton_poi_fused_convolution_relu_0(in_out_ptr0, in_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = {numel}
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x3 = xindex
+    x1 = {channel}
+    tmp0 = tl.load(in_out_ptr0 + (x3), xmask)
+    tmp1 = tl.load(in_ptr0 + (x1), xmask, eviction_policy='evict_last')
+    tmp2 = tmp0 + tmp1
+    tmp3 = tl.full([1], 0, tl.int32)
+    tmp4 = triton_helpers.maximum(tmp3, tmp2)
+    tl.store(in_out_ptr0 + (x3), tmp4, xmask)
+'''
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv{dims}d({c}, {co}, {k}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups}{bias})
+
+    def forward(self, x):
+        return {forward}
+
+
+def get_inputs():
+    return [torch.randn{x}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def strides(sizes, order=None):
+    """Dense strides of ``sizes`` with dimensions laid out innermost-last in ``order`` (default: as given)."""
+    order = order or list(range(len(sizes)))
+    out, step = [0] * len(sizes), 1
+    for d in reversed(order):
+        out[d], step = step, step * sizes[d]
+    return tuple(out)
+
+
+def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, channels_last=False,
+                fused=True, returned=False, library_bias=False):
+    """A problem (``nn.Conv{d}d`` then ReLU, or the lone convolution with its bias) and Inductor's
+    record of it as Inductor writes one: the convolution with ``bias=None`` into a buffer that the
+    bias-and-ReLU pointwise kernel then updates in place (``fused``); with ``returned`` the
+    convolution's output is also returned (so no kernel can be its epilogue); with
+    ``library_bias`` the library call adds the bias and nothing follows (a lone convolution)."""
+    dims = len(x) - 2
+    c = x[1]
+    ks, ss, ps, ds = ((v,) * dims if isinstance(v, int) else tuple(v) for v in (k, stride, padding, dilation))
+    spatial = tuple((x[2 + i] + 2 * ps[i] - ds[i] * (ks[i] - 1) - 1) // ss[i] + 1 for i in range(dims))
+    out = (x[0], co, *spatial)
+    out_strides = strides(out, [0, *range(2, 2 + dims), 1] if channels_last else None)
+    w = (co, c // groups, *ks)
+    numel = math.prod(out)
+    channel = "(xindex % {co})".format(co=co) if channels_last else f"((xindex // {math.prod(spatial)}) % {co})"
+    t = lambda v: "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"  # noqa: E731
+    conv = (f"extern_kernels.convolution(arg0_1, arg1_1, stride={t(ss)}, padding={t(ps)}, dilation={t(ds)}, "
+            f"transposed=False, output_padding={t((0,) * dims)}, groups={groups}, bias={'arg2_1' if library_bias else 'None'})")
+    lines = [f"assert_size_stride(arg0_1, {t(x)}, {t(strides(x))})",
+             f"assert_size_stride(arg1_1, {t(w)}, {t(strides(w))})",
+             f"assert_size_stride(arg2_1, ({co}, ), (1, ))",
+             "with torch.cuda._DeviceGuard(0):",
+             "    torch.cuda.set_device(0)",
+             "    # Topologically Sorted Source Nodes: [conv], Original ATen: [aten.convolution]",
+             f"    buf0 = {conv}",
+             f"    assert_size_stride(buf0, {t(out)}, {t(out_strides)}, 'torch.ops.aten.convolution.default')",
+             "    del arg0_1",
+             "    del arg1_1"]
+    if library_bias:
+        lines += ["    del arg2_1", "return (buf0, )"]
+        kernels, forward = [], "self.conv(x)"
+    elif returned:
+        lines += [f"    buf1 = empty_strided_cuda({t(out)}, {t(out_strides)}, torch.float32)",
+                  "    stream0 = get_raw_stream(0)",
+                  f"    triton_poi_fused_convolution_relu_0.run(buf0, arg2_1, buf1, {numel}, stream=stream0)",
+                  "    del arg2_1", "return (buf1, buf0, )"]
+        kernels, forward = [], "torch.relu(self.conv(x)), self.conv(x) - self.conv.bias.view(1, -1" + ", 1" * dims + ")"
+    else:
+        lines += ["    buf1 = buf0; del buf0  # reuse",
+                  "    # Topologically Sorted Source Nodes: [conv, relu], Original ATen: [aten.convolution, aten.relu]",
+                  "    stream0 = get_raw_stream(0)",
+                  f"    triton_poi_fused_convolution_relu_0.run(buf1, arg2_1, {numel}, stream=stream0)",
+                  "    del arg2_1", "return (buf1, )"]
+        kernels, forward = [], "torch.relu(self.conv(x))"
+    src = POINTWISE.format(numel=numel, channel=channel)
+    names = ["in_out_ptr0", "in_ptr0", "xnumel", "XBLOCK"]
+    if returned:  # reads the convolution's output, writes another buffer
+        src = (src.replace("(in_out_ptr0, in_ptr0, xnumel", "(in_ptr1, in_ptr0, out_ptr0, xnumel")
+               .replace("tl.load(in_out_ptr0", "tl.load(in_ptr1").replace("tl.store(in_out_ptr0", "tl.store(out_ptr0"))
+        names = ["in_ptr1", "in_ptr0", "out_ptr0", "xnumel", "XBLOCK"]
+    if not library_bias:
+        kernels = [KernelRecord(name="triton_poi_fused_convolution_relu_0", src=src, arg_names=names,
+                                config={"XBLOCK": 128}, num_warps=4, num_stages=1,
+                                grid={"prefix": [], "x": "-((xnumel) // -(XBLOCK))", "y": "1", "z": "1"},
+                                grid_symbolic=True, constants={}, kind="POINTWISE")]
+    kernel_defs = "".join(f"{k.name} = async_compile.triton('{k.name}', '''\nimport triton\n\n@triton.jit\n{k.src}''', "
+                          "device_str='cuda')\n\n" for k in kernels)
+    body = "\n".join("        " + line for line in lines)
+    module = (HEADER + "\n\n" + kernel_defs + "async_compile.wait(globals())\ndel async_compile\n\n"
+              "class Runner:\n    def __init__(self, partitions):\n        self.partitions = partitions\n\n"
+              "    def call(self, args):\n        arg0_1, arg1_1, arg2_1 = args\n        args.clear()\n"
+              + body + "\n\nrunner = Runner(partitions=[])\ncall = runner.call\n\n\n"
+              "def get_args():\n    from torch._dynamo.testing import rand_strided\n"
+              f"    arg0_1 = rand_strided({t(x)}, {t(strides(x))}, device='cuda:0', dtype=torch.float32)\n"
+              f"    arg1_1 = rand_strided({t(w)}, {t(strides(w))}, device='cuda:0', dtype=torch.float32)\n"
+              f"    arg2_1 = rand_strided(({co}, ), (1, ), device='cuda:0', dtype=torch.float32)\n"
+              "    return [arg0_1, arg1_1, arg2_1]\n")
+    rec = InductorRecord(module=module, kernels=kernels,
+                         inputs=["arg:x", "self.get_parameter('conv.weight')", "self.get_parameter('conv.bias')"],
+                         outputs=2 if returned else 0, extern=["extern_kernels.convolution"], torch="2.11.0+cu130",
+                         triton="3.6.0", device_name="NVIDIA H200")
+    path = tmp_path / f"conv{dims}d.py"
+    path.write_text(PROBLEM.format(dims=dims, c=c, co=co, k=tuple(ks), stride=tuple(ss), padding=tuple(ps),
+                                   dilation=tuple(ds), groups=groups, bias="", forward=forward, x=t(x)))
+    return rec, load_problem(str(path))
+
+
+def judged(problem, source, name, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    judge_on_cpu(problem, source, name, tmp_path)
+
+
+def test_a_conv2d_then_bias_and_relu_becomes_one_implicit_gemm_with_the_pointwise_kernel_as_epilogue(tmp_path, monkeypatch):
+    from loopwise.kernels.check import scan
+
+    rec, problem = conv_record(tmp_path, (2, 6, 11, 13), 20, 3, stride=2, padding=1)
+    judged(problem, render_seed(rec, problem), "seed-conv-library", tmp_path, monkeypatch)  # the record is right
+    (site,) = find_sites(rec)
+    assert (site.op, site.shape, site.k) == ("convolution", (2, 20, 6, 7), 6 * 9)
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "extern_kernels.convolution(" not in source and "triton_poi_fused_convolution_relu_0.run(" not in source
+    assert "buf0 = empty_strided_cuda((2, 20, 6, 7), (840, 42, 7, 1), torch.float32)" in source
+    assert "seed_gemm_0_launch(*_seed_gemm_0_operands, buf1, buf1, arg2_1, 1680)" in source
+    assert "extern_kernels.convolution into buf0 -> Triton implicit-GEMM convolution (tf32x3) with " \
+           "triton_poi_fused_convolution_relu_0 as its epilogue" in source
+    assert 'input_precision="tf32x3"' in source and "Library calls: none" in source
+    assert [r.code for r in scan(source) if r.severity != "info"] == []
+    judged(problem, source, "seed-conv-fused", tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 4, 9), co=12, k=3, stride=2, padding=2, dilation=2),  # 1-d, strided and dilated
+    dict(x=(1, 8, 5, 7, 6), co=10, k=(3, 1, 2), padding=(1, 0, 1)),  # 3-d, a window of three shapes
+    dict(x=(2, 8, 9, 9), co=12, k=3, padding=1, groups=4),  # grouped: 2 input, 3 output channels a group
+    dict(x=(2, 6, 8, 8), co=16, k=3, padding=1, channels_last=True),  # Inductor's channels-last layout
+])
+def test_other_dimensions_groups_and_layouts_are_judged_correct(case, tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, **case)
+    (site,) = find_sites(rec)
+    assert site.fused is not None, site.reason
+    judged(problem, render_seed(rec, problem, {"gemm": 1}), "seed-conv", tmp_path, monkeypatch)
+
+
+def test_an_output_also_returned_is_written_and_the_pointwise_kernel_stays(tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, (2, 6, 10, 10), 8, 3, returned=True)
+    judged(problem, render_seed(rec, problem), "seed-conv-library", tmp_path, monkeypatch)
+    (site,) = find_sites(rec)
+    assert site.fused is None and "read again" in site.reason
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "seed_gemm_0_launch(arg0_1, arg1_1, None, buf0)" in source
+    assert "triton_poi_fused_convolution_relu_0.run(buf0, arg2_1, buf1" in source
+    judged(problem, source, "seed-conv-unfused", tmp_path, monkeypatch)
+
+
+def test_a_lone_convolution_left_to_cudnn_is_seeded_through_the_move_with_its_bias_in_the_tile(tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, (2, 5, 12, 12), 7, 3, padding=1, library_bias=True)
+    with pytest.raises(Unsupported, match="library calls only: extern_kernels.convolution"):
+        render_seed(rec, problem)
+    source = render_seed(rec, problem, {"gemm": 1})
+    assert "seed_gemm_0_launch(arg0_1, arg1_1, arg2_1, buf0)" in source and "Library calls: none" in source
+    judged(problem, source, "seed-conv-only", tmp_path, monkeypatch)
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec, bandwidth_source=lambda device: 4247.0)
+    seeds = [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
+    assert {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1, "gemm_tile": 0} in seeds
+
+
+def test_transposed_or_unreadable_convolutions_stay_library_calls(tmp_path):
+    rec, _ = conv_record(tmp_path, (2, 6, 11, 13), 20, 3)
+    for old, new in [("transposed=False", "transposed=True"),  # the transposed form is not this kernel's
+                     ("output_padding=(0, 0)", "output_padding=(1, 1)"),
+                     ("            assert_size_stride(buf0, (2, 20, 9, 11), (1980, 99, 11, 1), "
+                      "'torch.ops.aten.convolution.default')\n", "")]:  # no stated layout for the output
+        assert old in rec.module, old
+        assert find_sites(dataclasses.replace(rec, module=rec.module.replace(old, new))) == [], old
+
+
+def test_the_move_pays_first_for_a_large_fp32_convolution_under_the_fp32_policy_only(tmp_path):
+    rec, _ = conv_record(tmp_path, (16, 64, 56, 56), 128, 3, padding=1)  # 50176 pixels x 128 channels, K 576
+    assert pays(find_sites(rec), "fp32") and not pays(find_sites(rec), "relaxed")
+    small, _ = conv_record(tmp_path, (1, 3, 8, 8), 4, 3)  # 36 pixels, K 27
+    assert not pays(find_sites(small), "fp32")
+
+
+@pytest.mark.parametrize("variant,dtype", [(0, "float32"), (1, "float32"), (2, "float32"), (0, "float16")])
+def test_a_large_convolution_compiles_for_hopper_on_the_tensor_cores_without_spilling(variant, dtype, tmp_path):
+    """A ResNet-sized 3 x 3 convolution (64 -> 128 channels) with its bias-and-ReLU epilogue, under
+    each ``gemm_tile`` (and in half precision): warp-group MMAs inside a block's shared memory, no
+    register spilled."""
+    pytest.importorskip("triton")
+    from loopwise.kernels.expert.aot import compile_for_hopper
+    from loopwise.kernels.expert.generate import HOPPER_SHARED_BYTES
+
+    rec, problem = conv_record(tmp_path, (16, 64, 56, 56), 128, 3, padding=1)
+    rec = dataclasses.replace(rec, module=rec.module.replace("torch.float32", f"torch.{dtype}"))
+    assert find_sites(rec)[0].dtype == dtype
+    got = compile_for_hopper(render_seed(rec, problem, {"gemm": 1, "gemm_tile": variant}), problem, kernel="seed_gemm_0")
+    assert got["wgmma"] and 0 < got["shared_bytes"] <= HOPPER_SHARED_BYTES and got["spill_bytes"] == 0, got
