@@ -125,7 +125,10 @@ def check(problem, out: Path, repeats: int) -> dict:
 
 
 def main() -> None:
+    from loopwise.kernels.evaluate.guards import pin_fp32_flags
     from loopwise.kernels.generate import generate_suite
+
+    pin_fp32_flags()  # the judge's fp32 policy: no TF32 in eager's or compile's cuBLAS / cuDNN calls either
 
     parser = argparse.ArgumentParser()
     parser.add_argument("problems", nargs="*")
