@@ -101,8 +101,9 @@ SPACE = {
     **matmul_variants.SPACE,
     # Inductor's own code written out (the compiler-seeded root): block / warps shift every
     # kernel's block sizes and warps by a power of two; cudagraph replays the forward from a graph;
-    # gemm launches its library GEMMs as Triton GEMMs, a pointwise kernel after one as its epilogue,
-    # and gemm_tile picks their tile and stages
+    # gemm launches its library GEMMs as Triton GEMMs and conv its library convolutions as
+    # implicit-GEMM Triton convolutions, a pointwise kernel after one as its epilogue, and
+    # gemm_tile picks their tile and stages
     "inductor": seeded.SPACE,
 }
 # both: the GEMMs' knobs and the norm plan's scans
@@ -148,20 +149,20 @@ class ExpertProposer(Proposer):
             try:
                 record = source(self.problem, self.device)
                 # it writes out (a record of library calls only, with them as Triton GEMMs)
-                seeded.render_seed(record, self.problem, {"gemm": int(seeded.library_only(record))},
-                                   precision=self.precision)
+                seeded.render_seed(record, self.problem, seeded.library_moves(record), precision=self.precision)
                 self._record = record
             except Unsupported as exc:
                 self._record = str(exc)
         return not isinstance(self._record, str)
 
-    def _gemm_summary(self, variant: int = 0) -> str:
-        """What the seed's ``gemm`` move does to its library GEMMs with the tile of ``variant`` (the
-        ``gemm_tile`` move); "" where it has none to replace."""
-        texts = self.__dict__.setdefault("_gemm_texts", {})
-        if variant not in texts:
-            texts[variant] = seeded.gemm_summary(self._record, self.precision, variant) if self._seeded() else ""
-        return texts[variant]
+    def _move_summary(self, moves: dict) -> str:
+        """What the seed's ``gemm`` and ``conv`` moves in ``moves`` do to its library calls (with the
+        tile of its ``gemm_tile``); "" where they replace none."""
+        texts = self.__dict__.setdefault("_move_texts", {})
+        key = (moves.get("gemm", 0), moves.get("conv", 0), moves.get("gemm_tile", 0))
+        if key not in texts:
+            texts[key] = seeded.move_summary(self._record, moves, self.precision) if self._seeded() else ""
+        return texts[key]
 
     def _render(self, moves: dict) -> str:
         if moves["template"] == "inductor":
@@ -182,8 +183,8 @@ class ExpertProposer(Proposer):
         pattern = self.pattern
         kinds = variants(pattern, self.precision)
         if self.device and self._seeded():  # Inductor's own code first: the search starts from it
-            # (where that code is library calls only, the seed is the gemm move's Triton GEMMs, a
-            # product as the expert's own templates write one: their first comes before it)
+            # (where that code is library calls only, the seed is the gemm / conv moves' Triton
+            # kernels, written as the expert's own templates write one: their first comes before it)
             at = min(1, len(kinds)) if seeded.library_only(self._record) else 0
             kinds = [*kinds[:at], "inductor", *kinds[at:]]
         if not kinds:
@@ -206,8 +207,8 @@ class ExpertProposer(Proposer):
             source = self._render(moves)
             self._moves_of[source] = moves
             note = self._note(current, moves) + (unseeded if i == 0 else "")
-            if moves["template"] == "inductor" and moves.get("gemm"):  # what the move did, call by call
-                note += f" ({self._gemm_summary(moves.get('gemm_tile', 0))})"
+            if moves["template"] == "inductor" and (moves.get("gemm") or moves.get("conv")):  # what they did, call by call
+                note += f" ({self._move_summary(moves)})"
             out.append(Proposal(content=source, origin="expert", note=note))
         return out
 
@@ -284,7 +285,7 @@ class ExpertProposer(Proposer):
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
         if kind == "inductor":
-            return {"template": kind, **seeded.DEFAULTS, "gemm": int(seeded.library_only(self._record))}
+            return {"template": kind, **seeded.DEFAULTS, **seeded.library_moves(self._record)}
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:
@@ -310,15 +311,17 @@ class ExpertProposer(Proposer):
 
     def _fits(self, moves: dict) -> bool:
         """Whether ``moves`` suit the problem's shape (the compiler seed's suit any: its kernels
-        were written for it; its ``gemm`` move only where Inductor's code has a library GEMM the
-        move replaces, and where that code has no kernel of its own, only with the move; its
-        ``gemm_tile`` only with the ``gemm`` move, whose GEMMs' tile it picks)."""
+        were written for it; its ``gemm`` and ``conv`` moves only where Inductor's code has a
+        library GEMM or convolution the move replaces, and where that code has no kernel of its
+        own, only with one of them; its ``gemm_tile`` only with one of them, whose kernels' tile
+        it picks)."""
         if moves["template"] == "inductor":
-            if moves.get("gemm_tile") and not moves.get("gemm"):
+            gemm, conv = moves.get("gemm"), moves.get("conv")
+            if moves.get("gemm_tile") and not (gemm or conv):
                 return False
-            if seeded.library_only(self._record):  # without the move it re-calls PyTorch only
-                return bool(moves.get("gemm"))
-            return not moves.get("gemm") or bool(self._gemm_summary())
+            if seeded.library_only(self._record) and not (gemm or conv):  # it would re-call PyTorch only
+                return False
+            return (not gemm or bool(self._move_summary({"gemm": 1}))) and (not conv or bool(self._move_summary({"conv": 1})))
         return fits(self.pattern, moves)
 
     @staticmethod

@@ -1,5 +1,5 @@
-"""The compiler seed's ``gemm`` move: Inductor's library GEMMs and convolutions as the expert's
-Triton GEMM and implicit-GEMM convolution.
+"""The compiler seed's ``gemm`` and ``conv`` moves: Inductor's library GEMMs and convolutions as
+the expert's Triton GEMM and implicit-GEMM convolution.
 
 Inductor leaves a matrix product to the library (``extern_kernels.mm`` / ``addmm`` / ``bmm`` into
 a buffer it allocated) and runs what follows in its own Triton kernels. Under this move each such
@@ -17,9 +17,9 @@ or a pointwise kernel this cannot map (another index into the product, its own p
 assertions) leaves the GEMM unfused: it writes the product, the kernels after it read it as they
 did. A call this cannot read stays a library call.
 
-A library convolution (``bufN = extern_kernels.convolution(x, w, ...)``, not transposed, 1 to 3
-spatial dimensions, any groups, its output's layout stated by the ``assert_size_stride`` after it)
-is the same kind of site: the output is allocated with those sizes and strides, and an
+Under the ``conv`` move, a library convolution (``bufN = extern_kernels.convolution(x, w, ...)``,
+not transposed, 1 to 3 spatial dimensions, any groups, its output's layout stated by the
+``assert_size_stride`` after it) is the same kind of site: the output is allocated with those sizes and strides, and an
 implicit-GEMM convolution (output pixels x a group's output channels, reduced over the group's
 input channels x window positions, the window gathered from the input, zeros outside it) computes
 it on the tensor cores under the same policy, the call's bias added to the tile; the pointwise
@@ -44,7 +44,7 @@ from loopwise.kernels.expert.partition.plans import PICKS
 # sums to a neighbouring value and flips near-ties: such products are not replaced.
 _PICKS = re.compile(r"\baten\.(" + "|".join(sorted(PICKS)) + r")\b")
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
-_CONVOLUTION = "convolution"
+CONVOLUTION = "convolution"  # the op of a library convolution's site
 _DTYPES = ("float32", "float16", "bfloat16")
 # Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
 GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
@@ -94,7 +94,7 @@ class Site:
     def extents(self) -> tuple[int, int, int]:
         """(M, N, batch) of the products: a convolution's output pixels, a group's output
         channels and its groups."""
-        if self.op == _CONVOLUTION:
+        if self.op == CONVOLUTION:
             groups = self.conv["groups"]
             return math.prod(self.shape) // self.shape[1], self.shape[1] // groups, groups
         return self.shape[-2], self.shape[-1], self.shape[0] if self.op == "bmm" else 1
@@ -106,7 +106,7 @@ class Site:
         if variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
-        kind = "implicit-GEMM convolution" if self.op == _CONVOLUTION else "GEMM"
+        kind = "implicit-GEMM convolution" if self.op == CONVOLUTION else "GEMM"
         text = f"extern_kernels.{self.op} into {self.out} -> Triton {kind} ({how})"
         if self.fused is not None:
             return f"{text} with {self.fused.name} as its epilogue"
@@ -132,10 +132,14 @@ def pays(sites: list[Site], precision: str) -> bool:
     """Whether the move is worth one of the first candidates (:data:`PAYING_TILES`,
     :data:`PAYING_K`): some site is such a product. A half product runs on the tensor cores in
     cuBLAS too, and under the ``relaxed`` policy cuBLAS uses TF32 as the move does: there only the
-    fused epilogue is left to gain, which the search finds among the seed's moves later on."""
+    fused epilogue is left to gain, which the search finds among the seed's moves later on. A
+    convolution never pays first: the move's gather ran 0.30-0.66x of cuDNN's fp32 convolutions
+    (four KernelBench problems on an H100), so it is a move the search may try, not a default."""
     if precision != "fp32":
         return False
     for site in sites:
+        if site.op == CONVOLUTION:
+            continue
         t = tiles(site)
         m, n, batch = site.extents
         count = math.ceil(m / t["BM"]) * math.ceil(n / t["BN"]) * batch
@@ -168,7 +172,7 @@ def tiles(site: Site, variant: int = 0) -> dict:
         raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
     m, n, _ = site.extents
     bm, bn = (64 if m <= 64 else 128), (64 if n <= 64 else 128)
-    if site.op == _CONVOLUTION:
+    if site.op == CONVOLUTION:
         # The window's gather keeps more of the loop's state in registers than a product does: a
         # 128 x 128 tile spills at every K step and warp count tried (sm_90, tf32x3), 128 x 64 does not
         bn = 64
@@ -178,7 +182,7 @@ def tiles(site: Site, variant: int = 0) -> dict:
         elif bn > 64:
             bn //= 2
     # (a half convolution's gather, as its 64-element K steps spill: 32 here too)
-    return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" or site.op == _CONVOLUTION else 64,
+    return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" or site.op == CONVOLUTION else 64,
             "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3 if variant == 0 else 4}
 
 
@@ -210,7 +214,7 @@ def _every_site(record: InductorRecord) -> list[Site]:
             site = _library_gemm(stmt, allocations, len(sites)) or _library_conv(body, i, sizes, dtypes, len(sites))
             if site is None:
                 continue
-            if site.op != _CONVOLUTION:
+            if site.op != CONVOLUTION:
                 site.k = _inner_extent(stmt.value.args[-2], sizes)
             try:
                 _fuse(site, body, i, call, kernels)
@@ -236,7 +240,7 @@ def rewrite(record: InductorRecord, sites: list[Site]) -> str:
             site = pending.pop(0)
             call_node = body[i].value
             args = call_node.args
-            if site.op == _CONVOLUTION:
+            if site.op == CONVOLUTION:
                 bias = next((k.value for k in call_node.keywords if k.arg == "bias"), ast.Constant(None))
                 a, b = args[0], args[1]
                 # the library call returned its output; the kernel writes one allocated as it was laid out
@@ -377,8 +381,8 @@ def _written_by_library(stmt) -> tuple[str, str] | None:
         if ast.unparse(func).removeprefix("extern_kernels.") in _OPERANDS and isinstance(out, ast.Name):
             return ast.unparse(func).removeprefix("extern_kernels."), out.id
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == f"extern_kernels.{_CONVOLUTION}":
-        return _CONVOLUTION, stmt.targets[0].id
+            and isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == f"extern_kernels.{CONVOLUTION}":
+        return CONVOLUTION, stmt.targets[0].id
     return None
 
 
@@ -422,7 +426,7 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
         return None
     dtypes[out] = dtype
     bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
-    return Site(index=index, op=_CONVOLUTION, out=out, dtype=dtype, shape=shape, k=math.prod(weight[1:]),
+    return Site(index=index, op=CONVOLUTION, out=out, dtype=dtype, shape=shape, k=math.prod(weight[1:]),
                 conv={"strides": strides, "window": tuple(weight[2:]), "stride": tuple(options["stride"]),
                       "padding": tuple(options["padding"]), "dilation": tuple(options["dilation"]), "groups": groups,
                       "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None)})
@@ -619,7 +623,7 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
     from loopwise.kernels.expert.generate import _templates
 
     params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
-    if site.op == _CONVOLUTION:
+    if site.op == CONVOLUTION:
         pad = 3 - len(site.conv["window"])  # 1-d and 2-d as 3-d with leading extents of one
         spatial = {name: (fill,) * pad + tuple(site.conv[key]) for name, key, fill in
                    (("K", "window", 1), ("S", "stride", 1), ("P", "padding", 0), ("D", "dilation", 1))}

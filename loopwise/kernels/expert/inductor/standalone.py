@@ -17,13 +17,13 @@ parameters and buffers and the forward's arguments in the graph's order. Library
 
 Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a looped reduction's
 R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
-CUDA graph, ``gemm`` launches the library GEMMs and convolutions as Triton GEMMs and implicit-GEMM
-convolutions of the expert's form, each with the pointwise kernel that alone reads its output fused
-as its epilogue where there is one (:mod:`~loopwise.kernels.expert.inductor.gemm`; offered only where
-the record has such a call), and ``gemm_tile`` picks their tile and stages
-(:data:`gemm.TILE_VARIANTS`; with ``gemm`` only). Where Inductor's code launches no Triton kernel of
-its own (a lone product or convolution: cuBLAS or cuDNN only), the seed is written with the ``gemm``
-move only.
+CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form and ``conv``
+the library convolutions as implicit-GEMM Triton convolutions, each with the pointwise kernel that
+alone reads its output fused as its epilogue where there is one
+(:mod:`~loopwise.kernels.expert.inductor.gemm`; each offered only where the record has such a call),
+and ``gemm_tile`` picks their tile and stages (:data:`gemm.TILE_VARIANTS`; with one of the two only).
+Where Inductor's code launches no Triton kernel of its own (a lone product or convolution: cuBLAS or
+cuDNN only), the seed is written with those moves only (:func:`library_moves`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor import calls, gemm
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
 
-SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1], "gemm_tile": list(gemm.TILE_VARIANTS)}
-DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0}
+SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1], "gemm_tile": list(gemm.TILE_VARIANTS),
+         "conv": [0, 1]}
+DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 0}
 _SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
 _MAX_BLOCK = 4096
 _PERSISTENT = "PERSISTENT_REDUCTION"
@@ -249,13 +250,15 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     from loopwise.kernels.expert.reference_init import reference_init
 
     moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
-    sites = gemm.find_sites(record) if moves["gemm"] else []
-    if moves["gemm_tile"] and not moves["gemm"]:
-        raise Unsupported("the gemm_tile move picks the tile of the gemm move's GEMMs; it needs the gemm move")
-    if moves["gemm"] and not sites:
-        raise Unsupported("the gemm move has no library GEMM or convolution to replace in Inductor's code for this problem"
+    sites = chosen_sites(record, moves)
+    if moves["gemm_tile"] and not (moves["gemm"] or moves["conv"]):
+        raise Unsupported("the gemm_tile move picks the tile of the gemm or conv move's kernels; it needs the gemm or conv move")
+    if moves["gemm"] and not any(s.op != gemm.CONVOLUTION for s in sites):
+        raise Unsupported("the gemm move has no library GEMM to replace in Inductor's code for this problem"
                           + (" (its half-precision products feed an argmin, a top-k or a sort, which another "
                              "summation order would flip at near-ties)" if gemm.held_back(record) else ""))
+    if moves["conv"] and not any(s.op == gemm.CONVOLUTION for s in sites):
+        raise Unsupported("the conv move has no library convolution to replace in Inductor's code for this problem")
     if not record.kernels and not sites:
         raise Unsupported("Inductor's code for this problem launches no Triton kernel of its own "
                           f"(library calls only: {', '.join(library_calls(record.module)) or 'none'})")
@@ -272,7 +275,8 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                         "grid": grid_function(k), "arg_names": k.arg_names, "config": config,
                         "constants": k.constants, "num_warps": warps, "num_stages": k.num_stages})
     note = (f"inductor: block {moves['block']}, warps {moves['warps']}, cudagraph {moves['cudagraph']}, "
-            f"gemm {moves['gemm']}" + (f", gemm tile {moves['gemm_tile']}" if moves["gemm_tile"] else ""))
+            f"gemm {moves['gemm']}" + (f", gemm tile {moves['gemm_tile']}" if moves["gemm_tile"] else "")
+            + (f", conv {moves['conv']}" if moves["conv"] else ""))
     return _templates().get_template("inductor.py.j2").render(
         note=note, torch_version=record.torch, device_name=record.device_name or "this device",
         library_only=library_only(record),
@@ -288,12 +292,13 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
 
 def parse_note(source: str) -> dict | None:
     """The moves of a file :func:`render_seed` wrote, from its first line; None for any other file."""
-    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)(?:, gemm (\d))?(?:, gemm tile (\d))?',
-                     source or "")
+    found = re.match(r'\s*"""inductor: block (-?\d+), warps (-?\d+), cudagraph (\d)(?:, gemm (\d))?(?:, gemm tile (\d))?'
+                     r'(?:, conv (\d))?', source or "")
     if not found:
         return None
     return {"template": "inductor", "block": int(found.group(1)), "warps": int(found.group(2)),
-            "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0), "gemm_tile": int(found.group(5) or 0)}
+            "cudagraph": int(found.group(3)), "gemm": int(found.group(4) or 0), "gemm_tile": int(found.group(5) or 0),
+            "conv": int(found.group(6) or 0)}
 
 
 def library_only(record: InductorRecord) -> bool:
@@ -303,7 +308,23 @@ def library_only(record: InductorRecord) -> bool:
     return not record.kernels
 
 
-def gemm_summary(record: InductorRecord, precision: str = "fp32", variant: int = 0) -> str:
-    """What the ``gemm`` move does to ``record``'s library GEMMs ("" where it has none to replace),
-    with the tile of ``variant`` (the ``gemm_tile`` move)."""
-    return "; ".join(s.summary(precision, variant) for s in gemm.find_sites(record))
+def chosen_sites(record: InductorRecord, moves: dict) -> list[gemm.Site]:
+    """The library calls ``moves`` replace: the GEMMs under ``gemm``, the convolutions under
+    ``conv``, in call() order and numbered so."""
+    picked = [s for s in gemm.find_sites(record) if moves.get("conv" if s.op == gemm.CONVOLUTION else "gemm")]
+    return [dataclasses.replace(s, index=i) for i, s in enumerate(picked)]
+
+
+def library_moves(record: InductorRecord) -> dict:
+    """The ``gemm`` / ``conv`` moves a seed of ``record`` takes by default: none, unless Inductor's
+    code is library calls only (then each that has calls to replace, the seed's only form)."""
+    if not library_only(record):
+        return {"gemm": 0, "conv": 0}
+    ops = {s.op == gemm.CONVOLUTION for s in gemm.find_sites(record)}
+    return {"gemm": int(False in ops), "conv": int(True in ops)}
+
+
+def move_summary(record: InductorRecord, moves: dict, precision: str = "fp32") -> str:
+    """What the ``gemm`` and ``conv`` moves of ``moves`` do to ``record``'s library calls ("" where
+    they replace none), with the tile of its ``gemm_tile``."""
+    return "; ".join(s.summary(precision, moves.get("gemm_tile", 0)) for s in chosen_sites(record, moves))

@@ -238,7 +238,7 @@ def test_the_gemm_tile_move_picks_the_tile_and_stages_and_needs_the_gemm_move(tm
     assert '{"BM": 64, "BN": 128, "BK": 32, "GROUP_M": 8}' in source  # 80 x 72: a 128 x 128 tile, M halved
     assert "Triton GEMM (tf32x3, 64x128x32 tiles, 4 stages)" in source
     judged(problem, source, "seed-gemm-tile-2", tmp_path, monkeypatch)
-    with pytest.raises(Unsupported, match="needs the gemm move"):
+    with pytest.raises(Unsupported, match="needs the gemm or conv move"):
         render_seed(rec, problem, {"gemm_tile": 1})
     proposer = ExpertProposer(problem, seed=3, device="cuda", record_source=lambda p, d: rec,
                               bandwidth_source=lambda device: 4247.0)
@@ -289,7 +289,7 @@ def test_the_move_is_offered_where_a_library_gemm_is_and_its_note_says_what_it_d
     for _ in range(3):
         children = plain.propose(ProposalRequest(task="", candidate=root.content, n=6))
         assert all(parse_note(c.content)["gemm"] == 0 for c in children if parse_note(c.content))
-    with pytest.raises(Unsupported, match="no library GEMM or convolution to replace"):
+    with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(record("handwritten__softmax_problem"), softmax, {"gemm": 1})
 
 
@@ -307,7 +307,7 @@ def test_the_products_follow_the_policy_and_the_buffers_type():
     assert "acc = tl.dot(g_a, g_b, acc)\n" in source and "input_precision" not in source
     assert '"BK": 64' in source and "(float16 products, fp32 sums)" in source
     rec.module = rec.module.replace("torch.float16)", "torch.int32)")  # no GEMM of ours: the library's call stays
-    with pytest.raises(Unsupported, match="no library GEMM or convolution to replace"):
+    with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(rec, problem, {"gemm": 1})
 
 
@@ -394,7 +394,7 @@ def test_a_problem_inductor_leaves_to_cublas_alone_is_seeded_through_the_gemm_mo
                               bandwidth_source=lambda device: 4247.0)
     first = proposer.propose(ProposalRequest(task="", candidate="", n=3))
     seeds = [parse_note(p.content) for p in first if p.content.startswith('"""inductor:')]
-    assert seeds and seeds[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1, "gemm_tile": 0}
+    assert seeds and seeds[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 1, "gemm_tile": 0, "conv": 0}
     assert all(s["gemm"] == 1 for s in seeds)
     children = proposer.propose(ProposalRequest(task="", candidate=first[0].content, n=4))
     assert all(parse_note(c.content)["gemm"] == 1 for c in children if c.content.startswith('"""inductor:'))
@@ -437,7 +437,7 @@ def test_the_expert_proposes_the_seed_with_the_gemm_move_second_where_it_pays():
                                   bandwidth_source=lambda device: 4247.0)
         return [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
 
-    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0}
+    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 0}
     got = first(big(record("handwritten__linear_silu")))
     assert got[:2] == [seed, {**seed, "gemm": 1}] and got[2] is None  # the first template third (no seed note)
     assert {**seed, "gemm": 1} not in first(big(record("handwritten__linear_silu")), "relaxed")[:2]

@@ -179,7 +179,7 @@ def test_the_seed_as_a_cuda_graph_is_proposed_from_the_reference_only_where_it_c
                                   bandwidth_source=lambda device: bandwidth)
         return [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
 
-    graph = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 1, "gemm": 0, "gemm_tile": 0}
+    graph = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 1, "gemm": 0, "gemm_tile": 0, "conv": 0}
     assert first_proposals(4247.0)[2] == graph and first_proposals(None)[2] == graph
     assert graph not in first_proposals(1e-3)
 
