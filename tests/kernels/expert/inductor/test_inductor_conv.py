@@ -260,3 +260,23 @@ def test_a_large_convolution_compiles_for_hopper_on_the_tensor_cores_without_spi
     assert find_sites(rec)[0].dtype == dtype
     got = compile_for_hopper(render_seed(rec, problem, {"conv": 1, "gemm_tile": variant}), problem, kernel="seed_gemm_0")
     assert got["wgmma"] and 0 < got["shared_bytes"] <= HOPPER_SHARED_BYTES and got["spill_bytes"] == 0, got
+
+
+@pytest.mark.parametrize("name,shape,fused", [
+    ("h100__kb_l2_82_conv2d_tanh_scaling_biasadd_max", (128, 64, 254, 254), "triton_poi_fused_add_convolution_mul_tanh_2"),
+    ("h100__kb_l2_1_conv2d_relu_biasadd", (128, 128, 126, 126), None),  # its pointwise kernel runs over two axes
+    ("h100__kb_l1_62_conv2d_asymmetric_kernel", (8, 64, 508, 504), None),
+])
+def test_inductors_own_convolutions_recorded_on_an_h100_are_found_and_replaced(name, shape, fused):
+    """Records of KernelBench problems Inductor compiled on an H100 (torch 2.11): the convolution's
+    site is found from its real call, size check and argument types, and the rewritten call()
+    launches the move's kernel instead of cuDNN's."""
+    from loopwise.kernels.expert.inductor.gemm import rewrite
+
+    rec = InductorRecord.from_json((Path(__file__).parent / "records" / f"{name}.json").read_text())
+    (site,) = find_sites(rec)
+    assert (site.op, site.shape, site.dtype) == ("convolution", shape, "float32")
+    assert (site.fused.name if site.fused else None) == fused and (fused or site.reason)
+    module = rewrite(rec, [site])
+    assert "extern_kernels.convolution(" not in module and "seed_gemm_0_launch(" in module
+    assert f"buf{site.out[3:]} = empty_strided_cuda({shape}" in module
