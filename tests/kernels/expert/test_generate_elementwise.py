@@ -436,3 +436,19 @@ def test_reductions_over_a_dimension_of_2_to_the_31_compile_for_hopper(tmp_path,
         wide = {**signature, "R": "i64"}
         compiled = triton.compile(ASTSource(getattr(module, kernel), wide, constants), target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 1000
+
+
+def test_the_linear_template_pads_rows_that_are_not_16_elements_long():
+    """K = 70: the input's and the weight's rows would start 8 bytes off a 16-byte boundary, so
+    both are copied into rows of 80 (the pad never read); an aligned K passes them through."""
+    import torch
+
+    source, _ = generate(load_problem(str(HERE / "linear_epilogue.py")))
+    assert "x0 = _aligned_k_major(x0.contiguous())" in source and "w = _aligned_k_major(" in source
+    space: dict = {"torch": torch}
+    exec(source[source.index("def _aligned_k_major"):source.index("\n\n\n", source.index("def _aligned_k_major"))], space)
+    x = torch.randn(37, 70)
+    padded = space["_aligned_k_major"](x)
+    assert padded.stride() == (80, 1) and torch.equal(padded, x)
+    aligned = torch.randn(37, 64)
+    assert space["_aligned_k_major"](aligned) is aligned
