@@ -284,7 +284,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
         gemms=[{"source": gemm.kernel_source(s, precision, moves["gemm_tile"]),
                 "summary": s.summary(precision, moves["gemm_tile"]),
                 # the fp32 GEMMs copy operands that are not K-major and aligned (_aligned_k_major)
-                "aligns": s.dtype == "float32" and s.op != "convolution"} for s in sites],
+                "aligns": s.dtype == "float32" and s.op != gemm.CONVOLUTION} for s in sites],
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))
