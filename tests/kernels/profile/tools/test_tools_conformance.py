@@ -170,10 +170,12 @@ def test_parameter_moves_are_the_expert_proposers_knobs():
     # widen its copies, yet ran slower on the H200: docs/log/2026-12-01.md) by exploration only; so are a partitioned
     # forward's Linears in cuBLAS (cublas, the relaxed default) and back in Triton; the compiler
     # seed's library GEMMs as Triton GEMMs with fused epilogues (gemm) through fuse_kernels and use_tf32x3,
-    # their tile and stages (gemm_tile) by exploration only; a scan's float64 accumulation (scan64), a choice of precision rather than speed, by exploration only.
+    # their tile and stages (gemm_tile) by exploration only; its library convolutions as Triton
+    # convolutions (conv; slower than cuDNN's fp32 ones where timed: docs/log/2026-12-07.md) by
+    # exploration only; a scan's float64 accumulation (scan64), a choice of precision rather than speed, by exploration only.
     assert set(PARAMETER_MOVES) == {k for kind, space in SPACE.items() if kind not in LIBRARY_KINDS
                                     for k in space} - {"split", "tile", "gemm_warps", "kmajor", "cudagraph",
-                                                       "channels_last", "nhwc", "cublas", "gemm", "gemm_tile", "scan64"}
+                                                       "channels_last", "nhwc", "cublas", "gemm", "gemm_tile", "conv", "scan64"}
     assert STRUCTURAL["fuse_kernels"]["inductor"] == ({"gemm": "up"},)
     # Triton's, and CUTLASS's mma.sync kernels' (3xTF32 and one TF32 product)
     assert STRUCTURAL["split_k"] == {"matmul": ({"split": "up"},), "matmul_3xtf32": ({"split": "up"},),
