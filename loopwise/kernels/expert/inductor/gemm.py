@@ -198,12 +198,13 @@ def find_sites(record: InductorRecord) -> list[Site]:
 
 def _every_site(record: InductorRecord) -> list[Site]:
     """Every library GEMM of the record's ``call()`` the move could write, in call order."""
-    call = _call_function(ast.parse(record.module))
+    tree = ast.parse(record.module)
+    call = _call_function(tree)
     if call is None:
         return []
     allocations = _allocations(call)
     sizes = _stated_sizes(call, allocations)
-    dtypes = _dtypes(record.module, call, allocations)
+    dtypes = _dtypes(tree, allocations)
     kernels = {k.name: k for k in record.kernels}
     sites: list[Site] = []
     for body in _statement_lists(call):
@@ -229,7 +230,6 @@ def rewrite(record: InductorRecord, sites: list[Site]) -> str:
     kernel's launch replaced by it, the operands kept from the product's place until then)."""
     tree = ast.parse(record.module)
     call = _call_function(tree)
-    allocations = _allocations(call)
     pending = list(sites)  # in call()'s order; a library GEMM that is no site stays as it is
     for body in _statement_lists(call):
         i = 0
@@ -352,34 +352,32 @@ def _allocations(call) -> dict[str, tuple]:
 
 def _library_gemm(stmt, allocations: dict, index: int) -> Site | None:
     """The site ``stmt`` is, if it is a library GEMM into a dense buffer this move can write."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+    found = _written_by_library(stmt)
+    if found is None or found[0] == CONVOLUTION or len(stmt.value.args) != _OPERANDS[found[0]]:
         return None
-    func, call = stmt.value.func, stmt.value
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "extern_kernels"
-            and func.attr in _OPERANDS and len(call.args) == _OPERANDS[func.attr]):
-        return None
-    keywords = {k.arg: k.value for k in call.keywords}
-    out = keywords.pop("out", None)
+    op, out = found
+    keywords = {k.arg: k.value for k in stmt.value.keywords if k.arg != "out"}
     scalars = {}
     for name in ("alpha", "beta"):
         value = keywords.pop(name, ast.Constant(1))
         if not (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))):
             return None
         scalars[name] = float(value.value)
-    if keywords or not isinstance(out, ast.Name) or out.id not in allocations:
+    if keywords or out not in allocations:
         return None
-    sizes, strides, dtype = allocations[out.id]
-    if dtype not in _DTYPES or len(sizes) != (3 if func.attr == "bmm" else 2) or not _dense(sizes, strides):
+    sizes, strides, dtype = allocations[out]
+    if dtype not in _DTYPES or len(sizes) != (3 if op == "bmm" else 2) or not _dense(sizes, strides):
         return None
-    return Site(index=index, op=func.attr, out=out.id, dtype=dtype, shape=tuple(sizes), **scalars)
+    return Site(index=index, op=op, out=out, dtype=dtype, shape=tuple(sizes), **scalars)
 
 
 def _written_by_library(stmt) -> tuple[str, str] | None:
     """(operation, buffer) of a library product or convolution ``stmt`` makes, if it is one."""
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        func, out = stmt.value.func, next((k.value for k in stmt.value.keywords if k.arg == "out"), None)
-        if ast.unparse(func).removeprefix("extern_kernels.") in _OPERANDS and isinstance(out, ast.Name):
-            return ast.unparse(func).removeprefix("extern_kernels."), out.id
+        name = ast.unparse(stmt.value.func)
+        op, out = name.removeprefix("extern_kernels."), next((k.value for k in stmt.value.keywords if k.arg == "out"), None)
+        if op != name and op in _OPERANDS and isinstance(out, ast.Name):
+            return op, out.id
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
             and isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == f"extern_kernels.{CONVOLUTION}":
         return CONVOLUTION, stmt.targets[0].id
@@ -391,10 +389,10 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
     transposed, 1 to 3 spatial dimensions, literal stride / padding / dilation / groups, a weight
     whose sizes call() states, and an output in a type of :data:`_DTYPES` whose dense layout the
     next statements' ``assert_size_stride`` states."""
-    stmt = body[i]
-    if _written_by_library(stmt) is None or not isinstance(stmt, ast.Assign):
+    found = _written_by_library(body[i])
+    if found is None or found[0] != CONVOLUTION:
         return None
-    call, out = stmt.value, stmt.targets[0].id
+    call, out = body[i].value, found[1]
     if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
         return None
     try:
@@ -432,12 +430,11 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
                       "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None)})
 
 
-def _dtypes(module: str, call, allocations: dict) -> dict[str, str]:
+def _dtypes(tree: ast.Module, allocations: dict) -> dict[str, str]:
     """Name -> element type of call()'s arguments (the module's ``get_args``: ``rand_strided(...,
     dtype=torch.X)``) and buffers (:func:`_allocations`: also under the names they are reused as); a
     convolution's output, and the names it is reused as, are added as the walk meets them."""
     found = {name: dtype for name, (_, _, dtype) in allocations.items()}
-    tree = ast.parse(module)
     args = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_args"), None)
     for node in ast.walk(args) if args is not None else ():
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \

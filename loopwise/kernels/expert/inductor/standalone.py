@@ -311,6 +311,8 @@ def library_only(record: InductorRecord) -> bool:
 def chosen_sites(record: InductorRecord, moves: dict) -> list[gemm.Site]:
     """The library calls ``moves`` replace: the GEMMs under ``gemm``, the convolutions under
     ``conv``, in call() order and numbered so."""
+    if not (moves.get("gemm") or moves.get("conv")):
+        return []  # (no walk of call() for a seed without them)
     picked = [s for s in gemm.find_sites(record) if moves.get("conv" if s.op == gemm.CONVOLUTION else "gemm")]
     return [dataclasses.replace(s, index=i) for i, s in enumerate(picked)]
 
@@ -320,8 +322,8 @@ def library_moves(record: InductorRecord) -> dict:
     code is library calls only (then each that has calls to replace, the seed's only form)."""
     if not library_only(record):
         return {"gemm": 0, "conv": 0}
-    ops = {s.op == gemm.CONVOLUTION for s in gemm.find_sites(record)}
-    return {"gemm": int(False in ops), "conv": int(True in ops)}
+    convolutions = [s.op == gemm.CONVOLUTION for s in gemm.find_sites(record)]
+    return {"gemm": int(not all(convolutions)), "conv": int(any(convolutions))}
 
 
 def move_summary(record: InductorRecord, moves: dict, precision: str = "fp32") -> str:
