@@ -9,7 +9,10 @@ in-place results add to their storage's mark. When own kernels ran and no output
 storage they touched, the kernels did not contribute to the result.
 
 Storage is keyed by its data pointer: a freed block reused later can carry a stale mark, which can
-only hide a decoy (a missed detection), never accuse an honest candidate.
+only hide a decoy (a missed detection), never accuse an honest candidate. A kernel launched past the
+counted paths is work the flow cannot see: the call is followed with a Triton launch hook set, so
+that launchers that call compiled kernels directly only while no hook is set (the compiler seed's)
+go through Triton's counted path.
 """
 
 from __future__ import annotations
@@ -96,7 +99,9 @@ def trace(call):
 
     launches.LISTENERS.append(flow.on_launch)
     try:
-        with _Follow():
+        # (launchers that skip Triton's launch path while no hook is set take it here: their
+        # kernels' tensors are marked, not left as work the flow cannot see)
+        with launches.through_triton(), _Follow():
             result = call()
     finally:
         launches.LISTENERS.remove(flow.on_launch)
