@@ -76,7 +76,13 @@ def each_problem(paths, check_one, out_file: Path) -> None:
         out_file.write_text(json.dumps(rows, indent=1))
 
 
-def check(problem, out: Path, repeats: int) -> dict:
+# The seed's forms this check can run (--variants): label -> moves.
+VARIANTS = {"seed": {}, "seed_graph": {"cudagraph": 1}, "seed_gemm": {"gemm": 1}, "seed_conv": {"conv": 1},
+            "seed_conv2": {"conv": 2}, "seed_conv2_t1": {"conv": 2, "gemm_tile": 1},
+            "seed_conv2_t2": {"conv": 2, "gemm_tile": 2}}
+
+
+def check(problem, out: Path, repeats: int, variants=("seed", "seed_graph", "seed_gemm")) -> dict:
     from loopwise.kernels.expert.elementwise import Unsupported
     from loopwise.kernels.expert.inductor.seed import inductor_record
     from loopwise.kernels.expert.inductor.standalone import render_seed
@@ -98,7 +104,7 @@ def check(problem, out: Path, repeats: int) -> dict:
         compiled = torch.compile(model)
         compiled(*inputs)
         row["compile_ms"] = round(_time(compiled, inputs, repeats), 4)
-    for label, moves in (("seed", {}), ("seed_graph", {"cudagraph": 1}), ("seed_gemm", {"gemm": 1})):
+    for label, moves in ((v, VARIANTS[v]) for v in variants):
         try:
             source = render_seed(record, problem, moves)
         except Unsupported as exc:
@@ -136,7 +142,16 @@ def main() -> None:
     parser.add_argument("--generated", type=int, default=0, help="also the generated suite of seed 0, this many")
     parser.add_argument("--every", type=int, default=1, help="of the generated suite, every K-th problem")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--variants", default="seed,seed_graph,seed_gemm",
+                        help=f"the seed's forms to check, comma-separated, of: {', '.join(VARIANTS)}")
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    from loopwise.kernels.backends import prepare_environment
+
+    prepare_environment({}, "cuda")  # as the judge's sandbox: CUTLASS's headers and flags for load_inline
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -150,7 +165,7 @@ def main() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(problem.source)
             paths.append(path)
-    each_problem(paths, lambda problem: check(problem, out, args.repeats), out / "check.json")
+    each_problem(paths, lambda problem: check(problem, out, args.repeats, variants), out / "check.json")
 
 
 if __name__ == "__main__":

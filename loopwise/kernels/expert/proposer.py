@@ -149,7 +149,7 @@ class ExpertProposer(Proposer):
             try:
                 record = source(self.problem, self.device)
                 # it writes out (a record of library calls only, with them as Triton GEMMs)
-                seeded.render_seed(record, self.problem, seeded.library_moves(record), precision=self.precision)
+                seeded.render_seed(record, self.problem, seeded.library_moves(record, self.precision), precision=self.precision)
                 self._record = record
             except Unsupported as exc:
                 self._record = str(exc)
@@ -226,6 +226,13 @@ class ExpertProposer(Proposer):
             graph = {**self._defaults("inductor"), "cudagraph": 1}
             if _key(graph) not in seen:
                 options.insert(min(2, len(options)), graph)
+        if not current and first[0] == "inductor" and self._conv_pays():
+            # The seed with its library convolutions as CUTLASS's 3xTF32 implicit GEMMs, second: a
+            # float32 convolution with a long reduction runs on the CUDA cores in cuDNN under the
+            # fp32 policy, and the move puts it on the tensor cores
+            conv = {**self._defaults("inductor"), "conv": 3}
+            if _key(conv) not in seen:
+                options.insert(min(1, len(options)), conv)
         if not current and first[0] == "inductor" and self._gemm_pays():
             # The seed with its library GEMMs as Triton GEMMs, second (the graph stays after the
             # first template): an fp32 product large enough to fill the GPU runs on the CUDA cores
@@ -269,6 +276,17 @@ class ExpertProposer(Proposer):
                 gemm.find_sites(self._record), self.precision)
         return self._gemm_first
 
+    def _conv_pays(self) -> bool:
+        """Whether the seed's ``conv`` move in its CUTLASS form is one of the first candidates
+        (:func:`gemm.cutlass_pays`; not where the seed has it already, Inductor's code being
+        library calls only)."""
+        if "_conv_first" not in self.__dict__:
+            from loopwise.kernels.expert.inductor import gemm
+
+            self._conv_first = not seeded.library_only(self._record) and gemm.cutlass_pays(
+                gemm.find_sites(self._record), self.precision)
+        return self._conv_first
+
     def _graph_pays(self) -> bool:
         """Whether the seed replayed as one CUDA graph can pay (:func:`cuda_graph.graph_pays`): the
         launches of Inductor's code against the copies of the forward's inputs at the device's
@@ -285,7 +303,7 @@ class ExpertProposer(Proposer):
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
         if kind == "inductor":
-            return {"template": kind, **seeded.DEFAULTS, **seeded.library_moves(self._record)}
+            return {"template": kind, **seeded.DEFAULTS, **seeded.library_moves(self._record, self.precision)}
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:
@@ -321,7 +339,7 @@ class ExpertProposer(Proposer):
                 return False
             if seeded.library_only(self._record) and not (gemm or conv):  # it would re-call PyTorch only
                 return False
-            return (not gemm or bool(self._move_summary({"gemm": 1}))) and (not conv or bool(self._move_summary({"conv": 1})))
+            return (not gemm or bool(self._move_summary({"gemm": 1}))) and (not conv or bool(self._move_summary({"conv": conv})))
         return fits(self.pattern, moves)
 
     @staticmethod

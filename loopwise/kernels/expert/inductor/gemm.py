@@ -24,7 +24,10 @@ implicit-GEMM convolution (output pixels x a group's output channels, reduced ov
 input channels x window positions, the window gathered from the input, zeros outside it) computes
 it on the tensor cores under the same policy, the call's bias added to the tile; the pointwise
 kernel after it is fused as for a product, its flat index being each element's offset in the
-output's buffer whatever the layout.
+output's buffer whatever the layout. Its second form (``Site.cutlass``) runs a float32 convolution of
+one group as CUTLASS's 3xTF32 implicit GEMM on channels-last copies
+(:mod:`~loopwise.kernels.expert.cutlass_conv`), and a Triton kernel reads the channels-last output
+back into the stated layout with the bias added and the pointwise kernel's work fused the same way.
 """
 
 from __future__ import annotations
@@ -56,7 +59,9 @@ GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", 
                         "s_xh", "s_xw", "s_wo", "s_wc", "s_wd", "s_wh", "s_ww", "s_cc", "s_cd", "s_ch", "s_cw",
                         "I64", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "g_group_id",
                         "g_co", "g_ow", "g_oh", "g_od", "g_n", "g_t", "g_xbase", "g_kw", "g_kh", "g_kd", "g_ci",
-                        "g_t2", "g_id", "g_ih", "g_iw", "g_in"})
+                        "g_t2", "g_id", "g_ih", "g_iw", "g_in",
+                        # and the read-back of CUTLASS's convolution
+                        "y_ptr", "CO", "KP"})
 # The pointwise kernel's own index and mask over its flat range: the GEMM defines them over its tile.
 _INDEX_NAMES = ("xoffset", "xindex", "xmask")
 
@@ -85,6 +90,7 @@ class Site:
     param: str = ""  # the fused kernel's parameter that is the product
     epilogue: list[str] = field(default_factory=list)  # its statements, as the GEMM runs them
     reason: str = ""  # why a following kernel was not fused ("" when fused or none follows)
+    cutlass: bool = False  # a convolution run by CUTLASS's implicit GEMM (the conv move's second form)
 
     @property
     def name(self) -> str:
@@ -103,11 +109,13 @@ class Site:
         """``extern_kernels.mm -> Triton GEMM (tf32x3) with triton_poi_... as its epilogue`` (with
         the tile and stages where ``variant`` is not the rule's tile)."""
         how = dot_precision(self.dtype, precision)
-        if variant:
+        if self.cutlass:
+            how = f"{'3xTF32' if precision == 'fp32' else 'TF32'}, {cutlass_config(self, variant)} tiles"
+        elif variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
         kind = "implicit-GEMM convolution" if self.op == CONVOLUTION else "GEMM"
-        text = f"extern_kernels.{self.op} into {self.out} -> Triton {kind} ({how})"
+        text = f"extern_kernels.{self.op} into {self.out} -> {'CUTLASS' if self.cutlass else 'Triton'} {kind} ({how})"
         if self.fused is not None:
             return f"{text} with {self.fused.name} as its epilogue"
         return text + (f", unfused: {self.reason}" if self.reason else "")
@@ -133,8 +141,9 @@ def pays(sites: list[Site], precision: str) -> bool:
     :data:`PAYING_K`): some site is such a product. A half product runs on the tensor cores in
     cuBLAS too, and under the ``relaxed`` policy cuBLAS uses TF32 as the move does: there only the
     fused epilogue is left to gain, which the search finds among the seed's moves later on. A
-    convolution never pays first: the move's gather ran 0.30-0.66x of cuDNN's fp32 convolutions
-    (four KernelBench problems on an H100), so it is a move the search may try, not a default."""
+    convolution's Triton form never pays first: its gather ran slower than cuDNN's fp32
+    convolutions, so it is a move the search may try, not a default (the CUTLASS form has its own
+    rule, :func:`cutlass_pays`)."""
     if precision != "fp32":
         return False
     for site in sites:
@@ -184,6 +193,62 @@ def tiles(site: Site, variant: int = 0) -> dict:
     # (a half convolution's gather, as its 64-element K steps spill: 32 here too)
     return {"BM": bm, "BN": bn, "BK": 32 if site.dtype == "float32" or site.op == CONVOLUTION else 64,
             "warps": 4 if bm * bn <= 64 * 64 else 8, "stages": 3 if variant == 0 else 4}
+
+
+def cutlass_unfit(site: Site) -> str:
+    """Why CUTLASS's implicit-GEMM convolution (:mod:`~loopwise.kernels.expert.cutlass_conv`) cannot
+    run ``site`` ("" where it can): it takes float32 convolutions of one group whose window is at
+    most 32 long along each side (its optimized iterators' masks)."""
+    if site.op != CONVOLUTION:
+        return "not a convolution"
+    if site.dtype != "float32":
+        return f"a {site.dtype} convolution (the CUTLASS form is built for float32)"
+    if site.conv["groups"] != 1:
+        return f"a convolution of {site.conv['groups']} groups"
+    if max(site.conv["window"]) > 32:
+        return f"a window of {site.conv['window']} (at most 32 along a side)"
+    return ""
+
+
+def cutlass_config(site: Site, variant: int = 0) -> str:
+    """The tile of :data:`~loopwise.kernels.expert.cutlass_conv.CONFIGS` a CUTLASS convolution runs
+    with under ``variant`` (:data:`TILE_VARIANTS`): 128 x 64 (0), 256 x 64 (1), 64 x 64 (2)."""
+    if variant not in TILE_VARIANTS:
+        raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
+    return ("128x64", "256x64", "64x64")[variant]
+
+
+# Where the CUTLASS form is among the first candidates: a float32 convolution of 1 or 2 spatial
+# dimensions under the fp32 policy (cuDNN runs it on the CUDA cores, CUTLASS on the tensor cores as
+# 3xTF32) with a long enough reduction (input channels x window) and enough work. Below these, the
+# channels-last copies and CUTLASS's small-K tiles cost more than the tensor cores gain.
+CUTLASS_PAYING_K = 128
+CUTLASS_PAYING_FLOP = 4e9
+
+
+def cutlass_pays(sites: list[Site], precision: str) -> bool:
+    """Whether the conv move's CUTLASS form is worth one of the first candidates: some site pays
+    (:func:`cutlass_site_pays`)."""
+    return any(cutlass_site_pays(site, precision) for site in sites)
+
+
+def cutlass_site_pays(site: Site, precision: str) -> bool:
+    """Whether CUTLASS's convolution is likely faster than the library's on ``site``: a float32
+    convolution it runs (:func:`cutlass_unfit`) of 1 or 2 spatial dimensions with a reduction of
+    :data:`CUTLASS_PAYING_K` or more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32
+    policy. Under ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS
+    2's Ampere-tagged kernels do not use; 3-d convolutions ran slower than cuDNN's."""
+    if precision != "fp32" or site.op != CONVOLUTION or cutlass_unfit(site) or len(site.conv["window"]) == 3:
+        return False
+    m, n, _ = site.extents
+    return site.k >= CUTLASS_PAYING_K and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
+
+
+def cutlass_extension(site: Site, precision: str, variant: int = 0) -> str:
+    """The name of the extension a CUTLASS convolution of ``site`` is built as (one per spatial
+    rank, tile and precision: sites that share them share it)."""
+    dims = 3 if len(site.conv["window"]) == 3 else 2
+    return f"lw_conv{dims}d_{cutlass_config(site, variant)}_{precision}"
 
 
 def find_sites(record: InductorRecord) -> list[Site]:
@@ -620,6 +685,13 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
     from loopwise.kernels.expert.generate import _templates
 
     params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
+    if site.cutlass:
+        return _templates().get_template("inductor_conv_cutlass.py.j2").render(
+            name=site.name, out=site.out, fused=site.fused.name if site.fused else "", params=params,
+            bias=site.conv["bias"], ext=cutlass_extension(site, precision, variant),
+            config=cutlass_config(site, variant), precision_text="3xTF32" if precision == "fp32" else "TF32",
+            stride=tuple(site.conv["stride"]), padding=tuple(site.conv["padding"]),
+            dilation=tuple(site.conv["dilation"]), epilogue=site.epilogue)
     if site.op == CONVOLUTION:
         pad = 3 - len(site.conv["window"])  # 1-d and 2-d as 3-d with leading extents of one
         spatial = {name: (fill,) * pad + tuple(site.conv[key]) for name, key, fill in

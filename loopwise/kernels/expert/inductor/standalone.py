@@ -18,8 +18,11 @@ parameters and buffers and the forward's arguments in the graph's order. Library
 Moves (:data:`SPACE`): ``block`` shifts every kernel's X/Y block sizes (and a looped reduction's
 R0 block) by a power of two, ``warps`` its warps, ``cudagraph`` replays the whole forward from a
 CUDA graph, ``gemm`` launches the library GEMMs as Triton GEMMs of the expert's form and ``conv``
-the library convolutions as implicit-GEMM Triton convolutions, each with the pointwise kernel that
-alone reads its output fused as its epilogue where there is one
+the library convolutions as implicit-GEMM Triton convolutions (1) or as CUTLASS's implicit-GEMM
+convolutions read back by a Triton kernel (2: every one CUTLASS runs, :func:`gemm.cutlass_unfit`;
+3: those where it is likely faster, :func:`gemm.cutlass_site_pays`; the others stay the
+library's), each with the pointwise kernel that alone reads its output fused as its epilogue (or
+its read-back) where there is one
 (:mod:`~loopwise.kernels.expert.inductor.gemm`; each offered only where the record has such a call),
 and ``gemm_tile`` picks their tile and stages (:data:`gemm.TILE_VARIANTS`; with one of the two only).
 Where Inductor's code launches no Triton kernel of its own (a lone product or convolution: cuBLAS or
@@ -33,12 +36,13 @@ import builtins
 import dataclasses
 import re
 
+from loopwise.kernels.expert import cutlass_conv
 from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor import calls, gemm
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord, library_calls
 
 SPACE = {"block": [-1, 0, 1], "warps": [-1, 0, 1], "cudagraph": [0, 1], "gemm": [0, 1], "gemm_tile": list(gemm.TILE_VARIANTS),
-         "conv": [0, 1]}
+         "conv": [0, 1, 2, 3]}
 DEFAULTS = {"block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 0}
 _SHIFTED = ("XBLOCK", "YBLOCK", "ZBLOCK")
 _MAX_BLOCK = 4096
@@ -250,7 +254,7 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
     from loopwise.kernels.expert.reference_init import reference_init
 
     moves = {**DEFAULTS, **{k: v for k, v in (moves or {}).items() if k != "template"}}
-    sites = chosen_sites(record, moves)
+    sites = chosen_sites(record, moves, precision)
     if moves["gemm_tile"] and not (moves["gemm"] or moves["conv"]):
         raise Unsupported("the gemm_tile move picks the tile of the gemm or conv move's kernels; it needs the gemm or conv move")
     if moves["gemm"] and not any(s.op != gemm.CONVOLUTION for s in sites):
@@ -258,7 +262,9 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                           + (" (its half-precision products feed an argmin, a top-k or a sort, which another "
                              "summation order would flip at near-ties)" if gemm.held_back(record) else ""))
     if moves["conv"] and not any(s.op == gemm.CONVOLUTION for s in sites):
-        raise Unsupported("the conv move has no library convolution to replace in Inductor's code for this problem")
+        raise Unsupported("the conv move has no library convolution to replace in Inductor's code for this problem"
+                          + {2: " that CUTLASS runs", 3: f" that CUTLASS likely runs faster under the {precision} policy"}
+                          .get(moves["conv"], ""))
     if not record.kernels and not sites:
         raise Unsupported("Inductor's code for this problem launches no Triton kernel of its own "
                           f"(library calls only: {', '.join(library_calls(record.module)) or 'none'})")
@@ -285,6 +291,10 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                 "summary": s.summary(precision, moves["gemm_tile"]),
                 # the fp32 GEMMs copy operands that are not K-major and aligned (_aligned_k_major)
                 "aligns": s.dtype == "float32" and s.op != gemm.CONVOLUTION} for s in sites],
+        cutlass_sources={gemm.cutlass_extension(s, precision, moves["gemm_tile"]): cutlass_conv.extension_source(
+                             len(s.conv["window"]), gemm.cutlass_config(s, moves["gemm_tile"]), precision)
+                         for s in sites if s.cutlass},
+        cutlass_glue=cutlass_conv.GLUE, cutlass_declaration=cutlass_conv.DECLARATION,
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=argument_expressions(record), outputs=record.outputs, writes=written_positions(written, call_params))
@@ -308,25 +318,39 @@ def library_only(record: InductorRecord) -> bool:
     return not record.kernels
 
 
-def chosen_sites(record: InductorRecord, moves: dict) -> list[gemm.Site]:
+def chosen_sites(record: InductorRecord, moves: dict, precision: str = "fp32") -> list[gemm.Site]:
     """The library calls ``moves`` replace: the GEMMs under ``gemm``, the convolutions under
-    ``conv``, in call() order and numbered so."""
+    ``conv`` (under 2 and 3 those of CUTLASS's form, see the module's note), in call() order and
+    numbered so."""
     if not (moves.get("gemm") or moves.get("conv")):
         return []  # (no walk of call() for a seed without them)
-    picked = [s for s in gemm.find_sites(record) if moves.get("conv" if s.op == gemm.CONVOLUTION else "gemm")]
+    picked = []
+    for s in gemm.find_sites(record):
+        if s.op != gemm.CONVOLUTION:
+            if moves.get("gemm"):
+                picked.append(s)
+        elif moves.get("conv") in (2, 3):  # CUTLASS's where it runs them (and pays, 3), the library's elsewhere
+            if not gemm.cutlass_unfit(s) and (moves["conv"] == 2 or gemm.cutlass_site_pays(s, precision)):
+                picked.append(dataclasses.replace(s, cutlass=True))
+        elif moves.get("conv"):
+            picked.append(s)
     return [dataclasses.replace(s, index=i) for i, s in enumerate(picked)]
 
 
-def library_moves(record: InductorRecord) -> dict:
+def library_moves(record: InductorRecord, precision: str = "fp32") -> dict:
     """The ``gemm`` / ``conv`` moves a seed of ``record`` takes by default: none, unless Inductor's
-    code is library calls only (then each that has calls to replace, the seed's only form)."""
+    code is library calls only (then each that has calls to replace, the seed's only form; the
+    convolutions in CUTLASS's form where :func:`gemm.cutlass_pays`)."""
     if not library_only(record):
         return {"gemm": 0, "conv": 0}
-    convolutions = [s.op == gemm.CONVOLUTION for s in gemm.find_sites(record)]
-    return {"gemm": int(not all(convolutions)), "conv": int(any(convolutions))}
+    sites = gemm.find_sites(record)
+    convolutions = [s.op == gemm.CONVOLUTION for s in sites]
+    # the CUTLASS form where it pays (the rest stay the library's), else the Triton convolution
+    conv = 3 if gemm.cutlass_pays(sites, precision) else int(any(convolutions))
+    return {"gemm": int(not all(convolutions)), "conv": conv}
 
 
 def move_summary(record: InductorRecord, moves: dict, precision: str = "fp32") -> str:
     """What the ``gemm`` and ``conv`` moves of ``moves`` do to ``record``'s library calls ("" where
     they replace none), with the tile of its ``gemm_tile``."""
-    return "; ".join(s.summary(precision, moves.get("gemm_tile", 0)) for s in chosen_sites(record, moves))
+    return "; ".join(s.summary(precision, moves.get("gemm_tile", 0)) for s in chosen_sites(record, moves, precision))

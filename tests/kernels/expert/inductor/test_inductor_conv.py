@@ -8,6 +8,7 @@ each is first judged as Inductor wrote it (the library call), so the record itse
 
 import dataclasses
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from loopwise.core.propose import ProposalRequest
 from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
-from loopwise.kernels.expert.inductor.gemm import find_sites, pays
+from loopwise.kernels.expert.inductor.gemm import cutlass_pays, cutlass_unfit, find_sites, pays
 from loopwise.kernels.expert.inductor.standalone import parse_note, render_seed
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
@@ -228,22 +229,49 @@ def test_transposed_or_unreadable_convolutions_stay_library_calls(tmp_path):
         assert find_sites(dataclasses.replace(rec, module=rec.module.replace(old, new))) == [], old
 
 
-def test_the_conv_move_is_never_a_first_candidate_and_stays_apart_from_the_gemm_move(tmp_path):
-    """The move's gather ran slower than cuDNN's fp32 convolutions on an H100, so it is not among
-    the first candidates even for a large fp32 convolution; the search may still try it. The gemm
-    move leaves convolutions alone and the conv move products."""
+def test_the_triton_conv_move_is_never_first_the_cutlass_form_is_for_long_fp32_reductions(tmp_path):
+    """The Triton form's gather ran slower than cuDNN's fp32 convolutions on an H100, so it is not
+    among the first candidates; the CUTLASS form is, second, for a large fp32 convolution with a long
+    reduction (64 channels x 3 x 3 here). The gemm move leaves convolutions alone and the conv move
+    products."""
     rec, problem = conv_record(tmp_path, (16, 64, 56, 56), 128, 3, padding=1)  # 50176 pixels x 128 channels, K 576
-    assert not pays(find_sites(rec), "fp32")
+    assert not pays(find_sites(rec), "fp32") and cutlass_pays(find_sites(rec), "fp32")
+    assert not cutlass_pays(find_sites(rec), "relaxed")  # cuDNN's TF32 kernels use Hopper's own MMAs
     proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec, bandwidth_source=lambda device: 4247.0)
     first = [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
-    assert first[0] == {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 0}
-    assert all(not (m or {}).get("conv") for m in first)
-    conv = {**first[0], "conv": 1}
-    assert proposer._fits(conv) and not proposer._fits({**first[0], "gemm": 1})  # a move the search may take
+    seed = {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 0}
+    assert first[:2] == [seed, {**seed, "conv": 3}]
+    assert all((m or {}).get("conv") != 1 for m in first)
+    assert proposer._fits({**seed, "conv": 1}) and not proposer._fits({**seed, "gemm": 1})  # a move the search may take
     with pytest.raises(Unsupported, match="no library GEMM to replace"):
         render_seed(rec, problem, {"gemm": 1})
+    with pytest.raises(Unsupported, match="that CUTLASS likely runs faster under the relaxed policy"):
+        render_seed(rec, problem, {"conv": 3}, precision="relaxed")
+    assert "CUTLASS implicit-GEMM convolution" in render_seed(rec, problem, {"conv": 2}, precision="relaxed")
     assert "extern_kernels.convolution(" in render_seed(rec, problem, {"cudagraph": 1})
     assert "extern_kernels.convolution(" not in render_seed(rec, problem, {"conv": 1, "gemm_tile": 2})
+
+
+@pytest.mark.parametrize("x,co,k", [
+    ((16, 8, 56, 56), 128, 3),  # 8 channels x 3 x 3: a reduction of 72
+    ((2, 64, 20, 20), 64, 3),  # 576 long, but 0.1 GFLOP of work
+    ((4, 64, 8, 24, 24), 64, 3),  # 3-d
+])
+def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_3d(x, co, k, tmp_path):
+    rec, problem = conv_record(tmp_path, x, co, k, padding=1)
+    assert not cutlass_pays(find_sites(rec), "fp32")
+    with pytest.raises(Unsupported, match="that CUTLASS likely runs faster"):
+        render_seed(rec, problem, {"conv": 3})
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec, bandwidth_source=lambda device: 4247.0)
+    first = [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
+    assert all(not (m or {}).get("conv") for m in first)
+
+
+def test_a_lone_convolution_that_pays_is_seeded_in_the_cutlass_form(tmp_path):
+    rec, problem = conv_record(tmp_path, (8, 32, 64, 64), 64, (5, 9), library_bias=True)  # KernelBench L1/62's shape, smaller
+    proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec, bandwidth_source=lambda device: 4247.0)
+    first = [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
+    assert {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 3} in first
 
 
 @pytest.mark.parametrize("variant,dtype", [(0, "float32"), (1, "float32"), (2, "float32"), (0, "float16")])
@@ -280,3 +308,100 @@ def test_inductors_own_convolutions_recorded_on_an_h100_are_found_and_replaced(n
     module = rewrite(rec, [site])
     assert "extern_kernels.convolution(" not in module and "seed_gemm_0_launch(" in module
     assert f"buf{site.out[3:]} = empty_strided_cuda({shape}" in module
+
+
+# CUTLASS's convolution needs a GPU to build; on the CPU the file's extension loader is replaced by
+# one whose lw_conv computes the same channels-last convolution with PyTorch, so the judge runs the
+# rest of the file as written: the channels-last copies and padding, the batch cut, the Triton
+# read-back kernel with the bias and the fused epilogue, in Triton's interpreter.
+_LOADER = re.compile(r"def _lw_cutlass_conv\(name\):.*?    return ext\n", re.S)
+_STAND_IN = '''class _StandIn:
+    @staticmethod
+    def lw_conv(x, w, y, padding, stride, dilation):
+        assert x.is_contiguous() and w.is_contiguous() and y.is_contiguous()
+        assert x.shape[-1] % 4 == 0 and w.shape[0] % 4 == 0 and y.shape[-1] == w.shape[0]
+        conv = torch.nn.functional.conv3d if x.dim() == 5 else torch.nn.functional.conv2d
+        y.copy_(conv(x.movedim(-1, 1), w.movedim(-1, 1), None, stride, padding, dilation).movedim(1, -1))
+
+
+def _lw_cutlass_conv(name):
+    return _StandIn
+'''
+
+
+def on_cpu(source: str) -> str:
+    assert _LOADER.search(source), "the file's CUTLASS loader"
+    return _LOADER.sub(lambda _: _STAND_IN, source)
+
+
+def test_the_cutlass_form_runs_the_convolution_in_cutlass_and_the_epilogue_in_its_read_back(tmp_path, monkeypatch):
+    from loopwise.kernels.check import scan
+
+    rec, problem = conv_record(tmp_path, (2, 6, 11, 13), 10, 3, stride=2, padding=1)  # 6 -> 8, 10 -> 12 channels
+    source = render_seed(rec, problem, {"conv": 2})
+    assert parse_note(source)["conv"] == 2
+    assert "extern_kernels.convolution(" not in source and "triton_poi_fused_convolution_relu_0.run(" not in source
+    assert "extern_kernels.convolution into buf0 -> CUTLASS implicit-GEMM convolution (3xTF32, 128x64 tiles) with " \
+           "triton_poi_fused_convolution_relu_0 as its epilogue" in source
+    assert '"lw_conv2d_128x64_fp32": r"""' in source and "cutlass::arch::OpMultiplyAddFastF32" in source
+    assert "_lw_channels_last(_lw_cutlass_conv(\"lw_conv2d_128x64_fp32\").lw_conv, x, w, (2, 2), (1, 1), (1, 1))" in source
+    assert [r.code for r in scan(source) if r.severity == "error"] == []
+    judged(problem, on_cpu(source), "seed-conv-cutlass", tmp_path, monkeypatch)
+    relaxed = render_seed(rec, problem, {"conv": 2}, precision="relaxed")
+    assert "lw_conv2d_128x64_relaxed" in relaxed and "cutlass::arch::OpMultiplyAdd," in relaxed
+
+
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 4, 9), co=12, k=3, stride=2, padding=2, dilation=2),  # 1-d, as 2-d of height one
+    dict(x=(1, 8, 5, 7, 6), co=10, k=(3, 1, 2), padding=(1, 0, 1)),  # 3-d
+    dict(x=(2, 6, 8, 8), co=16, k=3, padding=1, channels_last=True),  # Inductor's channels-last output
+    dict(x=(2, 3, 9, 9), co=7, k=3, padding=1, returned=True),  # unfused: the pointwise kernel stays
+    dict(x=(2, 5, 12, 12), co=7, k=3, padding=1, library_bias=True),  # a lone convolution, its bias in the read-back
+])
+def test_the_cutlass_form_is_judged_correct_on_other_ranks_layouts_and_uses(case, tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, **case)
+    source = render_seed(rec, problem, {"conv": 2, "gemm_tile": 1})
+    assert "CUTLASS implicit-GEMM convolution (3xTF32, 256x64 tiles)" in source
+    assert f"lw_conv{3 if len(case['x']) == 5 else 2}d_256x64_fp32" in source
+    judged(problem, on_cpu(source), "seed-conv-cutlass", tmp_path, monkeypatch)
+
+
+def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_path):
+    grouped, problem = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4)
+    with pytest.raises(Unsupported, match="no library convolution to replace .* that CUTLASS runs"):
+        render_seed(grouped, problem, {"conv": 2})
+    assert "extern_kernels.convolution into buf0 -> Triton" in render_seed(grouped, problem, {"conv": 1})
+    long, problem = conv_record(tmp_path, (2, 4, 80), 8, 33)  # a window longer than the iterators' masks
+    assert "window of (33,)" in cutlass_unfit(find_sites(long)[0])
+    half, problem = conv_record(tmp_path, (2, 8, 9, 9), 12, 3)
+    half = dataclasses.replace(half, module=half.module.replace("torch.float32", "torch.float16"))
+    assert "float16" in cutlass_unfit(find_sites(half)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims,config", [(2, "128x64"), (2, "256x64"), (2, "64x64"), (3, "128x64")])
+def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, tmp_path):
+    """Each tile of the CUTLASS form, 3xTF32, compiled by nvcc for sm_90a (where nvcc, the CUTLASS
+    headers and torch's headers are here): no register spilled."""
+    import shutil
+    import subprocess
+    import sysconfig
+
+    import torch.utils.cpp_extension as ext
+
+    from loopwise.kernels.backends import cutlass_include_dirs
+    from loopwise.kernels.expert.cutlass_conv import extension_source
+
+    if shutil.which("nvcc") is None or not cutlass_include_dirs():
+        pytest.skip("needs nvcc and the nvidia-cutlass wheel")
+    (tmp_path / "c10" / "cuda" / "impl").mkdir(parents=True)  # generated at torch's build, absent from a CPU build
+    (tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
+    (tmp_path / "conv.cu").write_text(extension_source(dims, config))
+    includes = [str(tmp_path), *cutlass_include_dirs(), *ext.include_paths(), sysconfig.get_paths()["include"]]
+    done = subprocess.run(["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
+                           "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "conv.cu", "-o", "conv.o",
+                           "-DTORCH_EXTENSION_NAME=conv", *[f"-I{d}" for d in includes]],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = re.findall(r"(\d+) bytes spill stores", done.stderr)
+    assert kernels and all(v == "0" for v in kernels), done.stderr[-3000:]

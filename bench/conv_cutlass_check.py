@@ -1,0 +1,163 @@
+"""CUTLASS's 3xTF32 implicit-GEMM convolution against cuDNN's fp32 one, convolution by convolution.
+
+For each problem file, the convolutions its Model runs (1-3 d, one group, not transposed; found by
+hooks on one forward pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32
+off, as the fp32 policy's eager and torch.compile run it), and ours for each tile: the input made
+channels-last with its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the
+reference's layout with the bias added (what a candidate pays), and the kernel alone. Both are
+compared with a float64 convolution of the same inputs. CUDA events, median of --repeats calls.
+
+    python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
+
+Writes DIR/rows.jsonl (one row per convolution and tile, after each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import os
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from loopwise.kernels import backends
+from loopwise.kernels.expert.cutlass_conv import CONFIGS, DECLARATION, channels_last_conv, extension_source
+
+FUNCS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _time(fn, repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _build(dims: int, config: str):
+    from torch.utils.cpp_extension import load_inline
+
+    name = f"lw_conv{dims}d_{config}"
+    return load_inline(name=name, cpp_sources=DECLARATION, cuda_sources=extension_source(dims, config),
+                       functions=["lw_conv"], extra_cuda_cflags=["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr"],
+                       extra_include_paths=backends.cutlass_include_dirs(), verbose=False,
+                       with_pytorch_error_handling=True, build_directory=backends._build_dir(f"{name}_bench"))
+
+
+def convolutions(path: Path) -> list[dict]:
+    """The problem's convolutions (one group, not transposed), each with the input shape it met."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(42)
+    model = module.Model(*module.get_init_inputs()).cuda().eval()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    found, seen = [], set()
+
+    def hook(conv, args):
+        key = (tuple(args[0].shape), conv.weight.shape, conv.stride, conv.padding, conv.dilation)
+        if key not in seen and conv.groups == 1 and isinstance(conv.padding, tuple) \
+                and conv.padding_mode == "zeros" and args[0].dtype == torch.float32:
+            seen.add(key)
+            found.append({"shape": tuple(args[0].shape), "weight": conv.weight.detach().clone(),
+                          "bias": None if conv.bias is None else conv.bias.detach().clone(),
+                          "stride": conv.stride, "padding": conv.padding, "dilation": conv.dilation})
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules()
+               if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))]
+    with torch.no_grad():
+        model(*inputs)
+    for h in handles:
+        h.remove()
+    del model, inputs
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--budget-s", type=float, default=480)
+    parser.add_argument("--per-problem", type=int, default=2, help="convolutions timed per problem")
+    args = parser.parse_args()
+    start = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = args.out / "rows.jsonl"
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    major, minor = torch.cuda.get_device_capability()
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one architecture: half the build
+    with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + 1) as pool:
+        jobs = {(dims, c): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS if dims == 2 or c == "128x64"}
+        built = {}
+        for key, job in jobs.items():
+            try:
+                built[key] = job.result()
+            except Exception as exc:  # noqa: BLE001 - a tile that does not build is a row
+                with rows.open("a") as f:
+                    f.write(json.dumps({"build": key, "error": str(exc)[-2000:]}) + "\n")
+    print(f"built {sorted(built)} in {time.time() - start:.0f} s", flush=True)
+    for path in args.problems:
+        if time.time() - start > args.budget_s:
+            print("budget spent", flush=True)
+            break
+        try:
+            convs = convolutions(path)[:args.per_problem]
+        except Exception:  # noqa: BLE001
+            with rows.open("a") as f:
+                f.write(json.dumps({"problem": path.stem, "error": traceback.format_exc()[-1500:]}) + "\n")
+            continue
+        for i, conv in enumerate(convs):
+            dims = len(conv["shape"]) - 2
+            torch.manual_seed(i)
+            x = torch.randn(conv["shape"], device="cuda")
+            w, b = conv["weight"], conv["bias"]
+            opts = {k: conv[k] for k in ("stride", "padding", "dilation")}
+            cudnn = lambda: FUNCS[dims](x, w, b, **opts)  # noqa: E731
+            ref32 = cudnn()
+            ref64 = FUNCS[dims](x.double(), w.double(), None if b is None else b.double(), **opts)
+            scale = ref64.norm().item()
+            row = {"problem": path.stem, "conv": i, "input": list(conv["shape"]), "weight": list(w.shape),
+                   **{k: list(v) for k, v in opts.items()}, "bias": b is not None,
+                   "gflop": 2 * ref32.numel() * w[0].numel() / 1e9,
+                   "cudnn_ms": _time(cudnn, args.repeats),
+                   "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
+            for config in CONFIGS:
+                ext = built.get((3 if dims == 3 else 2, config))
+                if ext is None:
+                    continue
+                try:
+                    ours = lambda: channels_last_conv(ext.lw_conv, x, w, b, **opts)  # noqa: E731
+                    out = ours()
+                    row[f"{config}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
+                    row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()
+                    row[f"{config}_ms"] = _time(ours, args.repeats)
+                    del out
+                except Exception as exc:  # noqa: BLE001
+                    row[f"{config}_error"] = str(exc)[-500:]
+            best = min((row[k] for k in row if k.endswith("x64_ms") or k.endswith("x128_ms")), default=None)
+            row["best_over_cudnn"] = None if best is None else row["cudnn_ms"] / best
+            with rows.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({k: row[k] for k in ("problem", "conv", "cudnn_ms", "best_over_cudnn")}), flush=True)
+            del x, ref32, ref64
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Convolutions as CUTLASS 2's implicit-GEMM forward convolution under 3xTF32: the CUDA source of
+the extension (``templates/_cutlass_conv.j2``) for a tile, and the Python around it that a candidate
+runs (:data:`GLUE`): the input and weight made channels-last with their channel counts padded to a
+multiple of 4 (zeros: CUTLASS's optimized iterators read 16-byte rows), the batch cut so that no
+tensor of one launch reaches 2**31 bytes (CUTLASS's limit), the output left channels-last for the
+caller to read at its strides. A 1-d convolution runs as a 2-d one of height 1."""
+
+from __future__ import annotations
+
+# tile name -> (threadblock tile M x N x K, warp tile, stages). Under 3xTF32 each compiles for
+# sm_90a without spilling (a 64 x 64 warp tile spills). A 128 x 128 tile of 8 warps (248 registers a
+# thread: one block an SM) was slower than 128 x 64 on every convolution timed on an H100.
+CONFIGS = {
+    "128x64": ((128, 64, 16), (64, 32, 16), 4),
+    "256x64": ((256, 64, 16), (64, 32, 16), 3),
+    "64x64": ((64, 64, 16), (32, 32, 16), 6),
+}
+OPERATORS = {"fp32": "OpMultiplyAddFastF32", "relaxed": "OpMultiplyAdd"}
+DECLARATION = ("void lw_conv(torch::Tensor x, torch::Tensor w, torch::Tensor y, std::vector<int64_t> pad, "
+               "std::vector<int64_t> stride, std::vector<int64_t> dilation);")
+
+# The candidate's side, rendered into it as it is (one source for the candidate and for
+# bench/conv_cutlass_check.py).
+GLUE = '''
+def _lw_channels_last(run, x, w, stride, padding, dilation):
+    """The convolution of x by w (one group; bias left to the caller) through ``run`` (CUTLASS's
+    lw_conv): returns the output channels-last, (N, [Z,] P, Q, K padded to a multiple of 4)."""
+    if x.dim() == 3:  # 1-d as 2-d of height 1
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
+    n, c, k = x.shape[0], x.shape[1], w.shape[0]
+    cp, kp = -(-c // 4) * 4, -(-k // 4) * 4
+    spatial, window = x.shape[2:], w.shape[2:]
+    sizes = [(s + 2 * p - d * (r - 1) - 1) // st + 1
+             for s, p, d, r, st in zip(spatial, padding, dilation, window, stride)]
+    xl = x.new_empty((n, *spatial, cp)) if cp == c else x.new_zeros((n, *spatial, cp))
+    xl[..., :c] = x.movedim(1, -1)
+    wl = w.new_zeros((kp, *window, cp))
+    wl[:k, ..., :c] = w.movedim(1, -1)
+    y = x.new_empty((n, *sizes, kp))
+    per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), y[0].numel(), 1)))
+    for i in range(0, n, per):
+        run(xl[i:i + per], wl, y[i:i + per], list(padding), list(stride), list(dilation))
+    return y
+'''
+_glue: dict = {}
+exec(compile(GLUE, "<loopwise cutlass conv glue>", "exec"), _glue)  # noqa: S102 - our own source, above
+_channels_last = _glue["_lw_channels_last"]
+
+
+def extension_source(dims: int, config: str, precision: str = "fp32") -> str:
+    """The CUDA source of ``lw_conv`` for ``dims``-d convolutions (1-d ones run as 2-d) with the
+    tile ``config`` of :data:`CONFIGS` under ``precision``."""
+    from loopwise.kernels.expert.generate import _templates
+
+    tile, warp, stages = CONFIGS[config]
+    macro = _templates().get_template("_cutlass_conv.j2").module.conv_source
+    return str(macro(3 if dims == 3 else 2, tile, warp, stages, OPERATORS[precision]))
+
+
+def channels_last_conv(run, x, w, bias, stride, padding, dilation):
+    """``F.convNd(x, w, bias, ...)`` through CUTLASS (``run``), in the input's layout: the
+    channels-last output sliced to K channels, moved back and the bias added (torch's copy; a
+    candidate does this in its own kernel with the epilogue)."""
+    y = _channels_last(run, x, w, tuple(stride), tuple(padding), tuple(dilation))
+    k = w.shape[0]
+    out = y[..., :k].movedim(-1, 1)
+    if x.dim() == 3:
+        out = out.squeeze(2)
+    if bias is not None:
+        return out + bias.view(1, k, *([1] * (x.dim() - 2)))
+    return out.contiguous()
