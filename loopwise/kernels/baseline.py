@@ -1,11 +1,12 @@
 """Reference variants of a problem side by side: eager, torch.compile, max-autotune, optionally
 eager with TF32 allowed, and the speed-of-light floor; each variant timed in its own sandbox
-exactly like a candidate.
+exactly like a candidate. A compiled variant's output is judged against the reference's by the
+judge's rule (``correct``): where it fails, it is no bar a candidate must clear.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loopwise.config import Config
 from loopwise.kernels.evaluate.measure import ReferenceTimes, VariantResult
@@ -41,7 +42,7 @@ class BaselineRow:
             if v is None:
                 return None
             return {"status": v.status, "message": v.message, "load_s": v.load_s, "energy_j_per_call": v.energy_j,
-                    "contended": v.contended,
+                    "contended": v.contended, "correct": v.correct, "correct_message": v.correct_message,
                     "timing": v.timing.model_dump() if v.timing else None,
                     "speedup_vs_eager": self.speedup(v, statistic)}
 
@@ -61,6 +62,35 @@ def _floor(problem, device: str, policy: str, proven_ms: float | None = None) ->
         return floor.floor_ms, floor.bound, floor.note
     except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
         return None, None, f"{type(exc).__name__}: {exc}"
+
+
+def judge_outputs(problem, device: str, cfg, args: list, outputs: list, seed: int) -> tuple[bool, str]:
+    """Whether ``outputs`` (a compiled variant's, for ``args``, the draw of ``seed``) pass the judge's
+    rule against the reference's outputs for them (allclose, then the float64 bound the policy
+    allows), and the judge's message where they do not."""
+    import torch
+
+    from loopwise.kernels.evaluate.correctness import compare_outputs
+    from loopwise.kernels.evaluate.reference import Reference
+
+    ref = Reference(problem.load_module(), device, problem.source)
+    with torch.no_grad():
+        ref_out, _ = ref.run(args)
+    cand = [o.to(ref.work) if isinstance(o, torch.Tensor) else o for o in outputs]
+    verdict, _ = compare_outputs(ref, cfg, ref_out, cand, seed, args=args)
+    return verdict.passed, "" if verdict.passed else verdict.message
+
+
+def _judged(times, problem, device: str, cfg, variant: VariantResult | None, args: list, seed: int):
+    """``variant`` with the judge's verdict on its output where it brought one back (a compiled
+    variant timed now; one read from the cache has its verdict already)."""
+    if variant is None or variant.outputs is None:
+        return variant
+    try:
+        correct, message = judge_outputs(problem, device, cfg, args, variant.outputs, seed)
+    except Exception as exc:  # noqa: BLE001 - a verdict that cannot be made is no verdict
+        return replace(variant, outputs=None, correct_message=f"not judged: {type(exc).__name__}: {exc}"[:300])
+    return times.judged(problem.sha256, variant.kind, correct, message)
 
 
 def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPool | None = None) -> BaselineRow:
@@ -86,6 +116,8 @@ def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPoo
             if config.kernels.baseline.max_autotune else None
         tf32 = times.get(problem.sha256, problem.source, "eager-tf32", args, None) \
             if config.kernels.baseline.tf32 else None
+        seed = cfg.seed if cfg.seed is not None else 0
+        compiled, tuned = (_judged(times, problem, device, cfg, v, args, seed) for v in (compiled, tuned))
         proven = eager.timing.pick(cfg.statistic) if eager.timing is not None else None
         floor_ms, bound, note = _floor(problem, device, cfg.precision, proven)
         return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note, eager_tf32=tf32)

@@ -38,3 +38,59 @@ def test_a_baseline_timed_on_idle_cpus_is_cached_with_the_load_it_saw(times, tmp
     assert not result.contended and result.message == ""
     (entry,) = _cached(tmp_path)
     assert entry["load_1min"] == 0.5 and entry["cpus"] == 2
+
+
+PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 3.0
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("scale,correct", [(3.0, True), (3.01, False)])
+def test_a_compiled_variants_output_is_judged_against_the_reference_and_the_verdict_cached(
+        scale, correct, tmp_path, monkeypatch):
+    """The compiled variant's output from its compiling call is held against the reference's by the
+    judge's rule; the verdict is in the row and in the cached file, and a later run that reads the
+    cache has it without timing again."""
+    import torch
+
+    from loopwise.config import Config
+    from loopwise.kernels import baseline
+    from loopwise.kernels.evaluate.inputs import draw_inputs
+    from loopwise.kernels.problem import load_problem
+
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(contention, "sample", lambda: contention.Load(load_1min=0.1, cpus=2))
+    path = tmp_path / "relu3.py"
+    path.write_text(PROBLEM)
+    problem = load_problem(str(path))
+    calls = []
+
+    def fake(pool, source, kind, cfg, args, fresh):  # the compiled model's output, as the sandbox returns it
+        calls.append(kind)
+        return VariantResult(kind, TIMING, None, "ok", outputs=None if kind == "eager" else [torch.relu(args[0]) * scale])
+
+    monkeypatch.setattr(measure, "measure_variant", fake)
+    config = Config.model_validate({"kernels": {"eval": {"seed": 0, "perf_trials": 3}}})
+    (args,) = [draw_inputs(problem.load_module(), 0)]
+    assert args[0].shape == (8, 64)
+    row = baseline.run_baseline(problem, config, device="cpu")
+    assert row.compile.correct is correct and row.compile.outputs is None
+    assert (row.compile.correct_message == "") is correct
+    assert row.to_json_dict()["compile"]["correct"] is correct
+    (entry,) = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "baselines").glob("*compile*.json")]
+    assert entry["correct"] is correct
+    again = baseline.run_baseline(problem, config, device="cpu")
+    assert again.compile.correct is correct and calls.count("compile") == 1  # from the cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from loopwise.cli import app
@@ -33,3 +34,16 @@ def test_baseline_table_shows_the_tf32_column_only_when_asked(tmp_path, monkeypa
     assert "eager+TF32" not in plain.output and "eager" in plain.output
     with_tf32 = CliRunner().invoke(app, ARGS + ["--tf32"])
     assert with_tf32.exit_code == 0 and "eager+TF32" in with_tf32.output
+
+
+@pytest.mark.slow
+def test_torch_compiles_output_is_judged_with_the_reference(tmp_path, monkeypatch):
+    """torch.compile on the CPU (Inductor's C++), in its sandbox: its output from the compiling call
+    comes back and passes the judge's rule against the reference's."""
+    monkeypatch.setenv("LOOPWISE_CACHE_DIR", str(tmp_path))
+    args = [a for a in ARGS if a != "--no-compile"]
+    result = CliRunner().invoke(app, args + ["--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["compile"]["status"] == "ok", row["compile"]
+    assert row["compile"]["correct"] is True and row["compile"]["correct_message"] == "", row["compile"]

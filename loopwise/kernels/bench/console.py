@@ -50,6 +50,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
                     prog.update(task, advance=1, description=f"{row.get('problem', '')[:40]} {best}")
                     if not console.is_terminal:  # a log file: a line per finished problem
                         over = f", {row['over_compile']:.2f}x compile" if row.get("over_compile") else ""
+                        over += " (compile's output wrong)" if row.get("compile_correct") is False else ""
                         console.print(escape(f"{len(bench.rows)}/{len(problems)} {row.get('problem', '')}: "
                                              f"{best} eager{over}{' · ' + row['error'] if row.get('error') else ''}"),
                                       soft_wrap=True)

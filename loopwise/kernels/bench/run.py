@@ -10,7 +10,9 @@ Table (per level and over all): problems, correct (a correct candidate found), g
 the best candidate over eager and over torch.compile (a problem without a correct candidate counts
 as the reference itself: 1.0x over eager, eager/compile over compile), and fast_p, KernelBench's
 share of problems with a correct candidate faster than p times the denominator, at p = 0, 1, 1.5
-and 2, against eager and against torch.compile; the problems below 0.97x torch.compile, and the
+and 2, against eager and against torch.compile; the problems below 0.97x torch.compile where
+compile's own output passes the judge, the problems where it does not (its output judged by the
+judge's rule against the reference's, see :mod:`loopwise.kernels.baseline`), and the
 mean wall time of a problem (its search and its baselines, in the process that finished it; with
 several problems at once on shared GPUs these overlap), the search's cost at the budget used.
 """
@@ -127,7 +129,11 @@ def aggregate(rows: list[dict]) -> list[dict]:
         line["geomean_over_eager"] = _geomean(over_eager)
         line["geomean_over_compile"] = _geomean(over_compile)
         line["compile_measured"] = len(over_compile)
-        line["below_compile"] = sum(1 for v in over_compile if v < BELOW_COMPILE)
+        # below torch.compile only where compile's own output passes the judge (where it fails,
+        # matching it is no bar); those problems are counted apart
+        line["below_compile"] = sum(1 for r in mine if r.get("over_compile") and r["over_compile"] < BELOW_COMPILE
+                                    and r.get("compile_correct") is not False)
+        line["compile_wrong"] = sum(1 for r in mine if r.get("compile_correct") is False)
         seconds = [r.get("seconds") for r in mine]
         line["seconds_per_problem"] = sum(seconds) / len(seconds) if None not in seconds else None
         for k in ("kernelbench", "gpu", "steady"):  # problems with a correct candidate, same worker
@@ -158,6 +164,7 @@ def problem_row(level: int, pid: int, name: str, summary: dict, base: dict | Non
            "evaluations": summary.get("evaluations", 0), "failures": summary.get("failures", {}),
            "best_speedup": summary.get("best_speedup") if best else None, "best_ms": best_ms,
            "eager_ms": eager_ms or base_eager, "compile_ms": comp_ms, "compile_status": comp.get("status"),
+           "compile_correct": comp.get("correct"), "compile_message": comp.get("correct_message") or "",
            "seconds": seconds,
            "timing_meaningful": timing_meaningful(best.get("device") or (base or {}).get("device") or "")}
     # against torch.compile: on one GPU, compile's time over ours, both by the judge's clock; over

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopwise.core.files import write_atomic
@@ -106,6 +106,10 @@ def energy_in(box: Sandbox, cfg: EvalConfig) -> float | None:
     return energy.get("joules_per_call")
 
 
+# The variants torch.compile makes: their outputs are judged against the reference's (run_baseline).
+COMPILED = ("compile", "max-autotune")
+
+
 @dataclass
 class VariantResult:
     kind: str
@@ -115,6 +119,11 @@ class VariantResult:
     message: str = ""
     load_s: float | None = None
     contended: bool = False  # timed while other work kept the CPUs busy (see contention)
+    # A compiled variant's output judged against the reference's by the judge's rule (None: not
+    # judged), and why it failed; its outputs for that, from the compiling call, until judged.
+    correct: bool | None = None
+    correct_message: str = ""
+    outputs: list | None = field(default=None, repr=False, compare=False)
 
 
 class ReferenceTimes:
@@ -148,13 +157,31 @@ class ReferenceTimes:
             result = measure_in_process(model, self.pool.device, self.cfg, args, fresh)
             self._memory[key] = result
             return result
-        if self.use_disk and path.is_file():
-            data = json.loads(path.read_text())
+        data = json.loads(path.read_text()) if self.use_disk and path.is_file() else None
+        if data is not None and kind in COMPILED and "correct" not in data:
+            data = None  # cached before compiled outputs were judged: timed (and judged) again
+        if data is not None:
             timing = TimingStats(**data["timing"]) if data.get("timing") else None
-            result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""))
+            result = VariantResult(kind, timing, data.get("energy_j"), data["status"], data.get("message", ""),
+                                   correct=data.get("correct"), correct_message=data.get("correct_message", ""))
         else:
             result = self._measure(problem_source, kind, args, fresh, path)
         self._memory[key] = result
+        return result
+
+    def judged(self, problem_sha: str, kind: str, correct: bool, message: str = "") -> VariantResult:
+        """Records the judge's verdict on a variant :meth:`get` returned (its outputs dropped), also in
+        its cached file where there is one; returns the variant with it."""
+        from dataclasses import replace
+
+        key = self._key(problem_sha, kind)
+        result = replace(self._memory[key], correct=correct, correct_message=message, outputs=None)
+        self._memory[key] = result
+        path = self._path(key)
+        if self.use_disk and path.is_file():
+            data = json.loads(path.read_text())
+            data.update(correct=correct, correct_message=message)
+            write_atomic(path, json.dumps(data))
         return result
 
     def _measure(self, problem_source: str, kind: str, args: list, fresh: list | None, path: Path) -> VariantResult:
@@ -190,15 +217,19 @@ def measure_variant(pool: SandboxPool, problem_source: str, kind: str, cfg: Eval
             # below times compiled code only.
             from loopwise.kernels.evaluate.inputs import for_sandbox
 
+            # Its output comes back too: the judge holds it against the reference's (run_baseline).
             t0 = time.perf_counter()
             box.request("stage", {"sets": [for_sandbox(args, None)]}, cfg.run_timeout_s)
-            box.request("time", {"trials": 1, "warmup": 1, "keep": [], "device_outputs": False},
-                        cfg.compile_timeout_s)
+            first = box.request("time", {"trials": 1, "warmup": 1, "keep": [0] if kind in COMPILED else [],
+                                         "device_outputs": False}, cfg.compile_timeout_s)
+            outputs = next(iter((first.get("kept") or {}).values()), None)
             load_s = (load_s or 0.0) + time.perf_counter() - t0
+        else:
+            outputs = None
         pool.wait_spares()  # no spare may be starting CUDA beside the timed calls
         reply, _ = timed(box, [args] + list(fresh or []), cfg)
         energy = energy_in(box, cfg) if cfg.energy and pool.device.startswith("cuda") else None
-        return VariantResult(kind, timing_from(reply, cfg.clock), energy, "ok", load_s=load_s)
+        return VariantResult(kind, timing_from(reply, cfg.clock), energy, "ok", load_s=load_s, outputs=outputs)
     except SandboxFailure as fail:
         return VariantResult(kind, None, None, fail.status, f"{fail.code}: {fail.message}")
     finally:

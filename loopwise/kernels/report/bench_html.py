@@ -31,7 +31,7 @@ def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     if clocks:  # the same ratio from the GPU time alone and from the larger of GPU and launch time
         cols.append("vs compile: gpu / steady clock")
     cols += [f"fast_{p:g} eager / compile" for p in FAST_P]
-    cols += ["below 0.97x compile", "s per problem"]
+    cols += ["below 0.97x compile", "compile wrong", "s per problem"]
     rows = []
     for t in table:
         line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
@@ -42,6 +42,7 @@ def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
                  for p in FAST_P]  # no torch.compile time (--no-compile): no second denominator
         seconds = t.get("seconds_per_problem")
         line += [str(t.get("below_compile", "-")) if t["compile_measured"] else "-",
+                 str(t.get("compile_wrong", "-")) if t["compile_measured"] else "-",
                  f"{seconds:.0f}" if seconds is not None else "-"]
         rows.append(line)
     return cols, rows

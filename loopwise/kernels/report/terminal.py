@@ -111,10 +111,12 @@ def print_baselines(console, rows, statistic: str) -> None:
             t = v.timing.pick(statistic)
             s = row.speedup(v, statistic)
             ratio = marked(f"{s:.2f}x", row.timing_meaningful) if s is not None and v is not row.eager else ""
-            return _ms(t) + (f" ({ratio})" if ratio else "")
+            wrong = " [red]wrong output[/]" if v.correct is False else ""
+            return _ms(t) + (f" ({ratio})" if ratio else "") + wrong
 
         variants = (row.eager, row.compile, row.max_autotune) + ((row.eager_tf32,) if tf32 else ())
-        notes = "; ".join(v.message for v in variants if v and v.message)
+        notes = "; ".join([v.message for v in variants if v and v.message]
+                          + [f"{v.kind}: {v.correct_message}" for v in variants if v and v.correct is False])
         table.add_row(row.problem, *(cell(v) for v in variants), _ms(row.floor_ms),
                       row.floor_bound or "-", notes or row.floor_note or "-")
     console.print(table)

@@ -78,6 +78,26 @@ def test_the_table_states_the_search_cost_and_the_problems_below_compile():
     assert unknown["seconds_per_problem"] is None
 
 
+def test_a_problem_whose_compiled_output_fails_the_judge_is_not_below_compile_but_counted_apart():
+    def row(pid, comp_ms, correct):
+        best = {"timing": {"median_ms": 1.0}, "reference_timing": {"median_ms": 1.0}}
+        summary = {"run_id": "r", "evaluations": 2, "best_speedup": 1.0, "best": best, "failures": {}}
+        base = {"eager": {"timing": {"median_ms": 1.0}},
+                "compile": {"status": "ok", "timing": {"median_ms": comp_ms}, "correct": correct,
+                            "correct_message": "" if correct else "output 0: 2000 of 2000 elements outside atol=rtol=0.0001"}}
+        return problem_row(1, pid, str(pid), summary, base)
+
+    rows = [row(1, 0.5, False), row(2, 0.5, True), row(3, 0.5, None)]  # None: not judged (an older cache)
+    assert rows[0]["compile_correct"] is False and "outside" in rows[0]["compile_message"]
+    level1 = aggregate(rows)[0]
+    assert level1["below_compile"] == 2 and level1["compile_wrong"] == 1
+    assert level1["geomean_over_compile"] == pytest.approx(0.5)  # the ratio itself is still shown
+    from loopwise.kernels.report.bench_html import table_rows
+
+    cols, lines = table_rows(aggregate(rows))
+    assert lines[0][cols.index("compile wrong")] == "1" and lines[0][cols.index("below 0.97x compile")] == "2"
+
+
 def test_a_row_gives_the_ratio_over_compile_under_each_clock():
     # ours: 0.1 ms of GPU work, 0.3 ms of launch; compile: 0.12 ms of GPU work, 0.15 ms of launch
     best = {"timing": {"median_ms": 0.2, "kernelbench_median_ms": 0.2, "gpu_median_ms": 0.1,
