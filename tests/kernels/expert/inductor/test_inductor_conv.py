@@ -405,3 +405,21 @@ def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, 
     assert done.returncode == 0, done.stderr[-3000:]
     kernels = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert kernels and all(v == "0" for v in kernels), done.stderr[-3000:]
+
+
+def test_the_cutlass_forms_pick_convolutions_one_by_one(tmp_path, monkeypatch):
+    """In a record with a convolution that pays and one that does not (8 input channels), value 3
+    replaces the first only (the other stays cuDNN's) and value 2 both; a grouped one neither."""
+    from loopwise.kernels.expert.inductor import gemm
+    from loopwise.kernels.expert.inductor.standalone import chosen_sites
+
+    long, _ = conv_record(tmp_path, (16, 64, 56, 56), 128, 3, padding=1)
+    short, _ = conv_record(tmp_path, (16, 8, 56, 56), 128, 3, padding=1)
+    grouped, _ = conv_record(tmp_path, (16, 64, 56, 56), 128, 3, padding=1, groups=2)
+    sites = [dataclasses.replace(find_sites(r)[0], out=f"buf{i}") for i, r in enumerate((short, long, grouped))]
+    monkeypatch.setattr(gemm, "find_sites", lambda record: sites)
+    picked = chosen_sites(long, {"conv": 3})
+    assert [(s.out, s.index, s.cutlass) for s in picked] == [("buf1", 0, True)]
+    assert [(s.out, s.index) for s in chosen_sites(long, {"conv": 2})] == [("buf0", 0), ("buf1", 1)]
+    assert chosen_sites(long, {"conv": 3}, "relaxed") == []
+    assert [s.out for s in chosen_sites(long, {"conv": 1})] == ["buf0", "buf1", "buf2"]
