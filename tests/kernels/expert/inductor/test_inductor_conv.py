@@ -423,3 +423,33 @@ def test_the_cutlass_forms_pick_convolutions_one_by_one(tmp_path, monkeypatch):
     assert [(s.out, s.index) for s in chosen_sites(long, {"conv": 2})] == [("buf0", 0), ("buf1", 1)]
     assert chosen_sites(long, {"conv": 3}, "relaxed") == []
     assert [s.out for s in chosen_sites(long, {"conv": 1})] == ["buf0", "buf1", "buf2"]
+
+
+def test_the_seed_reads_its_parameters_from_their_modules_not_by_walking_paths_every_call(tmp_path):
+    """ModelNew finds the submodules holding call()'s parameters once and reads each parameter from
+    its module's own table on every call (``get_parameter`` walks the path: microseconds a
+    parameter, and a network passes hundreds); a parameter replaced after the first call is the
+    one the next call passes. (call() itself is replaced here: its kernels are judged elsewhere.)"""
+    import importlib.util
+
+    import torch
+
+    rec, problem = conv_record(tmp_path, (2, 6, 11, 13), 10, 3, stride=2, padding=1)
+    source = render_seed(rec, problem, {"conv": 1})
+    forward = source[source.index("    def forward"):]
+    assert "get_parameter(" not in forward and "holders[0]._parameters['weight']" in forward
+    assert "self.get_submodule(path) for path in ['conv']" in forward
+    path = tmp_path / "seed_holders.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("seed_holders", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    passed = []
+    module.call = lambda args: passed.append(list(args)) or (args[0],)
+    model = module.ModelNew()
+    x = torch.randn(2, 6, 11, 13)
+    model(x)
+    assert passed[0][0] is x and passed[0][1] is model.conv.weight and passed[0][2] is model.conv.bias
+    model.conv.weight = torch.nn.Parameter(torch.randn_like(model.conv.weight))
+    model(x)
+    assert passed[1][1] is model.conv.weight and passed[1][1] is not passed[0][1]
