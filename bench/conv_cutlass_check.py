@@ -150,7 +150,7 @@ def main() -> None:
                     del out
                 except Exception as exc:  # noqa: BLE001
                     row[f"{config}_error"] = str(exc)[-500:]
-            best = min((row[k] for k in row if k.endswith("x64_ms") or k.endswith("x128_ms")), default=None)
+            best = min((row[f"{c}_ms"] for c in CONFIGS if f"{c}_ms" in row), default=None)
             row["best_over_cudnn"] = None if best is None else row["cudnn_ms"] / best
             with rows.open("a") as f:
                 f.write(json.dumps(row) + "\n")

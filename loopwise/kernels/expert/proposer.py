@@ -272,9 +272,17 @@ class ExpertProposer(Proposer):
         if "_gemm_first" not in self.__dict__:
             from loopwise.kernels.expert.inductor import gemm
 
-            self._gemm_first = not seeded.library_only(self._record) and gemm.pays(
-                gemm.find_sites(self._record), self.precision)
+            self._gemm_first = not seeded.library_only(self._record) and gemm.pays(self._sites(), self.precision)
         return self._gemm_first
+
+    def _sites(self) -> list:
+        """The library GEMMs and convolutions of the seed's record (:func:`gemm.find_sites`: a walk
+        of its module), found once."""
+        if "_found_sites" not in self.__dict__:
+            from loopwise.kernels.expert.inductor import gemm
+
+            self._found_sites = gemm.find_sites(self._record)
+        return self._found_sites
 
     def _conv_pays(self) -> bool:
         """Whether the seed's ``conv`` move in its CUTLASS form is one of the first candidates
@@ -283,8 +291,7 @@ class ExpertProposer(Proposer):
         if "_conv_first" not in self.__dict__:
             from loopwise.kernels.expert.inductor import gemm
 
-            self._conv_first = not seeded.library_only(self._record) and gemm.cutlass_pays(
-                gemm.find_sites(self._record), self.precision)
+            self._conv_first = not seeded.library_only(self._record) and gemm.cutlass_pays(self._sites(), self.precision)
         return self._conv_first
 
     def _graph_pays(self) -> bool:
@@ -303,7 +310,9 @@ class ExpertProposer(Proposer):
     def _defaults(self, kind: str) -> dict:
         """``kind``'s default moves for this problem (split-K for a long K over few tiles)."""
         if kind == "inductor":
-            return {"template": kind, **seeded.DEFAULTS, **seeded.library_moves(self._record, self.precision)}
+            if "_library_moves" not in self.__dict__:  # (a walk of the record's sites where it has them)
+                self._library_moves = seeded.library_moves(self._record, self.precision)
+            return {"template": kind, **seeded.DEFAULTS, **self._library_moves}
         return {"template": kind, **default_moves(self.pattern, kind, self.precision)}
 
     def _random_moves(self, kind: str, avoid: set = frozenset()) -> dict:

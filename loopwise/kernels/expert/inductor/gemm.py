@@ -110,7 +110,7 @@ class Site:
         the tile and stages where ``variant`` is not the rule's tile)."""
         how = dot_precision(self.dtype, precision)
         if self.cutlass:
-            how = f"{'3xTF32' if precision == 'fp32' else 'TF32'}, {cutlass_config(self, variant)} tiles"
+            how = f"{cutlass_products(precision)}, {cutlass_config(self, variant)} tiles"
         elif variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
@@ -210,6 +210,12 @@ def cutlass_unfit(site: Site) -> str:
     return ""
 
 
+def cutlass_products(precision: str) -> str:
+    """How CUTLASS's convolution multiplies under ``precision``: 3xTF32 under ``fp32``, TF32 under
+    ``relaxed`` (:data:`~loopwise.kernels.expert.cutlass_conv.OPERATORS`)."""
+    return "3xTF32" if precision == "fp32" else "TF32"
+
+
 def cutlass_config(site: Site, variant: int = 0) -> str:
     """The tile of :data:`~loopwise.kernels.expert.cutlass_conv.CONFIGS` a CUTLASS convolution runs
     with under ``variant`` (:data:`TILE_VARIANTS`): 128 x 64 (0), 256 x 64 (1), 64 x 64 (2)."""
@@ -238,7 +244,7 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
     :data:`CUTLASS_PAYING_K` or more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32
     policy. Under ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS
     2's Ampere-tagged kernels do not use; 3-d convolutions ran slower than cuDNN's."""
-    if precision != "fp32" or site.op != CONVOLUTION or cutlass_unfit(site) or len(site.conv["window"]) == 3:
+    if precision != "fp32" or cutlass_unfit(site) or len(site.conv["window"]) == 3:
         return False
     m, n, _ = site.extents
     return site.k >= CUTLASS_PAYING_K and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
@@ -689,7 +695,7 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
         return _templates().get_template("inductor_conv_cutlass.py.j2").render(
             name=site.name, out=site.out, fused=site.fused.name if site.fused else "", params=params,
             bias=site.conv["bias"], ext=cutlass_extension(site, precision, variant),
-            config=cutlass_config(site, variant), precision_text="3xTF32" if precision == "fp32" else "TF32",
+            config=cutlass_config(site, variant), precision_text=cutlass_products(precision),
             stride=tuple(site.conv["stride"]), padding=tuple(site.conv["padding"]),
             dilation=tuple(site.conv["dilation"]), epilogue=site.epilogue)
     if site.op == CONVOLUTION:
