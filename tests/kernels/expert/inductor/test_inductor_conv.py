@@ -453,3 +453,58 @@ def test_the_seed_reads_its_parameters_from_their_modules_not_by_walking_paths_e
     model.conv.weight = torch.nn.Parameter(torch.randn_like(model.conv.weight))
     model(x)
     assert passed[1][1] is model.conv.weight and passed[1][1] is not passed[0][1]
+
+
+GPU_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv{dims}d({c}, {co}, {k}, stride={stride}, padding={padding})
+
+    def forward(self, x):
+        return {forward}
+
+
+def get_inputs():
+    return [torch.randn{x}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [
+    # 2-d, 18 -> 20 input channels padded, the bias and ReLU fused into the read-back, each tile
+    dict(dims=2, c=18, co=30, k=3, stride=2, padding=1, x=(3, 18, 37, 41), forward="torch.relu(self.conv(x))",
+         tiles=(0, 1, 2)),
+    # 1-d as 2-d of height one, its bias alone in the read-back
+    dict(dims=1, c=16, co=24, k=5, stride=1, padding=2, x=(4, 16, 301), forward="self.conv(x)", tiles=(0,)),
+    # 3-d, an odd output channel count, a scaling after it
+    dict(dims=3, c=8, co=13, k=3, stride=1, padding=1, x=(2, 8, 6, 10, 12), forward="self.conv(x) * 0.5",
+         tiles=(0,)),
+])
+def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductors_record(case, tmp_path):
+    """The CUTLASS form of a convolution Inductor compiled on this GPU: the extension built by nvcc
+    for the device, run by the judge on the device (every trial, the float64 bound, the decoy audit
+    of its launches), correct with no rejection for each tile asked."""
+    from loopwise.kernels.config import EvalConfig
+    from loopwise.kernels.evaluate.judge import LocalJudge
+    from loopwise.kernels.evaluate.result import Status
+    from loopwise.kernels.expert.inductor.seed import inductor_record
+
+    path = tmp_path / f"conv{case['dims']}d_gpu.py"
+    path.write_text(GPU_PROBLEM.format(**case))
+    problem = load_problem(str(path))
+    rec = inductor_record(problem, "cuda")
+    with LocalJudge(problem, EvalConfig(), device="cuda", log_dir=tmp_path) as judge:
+        for tile in case["tiles"]:
+            source = render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})
+            assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
+            ev = judge.evaluate(source, f"seed-conv-cutlass-{tile}")
+            assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
+            assert not ev.rejections
