@@ -1,11 +1,12 @@
 """CUTLASS's 3xTF32 implicit-GEMM convolution against cuDNN's fp32 one, convolution by convolution.
 
-For each problem file, the convolutions its Model runs (1-3 d, one group, not transposed; found by
-hooks on one forward pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32
-off, as the fp32 policy's eager and torch.compile run it), and ours for each tile: the input made
-channels-last with its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the
-reference's layout with the bias added (what a candidate pays), and the kernel alone. Both are
-compared with a float64 convolution of the same inputs. CUDA events, median of --repeats calls.
+For each problem file, the convolutions its Model runs (1-3 d, one group; transposed ones of stride
+1 and no output padding, run as the forward convolution they equal; found by hooks on one forward
+pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32 off, as the fp32
+policy's eager and torch.compile run it), and ours for each tile: the input made channels-last with
+its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the reference's layout
+with the bias added (what a candidate pays), and the kernel alone. Both are compared with a float64
+convolution of the same inputs. CUDA events, median of --repeats calls.
 
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
@@ -31,6 +32,7 @@ from loopwise.kernels import backends
 from loopwise.kernels.expert.cutlass_conv import CONFIGS, DECLARATION, channels_last_conv, extension_source
 
 FUNCS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
 def _time(fn, repeats: int) -> float:
@@ -59,7 +61,8 @@ def _build(dims: int, config: str):
 
 
 def convolutions(path: Path) -> list[dict]:
-    """The problem's convolutions (one group, not transposed), each with the input shape it met."""
+    """The problem's convolutions (one group; transposed ones of stride 1, no output padding, that
+    CUTLASS's form runs), each with the input shape it met."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -70,15 +73,21 @@ def convolutions(path: Path) -> list[dict]:
 
     def hook(conv, args):
         key = (tuple(args[0].shape), conv.weight.shape, conv.stride, conv.padding, conv.dilation)
+        transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd)
+        if transposed and (any(s != 1 for s in conv.stride) or any(conv.output_padding) or any(
+                p > d * (r - 1) for p, d, r in zip(conv.padding, conv.dilation, conv.kernel_size))):
+            return
         if key not in seen and conv.groups == 1 and isinstance(conv.padding, tuple) \
                 and conv.padding_mode == "zeros" and args[0].dtype == torch.float32:
             seen.add(key)
             found.append({"shape": tuple(args[0].shape), "weight": conv.weight.detach().clone(),
                           "bias": None if conv.bias is None else conv.bias.detach().clone(),
-                          "stride": conv.stride, "padding": conv.padding, "dilation": conv.dilation})
+                          "stride": conv.stride, "padding": conv.padding, "dilation": conv.dilation,
+                          "transposed": transposed})
 
     handles = [m.register_forward_pre_hook(hook) for m in model.modules()
-               if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))]
+               if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
+                                 torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))]
     with torch.no_grad():
         model(*inputs)
     for h in handles:
@@ -128,13 +137,14 @@ def main() -> None:
             x = torch.randn(conv["shape"], device="cuda")
             w, b = conv["weight"], conv["bias"]
             opts = {k: conv[k] for k in ("stride", "padding", "dilation")}
-            cudnn = lambda: FUNCS[dims](x, w, b, **opts)  # noqa: E731
+            torch_conv = (TRANSPOSED if conv["transposed"] else FUNCS)[dims]
+            cudnn = lambda: torch_conv(x, w, b, **opts)  # noqa: E731
             ref32 = cudnn()
-            ref64 = FUNCS[dims](x.double(), w.double(), None if b is None else b.double(), **opts)
+            ref64 = torch_conv(x.double(), w.double(), None if b is None else b.double(), **opts)
             scale = ref64.norm().item()
             row = {"problem": path.stem, "conv": i, "input": list(conv["shape"]), "weight": list(w.shape),
-                   **{k: list(v) for k, v in opts.items()}, "bias": b is not None,
-                   "gflop": 2 * ref32.numel() * w[0].numel() / 1e9,
+                   **{k: list(v) for k, v in opts.items()}, "bias": b is not None, "transposed": conv["transposed"],
+                   "gflop": 2 * ref32.numel() * (w.shape[0] * w[0, 0].numel() if conv["transposed"] else w[0].numel()) / 1e9,
                    "cudnn_ms": _time(cudnn, args.repeats),
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
             for config in CONFIGS:
@@ -142,7 +152,8 @@ def main() -> None:
                 if ext is None:
                     continue
                 try:
-                    ours = lambda: channels_last_conv(ext.lw_conv, x, w, b, **opts)  # noqa: E731
+                    ours = lambda: channels_last_conv(  # noqa: E731
+                        ext.lw_conv, x, w, b, **opts, transposed=conv["transposed"])
                     out = ours()
                     row[f"{config}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
                     row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()

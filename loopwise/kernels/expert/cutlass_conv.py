@@ -22,9 +22,14 @@ DECLARATION = ("void lw_conv(torch::Tensor x, torch::Tensor w, torch::Tensor y, 
 # The candidate's side, rendered into it as it is (one source for the candidate and for
 # bench/conv_cutlass_check.py).
 GLUE = '''
-def _lw_channels_last(run, x, w, stride, padding, dilation):
+def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=False):
     """The convolution of x by w (one group; bias left to the caller) through ``run`` (CUTLASS's
-    lw_conv): returns the output channels-last, (N, [Z,] P, Q, K padded to a multiple of 4)."""
+    lw_conv): returns the output channels-last, (N, [Z,] P, Q, K padded to a multiple of 4). With
+    ``transposed`` w is a transposed convolution's (input channels, output channels, window...) of
+    stride 1, run as the forward convolution it equals: w's window flipped, its channels swapped
+    (``padding`` is the forward one's)."""
+    if transposed:
+        w = w.transpose(0, 1).flip(list(range(2, w.dim())))
     if x.dim() == 3:  # 1-d as 2-d of height 1
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
@@ -58,12 +63,15 @@ def extension_source(dims: int, config: str, precision: str = "fp32") -> str:
     return str(macro(3 if dims == 3 else 2, tile, warp, stages, OPERATORS[precision]))
 
 
-def channels_last_conv(run, x, w, bias, stride, padding, dilation):
-    """``F.convNd(x, w, bias, ...)`` through CUTLASS (``run``), in the input's layout: the
-    channels-last output sliced to K channels, moved back and the bias added (torch's copy; a
-    candidate does this in its own kernel with the epilogue)."""
-    y = _channels_last(run, x, w, tuple(stride), tuple(padding), tuple(dilation))
-    k = w.shape[0]
+def channels_last_conv(run, x, w, bias, stride, padding, dilation, transposed=False):
+    """``F.convNd(x, w, bias, ...)`` (``F.conv_transposeNd`` with ``transposed``: stride 1, no output
+    padding, ``padding`` at most dilation x (window - 1)) through CUTLASS (``run``), in the input's
+    layout: the channels-last output sliced to its channels, moved back and the bias added (torch's
+    copy; a candidate does this in its own kernel with the epilogue)."""
+    if transposed:
+        padding = [d * (r - 1) - p for p, d, r in zip(padding, dilation, w.shape[2:])]
+    y = _channels_last(run, x, w, tuple(stride), tuple(padding), tuple(dilation), transposed)
+    k = w.shape[1] if transposed else w.shape[0]
     out = y[..., :k].movedim(-1, 1)
     if x.dim() == 3:
         out = out.squeeze(2)

@@ -18,7 +18,7 @@ assertions) leaves the GEMM unfused: it writes the product, the kernels after it
 did. A call this cannot read stays a library call.
 
 Under the ``conv`` move, a library convolution (``bufN = extern_kernels.convolution(x, w, ...)``,
-not transposed, 1 to 3 spatial dimensions, any groups, its output's layout stated by the
+not transposed (in the Triton form), 1 to 3 spatial dimensions, any groups, its output's layout stated by the
 ``assert_size_stride`` after it) is the same kind of site: the output is allocated with those sizes and strides, and an
 implicit-GEMM convolution (output pixels x a group's output channels, reduced over the group's
 input channels x window positions, the window gathered from the input, zeros outside it) computes
@@ -28,6 +28,8 @@ output's buffer whatever the layout. Its second form (``Site.cutlass``) runs a f
 one group as CUTLASS's 3xTF32 implicit GEMM on channels-last copies
 (:mod:`~loopwise.kernels.expert.cutlass_conv`), and a Triton kernel reads the channels-last output
 back into the stated layout with the bias added and the pointwise kernel's work fused the same way.
+A transposed convolution of stride 1 is the forward one with its window flipped and its input and
+output channels swapped; the CUTLASS form runs it so.
 """
 
 from __future__ import annotations
@@ -207,7 +209,30 @@ def cutlass_unfit(site: Site) -> str:
         return f"a convolution of {site.conv['groups']} groups"
     if max(site.conv["window"]) > 32:
         return f"a window of {site.conv['window']} (at most 32 along a side)"
+    if site.conv.get("transposed"):
+        # run as the forward convolution it equals: the window flipped, input and output channels
+        # swapped, each side padded by dilation x (window - 1) - padding; that needs stride 1
+        if any(v != 1 for v in site.conv["stride"]):
+            return f"a transposed convolution of stride {site.conv['stride']} (the CUTLASS form runs those of stride 1)"
+        if any(site.conv["output_padding"]):
+            return f"a transposed convolution with output padding {site.conv['output_padding']}"
+        if any(p > d * (r - 1) for p, d, r in zip(site.conv["padding"], site.conv["dilation"], site.conv["window"])):
+            return f"a transposed convolution padded by {site.conv['padding']}, more than its window reaches"
     return ""
+
+
+def triton_runs(site: Site) -> bool:
+    """Whether the conv move's Triton form (the expert's implicit-GEMM gather) writes ``site``: a
+    library convolution that is not transposed."""
+    return site.op == CONVOLUTION and not site.conv.get("transposed")
+
+
+def forward_padding(site: Site) -> tuple[int, ...]:
+    """The padding of the forward convolution that CUTLASS's form runs for ``site``: its own, or
+    for a transposed one of stride 1 dilation x (window - 1) - padding along each side."""
+    if not site.conv.get("transposed"):
+        return tuple(site.conv["padding"])
+    return tuple(d * (r - 1) - p for p, d, r in zip(site.conv["padding"], site.conv["dilation"], site.conv["window"]))
 
 
 def cutlass_products(precision: str) -> str:
@@ -456,10 +481,11 @@ def _written_by_library(stmt) -> tuple[str, str] | None:
 
 
 def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> Site | None:
-    """The site ``body[i]`` is, if it is a library convolution this move can write: not
-    transposed, 1 to 3 spatial dimensions, literal stride / padding / dilation / groups, a weight
-    whose sizes call() states, and an output in a type of :data:`_DTYPES` whose dense layout the
-    next statements' ``assert_size_stride`` states."""
+    """The site ``body[i]`` is, if it is a library convolution this move can write: 1 to 3 spatial
+    dimensions (a transposed one is a site the Triton form leaves, :func:`triton_runs`), literal
+    stride / padding / dilation / groups, a weight whose sizes call() states, and an output in a
+    type of :data:`_DTYPES` whose dense layout the next statements' ``assert_size_stride``
+    states."""
     found = _written_by_library(body[i])
     if found is None or found[0] != CONVOLUTION:
         return None
@@ -472,7 +498,8 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
         return None
     weight = sizes.get(call.args[1].id)
     dtype = dtypes.get(call.args[0].id)
-    if options.get("transposed") is not False or weight is None or dtype not in _DTYPES:
+    transposed = options.get("transposed")
+    if not isinstance(transposed, bool) or weight is None or dtype not in _DTYPES:
         return None
     dims = len(weight) - 2
     if not 1 <= dims <= 3 or not all(isinstance(options.get(k), (tuple, list)) and len(options[k]) == dims
@@ -480,7 +507,7 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
                                      for k in ("stride", "padding", "dilation", "output_padding")):
         return None
     groups = options.get("groups")
-    if any(options["output_padding"]) or not isinstance(groups, int) or groups < 1 or weight[0] % groups:
+    if not isinstance(groups, int) or groups < 1 or weight[0] % groups or any(options["output_padding"]) and not transposed:
         return None
     stated = next((s for s in body[i + 1:i + 4] if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
                    and ast.unparse(s.value.func) == "assert_size_stride" and len(s.value.args) >= 3
@@ -491,14 +518,19 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
         shape, strides = tuple(ast.literal_eval(stated.value.args[1])), tuple(ast.literal_eval(stated.value.args[2]))
     except ValueError:
         return None
-    if len(shape) != dims + 2 or shape[1] != weight[0] or not _dense(shape, strides):
+    # a transposed convolution's weight is (input channels, output channels / groups, window...), and
+    # each output element sums over 1 / (product of strides) of its input channels x window
+    channels = weight[1] * groups if transposed else weight[0]
+    if len(shape) != dims + 2 or shape[1] != channels or not _dense(shape, strides):
         return None
     dtypes[out] = dtype
     bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
-    return Site(index=index, op=CONVOLUTION, out=out, dtype=dtype, shape=shape, k=math.prod(weight[1:]),
+    k = weight[0] // groups * math.prod(weight[2:]) // math.prod(options["stride"]) if transposed else math.prod(weight[1:])
+    return Site(index=index, op=CONVOLUTION, out=out, dtype=dtype, shape=shape, k=max(k, 1),
                 conv={"strides": strides, "window": tuple(weight[2:]), "stride": tuple(options["stride"]),
                       "padding": tuple(options["padding"]), "dilation": tuple(options["dilation"]), "groups": groups,
-                      "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None)})
+                      "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None),
+                      "transposed": transposed, "output_padding": tuple(options["output_padding"])})
 
 
 def _dtypes(tree: ast.Module, allocations: dict) -> dict[str, str]:
@@ -696,8 +728,9 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
             name=site.name, out=site.out, fused=site.fused.name if site.fused else "", params=params,
             bias=site.conv["bias"], ext=cutlass_extension(site, precision, variant),
             config=cutlass_config(site, variant), precision_text=cutlass_products(precision),
-            stride=tuple(site.conv["stride"]), padding=tuple(site.conv["padding"]),
-            dilation=tuple(site.conv["dilation"]), epilogue=site.epilogue)
+            stride=tuple(site.conv["stride"]), padding=forward_padding(site),
+            dilation=tuple(site.conv["dilation"]), transposed=bool(site.conv.get("transposed")),
+            epilogue=site.epilogue)
     if site.op == CONVOLUTION:
         pad = 3 - len(site.conv["window"])  # 1-d and 2-d as 3-d with leading extents of one
         spatial = {name: (fill,) * pad + tuple(site.conv[key]) for name, key, fill in

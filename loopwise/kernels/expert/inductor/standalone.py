@@ -346,7 +346,7 @@ def chosen_sites(record: InductorRecord, moves: dict, precision: str = "fp32") -
         elif moves.get("conv") in (2, 3):  # CUTLASS's where it runs them (and pays, 3), the library's elsewhere
             if not gemm.cutlass_unfit(s) and (moves["conv"] == 2 or gemm.cutlass_site_pays(s, precision)):
                 picked.append(dataclasses.replace(s, cutlass=True))
-        elif moves.get("conv"):
+        elif moves.get("conv") and gemm.triton_runs(s):
             picked.append(s)
     return [dataclasses.replace(s, index=i) for i, s in enumerate(picked)]
 
@@ -360,7 +360,7 @@ def library_moves(record: InductorRecord, precision: str = "fp32") -> dict:
     sites = gemm.find_sites(record)
     convolutions = [s.op == gemm.CONVOLUTION for s in sites]
     # the CUTLASS form where it pays (the rest stay the library's), else the Triton convolution
-    conv = 3 if gemm.cutlass_pays(sites, precision) else int(any(convolutions))
+    conv = 3 if gemm.cutlass_pays(sites, precision) else int(any(map(gemm.triton_runs, sites)))
     return {"gemm": int(not all(convolutions)), "conv": conv}
 
 

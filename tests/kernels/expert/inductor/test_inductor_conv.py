@@ -82,24 +82,28 @@ def strides(sizes, order=None):
 
 
 def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, channels_last=False,
-                fused=True, returned=False, library_bias=False):
+                fused=True, returned=False, library_bias=False, transposed=False):
     """A problem (``nn.Conv{d}d`` then ReLU, or the lone convolution with its bias) and Inductor's
     record of it as Inductor writes one: the convolution with ``bias=None`` into a buffer that the
     bias-and-ReLU pointwise kernel then updates in place (``fused``); with ``returned`` the
     convolution's output is also returned (so no kernel can be its epilogue); with
-    ``library_bias`` the library call adds the bias and nothing follows (a lone convolution)."""
+    ``library_bias`` the library call adds the bias and nothing follows (a lone convolution); with
+    ``transposed`` the problem's is ``nn.ConvTranspose{d}d`` and the call's ``transposed=True``."""
     dims = len(x) - 2
     c = x[1]
     ks, ss, ps, ds = ((v,) * dims if isinstance(v, int) else tuple(v) for v in (k, stride, padding, dilation))
-    spatial = tuple((x[2 + i] + 2 * ps[i] - ds[i] * (ks[i] - 1) - 1) // ss[i] + 1 for i in range(dims))
+    if transposed:
+        spatial = tuple((x[2 + i] - 1) * ss[i] - 2 * ps[i] + ds[i] * (ks[i] - 1) + 1 for i in range(dims))
+    else:
+        spatial = tuple((x[2 + i] + 2 * ps[i] - ds[i] * (ks[i] - 1) - 1) // ss[i] + 1 for i in range(dims))
     out = (x[0], co, *spatial)
     out_strides = strides(out, [0, *range(2, 2 + dims), 1] if channels_last else None)
-    w = (co, c // groups, *ks)
+    w = (c, co // groups, *ks) if transposed else (co, c // groups, *ks)
     numel = math.prod(out)
     channel = "(xindex % {co})".format(co=co) if channels_last else f"((xindex // {math.prod(spatial)}) % {co})"
     t = lambda v: "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"  # noqa: E731
     conv = (f"extern_kernels.convolution(arg0_1, arg1_1, stride={t(ss)}, padding={t(ps)}, dilation={t(ds)}, "
-            f"transposed=False, output_padding={t((0,) * dims)}, groups={groups}, bias={'arg2_1' if library_bias else 'None'})")
+            f"transposed={transposed}, output_padding={t((0,) * dims)}, groups={groups}, bias={'arg2_1' if library_bias else 'None'})")
     lines = [f"assert_size_stride(arg0_1, {t(x)}, {t(strides(x))})",
              f"assert_size_stride(arg1_1, {t(w)}, {t(strides(w))})",
              f"assert_size_stride(arg2_1, ({co}, ), (1, ))",
@@ -154,7 +158,8 @@ def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, c
                          outputs=2 if returned else 0, extern=["extern_kernels.convolution"], torch="2.11.0+cu130",
                          triton="3.6.0", device_name="NVIDIA H200")
     path = tmp_path / f"conv{dims}d.py"
-    path.write_text(PROBLEM.format(dims=dims, c=c, co=co, k=tuple(ks), stride=tuple(ss), padding=tuple(ps),
+    kind = f"{'Transpose' if transposed else ''}{dims}"
+    path.write_text(PROBLEM.format(dims=kind, c=c, co=co, k=tuple(ks), stride=tuple(ss), padding=tuple(ps),
                                    dilation=tuple(ds), groups=groups, bias="", forward=forward, x=t(x)))
     return rec, load_problem(str(path))
 
@@ -219,10 +224,10 @@ def test_a_lone_convolution_left_to_cudnn_is_seeded_through_the_move_with_its_bi
     assert {"template": "inductor", "block": 0, "warps": 0, "cudagraph": 0, "gemm": 0, "gemm_tile": 0, "conv": 1} in seeds
 
 
-def test_transposed_or_unreadable_convolutions_stay_library_calls(tmp_path):
+def test_unreadable_convolutions_stay_library_calls(tmp_path):
     rec, _ = conv_record(tmp_path, (2, 6, 11, 13), 20, 3)
-    for old, new in [("transposed=False", "transposed=True"),  # the transposed form is not this kernel's
-                     ("output_padding=(0, 0)", "output_padding=(1, 1)"),
+    for old, new in [("transposed=False", "transposed=True"),  # a (20, 6, 3, 3) weight transposed: 6 outputs, not 20
+                     ("output_padding=(0, 0)", "output_padding=(1, 1)"),  # output padding on a forward one
                      ("            assert_size_stride(buf0, (2, 20, 9, 11), (1980, 99, 11, 1), "
                       "'torch.ops.aten.convolution.default')\n", "")]:  # no stated layout for the output
         assert old in rec.module, old
@@ -366,6 +371,37 @@ def test_the_cutlass_form_is_judged_correct_on_other_ranks_layouts_and_uses(case
     judged(problem, on_cpu(source), "seed-conv-cutlass", tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 6, 9, 11), co=10, k=(3, 4), padding=(1, 2)),  # 2-d, the bias and ReLU fused into the read-back
+    dict(x=(2, 5, 17), co=7, k=5, padding=2, dilation=2),  # 1-d, dilated
+    dict(x=(1, 3, 4, 5, 6), co=9, k=(3, 2, 3), padding=(1, 0, 2), dilation=(1, 2, 1)),  # 3-d
+    dict(x=(2, 6, 8, 8), co=16, k=3, padding=1, channels_last=True),  # Inductor's channels-last output
+    dict(x=(2, 5, 12, 12), co=7, k=3, library_bias=True),  # a lone one, its bias in the read-back
+])
+def test_a_transposed_convolution_of_stride_one_runs_in_cutlass_as_the_forward_one_it_equals(case, tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, **case, transposed=True)
+    (site,) = find_sites(rec)
+    assert site.conv["transposed"] and not cutlass_unfit(site)
+    source = render_seed(rec, problem, {"conv": 2})
+    assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
+    assert ", transposed=True)" in source
+    judged(problem, on_cpu(source), "seed-conv-transposed", tmp_path, monkeypatch)
+
+
+def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form_stay_the_librarys(tmp_path):
+    rec, problem = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=1, transposed=True)
+    with pytest.raises(Unsupported, match="no library convolution to replace"):
+        render_seed(rec, problem, {"conv": 1})  # the Triton gather is written for forward convolutions
+    strided, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, transposed=True)
+    assert "of stride (2, 2)" in cutlass_unfit(find_sites(strided)[0])
+    wide, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=3, transposed=True)
+    assert "more than its window reaches" in cutlass_unfit(find_sites(wide)[0])
+    grouped, _ = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4, transposed=True)
+    assert "4 groups" in cutlass_unfit(find_sites(grouped)[0])
+    (site,) = find_sites(strided)
+    assert site.k == 6 * 9 // 4  # a stride-2 output element sums over a quarter of input channels x window
+
+
 def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_path):
     grouped, problem = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4)
     with pytest.raises(Unsupported, match="no library convolution to replace .* that CUTLASS runs"):
@@ -487,6 +523,9 @@ def get_init_inputs():
     # 3-d, an odd output channel count, a scaling after it
     dict(dims=3, c=8, co=13, k=3, stride=1, padding=1, x=(2, 8, 6, 10, 12), forward="self.conv(x) * 0.5",
          tiles=(0,)),
+    # 2-d transposed, stride 1: the forward convolution it equals, a tanh after it
+    dict(dims="Transpose2", c=16, co=24, k=(3, 4), stride=1, padding=(1, 2), x=(2, 16, 33, 35),
+         forward="torch.tanh(self.conv(x))", tiles=(0,)),
 ])
 def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductors_record(case, tmp_path):
     """The CUTLASS form of a convolution Inductor compiled on this GPU: the extension built by nvcc
