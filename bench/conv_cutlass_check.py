@@ -1,12 +1,12 @@
 """CUTLASS's 3xTF32 implicit-GEMM convolution against cuDNN's fp32 one, convolution by convolution.
 
-For each problem file, the convolutions its Model runs (1-3 d, one group; transposed ones of stride
-1 and no output padding, run as the forward convolution they equal; found by hooks on one forward
-pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32 off, as the fp32
-policy's eager and torch.compile run it), and ours for each tile: the input made channels-last with
-its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the reference's layout
-with the bias added (what a candidate pays), and the kernel alone. Both are compared with a float64
-convolution of the same inputs. CUDA events, median of --repeats calls.
+For each problem file, the convolutions its Model runs (1-3 d, one group; transposed ones as the
+forward convolution they equal where the stride is 1, else as CUTLASS's 2-d data gradient; found by
+hooks on one forward pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32
+off, as the fp32 policy's eager and torch.compile run it), and ours for each tile: the input made
+channels-last with its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the
+reference's layout with the bias added (what a candidate pays), and the kernel alone. Both are
+compared with a float64 convolution of the same inputs. CUDA events, median of --repeats calls.
 
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from loopwise.kernels import backends
-from loopwise.kernels.expert.cutlass_conv import CONFIGS, DECLARATION, channels_last_conv, extension_source
+from loopwise.kernels.expert.cutlass_conv import (CONFIGS, DECLARATION, DGRAD_CONFIGS, channels_last_conv,
+                                                  extension_source, transposed_mode)
 
 FUNCS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -50,11 +51,11 @@ def _time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _build(dims: int, config: str):
+def _build(dims: int, config: str, dgrad: bool = False):
     from torch.utils.cpp_extension import load_inline
 
-    name = f"lw_conv{dims}d_{config}"
-    return load_inline(name=name, cpp_sources=DECLARATION, cuda_sources=extension_source(dims, config),
+    name = f"lw_{'dgrad' if dgrad else 'conv'}{dims}d_{config}"
+    return load_inline(name=name, cpp_sources=DECLARATION, cuda_sources=extension_source(dims, config, dgrad=dgrad),
                        functions=["lw_conv"], extra_cuda_cflags=["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr"],
                        extra_include_paths=backends.cutlass_include_dirs(), verbose=False,
                        with_pytorch_error_handling=True, build_directory=backends._build_dir(f"{name}_bench"))
@@ -73,9 +74,9 @@ def convolutions(path: Path) -> list[dict]:
 
     def hook(conv, args):
         key = (tuple(args[0].shape), conv.weight.shape, conv.stride, conv.padding, conv.dilation)
-        transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd)
-        if transposed and (any(s != 1 for s in conv.stride) or any(conv.output_padding) or any(
-                p > d * (r - 1) for p, d, r in zip(conv.padding, conv.dilation, conv.kernel_size))):
+        transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd) and transposed_mode(
+            conv.stride, conv.padding, conv.dilation, conv.kernel_size, conv.output_padding)
+        if transposed == "":
             return
         if key not in seen and conv.groups == 1 and isinstance(conv.padding, tuple) \
                 and conv.padding_mode == "zeros" and args[0].dtype == torch.float32:
@@ -83,7 +84,8 @@ def convolutions(path: Path) -> list[dict]:
             found.append({"shape": tuple(args[0].shape), "weight": conv.weight.detach().clone(),
                           "bias": None if conv.bias is None else conv.bias.detach().clone(),
                           "stride": conv.stride, "padding": conv.padding, "dilation": conv.dilation,
-                          "transposed": transposed})
+                          "transposed": transposed or None,
+                          "output_padding": conv.output_padding if transposed else None})
 
     handles = [m.register_forward_pre_hook(hook) for m in model.modules()
                if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
@@ -112,7 +114,9 @@ def main() -> None:
     major, minor = torch.cuda.get_device_capability()
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one architecture: half the build
     with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + 1) as pool:
-        jobs = {(dims, c): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS if dims == 2 or c == "128x64"}
+        jobs = {(dims, c, False): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS
+                if dims == 2 or c == "128x64"}
+        jobs.update({(2, c, True): pool.submit(_build, 2, c, True) for c in DGRAD_CONFIGS})
         built = {}
         for key, job in jobs.items():
             try:
@@ -138,6 +142,8 @@ def main() -> None:
             w, b = conv["weight"], conv["bias"]
             opts = {k: conv[k] for k in ("stride", "padding", "dilation")}
             torch_conv = (TRANSPOSED if conv["transposed"] else FUNCS)[dims]
+            if conv["output_padding"]:
+                opts["output_padding"] = conv["output_padding"]
             cudnn = lambda: torch_conv(x, w, b, **opts)  # noqa: E731
             ref32 = cudnn()
             ref64 = torch_conv(x.double(), w.double(), None if b is None else b.double(), **opts)
@@ -147,13 +153,14 @@ def main() -> None:
                    "gflop": 2 * ref32.numel() * (w.shape[0] * w[0, 0].numel() if conv["transposed"] else w[0].numel()) / 1e9,
                    "cudnn_ms": _time(cudnn, args.repeats),
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
-            for config in CONFIGS:
-                ext = built.get((3 if dims == 3 else 2, config))
+            dgrad = conv["transposed"] == "dgrad"
+            for config in DGRAD_CONFIGS if dgrad else CONFIGS:
+                ext = built.get((3 if dims == 3 else 2, config, dgrad))
                 if ext is None:
                     continue
                 try:
                     ours = lambda: channels_last_conv(  # noqa: E731
-                        ext.lw_conv, x, w, b, **opts, transposed=conv["transposed"])
+                        ext.lw_conv, x, w, b, **opts, transposed=conv["transposed"])  # output_padding in opts
                     out = ours()
                     row[f"{config}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
                     row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()

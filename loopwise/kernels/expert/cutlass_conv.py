@@ -15,6 +15,13 @@ CONFIGS = {
     "256x64": ((256, 64, 16), (64, 32, 16), 3),
     "64x64": ((64, 64, 16), (32, 32, 16), 6),
 }
+# The data gradient's tiles (a transposed convolution of any stride): its strided iterators hold more
+# registers, so its warps take 32 x 32 outputs (with 64 x 32 ones the 128 x 64 and 256 x 64 tiles
+# spill under 3xTF32).
+DGRAD_CONFIGS = {
+    "128x64": ((128, 64, 16), (32, 32, 16), 4),
+    "64x64": ((64, 64, 16), (32, 32, 16), 6),
+}
 OPERATORS = {"fp32": "OpMultiplyAddFastF32", "relaxed": "OpMultiplyAdd"}
 DECLARATION = ("void lw_conv(torch::Tensor x, torch::Tensor w, torch::Tensor y, std::vector<int64_t> pad, "
                "std::vector<int64_t> stride, std::vector<int64_t> dilation);")
@@ -22,26 +29,37 @@ DECLARATION = ("void lw_conv(torch::Tensor x, torch::Tensor w, torch::Tensor y, 
 # The candidate's side, rendered into it as it is (one source for the candidate and for
 # bench/conv_cutlass_check.py).
 GLUE = '''
-def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=False):
+def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, output_padding=None):
     """The convolution of x by w (one group; bias left to the caller) through ``run`` (CUTLASS's
-    lw_conv): returns the output channels-last, (N, [Z,] P, Q, K padded to a multiple of 4). With
-    ``transposed`` w is a transposed convolution's (input channels, output channels, window...) of
-    stride 1, run as the forward convolution it equals: w's window flipped, its channels swapped
-    (``padding`` is the forward one's)."""
-    if transposed:
+    lw_conv): returns the output channels-last, (N, [Z,] P, Q, K padded to a multiple of 4). A
+    transposed convolution's w is (input channels, output channels, window...): with ``transposed``
+    "flip" (stride 1, no output padding) it runs as the forward convolution it equals, w's window
+    flipped and its channels swapped (``padding`` is that convolution's); with "dgrad" ``run`` is
+    CUTLASS's data gradient (2-d), and ``padding`` and ``output_padding`` are the transposed one's."""
+    if transposed == "flip":
         w = w.transpose(0, 1).flip(list(range(2, w.dim())))
     if x.dim() == 3:  # 1-d as 2-d of height 1
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
-    n, c, k = x.shape[0], x.shape[1], w.shape[0]
+        output_padding = output_padding and (0, *output_padding)
+    n, c = x.shape[0], x.shape[1]
+    k = w.shape[1] if transposed == "dgrad" else w.shape[0]
     cp, kp = -(-c // 4) * 4, -(-k // 4) * 4
     spatial, window = x.shape[2:], w.shape[2:]
-    sizes = [(s + 2 * p - d * (r - 1) - 1) // st + 1
-             for s, p, d, r, st in zip(spatial, padding, dilation, window, stride)]
+    if transposed == "dgrad":
+        sizes = [(s - 1) * st - 2 * p + d * (r - 1) + o + 1
+                 for s, p, d, r, st, o in zip(spatial, padding, dilation, window, stride, output_padding)]
+    else:
+        sizes = [(s + 2 * p - d * (r - 1) - 1) // st + 1
+                 for s, p, d, r, st in zip(spatial, padding, dilation, window, stride)]
     xl = x.new_empty((n, *spatial, cp)) if cp == c else x.new_zeros((n, *spatial, cp))
     xl[..., :c] = x.movedim(1, -1)
-    wl = w.new_zeros((kp, *window, cp))
-    wl[:k, ..., :c] = w.movedim(1, -1)
+    if transposed == "dgrad":  # (input channels, window..., output channels), the gradient's weight
+        wl = w.new_zeros((cp, *window, kp))
+        wl[:c, ..., :k] = w.movedim(1, -1)
+    else:
+        wl = w.new_zeros((kp, *window, cp))
+        wl[:k, ..., :c] = w.movedim(1, -1)
     y = x.new_empty((n, *sizes, kp))
     per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), y[0].numel(), 1)))
     for i in range(0, n, per):
@@ -53,24 +71,46 @@ exec(compile(GLUE, "<loopwise cutlass conv glue>", "exec"), _glue)  # noqa: S102
 _channels_last = _glue["_lw_channels_last"]
 
 
-def extension_source(dims: int, config: str, precision: str = "fp32") -> str:
+def extension_source(dims: int, config: str, precision: str = "fp32", dgrad: bool = False) -> str:
     """The CUDA source of ``lw_conv`` for ``dims``-d convolutions (1-d ones run as 2-d) with the
-    tile ``config`` of :data:`CONFIGS` under ``precision``."""
+    tile ``config`` of :data:`CONFIGS` under ``precision``; with ``dgrad`` the data gradient of a
+    1-d or 2-d one (a transposed convolution of any stride)."""
     from loopwise.kernels.expert.generate import _templates
 
-    tile, warp, stages = CONFIGS[config]
+    if dgrad and dims == 3:
+        raise ValueError("CUTLASS's strided data gradient is built for 1-d and 2-d convolutions")
+    tile, warp, stages = (DGRAD_CONFIGS if dgrad else CONFIGS)[config]
     macro = _templates().get_template("_cutlass_conv.j2").module.conv_source
-    return str(macro(3 if dims == 3 else 2, tile, warp, stages, OPERATORS[precision]))
+    return str(macro(3 if dims == 3 else 2, tile, warp, stages, OPERATORS[precision], dgrad))
 
 
-def channels_last_conv(run, x, w, bias, stride, padding, dilation, transposed=False):
-    """``F.convNd(x, w, bias, ...)`` (``F.conv_transposeNd`` with ``transposed``: stride 1, no output
-    padding, ``padding`` at most dilation x (window - 1)) through CUTLASS (``run``), in the input's
-    layout: the channels-last output sliced to its channels, moved back and the bias added (torch's
-    copy; a candidate does this in its own kernel with the epilogue)."""
-    if transposed:
-        padding = [d * (r - 1) - p for p, d, r in zip(padding, dilation, w.shape[2:])]
-    y = _channels_last(run, x, w, tuple(stride), tuple(padding), tuple(dilation), transposed)
+def transposed_mode(stride, padding, dilation, window, output_padding) -> str:
+    """How CUTLASS's form runs a transposed convolution: "flip" (the forward convolution it equals:
+    stride 1, no output padding, padding at most dilation x (window - 1)), "dgrad" (the strided data
+    gradient, dilation 1, 1-d or 2-d), or "" where neither can."""
+    if all(s == 1 for s in stride) and not any(output_padding) \
+            and all(p <= d * (r - 1) for p, d, r in zip(padding, dilation, window)):
+        return "flip"
+    if all(d == 1 for d in dilation) and len(window) <= 2:
+        return "dgrad"
+    return ""
+
+
+def flipped_padding(padding, dilation, window) -> tuple[int, ...]:
+    """The padding of the forward convolution a transposed one of stride 1 equals."""
+    return tuple(d * (r - 1) - p for p, d, r in zip(padding, dilation, window))
+
+
+def channels_last_conv(run, x, w, bias, stride, padding, dilation, transposed=None, output_padding=None):
+    """``F.convNd(x, w, bias, ...)`` (``F.conv_transposeNd`` with ``transposed``, "flip" or "dgrad"
+    as :func:`transposed_mode` says; ``run`` the data gradient's extension for "dgrad") through
+    CUTLASS (``run``), in the input's layout: the channels-last output sliced to its channels,
+    moved back and the bias added (torch's copy; a candidate does this in its own kernel with the
+    epilogue)."""
+    if transposed == "flip":
+        padding = flipped_padding(padding, dilation, w.shape[2:])
+    output_padding = tuple(output_padding or (0,) * len(stride))
+    y = _channels_last(run, x, w, tuple(stride), tuple(padding), tuple(dilation), transposed, output_padding)
     k = w.shape[1] if transposed else w.shape[0]
     out = y[..., :k].movedim(-1, 1)
     if x.dim() == 3:

@@ -29,7 +29,7 @@ one group as CUTLASS's 3xTF32 implicit GEMM on channels-last copies
 (:mod:`~loopwise.kernels.expert.cutlass_conv`), and a Triton kernel reads the channels-last output
 back into the stated layout with the bias added and the pointwise kernel's work fused the same way.
 A transposed convolution of stride 1 is the forward one with its window flipped and its input and
-output channels swapped; the CUTLASS form runs it so.
+output channels swapped; the CUTLASS form runs it so, and a strided one as CUTLASS's data gradient.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field, replace
 
+from loopwise.kernels.expert import cutlass_conv
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
 from loopwise.kernels.expert.partition.plans import PICKS
 
@@ -209,30 +210,25 @@ def cutlass_unfit(site: Site) -> str:
         return f"a convolution of {site.conv['groups']} groups"
     if max(site.conv["window"]) > 32:
         return f"a window of {site.conv['window']} (at most 32 along a side)"
-    if site.conv.get("transposed"):
-        # run as the forward convolution it equals: the window flipped, input and output channels
-        # swapped, each side padded by dilation x (window - 1) - padding; that needs stride 1
-        if any(v != 1 for v in site.conv["stride"]):
-            return f"a transposed convolution of stride {site.conv['stride']} (the CUTLASS form runs those of stride 1)"
-        if any(site.conv["output_padding"]):
-            return f"a transposed convolution with output padding {site.conv['output_padding']}"
-        if any(p > d * (r - 1) for p, d, r in zip(site.conv["padding"], site.conv["dilation"], site.conv["window"])):
-            return f"a transposed convolution padded by {site.conv['padding']}, more than its window reaches"
+    if site.conv.get("transposed") and not transposed_mode(site):
+        return (f"a transposed convolution of stride {site.conv['stride']} and dilation {site.conv['dilation']} "
+                "(the CUTLASS form runs those of stride 1, and 1-d or 2-d ones of dilation 1)")
     return ""
+
+
+def transposed_mode(site: Site) -> str:
+    """How the CUTLASS form runs a transposed convolution ("" for a forward one):
+    :func:`~loopwise.kernels.expert.cutlass_conv.transposed_mode`."""
+    if not site.conv.get("transposed"):
+        return ""
+    c = site.conv
+    return cutlass_conv.transposed_mode(c["stride"], c["padding"], c["dilation"], c["window"], c["output_padding"])
 
 
 def triton_runs(site: Site) -> bool:
     """Whether the conv move's Triton form (the expert's implicit-GEMM gather) writes ``site``: a
     library convolution that is not transposed."""
     return site.op == CONVOLUTION and not site.conv.get("transposed")
-
-
-def forward_padding(site: Site) -> tuple[int, ...]:
-    """The padding of the forward convolution that CUTLASS's form runs for ``site``: its own, or
-    for a transposed one of stride 1 dilation x (window - 1) - padding along each side."""
-    if not site.conv.get("transposed"):
-        return tuple(site.conv["padding"])
-    return tuple(d * (r - 1) - p for p, d, r in zip(site.conv["padding"], site.conv["dilation"], site.conv["window"]))
 
 
 def cutlass_products(precision: str) -> str:
@@ -243,9 +239,13 @@ def cutlass_products(precision: str) -> str:
 
 def cutlass_config(site: Site, variant: int = 0) -> str:
     """The tile of :data:`~loopwise.kernels.expert.cutlass_conv.CONFIGS` a CUTLASS convolution runs
-    with under ``variant`` (:data:`TILE_VARIANTS`): 128 x 64 (0), 256 x 64 (1), 64 x 64 (2)."""
+    with under ``variant`` (:data:`TILE_VARIANTS`): 128 x 64 (0), 256 x 64 (1), 64 x 64 (2); a
+    data gradient's (:data:`~loopwise.kernels.expert.cutlass_conv.DGRAD_CONFIGS`) has no 256 x 64
+    tile, and takes 128 x 64 for 1."""
     if variant not in TILE_VARIANTS:
         raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
+    if transposed_mode(site) == "dgrad":
+        return ("128x64", "128x64", "64x64")[variant]
     return ("128x64", "256x64", "64x64")[variant]
 
 
@@ -279,7 +279,14 @@ def cutlass_extension(site: Site, precision: str, variant: int = 0) -> str:
     """The name of the extension a CUTLASS convolution of ``site`` is built as (one per spatial
     rank, tile and precision: sites that share them share it)."""
     dims = 3 if len(site.conv["window"]) == 3 else 2
-    return f"lw_conv{dims}d_{cutlass_config(site, variant)}_{precision}"
+    kind = "dgrad" if transposed_mode(site) == "dgrad" else "conv"
+    return f"lw_{kind}{dims}d_{cutlass_config(site, variant)}_{precision}"
+
+
+def cutlass_source(site: Site, precision: str, variant: int = 0) -> str:
+    """The CUDA source of the extension :func:`cutlass_extension` names."""
+    return cutlass_conv.extension_source(len(site.conv["window"]), cutlass_config(site, variant), precision,
+                                         dgrad=transposed_mode(site) == "dgrad")
 
 
 def find_sites(record: InductorRecord) -> list[Site]:
@@ -724,12 +731,14 @@ def kernel_source(site: Site, precision: str, variant: int = 0) -> str:
 
     params = [n for n in site.fused.arg_names if n not in site.fused.config] if site.fused else []
     if site.cutlass:
+        mode = transposed_mode(site)
         return _templates().get_template("inductor_conv_cutlass.py.j2").render(
             name=site.name, out=site.out, fused=site.fused.name if site.fused else "", params=params,
             bias=site.conv["bias"], ext=cutlass_extension(site, precision, variant),
             config=cutlass_config(site, variant), precision_text=cutlass_products(precision),
-            stride=tuple(site.conv["stride"]), padding=forward_padding(site),
-            dilation=tuple(site.conv["dilation"]), transposed=bool(site.conv.get("transposed")),
+            stride=tuple(site.conv["stride"]), dilation=tuple(site.conv["dilation"]), transposed=mode,
+            padding=cutlass_conv.flipped_padding(site.conv["padding"], site.conv["dilation"], site.conv["window"])
+            if mode == "flip" else tuple(site.conv["padding"]), output_padding=tuple(site.conv["output_padding"]),
             epilogue=site.epilogue)
     if site.op == CONVOLUTION:
         pad = 3 - len(site.conv["window"])  # 1-d and 2-d as 3-d with leading extents of one

@@ -305,9 +305,8 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                 "summary": s.summary(precision, moves["gemm_tile"]),
                 # the fp32 GEMMs copy operands that are not K-major and aligned (_aligned_k_major)
                 "aligns": s.dtype == "float32" and s.op != gemm.CONVOLUTION} for s in sites],
-        cutlass_sources={gemm.cutlass_extension(s, precision, moves["gemm_tile"]): cutlass_conv.extension_source(
-                             len(s.conv["window"]), gemm.cutlass_config(s, moves["gemm_tile"]), precision)
-                         for s in sites if s.cutlass},
+        cutlass_sources={gemm.cutlass_extension(s, precision, moves["gemm_tile"]):
+                         gemm.cutlass_source(s, precision, moves["gemm_tile"]) for s in sites if s.cutlass},
         cutlass_glue=cutlass_conv.GLUE, cutlass_declaration=cutlass_conv.DECLARATION,
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,

@@ -82,7 +82,7 @@ def strides(sizes, order=None):
 
 
 def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, channels_last=False,
-                fused=True, returned=False, library_bias=False, transposed=False):
+                fused=True, returned=False, library_bias=False, transposed=False, output_padding=0):
     """A problem (``nn.Conv{d}d`` then ReLU, or the lone convolution with its bias) and Inductor's
     record of it as Inductor writes one: the convolution with ``bias=None`` into a buffer that the
     bias-and-ReLU pointwise kernel then updates in place (``fused``); with ``returned`` the
@@ -93,7 +93,8 @@ def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, c
     c = x[1]
     ks, ss, ps, ds = ((v,) * dims if isinstance(v, int) else tuple(v) for v in (k, stride, padding, dilation))
     if transposed:
-        spatial = tuple((x[2 + i] - 1) * ss[i] - 2 * ps[i] + ds[i] * (ks[i] - 1) + 1 for i in range(dims))
+        spatial = tuple((x[2 + i] - 1) * ss[i] - 2 * ps[i] + ds[i] * (ks[i] - 1) + output_padding + 1
+                        for i in range(dims))
     else:
         spatial = tuple((x[2 + i] + 2 * ps[i] - ds[i] * (ks[i] - 1) - 1) // ss[i] + 1 for i in range(dims))
     out = (x[0], co, *spatial)
@@ -103,7 +104,7 @@ def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, c
     channel = "(xindex % {co})".format(co=co) if channels_last else f"((xindex // {math.prod(spatial)}) % {co})"
     t = lambda v: "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"  # noqa: E731
     conv = (f"extern_kernels.convolution(arg0_1, arg1_1, stride={t(ss)}, padding={t(ps)}, dilation={t(ds)}, "
-            f"transposed={transposed}, output_padding={t((0,) * dims)}, groups={groups}, bias={'arg2_1' if library_bias else 'None'})")
+            f"transposed={transposed}, output_padding={t((output_padding,) * dims)}, groups={groups}, bias={'arg2_1' if library_bias else 'None'})")
     lines = [f"assert_size_stride(arg0_1, {t(x)}, {t(strides(x))})",
              f"assert_size_stride(arg1_1, {t(w)}, {t(strides(w))})",
              f"assert_size_stride(arg2_1, ({co}, ), (1, ))",
@@ -160,7 +161,8 @@ def conv_record(tmp_path, x, co, k, stride=1, padding=0, dilation=1, groups=1, c
     path = tmp_path / f"conv{dims}d.py"
     kind = f"{'Transpose' if transposed else ''}{dims}"
     path.write_text(PROBLEM.format(dims=kind, c=c, co=co, k=tuple(ks), stride=tuple(ss), padding=tuple(ps),
-                                   dilation=tuple(ds), groups=groups, bias="", forward=forward, x=t(x)))
+                                   dilation=tuple(ds), groups=groups, forward=forward, x=t(x),
+                                   bias=f", output_padding={output_padding}" if output_padding else ""))
     return rec, load_problem(str(path))
 
 
@@ -329,8 +331,20 @@ _STAND_IN = '''class _StandIn:
         y.copy_(conv(x.movedim(-1, 1), w.movedim(-1, 1), None, stride, padding, dilation).movedim(1, -1))
 
 
+class _StandInDgrad:
+    @staticmethod
+    def lw_conv(x, w, y, padding, stride, dilation):  # the data gradient: x (N, P, Q, K), w (K, R, S, C)
+        assert x.is_contiguous() and w.is_contiguous() and y.is_contiguous() and x.dim() == 4
+        assert x.shape[-1] % 4 == 0 and w.shape[0] == x.shape[-1] and y.shape[-1] == w.shape[-1]
+        assert w.shape[-1] % 4 == 0
+        out = [(i - 1) * s - 2 * p + d * (r - 1) + 1 for i, s, p, d, r in zip(x.shape[1:3], stride, padding, dilation, w.shape[1:3])]
+        extra = [o - e for o, e in zip(y.shape[1:3], out)]
+        y.copy_(torch.nn.functional.conv_transpose2d(x.movedim(-1, 1), w.movedim(-1, 1), None, stride, padding, extra,
+                                                     1, dilation).movedim(1, -1))
+
+
 def _lw_cutlass_conv(name):
-    return _StandIn
+    return _StandInDgrad if "dgrad" in name else _StandIn
 '''
 
 
@@ -384,20 +398,37 @@ def test_a_transposed_convolution_of_stride_one_runs_in_cutlass_as_the_forward_o
     assert site.conv["transposed"] and not cutlass_unfit(site)
     source = render_seed(rec, problem, {"conv": 2})
     assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
-    assert ", transposed=True)" in source
+    assert ', "flip", ' in source and "lw_conv" in source and "lw_dgrad" not in source
     judged(problem, on_cpu(source), "seed-conv-transposed", tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 6, 7, 9), co=10, k=3, stride=2, padding=1, output_padding=1),  # 2-d, output padding, ReLU fused
+    dict(x=(2, 5, 11), co=7, k=2, stride=3, padding=0),  # 1-d, stride past the window: some outputs get no tap
+    dict(x=(2, 6, 7, 8), co=9, k=(4, 3), stride=(2, 1), padding=(1, 2), channels_last=True),  # wider padding
+    dict(x=(2, 5, 6, 6), co=7, k=4, stride=2, padding=1, library_bias=True),  # a lone one, its bias in the read-back
+])
+def test_a_strided_transposed_convolution_runs_as_cutlass_data_gradient(case, tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, **case, transposed=True)
+    (site,) = find_sites(rec)
+    assert not cutlass_unfit(site)
+    source = render_seed(rec, problem, {"conv": 2})
+    assert ', "dgrad", ' in source and '"lw_dgrad2d_128x64_fp32": r"""' in source
+    assert "DefaultConv2dDgrad<" in source and "StrideSupport::kStrided" in source
+    judged(problem, on_cpu(source), "seed-conv-dgrad", tmp_path, monkeypatch)
 
 
 def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form_stay_the_librarys(tmp_path):
     rec, problem = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=1, transposed=True)
     with pytest.raises(Unsupported, match="no library convolution to replace"):
         render_seed(rec, problem, {"conv": 1})  # the Triton gather is written for forward convolutions
-    strided, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, transposed=True)
-    assert "of stride (2, 2)" in cutlass_unfit(find_sites(strided)[0])
-    wide, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=3, transposed=True)
-    assert "more than its window reaches" in cutlass_unfit(find_sites(wide)[0])
+    dilated, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, dilation=2, transposed=True)
+    assert "of stride (2, 2) and dilation (2, 2)" in cutlass_unfit(find_sites(dilated)[0])
+    deep, _ = conv_record(tmp_path, (1, 4, 5, 5, 5), 8, 3, stride=2, transposed=True)  # the data gradient is 2-d
+    assert "of stride (2, 2, 2)" in cutlass_unfit(find_sites(deep)[0])
     grouped, _ = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4, transposed=True)
     assert "4 groups" in cutlass_unfit(find_sites(grouped)[0])
+    strided, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, transposed=True)
     (site,) = find_sites(strided)
     assert site.k == 6 * 9 // 4  # a stride-2 output element sums over a quarter of input channels x window
 
@@ -415,10 +446,11 @@ def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dims,config", [(2, "128x64"), (2, "256x64"), (2, "64x64"), (3, "128x64")])
-def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, tmp_path):
-    """Each tile of the CUTLASS form, 3xTF32, compiled by nvcc for sm_90a (where nvcc, the CUTLASS
-    headers and torch's headers are here): no register spilled."""
+@pytest.mark.parametrize("dims,config,dgrad", [(2, "128x64", False), (2, "256x64", False), (2, "64x64", False),
+                                               (3, "128x64", False), (2, "128x64", True), (2, "64x64", True)])
+def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, dgrad, tmp_path):
+    """Each tile of the CUTLASS form, 3xTF32, forward and (2-d) data gradient, compiled by nvcc for
+    sm_90a (where nvcc, the CUTLASS headers and torch's headers are here): no register spilled."""
     import shutil
     import subprocess
     import sysconfig
@@ -432,7 +464,7 @@ def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, 
         pytest.skip("needs nvcc and the nvidia-cutlass wheel")
     (tmp_path / "c10" / "cuda" / "impl").mkdir(parents=True)  # generated at torch's build, absent from a CPU build
     (tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    (tmp_path / "conv.cu").write_text(extension_source(dims, config))
+    (tmp_path / "conv.cu").write_text(extension_source(dims, config, dgrad=dgrad))
     includes = [str(tmp_path), *cutlass_include_dirs(), *ext.include_paths(), sysconfig.get_paths()["include"]]
     done = subprocess.run(["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
                            "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "conv.cu", "-o", "conv.o",
@@ -498,7 +530,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv{dims}d({c}, {co}, {k}, stride={stride}, padding={padding})
+        self.conv = nn.Conv{dims}d({c}, {co}, {k}, stride={stride}, padding={padding}{extra})
 
     def forward(self, x):
         return {forward}
@@ -526,6 +558,11 @@ def get_init_inputs():
     # 2-d transposed, stride 1: the forward convolution it equals, a tanh after it
     dict(dims="Transpose2", c=16, co=24, k=(3, 4), stride=1, padding=(1, 2), x=(2, 16, 33, 35),
          forward="torch.tanh(self.conv(x))", tiles=(0,)),
+    # 2-d transposed, stride 2 with output padding: CUTLASS's strided data gradient, each of its tiles
+    dict(dims="Transpose2", c=20, co=12, k=3, stride=2, padding=1, extra=", output_padding=1", x=(3, 20, 17, 23),
+         forward="torch.relu(self.conv(x))", tiles=(0, 2)),
+    # 1-d transposed, stride 3 past a window of 2: outputs no window position reaches are the bias
+    dict(dims="Transpose1", c=8, co=6, k=2, stride=3, padding=0, x=(2, 8, 50), forward="self.conv(x)", tiles=(0,)),
 ])
 def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductors_record(case, tmp_path):
     """The CUTLASS form of a convolution Inductor compiled on this GPU: the extension built by nvcc
@@ -537,7 +574,7 @@ def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductor
     from loopwise.kernels.expert.inductor.seed import inductor_record
 
     path = tmp_path / f"conv{case['dims']}d_gpu.py"
-    path.write_text(GPU_PROBLEM.format(**case))
+    path.write_text(GPU_PROBLEM.format(**{"extra": "", **case}))
     problem = load_problem(str(path))
     rec = inductor_record(problem, "cuda")
     with LocalJudge(problem, EvalConfig(), device="cuda", log_dir=tmp_path) as judge:
