@@ -79,7 +79,8 @@ def each_problem(paths, check_one, out_file: Path) -> None:
 # The seed's forms this check can run (--variants): label -> moves.
 VARIANTS = {"seed": {}, "seed_graph": {"cudagraph": 1}, "seed_gemm": {"gemm": 1}, "seed_conv": {"conv": 1},
             "seed_conv2": {"conv": 2}, "seed_conv2_t1": {"conv": 2, "gemm_tile": 1},
-            "seed_conv2_t2": {"conv": 2, "gemm_tile": 2}}
+            "seed_conv2_t2": {"conv": 2, "gemm_tile": 2}, "seed_conv3": {"conv": 3},
+            "seed_conv2_graph": {"conv": 2, "cudagraph": 1}, "seed_conv3_graph": {"conv": 3, "cudagraph": 1}}
 
 
 def check(problem, out: Path, repeats: int, variants=("seed", "seed_graph", "seed_gemm")) -> dict:
