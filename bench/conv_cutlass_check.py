@@ -19,6 +19,7 @@ import argparse
 import concurrent.futures
 import importlib.util
 import json
+import math
 import os
 import statistics
 import time
@@ -150,7 +151,9 @@ def main() -> None:
             scale = ref64.norm().item()
             row = {"problem": path.stem, "conv": i, "input": list(conv["shape"]), "weight": list(w.shape),
                    **{k: list(v) for k, v in opts.items()}, "bias": b is not None, "transposed": conv["transposed"],
-                   "gflop": 2 * ref32.numel() * (w.shape[0] * w[0, 0].numel() if conv["transposed"] else w[0].numel()) / 1e9,
+                   # a transposed one's output element sums over 1 / (product of strides) of its taps
+                   "gflop": 2 * ref32.numel() * (w.shape[0] * w[0, 0].numel() / math.prod(conv["stride"])
+                                                 if conv["transposed"] else w[0].numel()) / 1e9,
                    "cudnn_ms": _time(cudnn, args.repeats),
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
             dgrad = conv["transposed"] == "dgrad"

@@ -545,8 +545,8 @@ def get_init_inputs():
 '''
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", [
+# The GPU test's convolutions: (problem fields, the tiles judged)
+GPU_CASES = [
     # 2-d, 18 -> 20 input channels padded, the bias and ReLU fused into the read-back, each tile
     dict(dims=2, c=18, co=30, k=3, stride=2, padding=1, x=(3, 18, 37, 41), forward="torch.relu(self.conv(x))",
          tiles=(0, 1, 2)),
@@ -563,23 +563,45 @@ def get_init_inputs():
          forward="torch.relu(self.conv(x))", tiles=(0, 2)),
     # 1-d transposed, stride 3 past a window of 2: outputs no window position reaches are the bias
     dict(dims="Transpose1", c=8, co=6, k=2, stride=3, padding=0, x=(2, 8, 50), forward="self.conv(x)", tiles=(0,)),
-])
-def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductors_record(case, tmp_path):
+]
+
+
+@pytest.fixture(scope="module")
+def cutlass_gpu_candidates(tmp_path_factory):
+    """Each GPU case's problem and its CUTLASS-form sources (Inductor's record made on this GPU),
+    every extension they load built at once, one CPU core each (one after another they take
+    minutes apiece)."""
+    from loopwise.kernels.config import EvalConfig
+    from loopwise.kernels.evaluate.judge import LocalJudge
+    from loopwise.kernels.expert.inductor.seed import inductor_record
+
+    folder = tmp_path_factory.mktemp("cutlass_gpu")
+    made = []
+    for i, case in enumerate(GPU_CASES):
+        path = folder / f"conv{case['dims']}d_gpu_{i}.py"
+        path.write_text(GPU_PROBLEM.format(**{"extra": "", **case}))
+        problem = load_problem(str(path))
+        rec = inductor_record(problem, "cuda")
+        made.append((problem, [(tile, render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})) for tile in case["tiles"]]))
+    with LocalJudge(made[0][0], EvalConfig(), device="cuda", log_dir=folder) as judge:
+        assert judge.precompile([source for _, sources in made for _, source in sources]) >= 2
+    return made
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(GPU_CASES)))
+def test_on_the_gpu_the_cutlass_form_is_built_and_judged_correct_beside_inductors_record(index, cutlass_gpu_candidates,
+                                                                                        tmp_path):
     """The CUTLASS form of a convolution Inductor compiled on this GPU: the extension built by nvcc
     for the device, run by the judge on the device (every trial, the float64 bound, the decoy audit
     of its launches), correct with no rejection for each tile asked."""
     from loopwise.kernels.config import EvalConfig
     from loopwise.kernels.evaluate.judge import LocalJudge
     from loopwise.kernels.evaluate.result import Status
-    from loopwise.kernels.expert.inductor.seed import inductor_record
 
-    path = tmp_path / f"conv{case['dims']}d_gpu.py"
-    path.write_text(GPU_PROBLEM.format(**{"extra": "", **case}))
-    problem = load_problem(str(path))
-    rec = inductor_record(problem, "cuda")
+    problem, sources = cutlass_gpu_candidates[index]
     with LocalJudge(problem, EvalConfig(), device="cuda", log_dir=tmp_path) as judge:
-        for tile in case["tiles"]:
-            source = render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})
+        for tile, source in sources:
             assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
             ev = judge.evaluate(source, f"seed-conv-cutlass-{tile}")
             assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
