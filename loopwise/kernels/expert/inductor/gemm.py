@@ -35,6 +35,7 @@ output channels swapped; the CUTLASS form runs it so, and a strided one as CUTLA
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import textwrap
@@ -52,19 +53,6 @@ _PICKS = re.compile(r"\baten\.(" + "|".join(sorted(PICKS)) + r")\b")
 _OPERANDS = {"mm": 2, "addmm": 3, "bmm": 2}  # tensor arguments of each library call
 CONVOLUTION = "convolution"  # the op of a library convolution's site
 _DTYPES = ("float32", "float16", "bfloat16")
-# Names the GEMM kernel itself defines; an epilogue that uses one of them is not fused.
-GEMM_NAMES = frozenset({"a_ptr", "b_ptr", "c_ptr", "d_ptr", "M", "N", "K", "G", "s_ab", "s_am", "s_ak", "s_bb", "s_bk",
-                        "s_bn", "s_cb", "s_cm", "s_cn", "s_db", "s_dm", "s_dn", "BM", "BN", "BK", "GROUP_M", "g_pid",
-                        "g_batch", "g_num_m", "g_num_n", "g_group", "g_first_m", "g_size_m", "g_pid_m", "g_pid_n",
-                        "g_rm", "g_rn", "g_rk", "g_a_ptrs", "g_b_ptrs", "g_a", "g_b", "g_k", "acc", "g_inside",
-                        # and the implicit-GEMM convolution
-                        "x_ptr", "w_ptr", "CO_G", "KG", "D", "H", "W", "OD", "OH", "OW", "s_xn", "s_xc", "s_xd",
-                        "s_xh", "s_xw", "s_wo", "s_wc", "s_wd", "s_wh", "s_ww", "s_cc", "s_cd", "s_ch", "s_cw",
-                        "I64", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "g_group_id",
-                        "g_co", "g_ow", "g_oh", "g_od", "g_n", "g_t", "g_xbase", "g_kw", "g_kh", "g_kd", "g_ci",
-                        "g_t2", "g_id", "g_ih", "g_iw", "g_in",
-                        # and the read-back of CUTLASS's convolution
-                        "y_ptr", "CO", "KP"})
 # The pointwise kernel's own index and mask over its flat range: the GEMM defines them over its tile.
 _INDEX_NAMES = ("xoffset", "xindex", "xmask")
 
@@ -635,6 +623,29 @@ def _read_after(call, launch, names: set[str]) -> bool:
                and n.lineno > launch.end_lineno for n in ast.walk(call))
 
 
+@functools.cache
+def kernel_names() -> frozenset[str]:
+    """The names the move's kernels define (their parameters and what they assign), read from the
+    templates rendered without an epilogue: the GEMM (2-D, batched, 64-bit offsets), the Triton
+    convolution and CUTLASS's read-back. A pointwise kernel that uses one cannot be their epilogue;
+    the flat index and mask it drops are not among them (:data:`_INDEX_NAMES`)."""
+    conv = {"strides": (64, 16, 4, 1, 1), "window": (3, 3, 3), "stride": (1, 1, 1), "padding": (1, 1, 1),
+            "dilation": (1, 1, 1), "groups": 1, "bias": True, "transposed": False, "output_padding": (0, 0, 0)}
+    sites = [Site(index=0, op="addmm", out="buf0", dtype="float32", shape=(64, 64), k=64),
+             Site(index=0, op="mm", out="buf0", dtype="float32", shape=(2**16, 2**16), k=64),
+             Site(index=0, op="bmm", out="buf0", dtype="float32", shape=(2, 64, 64), k=64),
+             Site(index=0, op=CONVOLUTION, out="buf0", dtype="float32", shape=(1, 8, 4, 4, 4), k=216, conv=conv),
+             Site(index=0, op=CONVOLUTION, out="buf0", dtype="float32", shape=(1, 8, 4, 4, 4), k=216, conv=conv,
+                  cutlass=True)]
+    names: set[str] = set()
+    for site in sites:
+        for fn in ast.walk(ast.parse(kernel_source(site, "fp32"))):
+            if isinstance(fn, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in fn.decorator_list):
+                names |= {a.arg for a in fn.args.args}
+                names |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return frozenset(names - set(_INDEX_NAMES))
+
+
 def epilogue(kernel: KernelRecord, param: str) -> list[str]:
     """The statements of pointwise ``kernel`` as a GEMM epilogue in which ``param`` is the product:
     without its own index and mask (the GEMM defines ``xindex`` and ``xmask`` over the tile), its
@@ -651,8 +662,8 @@ def epilogue(kernel: KernelRecord, param: str) -> list[str]:
     if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args][-2:] != ["xnumel", "XBLOCK"]:
         raise NotFusable(f"{kernel.name} is not a kernel over one flat index with an XBLOCK")
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {a.arg for a in fn.args.args}
-    if used & GEMM_NAMES:
-        raise NotFusable(f"{kernel.name} uses a name the GEMM defines ({sorted(used & GEMM_NAMES)[0]})")
+    if used & kernel_names():
+        raise NotFusable(f"{kernel.name} uses a name the GEMM defines ({sorted(used & kernel_names())[0]})")
     rewriter = _Epilogue(param)
     out = []
     for stmt in fn.body:

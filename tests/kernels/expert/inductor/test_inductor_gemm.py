@@ -269,6 +269,21 @@ def test_a_kernel_that_is_no_epilogue_of_the_product_is_not_fused():
             epilogue(changed, "in_out_ptr0")
 
 
+def test_a_kernel_using_a_name_any_of_the_moves_kernels_defines_is_not_fused():
+    """The names come from the rendered GEMM, convolution and CUTLASS read-back kernels, so a name a
+    template adds is refused without a list to keep; the flat index and mask the epilogue drops are
+    not among them."""
+    from loopwise.kernels.expert.inductor.gemm import kernel_names
+
+    assert {"xindex", "xmask", "xoffset"}.isdisjoint(kernel_names())
+    for name in ("g_a_ptrs", "g_xbase", "KP", "s_cw"):  # the GEMM's, the convolution's, the read-back's, a stride
+        assert name in kernel_names()
+        changed = InductorRecord.from_json(record("handwritten__linear_silu").to_json()).kernels[0]
+        changed.src = changed.src.replace("tmp4 = tmp2 * tmp3", f"tmp4 = tmp2 * tmp3\n    {name} = tmp4")
+        with pytest.raises(NotFusable, match=re.escape(f"a name the GEMM defines ({name})")):
+            epilogue(changed, "in_out_ptr0")
+
+
 def test_the_move_is_offered_where_a_library_gemm_is_and_its_note_says_what_it_did():
     seeded = ExpertProposer(load_problem(str(HERE / "problems" / "linear_silu.py")), seed=1, device="cuda",
                             record_source=lambda p, d: record("handwritten__linear_silu"))
