@@ -255,7 +255,8 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
     """Whether CUTLASS's convolution is likely faster than the library's on ``site``: a float32
     convolution it runs (:func:`cutlass_unfit`) of 1 or 2 spatial dimensions with a reduction of
     :data:`CUTLASS_PAYING_K` or more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32
-    policy. Under ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS
+    policy (a transposed one's reduction is what each output element sums: its input channels x
+    window over the product of its strides). Under ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS
     2's Ampere-tagged kernels do not use; 3-d convolutions ran slower than cuDNN's."""
     if precision != "fp32" or cutlass_unfit(site) or len(site.conv["window"]) == 3:
         return False
