@@ -523,28 +523,6 @@ def test_the_seed_reads_its_parameters_from_their_modules_not_by_walking_paths_e
     assert passed[1][1] is model.conv.weight and passed[1][1] is not passed[0][1]
 
 
-GPU_PROBLEM = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv{dims}d({c}, {co}, {k}, stride={stride}, padding={padding}{extra})
-
-    def forward(self, x):
-        return {forward}
-
-
-def get_inputs():
-    return [torch.randn{x}]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
 # The GPU test's convolutions: (problem fields, the tiles judged)
 GPU_CASES = [
     # 2-d, 18 -> 20 input channels padded, the bias and ReLU fused into the read-back, each tile
@@ -579,7 +557,9 @@ def cutlass_gpu_candidates(tmp_path_factory):
     made = []
     for i, case in enumerate(GPU_CASES):
         path = folder / f"conv{case['dims']}d_gpu_{i}.py"
-        path.write_text(GPU_PROBLEM.format(**{"extra": "", **case}))
+        path.write_text(PROBLEM.format(dims=case["dims"], c=case["c"], co=case["co"], k=case["k"], stride=case["stride"],
+                                       padding=case["padding"], dilation=1, groups=1, bias=case.get("extra", ""),
+                                       forward=case["forward"], x=case["x"]))
         problem = load_problem(str(path))
         rec = inductor_record(problem, "cuda")
         made.append((problem, [(tile, render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})) for tile in case["tiles"]]))
