@@ -10,7 +10,8 @@ compared with a float64 convolution of the same inputs. CUDA events, median of -
 
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
-Writes DIR/rows.jsonl (one row per convolution and tile, after each).
+Writes DIR/rows.jsonl (one row per convolution and tile, after each): per tile ``<tile>_ms`` (with
+the copies) and ``<tile>_kernel_ms`` (CUTLASS's launches alone).
 """
 
 from __future__ import annotations
@@ -169,6 +170,10 @@ def main() -> None:
                     row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()
                     row[f"{config}_ms"] = _time(ours, args.repeats)
                     del out
+                    launches = []  # CUTLASS's launches alone, on channels-last copies made once
+                    channels_last_conv(lambda *a: launches.append(a), x, w, None, **opts, transposed=conv["transposed"])
+                    row[f"{config}_kernel_ms"] = _time(lambda: [ext.lw_conv(*a) for a in launches], args.repeats)
+                    del launches
                 except Exception as exc:  # noqa: BLE001
                     row[f"{config}_error"] = str(exc)[-500:]
             best = min((row[f"{c}_ms"] for c in CONFIGS if f"{c}_ms" in row), default=None)
