@@ -64,8 +64,9 @@ def _build(dims: int, config: str, dgrad: bool = False):
 
 
 def convolutions(path: Path) -> list[dict]:
-    """The problem's convolutions (one group; transposed ones of stride 1, no output padding, that
-    CUTLASS's form runs), each with the input shape it met."""
+    """The problem's convolutions (one group; transposed ones that CUTLASS's form runs, see
+    ``transposed_mode``; an ``output_size`` given to a transposed one's forward is not seen), each
+    with the input shape it met."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -75,7 +76,8 @@ def convolutions(path: Path) -> list[dict]:
     found, seen = [], set()
 
     def hook(conv, args):
-        key = (tuple(args[0].shape), conv.weight.shape, conv.stride, conv.padding, conv.dilation)
+        key = (type(conv), tuple(args[0].shape), conv.weight.shape, conv.stride, conv.padding, conv.dilation,
+               getattr(conv, "output_padding", None))
         transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd) and transposed_mode(
             conv.stride, conv.padding, conv.dilation, conv.kernel_size, conv.output_padding)
         if transposed == "":
@@ -115,7 +117,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     major, minor = torch.cuda.get_device_capability()
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one architecture: half the build
-    with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + 1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + len(DGRAD_CONFIGS) + 1) as pool:
         jobs = {(dims, c, False): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS
                 if dims == 2 or c == "128x64"}
         jobs.update({(2, c, True): pool.submit(_build, 2, c, True) for c in DGRAD_CONFIGS})
@@ -176,7 +178,7 @@ def main() -> None:
                     del launches
                 except Exception as exc:  # noqa: BLE001
                     row[f"{config}_error"] = str(exc)[-500:]
-            best = min((row[f"{c}_ms"] for c in CONFIGS if f"{c}_ms" in row), default=None)
+            best = min((row[f"{c}_ms"] for c in {**CONFIGS, **DGRAD_CONFIGS} if f"{c}_ms" in row), default=None)
             row["best_over_cudnn"] = None if best is None else row["cudnn_ms"] / best
             with rows.open("a") as f:
                 f.write(json.dumps(row) + "\n")

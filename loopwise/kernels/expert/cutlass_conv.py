@@ -17,9 +17,10 @@ CONFIGS = {
 }
 # The data gradient's tiles (a transposed convolution of any stride): its strided iterators hold more
 # registers, so its warps take 32 x 32 outputs (with 64 x 32 ones the 128 x 64 and 256 x 64 tiles
-# spill under 3xTF32).
+# spill under 3xTF32); its second tile is wider along the output channels instead of longer.
 DGRAD_CONFIGS = {
     "128x64": ((128, 64, 16), (32, 32, 16), 4),
+    "64x128": ((64, 128, 16), (32, 32, 16), 4),
     "64x64": ((64, 64, 16), (32, 32, 16), 6),
 }
 OPERATORS = {"fp32": "OpMultiplyAddFastF32", "relaxed": "OpMultiplyAdd"}
@@ -60,6 +61,8 @@ def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, out
     else:
         wl = w.new_zeros((kp, *window, cp))
         wl[:k, ..., :c] = w.movedim(1, -1)
+    # CUTLASS's strided data gradient writes every output pixel, those no window position reaches
+    # included (their stride phase's tiles run with an empty reduction), so y needs no zeroing
     y = x.new_empty((n, *sizes, kp))
     per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), y[0].numel(), 1)))
     for i in range(0, n, per):

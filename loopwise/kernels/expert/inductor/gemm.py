@@ -102,6 +102,8 @@ class Site:
         how = dot_precision(self.dtype, precision)
         if self.cutlass:
             how = f"{cutlass_products(precision)}, {cutlass_config(self, variant)} tiles"
+            how += {"flip": ", transposed: the forward convolution it equals", "dgrad": ", transposed: the strided "
+                    "data gradient"}.get(transposed_mode(self), "")
         elif variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
@@ -199,8 +201,10 @@ def cutlass_unfit(site: Site) -> str:
     if max(site.conv["window"]) > 32:
         return f"a window of {site.conv['window']} (at most 32 along a side)"
     if site.conv.get("transposed") and not transposed_mode(site):
-        return (f"a transposed convolution of stride {site.conv['stride']} and dilation {site.conv['dilation']} "
-                "(the CUTLASS form runs those of stride 1, and 1-d or 2-d ones of dilation 1)")
+        c = site.conv
+        return (f"a transposed convolution of stride {c['stride']}, padding {c['padding']}, dilation {c['dilation']} "
+                f"and output padding {c['output_padding']} (the CUTLASS form runs those of stride 1 whose padding "
+                "is at most dilation x (window - 1) and without output padding, and 1-d or 2-d ones of dilation 1)")
     return ""
 
 
@@ -228,12 +232,11 @@ def cutlass_products(precision: str) -> str:
 def cutlass_config(site: Site, variant: int = 0) -> str:
     """The tile of :data:`~loopwise.kernels.expert.cutlass_conv.CONFIGS` a CUTLASS convolution runs
     with under ``variant`` (:data:`TILE_VARIANTS`): 128 x 64 (0), 256 x 64 (1), 64 x 64 (2); a
-    data gradient's (:data:`~loopwise.kernels.expert.cutlass_conv.DGRAD_CONFIGS`) has no 256 x 64
-    tile, and takes 128 x 64 for 1."""
+    data gradient (:data:`~loopwise.kernels.expert.cutlass_conv.DGRAD_CONFIGS`) takes 64 x 128 for 1."""
     if variant not in TILE_VARIANTS:
         raise ValueError(f"gemm tile variant {variant!r} is not one of {TILE_VARIANTS}")
     if transposed_mode(site) == "dgrad":
-        return ("128x64", "128x64", "64x64")[variant]
+        return ("128x64", "64x128", "64x64")[variant]
     return ("128x64", "256x64", "64x64")[variant]
 
 

@@ -336,7 +336,9 @@ class _StandInDgrad:
     def lw_conv(x, w, y, padding, stride, dilation):  # the data gradient: x (N, P, Q, K), w (K, R, S, C)
         assert x.is_contiguous() and w.is_contiguous() and y.is_contiguous() and x.dim() == 4
         assert x.shape[-1] % 4 == 0 and w.shape[0] == x.shape[-1] and y.shape[-1] == w.shape[-1]
-        assert w.shape[-1] % 4 == 0
+        assert w.shape[-1] % 4 == 0 and tuple(dilation) == (1, 1)  # CUTLASS's strided data gradient: dilation 1
+        # x is the output of the forward convolution of y: its sizes are that convolution's
+        assert [(h + 2 * p - r) // s + 1 for h, p, r, s in zip(y.shape[1:3], padding, w.shape[1:3], stride)] == list(x.shape[1:3])
         out = [(i - 1) * s - 2 * p + d * (r - 1) + 1 for i, s, p, d, r in zip(x.shape[1:3], stride, padding, dilation, w.shape[1:3])]
         extra = [o - e for o, e in zip(y.shape[1:3], out)]
         y.copy_(torch.nn.functional.conv_transpose2d(x.movedim(-1, 1), w.movedim(-1, 1), None, stride, padding, extra,
@@ -398,14 +400,18 @@ def test_a_transposed_convolution_of_stride_one_runs_in_cutlass_as_the_forward_o
     assert site.conv["transposed"] and not cutlass_unfit(site)
     source = render_seed(rec, problem, {"conv": 2})
     assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
-    assert ', "flip", ' in source and "lw_conv" in source and "lw_dgrad" not in source
+    assert ', "flip", ' in source and '"lw_conv' in source and "lw_dgrad" not in source
+    assert "128x64 tiles, transposed: the forward convolution it equals)" in source
     judged(problem, on_cpu(source), "seed-conv-transposed", tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("case", [
     dict(x=(2, 6, 7, 9), co=10, k=3, stride=2, padding=1, output_padding=1),  # 2-d, output padding, ReLU fused
     dict(x=(2, 5, 11), co=7, k=2, stride=3, padding=0),  # 1-d, stride past the window: some outputs get no tap
-    dict(x=(2, 6, 7, 8), co=9, k=(4, 3), stride=(2, 1), padding=(1, 2), channels_last=True),  # wider padding
+    dict(x=(2, 6, 7, 8), co=9, k=(4, 3), stride=(2, 1), padding=(1, 2), channels_last=True),  # channels-last
+    dict(x=(2, 6, 9, 9), co=10, k=3, padding=3),  # stride 1, padded past the window: not the flip
+    dict(x=(2, 5, 17), co=7, k=2, padding=2),  # 1-d, stride 1, padded past the window
+    dict(x=(2, 6, 7, 8), co=9, k=(4, 5), stride=(3, 2), padding=(3, 4), output_padding=1),  # padded past it, strided
     dict(x=(2, 5, 6, 6), co=7, k=4, stride=2, padding=1, library_bias=True),  # a lone one, its bias in the read-back
 ])
 def test_a_strided_transposed_convolution_runs_as_cutlass_data_gradient(case, tmp_path, monkeypatch):
@@ -415,7 +421,10 @@ def test_a_strided_transposed_convolution_runs_as_cutlass_data_gradient(case, tm
     source = render_seed(rec, problem, {"conv": 2})
     assert ', "dgrad", ' in source and '"lw_dgrad2d_128x64_fp32": r"""' in source
     assert "DefaultConv2dDgrad<" in source and "StrideSupport::kStrided" in source
+    assert "128x64 tiles, transposed: the strided data gradient)" in source
     judged(problem, on_cpu(source), "seed-conv-dgrad", tmp_path, monkeypatch)
+    for tile, name in ((1, "64x128"), (2, "64x64")):  # the data gradient's own tiles
+        assert f'"lw_dgrad2d_{name}_fp32": r"""' in render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})
 
 
 def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form_stay_the_librarys(tmp_path):
@@ -423,9 +432,11 @@ def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form
     with pytest.raises(Unsupported, match="no library convolution to replace"):
         render_seed(rec, problem, {"conv": 1})  # the Triton gather is written for forward convolutions
     dilated, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, dilation=2, transposed=True)
-    assert "of stride (2, 2) and dilation (2, 2)" in cutlass_unfit(find_sites(dilated)[0])
+    assert "of stride (2, 2), padding (1, 1), dilation (2, 2)" in cutlass_unfit(find_sites(dilated)[0])
+    wide, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=5, dilation=2, transposed=True)  # neither form
+    assert "padding (5, 5), dilation (2, 2)" in cutlass_unfit(find_sites(wide)[0])
     deep, _ = conv_record(tmp_path, (1, 4, 5, 5, 5), 8, 3, stride=2, transposed=True)  # the data gradient is 2-d
-    assert "of stride (2, 2, 2)" in cutlass_unfit(find_sites(deep)[0])
+    assert "of stride (2, 2, 2)," in cutlass_unfit(find_sites(deep)[0])
     grouped, _ = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4, transposed=True)
     assert "4 groups" in cutlass_unfit(find_sites(grouped)[0])
     strided, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, transposed=True)
@@ -447,7 +458,8 @@ def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dims,config,dgrad", [(2, "128x64", False), (2, "256x64", False), (2, "64x64", False),
-                                               (3, "128x64", False), (2, "128x64", True), (2, "64x64", True)])
+                                               (3, "128x64", False), (2, "128x64", True), (2, "64x128", True),
+                                               (2, "64x64", True)])
 def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, dgrad, tmp_path):
     """Each tile of the CUTLASS form, 3xTF32, forward and (2-d) data gradient, compiled by nvcc for
     sm_90a (where nvcc, the CUTLASS headers and torch's headers are here): no register spilled."""
@@ -541,6 +553,12 @@ GPU_CASES = [
          forward="torch.relu(self.conv(x))", tiles=(0, 2)),
     # 1-d transposed, stride 3 past a window of 2: outputs no window position reaches are the bias
     dict(dims="Transpose1", c=8, co=6, k=2, stride=3, padding=0, x=(2, 8, 50), forward="self.conv(x)", tiles=(0,)),
+    # 2-d transposed, stride 1 padded past its window (the data gradient at stride 1), 6 -> 8 channels, each tile
+    dict(dims="Transpose2", c=6, co=10, k=3, stride=1, padding=3, x=(2, 6, 21, 19), forward="self.conv(x) - 1.0",
+         tiles=(0, 1, 2)),
+    # 3-d transposed, stride 1: the 3-d forward convolution it equals
+    dict(dims="Transpose3", c=8, co=12, k=3, stride=1, padding=1, x=(2, 8, 5, 9, 7), forward="torch.sigmoid(self.conv(x))",
+         tiles=(0,)),
 ]
 
 
@@ -564,7 +582,7 @@ def cutlass_gpu_candidates(tmp_path_factory):
         rec = inductor_record(problem, "cuda")
         made.append((problem, [(tile, render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})) for tile in case["tiles"]]))
     with LocalJudge(made[0][0], EvalConfig(), device="cuda", log_dir=folder) as judge:
-        assert judge.precompile([source for _, sources in made for _, source in sources]) >= 2
+        judge.precompile([source for _, sources in made for _, source in sources])  # a failed build fails its verdict
     return made
 
 
