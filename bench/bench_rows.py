@@ -11,7 +11,8 @@ import csv
 import sys
 from pathlib import Path
 
-FIELDS = ("bench", "problem", "evaluations", "best_speedup", "eager_ms", "compile_ms", "compile_status", "best_ms",
+FIELDS = ("bench", "problem", "evaluations", "best_speedup", "eager_ms", "compile_ms", "compile_status",
+          "compile_correct", "compile_message", "best_ms",
           "over_compile", "clock", "best_kernelbench_ms", "best_gpu_ms", "best_launch_ms", "compile_kernelbench_ms",
           "compile_gpu_ms", "compile_launch_ms", "over_compile_kernelbench", "over_compile_gpu", "over_compile_steady",
           "seconds", "error", "failures")
