@@ -64,33 +64,45 @@ def _floor(problem, device: str, policy: str, proven_ms: float | None = None) ->
         return None, None, f"{type(exc).__name__}: {exc}"
 
 
-def judge_outputs(problem, device: str, cfg, args: list, outputs: list, seed: int) -> tuple[bool, str]:
+def judge_outputs(reference, cfg, args: list, outputs: list, seed: int) -> tuple[bool, str]:
     """Whether ``outputs`` (a compiled variant's, for ``args``, the draw of ``seed``) pass the judge's
-    rule against the reference's outputs for them (allclose, then the float64 bound the policy
-    allows), and the judge's message where they do not."""
+    rule against ``reference``'s (a :class:`Reference` and its outputs for ``args``: allclose, then
+    the float64 bound the policy allows), and the judge's message where they do not."""
     import torch
 
     from loopwise.kernels.evaluate.correctness import compare_outputs
-    from loopwise.kernels.evaluate.reference import Reference
 
-    ref = Reference(problem.load_module(), device, problem.source)
-    with torch.no_grad():
-        ref_out, _ = ref.run(args)
+    ref, ref_out = reference
     cand = [o.to(ref.work) if isinstance(o, torch.Tensor) else o for o in outputs]
     verdict, _ = compare_outputs(ref, cfg, ref_out, cand, seed, args=args)
     return verdict.passed, "" if verdict.passed else verdict.message
 
 
-def _judged(times, problem, device: str, cfg, variant: VariantResult | None, args: list, seed: int):
-    """``variant`` with the judge's verdict on its output where it brought one back (a compiled
-    variant timed now; one read from the cache has its verdict already)."""
-    if variant is None or variant.outputs is None:
-        return variant
-    try:
-        correct, message = judge_outputs(problem, device, cfg, args, variant.outputs, seed)
-    except Exception as exc:  # noqa: BLE001 - a verdict that cannot be made is no verdict
-        return replace(variant, outputs=None, correct_message=f"not judged: {type(exc).__name__}: {exc}"[:300])
-    return times.judged(problem.sha256, variant.kind, correct, message)
+def _judged(times, problem, device: str, cfg, variants: list, args: list, seed: int) -> list:
+    """``variants`` with the judge's verdict on the output of each that brought one back (a compiled
+    variant timed now; one read from the cache has its verdict already). The reference is built and
+    run on ``args`` once, for the first of them."""
+    import torch
+
+    from loopwise.kernels.evaluate.reference import Reference
+
+    reference = None
+    judged = []
+    for variant in variants:
+        if variant is None or variant.outputs is None:
+            judged.append(variant)
+            continue
+        try:
+            if reference is None:
+                ref = Reference(problem.load_module(), device, problem.source)
+                with torch.no_grad():
+                    reference = (ref, ref.run(args)[0])
+            correct, message = judge_outputs(reference, cfg, args, variant.outputs, seed)
+        except Exception as exc:  # noqa: BLE001 - a verdict that cannot be made is no verdict
+            judged.append(replace(variant, outputs=None, correct_message=f"not judged: {type(exc).__name__}: {exc}"[:300]))
+            continue
+        judged.append(times.judged(problem.sha256, variant.kind, correct, message))
+    return judged
 
 
 def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPool | None = None) -> BaselineRow:
@@ -108,7 +120,8 @@ def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPoo
 
         name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
         times = ReferenceTimes(pool, cfg, name, use_disk=config.kernels.baseline.cache)
-        args = draw_inputs(problem.load_module(), cfg.seed if cfg.seed is not None else 0)
+        seed = cfg.seed if cfg.seed is not None else 0
+        args = draw_inputs(problem.load_module(), seed)
         eager = times.get(problem.sha256, problem.source, "eager", args, None)
         compiled = times.get(problem.sha256, problem.source, "compile", args, None) \
             if config.kernels.baseline.compile else None
@@ -116,8 +129,7 @@ def run_baseline(problem, config: Config, device: str = "auto", pool: SandboxPoo
             if config.kernels.baseline.max_autotune else None
         tf32 = times.get(problem.sha256, problem.source, "eager-tf32", args, None) \
             if config.kernels.baseline.tf32 else None
-        seed = cfg.seed if cfg.seed is not None else 0
-        compiled, tuned = (_judged(times, problem, device, cfg, v, args, seed) for v in (compiled, tuned))
+        compiled, tuned = _judged(times, problem, device, cfg, [compiled, tuned], args, seed)
         proven = eager.timing.pick(cfg.statistic) if eager.timing is not None else None
         floor_ms, bound, note = _floor(problem, device, cfg.precision, proven)
         return BaselineRow(problem.name, name, eager, compiled, tuned, floor_ms, bound, note, eager_tf32=tf32)
