@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from loopwise.core.files import write_atomic
@@ -172,8 +172,6 @@ class ReferenceTimes:
     def judged(self, problem_sha: str, kind: str, correct: bool, message: str = "") -> VariantResult:
         """Records the judge's verdict on a variant :meth:`get` returned (its outputs dropped), also in
         its cached file where there is one; returns the variant with it."""
-        from dataclasses import replace
-
         key = self._key(problem_sha, kind)
         result = replace(self._memory[key], correct=correct, correct_message=message, outputs=None)
         self._memory[key] = result
@@ -187,8 +185,6 @@ class ReferenceTimes:
     def _measure(self, problem_source: str, kind: str, args: list, fresh: list | None, path: Path) -> VariantResult:
         """Times the variant; the figure is cached only when no other work kept the CPUs busy
         meanwhile (it would stand for this problem in every later run)."""
-        from dataclasses import replace
-
         from loopwise.kernels.evaluate import contention
 
         before = contention.sample()

@@ -305,12 +305,22 @@ def render_seed(record: InductorRecord, problem, moves: dict | None = None, prec
                 "summary": s.summary(precision, moves["gemm_tile"]),
                 # the fp32 GEMMs copy operands that are not K-major and aligned (_aligned_k_major)
                 "aligns": s.dtype == "float32" and s.op != gemm.CONVOLUTION} for s in sites],
-        cutlass_sources={gemm.cutlass_extension(s, precision, moves["gemm_tile"]):
-                         gemm.cutlass_source(s, precision, moves["gemm_tile"]) for s in sites if s.cutlass},
+        cutlass_sources=_cutlass_sources(sites, precision, moves["gemm_tile"]),
         cutlass_glue=cutlass_conv.GLUE, cutlass_declaration=cutlass_conv.DECLARATION,
         warps=moves["warps"], cudagraph=moves["cudagraph"], body=module_body(written),
         constants=init.constants, helpers=init.helpers, init=init.text, params=params, call_params=call_params,
         arguments=arguments, holders=holders, outputs=record.outputs, writes=written_positions(written, call_params))
+
+
+def _cutlass_sources(sites: list[gemm.Site], precision: str, variant: int) -> dict[str, str]:
+    """Extension name -> CUDA source of the CUTLASS convolutions among ``sites``, each rendered once
+    however many sites share it."""
+    sources: dict[str, str] = {}
+    for s in sites:
+        name = gemm.cutlass_extension(s, precision, variant) if s.cutlass else None
+        if name and name not in sources:
+            sources[name] = gemm.cutlass_source(s, precision, variant)
+    return sources
 
 
 def parse_note(source: str) -> dict | None:
