@@ -22,7 +22,6 @@ import importlib.util
 import json
 import math
 import os
-import statistics
 import time
 import traceback
 from pathlib import Path
@@ -34,23 +33,10 @@ from loopwise.kernels import backends
 from loopwise.kernels.expert.cutlass_conv import (CONFIGS, DECLARATION, DGRAD_CONFIGS, channels_last_conv,
                                                   extension_source, transposed_mode)
 
+from inductor_seed_check import _time  # CUDA events, median; this folder, as Python runs a script
+
 FUNCS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
-def _time(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _build(dims: int, config: str, dgrad: bool = False):
@@ -157,7 +143,7 @@ def main() -> None:
                    # a transposed one's output element sums over 1 / (product of strides) of its taps
                    "gflop": 2 * ref32.numel() * (w.shape[0] * w[0, 0].numel() / math.prod(conv["stride"])
                                                  if conv["transposed"] else w[0].numel()) / 1e9,
-                   "cudnn_ms": _time(cudnn, args.repeats),
+                   "cudnn_ms": _time(cudnn, (), args.repeats),
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
             dgrad = conv["transposed"] == "dgrad"
             for config in DGRAD_CONFIGS if dgrad else CONFIGS:
@@ -170,11 +156,11 @@ def main() -> None:
                     out = ours()
                     row[f"{config}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
                     row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()
-                    row[f"{config}_ms"] = _time(ours, args.repeats)
+                    row[f"{config}_ms"] = _time(ours, (), args.repeats)
                     del out
                     launches = []  # CUTLASS's launches alone, on channels-last copies made once
                     channels_last_conv(lambda *a: launches.append(a), x, w, None, **opts, transposed=conv["transposed"])
-                    row[f"{config}_kernel_ms"] = _time(lambda: [ext.lw_conv(*a) for a in launches], args.repeats)
+                    row[f"{config}_kernel_ms"] = _time(lambda: [ext.lw_conv(*a) for a in launches], (), args.repeats)
                     del launches
                 except Exception as exc:  # noqa: BLE001
                     row[f"{config}_error"] = str(exc)[-500:]
