@@ -36,9 +36,14 @@ def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, out
     transposed convolution's w is (input channels, output channels, window...): with ``transposed``
     "flip" (stride 1, no output padding) it runs as the forward convolution it equals, w's window
     flipped and its channels swapped (``padding`` is that convolution's); with "dgrad" ``run`` is
-    CUTLASS's data gradient (2-d), and ``padding`` and ``output_padding`` are the transposed one's."""
+    CUTLASS's data gradient (2-d), and ``padding`` and ``output_padding`` are the transposed one's;
+    with "phases" (dilation 1) ``run`` is the forward convolution, once per stride phase (the outputs
+    whose index is r modulo the stride): each phase is a forward convolution of stride 1 by the taps
+    that reach it, written into the output at that phase's positions."""
     if transposed == "flip":
         w = w.transpose(0, 1).flip(list(range(2, w.dim())))
+    if transposed == "phases":
+        return _lw_phases(run, x, w, stride, padding, output_padding)
     if x.dim() == 3:  # 1-d as 2-d of height 1
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
@@ -68,6 +73,42 @@ def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, out
     for i in range(0, n, per):
         run(xl[i:i + per], wl, y[i:i + per], list(padding), list(stride), list(dilation))
     return y
+
+
+def _lw_phases(run, x, w, stride, padding, output_padding):
+    """The transposed convolution of x by w (input channels, output channels, window...; dilation 1)
+    as one forward convolution per stride phase, channels-last as ``_lw_channels_last`` returns it.
+    Along a dimension, output o = s q + r gathers the taps k = k0 + s j (k0 = (r + p) mod s) from
+    inputs q + e - j (e = (r + p - k0) / s): a forward convolution of stride 1 by those taps in
+    reverse order, padded by (taps - 1 - e) before, whose output is every s-th output from r."""
+    n, c, k = x.shape[0], x.shape[1], w.shape[1]
+    cp, kp = -(-c // 4) * 4, -(-k // 4) * 4
+    spatial, window = x.shape[2:], w.shape[2:]
+    sizes = [(i - 1) * s - 2 * p + r + o for i, s, p, r, o in zip(spatial, stride, padding, window, output_padding)]
+    xl = x.new_empty((n, *spatial, cp)) if cp == c else x.new_zeros((n, *spatial, cp))
+    xl[..., :c] = x.movedim(1, -1)
+    y = x.new_empty((n, *sizes, kp))
+    phases = [()]
+    for s in stride:
+        phases = [ph + (r,) for ph in phases for r in range(s)]
+    for phase in phases:
+        first = [(r + p) % s for r, p, s in zip(phase, padding, stride)]  # k0 of each dimension
+        taps = [-(-(big - k0) // s) for big, k0, s in zip(window, first, stride)]
+        pad = [t - 1 - (r + p - k0) // s for t, r, p, k0, s in zip(taps, phase, padding, first, stride)]
+        if min(taps) < 1 or min(pad) < 0:
+            raise ValueError(f"stride phase {phase} of this transposed convolution is not a forward one")
+        wr = w[(slice(None), slice(None), *(slice(k0, None, s) for k0, s in zip(first, stride)))]
+        wr = wr.flip(list(range(2, w.dim()))).transpose(0, 1)  # (output channels, input channels, taps...)
+        wl = w.new_zeros((kp, *taps, cp))
+        wl[:k, ..., :c] = wr.movedim(1, -1)
+        yr = x.new_empty((n, *[len(range(r, o, s)) for r, o, s in zip(phase, sizes, stride)], kp))
+        if not yr.numel():
+            continue
+        per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), yr[0].numel(), 1)))
+        for i in range(0, n, per):
+            run(xl[i:i + per], wl, yr[i:i + per], pad, [1] * len(stride), [1] * len(stride))
+        y[(slice(None), *(slice(r, None, s) for r, s in zip(phase, stride)))] = yr
+    return y
 '''
 _glue: dict = {}
 exec(compile(GLUE, "<loopwise cutlass conv glue>", "exec"), _glue)  # noqa: S102 - our own source, above
@@ -90,13 +131,30 @@ def extension_source(dims: int, config: str, precision: str = "fp32", dgrad: boo
 def transposed_mode(stride, padding, dilation, window, output_padding) -> str:
     """How CUTLASS's form runs a transposed convolution: "flip" (the forward convolution it equals:
     stride 1, no output padding, padding at most dilation x (window - 1)), "dgrad" (the strided data
-    gradient, dilation 1, 1-d or 2-d), or "" where neither can."""
+    gradient, dilation 1, 1-d or 2-d), "phases" (3-d, dilation 1: one forward convolution per stride
+    phase, where every phase has a tap along each side and none is padded less than nothing,
+    :func:`phases_fit`), or "" where none can."""
     if all(s == 1 for s in stride) and not any(output_padding) \
             and all(p <= d * (r - 1) for p, d, r in zip(padding, dilation, window)):
         return "flip"
     if all(d == 1 for d in dilation) and len(window) <= 2:
         return "dgrad"
+    if all(d == 1 for d in dilation) and phases_fit(stride, padding, window):
+        return "phases"
     return ""
+
+
+def phases_fit(stride, padding, window) -> bool:
+    """Whether each stride phase of a transposed convolution (dilation 1) is a forward convolution
+    CUTLASS runs: along every side at least one tap reaches each phase (window >= stride) and the
+    phase's padding before, taps - 1 - (r + p - k0) / s, is not negative."""
+    for s, p, big in zip(stride, padding, window):
+        for r in range(s):
+            k0 = (r + p) % s
+            taps = -(-(big - k0) // s)
+            if taps < 1 or taps - 1 - (r + p - k0) // s < 0:
+                return False
+    return True
 
 
 def flipped_padding(padding, dilation, window) -> tuple[int, ...]:
@@ -105,8 +163,8 @@ def flipped_padding(padding, dilation, window) -> tuple[int, ...]:
 
 
 def channels_last_conv(run, x, w, bias, stride, padding, dilation, transposed=None, output_padding=None):
-    """``F.convNd(x, w, bias, ...)`` (``F.conv_transposeNd`` with ``transposed``, "flip" or "dgrad"
-    as :func:`transposed_mode` says; ``run`` the data gradient's extension for "dgrad") through
+    """``F.convNd(x, w, bias, ...)`` (``F.conv_transposeNd`` with ``transposed``, "flip", "dgrad" or
+    "phases" as :func:`transposed_mode` says; ``run`` the data gradient's extension for "dgrad") through
     CUTLASS (``run``), in the input's layout: the channels-last output sliced to its channels,
     moved back and the bias added (torch's copy; a candidate does this in its own kernel with the
     epilogue)."""

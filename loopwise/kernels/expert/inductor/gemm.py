@@ -29,7 +29,8 @@ one group as CUTLASS's 3xTF32 implicit GEMM on channels-last copies
 (:mod:`~loopwise.kernels.expert.cutlass_conv`), and a Triton kernel reads the channels-last output
 back into the stated layout with the bias added and the pointwise kernel's work fused the same way.
 A transposed convolution of stride 1 is the forward one with its window flipped and its input and
-output channels swapped; the CUTLASS form runs it so, and a strided one as CUTLASS's data gradient.
+output channels swapped; the CUTLASS form runs it so, a strided 1-d or 2-d one as CUTLASS's data
+gradient, and a strided 3-d one as one forward convolution per stride phase.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ class Site:
         if self.cutlass:
             how = f"{cutlass_products(precision)}, {cutlass_config(self, variant)} tiles"
             how += {"flip": ", transposed: the forward convolution it equals", "dgrad": ", transposed: the strided "
-                    "data gradient"}.get(transposed_mode(self), "")
+                    "data gradient", "phases": ", transposed: a forward convolution per stride phase"}.get(
+                transposed_mode(self), "")
         elif variant:
             t = tiles(self, variant)
             how += f", {t['BM']}x{t['BN']}x{t['BK']} tiles, {t['stages']} stages"
@@ -204,7 +206,9 @@ def cutlass_unfit(site: Site) -> str:
         c = site.conv
         return (f"a transposed convolution of stride {c['stride']}, padding {c['padding']}, dilation {c['dilation']} "
                 f"and output padding {c['output_padding']} (the CUTLASS form runs those of stride 1 whose padding "
-                "is at most dilation x (window - 1) and without output padding, and 1-d or 2-d ones of dilation 1)")
+                "is at most dilation x (window - 1) and without output padding, 1-d or 2-d ones of dilation 1, and "
+                "3-d ones of dilation 1 whose every stride phase is a forward convolution: window at least the "
+                "stride, padding at most what the window leaves)")
     return ""
 
 
@@ -240,12 +244,15 @@ def cutlass_config(site: Site, variant: int = 0) -> str:
     return ("128x64", "256x64", "64x64")[variant]
 
 
-# Where the CUTLASS form is among the first candidates: a float32 convolution of 1 or 2 spatial
-# dimensions under the fp32 policy (cuDNN runs it on the CUDA cores, CUTLASS on the tensor cores as
-# 3xTF32) with a long enough reduction (input channels x window) and enough work. Below these, the
-# channels-last copies and CUTLASS's small-K tiles cost more than the tensor cores gain.
+# Where the CUTLASS form is among the first candidates: a float32 convolution under the fp32 policy
+# (cuDNN runs it on the CUDA cores, CUTLASS on the tensor cores as 3xTF32) with a long enough
+# reduction (input channels x window) and enough work, and a 3-d one with at least 16 input
+# channels a group. Below these, the channels-last copies and CUTLASS's small-K tiles cost more than
+# the tensor cores gain (3-d convolutions of 3 and 8 input channels ran at 0.12-0.55x of cuDNN's,
+# those of 16 to 64 at 1.25-2.9x).
 CUTLASS_PAYING_K = 128
 CUTLASS_PAYING_FLOP = 4e9
+CUTLASS_PAYING_3D_CHANNELS = 16
 
 
 def cutlass_pays(sites: list[Site], precision: str) -> bool:
@@ -256,12 +263,15 @@ def cutlass_pays(sites: list[Site], precision: str) -> bool:
 
 def cutlass_site_pays(site: Site, precision: str) -> bool:
     """Whether CUTLASS's convolution is likely faster than the library's on ``site``: a float32
-    convolution it runs (:func:`cutlass_unfit`) of 1 or 2 spatial dimensions with a reduction of
-    :data:`CUTLASS_PAYING_K` or more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32
-    policy (a transposed one's reduction is what each output element sums: its input channels x
-    window over the product of its strides). Under ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS
-    2's Ampere-tagged kernels do not use; 3-d convolutions ran slower than cuDNN's."""
-    if precision != "fp32" or cutlass_unfit(site) or len(site.conv["window"]) == 3:
+    convolution it runs (:func:`cutlass_unfit`) with a reduction of :data:`CUTLASS_PAYING_K` or
+    more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32 policy (a transposed one's
+    reduction is what each output element sums: its input channels x window over the product of its
+    strides), a 3-d one also with :data:`CUTLASS_PAYING_3D_CHANNELS` input channels or more. Under
+    ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS 2's
+    Ampere-tagged kernels do not use."""
+    if precision != "fp32" or cutlass_unfit(site):
+        return False
+    if len(site.conv["window"]) == 3 and site.conv["channels"] < CUTLASS_PAYING_3D_CHANNELS:
         return False
     m, n, _ = site.extents
     return site.k >= CUTLASS_PAYING_K and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
@@ -529,7 +539,8 @@ def _library_conv(body: list, i: int, sizes: dict, dtypes: dict, index: int) -> 
                 conv={"strides": strides, "window": tuple(weight[2:]), "stride": tuple(options["stride"]),
                       "padding": tuple(options["padding"]), "dilation": tuple(options["dilation"]), "groups": groups,
                       "bias": not (bias is None or isinstance(bias, ast.Constant) and bias.value is None),
-                      "transposed": transposed, "output_padding": tuple(options["output_padding"])})
+                      "transposed": transposed, "output_padding": tuple(options["output_padding"]),
+                      "channels": weight[0] // groups if transposed else weight[1]})
 
 
 def _dtypes(tree: ast.Module, allocations: dict) -> dict[str, str]:
@@ -634,7 +645,8 @@ def kernel_names() -> frozenset[str]:
     convolution and CUTLASS's read-back. A pointwise kernel that uses one cannot be their epilogue;
     the flat index and mask it drops are not among them (:data:`_INDEX_NAMES`)."""
     conv = {"strides": (64, 16, 4, 1, 1), "window": (3, 3, 3), "stride": (1, 1, 1), "padding": (1, 1, 1),
-            "dilation": (1, 1, 1), "groups": 1, "bias": True, "transposed": False, "output_padding": (0, 0, 0)}
+            "dilation": (1, 1, 1), "groups": 1, "bias": True, "transposed": False, "output_padding": (0, 0, 0),
+            "channels": 8}
     sites = [Site(index=0, op="addmm", out="buf0", dtype="float32", shape=(64, 64), k=64),
              Site(index=0, op="mm", out="buf0", dtype="float32", shape=(2**16, 2**16), k=64),
              Site(index=0, op="bmm", out="buf0", dtype="float32", shape=(2, 64, 64), k=64),

@@ -17,7 +17,7 @@ import pytest
 from loopwise.core.propose import ProposalRequest
 from loopwise.kernels.expert.elementwise import Unsupported
 from loopwise.kernels.expert.inductor.extract import InductorRecord, KernelRecord
-from loopwise.kernels.expert.inductor.gemm import cutlass_pays, cutlass_unfit, find_sites, pays
+from loopwise.kernels.expert.inductor.gemm import cutlass_pays, cutlass_unfit, find_sites, pays, transposed_mode
 from loopwise.kernels.expert.inductor.standalone import parse_note, render_seed
 from loopwise.kernels.expert.proposer import ExpertProposer
 from loopwise.kernels.problem import load_problem
@@ -262,9 +262,9 @@ def test_the_triton_conv_move_is_never_first_the_cutlass_form_is_for_long_fp32_r
 @pytest.mark.parametrize("x,co,k", [
     ((16, 8, 56, 56), 128, 3),  # 8 channels x 3 x 3: a reduction of 72
     ((2, 64, 20, 20), 64, 3),  # 576 long, but 0.1 GFLOP of work
-    ((4, 64, 8, 24, 24), 64, 3),  # 3-d
+    ((4, 8, 16, 48, 48), 64, 3),  # 3-d, 8 input channels x 3 x 3 x 3: a reduction of 216, 8 GFLOP
 ])
-def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_3d(x, co, k, tmp_path):
+def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_few_3d_channels(x, co, k, tmp_path):
     rec, problem = conv_record(tmp_path, x, co, k, padding=1)
     assert not cutlass_pays(find_sites(rec), "fp32")
     with pytest.raises(Unsupported, match="that CUTLASS likely runs faster"):
@@ -272,6 +272,18 @@ def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_3d(x,
     proposer = ExpertProposer(problem, device="cuda", record_source=lambda p, d: rec, bandwidth_source=lambda device: 4247.0)
     first = [parse_note(p.content) for p in proposer.propose(ProposalRequest(task="", candidate="", n=3))]
     assert all(not (m or {}).get("conv") for m in first)
+
+
+@pytest.mark.parametrize("x,co,k,stride,transposed", [
+    ((8, 16, 16, 48, 48), 32, 3, 1, False),  # 3-d, 16 input channels
+    ((4, 32, 8, 24, 24), 64, 4, 2, True),  # 3-d transposed, strided: by stride phases, 32 x 4 x 4 x 4 / 8 a pixel
+])
+def test_the_cutlass_form_is_first_for_3d_convolutions_of_16_input_channels_or_more(x, co, k, stride, transposed,
+                                                                                    tmp_path):
+    rec, problem = conv_record(tmp_path, x, co, k, stride=stride, padding=1, transposed=transposed)
+    (site,) = find_sites(rec)
+    assert site.conv["channels"] == x[1] and cutlass_pays([site], "fp32") and not cutlass_pays([site], "relaxed")
+    assert "CUTLASS implicit-GEMM convolution" in render_seed(rec, problem, {"conv": 3})
 
 
 def test_a_lone_convolution_that_pays_is_seeded_in_the_cutlass_form(tmp_path):
@@ -326,9 +338,15 @@ _STAND_IN = '''class _StandIn:
     @staticmethod
     def lw_conv(x, w, y, padding, stride, dilation):
         assert x.is_contiguous() and w.is_contiguous() and y.is_contiguous()
-        assert x.shape[-1] % 4 == 0 and w.shape[0] % 4 == 0 and y.shape[-1] == w.shape[0]
+        assert x.shape[-1] % 4 == 0 and w.shape[0] % 4 == 0 and y.shape[-1] == w.shape[0] and min(padding) >= 0
         conv = torch.nn.functional.conv3d if x.dim() == 5 else torch.nn.functional.conv2d
-        y.copy_(conv(x.movedim(-1, 1), w.movedim(-1, 1), None, stride, padding, dilation).movedim(1, -1))
+        # CUTLASS takes the output's sizes from y and reads zeros past the input's end: pad the end
+        # so that torch's convolution reaches them, then keep y's sizes
+        ends = [max(0, (o - 1) * s + d * (r - 1) + 1 - i - p) for o, s, d, r, i, p in
+                zip(y.shape[1:-1], stride, dilation, w.shape[1:-1], x.shape[1:-1], padding)]
+        xx = torch.nn.functional.pad(x.movedim(-1, 1), [v for e in reversed(ends) for v in (0, e)])
+        out = conv(xx, w.movedim(-1, 1), None, stride, padding, dilation)
+        y.copy_(out[(slice(None), slice(None), *(slice(0, o) for o in y.shape[1:-1]))].movedim(1, -1))
 
 
 class _StandInDgrad:
@@ -427,6 +445,57 @@ def test_a_strided_transposed_convolution_runs_as_cutlass_data_gradient(case, tm
         assert f'"lw_dgrad2d_{name}_fp32": r"""' in render_seed(rec, problem, {"conv": 2, "gemm_tile": tile})
 
 
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 6, 3, 4, 5), co=10, k=3, stride=2, padding=1, output_padding=1),  # output padding, ReLU fused
+    dict(x=(1, 5, 4, 3, 5), co=7, k=(4, 3, 3), stride=(2, 1, 3), padding=(1, 1, 0), channels_last=True),  # mixed
+    dict(x=(2, 4, 3, 3, 2), co=6, k=5, stride=2, padding=2, library_bias=True),  # a lone one, its bias in the read-back
+    dict(x=(1, 3, 1, 2, 1), co=5, k=(2, 3, 2), stride=2, padding=(0, 1, 0)),  # one input pixel deep
+])
+def test_a_strided_3d_transposed_convolution_runs_as_one_forward_convolution_per_stride_phase(case, tmp_path,
+                                                                                               monkeypatch):
+    rec, problem = conv_record(tmp_path, **case, transposed=True)
+    (site,) = find_sites(rec)
+    assert not cutlass_unfit(site) and transposed_mode(site) == "phases"
+    source = render_seed(rec, problem, {"conv": 2})
+    assert ', "phases", ' in source and '"lw_conv3d_128x64_fp32": r"""' in source and "lw_dgrad" not in source
+    assert "128x64 tiles, transposed: a forward convolution per stride phase)" in source
+    judged(problem, on_cpu(source), "seed-conv-phases", tmp_path, monkeypatch)
+
+
+def test_every_stride_phase_of_a_transposed_convolution_is_the_forward_one_torch_agrees_with():
+    """The phases against torch's transposed convolution in float64 over random strides, windows,
+    paddings and output paddings, every phase's forward convolution computed as CUTLASS does it
+    (the output's sizes given, zeros read past the input's end)."""
+    import random
+
+    import torch
+    import torch.nn.functional as F
+
+    from loopwise.kernels.expert.cutlass_conv import channels_last_conv
+    from loopwise.kernels.expert.cutlass_conv import transposed_mode as mode
+
+    stand_in: dict = {"torch": torch}
+    exec(_STAND_IN, stand_in)  # noqa: S102 - the stand-in above
+    rng, tried = random.Random(7), 0
+    while tried < 60:
+        stride = tuple(rng.choice((1, 2, 3)) for _ in range(3))
+        window = tuple(rng.randint(1, 5) for _ in range(3))
+        padding = tuple(rng.randint(0, r - 1) for r in window)
+        extra = tuple(rng.randint(0, s - 1) for s in stride)
+        spatial = tuple(rng.randint(1, 5) for _ in range(3))
+        if mode(stride, padding, (1, 1, 1), window, extra) != "phases" or \
+                any((i - 1) * s - 2 * p + r + e < 1 for i, s, p, r, e in zip(spatial, stride, padding, window, extra)):
+            continue
+        tried += 1
+        c, k = rng.randint(1, 6), rng.randint(1, 6)
+        x = torch.randn(2, c, *spatial, dtype=torch.float64)
+        w = torch.randn(c, k, *window, dtype=torch.float64)
+        b = torch.randn(k, dtype=torch.float64)
+        want = F.conv_transpose3d(x, w, b, stride, padding, extra)
+        got = channels_last_conv(stand_in["_StandIn"].lw_conv, x, w, b, stride, padding, (1, 1, 1), "phases", extra)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-10), (stride, window, padding, extra)
+
+
 def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form_stay_the_librarys(tmp_path):
     rec, problem = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=1, transposed=True)
     with pytest.raises(Unsupported, match="no library convolution to replace"):
@@ -435,8 +504,10 @@ def test_transposed_convolutions_the_cutlass_form_cannot_run_and_the_triton_form
     assert "of stride (2, 2), padding (1, 1), dilation (2, 2)" in cutlass_unfit(find_sites(dilated)[0])
     wide, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, padding=5, dilation=2, transposed=True)  # neither form
     assert "padding (5, 5), dilation (2, 2)" in cutlass_unfit(find_sites(wide)[0])
-    deep, _ = conv_record(tmp_path, (1, 4, 5, 5, 5), 8, 3, stride=2, transposed=True)  # the data gradient is 2-d
-    assert "of stride (2, 2, 2)," in cutlass_unfit(find_sites(deep)[0])
+    deep, _ = conv_record(tmp_path, (1, 4, 5, 5, 5), 8, 2, stride=3, transposed=True)  # a phase no tap reaches
+    assert "of stride (3, 3, 3)," in cutlass_unfit(find_sites(deep)[0])
+    deep, _ = conv_record(tmp_path, (1, 4, 5, 5, 5), 8, 3, stride=2, padding=2, transposed=True)  # padded past a phase
+    assert "of stride (2, 2, 2), padding (2, 2, 2)," in cutlass_unfit(find_sites(deep)[0])
     grouped, _ = conv_record(tmp_path, (2, 8, 9, 9), 12, 3, padding=1, groups=4, transposed=True)
     assert "4 groups" in cutlass_unfit(find_sites(grouped)[0])
     strided, _ = conv_record(tmp_path, (2, 6, 9, 9), 10, 3, stride=2, padding=1, transposed=True)
@@ -458,7 +529,7 @@ def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dims,config,dgrad", [(2, "128x64", False), (2, "256x64", False), (2, "64x64", False),
-                                               (3, "128x64", False), (2, "128x64", True), (2, "64x128", True),
+                                               (3, "128x64", False), (3, "64x64", False), (2, "128x64", True), (2, "64x128", True),
                                                (2, "64x64", True)])
 def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, dgrad, tmp_path):
     """Each tile of the CUTLASS form, 3xTF32, forward and (2-d) data gradient, compiled by nvcc for
@@ -559,6 +630,9 @@ GPU_CASES = [
     # 3-d transposed, stride 1: the 3-d forward convolution it equals
     dict(dims="Transpose3", c=8, co=12, k=3, stride=1, padding=1, x=(2, 8, 5, 9, 7), forward="torch.sigmoid(self.conv(x))",
          tiles=(0,)),
+    # 3-d transposed, stride 2 with output padding: one forward convolution per stride phase, each tile
+    dict(dims="Transpose3", c=12, co=20, k=3, stride=2, padding=1, extra=", output_padding=1", x=(2, 12, 5, 8, 7),
+         forward="torch.relu(self.conv(x))", tiles=(0, 2)),
 ]
 
 
