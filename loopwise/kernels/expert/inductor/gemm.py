@@ -249,7 +249,8 @@ def cutlass_config(site: Site, variant: int = 0) -> str:
 # reduction (input channels x window) and enough work, and a 3-d one with at least 16 input
 # channels a group. Below these, the channels-last copies and CUTLASS's small-K tiles cost more than
 # the tensor cores gain (3-d convolutions of 3 and 8 input channels ran at 0.12-0.55x of cuDNN's,
-# those of 16 to 64 at 1.25-2.9x).
+# those of 16 to 64 at 1.25-2.9x). A strided 3-d transposed one (by stride phases) needs no long
+# reduction: cuDNN's fp32 kernels for it ran 2.7-7x slower than the phases, at reductions of 54 to 500.
 CUTLASS_PAYING_K = 128
 CUTLASS_PAYING_FLOP = 4e9
 CUTLASS_PAYING_3D_CHANNELS = 16
@@ -266,7 +267,8 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
     convolution it runs (:func:`cutlass_unfit`) with a reduction of :data:`CUTLASS_PAYING_K` or
     more and :data:`CUTLASS_PAYING_FLOP` of work, under the fp32 policy (a transposed one's
     reduction is what each output element sums: its input channels x window over the product of its
-    strides), a 3-d one also with :data:`CUTLASS_PAYING_3D_CHANNELS` input channels or more. Under
+    strides), a 3-d one also with :data:`CUTLASS_PAYING_3D_CHANNELS` input channels or more (a
+    strided transposed one, run by stride phases, with any reduction). Under
     ``relaxed`` cuDNN's own TF32 kernels run on Hopper's warp-group MMAs, which CUTLASS 2's
     Ampere-tagged kernels do not use."""
     if precision != "fp32" or cutlass_unfit(site):
@@ -274,7 +276,8 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
     if len(site.conv["window"]) == 3 and site.conv["channels"] < CUTLASS_PAYING_3D_CHANNELS:
         return False
     m, n, _ = site.extents
-    return site.k >= CUTLASS_PAYING_K and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
+    long = site.k >= CUTLASS_PAYING_K or transposed_mode(site) == "phases"
+    return long and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
 
 
 def cutlass_extension(site: Site, precision: str, variant: int = 0) -> str:

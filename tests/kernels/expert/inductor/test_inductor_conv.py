@@ -259,13 +259,16 @@ def test_the_triton_conv_move_is_never_first_the_cutlass_form_is_for_long_fp32_r
     assert "extern_kernels.convolution(" not in render_seed(rec, problem, {"conv": 1, "gemm_tile": 2})
 
 
-@pytest.mark.parametrize("x,co,k", [
-    ((16, 8, 56, 56), 128, 3),  # 8 channels x 3 x 3: a reduction of 72
-    ((2, 64, 20, 20), 64, 3),  # 576 long, but 0.1 GFLOP of work
-    ((4, 8, 16, 48, 48), 64, 3),  # 3-d, 8 input channels x 3 x 3 x 3: a reduction of 216, 8 GFLOP
+@pytest.mark.parametrize("x,co,k,stride,transposed", [
+    ((16, 8, 56, 56), 128, 3, 1, False),  # 8 channels x 3 x 3: a reduction of 72
+    ((2, 64, 20, 20), 64, 3, 1, False),  # 576 long, but 0.1 GFLOP of work
+    ((4, 8, 16, 48, 48), 64, 3, 1, False),  # 3-d, 8 input channels x 3 x 3 x 3: a reduction of 216, 8 GFLOP
+    ((64, 3, 16, 32, 32), 16, 3, 2, True),  # 3-d transposed by stride phases, 3 input channels
+    ((2, 16, 8, 16, 16), 32, 3, 2, True),  # by stride phases, 0.3 GFLOP of work
 ])
-def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_few_3d_channels(x, co, k, tmp_path):
-    rec, problem = conv_record(tmp_path, x, co, k, padding=1)
+def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_few_3d_channels(x, co, k, stride, transposed,
+                                                                                           tmp_path):
+    rec, problem = conv_record(tmp_path, x, co, k, stride=stride, padding=1, transposed=transposed)
     assert not cutlass_pays(find_sites(rec), "fp32")
     with pytest.raises(Unsupported, match="that CUTLASS likely runs faster"):
         render_seed(rec, problem, {"conv": 3})
@@ -277,6 +280,7 @@ def test_the_cutlass_form_is_not_first_for_short_reductions_little_work_or_few_3
 @pytest.mark.parametrize("x,co,k,stride,transposed", [
     ((8, 16, 16, 48, 48), 32, 3, 1, False),  # 3-d, 16 input channels
     ((4, 32, 8, 24, 24), 64, 4, 2, True),  # 3-d transposed, strided: by stride phases, 32 x 4 x 4 x 4 / 8 a pixel
+    ((16, 16, 16, 32, 32), 32, 3, 2, True),  # by stride phases, a reduction of 16 x 3 x 3 x 3 / 8 = 54 a pixel
 ])
 def test_the_cutlass_form_is_first_for_3d_convolutions_of_16_input_channels_or_more(x, co, k, stride, transposed,
                                                                                     tmp_path):
