@@ -2,11 +2,12 @@
 
 For each problem file, the convolutions its Model runs (1-3 d, one group; transposed ones as the
 forward convolution they equal where the stride is 1, else as CUTLASS's 1-d or 2-d data gradient, or
-as one 3-d forward convolution per stride phase; found by hooks on one forward pass) are timed on inputs of the shapes they met there: cuDNN in fp32 (TF32
-off, as the fp32 policy's eager and torch.compile run it), and ours for each tile: the input made
-channels-last with its channels padded to a multiple of 4, CUTLASS's kernel, the output back in the
-reference's layout with the bias added (what a candidate pays), and the kernel alone. Both are
-compared with a float64 convolution of the same inputs. CUDA events, median of --repeats calls.
+as one 3-d forward convolution per stride phase; found by hooks on one forward pass) are timed on
+inputs of the shapes they met there: cuDNN in fp32 (TF32 off, as the fp32 policy's eager and
+torch.compile run it), and ours for each tile: the input made channels-last with its channels padded
+to a multiple of 4, CUTLASS's kernel, the output back in the reference's layout with the bias added
+(what a candidate pays), and the kernel alone. Both are compared with a float64 convolution of the
+same inputs. CUDA events, median of --repeats calls.
 
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
