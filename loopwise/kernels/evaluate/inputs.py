@@ -174,13 +174,32 @@ def changed(after, before, moved: bool = True) -> bool:
     return (moved and after.device != before.device) or not same_bits(after, before)
 
 
-def changed_at(after: list, before: list, moved: bool = True) -> list[int]:
+def changed_at(after: list, before: list, moved: bool = True, versions: list | None = None) -> list[int]:
     """The argument indices of the tensors a call changed (:func:`changed`), ``before`` holding
-    copies of the arguments made before it."""
+    copies of the arguments made before it. With ``versions`` (:func:`version_counts` of ``after`` before
+    the call) a tensor the call wrote in place counts as changed even where it wrote the bits it
+    held (an ``out`` that already held the result: an uninitialised one can, where the allocator
+    hands back a freed copy of it)."""
     import torch
 
+    now = versions and version_counts(after)
     return [i for i, (a, b) in enumerate(zip(after, before))
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and changed(a, b, moved)]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (changed(a, b, moved) or bool(versions) and versions[i] is not None and now[i] != versions[i])]
+
+
+def version_counts(args: list) -> list:
+    """Each tensor argument's version counter (PyTorch counts its in-place writes; None for anything
+    else and for inference tensors, which keep none), to tell later whether a call wrote it."""
+    import torch
+
+    found = []
+    for a in args:
+        try:
+            found.append(a._version if isinstance(a, torch.Tensor) else None)
+        except RuntimeError:  # an inference tensor
+            found.append(None)
+    return found
 
 
 def clone_args(args: Any) -> Any:

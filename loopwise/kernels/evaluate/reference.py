@@ -62,11 +62,13 @@ def upcast(a):
     return a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
 
 
-def written_inputs(args: list, before: list, hold: str) -> dict:
+def written_inputs(args: list, before: list, hold: str, versions: list | None = None) -> dict:
     """The tensors among ``args`` a call changed from ``before`` (bits, dtype or shape; see
-    :func:`inputs.changed`), by argument index, copied to ``hold``. ``before`` may lie elsewhere than
+    :func:`inputs.changed`) or wrote in place (``versions``: :func:`inputs.version_counts` of ``args``
+    before the call), by argument index, copied to ``hold``. ``before`` may lie elsewhere than
     ``args`` (the judge's host copy of what it called on the device): only values count."""
-    return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before, moved=False)}
+    return {i: args[i].detach().to(hold, copy=True) for i in inp.changed_at(args, before, moved=False,
+                                                                            versions=versions)}
 
 
 def _changed64(a64, a) -> bool:
@@ -335,10 +337,11 @@ class Reference:
         torch = self.torch
         with self.spent("reference"):
             args = inp.to_device(args_cpu, self.device)
+            versions = inp.version_counts(args)
             with torch.no_grad():
                 out = inp.flatten_outputs(self.model(*args))
             work = self.work
-            mutated = written_inputs(args, args_cpu, work)
+            mutated = written_inputs(args, args_cpu, work, versions)
         return [o.detach().to(work) if isinstance(o, torch.Tensor) else o for o in out], mutated
 
     def model64(self):
@@ -377,6 +380,7 @@ class Reference:
         if self._outside_domain():
             return None
         called = inp.to_device(args, self.device)
+        versions = inp.version_counts(called)
         try:
             with torch.no_grad():
                 out32 = inp.flatten_outputs(self.model(*called))
@@ -385,7 +389,7 @@ class Reference:
         out32 = [o.to(work) if isinstance(o, torch.Tensor) else o for o in out32]
         if not all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in out32):
             return None
-        written32 = written_inputs(called, args, work)
+        written32 = written_inputs(called, args, work, versions)
         del called
         ran = self.run64(args, written=True)
         if ran is None or self._checked(out32, ran[0]) is None:
@@ -430,12 +434,16 @@ class Reference:
             torch.set_default_dtype(default)
             try:  # (the copies inside: running out of memory for them must put the default back too)
                 args64 = [upcast(a) for a in inp.to_device(args, where)]  # afresh: a failed attempt may write
+                versions = inp.version_counts(args64)
                 with torch.no_grad():
                     out = inp.flatten_outputs(model64(*args64))
                 self._model64_error = None
-                # each input against its original upcast, one at a time (no float64 copy of them all)
+                # each input against its original upcast, one at a time (no float64 copy of them all),
+                # or written in place with the bits it held
+                now = inp.version_counts(args64)
                 written = {i: a64.to(work) for i, (a, a64) in enumerate(zip(args, args64))
-                           if isinstance(a64, torch.Tensor) and _changed64(a64, a)}
+                           if isinstance(a64, torch.Tensor)
+                           and (versions[i] is not None and now[i] != versions[i] or _changed64(a64, a))}
                 return [o.to(work) if isinstance(o, torch.Tensor) else o for o in out], written
             except torch.cuda.OutOfMemoryError:
                 raise  # not the model's failure: the caller runs it elsewhere

@@ -18,3 +18,23 @@ def test_a_device_draw_that_cannot_happen_falls_back_to_the_cpu_draw():
     fallback = draw_inputs(module, 11, "cuda")
     assert all(not t.is_cuda for t in fallback)
     assert torch.equal(fallback[0], cpu[0]) and torch.equal(fallback[1], cpu[1])
+
+
+def test_a_tensor_written_in_place_with_the_bits_it_held_counts_as_written_given_its_version():
+    """Bits alone cannot see a write of the values a tensor already held; its version counter can.
+    Without versions only the bits count; strides alone are no change either way."""
+    import torch
+
+    from loopwise.kernels.evaluate.inputs import changed_at, clone_args, version_counts
+
+    x, out, idle, other = torch.randn(4, 3), torch.ones(4, 3), torch.randn(5), torch.randn(2, 3)
+    args = [x, out, idle, other, 7]
+    before, versions = clone_args(args), version_counts(args)
+    torch.mul(out, 1.0, out=out)  # the same bits, written
+    other.add_(1.0)  # other bits
+    assert version_counts(args)[4] is None
+    assert changed_at(args, before) == [3]
+    assert changed_at(args, before, versions=versions) == [1, 3]
+    with torch.inference_mode():
+        frozen = torch.zeros(3)
+    assert version_counts([frozen]) == [None] and changed_at([frozen], [frozen.clone()], versions=[None]) == []

@@ -131,6 +131,17 @@ def test_an_fp32_input_written_in_place_is_judged_by_the_fp32_float64_rule(tmp_p
     assert ev.status is Status.CORRECT, ev.summary()
 
 
+@pytest.mark.slow
+def test_an_input_the_reference_writes_with_the_bits_it_held_is_still_written(tmp_path_factory):
+    """``out`` already holds the product the reference writes into it (an uninitialised ``out``
+    can hold it too, where the allocator hands back a freed copy of it): the reference's write
+    leaves its bits as they were, yet the reference writes it, so the candidate's other summation
+    order there is judged by the outputs' rules (passing by the fp32 bound), never as a mutation."""
+    with _judge(tmp_path_factory, "problem_large_k_matmul_into_filled.py", perf_trials=2, seed=0) as j:
+        ev = verdict(j, "sequential_fp32_matmul_into")
+    assert ev.status is Status.CORRECT, ev.summary()
+
+
 def test_stress_trials_judge_integer_outputs(tmp_path_factory):
     """argmin of |x| equals argmin of 2x on the problem's non-negative inputs; the stress trials'
     mixed signs tell them apart, as they do for floating outputs."""
