@@ -11,8 +11,10 @@ same inputs. CUDA events, median of --repeats calls.
 
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
-Writes DIR/rows.jsonl (one row per convolution and tile, after each): per tile ``<tile>_ms`` (with
-the copies) and ``<tile>_kernel_ms`` (CUTLASS's launches alone).
+Writes DIR/rows.jsonl (one row per convolution, after each): per tile ``<tile>_ms`` (with the
+copies) and ``<tile>_kernel_ms`` (CUTLASS's launches alone); for a 1-d or 2-d forward one of fewer
+than 16 input channels the few-channel iterators' too (``<tile>_few_...``); ``best_over_cudnn``
+(the fastest of them) and ``form_over_cudnn`` (the fastest of those the candidate's form takes).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 
 from loopwise.kernels import backends
 from loopwise.kernels.expert.cutlass_conv import (CONFIGS, DECLARATION, DGRAD_CONFIGS, channels_last_conv,
-                                                  extension_source, transposed_mode)
+                                                  extension_source, few_channels, transposed_mode)
 
 from inductor_seed_check import _time  # CUDA events, median; this folder, as Python runs a script
 
@@ -40,11 +42,12 @@ FUNCS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-def _build(dims: int, config: str, dgrad: bool = False):
+def _build(dims: int, config: str, dgrad: bool = False, few: bool = False):
     from torch.utils.cpp_extension import load_inline
 
-    name = f"lw_{'dgrad' if dgrad else 'conv'}{dims}d_{config}"
-    return load_inline(name=name, cpp_sources=DECLARATION, cuda_sources=extension_source(dims, config, dgrad=dgrad),
+    name = f"lw_{'dgrad' if dgrad else 'conv'}{dims}d{'_few' if few else ''}_{config}"
+    return load_inline(name=name, cpp_sources=DECLARATION,
+                       cuda_sources=extension_source(dims, config, dgrad=dgrad, few=few),
                        functions=["lw_conv"], extra_cuda_cflags=["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr"],
                        extra_include_paths=backends.cutlass_include_dirs(), verbose=False,
                        with_pytorch_error_handling=True, build_directory=backends._build_dir(f"{name}_bench"))
@@ -104,10 +107,11 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     major, minor = torch.cuda.get_device_capability()
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one architecture: half the build
-    with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + len(DGRAD_CONFIGS) + 2) as pool:
-        jobs = {(dims, c, False): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS
+    with concurrent.futures.ThreadPoolExecutor(len(CONFIGS) + len(DGRAD_CONFIGS) + 4) as pool:
+        jobs = {(dims, c, False, False): pool.submit(_build, dims, c) for dims in (2, 3) for c in CONFIGS
                 if dims == 2 or c != "256x64"}
-        jobs.update({(2, c, True): pool.submit(_build, 2, c, True) for c in DGRAD_CONFIGS})
+        jobs.update({(2, c, True, False): pool.submit(_build, 2, c, True) for c in DGRAD_CONFIGS})
+        jobs.update({(2, c, False, True): pool.submit(_build, 2, c, False, True) for c in CONFIGS if c != "256x64"})
         built = {}
         for key, job in jobs.items():
             try:
@@ -147,29 +151,41 @@ def main() -> None:
                    "cudnn_ms": _time(cudnn, (), args.repeats),
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
             dgrad = conv["transposed"] == "dgrad"
+            # the few-channel iterators beside the optimized ones wherever the form would take them
+            few = conv["transposed"] != "phases" and few_channels(dims, w.shape[0] if conv["transposed"] else w.shape[1],
+                                                                   dgrad=dgrad)
+            labels = []
             for config in DGRAD_CONFIGS if dgrad else CONFIGS:
-                ext = built.get((3 if dims == 3 else 2, config, dgrad))
-                if ext is None:
-                    continue
-                try:
-                    ours = lambda: channels_last_conv(  # noqa: E731
-                        ext.lw_conv, x, w, b, **opts, transposed=conv["transposed"])  # output_padding in opts
-                    out = ours()
-                    row[f"{config}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
-                    row[f"{config}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()
-                    row[f"{config}_ms"] = _time(ours, (), args.repeats)
-                    del out
-                    launches = []  # CUTLASS's launches alone, on channels-last copies made once
-                    channels_last_conv(lambda *a: launches.append(a), x, w, None, **opts, transposed=conv["transposed"])
-                    row[f"{config}_kernel_ms"] = _time(lambda: [ext.lw_conv(*a) for a in launches], (), args.repeats)
-                    del launches
-                except Exception as exc:  # noqa: BLE001
-                    row[f"{config}_error"] = str(exc)[-500:]
-            best = min((row[f"{c}_ms"] for c in {**CONFIGS, **DGRAD_CONFIGS} if f"{c}_ms" in row), default=None)
+                for variant in (False, True) if few else (False,):
+                    label = f"{config}_few" if variant else config
+                    ext = built.get((3 if dims == 3 else 2, config, dgrad, variant))
+                    if ext is None:
+                        continue
+                    labels.append(label)
+                    try:
+                        ours = lambda: channels_last_conv(  # noqa: E731
+                            ext.lw_conv, x, w, b, **opts, transposed=conv["transposed"])  # output_padding in opts
+                        out = ours()
+                        row[f"{label}_rel_err"] = ((out.double() - ref64).norm() / scale).item()
+                        row[f"{label}_max_abs_vs_cudnn"] = (out - ref32).abs().max().item()
+                        row[f"{label}_ms"] = _time(ours, (), args.repeats)
+                        del out
+                        launches = []  # CUTLASS's launches alone, on channels-last copies made once
+                        channels_last_conv(lambda *a: launches.append(a), x, w, None, **opts,
+                                           transposed=conv["transposed"])
+                        row[f"{label}_kernel_ms"] = _time(lambda: [ext.lw_conv(*a) for a in launches], (), args.repeats)
+                        del launches
+                    except Exception as exc:  # noqa: BLE001
+                        row[f"{label}_error"] = str(exc)[-500:]
+            best = min((row[f"{c}_ms"] for c in labels if f"{c}_ms" in row), default=None)
             row["best_over_cudnn"] = None if best is None else row["cudnn_ms"] / best
+            # what a candidate runs: the few-channel iterators where the form takes them
+            taken = min((row[f"{c}_ms"] for c in labels if f"{c}_ms" in row and c.endswith("_few") == few), default=None)
+            row["form_over_cudnn"] = None if taken is None else row["cudnn_ms"] / taken
             with rows.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(json.dumps({k: row[k] for k in ("problem", "conv", "cudnn_ms", "best_over_cudnn")}), flush=True)
+            print(json.dumps({k: row[k] for k in ("problem", "conv", "cudnn_ms", "best_over_cudnn", "form_over_cudnn")}),
+                  flush=True)
             del x, ref32, ref64
             torch.cuda.empty_cache()
 

@@ -103,6 +103,7 @@ class Site:
         how = dot_precision(self.dtype, precision)
         if self.cutlass:
             how = f"{cutlass_products(precision)}, {cutlass_config(self, variant)} tiles"
+            how += ", few-channel iterators" if cutlass_few(self) else ""
             how += {"flip": ", transposed: the forward convolution it equals", "dgrad": ", transposed: the strided "
                     "data gradient", "phases": ", transposed: a forward convolution per stride phase"}.get(
                 transposed_mode(self), "")
@@ -280,18 +281,27 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
     return long and 2 * m * n * site.k >= CUTLASS_PAYING_FLOP
 
 
+def cutlass_few(site: Site) -> bool:
+    """Whether ``site`` runs through CUTLASS's few-channels iterators
+    (:func:`~loopwise.kernels.expert.cutlass_conv.few_channels`)."""
+    mode = transposed_mode(site)
+    return mode != "phases" and cutlass_conv.few_channels(len(site.conv["window"]), site.conv["channels"],
+                                                           dgrad=mode == "dgrad")
+
+
 def cutlass_extension(site: Site, precision: str, variant: int = 0) -> str:
     """The name of the extension a CUTLASS convolution of ``site`` is built as (one per spatial
-    rank, tile and precision: sites that share them share it)."""
+    rank, kind, tile and precision: sites that share them share it)."""
     dims = 3 if len(site.conv["window"]) == 3 else 2
     kind = "dgrad" if transposed_mode(site) == "dgrad" else "conv"
-    return f"lw_{kind}{dims}d_{cutlass_config(site, variant)}_{precision}"
+    few = "_few" if cutlass_few(site) else ""
+    return f"lw_{kind}{dims}d{few}_{cutlass_config(site, variant)}_{precision}"
 
 
 def cutlass_source(site: Site, precision: str, variant: int = 0) -> str:
     """The CUDA source of the extension :func:`cutlass_extension` names."""
     return cutlass_conv.extension_source(len(site.conv["window"]), cutlass_config(site, variant), precision,
-                                         dgrad=transposed_mode(site) == "dgrad")
+                                         dgrad=transposed_mode(site) == "dgrad", few=cutlass_few(site))
 
 
 def find_sites(record: InductorRecord) -> list[Site]:

@@ -380,13 +380,14 @@ def on_cpu(source: str) -> str:
 def test_the_cutlass_form_runs_the_convolution_in_cutlass_and_the_epilogue_in_its_read_back(tmp_path, monkeypatch):
     from loopwise.kernels.check import scan
 
-    rec, problem = conv_record(tmp_path, (2, 6, 11, 13), 10, 3, stride=2, padding=1)  # 6 -> 8, 10 -> 12 channels
+    rec, problem = conv_record(tmp_path, (2, 18, 11, 13), 10, 3, stride=2, padding=1)  # 18 -> 20, 10 -> 12 channels
     source = render_seed(rec, problem, {"conv": 2})
     assert parse_note(source)["conv"] == 2
     assert "extern_kernels.convolution(" not in source and "triton_poi_fused_convolution_relu_0.run(" not in source
     assert "extern_kernels.convolution into buf0 -> CUTLASS implicit-GEMM convolution (3xTF32, 128x64 tiles) with " \
            "triton_poi_fused_convolution_relu_0 as its epilogue" in source
     assert '"lw_conv2d_128x64_fp32": r"""' in source and "cutlass::arch::OpMultiplyAddFastF32" in source
+    assert "IteratorAlgorithm::kOptimized>" in source and "kFewChannels" not in source
     assert "_lw_channels_last(_lw_cutlass_conv(\"lw_conv2d_128x64_fp32\").lw_conv, x, w, (2, 2), (1, 1), (1, 1))" in source
     assert [r.code for r in scan(source) if r.severity == "error"] == []
     judged(problem, on_cpu(source), "seed-conv-cutlass", tmp_path, monkeypatch)
@@ -404,9 +405,28 @@ def test_the_cutlass_form_runs_the_convolution_in_cutlass_and_the_epilogue_in_it
 def test_the_cutlass_form_is_judged_correct_on_other_ranks_layouts_and_uses(case, tmp_path, monkeypatch):
     rec, problem = conv_record(tmp_path, **case)
     source = render_seed(rec, problem, {"conv": 2, "gemm_tile": 1})
-    assert "CUTLASS implicit-GEMM convolution (3xTF32, 256x64 tiles)" in source
-    assert f"lw_conv{3 if len(case['x']) == 5 else 2}d_256x64_fp32" in source
+    few = len(case["x"]) < 5  # fewer than 16 input channels: 1-d and 2-d ones take the few-channel iterators
+    assert f"CUTLASS implicit-GEMM convolution (3xTF32, 256x64 tiles{', few-channel iterators' if few else ''})" in source
+    assert f"lw_conv{3 if len(case['x']) == 5 else 2}d{'_few' if few else ''}_256x64_fp32" in source
     judged(problem, on_cpu(source), "seed-conv-cutlass", tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("x,few", [
+    ((2, 3, 17, 19), True),  # an image's 3 channels, padded to 4
+    ((2, 12, 9, 9), True),  # 12: a quarter of each optimized step would be zeros
+    ((2, 13, 9, 9), False),  # 13, padded to 16: a whole step
+    ((2, 5, 33), True),  # 1-d, as 2-d of height one
+    ((1, 3, 5, 6, 7), False),  # 3-d: CUTLASS has no few-channel 3-d iterators
+])
+def test_a_convolution_of_few_input_channels_runs_through_cutlass_few_channel_iterators(x, few, tmp_path, monkeypatch):
+    rec, problem = conv_record(tmp_path, x, 9, 3, padding=1)
+    (site,) = find_sites(rec)
+    source = render_seed(rec, problem, {"conv": 2})
+    assert ("IteratorAlgorithm::kFewChannels>" in source) is few
+    assert ("IteratorAlgorithm::kOptimized>" in source) is not few
+    assert (f'"lw_conv{len(x) - 2 if len(x) == 5 else 2}d_few_128x64_fp32": r"""' in source) is few
+    assert ("128x64 tiles, few-channel iterators)" in source) is few
+    judged(problem, on_cpu(source), "seed-conv-few", tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("case", [
@@ -423,7 +443,8 @@ def test_a_transposed_convolution_of_stride_one_runs_in_cutlass_as_the_forward_o
     source = render_seed(rec, problem, {"conv": 2})
     assert "extern_kernels.convolution(" not in source and "CUTLASS implicit-GEMM convolution" in source
     assert ', "flip", ' in source and '"lw_conv' in source and "lw_dgrad" not in source
-    assert "128x64 tiles, transposed: the forward convolution it equals)" in source
+    few = ", few-channel iterators" if len(case["x"]) < 5 else ""  # the forward one's input channels: 3 to 6
+    assert f"128x64 tiles{few}, transposed: the forward convolution it equals)" in source
     judged(problem, on_cpu(source), "seed-conv-transposed", tmp_path, monkeypatch)
 
 
@@ -532,12 +553,14 @@ def test_convolutions_cutlass_cannot_run_stay_the_librarys_under_its_form(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dims,config,dgrad", [(2, "128x64", False), (2, "256x64", False), (2, "64x64", False),
-                                               (3, "128x64", False), (3, "64x64", False), (2, "128x64", True), (2, "64x128", True),
-                                               (2, "64x64", True)])
-def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, dgrad, tmp_path):
-    """Each tile of the CUTLASS form, 3xTF32, forward and (2-d) data gradient, compiled by nvcc for
-    sm_90a (where nvcc, the CUTLASS headers and torch's headers are here): no register spilled."""
+@pytest.mark.parametrize("dims,config,dgrad,few", [
+    (2, "128x64", False, False), (2, "256x64", False, False), (2, "64x64", False, False), (3, "128x64", False, False),
+    (3, "64x64", False, False), (2, "128x64", True, False), (2, "64x128", True, False), (2, "64x64", True, False),
+    (2, "128x64", False, True), (2, "64x64", False, True)])
+def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, dgrad, few, tmp_path):
+    """Each tile of the CUTLASS form, 3xTF32, forward (2-d also through the few-channel iterators)
+    and (2-d) data gradient, compiled by nvcc for sm_90a (where nvcc, the CUTLASS headers and
+    torch's headers are here): no register spilled."""
     import shutil
     import subprocess
     import sysconfig
@@ -551,7 +574,7 @@ def test_cutlass_convolutions_compile_for_hopper_without_spilling(dims, config, 
         pytest.skip("needs nvcc and the nvidia-cutlass wheel")
     (tmp_path / "c10" / "cuda" / "impl").mkdir(parents=True)  # generated at torch's build, absent from a CPU build
     (tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    (tmp_path / "conv.cu").write_text(extension_source(dims, config, dgrad=dgrad))
+    (tmp_path / "conv.cu").write_text(extension_source(dims, config, dgrad=dgrad, few=few))
     includes = [str(tmp_path), *cutlass_include_dirs(), *ext.include_paths(), sysconfig.get_paths()["include"]]
     done = subprocess.run(["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
                            "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "conv.cu", "-o", "conv.o",
@@ -634,6 +657,9 @@ GPU_CASES = [
     # 3-d transposed, stride 1: the 3-d forward convolution it equals
     dict(dims="Transpose3", c=8, co=12, k=3, stride=1, padding=1, x=(2, 8, 5, 9, 7), forward="torch.sigmoid(self.conv(x))",
          tiles=(0,)),
+    # 2-d, an image's 3 input channels: CUTLASS's few-channel iterators, two tiles
+    dict(dims=2, c=3, co=16, k=3, stride=1, padding=1, x=(2, 3, 33, 29), forward="torch.relu(self.conv(x))",
+         tiles=(0, 2)),
     # 3-d transposed, stride 2 with output padding: one forward convolution per stride phase, each tile
     dict(dims="Transpose3", c=12, co=20, k=3, stride=2, padding=1, extra=", output_padding=1", x=(2, 12, 5, 8, 7),
          forward="torch.relu(self.conv(x))", tiles=(0, 2)),
