@@ -119,27 +119,28 @@ def extension_source(dims: int, config: str, precision: str = "fp32", dgrad: boo
     """The CUDA source of ``lw_conv`` for ``dims``-d convolutions (1-d ones run as 2-d) with the
     tile ``config`` of :data:`CONFIGS` under ``precision``; with ``dgrad`` the data gradient of a
     1-d or 2-d one (a transposed convolution of any stride); with ``few`` a 1-d or 2-d forward one
-    through CUTLASS's few-channels iterators (:func:`few_channels`)."""
+    through CUTLASS's few-channel iterators (:func:`few_channels`)."""
     from loopwise.kernels.expert.generate import _templates
 
     if dgrad and dims == 3:
         raise ValueError("CUTLASS's strided data gradient is built for 1-d and 2-d convolutions")
     if few and (dgrad or dims == 3):
-        raise ValueError("CUTLASS's few-channels iterators are built for 1-d and 2-d forward convolutions")
+        raise ValueError("CUTLASS's few-channel iterators are built for 1-d and 2-d forward convolutions")
     tile, warp, stages = (DGRAD_CONFIGS if dgrad else CONFIGS)[config]
     macro = _templates().get_template("_cutlass_conv.j2").module.conv_source
     return str(macro(3 if dims == 3 else 2, tile, warp, stages, OPERATORS[precision], dgrad, few))
 
 
 # Below this many input channels (padded to a multiple of 4) a 1-d or 2-d forward convolution runs
-# through CUTLASS's few-channels iterators: the optimized ones take one window position's channels
-# per reduction step of 16, so with 4, 8 or 12 channels 75, 50 or 25% of each step is zeros.
-FEW_CHANNELS_BELOW = 16
+# through CUTLASS's few-channel iterators: the optimized ones take one window position's channels
+# per reduction step of 16, so with 4 or 8 channels 75 or 50% of each step is zeros (with 12, a
+# quarter: left to the optimized ones, whose addressing is cheaper).
+FEW_CHANNELS_BELOW = 12
 
 
 def few_channels(dims: int, channels: int, dgrad: bool = False) -> bool:
     """Whether a forward convolution of ``dims`` spatial dimensions with ``channels`` input
-    channels (a group's) runs through the few-channels iterators (:data:`FEW_CHANNELS_BELOW`)."""
+    channels (a group's) runs through the few-channel iterators (:data:`FEW_CHANNELS_BELOW`)."""
     return not dgrad and dims <= 2 and -(-channels // 4) * 4 < FEW_CHANNELS_BELOW
 
 
