@@ -58,8 +58,7 @@ def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, out
     else:
         sizes = [(s + 2 * p - d * (r - 1) - 1) // st + 1
                  for s, p, d, r, st in zip(spatial, padding, dilation, window, stride)]
-    xl = x.new_empty((n, *spatial, cp)) if cp == c else x.new_zeros((n, *spatial, cp))
-    xl[..., :c] = x.movedim(1, -1)
+    xl = _lw_last(x, cp)
     if transposed == "dgrad":  # (input channels, window..., output channels), the gradient's weight
         wl = w.new_zeros((cp, *window, kp))
         wl[:c, ..., :k] = w.movedim(1, -1)
@@ -69,10 +68,31 @@ def _lw_channels_last(run, x, w, stride, padding, dilation, transposed=None, out
     # CUTLASS's strided data gradient writes every output pixel, those no window position reaches
     # included (their stride phase's tiles run with an empty reduction), so y needs no zeroing
     y = x.new_empty((n, *sizes, kp))
-    per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), y[0].numel(), 1)))
-    for i in range(0, n, per):
-        run(xl[i:i + per], wl, y[i:i + per], list(padding), list(stride), list(dilation))
+    _lw_launch(run, xl, wl, y, padding, stride, dilation)
     return y
+
+
+def _lw_last(t, channels):
+    """t (N, C, ...) channels-last, (N, ..., channels), its channels padded with zeros."""
+    out = t.new_empty((t.shape[0], *t.shape[2:], channels)) if channels == t.shape[1] else \
+        t.new_zeros((t.shape[0], *t.shape[2:], channels))
+    out[..., :t.shape[1]] = t.movedim(1, -1)
+    return out
+
+
+def _lw_launch(run, xl, wl, y, padding, stride, dilation):
+    """``run`` over the batch in cuts of which no tensor reaches 2**31 bytes (CUTLASS's limit)."""
+    per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), y[0].numel(), 1)))
+    for i in range(0, xl.shape[0], per):
+        run(xl[i:i + per], wl, y[i:i + per], list(padding), list(stride), list(dilation))
+
+
+def _lw_phase(r, s, p, window):
+    """Along a side of stride s, padding p and ``window`` taps, stride phase r's first tap k0, its
+    number of taps, and the padding before of its forward convolution (see ``_lw_phases``)."""
+    k0 = (r + p) % s
+    taps = -(-(window - k0) // s)
+    return k0, taps, taps - 1 - (r + p - k0) // s
 
 
 def _lw_phases(run, x, w, stride, padding, output_padding):
@@ -85,16 +105,13 @@ def _lw_phases(run, x, w, stride, padding, output_padding):
     cp, kp = -(-c // 4) * 4, -(-k // 4) * 4
     spatial, window = x.shape[2:], w.shape[2:]
     sizes = [(i - 1) * s - 2 * p + r + o for i, s, p, r, o in zip(spatial, stride, padding, window, output_padding)]
-    xl = x.new_empty((n, *spatial, cp)) if cp == c else x.new_zeros((n, *spatial, cp))
-    xl[..., :c] = x.movedim(1, -1)
+    xl = _lw_last(x, cp)
     y = x.new_empty((n, *sizes, kp))
     phases = [()]
     for s in stride:
         phases = [ph + (r,) for ph in phases for r in range(s)]
     for phase in phases:
-        first = [(r + p) % s for r, p, s in zip(phase, padding, stride)]  # k0 of each dimension
-        taps = [-(-(big - k0) // s) for big, k0, s in zip(window, first, stride)]
-        pad = [t - 1 - (r + p - k0) // s for t, r, p, k0, s in zip(taps, phase, padding, first, stride)]
+        first, taps, pad = zip(*(_lw_phase(r, s, p, big) for r, s, p, big in zip(phase, stride, padding, window)))
         if min(taps) < 1 or min(pad) < 0:
             raise ValueError(f"stride phase {phase} of this transposed convolution is not a forward one")
         wr = w[(slice(None), slice(None), *(slice(k0, None, s) for k0, s in zip(first, stride)))]
@@ -104,15 +121,13 @@ def _lw_phases(run, x, w, stride, padding, output_padding):
         yr = x.new_empty((n, *[len(range(r, o, s)) for r, o, s in zip(phase, sizes, stride)], kp))
         if not yr.numel():
             continue
-        per = max(1, (2**31 - 1) // (4 * max(xl[0].numel(), yr[0].numel(), 1)))
-        for i in range(0, n, per):
-            run(xl[i:i + per], wl, yr[i:i + per], pad, [1] * len(stride), [1] * len(stride))
+        _lw_launch(run, xl, wl, yr, pad, [1] * len(stride), [1] * len(stride))
         y[(slice(None), *(slice(r, None, s) for r, s in zip(phase, stride)))] = yr
     return y
 '''
 _glue: dict = {}
 exec(compile(GLUE, "<loopwise cutlass conv glue>", "exec"), _glue)  # noqa: S102 - our own source, above
-_channels_last = _glue["_lw_channels_last"]
+_channels_last, _phase = _glue["_lw_channels_last"], _glue["_lw_phase"]
 
 
 def extension_source(dims: int, config: str, precision: str = "fp32", dgrad: bool = False, few: bool = False) -> str:
@@ -166,9 +181,8 @@ def phases_fit(stride, padding, window) -> bool:
     phase's padding before, taps - 1 - (r + p - k0) / s, is not negative."""
     for s, p, big in zip(stride, padding, window):
         for r in range(s):
-            k0 = (r + p) % s
-            taps = -(-(big - k0) // s)
-            if taps < 1 or taps - 1 - (r + p - k0) // s < 0:
+            _, taps, pad = _phase(r, s, p, big)
+            if taps < 1 or pad < 0:
                 return False
     return True
 
