@@ -182,10 +182,15 @@ def changed_at(after: list, before: list, moved: bool = True, versions: list | N
     hands back a freed copy of it)."""
     import torch
 
-    now = versions and version_counts(after)
+    written = rewritten(after, versions) if versions else set()
     return [i for i, (a, b) in enumerate(zip(after, before))
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and (changed(a, b, moved) or bool(versions) and versions[i] is not None and now[i] != versions[i])]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (i in written or changed(a, b, moved))]
+
+
+def rewritten(args: list, versions: list) -> set[int]:
+    """The argument indices whose version counter moved from ``versions`` (:func:`version_counts`
+    of ``args`` before a call): the tensors the call wrote in place, whatever bits it left."""
+    return {i for i, (was, now) in enumerate(zip(versions, version_counts(args))) if was is not None and now != was}
 
 
 def version_counts(args: list) -> list:

@@ -440,10 +440,9 @@ class Reference:
                 self._model64_error = None
                 # each input against its original upcast, one at a time (no float64 copy of them all),
                 # or written in place with the bits it held
-                now = inp.version_counts(args64)
+                moved = inp.rewritten(args64, versions)
                 written = {i: a64.to(work) for i, (a, a64) in enumerate(zip(args, args64))
-                           if isinstance(a64, torch.Tensor)
-                           and (versions[i] is not None and now[i] != versions[i] or _changed64(a64, a))}
+                           if isinstance(a64, torch.Tensor) and (i in moved or _changed64(a64, a))}
                 return [o.to(work) if isinstance(o, torch.Tensor) else o for o in out], written
             except torch.cuda.OutOfMemoryError:
                 raise  # not the model's failure: the caller runs it elsewhere
