@@ -14,7 +14,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
 
     from loopwise.core.execute.dispatch import dispatching, executor_options
     from loopwise.core.run import interruptible, resume_command
-    from loopwise.kernels.bench.run import Bench, select_problems
+    from loopwise.kernels.bench.run import Bench, order_problems, select_problems
     from loopwise.kernels.report.bench_html import build_report
     from loopwise.kernels.problem import _find_checkout
     from loopwise.kernels.report.terminal import progress
@@ -25,7 +25,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
         settings = bench.s
     # a bad selection or worker list is refused before anything is recorded
     checkout = _find_checkout(cfg.kernels.kernelbench)
-    problems = select_problems(checkout, settings.levels, settings.subset)
+    problems = order_problems(select_problems(checkout, settings.levels, settings.subset), settings.order)
     with dispatching(*executor) as dispatcher:
         if not resume:
             bench = Bench.start(settings, cfg, console)
@@ -33,7 +33,7 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
         where = (f"{len(dispatcher.workers)} worker(s) of {executor[0]}" if dispatcher
                  else f"this process ({cfg.kernels.device})")
         console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
-                      f"{','.join(map(str, s.levels))}) · budget {s.budget} each · {where}")
+                      f"{','.join(map(str, s.levels))}{'' if s.order == 'id' else ', ' + s.order + ' order'}) · budget {s.budget} each · {where}")
 
         def resume_line() -> str:
             return resume_command("loopwise kernels bench", bench.store.meta.run_id, bench.store.run_dir.parent,

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 KIND = "kernels.bench"
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 RULES = "all | first:N | every:K (ids 1, 1+K, ...) | ids:L/I,L/I,..."
+ORDERS = "id | shuffled:SEED"
 # After Ctrl-C or SIGTERM, how long the bench waits for its problems' threads to stop (each stops at
 # its next wait on a sandbox or a worker, within a poll); one held longer is left to the exit.
 STOP_GRACE_S = 5.0
@@ -47,6 +48,7 @@ class BenchSettings:
 
     levels: list[int] = field(default_factory=lambda: [1, 2, 3])
     subset: str = "all"
+    order: str = "id"
     budget: int = 8
     proposer: str = "expert"
     search: str = "mcts"
@@ -102,6 +104,27 @@ def select_problems(root: str | Path, levels: list[int], rule: str) -> list[tupl
     return out
 
 
+def order_problems(problems: list[tuple[int, int, Path]], order: str) -> list[tuple[int, int, Path]]:
+    """``problems`` in the order a bench runs them: ``id`` (level, then id) or ``shuffled:SEED`` (one
+    seeded random order over every level, the same on every machine), so that the problems a
+    stopped bench has finished are a uniform sample of the selection, not its first ids."""
+    import random
+
+    kind, _, arg = order.partition(":")
+    if kind == "id" and not arg:
+        return list(problems)
+    if kind == "shuffled":
+        try:
+            seed = int(arg)
+        except ValueError:
+            seed = None
+        if seed is not None:
+            out = sorted(problems)
+            random.Random(seed).shuffle(out)
+            return out
+    raise UserError(f"--order {order!r}: expected {ORDERS}")
+
+
 # ---------------------------------------------------------------------------------------------
 # the table
 
@@ -113,6 +136,19 @@ BELOW_COMPILE = 0.97
 def _geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _geomean_interval(values: list[float]) -> list[float] | None:
+    """The 95% t-interval of the geomean of ``values`` (over their logs), taken as a sample of
+    problems: the interval within which the whole selection's geomean lies when the problems
+    finished are a uniform sample of it (``--order shuffled``). None below two values."""
+    from loopwise.core.stats import mean_interval
+
+    logs = [math.log(v) for v in values if v and v > 0]
+    if len(logs) < 2:
+        return None
+    interval = mean_interval(logs)
+    return [math.exp(interval.low), math.exp(interval.high)]
 
 
 def aggregate(rows: list[dict]) -> list[dict]:
@@ -128,6 +164,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
         over_compile = [r["over_compile"] for r in mine if r.get("over_compile")]
         line["geomean_over_eager"] = _geomean(over_eager)
         line["geomean_over_compile"] = _geomean(over_compile)
+        line["geomean_over_compile_ci95"] = _geomean_interval(over_compile)
         line["compile_measured"] = len(over_compile)
         # below torch.compile only where compile's own output passes the judge (where it fails,
         # matching it is no bar); those problems are counted apart

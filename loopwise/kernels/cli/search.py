@@ -97,6 +97,8 @@ def bench_cmd(
     levels: str = typer.Option("1,2,3", help="Levels, comma-separated."),
     subset: str = typer.Option("all", help="Which problems of each level: all, first:N, every:K (ids 1, 1+K, ...) "
                                "or ids:L/I,L/I."),
+    order: str = typer.Option("id", help="The order problems run in: id (level, then id) or shuffled:SEED (one "
+                              "seeded random order, so a bench stopped early has finished a uniform sample)."),
     budget: int = typer.Option(8, help="Candidates judged per problem."),
     search: str = typer.Option("mcts", help="mcts, greedy, beam, random or best-of-n."),
     seed: int = typer.Option(0, help="Seed of every search."),
@@ -127,7 +129,7 @@ def bench_cmd(
         raise UserError(f"--levels {levels!r}: expected numbers such as 1,2,3") from None
     from loopwise.kernels.bench.run import BenchSettings
 
-    settings = BenchSettings(levels=level_list, subset=subset, budget=budget, search=search, seed=seed,
+    settings = BenchSettings(levels=level_list, subset=subset, order=order, budget=budget, search=search, seed=seed,
                              per_step=per_step, compile=compile_baseline)
     cfg = command_config(config, overrides, where(device, kernelbench, runs_dir), resume=(resume, "kernels.bench"))
     raise typer.Exit(run_bench(settings, cfg, resume=resume, as_json=as_json,

@@ -24,6 +24,10 @@ def _x(v) -> str:
     return f"{v:.2f}x" if v else "-"
 
 
+def _interval(ci: list[float] | None) -> str:
+    return f"; 95% {ci[0]:.2f}-{ci[1]:.2f}" if ci else ""
+
+
 def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     """The aggregate table as columns and text rows (the console and the page print the same)."""
     cols = ["group", "problems", "correct", "geomean vs eager", "geomean vs compile"]
@@ -35,7 +39,7 @@ def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for t in table:
         line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
-                f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']})"]
+                f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']}{_interval(t.get('geomean_over_compile_ci95'))})"]
         if clocks:
             line.append(f"{_x(t.get('geomean_over_compile_gpu'))} / {_x(t.get('geomean_over_compile_steady'))}")
         line += [f"{t[f'fast_{p:g}_eager']:.0%} / " + (f"{t[f'fast_{p:g}_compile']:.0%}" if t["compile_measured"] else "-")

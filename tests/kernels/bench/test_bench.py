@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopwise.errors import UserError
-from loopwise.kernels.bench.run import aggregate, problem_row, select_problems
+from loopwise.kernels.bench.run import aggregate, order_problems, problem_row, select_problems
 
 PROBLEMS = Path(__file__).parents[1] / "expert_problems"
 
@@ -39,6 +39,54 @@ def test_rules_select_problems_by_id(checkout):
             select_problems(checkout, [1], bad)
     with pytest.raises(UserError, match="not a KernelBench checkout"):
         select_problems(checkout / "KernelBench" / "level1", [1], "all")
+
+
+def test_a_shuffled_order_is_a_seeded_permutation_over_every_level_and_a_bad_order_is_refused(tmp_path):
+    """``shuffled:SEED`` runs the selection in one random order, the same for the same seed on any
+    machine and whatever order the problems came in, so that a bench stopped early has finished a
+    uniform sample of it and a resumed one goes on in the same order."""
+    problems = [(lv, i, tmp_path / f"level{lv}" / f"{i}_p.py") for lv in (1, 2, 3) for i in range(1, 41)]
+    assert order_problems(problems, "id") == problems
+    first = order_problems(problems, "shuffled:20261213")
+    assert sorted(first) == sorted(problems) and first != problems
+    assert order_problems(list(reversed(problems)), "shuffled:20261213") == first
+    assert order_problems(problems, "shuffled:1") != first
+    # a uniform sample: the first third holds problems of every level, not only level 1's
+    assert {lv for lv, _, _ in first[:40]} == {1, 2, 3}
+    for bad in ("shuffled", "shuffled:x", "random:1", "id:2", ""):
+        with pytest.raises(UserError, match="--order"):
+            order_problems(problems, bad)
+
+
+def test_the_geomean_over_compile_carries_its_interval_over_problems():
+    """The 95% t-interval of the geomean over compile, from the logs of the problems' ratios: it
+    holds the geomean, narrows as problems agree, and is absent below two problems."""
+    def rows(ratios):
+        base = {"eager": {"timing": {"median_ms": 1.0}}, "compile": {"status": "ok", "timing": {"median_ms": 1.0}}}
+        return [problem_row(1, i, f"p{i}", {"run_id": "r", "evaluations": 2, "best_speedup": r, "failures": {},
+                                            "best": {"timing": {"median_ms": 1.0 / r}, "reference_timing": {"median_ms": 1.0}}},
+                            base, same_gpu=True) for i, r in enumerate(ratios)]
+
+    spread = aggregate(rows([0.8, 1.0, 1.25, 1.6, 2.0]))[0]
+    low, high = spread["geomean_over_compile_ci95"]
+    assert low < spread["geomean_over_compile"] < high and low < 1.0 < high
+    close = aggregate(rows([1.30, 1.31, 1.29, 1.30, 1.32]))[0]
+    low2, high2 = close["geomean_over_compile_ci95"]
+    assert 1.0 < low2 < 1.30 < high2 < 1.35 and high2 - low2 < (high - low) / 10
+    assert aggregate(rows([1.5]))[0]["geomean_over_compile_ci95"] is None
+
+
+def test_a_resumed_bench_keeps_the_order_it_was_started_with(tmp_path):
+    from loopwise.config import load_config
+    from loopwise.kernels.bench.run import Bench, BenchSettings
+
+    cfg = load_config(None, [f"store.runs_dir={tmp_path / 'runs'}"])
+    bench = Bench.start(BenchSettings(levels=[1, 2], order="shuffled:5"), cfg)
+    run_id = bench.store.meta.run_id
+    bench.store.close()
+    again = Bench.resume(run_id, cfg)
+    assert again.s.order == "shuffled:5"
+    again.store.close()
 
 
 def test_the_table_counts_problems_without_a_correct_candidate_as_the_reference():
@@ -177,6 +225,10 @@ def test_bench_errors_are_one_line(tmp_path, checkout, cli_env):
     out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--subset", "every:x", "--kernelbench", str(checkout),
                     "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
     assert out.returncode != 0 and "--subset" in out.stderr and "Traceback" not in out.stderr
+    out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--order", "random", "--kernelbench", str(checkout),
+                    "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
+    assert out.returncode != 0 and "--order 'random'" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # refused before any run
     out = _loopwise(cli_env, "kernels", "bench", "kernelbench", "--workers", "gpu0", "--kernelbench", str(checkout),
                     "--set", f"store.runs_dir={tmp_path / 'runs'}", timeout=120)
     assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One `kernels bench` spread over many device calls and sessions (all of KernelBench is hours of
+# device time; a call is at most 10 minutes, a session 30), measuring one frozen commit throughout
+# while main moves on. Each call resumes the bench where the last one stopped: finished problems
+# are kept, the problem under way when the call's time ran out resumes its search.
+#
+# Here, once:        bench/freeze.sh COMMIT                    (.frozen/ = that commit's tree)
+# On the device, from the repository root, carrying .frozen, the wheels ($LW_WHEELS, default
+# .whl-kernels), third_party/KernelBench/KernelBench and .devstate/NAME (absent on the first call):
+#
+#   bash bench/sweep.sh NAME SECONDS [kernels bench options, used only when the bench starts]
+#   e.g. bash bench/sweep.sh kb-all 540 --levels 1,2,3 --order shuffled:20261213 --budget 2 --search greedy
+#
+# It stops the bench with SIGTERM at SECONDS (bash SECONDS, so the prelude's time counts) and leaves
+# in $OUT: NAME.tgz (the bench's state: its runs folder without built extensions, and its id),
+# NAME.log (this call's output) and NAME-rows.csv (every finished problem, bench/bench_rows.py).
+# Here, after each call: cp FILES_AT/NAME.tgz .devstate/NAME/state.tgz (the next call's start).
+set -u
+name=${1:?usage: bash bench/sweep.sh NAME SECONDS [kernels bench options]}
+end=${2:?usage: bash bench/sweep.sh NAME SECONDS [kernels bench options]}
+shift 2
+root=$PWD
+if [ ! -s .frozen/FROZEN_COMMIT ]; then
+  echo "sweep: no .frozen/ tree; run bench/freeze.sh COMMIT here and carry .frozen" >&2
+  exit 1
+fi
+if [ ! -d third_party/KernelBench/KernelBench ]; then
+  echo "sweep: no third_party/KernelBench/KernelBench; carry it" >&2
+  exit 1
+fi
+export LW_WHEELS=$root/${LW_WHEELS:-.whl-kernels}
+export OUT=${OUT:-$root/bench_out}
+cd .frozen || exit 1
+# shellcheck source=/dev/null
+source bench/remote_prelude.sh || exit 1
+echo "sweep $name: commit $(cat FROZEN_COMMIT)"
+state=.sweep/$name
+rm -rf "$state" && mkdir -p "$state/runs"
+if [ -s "$root/.devstate/$name/state.tgz" ]; then
+  tar xzf "$root/.devstate/$name/state.tgz" -C "$state" || { echo "sweep: $name's state does not unpack" >&2; exit 1; }
+fi
+common=(--kernelbench ../third_party/KernelBench --runs-dir "$state/runs")
+log=$OUT/$name.log
+if [ -s "$state/bench_id" ]; then
+  id=$(cat "$state/bench_id")
+  echo "sweep $name: resuming bench $id"
+  cmd=(python3 -m loopwise kernels bench --resume "$id" "${common[@]}")
+else
+  echo "sweep $name: starting a bench: $*"
+  cmd=(python3 -m loopwise kernels bench kernelbench "$@" "${common[@]}")
+fi
+left=$(( end - SECONDS ))
+if [ "$left" -lt 60 ]; then
+  echo "sweep: only ${left}s left before ${end}s; nothing started" >&2
+  exit 1
+fi
+export MAX_JOBS=${MAX_JOBS:-16}
+timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1
+rc=$?
+echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
+if [ ! -s "$state/bench_id" ]; then
+  # the bench's first line names it: "bench ID · N problems ..."
+  sed -n 's/^bench \([0-9]\{8\}-[0-9]\{6\}-[0-9a-f]\{6\}\) .*/\1/p' "$log" | head -n 1 > "$state/bench_id"
+  [ -s "$state/bench_id" ] || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
+fi
+python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
+tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' bench_id runs
+echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
+tail -n 5 "$log"
