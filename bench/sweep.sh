@@ -64,6 +64,6 @@ if [ ! -s "$state/bench_id" ]; then
   [ -s "$state/bench_id" ] || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
 fi
 python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
-tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' bench_id runs
+tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' bench_id runs
 echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
 tail -n 5 "$log"
