@@ -15,7 +15,7 @@ FIELDS = ("bench", "problem", "evaluations", "best_speedup", "eager_ms", "compil
           "compile_correct", "compile_message", "best_ms",
           "over_compile", "clock", "best_kernelbench_ms", "best_gpu_ms", "best_launch_ms", "compile_kernelbench_ms",
           "compile_gpu_ms", "compile_launch_ms", "over_compile_kernelbench", "over_compile_gpu", "over_compile_steady",
-          "seconds", "error", "failures")
+          "eager_tf32_ms", "over_yardstick", "seconds", "error", "failures")
 
 
 def main(runs_dir: str, out: str) -> int:

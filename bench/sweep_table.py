@@ -37,19 +37,29 @@ def bench_rows(runs: Path) -> tuple[dict, list[dict]]:
     return found[0]
 
 
+def _geomean(geo: float | None, ci: list[float] | None, n: int) -> str:
+    return f"{geo:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "") + f", n={n}" if geo else "-"
+
+
 def table(settings: dict, rows: list[dict], selected: dict[int, int] | None = None) -> str:
     from loopwise.kernels.bench.run import aggregate
 
-    lines = ["| group | finished / selected | correct | geomean over compile (95% interval) | below 0.97x compile "
-             "| compile wrong | s per problem |", "|---|---|---|---|---|---|---|"]
-    for line in aggregate(rows):
+    table_ = aggregate(rows)
+    yardstick = any(t.get("geomean_over_yardstick") for t in table_)
+    lines = ["| group | finished / selected | correct | geomean over compile (95% interval) | "
+             + ("geomean over best(eager+TF32, compile) | " if yardstick else "")
+             + "below 0.97x compile | compile wrong | s per problem |",
+             "|---|---|---|---|" + ("---|" if yardstick else "") + "---|---|---|"]
+    for line in table_:
         group = line["group"]
         level = int(group.split()[1]) if group.startswith("level") else None
         total = (selected.get(level) if level is not None else sum(selected.values())) if selected else None
         ci = line.get("geomean_over_compile_ci95")
         geo = line["geomean_over_compile"]
-        shown = (f"{geo:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "") + f", n={line['compile_measured']}"
-                 if geo else "-")
+        shown = _geomean(geo, ci, line["compile_measured"])
+        if yardstick:
+            shown += " | " + _geomean(line.get("geomean_over_yardstick"), line.get("geomean_over_yardstick_ci95"),
+                                      line.get("yardstick_measured", 0))
         seconds = line.get("seconds_per_problem")
         lines.append(f"| {group} | {line['problems']} / {total if total is not None else '?'} | {line['correct']} | "
                      f"{shown} | {line['below_compile']} | {line['compile_wrong']} | "

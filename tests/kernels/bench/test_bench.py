@@ -76,6 +76,30 @@ def test_the_geomean_over_compile_carries_its_interval_over_problems():
     assert aggregate(rows([1.5]))[0]["geomean_over_compile_ci95"] is None
 
 
+def test_where_eager_with_tf32_was_timed_the_row_gives_the_relaxed_tracks_yardstick():
+    """The relaxed track's denominator: the faster of eager with TF32 allowed and torch.compile; no
+    TF32 timing (kernels.baseline.tf32 off) gives no such ratio; no correct candidate counts as eager."""
+    def base(compile_ms, tf32_ms):
+        out = {"eager": {"timing": {"median_ms": 8.0}}, "compile": {"status": "ok", "timing": {"median_ms": compile_ms}}}
+        if tf32_ms is not None:
+            out["eager_tf32"] = {"status": "ok", "timing": {"median_ms": tf32_ms}}
+        return out
+
+    best = {"run_id": "r", "evaluations": 2, "best_speedup": 4.0, "failures": {},
+            "best": {"timing": {"median_ms": 2.0}, "reference_timing": {"median_ms": 8.0}}}
+    none = {"run_id": "r", "evaluations": 2, "best_speedup": None, "best": None, "failures": {}}
+    tf32_faster = problem_row(1, 1, "a", best, base(4.0, 3.0), same_gpu=True)
+    compile_faster = problem_row(1, 2, "b", best, base(4.0, 6.0), same_gpu=True)
+    untimed = problem_row(1, 3, "c", best, base(4.0, None), same_gpu=True)
+    nothing_correct = problem_row(1, 4, "d", none, base(4.0, 2.0), same_gpu=True)
+    assert tf32_faster["over_yardstick"] == pytest.approx(1.5) and tf32_faster["over_compile"] == pytest.approx(2.0)
+    assert compile_faster["over_yardstick"] == pytest.approx(2.0) and compile_faster["eager_tf32_ms"] == 6.0
+    assert untimed["over_yardstick"] is None
+    assert nothing_correct["over_yardstick"] == pytest.approx(0.25)  # eager (8 ms) against TF32's 2 ms
+    line = aggregate([tf32_faster, compile_faster, untimed])[0]
+    assert line["yardstick_measured"] == 2 and line["geomean_over_yardstick"] == pytest.approx(3.0 ** 0.5)
+
+
 def test_a_resumed_bench_keeps_the_order_it_was_started_with(tmp_path):
     from loopwise.config import load_config
     from loopwise.kernels.bench.run import Bench, BenchSettings
