@@ -50,7 +50,8 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean over ``n`` seeds and its t-interval at ``confidence`` (NaN bounds below two seeds)."""
+    """A mean over ``n`` values (seeds, problems) and its t-interval at ``confidence`` (NaN bounds
+    below two values)."""
 
     mean: float
     low: float

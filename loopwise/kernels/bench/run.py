@@ -14,7 +14,11 @@ and 2, against eager and against torch.compile; the problems below 0.97x torch.c
 compile's own output passes the judge, the problems where it does not (its output judged by the
 judge's rule against the reference's, see :mod:`loopwise.kernels.baseline`), and the
 mean wall time of a problem (its search and its baselines, in the process that finished it; with
-several problems at once on shared GPUs these overlap), the search's cost at the budget used.
+several problems at once on shared GPUs these overlap), the search's cost at the budget used. The
+geomean over compile carries its 95% t-interval over the problems (where the whole selection's
+geomean lies when the finished problems are a uniform sample of it: ``--order shuffled``), and where
+eager with TF32 was timed (``kernels.baseline.tf32``), the ratio over the relaxed track's yardstick,
+the faster of that and torch.compile.
 """
 
 from __future__ import annotations
