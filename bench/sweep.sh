@@ -28,7 +28,9 @@ if [ ! -d third_party/KernelBench/KernelBench ]; then
   echo "sweep: no third_party/KernelBench/KernelBench; carry it" >&2
   exit 1
 fi
-export LW_WHEELS=$root/${LW_WHEELS:-.whl-kernels}
+LW_WHEELS=${LW_WHEELS:-.whl-kernels}
+case $LW_WHEELS in /*) ;; *) LW_WHEELS=$root/$LW_WHEELS ;; esac
+export LW_WHEELS
 export OUT=${OUT:-$root/bench_out}
 cd .frozen || exit 1
 # shellcheck source=/dev/null
