@@ -153,8 +153,7 @@ def main() -> None:
                    "cudnn_rel_err": ((ref32.double() - ref64).norm() / scale).item()}
             dgrad = conv["transposed"] == "dgrad"
             # the few-channel iterators beside the optimized ones wherever the form would take them
-            few = conv["transposed"] != "phases" and few_channels(dims, w.shape[0] if conv["transposed"] else w.shape[1],
-                                                                   dgrad=dgrad)
+            few = few_channels(dims, w.shape[0] if conv["transposed"] else w.shape[1], dgrad=dgrad)
             labels = []
             for config in DGRAD_CONFIGS if dgrad else CONFIGS:
                 for variant in (False, True) if few else (False,):

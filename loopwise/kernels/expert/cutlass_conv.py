@@ -155,7 +155,8 @@ FEW_CHANNELS_BELOW = 12
 
 def few_channels(dims: int, channels: int, dgrad: bool = False) -> bool:
     """Whether a forward convolution of ``dims`` spatial dimensions with ``channels`` input
-    channels (a group's) runs through the few-channel iterators (:data:`FEW_CHANNELS_BELOW`)."""
+    channels (a group's) runs through the few-channel iterators (:data:`FEW_CHANNELS_BELOW`): never
+    a data gradient nor a 3-d one (so never a transposed one run by stride phases)."""
     return not dgrad and dims <= 2 and -(-channels // 4) * 4 < FEW_CHANNELS_BELOW
 
 

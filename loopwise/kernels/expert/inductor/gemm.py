@@ -284,9 +284,8 @@ def cutlass_site_pays(site: Site, precision: str) -> bool:
 def cutlass_few(site: Site) -> bool:
     """Whether ``site`` runs through CUTLASS's few-channels iterators
     (:func:`~loopwise.kernels.expert.cutlass_conv.few_channels`)."""
-    mode = transposed_mode(site)
-    return mode != "phases" and cutlass_conv.few_channels(len(site.conv["window"]), site.conv["channels"],
-                                                           dgrad=mode == "dgrad")
+    return cutlass_conv.few_channels(len(site.conv["window"]), site.conv["channels"],
+                                     dgrad=transposed_mode(site) == "dgrad")
 
 
 def cutlass_extension(site: Site, precision: str, variant: int = 0) -> str:
