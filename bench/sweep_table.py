@@ -1,9 +1,8 @@
 """The table of a bench spread over device calls (``bench/sweep.sh``), as markdown for
-docs/results.md: per level and over all, the problems finished of those selected, the correct ones,
-the geomean over torch.compile with its 95% interval over problems (a sample's interval: the
-finished problems of a ``--order shuffled`` bench are a uniform sample of the selection), the
-problems below 0.97x compile where compile's own output is correct, those where it is not, and
-the wall seconds per problem.
+docs/results.md: the bench's own table (``kernels bench``'s columns: the geomean over torch.compile
+with its 95% interval over problems, a sample's interval since the finished problems of a
+``--order shuffled`` bench are a uniform sample of the selection; fast_p; below 0.97x compile;
+compile wrong; seconds a problem), its problems column as finished / selected.
 
     python3 bench/sweep_table.py STATE.tgz|RUNS_DIR [--kernelbench KB]
 
@@ -17,57 +16,45 @@ import argparse
 import sys
 import tarfile
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 
-def bench_rows(runs: Path) -> tuple[dict, list[dict]]:
-    """The bench's settings and its finished problems' rows (the one bench run under ``runs``)."""
+def read_bench(runs: Path):
+    """The one bench run under ``runs`` (its optimize runs beside it), as :class:`Bench` reads it."""
+    from loopwise.config import load_config
     from loopwise.core.run import open_run
-    from loopwise.kernels.bench.run import KIND
+    from loopwise.kernels.bench.run import KIND, Bench
 
-    found = []
+    ids = []
     for folder in sorted(p.parent for p in runs.glob("*/run.sqlite")):
         store = open_run(runs, folder.name)
         if store.meta.kind == KIND:
-            settings = next(iter(store.events(kind="bench_settings"))).payload
-            found.append((settings, [dict(e.payload) for e in store.events(kind="problem_result")]))
+            ids.append(folder.name)
         store.close()
-    if len(found) != 1:
-        raise SystemExit(f"{runs}: expected one bench run, found {len(found)}")
-    return found[0]
-
-
-def _geomean(geo: float | None, ci: list[float] | None, n: int) -> str:
-    return f"{geo:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "") + f", n={n}" if geo else "-"
+    if len(ids) != 1:
+        raise SystemExit(f"{runs}: expected one bench run, found {len(ids)}")
+    bench = Bench.resume(ids[0], load_config(None, [f"store.runs_dir={runs}"]))
+    bench.store.close()
+    return bench
 
 
 def table(settings: dict, rows: list[dict], selected: dict[int, int] | None = None) -> str:
     from loopwise.kernels.bench.run import aggregate
+    from loopwise.kernels.report.bench_html import table_rows
 
-    table_ = aggregate(rows)
-    yardstick = any(t.get("geomean_over_yardstick") for t in table_)
-    lines = ["| group | finished / selected | correct | geomean over compile (95% interval) | "
-             + ("geomean over best(eager+TF32, compile) | " if yardstick else "")
-             + "below 0.97x compile | compile wrong | s per problem |",
-             "|---|---|---|---|" + ("---|" if yardstick else "") + "---|---|---|"]
-    for line in table_:
-        group = line["group"]
-        level = int(group.split()[1]) if group.startswith("level") else None
-        total = (selected.get(level) if level is not None else sum(selected.values())) if selected else None
-        ci = line.get("geomean_over_compile_ci95")
-        geo = line["geomean_over_compile"]
-        shown = _geomean(geo, ci, line["compile_measured"])
-        if yardstick:
-            shown += " | " + _geomean(line.get("geomean_over_yardstick"), line.get("geomean_over_yardstick_ci95"),
-                                      line.get("yardstick_measured", 0))
-        seconds = line.get("seconds_per_problem")
-        lines.append(f"| {group} | {line['problems']} / {total if total is not None else '?'} | {line['correct']} | "
-                     f"{shown} | {line['below_compile']} | {line['compile_wrong']} | "
-                     f"{f'{seconds:.0f}' if seconds is not None else '-'} |")
+    cols, lines = table_rows(aggregate(rows))
+    cols[1] = "finished / selected"
+    for line in lines:  # groups "level N" and "all"
+        if selected is None:
+            total = "?"
+        else:
+            total = sum(selected.values()) if line[0] == "all" else selected.get(int(line[0].split()[1]), "?")
+        line[1] = f"{line[1]} / {total}"
     head = (f"budget {settings['budget']}, {settings['search']} search, {settings['per_step']} proposals a step, "
-            f"order {settings.get('order', 'id')}, levels {','.join(map(str, settings['levels']))}, "
-            f"subset {settings['subset']}")
-    return head + "\n\n" + "\n".join(lines) + "\n"
+            f"order {settings['order']}, levels {','.join(map(str, settings['levels']))}, subset {settings['subset']}")
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(line) + " |" for line in lines]
+    return head + "\n\n" + "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = Path(tmp) / "runs"
         else:
             runs = path
-        settings, rows = bench_rows(runs)
+        bench = read_bench(runs)
+    settings, rows = asdict(bench.s), list(bench.rows.values())
     selected = None
     if args.kernelbench:
         from loopwise.kernels.bench.run import select_problems

@@ -32,8 +32,9 @@ def run_bench(settings, cfg, *, resume: str | None = None, as_json: bool = False
         s = bench.s
         where = (f"{len(dispatcher.workers)} worker(s) of {executor[0]}" if dispatcher
                  else f"this process ({cfg.kernels.device})")
+        order = "" if s.order == "id" else f", {s.order} order"
         console.print(f"bench [bold]{bench.store.meta.run_id}[/] · {len(problems)} problems ({s.subset} of levels "
-                      f"{','.join(map(str, s.levels))}{'' if s.order == 'id' else ', ' + s.order + ' order'}) · budget {s.budget} each · {where}")
+                      f"{','.join(map(str, s.levels))}{order}) · budget {s.budget} each · {where}")
 
         def resume_line() -> str:
             return resume_command("loopwise kernels bench", bench.store.meta.run_id, bench.store.run_dir.parent,

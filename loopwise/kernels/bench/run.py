@@ -114,19 +114,14 @@ def order_problems(problems: list[tuple[int, int, Path]], order: str) -> list[tu
     stopped bench has finished are a uniform sample of the selection, not its first ids."""
     import random
 
-    kind, _, arg = order.partition(":")
-    if kind == "id" and not arg:
+    if order == "id":
         return list(problems)
-    if kind == "shuffled":
-        try:
-            seed = int(arg)
-        except ValueError:
-            seed = None
-        if seed is not None:
-            out = sorted(problems)
-            random.Random(seed).shuffle(out)
-            return out
-    raise UserError(f"--order {order!r}: expected {ORDERS}")
+    seed = re.fullmatch(r"shuffled:(-?\d+)", order)
+    if seed is None:
+        raise UserError(f"--order {order!r}: expected {ORDERS}")
+    out = sorted(problems)
+    random.Random(int(seed.group(1))).shuffle(out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

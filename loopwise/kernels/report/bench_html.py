@@ -24,8 +24,11 @@ def _x(v) -> str:
     return f"{v:.2f}x" if v else "-"
 
 
-def _interval(ci: list[float] | None) -> str:
-    return f"; 95% {ci[0]:.2f}-{ci[1]:.2f}" if ci else ""
+def _geomean_cell(t: dict, over: str, measured: str) -> str:
+    """A group's geomean over ``over`` (compile, yardstick), the problems it covers and its 95% interval."""
+    ci = t.get(f"geomean_over_{over}_ci95")
+    interval = f"; 95% {ci[0]:.2f}-{ci[1]:.2f}" if ci else ""
+    return f"{_x(t.get(f'geomean_over_{over}'))} (n={t.get(measured, 0)}{interval})"
 
 
 def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -42,12 +45,11 @@ def table_rows(table: list[dict]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for t in table:
         line = [t["group"], str(t["problems"]), str(t["correct"]), _x(t["geomean_over_eager"]),
-                f"{_x(t['geomean_over_compile'])} (n={t['compile_measured']}{_interval(t.get('geomean_over_compile_ci95'))})"]
+                _geomean_cell(t, "compile", "compile_measured")]
         if clocks:
             line.append(f"{_x(t.get('geomean_over_compile_gpu'))} / {_x(t.get('geomean_over_compile_steady'))}")
         if yardstick:
-            line.append(f"{_x(t.get('geomean_over_yardstick'))} (n={t.get('yardstick_measured', 0)}"
-                        f"{_interval(t.get('geomean_over_yardstick_ci95'))})")
+            line.append(_geomean_cell(t, "yardstick", "yardstick_measured"))
         line += [f"{t[f'fast_{p:g}_eager']:.0%} / " + (f"{t[f'fast_{p:g}_compile']:.0%}" if t["compile_measured"] else "-")
                  for p in FAST_P]  # no torch.compile time (--no-compile): no second denominator
         seconds = t.get("seconds_per_problem")
