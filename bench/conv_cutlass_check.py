@@ -12,10 +12,10 @@ same inputs. CUDA events, median of --repeats calls.
     python bench/conv_cutlass_check.py PROBLEM.py... --out DIR [--repeats 20] [--budget-s 480]
 
 Writes DIR/rows.jsonl (one row per convolution, after each): per tile ``<tile>_ms`` (with the
-copies) and ``<tile>_kernel_ms`` (CUTLASS's launches alone); for a 1-d or 2-d forward one the form
-runs through the few-channel iterators (``few_channels``) the optimized iterators' and those
-(``<tile>_few_...``); ``best_over_cudnn``
-(the fastest of them) and ``form_over_cudnn`` (the fastest of those the candidate's form takes).
+copies) and ``<tile>_kernel_ms`` (CUTLASS's launches alone); where the form runs a convolution
+through the few-channel iterators (``few_channels``), the optimized iterators' times and the
+few-channel ones' (``<tile>_few_...``) both; ``best_over_cudnn`` (the fastest of them all) and
+``form_over_cudnn`` (the fastest of those the candidate's form takes).
 """
 
 from __future__ import annotations
