@@ -7,7 +7,8 @@
 # the interpreter (a segmentation fault in an extension) or runs past its time loses only itself.
 # One line per module: its path, pytest's exit status (124: stopped at GPU_TEST_TIMEOUT seconds,
 # default 300; 139: a segmentation fault), the seconds it took and pytest's last line. Each
-# module's whole output goes to $OUT/gpu_tests/ when OUT is set.
+# module's whole output goes to $OUT/gpu_tests/ when OUT is set, unbuffered, so a module stopped
+# at its limit still shows how far it got.
 #
 #   GPU_TEST_ONLY="a.py b.py"   only these modules (paths under tests/)
 #   GPU_TEST_RECORD=FILE        append each module's line to FILE and skip modules already in it,
@@ -34,7 +35,7 @@ for module in $modules; do
   fi
   out=${logs:-/tmp}/$(echo "$module" | tr '/' '_').txt
   start=$(date +%s)
-  timeout "$timeout_s" python3 -m pytest -q -m gpu "$module" -p no:cacheprovider -rs "$@" > "$out" 2>&1
+  PYTHONUNBUFFERED=1 timeout "$timeout_s" python3 -m pytest -q -m gpu "$module" -p no:cacheprovider -rs "$@" > "$out" 2>&1
   rc=$?
   line=$(printf '%s\t%s\t%ss\t%s' "$module" "$rc" "$(( $(date +%s) - start ))" "$(tail -n 1 "$out")")
   echo "$line"

@@ -651,9 +651,10 @@ GPU_CASES = [
          forward="torch.relu(self.conv(x))", tiles=(0, 2)),
     # 1-d transposed, stride 3 past a window of 2: outputs no window position reaches are the bias
     dict(dims="Transpose1", c=8, co=6, k=2, stride=3, padding=0, x=(2, 8, 50), forward="self.conv(x)", tiles=(0,)),
-    # 2-d transposed, stride 1 padded past its window (the data gradient at stride 1), 6 -> 8 channels, each tile
+    # 2-d transposed, stride 1 padded past its window (the data gradient at stride 1), 6 -> 8 channels, the two tiles
+    # the stride-1 transposed case above does not judge (16 extensions in all: one build wave on the device's 16 cores)
     dict(dims="Transpose2", c=6, co=10, k=3, stride=1, padding=3, x=(2, 6, 21, 19), forward="self.conv(x) - 1.0",
-         tiles=(0, 1, 2)),
+         tiles=(1, 2)),
     # 3-d transposed, stride 1: the 3-d forward convolution it equals
     dict(dims="Transpose3", c=8, co=12, k=3, stride=1, padding=1, x=(2, 8, 5, 9, 7), forward="torch.sigmoid(self.conv(x))",
          tiles=(0,)),
