@@ -11,9 +11,12 @@
 #   bash bench/sweep.sh NAME SECONDS [kernels bench options, used only when the bench starts]
 #   e.g. bash bench/sweep.sh kb-all 540 --levels 1,2,3 --order shuffled:20261213 --budget 2 --search greedy
 #
-# It stops the bench with SIGTERM at SECONDS (bash SECONDS, so the prelude's time counts) and leaves
+# It stops the bench with SIGTERM at SECONDS counted from this script's start (bash SECONDS: the
+# prelude's time counts, a caller's earlier work does not; pass what is left of the call) and leaves
 # in $OUT: NAME.tgz (the bench's state: its runs folder without built extensions, and its id),
 # NAME.log (this call's output) and NAME-rows.csv (every finished problem, bench/bench_rows.py).
+# NAME.tgz is also refreshed every SWEEP_SNAPSHOT_S seconds (default 60) while the bench runs, so a
+# call that runs past its own limit loses at most that much.
 # Here, after each call: cp FILES_AT/NAME.tgz .devstate/NAME/state.tgz (the next call's start).
 set -u
 name=${1:?usage: bash bench/sweep.sh NAME SECONDS [kernels bench options]}
@@ -56,16 +59,32 @@ if [ "$left" -lt 60 ]; then
   echo "sweep: only ${left}s left before ${end}s; nothing started" >&2
   exit 1
 fi
-export MAX_JOBS=${MAX_JOBS:-16}
-timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1
-rc=$?
-echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
-if [ ! -s "$state/bench_id" ]; then
+bench_id() {
   # the bench's first line names it: "bench ID · N problems ..."
-  sed -n 's/^bench \([0-9]\{8\}-[0-9]\{6\}-[0-9a-f]\{6\}\) .*/\1/p' "$log" | head -n 1 > "$state/bench_id"
-  [ -s "$state/bench_id" ] || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
-fi
+  [ -s "$state/bench_id" ] && return 0
+  sed -n 's/^bench \([0-9]\{8\}-[0-9]\{6\}-[0-9a-f]\{6\}\) .*/\1/p' "$log" 2>/dev/null | head -n 1 > "$state/bench_id.part"
+  [ -s "$state/bench_id.part" ] && mv "$state/bench_id.part" "$state/bench_id"
+  [ -s "$state/bench_id" ]
+}
+snapshot() {
+  # the state as it stands, replacing $OUT/NAME.tgz only once the new archive is whole, so a call
+  # stopped by its own limit (before this script's end) still returns the last one
+  bench_id || return 1
+  tar czf "$OUT/.$name.tgz.part" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' \
+    bench_id runs 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
+}
+export MAX_JOBS=${MAX_JOBS:-16}
+timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1 &
+bench=$!
+( while sleep "${SWEEP_SNAPSHOT_S:-60}"; do snapshot; done ) &
+snapper=$!
+wait "$bench"
+rc=$?
+kill "$snapper" 2>/dev/null; wait "$snapper" 2>/dev/null
+echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
+bench_id || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
 python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
-tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' bench_id runs
+snapshot || tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' runs
+rm -f "$OUT/.$name.tgz.part"
 echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
 tail -n 5 "$log"
