@@ -186,7 +186,7 @@ class TrialRunner(CallerInputs):
             try:
                 reply = self.box.request("trial", payload, self.cfg.run_timeout_s)
             except SandboxFailure as fail:
-                if fail.status == "oom" and self.ref.work != self.ref.hold:
+                if fail.status == "oom" and self.ref.on_device():
                     raise WorkDidNotFit(fail.message) from fail
                 raise
         self._receive(reply)
@@ -222,12 +222,12 @@ class TrialRunner(CallerInputs):
             self.outcome.reject(v.code or "wrong_output", f"{kind} trial (seed {seed}): {v.message}", **v.evidence)
 
     def run(self) -> Outcome:
-        """The trials; raises :class:`WorkDidNotFit` where working on the device beside a host hold
-        ran out of its memory."""
+        """The trials; raises :class:`WorkDidNotFit` where working on the device ran out of its memory
+        (in the judge or in the sandbox)."""
         try:
             return self._run()
         except self.ref.torch.cuda.OutOfMemoryError as exc:
-            if self.ref.work != self.ref.hold:
+            if self.ref.on_device():
                 raise WorkDidNotFit(str(exc).splitlines()[0] if str(exc) else "out of memory") from exc
             raise
 

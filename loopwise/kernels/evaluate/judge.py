@@ -269,9 +269,10 @@ class LocalJudge:
         self._performance(box, ev, outcome, base, runner)
 
     def _trials(self, box: Sandbox, base: int, outcome: Outcome) -> TrialRunner:
-        """The correctness trials, into ``outcome``; made again from the start, each trial's work
-        on the host, where working on the device beside a problem held on the host ran out of its
-        memory (in the judge or in the sandbox): what that attempt found is dropped."""
+        """The correctness trials, into ``outcome``; made again from the start on the host where
+        working on the device ran out of its memory (in the judge or in the sandbox): each trial's
+        work, and what outlives a trial too where the judge held that on the device. What the
+        failed attempt found is dropped."""
         reasons, trials = list(outcome.reasons), list(outcome.trials)
         while True:
             runner = TrialRunner(self.reference, box, self.cfg, base)
@@ -281,9 +282,14 @@ class LocalJudge:
                 return runner
             except WorkDidNotFit as exc:
                 outcome.reasons[:], outcome.trials[:] = reasons, trials
-                self.reference.work_on_host()
-                outcome.note("judge_memory", "the trials' work did not fit on the device beside the sandbox "
-                             f"({exc}); they were made again on the host", severity="info")
+                held = self.reference.hold != "cpu"
+                if held:
+                    self.reference.hold_on_host()
+                else:
+                    self.reference.work_on_host()
+                what = "tensors the judge holds" if held else "trials' work"
+                outcome.note("judge_memory", f"the {what} did not fit on the device beside the sandbox ({exc}); "
+                             "the trials were made again on the host", severity="info")
 
     def _base_seed(self) -> int:
         """The first trial's seed: the configured one; else, with reuse_inputs, one secret seed per

@@ -22,7 +22,8 @@ HOLD_COPIES = 12
 HOLD_SHARE = 0.4
 # One trial of a problem held on the host still runs on the device (its reference outputs, the
 # candidate's, float64 references, stress inputs, comparisons) when this many copies of all of one
-# call's inputs take at most this share of the device; beyond it a trial works on the host too.
+# call's inputs and outputs take at most this share of the device; beyond it a trial works on the
+# host too.
 WORK_COPIES, WORK_SHARE = 6, 0.6
 # With reuse on, what a judge keeps between candidates: draws and host-held results up to this
 # share of the machine's memory (at most REUSE_HOST_BYTES), device-held reference outputs up to
@@ -127,7 +128,8 @@ class Reference:
         self._hold: str | None = None
         self._work: str | None = None
         self._largest: int | None = None
-        self._inputs_bytes: int | None = None
+        self._call_total: int | None = None
+        self._outputs_bytes: tuple[int, int] | None = None
         self.spent = Spent()  # replaced per evaluation by the judge
         # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
         self.reuse = False
@@ -182,18 +184,40 @@ class Reference:
     def work(self) -> str:
         """Where one trial's values are made and compared (the reference's and the candidate's
         outputs, float64 references, stress inputs): the device, also for a problem :attr:`hold`
-        keeps on the host, unless ``WORK_COPIES`` copies of all of one call's inputs would take
-        more than ``WORK_SHARE`` of it. What outlives the trial moves to :attr:`hold` (see
-        :meth:`held`). On the host, a trial of a multi-GiB problem spends seconds per copy from
+        keeps on the host, unless ``WORK_COPIES`` copies of all of one call's inputs and outputs
+        would take more than ``WORK_SHARE`` of it. What outlives the trial moves to :attr:`hold`
+        (see :meth:`held`). On the host, a trial of a multi-GiB problem spends seconds per copy from
         the device and per comparison, and tens of seconds per stress draw."""
         if self._work is None:
             work = self.hold
             if work != self.device:
                 total = self.torch.cuda.get_device_properties(self.device).total_memory
-                if WORK_COPIES * self._all_inputs_bytes() <= WORK_SHARE * total:
+                if WORK_COPIES * self._all_call_bytes() <= WORK_SHARE * total:
                     work = self.device
             self._work = work
         return self._work
+
+    def on_device(self) -> bool:
+        """Whether a trial works on the device: then running out of its memory there (in the judge
+        or in the sandbox beside it) is met by moving the judge's side to the host, not charged to
+        the candidate."""
+        return self.work != "cpu"
+
+    def hold_on_host(self) -> None:
+        """From now on what outlives a trial is held on the host and each trial works there too:
+        holding it on the device ran out of its memory (the sizes of one call's tensors did not
+        tell; a model that does not run on the meta device is sized by its inputs). What was kept
+        for later trials and evaluations is dropped, to be made again where it is needed, and the
+        judge's cached device memory goes back to the driver."""
+        self._hold = self._work = "cpu"
+        self._draws.clear()
+        self._kept_draws.clear()
+        self._outputs.clear()
+        self._stress_kept.clear()
+        self._float64_kept.clear()
+        self._kept_bytes = {"host": 0, "device": 0}
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
 
     def work_on_host(self) -> None:
         """From now on a trial works where what outlives it is held (the host): working on the
@@ -226,19 +250,40 @@ class Reference:
             self.torch.cuda.empty_cache()
 
     def _call_bytes(self) -> int:
-        """Bytes of the largest tensor among one call's inputs (a meta-device draw: free), once."""
+        """Bytes of the largest tensor among one call's inputs and outputs (a meta-device draw and
+        run: free), once. An output can dwarf the inputs (a convolution to eight times the
+        channels, an outer product), and the judge holds as many output-sized tensors as
+        input-sized ones."""
         if self._largest is None:
-            self._largest = self._largest_input_bytes()
+            inputs = self._meta_inputs()  # a get_inputs that needs real tensors: draw(0) sets it
+            if self._largest is None:
+                self._largest = max(_largest_bytes(inputs), self._output_bytes(inputs)[0])
         return self._largest
 
-    def _largest_input_bytes(self) -> int:
-        return _largest_bytes(self._meta_inputs())
+    def _all_call_bytes(self) -> int:
+        """Bytes of all of one call's tensor inputs and outputs (a meta-device draw and run), once."""
+        if self._call_total is None:
+            inputs = self._meta_inputs()
+            self._call_total = inp.nbytes(inputs) + self._output_bytes(inputs)[1]
+        return self._call_total
 
-    def _all_inputs_bytes(self) -> int:
-        """Bytes of all of one call's tensor inputs (a meta-device draw), once."""
-        if self._inputs_bytes is None:
-            self._inputs_bytes = inp.nbytes(self._meta_inputs())
-        return self._inputs_bytes
+    def _output_bytes(self, args: list) -> tuple[int, int]:
+        """Bytes of the largest of one call's tensor outputs and of all of them, from the model
+        built and run on the meta device on tensors of ``args``' shapes (no memory, no kernel),
+        once; (0, 0) where the model does not run there (a forward that reads values, an operator
+        with no meta kernel): then the inputs alone size the problem."""
+        if self._outputs_bytes is None:
+            torch = self.torch
+            self._outputs_bytes = (0, 0)
+            try:
+                with torch.device("meta"), torch.no_grad():
+                    shapes = [torch.empty_like(a, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
+                    model = inp.build_model(self.module.Model, inp.init_inputs(self.module, "meta"), "meta")
+                    outs = inp.tensors_in(model(*shapes))
+                self._outputs_bytes = (_largest_bytes(outs), inp.nbytes(outs))
+            except Exception:  # noqa: BLE001 - the problem's own code, whatever it raises on meta tensors
+                pass
+        return self._outputs_bytes
 
     def _meta_inputs(self) -> list:
         torch = self.torch
@@ -257,7 +302,7 @@ class Reference:
             with self.spent("draw"):
                 drawn = inp.draw_inputs(self.module, seed, self.draw_device)
                 if self._largest is None:  # the sizes a meta-device draw would give, from this one
-                    self._largest = _largest_bytes(drawn)
+                    self._largest = max(_largest_bytes(drawn), self._output_bytes(drawn)[0])
                 if self.draw_device is not None and self.hold == "cpu":
                     drawn = inp.to_device(drawn, "cpu")
                 self._draws[seed] = drawn

@@ -256,15 +256,16 @@ class _OutOfMemorySandbox:
 @pytest.mark.parametrize("where", ["judge", "sandbox"])
 def test_running_out_of_device_memory_while_working_beside_a_host_hold_asks_for_the_trials_again(
         tmp_path, monkeypatch, where):
-    """Out of device memory in the judge (its reference run) or in the sandbox, while a problem held
-    on the host works on the device: the trials are to be made again (WorkDidNotFit), not a
-    verdict on the candidate. With the work where the hold is, the failure is what it was."""
+    """Out of device memory in the judge (its reference run) or in the sandbox, while the trials
+    work on the device (the problem held on the host, or there too): the trials are to be made
+    again (WorkDidNotFit), not a verdict on the candidate. With the work on the host, the failure
+    is what it was."""
     from loopwise.kernels.evaluate.correctness import WorkDidNotFit
     from loopwise.kernels.evaluate.pool import SandboxFailure
 
-    def runner(work: str) -> TrialRunner:
+    def runner(work: str, hold: str = "cpu") -> TrialRunner:
         ref = Reference(_module(), "cpu", SOURCE)
-        ref._hold, ref._work = "cpu", work
+        ref._hold, ref._work = hold, work
         if where == "judge":
             def no_room(seed):
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
@@ -278,6 +279,8 @@ def test_running_out_of_device_memory_while_working_beside_a_host_hold_asks_for_
 
     with pytest.raises(WorkDidNotFit, match="out of memory"):
         runner("cuda:0").run()
+    with pytest.raises(WorkDidNotFit, match="out of memory"):
+        runner("cuda:0", hold="cuda:0").run()
     with pytest.raises(torch.cuda.OutOfMemoryError if where == "judge" else SandboxFailure):
         runner("cpu").run()
 
@@ -297,7 +300,7 @@ def test_the_judge_makes_the_trials_again_on_the_host_when_their_work_did_not_fi
         def run(self):
             attempts.append(self.ref.work)
             self.outcome.note("wrong_output", "found by the failed attempt")
-            if self.ref.work != self.ref.hold:
+            if self.ref.on_device():
                 raise WorkDidNotFit("CUDA out of memory")
             return self.outcome
 
@@ -313,6 +316,42 @@ def test_the_judge_makes_the_trials_again_on_the_host_when_their_work_did_not_fi
     assert codes[0] == "static_note" and codes.count("wrong_output") == 1 and "judge_memory" in codes
 
 
+def test_where_the_judge_held_a_problem_on_the_device_that_did_not_fit_it_holds_it_on_the_host(monkeypatch):
+    """Out of device memory while the judge held a problem on the device (sized by its inputs, a
+    model the meta device cannot run): the trials are made again with everything on the host, what
+    was kept for later trials dropped (it lay on the device), and the note says so. A second
+    failure there is the candidate's."""
+    from loopwise.kernels.evaluate import judge as judge_mod
+    from loopwise.kernels.evaluate.correctness import Outcome, WorkDidNotFit
+
+    attempts = []
+
+    class Runner:
+        def __init__(self, ref, box, cfg, base):
+            self.ref = ref
+
+        def run(self):
+            attempts.append((self.ref.hold, self.ref.work))
+            if self.ref.on_device():
+                raise WorkDidNotFit("CUDA out of memory")
+            return self.outcome
+
+    monkeypatch.setattr(judge_mod, "TrialRunner", Runner)
+    ref = Reference(_module(), "cpu", SOURCE)
+    ref.reuse = True
+    ref.outputs(0)
+    assert ref.kept_outputs(0) is not None and ref._kept_draws
+    ref._hold, ref._work = "cuda:0", "cuda:0"
+    fake = types.SimpleNamespace(reference=ref, cfg=EvalConfig(), transfer=None)
+    outcome = Outcome()
+    judge_mod.LocalJudge._trials(fake, None, 3, outcome)
+    assert attempts == [("cuda:0", "cuda:0"), ("cpu", "cpu")]
+    assert ref.kept_outputs(0) is None and not ref._draws and not ref._kept_draws
+    assert ref._kept_bytes == {"host": 0, "device": 0}
+    assert [r.message for r in outcome.reasons if r.code == "judge_memory"][0].startswith(
+        "the tensors the judge holds did not fit on the device")
+
+
 def test_counting_launches_of_a_large_problem_lets_the_timing_sets_go_first(tmp_path):
     """After the timed calls, the launch count of a problem whose tensors take GBs (``make_room``)
     drops the staged timing sets (the later probes call the staged buffers, which stay); a small
@@ -325,3 +364,71 @@ def test_counting_launches_of_a_large_problem_lets_the_timing_sets_go_first(tmp_
         reply = box.request("launches", {"inputs": sets[0], "written": [], "make_room": make_room}, 60)
         assert "launches" in reply
         assert len(box.session.staged["sets"]) == left and box.session.staged["bufs"][0].shape == (ROWS, COLS)
+
+
+WIDE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, copies):
+        super().__init__()
+        self.copies = copies
+
+    def forward(self, x):
+        if {reads_values}:
+            x = x + 1.0
+        return x.repeat(1, self.copies)
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [8]
+'''
+WIDE_IN = 64 * 32 * 4  # bytes of the input; the output is eight times that
+
+
+def _wide(reads_values: bool = False) -> tuple[Reference, str]:
+    source = WIDE.format(reads_values="bool(x.sum() > 0)" if reads_values else "False")
+    module = types.ModuleType("wide")
+    exec(compile(source, "wide", "exec"), module.__dict__)
+    return Reference(module, "cpu", source), source
+
+
+def _on_a_device_of(monkeypatch, ref: Reference, total: int) -> None:
+    """``ref`` placing its tensors as on a GPU of ``total`` bytes (the model itself stays on the CPU)."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(total_memory=total))
+    ref.device = "cuda:0"
+
+
+def test_a_problem_is_sized_by_its_outputs_where_they_dwarf_its_inputs():
+    """A call whose output is eight times its input (a convolution to eight times the channels,
+    say): the largest tensor a judgement holds copies of is the output, and one call's tensors are
+    the input and the output, both found by a run on the meta device."""
+    ref, _ = _wide()
+    assert ref._call_bytes() == 8 * WIDE_IN
+    assert ref._all_call_bytes() == 9 * WIDE_IN
+
+
+def test_a_model_that_does_not_run_on_the_meta_device_is_sized_by_its_inputs():
+    """A forward that reads its input's values cannot run on meta tensors: the inputs alone size
+    the problem, and nothing is raised."""
+    ref, _ = _wide(reads_values=True)
+    assert ref._call_bytes() == WIDE_IN
+    assert ref._all_call_bytes() == WIDE_IN
+
+
+@pytest.mark.parametrize("units, hold, work", [(40, "cpu", "cpu"), (100, "cpu", "cuda:0"), (400, "cuda:0", "cuda:0")])
+def test_where_a_problem_whose_outputs_dwarf_its_inputs_is_held_and_worked_on(monkeypatch, units, hold, work):
+    """The dozen copies a judgement holds are output-sized: a device with room for a dozen inputs
+    but not a dozen outputs (40 inputs' worth) keeps them on the host, and one trial's inputs and
+    outputs, six times over, do not fit it either; a larger one (100) works a trial on the device;
+    one with room for a dozen outputs (400) holds them there too. (Sized by its inputs, the first
+    device held everything, and its sandbox ran out of memory beside the judge.)"""
+    ref, _ = _wide()
+    _on_a_device_of(monkeypatch, ref, units * WIDE_IN)
+    assert (ref.hold, ref.work) == (hold, work)
