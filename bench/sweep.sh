@@ -13,7 +13,8 @@
 #
 # It stops the bench with SIGTERM at SECONDS counted from this script's start (bash SECONDS: the
 # prelude's time counts, a caller's earlier work does not; pass what is left of the call) and leaves
-# in $OUT: NAME.tgz (the bench's state: its runs folder without built extensions, and its id),
+# in $OUT: NAME.tgz (the bench's state: its runs folder without built extensions, its id and the
+# frozen commit; a state made by another commit is refused),
 # NAME.log (this call's output) and NAME-rows.csv (every finished problem, bench/bench_rows.py).
 # NAME.tgz is also refreshed every SWEEP_SNAPSHOT_S seconds (default 60) while the bench runs, so a
 # call that runs past its own limit loses at most that much.
@@ -43,7 +44,13 @@ state=.sweep/$name
 rm -rf "$state" && mkdir -p "$state/runs"
 if [ -s "$root/.devstate/$name/state.tgz" ]; then
   tar xzf "$root/.devstate/$name/state.tgz" -C "$state" || { echo "sweep: $name's state does not unpack" >&2; exit 1; }
+  made_by=$(cat "$state/frozen_commit" 2>/dev/null || echo "an unrecorded commit")
+  if [ "$made_by" != "$(cat FROZEN_COMMIT)" ]; then
+    echo "sweep: $name's state was made by $made_by, .frozen/ is $(cat FROZEN_COMMIT); one sweep measures one commit: name another sweep, or remove .devstate/$name to start afresh" >&2
+    exit 1
+  fi
 fi
+cp FROZEN_COMMIT "$state/frozen_commit"
 common=(--kernelbench ../third_party/KernelBench --runs-dir "$state/runs")
 log=$OUT/$name.log
 if [ -s "$state/bench_id" ]; then
@@ -71,7 +78,7 @@ snapshot() {
   # stopped by its own limit (before this script's end) still returns the last one
   bench_id || return 1
   tar czf "$OUT/.$name.tgz.part" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' \
-    bench_id runs 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
+    bench_id frozen_commit runs 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
 }
 export MAX_JOBS=${MAX_JOBS:-16}
 timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1 &
@@ -84,7 +91,7 @@ kill "$snapper" 2>/dev/null; wait "$snapper" 2>/dev/null
 echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
 bench_id || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
 python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
-snapshot || tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' runs
+snapshot || tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' frozen_commit runs
 rm -f "$OUT/.$name.tgz.part"
 echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
 tail -n 5 "$log"
