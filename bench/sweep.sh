@@ -19,6 +19,11 @@
 # NAME.tgz is also refreshed every SWEEP_SNAPSHOT_S seconds (default 60) while the bench runs, so a
 # call that runs past its own limit loses at most that much.
 # Here, after each call: cp FILES_AT/NAME.tgz .devstate/NAME/state.tgz (the next call's start).
+#
+# SWEEP_SUITE names the problems: a KernelBench-format folder under the repository root (default
+# third_party/KernelBench, a checkout) or an absolute path; or generated:SEED[:COUNT] (COUNT 200
+# by default), the frozen commit's `loopwise kernels generate` suite, written afresh on each call
+# (the same seed gives the same files) and never carried. Bench it with --levels 1,2.
 set -u
 name=${1:?usage: bash bench/sweep.sh NAME SECONDS [kernels bench options]}
 end=${2:?usage: bash bench/sweep.sh NAME SECONDS [kernels bench options]}
@@ -28,10 +33,26 @@ if [ ! -s .frozen/FROZEN_COMMIT ]; then
   echo "sweep: no .frozen/ tree; run bench/freeze.sh COMMIT here and carry .frozen" >&2
   exit 1
 fi
-if [ ! -d third_party/KernelBench/KernelBench ]; then
-  echo "sweep: no third_party/KernelBench/KernelBench; carry it" >&2
-  exit 1
-fi
+suite=${SWEEP_SUITE:-third_party/KernelBench}
+case $suite in
+  generated:*)
+    spec=${suite#generated:}
+    gen_seed=${spec%%:*}
+    gen_count=200
+    [ "$spec" != "$gen_seed" ] && gen_count=${spec#*:}
+    case "$gen_seed$gen_count" in
+      ''|*[!0-9]*) echo "sweep: SWEEP_SUITE=generated:SEED[:COUNT] takes integers, not '$spec'" >&2; exit 1 ;;
+    esac ;;
+  /*) ;;
+  *) suite=../$suite ;;  # as the bench sees it from .frozen/ (a relative path: the same on every call)
+esac
+case $suite in
+  generated:*) ;;
+  *) if [ ! -d ".frozen/$suite" ] && [ ! -d "$suite" ]; then
+       echo "sweep: no problem suite at ${SWEEP_SUITE:-third_party/KernelBench}; carry it (KernelBench: third_party/KernelBench/KernelBench)" >&2
+       exit 1
+     fi ;;
+esac
 LW_WHEELS=${LW_WHEELS:-.whl-kernels}
 case $LW_WHEELS in /*) ;; *) LW_WHEELS=$root/$LW_WHEELS ;; esac
 export LW_WHEELS
@@ -51,7 +72,14 @@ if [ -s "$root/.devstate/$name/state.tgz" ]; then
   fi
 fi
 cp FROZEN_COMMIT "$state/frozen_commit"
-common=(--kernelbench ../third_party/KernelBench --runs-dir "$state/runs")
+case $suite in
+  generated:*)
+    # the frozen commit's generator writes the same problems from the same seed on every call
+    python3 -m loopwise kernels generate --out "$state/suite" --count "$gen_count" --seed "$gen_seed" > /dev/null \
+      || { echo "sweep: generating the suite $suite failed" >&2; exit 1; }
+    suite=$state/suite ;;
+esac
+common=(--kernelbench "$suite" --runs-dir "$state/runs")
 log=$OUT/$name.log
 if [ -s "$state/bench_id" ]; then
   id=$(cat "$state/bench_id")

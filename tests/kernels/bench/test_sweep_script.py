@@ -23,7 +23,19 @@ BENCH_ID = "20261207-000000-abcdef"
 STUB_BENCH = f'''
 import sys, time, os
 argv = sys.argv[1:]
+if argv[:2] == ["kernels", "generate"]:
+    out = argv[argv.index("--out") + 1]
+    os.makedirs(os.path.join(out, "level1"), exist_ok=True)
+    with open(os.path.join(out, "level1", "seed%s_count%s.py" % (argv[argv.index("--seed") + 1],
+                                                                  argv[argv.index("--count") + 1])), "w") as f:
+        f.write("# a problem")
+    sys.exit(0)
+with open(os.path.join(os.environ["OUT"], "..", "stub.pid"), "w") as f:
+    f.write(str(os.getpid()))
 runs = argv[argv.index("--runs-dir") + 1]
+suite = argv[argv.index("--kernelbench") + 1]
+levels = [os.path.join(suite, "level1"), os.path.join(suite, "KernelBench", "level1")]  # a folder, or a checkout
+print("suite " + suite + " " + " ".join(sorted(os.listdir(next(p for p in levels if os.path.isdir(p))))), flush=True)
 if "--resume" in argv:
     print("resumed " + argv[argv.index("--resume") + 1], flush=True)
 else:
@@ -48,14 +60,19 @@ def _repo(tmp_path: Path, commit: str = "abc123") -> Path:
         "import sys, os\nopen(sys.argv[2], 'w').write('problem\\n' + ''.join(p + '\\n' for p in os.listdir(sys.argv[1])))\n")
     (frozen / "loopwise" / "__init__.py").write_text("")
     (frozen / "loopwise" / "__main__.py").write_text(STUB_BENCH)
-    (root / "third_party" / "KernelBench" / "KernelBench").mkdir(parents=True)
+    (root / "third_party" / "KernelBench" / "KernelBench" / "level1").mkdir(parents=True)
+    (root / "third_party" / "KernelBench" / "KernelBench" / "level1" / "1_kb.py").write_text("# a problem")
     return root
 
 
-def _sweep(root: Path, name: str, *, steps: int = 1000, stop_after: float | None = None) -> tuple[int, str]:
+def _sweep(root: Path, name: str, *, steps: int = 1000, stop_after: float | None = None,
+           suite: str | None = None) -> tuple[int, str]:
     """Runs the script as a device call would; ``stop_after``: the call's limit kills its whole
     process group then, as the device machine does."""
     env = dict(os.environ, OUT=str(root / "out"), SWEEP_SNAPSHOT_S="1", STUB_STEPS=str(steps))
+    env.pop("SWEEP_SUITE", None)
+    if suite is not None:
+        env["SWEEP_SUITE"] = suite
     proc = subprocess.Popen(["bash", str(SWEEP), name, "600", "--levels", "1"], cwd=root, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -63,6 +80,11 @@ def _sweep(root: Path, name: str, *, steps: int = 1000, stop_after: float | None
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
+        # `timeout` leads a process group of its own: the stub bench outlives the script's group
+        try:
+            os.kill(int((root / "stub.pid").read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
     return proc.returncode, out
 
 
@@ -109,3 +131,22 @@ def test_a_state_made_by_another_frozen_commit_is_refused_before_anything_runs(t
     assert rc == 1
     assert "kb's state was made by abc123, .frozen/ is def456" in out and "Traceback" not in out
     assert not (root / "out" / "kb.log").exists()  # no bench started
+
+
+@pytest.mark.slow
+def test_a_generated_suite_is_written_by_the_frozen_generator_on_each_call_and_never_carried(tmp_path):
+    """SWEEP_SUITE=generated:SEED:COUNT: the bench reads the suite the frozen tree's generator
+    writes from that seed (again on the resuming call), the default is KernelBench's checkout, and
+    the state holds the runs, not the suite."""
+    root = _repo(tmp_path)
+    rc, out = _sweep(root, "kb", steps=1)
+    assert rc == 0 and "suite ../third_party/KernelBench 1_kb.py" in out, out
+    rc, out = _sweep(root, "gen", steps=1, suite="generated:7:12")
+    assert rc == 0 and "suite .sweep/gen/suite seed7_count12.py" in out, out
+    assert not any(k.startswith("suite") for k in _state(root, "gen"))
+    _keep(root, "gen")
+    rc, out = _sweep(root, "gen", steps=1, suite="generated:7:12")
+    assert rc == 0 and "resumed " + BENCH_ID in out and "seed7_count12.py" in out, out
+    for bad, says in (("generated:x", "takes integers"), ("nowhere", "no problem suite at nowhere")):
+        rc, out = _sweep(root, "bad", steps=1, suite=bad)
+        assert rc == 1 and says in out and "Traceback" not in out, out
