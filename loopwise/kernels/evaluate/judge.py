@@ -282,12 +282,7 @@ class LocalJudge:
                 return runner
             except WorkDidNotFit as exc:
                 outcome.reasons[:], outcome.trials[:] = reasons, trials
-                held = self.reference.hold != "cpu"
-                if held:
-                    self.reference.hold_on_host()
-                else:
-                    self.reference.work_on_host()
-                what = "tensors the judge holds" if held else "trials' work"
+                what = "tensors the judge holds" if self.reference.to_host() else "trials' work"
                 outcome.note("judge_memory", f"the {what} did not fit on the device beside the sandbox ({exc}); "
                              "the trials were made again on the host", severity="info")
 

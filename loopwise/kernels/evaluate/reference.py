@@ -203,28 +203,26 @@ class Reference:
         the candidate."""
         return self.work != "cpu"
 
-    def hold_on_host(self) -> None:
-        """From now on what outlives a trial is held on the host and each trial works there too:
-        holding it on the device ran out of its memory (the sizes of one call's tensors did not
-        tell; a model that does not run on the meta device is sized by its inputs). What was kept
-        for later trials and evaluations is dropped, to be made again where it is needed, and the
-        judge's cached device memory goes back to the driver."""
-        self._hold = self._work = "cpu"
-        self._draws.clear()
-        self._kept_draws.clear()
-        self._outputs.clear()
-        self._stress_kept.clear()
-        self._float64_kept.clear()
-        self._kept_bytes = {"host": 0, "device": 0}
+    def to_host(self) -> bool:
+        """From now on each trial works on the host: working on the device ran out of its memory.
+        Where what outlives a trial was held on the device too (the sizes of one call's tensors did
+        not tell; a model that does not run on the meta device is sized by its inputs), it is held
+        on the host from now on, and what was kept for later trials and evaluations is dropped, to
+        be made again where it is needed. The judge's cached device memory goes back to the driver.
+        Returns whether the hold moved."""
+        moved_hold = self.hold != "cpu"
+        if moved_hold:
+            self._hold = "cpu"
+            self._draws.clear()
+            self._kept_draws.clear()
+            self._outputs.clear()
+            self._stress_kept.clear()
+            self._float64_kept.clear()
+            self._kept_bytes = {"host": 0, "device": 0}
+        self._work = "cpu"
         if self.device.startswith("cuda"):
             self.torch.cuda.empty_cache()
-
-    def work_on_host(self) -> None:
-        """From now on a trial works where what outlives it is held (the host): working on the
-        device ran out of its memory. The judge's cached device memory goes back to the driver."""
-        self._work = self.hold
-        if self.device.startswith("cuda"):
-            self.torch.cuda.empty_cache()
+        return moved_hold
 
     def held(self, value):
         """``value`` (tensors, lists, dicts, a :class:`StressDraw`) where what outlives a trial is kept."""
