@@ -70,9 +70,9 @@ class InProcessSandbox:
         return getattr(self.session, op)(payload)
 
 
-def _module() -> types.ModuleType:
-    module = types.ModuleType("scaled_shift")
-    exec(compile(SOURCE, "scaled_shift", "exec"), module.__dict__)
+def _module(source: str = SOURCE, name: str = "scaled_shift") -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, name, "exec"), module.__dict__)
     return module
 
 
@@ -394,9 +394,7 @@ WIDE_IN = 64 * 32 * 4  # bytes of the input; the output is eight times that
 
 def _wide(reads_values: bool = False) -> tuple[Reference, str]:
     source = WIDE.format(reads_values="bool(x.sum() > 0)" if reads_values else "False")
-    module = types.ModuleType("wide")
-    exec(compile(source, "wide", "exec"), module.__dict__)
-    return Reference(module, "cpu", source), source
+    return Reference(_module(source, "wide"), "cpu", source), source
 
 
 def _on_a_device_of(monkeypatch, ref: Reference, total: int) -> None:
