@@ -392,9 +392,9 @@ def get_init_inputs():
 WIDE_IN = 64 * 32 * 4  # bytes of the input; the output is eight times that
 
 
-def _wide(reads_values: bool = False) -> tuple[Reference, str]:
+def _wide(reads_values: bool = False) -> Reference:
     source = WIDE.format(reads_values="bool(x.sum() > 0)" if reads_values else "False")
-    return Reference(_module(source, "wide"), "cpu", source), source
+    return Reference(_module(source, "wide"), "cpu", source)
 
 
 def _on_a_device_of(monkeypatch, ref: Reference, total: int) -> None:
@@ -407,7 +407,7 @@ def test_a_problem_is_sized_by_its_outputs_where_they_dwarf_its_inputs():
     """A call whose output is eight times its input (a convolution to eight times the channels,
     say): the largest tensor a judgement holds copies of is the output, and one call's tensors are
     the input and the output, both found by a run on the meta device."""
-    ref, _ = _wide()
+    ref = _wide()
     assert ref._call_bytes() == 8 * WIDE_IN
     assert ref._all_call_bytes() == 9 * WIDE_IN
 
@@ -415,7 +415,7 @@ def test_a_problem_is_sized_by_its_outputs_where_they_dwarf_its_inputs():
 def test_a_model_that_does_not_run_on_the_meta_device_is_sized_by_its_inputs():
     """A forward that reads its input's values cannot run on meta tensors: the inputs alone size
     the problem, and nothing is raised."""
-    ref, _ = _wide(reads_values=True)
+    ref = _wide(reads_values=True)
     assert ref._call_bytes() == WIDE_IN
     assert ref._all_call_bytes() == WIDE_IN
 
@@ -427,6 +427,6 @@ def test_where_a_problem_whose_outputs_dwarf_its_inputs_is_held_and_worked_on(mo
     outputs, six times over, do not fit it either; a larger one (100) works a trial on the device;
     one with room for a dozen outputs (400) holds them there too. (Sized by its inputs, the first
     device held everything, and its sandbox ran out of memory beside the judge.)"""
-    ref, _ = _wide()
+    ref = _wide()
     _on_a_device_of(monkeypatch, ref, units * WIDE_IN)
     assert (ref.hold, ref.work) == (hold, work)
