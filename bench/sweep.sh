@@ -43,15 +43,13 @@ case $suite in
     case "$gen_seed$gen_count" in
       ''|*[!0-9]*) echo "sweep: SWEEP_SUITE=generated:SEED[:COUNT] takes integers, not '$spec'" >&2; exit 1 ;;
     esac ;;
-  /*) ;;
-  *) suite=../$suite ;;  # as the bench sees it from .frozen/ (a relative path: the same on every call)
-esac
-case $suite in
-  generated:*) ;;
-  *) if [ ! -d ".frozen/$suite" ] && [ ! -d "$suite" ]; then
-       echo "sweep: no problem suite at ${SWEEP_SUITE:-third_party/KernelBench}; carry it (KernelBench: third_party/KernelBench/KernelBench)" >&2
-       exit 1
-     fi ;;
+  *)
+    if [ ! -d "$suite" ]; then
+      echo "sweep: no problem suite at $suite; carry it (KernelBench: third_party/KernelBench/KernelBench)" >&2
+      exit 1
+    fi
+    # as the bench sees it from .frozen/ (a relative path: the same on every call)
+    case $suite in /*) ;; *) suite=../$suite ;; esac ;;
 esac
 LW_WHEELS=${LW_WHEELS:-.whl-kernels}
 case $LW_WHEELS in /*) ;; *) LW_WHEELS=$root/$LW_WHEELS ;; esac
@@ -101,17 +99,18 @@ bench_id() {
   [ -s "$state/bench_id.part" ] && mv "$state/bench_id.part" "$state/bench_id"
   [ -s "$state/bench_id" ]
 }
-snapshot() {
-  # the state as it stands, replacing $OUT/NAME.tgz only once the new archive is whole, so a call
-  # stopped by its own limit (before this script's end) still returns the last one
-  bench_id || return 1
+pack() {
+  # the state as it stands (its id once the bench has named itself), replacing $OUT/NAME.tgz only
+  # once the new archive is whole, so a call stopped by its own limit still returns the last one
+  local members=(frozen_commit runs)
+  [ -s "$state/bench_id" ] && members=(bench_id "${members[@]}")
   tar czf "$OUT/.$name.tgz.part" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' \
-    bench_id frozen_commit runs 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
+    "${members[@]}" 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
 }
 export MAX_JOBS=${MAX_JOBS:-16}
 timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1 &
 bench=$!
-( while sleep "${SWEEP_SNAPSHOT_S:-60}"; do snapshot; done ) &
+( while sleep "${SWEEP_SNAPSHOT_S:-60}"; do bench_id && pack; done ) &
 snapper=$!
 wait "$bench"
 rc=$?
@@ -119,7 +118,7 @@ kill "$snapper" 2>/dev/null; wait "$snapper" 2>/dev/null
 echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
 bench_id || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
 python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
-snapshot || tar czf "$OUT/$name.tgz" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' frozen_commit runs
+pack
 rm -f "$OUT/.$name.tgz.part"
 echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
 tail -n 5 "$log"
