@@ -19,6 +19,11 @@
 # NAME.tgz is also refreshed every SWEEP_SNAPSHOT_S seconds (default 60) while the bench runs, so a
 # call that runs past its own limit loses at most that much.
 # Here, after each call: cp FILES_AT/NAME.tgz .devstate/NAME/state.tgz (the next call's start).
+# Inductor's records (the compiler seed of each problem, kept by the bench in its cache and keyed
+# by problem, GPU model, versions and the extraction's code) are shared by every sweep: each call
+# starts with those in $SWEEP_RECORDS (default .devstate/inductor_records) and leaves all it has in
+# $OUT/inductor_records.tgz, so a second track of the same problems extracts none again. Here,
+# after each call: mkdir -p .devstate && tar xzf FILES_AT/inductor_records.tgz -C .devstate
 #
 # SWEEP_SUITE names the problems: a KernelBench-format folder under the repository root (default
 # third_party/KernelBench, a checkout) or an absolute path; or generated:SEED[:COUNT] (COUNT 200
@@ -59,6 +64,13 @@ cd .frozen || exit 1
 # shellcheck source=/dev/null
 source bench/remote_prelude.sh || exit 1
 echo "sweep $name: commit $(cat FROZEN_COMMIT)"
+records=${SWEEP_RECORDS:-$root/.devstate/inductor_records}
+cache=${LOOPWISE_CACHE_DIR:?the prelude sets LOOPWISE_CACHE_DIR}/inductor_records
+mkdir -p "$cache"
+if [ -d "$records" ]; then
+  cp -n "$records"/*.json "$cache"/ 2>/dev/null
+  echo "sweep $name: $(find "$cache" -name '*.json' | wc -l) Inductor record(s) at the start"
+fi
 state=.sweep/$name
 rm -rf "$state" && mkdir -p "$state/runs"
 if [ -s "$root/.devstate/$name/state.tgz" ]; then
@@ -106,6 +118,8 @@ pack() {
   [ -s "$state/bench_id" ] && members=(bench_id "${members[@]}")
   tar czf "$OUT/.$name.tgz.part" -C "$state" --exclude='*.so' --exclude='*.o' --exclude='*.ninja*' --exclude='*.html' \
     "${members[@]}" 2>/dev/null && mv -f "$OUT/.$name.tgz.part" "$OUT/$name.tgz"
+  tar czf "$OUT/.inductor_records.tgz.part" -C "$(dirname "$cache")" inductor_records 2>/dev/null \
+    && mv -f "$OUT/.inductor_records.tgz.part" "$OUT/inductor_records.tgz"
 }
 export MAX_JOBS=${MAX_JOBS:-16}
 timeout --signal=TERM --kill-after=30 "$left" "${cmd[@]}" > "$log" 2>&1 &
@@ -119,6 +133,7 @@ echo "sweep $name: bench exited $rc at ${SECONDS}s" | tee -a "$log"
 bench_id || echo "sweep: the bench's id is not in its log; the next call starts afresh" >&2
 python3 bench/bench_rows.py "$state/runs" "$OUT/$name-rows.csv" >> "$log" 2>&1 || echo "sweep: bench_rows.py failed" >&2
 pack
-rm -f "$OUT/.$name.tgz.part"
+rm -f "$OUT/.$name.tgz.part" "$OUT/.inductor_records.tgz.part"
 echo "sweep $name: state $(du -h "$OUT/$name.tgz" | cut -f1), $(( $(wc -l < "$OUT/$name-rows.csv") - 1 )) problem row(s)"
+echo "sweep $name: $(find "$cache" -name '*.json' | wc -l) Inductor record(s) in inductor_records.tgz"
 tail -n 5 "$log"

@@ -40,11 +40,16 @@ if "--resume" in argv:
     print("resumed " + argv[argv.index("--resume") + 1], flush=True)
 else:
     print("bench {BENCH_ID} · 250 problems", flush=True)
+records = os.path.join(os.environ["LOOPWISE_CACHE_DIR"], "inductor_records")
+print("records " + " ".join(sorted(os.listdir(records)) if os.path.isdir(records) else []), flush=True)
 steps = int(os.environ.get("STUB_STEPS", "1000"))
 start = len(os.listdir(runs))
 for i in range(start, start + steps):
     with open(os.path.join(runs, "p%03d" % i), "w") as f:
         f.write("done")
+    os.makedirs(records, exist_ok=True)
+    with open(os.path.join(records, os.environ.get("STUB_TRACK", "") + "p%03d.json" % i), "w") as f:
+        f.write("{{}}")
     time.sleep(0.2)
 '''
 
@@ -55,7 +60,8 @@ def _repo(tmp_path: Path, commit: str = "abc123") -> Path:
     (frozen / "bench").mkdir(parents=True)
     (frozen / "loopwise").mkdir()
     (frozen / "FROZEN_COMMIT").write_text(commit + "\n")
-    (frozen / "bench" / "remote_prelude.sh").write_text('mkdir -p "$OUT"\n')
+    (frozen / "bench" / "remote_prelude.sh").write_text(
+        'export LOOPWISE_CACHE_DIR=$PWD/.loopwise-cache\nmkdir -p "$OUT" "$LOOPWISE_CACHE_DIR"\n')
     (frozen / "bench" / "bench_rows.py").write_text(
         "import sys, os\nopen(sys.argv[2], 'w').write('problem\\n' + ''.join(p + '\\n' for p in os.listdir(sys.argv[1])))\n")
     (frozen / "loopwise" / "__init__.py").write_text("")
@@ -66,10 +72,10 @@ def _repo(tmp_path: Path, commit: str = "abc123") -> Path:
 
 
 def _sweep(root: Path, name: str, *, steps: int = 1000, stop_after: float | None = None,
-           suite: str | None = None) -> tuple[int, str]:
+           suite: str | None = None, track: str = "") -> tuple[int, str]:
     """Runs the script as a device call would; ``stop_after``: the call's limit kills its whole
     process group then, as the device machine does."""
-    env = dict(os.environ, OUT=str(root / "out"), SWEEP_SNAPSHOT_S="1", STUB_STEPS=str(steps))
+    env = dict(os.environ, OUT=str(root / "out"), SWEEP_SNAPSHOT_S="1", STUB_STEPS=str(steps), STUB_TRACK=track)
     env.pop("SWEEP_SUITE", None)
     if suite is not None:
         env["SWEEP_SUITE"] = suite
@@ -150,3 +156,23 @@ def test_a_generated_suite_is_written_by_the_frozen_generator_on_each_call_and_n
     for bad, says in (("generated:x", "takes integers"), ("nowhere", "no problem suite at nowhere")):
         rc, out = _sweep(root, "bad", steps=1, suite=bad)
         assert rc == 1 and says in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+def test_inductor_records_are_shared_by_every_sweep_and_come_back_from_each_call(tmp_path):
+    """A call starts with the records kept here (.devstate/inductor_records) in the bench's cache,
+    and returns all it then has, those it made included, even when its limit stops it."""
+    root = _repo(tmp_path)
+    rc, out = _sweep(root, "kb", steps=2)
+    assert rc == 0 and "records \n" in (root / "out" / "kb.log").read_text(), out
+    with tarfile.open(root / "out" / "inductor_records.tgz") as tar:
+        assert sorted(m.name for m in tar.getmembers() if m.isfile()) == [
+            "inductor_records/p000.json", "inductor_records/p001.json"]
+        tar.extractall(root / ".devstate")  # what the developer does after each call
+    # a second track of the same problems (another sweep) starts with them, and adds its own
+    rc, out = _sweep(root, "relaxed", stop_after=3.0, track="r")
+    assert "records p000.json p001.json\n" in (root / "out" / "relaxed.log").read_text(), out
+    with tarfile.open(root / "out" / "inductor_records.tgz") as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    assert {"inductor_records/p000.json", "inductor_records/p001.json", "inductor_records/rp000.json"} <= names
+    assert not list((root / "out").glob(".*part"))
