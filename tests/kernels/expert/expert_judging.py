@@ -1,6 +1,7 @@
 """What the expert's test modules share: where the test problems are, the judge settings of the
 template tests, and the helpers that write, load and judge generated candidates."""
 
+import functools
 from pathlib import Path
 
 from loopwise.kernels.config import EvalConfig
@@ -92,10 +93,31 @@ def judged_parts(tmp_path, monkeypatch, name, forward, parts, init, shape, kind,
     return chosen
 
 
+@functools.cache
+def _cpu_ceilings_json() -> str:
+    """This machine's CPU ceilings, measured once per test process."""
+    from loopwise.kernels.roofline.ceilings import measure_ceilings
+
+    return measure_ceilings("cpu").model_dump_json(indent=2)
+
+
+def with_cpu_ceilings() -> None:
+    """The cache in effect (each template test's own, fresh) gets this process's measured CPU
+    ceilings where it has none, as a cache the judge filled before would: the judge reads them for
+    its speed-of-light floor and would otherwise measure them again for every test."""
+    from loopwise.kernels.roofline.ceilings import cache_path, read_ceilings
+
+    path = cache_path("cpu")
+    if read_ceilings(path) is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_cpu_ceilings_json())
+
+
 def judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
     """``source`` is judged correct, with no rejection, on the CPU (Triton's interpreter where the
     caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
     cfg = EvalConfig(**TEMPLATE_JUDGE, precision=precision, tolerance="strict" if precision == "fp32" else "legacy")
+    with_cpu_ceilings()
     with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
         ev = judge.evaluate(source, name)
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
