@@ -4,6 +4,8 @@ template tests, and the helpers that write, load and judge generated candidates.
 import functools
 from pathlib import Path
 
+import pytest
+
 from loopwise.kernels.config import EvalConfig
 from loopwise.kernels.evaluate.judge import LocalJudge
 from loopwise.kernels.evaluate.result import Status
@@ -29,14 +31,17 @@ HERE = Path(__file__).parents[1] / "expert_problems"
 # candidate is called eight times: the draws, the determinism repeat, timing, launch counting), and
 # a template's indexing is the same on every draw of one shape (the parameters vary the shapes).
 TEMPLATE_JUDGE = {"correct_trials": 1, "stress_trials": 1, "perf_trials": 1, "warmup": 0, "seed": 9, "energy": False}
+# The environment of those judges (and their sandboxes): the collector is left on through the timed
+# call (LOOPWISE_TIMING_GC=on). A template test asserts the verdict, never the time, and would
+# otherwise pay a full collection before every timed pass, in the judge and in its sandbox;
+# test_timing.py tests the switch and the default (off), the judge's own tests run with the default.
+TEMPLATE_JUDGE_ENV = {"LOOPWISE_TIMING_GC": "on"}
 
 
 def tiered(cases: list, fast: set[int]) -> list:
     """``cases`` for ``pytest.mark.parametrize``, those whose index is not in ``fast`` in the slow
     tier: a family of judged cases keeps a few kinds in ``make test`` and runs whole in
     ``make test-slow`` (each judged case takes seconds in Triton's interpreter)."""
-    import pytest
-
     return [case if i in fast else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
             for i, case in enumerate(cases)]
 
@@ -118,8 +123,11 @@ def judge_on_cpu(problem, source, name, tmp_path, precision="fp32"):
     caller set it): the ``fp32`` policy with strict tolerance, or ``relaxed`` with legacy."""
     cfg = EvalConfig(**TEMPLATE_JUDGE, precision=precision, tolerance="strict" if precision == "fp32" else "legacy")
     with_cpu_ceilings()
-    with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
-        ev = judge.evaluate(source, name)
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in TEMPLATE_JUDGE_ENV.items():
+            env.setenv(key, value)
+        with LocalJudge(problem, cfg, device="cpu", log_dir=tmp_path, spares=0) as judge:
+            ev = judge.evaluate(source, name)
     assert ev.status is Status.CORRECT, (ev.summary(), ev.log[-1500:])
     assert not ev.rejections
 
