@@ -153,3 +153,40 @@ def test_a_temporary_folder_too_long_for_the_servers_socket_means_spawn(tmp_path
     _fresh_server_state()
     monkeypatch.setattr(tempfile, "tempdir", "/tmp")
     assert pool_mod.start_method() == "forkserver"
+
+
+# A problem whose output says how long the collection before a timed call took: its first call
+# (the judge's untimed one) measures a full collection, with what the sandbox lived with before it.
+COLLECTING = '''
+import gc, time
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        t0 = time.perf_counter()
+        gc.collect()
+        return x + (time.perf_counter() - t0)
+
+def get_inputs():
+    return [torch.zeros(1)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_full_collection_in_a_sandbox_walks_what_the_candidate_made_not_torch(tmp_path):
+    """What the sandbox imported before it was ready (torch, Triton) is never garbage: the timing
+    loop's collection before each pass must not walk it (a tenth of a second and more, each pass)."""
+    from loopwise.kernels.evaluate.inputs import for_sandbox
+
+    with SandboxPool("cpu", {"host_memory_gb": 16}, tmp_path, spares=0) as pool:
+        box = pool.acquire()
+        try:
+            box.request("load", {"kind": "eager", "problem_source": COLLECTING}, 120)
+            box.request("stage", {"sets": [for_sandbox([__import__("torch").zeros(1)], None)]}, 60)
+            reply = box.request("time", {"trials": 1, "warmup": 0, "keep": [0], "device_outputs": False}, 60)
+        finally:
+            box.kill()
+    (collect_s,) = next(iter(reply["kept"].values()))
+    assert float(collect_s) < 0.02, f"a full collection in the sandbox took {float(collect_s):.3f} s"
