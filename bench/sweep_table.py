@@ -2,7 +2,9 @@
 docs/results.md: the bench's own table (``kernels bench``'s columns: the geomean over torch.compile
 with its 95% interval over problems, a sample's interval since the finished problems of a
 ``--order shuffled`` bench are a uniform sample of the selection; fast_p; below 0.97x compile;
-compile wrong; seconds a problem), its problems column as finished / selected.
+compile wrong; seconds a problem), its problems column as finished / selected, and the GPUs the
+finished problems were judged on (a sweep's calls may get different ones; each problem's figures
+come from one).
 
     python3 bench/sweep_table.py STATE.tgz|RUNS_DIR [--kernelbench KB]
 
@@ -16,8 +18,11 @@ import argparse
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
+
+from bench_rows import device_of  # this folder's; run as a script, it is on the path
 
 
 def read_bench(runs: Path):
@@ -39,7 +44,8 @@ def read_bench(runs: Path):
     return bench
 
 
-def table(settings: dict, rows: list[dict], selected: dict[int, int] | None = None) -> str:
+def table(settings: dict, rows: list[dict], selected: dict[int, int] | None = None,
+          devices: dict[str, int] | None = None) -> str:
     from loopwise.kernels.bench.run import aggregate
     from loopwise.kernels.report.bench_html import table_rows
 
@@ -53,6 +59,9 @@ def table(settings: dict, rows: list[dict], selected: dict[int, int] | None = No
         line[1] = f"{line[1]} / {total}"
     head = (f"budget {settings['budget']}, {settings['search']} search, {settings['per_step']} proposals a step, "
             f"order {settings['order']}, levels {','.join(map(str, settings['levels']))}, subset {settings['subset']}")
+    if devices:
+        head += "; judged on " + ", ".join(f"{name or 'an unrecorded GPU'} ({n} problem{'s' * (n != 1)})"
+                                           for name, n in sorted(devices.items(), key=lambda kv: (-kv[1], kv[0])))
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(line) + " |" for line in lines]
     return head + "\n\n" + "\n".join(out) + "\n"
 
@@ -71,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             runs = path
         bench = read_bench(runs)
-    settings, rows = asdict(bench.s), list(bench.rows.values())
+        rows = list(bench.rows.values())
+        devices = Counter(device_of(runs, row.get("run_id")) for row in rows)
+    settings = asdict(bench.s)
     selected = None
     if args.kernelbench:
         from loopwise.kernels.bench.run import select_problems
@@ -79,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         selected = {}
         for lv, _, _ in select_problems(args.kernelbench, settings["levels"], settings["subset"]):
             selected[lv] = selected.get(lv, 0) + 1
-    sys.stdout.write(table(settings, rows, selected))
+    sys.stdout.write(table(settings, rows, selected, dict(devices)))
     return 0
 
 
