@@ -124,7 +124,6 @@ class Reference:
         # where float64 runs are computed: the device, unless one ran out of its memory (then the
         # place results are held, see ``hold``)
         self._where64: str = device
-        self._draws: dict[int, list] = {}
         self._hold: str | None = None
         self._work: str | None = None
         self._largest: int | None = None
@@ -134,6 +133,11 @@ class Reference:
         # Kept between evaluations when ``reuse`` is on (the judge's EvalConfig.reuse_inputs).
         self.reuse = False
         self.draw_device: str | None = None  # None: draws on the CPU; else on this device
+        self._drop_kept()
+
+    def _drop_kept(self) -> None:
+        """No draw and no result kept (those of later calls are made again where they are needed)."""
+        self._draws: dict[int, list] = {}
         self._kept_draws: set[int] = set()
         self._outputs: dict[int, tuple[list, list[int]]] = {}
         self._stress_kept: dict[tuple[int, str], tuple | None] = {}
@@ -213,12 +217,7 @@ class Reference:
         moved_hold = self.hold != "cpu"
         if moved_hold:
             self._hold = "cpu"
-            self._draws.clear()
-            self._kept_draws.clear()
-            self._outputs.clear()
-            self._stress_kept.clear()
-            self._float64_kept.clear()
-            self._kept_bytes = {"host": 0, "device": 0}
+            self._drop_kept()
         self._work = "cpu"
         if self.device.startswith("cuda"):
             self.torch.cuda.empty_cache()
