@@ -4,24 +4,11 @@ a sweep's device calls may get different GPUs, and its table says which, problem
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
+from bench_modules import bench_module
+
 from loopwise.core.run import create_run
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-def _script(name: str):
-    sys.path.insert(0, str(BENCH))  # sweep_table imports bench_rows as its neighbour
-    try:
-        spec = importlib.util.spec_from_file_location(f"_{name}", BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _runs(tmp_path: Path) -> Path:
@@ -43,7 +30,7 @@ def _runs(tmp_path: Path) -> Path:
 
 
 def test_each_row_names_the_gpu_its_problem_was_judged_on(tmp_path):
-    rows_mod = _script("bench_rows")
+    rows_mod = bench_module("bench_rows")
     runs = _runs(tmp_path)
     assert rows_mod.main(str(runs), str(tmp_path / "rows.csv")) == 0
     with open(tmp_path / "rows.csv") as handle:
@@ -54,7 +41,7 @@ def test_each_row_names_the_gpu_its_problem_was_judged_on(tmp_path):
 
 
 def test_the_table_says_which_gpus_judged_how_many_problems():
-    table = _script("sweep_table").table
+    table = bench_module("sweep_table").table
     settings = {"budget": 2, "search": "greedy", "per_step": 2, "order": "shuffled:1", "levels": [1], "subset": "all"}
     rows = [{"level": 1, "id": i, "problem": f"level1/{i}_p", "best_speedup": 1.2, "over_compile": 1.1,
              "eager_ms": 1.0, "compile_ms": 1.0, "seconds": 60.0} for i in range(3)]
